@@ -1,0 +1,97 @@
+//! The edge between the actors and an inference backend.
+//!
+//! A [`Backend`] mirrors the C ABI (`include/omni_backend.h`): it is used from the one
+//! thread that opened it (it need not be `Send`), while its [`BackendControl`] is the
+//! any-thread half (interrupt, force-listen, KV length), reachable while a step runs.
+
+use std::sync::Arc;
+
+use thiserror::Error;
+
+use crate::domain::{
+    BackendInfo, DuplexChunk, SessionSetup, StepOutcome, StepPiece, TurnInput, TurnPiece,
+};
+
+/// A failure reported by a backend. `code()` names it in logs and metrics.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum BackendError {
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("call not allowed in this state: {0}")]
+    BadState(String),
+    #[error("inference failed: {0}")]
+    Inference(String),
+    #[error("context full: {0}")]
+    ContextFull(String),
+    #[error("interrupted")]
+    Interrupted,
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    #[error("cannot open backend: {0}")]
+    Open(String),
+    #[error("backend failure: {0}")]
+    Internal(String),
+    #[error("backend process died: {0}")]
+    Crashed(String),
+}
+
+impl BackendError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            BackendError::InvalidArgument(_) => "invalid_argument",
+            BackendError::BadState(_) => "bad_state",
+            BackendError::Inference(_) => "inference_error",
+            BackendError::ContextFull(_) => "context_full",
+            BackendError::Interrupted => "interrupted",
+            BackendError::Unsupported(_) => "unsupported",
+            BackendError::Open(_) => "open_failed",
+            BackendError::Internal(_) => "internal",
+            BackendError::Crashed(_) => "crashed",
+        }
+    }
+
+    /// Whether the session can go on after this error (the next input is processed).
+    pub fn is_recoverable(&self) -> bool {
+        matches!(self, BackendError::Inference(_) | BackendError::Interrupted)
+    }
+}
+
+/// The owner-thread half of a backend instance.
+pub trait Backend {
+    fn info(&self) -> &BackendInfo;
+    fn prepare(&mut self, setup: &SessionSetup) -> Result<(), BackendError>;
+    fn reset(&mut self) -> Result<(), BackendError>;
+    fn duplex_prefill(&mut self, chunk: &DuplexChunk) -> Result<(), BackendError>;
+    fn duplex_generate(&mut self) -> Result<StepPiece, BackendError>;
+    /// The next output of the same step, `None` when the step has no more.
+    fn duplex_drain(&mut self) -> Result<Option<StepPiece>, BackendError>;
+    fn duplex_finalize(&mut self) -> Result<(), BackendError>;
+    fn turn_prefill(&mut self, input: &TurnInput) -> Result<(), BackendError>;
+    fn turn_generate(&mut self) -> Result<TurnPiece, BackendError>;
+    /// The any-thread half, shared with whoever needs to interrupt this backend.
+    fn control(&self) -> Arc<dyn BackendControl>;
+}
+
+/// The any-thread half of a backend instance. Calls return promptly, even mid-step.
+pub trait BackendControl: Send + Sync {
+    /// Cuts the step or piece in flight short.
+    fn interrupt(&self);
+    /// Ends the current speech; the next duplex step listens.
+    fn set_force_listen(&self, on: bool);
+    fn kv_length(&self) -> u64;
+}
+
+/// Runs one whole duplex step: prefill, generate, drain until empty, finalize.
+/// The outputs of the step are merged in order.
+pub fn run_duplex_step(
+    backend: &mut dyn Backend,
+    chunk: &DuplexChunk,
+) -> Result<StepOutcome, BackendError> {
+    backend.duplex_prefill(chunk)?;
+    let mut outcome = StepOutcome::from_first(backend.duplex_generate()?);
+    while let Some(piece) = backend.duplex_drain()? {
+        outcome.absorb(piece);
+    }
+    backend.duplex_finalize()?;
+    Ok(outcome)
+}

@@ -1,0 +1,281 @@
+//! Domain types shared by the actors, the backends and the wire dialects.
+//!
+//! Nothing here knows JSON or C: a dialect turns wire events into these types and back,
+//! a backend turns them into calls of its ABI.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// The public mode of a connection (`/v1/realtime?mode=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mode {
+    Chat,
+    Video,
+    Audio,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 3] = [Mode::Chat, Mode::Video, Mode::Audio];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Chat => "chat",
+            Mode::Video => "video",
+            Mode::Audio => "audio",
+        }
+    }
+
+    /// The backend runtime mode this public mode maps to.
+    pub fn session_kind(self) -> SessionKind {
+        match self {
+            Mode::Chat => SessionKind::Turn,
+            Mode::Video | Mode::Audio => SessionKind::Duplex,
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "chat" => Ok(Mode::Chat),
+            "video" => Ok(Mode::Video),
+            "audio" => Ok(Mode::Audio),
+            other => Err(format!(
+                "unknown mode '{other}' (expected chat, video or audio)"
+            )),
+        }
+    }
+}
+
+/// How a backend runs a session: one step per input chunk, or one answer per conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionKind {
+    Duplex,
+    Turn,
+}
+
+impl SessionKind {
+    /// The name clients see in `session.created.mode`.
+    pub fn runtime_name(self) -> &'static str {
+        match self {
+            SessionKind::Duplex => "full_duplex",
+            SessionKind::Turn => "turn_based",
+        }
+    }
+}
+
+/// Generation settings; `None` means the backend's (or the session's) default.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Generation {
+    pub max_new_tokens: Option<u32>,
+    pub length_penalty: Option<f32>,
+    pub temperature: Option<f32>,
+    pub max_slice_nums: Option<u32>,
+    pub force_listen_count: Option<u32>,
+}
+
+/// Everything a backend needs to start a session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionSetup {
+    pub kind: SessionKind,
+    pub system_prompt: String,
+    pub voice: String,
+    /// LLM reference audio, 16 kHz mono.
+    pub ref_audio: Vec<f32>,
+    /// TTS reference audio, 16 kHz mono.
+    pub tts_ref_audio: Vec<f32>,
+    pub generation: Generation,
+}
+
+impl SessionSetup {
+    pub fn new(kind: SessionKind) -> Self {
+        SessionSetup {
+            kind,
+            system_prompt: String::new(),
+            voice: String::new(),
+            ref_audio: Vec::new(),
+            tts_ref_audio: Vec::new(),
+            generation: Generation::default(),
+        }
+    }
+}
+
+/// One duplex input chunk: about a second of 16 kHz mono audio, optional JPEG frames.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DuplexChunk {
+    pub audio: Vec<f32>,
+    pub frames: Vec<Vec<u8>>,
+    pub force_listen: bool,
+    pub max_slice_nums: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+impl FromStr for Role {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "system" => Ok(Role::System),
+            "user" => Ok(Role::User),
+            "assistant" => Ok(Role::Assistant),
+            other => Err(format!(
+                "unknown role '{other}' (expected system, user or assistant)"
+            )),
+        }
+    }
+}
+
+/// One message of a turn-mode conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatMessage {
+    pub role: Role,
+    pub text: String,
+    /// Encoded images (JPEG or PNG).
+    pub images: Vec<Vec<u8>>,
+    /// Audio clips, 16 kHz mono.
+    pub audios: Vec<Vec<f32>>,
+}
+
+impl ChatMessage {
+    pub fn text(role: Role, text: impl Into<String>) -> Self {
+        ChatMessage {
+            role,
+            text: text.into(),
+            images: Vec::new(),
+            audios: Vec::new(),
+        }
+    }
+}
+
+/// One turn-mode request: a conversation to answer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TurnInput {
+    pub messages: Vec<ChatMessage>,
+    pub generation: Generation,
+    /// Produce speech with the text.
+    pub speech: bool,
+    pub thinking: bool,
+    pub tts_template: bool,
+    pub omni: bool,
+    pub tts_ref_audio: Vec<f32>,
+}
+
+/// Whether a duplex output listens or speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepKind {
+    Listen,
+    Speak,
+}
+
+/// One output of a duplex step (a step may yield several: generate, then drain).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepPiece {
+    pub kind: StepKind,
+    pub text: String,
+    /// 24 kHz mono.
+    pub audio: Vec<f32>,
+    pub end_of_turn: bool,
+    pub kv_length: u64,
+    pub input_tokens: u32,
+    pub output_tokens: u32,
+    pub prefill_us: u32,
+    pub generate_us: u32,
+}
+
+/// The whole output of one duplex step: all its pieces merged in order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepOutcome {
+    pub kind: StepKind,
+    pub text: String,
+    pub audio: Vec<f32>,
+    pub end_of_turn: bool,
+    pub kv_length: u64,
+    pub input_tokens: u32,
+    pub output_tokens: u32,
+    pub prefill_us: u32,
+    pub generate_us: u32,
+}
+
+impl StepOutcome {
+    pub fn from_first(piece: StepPiece) -> Self {
+        StepOutcome {
+            kind: piece.kind,
+            text: piece.text,
+            audio: piece.audio,
+            end_of_turn: piece.end_of_turn,
+            kv_length: piece.kv_length,
+            input_tokens: piece.input_tokens,
+            output_tokens: piece.output_tokens,
+            prefill_us: piece.prefill_us,
+            generate_us: piece.generate_us,
+        }
+    }
+
+    /// Appends a drained piece of the same step.
+    pub fn absorb(&mut self, piece: StepPiece) {
+        if piece.kind == StepKind::Speak {
+            self.kind = StepKind::Speak;
+        }
+        self.text.push_str(&piece.text);
+        self.audio.extend_from_slice(&piece.audio);
+        self.end_of_turn |= piece.end_of_turn;
+        self.kv_length = piece.kv_length;
+        self.input_tokens += piece.input_tokens;
+        self.output_tokens += piece.output_tokens;
+        self.generate_us += piece.generate_us;
+    }
+}
+
+/// One piece of a turn-mode answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnPiece {
+    pub text: String,
+    /// 24 kHz mono; empty without speech output.
+    pub audio: Vec<f32>,
+    pub done: bool,
+    pub kv_length: u64,
+    pub input_tokens: u32,
+    pub output_tokens: u32,
+    pub generate_us: u32,
+}
+
+/// What a backend can do, from its info call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackendInfo {
+    pub name: String,
+    pub vision: bool,
+    pub speech_output: bool,
+    pub duplex: bool,
+    pub turn: bool,
+    pub input_sample_rate: u32,
+    pub output_sample_rate: u32,
+    pub context_size: u32,
+    pub max_output_samples: u32,
+    pub max_output_text_bytes: u32,
+}
+
+impl BackendInfo {
+    /// Whether this backend can run sessions of `kind`.
+    pub fn supports(&self, kind: SessionKind) -> bool {
+        match kind {
+            SessionKind::Duplex => self.duplex,
+            SessionKind::Turn => self.turn,
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The dedicated OS thread that owns one backend instance.
+//!
+//! The backend is opened on this thread, every owner-thread call runs here as a job,
+//! and the backend is closed here when the last job sender goes away. Model work never
+//! runs on the async executor; the any-thread [`BackendControl`] is handed out on open.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread;
+
+use crate::backend::{Backend, BackendControl, BackendError};
+use crate::domain::BackendInfo;
+
+/// Opens a backend instance. Called on the worker thread, which becomes its owner.
+pub type BackendFactory = Arc<dyn Fn() -> Result<Box<dyn Backend>, BackendError> + Send + Sync>;
+
+/// Work for the owner thread.
+pub type Job = Box<dyn FnOnce(&mut dyn Backend) + Send>;
+
+/// What the thread reports once the backend is open (or failed to open).
+pub type Opened = Result<(BackendInfo, Arc<dyn BackendControl>), BackendError>;
+
+const STACK_BYTES: usize = 1 << 20;
+
+/// A handle to a worker thread. Dropping it lets the thread finish its queued jobs,
+/// close the backend and exit; nothing ever waits for (joins) the thread.
+pub struct WorkerThread {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl WorkerThread {
+    /// Starts the thread; `on_open` is called on it once the backend is open or failed.
+    pub fn spawn(
+        name: &str,
+        factory: BackendFactory,
+        on_open: impl FnOnce(Opened) + Send + 'static,
+    ) -> std::io::Result<WorkerThread> {
+        let (jobs, rx) = mpsc::channel::<Job>();
+        let thread_name = format!("backend-{name}");
+        let log_name = name.to_string();
+        thread::Builder::new()
+            .name(thread_name)
+            .stack_size(STACK_BYTES)
+            .spawn(move || {
+                let opened = catch_unwind(AssertUnwindSafe(|| factory())).unwrap_or_else(|_| {
+                    Err(BackendError::Internal(
+                        "the backend panicked while opening".into(),
+                    ))
+                });
+                let mut backend = match opened {
+                    Ok(backend) => {
+                        on_open(Ok((backend.info().clone(), backend.control())));
+                        backend
+                    }
+                    Err(e) => {
+                        on_open(Err(e));
+                        return;
+                    }
+                };
+                while let Ok(job) = rx.recv() {
+                    if catch_unwind(AssertUnwindSafe(|| job(backend.as_mut()))).is_err() {
+                        log::error!("worker {log_name}: a job panicked; closing the backend");
+                        return;
+                    }
+                }
+                log::debug!("worker {log_name}: thread exits, backend closed");
+            })?;
+        Ok(WorkerThread { jobs })
+    }
+
+    /// Starts the thread and waits until the backend is open. For tools and tests;
+    /// actors use [`WorkerThread::spawn`] and get told.
+    pub fn spawn_and_wait(
+        name: &str,
+        factory: BackendFactory,
+    ) -> Result<(WorkerThread, BackendInfo, Arc<dyn BackendControl>), BackendError> {
+        let (tx, rx) = mpsc::channel();
+        let worker = WorkerThread::spawn(name, factory, move |opened| {
+            let _ = tx.send(opened);
+        })
+        .map_err(|e| BackendError::Open(format!("cannot start the worker thread: {e}")))?;
+        let (info, control) = rx.recv().map_err(|_| {
+            BackendError::Internal("the worker thread ended while opening".into())
+        })??;
+        Ok((worker, info, control))
+    }
+
+    /// Queues a job. Fails when the thread has ended (open failed, or a job panicked).
+    pub fn submit(&self, job: Job) -> Result<(), BackendError> {
+        self.jobs
+            .send(job)
+            .map_err(|_| BackendError::Internal("the worker thread has ended".into()))
+    }
+
+    /// Runs `f` on the owner thread and waits for its result. For tools and tests.
+    pub fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut dyn Backend) -> T + Send + 'static,
+    ) -> Result<T, BackendError> {
+        let (tx, rx) = mpsc::channel();
+        self.submit(Box::new(move |b| {
+            let _ = tx.send(f(b));
+        }))?;
+        rx.recv()
+            .map_err(|_| BackendError::Internal("the worker thread dropped the job".into()))
+    }
+}

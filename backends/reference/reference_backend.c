@@ -1,0 +1,727 @@
+/*
+ * The omni-gateway reference backend: a deterministic stand-in for an omni model.
+ *
+ * It implements omni_backend.h with no model weights and no GPU, so that the gateway
+ * runs anywhere and every test has a yardstick. Behaviour (option defaults in brackets):
+ *
+ *  duplex  A step is one input chunk. The backend listens until it has heard at least
+ *          speech_min_ms [500] of input whose RMS (over 20 ms windows) is at least
+ *          vad_threshold [0.02], followed by a chunk whose RMS is below it. That quiet
+ *          chunk's step and the next reply_steps-1 steps [3 in all] speak: a short text
+ *          piece and 24 kHz audio each (24000 samples per step, 12000 on the last one,
+ *          which has end_of_turn). Each step's audio comes as two outputs: half from
+ *          generate, the rest from drain. Then it listens again.
+ *          force-listen (step flag or set_force_listen) ends speech at once.
+ *  kv      +1 per step, +25 per second of input audio, +64 per frame at max_slice_nums 1
+ *          (192 at 4, linear in between and beyond), +1 per output text token (word).
+ *          Past n_ctx [8192]: OMNI_ERR_CONTEXT_FULL.
+ *  turn    Answers the last user message: "Reply with exactly: X" gives X; other text
+ *          gives a sentence with its word count; audio/images only give a sentence with
+ *          the seconds of audio and the number of images. One piece per word; with
+ *          OMNI_TURN_SPEECH each piece carries 0.25 s of audio.
+ *  pace    step_ms [0] per duplex step, token_ms [0] per text piece (interruptible).
+ *  faults  fail_at_step=N (step N of a session fails once with OMNI_ERR_INFERENCE),
+ *          hang_at_step=N with hang_ms [60000] (step N blocks, not interruptible),
+ *          abort_at_step=N (step N calls abort()). Steps count duplex chunks and turn
+ *          answers from 1 in each session.
+ *
+ * Build as a shared library:  cc -O2 -shared -fPIC -Iinclude reference_backend.c -lm
+ * Define OMNI_REFERENCE_STATIC to rename the two entry points to
+ * omni_reference_abi_version / omni_reference_get_api for static linking.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "omni_backend.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#ifdef OMNI_REFERENCE_STATIC
+#define ENTRY_ABI_VERSION omni_reference_abi_version
+#define ENTRY_GET_API omni_reference_get_api
+#else
+#define ENTRY_ABI_VERSION omni_backend_abi_version
+#define ENTRY_GET_API omni_backend_get_api
+#endif
+
+#define IN_RATE 16000
+#define OUT_RATE 24000
+#define STEP_AUDIO 24000      /* samples per speaking step */
+#define LAST_STEP_AUDIO 12000 /* samples on the end_of_turn step */
+#define TURN_PIECE_AUDIO 6000 /* 0.25 s per turn-mode piece */
+#define MAX_TEXT 256
+#define MAX_ANSWER 4096
+#define VAD_WINDOW 320 /* 20 ms at 16 kHz */
+#define TWO_PI 6.283185307179586
+
+/* Minimal sizes: the version-1 layout of every struct up to its last field. */
+#define MIN_SIZE(type, last) ((uint32_t)(offsetof(type, last) + sizeof(((type *)0)->last)))
+
+enum state { ST_IDLE, ST_READY, ST_PREFILLED, ST_GENERATED, ST_FULL, ST_TURN_PREFILLED, ST_TURN_DONE };
+
+struct options {
+    double vad_threshold;
+    long speech_min_ms, reply_steps, n_ctx, step_ms, token_ms;
+    long fail_at_step, hang_at_step, hang_ms, abort_at_step;
+};
+
+struct omni_backend {
+    struct options opt;
+    /* reached from any thread */
+    atomic_uint_fast64_t kv;
+    atomic_int force_listen;
+    atomic_uint interrupt_epoch;
+    /* owner thread */
+    enum state state;
+    uint32_t kind;
+    uint32_t max_new_tokens, max_slice_nums, force_listen_count;
+    long step_no;      /* steps in this session, from 1 */
+    int fail_done;     /* fail_at_step already fired in this session */
+    size_t audio_total; /* input samples heard in this session (for exact kv) */
+    long voiced_ms;    /* loud input heard since the last reply */
+    int speaking;      /* steps already spoken in the current reply, -1 when listening */
+    long replies;      /* replies given in this session */
+    double reply_seconds; /* speech heard before the current reply */
+    /* the output of the step in flight, emitted by generate (first half) and drain */
+    uint32_t out_kind;
+    char out_text[MAX_TEXT];
+    size_t out_text_len;
+    size_t audio_done, audio_total_step;
+    int out_eot, out_piece;
+    uint32_t out_in_tokens, out_out_tokens;
+    uint32_t prefill_us;
+    int pending_valid;
+    /* turn mode */
+    char answer[MAX_ANSWER];
+    size_t answer_len, answer_pos;
+    uint32_t turn_flags, turn_limit, turn_pieces, turn_in_tokens;
+    char last_error[512];
+};
+
+/* ---- helpers ------------------------------------------------------------ */
+static omni_status fail(omni_backend *b, omni_status code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->last_error, sizeof b->last_error, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+static uint64_t now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+/* Sleeps ms in short slices; returns 1 when interrupt() was called meanwhile. */
+static int pace(omni_backend *b, long ms, unsigned epoch) {
+    uint64_t end = now_us() + (uint64_t)ms * 1000u;
+    for (;;) {
+        if (atomic_load(&b->interrupt_epoch) != epoch) return 1;
+        uint64_t t = now_us();
+        if (t >= end) return 0;
+        uint64_t left = end - t;
+        struct timespec ts = {0, (long)((left > 2000 ? 2000 : left) * 1000u)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static size_t count_words(const char *s, size_t n) {
+    size_t words = 0;
+    int in = 0;
+    for (size_t i = 0; i < n; i++) {
+        int space = s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r';
+        if (!space && !in) words++;
+        in = !space;
+    }
+    return words;
+}
+
+static uint32_t frame_tokens(uint32_t slices) {
+    if (slices < 1) slices = 1;
+    return 64u + (slices - 1u) * 128u / 3u;
+}
+
+static int pcm_ok(omni_pcm p) { return p.len == 0 || p.ptr != NULL; }
+static int str_ok(omni_str s) { return s.len == 0 || s.ptr != NULL; }
+
+/* A recognisable signal: a tone per piece (300..700 Hz), 5 ms fades at the edges. */
+static void synth(float *dst, size_t n, size_t offset, size_t total, int piece) {
+    double freq = 300.0 + 100.0 * (piece % 5);
+    size_t fade = OUT_RATE / 200;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = offset + i;
+        double env = 1.0;
+        if (k < fade) env = (double)k / fade;
+        if (total - k <= fade) env = (double)(total - k) / fade;
+        dst[i] = (float)(0.25 * env * sin(TWO_PI * freq * (double)k / OUT_RATE));
+    }
+}
+
+/* ---- options ------------------------------------------------------------ */
+static int parse_num(const omni_option *o, double *out) {
+    char buf[64];
+    if (o->value.len == 0 || o->value.len >= sizeof buf || !o->value.ptr) return 0;
+    memcpy(buf, o->value.ptr, o->value.len);
+    buf[o->value.len] = 0;
+    char *end = NULL;
+    double v = strtod(buf, &end);
+    if (end == buf || *end != 0 || !isfinite(v)) return 0;
+    *out = v;
+    return 1;
+}
+
+static int key_is(const omni_option *o, const char *k) {
+    return o->key.len == strlen(k) && o->key.ptr && memcmp(o->key.ptr, k, o->key.len) == 0;
+}
+
+static omni_status parse_options(struct options *opt, const omni_option *options, size_t n, char *err,
+                                 size_t cap) {
+    static const char *names[] = {"vad_threshold", "speech_min_ms", "reply_steps",  "n_ctx",
+                                  "step_ms",       "token_ms",      "fail_at_step", "hang_at_step",
+                                  "hang_ms",       "abort_at_step"};
+    long *ints[] = {NULL,           &opt->speech_min_ms, &opt->reply_steps,  &opt->n_ctx,
+                    &opt->step_ms,  &opt->token_ms,      &opt->fail_at_step, &opt->hang_at_step,
+                    &opt->hang_ms,  &opt->abort_at_step};
+    *opt = (struct options){0.02, 500, 3, 8192, 0, 0, 0, 0, 60000, 0};
+    if (n > 0 && !options) {
+        snprintf(err, cap, "options is NULL with n_options %zu", n);
+        return OMNI_ERR_INVALID_ARGUMENT;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const omni_option *o = &options[i];
+        if (!str_ok(o->key) || !str_ok(o->value)) {
+            snprintf(err, cap, "option %zu has a NULL key or value", i);
+            return OMNI_ERR_INVALID_ARGUMENT;
+        }
+        size_t k = 0;
+        while (k < sizeof names / sizeof names[0] && !key_is(o, names[k])) k++;
+        if (k == sizeof names / sizeof names[0]) {
+            snprintf(err, cap, "unknown option '%.*s' (known: vad_threshold, speech_min_ms, reply_steps, n_ctx, "
+                     "step_ms, token_ms, fail_at_step, hang_at_step, hang_ms, abort_at_step)",
+                     (int)(o->key.len > 64 ? 64 : o->key.len), o->key.ptr ? o->key.ptr : "");
+            return OMNI_ERR_OPEN_FAILED;
+        }
+        double v;
+        if (!parse_num(o, &v) || v < 0 || (ints[k] && (v != floor(v) || v > 1e9))) {
+            snprintf(err, cap, "option %s: '%.*s' is not a %s", names[k], (int)(o->value.len > 64 ? 64 : o->value.len),
+                     o->value.ptr ? o->value.ptr : "", ints[k] ? "non-negative integer" : "non-negative number");
+            return OMNI_ERR_OPEN_FAILED;
+        }
+        if (ints[k]) *ints[k] = (long)v;
+        else opt->vad_threshold = v;
+    }
+    if (opt->reply_steps < 1) {
+        snprintf(err, cap, "option reply_steps: must be at least 1");
+        return OMNI_ERR_OPEN_FAILED;
+    }
+    if (opt->n_ctx < 1) {
+        snprintf(err, cap, "option n_ctx: must be at least 1");
+        return OMNI_ERR_OPEN_FAILED;
+    }
+    return OMNI_OK;
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+static omni_status ref_open(const omni_option *options, size_t n_options, omni_backend **out, char *err,
+                            size_t cap) {
+    char dummy[1];
+    if (!err || cap == 0) {
+        err = dummy;
+        cap = sizeof dummy;
+    }
+    err[0] = 0;
+    if (!out) {
+        snprintf(err, cap, "out is NULL");
+        return OMNI_ERR_INVALID_ARGUMENT;
+    }
+    *out = NULL;
+    struct options opt;
+    omni_status st = parse_options(&opt, options, n_options, err, cap);
+    if (st != OMNI_OK) return st;
+    omni_backend *b = calloc(1, sizeof *b);
+    if (!b) {
+        snprintf(err, cap, "out of memory");
+        return OMNI_ERR_OPEN_FAILED;
+    }
+    b->opt = opt;
+    atomic_init(&b->kv, 0);
+    atomic_init(&b->force_listen, 0);
+    atomic_init(&b->interrupt_epoch, 0);
+    b->state = ST_IDLE;
+    *out = b;
+    return OMNI_OK;
+}
+
+static void ref_close(omni_backend *b) { free(b); }
+
+static omni_status ref_info(omni_backend *b, omni_backend_info *out) {
+    if (!b) return OMNI_ERR_INVALID_ARGUMENT;
+    if (!out) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "info: out is NULL");
+    if (out->struct_size < MIN_SIZE(omni_backend_info, name))
+        return fail(b, OMNI_ERR_INVALID_ARGUMENT, "info: struct_size %u is smaller than version 1 (%u)",
+                    out->struct_size, MIN_SIZE(omni_backend_info, name));
+    out->capabilities = OMNI_CAP_VISION | OMNI_CAP_SPEECH_OUTPUT | OMNI_CAP_DUPLEX | OMNI_CAP_TURN;
+    out->input_sample_rate = IN_RATE;
+    out->output_sample_rate = OUT_RATE;
+    out->context_size = (uint32_t)b->opt.n_ctx;
+    out->max_output_samples = STEP_AUDIO;
+    out->max_output_text_bytes = MAX_TEXT;
+    static const char name[] = "omni-reference";
+    memcpy(out->name, name, sizeof name - 1);
+    out->name_len = sizeof name - 1;
+    return OMNI_OK;
+}
+
+static size_t ref_last_error(omni_backend *b, char *buf, size_t cap) {
+    if (!b) return 0;
+    size_t n = strlen(b->last_error);
+    if (buf && cap > 0) {
+        size_t c = n < cap - 1 ? n : cap - 1;
+        memcpy(buf, b->last_error, c);
+        buf[c] = 0;
+    }
+    return n;
+}
+
+static void forget_session(omni_backend *b) {
+    b->state = ST_IDLE;
+    b->step_no = 0;
+    b->fail_done = 0;
+    b->audio_total = 0;
+    b->voiced_ms = 0;
+    b->speaking = -1;
+    b->replies = 0;
+    b->pending_valid = 0;
+    b->answer_len = b->answer_pos = 0;
+    atomic_store(&b->kv, 0);
+    atomic_store(&b->force_listen, 0);
+}
+
+static omni_status ref_prepare(omni_backend *b, const omni_session_config *c) {
+    if (!b) return OMNI_ERR_INVALID_ARGUMENT;
+    if (!c) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "prepare: config is NULL");
+    if (c->struct_size < MIN_SIZE(omni_session_config, temperature))
+        return fail(b, OMNI_ERR_INVALID_ARGUMENT, "prepare: struct_size %u is smaller than version 1 (%u)",
+                    c->struct_size, MIN_SIZE(omni_session_config, temperature));
+    if (b->state != ST_IDLE) return fail(b, OMNI_ERR_BAD_STATE, "prepare: a session is already prepared; reset first");
+    if (c->kind != OMNI_SESSION_DUPLEX && c->kind != OMNI_SESSION_TURN)
+        return fail(b, OMNI_ERR_INVALID_ARGUMENT, "prepare: unknown session kind %u", c->kind);
+    if (!str_ok(c->system_prompt) || !str_ok(c->voice) || !pcm_ok(c->ref_audio) || !pcm_ok(c->tts_ref_audio))
+        return fail(b, OMNI_ERR_INVALID_ARGUMENT, "prepare: a buffer is NULL with a non-zero length");
+    if (c->max_slice_nums > 9)
+        return fail(b, OMNI_ERR_INVALID_ARGUMENT, "prepare: max_slice_nums %u is outside 1..9", c->max_slice_nums);
+    forget_session(b);
+    b->kind = c->kind;
+    b->max_new_tokens = c->max_new_tokens ? c->max_new_tokens : 256;
+    b->max_slice_nums = c->max_slice_nums ? c->max_slice_nums : 1;
+    b->force_listen_count = c->force_listen_count;
+    /* the system prompt occupies the context: one token per word, +25/s of reference audio */
+    uint64_t kv = count_words(c->system_prompt.ptr, c->system_prompt.len) +
+                  (uint64_t)(c->ref_audio.len * 25u / IN_RATE);
+    if (kv > (uint64_t)b->opt.n_ctx) {
+        b->state = ST_FULL;
+        return fail(b, OMNI_ERR_CONTEXT_FULL, "prepare: the system prompt needs %llu tokens, context is %ld",
+                    (unsigned long long)kv, b->opt.n_ctx);
+    }
+    atomic_store(&b->kv, kv);
+    b->state = c->kind == OMNI_SESSION_DUPLEX ? ST_READY : ST_TURN_DONE;
+    return OMNI_OK;
+}
+
+static omni_status ref_reset(omni_backend *b) {
+    if (!b) return OMNI_ERR_INVALID_ARGUMENT;
+    forget_session(b);
+    return OMNI_OK;
+}
+
+/* Fault injection shared by duplex and turn steps. Returns OMNI_OK to go on. */
+static omni_status faults(omni_backend *b) {
+    if (b->opt.abort_at_step && b->step_no == b->opt.abort_at_step) abort();
+    if (b->opt.hang_at_step && b->step_no == b->opt.hang_at_step) sleep_ms(b->opt.hang_ms);
+    if (b->opt.fail_at_step && b->step_no == b->opt.fail_at_step && !b->fail_done) {
+        b->fail_done = 1;
+        return fail(b, OMNI_ERR_INFERENCE, "injected inference failure at step %ld (fail_at_step)", b->step_no);
+    }
+    return OMNI_OK;
+}
+
+/* ---- duplex ------------------------------------------------------------- */
+static omni_status ref_duplex_prefill(omni_backend *b, const omni_duplex_input *in) {
+    if (!b) return OMNI_ERR_INVALID_ARGUMENT;
+    if (!in) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "duplex_prefill: input is NULL");
+    if (in->struct_size < MIN_SIZE(omni_duplex_input, max_slice_nums))
+        return fail(b, OMNI_ERR_INVALID_ARGUMENT, "duplex_prefill: struct_size %u is smaller than version 1 (%u)",
+                    in->struct_size, MIN_SIZE(omni_duplex_input, max_slice_nums));
+    if (b->state == ST_FULL) return fail(b, OMNI_ERR_CONTEXT_FULL, "duplex_prefill: the context is full");
+    if (b->kind != OMNI_SESSION_DUPLEX || b->state == ST_IDLE)
+        return fail(b, OMNI_ERR_BAD_STATE, "duplex_prefill: no duplex session is prepared");
+    if (b->state != ST_READY)
+        return fail(b, OMNI_ERR_BAD_STATE, "duplex_prefill: the previous step was not finalized");
+    if (!in->audio.ptr || in->audio.len == 0)
+        return fail(b, OMNI_ERR_INVALID_ARGUMENT, "duplex_prefill: audio is empty");
+    if (in->n_frames > 0 && !in->frames)
+        return fail(b, OMNI_ERR_INVALID_ARGUMENT, "duplex_prefill: frames is NULL with n_frames %zu", in->n_frames);
+    for (size_t i = 0; i < in->n_frames; i++)
+        if (!in->frames[i].ptr || in->frames[i].len == 0)
+            return fail(b, OMNI_ERR_INVALID_ARGUMENT, "duplex_prefill: frame %zu is empty", i);
+    if (in->max_slice_nums > 9)
+        return fail(b, OMNI_ERR_INVALID_ARGUMENT, "duplex_prefill: max_slice_nums %u is outside 1..9",
+                    in->max_slice_nums);
+
+    uint64_t t0 = now_us();
+    uint32_t slices = in->max_slice_nums ? in->max_slice_nums : b->max_slice_nums;
+    size_t n = in->audio.len;
+    uint64_t audio_tokens = (uint64_t)(b->audio_total + n) * 25u / IN_RATE - (uint64_t)b->audio_total * 25u / IN_RATE;
+    uint64_t add = 1 + audio_tokens + (uint64_t)in->n_frames * frame_tokens(slices);
+    uint64_t kv = atomic_load(&b->kv);
+    if (kv + add > (uint64_t)b->opt.n_ctx) {
+        b->state = ST_FULL;
+        return fail(b, OMNI_ERR_CONTEXT_FULL, "duplex_prefill: context full (%llu + %llu > n_ctx %ld)",
+                    (unsigned long long)kv, (unsigned long long)add, b->opt.n_ctx);
+    }
+    atomic_store(&b->kv, kv + add);
+    b->audio_total += n;
+    b->step_no++;
+
+    /* loudness: voiced 20 ms windows, and the RMS of the whole chunk */
+    double total = 0, thr2 = b->opt.vad_threshold * b->opt.vad_threshold;
+    long voiced = 0;
+    for (size_t off = 0; off < n; off += VAD_WINDOW) {
+        size_t w = n - off < VAD_WINDOW ? n - off : VAD_WINDOW;
+        double e = 0;
+        for (size_t i = 0; i < w; i++) e += (double)in->audio.ptr[off + i] * in->audio.ptr[off + i];
+        total += e;
+        if (e / w >= thr2) voiced += (long)(w * 1000 / IN_RATE);
+    }
+    int quiet = total / n < thr2;
+
+    int force = (in->flags & OMNI_STEP_FORCE_LISTEN) || atomic_exchange(&b->force_listen, 0) ||
+                b->step_no <= (long)b->force_listen_count;
+    b->out_kind = OMNI_OUTPUT_LISTEN;
+    if (force) {
+        b->speaking = -1;
+        b->voiced_ms = 0;
+    } else if (b->speaking < 0) {
+        b->voiced_ms += voiced;
+        if (quiet && b->voiced_ms >= b->opt.speech_min_ms) {
+            b->reply_seconds = b->voiced_ms / 1000.0;
+            b->replies++;
+            b->speaking = 0;
+        }
+    }
+    if (!force && b->speaking >= 0) {
+        int piece = b->speaking++;
+        int last = b->speaking >= b->opt.reply_steps;
+        b->out_kind = OMNI_OUTPUT_SPEAK;
+        b->out_piece = piece;
+        b->out_eot = last;
+        if (piece == 0)
+            b->out_text_len = (size_t)snprintf(b->out_text, MAX_TEXT, "Reply %ld: I heard %.1f seconds of speech.",
+                                               b->replies, b->reply_seconds);
+        else
+            b->out_text_len = (size_t)snprintf(b->out_text, MAX_TEXT, last ? " Over." : " Still talking (%d).",
+                                               piece + 1);
+        b->audio_total_step = last ? LAST_STEP_AUDIO : STEP_AUDIO;
+        b->audio_done = 0;
+        if (last) {
+            b->speaking = -1;
+            b->voiced_ms = 0;
+        }
+    }
+    b->out_in_tokens = (uint32_t)add;
+    b->prefill_us = (uint32_t)(now_us() - t0);
+    b->pending_valid = 0;
+    b->state = ST_PREFILLED;
+    return OMNI_OK;
+}
+
+/* Writes the next part of the step's output: the text and the first half of the audio
+ * from generate, the rest of the audio from drain. */
+static omni_status emit_step(omni_backend *b, omni_step_output *out, int first, uint64_t t0) {
+    size_t half = b->audio_total_step / 2;
+    size_t audio_n = 0, text_n = 0;
+    if (b->out_kind == OMNI_OUTPUT_SPEAK) {
+        audio_n = first ? half : b->audio_total_step - b->audio_done;
+        text_n = first ? b->out_text_len : 0;
+    }
+    out->text_len = text_n;
+    out->audio_len = audio_n;
+    if ((text_n && (!out->text_buf || out->text_cap < text_n)) || (audio_n && (!out->audio_buf || out->audio_cap < audio_n)))
+        return fail(b, OMNI_ERR_BUFFER_TOO_SMALL, "output needs %zu text bytes and %zu samples", text_n, audio_n);
+    if (text_n) memcpy(out->text_buf, b->out_text, text_n);
+    if (audio_n) synth(out->audio_buf, audio_n, b->audio_done, b->audio_total_step, b->out_piece);
+    b->audio_done += audio_n;
+    out->kind = b->out_kind;
+    out->end_of_turn = b->out_kind == OMNI_OUTPUT_SPEAK && b->out_eot && b->audio_done == b->audio_total_step;
+    uint32_t out_tokens = first && text_n ? (uint32_t)count_words(b->out_text, text_n) : 0;
+    if (first) {
+        uint64_t kv = atomic_load(&b->kv) + out_tokens;
+        if (kv > (uint64_t)b->opt.n_ctx) {
+            b->state = ST_FULL;
+            return fail(b, OMNI_ERR_CONTEXT_FULL, "duplex_generate: context full (%llu > n_ctx %ld)",
+                        (unsigned long long)kv, b->opt.n_ctx);
+        }
+        atomic_store(&b->kv, kv);
+    }
+    out->kv_length = atomic_load(&b->kv);
+    out->input_tokens = first ? b->out_in_tokens : 0;
+    out->output_tokens = out_tokens;
+    out->prefill_us = first ? b->prefill_us : 0;
+    out->generate_us = (uint32_t)(now_us() - t0);
+    return OMNI_OK;
+}
+
+static omni_status check_step_output(omni_backend *b, omni_step_output *out, const char *fn) {
+    if (!out) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+    if (out->struct_size < MIN_SIZE(omni_step_output, generate_us))
+        return fail(b, OMNI_ERR_INVALID_ARGUMENT, "%s: struct_size %u is smaller than version 1 (%u)", fn,
+                    out->struct_size, MIN_SIZE(omni_step_output, generate_us));
+    return OMNI_OK;
+}
+
+static omni_status ref_duplex_generate(omni_backend *b, omni_step_output *out) {
+    if (!b) return OMNI_ERR_INVALID_ARGUMENT;
+    omni_status st = check_step_output(b, out, "duplex_generate");
+    if (st != OMNI_OK) return st;
+    if (b->state == ST_FULL) return fail(b, OMNI_ERR_CONTEXT_FULL, "duplex_generate: the context is full");
+    if (b->state != ST_PREFILLED)
+        return fail(b, OMNI_ERR_BAD_STATE, "duplex_generate: called without a prefilled chunk");
+    uint64_t t0 = now_us();
+    if (!b->pending_valid) {
+        unsigned epoch = atomic_load(&b->interrupt_epoch);
+        if ((st = faults(b)) != OMNI_OK) {
+            b->state = ST_READY;
+            return st;
+        }
+        long ms = b->opt.step_ms + (b->out_kind == OMNI_OUTPUT_SPEAK ? b->opt.token_ms : 0);
+        if (ms > 0 && pace(b, ms, epoch)) {
+            b->state = ST_READY;
+            return fail(b, OMNI_ERR_INTERRUPTED, "duplex_generate: interrupted");
+        }
+        if (b->out_kind == OMNI_OUTPUT_SPEAK && atomic_load(&b->force_listen)) {
+            /* force-listen arrived while this step was computing: its speech is void */
+            atomic_store(&b->force_listen, 0);
+            b->out_kind = OMNI_OUTPUT_LISTEN;
+            b->speaking = -1;
+            b->voiced_ms = 0;
+        }
+        b->pending_valid = 1;
+    }
+    st = emit_step(b, out, 1, t0);
+    if (st == OMNI_OK) b->state = ST_GENERATED;
+    return st;
+}
+
+static omni_status ref_duplex_drain(omni_backend *b, omni_step_output *out) {
+    if (!b) return OMNI_ERR_INVALID_ARGUMENT;
+    omni_status st = check_step_output(b, out, "duplex_drain");
+    if (st != OMNI_OK) return st;
+    if (b->state != ST_GENERATED) return fail(b, OMNI_ERR_BAD_STATE, "duplex_drain: called before duplex_generate");
+    if (b->out_kind != OMNI_OUTPUT_SPEAK || b->audio_done >= b->audio_total_step) {
+        out->kind = OMNI_OUTPUT_NONE;
+        out->text_len = out->audio_len = 0;
+        out->end_of_turn = 0;
+        out->kv_length = atomic_load(&b->kv);
+        out->input_tokens = out->output_tokens = 0;
+        out->prefill_us = out->generate_us = 0;
+        return OMNI_OK;
+    }
+    return emit_step(b, out, 0, now_us());
+}
+
+static omni_status ref_duplex_finalize(omni_backend *b) {
+    if (!b) return OMNI_ERR_INVALID_ARGUMENT;
+    if (b->state != ST_GENERATED && b->state != ST_PREFILLED)
+        return fail(b, OMNI_ERR_BAD_STATE, "duplex_finalize: no step in flight");
+    b->pending_valid = 0;
+    b->state = ST_READY;
+    return OMNI_OK;
+}
+
+/* ---- turn mode ---------------------------------------------------------- */
+static omni_status ref_turn_prefill(omni_backend *b, const omni_turn_input *in) {
+    if (!b) return OMNI_ERR_INVALID_ARGUMENT;
+    if (!in) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: input is NULL");
+    if (in->struct_size < MIN_SIZE(omni_turn_input, tts_ref_audio))
+        return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: struct_size %u is smaller than version 1 (%u)",
+                    in->struct_size, MIN_SIZE(omni_turn_input, tts_ref_audio));
+    if (b->state == ST_FULL) return fail(b, OMNI_ERR_CONTEXT_FULL, "turn_prefill: the context is full");
+    if (b->kind != OMNI_SESSION_TURN || b->state == ST_IDLE)
+        return fail(b, OMNI_ERR_BAD_STATE, "turn_prefill: no turn session is prepared");
+    if (b->state != ST_TURN_DONE)
+        return fail(b, OMNI_ERR_BAD_STATE, "turn_prefill: the previous answer is not finished");
+    if (!in->messages || in->n_messages == 0)
+        return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: no messages");
+    if (!pcm_ok(in->tts_ref_audio)) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: tts_ref_audio is NULL");
+    const omni_message *last_user = NULL;
+    uint64_t tokens = 1;
+    uint32_t slices = in->max_slice_nums ? in->max_slice_nums : b->max_slice_nums;
+    for (size_t i = 0; i < in->n_messages; i++) {
+        const omni_message *m = &in->messages[i];
+        if (m->struct_size < MIN_SIZE(omni_message, n_audios))
+            return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: message %zu: struct_size %u is too small", i,
+                        m->struct_size);
+        if (m->role > OMNI_ROLE_ASSISTANT)
+            return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: message %zu: unknown role %u", i, m->role);
+        if (!str_ok(m->text) || (m->n_images && !m->images) || (m->n_audios && !m->audios))
+            return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: message %zu: NULL buffer", i);
+        tokens += count_words(m->text.ptr, m->text.len) + m->n_images * frame_tokens(slices);
+        for (size_t k = 0; k < m->n_images; k++)
+            if (!m->images[k].ptr || m->images[k].len == 0)
+                return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: message %zu: image %zu is empty", i, k);
+        for (size_t k = 0; k < m->n_audios; k++) {
+            if (!m->audios[k].ptr || m->audios[k].len == 0)
+                return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: message %zu: audio %zu is empty", i, k);
+            tokens += m->audios[k].len * 25u / IN_RATE;
+        }
+        if (m->role == OMNI_ROLE_USER) last_user = m;
+    }
+    if (!last_user) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: no user message");
+    uint64_t kv = atomic_load(&b->kv);
+    if (kv + tokens > (uint64_t)b->opt.n_ctx) {
+        b->state = ST_FULL;
+        return fail(b, OMNI_ERR_CONTEXT_FULL, "turn_prefill: context full (%llu + %llu > n_ctx %ld)",
+                    (unsigned long long)kv, (unsigned long long)tokens, b->opt.n_ctx);
+    }
+    atomic_store(&b->kv, kv + tokens);
+    b->step_no++;
+
+    /* the answer */
+    const char *t = last_user->text.ptr;
+    size_t n = last_user->text.len;
+    while (n && (*t == ' ' || *t == '\n' || *t == '\t')) t++, n--;
+    static const char prefix[] = "reply with exactly:";
+    if (n >= sizeof prefix - 1 && strncasecmp(t, prefix, sizeof prefix - 1) == 0) {
+        t += sizeof prefix - 1;
+        n -= sizeof prefix - 1;
+        while (n && (*t == ' ' || *t == '\t')) t++, n--;
+        while (n && (t[n - 1] == ' ' || t[n - 1] == '\n' || t[n - 1] == '\t')) n--;
+        if (n > MAX_ANSWER) n = MAX_ANSWER;
+        memcpy(b->answer, t, n);
+        b->answer_len = n;
+    } else if (count_words(t, n) > 0) {
+        size_t w = count_words(t, n);
+        b->answer_len = (size_t)snprintf(b->answer, MAX_ANSWER, "You said %zu word%s, and I have answered.", w,
+                                         w == 1 ? "" : "s");
+    } else {
+        size_t samples = 0;
+        for (size_t k = 0; k < last_user->n_audios; k++) samples += last_user->audios[k].len;
+        b->answer_len = (size_t)snprintf(b->answer, MAX_ANSWER, "I received %.1f seconds of audio and %zu image%s.",
+                                         (double)samples / IN_RATE, last_user->n_images,
+                                         last_user->n_images == 1 ? "" : "s");
+    }
+    b->answer_pos = 0;
+    b->turn_flags = in->flags;
+    b->turn_limit = in->max_new_tokens ? in->max_new_tokens : b->max_new_tokens;
+    b->turn_pieces = 0;
+    b->turn_in_tokens = (uint32_t)tokens;
+    b->pending_valid = 0;
+    b->state = ST_TURN_PREFILLED;
+    return OMNI_OK;
+}
+
+static omni_status ref_turn_generate(omni_backend *b, omni_turn_output *out) {
+    if (!b) return OMNI_ERR_INVALID_ARGUMENT;
+    if (!out) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_generate: out is NULL");
+    if (out->struct_size < MIN_SIZE(omni_turn_output, generate_us))
+        return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_generate: struct_size %u is smaller than version 1 (%u)",
+                    out->struct_size, MIN_SIZE(omni_turn_output, generate_us));
+    if (b->state == ST_FULL) return fail(b, OMNI_ERR_CONTEXT_FULL, "turn_generate: the context is full");
+    if (b->state != ST_TURN_PREFILLED) return fail(b, OMNI_ERR_BAD_STATE, "turn_generate: no prefilled conversation");
+    uint64_t t0 = now_us();
+    omni_status st;
+    if (!b->pending_valid) {
+        unsigned epoch = atomic_load(&b->interrupt_epoch);
+        if (b->turn_pieces == 0 && (st = faults(b)) != OMNI_OK) {
+            b->state = ST_TURN_DONE;
+            return st;
+        }
+        if (b->opt.token_ms > 0 && pace(b, b->opt.token_ms, epoch)) {
+            b->state = ST_TURN_DONE;
+            return fail(b, OMNI_ERR_INTERRUPTED, "turn_generate: interrupted");
+        }
+        /* next piece: one word with the whitespace before it */
+        size_t s = b->answer_pos, e = s;
+        while (e < b->answer_len && b->answer[e] == ' ') e++;
+        while (e < b->answer_len && b->answer[e] != ' ') e++;
+        b->out_text_len = e - s < MAX_TEXT ? e - s : MAX_TEXT;
+        memcpy(b->out_text, b->answer + s, b->out_text_len);
+        b->answer_pos = s + b->out_text_len;
+        b->out_piece = (int)b->turn_pieces;
+        b->audio_total_step = (b->turn_flags & OMNI_TURN_SPEECH) ? TURN_PIECE_AUDIO : 0;
+        b->turn_pieces++;
+        b->pending_valid = 1;
+    }
+    size_t audio_n = b->audio_total_step;
+    out->text_len = b->out_text_len;
+    out->audio_len = audio_n;
+    if ((b->out_text_len && (!out->text_buf || out->text_cap < b->out_text_len)) ||
+        (audio_n && (!out->audio_buf || out->audio_cap < audio_n)))
+        return fail(b, OMNI_ERR_BUFFER_TOO_SMALL, "turn_generate: piece needs %zu text bytes and %zu samples",
+                    b->out_text_len, audio_n);
+    if (b->out_text_len) memcpy(out->text_buf, b->out_text, b->out_text_len);
+    if (audio_n) synth(out->audio_buf, audio_n, 0, audio_n, b->out_piece);
+    uint32_t tokens = b->out_text_len ? (uint32_t)count_words(b->out_text, b->out_text_len) : 0;
+    uint64_t kv = atomic_load(&b->kv) + tokens;
+    if (kv > (uint64_t)b->opt.n_ctx) {
+        b->state = ST_FULL;
+        return fail(b, OMNI_ERR_CONTEXT_FULL, "turn_generate: context full (%llu > n_ctx %ld)",
+                    (unsigned long long)kv, b->opt.n_ctx);
+    }
+    atomic_store(&b->kv, kv);
+    b->pending_valid = 0;
+    int rest = 0;
+    for (size_t i = b->answer_pos; i < b->answer_len; i++) rest |= b->answer[i] != ' ';
+    out->done = !rest || b->turn_pieces >= b->turn_limit;
+    out->output_tokens = tokens;
+    out->kv_length = kv;
+    out->input_tokens = b->turn_pieces == 1 ? b->turn_in_tokens : 0;
+    out->generate_us = (uint32_t)(now_us() - t0);
+    if (out->done) b->state = ST_TURN_DONE;
+    return OMNI_OK;
+}
+
+/* ---- any thread --------------------------------------------------------- */
+static omni_status ref_interrupt(omni_backend *b) {
+    if (!b) return OMNI_ERR_INVALID_ARGUMENT;
+    atomic_fetch_add(&b->interrupt_epoch, 1);
+    return OMNI_OK;
+}
+
+static omni_status ref_set_force_listen(omni_backend *b, int32_t on) {
+    if (!b) return OMNI_ERR_INVALID_ARGUMENT;
+    atomic_store(&b->force_listen, on ? 1 : 0);
+    return OMNI_OK;
+}
+
+static uint64_t ref_kv_length(omni_backend *b) { return b ? atomic_load(&b->kv) : 0; }
+
+/* ---- entry points ------------------------------------------------------- */
+static const omni_backend_api API = {
+    sizeof(omni_backend_api), OMNI_BACKEND_ABI_VERSION, ref_open, ref_close, ref_info, ref_last_error,
+    ref_prepare, ref_reset, ref_duplex_prefill, ref_duplex_generate, ref_duplex_drain, ref_duplex_finalize,
+    ref_turn_prefill, ref_turn_generate, ref_interrupt, ref_set_force_listen, ref_kv_length,
+};
+
+/* Tests build a copy that claims another ABI version, to prove the loader refuses it. */
+#ifndef OMNI_REFERENCE_CLAIMED_ABI
+#define OMNI_REFERENCE_CLAIMED_ABI OMNI_BACKEND_ABI_VERSION
+#endif
+
+OMNI_EXPORT uint32_t ENTRY_ABI_VERSION(void) { return OMNI_REFERENCE_CLAIMED_ABI; }
+
+OMNI_EXPORT const omni_backend_api *ENTRY_GET_API(uint32_t abi_version) {
+    return abi_version == OMNI_BACKEND_ABI_VERSION ? &API : NULL;
+}

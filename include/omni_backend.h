@@ -1,0 +1,266 @@
+/*
+ * omni_backend.h - the omni-gateway backend ABI, version 1.
+ *
+ * A backend is a shared library (or a statically linked object) that exports
+ *
+ *     uint32_t                  omni_backend_abi_version(void);
+ *     const omni_backend_api   *omni_backend_get_api(uint32_t abi_version);
+ *
+ * The gateway first asks for the version, then for the function table of that
+ * version. Every other entry point is reached through the table, so two
+ * backends never clash on symbol names.
+ *
+ * Rules that hold for every function:
+ *  - Plain C types only. No C++ exception and no Rust panic may cross this boundary.
+ *  - Text is UTF-8 with an explicit length (omni_str); it is not NUL-terminated.
+ *  - Audio is float32 mono PCM: 16 kHz into the backend, 24 kHz out of it
+ *    (the rates a backend really uses are reported by info()).
+ *  - Every buffer belongs to the caller. A backend reads input buffers only during
+ *    the call and never keeps a pointer to them; it writes output only into the
+ *    buffers the caller passes, never more than their stated capacity.
+ *  - Every struct starts with `struct_size`, set by whoever fills the struct in
+ *    (the caller for inputs and for output structs it hands over). A struct may grow
+ *    at its end in a later minor revision; a backend accepts any struct_size at least
+ *    as large as the version-1 size and ignores what it does not know.
+ *  - Errors are status codes; the text of the last error on a handle is available
+ *    from last_error(). Context exhaustion has its own code.
+ *
+ * Threads: a handle is owned by the thread that opened it. Functions marked
+ * OWNER THREAD ONLY may be called only from that thread, one at a time.
+ * Functions marked ANY THREAD may be called from any thread at any moment,
+ * including while the owner thread is inside a step; they must return promptly.
+ */
+#ifndef OMNI_BACKEND_H
+#define OMNI_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define OMNI_BACKEND_ABI_VERSION 1u
+
+#if defined(_WIN32)
+#define OMNI_EXPORT __declspec(dllexport)
+#else
+#define OMNI_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* ---- status codes ------------------------------------------------------ */
+typedef int32_t omni_status;
+#define OMNI_OK 0
+#define OMNI_ERR_INVALID_ARGUMENT 1 /* NULL, empty or malformed argument, bad struct_size */
+#define OMNI_ERR_BAD_STATE 2        /* call not allowed in the handle's current state      */
+#define OMNI_ERR_INFERENCE 3        /* the model failed on this input; the session may go on */
+#define OMNI_ERR_CONTEXT_FULL 4     /* the KV cache reached the context size                 */
+#define OMNI_ERR_INTERRUPTED 5      /* the call was cut short by interrupt()                 */
+#define OMNI_ERR_UNSUPPORTED 6      /* the backend lacks this capability                     */
+#define OMNI_ERR_BUFFER_TOO_SMALL 7 /* output did not fit; *_len say what is needed, retry   */
+#define OMNI_ERR_OPEN_FAILED 8      /* open() could not create a handle                      */
+#define OMNI_ERR_INTERNAL 9         /* anything else                                         */
+
+/* ---- plain data -------------------------------------------------------- */
+typedef struct omni_backend omni_backend; /* opaque handle */
+
+typedef struct {
+    const char *ptr; /* UTF-8, may be NULL when len == 0 */
+    size_t len;      /* bytes */
+} omni_str;
+
+typedef struct {
+    const uint8_t *ptr;
+    size_t len; /* bytes */
+} omni_bytes;
+
+typedef struct {
+    const float *ptr;
+    size_t len; /* samples */
+} omni_pcm;
+
+typedef struct {
+    omni_str key;
+    omni_str value;
+} omni_option;
+
+/* ---- info -------------------------------------------------------------- */
+#define OMNI_CAP_VISION (1u << 0)        /* accepts JPEG frames / images        */
+#define OMNI_CAP_SPEECH_OUTPUT (1u << 1) /* produces audio                      */
+#define OMNI_CAP_DUPLEX (1u << 2)        /* duplex_* steps                      */
+#define OMNI_CAP_TURN (1u << 3)          /* turn_* conversation mode            */
+
+typedef struct {
+    uint32_t struct_size;           /* set by the caller */
+    uint32_t capabilities;          /* OMNI_CAP_* bits */
+    uint32_t input_sample_rate;     /* Hz, 16000 */
+    uint32_t output_sample_rate;    /* Hz, 24000 */
+    uint32_t context_size;          /* tokens */
+    uint32_t max_output_samples;    /* most samples one generate/drain call yields */
+    uint32_t max_output_text_bytes; /* most text bytes one generate/drain call yields */
+    uint32_t name_len;              /* bytes used in name */
+    char name[64];                  /* UTF-8, not NUL-terminated */
+} omni_backend_info;
+
+/* ---- sessions ---------------------------------------------------------- */
+#define OMNI_SESSION_DUPLEX 1u /* one step per input chunk, listen or speak     */
+#define OMNI_SESSION_TURN 2u   /* a conversation prefilled, then one answer      */
+
+typedef struct {
+    uint32_t struct_size;
+    uint32_t kind;           /* OMNI_SESSION_* */
+    omni_str system_prompt;  /* may be empty */
+    omni_str voice;          /* a named voice, may be empty */
+    omni_pcm ref_audio;      /* LLM reference audio, 16 kHz, may be empty */
+    omni_pcm tts_ref_audio;  /* TTS reference audio, 16 kHz, may be empty */
+    uint32_t max_new_tokens; /* 0 = backend default */
+    uint32_t max_slice_nums; /* 0 = backend default (1); 1..9 */
+    uint32_t force_listen_count; /* the first N duplex steps listen whatever they hear */
+    float length_penalty;    /* 0 = backend default */
+    float temperature;       /* negative = backend default */
+} omni_session_config;
+
+/* ---- duplex steps ------------------------------------------------------ */
+#define OMNI_STEP_FORCE_LISTEN (1u << 0) /* this step must listen; ends current speech */
+
+typedef struct {
+    uint32_t struct_size;
+    uint32_t flags;          /* OMNI_STEP_* */
+    omni_pcm audio;          /* one chunk, 16 kHz, at least 1 sample */
+    const omni_bytes *frames; /* JPEG frames, n_frames of them (may be NULL when 0) */
+    size_t n_frames;
+    uint32_t max_slice_nums; /* 0 = session default */
+} omni_duplex_input;
+
+#define OMNI_OUTPUT_NONE 0u   /* drain(): nothing more in this step */
+#define OMNI_OUTPUT_LISTEN 1u /* the model listens */
+#define OMNI_OUTPUT_SPEAK 2u  /* the model speaks: text and/or audio */
+
+typedef struct {
+    uint32_t struct_size;
+    /* set by the caller */
+    char *text_buf;
+    size_t text_cap; /* bytes */
+    float *audio_buf;
+    size_t audio_cap; /* samples */
+    /* set by the backend */
+    uint32_t kind;          /* OMNI_OUTPUT_* */
+    uint32_t end_of_turn;   /* 1 on the last speaking output of a turn */
+    size_t text_len;        /* bytes written (or needed, with BUFFER_TOO_SMALL) */
+    size_t audio_len;       /* samples written at the output rate (or needed) */
+    uint64_t kv_length;     /* KV cache length after this output */
+    uint32_t input_tokens;  /* tokens this step added from the input */
+    uint32_t output_tokens; /* tokens this output added */
+    uint32_t prefill_us;    /* time spent in prefill for this step */
+    uint32_t generate_us;   /* time spent producing this output */
+} omni_step_output;
+
+/* ---- turn mode --------------------------------------------------------- */
+#define OMNI_ROLE_SYSTEM 0u
+#define OMNI_ROLE_USER 1u
+#define OMNI_ROLE_ASSISTANT 2u
+
+typedef struct {
+    uint32_t struct_size;
+    uint32_t role;            /* OMNI_ROLE_* */
+    omni_str text;            /* may be empty */
+    const omni_bytes *images; /* JPEG/PNG images */
+    size_t n_images;
+    const omni_pcm *audios;   /* 16 kHz clips */
+    size_t n_audios;
+} omni_message;
+
+#define OMNI_TURN_SPEECH (1u << 0)       /* produce audio with the text      */
+#define OMNI_TURN_THINKING (1u << 1)     /* enable thinking                  */
+#define OMNI_TURN_TTS_TEMPLATE (1u << 2) /* use the TTS template             */
+#define OMNI_TURN_OMNI (1u << 3)         /* omni (mixed-modality) input mode */
+
+typedef struct {
+    uint32_t struct_size;
+    uint32_t flags; /* OMNI_TURN_* */
+    const omni_message *messages;
+    size_t n_messages;
+    uint32_t max_new_tokens; /* 0 = session default */
+    uint32_t max_slice_nums; /* 0 = session default */
+    float length_penalty;    /* 0 = session default */
+    float temperature;       /* negative = session default */
+    omni_pcm tts_ref_audio;  /* may be empty: the session's */
+} omni_turn_input;
+
+typedef struct {
+    uint32_t struct_size;
+    /* set by the caller */
+    char *text_buf;
+    size_t text_cap;
+    float *audio_buf;
+    size_t audio_cap;
+    /* set by the backend */
+    uint32_t done;          /* 1: this is the last piece of the answer */
+    uint32_t output_tokens; /* tokens in this piece */
+    size_t text_len;
+    size_t audio_len;
+    uint64_t kv_length;
+    uint32_t input_tokens;  /* tokens of the prefilled conversation (first piece) */
+    uint32_t generate_us;
+} omni_turn_output;
+
+/* ---- the function table ------------------------------------------------ */
+typedef struct omni_backend_api {
+    uint32_t struct_size; /* sizeof(omni_backend_api) as the backend was built */
+    uint32_t abi_version; /* OMNI_BACKEND_ABI_VERSION */
+
+    /* ANY THREAD. Creates a handle from key/value options (the worker's
+     * [workers.options]); the calling thread becomes its owner. On failure
+     * returns OMNI_ERR_OPEN_FAILED or OMNI_ERR_INVALID_ARGUMENT and writes a
+     * reason into err_buf (at most err_cap bytes, NUL-terminated when it fits). */
+    omni_status (*open)(const omni_option *options, size_t n_options, omni_backend **out,
+                        char *err_buf, size_t err_cap);
+    /* OWNER THREAD ONLY. Frees the handle; NULL is ignored. */
+    void (*close)(omni_backend *b);
+    /* OWNER THREAD ONLY. Fills *out (out->struct_size set by the caller). */
+    omni_status (*info)(omni_backend *b, omni_backend_info *out);
+    /* OWNER THREAD ONLY. Copies the last error text (UTF-8) into buf, returns its
+     * full length in bytes (which may exceed cap). */
+    size_t (*last_error)(omni_backend *b, char *buf, size_t cap);
+
+    /* OWNER THREAD ONLY. Starts a session (duplex or turn). */
+    omni_status (*prepare)(omni_backend *b, const omni_session_config *config);
+    /* OWNER THREAD ONLY. Ends the session and forgets everything it held. */
+    omni_status (*reset)(omni_backend *b);
+
+    /* OWNER THREAD ONLY. One duplex step: prefill one chunk, generate the step's
+     * first output, drain until OMNI_OUTPUT_NONE, then finalize. When generate or
+     * drain fails with anything but OMNI_ERR_BUFFER_TOO_SMALL the step is over: the
+     * next call is duplex_prefill (OMNI_ERR_CONTEXT_FULL ends the session: reset). */
+    omni_status (*duplex_prefill)(omni_backend *b, const omni_duplex_input *in);
+    omni_status (*duplex_generate)(omni_backend *b, omni_step_output *out);
+    omni_status (*duplex_drain)(omni_backend *b, omni_step_output *out);
+    omni_status (*duplex_finalize)(omni_backend *b);
+
+    /* OWNER THREAD ONLY. Turn mode: prefill a conversation, then call
+     * turn_generate until a piece has done == 1. An error other than
+     * OMNI_ERR_BUFFER_TOO_SMALL ends the answer; the next call is turn_prefill. */
+    omni_status (*turn_prefill)(omni_backend *b, const omni_turn_input *in);
+    omni_status (*turn_generate)(omni_backend *b, omni_turn_output *out);
+
+    /* ANY THREAD. Cuts the step or piece in flight short (it returns
+     * OMNI_ERR_INTERRUPTED). Without a call in flight it does nothing. */
+    omni_status (*interrupt)(omni_backend *b);
+    /* ANY THREAD. on != 0: the current speech ends and the next duplex step listens. */
+    omni_status (*set_force_listen)(omni_backend *b, int32_t on);
+    /* ANY THREAD. The current KV cache length in tokens. */
+    uint64_t (*kv_length)(omni_backend *b);
+} omni_backend_api;
+
+/* ---- the exported entry points ----------------------------------------- */
+typedef uint32_t (*omni_backend_abi_version_fn)(void);
+typedef const omni_backend_api *(*omni_backend_get_api_fn)(uint32_t abi_version);
+
+#define OMNI_BACKEND_ABI_VERSION_SYMBOL "omni_backend_abi_version"
+#define OMNI_BACKEND_GET_API_SYMBOL "omni_backend_get_api"
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OMNI_BACKEND_H */

@@ -1,0 +1,650 @@
+//! The safe side of the C ABI: finding a backend's function table (linked in, or in a
+//! shared library), and driving one handle through the [`Backend`] trait.
+//!
+//! Ownership follows the header's thread rules. [`FfiBackend`] holds the handle and is
+//! neither `Send` nor `Sync`: it stays on the thread that opened it. [`FfiControl`] is
+//! the any-thread half; it shares the handle behind a read-write lock that `close`
+//! takes for writing, so an interrupt can never reach a freed handle.
+
+use std::ffi::c_char;
+use std::path::{Path, PathBuf};
+use std::ptr;
+use std::sync::Arc;
+
+use libloading::Library;
+use omni_actors::backend::{Backend, BackendControl, BackendError};
+use omni_actors::domain::{
+    BackendInfo, DuplexChunk, Role, SessionKind, SessionSetup, StepKind, StepPiece, TurnInput,
+    TurnPiece,
+};
+use parking_lot::RwLock;
+use thiserror::Error;
+
+use super::sys::{self, omni_backend, omni_backend_api};
+
+/// Why a backend library could not be used. Every message names the path.
+#[derive(Debug, Error)]
+pub enum LoadError {
+    #[error("{path}: cannot load the library: {reason}")]
+    Library { path: PathBuf, reason: String },
+    #[error("{path}: missing symbol {symbol} (is this an omni-gateway backend?)")]
+    MissingSymbol { path: PathBuf, symbol: String },
+    #[error("{path}: built for backend ABI version {found}, this server speaks version {expected}")]
+    Version {
+        path: PathBuf,
+        found: u32,
+        expected: u32,
+    },
+    #[error("{path}: returned no function table for ABI version {expected}")]
+    NoTable { path: PathBuf, expected: u32 },
+    #[error("{path}: its function table is incomplete: {missing}")]
+    Incomplete { path: PathBuf, missing: String },
+}
+
+/// A backend's function table and whatever keeps it valid (the loaded library).
+#[derive(Clone)]
+pub struct BackendApi {
+    table: *const omni_backend_api,
+    _library: Option<Arc<Library>>,
+    origin: Arc<str>,
+}
+
+// SAFETY: the table is immutable data owned by the backend (static, or alive as long as
+// the library, which `_library` keeps loaded); reading it from any thread is sound.
+unsafe impl Send for BackendApi {}
+unsafe impl Sync for BackendApi {}
+
+impl BackendApi {
+    /// The reference backend linked into this binary.
+    pub fn builtin() -> BackendApi {
+        // SAFETY: plain calls into the statically linked reference backend.
+        let (version, table) = unsafe {
+            (
+                sys::omni_reference_abi_version(),
+                sys::omni_reference_get_api(sys::ABI_VERSION),
+            )
+        };
+        Self::validate(Path::new("builtin"), version, table, None)
+            .expect("the built-in reference backend matches this server's ABI")
+    }
+
+    /// A backend from a shared library implementing `include/omni_backend.h`.
+    pub fn load(path: &Path) -> Result<BackendApi, LoadError> {
+        // SAFETY: loading runs the library's initialisers; loading a backend library is
+        // exactly what the operator configured.
+        let library = unsafe { Library::new(path) }.map_err(|e| LoadError::Library {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+        let symbol = |name: &[u8]| LoadError::MissingSymbol {
+            path: path.to_owned(),
+            symbol: String::from_utf8_lossy(&name[..name.len() - 1]).into_owned(),
+        };
+        // SAFETY: the symbols have the types the header declares for them.
+        let (version, table) = unsafe {
+            let version = library
+                .get::<sys::AbiVersionFn>(sys::ABI_VERSION_SYMBOL)
+                .map_err(|_| symbol(sys::ABI_VERSION_SYMBOL))?;
+            let get_api = library
+                .get::<sys::GetApiFn>(sys::GET_API_SYMBOL)
+                .map_err(|_| symbol(sys::GET_API_SYMBOL))?;
+            let v = version();
+            (
+                v,
+                if v == sys::ABI_VERSION {
+                    get_api(sys::ABI_VERSION)
+                } else {
+                    ptr::null()
+                },
+            )
+        };
+        Self::validate(path, version, table, Some(Arc::new(library)))
+    }
+
+    fn validate(
+        path: &Path,
+        version: u32,
+        table: *const omni_backend_api,
+        library: Option<Arc<Library>>,
+    ) -> Result<BackendApi, LoadError> {
+        let path = path.to_owned();
+        if version != sys::ABI_VERSION {
+            return Err(LoadError::Version {
+                path,
+                found: version,
+                expected: sys::ABI_VERSION,
+            });
+        }
+        // SAFETY: a non-null table points at the backend's static function table.
+        let Some(t) = (unsafe { table.as_ref() }) else {
+            return Err(LoadError::NoTable {
+                path,
+                expected: sys::ABI_VERSION,
+            });
+        };
+        if (t.struct_size as usize) < size_of::<omni_backend_api>()
+            || t.abi_version != sys::ABI_VERSION
+        {
+            return Err(LoadError::Incomplete {
+                path,
+                missing: format!(
+                    "struct_size {} / abi_version {}",
+                    t.struct_size, t.abi_version
+                ),
+            });
+        }
+        let present = [
+            ("open", t.open.is_some()),
+            ("close", t.close.is_some()),
+            ("info", t.info.is_some()),
+            ("last_error", t.last_error.is_some()),
+            ("prepare", t.prepare.is_some()),
+            ("reset", t.reset.is_some()),
+            ("duplex_prefill", t.duplex_prefill.is_some()),
+            ("duplex_generate", t.duplex_generate.is_some()),
+            ("duplex_drain", t.duplex_drain.is_some()),
+            ("duplex_finalize", t.duplex_finalize.is_some()),
+            ("turn_prefill", t.turn_prefill.is_some()),
+            ("turn_generate", t.turn_generate.is_some()),
+            ("interrupt", t.interrupt.is_some()),
+            ("set_force_listen", t.set_force_listen.is_some()),
+            ("kv_length", t.kv_length.is_some()),
+        ];
+        let missing: Vec<&str> = present
+            .iter()
+            .filter(|(_, ok)| !ok)
+            .map(|(name, _)| *name)
+            .collect();
+        if !missing.is_empty() {
+            return Err(LoadError::Incomplete {
+                path,
+                missing: format!("no {}", missing.join(", ")),
+            });
+        }
+        Ok(BackendApi {
+            table,
+            _library: library,
+            origin: path.display().to_string().into(),
+        })
+    }
+
+    fn t(&self) -> &omni_backend_api {
+        // SAFETY: validated non-null in `validate`, and kept alive by `_library`.
+        unsafe { &*self.table }
+    }
+
+    /// Where this table came from ("builtin" or the library path).
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// Opens a handle owned by the calling thread.
+    pub fn open(&self, options: &[(String, String)]) -> Result<FfiBackend, BackendError> {
+        let opts: Vec<sys::omni_option> = options
+            .iter()
+            .map(|(k, v)| sys::omni_option {
+                key: ostr(k),
+                value: ostr(v),
+            })
+            .collect();
+        let mut handle: *mut omni_backend = ptr::null_mut();
+        let mut err = [0 as c_char; 512];
+        // SAFETY: every pointer is valid for the call; `err` has the capacity we state.
+        let st = unsafe {
+            fn_of(self.t().open)(
+                opts.as_ptr(),
+                opts.len(),
+                &mut handle,
+                err.as_mut_ptr(),
+                err.len(),
+            )
+        };
+        if st != sys::OK || handle.is_null() {
+            let reason = c_text(&err);
+            return Err(BackendError::Open(format!(
+                "{}: {}",
+                self.origin,
+                if reason.is_empty() {
+                    format!("open returned status {st}")
+                } else {
+                    reason
+                }
+            )));
+        }
+        let shared = Arc::new(Shared {
+            api: self.clone(),
+            handle: RwLock::new(handle),
+        });
+        let mut backend = FfiBackend {
+            api: self.clone(),
+            shared,
+            handle,
+            info: placeholder_info(),
+            text: Vec::new(),
+            audio: Vec::new(),
+        };
+        backend.info = backend.query_info()?;
+        backend.text = vec![0; backend.info.max_output_text_bytes.max(256) as usize];
+        backend.audio = vec![0.0; backend.info.max_output_samples.max(4096) as usize];
+        Ok(backend)
+    }
+}
+
+/// Every table entry was checked to be present in `BackendApi::validate`.
+fn fn_of<F>(f: Option<F>) -> F {
+    f.expect("function table validated on load")
+}
+
+fn ostr(s: &str) -> sys::omni_str {
+    sys::omni_str {
+        ptr: s.as_ptr().cast(),
+        len: s.len(),
+    }
+}
+
+fn opcm(p: &[f32]) -> sys::omni_pcm {
+    sys::omni_pcm {
+        ptr: if p.is_empty() {
+            ptr::null()
+        } else {
+            p.as_ptr()
+        },
+        len: p.len(),
+    }
+}
+
+fn obytes(b: &[u8]) -> sys::omni_bytes {
+    sys::omni_bytes {
+        ptr: b.as_ptr(),
+        len: b.len(),
+    }
+}
+
+fn c_text(buf: &[c_char]) -> String {
+    let bytes: Vec<u8> = buf
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn placeholder_info() -> BackendInfo {
+    BackendInfo {
+        name: String::new(),
+        vision: false,
+        speech_output: false,
+        duplex: false,
+        turn: false,
+        input_sample_rate: 16000,
+        output_sample_rate: 24000,
+        context_size: 0,
+        max_output_samples: 0,
+        max_output_text_bytes: 0,
+    }
+}
+
+/// The handle as the any-thread calls see it: null once closed.
+struct Shared {
+    api: BackendApi,
+    handle: RwLock<*mut omni_backend>,
+}
+
+// SAFETY: the header allows interrupt, set_force_listen and kv_length from any thread;
+// those are the only calls made through `Shared`, always under the read lock, and the
+// owner thread nulls the pointer under the write lock before closing the handle.
+unsafe impl Send for Shared {}
+unsafe impl Sync for Shared {}
+
+/// The any-thread half of an [`FfiBackend`].
+pub struct FfiControl(Arc<Shared>);
+
+impl BackendControl for FfiControl {
+    fn interrupt(&self) {
+        let h = self.0.handle.read();
+        if !h.is_null() {
+            // SAFETY: an any-thread call on a live handle (see `Shared`).
+            unsafe { fn_of(self.0.api.t().interrupt)(*h) };
+        }
+    }
+
+    fn set_force_listen(&self, on: bool) {
+        let h = self.0.handle.read();
+        if !h.is_null() {
+            // SAFETY: as above.
+            unsafe { fn_of(self.0.api.t().set_force_listen)(*h, on as i32) };
+        }
+    }
+
+    fn kv_length(&self) -> u64 {
+        let h = self.0.handle.read();
+        if h.is_null() {
+            return 0;
+        }
+        // SAFETY: as above.
+        unsafe { fn_of(self.0.api.t().kv_length)(*h) }
+    }
+}
+
+/// One open backend handle, driven from its owner thread.
+pub struct FfiBackend {
+    api: BackendApi,
+    shared: Arc<Shared>,
+    handle: *mut omni_backend,
+    info: BackendInfo,
+    text: Vec<u8>,
+    audio: Vec<f32>,
+}
+
+impl Drop for FfiBackend {
+    fn drop(&mut self) {
+        *self.shared.handle.write() = ptr::null_mut();
+        // SAFETY: we are the owner thread and no any-thread call can start any more.
+        unsafe { fn_of(self.api.t().close)(self.handle) };
+    }
+}
+
+impl FfiBackend {
+    fn t(&self) -> &omni_backend_api {
+        self.api.t()
+    }
+
+    /// Maps a status to a result, with the backend's last error text.
+    fn check(&self, st: sys::omni_status, call: &str) -> Result<(), BackendError> {
+        if st == sys::OK {
+            return Ok(());
+        }
+        let mut buf = [0 as c_char; 1024];
+        // SAFETY: owner-thread call with a buffer of the stated capacity.
+        unsafe { fn_of(self.t().last_error)(self.handle, buf.as_mut_ptr(), buf.len()) };
+        let text = c_text(&buf);
+        let text = if text.is_empty() {
+            format!("{call} failed")
+        } else {
+            text
+        };
+        Err(match st {
+            sys::ERR_INVALID_ARGUMENT => BackendError::InvalidArgument(text),
+            sys::ERR_BAD_STATE => BackendError::BadState(text),
+            sys::ERR_INFERENCE => BackendError::Inference(text),
+            sys::ERR_CONTEXT_FULL => BackendError::ContextFull(text),
+            sys::ERR_INTERRUPTED => BackendError::Interrupted,
+            sys::ERR_UNSUPPORTED => BackendError::Unsupported(text),
+            sys::ERR_OPEN_FAILED => BackendError::Open(text),
+            other => BackendError::Internal(format!("{call}: status {other}: {text}")),
+        })
+    }
+
+    fn query_info(&self) -> Result<BackendInfo, BackendError> {
+        // SAFETY: all-zero is a valid bit pattern for this plain-data struct.
+        let mut raw: sys::omni_backend_info = unsafe { std::mem::zeroed() };
+        raw.struct_size = size_of::<sys::omni_backend_info>() as u32;
+        // SAFETY: owner-thread call with a struct of the size we state.
+        let st = unsafe { fn_of(self.t().info)(self.handle, &mut raw) };
+        self.check(st, "info")?;
+        let name_len = (raw.name_len as usize).min(raw.name.len());
+        let name: Vec<u8> = raw.name[..name_len].iter().map(|&c| c as u8).collect();
+        let cap = raw.capabilities;
+        Ok(BackendInfo {
+            name: String::from_utf8_lossy(&name).into_owned(),
+            vision: cap & sys::CAP_VISION != 0,
+            speech_output: cap & sys::CAP_SPEECH_OUTPUT != 0,
+            duplex: cap & sys::CAP_DUPLEX != 0,
+            turn: cap & sys::CAP_TURN != 0,
+            input_sample_rate: raw.input_sample_rate,
+            output_sample_rate: raw.output_sample_rate,
+            context_size: raw.context_size,
+            max_output_samples: raw.max_output_samples,
+            max_output_text_bytes: raw.max_output_text_bytes,
+        })
+    }
+
+    /// Calls `f` with output buffers; on BUFFER_TOO_SMALL grows them to the sizes the
+    /// backend asked for and calls once more. Returns the text and audio written.
+    fn with_buffers<O>(
+        &mut self,
+        call: &str,
+        mut f: impl FnMut(
+            *mut omni_backend,
+            &mut [u8],
+            &mut [f32],
+        ) -> (sys::omni_status, O, usize, usize),
+    ) -> Result<(O, String, Vec<f32>), BackendError> {
+        for attempt in 0..2 {
+            let (st, out, text_len, audio_len) = f(self.handle, &mut self.text, &mut self.audio);
+            if st == sys::ERR_BUFFER_TOO_SMALL && attempt == 0 {
+                self.text.resize(text_len.max(self.text.len()), 0);
+                self.audio.resize(audio_len.max(self.audio.len()), 0.0);
+                continue;
+            }
+            self.check(st, call)?;
+            if text_len > self.text.len() || audio_len > self.audio.len() {
+                return Err(BackendError::Internal(format!(
+                    "{call}: the backend reported more output than the buffer holds"
+                )));
+            }
+            let text = String::from_utf8_lossy(&self.text[..text_len]).into_owned();
+            return Ok((out, text, self.audio[..audio_len].to_vec()));
+        }
+        Err(BackendError::Internal(format!(
+            "{call}: still BUFFER_TOO_SMALL after growing the buffers"
+        )))
+    }
+
+    fn step_output(&mut self, call: &str, drain: bool) -> Result<Option<StepPiece>, BackendError> {
+        let t = self.api.clone();
+        let f = if drain {
+            fn_of(t.t().duplex_drain)
+        } else {
+            fn_of(t.t().duplex_generate)
+        };
+        let (raw, text, audio) = self.with_buffers(call, |h, text, audio| {
+            // SAFETY: all-zero is valid for this struct; the buffers outlive the call.
+            let mut out: sys::omni_step_output = unsafe { std::mem::zeroed() };
+            out.struct_size = size_of::<sys::omni_step_output>() as u32;
+            out.text_buf = text.as_mut_ptr().cast();
+            out.text_cap = text.len();
+            out.audio_buf = audio.as_mut_ptr();
+            out.audio_cap = audio.len();
+            // SAFETY: owner-thread call on our handle.
+            let st = unsafe { f(h, &mut out) };
+            let (tl, al) = (out.text_len, out.audio_len);
+            (st, out, tl, al)
+        })?;
+        let kind = match raw.kind {
+            sys::OUTPUT_NONE if drain => return Ok(None),
+            sys::OUTPUT_LISTEN => StepKind::Listen,
+            sys::OUTPUT_SPEAK => StepKind::Speak,
+            other => {
+                return Err(BackendError::Internal(format!(
+                    "{call}: unknown output kind {other}"
+                )));
+            }
+        };
+        Ok(Some(StepPiece {
+            kind,
+            text,
+            audio,
+            end_of_turn: raw.end_of_turn != 0,
+            kv_length: raw.kv_length,
+            input_tokens: raw.input_tokens,
+            output_tokens: raw.output_tokens,
+            prefill_us: raw.prefill_us,
+            generate_us: raw.generate_us,
+        }))
+    }
+}
+
+fn role(r: Role) -> u32 {
+    match r {
+        Role::System => sys::ROLE_SYSTEM,
+        Role::User => sys::ROLE_USER,
+        Role::Assistant => sys::ROLE_ASSISTANT,
+    }
+}
+
+impl Backend for FfiBackend {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn prepare(&mut self, s: &SessionSetup) -> Result<(), BackendError> {
+        let g = &s.generation;
+        let config = sys::omni_session_config {
+            struct_size: size_of::<sys::omni_session_config>() as u32,
+            kind: match s.kind {
+                SessionKind::Duplex => sys::SESSION_DUPLEX,
+                SessionKind::Turn => sys::SESSION_TURN,
+            },
+            system_prompt: ostr(&s.system_prompt),
+            voice: ostr(&s.voice),
+            ref_audio: opcm(&s.ref_audio),
+            tts_ref_audio: opcm(&s.tts_ref_audio),
+            max_new_tokens: g.max_new_tokens.unwrap_or(0),
+            max_slice_nums: g.max_slice_nums.unwrap_or(0),
+            force_listen_count: g.force_listen_count.unwrap_or(0),
+            length_penalty: g.length_penalty.unwrap_or(0.0),
+            temperature: g.temperature.unwrap_or(-1.0),
+        };
+        // SAFETY: owner-thread call; `config` and what it points to outlive the call.
+        let st = unsafe { fn_of(self.t().prepare)(self.handle, &config) };
+        self.check(st, "prepare")
+    }
+
+    fn reset(&mut self) -> Result<(), BackendError> {
+        // SAFETY: owner-thread call.
+        let st = unsafe { fn_of(self.t().reset)(self.handle) };
+        self.check(st, "reset")
+    }
+
+    fn duplex_prefill(&mut self, c: &DuplexChunk) -> Result<(), BackendError> {
+        let frames: Vec<sys::omni_bytes> = c.frames.iter().map(|f| obytes(f)).collect();
+        let input = sys::omni_duplex_input {
+            struct_size: size_of::<sys::omni_duplex_input>() as u32,
+            flags: if c.force_listen {
+                sys::STEP_FORCE_LISTEN
+            } else {
+                0
+            },
+            audio: opcm(&c.audio),
+            frames: if frames.is_empty() {
+                ptr::null()
+            } else {
+                frames.as_ptr()
+            },
+            n_frames: frames.len(),
+            max_slice_nums: c.max_slice_nums.unwrap_or(0),
+        };
+        // SAFETY: owner-thread call; `input`, `frames` and the chunk outlive the call.
+        let st = unsafe { fn_of(self.t().duplex_prefill)(self.handle, &input) };
+        self.check(st, "duplex_prefill")
+    }
+
+    fn duplex_generate(&mut self) -> Result<StepPiece, BackendError> {
+        self.step_output("duplex_generate", false)?
+            .ok_or_else(|| BackendError::Internal("duplex_generate returned no output".into()))
+    }
+
+    fn duplex_drain(&mut self) -> Result<Option<StepPiece>, BackendError> {
+        self.step_output("duplex_drain", true)
+    }
+
+    fn duplex_finalize(&mut self) -> Result<(), BackendError> {
+        // SAFETY: owner-thread call.
+        let st = unsafe { fn_of(self.t().duplex_finalize)(self.handle) };
+        self.check(st, "duplex_finalize")
+    }
+
+    fn turn_prefill(&mut self, input: &TurnInput) -> Result<(), BackendError> {
+        let images: Vec<Vec<sys::omni_bytes>> = input
+            .messages
+            .iter()
+            .map(|m| m.images.iter().map(|i| obytes(i)).collect())
+            .collect();
+        let audios: Vec<Vec<sys::omni_pcm>> = input
+            .messages
+            .iter()
+            .map(|m| m.audios.iter().map(|a| opcm(a)).collect())
+            .collect();
+        let messages: Vec<sys::omni_message> = input
+            .messages
+            .iter()
+            .zip(images.iter().zip(&audios))
+            .map(|(m, (imgs, auds))| sys::omni_message {
+                struct_size: size_of::<sys::omni_message>() as u32,
+                role: role(m.role),
+                text: ostr(&m.text),
+                images: if imgs.is_empty() {
+                    ptr::null()
+                } else {
+                    imgs.as_ptr()
+                },
+                n_images: imgs.len(),
+                audios: if auds.is_empty() {
+                    ptr::null()
+                } else {
+                    auds.as_ptr()
+                },
+                n_audios: auds.len(),
+            })
+            .collect();
+        let g = &input.generation;
+        let flags = [
+            (input.speech, sys::TURN_SPEECH),
+            (input.thinking, sys::TURN_THINKING),
+            (input.tts_template, sys::TURN_TTS_TEMPLATE),
+            (input.omni, sys::TURN_OMNI),
+        ]
+        .iter()
+        .filter(|(on, _)| *on)
+        .fold(0, |acc, (_, bit)| acc | bit);
+        let raw = sys::omni_turn_input {
+            struct_size: size_of::<sys::omni_turn_input>() as u32,
+            flags,
+            messages: if messages.is_empty() {
+                ptr::null()
+            } else {
+                messages.as_ptr()
+            },
+            n_messages: messages.len(),
+            max_new_tokens: g.max_new_tokens.unwrap_or(0),
+            max_slice_nums: g.max_slice_nums.unwrap_or(0),
+            length_penalty: g.length_penalty.unwrap_or(0.0),
+            temperature: g.temperature.unwrap_or(-1.0),
+            tts_ref_audio: opcm(&input.tts_ref_audio),
+        };
+        // SAFETY: owner-thread call; every array referenced lives until after the call.
+        let st = unsafe { fn_of(self.t().turn_prefill)(self.handle, &raw) };
+        self.check(st, "turn_prefill")
+    }
+
+    fn turn_generate(&mut self) -> Result<TurnPiece, BackendError> {
+        let f = fn_of(self.t().turn_generate);
+        let (raw, text, audio) = self.with_buffers("turn_generate", |h, text, audio| {
+            // SAFETY: all-zero is valid for this struct; the buffers outlive the call.
+            let mut out: sys::omni_turn_output = unsafe { std::mem::zeroed() };
+            out.struct_size = size_of::<sys::omni_turn_output>() as u32;
+            out.text_buf = text.as_mut_ptr().cast();
+            out.text_cap = text.len();
+            out.audio_buf = audio.as_mut_ptr();
+            out.audio_cap = audio.len();
+            // SAFETY: owner-thread call on our handle.
+            let st = unsafe { f(h, &mut out) };
+            let (tl, al) = (out.text_len, out.audio_len);
+            (st, out, tl, al)
+        })?;
+        Ok(TurnPiece {
+            text,
+            audio,
+            done: raw.done != 0,
+            kv_length: raw.kv_length,
+            input_tokens: raw.input_tokens,
+            output_tokens: raw.output_tokens,
+            generate_us: raw.generate_us,
+        })
+    }
+
+    fn control(&self) -> Arc<dyn BackendControl> {
+        Arc::new(FfiControl(self.shared.clone()))
+    }
+}

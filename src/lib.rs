@@ -1,0 +1,7 @@
+//! omni-gateway: the server around the actor system of `omni-actors`.
+//!
+//! `config` loads `config.toml`; `backend` drives backends through the C ABI.
+
+pub mod backend;
+pub mod config;
+pub mod server;

@@ -1,0 +1,92 @@
+//! The omni-gateway binary: `omni-gateway [--config PATH] [serve]`, `omni-gateway check-config [PATH]`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use omni_gateway::backend::BackendApi;
+use omni_gateway::config::{BackendSource, Config};
+
+#[derive(Parser)]
+#[command(
+    name = "omni-gateway",
+    version,
+    about = "Realtime WebSocket gateway for omni models"
+)]
+struct Cli {
+    /// The configuration file.
+    #[arg(
+        long,
+        global = true,
+        env = "OMNI_GATEWAY_CONFIG",
+        default_value = "config.toml"
+    )]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server (the default).
+    Serve,
+    /// Validate a configuration file (and load every backend library it names); exit 0 or 1.
+    CheckConfig {
+        /// The file to check; defaults to --config.
+        path: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => match Config::load(&cli.config) {
+            Ok(config) => match omni_gateway::server::run(config) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("omni-gateway: {e}");
+                    ExitCode::FAILURE
+                }
+            },
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::CheckConfig { path } => check_config(&path.unwrap_or(cli.config)),
+    }
+}
+
+fn check_config(path: &std::path::Path) -> ExitCode {
+    let config = match Config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for w in &config.workers {
+        if let BackendSource::Library(lib) = &w.source
+            && let Err(e) = BackendApi::load(lib)
+        {
+            eprintln!("{}: workers[{}].library: {e}", path.display(), w.entry);
+            return ExitCode::FAILURE;
+        }
+    }
+    println!(
+        "{}: ok, listening on {}, {} worker(s):",
+        path.display(),
+        config.bind,
+        config.workers.len()
+    );
+    for w in &config.workers {
+        let source = match &w.source {
+            BackendSource::Builtin => "builtin".to_string(),
+            BackendSource::Library(p) => p.display().to_string(),
+        };
+        let modes: Vec<&str> = w.modes.iter().map(|m| m.as_str()).collect();
+        println!("  {} [{}; {}]", w.name, source, modes.join(", "));
+    }
+    ExitCode::SUCCESS
+}

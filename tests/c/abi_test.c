@@ -1,0 +1,273 @@
+/*
+ * Drives a backend shared library through omni_backend.h alone, as a backend host
+ * written in C would: dlopen, version query, function table, then sessions.
+ * Usage: omni_abi_test path/to/libbackend.so     Prints TAP; exits 1 on any failure.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "omni_backend.h"
+
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0, count = 0;
+static const omni_backend_api *api;
+
+#define CHECK(cond, ...)                                                                                     \
+    do {                                                                                                     \
+        count++;                                                                                             \
+        if (cond) {                                                                                          \
+            printf("ok %d - ", count);                                                                       \
+        } else {                                                                                             \
+            failures++;                                                                                      \
+            printf("not ok %d - ", count);                                                                   \
+        }                                                                                                    \
+        printf(__VA_ARGS__);                                                                                 \
+        printf("\n");                                                                                        \
+    } while (0)
+
+static omni_str S(const char *s) {
+    omni_str r = {s, strlen(s)};
+    return r;
+}
+
+static omni_backend *open_with(const char *k1, const char *v1) {
+    omni_option opts[1] = {{S(k1 ? k1 : ""), S(v1 ? v1 : "")}};
+    omni_backend *b = NULL;
+    char err[256];
+    omni_status st = api->open(opts, k1 ? 1 : 0, &b, err, sizeof err);
+    if (st != OMNI_OK) printf("# open failed: %s\n", err);
+    return b;
+}
+
+static void prepare_duplex(omni_backend *b) {
+    omni_session_config c;
+    memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    c.kind = OMNI_SESSION_DUPLEX;
+    c.system_prompt = S("You are a test.");
+    c.temperature = -1;
+    omni_status st = api->prepare(b, &c);
+    CHECK(st == OMNI_OK, "prepare a duplex session");
+}
+
+static float loud[16000], quiet[16000];
+static char text[512];
+static float audio[48000];
+
+/* One whole step; returns the kind, fills *samples and *eot. */
+static uint32_t step(omni_backend *b, const float *pcm, uint32_t flags, size_t *samples, int *eot, uint64_t *kv) {
+    omni_duplex_input in;
+    memset(&in, 0, sizeof in);
+    in.struct_size = sizeof in;
+    in.flags = flags;
+    in.audio.ptr = pcm;
+    in.audio.len = 16000;
+    if (api->duplex_prefill(b, &in) != OMNI_OK) return 99;
+    omni_step_output out;
+    memset(&out, 0, sizeof out);
+    out.struct_size = sizeof out;
+    out.text_buf = text;
+    out.text_cap = sizeof text;
+    out.audio_buf = audio;
+    out.audio_cap = sizeof audio / sizeof audio[0];
+    if (api->duplex_generate(b, &out) != OMNI_OK) return 98;
+    uint32_t kind = out.kind;
+    *samples = out.audio_len;
+    *eot = (int)out.end_of_turn;
+    for (;;) {
+        if (api->duplex_drain(b, &out) != OMNI_OK) return 97;
+        if (out.kind == OMNI_OUTPUT_NONE) break;
+        *samples += out.audio_len;
+        *eot |= (int)out.end_of_turn;
+    }
+    *kv = out.kv_length;
+    if (api->duplex_finalize(b) != OMNI_OK) return 96;
+    return kind;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s LIBRARY\n", argv[0]);
+        return 2;
+    }
+    void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        fprintf(stderr, "dlopen: %s\n", dlerror());
+        return 1;
+    }
+    omni_backend_abi_version_fn version;
+    omni_backend_get_api_fn get_api;
+    *(void **)&version = dlsym(lib, OMNI_BACKEND_ABI_VERSION_SYMBOL);
+    *(void **)&get_api = dlsym(lib, OMNI_BACKEND_GET_API_SYMBOL);
+    CHECK(version && get_api, "both entry points are exported");
+    if (!version || !get_api) return 1;
+    CHECK(version() == OMNI_BACKEND_ABI_VERSION, "ABI version is %u", version());
+    CHECK(get_api(OMNI_BACKEND_ABI_VERSION + 1) == NULL, "an unknown ABI version gives no table");
+    api = get_api(OMNI_BACKEND_ABI_VERSION);
+    CHECK(api && api->struct_size >= sizeof(omni_backend_api) && api->abi_version == OMNI_BACKEND_ABI_VERSION,
+          "the version-1 table is complete");
+    if (!api) return 1;
+
+    for (int i = 0; i < 16000; i++) {
+        loud[i] = 0.3f * (float)sin(6.283185307179586 * 220.0 * i / 16000.0);
+        quiet[i] = 0.0f;
+    }
+
+    /* open errors */
+    char err[256] = "";
+    omni_backend *b = NULL;
+    omni_option bad[1] = {{S("no_such_option"), S("1")}};
+    CHECK(api->open(bad, 1, &b, err, sizeof err) == OMNI_ERR_OPEN_FAILED && b == NULL && strstr(err, "no_such_option"),
+          "an unknown option fails open with its name (%s)", err);
+    omni_option nan_opt[1] = {{S("step_ms"), S("soon")}};
+    CHECK(api->open(nan_opt, 1, &b, err, sizeof err) == OMNI_ERR_OPEN_FAILED && strstr(err, "step_ms"),
+          "a non-numeric option fails open (%s)", err);
+    CHECK(api->open(NULL, 0, NULL, err, sizeof err) == OMNI_ERR_INVALID_ARGUMENT, "open with out NULL is refused");
+
+    /* info */
+    b = open_with(NULL, NULL);
+    CHECK(b != NULL, "open with defaults");
+    omni_backend_info info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    CHECK(api->info(b, &info) == OMNI_OK && info.input_sample_rate == 16000 && info.output_sample_rate == 24000 &&
+              info.context_size == 8192 && (info.capabilities & OMNI_CAP_DUPLEX) && (info.capabilities & OMNI_CAP_TURN),
+          "info: 16 kHz in, 24 kHz out, 8192 tokens, duplex and turn");
+    info.struct_size = 4;
+    CHECK(api->info(b, &info) == OMNI_ERR_INVALID_ARGUMENT, "info with a short struct_size is refused");
+    char msg[256];
+    size_t n = api->last_error(b, msg, sizeof msg);
+    CHECK(n > 0 && strstr(msg, "struct_size"), "last_error explains it: %s", msg);
+
+    /* wrong state and invalid arguments */
+    omni_step_output out;
+    memset(&out, 0, sizeof out);
+    out.struct_size = sizeof out;
+    CHECK(api->duplex_generate(b, &out) == OMNI_ERR_BAD_STATE, "generate before prepare is a state error");
+    CHECK(api->duplex_prefill(b, NULL) == OMNI_ERR_INVALID_ARGUMENT, "prefill(NULL) is refused");
+    CHECK(api->prepare(NULL, NULL) == OMNI_ERR_INVALID_ARGUMENT, "prepare on a NULL handle is refused");
+    prepare_duplex(b);
+    omni_duplex_input empty;
+    memset(&empty, 0, sizeof empty);
+    empty.struct_size = sizeof empty;
+    CHECK(api->duplex_prefill(b, &empty) == OMNI_ERR_INVALID_ARGUMENT, "an empty audio buffer is refused");
+    api->last_error(b, msg, sizeof msg);
+    CHECK(strstr(msg, "empty") != NULL, "with a reason: %s", msg);
+
+    /* listen, then speak three steps, then listen */
+    size_t samples;
+    int eot;
+    uint64_t kv = 0, kv_before;
+    uint32_t k = step(b, loud, 0, &samples, &eot, &kv);
+    CHECK(k == OMNI_OUTPUT_LISTEN, "loud chunk: listen (kind %u)", k);
+    CHECK(kv == 4 + 1 + 25, "kv = prompt 4 + step 1 + 25 per second (%llu)", (unsigned long long)kv);
+    k = step(b, quiet, 0, &samples, &eot, &kv);
+    CHECK(k == OMNI_OUTPUT_SPEAK && samples == 24000 && !eot, "quiet chunk after speech: speak 24000 samples");
+    k = step(b, quiet, 0, &samples, &eot, &kv);
+    CHECK(k == OMNI_OUTPUT_SPEAK && samples == 24000 && !eot, "second speaking step");
+    k = step(b, quiet, 0, &samples, &eot, &kv);
+    CHECK(k == OMNI_OUTPUT_SPEAK && eot, "third speaking step ends the turn");
+    k = step(b, quiet, 0, &samples, &eot, &kv);
+    CHECK(k == OMNI_OUTPUT_LISTEN, "then it listens again");
+
+    /* force-listen from another thread's call, mid-speech */
+    step(b, loud, 0, &samples, &eot, &kv);
+    k = step(b, quiet, 0, &samples, &eot, &kv);
+    CHECK(k == OMNI_OUTPUT_SPEAK, "speaking again");
+    CHECK(api->set_force_listen(b, 1) == OMNI_OK, "set_force_listen");
+    k = step(b, quiet, 0, &samples, &eot, &kv);
+    CHECK(k == OMNI_OUTPUT_LISTEN, "the next step listens");
+    kv_before = api->kv_length(b);
+    CHECK(kv_before == kv, "kv_length (any thread) matches the step's (%llu)", (unsigned long long)kv_before);
+
+    /* buffer too small: the call can be repeated with room */
+    step(b, loud, 0, &samples, &eot, &kv);
+    omni_duplex_input in;
+    memset(&in, 0, sizeof in);
+    in.struct_size = sizeof in;
+    in.audio.ptr = quiet;
+    in.audio.len = 16000;
+    CHECK(api->duplex_prefill(b, &in) == OMNI_OK, "prefill");
+    memset(&out, 0, sizeof out);
+    out.struct_size = sizeof out;
+    out.text_buf = text;
+    out.text_cap = 2;
+    out.audio_buf = audio;
+    out.audio_cap = 10;
+    CHECK(api->duplex_generate(b, &out) == OMNI_ERR_BUFFER_TOO_SMALL && out.audio_len == 12000,
+          "a small buffer is refused with the size needed (%zu samples)", out.audio_len);
+    out.text_cap = sizeof text;
+    out.audio_cap = sizeof audio / sizeof audio[0];
+    CHECK(api->duplex_generate(b, &out) == OMNI_OK && out.kind == OMNI_OUTPUT_SPEAK, "the retry succeeds");
+    while (api->duplex_drain(b, &out) == OMNI_OK && out.kind != OMNI_OUTPUT_NONE) {
+    }
+    CHECK(api->duplex_finalize(b) == OMNI_OK, "finalize");
+    CHECK(api->reset(b) == OMNI_OK && api->kv_length(b) == 0, "reset forgets the session");
+    api->close(b);
+
+    /* context full */
+    b = open_with("n_ctx", "50");
+    prepare_duplex(b);
+    step(b, loud, 0, &samples, &eot, &kv);
+    in.audio.ptr = loud;
+    CHECK(api->duplex_prefill(b, &in) == OMNI_ERR_CONTEXT_FULL, "n_ctx 50: the second chunk fills the context");
+    CHECK(api->duplex_prefill(b, &in) == OMNI_ERR_CONTEXT_FULL, "and it stays full until reset");
+    api->close(b);
+
+    /* inference failure at step 2, once */
+    b = open_with("fail_at_step", "2");
+    prepare_duplex(b);
+    step(b, loud, 0, &samples, &eot, &kv);
+    CHECK(step(b, loud, 0, &samples, &eot, &kv) == 98, "step 2 fails in generate");
+    CHECK(step(b, loud, 0, &samples, &eot, &kv) == OMNI_OUTPUT_LISTEN, "step 3 works again");
+    api->close(b);
+
+    /* turn mode */
+    b = open_with(NULL, NULL);
+    omni_session_config c;
+    memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    c.kind = OMNI_SESSION_TURN;
+    CHECK(api->prepare(b, &c) == OMNI_OK, "prepare a turn session");
+    omni_message m;
+    memset(&m, 0, sizeof m);
+    m.struct_size = sizeof m;
+    m.role = OMNI_ROLE_USER;
+    m.text = S("Reply with exactly: hello from C");
+    omni_turn_input ti;
+    memset(&ti, 0, sizeof ti);
+    ti.struct_size = sizeof ti;
+    ti.flags = OMNI_TURN_SPEECH;
+    ti.messages = &m;
+    ti.n_messages = 1;
+    ti.temperature = -1;
+    CHECK(api->turn_prefill(b, &ti) == OMNI_OK, "turn_prefill");
+    char answer[256] = "";
+    size_t alen = 0, asamples = 0;
+    int pieces = 0;
+    omni_turn_output to;
+    memset(&to, 0, sizeof to);
+    to.struct_size = sizeof to;
+    to.text_buf = text;
+    to.text_cap = sizeof text;
+    to.audio_buf = audio;
+    to.audio_cap = sizeof audio / sizeof audio[0];
+    do {
+        if (api->turn_generate(b, &to) != OMNI_OK) break;
+        memcpy(answer + alen, text, to.text_len);
+        alen += to.text_len;
+        asamples += to.audio_len;
+        pieces++;
+    } while (!to.done && pieces < 100);
+    answer[alen] = 0;
+    CHECK(strcmp(answer, "hello from C") == 0 && pieces == 3 && asamples == 3 * 6000,
+          "the answer is exactly 'hello from C' in 3 pieces with audio ('%s', %d pieces)", answer, pieces);
+    api->close(b);
+
+    printf("1..%d\n", count);
+    dlclose(lib);
+    return failures ? 1 : 0;
+}
