@@ -37,6 +37,8 @@ impl std::error::Error for ConfigError {}
 pub struct ServerConfig {
     pub bind: String,
     pub max_frame_bytes: usize,
+    pub heartbeat_interval_s: f64,
+    pub heartbeat_timeout_s: f64,
 }
 
 impl Default for ServerConfig {
@@ -44,7 +46,18 @@ impl Default for ServerConfig {
         ServerConfig {
             bind: "127.0.0.1:8006".into(),
             max_frame_bytes: 4 * 1024 * 1024,
+            heartbeat_interval_s: 5.0,
+            heartbeat_timeout_s: 30.0,
         }
+    }
+}
+
+impl ServerConfig {
+    pub fn heartbeat_interval(&self) -> Duration {
+        Duration::from_secs_f64(self.heartbeat_interval_s)
+    }
+    pub fn heartbeat_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.heartbeat_timeout_s)
     }
 }
 
@@ -280,6 +293,17 @@ fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid>
         return Err((
             "server.max_frame_bytes".into(),
             "must be at least 1024".into(),
+        ));
+    }
+    positive(
+        "server.heartbeat_interval_s",
+        raw.server.heartbeat_interval_s,
+    )?;
+    positive("server.heartbeat_timeout_s", raw.server.heartbeat_timeout_s)?;
+    if raw.server.heartbeat_timeout_s <= raw.server.heartbeat_interval_s {
+        return Err((
+            "server.heartbeat_timeout_s".into(),
+            "must be longer than server.heartbeat_interval_s".into(),
         ));
     }
     positive("queue.update_interval_s", raw.queue.update_interval_s)?;
@@ -593,7 +617,12 @@ mod tests {
             error("[server]\nmax_frame_bytes = 10\n[[workers]]\n"),
             "config.toml: server.max_frame_bytes: must be at least 1024"
         );
+        assert_eq!(
+            error("[server]\nheartbeat_interval_s = 10\nheartbeat_timeout_s = 5\n[[workers]]\n"),
+            "config.toml: server.heartbeat_timeout_s: must be longer than server.heartbeat_interval_s"
+        );
         for key in [
+            "server]\nheartbeat_interval_s",
             "queue]\nupdate_interval_s",
             "limits]\nchat_session_s",
             "limits]\nvideo_session_s",

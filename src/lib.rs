@@ -4,4 +4,6 @@
 
 pub mod backend;
 pub mod config;
+pub mod dialect;
+pub mod routes;
 pub mod server;

@@ -279,3 +279,12 @@ impl BackendInfo {
         }
     }
 }
+
+/// How a turn-mode answer went, once its last piece is out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnSummary {
+    pub input_tokens: u32,
+    pub output_tokens: u32,
+    pub kv_length: u64,
+    pub duration: std::time::Duration,
+}

@@ -1,10 +1,27 @@
 //! omni-actors: the actor system of omni-gateway on domain types.
 //!
-//! The server crate (`src/`) plugs in its edges: wire dialects (JSON codecs) and
-//! backends (the C ABI). Nothing in this crate depends on either.
+//! - [`queue_actor::QueueActor`] on the rules of [`queue::QueueState`]: fair FIFO, positions, ETA.
+//! - [`pool_actor::WorkerPoolActor`] on [`pool::PoolState`]: workers, their states, restarts.
+//! - [`session::SessionActor`], one per WebSocket, on [`session_state::SessionState`].
+//! - [`backend_actor::BackendActor`], one per worker, owning a [`worker_thread::WorkerThread`];
+//!   its drop policy is [`pending::Pending`].
+//!
+//! The server crate (`src/`) plugs in its edges: wire dialects ([`dialect::Dialect`]) and
+//! backends ([`backend::Backend`]). Nothing in this crate knows JSON or C.
 
 pub mod backend;
+pub mod backend_actor;
+pub mod dialect;
 pub mod domain;
+pub mod ids;
+pub mod pending;
+pub mod pool;
+pub mod pool_actor;
+pub mod protocol;
+pub mod queue;
+pub mod queue_actor;
+pub mod session;
+pub mod session_state;
 pub mod worker_thread;
 
 pub use backend::{Backend, BackendControl, BackendError, run_duplex_step};

@@ -1,0 +1,574 @@
+//! BackendActor: one per worker. It owns the worker's backend thread and turns the
+//! session's messages into jobs on it, one at a time.
+//!
+//! Its mailbox policy is the gateway's backpressure and interrupt model:
+//! - at most `max_pending_chunks` unprocessed duplex chunks per session; the oldest is
+//!   dropped silently (the session is told, for its counters);
+//! - a force-listen chunk overtakes the backlog: the any-thread calls (set_force_listen,
+//!   interrupt) reach the backend at once, without waiting behind pending chunks;
+//! - every job has a watchdog: a step slower than `step_timeout` fails the worker, which
+//!   the pool replaces; the hung thread is abandoned, never joined.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+
+use crate::backend::{BackendControl, BackendError, run_duplex_step};
+use crate::domain::{
+    BackendInfo, DuplexChunk, Mode, SessionSetup, StepKind, StepOutcome, TurnInput, TurnSummary,
+};
+use crate::pending::Pending;
+use crate::pool_actor::WorkerEvent;
+use crate::protocol::ProtocolError;
+use crate::queue::WorkerId;
+use crate::session::BackendEvent;
+use crate::worker_thread::{BackendFactory, Job, Opened, WorkerThread};
+
+#[derive(Debug, Clone, Copy)]
+pub struct BackendLimits {
+    pub max_pending_chunks: usize,
+    pub step_timeout: Duration,
+}
+
+/// A session takes this worker. Fails when the worker cannot take it.
+#[derive(Message)]
+#[rtype(result = "Result<(), ProtocolError>")]
+pub struct Attach {
+    /// The session's key; every later message carries it.
+    pub key: u64,
+    /// Names the session in logs and status until it has an id.
+    pub label: String,
+    pub mode: Mode,
+    pub events: Recipient<BackendEvent>,
+}
+
+/// Starts the session on the backend; answered with `Prepared` or `PrepareFailed`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Prepare {
+    pub key: u64,
+    pub session_id: String,
+    pub setup: SessionSetup,
+}
+
+/// One duplex chunk, numbered by the session.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SubmitChunk {
+    pub key: u64,
+    pub seq: u64,
+    pub chunk: DuplexChunk,
+}
+
+/// One turn-mode request, numbered by the session; answered in order.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SubmitTurn {
+    pub key: u64,
+    pub seq: u64,
+    pub input: TurnInput,
+}
+
+/// The session is over: the backend is reset, then the worker is offered again.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Detach {
+    pub key: u64,
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct OpenedMsg(Opened);
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct JobDone {
+    job: u64,
+    outcome: JobOutcome,
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct TurnProgress {
+    job: u64,
+    seq: u64,
+    piece: crate::domain::TurnPiece,
+}
+
+enum Work {
+    Prepare(SessionSetup),
+    Step(u64, DuplexChunk),
+    Turn(u64, TurnInput),
+    Reset,
+}
+
+enum JobOutcome {
+    Prepared(Result<u64, BackendError>),
+    Step {
+        seq: u64,
+        result: Result<StepOutcome, BackendError>,
+        elapsed: Duration,
+    },
+    Turn {
+        seq: u64,
+        result: Result<TurnSummary, BackendError>,
+    },
+    Reset(Result<(), BackendError>),
+}
+
+struct InFlight {
+    job: u64,
+    interruptible: bool,
+    watchdog: SpawnHandle,
+}
+
+struct AttachedSession {
+    key: u64,
+    events: Recipient<BackendEvent>,
+}
+
+pub struct BackendActor {
+    id: WorkerId,
+    name: String,
+    generation: u64,
+    factory: BackendFactory,
+    limits: BackendLimits,
+    pool: Recipient<WorkerEvent>,
+    thread: Option<WorkerThread>,
+    control: Option<Arc<dyn BackendControl>>,
+    info: Option<BackendInfo>,
+    session: Option<AttachedSession>,
+    work: VecDeque<Work>,
+    pending: Pending<(u64, DuplexChunk)>,
+    in_flight: Option<InFlight>,
+    next_job: u64,
+    failed: bool,
+}
+
+impl BackendActor {
+    pub fn new(
+        id: WorkerId,
+        name: String,
+        generation: u64,
+        factory: BackendFactory,
+        limits: BackendLimits,
+        pool: Recipient<WorkerEvent>,
+    ) -> BackendActor {
+        BackendActor {
+            id,
+            name,
+            generation,
+            factory,
+            limits,
+            pool,
+            thread: None,
+            control: None,
+            info: None,
+            session: None,
+            work: VecDeque::new(),
+            pending: Pending::new(limits.max_pending_chunks),
+            in_flight: None,
+            next_job: 1,
+            failed: false,
+        }
+    }
+
+    fn owns(&self, key: u64) -> bool {
+        self.session.as_ref().is_some_and(|s| s.key == key)
+    }
+
+    fn tell_session(&self, event: BackendEvent) {
+        if let Some(s) = &self.session {
+            s.events.do_send(event);
+        }
+    }
+
+    fn event(&self, make: impl FnOnce(WorkerId, u64) -> WorkerEvent) {
+        self.pool.do_send(make(self.id, self.generation));
+    }
+
+    /// The worker is unusable: tell the session and the pool, abandon the thread, stop.
+    fn fail(&mut self, ctx: &mut Context<Self>, reason: String) {
+        if self.failed {
+            return;
+        }
+        self.failed = true;
+        log::error!("worker {}: failed: {reason}", self.name);
+        self.tell_session(BackendEvent::Failed {
+            reason: reason.clone(),
+        });
+        self.event(|worker, generation| WorkerEvent::Failed {
+            worker,
+            generation,
+            reason,
+        });
+        if let Some(c) = &self.control {
+            c.interrupt();
+        }
+        // Dropping the handle lets the thread end after its current job; nobody waits.
+        self.thread = None;
+        ctx.stop();
+    }
+
+    fn dispatch_next(&mut self, ctx: &mut Context<Self>) {
+        if self.in_flight.is_some() || self.failed {
+            return;
+        }
+        let (Some(thread), Some(control)) = (&self.thread, &self.control) else {
+            return;
+        };
+        let work = match self.work.pop_front() {
+            Some(w) => w,
+            None => match self.pending.pop() {
+                Some((seq, chunk)) => Work::Step(seq, chunk),
+                None => return,
+            },
+        };
+        let job = self.next_job;
+        self.next_job += 1;
+        let addr = ctx.address();
+        let interruptible = !matches!(work, Work::Reset);
+        let closure: Job = match work {
+            Work::Prepare(setup) => {
+                let control = control.clone();
+                Box::new(move |b| {
+                    let result = b.prepare(&setup).map(|_| control.kv_length());
+                    addr.do_send(JobDone {
+                        job,
+                        outcome: JobOutcome::Prepared(result),
+                    });
+                })
+            }
+            Work::Step(seq, chunk) => Box::new(move |b| {
+                let started = Instant::now();
+                let result = run_duplex_step(b, &chunk);
+                addr.do_send(JobDone {
+                    job,
+                    outcome: JobOutcome::Step {
+                        seq,
+                        result,
+                        elapsed: started.elapsed(),
+                    },
+                });
+            }),
+            Work::Turn(seq, input) => Box::new(move |b| {
+                let started = Instant::now();
+                let result = (|| {
+                    b.turn_prefill(&input)?;
+                    let mut summary = TurnSummary {
+                        input_tokens: 0,
+                        output_tokens: 0,
+                        kv_length: 0,
+                        duration: Duration::ZERO,
+                    };
+                    loop {
+                        let piece = b.turn_generate()?;
+                        let done = piece.done;
+                        summary.input_tokens += piece.input_tokens;
+                        summary.output_tokens += piece.output_tokens;
+                        summary.kv_length = piece.kv_length;
+                        addr.do_send(TurnProgress { job, seq, piece });
+                        if done {
+                            summary.duration = started.elapsed();
+                            return Ok(summary);
+                        }
+                    }
+                })();
+                addr.do_send(JobDone {
+                    job,
+                    outcome: JobOutcome::Turn { seq, result },
+                });
+            }),
+            Work::Reset => Box::new(move |b| {
+                let result = b.reset();
+                addr.do_send(JobDone {
+                    job,
+                    outcome: JobOutcome::Reset(result),
+                });
+            }),
+        };
+        if let Err(e) = thread.submit(closure) {
+            self.fail(ctx, e.to_string());
+            return;
+        }
+        let watchdog = self.arm_watchdog(job, ctx);
+        self.in_flight = Some(InFlight {
+            job,
+            interruptible,
+            watchdog,
+        });
+    }
+
+    fn arm_watchdog(&self, job: u64, ctx: &mut Context<Self>) -> SpawnHandle {
+        let timeout = self.limits.step_timeout;
+        ctx.run_later(timeout, move |act, ctx| {
+            if act.in_flight.as_ref().is_some_and(|f| f.job == job) {
+                act.fail(
+                    ctx,
+                    format!(
+                        "a backend call took longer than step_timeout_ms ({} ms)",
+                        timeout.as_millis()
+                    ),
+                );
+            }
+        })
+    }
+
+    fn finish_job(&mut self, job: u64, ctx: &mut Context<Self>) -> bool {
+        match &self.in_flight {
+            Some(f) if f.job == job => {
+                ctx.cancel_future(f.watchdog);
+                self.in_flight = None;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Actor for BackendActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let addr = ctx.address();
+        match WorkerThread::spawn(&self.name, self.factory.clone(), move |opened| {
+            addr.do_send(OpenedMsg(opened))
+        }) {
+            Ok(thread) => self.thread = Some(thread),
+            Err(e) => {
+                let reason = format!("cannot start the worker thread: {e}");
+                self.event(|worker, generation| WorkerEvent::OpenFailed {
+                    worker,
+                    generation,
+                    reason,
+                });
+                ctx.stop();
+            }
+        }
+    }
+}
+
+impl Handler<OpenedMsg> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: OpenedMsg, ctx: &mut Context<Self>) {
+        match msg.0 {
+            Ok((info, control)) => {
+                log::info!(
+                    "worker {}: backend {} open (duplex {}, turn {}, context {})",
+                    self.name,
+                    info.name,
+                    info.duplex,
+                    info.turn,
+                    info.context_size
+                );
+                self.control = Some(control);
+                self.info = Some(info);
+                let addr = ctx.address();
+                self.event(|worker, generation| WorkerEvent::Opened {
+                    worker,
+                    generation,
+                    backend: addr,
+                });
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                log::error!("worker {}: {reason}", self.name);
+                self.event(|worker, generation| WorkerEvent::OpenFailed {
+                    worker,
+                    generation,
+                    reason,
+                });
+                self.thread = None;
+                ctx.stop();
+            }
+        }
+    }
+}
+
+impl Handler<Attach> for BackendActor {
+    type Result = Result<(), ProtocolError>;
+    fn handle(&mut self, msg: Attach, _: &mut Context<Self>) -> Self::Result {
+        if self.failed || self.control.is_none() {
+            return Err(ProtocolError::WorkerConnectFailed(format!(
+                "worker {} is not ready",
+                self.name
+            )));
+        }
+        if self.session.is_some() || !self.work.is_empty() || self.in_flight.is_some() {
+            return Err(ProtocolError::WorkerBusy(format!(
+                "worker {} is busy",
+                self.name
+            )));
+        }
+        log::debug!("worker {}: attached to {}", self.name, msg.label);
+        self.session = Some(AttachedSession {
+            key: msg.key,
+            events: msg.events,
+        });
+        let (label, mode) = (msg.label, msg.mode);
+        self.event(|worker, generation| WorkerEvent::Busy {
+            worker,
+            generation,
+            session: label,
+            mode,
+        });
+        Ok(())
+    }
+}
+
+impl Handler<Prepare> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: Prepare, ctx: &mut Context<Self>) {
+        if !self.owns(msg.key) {
+            return;
+        }
+        if let Some(info) = &self.info
+            && !info.supports(msg.setup.kind)
+        {
+            let what = format!(
+                "backend {} cannot run {} sessions",
+                info.name,
+                msg.setup.kind.runtime_name()
+            );
+            self.tell_session(BackendEvent::PrepareFailed(BackendError::Unsupported(what)));
+            return;
+        }
+        let session = msg.session_id;
+        self.event(|worker, generation| WorkerEvent::Identified {
+            worker,
+            generation,
+            session,
+        });
+        self.work.push_back(Work::Prepare(msg.setup));
+        self.dispatch_next(ctx);
+    }
+}
+
+impl Handler<SubmitChunk> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: SubmitChunk, ctx: &mut Context<Self>) {
+        if !self.owns(msg.key) {
+            return;
+        }
+        if msg.chunk.force_listen
+            && let Some(control) = &self.control
+        {
+            // Overtake the backlog: the next step listens, whatever is pending, and a
+            // step in flight is cut short.
+            control.set_force_listen(true);
+            if self.in_flight.as_ref().is_some_and(|f| f.interruptible) {
+                control.interrupt();
+            }
+        }
+        if let Some((dropped, _)) = self.pending.push((msg.seq, msg.chunk)) {
+            self.tell_session(BackendEvent::Dropped { seq: dropped });
+        }
+        self.dispatch_next(ctx);
+    }
+}
+
+impl Handler<SubmitTurn> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: SubmitTurn, ctx: &mut Context<Self>) {
+        if !self.owns(msg.key) {
+            return;
+        }
+        self.work.push_back(Work::Turn(msg.seq, msg.input));
+        self.dispatch_next(ctx);
+    }
+}
+
+impl Handler<Detach> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: Detach, ctx: &mut Context<Self>) {
+        if !self.owns(msg.key) {
+            return;
+        }
+        self.session = None;
+        self.work.clear();
+        self.pending.clear();
+        if self.in_flight.as_ref().is_some_and(|f| f.interruptible)
+            && let Some(c) = &self.control
+        {
+            c.interrupt();
+        }
+        self.work.push_back(Work::Reset);
+        self.event(|worker, generation| WorkerEvent::Resetting { worker, generation });
+        self.dispatch_next(ctx);
+    }
+}
+
+impl Handler<TurnProgress> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: TurnProgress, ctx: &mut Context<Self>) {
+        // Progress re-arms the watchdog: the timeout bounds each piece, not the answer.
+        let Some(f) = &self.in_flight else { return };
+        if f.job != msg.job {
+            return;
+        }
+        ctx.cancel_future(f.watchdog);
+        let watchdog = self.arm_watchdog(msg.job, ctx);
+        if let Some(f) = &mut self.in_flight {
+            f.watchdog = watchdog;
+        }
+        self.tell_session(BackendEvent::TurnPiece {
+            seq: msg.seq,
+            piece: msg.piece,
+        });
+    }
+}
+
+impl Handler<JobDone> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: JobDone, ctx: &mut Context<Self>) {
+        if !self.finish_job(msg.job, ctx) {
+            return;
+        }
+        match msg.outcome {
+            JobOutcome::Prepared(result) => self.tell_session(match result {
+                Ok(prompt_length) => BackendEvent::Prepared { prompt_length },
+                Err(e) => BackendEvent::PrepareFailed(e),
+            }),
+            JobOutcome::Step {
+                seq,
+                result,
+                elapsed,
+            } => {
+                let result = match result {
+                    // An interrupted step heard its chunk and says nothing: a listen.
+                    Err(BackendError::Interrupted) => Ok(StepOutcome {
+                        kind: StepKind::Listen,
+                        text: String::new(),
+                        audio: Vec::new(),
+                        end_of_turn: false,
+                        kv_length: self.control.as_ref().map_or(0, |c| c.kv_length()),
+                        input_tokens: 0,
+                        output_tokens: 0,
+                        prefill_us: 0,
+                        generate_us: 0,
+                    }),
+                    Err(BackendError::Crashed(reason)) => return self.fail(ctx, reason),
+                    other => other,
+                };
+                self.tell_session(BackendEvent::Step {
+                    seq,
+                    result,
+                    elapsed,
+                });
+            }
+            JobOutcome::Turn { seq, result } => {
+                if let Err(BackendError::Crashed(reason)) = result {
+                    return self.fail(ctx, reason);
+                }
+                self.tell_session(BackendEvent::TurnDone { seq, result });
+            }
+            JobOutcome::Reset(Ok(())) => {
+                self.event(|worker, generation| WorkerEvent::Released { worker, generation });
+            }
+            JobOutcome::Reset(Err(e)) => return self.fail(ctx, format!("reset failed: {e}")),
+        }
+        self.dispatch_next(ctx);
+    }
+}

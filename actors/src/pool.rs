@@ -1,0 +1,264 @@
+//! The worker pool's rules, as a plain struct: each worker's state, its backend
+//! generation (an incarnation of its BackendActor), counters, and the restart backoff.
+//! [`crate::pool_actor`] delivers messages to it and starts or stops actors.
+
+use std::time::{Duration, Instant};
+
+use crate::domain::Mode;
+use crate::queue::WorkerId;
+
+const BACKOFF_FIRST: Duration = Duration::from_millis(500);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Delay before restarting a worker that failed `consecutive` times in a row (from 1).
+pub fn backoff(consecutive: u32) -> Duration {
+    let factor = 1u32 << consecutive.saturating_sub(1).min(16);
+    (BACKOFF_FIRST * factor).min(BACKOFF_MAX)
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkerState {
+    /// Opening its backend.
+    Starting,
+    Idle,
+    Busy {
+        session: String,
+        mode: Mode,
+        since: Instant,
+    },
+    /// Its session ended; the backend is being reset before it is offered again.
+    Resetting,
+    /// Its backend failed or did not open; restarts at `retry_at`.
+    Failed {
+        reason: String,
+        retry_at: Instant,
+    },
+}
+
+impl WorkerState {
+    pub fn name(&self) -> &'static str {
+        match self {
+            WorkerState::Starting => "starting",
+            WorkerState::Idle => "idle",
+            WorkerState::Busy { .. } => "busy",
+            WorkerState::Resetting => "resetting",
+            WorkerState::Failed { .. } => "failed",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PoolWorker {
+    pub name: String,
+    /// Where its backend comes from ("builtin" or a library path).
+    pub backend: String,
+    pub modes: Vec<Mode>,
+    pub state: WorkerState,
+    /// Incarnation of its BackendActor; messages from older ones are ignored.
+    pub generation: u64,
+    pub sessions_served: u64,
+    pub restarts: u64,
+    pub consecutive_failures: u32,
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct PoolState {
+    workers: Vec<PoolWorker>,
+}
+
+/// What the actor must do after a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Restart {
+    pub worker: WorkerId,
+    pub after: Duration,
+}
+
+impl PoolState {
+    /// Every worker starts in `Starting`, generation 1.
+    pub fn new(workers: impl IntoIterator<Item = (String, String, Vec<Mode>)>) -> PoolState {
+        PoolState {
+            workers: workers
+                .into_iter()
+                .map(|(name, backend, modes)| PoolWorker {
+                    name,
+                    backend,
+                    modes,
+                    state: WorkerState::Starting,
+                    generation: 1,
+                    sessions_served: 0,
+                    restarts: 0,
+                    consecutive_failures: 0,
+                    last_error: None,
+                })
+                .collect(),
+        }
+    }
+
+    pub fn workers(&self) -> &[PoolWorker] {
+        &self.workers
+    }
+
+    pub fn worker(&self, id: WorkerId) -> &PoolWorker {
+        &self.workers[id]
+    }
+
+    fn current(&self, id: WorkerId, generation: u64) -> bool {
+        self.workers
+            .get(id)
+            .is_some_and(|w| w.generation == generation)
+    }
+
+    /// Its backend opened. Returns false for a stale generation.
+    pub fn opened(&mut self, id: WorkerId, generation: u64) -> bool {
+        if !self.current(id, generation) {
+            return false;
+        }
+        let w = &mut self.workers[id];
+        w.state = WorkerState::Idle;
+        w.consecutive_failures = 0;
+        true
+    }
+
+    /// The queue gave it to a session.
+    pub fn assigned(&mut self, id: WorkerId, session: String, mode: Mode, now: Instant) {
+        self.workers[id].state = WorkerState::Busy {
+            session,
+            mode,
+            since: now,
+        };
+    }
+
+    /// Its session ended; the backend is resetting.
+    pub fn resetting(&mut self, id: WorkerId, generation: u64) {
+        if self.current(id, generation) {
+            self.workers[id].state = WorkerState::Resetting;
+        }
+    }
+
+    /// Its backend was reset after a session: idle again. Returns false when stale.
+    pub fn released(&mut self, id: WorkerId, generation: u64) -> bool {
+        if !self.current(id, generation) {
+            return false;
+        }
+        let w = &mut self.workers[id];
+        w.sessions_served += 1;
+        w.state = WorkerState::Idle;
+        true
+    }
+
+    /// Its backend failed (did not open, hung, crashed). Returns when to restart it,
+    /// or `None` for a stale generation.
+    pub fn failed(
+        &mut self,
+        id: WorkerId,
+        generation: u64,
+        reason: String,
+        now: Instant,
+    ) -> Option<Restart> {
+        if !self.current(id, generation) {
+            return None;
+        }
+        let w = &mut self.workers[id];
+        if matches!(w.state, WorkerState::Busy { .. }) {
+            w.sessions_served += 1;
+        }
+        w.consecutive_failures += 1;
+        let after = backoff(w.consecutive_failures);
+        w.last_error = Some(reason.clone());
+        w.state = WorkerState::Failed {
+            reason,
+            retry_at: now + after,
+        };
+        Some(Restart { worker: id, after })
+    }
+
+    /// Starts a new incarnation; returns its generation.
+    pub fn restart(&mut self, id: WorkerId) -> u64 {
+        let w = &mut self.workers[id];
+        w.generation += 1;
+        w.restarts += 1;
+        w.state = WorkerState::Starting;
+        w.generation
+    }
+
+    /// Workers that are not failed.
+    pub fn ready_count(&self) -> usize {
+        self.workers
+            .iter()
+            .filter(|w| !matches!(w.state, WorkerState::Failed { .. }))
+            .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool() -> PoolState {
+        PoolState::new([("a-0".to_string(), "builtin".to_string(), vec![Mode::Video])])
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_a_cap() {
+        assert_eq!(backoff(1), Duration::from_millis(500));
+        assert_eq!(backoff(2), Duration::from_secs(1));
+        assert_eq!(backoff(4), Duration::from_secs(4));
+        assert_eq!(backoff(7), Duration::from_secs(30));
+        assert_eq!(backoff(1000), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_worker_goes_through_its_states() {
+        let t = Instant::now();
+        let mut p = pool();
+        assert_eq!(p.worker(0).state, WorkerState::Starting);
+        assert!(p.opened(0, 1));
+        p.assigned(0, "sess_1".into(), Mode::Video, t);
+        assert_eq!(p.worker(0).state.name(), "busy");
+        p.resetting(0, 1);
+        assert_eq!(p.worker(0).state, WorkerState::Resetting);
+        assert!(p.released(0, 1));
+        assert_eq!(
+            (p.worker(0).state.name(), p.worker(0).sessions_served),
+            ("idle", 1)
+        );
+    }
+
+    #[test]
+    fn failures_back_off_and_restarts_count() {
+        let t = Instant::now();
+        let mut p = pool();
+        p.opened(0, 1);
+        let r = p.failed(0, 1, "step timeout".into(), t).unwrap();
+        assert_eq!(r.after, Duration::from_millis(500));
+        assert_eq!(p.ready_count(), 0);
+        assert_eq!(p.worker(0).last_error.as_deref(), Some("step timeout"));
+        assert_eq!(p.restart(0), 2);
+        assert_eq!(
+            (p.worker(0).restarts, p.worker(0).state.name()),
+            (1, "starting")
+        );
+        // the new incarnation fails to open: longer backoff
+        assert_eq!(
+            p.failed(0, 2, "open failed".into(), t).unwrap().after,
+            Duration::from_secs(1)
+        );
+        p.restart(0);
+        assert!(p.opened(0, 3));
+        assert_eq!(p.worker(0).consecutive_failures, 0);
+    }
+
+    #[test]
+    fn stale_generations_are_ignored() {
+        let t = Instant::now();
+        let mut p = pool();
+        p.opened(0, 1);
+        p.failed(0, 1, "hang".into(), t);
+        p.restart(0);
+        assert!(!p.released(0, 1), "the old incarnation's release is stale");
+        assert!(p.failed(0, 1, "late".into(), t).is_none());
+        assert!(!p.opened(0, 1));
+        assert!(p.opened(0, 2));
+    }
+}

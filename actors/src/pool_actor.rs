@@ -1,0 +1,254 @@
+//! WorkerPoolActor: starts one BackendActor per configured worker, tracks their states
+//! in a [`PoolState`], offers idle workers to the queue, and restarts failed workers with
+//! backoff. A worker whose session ended is offered again only after its backend reset.
+
+use std::time::Instant;
+
+use actix::prelude::*;
+
+use crate::backend_actor::{BackendActor, BackendLimits};
+use crate::domain::Mode;
+use crate::pool::{PoolState, PoolWorker, WorkerState};
+use crate::queue::WorkerId;
+use crate::queue_actor::{
+    QueueActor, SessionFinished, WorkerDown, WorkerIdle, WorkerLink, WorkerStarting,
+};
+use crate::worker_thread::BackendFactory;
+
+/// One configured worker.
+pub struct WorkerSetup {
+    pub name: String,
+    /// Where its backend comes from, for status ("builtin" or a library path).
+    pub backend: String,
+    pub modes: Vec<Mode>,
+    pub factory: BackendFactory,
+}
+
+/// What a BackendActor reports about itself. `generation` tells incarnations apart.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub enum WorkerEvent {
+    Opened {
+        worker: WorkerId,
+        generation: u64,
+        backend: Addr<BackendActor>,
+    },
+    OpenFailed {
+        worker: WorkerId,
+        generation: u64,
+        reason: String,
+    },
+    Busy {
+        worker: WorkerId,
+        generation: u64,
+        session: String,
+        mode: Mode,
+    },
+    Identified {
+        worker: WorkerId,
+        generation: u64,
+        session: String,
+    },
+    Resetting {
+        worker: WorkerId,
+        generation: u64,
+    },
+    Released {
+        worker: WorkerId,
+        generation: u64,
+    },
+    Failed {
+        worker: WorkerId,
+        generation: u64,
+        reason: String,
+    },
+}
+
+/// A snapshot of every worker, for `/status` and for tests.
+#[derive(Message)]
+#[rtype(result = "Vec<PoolWorker>")]
+pub struct PoolSnapshot;
+
+pub struct WorkerPoolActor {
+    state: PoolState,
+    setups: Vec<WorkerSetup>,
+    actors: Vec<Option<Addr<BackendActor>>>,
+    queue: Addr<QueueActor>,
+    limits: BackendLimits,
+}
+
+impl WorkerPoolActor {
+    pub fn new(
+        setups: Vec<WorkerSetup>,
+        queue: Addr<QueueActor>,
+        limits: BackendLimits,
+    ) -> WorkerPoolActor {
+        let state = PoolState::new(
+            setups
+                .iter()
+                .map(|s| (s.name.clone(), s.backend.clone(), s.modes.clone())),
+        );
+        let actors = setups.iter().map(|_| None).collect();
+        WorkerPoolActor {
+            state,
+            setups,
+            actors,
+            queue,
+            limits,
+        }
+    }
+
+    fn start_backend(&mut self, id: WorkerId, ctx: &mut Context<Self>) {
+        let setup = &self.setups[id];
+        let generation = self.state.worker(id).generation;
+        let actor = BackendActor::new(
+            id,
+            setup.name.clone(),
+            generation,
+            setup.factory.clone(),
+            self.limits,
+            ctx.address().recipient(),
+        );
+        self.actors[id] = Some(actor.start());
+    }
+
+    fn schedule_restart(
+        &mut self,
+        id: WorkerId,
+        after: std::time::Duration,
+        ctx: &mut Context<Self>,
+    ) {
+        self.actors[id] = None;
+        log::warn!(
+            "worker {}: restarting in {} ms",
+            self.setups[id].name,
+            after.as_millis()
+        );
+        ctx.run_later(after, move |act, ctx| {
+            let generation = act.state.restart(id);
+            log::info!(
+                "worker {}: restart (generation {generation})",
+                act.setups[id].name
+            );
+            act.start_backend(id, ctx);
+        });
+    }
+
+    fn session_finished(&self, id: WorkerId) {
+        if let WorkerState::Busy { mode, since, .. } = self.state.worker(id).state {
+            self.queue.do_send(SessionFinished {
+                mode,
+                length: since.elapsed(),
+            });
+        }
+    }
+}
+
+impl Actor for WorkerPoolActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        for id in 0..self.setups.len() {
+            self.start_backend(id, ctx);
+        }
+    }
+}
+
+impl Handler<WorkerEvent> for WorkerPoolActor {
+    type Result = ();
+
+    fn handle(&mut self, event: WorkerEvent, ctx: &mut Context<Self>) {
+        let now = Instant::now();
+        match event {
+            WorkerEvent::Opened {
+                worker,
+                generation,
+                backend,
+            } => {
+                if self.state.opened(worker, generation) {
+                    let name = self.setups[worker].name.clone();
+                    self.queue.do_send(WorkerIdle {
+                        link: WorkerLink {
+                            id: worker,
+                            name,
+                            backend,
+                        },
+                    });
+                }
+            }
+            WorkerEvent::OpenFailed {
+                worker,
+                generation,
+                reason,
+            } => {
+                if let Some(restart) = self.state.failed(worker, generation, reason, now) {
+                    self.queue.do_send(WorkerDown { worker });
+                    self.schedule_restart(worker, restart.after, ctx);
+                }
+            }
+            WorkerEvent::Busy {
+                worker,
+                generation,
+                session,
+                mode,
+            } => {
+                if self.state.worker(worker).generation == generation {
+                    self.state.assigned(worker, session, mode, now);
+                }
+            }
+            WorkerEvent::Identified {
+                worker,
+                generation,
+                session,
+            } => {
+                let w = self.state.worker(worker);
+                if w.generation == generation
+                    && let WorkerState::Busy { mode, since, .. } = w.state
+                {
+                    self.state.assigned(worker, session, mode, since);
+                }
+            }
+            WorkerEvent::Resetting { worker, generation } => {
+                if self.state.worker(worker).generation == generation {
+                    self.session_finished(worker);
+                    self.state.resetting(worker, generation);
+                }
+            }
+            WorkerEvent::Released { worker, generation } => {
+                if self.state.released(worker, generation)
+                    && let Some(backend) = self.actors[worker].clone()
+                {
+                    let name = self.setups[worker].name.clone();
+                    self.queue.do_send(WorkerIdle {
+                        link: WorkerLink {
+                            id: worker,
+                            name,
+                            backend,
+                        },
+                    });
+                }
+            }
+            WorkerEvent::Failed {
+                worker,
+                generation,
+                reason,
+            } => {
+                if self.state.worker(worker).generation == generation {
+                    self.session_finished(worker);
+                }
+                if let Some(restart) = self.state.failed(worker, generation, reason, now) {
+                    // It will be back: the queue keeps counting it as able to serve.
+                    self.queue.do_send(WorkerStarting { worker });
+                    self.schedule_restart(worker, restart.after, ctx);
+                }
+            }
+        }
+    }
+}
+
+impl Handler<PoolSnapshot> for WorkerPoolActor {
+    type Result = MessageResult<PoolSnapshot>;
+    fn handle(&mut self, _: PoolSnapshot, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.state.workers().to_vec())
+    }
+}

@@ -1,0 +1,237 @@
+//! What a session says and hears, independent of any wire dialect: the commands a
+//! dialect decodes from the client, the events it encodes for the client, the protocol
+//! errors and the reasons a session ends.
+
+use thiserror::Error;
+
+use crate::domain::{DuplexChunk, SessionKind, SessionSetup, StepOutcome, TurnInput};
+
+/// Whether an error is the client's fault or the server's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    Client,
+    Server,
+}
+
+impl ErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Client => "client_error",
+            ErrorKind::Server => "server_error",
+        }
+    }
+}
+
+/// Every error a client can be told about. `code()` is both the wire error code and the
+/// metric label. Client errors never close the connection; most server errors do.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ProtocolError {
+    /// An event the session's state does not allow yet.
+    #[error("{0}")]
+    NotReady(String),
+    #[error("{0}")]
+    UnknownEvent(String),
+    /// A required field is absent, or a container is not an object.
+    #[error("{0}")]
+    MissingField(String),
+    /// A field of the wrong type or value.
+    #[error("{0}")]
+    InvalidPayload(String),
+    #[error("{0}")]
+    QueueFull(String),
+    /// No worker can serve the mode, or the server is not ready.
+    #[error("{0}")]
+    ServiceUnavailable(String),
+    #[error("{0}")]
+    WorkerBusy(String),
+    #[error("{0}")]
+    WorkerConnectFailed(String),
+    /// A step or answer failed; the session goes on.
+    #[error("{0}")]
+    Inference(String),
+    /// An unknown model name (OpenAI-style dialects).
+    #[error("{0}")]
+    ModelNotFound(String),
+}
+
+impl ProtocolError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            ProtocolError::NotReady(_) => "not_ready",
+            ProtocolError::UnknownEvent(_) => "unknown_event",
+            ProtocolError::MissingField(_) => "missing_field",
+            ProtocolError::InvalidPayload(_) => "invalid_payload",
+            ProtocolError::QueueFull(_) => "queue_full",
+            ProtocolError::ServiceUnavailable(_) => "service_unavailable",
+            ProtocolError::WorkerBusy(_) => "worker_busy",
+            ProtocolError::WorkerConnectFailed(_) => "worker_connect_failed",
+            ProtocolError::Inference(_) => "inference_error",
+            ProtocolError::ModelNotFound(_) => "model_not_found",
+        }
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ProtocolError::NotReady(_)
+            | ProtocolError::UnknownEvent(_)
+            | ProtocolError::MissingField(_)
+            | ProtocolError::InvalidPayload(_)
+            | ProtocolError::ModelNotFound(_) => ErrorKind::Client,
+            _ => ErrorKind::Server,
+        }
+    }
+
+    /// The WebSocket close code that follows this error, if it ends the connection.
+    pub fn close_code(&self) -> Option<u16> {
+        match self {
+            ProtocolError::QueueFull(_)
+            | ProtocolError::ServiceUnavailable(_)
+            | ProtocolError::WorkerBusy(_)
+            | ProtocolError::WorkerConnectFailed(_) => Some(1013),
+            ProtocolError::ModelNotFound(_) => Some(1008),
+            _ => None,
+        }
+    }
+}
+
+/// Why a session ended. `as_str()` is the reason on the wire, in logs and in metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The client sent a close event; its reason, `user_stop` when it gave none.
+    Client(String),
+    /// The client dropped the connection without a close event.
+    ClientGone,
+    /// The client stopped answering pings.
+    HeartbeatTimeout,
+    /// The session's time limit ran out.
+    Timeout,
+    /// The KV cache reached the context limit.
+    ContextFull,
+    /// The backend failed for good (crash, hang past the step timeout).
+    BackendError(String),
+    ServerShutdown,
+    /// An operator cancelled the waiting ticket.
+    Cancelled,
+    /// The session was refused or ended by a server error (queue full, no worker...).
+    Rejected(&'static str),
+    /// The client sent something that cannot be parsed (close 1003) or too large (1009).
+    ProtocolViolation(&'static str),
+    /// The client does not read its output; the outgoing buffer overflowed.
+    SlowConsumer,
+}
+
+impl CloseReason {
+    pub fn as_str(&self) -> &str {
+        match self {
+            CloseReason::Client(r) => r,
+            CloseReason::ClientGone => "client_closed",
+            CloseReason::HeartbeatTimeout => "heartbeat_timeout",
+            CloseReason::Timeout => "timeout",
+            CloseReason::ContextFull => "context_full",
+            CloseReason::BackendError(_) => "backend_error",
+            CloseReason::ServerShutdown => "server_shutdown",
+            CloseReason::Cancelled => "cancelled",
+            CloseReason::Rejected(code) => code,
+            CloseReason::ProtocolViolation(what) => what,
+            CloseReason::SlowConsumer => "slow_consumer",
+        }
+    }
+
+    /// The WebSocket close code for this ending.
+    pub fn close_code(&self) -> u16 {
+        match self {
+            CloseReason::Client(_)
+            | CloseReason::Timeout
+            | CloseReason::ContextFull
+            | CloseReason::Cancelled => 1000,
+            CloseReason::ServerShutdown => 1001,
+            CloseReason::BackendError(_) => 1011,
+            CloseReason::Rejected("model_not_found") => 1008,
+            CloseReason::Rejected(_) => 1013,
+            CloseReason::ProtocolViolation("message_too_big") => 1009,
+            CloseReason::ProtocolViolation(_) => 1003,
+            CloseReason::SlowConsumer => 1008,
+            CloseReason::ClientGone | CloseReason::HeartbeatTimeout => 1000,
+        }
+    }
+
+    /// Whether the client is told with a `session.closed` event (it is gone otherwise, or
+    /// was already told with an `error`).
+    pub fn announced(&self) -> bool {
+        !matches!(
+            self,
+            CloseReason::ClientGone
+                | CloseReason::HeartbeatTimeout
+                | CloseReason::Rejected(_)
+                | CloseReason::ProtocolViolation(_)
+        )
+    }
+}
+
+/// A command decoded from one client event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Inbound {
+    /// Start the session (`session.init`, legacy `session.update`).
+    Init(SessionSetup),
+    /// One duplex input chunk.
+    Chunk(DuplexChunk),
+    /// One turn-mode request.
+    Turn { input: TurnInput, streaming: bool },
+    /// The client ends the session; `None` means it gave no reason.
+    Close { reason: Option<String> },
+}
+
+/// Queue position as told to a waiting client.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QueueInfo {
+    pub ticket: u64,
+    /// 1-based.
+    pub position: usize,
+    pub estimated_wait_s: f64,
+    pub queue_length: usize,
+}
+
+/// An event for the client, borrowed from the session's state (audio is not copied).
+#[derive(Debug, Clone, Copy)]
+pub enum Outbound<'a> {
+    Queued(QueueInfo),
+    QueueUpdate(QueueInfo),
+    QueueDone,
+    Created {
+        session_id: &'a str,
+        kind: SessionKind,
+        prompt_length: u64,
+        queue_wait_ms: u64,
+    },
+    /// The output of one duplex step: listen, or speech (text and/or audio).
+    Step {
+        session_id: &'a str,
+        /// The model turn this speech belongs to; `None` for a listen.
+        response_id: Option<&'a str>,
+        input_id: &'a str,
+        outcome: &'a StepOutcome,
+    },
+    /// A piece of a streaming turn-mode answer.
+    TurnDelta {
+        session_id: &'a str,
+        response_id: &'a str,
+        text: &'a str,
+        audio: &'a [f32],
+    },
+    /// The end of a turn-mode answer, with the whole text (and audio, when not streamed).
+    TurnDone {
+        session_id: &'a str,
+        response_id: &'a str,
+        text: &'a str,
+        audio: Option<&'a [f32]>,
+        input_tokens: u32,
+        output_tokens: u32,
+        kv_length: u64,
+        duration_ms: u64,
+    },
+    Error(&'a ProtocolError),
+    Closed {
+        session_id: Option<&'a str>,
+        reason: &'a CloseReason,
+    },
+}

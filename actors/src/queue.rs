@@ -1,0 +1,637 @@
+//! The queue's rules, as a plain struct: who waits, in which order, which worker takes
+//! whom, and how long each waiting client should expect to wait. [`crate::queue_actor`]
+//! only delivers messages to it; everything here is tested without a runtime.
+//!
+//! - FIFO across modes: a worker that becomes idle takes the first waiting ticket whose
+//!   mode it serves; a new ticket takes an idle worker at once when one serves its mode
+//!   (the one serving the fewest modes, to keep versatile workers free).
+//! - ETA: each busy worker's expected remaining time from a moving average of past
+//!   session lengths per mode, then the waiting tickets assigned in order to the
+//!   earliest-free worker that serves them.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use crate::domain::Mode;
+use crate::protocol::QueueInfo;
+
+pub type WorkerId = usize;
+pub type TicketId = u64;
+
+/// The modes one worker serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct ModeSet(u8);
+
+impl ModeSet {
+    pub fn of(modes: &[Mode]) -> ModeSet {
+        ModeSet(modes.iter().fold(0, |acc, m| acc | 1 << m.index()))
+    }
+    pub fn contains(self, mode: Mode) -> bool {
+        self.0 & (1 << mode.index()) != 0
+    }
+    pub fn len(self) -> u32 {
+        self.0.count_ones()
+    }
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// A worker as the queue sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Availability {
+    /// Opening its backend (at start, or after a restart): will serve, not yet.
+    Starting,
+    Idle,
+    Busy {
+        mode: Mode,
+        since: Instant,
+    },
+    /// Its backend cannot be opened: it serves nobody until it recovers.
+    Failed,
+}
+
+/// The answer to a client joining.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JoinOutcome {
+    /// A worker was idle: it is reserved for this ticket.
+    Assigned {
+        ticket: TicketId,
+        worker: WorkerId,
+    },
+    Waiting(QueueInfo),
+    /// `max_waiting` clients already wait.
+    Full,
+    /// No worker serves this mode (or every one that does has failed).
+    Unavailable,
+}
+
+/// A ticket given a worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Assignment {
+    pub ticket: TicketId,
+    pub worker: WorkerId,
+    pub mode: Mode,
+    /// Where it waited: every ticket from this index on moved up.
+    pub index: usize,
+}
+
+/// The answer to a ticket leaving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaveOutcome {
+    /// It was waiting at this index: every ticket from there on moved up.
+    Waited { index: usize },
+    /// It had been given this worker but never claimed it; the worker is idle again.
+    Unclaimed { worker: WorkerId },
+    /// Unknown or already claimed: nothing to do.
+    Nothing,
+}
+
+#[derive(Debug, Clone)]
+struct Waiting {
+    ticket: TicketId,
+    mode: Mode,
+    since: Instant,
+}
+
+#[derive(Debug, Clone)]
+struct Slot {
+    modes: ModeSet,
+    state: Availability,
+}
+
+/// One waiting ticket as reported by `/status`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TicketStatus {
+    pub ticket: TicketId,
+    pub mode: Mode,
+    pub position: usize,
+    pub waited: Duration,
+    pub estimated_wait_s: f64,
+}
+
+const EMA_WEIGHT: f64 = 0.2;
+
+#[derive(Debug, Clone)]
+pub struct QueueState {
+    waiting: VecDeque<Waiting>,
+    workers: Vec<Slot>,
+    /// Idle workers, fewest modes first.
+    idle: BTreeSet<(u32, WorkerId)>,
+    /// Workers per mode that are not failed.
+    capable: [usize; 3],
+    reserved: HashMap<TicketId, WorkerId>,
+    max_waiting: usize,
+    /// Moving average of session length per mode, seconds.
+    average_s: [f64; 3],
+    next_ticket: TicketId,
+}
+
+impl QueueState {
+    /// `workers[i]` are the modes of worker `i`; all start as `Starting`. `initial_average`
+    /// is the session length assumed per mode before any session ended.
+    pub fn new(
+        workers: &[ModeSet],
+        max_waiting: usize,
+        initial_average: [Duration; 3],
+    ) -> QueueState {
+        let mut capable = [0; 3];
+        for set in workers {
+            for m in Mode::ALL {
+                capable[m.index()] += set.contains(m) as usize;
+            }
+        }
+        QueueState {
+            waiting: VecDeque::new(),
+            workers: workers
+                .iter()
+                .map(|&modes| Slot {
+                    modes,
+                    state: Availability::Starting,
+                })
+                .collect(),
+            idle: BTreeSet::new(),
+            capable,
+            reserved: HashMap::new(),
+            max_waiting,
+            average_s: initial_average.map(|d| d.as_secs_f64()),
+            next_ticket: 1,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+
+    pub fn availability(&self, worker: WorkerId) -> Option<Availability> {
+        self.workers.get(worker).map(|s| s.state)
+    }
+
+    /// Whether any worker that is not failed serves `mode`.
+    pub fn serves(&self, mode: Mode) -> bool {
+        self.capable[mode.index()] > 0
+    }
+
+    /// A client asks for a worker.
+    pub fn join(&mut self, mode: Mode, now: Instant) -> JoinOutcome {
+        if !self.serves(mode) {
+            return JoinOutcome::Unavailable;
+        }
+        let ticket = self.next_ticket;
+        if let Some(worker) = self.take_idle(mode) {
+            self.next_ticket += 1;
+            self.reserve(ticket, worker, mode, now);
+            return JoinOutcome::Assigned { ticket, worker };
+        }
+        if self.waiting.len() >= self.max_waiting {
+            return JoinOutcome::Full;
+        }
+        self.next_ticket += 1;
+        self.waiting.push_back(Waiting {
+            ticket,
+            mode,
+            since: now,
+        });
+        let index = self.waiting.len() - 1;
+        JoinOutcome::Waiting(self.infos_from(index, now).remove(0))
+    }
+
+    /// A ticket leaves: it disconnected, was cancelled, or its session ended.
+    pub fn leave(&mut self, ticket: TicketId) -> LeaveOutcome {
+        if let Some(index) = self.waiting.iter().position(|w| w.ticket == ticket) {
+            self.waiting.remove(index);
+            return LeaveOutcome::Waited { index };
+        }
+        match self.reserved.remove(&ticket) {
+            Some(worker) => {
+                self.set_state(worker, Availability::Idle);
+                LeaveOutcome::Unclaimed { worker }
+            }
+            None => LeaveOutcome::Nothing,
+        }
+    }
+
+    /// The session of `ticket` took the worker it was given.
+    pub fn claim(&mut self, ticket: TicketId) {
+        self.reserved.remove(&ticket);
+    }
+
+    /// A worker is (re)starting: it will serve once idle.
+    pub fn worker_starting(&mut self, worker: WorkerId) {
+        self.set_state(worker, Availability::Starting);
+    }
+
+    /// A worker is ready for a session. Returns the ticket it takes, if one waits.
+    pub fn worker_idle(&mut self, worker: WorkerId, now: Instant) -> Option<Assignment> {
+        let modes = self.workers[worker].modes;
+        match self.waiting.iter().position(|w| modes.contains(w.mode)) {
+            Some(index) => {
+                let w = self.waiting.remove(index).expect("index found above");
+                self.reserve(w.ticket, worker, w.mode, now);
+                Some(Assignment {
+                    ticket: w.ticket,
+                    worker,
+                    mode: w.mode,
+                    index,
+                })
+            }
+            None => {
+                self.set_state(worker, Availability::Idle);
+                None
+            }
+        }
+    }
+
+    /// A worker cannot serve (its backend does not open). Returns the waiting tickets
+    /// that no worker can serve any more; they are removed from the queue.
+    pub fn worker_failed(&mut self, worker: WorkerId) -> Vec<TicketId> {
+        self.set_state(worker, Availability::Failed);
+        let (keep, orphaned): (VecDeque<Waiting>, VecDeque<Waiting>) = self
+            .waiting
+            .drain(..)
+            .partition(|w| self.capable[w.mode.index()] > 0);
+        self.waiting = keep;
+        orphaned.into_iter().map(|w| w.ticket).collect()
+    }
+
+    /// A session of `mode` lasted `length`: it feeds the ETA's moving average.
+    pub fn session_finished(&mut self, mode: Mode, length: Duration) {
+        let avg = &mut self.average_s[mode.index()];
+        *avg = (1.0 - EMA_WEIGHT) * *avg + EMA_WEIGHT * length.as_secs_f64();
+    }
+
+    pub fn average_session(&self, mode: Mode) -> Duration {
+        Duration::from_secs_f64(self.average_s[mode.index()])
+    }
+
+    /// Position and ETA of every waiting ticket from `index` on (1-based positions).
+    pub fn infos_from(&self, index: usize, now: Instant) -> Vec<QueueInfo> {
+        let length = self.waiting.len();
+        let etas = self.etas(now, length);
+        self.waiting
+            .iter()
+            .zip(etas)
+            .enumerate()
+            .skip(index)
+            .map(|(i, (w, eta))| QueueInfo {
+                ticket: w.ticket,
+                position: i + 1,
+                estimated_wait_s: eta,
+                queue_length: length,
+            })
+            .collect()
+    }
+
+    /// Every waiting ticket, for `/status`.
+    pub fn tickets(&self, now: Instant) -> Vec<TicketStatus> {
+        let etas = self.etas(now, self.waiting.len());
+        self.waiting
+            .iter()
+            .zip(etas)
+            .enumerate()
+            .map(|(i, (w, eta))| TicketStatus {
+                ticket: w.ticket,
+                mode: w.mode,
+                position: i + 1,
+                waited: now.saturating_duration_since(w.since),
+                estimated_wait_s: eta,
+            })
+            .collect()
+    }
+
+    /// How long the ticket has waited, if it is waiting.
+    pub fn waited(&self, ticket: TicketId, now: Instant) -> Option<Duration> {
+        self.waiting
+            .iter()
+            .find(|w| w.ticket == ticket)
+            .map(|w| now.saturating_duration_since(w.since))
+    }
+
+    /// ETAs of the first `n` waiting tickets, in seconds.
+    fn etas(&self, now: Instant, n: usize) -> Vec<f64> {
+        // Workers grouped by the modes they serve; in each group a min-heap of the
+        // moment (ms from now) each worker is expected to be free.
+        let mut groups: HashMap<ModeSet, BinaryHeap<Reverse<u64>>> = HashMap::new();
+        for slot in &self.workers {
+            let free_ms = match slot.state {
+                Availability::Failed => continue,
+                Availability::Starting | Availability::Idle => 0,
+                Availability::Busy { mode, since } => {
+                    let elapsed = now.saturating_duration_since(since).as_secs_f64();
+                    // A session already past the average is expected to end soon.
+                    ((self.average_s[mode.index()] - elapsed).max(1.0) * 1000.0) as u64
+                }
+            };
+            groups.entry(slot.modes).or_default().push(Reverse(free_ms));
+        }
+        let mut groups: Vec<(ModeSet, BinaryHeap<Reverse<u64>>)> = groups.into_iter().collect();
+        groups.sort_by_key(|(set, _)| *set);
+        let mut etas = Vec::with_capacity(n);
+        for w in self.waiting.iter().take(n) {
+            let best = groups
+                .iter_mut()
+                .filter(|(set, heap)| set.contains(w.mode) && !heap.is_empty())
+                .min_by_key(|(_, heap)| heap.peek().map(|r| r.0));
+            match best {
+                Some((_, heap)) => {
+                    let Reverse(free) = heap.pop().expect("non-empty heap");
+                    etas.push(free as f64 / 1000.0);
+                    heap.push(Reverse(
+                        free + (self.average_s[w.mode.index()] * 1000.0) as u64,
+                    ));
+                }
+                None => etas.push(0.0),
+            }
+        }
+        etas
+    }
+
+    fn take_idle(&mut self, mode: Mode) -> Option<WorkerId> {
+        let found = self
+            .idle
+            .iter()
+            .find(|(_, w)| self.workers[*w].modes.contains(mode))
+            .copied()?;
+        self.idle.remove(&found);
+        Some(found.1)
+    }
+
+    fn reserve(&mut self, ticket: TicketId, worker: WorkerId, mode: Mode, now: Instant) {
+        self.set_state(worker, Availability::Busy { mode, since: now });
+        self.reserved.insert(ticket, worker);
+    }
+
+    fn set_state(&mut self, worker: WorkerId, state: Availability) {
+        let slot = &mut self.workers[worker];
+        let key = (slot.modes.len(), worker);
+        let was_failed = slot.state == Availability::Failed;
+        let now_failed = state == Availability::Failed;
+        if was_failed != now_failed {
+            for m in Mode::ALL {
+                if slot.modes.contains(m) {
+                    let c = &mut self.capable[m.index()];
+                    *c = if now_failed { *c - 1 } else { *c + 1 };
+                }
+            }
+        }
+        slot.state = state;
+        if state == Availability::Idle {
+            self.idle.insert(key);
+        } else {
+            self.idle.remove(&key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: ModeSet = ModeSet(0b111);
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    fn queue(workers: &[ModeSet], max: usize) -> QueueState {
+        QueueState::new(workers, max, [secs(60), secs(100), secs(200)])
+    }
+
+    fn waiting(j: JoinOutcome) -> QueueInfo {
+        match j {
+            JoinOutcome::Waiting(info) => info,
+            other => panic!("expected to wait, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_idle_worker_is_assigned_at_once() {
+        let t = Instant::now();
+        let mut q = queue(&[ALL], 10);
+        assert_eq!(q.worker_idle(0, t), None);
+        assert_eq!(
+            q.join(Mode::Video, t),
+            JoinOutcome::Assigned {
+                ticket: 1,
+                worker: 0
+            }
+        );
+        assert_eq!(
+            q.availability(0),
+            Some(Availability::Busy {
+                mode: Mode::Video,
+                since: t
+            })
+        );
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn clients_wait_in_order_with_one_based_positions() {
+        let t = Instant::now();
+        let mut q = queue(&[ALL], 10);
+        q.worker_idle(0, t);
+        q.join(Mode::Audio, t);
+        let a = waiting(q.join(Mode::Audio, t));
+        let b = waiting(q.join(Mode::Video, t));
+        assert_eq!((a.position, a.queue_length), (1, 1));
+        assert_eq!((b.position, b.queue_length), (2, 2));
+        // the worker comes back: the first waiting ticket takes it, the other moves up
+        let next = q.worker_idle(0, t).unwrap();
+        assert_eq!((next.ticket, next.index), (a.ticket, 0));
+        let infos = q.infos_from(next.index, t);
+        assert_eq!(infos.len(), 1);
+        assert_eq!(
+            (infos[0].ticket, infos[0].position, infos[0].queue_length),
+            (b.ticket, 1, 1)
+        );
+    }
+
+    #[test]
+    fn a_waiting_client_that_leaves_moves_those_behind_it() {
+        let t = Instant::now();
+        let mut q = queue(&[ALL], 10);
+        let tickets: Vec<_> = (0..4)
+            .map(|_| waiting(q.join(Mode::Chat, t)).ticket)
+            .collect();
+        assert_eq!(q.leave(tickets[1]), LeaveOutcome::Waited { index: 1 });
+        let moved: Vec<_> = q
+            .infos_from(1, t)
+            .iter()
+            .map(|i| (i.ticket, i.position))
+            .collect();
+        assert_eq!(moved, vec![(tickets[2], 2), (tickets[3], 3)]);
+        assert_eq!(
+            q.leave(tickets[1]),
+            LeaveOutcome::Nothing,
+            "leaving twice does nothing"
+        );
+    }
+
+    #[test]
+    fn capacity_is_max_waiting() {
+        let t = Instant::now();
+        let mut q = queue(&[ALL], 2);
+        waiting(q.join(Mode::Video, t));
+        waiting(q.join(Mode::Video, t));
+        assert_eq!(q.join(Mode::Video, t), JoinOutcome::Full);
+        assert_eq!(q.len(), 2);
+    }
+
+    #[test]
+    fn a_mode_no_worker_serves_is_unavailable() {
+        let t = Instant::now();
+        let mut q = queue(&[ModeSet::of(&[Mode::Chat])], 10);
+        assert_eq!(q.join(Mode::Video, t), JoinOutcome::Unavailable);
+        assert!(
+            matches!(q.join(Mode::Chat, t), JoinOutcome::Waiting(_)),
+            "a starting worker will serve"
+        );
+    }
+
+    #[test]
+    fn first_come_first_served_across_modes_and_only_to_capable_workers() {
+        let t = Instant::now();
+        let chat_only = ModeSet::of(&[Mode::Chat]);
+        let mut q = queue(&[chat_only, ALL], 10);
+        let video = waiting(q.join(Mode::Video, t)).ticket;
+        let chat = waiting(q.join(Mode::Chat, t)).ticket;
+        // the chat-only worker skips the video ticket and takes the chat one
+        assert_eq!(q.worker_idle(0, t).map(|a| a.ticket), Some(chat));
+        assert_eq!(q.worker_idle(1, t).map(|a| a.ticket), Some(video));
+    }
+
+    #[test]
+    fn a_new_client_takes_the_idle_worker_serving_fewest_modes() {
+        let t = Instant::now();
+        let mut q = queue(&[ALL, ModeSet::of(&[Mode::Audio])], 10);
+        q.worker_idle(0, t);
+        q.worker_idle(1, t);
+        assert_eq!(
+            q.join(Mode::Audio, t),
+            JoinOutcome::Assigned {
+                ticket: 1,
+                worker: 1
+            }
+        );
+        assert_eq!(
+            q.join(Mode::Audio, t),
+            JoinOutcome::Assigned {
+                ticket: 2,
+                worker: 0
+            }
+        );
+    }
+
+    #[test]
+    fn an_unclaimed_reservation_frees_the_worker() {
+        let t = Instant::now();
+        let mut q = queue(&[ALL], 10);
+        q.worker_idle(0, t);
+        let JoinOutcome::Assigned { ticket, worker } = q.join(Mode::Video, t) else {
+            panic!()
+        };
+        assert_eq!(q.leave(ticket), LeaveOutcome::Unclaimed { worker });
+        assert_eq!(q.availability(0), Some(Availability::Idle));
+        // once claimed, leaving is the session's business (the worker is released by it)
+        let JoinOutcome::Assigned { ticket, .. } = q.join(Mode::Video, t) else {
+            panic!()
+        };
+        q.claim(ticket);
+        assert_eq!(q.leave(ticket), LeaveOutcome::Nothing);
+    }
+
+    #[test]
+    fn failed_workers_orphan_the_tickets_only_they_could_serve() {
+        let t = Instant::now();
+        let mut q = queue(
+            &[ModeSet::of(&[Mode::Video]), ModeSet::of(&[Mode::Chat])],
+            10,
+        );
+        let video = waiting(q.join(Mode::Video, t)).ticket;
+        let chat = waiting(q.join(Mode::Chat, t)).ticket;
+        assert_eq!(q.worker_failed(0), vec![video]);
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.join(Mode::Video, t), JoinOutcome::Unavailable);
+        q.worker_starting(0);
+        assert!(q.serves(Mode::Video), "a restarting worker serves again");
+        assert_eq!(q.worker_idle(1, t).map(|a| a.ticket), Some(chat));
+    }
+
+    #[test]
+    fn eta_from_remaining_time_then_assignment_in_order() {
+        let t0 = Instant::now();
+        // one worker, busy with a video session for 40 s of an average 100 s
+        let mut q = queue(&[ALL], 10);
+        q.worker_idle(0, t0);
+        q.join(Mode::Video, t0);
+        let t = t0 + secs(40);
+        let a = waiting(q.join(Mode::Chat, t));
+        let b = waiting(q.join(Mode::Audio, t));
+        let c = waiting(q.join(Mode::Video, t));
+        assert_eq!(
+            a.estimated_wait_s, 60.0,
+            "the busy session's remaining time"
+        );
+        let infos = q.infos_from(0, t);
+        assert_eq!(
+            infos[1].estimated_wait_s, 120.0,
+            "then the chat session ahead (60 s)"
+        );
+        assert_eq!(
+            infos[2].estimated_wait_s, 320.0,
+            "then the audio session ahead (200 s)"
+        );
+        assert_eq!((b.position, c.position), (2, 3));
+    }
+
+    #[test]
+    fn eta_uses_the_earliest_free_of_several_workers() {
+        let t0 = Instant::now();
+        let mut q = queue(&[ALL, ALL], 10);
+        q.worker_idle(0, t0);
+        q.worker_idle(1, t0);
+        q.join(Mode::Video, t0);
+        q.join(Mode::Video, t0 + secs(50));
+        let t = t0 + secs(60);
+        waiting(q.join(Mode::Chat, t));
+        waiting(q.join(Mode::Chat, t));
+        waiting(q.join(Mode::Chat, t));
+        let etas: Vec<f64> = q
+            .infos_from(0, t)
+            .iter()
+            .map(|i| i.estimated_wait_s)
+            .collect();
+        // worker 0 frees at 40 s, worker 1 at 90 s; each chat session takes 60 s
+        assert_eq!(etas, vec![40.0, 90.0, 100.0]);
+    }
+
+    #[test]
+    fn the_moving_average_follows_finished_sessions() {
+        let mut q = queue(&[ALL], 10);
+        q.session_finished(Mode::Video, secs(200));
+        assert_eq!(q.average_session(Mode::Video), secs(120));
+        q.session_finished(Mode::Video, secs(120));
+        assert_eq!(q.average_session(Mode::Video), secs(120));
+    }
+
+    #[test]
+    fn status_lists_every_ticket() {
+        let t = Instant::now();
+        let mut q = queue(&[ALL], 10);
+        let a = waiting(q.join(Mode::Chat, t)).ticket;
+        let later = t + secs(5);
+        let s = q.tickets(later);
+        assert_eq!(s.len(), 1);
+        assert_eq!(
+            (s[0].ticket, s[0].mode, s[0].position, s[0].waited),
+            (a, Mode::Chat, 1, secs(5))
+        );
+        assert_eq!(q.waited(a, later), Some(secs(5)));
+    }
+}

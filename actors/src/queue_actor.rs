@@ -1,0 +1,326 @@
+//! QueueActor: delivers messages to a [`QueueState`] and tells waiting sessions what
+//! changed. Positions are sent the moment they change; every `update_interval` every
+//! waiting session gets a fresh ETA.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+
+use crate::backend_actor::BackendActor;
+use crate::domain::Mode;
+use crate::protocol::{ProtocolError, QueueInfo};
+use crate::queue::{
+    Assignment, JoinOutcome, LeaveOutcome, ModeSet, QueueState, TicketId, TicketStatus, WorkerId,
+};
+
+/// A worker as handed to a session: its name and its BackendActor.
+#[derive(Clone)]
+pub struct WorkerLink {
+    pub id: WorkerId,
+    pub name: String,
+    pub backend: Addr<BackendActor>,
+}
+
+/// What the queue tells a session.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub enum QueueNotice {
+    /// It must wait (the first notice).
+    Queued(QueueInfo),
+    /// Its position or ETA changed.
+    Update(QueueInfo),
+    /// A worker is reserved for it; it must claim it.
+    Assigned {
+        ticket: TicketId,
+        worker: WorkerLink,
+    },
+    /// It cannot be served: queue full, or no worker for its mode.
+    Rejected(ProtocolError),
+    /// An operator cancelled its ticket.
+    Cancelled,
+}
+
+/// A session asks for a worker. `conn` identifies it in `Leave` and `Claim`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Join {
+    pub conn: u64,
+    pub mode: Mode,
+    pub notify: Recipient<QueueNotice>,
+}
+
+/// The session is gone (or no longer needs a worker).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Leave {
+    pub conn: u64,
+}
+
+/// The session took the worker it was assigned.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Claim {
+    pub conn: u64,
+}
+
+/// An operator cancels a waiting ticket. Answers whether it was waiting.
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct Cancel {
+    pub ticket: TicketId,
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct WorkerIdle {
+    pub link: WorkerLink,
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct WorkerStarting {
+    pub worker: WorkerId,
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct WorkerDown {
+    pub worker: WorkerId,
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SessionFinished {
+    pub mode: Mode,
+    pub length: Duration,
+}
+
+/// Every waiting ticket, for `/status`.
+#[derive(Message)]
+#[rtype(result = "Vec<TicketStatus>")]
+pub struct QueueSnapshot;
+
+struct Waiter {
+    conn: u64,
+    notify: Recipient<QueueNotice>,
+}
+
+pub struct QueueActor {
+    state: QueueState,
+    links: Vec<Option<WorkerLink>>,
+    /// Every ticket from Join until Leave or Claim.
+    by_conn: HashMap<u64, TicketId>,
+    /// Tickets not yet given a worker, and tickets given one but not yet claimed.
+    waiters: HashMap<TicketId, Waiter>,
+    update_interval: Duration,
+}
+
+impl QueueActor {
+    /// `workers[i]` are the modes of worker `i`; `average` the assumed session length per
+    /// mode (chat, video, audio) before any session ended.
+    pub fn new(
+        workers: &[Vec<Mode>],
+        max_waiting: usize,
+        average: [Duration; 3],
+        update_interval: Duration,
+    ) -> QueueActor {
+        let sets: Vec<ModeSet> = workers.iter().map(|m| ModeSet::of(m)).collect();
+        QueueActor {
+            state: QueueState::new(&sets, max_waiting, average),
+            links: workers.iter().map(|_| None).collect(),
+            by_conn: HashMap::new(),
+            waiters: HashMap::new(),
+            update_interval,
+        }
+    }
+
+    /// Tells every ticket from `index` on its new position.
+    fn send_updates_from(&self, index: usize) {
+        for info in self.state.infos_from(index, Instant::now()) {
+            if let Some(w) = self.waiters.get(&info.ticket) {
+                w.notify.do_send(QueueNotice::Update(info));
+            }
+        }
+    }
+
+    fn deliver(&mut self, a: Assignment) {
+        let Some(link) = self.links[a.worker].clone() else {
+            log::error!("queue: worker {} assigned without a link", a.worker);
+            return;
+        };
+        if let Some(w) = self.waiters.get(&a.ticket) {
+            log::debug!(
+                "queue: ticket {} (c{}) gets worker {}",
+                a.ticket,
+                w.conn,
+                link.name
+            );
+            w.notify.do_send(QueueNotice::Assigned {
+                ticket: a.ticket,
+                worker: link,
+            });
+        }
+        self.send_updates_from(a.index);
+    }
+
+    fn offer(&mut self, worker: WorkerId) {
+        if let Some(a) = self.state.worker_idle(worker, Instant::now()) {
+            self.deliver(a);
+        }
+    }
+
+    fn forget(&mut self, ticket: TicketId) -> Option<Waiter> {
+        let w = self.waiters.remove(&ticket)?;
+        self.by_conn.remove(&w.conn);
+        Some(w)
+    }
+}
+
+impl Actor for QueueActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.run_interval(self.update_interval, |act, _| act.send_updates_from(0));
+    }
+}
+
+impl Handler<Join> for QueueActor {
+    type Result = ();
+    fn handle(&mut self, msg: Join, _: &mut Context<Self>) {
+        let reply = match self.state.join(msg.mode, Instant::now()) {
+            JoinOutcome::Assigned { ticket, worker } => match self.links[worker].clone() {
+                Some(link) => {
+                    self.by_conn.insert(msg.conn, ticket);
+                    self.waiters.insert(
+                        ticket,
+                        Waiter {
+                            conn: msg.conn,
+                            notify: msg.notify.clone(),
+                        },
+                    );
+                    QueueNotice::Assigned {
+                        ticket,
+                        worker: link,
+                    }
+                }
+                None => {
+                    // Cannot happen (a worker is idle only after WorkerIdle gave its link);
+                    // undo the reservation rather than leak the worker.
+                    self.state.leave(ticket);
+                    QueueNotice::Rejected(ProtocolError::WorkerConnectFailed(
+                        "the worker has no backend".into(),
+                    ))
+                }
+            },
+            JoinOutcome::Waiting(info) => {
+                self.by_conn.insert(msg.conn, info.ticket);
+                self.waiters.insert(
+                    info.ticket,
+                    Waiter {
+                        conn: msg.conn,
+                        notify: msg.notify.clone(),
+                    },
+                );
+                QueueNotice::Queued(info)
+            }
+            JoinOutcome::Full => QueueNotice::Rejected(ProtocolError::QueueFull(format!(
+                "the queue is full ({} clients waiting); try again later",
+                self.state.len()
+            ))),
+            JoinOutcome::Unavailable => QueueNotice::Rejected(ProtocolError::ServiceUnavailable(
+                format!("no worker can serve mode {} now", msg.mode),
+            )),
+        };
+        msg.notify.do_send(reply);
+    }
+}
+
+impl Handler<Leave> for QueueActor {
+    type Result = ();
+    fn handle(&mut self, msg: Leave, _: &mut Context<Self>) {
+        let Some(ticket) = self.by_conn.remove(&msg.conn) else {
+            return;
+        };
+        self.waiters.remove(&ticket);
+        match self.state.leave(ticket) {
+            LeaveOutcome::Waited { index } => self.send_updates_from(index),
+            LeaveOutcome::Unclaimed { worker } => self.offer(worker),
+            LeaveOutcome::Nothing => {}
+        }
+    }
+}
+
+impl Handler<Claim> for QueueActor {
+    type Result = ();
+    fn handle(&mut self, msg: Claim, _: &mut Context<Self>) {
+        if let Some(ticket) = self.by_conn.remove(&msg.conn) {
+            self.waiters.remove(&ticket);
+            self.state.claim(ticket);
+        }
+    }
+}
+
+impl Handler<Cancel> for QueueActor {
+    type Result = bool;
+    fn handle(&mut self, msg: Cancel, _: &mut Context<Self>) -> bool {
+        let LeaveOutcome::Waited { index } = self.state.leave(msg.ticket) else {
+            return false;
+        };
+        if let Some(w) = self.forget(msg.ticket) {
+            w.notify.do_send(QueueNotice::Cancelled);
+        }
+        self.send_updates_from(index);
+        true
+    }
+}
+
+impl Handler<WorkerIdle> for QueueActor {
+    type Result = ();
+    fn handle(&mut self, msg: WorkerIdle, _: &mut Context<Self>) {
+        let id = msg.link.id;
+        self.links[id] = Some(msg.link);
+        self.offer(id);
+    }
+}
+
+impl Handler<WorkerStarting> for QueueActor {
+    type Result = ();
+    fn handle(&mut self, msg: WorkerStarting, _: &mut Context<Self>) {
+        self.state.worker_starting(msg.worker);
+    }
+}
+
+impl Handler<WorkerDown> for QueueActor {
+    type Result = ();
+    fn handle(&mut self, msg: WorkerDown, _: &mut Context<Self>) {
+        self.links[msg.worker] = None;
+        let orphaned = self.state.worker_failed(msg.worker);
+        if orphaned.is_empty() {
+            return;
+        }
+        for ticket in orphaned {
+            if let Some(w) = self.forget(ticket) {
+                w.notify
+                    .do_send(QueueNotice::Rejected(ProtocolError::ServiceUnavailable(
+                        "every worker able to serve this mode has failed".into(),
+                    )));
+            }
+        }
+        self.send_updates_from(0);
+    }
+}
+
+impl Handler<SessionFinished> for QueueActor {
+    type Result = ();
+    fn handle(&mut self, msg: SessionFinished, _: &mut Context<Self>) {
+        self.state.session_finished(msg.mode, msg.length);
+    }
+}
+
+impl Handler<QueueSnapshot> for QueueActor {
+    type Result = MessageResult<QueueSnapshot>;
+    fn handle(&mut self, _: QueueSnapshot, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.state.tickets(Instant::now()))
+    }
+}

@@ -1,0 +1,868 @@
+//! The MiniCPM-o Realtime API (../shared/spec/realtime-api-overview.md, chat-mode.md):
+//! `session.init`, `input.append`, `session.close` in; queue events, `session.created`,
+//! `response.output.delta` (listen / text / audio), `response.done`, `session.closed` and
+//! `error` out.
+
+use std::borrow::Cow;
+
+use omni_actors::dialect::{DecodeError, Dialect};
+use omni_actors::domain::{
+    ChatMessage, DuplexChunk, Generation, Mode, Role, SessionSetup, StepKind, StepOutcome,
+    TurnInput,
+};
+use omni_actors::protocol::{Inbound, Outbound, ProtocolError, QueueInfo};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::wire::{self, JsonWriter};
+
+/// The current dialect for one connection of a given public mode.
+pub struct Current {
+    mode: Mode,
+    min_audio_samples: usize,
+}
+
+impl Current {
+    pub fn new(mode: Mode, min_audio_samples: usize) -> Current {
+        Current {
+            mode,
+            min_audio_samples,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct InitEvent<'a> {
+    #[serde(borrow)]
+    payload: Option<InitPayload<'a>>,
+}
+
+#[derive(Deserialize)]
+struct InitPayload<'a> {
+    #[serde(borrow, default)]
+    system_prompt: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    instructions: Option<Cow<'a, str>>,
+    #[serde(default)]
+    config: Option<InitConfig>,
+    #[serde(borrow, default)]
+    voice: Option<Voice<'a>>,
+}
+
+#[derive(Deserialize, Default)]
+struct InitConfig {
+    length_penalty: Option<f32>,
+    max_new_tokens: Option<u32>,
+    temperature: Option<f32>,
+    max_slice_nums: Option<i64>,
+    force_listen_count: Option<u32>,
+}
+
+#[derive(Deserialize, Default)]
+struct Voice<'a> {
+    #[serde(borrow, default)]
+    ref_audio_base64: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tts_ref_audio_base64: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct AppendEvent<I> {
+    input: Option<I>,
+}
+
+#[derive(Deserialize)]
+struct DuplexInput<'a> {
+    #[serde(borrow)]
+    audio: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    video_frames: Option<Vec<Cow<'a, str>>>,
+    #[serde(default)]
+    force_listen: Option<bool>,
+    #[serde(default)]
+    max_slice_nums: Option<i64>,
+}
+
+#[derive(Deserialize)]
+struct ChatInput {
+    messages: Option<Vec<Value>>,
+    #[serde(default)]
+    streaming: Option<bool>,
+    #[serde(default)]
+    generation: Option<ChatGeneration>,
+    #[serde(default)]
+    image: Option<ChatImage>,
+    #[serde(default)]
+    omni_mode: Option<bool>,
+    #[serde(default)]
+    tts: Option<ChatTts>,
+    #[serde(default)]
+    use_tts_template: Option<bool>,
+    #[serde(default)]
+    enable_thinking: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct ChatGeneration {
+    max_new_tokens: Option<u32>,
+    length_penalty: Option<f32>,
+    temperature: Option<f32>,
+}
+
+#[derive(Deserialize)]
+struct ChatImage {
+    max_slice_nums: Option<i64>,
+}
+
+#[derive(Deserialize)]
+struct ChatTts {
+    enabled: Option<bool>,
+    ref_audio_data: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct CloseEvent<'a> {
+    #[serde(borrow, default)]
+    reason: Option<Cow<'a, str>>,
+}
+
+/// A duplex chunk from its wire fields, validated as the spec says. `at` prefixes field
+/// names in errors (`input.` here, nothing in the legacy dialect).
+pub(crate) fn duplex_chunk(
+    audio: Option<&str>,
+    frames: Option<&[Cow<'_, str>]>,
+    force_listen: Option<bool>,
+    max_slice_nums: Option<i64>,
+    mode: Mode,
+    min_samples: usize,
+    at: &str,
+) -> Result<DuplexChunk, ProtocolError> {
+    let audio_field = format!("{at}audio");
+    let b64 =
+        audio.ok_or_else(|| ProtocolError::MissingField(format!("{audio_field} is required")))?;
+    let samples = wire::decode_pcm_f32(b64, &audio_field)?;
+    if samples.len() < min_samples {
+        return Err(ProtocolError::InvalidPayload(format!(
+            "{audio_field}: {} samples; at least {min_samples} (16 kHz mono float32) are required",
+            samples.len()
+        )));
+    }
+    // Audio mode is video mode without frames: frames sent anyway are ignored.
+    let frames = match (mode, frames) {
+        (Mode::Video, Some(frames)) => frames
+            .iter()
+            .enumerate()
+            .map(|(i, f)| wire::decode_jpeg(f, &format!("{at}video_frames[{i}]")))
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => Vec::new(),
+    };
+    Ok(DuplexChunk {
+        audio: samples,
+        frames,
+        force_listen: force_listen.unwrap_or(false),
+        max_slice_nums: wire::slice_nums(max_slice_nums, &format!("{at}max_slice_nums"))?,
+    })
+}
+
+fn chat_message(v: &Value, i: usize) -> Result<ChatMessage, ProtocolError> {
+    let at = format!("input.messages[{i}]");
+    let obj = v
+        .as_object()
+        .ok_or_else(|| ProtocolError::InvalidPayload(format!("{at}: must be an object")))?;
+    let role = match obj.get("role") {
+        None => {
+            return Err(ProtocolError::MissingField(format!(
+                "{at}.role is required"
+            )));
+        }
+        Some(Value::String(r)) => r
+            .parse::<Role>()
+            .map_err(|e| ProtocolError::InvalidPayload(format!("{at}.role: {e}")))?,
+        Some(_) => {
+            return Err(ProtocolError::InvalidPayload(format!(
+                "{at}.role: must be a string"
+            )));
+        }
+    };
+    let mut message = ChatMessage::text(role, "");
+    match obj.get("content") {
+        None => {
+            return Err(ProtocolError::MissingField(format!(
+                "{at}.content is required"
+            )));
+        }
+        Some(Value::String(text)) => message.text = text.clone(),
+        Some(Value::Array(parts)) => {
+            for (k, part) in parts.iter().enumerate() {
+                let pat = format!("{at}.content[{k}]");
+                let kind = part.get("type").and_then(Value::as_str).ok_or_else(|| {
+                    ProtocolError::MissingField(format!(
+                        "{pat}.type is required (text, image or audio)"
+                    ))
+                })?;
+                let data = |name: &str| {
+                    part.get(name).and_then(Value::as_str).ok_or_else(|| {
+                        ProtocolError::MissingField(format!("{pat}.{name} is required"))
+                    })
+                };
+                match kind {
+                    "text" => {
+                        if !message.text.is_empty() {
+                            message.text.push('\n');
+                        }
+                        message.text.push_str(data("text")?);
+                    }
+                    "image" => {
+                        let bytes = wire::decode_base64(data("data")?, &format!("{pat}.data"))?;
+                        if !wire::is_jpeg(&bytes) && !wire::is_png(&bytes) {
+                            return Err(ProtocolError::InvalidPayload(format!(
+                                "{pat}.data: not a JPEG or PNG image"
+                            )));
+                        }
+                        message.images.push(bytes);
+                    }
+                    "audio" => message
+                        .audios
+                        .push(wire::decode_pcm_f32(data("data")?, &format!("{pat}.data"))?),
+                    other => {
+                        return Err(ProtocolError::InvalidPayload(format!(
+                            "{pat}.type: unknown content type '{other}' (expected text, image or audio)"
+                        )));
+                    }
+                }
+            }
+        }
+        Some(_) => {
+            return Err(ProtocolError::InvalidPayload(format!(
+                "{at}.content: must be a string or a list of parts"
+            )));
+        }
+    }
+    Ok(message)
+}
+
+impl Current {
+    fn init(&self, text: &str) -> Result<Inbound, ProtocolError> {
+        let event: InitEvent =
+            wire::parse_event(text, &["payload", "payload.config", "payload.voice"])?;
+        let p = event
+            .payload
+            .ok_or_else(|| ProtocolError::MissingField("payload is required (an object)".into()))?;
+        let mut setup = SessionSetup::new(self.mode.session_kind());
+        setup.system_prompt = p
+            .system_prompt
+            .or(p.instructions)
+            .map(Cow::into_owned)
+            .unwrap_or_default();
+        let c = p.config.unwrap_or_default();
+        setup.generation = Generation {
+            max_new_tokens: c.max_new_tokens,
+            length_penalty: c.length_penalty,
+            temperature: c.temperature,
+            max_slice_nums: wire::slice_nums(c.max_slice_nums, "payload.config.max_slice_nums")?,
+            force_listen_count: c.force_listen_count,
+        };
+        let voice = p.voice.unwrap_or_default();
+        if let Some(b64) = &voice.ref_audio_base64 {
+            setup.ref_audio = wire::decode_pcm_f32(b64, "payload.voice.ref_audio_base64")?;
+        }
+        if let Some(b64) = &voice.tts_ref_audio_base64 {
+            setup.tts_ref_audio = wire::decode_pcm_f32(b64, "payload.voice.tts_ref_audio_base64")?;
+        }
+        Ok(Inbound::Init(setup))
+    }
+
+    fn append(&self, text: &str) -> Result<Inbound, ProtocolError> {
+        if self.mode == Mode::Chat {
+            return self.turn(text);
+        }
+        let event: AppendEvent<DuplexInput> = wire::parse_event(text, &["input"])?;
+        let input = event
+            .input
+            .ok_or_else(|| ProtocolError::MissingField("input is required (an object)".into()))?;
+        let chunk = duplex_chunk(
+            input.audio.as_deref(),
+            input.video_frames.as_deref(),
+            input.force_listen,
+            input.max_slice_nums,
+            self.mode,
+            self.min_audio_samples,
+            "input.",
+        )?;
+        Ok(Inbound::Chunk(chunk))
+    }
+
+    fn turn(&self, text: &str) -> Result<Inbound, ProtocolError> {
+        let event: AppendEvent<ChatInput> = wire::parse_event(
+            text,
+            &["input", "input.generation", "input.image", "input.tts"],
+        )?;
+        let input = event
+            .input
+            .ok_or_else(|| ProtocolError::MissingField("input is required (an object)".into()))?;
+        let messages = input
+            .messages
+            .ok_or_else(|| ProtocolError::MissingField("input.messages is required".into()))?;
+        if messages.is_empty() {
+            return Err(ProtocolError::InvalidPayload(
+                "input.messages: must not be empty".into(),
+            ));
+        }
+        let messages = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| chat_message(m, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        if !messages.iter().any(|m| m.role == Role::User) {
+            return Err(ProtocolError::InvalidPayload(
+                "input.messages: needs at least one user message".into(),
+            ));
+        }
+        let generation = input
+            .generation
+            .map_or(Generation::default(), |g| Generation {
+                max_new_tokens: g.max_new_tokens,
+                length_penalty: g.length_penalty,
+                temperature: g.temperature,
+                ..Generation::default()
+            });
+        if generation.max_new_tokens == Some(0) {
+            return Err(ProtocolError::InvalidPayload(
+                "input.generation.max_new_tokens: must be at least 1".into(),
+            ));
+        }
+        let max_slice_nums = wire::slice_nums(
+            input.image.and_then(|i| i.max_slice_nums),
+            "input.image.max_slice_nums",
+        )?;
+        let tts = input.tts.unwrap_or(ChatTts {
+            enabled: None,
+            ref_audio_data: None,
+        });
+        let tts_ref_audio = match &tts.ref_audio_data {
+            Some(b64) => wire::decode_pcm_f32(b64, "input.tts.ref_audio_data")?,
+            None => Vec::new(),
+        };
+        Ok(Inbound::Turn {
+            input: TurnInput {
+                messages,
+                generation: Generation {
+                    max_slice_nums,
+                    ..generation
+                },
+                speech: tts.enabled.unwrap_or(false),
+                thinking: input.enable_thinking.unwrap_or(false),
+                tts_template: input.use_tts_template.unwrap_or(false),
+                omni: input.omni_mode.unwrap_or(false),
+                tts_ref_audio,
+            },
+            streaming: input.streaming.unwrap_or(true),
+        })
+    }
+}
+
+/// `session.close`, shared with the legacy dialect.
+pub(crate) fn close(text: &str) -> Result<Inbound, ProtocolError> {
+    let event: CloseEvent = wire::parse_event(text, &[])?;
+    Ok(Inbound::Close {
+        reason: event.reason.map(Cow::into_owned),
+    })
+}
+
+impl Dialect for Current {
+    fn name(&self) -> &'static str {
+        "minicpm"
+    }
+
+    fn decode(
+        &mut self,
+        text: &str,
+        _replies: &mut Vec<String>,
+    ) -> Result<Vec<Inbound>, DecodeError> {
+        let kind = wire::event_type(text)?;
+        let cmd = match kind.as_ref() {
+            "session.init" => self.init(text)?,
+            "input.append" => self.append(text)?,
+            "session.close" => close(text)?,
+            other => {
+                return Err(
+                    ProtocolError::UnknownEvent(format!("unknown event type '{other}'")).into(),
+                );
+            }
+        };
+        Ok(vec![cmd])
+    }
+
+    fn encode(&mut self, event: Outbound<'_>, out: &mut Vec<String>) {
+        encode(event, out);
+    }
+}
+
+fn queue_event(kind: &str, q: QueueInfo) -> String {
+    json!({
+        "type": kind,
+        "position": q.position,
+        "estimated_wait_s": (q.estimated_wait_s * 10.0).round() / 10.0,
+        "ticket_id": format!("ticket_{}", q.ticket),
+        "queue_length": q.queue_length,
+    })
+    .to_string()
+}
+
+/// The queue, error and close events every MiniCPM-o dialect shares.
+pub(crate) fn encode_common(event: &Outbound<'_>, closed_reason: &str) -> Option<String> {
+    Some(match event {
+        Outbound::Queued(q) => queue_event("session.queued", *q),
+        Outbound::QueueUpdate(q) => queue_event("session.queue_update", *q),
+        Outbound::QueueDone => json!({"type": "session.queue_done"}).to_string(),
+        Outbound::Error(e) => json!({
+            "type": "error",
+            "error": {"code": e.code(), "message": e.to_string(), "type": e.kind().as_str()},
+        })
+        .to_string(),
+        Outbound::Closed { session_id, .. } => {
+            let mut v = json!({"type": "session.closed", "reason": closed_reason});
+            if let Some(id) = session_id {
+                v["session_id"] = json!(id);
+            }
+            v.to_string()
+        }
+        _ => return None,
+    })
+}
+
+fn step_metrics(o: &StepOutcome) -> Value {
+    json!({
+        "kv_cache_length": o.kv_length,
+        "prefill_ms": o.prefill_us as f64 / 1000.0,
+        "generate_ms": o.generate_us as f64 / 1000.0,
+    })
+}
+
+fn encode(event: Outbound<'_>, out: &mut Vec<String>) {
+    let reason = match &event {
+        Outbound::Closed { reason, .. } => reason.as_str(),
+        _ => "",
+    };
+    if let Some(frame) = encode_common(&event, reason) {
+        out.push(frame);
+        return;
+    }
+    let delta = |kind: &str, session_id: &str, capacity: usize| {
+        JsonWriter::new(capacity)
+            .field("type", "response.output.delta")
+            .field("kind", kind)
+            .field("session_id", session_id)
+    };
+    match event {
+        Outbound::Created {
+            session_id,
+            kind,
+            prompt_length,
+            queue_wait_ms,
+        } => out.push(
+            json!({
+                "type": "session.created",
+                "session_id": session_id,
+                "mode": kind.runtime_name(),
+                "metrics": {"prompt_length": prompt_length, "queue_wait_ms": queue_wait_ms},
+            })
+            .to_string(),
+        ),
+        Outbound::Step {
+            session_id,
+            response_id,
+            input_id,
+            outcome,
+        } => match outcome.kind {
+            StepKind::Listen => out.push(
+                delta("listen", session_id, 256)
+                    .field("input_id", input_id)
+                    .field("metrics", step_metrics(outcome))
+                    .finish(),
+            ),
+            StepKind::Speak => {
+                if !outcome.text.is_empty() {
+                    out.push(
+                        delta("text", session_id, 256 + outcome.text.len())
+                            .field("response_id", response_id)
+                            .field("input_id", input_id)
+                            .field("text", &outcome.text)
+                            .field("metrics", step_metrics(outcome))
+                            .finish(),
+                    );
+                }
+                if !outcome.audio.is_empty() {
+                    out.push(
+                        delta(
+                            "audio",
+                            session_id,
+                            256 + wire::pcm_b64_len(outcome.audio.len()),
+                        )
+                        .field("response_id", response_id)
+                        .field("input_id", input_id)
+                        .pcm_field("audio", &outcome.audio)
+                        .field("end_of_turn", outcome.end_of_turn)
+                        .field("metrics", step_metrics(outcome))
+                        .finish(),
+                    );
+                }
+            }
+        },
+        Outbound::TurnDelta {
+            session_id,
+            response_id,
+            text,
+            audio,
+        } => {
+            if !text.is_empty() {
+                out.push(
+                    delta("text", session_id, 256)
+                        .field("response_id", response_id)
+                        .field("text", text)
+                        .finish(),
+                );
+            }
+            if !audio.is_empty() {
+                out.push(
+                    delta("audio", session_id, 256 + wire::pcm_b64_len(audio.len()))
+                        .field("response_id", response_id)
+                        .pcm_field("audio", audio)
+                        .finish(),
+                );
+            }
+        }
+        Outbound::TurnDone {
+            session_id,
+            response_id,
+            text,
+            audio,
+            input_tokens,
+            output_tokens,
+            kv_length,
+            duration_ms,
+        } => {
+            let metrics = json!({
+                "input_tokens": input_tokens,
+                "output_tokens": output_tokens,
+                "kv_cache_length": kv_length,
+                "duration_ms": duration_ms,
+            });
+            let mut w =
+                JsonWriter::new(256 + text.len() + audio.map_or(0, |a| wire::pcm_b64_len(a.len())))
+                    .field("type", "response.done")
+                    .field("session_id", session_id)
+                    .field("response_id", response_id)
+                    .field("text", text)
+                    .field("reason", "turn_end")
+                    .field("metrics", metrics);
+            if let Some(audio) = audio {
+                w = w.pcm_field("audio", audio);
+            }
+            out.push(w.finish());
+        }
+        Outbound::Queued(_)
+        | Outbound::QueueUpdate(_)
+        | Outbound::QueueDone
+        | Outbound::Error(_)
+        | Outbound::Closed { .. } => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use omni_actors::domain::SessionKind;
+
+    fn b64(samples: &[f32]) -> String {
+        let mut s = String::new();
+        wire::encode_pcm_f32(samples, &mut s);
+        s
+    }
+
+    fn decode(d: &mut Current, v: Value) -> Result<Inbound, DecodeError> {
+        d.decode(&v.to_string(), &mut Vec::new())
+            .map(|mut c| c.remove(0))
+    }
+
+    fn code(r: Result<Inbound, DecodeError>) -> String {
+        match r {
+            Err(DecodeError::Protocol(e)) => format!("{}: {e}", e.code()),
+            Err(DecodeError::Unparseable(_)) => "unparseable".into(),
+            Ok(_) => "ok".into(),
+        }
+    }
+
+    #[test]
+    fn init_reaches_the_backend_setup() {
+        let mut d = Current::new(Mode::Video, 4000);
+        let cmd = decode(
+            &mut d,
+            json!({"type": "session.init", "payload": {
+                "instructions": "be kind", "config": {"length_penalty": 1.2, "max_slice_nums": 4},
+                "voice": {"ref_audio_base64": b64(&[0.5; 8]), "tts_ref_audio_base64": b64(&[0.25; 4])}}}),
+        )
+        .unwrap();
+        let Inbound::Init(s) = cmd else {
+            panic!("{cmd:?}")
+        };
+        assert_eq!(s.kind, SessionKind::Duplex);
+        assert_eq!(s.system_prompt, "be kind");
+        assert_eq!(s.generation.length_penalty, Some(1.2));
+        assert_eq!(s.generation.max_slice_nums, Some(4));
+        assert_eq!((s.ref_audio.len(), s.tts_ref_audio.len()), (8, 4));
+    }
+
+    #[test]
+    fn init_errors() {
+        let mut d = Current::new(Mode::Video, 4000);
+        assert_eq!(
+            code(decode(&mut d, json!({"type": "session.init"}))),
+            "missing_field: payload is required (an object)"
+        );
+        assert_eq!(
+            code(decode(
+                &mut d,
+                json!({"type": "session.init", "payload": 3})
+            )),
+            "missing_field: payload must be an object"
+        );
+        assert_eq!(
+            code(decode(
+                &mut d,
+                json!({"type": "session.init", "payload": {"system_prompt": 5}})
+            )),
+            "invalid_payload: payload.system_prompt: invalid type: integer `5`, expected a string"
+        );
+        assert!(
+            code(decode(
+                &mut d,
+                json!({"type": "session.init", "payload": {"voice": {"ref_audio_base64": "%%"}}})
+            ))
+            .starts_with("invalid_payload: payload.voice.ref_audio_base64: not valid base64")
+        );
+    }
+
+    #[test]
+    fn duplex_append_is_validated() {
+        let mut d = Current::new(Mode::Video, 4000);
+        let jpeg = wire::decode_base64("/9j/4AAQ", "x").unwrap();
+        assert!(wire::is_jpeg(&jpeg));
+        let ok = decode(
+            &mut d,
+            json!({"type": "input.append", "input": {"audio": b64(&[0.0; 4000]), "video_frames": ["/9j/4AAQ"], "force_listen": true, "max_slice_nums": 2}}),
+        )
+        .unwrap();
+        let Inbound::Chunk(c) = ok else { panic!() };
+        assert_eq!(
+            (
+                c.audio.len(),
+                c.frames.len(),
+                c.force_listen,
+                c.max_slice_nums
+            ),
+            (4000, 1, true, Some(2))
+        );
+
+        let cases = [
+            (
+                json!({"type": "input.append"}),
+                "missing_field: input is required (an object)",
+            ),
+            (
+                json!({"type": "input.append", "input": "x"}),
+                "missing_field: input must be an object",
+            ),
+            (
+                json!({"type": "input.append", "input": {}}),
+                "missing_field: input.audio is required",
+            ),
+            (
+                json!({"type": "input.append", "input": {"audio": 1}}),
+                "invalid_payload: input.audio: invalid type: integer `1`, expected a string",
+            ),
+            (
+                json!({"type": "input.append", "input": {"audio": b64(&[0.0; 3999])}}),
+                "invalid_payload: input.audio: 3999 samples; at least 4000 (16 kHz mono float32) are required",
+            ),
+            (
+                json!({"type": "input.append", "input": {"audio": "AAAAAAA="}}),
+                "invalid_payload: input.audio: 5 bytes is not a whole number of float32 samples (a multiple of 4)",
+            ),
+            (
+                json!({"type": "input.append", "input": {"audio": b64(&[0.0; 4000]), "video_frames": ["R0lGODlh"]}}),
+                "invalid_payload: input.video_frames[0]: not a JPEG image",
+            ),
+            (
+                json!({"type": "input.append", "input": {"audio": b64(&[0.0; 4000]), "max_slice_nums": 10}}),
+                "invalid_payload: input.max_slice_nums: 10 is outside 1..9",
+            ),
+            (
+                json!({"type": "input.append", "input": {"audio": b64(&[0.0; 4000]), "force_listen": "yes"}}),
+                "invalid_payload: input.force_listen: invalid type: string \"yes\", expected a boolean",
+            ),
+        ];
+        for (event, expected) in cases {
+            assert_eq!(code(decode(&mut d, event.clone())), expected, "{event}");
+        }
+    }
+
+    #[test]
+    fn audio_mode_ignores_frames() {
+        let mut d = Current::new(Mode::Audio, 4000);
+        let cmd = decode(
+            &mut d,
+            json!({"type": "input.append", "input": {"audio": b64(&[0.0; 4000]), "video_frames": ["not even base64"]}}),
+        );
+        let Ok(Inbound::Chunk(c)) = cmd else {
+            panic!("{cmd:?}")
+        };
+        assert!(c.frames.is_empty());
+    }
+
+    #[test]
+    fn chat_append() {
+        let mut d = Current::new(Mode::Chat, 4000);
+        let cmd = decode(
+            &mut d,
+            json!({"type": "input.append", "input": {
+                "messages": [{"role": "system", "content": "short"}, {"role": "user", "content": [
+                    {"type": "text", "text": "Describe"}, {"type": "image", "data": "/9j/4AAQ"}, {"type": "audio", "data": b64(&[0.1; 16])}]}],
+                "streaming": false, "generation": {"max_new_tokens": 64, "length_penalty": 1.1}, "image": {"max_slice_nums": 1},
+                "tts": {"enabled": true}, "enable_thinking": true}}),
+        )
+        .unwrap();
+        let Inbound::Turn { input, streaming } = cmd else {
+            panic!()
+        };
+        assert!(!streaming && input.speech && input.thinking);
+        assert_eq!(input.messages.len(), 2);
+        assert_eq!(
+            (
+                input.messages[1].text.as_str(),
+                input.messages[1].images.len(),
+                input.messages[1].audios[0].len()
+            ),
+            ("Describe", 1, 16)
+        );
+        assert_eq!(input.generation.max_new_tokens, Some(64));
+
+        let cases = [
+            (
+                json!({"type": "input.append", "input": {}}),
+                "missing_field: input.messages is required",
+            ),
+            (
+                json!({"type": "input.append", "input": {"messages": []}}),
+                "invalid_payload: input.messages: must not be empty",
+            ),
+            (
+                json!({"type": "input.append", "input": {"messages": [{"content": "x"}]}}),
+                "missing_field: input.messages[0].role is required",
+            ),
+            (
+                json!({"type": "input.append", "input": {"messages": [{"role": "robot", "content": "x"}]}}),
+                "invalid_payload: input.messages[0].role: unknown role 'robot' (expected system, user or assistant)",
+            ),
+            (
+                json!({"type": "input.append", "input": {"messages": [{"role": "user"}]}}),
+                "missing_field: input.messages[0].content is required",
+            ),
+            (
+                json!({"type": "input.append", "input": {"messages": [{"role": "user", "content": [{"type": "video"}]}]}}),
+                "invalid_payload: input.messages[0].content[0].type: unknown content type 'video' (expected text, image or audio)",
+            ),
+            (
+                json!({"type": "input.append", "input": {"messages": [{"role": "assistant", "content": "x"}]}}),
+                "invalid_payload: input.messages: needs at least one user message",
+            ),
+            (
+                json!({"type": "input.append", "input": {"messages": [{"role": "user", "content": "x"}], "streaming": 1}}),
+                "invalid_payload: input.streaming: invalid type: integer `1`, expected a boolean",
+            ),
+        ];
+        for (event, expected) in cases {
+            assert_eq!(code(decode(&mut d, event.clone())), expected, "{event}");
+        }
+    }
+
+    #[test]
+    fn unknown_and_unparseable() {
+        let mut d = Current::new(Mode::Video, 4000);
+        assert_eq!(
+            code(decode(&mut d, json!({"type": "session.dance"}))),
+            "unknown_event: unknown event type 'session.dance'"
+        );
+        assert_eq!(
+            code(
+                d.decode("{not json", &mut Vec::new())
+                    .map(|mut c| c.remove(0))
+            ),
+            "unparseable"
+        );
+        assert_eq!(
+            code(d.decode("[]", &mut Vec::new()).map(|mut c| c.remove(0))),
+            "unparseable"
+        );
+        assert_eq!(
+            code(decode(
+                &mut d,
+                json!({"type": "session.close", "reason": "bye"})
+            )),
+            "ok"
+        );
+    }
+
+    #[test]
+    fn speech_is_a_text_delta_then_an_audio_delta() {
+        let outcome = StepOutcome {
+            kind: StepKind::Speak,
+            text: "Hi".into(),
+            audio: vec![0.5; 24000],
+            end_of_turn: true,
+            kv_length: 77,
+            input_tokens: 0,
+            output_tokens: 1,
+            prefill_us: 0,
+            generate_us: 0,
+        };
+        let mut out = Vec::new();
+        encode(
+            Outbound::Step {
+                session_id: "s",
+                response_id: Some("r"),
+                input_id: "input_3",
+                outcome: &outcome,
+            },
+            &mut out,
+        );
+        let v: Vec<Value> = out
+            .iter()
+            .map(|f| serde_json::from_str(f).unwrap())
+            .collect();
+        assert_eq!(v.len(), 2);
+        assert_eq!(
+            (
+                v[0]["kind"].as_str(),
+                v[0]["text"].as_str(),
+                v[0]["response_id"].as_str()
+            ),
+            (Some("text"), Some("Hi"), Some("r"))
+        );
+        assert_eq!(
+            (
+                v[1]["kind"].as_str(),
+                v[1]["input_id"].as_str(),
+                v[1]["end_of_turn"].as_bool()
+            ),
+            (Some("audio"), Some("input_3"), Some(true))
+        );
+        assert_eq!(
+            wire::decode_pcm_f32(v[1]["audio"].as_str().unwrap(), "a")
+                .unwrap()
+                .len(),
+            24000
+        );
+        assert_eq!(v[1]["metrics"]["kv_cache_length"], 77);
+    }
+}

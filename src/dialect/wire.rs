@@ -1,0 +1,313 @@
+//! Helpers every JSON dialect shares: parsing with errors that name the field, base64
+//! float32 PCM in and out, JPEG checks, and writing events with large payloads without
+//! intermediate copies.
+
+use std::borrow::Cow;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use omni_actors::dialect::DecodeError;
+use omni_actors::protocol::ProtocolError;
+use serde::{Deserialize, Serialize};
+
+/// The `type` of an event, read without looking at the rest.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+}
+
+/// Reads an event's `type`. Not JSON, or JSON that is not an object: `Unparseable`.
+pub fn event_type(text: &str) -> Result<Cow<'_, str>, DecodeError> {
+    let is_object = text.trim_start().starts_with('{');
+    match serde_json::from_str::<Envelope>(text) {
+        // serde also reads a struct from a JSON array; only an object is an event.
+        Ok(_) if !is_object => Err(DecodeError::Unparseable(
+            "the message is JSON but not an object".into(),
+        )),
+        Ok(Envelope { kind: Some(kind) }) => Ok(kind),
+        Ok(Envelope { kind: None }) => {
+            Err(ProtocolError::MissingField("type: every event needs a type".into()).into())
+        }
+        Err(e) if e.is_data() && is_object => {
+            Err(ProtocolError::InvalidPayload("type: must be a string".into()).into())
+        }
+        Err(e) if e.is_data() => Err(DecodeError::Unparseable(
+            "the message is JSON but not an object".into(),
+        )),
+        Err(e) => Err(DecodeError::Unparseable(format!(
+            "not JSON: {}",
+            strip_position(&e.to_string())
+        ))),
+    }
+}
+
+/// Parses a whole event into `T`. Errors name the field: a missing field or a container
+/// (`containers`, e.g. `input`) that is not an object is `missing_field`, anything else of
+/// the wrong type is `invalid_payload`.
+pub fn parse_event<'a, T: Deserialize<'a>>(
+    text: &'a str,
+    containers: &[&str],
+) -> Result<T, ProtocolError> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let message = strip_position(&e.into_inner().to_string());
+        if let Some(field) = message
+            .strip_prefix("missing field `")
+            .and_then(|r| r.split('`').next())
+        {
+            let full = if path == "." {
+                field.to_string()
+            } else {
+                format!("{path}.{field}")
+            };
+            ProtocolError::MissingField(format!("{full} is required"))
+        } else if containers.contains(&path.as_str()) {
+            ProtocolError::MissingField(format!("{path} must be an object"))
+        } else {
+            ProtocolError::InvalidPayload(format!("{path}: {message}"))
+        }
+    })
+}
+
+fn strip_position(message: &str) -> String {
+    match message.find(" at line ") {
+        Some(i) => message[..i].to_string(),
+        None => message.to_string(),
+    }
+}
+
+/// Base64 of little-endian float32 PCM into samples: one allocation, for the samples.
+pub fn decode_pcm_f32(b64: &str, field: &str) -> Result<Vec<f32>, ProtocolError> {
+    let estimate = base64::decoded_len_estimate(b64.len());
+    let mut samples = vec![0f32; estimate.div_ceil(4)];
+    let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut samples);
+    let n = STANDARD
+        .decode_slice(b64.as_bytes(), bytes)
+        .map_err(|e| ProtocolError::InvalidPayload(format!("{field}: not valid base64 ({e})")))?;
+    if n % 4 != 0 {
+        return Err(ProtocolError::InvalidPayload(format!(
+            "{field}: {n} bytes is not a whole number of float32 samples (a multiple of 4)"
+        )));
+    }
+    samples.truncate(n / 4);
+    if cfg!(target_endian = "big") {
+        for s in &mut samples {
+            *s = f32::from_bits(u32::from_le(s.to_bits()));
+        }
+    }
+    if let Some(i) = samples.iter().position(|s| !s.is_finite()) {
+        return Err(ProtocolError::InvalidPayload(format!(
+            "{field}: sample {i} is not a finite number"
+        )));
+    }
+    Ok(samples)
+}
+
+/// Appends the base64 of `samples` as little-endian float32 to `out`.
+pub fn encode_pcm_f32(samples: &[f32], out: &mut String) {
+    if cfg!(target_endian = "little") {
+        STANDARD.encode_string(bytemuck::cast_slice::<f32, u8>(samples), out);
+    } else {
+        let bytes: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
+        STANDARD.encode_string(bytes, out);
+    }
+}
+
+/// Decodes base64 (optionally a `data:` URL) into bytes.
+pub fn decode_base64(b64: &str, field: &str) -> Result<Vec<u8>, ProtocolError> {
+    let data = match b64.strip_prefix("data:") {
+        Some(rest) => rest.split_once(";base64,").map(|(_, d)| d).ok_or_else(|| {
+            ProtocolError::InvalidPayload(format!(
+                "{field}: a data URL must be base64 (data:...;base64,...)"
+            ))
+        })?,
+        None => b64,
+    };
+    STANDARD
+        .decode(data)
+        .map_err(|e| ProtocolError::InvalidPayload(format!("{field}: not valid base64 ({e})")))
+}
+
+pub fn is_jpeg(bytes: &[u8]) -> bool {
+    bytes.starts_with(&[0xFF, 0xD8, 0xFF])
+}
+
+pub fn is_png(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"\x89PNG\r\n\x1a\n")
+}
+
+/// A base64 JPEG frame.
+pub fn decode_jpeg(b64: &str, field: &str) -> Result<Vec<u8>, ProtocolError> {
+    let bytes = decode_base64(b64, field)?;
+    if !is_jpeg(&bytes) {
+        return Err(ProtocolError::InvalidPayload(format!(
+            "{field}: not a JPEG image"
+        )));
+    }
+    Ok(bytes)
+}
+
+/// `max_slice_nums`: an integer from 1 to 9.
+pub fn slice_nums(v: Option<i64>, field: &str) -> Result<Option<u32>, ProtocolError> {
+    match v {
+        None => Ok(None),
+        Some(n @ 1..=9) => Ok(Some(n as u32)),
+        Some(n) => Err(ProtocolError::InvalidPayload(format!(
+            "{field}: {n} is outside 1..9"
+        ))),
+    }
+}
+
+/// Writes a JSON object field by field, so that a large string (base64 audio) is encoded
+/// straight into the output.
+pub struct JsonWriter {
+    out: String,
+    first: bool,
+}
+
+impl JsonWriter {
+    pub fn new(capacity: usize) -> JsonWriter {
+        let mut out = String::with_capacity(capacity);
+        out.push('{');
+        JsonWriter { out, first: true }
+    }
+
+    fn key(&mut self, key: &str) {
+        if !self.first {
+            self.out.push(',');
+        }
+        self.first = false;
+        self.out.push('"');
+        self.out.push_str(key);
+        self.out.push_str("\":");
+    }
+
+    /// A field with any serializable value (keys are plain ASCII, not escaped).
+    pub fn field(mut self, key: &str, value: impl Serialize) -> JsonWriter {
+        self.key(key);
+        // Serializing plain values into a String cannot fail.
+        let _ = serde_json::to_writer(string_writer(&mut self.out), &value);
+        self
+    }
+
+    /// A field whose value is the base64 of float32 PCM.
+    pub fn pcm_field(mut self, key: &str, samples: &[f32]) -> JsonWriter {
+        self.key(key);
+        self.out.push('"');
+        encode_pcm_f32(samples, &mut self.out);
+        self.out.push('"');
+        self
+    }
+
+    pub fn finish(mut self) -> String {
+        self.out.push('}');
+        self.out
+    }
+}
+
+/// An io::Write into a String (serde_json writes UTF-8; each piece is checked).
+fn string_writer(s: &mut String) -> impl std::io::Write + '_ {
+    struct W<'a>(&'a mut String);
+    impl std::io::Write for W<'_> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let text = std::str::from_utf8(buf)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+            self.0.push_str(text);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    W(s)
+}
+
+/// Length of the base64 of `samples` float32 samples (with padding).
+pub fn pcm_b64_len(samples: usize) -> usize {
+    (samples * 4).div_ceil(3) * 4
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pcm_round_trips() {
+        let samples: Vec<f32> = (0..4001).map(|i| (i as f32 * 0.01).sin()).collect();
+        let mut b64 = String::new();
+        encode_pcm_f32(&samples, &mut b64);
+        assert_eq!(b64.len(), pcm_b64_len(samples.len()));
+        assert_eq!(decode_pcm_f32(&b64, "audio").unwrap(), samples);
+    }
+
+    #[test]
+    fn pcm_errors_name_the_field_and_the_reason() {
+        let e = decode_pcm_f32("not base64!", "input.audio").unwrap_err();
+        assert!(
+            matches!(&e, ProtocolError::InvalidPayload(m) if m.starts_with("input.audio: not valid base64")),
+            "{e}"
+        );
+        let e = decode_pcm_f32(&STANDARD.encode([0u8; 10]), "input.audio").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "input.audio: 10 bytes is not a whole number of float32 samples (a multiple of 4)"
+        );
+        let e = decode_pcm_f32(&STANDARD.encode(f32::NAN.to_le_bytes()), "a").unwrap_err();
+        assert_eq!(e.to_string(), "a: sample 0 is not a finite number");
+    }
+
+    #[test]
+    fn jpeg_and_data_urls() {
+        let jpeg = [0xFF, 0xD8, 0xFF, 0xE0, 1, 2];
+        let b64 = STANDARD.encode(jpeg);
+        assert_eq!(decode_jpeg(&b64, "f").unwrap(), jpeg);
+        assert_eq!(
+            decode_jpeg(&format!("data:image/jpeg;base64,{b64}"), "f").unwrap(),
+            jpeg
+        );
+        assert_eq!(
+            decode_jpeg(&STANDARD.encode(b"GIF89a"), "f")
+                .unwrap_err()
+                .to_string(),
+            "f: not a JPEG image"
+        );
+    }
+
+    #[test]
+    fn json_writer_escapes_values_and_embeds_pcm() {
+        let s = JsonWriter::new(64)
+            .field("type", "x")
+            .field("text", "a \"quoted\"\n")
+            .pcm_field("audio", &[1.0])
+            .finish();
+        let v: serde_json::Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(v["text"], "a \"quoted\"\n");
+        assert_eq!(
+            decode_pcm_f32(v["audio"].as_str().unwrap(), "a").unwrap(),
+            vec![1.0]
+        );
+    }
+
+    #[test]
+    fn event_type_classifies_what_is_not_an_event() {
+        assert_eq!(event_type(r#"{"type":"a"}"#).unwrap(), "a");
+        assert!(matches!(
+            event_type("nope"),
+            Err(DecodeError::Unparseable(_))
+        ));
+        assert!(matches!(
+            event_type("[1,2]"),
+            Err(DecodeError::Unparseable(_))
+        ));
+        assert!(matches!(
+            event_type("{\"type\": 3}"),
+            Err(DecodeError::Protocol(ProtocolError::InvalidPayload(_)))
+        ));
+        assert!(matches!(
+            event_type("{}"),
+            Err(DecodeError::Protocol(ProtocolError::MissingField(_)))
+        ));
+    }
+}

@@ -1,0 +1,407 @@
+//! Test harness: the real server binary on a free loopback port, and a real WebSocket
+//! client. A server's log is printed when the test using it fails.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// How long a test waits for any one event before failing.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// The sections of a test configuration; `bind` is always a free port.
+pub struct Setup {
+    pub server: Vec<String>,
+    pub queue: Vec<String>,
+    pub limits: Vec<String>,
+    pub workers: String,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            server: vec![],
+            queue: vec![],
+            limits: vec![],
+            workers: workers(1, ""),
+        }
+    }
+}
+
+impl Setup {
+    pub fn server(mut self, line: &str) -> Self {
+        self.server.push(line.into());
+        self
+    }
+    pub fn queue(mut self, line: &str) -> Self {
+        self.queue.push(line.into());
+        self
+    }
+    pub fn limits(mut self, line: &str) -> Self {
+        self.limits.push(line.into());
+        self
+    }
+    pub fn workers(mut self, toml: String) -> Self {
+        self.workers = toml;
+        self
+    }
+    fn render(&self) -> String {
+        format!(
+            "[server]\nbind = \"127.0.0.1:0\"\n{}\n[queue]\n{}\n[limits]\n{}\n{}",
+            self.server.join("\n"),
+            self.queue.join("\n"),
+            self.limits.join("\n"),
+            self.workers
+        )
+    }
+}
+
+/// `count` builtin workers named sim-0.., with extra `[workers.options]` lines.
+pub fn workers(count: usize, options: &str) -> String {
+    format!("[[workers]]\nname = \"sim\"\ncount = {count}\n[workers.options]\n{options}\n")
+}
+
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+    logs: Arc<Mutex<String>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    pub fn start(setup: Setup) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, setup.render()).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_omni-gateway"))
+            .arg("--config")
+            .arg(&path)
+            .env("RUST_LOG", "debug,actix_server=warn,actix_http=warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start omni-gateway");
+        let logs = Arc::new(Mutex::new(String::new()));
+        let mut stderr = child.stderr.take().unwrap();
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = stderr.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix("omni-gateway listening on ") {
+                    let _ = tx.send(addr.trim().parse::<SocketAddr>().unwrap());
+                }
+            }
+        });
+        let addr = match rx.recv_timeout(WAIT) {
+            Ok(addr) => addr,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("the server did not start:\n{}", logs.lock().unwrap());
+            }
+        };
+        Server {
+            child,
+            addr,
+            logs,
+            _dir: dir,
+        }
+    }
+
+    /// Starts the server and waits until every worker is idle.
+    pub fn ready(setup: Setup) -> Server {
+        let server = Server::start(setup);
+        server.wait_idle();
+        server
+    }
+
+    pub fn url(&self, path_and_query: &str) -> String {
+        format!("ws://{}{}", self.addr, path_and_query)
+    }
+
+    pub fn logs(&self) -> String {
+        self.logs.lock().unwrap().clone()
+    }
+
+    /// A plain HTTP GET; returns the status code and the body.
+    pub fn get(&self, path: &str) -> (u16, String) {
+        http(self.addr, "GET", path, &[])
+    }
+
+    pub fn status(&self) -> Value {
+        let (code, body) = self.get("/status");
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str(&body).unwrap()
+    }
+
+    /// Waits until every worker is idle and the queue is empty (the invariant after a test).
+    pub fn wait_idle(&self) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let s = self.status();
+            let idle = s["workers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|w| w["state"] == "idle");
+            if idle && s["queue"]["length"] == 0 {
+                return;
+            }
+            assert!(Instant::now() < deadline, "workers not idle: {s}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The process is still running.
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    pub fn child(&mut self) -> &mut Child {
+        &mut self.child
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("---- server log ----\n{}", self.logs());
+        }
+    }
+}
+
+/// A minimal HTTP/1.1 request; returns the status code and the body.
+pub fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    stream.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
+}
+
+type Ws = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// What the client saw next.
+#[derive(Debug)]
+pub enum Seen {
+    Event(Value),
+    Closed(Option<u16>),
+}
+
+pub struct Client {
+    ws: Ws,
+    /// Every event received, in order.
+    pub seen: Vec<Value>,
+}
+
+impl Client {
+    pub async fn connect(url: &str) -> Client {
+        let (ws, _) = tokio_tungstenite::connect_async(url)
+            .await
+            .unwrap_or_else(|e| panic!("connect {url}: {e}"));
+        Client {
+            ws,
+            seen: Vec::new(),
+        }
+    }
+
+    pub async fn send(&mut self, event: Value) {
+        self.ws
+            .send(Message::text(event.to_string()))
+            .await
+            .unwrap();
+    }
+
+    pub async fn send_raw(&mut self, msg: Message) {
+        self.ws.send(msg).await.unwrap();
+    }
+
+    /// The next event or close, within `WAIT`; pings and pongs are skipped.
+    pub async fn next(&mut self) -> Seen {
+        loop {
+            let msg = tokio::time::timeout(WAIT, self.ws.next())
+                .await
+                .expect("no event in time; seen so far in `seen`");
+            match msg {
+                Some(Ok(Message::Text(t))) => {
+                    let v: Value = serde_json::from_str(&t).expect("server sent non-JSON text");
+                    self.seen.push(v.clone());
+                    return Seen::Event(v);
+                }
+                Some(Ok(Message::Close(frame))) => {
+                    return Seen::Closed(frame.map(|f: CloseFrame| u16::from(f.code)));
+                }
+                Some(Ok(Message::Binary(_))) => panic!("the server sent a binary frame"),
+                Some(Ok(_)) => continue,
+                Some(Err(_)) | None => return Seen::Closed(None),
+            }
+        }
+    }
+
+    /// The next event, which must not be a close.
+    pub async fn event(&mut self) -> Value {
+        match self.next().await {
+            Seen::Event(v) => v,
+            Seen::Closed(code) => panic!(
+                "closed ({code:?}) while expecting an event; seen: {:?}",
+                self.seen
+            ),
+        }
+    }
+
+    /// The next event, which must have type `kind`.
+    pub async fn expect(&mut self, kind: &str) -> Value {
+        let v = self.event().await;
+        assert_eq!(v["type"], kind, "expected {kind}, got {v}");
+        v
+    }
+
+    /// Skips events until one of type `kind`.
+    pub async fn until(&mut self, kind: &str) -> Value {
+        loop {
+            let v = self.event().await;
+            if v["type"] == kind {
+                return v;
+            }
+        }
+    }
+
+    /// Reads until the connection closes; returns the close code. Events on the way
+    /// are kept in `seen`.
+    pub async fn closed(&mut self) -> Option<u16> {
+        loop {
+            if let Seen::Closed(code) = self.next().await {
+                return code;
+            }
+        }
+    }
+
+    /// Expects an error event with `code`.
+    pub async fn expect_error(&mut self, code: &str) -> Value {
+        let v = self.expect("error").await;
+        assert_eq!(v["error"]["code"], code, "{v}");
+        v
+    }
+
+    pub async fn close_socket(mut self) {
+        let _ = self.ws.close(None).await;
+    }
+}
+
+/// Connects and waits for `session.queue_done` (no queueing expected).
+pub async fn connected(server: &Server, mode: &str) -> Client {
+    let mut c = Client::connect(&server.url(&format!("/v1/realtime?mode={mode}"))).await;
+    c.expect("session.queue_done").await;
+    c
+}
+
+/// Connects, initialises and waits for `session.created`.
+pub async fn active(server: &Server, mode: &str) -> Client {
+    let mut c = connected(server, mode).await;
+    c.send(json!({"type": "session.init", "payload": {"system_prompt": "You are a test."}}))
+        .await;
+    c.expect("session.created").await;
+    c
+}
+
+/// One second of a 220 Hz tone: speech to the reference backend.
+pub fn loud() -> Vec<f32> {
+    (0..16000)
+        .map(|i| 0.3 * (2.0 * std::f32::consts::PI * 220.0 * i as f32 / 16000.0).sin())
+        .collect()
+}
+
+/// One second of silence.
+pub fn quiet() -> Vec<f32> {
+    vec![0.0; 16000]
+}
+
+pub fn b64_pcm(samples: &[f32]) -> String {
+    let bytes: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
+    STANDARD.encode(bytes)
+}
+
+pub fn pcm_of(b64: &Value) -> Vec<f32> {
+    let bytes = STANDARD
+        .decode(b64.as_str().expect("base64 string"))
+        .unwrap();
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// A tiny valid JPEG header (the gateway checks the SOI marker; the reference backend counts frames).
+pub fn jpeg_b64() -> String {
+    STANDARD.encode([
+        0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10, b'J', b'F', b'I', b'F', 0x00, 0xFF, 0xD9,
+    ])
+}
+
+pub fn append(audio: &[f32]) -> Value {
+    json!({"type": "input.append", "input": {"audio": b64_pcm(audio)}})
+}
+
+pub fn append_with(audio: &[f32], extra: Value) -> Value {
+    let mut v = append(audio);
+    for (k, val) in extra.as_object().unwrap() {
+        v["input"][k] = val.clone();
+    }
+    v
+}
+
+/// Reads deltas until the one answering `input_id` whose kind is listen or the last of its step.
+pub async fn answer_to(c: &mut Client, input_id: &str) -> Vec<Value> {
+    let mut got = Vec::new();
+    loop {
+        let v = c.event().await;
+        assert_ne!(v["type"], "error", "unexpected error: {v}");
+        if v["type"] != "response.output.delta" {
+            continue;
+        }
+        let done = v["input_id"] == input_id && (v["kind"] == "listen" || v["kind"] == "audio");
+        got.push(v);
+        if done {
+            return got;
+        }
+    }
+}
