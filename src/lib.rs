@@ -2,6 +2,7 @@
 //!
 //! `config` loads `config.toml`; `backend` drives backends through the C ABI.
 
+pub mod audio;
 pub mod backend;
 pub mod config;
 pub mod dialect;

@@ -12,7 +12,7 @@ use omni_actors::queue_actor::QueueSnapshot;
 use omni_actors::session::{SessionActor, SessionSettings};
 use serde_json::json;
 
-use crate::dialect::minicpm::Current;
+use crate::dialect::select::MiniCpmEndpoint;
 use crate::server::Gateway;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -70,7 +70,7 @@ async fn realtime(
     let peer = req
         .peer_addr()
         .map_or_else(|| "unknown".to_string(), |a| a.to_string());
-    let dialect = Box::new(Current::new(mode, config.limits.min_audio_samples));
+    let dialect = Box::new(MiniCpmEndpoint::new(mode, config.limits.min_audio_samples));
     let actor = SessionActor::new(settings, dialect, gw.queue.clone(), peer);
     let mut response = ws::handshake(&req)?;
     let codec = actix_http::ws::Codec::new().max_size(config.server.max_frame_bytes);
@@ -88,11 +88,14 @@ async fn status(gw: web::Data<Gateway>) -> actix_web::Result<HttpResponse> {
     let workers: Vec<_> = workers
         .iter()
         .map(|w| {
-            let (session, mode) = match &w.state {
-                WorkerState::Busy { session, mode, .. } => {
-                    (Some(session.as_str()), Some(mode.as_str()))
-                }
-                _ => (None, None),
+            let (session, mode, dialect) = match &w.state {
+                WorkerState::Busy {
+                    session,
+                    mode,
+                    dialect,
+                    ..
+                } => (Some(session.as_str()), Some(mode.as_str()), *dialect),
+                _ => (None, None, None),
             };
             json!({
                 "name": w.name,
@@ -101,6 +104,7 @@ async fn status(gw: web::Data<Gateway>) -> actix_web::Result<HttpResponse> {
                 "state": w.state.name(),
                 "session": session,
                 "mode": mode,
+                "dialect": dialect,
                 "sessions_served": w.sessions_served,
                 "restarts": w.restarts,
                 "last_error": w.last_error,

@@ -50,6 +50,8 @@ pub struct Attach {
 pub struct Prepare {
     pub key: u64,
     pub session_id: String,
+    /// The session's wire dialect, for status.
+    pub dialect: &'static str,
     pub setup: SessionSetup,
 }
 
@@ -435,11 +437,12 @@ impl Handler<Prepare> for BackendActor {
             self.tell_session(BackendEvent::PrepareFailed(BackendError::Unsupported(what)));
             return;
         }
-        let session = msg.session_id;
+        let (session, dialect) = (msg.session_id, msg.dialect);
         self.event(|worker, generation| WorkerEvent::Identified {
             worker,
             generation,
             session,
+            dialect,
         });
         self.work.push_back(Work::Prepare(msg.setup));
         self.dispatch_next(ctx);

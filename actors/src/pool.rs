@@ -21,9 +21,12 @@ pub enum WorkerState {
     /// Opening its backend.
     Starting,
     Idle,
+    /// `session` is a connection label until the session has an id; `dialect` is known
+    /// once the client initialised.
     Busy {
         session: String,
         mode: Mode,
+        dialect: Option<&'static str>,
         since: Instant,
     },
     /// Its session ended; the backend is being reset before it is offered again.
@@ -125,8 +128,20 @@ impl PoolState {
         self.workers[id].state = WorkerState::Busy {
             session,
             mode,
+            dialect: None,
             since: now,
         };
+    }
+
+    /// Its session initialised: it has an id and a dialect.
+    pub fn identified(&mut self, id: WorkerId, session_id: String, wire: &'static str) {
+        if let WorkerState::Busy {
+            session, dialect, ..
+        } = &mut self.workers[id].state
+        {
+            *session = session_id;
+            *dialect = Some(wire);
+        }
     }
 
     /// Its session ended; the backend is resetting.
@@ -214,8 +229,18 @@ mod tests {
         let mut p = pool();
         assert_eq!(p.worker(0).state, WorkerState::Starting);
         assert!(p.opened(0, 1));
-        p.assigned(0, "sess_1".into(), Mode::Video, t);
+        p.assigned(0, "c1".into(), Mode::Video, t);
         assert_eq!(p.worker(0).state.name(), "busy");
+        p.identified(0, "sess_1".into(), "minicpm");
+        assert_eq!(
+            p.worker(0).state,
+            WorkerState::Busy {
+                session: "sess_1".into(),
+                mode: Mode::Video,
+                dialect: Some("minicpm"),
+                since: t
+            }
+        );
         p.resetting(0, 1);
         assert_eq!(p.worker(0).state, WorkerState::Resetting);
         assert!(p.released(0, 1));

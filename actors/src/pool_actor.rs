@@ -48,6 +48,7 @@ pub enum WorkerEvent {
         worker: WorkerId,
         generation: u64,
         session: String,
+        dialect: &'static str,
     },
     Resetting {
         worker: WorkerId,
@@ -200,12 +201,10 @@ impl Handler<WorkerEvent> for WorkerPoolActor {
                 worker,
                 generation,
                 session,
+                dialect,
             } => {
-                let w = self.state.worker(worker);
-                if w.generation == generation
-                    && let WorkerState::Busy { mode, since, .. } = w.state
-                {
-                    self.state.assigned(worker, session, mode, since);
+                if self.state.worker(worker).generation == generation {
+                    self.state.identified(worker, session, dialect);
                 }
             }
             WorkerEvent::Resetting { worker, generation } => {

@@ -274,9 +274,11 @@ impl SessionActor {
                 );
                 self.session_id = Some(session_id.clone());
                 self.state.initializing();
+                let dialect = self.dialect.name();
                 backend.do_send(Prepare {
                     key,
                     session_id,
+                    dialect,
                     setup,
                 });
             }

@@ -1,0 +1,164 @@
+//! Which dialect a connection speaks. On `/v1/realtime?mode=video|audio` both MiniCPM-o
+//! dialects are served without a flag: the first `session.init` (current) or
+//! `session.update` (earlier) after `session.queue_done` fixes the connection's dialect.
+//! Until then each event is decoded by the dialect that knows its type.
+
+use omni_actors::dialect::{DecodeError, Dialect};
+use omni_actors::domain::Mode;
+use omni_actors::protocol::{Inbound, Outbound};
+
+use super::legacy::Legacy;
+use super::minicpm::Current;
+use super::wire;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Chosen {
+    Current,
+    Legacy,
+}
+
+/// The MiniCPM-o endpoint: current and earlier dialect, chosen by the client.
+pub struct MiniCpmEndpoint {
+    current: Current,
+    /// The earlier dialect has no chat mode.
+    legacy: Option<Legacy>,
+    chosen: Option<Chosen>,
+    queue_done: bool,
+}
+
+impl MiniCpmEndpoint {
+    pub fn new(mode: Mode, min_audio_samples: usize) -> MiniCpmEndpoint {
+        MiniCpmEndpoint {
+            current: Current::new(mode, min_audio_samples),
+            legacy: (mode != Mode::Chat).then(|| Legacy::new(mode, min_audio_samples)),
+            chosen: if mode == Mode::Chat {
+                Some(Chosen::Current)
+            } else {
+                None
+            },
+            queue_done: false,
+        }
+    }
+
+    fn active(&mut self) -> &mut dyn Dialect {
+        match (self.chosen, self.legacy.as_mut()) {
+            (Some(Chosen::Legacy), Some(legacy)) => legacy,
+            _ => &mut self.current,
+        }
+    }
+}
+
+impl Dialect for MiniCpmEndpoint {
+    fn name(&self) -> &'static str {
+        match (self.chosen, &self.legacy) {
+            (Some(Chosen::Legacy), Some(legacy)) => legacy.name(),
+            _ => self.current.name(),
+        }
+    }
+
+    fn decode(
+        &mut self,
+        text: &str,
+        replies: &mut Vec<String>,
+    ) -> Result<Vec<Inbound>, DecodeError> {
+        if self.chosen.is_some() {
+            return self.active().decode(text, replies);
+        }
+        let kind = wire::event_type(text)?;
+        let legacy_kind = matches!(
+            kind.as_ref(),
+            "session.update" | "input_audio_buffer.append"
+        );
+        match (legacy_kind, self.legacy.as_mut()) {
+            (true, Some(legacy)) => {
+                if kind == "session.update" && self.queue_done {
+                    self.chosen = Some(Chosen::Legacy);
+                }
+                legacy.decode(text, replies)
+            }
+            _ => {
+                if kind == "session.init" && self.queue_done {
+                    self.chosen = Some(Chosen::Current);
+                }
+                self.current.decode(text, replies)
+            }
+        }
+    }
+
+    fn encode(&mut self, event: Outbound<'_>, out: &mut Vec<String>) {
+        if let Outbound::QueueDone = event {
+            self.queue_done = true;
+        }
+        self.active().encode(event, out);
+    }
+
+    fn new_session_id(&mut self) -> String {
+        self.active().new_session_id()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn decode(d: &mut MiniCpmEndpoint, v: serde_json::Value) -> Result<Vec<Inbound>, DecodeError> {
+        d.decode(&v.to_string(), &mut Vec::new())
+    }
+
+    #[test]
+    fn session_update_after_queue_done_chooses_the_earlier_dialect() {
+        let mut d = MiniCpmEndpoint::new(Mode::Video, 4000);
+        assert_eq!(d.name(), "minicpm");
+        // before queue_done nothing is fixed
+        assert!(
+            decode(
+                &mut d,
+                json!({"type": "session.update", "session": {"instructions": "x"}})
+            )
+            .is_ok()
+        );
+        assert_eq!(d.name(), "minicpm");
+        d.encode(Outbound::QueueDone, &mut Vec::new());
+        decode(
+            &mut d,
+            json!({"type": "session.update", "session": {"instructions": "x"}}),
+        )
+        .unwrap();
+        assert_eq!(d.name(), "minicpm-legacy");
+        assert!(d.new_session_id().starts_with("rt_"));
+        // the current dialect's events are now unknown
+        let e = decode(&mut d, json!({"type": "session.init", "payload": {}})).unwrap_err();
+        assert!(
+            matches!(e, DecodeError::Protocol(ref p) if p.code() == "unknown_event"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn session_init_after_queue_done_chooses_the_current_dialect() {
+        let mut d = MiniCpmEndpoint::new(Mode::Audio, 4000);
+        d.encode(Outbound::QueueDone, &mut Vec::new());
+        decode(&mut d, json!({"type": "session.init", "payload": {}})).unwrap();
+        assert_eq!(d.name(), "minicpm");
+        assert!(d.new_session_id().starts_with("sess_"));
+        let e = decode(
+            &mut d,
+            json!({"type": "session.update", "session": {"instructions": "x"}}),
+        )
+        .unwrap_err();
+        assert!(matches!(e, DecodeError::Protocol(ref p) if p.code() == "unknown_event"));
+    }
+
+    #[test]
+    fn chat_has_no_earlier_dialect() {
+        let mut d = MiniCpmEndpoint::new(Mode::Chat, 4000);
+        d.encode(Outbound::QueueDone, &mut Vec::new());
+        let e = decode(
+            &mut d,
+            json!({"type": "session.update", "session": {"instructions": "x"}}),
+        )
+        .unwrap_err();
+        assert!(matches!(e, DecodeError::Protocol(ref p) if p.code() == "unknown_event"));
+    }
+}
