@@ -87,25 +87,12 @@ fn main() {
         .arg(&abi_test));
 
     println!("cargo:rustc-env=OMNI_REFERENCE_LIB={}", lib.display());
-    println!(
-        "cargo:rustc-env=OMNI_REFERENCE_LIB_WRONG_ABI={}",
-        wrong_abi.display()
-    );
+    println!("cargo:rustc-env=OMNI_REFERENCE_LIB_WRONG_ABI={}", wrong_abi.display());
     println!("cargo:rustc-env=OMNI_ABI_TEST_BIN={}", abi_test.display());
 }
 
 fn run(cmd: &mut Command) {
-    let status = cmd
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run the C compiler {:?}: {e}", cmd.get_program()));
-    let args: Vec<_> = cmd
-        .get_args()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    assert!(
-        status.success(),
-        "C compiler failed: {} {}",
-        cmd.get_program().to_string_lossy(),
-        args.join(" ")
-    );
+    let status = cmd.status().unwrap_or_else(|e| panic!("cannot run the C compiler {:?}: {e}", cmd.get_program()));
+    let args: Vec<_> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+    assert!(status.success(), "C compiler failed: {} {}", cmd.get_program().to_string_lossy(), args.join(" "));
 }

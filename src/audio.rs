@@ -9,28 +9,21 @@ use rubato::{Fft, FixedSync, Resampler};
 /// Decodes a WAV file (integer or float PCM, any rate and channel count) into mono
 /// float32 samples (channels averaged) and its sample rate.
 pub fn decode_wav(bytes: &[u8]) -> Result<(Vec<f32>, u32), String> {
-    let reader = hound::WavReader::new(Cursor::new(bytes))
-        .map_err(|e| format!("not a PCM WAV file ({e})"))?;
+    let reader = hound::WavReader::new(Cursor::new(bytes)).map_err(|e| format!("not a PCM WAV file ({e})"))?;
     let spec = reader.spec();
     let channels = spec.channels.max(1) as usize;
     let interleaved: Vec<f32> = match spec.sample_format {
         hound::SampleFormat::Float => reader.into_samples::<f32>().collect::<Result<_, _>>(),
         hound::SampleFormat::Int => {
             let scale = 1.0 / (1u64 << (spec.bits_per_sample.clamp(1, 32) - 1)) as f32;
-            reader
-                .into_samples::<i32>()
-                .map(|s| s.map(|v| v as f32 * scale))
-                .collect::<Result<_, _>>()
+            reader.into_samples::<i32>().map(|s| s.map(|v| v as f32 * scale)).collect::<Result<_, _>>()
         }
     }
     .map_err(|e| format!("cannot read the WAV samples ({e})"))?;
     let mono = if channels == 1 {
         interleaved
     } else {
-        interleaved
-            .chunks_exact(channels)
-            .map(|frame| frame.iter().sum::<f32>() / channels as f32)
-            .collect()
+        interleaved.chunks_exact(channels).map(|frame| frame.iter().sum::<f32>() / channels as f32).collect()
     };
     Ok((mono, spec.sample_rate))
 }
@@ -44,11 +37,9 @@ pub fn resample(samples: &[f32], from: u32, to: u32) -> Result<Vec<f32>, String>
         return Err(format!("cannot resample from {from} Hz to {to} Hz"));
     }
     let input = InterleavedSlice::new(samples, 1, samples.len()).map_err(|e| e.to_string())?;
-    let mut resampler = Fft::<f32>::new(from as usize, to as usize, 1024, 1, FixedSync::Input)
-        .map_err(|e| e.to_string())?;
-    let out = resampler
-        .process_all(&input, samples.len(), None)
-        .map_err(|e| e.to_string())?;
+    let mut resampler =
+        Fft::<f32>::new(from as usize, to as usize, 1024, 1, FixedSync::Input).map_err(|e| e.to_string())?;
+    let out = resampler.process_all(&input, samples.len(), None).map_err(|e| e.to_string())?;
     Ok(out.take_data())
 }
 
@@ -68,8 +59,7 @@ pub fn encode_wav_f32(samples: &[f32], rate: u32) -> Vec<u8> {
     };
     let mut cursor = Cursor::new(Vec::with_capacity(44 + samples.len() * 4));
     {
-        let mut w = hound::WavWriter::new(&mut cursor, spec)
-            .expect("writing a WAV header to memory cannot fail");
+        let mut w = hound::WavWriter::new(&mut cursor, spec).expect("writing a WAV header to memory cannot fail");
         for &s in samples {
             w.write_sample(s).expect("writing to memory cannot fail");
         }
@@ -131,10 +121,6 @@ mod tests {
         let input = tone(16000, 0.5, 200.0);
         let (back, rate) = decode_wav(&encode_wav_f32(&input, 16000)).unwrap();
         assert_eq!((back, rate), (input, 16000));
-        assert!(
-            decode_wav(b"RIFF....WAVEnope")
-                .unwrap_err()
-                .starts_with("not a PCM WAV file")
-        );
+        assert!(decode_wav(b"RIFF....WAVEnope").unwrap_err().starts_with("not a PCM WAV file"));
     }
 }

@@ -39,6 +39,10 @@ pub struct ServerConfig {
     pub max_frame_bytes: usize,
     pub heartbeat_interval_s: f64,
     pub heartbeat_timeout_s: f64,
+    pub shutdown_grace_s: f64,
+    pub max_connections_per_ip: usize,
+    pub allowed_origins: Vec<String>,
+    pub tls: TlsConfig,
 }
 
 impl Default for ServerConfig {
@@ -48,8 +52,59 @@ impl Default for ServerConfig {
             max_frame_bytes: 4 * 1024 * 1024,
             heartbeat_interval_s: 5.0,
             heartbeat_timeout_s: 30.0,
+            shutdown_grace_s: 10.0,
+            max_connections_per_ip: 0,
+            allowed_origins: Vec::new(),
+            tls: TlsConfig::default(),
         }
     }
+}
+
+/// `[server.tls]`: with both set, the server speaks https/wss only.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    pub cert: String,
+    pub key: String,
+}
+
+/// `[recording]`: every session recorded under `dir/YYYY-MM-DD/SESSION_ID/`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RecordingConfig {
+    pub enabled: bool,
+    pub dir: PathBuf,
+    /// Recordings older than this are deleted (0 = keep all).
+    pub retention_days: f64,
+    /// Beyond this total size the oldest recordings are deleted (0 = no cap).
+    pub max_total_gb: f64,
+    /// How often the retention sweep runs.
+    pub sweep_interval_s: f64,
+    /// Data a session may have queued for its recorder before records are dropped.
+    pub max_lag_mb: f64,
+}
+
+impl Default for RecordingConfig {
+    fn default() -> Self {
+        RecordingConfig {
+            enabled: false,
+            dir: PathBuf::from("recordings"),
+            retention_days: 0.0,
+            max_total_gb: 0.0,
+            sweep_interval_s: 3600.0,
+            max_lag_mb: 64.0,
+        }
+    }
+}
+
+/// `[auth]`: keys for the realtime endpoint and for the admin routes.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    pub api_keys: Vec<String>,
+    /// A file with more keys, one per line (`#` starts a comment).
+    pub api_keys_file: String,
+    pub admin_key: String,
 }
 
 impl ServerConfig {
@@ -70,10 +125,7 @@ pub struct QueueConfig {
 
 impl Default for QueueConfig {
     fn default() -> Self {
-        QueueConfig {
-            max_waiting: 1000,
-            update_interval_s: 3.0,
-        }
+        QueueConfig { max_waiting: 1000, update_interval_s: 3.0 }
     }
 }
 
@@ -158,6 +210,10 @@ struct RawConfig {
     queue: QueueConfig,
     #[serde(default)]
     limits: LimitsConfig,
+    #[serde(default)]
+    recording: RecordingConfig,
+    #[serde(default)]
+    auth: AuthConfig,
     workers: Vec<WorkerEntry>,
 }
 
@@ -190,6 +246,13 @@ pub struct Config {
     pub bind: SocketAddr,
     pub queue: QueueConfig,
     pub limits: LimitsConfig,
+    /// `dir` resolved against the config file's directory.
+    pub recording: RecordingConfig,
+    /// `api_keys` and the keys of `api_keys_file`.
+    pub api_keys: Vec<String>,
+    pub admin_key: Option<String>,
+    /// `[server.tls]` paths, resolved, when both are set.
+    pub tls: Option<(PathBuf, PathBuf)>,
     pub workers: Vec<WorkerSpec>,
 }
 
@@ -209,13 +272,8 @@ impl Config {
     /// relative library paths.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let file = path.display().to_string();
-        let err = |key: &str, message: String| ConfigError {
-            file: file.clone(),
-            key: key.to_string(),
-            message,
-        };
-        let de =
-            toml::Deserializer::parse(text).map_err(|e| err("", describe_toml_error(&e, text)))?;
+        let err = |key: &str, message: String| ConfigError { file: file.clone(), key: key.to_string(), message };
+        let de = toml::Deserializer::parse(text).map_err(|e| err("", describe_toml_error(&e, text)))?;
         let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
             let mut key = e.path().to_string();
             let inner = e.into_inner();
@@ -228,10 +286,8 @@ impl Config {
                     Some(expected) => format!("unknown key (expected {expected})"),
                     None => "unknown key".into(),
                 };
-            } else if let Some(field) = inner
-                .message()
-                .strip_prefix("missing field `")
-                .and_then(|r| r.split('`').next())
+            } else if let Some(field) =
+                inner.message().strip_prefix("missing field `").and_then(|r| r.split('`').next())
             {
                 key = join_key(&key, field);
                 message = "is required".into();
@@ -251,19 +307,12 @@ impl Config {
 
     /// The modes at least one worker serves.
     pub fn served_modes(&self) -> Vec<Mode> {
-        Mode::ALL
-            .into_iter()
-            .filter(|m| self.workers.iter().any(|w| w.modes.contains(m)))
-            .collect()
+        Mode::ALL.into_iter().filter(|m| self.workers.iter().any(|w| w.modes.contains(m))).collect()
     }
 }
 
 fn join_key(path: &str, field: &str) -> String {
-    if path == "." {
-        field.to_string()
-    } else {
-        format!("{path}.{field}")
-    }
+    if path == "." { field.to_string() } else { format!("{path}.{field}") }
 }
 
 fn describe_toml_error(e: &toml::de::Error, text: &str) -> String {
@@ -282,29 +331,18 @@ fn describe_toml_error(e: &toml::de::Error, text: &str) -> String {
 type Invalid = (String, String);
 
 fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid> {
-    let bind: SocketAddr = raw.server.bind.parse().map_err(|_| {
-        (
-            "server.bind".to_string(),
-            format!("'{}' is not an IP address with a port", raw.server.bind),
-        )
-    })?;
+    let bind: SocketAddr =
+        raw.server.bind.parse().map_err(|_| {
+            ("server.bind".to_string(), format!("'{}' is not an IP address with a port", raw.server.bind))
+        })?;
     positive("server.max_frame_bytes", raw.server.max_frame_bytes as f64)?;
     if raw.server.max_frame_bytes < 1024 {
-        return Err((
-            "server.max_frame_bytes".into(),
-            "must be at least 1024".into(),
-        ));
+        return Err(("server.max_frame_bytes".into(), "must be at least 1024".into()));
     }
-    positive(
-        "server.heartbeat_interval_s",
-        raw.server.heartbeat_interval_s,
-    )?;
+    positive("server.heartbeat_interval_s", raw.server.heartbeat_interval_s)?;
     positive("server.heartbeat_timeout_s", raw.server.heartbeat_timeout_s)?;
     if raw.server.heartbeat_timeout_s <= raw.server.heartbeat_interval_s {
-        return Err((
-            "server.heartbeat_timeout_s".into(),
-            "must be longer than server.heartbeat_interval_s".into(),
-        ));
+        return Err(("server.heartbeat_timeout_s".into(), "must be longer than server.heartbeat_interval_s".into()));
     }
     positive("queue.update_interval_s", raw.queue.update_interval_s)?;
     let l = &raw.limits;
@@ -317,26 +355,17 @@ fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid>
     positive("limits.step_timeout_ms", l.step_timeout_ms as f64)?;
 
     if raw.workers.is_empty() {
-        return Err((
-            "workers".into(),
-            "at least one [[workers]] entry is required".into(),
-        ));
+        return Err(("workers".into(), "at least one [[workers]] entry is required".into()));
     }
     let mut workers = Vec::new();
     let mut names = HashSet::new();
     for (i, w) in raw.workers.iter().enumerate() {
         let key = |k: &str| format!("workers[{i}].{k}");
         let name = w.name.clone().unwrap_or_else(|| format!("worker{i}"));
-        if name.is_empty()
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
-        {
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) {
             return Err((
                 key("name"),
-                format!(
-                    "'{name}' must be non-empty and use only letters, digits, '_', '.' and '-'"
-                ),
+                format!("'{name}' must be non-empty and use only letters, digits, '_', '.' and '-'"),
             ));
         }
         if w.count == 0 {
@@ -345,40 +374,25 @@ fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid>
         let source = match (w.backend, &w.library) {
             (BackendKind::Builtin, None) => BackendSource::Builtin,
             (BackendKind::Builtin, Some(_)) => {
-                return Err((
-                    key("library"),
-                    "only allowed with backend = \"library\"".into(),
-                ));
+                return Err((key("library"), "only allowed with backend = \"library\"".into()));
             }
             (BackendKind::Library, None) => {
                 return Err((key("library"), "required with backend = \"library\"".into()));
             }
             (BackendKind::Library, Some(lib)) => {
-                let resolved = if lib.is_absolute() {
-                    lib.clone()
-                } else {
-                    base.join(lib)
-                };
+                let resolved = if lib.is_absolute() { lib.clone() } else { base.join(lib) };
                 if !resolved.is_file() {
-                    return Err((
-                        key("library"),
-                        format!("no such file: {}", resolved.display()),
-                    ));
+                    return Err((key("library"), format!("no such file: {}", resolved.display())));
                 }
                 BackendSource::Library(resolved)
             }
         };
         if w.modes.is_empty() {
-            return Err((
-                key("modes"),
-                "must name at least one of chat, video, audio".into(),
-            ));
+            return Err((key("modes"), "must name at least one of chat, video, audio".into()));
         }
         let mut modes = Vec::new();
         for (j, m) in w.modes.iter().enumerate() {
-            let mode: Mode = m
-                .parse()
-                .map_err(|e| (format!("workers[{i}].modes[{j}]"), e))?;
+            let mode: Mode = m.parse().map_err(|e| (format!("workers[{i}].modes[{j}]"), e))?;
             if !modes.contains(&mode) {
                 modes.push(mode);
             }
@@ -413,22 +427,72 @@ fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid>
             });
         }
     }
+    let resolve = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
+    let mut recording = raw.recording.clone();
+    positive("recording.sweep_interval_s", recording.sweep_interval_s)?;
+    positive("recording.max_lag_mb", recording.max_lag_mb)?;
+    not_negative("recording.retention_days", recording.retention_days)?;
+    not_negative("recording.max_total_gb", recording.max_total_gb)?;
+    recording.dir = resolve(&recording.dir);
+
+    let mut api_keys = raw.auth.api_keys.clone();
+    if !raw.auth.api_keys_file.is_empty() {
+        let file = resolve(Path::new(&raw.auth.api_keys_file));
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| ("auth.api_keys_file".to_string(), format!("cannot read {}: {e}", file.display())))?;
+        api_keys.extend(
+            text.lines().map(|l| l.split('#').next().unwrap_or("").trim()).filter(|l| !l.is_empty()).map(String::from),
+        );
+    }
+    if let Some(i) = api_keys.iter().position(|k| k.trim().is_empty() || k.chars().any(char::is_whitespace)) {
+        return Err((format!("auth.api_keys[{i}]"), "a key must be non-empty and without spaces".into()));
+    }
+    let admin_key = (!raw.auth.admin_key.is_empty()).then(|| raw.auth.admin_key.clone());
+
+    let tls = match (raw.server.tls.cert.as_str(), raw.server.tls.key.as_str()) {
+        ("", "") => None,
+        ("", _) => return Err(("server.tls.cert".into(), "required with server.tls.key".into())),
+        (_, "") => return Err(("server.tls.key".into(), "required with server.tls.cert".into())),
+        (cert, key) => {
+            let (cert, key) = (resolve(Path::new(cert)), resolve(Path::new(key)));
+            for (k, p) in [("server.tls.cert", &cert), ("server.tls.key", &key)] {
+                if !p.is_file() {
+                    return Err((k.into(), format!("no such file: {}", p.display())));
+                }
+            }
+            Some((cert, key))
+        }
+    };
+    positive("server.shutdown_grace_s", raw.server.shutdown_grace_s)?;
+    for (i, origin) in raw.server.allowed_origins.iter().enumerate() {
+        if !(origin.starts_with("http://") || origin.starts_with("https://")) || origin.ends_with('/') {
+            return Err((
+                format!("server.allowed_origins[{i}]"),
+                format!("'{origin}' is not an origin like https://example.com"),
+            ));
+        }
+    }
+
     Ok(Config {
         path: path.to_owned(),
         server: raw.server,
         bind,
         queue: raw.queue,
         limits: raw.limits,
+        recording,
+        api_keys,
+        admin_key,
+        tls,
         workers,
     })
 }
 
+fn not_negative(key: &str, v: f64) -> Result<(), Invalid> {
+    if v >= 0.0 && v.is_finite() { Ok(()) } else { Err((key.to_string(), "must not be negative".into())) }
+}
+
 fn positive(key: &str, v: f64) -> Result<(), Invalid> {
-    if v > 0.0 && v.is_finite() {
-        Ok(())
-    } else {
-        Err((key.to_string(), "must be greater than 0".into()))
-    }
+    if v > 0.0 && v.is_finite() { Ok(()) } else { Err((key.to_string(), "must be greater than 0".into())) }
 }
 
 #[cfg(test)]
@@ -440,9 +504,7 @@ mod tests {
     }
 
     fn error(text: &str) -> String {
-        parse(text)
-            .expect_err("expected a config error")
-            .to_string()
+        parse(text).expect_err("expected a config error").to_string()
     }
 
     const MINIMAL: &str = "[[workers]]\nname = \"sim\"\n";
@@ -452,18 +514,9 @@ mod tests {
         let c = parse(MINIMAL).unwrap();
         assert_eq!(c.bind, "127.0.0.1:8006".parse().unwrap());
         assert_eq!(c.server.max_frame_bytes, 4_194_304);
-        assert_eq!(
-            c.queue,
-            QueueConfig {
-                max_waiting: 1000,
-                update_interval_s: 3.0
-            }
-        );
+        assert_eq!(c.queue, QueueConfig { max_waiting: 1000, update_interval_s: 3.0 });
         assert_eq!(c.limits, LimitsConfig::default());
-        assert_eq!(
-            c.limits.session_limit(Mode::Video),
-            Duration::from_secs(300)
-        );
+        assert_eq!(c.limits.session_limit(Mode::Video), Duration::from_secs(300));
         assert_eq!(c.workers.len(), 1);
         let w = &c.workers[0];
         assert_eq!(w.name, "sim-0");
@@ -495,28 +548,16 @@ mod tests {
 
     #[test]
     fn the_worker_list_is_required() {
-        assert_eq!(
-            error("[server]\nbind = \"127.0.0.1:1\"\n"),
-            "config.toml: workers: is required"
-        );
-        assert_eq!(
-            error("workers = []\n"),
-            "config.toml: workers: at least one [[workers]] entry is required"
-        );
+        assert_eq!(error("[server]\nbind = \"127.0.0.1:1\"\n"), "config.toml: workers: is required");
+        assert_eq!(error("workers = []\n"), "config.toml: workers: at least one [[workers]] entry is required");
     }
 
     #[test]
     fn unknown_keys_are_errors_naming_the_key() {
         let e = error("[server]\nbnd = \"x\"\n[[workers]]\n");
-        assert!(
-            e.starts_with("config.toml: server.bnd: unknown key (expected"),
-            "{e}"
-        );
+        assert!(e.starts_with("config.toml: server.bnd: unknown key (expected"), "{e}");
         let e = error("[[workers]]\nname = \"a\"\ncolour = 1\n");
-        assert!(
-            e.starts_with("config.toml: workers[0].colour: unknown key"),
-            "{e}"
-        );
+        assert!(e.starts_with("config.toml: workers[0].colour: unknown key"), "{e}");
         let e = error("[nope]\n[[workers]]\n");
         assert!(e.starts_with("config.toml: nope: unknown key"), "{e}");
     }
@@ -524,25 +565,16 @@ mod tests {
     #[test]
     fn wrong_types_name_the_key_and_position() {
         let e = error("[queue]\nmax_waiting = \"many\"\n[[workers]]\n");
-        assert!(
-            e.starts_with("config.toml: queue.max_waiting: invalid type: string \"many\""),
-            "{e}"
-        );
+        assert!(e.starts_with("config.toml: queue.max_waiting: invalid type: string \"many\""), "{e}");
         assert!(e.contains("line 2"), "{e}");
         let e = error("[[workers]]\nbackend = \"gpu\"\n");
-        assert!(
-            e.starts_with("config.toml: workers[0].backend: unknown variant `gpu`"),
-            "{e}"
-        );
+        assert!(e.starts_with("config.toml: workers[0].backend: unknown variant `gpu`"), "{e}");
     }
 
     #[test]
     fn syntax_errors_give_the_line() {
         let e = error("[server\n");
-        assert!(
-            e.starts_with("config.toml: ") && e.contains("line 1"),
-            "{e}"
-        );
+        assert!(e.starts_with("config.toml: ") && e.contains("line 1"), "{e}");
     }
 
     #[test]
@@ -568,23 +600,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("libx.so"), b"").unwrap();
         let cfg = dir.path().join("gw.toml");
-        let c = Config::parse(
-            "[[workers]]\nbackend = \"library\"\nlibrary = \"libx.so\"\n",
-            &cfg,
-        )
-        .unwrap();
-        assert_eq!(
-            c.workers[0].source,
-            BackendSource::Library(dir.path().join("libx.so"))
-        );
+        let c = Config::parse("[[workers]]\nbackend = \"library\"\nlibrary = \"libx.so\"\n", &cfg).unwrap();
+        assert_eq!(c.workers[0].source, BackendSource::Library(dir.path().join("libx.so")));
     }
 
     #[test]
     fn worker_value_checks() {
-        assert_eq!(
-            error("[[workers]]\ncount = 0\n"),
-            "config.toml: workers[0].count: must be at least 1"
-        );
+        assert_eq!(error("[[workers]]\ncount = 0\n"), "config.toml: workers[0].count: must be at least 1");
         assert_eq!(
             error("[[workers]]\nmodes = []\n"),
             "config.toml: workers[0].modes: must name at least one of chat, video, audio"
@@ -639,10 +661,56 @@ mod tests {
     }
 
     #[test]
+    fn operations_sections() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("keys.txt"), "# team keys\nk2\n\n  k3  # ops\n").unwrap();
+        let cfg = dir.path().join("gw.toml");
+        let c = Config::parse(
+            "[auth]\napi_keys = [\"k1\"]\napi_keys_file = \"keys.txt\"\nadmin_key = \"root\"\n\
+             [recording]\nenabled = true\ndir = \"rec\"\n[server]\nallowed_origins = [\"https://app.example\"]\n[[workers]]\n",
+            &cfg,
+        )
+        .unwrap();
+        assert_eq!(c.api_keys, ["k1", "k2", "k3"]);
+        assert_eq!(c.admin_key.as_deref(), Some("root"));
+        assert!(c.recording.enabled);
+        assert_eq!(c.recording.dir, dir.path().join("rec"));
+        assert_eq!(c.server.shutdown_grace_s, 10.0);
+        assert_eq!(c.tls, None);
+
+        assert_eq!(
+            error("[auth]\napi_keys_file = \"/nonexistent/keys\"\n[[workers]]\n").split(" (").next().unwrap(),
+            "config.toml: auth.api_keys_file: cannot read /nonexistent/keys: No such file or directory"
+        );
+        assert_eq!(
+            error("[auth]\napi_keys = [\"ok\", \"has space\"]\n[[workers]]\n"),
+            "config.toml: auth.api_keys[1]: a key must be non-empty and without spaces"
+        );
+        assert_eq!(
+            error("[server.tls]\ncert = \"c.pem\"\n[[workers]]\n"),
+            "config.toml: server.tls.key: required with server.tls.cert"
+        );
+        assert_eq!(
+            error("[server.tls]\ncert = \"/nope/c.pem\"\nkey = \"/nope/k.pem\"\n[[workers]]\n"),
+            "config.toml: server.tls.cert: no such file: /nope/c.pem"
+        );
+        assert_eq!(
+            error("[server]\nallowed_origins = [\"example.com\"]\n[[workers]]\n"),
+            "config.toml: server.allowed_origins[0]: 'example.com' is not an origin like https://example.com"
+        );
+        assert_eq!(
+            error("[recording]\nretention_days = -1\n[[workers]]\n"),
+            "config.toml: recording.retention_days: must not be negative"
+        );
+        assert!(
+            error("[recording]\nenable = true\n[[workers]]\n")
+                .starts_with("config.toml: recording.enable: unknown key")
+        );
+    }
+
+    #[test]
     fn an_unreadable_file_is_named() {
-        let e = Config::load(Path::new("/nonexistent/gw.toml"))
-            .unwrap_err()
-            .to_string();
+        let e = Config::load(Path::new("/nonexistent/gw.toml")).unwrap_err().to_string();
         assert!(e.starts_with("/nonexistent/gw.toml: cannot read:"), "{e}");
     }
 
@@ -655,6 +723,22 @@ mod tests {
         for key in [
             "bind",
             "max_frame_bytes",
+            "heartbeat_interval_s",
+            "heartbeat_timeout_s",
+            "shutdown_grace_s",
+            "max_connections_per_ip",
+            "allowed_origins",
+            "cert",
+            "key",
+            "enabled",
+            "dir",
+            "retention_days",
+            "max_total_gb",
+            "sweep_interval_s",
+            "max_lag_mb",
+            "api_keys",
+            "api_keys_file",
+            "admin_key",
             "max_waiting",
             "update_interval_s",
             "chat_session_s",

@@ -3,8 +3,10 @@
 //! `config` loads `config.toml`; `backend` drives backends through the C ABI.
 
 pub mod audio;
+pub mod auth;
 pub mod backend;
 pub mod config;
 pub mod dialect;
+pub mod recordings;
 pub mod routes;
 pub mod server;

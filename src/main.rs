@@ -8,19 +8,10 @@ use omni_gateway::backend::BackendApi;
 use omni_gateway::config::{BackendSource, Config};
 
 #[derive(Parser)]
-#[command(
-    name = "omni-gateway",
-    version,
-    about = "Realtime WebSocket gateway for omni models"
-)]
+#[command(name = "omni-gateway", version, about = "Realtime WebSocket gateway for omni models")]
 struct Cli {
     /// The configuration file.
-    #[arg(
-        long,
-        global = true,
-        env = "OMNI_GATEWAY_CONFIG",
-        default_value = "config.toml"
-    )]
+    #[arg(long, global = true, env = "OMNI_GATEWAY_CONFIG", default_value = "config.toml")]
     config: PathBuf,
     #[command(subcommand)]
     command: Option<Command>,
@@ -74,12 +65,7 @@ fn check_config(path: &std::path::Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    println!(
-        "{}: ok, listening on {}, {} worker(s):",
-        path.display(),
-        config.bind,
-        config.workers.len()
-    );
+    println!("{}: ok, listening on {}, {} worker(s):", path.display(), config.bind, config.workers.len());
     for w in &config.workers {
         let source = match &w.source {
             BackendSource::Builtin => "builtin".to_string(),

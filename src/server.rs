@@ -1,18 +1,28 @@
-//! The server: the actor system started from the configuration, and the HTTP server
-//! around it.
+//! The server: the actor system started from the configuration, the HTTP server around
+//! it, the recording sweep, and graceful shutdown.
+//!
+//! Shutdown (SIGINT or SIGTERM): stop accepting connections; every session is told
+//! (waiting clients at once, active ones once the step in flight has finished, at most
+//! `server.shutdown_grace_s`), recordings are finalized, backends closed, and the process
+//! exits 0. A second signal exits at once.
 
+use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 use actix::prelude::*;
 use actix_web::{App, HttpServer, web};
 use omni_actors::backend_actor::BackendLimits;
 use omni_actors::domain::Mode;
-use omni_actors::pool_actor::{WorkerPoolActor, WorkerSetup};
+use omni_actors::pool_actor::{ShutdownPool, WorkerPoolActor, WorkerSetup};
 use omni_actors::queue_actor::QueueActor;
+use omni_actors::recorder::RecorderSpawner;
+use omni_actors::registry::Registry;
 
+use crate::auth::Keys;
 use crate::backend;
 use crate::config::{BackendSource, Config};
+use crate::recordings;
 use crate::routes;
 
 /// The running actor system, shared by every HTTP worker.
@@ -21,16 +31,18 @@ pub struct Gateway {
     pub config: Arc<Config>,
     pub queue: Addr<QueueActor>,
     pub pool: Addr<WorkerPoolActor>,
+    pub registry: Arc<Registry>,
+    pub recorder: Option<RecorderSpawner>,
+    pub keys: Keys,
 }
 
 impl Gateway {
-    /// Starts the queue and the pool (which starts one BackendActor per worker).
-    /// Must run inside an actix system.
+    /// Starts the queue, the pool (which starts one BackendActor per worker) and the
+    /// recording thread. Must run inside an actix system.
     pub fn start(config: Arc<Config>) -> Gateway {
         let modes: Vec<Vec<Mode>> = config.workers.iter().map(|w| w.modes.clone()).collect();
         // Until sessions have ended, a waiting client's ETA assumes sessions run to their limit.
-        let average =
-            [Mode::Chat, Mode::Video, Mode::Audio].map(|m| config.limits.session_limit(m));
+        let average = [Mode::Chat, Mode::Video, Mode::Audio].map(|m| config.limits.session_limit(m));
         let queue = QueueActor::new(
             &modes,
             config.queue.max_waiting,
@@ -51,35 +63,151 @@ impl Gateway {
                 factory: backend::factory(w),
             })
             .collect();
-        let limits = BackendLimits {
-            max_pending_chunks: config.limits.max_pending_chunks,
-            step_timeout: config.step_timeout(),
-        };
+        let limits =
+            BackendLimits { max_pending_chunks: config.limits.max_pending_chunks, step_timeout: config.step_timeout() };
         let pool = WorkerPoolActor::new(setups, queue.clone(), limits).start();
-        Gateway {
-            config,
-            queue,
-            pool,
+        let recorder = config.recording.enabled.then(|| {
+            RecorderSpawner::new(config.recording.dir.clone(), (config.recording.max_lag_mb * 1048576.0) as usize)
+        });
+        let keys = Keys::new(config.api_keys.clone(), config.admin_key.clone());
+        Gateway { config, queue, pool, registry: Registry::new(), recorder, keys }
+    }
+}
+
+/// The TLS settings from a PEM certificate chain and private key.
+fn tls_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(cert)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("server.tls.cert: {}: {e}", cert.display()))?;
+    if certs.is_empty() {
+        return Err(format!("server.tls.cert: {}: no certificate in the file", cert.display()));
+    }
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("server.tls.key: {}: {e}", key.display()))?;
+    let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("server.tls: the certificate and key do not make a TLS identity: {e}"))?;
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tls)
+}
+
+/// Runs the sweep now and every `recording.sweep_interval_s`.
+fn schedule_sweep(gw: &Gateway) {
+    let Some(spawner) = &gw.recorder else { return };
+    let root = spawner.root().to_path_buf();
+    let r = &gw.config.recording;
+    let retention = (r.retention_days > 0.0).then(|| Duration::from_secs_f64(r.retention_days * 86400.0));
+    let cap = (r.max_total_gb > 0.0).then_some((r.max_total_gb * 1e9) as u64);
+    if retention.is_none() && cap.is_none() {
+        return;
+    }
+    let every = Duration::from_secs_f64(r.sweep_interval_s);
+    actix_web::rt::spawn(async move {
+        let mut ticks = actix_web::rt::time::interval(every);
+        loop {
+            ticks.tick().await;
+            let root = root.clone();
+            match web::block(move || recordings::sweep(&root, retention, cap, SystemTime::now())).await {
+                Ok(Ok(s)) if s.deleted > 0 => {
+                    log::info!("recordings sweep: deleted {} sessions ({} bytes), kept {}", s.deleted, s.bytes, s.kept)
+                }
+                Ok(Err(e)) => log::error!("recordings sweep failed: {e}"),
+                _ => {}
+            }
+        }
+    });
+}
+
+async fn first_signal() -> std::io::Result<&'static str> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    })
+}
+
+/// Waits until `done()` or the deadline; returns whether it is done.
+async fn wait_until(deadline: Instant, done: impl Fn() -> bool) -> bool {
+    while !done() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(20)).await;
+    }
+    true
+}
+
+async fn shutdown_on_signal(server: actix_web::dev::ServerHandle, gw: Gateway) {
+    let signal = match first_signal().await {
+        Ok(s) => s,
+        Err(e) => {
+            log::error!("cannot listen for signals: {e}");
+            return;
+        }
+    };
+    let grace = Duration::from_secs_f64(gw.config.server.shutdown_grace_s);
+    log::info!("{signal}: shutting down (grace {grace:?}); a second signal exits at once");
+    actix_web::rt::spawn(async {
+        if let Ok(again) = first_signal().await {
+            log::warn!("{again}: exiting now");
+            std::process::exit(130);
+        }
+    });
+    server.pause().await;
+    let started = Instant::now();
+    gw.registry.shutdown(grace);
+    let registry = gw.registry.clone();
+    if !wait_until(started + grace + Duration::from_secs(2), || registry.is_empty()).await {
+        log::warn!("shutdown: {} sessions still open after the grace period", gw.registry.len());
+    }
+    if let Some(recorder) = &gw.recorder {
+        let r = recorder.clone();
+        if !wait_until(Instant::now() + Duration::from_secs(10), || r.unfinished() == 0).await {
+            log::error!("shutdown: {} recordings not finalized", recorder.unfinished());
         }
     }
+    match gw.pool.send(ShutdownPool { within: Duration::from_secs(5) }).await {
+        Ok(closed) => log::info!("shutdown: {closed} of {} backends closed", gw.config.workers.len()),
+        Err(_) => log::warn!("shutdown: the pool had already stopped"),
+    }
+    log::info!("shutdown complete in {} ms", started.elapsed().as_millis());
+    server.stop(true).await;
 }
 
 /// Runs the server until it is stopped. Prints `omni-gateway listening on ADDR` once bound.
 pub fn run(config: Config) -> std::io::Result<()> {
+    let tls = match &config.tls {
+        Some((cert, key)) => Some(tls_config(cert, key).map_err(std::io::Error::other)?),
+        None => None,
+    };
     let system = actix_web::rt::System::new();
     system.block_on(async move {
         let bind = config.bind;
         let gateway = Gateway::start(Arc::new(config));
+        schedule_sweep(&gateway);
+        let app_state = gateway.clone();
         let server = HttpServer::new(move || {
-            App::new()
-                .app_data(web::Data::new(gateway.clone()))
-                .configure(routes::configure)
+            App::new().app_data(web::Data::new(app_state.clone())).configure(routes::configure)
         })
-        .bind(bind)?;
+        .disable_signals()
+        .shutdown_timeout(2);
+        let server = match tls {
+            Some(tls) => server.bind_rustls_0_23(bind, tls)?,
+            None => server.bind(bind)?,
+        };
+        let scheme = if gateway.config.tls.is_some() { "https/wss" } else { "http/ws" };
         for addr in server.addrs() {
-            log::info!("omni-gateway listening on {addr}");
+            log::info!("omni-gateway listening on {addr} ({scheme})");
             println!("omni-gateway listening on {addr}");
         }
-        server.run().await
+        let server = server.run();
+        actix_web::rt::spawn(shutdown_on_signal(server.handle(), gateway));
+        server.await
     })
 }

@@ -8,9 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use omni_actors::backend::{Backend, BackendError, run_duplex_step};
-use omni_actors::domain::{
-    ChatMessage, DuplexChunk, Role, SessionKind, SessionSetup, StepKind, TurnInput,
-};
+use omni_actors::domain::{ChatMessage, DuplexChunk, Role, SessionKind, SessionSetup, StepKind, TurnInput};
 use omni_actors::worker_thread::WorkerThread;
 use omni_gateway::backend::{BackendApi, LoadError};
 
@@ -19,24 +17,16 @@ const LIB: &str = env!("OMNI_REFERENCE_LIB");
 fn builds() -> Vec<(&'static str, BackendApi)> {
     vec![
         ("builtin", BackendApi::builtin()),
-        (
-            "library",
-            BackendApi::load(Path::new(LIB)).expect("load the shared build"),
-        ),
+        ("library", BackendApi::load(Path::new(LIB)).expect("load the shared build")),
     ]
 }
 
 fn opts(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
 fn loud() -> Vec<f32> {
-    (0..16000)
-        .map(|i| 0.3 * (2.0 * std::f32::consts::PI * 220.0 * i as f32 / 16000.0).sin())
-        .collect()
+    (0..16000).map(|i| 0.3 * (2.0 * std::f32::consts::PI * 220.0 * i as f32 / 16000.0).sin()).collect()
 }
 
 fn quiet() -> Vec<f32> {
@@ -44,36 +34,22 @@ fn quiet() -> Vec<f32> {
 }
 
 fn chunk(audio: Vec<f32>) -> DuplexChunk {
-    DuplexChunk {
-        audio,
-        ..DuplexChunk::default()
-    }
+    DuplexChunk { audio, ..DuplexChunk::default() }
 }
 
 fn duplex(api: &BackendApi, options: &[(&str, &str)]) -> Box<dyn Backend> {
     let mut b = api.open(&opts(options)).expect("open");
-    b.prepare(&SessionSetup::new(SessionKind::Duplex))
-        .expect("prepare");
+    b.prepare(&SessionSetup::new(SessionKind::Duplex)).expect("prepare");
     Box::new(b)
 }
 
 #[test]
 fn the_c_program_drives_the_shared_library_through_the_header() {
-    let out = Command::new(env!("OMNI_ABI_TEST_BIN"))
-        .arg(LIB)
-        .output()
-        .expect("run the C test program");
+    let out = Command::new(env!("OMNI_ABI_TEST_BIN")).arg(LIB).output().expect("run the C test program");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "C ABI test failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "C ABI test failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(!stdout.contains("not ok"), "{stdout}");
-    assert!(
-        stdout.lines().filter(|l| l.starts_with("ok ")).count() >= 40,
-        "{stdout}"
-    );
+    assert!(stdout.lines().filter(|l| l.starts_with("ok ")).count() >= 40, "{stdout}");
 }
 
 #[test]
@@ -82,16 +58,9 @@ fn info_reports_the_reference_capabilities() {
         let b = api.open(&[]).unwrap();
         let info = b.info();
         assert_eq!(info.name, "omni-reference", "{build}");
-        assert!(
-            info.duplex && info.turn && info.vision && info.speech_output,
-            "{build}"
-        );
+        assert!(info.duplex && info.turn && info.vision && info.speech_output, "{build}");
         assert_eq!(
-            (
-                info.input_sample_rate,
-                info.output_sample_rate,
-                info.context_size
-            ),
+            (info.input_sample_rate, info.output_sample_rate, info.context_size),
             (16000, 24000, 8192),
             "{build}"
         );
@@ -103,33 +72,18 @@ fn listen_then_speak_then_listen() {
     for (build, api) in builds() {
         let mut b = duplex(&api, &[]);
         let first = run_duplex_step(b.as_mut(), &chunk(loud())).unwrap();
-        assert_eq!(
-            first.kind,
-            StepKind::Listen,
-            "{build}: loud input is listened to"
-        );
+        assert_eq!(first.kind, StepKind::Listen, "{build}: loud input is listened to");
         assert_eq!(first.kv_length, 26, "{build}: 1 per step + 25 per second");
         let mut spoken = Vec::new();
         for _ in 0..3 {
             let s = run_duplex_step(b.as_mut(), &chunk(quiet())).unwrap();
             assert_eq!(s.kind, StepKind::Speak, "{build}");
             assert!(!s.text.is_empty(), "{build}: every speaking step has text");
-            assert!(
-                s.audio.iter().map(|x| x.abs()).fold(0.0, f32::max) > 0.1,
-                "{build}: audible, not silence"
-            );
+            assert!(s.audio.iter().map(|x| x.abs()).fold(0.0, f32::max) > 0.1, "{build}: audible, not silence");
             spoken.push((s.audio.len(), s.end_of_turn));
         }
-        assert_eq!(
-            spoken,
-            vec![(24000, false), (24000, false), (12000, true)],
-            "{build}"
-        );
-        assert_eq!(
-            run_duplex_step(b.as_mut(), &chunk(quiet())).unwrap().kind,
-            StepKind::Listen,
-            "{build}"
-        );
+        assert_eq!(spoken, vec![(24000, false), (24000, false), (12000, true)], "{build}");
+        assert_eq!(run_duplex_step(b.as_mut(), &chunk(quiet())).unwrap().kind, StepKind::Listen, "{build}");
     }
 }
 
@@ -143,25 +97,14 @@ fn the_same_inputs_give_the_same_outputs() {
             .map(|a| {
                 let s = run_duplex_step(b.as_mut(), &chunk(a)).unwrap();
                 let bits: Vec<u32> = s.audio.iter().map(|x| x.to_bits()).collect();
-                (
-                    s.kind,
-                    s.text,
-                    bits,
-                    s.end_of_turn,
-                    s.kv_length,
-                    s.input_tokens,
-                    s.output_tokens,
-                )
+                (s.kind, s.text, bits, s.end_of_turn, s.kv_length, s.input_tokens, s.output_tokens)
             })
             .collect::<Vec<_>>()
     };
     let [(_, builtin), (_, library)]: [(&str, BackendApi); 2] = builds().try_into().ok().unwrap();
     let first = run(&builtin);
     assert!(first == run(&builtin), "two runs of the builtin differ");
-    assert!(
-        first == run(&library),
-        "the static and shared builds differ"
-    );
+    assert!(first == run(&library), "the static and shared builds differ");
 }
 
 #[test]
@@ -169,19 +112,9 @@ fn force_listen_ends_speech_by_flag_and_from_another_thread() {
     for (build, api) in builds() {
         let mut b = duplex(&api, &[]);
         run_duplex_step(b.as_mut(), &chunk(loud())).unwrap();
-        assert_eq!(
-            run_duplex_step(b.as_mut(), &chunk(quiet())).unwrap().kind,
-            StepKind::Speak
-        );
-        let forced = DuplexChunk {
-            force_listen: true,
-            ..chunk(quiet())
-        };
-        assert_eq!(
-            run_duplex_step(b.as_mut(), &forced).unwrap().kind,
-            StepKind::Listen,
-            "{build}: step flag"
-        );
+        assert_eq!(run_duplex_step(b.as_mut(), &chunk(quiet())).unwrap().kind, StepKind::Speak);
+        let forced = DuplexChunk { force_listen: true, ..chunk(quiet()) };
+        assert_eq!(run_duplex_step(b.as_mut(), &forced).unwrap().kind, StepKind::Listen, "{build}: step flag");
         assert_eq!(
             run_duplex_step(b.as_mut(), &chunk(quiet())).unwrap().kind,
             StepKind::Listen,
@@ -189,14 +122,9 @@ fn force_listen_ends_speech_by_flag_and_from_another_thread() {
         );
 
         run_duplex_step(b.as_mut(), &chunk(loud())).unwrap();
-        assert_eq!(
-            run_duplex_step(b.as_mut(), &chunk(quiet())).unwrap().kind,
-            StepKind::Speak
-        );
+        assert_eq!(run_duplex_step(b.as_mut(), &chunk(quiet())).unwrap().kind, StepKind::Speak);
         let control = b.control();
-        std::thread::spawn(move || control.set_force_listen(true))
-            .join()
-            .unwrap();
+        std::thread::spawn(move || control.set_force_listen(true)).join().unwrap();
         assert_eq!(
             run_duplex_step(b.as_mut(), &chunk(quiet())).unwrap().kind,
             StepKind::Listen,
@@ -230,9 +158,7 @@ fn any_thread_calls_reach_a_step_in_flight_on_the_worker_thread() {
         }
         assert_eq!(control.kv_length(), 26, "{build}");
         control.interrupt();
-        let result = rx
-            .recv_timeout(Duration::from_secs(50))
-            .expect("the interrupted step returns");
+        let result = rx.recv_timeout(Duration::from_secs(50)).expect("the interrupted step returns");
         assert_eq!(result, Err(BackendError::Interrupted), "{build}");
     }
 }
@@ -251,10 +177,7 @@ fn context_full_with_a_small_context() {
         }
         b.reset().unwrap();
         b.prepare(&SessionSetup::new(SessionKind::Duplex)).unwrap();
-        assert!(
-            run_duplex_step(b.as_mut(), &chunk(loud())).is_ok(),
-            "{build}: reset empties the context"
-        );
+        assert!(run_duplex_step(b.as_mut(), &chunk(loud())).is_ok(), "{build}: reset empties the context");
     }
 }
 
@@ -277,16 +200,10 @@ fn turn_mode_answers() {
     for (build, api) in builds() {
         let mut b = api.open(&[]).unwrap();
         b.prepare(&SessionSetup::new(SessionKind::Turn)).unwrap();
-        let ask = |text: &str| TurnInput {
-            messages: vec![ChatMessage::text(Role::User, text)],
-            ..TurnInput::default()
-        };
+        let ask =
+            |text: &str| TurnInput { messages: vec![ChatMessage::text(Role::User, text)], ..TurnInput::default() };
 
-        assert_eq!(
-            answer(&mut b, &ask("Reply with exactly: test")),
-            ("test".into(), 1, 0),
-            "{build}"
-        );
+        assert_eq!(answer(&mut b, &ask("Reply with exactly: test")), ("test".into(), 1, 0), "{build}");
         let (text, pieces, _) = answer(&mut b, &ask("tell me about the sea"));
         assert_eq!(text, "You said 5 words, and I have answered.", "{build}");
         assert_eq!(pieces, 8, "{build}: one piece per word");
@@ -305,23 +222,12 @@ fn turn_mode_answers() {
             ..TurnInput::default()
         };
         let (text, pieces, samples) = answer(&mut b, &media);
-        assert_eq!(
-            text, "I received 1.5 seconds of audio and 1 image.",
-            "{build}"
-        );
-        assert_eq!(
-            samples,
-            pieces * 6000,
-            "{build}: each piece carries audio with speech on"
-        );
+        assert_eq!(text, "I received 1.5 seconds of audio and 1 image.", "{build}");
+        assert_eq!(samples, pieces * 6000, "{build}: each piece carries audio with speech on");
 
         let mut limited = ask("Reply with exactly: one two three four");
         limited.generation.max_new_tokens = Some(2);
-        assert_eq!(
-            answer(&mut b, &limited).0,
-            "one two",
-            "{build}: max_new_tokens stops the answer"
-        );
+        assert_eq!(answer(&mut b, &limited).0, "one two", "{build}: max_new_tokens stops the answer");
     }
 }
 
@@ -334,10 +240,7 @@ fn fail_at_step_fails_that_step_once() {
             Err(BackendError::Inference(msg)) => assert!(msg.contains("step 2"), "{build}: {msg}"),
             other => panic!("{build}: expected an inference error, got {other:?}"),
         }
-        assert!(
-            run_duplex_step(b.as_mut(), &chunk(loud())).is_ok(),
-            "{build}: the next step works"
-        );
+        assert!(run_duplex_step(b.as_mut(), &chunk(loud())).is_ok(), "{build}: the next step works");
     }
 }
 
@@ -354,15 +257,9 @@ fn hang_at_step_blocks_that_step_while_any_thread_calls_answer() {
         });
         let start = Instant::now();
         let result = run_duplex_step(b.as_mut(), &chunk(loud()));
-        assert!(
-            start.elapsed() >= Duration::from_millis(300),
-            "{build}: the step blocked for hang_ms"
-        );
+        assert!(start.elapsed() >= Duration::from_millis(300), "{build}: the step blocked for hang_ms");
         assert_eq!(watcher.join().unwrap(), 26, "{build}");
-        assert!(
-            result.is_ok(),
-            "{build}: a hang is not interruptible; the step completes afterwards"
-        );
+        assert!(result.is_ok(), "{build}: a hang is not interruptible; the step completes afterwards");
     }
 }
 
@@ -371,11 +268,7 @@ fn hang_at_step_blocks_that_step_while_any_thread_calls_answer() {
 #[ignore = "aborts its process; run by abort_at_step_aborts_the_hosting_process"]
 fn abort_child() {
     let build = std::env::var("ABORT_BUILD").unwrap_or_default();
-    let api = if build == "library" {
-        BackendApi::load(Path::new(LIB)).unwrap()
-    } else {
-        BackendApi::builtin()
-    };
+    let api = if build == "library" { BackendApi::load(Path::new(LIB)).unwrap() } else { BackendApi::builtin() };
     let mut b = duplex(&api, &[("abort_at_step", "2")]);
     run_duplex_step(b.as_mut(), &chunk(loud())).unwrap();
     println!("step 1 done");
@@ -388,27 +281,13 @@ fn abort_at_step_aborts_the_hosting_process() {
     use std::os::unix::process::ExitStatusExt;
     for build in ["builtin", "library"] {
         let out = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "abort_child",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+            .args(["--exact", "abort_child", "--ignored", "--nocapture", "--test-threads=1"])
             .env("ABORT_BUILD", build)
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(
-            out.status.signal(),
-            Some(6),
-            "{build}: SIGABRT expected, got {:?}\n{stdout}",
-            out.status
-        );
-        assert!(
-            stdout.contains("step 1 done") && !stdout.contains("step 2 returned"),
-            "{build}: {stdout}"
-        );
+        assert_eq!(out.status.signal(), Some(6), "{build}: SIGABRT expected, got {:?}\n{stdout}", out.status);
+        assert!(stdout.contains("step 1 done") && !stdout.contains("step 2 returned"), "{build}: {stdout}");
     }
 }
 
@@ -424,10 +303,7 @@ fn invalid_arguments_and_states_are_errors_with_reasons() {
             matches!(b.duplex_prefill(&chunk(loud())), Err(BackendError::BadState(m)) if m.contains("no duplex session")),
             "{build}"
         );
-        assert!(
-            matches!(b.turn_generate(), Err(BackendError::BadState(_))),
-            "{build}"
-        );
+        assert!(matches!(b.turn_generate(), Err(BackendError::BadState(_))), "{build}");
         let mut setup = SessionSetup::new(SessionKind::Duplex);
         setup.generation.max_slice_nums = Some(12);
         assert!(
@@ -443,38 +319,22 @@ fn invalid_arguments_and_states_are_errors_with_reasons() {
             matches!(b.duplex_prefill(&chunk(Vec::new())), Err(BackendError::InvalidArgument(m)) if m.contains("audio is empty")),
             "{build}"
         );
-        let empty_frame = DuplexChunk {
-            frames: vec![Vec::new()],
-            ..chunk(loud())
-        };
+        let empty_frame = DuplexChunk { frames: vec![Vec::new()], ..chunk(loud()) };
         assert!(
             matches!(b.duplex_prefill(&empty_frame), Err(BackendError::InvalidArgument(m)) if m.contains("frame 0 is empty")),
             "{build}"
         );
         assert!(
-            matches!(
-                b.turn_prefill(&TurnInput::default()),
-                Err(BackendError::BadState(_))
-            ),
+            matches!(b.turn_prefill(&TurnInput::default()), Err(BackendError::BadState(_))),
             "{build}: turn call in a duplex session"
         );
-        assert!(
-            matches!(b.duplex_finalize(), Err(BackendError::BadState(_))),
-            "{build}"
-        );
+        assert!(matches!(b.duplex_finalize(), Err(BackendError::BadState(_))), "{build}");
         // after all these refusals the session still works
-        assert_eq!(
-            run_duplex_step(&mut b, &chunk(loud())).unwrap().kind,
-            StepKind::Listen,
-            "{build}"
-        );
+        assert_eq!(run_duplex_step(&mut b, &chunk(loud())).unwrap().kind, StepKind::Listen, "{build}");
 
         b.reset().unwrap();
         b.prepare(&SessionSetup::new(SessionKind::Turn)).unwrap();
-        let no_user = TurnInput {
-            messages: vec![ChatMessage::text(Role::System, "hi")],
-            ..TurnInput::default()
-        };
+        let no_user = TurnInput { messages: vec![ChatMessage::text(Role::System, "hi")], ..TurnInput::default() };
         assert!(
             matches!(b.turn_prefill(&no_user), Err(BackendError::InvalidArgument(m)) if m.contains("no user message")),
             "{build}"
@@ -493,72 +353,32 @@ fn open_failures_name_the_option() {
             Err(BackendError::Open(m)) => {
                 assert!(m.contains("unknown option 'stepms'"), "{build}: {m}")
             }
-            other => panic!(
-                "{build}: expected an open error, got {:?}",
-                other.map(|_| ())
-            ),
+            other => panic!("{build}: expected an open error, got {:?}", other.map(|_| ())),
         }
         match api.open(&opts(&[("n_ctx", "-4")])) {
-            Err(BackendError::Open(m)) => assert!(
-                m.contains("n_ctx") && m.contains("non-negative integer"),
-                "{build}: {m}"
-            ),
-            other => panic!(
-                "{build}: expected an open error, got {:?}",
-                other.map(|_| ())
-            ),
+            Err(BackendError::Open(m)) => {
+                assert!(m.contains("n_ctx") && m.contains("non-negative integer"), "{build}: {m}")
+            }
+            other => panic!("{build}: expected an open error, got {:?}", other.map(|_| ())),
         }
     }
 }
 
 #[test]
 fn load_failures_name_the_path_and_the_reason() {
-    let missing = BackendApi::load(Path::new("/nonexistent/libx.so"))
-        .err()
-        .unwrap();
+    let missing = BackendApi::load(Path::new("/nonexistent/libx.so")).err().unwrap();
     assert!(matches!(missing, LoadError::Library { .. }));
-    assert!(
-        missing
-            .to_string()
-            .starts_with("/nonexistent/libx.so: cannot load the library:"),
-        "{missing}"
-    );
+    assert!(missing.to_string().starts_with("/nonexistent/libx.so: cannot load the library:"), "{missing}");
 
-    let wrong = BackendApi::load(Path::new(env!("OMNI_REFERENCE_LIB_WRONG_ABI")))
-        .err()
-        .unwrap();
-    assert!(
-        matches!(
-            wrong,
-            LoadError::Version {
-                found: 2,
-                expected: 1,
-                ..
-            }
-        ),
-        "{wrong}"
-    );
-    assert!(
-        wrong
-            .to_string()
-            .contains("built for backend ABI version 2, this server speaks version 1"),
-        "{wrong}"
-    );
+    let wrong = BackendApi::load(Path::new(env!("OMNI_REFERENCE_LIB_WRONG_ABI"))).err().unwrap();
+    assert!(matches!(wrong, LoadError::Version { found: 2, expected: 1, .. }), "{wrong}");
+    assert!(wrong.to_string().contains("built for backend ABI version 2, this server speaks version 1"), "{wrong}");
 
     // A real shared library that is not a backend.
-    let libm = [
-        "/lib/x86_64-linux-gnu/libm.so.6",
-        "/usr/lib/x86_64-linux-gnu/libm.so.6",
-        "/lib64/libm.so.6",
-    ]
-    .into_iter()
-    .find(|p| Path::new(p).exists())
-    .expect("libm on this machine");
+    let libm = ["/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6", "/lib64/libm.so.6"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("libm on this machine");
     let not_backend = BackendApi::load(Path::new(libm)).err().unwrap();
-    assert!(
-        not_backend
-            .to_string()
-            .contains("missing symbol omni_backend_abi_version"),
-        "{not_backend}"
-    );
+    assert!(not_backend.to_string().contains("missing symbol omni_backend_abi_version"), "{not_backend}");
 }

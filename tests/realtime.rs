@@ -8,10 +8,7 @@ use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
 fn kinds(events: &[Value]) -> Vec<String> {
-    events
-        .iter()
-        .map(|v| v["kind"].as_str().unwrap_or("?").to_string())
-        .collect()
+    events.iter().map(|v| v["kind"].as_str().unwrap_or("?").to_string()).collect()
 }
 
 #[tokio::test]
@@ -24,34 +21,21 @@ async fn video_full_lifecycle() {
     assert_eq!(created["mode"], "full_duplex");
     let session_id = created["session_id"].as_str().unwrap().to_string();
     assert!(!session_id.is_empty());
-    assert_eq!(
-        created["metrics"]["prompt_length"], 4,
-        "the system prompt occupies the context"
-    );
+    assert_eq!(created["metrics"]["prompt_length"], 4, "the system prompt occupies the context");
 
-    c.send(append_with(
-        &loud(),
-        json!({"video_frames": [jpeg_b64()], "max_slice_nums": 1}),
-    ))
-    .await;
+    c.send(append_with(&loud(), json!({"video_frames": [jpeg_b64()], "max_slice_nums": 1}))).await;
     let listen = answer_to(&mut c, "input_1").await;
     assert_eq!(kinds(&listen), ["listen"]);
     assert_eq!(listen[0]["session_id"], session_id.as_str());
     // 4 (prompt) + 1 (step) + 25 (1 s of audio) + 64 (one frame at max_slice_nums 1)
     assert_eq!(listen[0]["metrics"]["kv_cache_length"], 94);
 
-    c.send(append_with(&quiet(), json!({"video_frames": [jpeg_b64()]})))
-        .await;
+    c.send(append_with(&quiet(), json!({"video_frames": [jpeg_b64()]}))).await;
     let speech = answer_to(&mut c, "input_2").await;
     assert_eq!(kinds(&speech), ["text", "audio"], "text first, then audio");
-    assert_eq!(
-        pcm_of(&speech[1]["audio"]).len(),
-        24000,
-        "24 kHz, one second"
-    );
+    assert_eq!(pcm_of(&speech[1]["audio"]).len(), 24000, "24 kHz, one second");
 
-    c.send(json!({"type": "session.close", "reason": "user_stop"}))
-        .await;
+    c.send(json!({"type": "session.close", "reason": "user_stop"})).await;
     let closed = c.until("session.closed").await;
     assert_eq!(closed["reason"], "user_stop");
     assert_eq!(closed["session_id"], session_id.as_str());
@@ -63,23 +47,14 @@ async fn video_full_lifecycle() {
 async fn audio_full_lifecycle_ignores_video_frames() {
     let server = Server::ready(Setup::default());
     let mut c = connected(&server, "audio").await;
-    c.send(json!({"type": "session.init", "payload": {"instructions": "Alias of system_prompt."}}))
-        .await;
+    c.send(json!({"type": "session.init", "payload": {"instructions": "Alias of system_prompt."}})).await;
     assert_eq!(c.expect("session.created").await["mode"], "full_duplex");
     // Frames in audio mode are ignored, even ones that are not JPEGs: no frame tokens.
-    c.send(append_with(
-        &loud(),
-        json!({"video_frames": ["bm90IGEganBlZw=="]}),
-    ))
-    .await;
+    c.send(append_with(&loud(), json!({"video_frames": ["bm90IGEganBlZw=="]}))).await;
     let listen = answer_to(&mut c, "input_1").await;
     assert_eq!(listen[0]["metrics"]["kv_cache_length"], 3 + 1 + 25);
     c.send(json!({"type": "session.close"})).await;
-    assert_eq!(
-        c.until("session.closed").await["reason"],
-        "user_stop",
-        "no reason given: user_stop"
-    );
+    assert_eq!(c.until("session.closed").await["reason"], "user_stop", "no reason given: user_stop");
     assert_eq!(c.closed().await, Some(1000));
 }
 
@@ -90,18 +65,11 @@ async fn missing_mode_means_video_and_an_unknown_mode_is_http_400() {
     c.expect("session.queue_done").await;
     c.send(json!({"type": "session.init", "payload": {}})).await;
     assert_eq!(c.expect("session.created").await["mode"], "full_duplex");
-    c.send(append_with(&loud(), json!({"video_frames": [jpeg_b64()]})))
-        .await;
+    c.send(append_with(&loud(), json!({"video_frames": [jpeg_b64()]}))).await;
     let listen = answer_to(&mut c, "input_1").await;
-    assert_eq!(
-        listen[0]["metrics"]["kv_cache_length"],
-        1 + 25 + 64,
-        "frames count: this is video mode"
-    );
+    assert_eq!(listen[0]["metrics"]["kv_cache_length"], 1 + 25 + 64, "frames count: this is video mode");
 
-    let err = tokio_tungstenite::connect_async(server.url("/v1/realtime?mode=tv"))
-        .await
-        .expect_err("refused");
+    let err = tokio_tungstenite::connect_async(server.url("/v1/realtime?mode=tv")).await.expect_err("refused");
     match err {
         tokio_tungstenite::tungstenite::Error::Http(resp) => {
             assert_eq!(resp.status(), 400);
@@ -141,35 +109,19 @@ async fn chat_streaming_and_non_streaming_turns_in_order() {
     let streamed: String = deltas.iter().map(|d| d["text"].as_str().unwrap()).collect();
     assert_eq!(streamed, "hello there world");
     assert_eq!(deltas.len(), 3, "one text delta per piece");
-    assert!(
-        deltas
-            .iter()
-            .all(|d| d["kind"] == "text" && d["response_id"] == first["response_id"])
-    );
-    assert_eq!(
-        (first["text"].as_str(), first["reason"].as_str()),
-        (Some("hello there world"), Some("turn_end"))
-    );
+    assert!(deltas.iter().all(|d| d["kind"] == "text" && d["response_id"] == first["response_id"]));
+    assert_eq!((first["text"].as_str(), first["reason"].as_str()), (Some("hello there world"), Some("turn_end")));
     assert!(first.get("audio").is_none());
 
     // Non-streaming: response.done alone, with the whole text and audio.
     let second = c.expect("response.done").await;
     assert_eq!(second["text"], "second");
     assert_ne!(second["response_id"], first["response_id"]);
-    assert_eq!(
-        pcm_of(&second["audio"]).len(),
-        6000,
-        "one piece of 0.25 s at 24 kHz"
-    );
+    assert_eq!(pcm_of(&second["audio"]).len(), 6000, "one piece of 0.25 s at 24 kHz");
     assert!(second["metrics"]["output_tokens"].as_u64().unwrap() >= 1);
 
-    c.send(json!({"type": "session.close", "reason": "turn_done"}))
-        .await;
-    assert_eq!(
-        c.until("session.closed").await["reason"],
-        "turn_done",
-        "the client's reason is echoed"
-    );
+    c.send(json!({"type": "session.close", "reason": "turn_done"})).await;
+    assert_eq!(c.until("session.closed").await["reason"], "turn_done", "the client's reason is echoed");
     assert_eq!(c.closed().await, Some(1000));
 }
 
@@ -197,14 +149,8 @@ async fn chat_audio_and_image_content_with_streamed_speech() {
     };
     assert_eq!(text, "I received 2.0 seconds of audio and 1 image.");
     assert_eq!(done["text"], text.as_str());
-    assert!(
-        audio > 0 && audio % 6000 == 0,
-        "streamed speech as audio deltas"
-    );
-    assert!(
-        done.get("audio").is_none(),
-        "streamed audio is not repeated in response.done"
-    );
+    assert!(audio > 0 && audio % 6000 == 0, "streamed speech as audio deltas");
+    assert!(done.get("audio").is_none(), "streamed audio is not repeated in response.done");
 }
 
 #[tokio::test]
@@ -214,21 +160,12 @@ async fn queueing_with_one_worker_and_three_clients() {
 
     let mut b = Client::connect(&server.url("/v1/realtime?mode=video")).await;
     let qb = b.expect("session.queued").await;
-    assert_eq!(
-        (qb["position"].as_u64(), qb["queue_length"].as_u64()),
-        (Some(1), Some(1))
-    );
-    assert!(
-        qb["estimated_wait_s"].is_number()
-            && qb["ticket_id"].as_str().unwrap().starts_with("ticket_")
-    );
+    assert_eq!((qb["position"].as_u64(), qb["queue_length"].as_u64()), (Some(1), Some(1)));
+    assert!(qb["estimated_wait_s"].is_number() && qb["ticket_id"].as_str().unwrap().starts_with("ticket_"));
 
     let mut c = Client::connect(&server.url("/v1/realtime?mode=chat")).await;
     let qc = c.expect("session.queued").await;
-    assert_eq!(
-        (qc["position"].as_u64(), qc["queue_length"].as_u64()),
-        (Some(2), Some(2))
-    );
+    assert_eq!((qc["position"].as_u64(), qc["queue_length"].as_u64()), (Some(2), Some(2)));
     assert!(qc["estimated_wait_s"].as_f64().unwrap() > qb["estimated_wait_s"].as_f64().unwrap());
 
     // A waiting client must not initialise yet.
@@ -240,10 +177,7 @@ async fn queueing_with_one_worker_and_three_clients() {
     assert_eq!(a.closed().await, Some(1000));
     b.expect("session.queue_done").await;
     let update = c.expect("session.queue_update").await;
-    assert_eq!(
-        (update["position"].as_u64(), update["queue_length"].as_u64()),
-        (Some(1), Some(1))
-    );
+    assert_eq!((update["position"].as_u64(), update["queue_length"].as_u64()), (Some(1), Some(1)));
     assert_eq!(update["ticket_id"], qc["ticket_id"]);
 
     b.send(json!({"type": "session.init", "payload": {}})).await;
@@ -263,10 +197,7 @@ async fn a_waiting_client_leaving_mid_queue_moves_those_behind_it() {
     let mut waiting = Vec::new();
     for expected in 1..=3u64 {
         let mut c = Client::connect(&server.url("/v1/realtime?mode=audio")).await;
-        assert_eq!(
-            c.expect("session.queued").await["position"].as_u64(),
-            Some(expected)
-        );
+        assert_eq!(c.expect("session.queued").await["position"].as_u64(), Some(expected));
         waiting.push(c);
     }
     let last = waiting.pop().unwrap();
@@ -275,20 +206,13 @@ async fn a_waiting_client_leaving_mid_queue_moves_those_behind_it() {
     let mut last = last;
     middle.close_socket().await;
     let update = last.expect("session.queue_update").await;
-    assert_eq!(
-        (update["position"].as_u64(), update["queue_length"].as_u64()),
-        (Some(2), Some(2))
-    );
+    assert_eq!((update["position"].as_u64(), update["queue_length"].as_u64()), (Some(2), Some(2)));
     // The one ahead of the leaver did not move, so it hears nothing now.
     let status = server.status();
     assert_eq!(status["queue"]["length"], 2);
     assert_eq!(status["queue"]["tickets"][0]["position"], 1);
     first.send(json!({"type": "session.close"})).await;
-    assert_eq!(
-        first.closed().await,
-        Some(1000),
-        "a waiting client may close"
-    );
+    assert_eq!(first.closed().await, Some(1000), "a waiting client may close");
     assert_eq!(last.expect("session.queue_update").await["position"], 1);
 }
 
@@ -300,10 +224,7 @@ async fn periodic_queue_updates_carry_a_fresh_eta() {
     let queued = b.expect("session.queued").await;
     let update = b.expect("session.queue_update").await;
     assert_eq!(update["position"], 1);
-    assert!(
-        update["estimated_wait_s"].as_f64().unwrap()
-            <= queued["estimated_wait_s"].as_f64().unwrap()
-    );
+    assert!(update["estimated_wait_s"].as_f64().unwrap() <= queued["estimated_wait_s"].as_f64().unwrap());
 }
 
 #[tokio::test]
@@ -320,9 +241,7 @@ async fn queue_full_is_an_error_and_close_1013() {
 
 #[tokio::test]
 async fn a_mode_no_worker_serves_is_service_unavailable() {
-    let server = Server::ready(
-        Setup::default().workers("[[workers]]\nname = \"chat\"\nmodes = [\"chat\"]\n".into()),
-    );
+    let server = Server::ready(Setup::default().workers("[[workers]]\nname = \"chat\"\nmodes = [\"chat\"]\n".into()));
     let mut c = Client::connect(&server.url("/v1/realtime?mode=video")).await;
     c.expect_error("service_unavailable").await;
     assert_eq!(c.closed().await, Some(1013));
@@ -344,54 +263,18 @@ async fn every_client_error_code_and_the_session_goes_on() {
     assert_eq!(e["error"]["type"], "client_error");
 
     let cases: Vec<(Value, &str, &str)> = vec![
-        (
-            json!({"type": "response.create"}),
-            "unknown_event",
-            "response.create",
-        ),
+        (json!({"type": "response.create"}), "unknown_event", "response.create"),
         (json!({"input": {}}), "missing_field", "type"),
         (json!({"type": "input.append"}), "missing_field", "input"),
-        (
-            json!({"type": "input.append", "input": []}),
-            "missing_field",
-            "input",
-        ),
-        (
-            json!({"type": "input.append", "input": {"force_listen": true}}),
-            "missing_field",
-            "input.audio",
-        ),
-        (
-            json!({"type": "input.append", "input": {"audio": "***"}}),
-            "invalid_payload",
-            "base64",
-        ),
-        (
-            json!({"type": "input.append", "input": {"audio": "AAAAAAA="}}),
-            "invalid_payload",
-            "multiple of 4",
-        ),
+        (json!({"type": "input.append", "input": []}), "missing_field", "input"),
+        (json!({"type": "input.append", "input": {"force_listen": true}}), "missing_field", "input.audio"),
+        (json!({"type": "input.append", "input": {"audio": "***"}}), "invalid_payload", "base64"),
+        (json!({"type": "input.append", "input": {"audio": "AAAAAAA="}}), "invalid_payload", "multiple of 4"),
         (append(&vec![0.0; 3999]), "invalid_payload", "at least 4000"),
-        (
-            append_with(&loud(), json!({"video_frames": ["R0lGODlhAQAB"]})),
-            "invalid_payload",
-            "JPEG",
-        ),
-        (
-            append_with(&loud(), json!({"max_slice_nums": 0})),
-            "invalid_payload",
-            "1..9",
-        ),
-        (
-            append_with(&loud(), json!({"max_slice_nums": 10})),
-            "invalid_payload",
-            "1..9",
-        ),
-        (
-            append_with(&loud(), json!({"force_listen": "yes"})),
-            "invalid_payload",
-            "force_listen",
-        ),
+        (append_with(&loud(), json!({"video_frames": ["R0lGODlhAQAB"]})), "invalid_payload", "JPEG"),
+        (append_with(&loud(), json!({"max_slice_nums": 0})), "invalid_payload", "1..9"),
+        (append_with(&loud(), json!({"max_slice_nums": 10})), "invalid_payload", "1..9"),
+        (append_with(&loud(), json!({"force_listen": "yes"})), "invalid_payload", "force_listen"),
     ];
     for (event, code, mentions) in cases {
         c.send(event.clone()).await;
@@ -457,27 +340,13 @@ async fn listen_then_speech_then_listen() {
             sequence.push(d["kind"].as_str().unwrap().to_string());
             if d["kind"] == "audio" {
                 responses.push(d["response_id"].clone());
-                audio_lengths.push((
-                    pcm_of(&d["audio"]).len(),
-                    d["end_of_turn"].as_bool().unwrap(),
-                ));
+                audio_lengths.push((pcm_of(&d["audio"]).len(), d["end_of_turn"].as_bool().unwrap()));
             }
         }
     }
-    assert_eq!(
-        sequence,
-        [
-            "listen", "text", "audio", "text", "audio", "text", "audio", "listen"
-        ]
-    );
-    assert!(
-        responses.iter().all(|r| *r == responses[0]),
-        "one response_id for the whole turn"
-    );
-    assert_eq!(
-        audio_lengths,
-        vec![(24000, false), (24000, false), (12000, true)]
-    );
+    assert_eq!(sequence, ["listen", "text", "audio", "text", "audio", "text", "audio", "listen"]);
+    assert!(responses.iter().all(|r| *r == responses[0]), "one response_id for the whole turn");
+    assert_eq!(audio_lengths, vec![(24000, false), (24000, false), (12000, true)]);
 }
 
 #[tokio::test]
@@ -489,25 +358,16 @@ async fn force_listen_mid_speech_discards_the_rest_of_that_response() {
     answer_to(&mut c, "input_1").await;
     c.send(append(&quiet())).await; // starts speaking (in flight)
     c.send(append(&quiet())).await; // pending behind it
-    c.send(append_with(&quiet(), json!({"force_listen": true})))
-        .await; // input_4
+    c.send(append_with(&quiet(), json!({"force_listen": true}))).await; // input_4
     let events = answer_to(&mut c, "input_4").await;
     // Nothing the model would have said for inputs 2 and 3 reaches the client: the
     // in-flight step is interrupted and the pending one listens.
     for e in &events {
         assert!(e["kind"] == "listen", "speech after force_listen: {e}");
     }
-    assert_eq!(
-        events.last().unwrap()["input_id"],
-        "input_4",
-        "the force_listen chunk is answered with listen"
-    );
+    assert_eq!(events.last().unwrap()["input_id"], "input_4", "the force_listen chunk is answered with listen");
     c.send(append(&quiet())).await;
-    assert_eq!(
-        kinds(&answer_to(&mut c, "input_5").await),
-        ["listen"],
-        "speech is over"
-    );
+    assert_eq!(kinds(&answer_to(&mut c, "input_5").await), ["listen"], "speech is over");
 }
 
 #[tokio::test]
@@ -519,18 +379,12 @@ async fn force_listen_while_speaking_step_by_step() {
     c.send(append(&quiet())).await;
     let speech = answer_to(&mut c, "input_2").await;
     let response = speech[1]["response_id"].clone();
-    c.send(append_with(&quiet(), json!({"force_listen": true})))
-        .await;
+    c.send(append_with(&quiet(), json!({"force_listen": true}))).await;
     assert_eq!(kinds(&answer_to(&mut c, "input_3").await), ["listen"]);
     c.send(append(&quiet())).await;
     let after = answer_to(&mut c, "input_4").await;
     assert_eq!(kinds(&after), ["listen"]);
-    assert!(
-        c.seen
-            .iter()
-            .skip_while(|e| e["input_id"] != "input_3")
-            .all(|e| e["response_id"] != response)
-    );
+    assert!(c.seen.iter().skip_while(|e| e["input_id"] != "input_3").all(|e| e["response_id"] != response));
 }
 
 #[tokio::test]
@@ -541,20 +395,10 @@ async fn a_burst_of_chunks_is_dropped_silently_keeping_the_newest() {
         c.send(append(&quiet())).await;
     }
     let events = answer_to(&mut c, "input_30").await;
-    assert!(
-        events.iter().all(|e| e["type"] == "response.output.delta"),
-        "no error"
-    );
-    let answered: Vec<&str> = events
-        .iter()
-        .filter_map(|e| e["input_id"].as_str())
-        .collect();
+    assert!(events.iter().all(|e| e["type"] == "response.output.delta"), "no error");
+    let answered: Vec<&str> = events.iter().filter_map(|e| e["input_id"].as_str()).collect();
     assert!(answered.len() < 30, "fewer steps than chunks: {answered:?}");
-    assert_eq!(
-        *answered.last().unwrap(),
-        "input_30",
-        "the last chunk is answered"
-    );
+    assert_eq!(*answered.last().unwrap(), "input_30", "the last chunk is answered");
 }
 
 #[tokio::test]
@@ -594,19 +438,13 @@ async fn an_inference_error_is_recoverable() {
     assert_eq!(e["error"]["type"], "server_error");
     assert!(e["error"]["message"].as_str().unwrap().contains("step 2"));
     c.send(append(&loud())).await;
-    assert_eq!(
-        kinds(&answer_to(&mut c, "input_3").await),
-        ["listen"],
-        "the next input is processed"
-    );
+    assert_eq!(kinds(&answer_to(&mut c, "input_3").await), ["listen"], "the next input is processed");
 }
 
 #[tokio::test]
 async fn a_hanging_step_ends_in_backend_error_and_the_worker_comes_back() {
     let server = Server::ready(
-        Setup::default()
-            .limits("step_timeout_ms = 500")
-            .workers(workers(1, "hang_at_step = 2\nhang_ms = 3000")),
+        Setup::default().limits("step_timeout_ms = 500").workers(workers(1, "hang_at_step = 2\nhang_ms = 3000")),
     );
     let mut c = active(&server, "audio").await;
     c.send(append(&loud())).await;
@@ -619,19 +457,13 @@ async fn a_hanging_step_ends_in_backend_error_and_the_worker_comes_back() {
     // The next client gets a working worker (a new backend instance).
     let mut next = Client::connect(&server.url("/v1/realtime?mode=audio")).await;
     next.until("session.queue_done").await;
-    next.send(json!({"type": "session.init", "payload": {}}))
-        .await;
+    next.send(json!({"type": "session.init", "payload": {}})).await;
     next.expect("session.created").await;
     next.send(append(&loud())).await;
     assert_eq!(kinds(&answer_to(&mut next, "input_1").await), ["listen"]);
     let status = server.status();
     assert_eq!(status["workers"][0]["restarts"], 1);
-    assert!(
-        status["workers"][0]["last_error"]
-            .as_str()
-            .unwrap()
-            .contains("step_timeout_ms")
-    );
+    assert!(status["workers"][0]["last_error"].as_str().unwrap().contains("step_timeout_ms"));
 }
 
 #[tokio::test]
@@ -671,10 +503,5 @@ async fn client_disconnect_in_every_state_leaves_every_worker_idle() {
     let mut c = active(&server, "video").await;
     c.send(append(&loud())).await;
     answer_to(&mut c, "input_1").await;
-    assert!(
-        server.status()["workers"][0]["sessions_served"]
-            .as_u64()
-            .unwrap()
-            >= 4
-    );
+    assert!(server.status()["workers"][0]["sessions_served"].as_u64().unwrap() >= 4);
 }

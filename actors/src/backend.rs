@@ -8,9 +8,7 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use crate::domain::{
-    BackendInfo, DuplexChunk, SessionSetup, StepOutcome, StepPiece, TurnInput, TurnPiece,
-};
+use crate::domain::{BackendInfo, DuplexChunk, SessionSetup, StepOutcome, StepPiece, TurnInput, TurnPiece};
 
 /// A failure reported by a backend. `code()` names it in logs and metrics.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -83,10 +81,7 @@ pub trait BackendControl: Send + Sync {
 
 /// Runs one whole duplex step: prefill, generate, drain until empty, finalize.
 /// The outputs of the step are merged in order.
-pub fn run_duplex_step(
-    backend: &mut dyn Backend,
-    chunk: &DuplexChunk,
-) -> Result<StepOutcome, BackendError> {
+pub fn run_duplex_step(backend: &mut dyn Backend, chunk: &DuplexChunk) -> Result<StepOutcome, BackendError> {
     backend.duplex_prefill(chunk)?;
     let mut outcome = StepOutcome::from_first(backend.duplex_generate()?);
     while let Some(piece) = backend.duplex_drain()? {

@@ -16,9 +16,8 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 
 use crate::backend::{BackendControl, BackendError, run_duplex_step};
-use crate::domain::{
-    BackendInfo, DuplexChunk, Mode, SessionSetup, StepKind, StepOutcome, TurnInput, TurnSummary,
-};
+use crate::domain::{BackendInfo, DuplexChunk, Mode, SessionSetup, StepKind, StepOutcome, TurnInput, TurnSummary};
+use crate::metrics::metrics;
 use crate::pending::Pending;
 use crate::pool_actor::WorkerEvent;
 use crate::protocol::ProtocolError;
@@ -108,20 +107,16 @@ enum Work {
 
 enum JobOutcome {
     Prepared(Result<u64, BackendError>),
-    Step {
-        seq: u64,
-        result: Result<StepOutcome, BackendError>,
-        elapsed: Duration,
-    },
-    Turn {
-        seq: u64,
-        result: Result<TurnSummary, BackendError>,
-    },
+    Step { seq: u64, result: Result<StepOutcome, BackendError>, elapsed: Duration },
+    Turn { seq: u64, result: Result<TurnSummary, BackendError> },
     Reset(Result<(), BackendError>),
 }
 
 struct InFlight {
     job: u64,
+    /// Metric label: prepare, step, turn or reset.
+    kind: &'static str,
+    started: Instant,
     interruptible: bool,
     watchdog: SpawnHandle,
 }
@@ -147,6 +142,8 @@ pub struct BackendActor {
     in_flight: Option<InFlight>,
     next_job: u64,
     failed: bool,
+    /// The session asked to be told once the job in flight is done (graceful shutdown).
+    drain: bool,
 }
 
 impl BackendActor {
@@ -174,6 +171,7 @@ impl BackendActor {
             in_flight: None,
             next_job: 1,
             failed: false,
+            drain: false,
         }
     }
 
@@ -198,14 +196,8 @@ impl BackendActor {
         }
         self.failed = true;
         log::error!("worker {}: failed: {reason}", self.name);
-        self.tell_session(BackendEvent::Failed {
-            reason: reason.clone(),
-        });
-        self.event(|worker, generation| WorkerEvent::Failed {
-            worker,
-            generation,
-            reason,
-        });
+        self.tell_session(BackendEvent::Failed { reason: reason.clone() });
+        self.event(|worker, generation| WorkerEvent::Failed { worker, generation, reason });
         if let Some(c) = &self.control {
             c.interrupt();
         }
@@ -232,39 +224,31 @@ impl BackendActor {
         self.next_job += 1;
         let addr = ctx.address();
         let interruptible = !matches!(work, Work::Reset);
+        let kind = match work {
+            Work::Prepare(_) => "prepare",
+            Work::Step(..) => "step",
+            Work::Turn(..) => "turn",
+            Work::Reset => "reset",
+        };
         let closure: Job = match work {
             Work::Prepare(setup) => {
                 let control = control.clone();
                 Box::new(move |b| {
                     let result = b.prepare(&setup).map(|_| control.kv_length());
-                    addr.do_send(JobDone {
-                        job,
-                        outcome: JobOutcome::Prepared(result),
-                    });
+                    addr.do_send(JobDone { job, outcome: JobOutcome::Prepared(result) });
                 })
             }
             Work::Step(seq, chunk) => Box::new(move |b| {
                 let started = Instant::now();
                 let result = run_duplex_step(b, &chunk);
-                addr.do_send(JobDone {
-                    job,
-                    outcome: JobOutcome::Step {
-                        seq,
-                        result,
-                        elapsed: started.elapsed(),
-                    },
-                });
+                addr.do_send(JobDone { job, outcome: JobOutcome::Step { seq, result, elapsed: started.elapsed() } });
             }),
             Work::Turn(seq, input) => Box::new(move |b| {
                 let started = Instant::now();
                 let result = (|| {
                     b.turn_prefill(&input)?;
-                    let mut summary = TurnSummary {
-                        input_tokens: 0,
-                        output_tokens: 0,
-                        kv_length: 0,
-                        duration: Duration::ZERO,
-                    };
+                    let mut summary =
+                        TurnSummary { input_tokens: 0, output_tokens: 0, kv_length: 0, duration: Duration::ZERO };
                     loop {
                         let piece = b.turn_generate()?;
                         let done = piece.done;
@@ -278,17 +262,11 @@ impl BackendActor {
                         }
                     }
                 })();
-                addr.do_send(JobDone {
-                    job,
-                    outcome: JobOutcome::Turn { seq, result },
-                });
+                addr.do_send(JobDone { job, outcome: JobOutcome::Turn { seq, result } });
             }),
             Work::Reset => Box::new(move |b| {
                 let result = b.reset();
-                addr.do_send(JobDone {
-                    job,
-                    outcome: JobOutcome::Reset(result),
-                });
+                addr.do_send(JobDone { job, outcome: JobOutcome::Reset(result) });
             }),
         };
         if let Err(e) = thread.submit(closure) {
@@ -296,24 +274,14 @@ impl BackendActor {
             return;
         }
         let watchdog = self.arm_watchdog(job, ctx);
-        self.in_flight = Some(InFlight {
-            job,
-            interruptible,
-            watchdog,
-        });
+        self.in_flight = Some(InFlight { job, kind, started: Instant::now(), interruptible, watchdog });
     }
 
     fn arm_watchdog(&self, job: u64, ctx: &mut Context<Self>) -> SpawnHandle {
         let timeout = self.limits.step_timeout;
         ctx.run_later(timeout, move |act, ctx| {
             if act.in_flight.as_ref().is_some_and(|f| f.job == job) {
-                act.fail(
-                    ctx,
-                    format!(
-                        "a backend call took longer than step_timeout_ms ({} ms)",
-                        timeout.as_millis()
-                    ),
-                );
+                act.fail(ctx, format!("a backend call took longer than step_timeout_ms ({} ms)", timeout.as_millis()));
             }
         })
     }
@@ -322,6 +290,7 @@ impl BackendActor {
         match &self.in_flight {
             Some(f) if f.job == job => {
                 ctx.cancel_future(f.watchdog);
+                metrics().step_duration_seconds.with_label_values(&[f.kind]).observe(f.started.elapsed().as_secs_f64());
                 self.in_flight = None;
                 true
             }
@@ -335,17 +304,11 @@ impl Actor for BackendActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         let addr = ctx.address();
-        match WorkerThread::spawn(&self.name, self.factory.clone(), move |opened| {
-            addr.do_send(OpenedMsg(opened))
-        }) {
+        match WorkerThread::spawn(&self.name, self.factory.clone(), move |opened| addr.do_send(OpenedMsg(opened))) {
             Ok(thread) => self.thread = Some(thread),
             Err(e) => {
                 let reason = format!("cannot start the worker thread: {e}");
-                self.event(|worker, generation| WorkerEvent::OpenFailed {
-                    worker,
-                    generation,
-                    reason,
-                });
+                self.event(|worker, generation| WorkerEvent::OpenFailed { worker, generation, reason });
                 ctx.stop();
             }
         }
@@ -368,20 +331,12 @@ impl Handler<OpenedMsg> for BackendActor {
                 self.control = Some(control);
                 self.info = Some(info);
                 let addr = ctx.address();
-                self.event(|worker, generation| WorkerEvent::Opened {
-                    worker,
-                    generation,
-                    backend: addr,
-                });
+                self.event(|worker, generation| WorkerEvent::Opened { worker, generation, backend: addr });
             }
             Err(e) => {
                 let reason = e.to_string();
                 log::error!("worker {}: {reason}", self.name);
-                self.event(|worker, generation| WorkerEvent::OpenFailed {
-                    worker,
-                    generation,
-                    reason,
-                });
+                self.event(|worker, generation| WorkerEvent::OpenFailed { worker, generation, reason });
                 self.thread = None;
                 ctx.stop();
             }
@@ -393,29 +348,15 @@ impl Handler<Attach> for BackendActor {
     type Result = Result<(), ProtocolError>;
     fn handle(&mut self, msg: Attach, _: &mut Context<Self>) -> Self::Result {
         if self.failed || self.control.is_none() {
-            return Err(ProtocolError::WorkerConnectFailed(format!(
-                "worker {} is not ready",
-                self.name
-            )));
+            return Err(ProtocolError::WorkerConnectFailed(format!("worker {} is not ready", self.name)));
         }
         if self.session.is_some() || !self.work.is_empty() || self.in_flight.is_some() {
-            return Err(ProtocolError::WorkerBusy(format!(
-                "worker {} is busy",
-                self.name
-            )));
+            return Err(ProtocolError::WorkerBusy(format!("worker {} is busy", self.name)));
         }
         log::debug!("worker {}: attached to {}", self.name, msg.label);
-        self.session = Some(AttachedSession {
-            key: msg.key,
-            events: msg.events,
-        });
+        self.session = Some(AttachedSession { key: msg.key, events: msg.events });
         let (label, mode) = (msg.label, msg.mode);
-        self.event(|worker, generation| WorkerEvent::Busy {
-            worker,
-            generation,
-            session: label,
-            mode,
-        });
+        self.event(|worker, generation| WorkerEvent::Busy { worker, generation, session: label, mode });
         Ok(())
     }
 }
@@ -429,21 +370,12 @@ impl Handler<Prepare> for BackendActor {
         if let Some(info) = &self.info
             && !info.supports(msg.setup.kind)
         {
-            let what = format!(
-                "backend {} cannot run {} sessions",
-                info.name,
-                msg.setup.kind.runtime_name()
-            );
+            let what = format!("backend {} cannot run {} sessions", info.name, msg.setup.kind.runtime_name());
             self.tell_session(BackendEvent::PrepareFailed(BackendError::Unsupported(what)));
             return;
         }
         let (session, dialect) = (msg.session_id, msg.dialect);
-        self.event(|worker, generation| WorkerEvent::Identified {
-            worker,
-            generation,
-            session,
-            dialect,
-        });
+        self.event(|worker, generation| WorkerEvent::Identified { worker, generation, session, dialect });
         self.work.push_back(Work::Prepare(msg.setup));
         self.dispatch_next(ctx);
     }
@@ -516,10 +448,7 @@ impl Handler<TurnProgress> for BackendActor {
         if let Some(f) = &mut self.in_flight {
             f.watchdog = watchdog;
         }
-        self.tell_session(BackendEvent::TurnPiece {
-            seq: msg.seq,
-            piece: msg.piece,
-        });
+        self.tell_session(BackendEvent::TurnPiece { seq: msg.seq, piece: msg.piece });
     }
 }
 
@@ -534,11 +463,7 @@ impl Handler<JobDone> for BackendActor {
                 Ok(prompt_length) => BackendEvent::Prepared { prompt_length },
                 Err(e) => BackendEvent::PrepareFailed(e),
             }),
-            JobOutcome::Step {
-                seq,
-                result,
-                elapsed,
-            } => {
+            JobOutcome::Step { seq, result, elapsed } => {
                 let result = match result {
                     // An interrupted step heard its chunk and says nothing: a listen.
                     Err(BackendError::Interrupted) => Ok(StepOutcome {
@@ -555,11 +480,7 @@ impl Handler<JobDone> for BackendActor {
                     Err(BackendError::Crashed(reason)) => return self.fail(ctx, reason),
                     other => other,
                 };
-                self.tell_session(BackendEvent::Step {
-                    seq,
-                    result,
-                    elapsed,
-                });
+                self.tell_session(BackendEvent::Step { seq, result, elapsed });
             }
             JobOutcome::Turn { seq, result } => {
                 if let Err(BackendError::Crashed(reason)) = result {
@@ -572,6 +493,72 @@ impl Handler<JobDone> for BackendActor {
             }
             JobOutcome::Reset(Err(e)) => return self.fail(ctx, format!("reset failed: {e}")),
         }
+        if self.drain {
+            self.drain = false;
+            self.tell_session(BackendEvent::Drained);
+        }
         self.dispatch_next(ctx);
+    }
+}
+
+/// The session is ending (server shutdown): drop its backlog, finish the job in flight,
+/// then tell it with `BackendEvent::Drained`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Drain {
+    pub key: u64,
+}
+
+impl Handler<Drain> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: Drain, _: &mut Context<Self>) {
+        if !self.owns(msg.key) {
+            return;
+        }
+        for (seq, _) in self.pending.clear() {
+            self.tell_session(BackendEvent::Dropped { seq });
+        }
+        self.work.clear();
+        if self.in_flight.is_some() {
+            self.drain = true;
+        } else {
+            self.tell_session(BackendEvent::Drained);
+        }
+    }
+}
+
+/// The server is stopping: the thread finishes, closes the backend and exits. Answers
+/// whether that happened within `within`.
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct Stop {
+    pub within: Duration,
+}
+
+impl Handler<Stop> for BackendActor {
+    type Result = ResponseActFuture<Self, bool>;
+    fn handle(&mut self, msg: Stop, _: &mut Context<Self>) -> Self::Result {
+        self.failed = true;
+        if let Some(c) = &self.control {
+            c.interrupt();
+        }
+        let exited = self.thread.take().map(WorkerThread::stop);
+        let name = self.name.clone();
+        Box::pin(
+            async move {
+                match exited {
+                    Some(rx) => actix::clock::timeout(msg.within, rx).await.is_ok(),
+                    None => true,
+                }
+            }
+            .into_actor(self)
+            .map(move |closed, _, ctx| {
+                if !closed {
+                    log::warn!("worker {name}: its backend did not close within the grace period");
+                }
+                ctx.stop();
+                closed
+            }),
+        )
     }
 }

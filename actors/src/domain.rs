@@ -51,9 +51,7 @@ impl FromStr for Mode {
             "chat" => Ok(Mode::Chat),
             "video" => Ok(Mode::Video),
             "audio" => Ok(Mode::Audio),
-            other => Err(format!(
-                "unknown mode '{other}' (expected chat, video or audio)"
-            )),
+            other => Err(format!("unknown mode '{other}' (expected chat, video or audio)")),
         }
     }
 }
@@ -134,9 +132,7 @@ impl FromStr for Role {
             "system" => Ok(Role::System),
             "user" => Ok(Role::User),
             "assistant" => Ok(Role::Assistant),
-            other => Err(format!(
-                "unknown role '{other}' (expected system, user or assistant)"
-            )),
+            other => Err(format!("unknown role '{other}' (expected system, user or assistant)")),
         }
     }
 }
@@ -154,12 +150,7 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn text(role: Role, text: impl Into<String>) -> Self {
-        ChatMessage {
-            role,
-            text: text.into(),
-            images: Vec::new(),
-            audios: Vec::new(),
-        }
+        ChatMessage { role, text: text.into(), images: Vec::new(), audios: Vec::new() }
     }
 }
 

@@ -19,10 +19,7 @@ pub fn connection() -> u64 {
 /// Milliseconds since the epoch, strictly increasing across calls in this process, so
 /// ids built from it (the legacy `rt_<ms>`) never repeat even within one millisecond.
 pub fn unique_millis() -> u64 {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     let mut last = LAST_MS.load(Ordering::Relaxed);
     loop {
         let next = now.max(last + 1);

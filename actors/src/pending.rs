@@ -13,20 +13,13 @@ impl<T> Pending<T> {
     /// `capacity` is at least 1.
     pub fn new(capacity: usize) -> Pending<T> {
         let capacity = capacity.max(1);
-        Pending {
-            capacity,
-            items: VecDeque::with_capacity(capacity),
-        }
+        Pending { capacity, items: VecDeque::with_capacity(capacity) }
     }
 
     /// Queues `item`; returns the oldest item when the queue was full.
     #[must_use = "a dropped item must be accounted for"]
     pub fn push(&mut self, item: T) -> Option<T> {
-        let dropped = if self.items.len() >= self.capacity {
-            self.items.pop_front()
-        } else {
-            None
-        };
+        let dropped = if self.items.len() >= self.capacity { self.items.pop_front() } else { None };
         self.items.push_back(item);
         dropped
     }

@@ -63,6 +63,8 @@ pub struct PoolWorker {
     pub restarts: u64,
     pub consecutive_failures: u32,
     pub last_error: Option<String>,
+    /// Its last failure was an open that failed.
+    pub open_failed: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -93,6 +95,7 @@ impl PoolState {
                     restarts: 0,
                     consecutive_failures: 0,
                     last_error: None,
+                    open_failed: false,
                 })
                 .collect(),
         }
@@ -107,9 +110,7 @@ impl PoolState {
     }
 
     fn current(&self, id: WorkerId, generation: u64) -> bool {
-        self.workers
-            .get(id)
-            .is_some_and(|w| w.generation == generation)
+        self.workers.get(id).is_some_and(|w| w.generation == generation)
     }
 
     /// Its backend opened. Returns false for a stale generation.
@@ -120,25 +121,18 @@ impl PoolState {
         let w = &mut self.workers[id];
         w.state = WorkerState::Idle;
         w.consecutive_failures = 0;
+        w.open_failed = false;
         true
     }
 
     /// The queue gave it to a session.
     pub fn assigned(&mut self, id: WorkerId, session: String, mode: Mode, now: Instant) {
-        self.workers[id].state = WorkerState::Busy {
-            session,
-            mode,
-            dialect: None,
-            since: now,
-        };
+        self.workers[id].state = WorkerState::Busy { session, mode, dialect: None, since: now };
     }
 
     /// Its session initialised: it has an id and a dialect.
     pub fn identified(&mut self, id: WorkerId, session_id: String, wire: &'static str) {
-        if let WorkerState::Busy {
-            session, dialect, ..
-        } = &mut self.workers[id].state
-        {
+        if let WorkerState::Busy { session, dialect, .. } = &mut self.workers[id].state {
             *session = session_id;
             *dialect = Some(wire);
         }
@@ -164,13 +158,7 @@ impl PoolState {
 
     /// Its backend failed (did not open, hung, crashed). Returns when to restart it,
     /// or `None` for a stale generation.
-    pub fn failed(
-        &mut self,
-        id: WorkerId,
-        generation: u64,
-        reason: String,
-        now: Instant,
-    ) -> Option<Restart> {
+    pub fn failed(&mut self, id: WorkerId, generation: u64, reason: String, now: Instant) -> Option<Restart> {
         if !self.current(id, generation) {
             return None;
         }
@@ -181,28 +169,32 @@ impl PoolState {
         w.consecutive_failures += 1;
         let after = backoff(w.consecutive_failures);
         w.last_error = Some(reason.clone());
-        w.state = WorkerState::Failed {
-            reason,
-            retry_at: now + after,
-        };
+        w.state = WorkerState::Failed { reason, retry_at: now + after };
         Some(Restart { worker: id, after })
     }
 
-    /// Starts a new incarnation; returns its generation.
+    /// Its backend did not open: failed until a later attempt opens it.
+    pub fn open_failed(&mut self, id: WorkerId, generation: u64, reason: String, now: Instant) -> Option<Restart> {
+        let restart = self.failed(id, generation, reason, now)?;
+        self.workers[id].open_failed = true;
+        Some(restart)
+    }
+
+    /// Starts a new incarnation; returns its generation. A worker whose backend did not
+    /// open stays failed while it tries again; one that failed at work is starting.
     pub fn restart(&mut self, id: WorkerId) -> u64 {
         let w = &mut self.workers[id];
         w.generation += 1;
         w.restarts += 1;
-        w.state = WorkerState::Starting;
+        if !w.open_failed {
+            w.state = WorkerState::Starting;
+        }
         w.generation
     }
 
     /// Workers that are not failed.
     pub fn ready_count(&self) -> usize {
-        self.workers
-            .iter()
-            .filter(|w| !matches!(w.state, WorkerState::Failed { .. }))
-            .count()
+        self.workers.iter().filter(|w| !matches!(w.state, WorkerState::Failed { .. })).count()
     }
 }
 
@@ -234,20 +226,12 @@ mod tests {
         p.identified(0, "sess_1".into(), "minicpm");
         assert_eq!(
             p.worker(0).state,
-            WorkerState::Busy {
-                session: "sess_1".into(),
-                mode: Mode::Video,
-                dialect: Some("minicpm"),
-                since: t
-            }
+            WorkerState::Busy { session: "sess_1".into(), mode: Mode::Video, dialect: Some("minicpm"), since: t }
         );
         p.resetting(0, 1);
         assert_eq!(p.worker(0).state, WorkerState::Resetting);
         assert!(p.released(0, 1));
-        assert_eq!(
-            (p.worker(0).state.name(), p.worker(0).sessions_served),
-            ("idle", 1)
-        );
+        assert_eq!((p.worker(0).state.name(), p.worker(0).sessions_served), ("idle", 1));
     }
 
     #[test]
@@ -260,17 +244,13 @@ mod tests {
         assert_eq!(p.ready_count(), 0);
         assert_eq!(p.worker(0).last_error.as_deref(), Some("step timeout"));
         assert_eq!(p.restart(0), 2);
-        assert_eq!(
-            (p.worker(0).restarts, p.worker(0).state.name()),
-            (1, "starting")
-        );
-        // the new incarnation fails to open: longer backoff
-        assert_eq!(
-            p.failed(0, 2, "open failed".into(), t).unwrap().after,
-            Duration::from_secs(1)
-        );
+        assert_eq!((p.worker(0).restarts, p.worker(0).state.name()), (1, "starting"));
+        // the new incarnation fails to open: longer backoff, and failed while it retries
+        assert_eq!(p.open_failed(0, 2, "open failed".into(), t).unwrap().after, Duration::from_secs(1));
         p.restart(0);
+        assert_eq!(p.worker(0).state.name(), "failed");
         assert!(p.opened(0, 3));
+        assert_eq!(p.worker(0).state.name(), "idle");
         assert_eq!(p.worker(0).consecutive_failures, 0);
     }
 

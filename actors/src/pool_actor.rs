@@ -2,17 +2,16 @@
 //! in a [`PoolState`], offers idle workers to the queue, and restarts failed workers with
 //! backoff. A worker whose session ended is offered again only after its backend reset.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use crate::backend_actor::{BackendActor, BackendLimits};
+use crate::backend_actor::{BackendActor, BackendLimits, Stop};
 use crate::domain::Mode;
+use crate::metrics::metrics;
 use crate::pool::{PoolState, PoolWorker, WorkerState};
 use crate::queue::WorkerId;
-use crate::queue_actor::{
-    QueueActor, SessionFinished, WorkerDown, WorkerIdle, WorkerLink, WorkerStarting,
-};
+use crate::queue_actor::{QueueActor, SessionFinished, WorkerDown, WorkerIdle, WorkerLink, WorkerStarting};
 use crate::worker_thread::BackendFactory;
 
 /// One configured worker.
@@ -28,41 +27,13 @@ pub struct WorkerSetup {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub enum WorkerEvent {
-    Opened {
-        worker: WorkerId,
-        generation: u64,
-        backend: Addr<BackendActor>,
-    },
-    OpenFailed {
-        worker: WorkerId,
-        generation: u64,
-        reason: String,
-    },
-    Busy {
-        worker: WorkerId,
-        generation: u64,
-        session: String,
-        mode: Mode,
-    },
-    Identified {
-        worker: WorkerId,
-        generation: u64,
-        session: String,
-        dialect: &'static str,
-    },
-    Resetting {
-        worker: WorkerId,
-        generation: u64,
-    },
-    Released {
-        worker: WorkerId,
-        generation: u64,
-    },
-    Failed {
-        worker: WorkerId,
-        generation: u64,
-        reason: String,
-    },
+    Opened { worker: WorkerId, generation: u64, backend: Addr<BackendActor> },
+    OpenFailed { worker: WorkerId, generation: u64, reason: String },
+    Busy { worker: WorkerId, generation: u64, session: String, mode: Mode },
+    Identified { worker: WorkerId, generation: u64, session: String, dialect: &'static str },
+    Resetting { worker: WorkerId, generation: u64 },
+    Released { worker: WorkerId, generation: u64 },
+    Failed { worker: WorkerId, generation: u64, reason: String },
 }
 
 /// A snapshot of every worker, for `/status` and for tests.
@@ -76,27 +47,15 @@ pub struct WorkerPoolActor {
     actors: Vec<Option<Addr<BackendActor>>>,
     queue: Addr<QueueActor>,
     limits: BackendLimits,
+    /// The server is stopping: no more restarts.
+    stopping: bool,
 }
 
 impl WorkerPoolActor {
-    pub fn new(
-        setups: Vec<WorkerSetup>,
-        queue: Addr<QueueActor>,
-        limits: BackendLimits,
-    ) -> WorkerPoolActor {
-        let state = PoolState::new(
-            setups
-                .iter()
-                .map(|s| (s.name.clone(), s.backend.clone(), s.modes.clone())),
-        );
+    pub fn new(setups: Vec<WorkerSetup>, queue: Addr<QueueActor>, limits: BackendLimits) -> WorkerPoolActor {
+        let state = PoolState::new(setups.iter().map(|s| (s.name.clone(), s.backend.clone(), s.modes.clone())));
         let actors = setups.iter().map(|_| None).collect();
-        WorkerPoolActor {
-            state,
-            setups,
-            actors,
-            queue,
-            limits,
-        }
+        WorkerPoolActor { state, setups, actors, queue, limits, stopping: false }
     }
 
     fn start_backend(&mut self, id: WorkerId, ctx: &mut Context<Self>) {
@@ -113,34 +72,23 @@ impl WorkerPoolActor {
         self.actors[id] = Some(actor.start());
     }
 
-    fn schedule_restart(
-        &mut self,
-        id: WorkerId,
-        after: std::time::Duration,
-        ctx: &mut Context<Self>,
-    ) {
+    fn schedule_restart(&mut self, id: WorkerId, after: std::time::Duration, ctx: &mut Context<Self>) {
         self.actors[id] = None;
-        log::warn!(
-            "worker {}: restarting in {} ms",
-            self.setups[id].name,
-            after.as_millis()
-        );
+        log::warn!("worker {}: restarting in {} ms", self.setups[id].name, after.as_millis());
         ctx.run_later(after, move |act, ctx| {
+            if act.stopping {
+                return;
+            }
             let generation = act.state.restart(id);
-            log::info!(
-                "worker {}: restart (generation {generation})",
-                act.setups[id].name
-            );
+            metrics().worker_restarts.with_label_values(&[act.setups[id].name.as_str()]).inc();
+            log::info!("worker {}: restart (generation {generation})", act.setups[id].name);
             act.start_backend(id, ctx);
         });
     }
 
     fn session_finished(&self, id: WorkerId) {
         if let WorkerState::Busy { mode, since, .. } = self.state.worker(id).state {
-            self.queue.do_send(SessionFinished {
-                mode,
-                length: since.elapsed(),
-            });
+            self.queue.do_send(SessionFinished { mode, length: since.elapsed() });
         }
     }
 }
@@ -159,50 +107,42 @@ impl Handler<WorkerEvent> for WorkerPoolActor {
     type Result = ();
 
     fn handle(&mut self, event: WorkerEvent, ctx: &mut Context<Self>) {
+        self.apply(event, ctx);
+        self.publish();
+    }
+}
+
+impl WorkerPoolActor {
+    /// Workers per state, for the metrics.
+    fn publish(&self) {
+        let m = &metrics().workers;
+        for state in ["starting", "idle", "busy", "resetting", "failed"] {
+            let n = self.state.workers().iter().filter(|w| w.state.name() == state).count();
+            m.with_label_values(&[state]).set(n as i64);
+        }
+    }
+
+    fn apply(&mut self, event: WorkerEvent, ctx: &mut Context<Self>) {
         let now = Instant::now();
         match event {
-            WorkerEvent::Opened {
-                worker,
-                generation,
-                backend,
-            } => {
+            WorkerEvent::Opened { worker, generation, backend } => {
                 if self.state.opened(worker, generation) {
                     let name = self.setups[worker].name.clone();
-                    self.queue.do_send(WorkerIdle {
-                        link: WorkerLink {
-                            id: worker,
-                            name,
-                            backend,
-                        },
-                    });
+                    self.queue.do_send(WorkerIdle { link: WorkerLink { id: worker, name, backend } });
                 }
             }
-            WorkerEvent::OpenFailed {
-                worker,
-                generation,
-                reason,
-            } => {
-                if let Some(restart) = self.state.failed(worker, generation, reason, now) {
+            WorkerEvent::OpenFailed { worker, generation, reason } => {
+                if let Some(restart) = self.state.open_failed(worker, generation, reason, now) {
                     self.queue.do_send(WorkerDown { worker });
                     self.schedule_restart(worker, restart.after, ctx);
                 }
             }
-            WorkerEvent::Busy {
-                worker,
-                generation,
-                session,
-                mode,
-            } => {
+            WorkerEvent::Busy { worker, generation, session, mode } => {
                 if self.state.worker(worker).generation == generation {
                     self.state.assigned(worker, session, mode, now);
                 }
             }
-            WorkerEvent::Identified {
-                worker,
-                generation,
-                session,
-                dialect,
-            } => {
+            WorkerEvent::Identified { worker, generation, session, dialect } => {
                 if self.state.worker(worker).generation == generation {
                     self.state.identified(worker, session, dialect);
                 }
@@ -218,20 +158,10 @@ impl Handler<WorkerEvent> for WorkerPoolActor {
                     && let Some(backend) = self.actors[worker].clone()
                 {
                     let name = self.setups[worker].name.clone();
-                    self.queue.do_send(WorkerIdle {
-                        link: WorkerLink {
-                            id: worker,
-                            name,
-                            backend,
-                        },
-                    });
+                    self.queue.do_send(WorkerIdle { link: WorkerLink { id: worker, name, backend } });
                 }
             }
-            WorkerEvent::Failed {
-                worker,
-                generation,
-                reason,
-            } => {
+            WorkerEvent::Failed { worker, generation, reason } => {
                 if self.state.worker(worker).generation == generation {
                     self.session_finished(worker);
                 }
@@ -242,6 +172,29 @@ impl Handler<WorkerEvent> for WorkerPoolActor {
                 }
             }
         }
+    }
+}
+
+/// The server is stopping: every backend closes. Answers how many closed within `within`.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct ShutdownPool {
+    pub within: Duration,
+}
+
+impl Handler<ShutdownPool> for WorkerPoolActor {
+    type Result = ResponseFuture<usize>;
+    fn handle(&mut self, msg: ShutdownPool, _: &mut Context<Self>) -> Self::Result {
+        self.stopping = true;
+        let stops: Vec<_> =
+            self.actors.iter_mut().filter_map(Option::take).map(|a| a.send(Stop { within: msg.within })).collect();
+        Box::pin(async move {
+            let mut closed = 0;
+            for stop in stops {
+                closed += stop.await.unwrap_or(true) as usize;
+            }
+            closed
+        })
     }
 }
 

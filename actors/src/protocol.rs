@@ -137,13 +137,28 @@ impl CloseReason {
         }
     }
 
+    /// The label in metrics: a fixed set (a client's own reason is not a label value).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            CloseReason::Client(r) if r == "user_stop" => "user_stop",
+            CloseReason::Client(_) => "client_close",
+            CloseReason::ClientGone => "client_closed",
+            CloseReason::HeartbeatTimeout => "heartbeat_timeout",
+            CloseReason::Timeout => "timeout",
+            CloseReason::ContextFull => "context_full",
+            CloseReason::BackendError(_) => "backend_error",
+            CloseReason::ServerShutdown => "server_shutdown",
+            CloseReason::Cancelled => "cancelled",
+            CloseReason::Rejected(code) => code,
+            CloseReason::ProtocolViolation(what) => what,
+            CloseReason::SlowConsumer => "slow_consumer",
+        }
+    }
+
     /// The WebSocket close code for this ending.
     pub fn close_code(&self) -> u16 {
         match self {
-            CloseReason::Client(_)
-            | CloseReason::Timeout
-            | CloseReason::ContextFull
-            | CloseReason::Cancelled => 1000,
+            CloseReason::Client(_) | CloseReason::Timeout | CloseReason::ContextFull | CloseReason::Cancelled => 1000,
             CloseReason::ServerShutdown => 1001,
             CloseReason::BackendError(_) => 1011,
             CloseReason::Rejected("model_not_found") => 1008,

@@ -131,11 +131,7 @@ pub struct QueueState {
 impl QueueState {
     /// `workers[i]` are the modes of worker `i`; all start as `Starting`. `initial_average`
     /// is the session length assumed per mode before any session ended.
-    pub fn new(
-        workers: &[ModeSet],
-        max_waiting: usize,
-        initial_average: [Duration; 3],
-    ) -> QueueState {
+    pub fn new(workers: &[ModeSet], max_waiting: usize, initial_average: [Duration; 3]) -> QueueState {
         let mut capable = [0; 3];
         for set in workers {
             for m in Mode::ALL {
@@ -144,13 +140,7 @@ impl QueueState {
         }
         QueueState {
             waiting: VecDeque::new(),
-            workers: workers
-                .iter()
-                .map(|&modes| Slot {
-                    modes,
-                    state: Availability::Starting,
-                })
-                .collect(),
+            workers: workers.iter().map(|&modes| Slot { modes, state: Availability::Starting }).collect(),
             idle: BTreeSet::new(),
             capable,
             reserved: HashMap::new(),
@@ -192,11 +182,7 @@ impl QueueState {
             return JoinOutcome::Full;
         }
         self.next_ticket += 1;
-        self.waiting.push_back(Waiting {
-            ticket,
-            mode,
-            since: now,
-        });
+        self.waiting.push_back(Waiting { ticket, mode, since: now });
         let index = self.waiting.len() - 1;
         JoinOutcome::Waiting(self.infos_from(index, now).remove(0))
     }
@@ -233,12 +219,7 @@ impl QueueState {
             Some(index) => {
                 let w = self.waiting.remove(index).expect("index found above");
                 self.reserve(w.ticket, worker, w.mode, now);
-                Some(Assignment {
-                    ticket: w.ticket,
-                    worker,
-                    mode: w.mode,
-                    index,
-                })
+                Some(Assignment { ticket: w.ticket, worker, mode: w.mode, index })
             }
             None => {
                 self.set_state(worker, Availability::Idle);
@@ -251,10 +232,8 @@ impl QueueState {
     /// that no worker can serve any more; they are removed from the queue.
     pub fn worker_failed(&mut self, worker: WorkerId) -> Vec<TicketId> {
         self.set_state(worker, Availability::Failed);
-        let (keep, orphaned): (VecDeque<Waiting>, VecDeque<Waiting>) = self
-            .waiting
-            .drain(..)
-            .partition(|w| self.capable[w.mode.index()] > 0);
+        let (keep, orphaned): (VecDeque<Waiting>, VecDeque<Waiting>) =
+            self.waiting.drain(..).partition(|w| self.capable[w.mode.index()] > 0);
         self.waiting = keep;
         orphaned.into_iter().map(|w| w.ticket).collect()
     }
@@ -306,10 +285,7 @@ impl QueueState {
 
     /// How long the ticket has waited, if it is waiting.
     pub fn waited(&self, ticket: TicketId, now: Instant) -> Option<Duration> {
-        self.waiting
-            .iter()
-            .find(|w| w.ticket == ticket)
-            .map(|w| now.saturating_duration_since(w.since))
+        self.waiting.iter().find(|w| w.ticket == ticket).map(|w| now.saturating_duration_since(w.since))
     }
 
     /// ETAs of the first `n` waiting tickets, in seconds.
@@ -341,9 +317,7 @@ impl QueueState {
                 Some((_, heap)) => {
                     let Reverse(free) = heap.pop().expect("non-empty heap");
                     etas.push(free as f64 / 1000.0);
-                    heap.push(Reverse(
-                        free + (self.average_s[w.mode.index()] * 1000.0) as u64,
-                    ));
+                    heap.push(Reverse(free + (self.average_s[w.mode.index()] * 1000.0) as u64));
                 }
                 None => etas.push(0.0),
             }
@@ -352,11 +326,7 @@ impl QueueState {
     }
 
     fn take_idle(&mut self, mode: Mode) -> Option<WorkerId> {
-        let found = self
-            .idle
-            .iter()
-            .find(|(_, w)| self.workers[*w].modes.contains(mode))
-            .copied()?;
+        let found = self.idle.iter().find(|(_, w)| self.workers[*w].modes.contains(mode)).copied()?;
         self.idle.remove(&found);
         Some(found.1)
     }
@@ -414,20 +384,8 @@ mod tests {
         let t = Instant::now();
         let mut q = queue(&[ALL], 10);
         assert_eq!(q.worker_idle(0, t), None);
-        assert_eq!(
-            q.join(Mode::Video, t),
-            JoinOutcome::Assigned {
-                ticket: 1,
-                worker: 0
-            }
-        );
-        assert_eq!(
-            q.availability(0),
-            Some(Availability::Busy {
-                mode: Mode::Video,
-                since: t
-            })
-        );
+        assert_eq!(q.join(Mode::Video, t), JoinOutcome::Assigned { ticket: 1, worker: 0 });
+        assert_eq!(q.availability(0), Some(Availability::Busy { mode: Mode::Video, since: t }));
         assert!(q.is_empty());
     }
 
@@ -446,31 +404,18 @@ mod tests {
         assert_eq!((next.ticket, next.index), (a.ticket, 0));
         let infos = q.infos_from(next.index, t);
         assert_eq!(infos.len(), 1);
-        assert_eq!(
-            (infos[0].ticket, infos[0].position, infos[0].queue_length),
-            (b.ticket, 1, 1)
-        );
+        assert_eq!((infos[0].ticket, infos[0].position, infos[0].queue_length), (b.ticket, 1, 1));
     }
 
     #[test]
     fn a_waiting_client_that_leaves_moves_those_behind_it() {
         let t = Instant::now();
         let mut q = queue(&[ALL], 10);
-        let tickets: Vec<_> = (0..4)
-            .map(|_| waiting(q.join(Mode::Chat, t)).ticket)
-            .collect();
+        let tickets: Vec<_> = (0..4).map(|_| waiting(q.join(Mode::Chat, t)).ticket).collect();
         assert_eq!(q.leave(tickets[1]), LeaveOutcome::Waited { index: 1 });
-        let moved: Vec<_> = q
-            .infos_from(1, t)
-            .iter()
-            .map(|i| (i.ticket, i.position))
-            .collect();
+        let moved: Vec<_> = q.infos_from(1, t).iter().map(|i| (i.ticket, i.position)).collect();
         assert_eq!(moved, vec![(tickets[2], 2), (tickets[3], 3)]);
-        assert_eq!(
-            q.leave(tickets[1]),
-            LeaveOutcome::Nothing,
-            "leaving twice does nothing"
-        );
+        assert_eq!(q.leave(tickets[1]), LeaveOutcome::Nothing, "leaving twice does nothing");
     }
 
     #[test]
@@ -488,10 +433,7 @@ mod tests {
         let t = Instant::now();
         let mut q = queue(&[ModeSet::of(&[Mode::Chat])], 10);
         assert_eq!(q.join(Mode::Video, t), JoinOutcome::Unavailable);
-        assert!(
-            matches!(q.join(Mode::Chat, t), JoinOutcome::Waiting(_)),
-            "a starting worker will serve"
-        );
+        assert!(matches!(q.join(Mode::Chat, t), JoinOutcome::Waiting(_)), "a starting worker will serve");
     }
 
     #[test]
@@ -512,20 +454,8 @@ mod tests {
         let mut q = queue(&[ALL, ModeSet::of(&[Mode::Audio])], 10);
         q.worker_idle(0, t);
         q.worker_idle(1, t);
-        assert_eq!(
-            q.join(Mode::Audio, t),
-            JoinOutcome::Assigned {
-                ticket: 1,
-                worker: 1
-            }
-        );
-        assert_eq!(
-            q.join(Mode::Audio, t),
-            JoinOutcome::Assigned {
-                ticket: 2,
-                worker: 0
-            }
-        );
+        assert_eq!(q.join(Mode::Audio, t), JoinOutcome::Assigned { ticket: 1, worker: 1 });
+        assert_eq!(q.join(Mode::Audio, t), JoinOutcome::Assigned { ticket: 2, worker: 0 });
     }
 
     #[test]
@@ -533,15 +463,11 @@ mod tests {
         let t = Instant::now();
         let mut q = queue(&[ALL], 10);
         q.worker_idle(0, t);
-        let JoinOutcome::Assigned { ticket, worker } = q.join(Mode::Video, t) else {
-            panic!()
-        };
+        let JoinOutcome::Assigned { ticket, worker } = q.join(Mode::Video, t) else { panic!() };
         assert_eq!(q.leave(ticket), LeaveOutcome::Unclaimed { worker });
         assert_eq!(q.availability(0), Some(Availability::Idle));
         // once claimed, leaving is the session's business (the worker is released by it)
-        let JoinOutcome::Assigned { ticket, .. } = q.join(Mode::Video, t) else {
-            panic!()
-        };
+        let JoinOutcome::Assigned { ticket, .. } = q.join(Mode::Video, t) else { panic!() };
         q.claim(ticket);
         assert_eq!(q.leave(ticket), LeaveOutcome::Nothing);
     }
@@ -549,10 +475,7 @@ mod tests {
     #[test]
     fn failed_workers_orphan_the_tickets_only_they_could_serve() {
         let t = Instant::now();
-        let mut q = queue(
-            &[ModeSet::of(&[Mode::Video]), ModeSet::of(&[Mode::Chat])],
-            10,
-        );
+        let mut q = queue(&[ModeSet::of(&[Mode::Video]), ModeSet::of(&[Mode::Chat])], 10);
         let video = waiting(q.join(Mode::Video, t)).ticket;
         let chat = waiting(q.join(Mode::Chat, t)).ticket;
         assert_eq!(q.worker_failed(0), vec![video]);
@@ -574,19 +497,10 @@ mod tests {
         let a = waiting(q.join(Mode::Chat, t));
         let b = waiting(q.join(Mode::Audio, t));
         let c = waiting(q.join(Mode::Video, t));
-        assert_eq!(
-            a.estimated_wait_s, 60.0,
-            "the busy session's remaining time"
-        );
+        assert_eq!(a.estimated_wait_s, 60.0, "the busy session's remaining time");
         let infos = q.infos_from(0, t);
-        assert_eq!(
-            infos[1].estimated_wait_s, 120.0,
-            "then the chat session ahead (60 s)"
-        );
-        assert_eq!(
-            infos[2].estimated_wait_s, 320.0,
-            "then the audio session ahead (200 s)"
-        );
+        assert_eq!(infos[1].estimated_wait_s, 120.0, "then the chat session ahead (60 s)");
+        assert_eq!(infos[2].estimated_wait_s, 320.0, "then the audio session ahead (200 s)");
         assert_eq!((b.position, c.position), (2, 3));
     }
 
@@ -602,11 +516,7 @@ mod tests {
         waiting(q.join(Mode::Chat, t));
         waiting(q.join(Mode::Chat, t));
         waiting(q.join(Mode::Chat, t));
-        let etas: Vec<f64> = q
-            .infos_from(0, t)
-            .iter()
-            .map(|i| i.estimated_wait_s)
-            .collect();
+        let etas: Vec<f64> = q.infos_from(0, t).iter().map(|i| i.estimated_wait_s).collect();
         // worker 0 frees at 40 s, worker 1 at 90 s; each chat session takes 60 s
         assert_eq!(etas, vec![40.0, 90.0, 100.0]);
     }
@@ -628,10 +538,7 @@ mod tests {
         let later = t + secs(5);
         let s = q.tickets(later);
         assert_eq!(s.len(), 1);
-        assert_eq!(
-            (s[0].ticket, s[0].mode, s[0].position, s[0].waited),
-            (a, Mode::Chat, 1, secs(5))
-        );
+        assert_eq!((s[0].ticket, s[0].mode, s[0].position, s[0].waited), (a, Mode::Chat, 1, secs(5)));
         assert_eq!(q.waited(a, later), Some(secs(5)));
     }
 }

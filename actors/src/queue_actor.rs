@@ -9,10 +9,9 @@ use actix::prelude::*;
 
 use crate::backend_actor::BackendActor;
 use crate::domain::Mode;
+use crate::metrics::metrics;
 use crate::protocol::{ProtocolError, QueueInfo};
-use crate::queue::{
-    Assignment, JoinOutcome, LeaveOutcome, ModeSet, QueueState, TicketId, TicketStatus, WorkerId,
-};
+use crate::queue::{Assignment, JoinOutcome, LeaveOutcome, ModeSet, QueueState, TicketId, TicketStatus, WorkerId};
 
 /// A worker as handed to a session: its name and its BackendActor.
 #[derive(Clone)]
@@ -31,10 +30,7 @@ pub enum QueueNotice {
     /// Its position or ETA changed.
     Update(QueueInfo),
     /// A worker is reserved for it; it must claim it.
-    Assigned {
-        ticket: TicketId,
-        worker: WorkerLink,
-    },
+    Assigned { ticket: TicketId, worker: WorkerLink },
     /// It cannot be served: queue full, or no worker for its mode.
     Rejected(ProtocolError),
     /// An operator cancelled its ticket.
@@ -137,6 +133,7 @@ impl QueueActor {
 
     /// Tells every ticket from `index` on its new position.
     fn send_updates_from(&self, index: usize) {
+        metrics().queue_length.set(self.state.len() as i64);
         for info in self.state.infos_from(index, Instant::now()) {
             if let Some(w) = self.waiters.get(&info.ticket) {
                 w.notify.do_send(QueueNotice::Update(info));
@@ -150,16 +147,8 @@ impl QueueActor {
             return;
         };
         if let Some(w) = self.waiters.get(&a.ticket) {
-            log::debug!(
-                "queue: ticket {} (c{}) gets worker {}",
-                a.ticket,
-                w.conn,
-                link.name
-            );
-            w.notify.do_send(QueueNotice::Assigned {
-                ticket: a.ticket,
-                worker: link,
-            });
+            log::debug!("queue: ticket {} (c{}) gets worker {}", a.ticket, w.conn, link.name);
+            w.notify.do_send(QueueNotice::Assigned { ticket: a.ticket, worker: link });
         }
         self.send_updates_from(a.index);
     }
@@ -192,46 +181,31 @@ impl Handler<Join> for QueueActor {
             JoinOutcome::Assigned { ticket, worker } => match self.links[worker].clone() {
                 Some(link) => {
                     self.by_conn.insert(msg.conn, ticket);
-                    self.waiters.insert(
-                        ticket,
-                        Waiter {
-                            conn: msg.conn,
-                            notify: msg.notify.clone(),
-                        },
-                    );
-                    QueueNotice::Assigned {
-                        ticket,
-                        worker: link,
-                    }
+                    self.waiters.insert(ticket, Waiter { conn: msg.conn, notify: msg.notify.clone() });
+                    QueueNotice::Assigned { ticket, worker: link }
                 }
                 None => {
                     // Cannot happen (a worker is idle only after WorkerIdle gave its link);
                     // undo the reservation rather than leak the worker.
                     self.state.leave(ticket);
-                    QueueNotice::Rejected(ProtocolError::WorkerConnectFailed(
-                        "the worker has no backend".into(),
-                    ))
+                    QueueNotice::Rejected(ProtocolError::WorkerConnectFailed("the worker has no backend".into()))
                 }
             },
             JoinOutcome::Waiting(info) => {
                 self.by_conn.insert(msg.conn, info.ticket);
-                self.waiters.insert(
-                    info.ticket,
-                    Waiter {
-                        conn: msg.conn,
-                        notify: msg.notify.clone(),
-                    },
-                );
+                self.waiters.insert(info.ticket, Waiter { conn: msg.conn, notify: msg.notify.clone() });
                 QueueNotice::Queued(info)
             }
             JoinOutcome::Full => QueueNotice::Rejected(ProtocolError::QueueFull(format!(
                 "the queue is full ({} clients waiting); try again later",
                 self.state.len()
             ))),
-            JoinOutcome::Unavailable => QueueNotice::Rejected(ProtocolError::ServiceUnavailable(
-                format!("no worker can serve mode {} now", msg.mode),
-            )),
+            JoinOutcome::Unavailable => QueueNotice::Rejected(ProtocolError::ServiceUnavailable(format!(
+                "no worker can serve mode {} now",
+                msg.mode
+            ))),
         };
+        metrics().queue_length.set(self.state.len() as i64);
         msg.notify.do_send(reply);
     }
 }
@@ -301,10 +275,9 @@ impl Handler<WorkerDown> for QueueActor {
         }
         for ticket in orphaned {
             if let Some(w) = self.forget(ticket) {
-                w.notify
-                    .do_send(QueueNotice::Rejected(ProtocolError::ServiceUnavailable(
-                        "every worker able to serve this mode has failed".into(),
-                    )));
+                w.notify.do_send(QueueNotice::Rejected(ProtocolError::ServiceUnavailable(
+                    "every worker able to serve this mode has failed".into(),
+                )));
             }
         }
         self.send_updates_from(0);

@@ -1,22 +1,28 @@
 //! SessionActor: one per WebSocket. It owns the protocol state machine
 //! ([`SessionState`]), the session's time limit counted from the upgrade, the heartbeat,
 //! and the routing between the client (through its [`Dialect`]), the queue and the
-//! worker's BackendActor. A session that ends for any reason releases its ticket or its
-//! worker in `stopped()`.
+//! worker's BackendActor. It feeds the session's recording and the metrics. A session
+//! that ends for any reason releases its ticket or its worker in `stopped()`.
 
-use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use actix::prelude::*;
 use actix_http::ws::Item;
+use actix_web::web::Bytes;
 use actix_web_actors::ws;
+use bytestring::ByteString;
 
 use crate::backend::BackendError;
-use crate::backend_actor::{Attach, Detach, Prepare, SubmitChunk, SubmitTurn};
+use crate::backend_actor::{Attach, Detach, Drain, Prepare, SubmitChunk, SubmitTurn};
 use crate::dialect::{DecodeError, Dialect};
 use crate::domain::{Mode, StepKind, StepOutcome, TurnPiece, TurnSummary};
+use crate::metrics::metrics;
 use crate::protocol::{CloseReason, Inbound, Outbound, ProtocolError};
 use crate::queue_actor::{Claim, Join, Leave, QueueActor, QueueNotice, WorkerLink};
+use crate::recorder::{Recording, RecordingSummary, SessionMeta, timestamp};
+use crate::registry::{Admission, Registry, Shutdown};
 use crate::session_state::{Phase, SessionState};
 
 /// What a session is allowed, from the configuration.
@@ -33,6 +39,23 @@ pub struct SessionSettings {
     pub heartbeat_interval: Duration,
     /// Silence from the client (no frame, no pong) after which it is considered gone.
     pub heartbeat_timeout: Duration,
+}
+
+/// Who is on the other end, for logs and recordings.
+#[derive(Debug, Clone, Default)]
+pub struct ClientInfo {
+    pub addr: String,
+    pub user_agent: Option<String>,
+}
+
+/// What a session is connected to besides its socket.
+pub struct SessionLinks {
+    pub queue: Addr<QueueActor>,
+    pub registry: Arc<Registry>,
+    /// Its place under the per-IP cap, released with the session.
+    pub admission: Option<Admission>,
+    pub recording: Recording,
+    pub client: ClientInfo,
 }
 
 /// What the worker's BackendActor tells its session.
@@ -65,9 +88,11 @@ pub enum BackendEvent {
     Failed {
         reason: String,
     },
+    /// After `Drain`: the job in flight is done, nothing is pending.
+    Drained,
 }
 
-/// Counts for logs (and, later, recordings).
+/// Counts for logs, metrics and the recording.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SessionCounters {
     pub chunks_received: u64,
@@ -79,6 +104,8 @@ pub struct SessionCounters {
 struct TurnAnswer {
     response_id: String,
     streaming: bool,
+    submitted: Instant,
+    heard_audio: bool,
     text: String,
     audio: Vec<f32>,
 }
@@ -86,16 +113,20 @@ struct TurnAnswer {
 pub struct SessionActor {
     settings: SessionSettings,
     dialect: Box<dyn Dialect>,
-    queue: Addr<QueueActor>,
+    links: SessionLinks,
     conn: u64,
-    peer: String,
     state: SessionState,
     upgraded: Instant,
+    upgraded_at: SystemTime,
     last_heard: Instant,
     worker: Option<WorkerLink>,
     attach_sent: bool,
     session_id: Option<String>,
+    /// The dialect it was active under (for the active-sessions gauge).
+    active_as: Option<&'static str>,
     next_seq: u64,
+    /// Arrival of chunks not yet answered, for the first-audio latency.
+    arrivals: VecDeque<(u64, Instant)>,
     /// The model turn being spoken in duplex mode.
     response: Option<String>,
     responses: u64,
@@ -104,37 +135,37 @@ pub struct SessionActor {
     turns: HashMap<u64, TurnAnswer>,
     /// A message arriving in continuation frames.
     fragment: Option<Vec<u8>>,
+    /// The server is stopping: the job in flight finishes, then the session ends.
+    draining: bool,
     end: Option<CloseReason>,
     frames: Vec<String>,
     counters: SessionCounters,
 }
 
 impl SessionActor {
-    pub fn new(
-        settings: SessionSettings,
-        dialect: Box<dyn Dialect>,
-        queue: Addr<QueueActor>,
-        peer: String,
-    ) -> SessionActor {
+    pub fn new(settings: SessionSettings, dialect: Box<dyn Dialect>, links: SessionLinks) -> SessionActor {
         let now = Instant::now();
         SessionActor {
             settings,
             dialect,
-            queue,
+            links,
             conn: crate::ids::connection(),
-            peer,
             state: SessionState::default(),
             upgraded: now,
+            upgraded_at: SystemTime::now(),
             last_heard: now,
             worker: None,
             attach_sent: false,
             session_id: None,
+            active_as: None,
             next_seq: 0,
+            arrivals: VecDeque::new(),
             response: None,
             responses: 0,
             cancel_below: 0,
             turns: HashMap::new(),
             fragment: None,
+            draining: false,
             end: None,
             frames: Vec::new(),
             counters: SessionCounters::default(),
@@ -153,12 +184,16 @@ impl SessionActor {
         self.worker.as_ref().map_or("-", |w| w.name.as_str())
     }
 
+    fn mode_label(&self) -> [&'static str; 1] {
+        [self.settings.mode.as_str()]
+    }
+
     /// Pings the client and ends the session when it has been silent too long.
     fn hb(&self, ctx: &mut ws::WebsocketContext<Self>) {
         ctx.run_interval(self.settings.heartbeat_interval, |act, ctx| {
             if act.last_heard.elapsed() > act.settings.heartbeat_timeout {
                 log::info!(
-                    "session {}: no frame or pong for {:?}; the client is gone",
+                    "session {}: nothing heard for {:?}; the client is gone",
                     act.who(),
                     act.settings.heartbeat_timeout
                 );
@@ -169,17 +204,27 @@ impl SessionActor {
         });
     }
 
+    /// Encodes an event, sends its frames, and records them as sent.
     fn emit(&mut self, ctx: &mut ws::WebsocketContext<Self>, event: Outbound<'_>) {
         let mut frames = std::mem::take(&mut self.frames);
         self.dialect.encode(event, &mut frames);
         for frame in frames.drain(..) {
-            ctx.text(frame);
+            self.send_frame(ctx, ByteString::from(frame));
         }
         self.frames = frames;
     }
 
+    fn send_frame(&mut self, ctx: &mut ws::WebsocketContext<Self>, frame: ByteString) {
+        metrics().bytes_sent.inc_by(frame.len() as u64);
+        if self.links.recording.is_on() {
+            self.links.recording.outbound(frame.as_bytes().clone());
+        }
+        ctx.text(frame);
+    }
+
     fn send_error(&mut self, ctx: &mut ws::WebsocketContext<Self>, e: &ProtocolError) {
         log::debug!("session {}: error {}: {e}", self.who(), e.code());
+        metrics().errors.with_label_values(&[e.code()]).inc();
         self.emit(ctx, Outbound::Error(e));
         if e.close_code().is_some() {
             self.finish(ctx, CloseReason::Rejected(e.code()));
@@ -194,41 +239,41 @@ impl SessionActor {
         }
         if reason.announced() {
             let session_id = self.session_id.clone();
-            self.emit(
-                ctx,
-                Outbound::Closed {
-                    session_id: session_id.as_deref(),
-                    reason: &reason,
-                },
-            );
+            self.emit(ctx, Outbound::Closed { session_id: session_id.as_deref(), reason: &reason });
         }
         let description = match &reason {
-            CloseReason::BackendError(why) => Some(why.clone()),
-            other => Some(other.as_str().to_string()),
+            CloseReason::BackendError(why) => why.clone(),
+            other => other.as_str().to_string(),
         };
         ctx.close(Some(ws::CloseReason {
             code: ws::CloseCode::from(reason.close_code()),
-            description,
+            description: Some(description),
         }));
         self.state.close();
         self.end = Some(reason);
         ctx.stop();
     }
 
-    fn on_text(&mut self, text: &str, ctx: &mut ws::WebsocketContext<Self>) {
+    fn on_text(&mut self, text: ByteString, ctx: &mut ws::WebsocketContext<Self>) {
+        metrics().bytes_received.inc_by(text.len() as u64);
         let mut replies = Vec::new();
-        match self.dialect.decode(text, &mut replies) {
+        let decoded = self.dialect.decode(&text, &mut replies);
+        if self.links.recording.is_on() {
+            let (audio, frames) = match &decoded {
+                Ok(commands) => recorded_media(commands),
+                Err(_) => (Vec::new(), Vec::new()),
+            };
+            self.links.recording.inbound(text.as_bytes().clone(), audio, frames);
+        }
+        match decoded {
             Err(DecodeError::Unparseable(why)) => {
-                log::info!(
-                    "session {}: unparseable frame ({why}); closing with 1003",
-                    self.who()
-                );
+                log::info!("session {}: unparseable frame ({why}); closing with 1003", self.who());
                 self.finish(ctx, CloseReason::ProtocolViolation("invalid_json"));
             }
             Err(DecodeError::Protocol(e)) => self.send_error(ctx, &e),
             Ok(commands) => {
                 for frame in replies {
-                    ctx.text(frame);
+                    self.send_frame(ctx, ByteString::from(frame));
                 }
                 for cmd in commands {
                     if self.end.is_some() {
@@ -244,43 +289,33 @@ impl SessionActor {
         if let Err(e) = self.state.admit(&cmd) {
             return self.send_error(ctx, &e);
         }
+        if let Inbound::Close { reason } = cmd {
+            return self.finish(ctx, CloseReason::Client(reason.unwrap_or_else(|| "user_stop".into())));
+        }
+        // Everything else is admitted only with a worker attached.
         let Some(backend) = self.worker.as_ref().map(|w| w.backend.clone()) else {
-            // Only Close is admitted before a worker is attached.
-            if let Inbound::Close { reason } = cmd {
-                self.finish(
-                    ctx,
-                    CloseReason::Client(reason.unwrap_or_else(|| "user_stop".into())),
-                );
-            }
             return;
         };
+        if self.draining {
+            return;
+        }
         let key = self.conn;
         match cmd {
-            Inbound::Close { reason } => {
-                self.finish(
-                    ctx,
-                    CloseReason::Client(reason.unwrap_or_else(|| "user_stop".into())),
-                );
-            }
+            Inbound::Close { .. } => {}
             Inbound::Init(setup) => {
                 let session_id = self.dialect.new_session_id();
+                let dialect = self.dialect.name();
                 log::info!(
-                    "session {session_id}: c{} ({} mode, {} dialect, {}) initialising on worker {}",
+                    "session {session_id}: c{} ({} mode, {dialect} dialect, {}) initialising on worker {}",
                     self.conn,
                     self.settings.mode,
-                    self.dialect.name(),
-                    self.peer,
+                    self.links.client.addr,
                     self.worker_name()
                 );
+                self.links.recording.start(&session_id, self.dialect.output_audio(), self.upgraded_at);
                 self.session_id = Some(session_id.clone());
                 self.state.initializing();
-                let dialect = self.dialect.name();
-                backend.do_send(Prepare {
-                    key,
-                    session_id,
-                    dialect,
-                    setup,
-                });
+                backend.do_send(Prepare { key, session_id, dialect, setup });
             }
             Inbound::Chunk(chunk) => {
                 self.next_seq += 1;
@@ -291,6 +326,8 @@ impl SessionActor {
                     self.response = None;
                 }
                 self.counters.chunks_received += 1;
+                metrics().chunks_received.with_label_values(&self.mode_label()).inc();
+                self.arrivals.push_back((seq, Instant::now()));
                 backend.do_send(SubmitChunk { key, seq, chunk });
             }
             Inbound::Turn { input, streaming } => {
@@ -298,15 +335,15 @@ impl SessionActor {
                 let seq = self.next_seq;
                 let response_id = self.new_response_id();
                 self.counters.turns += 1;
-                self.turns.insert(
-                    seq,
-                    TurnAnswer {
-                        response_id,
-                        streaming,
-                        text: String::new(),
-                        audio: Vec::new(),
-                    },
-                );
+                let answer = TurnAnswer {
+                    response_id,
+                    streaming,
+                    submitted: Instant::now(),
+                    heard_audio: false,
+                    text: String::new(),
+                    audio: Vec::new(),
+                };
+                self.turns.insert(seq, answer);
                 backend.do_send(SubmitTurn { key, seq, input });
             }
         }
@@ -317,12 +354,22 @@ impl SessionActor {
         format!("resp_{}", self.responses)
     }
 
-    fn on_step(
-        &mut self,
-        seq: u64,
-        result: Result<StepOutcome, BackendError>,
-        ctx: &mut ws::WebsocketContext<Self>,
-    ) {
+    /// When chunk `seq` arrived (forgetting earlier ones, which will not be answered now).
+    fn arrival_of(&mut self, seq: u64) -> Option<Instant> {
+        while let Some(&(s, at)) = self.arrivals.front() {
+            if s > seq {
+                return None;
+            }
+            self.arrivals.pop_front();
+            if s == seq {
+                return Some(at);
+            }
+        }
+        None
+    }
+
+    fn on_step(&mut self, seq: u64, result: Result<StepOutcome, BackendError>, ctx: &mut ws::WebsocketContext<Self>) {
+        let arrived = self.arrival_of(seq);
         let outcome = match result {
             Ok(o) => o,
             Err(BackendError::ContextFull(why)) => {
@@ -330,23 +377,17 @@ impl SessionActor {
                 return self.finish(ctx, CloseReason::ContextFull);
             }
             Err(e) => {
-                log::warn!(
-                    "session {}: step for input_{seq} failed on worker {}: {e}",
-                    self.who(),
-                    self.worker_name()
-                );
+                log::warn!("session {}: step for input_{seq} failed on worker {}: {e}", self.who(), self.worker_name());
                 return self.send_error(ctx, &ProtocolError::Inference(e.to_string()));
             }
         };
         if outcome.kind == StepKind::Speak && seq < self.cancel_below {
             // Speech computed before a force-listen: never sent.
-            log::debug!(
-                "session {}: discarding speech for input_{seq} after force_listen",
-                self.who()
-            );
+            log::debug!("session {}: discarding speech for input_{seq} after force_listen", self.who());
             return;
         }
         self.counters.chunks_answered += 1;
+        metrics().chunks_answered.with_label_values(&self.mode_label()).inc();
         let response_id = match outcome.kind {
             StepKind::Listen => {
                 self.response = None;
@@ -355,6 +396,10 @@ impl SessionActor {
             StepKind::Speak => {
                 if self.response.is_none() {
                     self.response = Some(self.new_response_id());
+                    if let (Some(at), false) = (arrived, outcome.audio.is_empty()) {
+                        let mode = self.mode_label();
+                        metrics().first_audio_seconds.with_label_values(&mode).observe(at.elapsed().as_secs_f64());
+                    }
                 }
                 self.response.clone()
             }
@@ -374,23 +419,22 @@ impl SessionActor {
             self.response = None;
         }
         if outcome.kv_length >= self.settings.context_tokens {
-            log::info!(
-                "session {}: KV length {} reached the context limit",
-                self.who(),
-                outcome.kv_length
-            );
+            log::info!("session {}: KV length {} reached the context limit", self.who(), outcome.kv_length);
             self.finish(ctx, CloseReason::ContextFull);
         }
     }
 
     fn on_turn_piece(&mut self, seq: u64, piece: TurnPiece, ctx: &mut ws::WebsocketContext<Self>) {
         let session_id = self.session_id.clone().unwrap_or_default();
-        let Some(answer) = self.turns.get_mut(&seq) else {
-            return;
-        };
+        let mode = self.mode_label();
+        let Some(answer) = self.turns.get_mut(&seq) else { return };
+        if !piece.audio.is_empty() && !answer.heard_audio {
+            answer.heard_audio = true;
+            metrics().first_audio_seconds.with_label_values(&mode).observe(answer.submitted.elapsed().as_secs_f64());
+        }
+        answer.text.push_str(&piece.text);
         if answer.streaming {
             let response_id = answer.response_id.clone();
-            answer.text.push_str(&piece.text);
             self.emit(
                 ctx,
                 Outbound::TurnDelta {
@@ -401,7 +445,6 @@ impl SessionActor {
                 },
             );
         } else {
-            answer.text.push_str(&piece.text);
             answer.audio.extend_from_slice(&piece.audio);
         }
     }
@@ -412,14 +455,11 @@ impl SessionActor {
         result: Result<TurnSummary, BackendError>,
         ctx: &mut ws::WebsocketContext<Self>,
     ) {
-        let Some(answer) = self.turns.remove(&seq) else {
-            return;
-        };
+        let Some(answer) = self.turns.remove(&seq) else { return };
         match result {
             Ok(summary) => {
                 let session_id = self.session_id.clone().unwrap_or_default();
-                let audio = (!answer.streaming && !answer.audio.is_empty())
-                    .then_some(answer.audio.as_slice());
+                let audio = (!answer.streaming && !answer.audio.is_empty()).then_some(answer.audio.as_slice());
                 self.emit(
                     ctx,
                     Outbound::TurnDone {
@@ -439,11 +479,7 @@ impl SessionActor {
             }
             Err(BackendError::ContextFull(_)) => self.finish(ctx, CloseReason::ContextFull),
             Err(e) => {
-                log::warn!(
-                    "session {}: answer {} failed: {e}",
-                    self.who(),
-                    answer.response_id
-                );
+                log::warn!("session {}: answer {} failed: {e}", self.who(), answer.response_id);
                 self.send_error(ctx, &ProtocolError::Inference(e.to_string()));
             }
         }
@@ -454,13 +490,22 @@ impl SessionActor {
             return;
         }
         self.state.connected();
-        log::info!(
-            "session c{}: worker {} assigned after {} ms in the queue",
-            self.conn,
-            self.worker_name(),
-            self.upgraded.elapsed().as_millis()
-        );
+        let waited = self.upgraded.elapsed();
+        metrics().queue_wait_seconds.observe(waited.as_secs_f64());
+        log::info!("session c{}: worker {} assigned after {} ms", self.conn, self.worker_name(), waited.as_millis());
         self.emit(ctx, Outbound::QueueDone);
+    }
+
+    fn created(&mut self, prompt_length: u64, ctx: &mut ws::WebsocketContext<Self>) {
+        self.state.created();
+        let dialect = self.dialect.name();
+        self.active_as = Some(dialect);
+        metrics().sessions_active.with_label_values(&[self.settings.mode.as_str(), dialect]).inc();
+        self.links.registry.set_active(self.settings.mode, true);
+        let session_id = self.session_id.clone().unwrap_or_default();
+        let queue_wait_ms = self.upgraded.elapsed().as_millis() as u64;
+        let kind = self.settings.mode.session_kind();
+        self.emit(ctx, Outbound::Created { session_id: &session_id, kind, prompt_length, queue_wait_ms });
     }
 
     fn append_fragment(&mut self, data: &[u8], ctx: &mut ws::WebsocketContext<Self>) -> bool {
@@ -480,46 +525,87 @@ impl SessionActor {
         buf.extend_from_slice(data);
         true
     }
+
+    fn meta(&self, reason: &CloseReason) -> SessionMeta {
+        let (start, _) = timestamp(self.upgraded_at);
+        let (end, _) = timestamp(SystemTime::now());
+        let c = self.counters;
+        SessionMeta {
+            session_id: self.session_id.clone().unwrap_or_default(),
+            mode: self.settings.mode.as_str().into(),
+            dialect: self.dialect.name().into(),
+            worker: self.worker.as_ref().map(|w| w.name.clone()),
+            client_addr: self.links.client.addr.clone(),
+            user_agent: self.links.client.user_agent.clone(),
+            start,
+            end,
+            duration_s: self.upgraded.elapsed().as_secs_f64(),
+            close_reason: reason.as_str().to_string(),
+            chunks_received: c.chunks_received,
+            chunks_dropped: c.chunks_dropped,
+            chunks_answered: c.chunks_answered,
+            turns: c.turns,
+            recording: RecordingSummary::default(),
+        }
+    }
+}
+
+/// The audio and images a client event carried, for the recording.
+fn recorded_media(commands: &[Inbound]) -> (Vec<Vec<f32>>, Vec<Vec<u8>>) {
+    let (mut audio, mut frames) = (Vec::new(), Vec::new());
+    for cmd in commands {
+        match cmd {
+            Inbound::Chunk(c) => {
+                audio.push(c.audio.clone());
+                frames.extend(c.frames.iter().cloned());
+            }
+            Inbound::Turn { input, .. } => {
+                for m in &input.messages {
+                    audio.extend(m.audios.iter().cloned());
+                    frames.extend(m.images.iter().cloned());
+                }
+            }
+            Inbound::Init(_) | Inbound::Close { .. } => {}
+        }
+    }
+    (audio, frames)
 }
 
 impl Actor for SessionActor {
     type Context = ws::WebsocketContext<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        log::debug!(
-            "session c{}: connected from {} ({} mode)",
-            self.conn,
-            self.peer,
-            self.settings.mode
-        );
+        log::debug!("session c{}: connected from {} ({} mode)", self.conn, self.links.client.addr, self.settings.mode);
+        metrics().connections_total.inc();
+        metrics().connections_open.inc();
+        self.links.registry.register(self.conn, ctx.address().recipient());
         self.hb(ctx);
-        let limit = self
-            .settings
-            .time_limit
-            .saturating_sub(self.upgraded.elapsed());
+        let limit = self.settings.time_limit.saturating_sub(self.upgraded.elapsed());
         ctx.run_later(limit, |act, ctx| {
-            log::info!(
-                "session {}: time limit of {:?} reached",
-                act.who(),
-                act.settings.time_limit
-            );
+            log::info!("session {}: time limit of {:?} reached", act.who(), act.settings.time_limit);
             act.finish(ctx, CloseReason::Timeout);
         });
-        self.queue.do_send(Join {
-            conn: self.conn,
-            mode: self.settings.mode,
-            notify: ctx.address().recipient(),
-        });
+        self.links.queue.do_send(Join { conn: self.conn, mode: self.settings.mode, notify: ctx.address().recipient() });
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
         let reason = self.end.clone().unwrap_or(CloseReason::ClientGone);
         self.state.close();
-        self.queue.do_send(Leave { conn: self.conn });
+        self.links.queue.do_send(Leave { conn: self.conn });
         if self.attach_sent
             && let Some(w) = &self.worker
         {
             w.backend.do_send(Detach { key: self.conn });
+        }
+        let meta = self.meta(&reason);
+        self.links.recording.finish(meta);
+        self.links.registry.unregister(self.conn);
+        let m = metrics();
+        m.connections_open.dec();
+        m.sessions_closed.with_label_values(&[reason.metric_label()]).inc();
+        if let Some(dialect) = self.active_as {
+            m.sessions_active.with_label_values(&[self.settings.mode.as_str(), dialect]).dec();
+            self.links.registry.set_active(self.settings.mode, false);
         }
         let c = self.counters;
         log::info!(
@@ -543,8 +629,9 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for SessionActor {
         }
         self.last_heard = Instant::now();
         match msg {
-            Ok(ws::Message::Text(text)) => self.on_text(&text, ctx),
-            Ok(ws::Message::Binary(_)) => {
+            Ok(ws::Message::Text(text)) => self.on_text(text, ctx),
+            Ok(ws::Message::Binary(data)) => {
+                metrics().bytes_received.inc_by(data.len() as u64);
                 log::info!("session {}: binary frame; closing with 1003", self.who());
                 self.finish(ctx, CloseReason::ProtocolViolation("binary_frame"));
             }
@@ -553,20 +640,16 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for SessionActor {
                     self.fragment = Some(Vec::with_capacity(data.len()));
                     self.append_fragment(&data, ctx);
                 }
-                Item::FirstBinary(_) => {
-                    self.finish(ctx, CloseReason::ProtocolViolation("binary_frame"))
-                }
+                Item::FirstBinary(_) => self.finish(ctx, CloseReason::ProtocolViolation("binary_frame")),
                 Item::Continue(data) => {
                     self.append_fragment(&data, ctx);
                 }
                 Item::Last(data) => {
                     if self.append_fragment(&data, ctx) {
-                        let bytes = self.fragment.take().unwrap_or_default();
-                        match String::from_utf8(bytes) {
-                            Ok(text) => self.on_text(&text, ctx),
-                            Err(_) => {
-                                self.finish(ctx, CloseReason::ProtocolViolation("invalid_utf8"))
-                            }
+                        let bytes = Bytes::from(self.fragment.take().unwrap_or_default());
+                        match ByteString::try_from(bytes) {
+                            Ok(text) => self.on_text(text, ctx),
+                            Err(_) => self.finish(ctx, CloseReason::ProtocolViolation("invalid_utf8")),
                         }
                     }
                 }
@@ -611,12 +694,7 @@ impl Handler<QueueNotice> for SessionActor {
         }
         match notice {
             QueueNotice::Queued(info) => {
-                log::info!(
-                    "session c{}: waiting at position {} of {}",
-                    self.conn,
-                    info.position,
-                    info.queue_length
-                );
+                log::info!("session c{}: waiting at position {} of {}", self.conn, info.position, info.queue_length);
                 self.emit(ctx, Outbound::Queued(info));
             }
             QueueNotice::Update(info) => {
@@ -625,7 +703,7 @@ impl Handler<QueueNotice> for SessionActor {
                 }
             }
             QueueNotice::Assigned { worker, .. } => {
-                self.queue.do_send(Claim { conn: self.conn });
+                self.links.queue.do_send(Claim { conn: self.conn });
                 let attach = Attach {
                     key: self.conn,
                     label: format!("c{}", self.conn),
@@ -635,18 +713,11 @@ impl Handler<QueueNotice> for SessionActor {
                 let request = worker.backend.send(attach);
                 self.worker = Some(worker);
                 self.attach_sent = true;
-                ctx.spawn(
-                    request
-                        .into_actor(self)
-                        .map(|result, act, ctx| match result {
-                            Ok(Ok(())) => act.attached(ctx),
-                            Ok(Err(e)) => act.send_error(ctx, &e),
-                            Err(_) => act.send_error(
-                                ctx,
-                                &ProtocolError::WorkerConnectFailed("the worker stopped".into()),
-                            ),
-                        }),
-                );
+                ctx.spawn(request.into_actor(self).map(|result, act, ctx| match result {
+                    Ok(Ok(())) => act.attached(ctx),
+                    Ok(Err(e)) => act.send_error(ctx, &e),
+                    Err(_) => act.send_error(ctx, &ProtocolError::WorkerConnectFailed("the worker stopped".into())),
+                }));
             }
             QueueNotice::Rejected(e) => {
                 log::info!("session c{}: refused: {e}", self.conn);
@@ -668,51 +739,49 @@ impl Handler<BackendEvent> for SessionActor {
             return;
         }
         match event {
-            BackendEvent::Prepared { prompt_length } => {
-                self.state.created();
-                let session_id = self.session_id.clone().unwrap_or_default();
-                let queue_wait_ms = self.upgraded.elapsed().as_millis() as u64;
-                self.emit(
-                    ctx,
-                    Outbound::Created {
-                        session_id: &session_id,
-                        kind: self.settings.mode.session_kind(),
-                        prompt_length,
-                        queue_wait_ms,
-                    },
-                );
-            }
+            BackendEvent::Prepared { prompt_length } => self.created(prompt_length, ctx),
             BackendEvent::PrepareFailed(e) => {
                 self.state.init_failed();
                 match e {
                     BackendError::ContextFull(_) => self.finish(ctx, CloseReason::ContextFull),
-                    BackendError::InvalidArgument(why) => {
-                        self.send_error(ctx, &ProtocolError::InvalidPayload(why))
-                    }
-                    BackendError::Unsupported(why) => {
-                        self.send_error(ctx, &ProtocolError::ServiceUnavailable(why))
-                    }
+                    BackendError::InvalidArgument(why) => self.send_error(ctx, &ProtocolError::InvalidPayload(why)),
+                    BackendError::Unsupported(why) => self.send_error(ctx, &ProtocolError::ServiceUnavailable(why)),
                     other => self.send_error(ctx, &ProtocolError::Inference(other.to_string())),
                 }
             }
             BackendEvent::Step { seq, result, .. } => self.on_step(seq, result, ctx),
             BackendEvent::Dropped { seq } => {
                 self.counters.chunks_dropped += 1;
-                log::debug!(
-                    "session {}: input_{seq} dropped (client ahead of the worker)",
-                    self.who()
-                );
+                metrics().chunks_dropped.with_label_values(&self.mode_label()).inc();
+                log::debug!("session {}: input_{seq} dropped (client ahead of the worker)", self.who());
             }
             BackendEvent::TurnPiece { seq, piece } => self.on_turn_piece(seq, piece, ctx),
             BackendEvent::TurnDone { seq, result } => self.on_turn_done(seq, result, ctx),
             BackendEvent::Failed { reason } => {
-                log::error!(
-                    "session {}: worker {} failed: {reason}",
-                    self.who(),
-                    self.worker_name()
-                );
+                log::error!("session {}: worker {} failed: {reason}", self.who(), self.worker_name());
                 self.finish(ctx, CloseReason::BackendError(reason));
             }
+            BackendEvent::Drained => self.finish(ctx, CloseReason::ServerShutdown),
+        }
+    }
+}
+
+impl Handler<Shutdown> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Shutdown, ctx: &mut Self::Context) {
+        if self.end.is_some() || self.draining {
+            return;
+        }
+        let busy = matches!(self.state.phase(), Phase::Initializing | Phase::Active);
+        match (&self.worker, busy) {
+            (Some(worker), true) => {
+                // Let the step in flight finish (its output is sent), then end.
+                self.draining = true;
+                worker.backend.do_send(Drain { key: self.conn });
+                ctx.run_later(msg.grace, |act, ctx| act.finish(ctx, CloseReason::ServerShutdown));
+            }
+            _ => self.finish(ctx, CloseReason::ServerShutdown),
         }
     }
 }

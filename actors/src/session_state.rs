@@ -36,9 +36,7 @@ pub struct SessionState {
 
 impl Default for SessionState {
     fn default() -> Self {
-        SessionState {
-            phase: Phase::Queued,
-        }
+        SessionState { phase: Phase::Queued }
     }
 }
 
@@ -54,14 +52,12 @@ impl SessionState {
             (Inbound::Close { .. }, _) => Ok(()),
             (_, Phase::Closed) => not_ready("the session is closed"),
             (Inbound::Init(_), Phase::Connected) => Ok(()),
-            (Inbound::Init(_), Phase::Queued) => not_ready(
-                "initialisation is accepted only after session.queue_done (a worker is not assigned yet)",
-            ),
+            (Inbound::Init(_), Phase::Queued) => {
+                not_ready("initialisation is accepted only after session.queue_done (a worker is not assigned yet)")
+            }
             (Inbound::Init(_), _) => not_ready("the session is already initialised"),
             (Inbound::Chunk(_) | Inbound::Turn { .. }, Phase::Active) => Ok(()),
-            (Inbound::Chunk(_) | Inbound::Turn { .. }, _) => {
-                not_ready("input is accepted only after session.created")
-            }
+            (Inbound::Chunk(_) | Inbound::Turn { .. }, _) => not_ready("input is accepted only after session.created"),
         }
     }
 
@@ -110,10 +106,7 @@ mod tests {
         Inbound::Chunk(DuplexChunk::default())
     }
     fn turn() -> Inbound {
-        Inbound::Turn {
-            input: TurnInput::default(),
-            streaming: true,
-        }
+        Inbound::Turn { input: TurnInput::default(), streaming: true }
     }
     fn close() -> Inbound {
         Inbound::Close { reason: None }
@@ -136,17 +129,9 @@ mod tests {
         let mut s = SessionState::default();
         s.connected();
         assert_eq!(code(s.admit(&init())), "ok");
-        assert_eq!(
-            code(s.admit(&chunk())),
-            "not_ready",
-            "input before session.created"
-        );
+        assert_eq!(code(s.admit(&chunk())), "not_ready", "input before session.created");
         s.initializing();
-        assert_eq!(
-            code(s.admit(&init())),
-            "not_ready",
-            "a second init while the first runs"
-        );
+        assert_eq!(code(s.admit(&init())), "not_ready", "a second init while the first runs");
         s.created();
         assert_eq!(s.phase(), Phase::Active);
         assert_eq!(code(s.admit(&chunk())), "ok");

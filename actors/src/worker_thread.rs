@@ -18,6 +18,16 @@ pub type BackendFactory = Arc<dyn Fn() -> Result<Box<dyn Backend>, BackendError>
 /// Work for the owner thread.
 pub type Job = Box<dyn FnOnce(&mut dyn Backend) + Send>;
 
+struct ExitSignal(Option<tokio::sync::oneshot::Sender<()>>);
+
+impl Drop for ExitSignal {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
 /// What the thread reports once the backend is open (or failed to open).
 pub type Opened = Result<(BackendInfo, Arc<dyn BackendControl>), BackendError>;
 
@@ -27,6 +37,7 @@ const STACK_BYTES: usize = 1 << 20;
 /// close the backend and exit; nothing ever waits for (joins) the thread.
 pub struct WorkerThread {
     jobs: mpsc::Sender<Job>,
+    exited: tokio::sync::oneshot::Receiver<()>,
 }
 
 impl WorkerThread {
@@ -37,36 +48,40 @@ impl WorkerThread {
         on_open: impl FnOnce(Opened) + Send + 'static,
     ) -> std::io::Result<WorkerThread> {
         let (jobs, rx) = mpsc::channel::<Job>();
+        let (exit_tx, exited) = tokio::sync::oneshot::channel();
         let thread_name = format!("backend-{name}");
         let log_name = name.to_string();
-        thread::Builder::new()
-            .name(thread_name)
-            .stack_size(STACK_BYTES)
-            .spawn(move || {
-                let opened = catch_unwind(AssertUnwindSafe(|| factory())).unwrap_or_else(|_| {
-                    Err(BackendError::Internal(
-                        "the backend panicked while opening".into(),
-                    ))
-                });
-                let mut backend = match opened {
-                    Ok(backend) => {
-                        on_open(Ok((backend.info().clone(), backend.control())));
-                        backend
-                    }
-                    Err(e) => {
-                        on_open(Err(e));
-                        return;
-                    }
-                };
-                while let Ok(job) = rx.recv() {
-                    if catch_unwind(AssertUnwindSafe(|| job(backend.as_mut()))).is_err() {
-                        log::error!("worker {log_name}: a job panicked; closing the backend");
-                        return;
-                    }
+        thread::Builder::new().name(thread_name).stack_size(STACK_BYTES).spawn(move || {
+            // Told when the thread is done, whichever way it ends.
+            let _exit = ExitSignal(Some(exit_tx));
+            let opened = catch_unwind(AssertUnwindSafe(|| factory()))
+                .unwrap_or_else(|_| Err(BackendError::Internal("the backend panicked while opening".into())));
+            let mut backend = match opened {
+                Ok(backend) => {
+                    on_open(Ok((backend.info().clone(), backend.control())));
+                    backend
                 }
-                log::debug!("worker {log_name}: thread exits, backend closed");
-            })?;
-        Ok(WorkerThread { jobs })
+                Err(e) => {
+                    on_open(Err(e));
+                    return;
+                }
+            };
+            while let Ok(job) = rx.recv() {
+                if catch_unwind(AssertUnwindSafe(|| job(backend.as_mut()))).is_err() {
+                    log::error!("worker {log_name}: a job panicked; closing the backend");
+                    return;
+                }
+            }
+            drop(backend);
+            log::debug!("worker {log_name}: thread exits, backend closed");
+        })?;
+        Ok(WorkerThread { jobs, exited })
+    }
+
+    /// Lets the thread finish its queued jobs, close the backend and exit; the receiver
+    /// resolves once it has (or never, for a thread stuck in a backend call).
+    pub fn stop(self) -> tokio::sync::oneshot::Receiver<()> {
+        self.exited
     }
 
     /// Starts the thread and waits until the backend is open. For tools and tests;
@@ -80,17 +95,14 @@ impl WorkerThread {
             let _ = tx.send(opened);
         })
         .map_err(|e| BackendError::Open(format!("cannot start the worker thread: {e}")))?;
-        let (info, control) = rx.recv().map_err(|_| {
-            BackendError::Internal("the worker thread ended while opening".into())
-        })??;
+        let (info, control) =
+            rx.recv().map_err(|_| BackendError::Internal("the worker thread ended while opening".into()))??;
         Ok((worker, info, control))
     }
 
     /// Queues a job. Fails when the thread has ended (open failed, or a job panicked).
     pub fn submit(&self, job: Job) -> Result<(), BackendError> {
-        self.jobs
-            .send(job)
-            .map_err(|_| BackendError::Internal("the worker thread has ended".into()))
+        self.jobs.send(job).map_err(|_| BackendError::Internal("the worker thread has ended".into()))
     }
 
     /// Runs `f` on the owner thread and waits for its result. For tools and tests.
@@ -102,7 +114,6 @@ impl WorkerThread {
         self.submit(Box::new(move |b| {
             let _ = tx.send(f(b));
         }))?;
-        rx.recv()
-            .map_err(|_| BackendError::Internal("the worker thread dropped the job".into()))
+        rx.recv().map_err(|_| BackendError::Internal("the worker thread dropped the job".into()))
     }
 }

@@ -14,8 +14,7 @@ use std::sync::Arc;
 use libloading::Library;
 use omni_actors::backend::{Backend, BackendControl, BackendError};
 use omni_actors::domain::{
-    BackendInfo, DuplexChunk, Role, SessionKind, SessionSetup, StepKind, StepPiece, TurnInput,
-    TurnPiece,
+    BackendInfo, DuplexChunk, Role, SessionKind, SessionSetup, StepKind, StepPiece, TurnInput, TurnPiece,
 };
 use parking_lot::RwLock;
 use thiserror::Error;
@@ -30,11 +29,7 @@ pub enum LoadError {
     #[error("{path}: missing symbol {symbol} (is this an omni-gateway backend?)")]
     MissingSymbol { path: PathBuf, symbol: String },
     #[error("{path}: built for backend ABI version {found}, this server speaks version {expected}")]
-    Version {
-        path: PathBuf,
-        found: u32,
-        expected: u32,
-    },
+    Version { path: PathBuf, found: u32, expected: u32 },
     #[error("{path}: returned no function table for ABI version {expected}")]
     NoTable { path: PathBuf, expected: u32 },
     #[error("{path}: its function table is incomplete: {missing}")]
@@ -58,12 +53,8 @@ impl BackendApi {
     /// The reference backend linked into this binary.
     pub fn builtin() -> BackendApi {
         // SAFETY: plain calls into the statically linked reference backend.
-        let (version, table) = unsafe {
-            (
-                sys::omni_reference_abi_version(),
-                sys::omni_reference_get_api(sys::ABI_VERSION),
-            )
-        };
+        let (version, table) =
+            unsafe { (sys::omni_reference_abi_version(), sys::omni_reference_get_api(sys::ABI_VERSION)) };
         Self::validate(Path::new("builtin"), version, table, None)
             .expect("the built-in reference backend matches this server's ABI")
     }
@@ -72,10 +63,8 @@ impl BackendApi {
     pub fn load(path: &Path) -> Result<BackendApi, LoadError> {
         // SAFETY: loading runs the library's initialisers; loading a backend library is
         // exactly what the operator configured.
-        let library = unsafe { Library::new(path) }.map_err(|e| LoadError::Library {
-            path: path.to_owned(),
-            reason: e.to_string(),
-        })?;
+        let library = unsafe { Library::new(path) }
+            .map_err(|e| LoadError::Library { path: path.to_owned(), reason: e.to_string() })?;
         let symbol = |name: &[u8]| LoadError::MissingSymbol {
             path: path.to_owned(),
             symbol: String::from_utf8_lossy(&name[..name.len() - 1]).into_owned(),
@@ -85,18 +74,9 @@ impl BackendApi {
             let version = library
                 .get::<sys::AbiVersionFn>(sys::ABI_VERSION_SYMBOL)
                 .map_err(|_| symbol(sys::ABI_VERSION_SYMBOL))?;
-            let get_api = library
-                .get::<sys::GetApiFn>(sys::GET_API_SYMBOL)
-                .map_err(|_| symbol(sys::GET_API_SYMBOL))?;
+            let get_api = library.get::<sys::GetApiFn>(sys::GET_API_SYMBOL).map_err(|_| symbol(sys::GET_API_SYMBOL))?;
             let v = version();
-            (
-                v,
-                if v == sys::ABI_VERSION {
-                    get_api(sys::ABI_VERSION)
-                } else {
-                    ptr::null()
-                },
-            )
+            (v, if v == sys::ABI_VERSION { get_api(sys::ABI_VERSION) } else { ptr::null() })
         };
         Self::validate(path, version, table, Some(Arc::new(library)))
     }
@@ -109,28 +89,16 @@ impl BackendApi {
     ) -> Result<BackendApi, LoadError> {
         let path = path.to_owned();
         if version != sys::ABI_VERSION {
-            return Err(LoadError::Version {
-                path,
-                found: version,
-                expected: sys::ABI_VERSION,
-            });
+            return Err(LoadError::Version { path, found: version, expected: sys::ABI_VERSION });
         }
         // SAFETY: a non-null table points at the backend's static function table.
         let Some(t) = (unsafe { table.as_ref() }) else {
-            return Err(LoadError::NoTable {
-                path,
-                expected: sys::ABI_VERSION,
-            });
+            return Err(LoadError::NoTable { path, expected: sys::ABI_VERSION });
         };
-        if (t.struct_size as usize) < size_of::<omni_backend_api>()
-            || t.abi_version != sys::ABI_VERSION
-        {
+        if (t.struct_size as usize) < size_of::<omni_backend_api>() || t.abi_version != sys::ABI_VERSION {
             return Err(LoadError::Incomplete {
                 path,
-                missing: format!(
-                    "struct_size {} / abi_version {}",
-                    t.struct_size, t.abi_version
-                ),
+                missing: format!("struct_size {} / abi_version {}", t.struct_size, t.abi_version),
             });
         }
         let present = [
@@ -150,22 +118,11 @@ impl BackendApi {
             ("set_force_listen", t.set_force_listen.is_some()),
             ("kv_length", t.kv_length.is_some()),
         ];
-        let missing: Vec<&str> = present
-            .iter()
-            .filter(|(_, ok)| !ok)
-            .map(|(name, _)| *name)
-            .collect();
+        let missing: Vec<&str> = present.iter().filter(|(_, ok)| !ok).map(|(name, _)| *name).collect();
         if !missing.is_empty() {
-            return Err(LoadError::Incomplete {
-                path,
-                missing: format!("no {}", missing.join(", ")),
-            });
+            return Err(LoadError::Incomplete { path, missing: format!("no {}", missing.join(", ")) });
         }
-        Ok(BackendApi {
-            table,
-            _library: library,
-            origin: path.display().to_string().into(),
-        })
+        Ok(BackendApi { table, _library: library, origin: path.display().to_string().into() })
     }
 
     fn t(&self) -> &omni_backend_api {
@@ -180,41 +137,21 @@ impl BackendApi {
 
     /// Opens a handle owned by the calling thread.
     pub fn open(&self, options: &[(String, String)]) -> Result<FfiBackend, BackendError> {
-        let opts: Vec<sys::omni_option> = options
-            .iter()
-            .map(|(k, v)| sys::omni_option {
-                key: ostr(k),
-                value: ostr(v),
-            })
-            .collect();
+        let opts: Vec<sys::omni_option> =
+            options.iter().map(|(k, v)| sys::omni_option { key: ostr(k), value: ostr(v) }).collect();
         let mut handle: *mut omni_backend = ptr::null_mut();
         let mut err = [0 as c_char; 512];
         // SAFETY: every pointer is valid for the call; `err` has the capacity we state.
-        let st = unsafe {
-            fn_of(self.t().open)(
-                opts.as_ptr(),
-                opts.len(),
-                &mut handle,
-                err.as_mut_ptr(),
-                err.len(),
-            )
-        };
+        let st = unsafe { fn_of(self.t().open)(opts.as_ptr(), opts.len(), &mut handle, err.as_mut_ptr(), err.len()) };
         if st != sys::OK || handle.is_null() {
             let reason = c_text(&err);
             return Err(BackendError::Open(format!(
                 "{}: {}",
                 self.origin,
-                if reason.is_empty() {
-                    format!("open returned status {st}")
-                } else {
-                    reason
-                }
+                if reason.is_empty() { format!("open returned status {st}") } else { reason }
             )));
         }
-        let shared = Arc::new(Shared {
-            api: self.clone(),
-            handle: RwLock::new(handle),
-        });
+        let shared = Arc::new(Shared { api: self.clone(), handle: RwLock::new(handle) });
         let mut backend = FfiBackend {
             api: self.clone(),
             shared,
@@ -236,36 +173,19 @@ fn fn_of<F>(f: Option<F>) -> F {
 }
 
 fn ostr(s: &str) -> sys::omni_str {
-    sys::omni_str {
-        ptr: s.as_ptr().cast(),
-        len: s.len(),
-    }
+    sys::omni_str { ptr: s.as_ptr().cast(), len: s.len() }
 }
 
 fn opcm(p: &[f32]) -> sys::omni_pcm {
-    sys::omni_pcm {
-        ptr: if p.is_empty() {
-            ptr::null()
-        } else {
-            p.as_ptr()
-        },
-        len: p.len(),
-    }
+    sys::omni_pcm { ptr: if p.is_empty() { ptr::null() } else { p.as_ptr() }, len: p.len() }
 }
 
 fn obytes(b: &[u8]) -> sys::omni_bytes {
-    sys::omni_bytes {
-        ptr: b.as_ptr(),
-        len: b.len(),
-    }
+    sys::omni_bytes { ptr: b.as_ptr(), len: b.len() }
 }
 
 fn c_text(buf: &[c_char]) -> String {
-    let bytes: Vec<u8> = buf
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
-        .collect();
+    let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
@@ -358,11 +278,7 @@ impl FfiBackend {
         // SAFETY: owner-thread call with a buffer of the stated capacity.
         unsafe { fn_of(self.t().last_error)(self.handle, buf.as_mut_ptr(), buf.len()) };
         let text = c_text(&buf);
-        let text = if text.is_empty() {
-            format!("{call} failed")
-        } else {
-            text
-        };
+        let text = if text.is_empty() { format!("{call} failed") } else { text };
         Err(match st {
             sys::ERR_INVALID_ARGUMENT => BackendError::InvalidArgument(text),
             sys::ERR_BAD_STATE => BackendError::BadState(text),
@@ -404,11 +320,7 @@ impl FfiBackend {
     fn with_buffers<O>(
         &mut self,
         call: &str,
-        mut f: impl FnMut(
-            *mut omni_backend,
-            &mut [u8],
-            &mut [f32],
-        ) -> (sys::omni_status, O, usize, usize),
+        mut f: impl FnMut(*mut omni_backend, &mut [u8], &mut [f32]) -> (sys::omni_status, O, usize, usize),
     ) -> Result<(O, String, Vec<f32>), BackendError> {
         for attempt in 0..2 {
             let (st, out, text_len, audio_len) = f(self.handle, &mut self.text, &mut self.audio);
@@ -426,18 +338,12 @@ impl FfiBackend {
             let text = String::from_utf8_lossy(&self.text[..text_len]).into_owned();
             return Ok((out, text, self.audio[..audio_len].to_vec()));
         }
-        Err(BackendError::Internal(format!(
-            "{call}: still BUFFER_TOO_SMALL after growing the buffers"
-        )))
+        Err(BackendError::Internal(format!("{call}: still BUFFER_TOO_SMALL after growing the buffers")))
     }
 
     fn step_output(&mut self, call: &str, drain: bool) -> Result<Option<StepPiece>, BackendError> {
         let t = self.api.clone();
-        let f = if drain {
-            fn_of(t.t().duplex_drain)
-        } else {
-            fn_of(t.t().duplex_generate)
-        };
+        let f = if drain { fn_of(t.t().duplex_drain) } else { fn_of(t.t().duplex_generate) };
         let (raw, text, audio) = self.with_buffers(call, |h, text, audio| {
             // SAFETY: all-zero is valid for this struct; the buffers outlive the call.
             let mut out: sys::omni_step_output = unsafe { std::mem::zeroed() };
@@ -456,9 +362,7 @@ impl FfiBackend {
             sys::OUTPUT_LISTEN => StepKind::Listen,
             sys::OUTPUT_SPEAK => StepKind::Speak,
             other => {
-                return Err(BackendError::Internal(format!(
-                    "{call}: unknown output kind {other}"
-                )));
+                return Err(BackendError::Internal(format!("{call}: unknown output kind {other}")));
             }
         };
         Ok(Some(StepPiece {
@@ -521,17 +425,9 @@ impl Backend for FfiBackend {
         let frames: Vec<sys::omni_bytes> = c.frames.iter().map(|f| obytes(f)).collect();
         let input = sys::omni_duplex_input {
             struct_size: size_of::<sys::omni_duplex_input>() as u32,
-            flags: if c.force_listen {
-                sys::STEP_FORCE_LISTEN
-            } else {
-                0
-            },
+            flags: if c.force_listen { sys::STEP_FORCE_LISTEN } else { 0 },
             audio: opcm(&c.audio),
-            frames: if frames.is_empty() {
-                ptr::null()
-            } else {
-                frames.as_ptr()
-            },
+            frames: if frames.is_empty() { ptr::null() } else { frames.as_ptr() },
             n_frames: frames.len(),
             max_slice_nums: c.max_slice_nums.unwrap_or(0),
         };
@@ -556,16 +452,10 @@ impl Backend for FfiBackend {
     }
 
     fn turn_prefill(&mut self, input: &TurnInput) -> Result<(), BackendError> {
-        let images: Vec<Vec<sys::omni_bytes>> = input
-            .messages
-            .iter()
-            .map(|m| m.images.iter().map(|i| obytes(i)).collect())
-            .collect();
-        let audios: Vec<Vec<sys::omni_pcm>> = input
-            .messages
-            .iter()
-            .map(|m| m.audios.iter().map(|a| opcm(a)).collect())
-            .collect();
+        let images: Vec<Vec<sys::omni_bytes>> =
+            input.messages.iter().map(|m| m.images.iter().map(|i| obytes(i)).collect()).collect();
+        let audios: Vec<Vec<sys::omni_pcm>> =
+            input.messages.iter().map(|m| m.audios.iter().map(|a| opcm(a)).collect()).collect();
         let messages: Vec<sys::omni_message> = input
             .messages
             .iter()
@@ -574,17 +464,9 @@ impl Backend for FfiBackend {
                 struct_size: size_of::<sys::omni_message>() as u32,
                 role: role(m.role),
                 text: ostr(&m.text),
-                images: if imgs.is_empty() {
-                    ptr::null()
-                } else {
-                    imgs.as_ptr()
-                },
+                images: if imgs.is_empty() { ptr::null() } else { imgs.as_ptr() },
                 n_images: imgs.len(),
-                audios: if auds.is_empty() {
-                    ptr::null()
-                } else {
-                    auds.as_ptr()
-                },
+                audios: if auds.is_empty() { ptr::null() } else { auds.as_ptr() },
                 n_audios: auds.len(),
             })
             .collect();
@@ -601,11 +483,7 @@ impl Backend for FfiBackend {
         let raw = sys::omni_turn_input {
             struct_size: size_of::<sys::omni_turn_input>() as u32,
             flags,
-            messages: if messages.is_empty() {
-                ptr::null()
-            } else {
-                messages.as_ptr()
-            },
+            messages: if messages.is_empty() { ptr::null() } else { messages.as_ptr() },
             n_messages: messages.len(),
             max_new_tokens: g.max_new_tokens.unwrap_or(0),
             max_slice_nums: g.max_slice_nums.unwrap_or(0),

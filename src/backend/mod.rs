@@ -20,9 +20,7 @@ pub fn factory(worker: &WorkerSpec) -> BackendFactory {
     Arc::new(move || {
         let api = match &source {
             BackendSource::Builtin => BackendApi::builtin(),
-            BackendSource::Library(path) => {
-                BackendApi::load(path).map_err(|e| BackendError::Open(e.to_string()))?
-            }
+            BackendSource::Library(path) => BackendApi::load(path).map_err(|e| BackendError::Open(e.to_string()))?,
         };
         Ok(Box::new(api.open(&options)?) as Box<dyn Backend>)
     })

@@ -177,9 +177,7 @@ type B = *mut omni_backend;
 pub struct omni_backend_api {
     pub struct_size: u32,
     pub abi_version: u32,
-    pub open: Option<
-        unsafe extern "C" fn(*const omni_option, usize, *mut B, *mut c_char, usize) -> omni_status,
-    >,
+    pub open: Option<unsafe extern "C" fn(*const omni_option, usize, *mut B, *mut c_char, usize) -> omni_status>,
     pub close: Option<unsafe extern "C" fn(B)>,
     pub info: Option<unsafe extern "C" fn(B, *mut omni_backend_info) -> omni_status>,
     pub last_error: Option<unsafe extern "C" fn(B, *mut c_char, usize) -> usize>,
@@ -249,10 +247,6 @@ mod tests {
             let c = unsafe { omni_abi_layout(i) };
             assert_eq!(r, c, "layout entry {i}: Rust {r}, C {c}");
         }
-        assert_eq!(
-            unsafe { omni_abi_layout(rust.len()) },
-            usize::MAX,
-            "the C table has more entries than the test"
-        );
+        assert_eq!(unsafe { omni_abi_layout(rust.len()) }, usize::MAX, "the C table has more entries than the test");
     }
 }

@@ -34,12 +34,7 @@ pub struct Legacy {
 
 impl Legacy {
     pub fn new(mode: Mode, min_audio_samples: usize) -> Legacy {
-        Legacy {
-            mode,
-            min_audio_samples,
-            carry: Vec::new(),
-            carry_text: String::new(),
-        }
+        Legacy { mode, min_audio_samples, carry: Vec::new(), carry_text: String::new() }
     }
 }
 
@@ -76,23 +71,18 @@ struct AppendEvent<'a> {
 /// Reference audio: base64 WAV (any PCM WAV), as 16 kHz mono float32.
 fn reference_audio(b64: &str, field: &str) -> Result<Vec<f32>, ProtocolError> {
     let bytes = wire::decode_base64(b64, field)?;
-    audio::wav_to_16k_mono(&bytes)
-        .map_err(|e| ProtocolError::InvalidPayload(format!("{field}: {e}")))
+    audio::wav_to_16k_mono(&bytes).map_err(|e| ProtocolError::InvalidPayload(format!("{field}: {e}")))
 }
 
 impl Legacy {
     fn update(&self, text: &str) -> Result<Inbound, ProtocolError> {
         let event: UpdateEvent = wire::parse_event(text, &["session"])?;
-        let s = event
-            .session
-            .ok_or_else(|| ProtocolError::MissingField("session is required (an object)".into()))?;
-        let instructions = s.instructions.ok_or_else(|| {
-            ProtocolError::MissingField("session.instructions is required".into())
-        })?;
+        let s = event.session.ok_or_else(|| ProtocolError::MissingField("session is required (an object)".into()))?;
+        let instructions =
+            s.instructions.ok_or_else(|| ProtocolError::MissingField("session.instructions is required".into()))?;
         let mut setup = SessionSetup::new(SessionKind::Duplex);
         setup.system_prompt = instructions.into_owned();
-        setup.generation.max_slice_nums =
-            wire::slice_nums(s.max_slice_nums, "session.max_slice_nums")?;
+        setup.generation.max_slice_nums = wire::slice_nums(s.max_slice_nums, "session.max_slice_nums")?;
         if let Some(b64) = &s.ref_audio {
             setup.ref_audio = reference_audio(b64, "session.ref_audio")?;
         }
@@ -144,20 +134,14 @@ impl Dialect for Legacy {
         "minicpm-legacy"
     }
 
-    fn decode(
-        &mut self,
-        text: &str,
-        _replies: &mut Vec<String>,
-    ) -> Result<Vec<Inbound>, DecodeError> {
+    fn decode(&mut self, text: &str, _replies: &mut Vec<String>) -> Result<Vec<Inbound>, DecodeError> {
         let kind = wire::event_type(text)?;
         let cmd = match kind.as_ref() {
             "session.update" => self.update(text)?,
             "input_audio_buffer.append" => self.append(text)?,
             "session.close" => minicpm::close(text)?,
             other => {
-                return Err(
-                    ProtocolError::UnknownEvent(format!("unknown event type '{other}'")).into(),
-                );
+                return Err(ProtocolError::UnknownEvent(format!("unknown event type '{other}'")).into());
             }
         };
         Ok(vec![cmd])
@@ -177,12 +161,11 @@ impl Dialect for Legacy {
             return;
         }
         match event {
-            Outbound::Created {
-                session_id,
-                prompt_length,
-                ..
-            } => {
-                out.push(json!({"type": "session.created", "session_id": session_id, "prompt_length": prompt_length}).to_string());
+            Outbound::Created { session_id, prompt_length, .. } => {
+                out.push(
+                    json!({"type": "session.created", "session_id": session_id, "prompt_length": prompt_length})
+                        .to_string(),
+                );
             }
             Outbound::Step { outcome, .. } => {
                 match outcome.kind {
@@ -245,25 +228,14 @@ mod tests {
     fn encode(l: &mut Legacy, o: &StepOutcome) -> Vec<(String, usize, bool)> {
         let mut out = Vec::new();
         l.encode(
-            Outbound::Step {
-                session_id: "rt_1",
-                response_id: Some("r"),
-                input_id: "input_1",
-                outcome: o,
-            },
+            Outbound::Step { session_id: "rt_1", response_id: Some("r"), input_id: "input_1", outcome: o },
             &mut out,
         );
         out.iter()
             .map(|f| {
                 let v: Value = serde_json::from_str(f).unwrap();
-                let n = wire::decode_pcm_f32(v["audio"].as_str().unwrap(), "a")
-                    .unwrap()
-                    .len();
-                (
-                    v["text"].as_str().unwrap().to_string(),
-                    n,
-                    v["end_of_turn"].as_bool().unwrap(),
-                )
+                let n = wire::decode_pcm_f32(v["audio"].as_str().unwrap(), "a").unwrap().len();
+                (v["text"].as_str().unwrap().to_string(), n, v["end_of_turn"].as_bool().unwrap())
             })
             .collect()
     }
@@ -272,41 +244,24 @@ mod tests {
     fn middle_deltas_carry_exactly_one_second() {
         let mut l = Legacy::new(Mode::Video, 4000);
         // a backend with 1.5 s steps
-        assert_eq!(
-            encode(&mut l, &speak("a", 36000, false)),
-            vec![("a".into(), 24000, false)]
-        );
+        assert_eq!(encode(&mut l, &speak("a", 36000, false)), vec![("a".into(), 24000, false)]);
         assert_eq!(
             encode(&mut l, &speak("b", 36000, false)),
             vec![("b".into(), 24000, false), (String::new(), 24000, false)]
         );
-        assert_eq!(
-            encode(&mut l, &speak("c", 6000, true)),
-            vec![("c".into(), 6000, true)]
-        );
+        assert_eq!(encode(&mut l, &speak("c", 6000, true)), vec![("c".into(), 6000, true)]);
         // a backend with half-second steps: text waits with its audio
         assert!(encode(&mut l, &speak("x", 12000, false)).is_empty());
-        assert_eq!(
-            encode(&mut l, &speak("y", 12000, false)),
-            vec![("xy".into(), 24000, false)]
-        );
+        assert_eq!(encode(&mut l, &speak("y", 12000, false)), vec![("xy".into(), 24000, false)]);
         // exactly one second at the end of the turn is one last delta
-        assert_eq!(
-            encode(&mut l, &speak("z", 24000, true)),
-            vec![("z".into(), 24000, true)]
-        );
+        assert_eq!(encode(&mut l, &speak("z", 24000, true)), vec![("z".into(), 24000, true)]);
     }
 
     #[test]
     fn update_requires_instructions_and_falls_back_to_ref_audio() {
         let l = Legacy::new(Mode::Video, 4000);
-        let e = l
-            .update(r#"{"type":"session.update","session":{}}"#)
-            .unwrap_err();
-        assert_eq!(
-            (e.code(), e.to_string().as_str()),
-            ("missing_field", "session.instructions is required")
-        );
+        let e = l.update(r#"{"type":"session.update","session":{}}"#).unwrap_err();
+        assert_eq!((e.code(), e.to_string().as_str()), ("missing_field", "session.instructions is required"));
         let wav = base64::Engine::encode(
             &base64::engine::general_purpose::STANDARD,
             audio::encode_wav_f32(&[0.2; 1600], 16000),
@@ -318,20 +273,9 @@ mod tests {
             panic!()
         };
         assert_eq!(s.ref_audio.len(), 1600);
-        assert_eq!(
-            s.tts_ref_audio, s.ref_audio,
-            "tts_ref_audio falls back to ref_audio"
-        );
-        let e = l
-            .update(
-                r#"{"type":"session.update","session":{"instructions":"x","ref_audio":"AAAA"}}"#,
-            )
-            .unwrap_err();
-        assert!(
-            e.to_string()
-                .starts_with("session.ref_audio: not a PCM WAV file"),
-            "{e}"
-        );
+        assert_eq!(s.tts_ref_audio, s.ref_audio, "tts_ref_audio falls back to ref_audio");
+        let e = l.update(r#"{"type":"session.update","session":{"instructions":"x","ref_audio":"AAAA"}}"#).unwrap_err();
+        assert!(e.to_string().starts_with("session.ref_audio: not a PCM WAV file"), "{e}");
     }
 
     #[test]
@@ -345,17 +289,8 @@ mod tests {
             (CloseReason::BackendError("hang".into()), "error"),
         ] {
             let mut out = Vec::new();
-            l.encode(
-                Outbound::Closed {
-                    session_id: Some("rt_1"),
-                    reason: &reason,
-                },
-                &mut out,
-            );
-            assert_eq!(
-                out,
-                vec![json!({"type": "session.closed", "reason": expected}).to_string()]
-            );
+            l.encode(Outbound::Closed { session_id: Some("rt_1"), reason: &reason }, &mut out);
+            assert_eq!(out, vec![json!({"type": "session.closed", "reason": expected}).to_string()]);
         }
     }
 

@@ -7,8 +7,7 @@ use std::borrow::Cow;
 
 use omni_actors::dialect::{DecodeError, Dialect};
 use omni_actors::domain::{
-    ChatMessage, DuplexChunk, Generation, Mode, Role, SessionSetup, StepKind, StepOutcome,
-    TurnInput,
+    ChatMessage, DuplexChunk, Generation, Mode, Role, SessionSetup, StepKind, StepOutcome, TurnInput,
 };
 use omni_actors::protocol::{Inbound, Outbound, ProtocolError, QueueInfo};
 use serde::Deserialize;
@@ -24,10 +23,7 @@ pub struct Current {
 
 impl Current {
     pub fn new(mode: Mode, min_audio_samples: usize) -> Current {
-        Current {
-            mode,
-            min_audio_samples,
-        }
+        Current { mode, min_audio_samples }
     }
 }
 
@@ -138,8 +134,7 @@ pub(crate) fn duplex_chunk(
     at: &str,
 ) -> Result<DuplexChunk, ProtocolError> {
     let audio_field = format!("{at}audio");
-    let b64 =
-        audio.ok_or_else(|| ProtocolError::MissingField(format!("{audio_field} is required")))?;
+    let b64 = audio.ok_or_else(|| ProtocolError::MissingField(format!("{audio_field} is required")))?;
     let samples = wire::decode_pcm_f32(b64, &audio_field)?;
     if samples.len() < min_samples {
         return Err(ProtocolError::InvalidPayload(format!(
@@ -166,44 +161,34 @@ pub(crate) fn duplex_chunk(
 
 fn chat_message(v: &Value, i: usize) -> Result<ChatMessage, ProtocolError> {
     let at = format!("input.messages[{i}]");
-    let obj = v
-        .as_object()
-        .ok_or_else(|| ProtocolError::InvalidPayload(format!("{at}: must be an object")))?;
+    let obj = v.as_object().ok_or_else(|| ProtocolError::InvalidPayload(format!("{at}: must be an object")))?;
     let role = match obj.get("role") {
         None => {
-            return Err(ProtocolError::MissingField(format!(
-                "{at}.role is required"
-            )));
+            return Err(ProtocolError::MissingField(format!("{at}.role is required")));
         }
-        Some(Value::String(r)) => r
-            .parse::<Role>()
-            .map_err(|e| ProtocolError::InvalidPayload(format!("{at}.role: {e}")))?,
+        Some(Value::String(r)) => {
+            r.parse::<Role>().map_err(|e| ProtocolError::InvalidPayload(format!("{at}.role: {e}")))?
+        }
         Some(_) => {
-            return Err(ProtocolError::InvalidPayload(format!(
-                "{at}.role: must be a string"
-            )));
+            return Err(ProtocolError::InvalidPayload(format!("{at}.role: must be a string")));
         }
     };
     let mut message = ChatMessage::text(role, "");
     match obj.get("content") {
         None => {
-            return Err(ProtocolError::MissingField(format!(
-                "{at}.content is required"
-            )));
+            return Err(ProtocolError::MissingField(format!("{at}.content is required")));
         }
         Some(Value::String(text)) => message.text = text.clone(),
         Some(Value::Array(parts)) => {
             for (k, part) in parts.iter().enumerate() {
                 let pat = format!("{at}.content[{k}]");
                 let kind = part.get("type").and_then(Value::as_str).ok_or_else(|| {
-                    ProtocolError::MissingField(format!(
-                        "{pat}.type is required (text, image or audio)"
-                    ))
+                    ProtocolError::MissingField(format!("{pat}.type is required (text, image or audio)"))
                 })?;
                 let data = |name: &str| {
-                    part.get(name).and_then(Value::as_str).ok_or_else(|| {
-                        ProtocolError::MissingField(format!("{pat}.{name} is required"))
-                    })
+                    part.get(name)
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| ProtocolError::MissingField(format!("{pat}.{name} is required")))
                 };
                 match kind {
                     "text" => {
@@ -215,15 +200,11 @@ fn chat_message(v: &Value, i: usize) -> Result<ChatMessage, ProtocolError> {
                     "image" => {
                         let bytes = wire::decode_base64(data("data")?, &format!("{pat}.data"))?;
                         if !wire::is_jpeg(&bytes) && !wire::is_png(&bytes) {
-                            return Err(ProtocolError::InvalidPayload(format!(
-                                "{pat}.data: not a JPEG or PNG image"
-                            )));
+                            return Err(ProtocolError::InvalidPayload(format!("{pat}.data: not a JPEG or PNG image")));
                         }
                         message.images.push(bytes);
                     }
-                    "audio" => message
-                        .audios
-                        .push(wire::decode_pcm_f32(data("data")?, &format!("{pat}.data"))?),
+                    "audio" => message.audios.push(wire::decode_pcm_f32(data("data")?, &format!("{pat}.data"))?),
                     other => {
                         return Err(ProtocolError::InvalidPayload(format!(
                             "{pat}.type: unknown content type '{other}' (expected text, image or audio)"
@@ -233,9 +214,7 @@ fn chat_message(v: &Value, i: usize) -> Result<ChatMessage, ProtocolError> {
             }
         }
         Some(_) => {
-            return Err(ProtocolError::InvalidPayload(format!(
-                "{at}.content: must be a string or a list of parts"
-            )));
+            return Err(ProtocolError::InvalidPayload(format!("{at}.content: must be a string or a list of parts")));
         }
     }
     Ok(message)
@@ -243,17 +222,10 @@ fn chat_message(v: &Value, i: usize) -> Result<ChatMessage, ProtocolError> {
 
 impl Current {
     fn init(&self, text: &str) -> Result<Inbound, ProtocolError> {
-        let event: InitEvent =
-            wire::parse_event(text, &["payload", "payload.config", "payload.voice"])?;
-        let p = event
-            .payload
-            .ok_or_else(|| ProtocolError::MissingField("payload is required (an object)".into()))?;
+        let event: InitEvent = wire::parse_event(text, &["payload", "payload.config", "payload.voice"])?;
+        let p = event.payload.ok_or_else(|| ProtocolError::MissingField("payload is required (an object)".into()))?;
         let mut setup = SessionSetup::new(self.mode.session_kind());
-        setup.system_prompt = p
-            .system_prompt
-            .or(p.instructions)
-            .map(Cow::into_owned)
-            .unwrap_or_default();
+        setup.system_prompt = p.system_prompt.or(p.instructions).map(Cow::into_owned).unwrap_or_default();
         let c = p.config.unwrap_or_default();
         setup.generation = Generation {
             max_new_tokens: c.max_new_tokens,
@@ -277,9 +249,7 @@ impl Current {
             return self.turn(text);
         }
         let event: AppendEvent<DuplexInput> = wire::parse_event(text, &["input"])?;
-        let input = event
-            .input
-            .ok_or_else(|| ProtocolError::MissingField("input is required (an object)".into()))?;
+        let input = event.input.ok_or_else(|| ProtocolError::MissingField("input is required (an object)".into()))?;
         let chunk = duplex_chunk(
             input.audio.as_deref(),
             input.video_frames.as_deref(),
@@ -293,52 +263,30 @@ impl Current {
     }
 
     fn turn(&self, text: &str) -> Result<Inbound, ProtocolError> {
-        let event: AppendEvent<ChatInput> = wire::parse_event(
-            text,
-            &["input", "input.generation", "input.image", "input.tts"],
-        )?;
-        let input = event
-            .input
-            .ok_or_else(|| ProtocolError::MissingField("input is required (an object)".into()))?;
-        let messages = input
-            .messages
-            .ok_or_else(|| ProtocolError::MissingField("input.messages is required".into()))?;
+        let event: AppendEvent<ChatInput> =
+            wire::parse_event(text, &["input", "input.generation", "input.image", "input.tts"])?;
+        let input = event.input.ok_or_else(|| ProtocolError::MissingField("input is required (an object)".into()))?;
+        let messages =
+            input.messages.ok_or_else(|| ProtocolError::MissingField("input.messages is required".into()))?;
         if messages.is_empty() {
-            return Err(ProtocolError::InvalidPayload(
-                "input.messages: must not be empty".into(),
-            ));
+            return Err(ProtocolError::InvalidPayload("input.messages: must not be empty".into()));
         }
-        let messages = messages
-            .iter()
-            .enumerate()
-            .map(|(i, m)| chat_message(m, i))
-            .collect::<Result<Vec<_>, _>>()?;
+        let messages = messages.iter().enumerate().map(|(i, m)| chat_message(m, i)).collect::<Result<Vec<_>, _>>()?;
         if !messages.iter().any(|m| m.role == Role::User) {
-            return Err(ProtocolError::InvalidPayload(
-                "input.messages: needs at least one user message".into(),
-            ));
+            return Err(ProtocolError::InvalidPayload("input.messages: needs at least one user message".into()));
         }
-        let generation = input
-            .generation
-            .map_or(Generation::default(), |g| Generation {
-                max_new_tokens: g.max_new_tokens,
-                length_penalty: g.length_penalty,
-                temperature: g.temperature,
-                ..Generation::default()
-            });
-        if generation.max_new_tokens == Some(0) {
-            return Err(ProtocolError::InvalidPayload(
-                "input.generation.max_new_tokens: must be at least 1".into(),
-            ));
-        }
-        let max_slice_nums = wire::slice_nums(
-            input.image.and_then(|i| i.max_slice_nums),
-            "input.image.max_slice_nums",
-        )?;
-        let tts = input.tts.unwrap_or(ChatTts {
-            enabled: None,
-            ref_audio_data: None,
+        let generation = input.generation.map_or(Generation::default(), |g| Generation {
+            max_new_tokens: g.max_new_tokens,
+            length_penalty: g.length_penalty,
+            temperature: g.temperature,
+            ..Generation::default()
         });
+        if generation.max_new_tokens == Some(0) {
+            return Err(ProtocolError::InvalidPayload("input.generation.max_new_tokens: must be at least 1".into()));
+        }
+        let max_slice_nums =
+            wire::slice_nums(input.image.and_then(|i| i.max_slice_nums), "input.image.max_slice_nums")?;
+        let tts = input.tts.unwrap_or(ChatTts { enabled: None, ref_audio_data: None });
         let tts_ref_audio = match &tts.ref_audio_data {
             Some(b64) => wire::decode_pcm_f32(b64, "input.tts.ref_audio_data")?,
             None => Vec::new(),
@@ -346,10 +294,7 @@ impl Current {
         Ok(Inbound::Turn {
             input: TurnInput {
                 messages,
-                generation: Generation {
-                    max_slice_nums,
-                    ..generation
-                },
+                generation: Generation { max_slice_nums, ..generation },
                 speech: tts.enabled.unwrap_or(false),
                 thinking: input.enable_thinking.unwrap_or(false),
                 tts_template: input.use_tts_template.unwrap_or(false),
@@ -364,9 +309,7 @@ impl Current {
 /// `session.close`, shared with the legacy dialect.
 pub(crate) fn close(text: &str) -> Result<Inbound, ProtocolError> {
     let event: CloseEvent = wire::parse_event(text, &[])?;
-    Ok(Inbound::Close {
-        reason: event.reason.map(Cow::into_owned),
-    })
+    Ok(Inbound::Close { reason: event.reason.map(Cow::into_owned) })
 }
 
 impl Dialect for Current {
@@ -374,20 +317,14 @@ impl Dialect for Current {
         "minicpm"
     }
 
-    fn decode(
-        &mut self,
-        text: &str,
-        _replies: &mut Vec<String>,
-    ) -> Result<Vec<Inbound>, DecodeError> {
+    fn decode(&mut self, text: &str, _replies: &mut Vec<String>) -> Result<Vec<Inbound>, DecodeError> {
         let kind = wire::event_type(text)?;
         let cmd = match kind.as_ref() {
             "session.init" => self.init(text)?,
             "input.append" => self.append(text)?,
             "session.close" => close(text)?,
             other => {
-                return Err(
-                    ProtocolError::UnknownEvent(format!("unknown event type '{other}'")).into(),
-                );
+                return Err(ProtocolError::UnknownEvent(format!("unknown event type '{other}'")).into());
             }
         };
         Ok(vec![cmd])
@@ -455,12 +392,7 @@ fn encode(event: Outbound<'_>, out: &mut Vec<String>) {
             .field("session_id", session_id)
     };
     match event {
-        Outbound::Created {
-            session_id,
-            kind,
-            prompt_length,
-            queue_wait_ms,
-        } => out.push(
+        Outbound::Created { session_id, kind, prompt_length, queue_wait_ms } => out.push(
             json!({
                 "type": "session.created",
                 "session_id": session_id,
@@ -469,12 +401,7 @@ fn encode(event: Outbound<'_>, out: &mut Vec<String>) {
             })
             .to_string(),
         ),
-        Outbound::Step {
-            session_id,
-            response_id,
-            input_id,
-            outcome,
-        } => match outcome.kind {
+        Outbound::Step { session_id, response_id, input_id, outcome } => match outcome.kind {
             StepKind::Listen => out.push(
                 delta("listen", session_id, 256)
                     .field("input_id", input_id)
@@ -494,34 +421,20 @@ fn encode(event: Outbound<'_>, out: &mut Vec<String>) {
                 }
                 if !outcome.audio.is_empty() {
                     out.push(
-                        delta(
-                            "audio",
-                            session_id,
-                            256 + wire::pcm_b64_len(outcome.audio.len()),
-                        )
-                        .field("response_id", response_id)
-                        .field("input_id", input_id)
-                        .pcm_field("audio", &outcome.audio)
-                        .field("end_of_turn", outcome.end_of_turn)
-                        .field("metrics", step_metrics(outcome))
-                        .finish(),
+                        delta("audio", session_id, 256 + wire::pcm_b64_len(outcome.audio.len()))
+                            .field("response_id", response_id)
+                            .field("input_id", input_id)
+                            .pcm_field("audio", &outcome.audio)
+                            .field("end_of_turn", outcome.end_of_turn)
+                            .field("metrics", step_metrics(outcome))
+                            .finish(),
                     );
                 }
             }
         },
-        Outbound::TurnDelta {
-            session_id,
-            response_id,
-            text,
-            audio,
-        } => {
+        Outbound::TurnDelta { session_id, response_id, text, audio } => {
             if !text.is_empty() {
-                out.push(
-                    delta("text", session_id, 256)
-                        .field("response_id", response_id)
-                        .field("text", text)
-                        .finish(),
-                );
+                out.push(delta("text", session_id, 256).field("response_id", response_id).field("text", text).finish());
             }
             if !audio.is_empty() {
                 out.push(
@@ -548,14 +461,13 @@ fn encode(event: Outbound<'_>, out: &mut Vec<String>) {
                 "kv_cache_length": kv_length,
                 "duration_ms": duration_ms,
             });
-            let mut w =
-                JsonWriter::new(256 + text.len() + audio.map_or(0, |a| wire::pcm_b64_len(a.len())))
-                    .field("type", "response.done")
-                    .field("session_id", session_id)
-                    .field("response_id", response_id)
-                    .field("text", text)
-                    .field("reason", "turn_end")
-                    .field("metrics", metrics);
+            let mut w = JsonWriter::new(256 + text.len() + audio.map_or(0, |a| wire::pcm_b64_len(a.len())))
+                .field("type", "response.done")
+                .field("session_id", session_id)
+                .field("response_id", response_id)
+                .field("text", text)
+                .field("reason", "turn_end")
+                .field("metrics", metrics);
             if let Some(audio) = audio {
                 w = w.pcm_field("audio", audio);
             }
@@ -581,8 +493,7 @@ mod tests {
     }
 
     fn decode(d: &mut Current, v: Value) -> Result<Inbound, DecodeError> {
-        d.decode(&v.to_string(), &mut Vec::new())
-            .map(|mut c| c.remove(0))
+        d.decode(&v.to_string(), &mut Vec::new()).map(|mut c| c.remove(0))
     }
 
     fn code(r: Result<Inbound, DecodeError>) -> String {
@@ -603,9 +514,7 @@ mod tests {
                 "voice": {"ref_audio_base64": b64(&[0.5; 8]), "tts_ref_audio_base64": b64(&[0.25; 4])}}}),
         )
         .unwrap();
-        let Inbound::Init(s) = cmd else {
-            panic!("{cmd:?}")
-        };
+        let Inbound::Init(s) = cmd else { panic!("{cmd:?}") };
         assert_eq!(s.kind, SessionKind::Duplex);
         assert_eq!(s.system_prompt, "be kind");
         assert_eq!(s.generation.length_penalty, Some(1.2));
@@ -621,25 +530,16 @@ mod tests {
             "missing_field: payload is required (an object)"
         );
         assert_eq!(
-            code(decode(
-                &mut d,
-                json!({"type": "session.init", "payload": 3})
-            )),
+            code(decode(&mut d, json!({"type": "session.init", "payload": 3}))),
             "missing_field: payload must be an object"
         );
         assert_eq!(
-            code(decode(
-                &mut d,
-                json!({"type": "session.init", "payload": {"system_prompt": 5}})
-            )),
+            code(decode(&mut d, json!({"type": "session.init", "payload": {"system_prompt": 5}}))),
             "invalid_payload: payload.system_prompt: invalid type: integer `5`, expected a string"
         );
         assert!(
-            code(decode(
-                &mut d,
-                json!({"type": "session.init", "payload": {"voice": {"ref_audio_base64": "%%"}}})
-            ))
-            .starts_with("invalid_payload: payload.voice.ref_audio_base64: not valid base64")
+            code(decode(&mut d, json!({"type": "session.init", "payload": {"voice": {"ref_audio_base64": "%%"}}})))
+                .starts_with("invalid_payload: payload.voice.ref_audio_base64: not valid base64")
         );
     }
 
@@ -654,29 +554,12 @@ mod tests {
         )
         .unwrap();
         let Inbound::Chunk(c) = ok else { panic!() };
-        assert_eq!(
-            (
-                c.audio.len(),
-                c.frames.len(),
-                c.force_listen,
-                c.max_slice_nums
-            ),
-            (4000, 1, true, Some(2))
-        );
+        assert_eq!((c.audio.len(), c.frames.len(), c.force_listen, c.max_slice_nums), (4000, 1, true, Some(2)));
 
         let cases = [
-            (
-                json!({"type": "input.append"}),
-                "missing_field: input is required (an object)",
-            ),
-            (
-                json!({"type": "input.append", "input": "x"}),
-                "missing_field: input must be an object",
-            ),
-            (
-                json!({"type": "input.append", "input": {}}),
-                "missing_field: input.audio is required",
-            ),
+            (json!({"type": "input.append"}), "missing_field: input is required (an object)"),
+            (json!({"type": "input.append", "input": "x"}), "missing_field: input must be an object"),
+            (json!({"type": "input.append", "input": {}}), "missing_field: input.audio is required"),
             (
                 json!({"type": "input.append", "input": {"audio": 1}}),
                 "invalid_payload: input.audio: invalid type: integer `1`, expected a string",
@@ -714,9 +597,7 @@ mod tests {
             &mut d,
             json!({"type": "input.append", "input": {"audio": b64(&[0.0; 4000]), "video_frames": ["not even base64"]}}),
         );
-        let Ok(Inbound::Chunk(c)) = cmd else {
-            panic!("{cmd:?}")
-        };
+        let Ok(Inbound::Chunk(c)) = cmd else { panic!("{cmd:?}") };
         assert!(c.frames.is_empty());
     }
 
@@ -732,26 +613,17 @@ mod tests {
                 "tts": {"enabled": true}, "enable_thinking": true}}),
         )
         .unwrap();
-        let Inbound::Turn { input, streaming } = cmd else {
-            panic!()
-        };
+        let Inbound::Turn { input, streaming } = cmd else { panic!() };
         assert!(!streaming && input.speech && input.thinking);
         assert_eq!(input.messages.len(), 2);
         assert_eq!(
-            (
-                input.messages[1].text.as_str(),
-                input.messages[1].images.len(),
-                input.messages[1].audios[0].len()
-            ),
+            (input.messages[1].text.as_str(), input.messages[1].images.len(), input.messages[1].audios[0].len()),
             ("Describe", 1, 16)
         );
         assert_eq!(input.generation.max_new_tokens, Some(64));
 
         let cases = [
-            (
-                json!({"type": "input.append", "input": {}}),
-                "missing_field: input.messages is required",
-            ),
+            (json!({"type": "input.append", "input": {}}), "missing_field: input.messages is required"),
             (
                 json!({"type": "input.append", "input": {"messages": []}}),
                 "invalid_payload: input.messages: must not be empty",
@@ -793,24 +665,9 @@ mod tests {
             code(decode(&mut d, json!({"type": "session.dance"}))),
             "unknown_event: unknown event type 'session.dance'"
         );
-        assert_eq!(
-            code(
-                d.decode("{not json", &mut Vec::new())
-                    .map(|mut c| c.remove(0))
-            ),
-            "unparseable"
-        );
-        assert_eq!(
-            code(d.decode("[]", &mut Vec::new()).map(|mut c| c.remove(0))),
-            "unparseable"
-        );
-        assert_eq!(
-            code(decode(
-                &mut d,
-                json!({"type": "session.close", "reason": "bye"})
-            )),
-            "ok"
-        );
+        assert_eq!(code(d.decode("{not json", &mut Vec::new()).map(|mut c| c.remove(0))), "unparseable");
+        assert_eq!(code(d.decode("[]", &mut Vec::new()).map(|mut c| c.remove(0))), "unparseable");
+        assert_eq!(code(decode(&mut d, json!({"type": "session.close", "reason": "bye"}))), "ok");
     }
 
     #[test]
@@ -828,41 +685,20 @@ mod tests {
         };
         let mut out = Vec::new();
         encode(
-            Outbound::Step {
-                session_id: "s",
-                response_id: Some("r"),
-                input_id: "input_3",
-                outcome: &outcome,
-            },
+            Outbound::Step { session_id: "s", response_id: Some("r"), input_id: "input_3", outcome: &outcome },
             &mut out,
         );
-        let v: Vec<Value> = out
-            .iter()
-            .map(|f| serde_json::from_str(f).unwrap())
-            .collect();
+        let v: Vec<Value> = out.iter().map(|f| serde_json::from_str(f).unwrap()).collect();
         assert_eq!(v.len(), 2);
         assert_eq!(
-            (
-                v[0]["kind"].as_str(),
-                v[0]["text"].as_str(),
-                v[0]["response_id"].as_str()
-            ),
+            (v[0]["kind"].as_str(), v[0]["text"].as_str(), v[0]["response_id"].as_str()),
             (Some("text"), Some("Hi"), Some("r"))
         );
         assert_eq!(
-            (
-                v[1]["kind"].as_str(),
-                v[1]["input_id"].as_str(),
-                v[1]["end_of_turn"].as_bool()
-            ),
+            (v[1]["kind"].as_str(), v[1]["input_id"].as_str(), v[1]["end_of_turn"].as_bool()),
             (Some("audio"), Some("input_3"), Some(true))
         );
-        assert_eq!(
-            wire::decode_pcm_f32(v[1]["audio"].as_str().unwrap(), "a")
-                .unwrap()
-                .len(),
-            24000
-        );
+        assert_eq!(wire::decode_pcm_f32(v[1]["audio"].as_str().unwrap(), "a").unwrap().len(), 24000);
         assert_eq!(v[1]["metrics"]["kv_cache_length"], 77);
     }
 }

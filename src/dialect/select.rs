@@ -31,11 +31,7 @@ impl MiniCpmEndpoint {
         MiniCpmEndpoint {
             current: Current::new(mode, min_audio_samples),
             legacy: (mode != Mode::Chat).then(|| Legacy::new(mode, min_audio_samples)),
-            chosen: if mode == Mode::Chat {
-                Some(Chosen::Current)
-            } else {
-                None
-            },
+            chosen: if mode == Mode::Chat { Some(Chosen::Current) } else { None },
             queue_done: false,
         }
     }
@@ -56,19 +52,12 @@ impl Dialect for MiniCpmEndpoint {
         }
     }
 
-    fn decode(
-        &mut self,
-        text: &str,
-        replies: &mut Vec<String>,
-    ) -> Result<Vec<Inbound>, DecodeError> {
+    fn decode(&mut self, text: &str, replies: &mut Vec<String>) -> Result<Vec<Inbound>, DecodeError> {
         if self.chosen.is_some() {
             return self.active().decode(text, replies);
         }
         let kind = wire::event_type(text)?;
-        let legacy_kind = matches!(
-            kind.as_ref(),
-            "session.update" | "input_audio_buffer.append"
-        );
+        let legacy_kind = matches!(kind.as_ref(), "session.update" | "input_audio_buffer.append");
         match (legacy_kind, self.legacy.as_mut()) {
             (true, Some(legacy)) => {
                 if kind == "session.update" && self.queue_done {
@@ -111,28 +100,15 @@ mod tests {
         let mut d = MiniCpmEndpoint::new(Mode::Video, 4000);
         assert_eq!(d.name(), "minicpm");
         // before queue_done nothing is fixed
-        assert!(
-            decode(
-                &mut d,
-                json!({"type": "session.update", "session": {"instructions": "x"}})
-            )
-            .is_ok()
-        );
+        assert!(decode(&mut d, json!({"type": "session.update", "session": {"instructions": "x"}})).is_ok());
         assert_eq!(d.name(), "minicpm");
         d.encode(Outbound::QueueDone, &mut Vec::new());
-        decode(
-            &mut d,
-            json!({"type": "session.update", "session": {"instructions": "x"}}),
-        )
-        .unwrap();
+        decode(&mut d, json!({"type": "session.update", "session": {"instructions": "x"}})).unwrap();
         assert_eq!(d.name(), "minicpm-legacy");
         assert!(d.new_session_id().starts_with("rt_"));
         // the current dialect's events are now unknown
         let e = decode(&mut d, json!({"type": "session.init", "payload": {}})).unwrap_err();
-        assert!(
-            matches!(e, DecodeError::Protocol(ref p) if p.code() == "unknown_event"),
-            "{e:?}"
-        );
+        assert!(matches!(e, DecodeError::Protocol(ref p) if p.code() == "unknown_event"), "{e:?}");
     }
 
     #[test]
@@ -142,11 +118,7 @@ mod tests {
         decode(&mut d, json!({"type": "session.init", "payload": {}})).unwrap();
         assert_eq!(d.name(), "minicpm");
         assert!(d.new_session_id().starts_with("sess_"));
-        let e = decode(
-            &mut d,
-            json!({"type": "session.update", "session": {"instructions": "x"}}),
-        )
-        .unwrap_err();
+        let e = decode(&mut d, json!({"type": "session.update", "session": {"instructions": "x"}})).unwrap_err();
         assert!(matches!(e, DecodeError::Protocol(ref p) if p.code() == "unknown_event"));
     }
 
@@ -154,11 +126,7 @@ mod tests {
     fn chat_has_no_earlier_dialect() {
         let mut d = MiniCpmEndpoint::new(Mode::Chat, 4000);
         d.encode(Outbound::QueueDone, &mut Vec::new());
-        let e = decode(
-            &mut d,
-            json!({"type": "session.update", "session": {"instructions": "x"}}),
-        )
-        .unwrap_err();
+        let e = decode(&mut d, json!({"type": "session.update", "session": {"instructions": "x"}})).unwrap_err();
         assert!(matches!(e, DecodeError::Protocol(ref p) if p.code() == "unknown_event"));
     }
 }

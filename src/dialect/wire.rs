@@ -22,46 +22,27 @@ pub fn event_type(text: &str) -> Result<Cow<'_, str>, DecodeError> {
     let is_object = text.trim_start().starts_with('{');
     match serde_json::from_str::<Envelope>(text) {
         // serde also reads a struct from a JSON array; only an object is an event.
-        Ok(_) if !is_object => Err(DecodeError::Unparseable(
-            "the message is JSON but not an object".into(),
-        )),
+        Ok(_) if !is_object => Err(DecodeError::Unparseable("the message is JSON but not an object".into())),
         Ok(Envelope { kind: Some(kind) }) => Ok(kind),
-        Ok(Envelope { kind: None }) => {
-            Err(ProtocolError::MissingField("type: every event needs a type".into()).into())
-        }
+        Ok(Envelope { kind: None }) => Err(ProtocolError::MissingField("type: every event needs a type".into()).into()),
         Err(e) if e.is_data() && is_object => {
             Err(ProtocolError::InvalidPayload("type: must be a string".into()).into())
         }
-        Err(e) if e.is_data() => Err(DecodeError::Unparseable(
-            "the message is JSON but not an object".into(),
-        )),
-        Err(e) => Err(DecodeError::Unparseable(format!(
-            "not JSON: {}",
-            strip_position(&e.to_string())
-        ))),
+        Err(e) if e.is_data() => Err(DecodeError::Unparseable("the message is JSON but not an object".into())),
+        Err(e) => Err(DecodeError::Unparseable(format!("not JSON: {}", strip_position(&e.to_string())))),
     }
 }
 
 /// Parses a whole event into `T`. Errors name the field: a missing field or a container
 /// (`containers`, e.g. `input`) that is not an object is `missing_field`, anything else of
 /// the wrong type is `invalid_payload`.
-pub fn parse_event<'a, T: Deserialize<'a>>(
-    text: &'a str,
-    containers: &[&str],
-) -> Result<T, ProtocolError> {
+pub fn parse_event<'a, T: Deserialize<'a>>(text: &'a str, containers: &[&str]) -> Result<T, ProtocolError> {
     let mut de = serde_json::Deserializer::from_str(text);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let message = strip_position(&e.into_inner().to_string());
-        if let Some(field) = message
-            .strip_prefix("missing field `")
-            .and_then(|r| r.split('`').next())
-        {
-            let full = if path == "." {
-                field.to_string()
-            } else {
-                format!("{path}.{field}")
-            };
+        if let Some(field) = message.strip_prefix("missing field `").and_then(|r| r.split('`').next()) {
+            let full = if path == "." { field.to_string() } else { format!("{path}.{field}") };
             ProtocolError::MissingField(format!("{full} is required"))
         } else if containers.contains(&path.as_str()) {
             ProtocolError::MissingField(format!("{path} must be an object"))
@@ -98,9 +79,7 @@ pub fn decode_pcm_f32(b64: &str, field: &str) -> Result<Vec<f32>, ProtocolError>
         }
     }
     if let Some(i) = samples.iter().position(|s| !s.is_finite()) {
-        return Err(ProtocolError::InvalidPayload(format!(
-            "{field}: sample {i} is not a finite number"
-        )));
+        return Err(ProtocolError::InvalidPayload(format!("{field}: sample {i} is not a finite number")));
     }
     Ok(samples)
 }
@@ -119,15 +98,11 @@ pub fn encode_pcm_f32(samples: &[f32], out: &mut String) {
 pub fn decode_base64(b64: &str, field: &str) -> Result<Vec<u8>, ProtocolError> {
     let data = match b64.strip_prefix("data:") {
         Some(rest) => rest.split_once(";base64,").map(|(_, d)| d).ok_or_else(|| {
-            ProtocolError::InvalidPayload(format!(
-                "{field}: a data URL must be base64 (data:...;base64,...)"
-            ))
+            ProtocolError::InvalidPayload(format!("{field}: a data URL must be base64 (data:...;base64,...)"))
         })?,
         None => b64,
     };
-    STANDARD
-        .decode(data)
-        .map_err(|e| ProtocolError::InvalidPayload(format!("{field}: not valid base64 ({e})")))
+    STANDARD.decode(data).map_err(|e| ProtocolError::InvalidPayload(format!("{field}: not valid base64 ({e})")))
 }
 
 pub fn is_jpeg(bytes: &[u8]) -> bool {
@@ -142,9 +117,7 @@ pub fn is_png(bytes: &[u8]) -> bool {
 pub fn decode_jpeg(b64: &str, field: &str) -> Result<Vec<u8>, ProtocolError> {
     let bytes = decode_base64(b64, field)?;
     if !is_jpeg(&bytes) {
-        return Err(ProtocolError::InvalidPayload(format!(
-            "{field}: not a JPEG image"
-        )));
+        return Err(ProtocolError::InvalidPayload(format!("{field}: not a JPEG image")));
     }
     Ok(bytes)
 }
@@ -154,9 +127,7 @@ pub fn slice_nums(v: Option<i64>, field: &str) -> Result<Option<u32>, ProtocolEr
     match v {
         None => Ok(None),
         Some(n @ 1..=9) => Ok(Some(n as u32)),
-        Some(n) => Err(ProtocolError::InvalidPayload(format!(
-            "{field}: {n} is outside 1..9"
-        ))),
+        Some(n) => Err(ProtocolError::InvalidPayload(format!("{field}: {n} is outside 1..9"))),
     }
 }
 
@@ -212,8 +183,7 @@ fn string_writer(s: &mut String) -> impl std::io::Write + '_ {
     struct W<'a>(&'a mut String);
     impl std::io::Write for W<'_> {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            let text = std::str::from_utf8(buf)
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+            let text = std::str::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
             self.0.push_str(text);
             Ok(buf.len())
         }
@@ -250,10 +220,7 @@ mod tests {
             "{e}"
         );
         let e = decode_pcm_f32(&STANDARD.encode([0u8; 10]), "input.audio").unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "input.audio: 10 bytes is not a whole number of float32 samples (a multiple of 4)"
-        );
+        assert_eq!(e.to_string(), "input.audio: 10 bytes is not a whole number of float32 samples (a multiple of 4)");
         let e = decode_pcm_f32(&STANDARD.encode(f32::NAN.to_le_bytes()), "a").unwrap_err();
         assert_eq!(e.to_string(), "a: sample 0 is not a finite number");
     }
@@ -263,51 +230,25 @@ mod tests {
         let jpeg = [0xFF, 0xD8, 0xFF, 0xE0, 1, 2];
         let b64 = STANDARD.encode(jpeg);
         assert_eq!(decode_jpeg(&b64, "f").unwrap(), jpeg);
-        assert_eq!(
-            decode_jpeg(&format!("data:image/jpeg;base64,{b64}"), "f").unwrap(),
-            jpeg
-        );
-        assert_eq!(
-            decode_jpeg(&STANDARD.encode(b"GIF89a"), "f")
-                .unwrap_err()
-                .to_string(),
-            "f: not a JPEG image"
-        );
+        assert_eq!(decode_jpeg(&format!("data:image/jpeg;base64,{b64}"), "f").unwrap(), jpeg);
+        assert_eq!(decode_jpeg(&STANDARD.encode(b"GIF89a"), "f").unwrap_err().to_string(), "f: not a JPEG image");
     }
 
     #[test]
     fn json_writer_escapes_values_and_embeds_pcm() {
-        let s = JsonWriter::new(64)
-            .field("type", "x")
-            .field("text", "a \"quoted\"\n")
-            .pcm_field("audio", &[1.0])
-            .finish();
+        let s =
+            JsonWriter::new(64).field("type", "x").field("text", "a \"quoted\"\n").pcm_field("audio", &[1.0]).finish();
         let v: serde_json::Value = serde_json::from_str(&s).unwrap();
         assert_eq!(v["text"], "a \"quoted\"\n");
-        assert_eq!(
-            decode_pcm_f32(v["audio"].as_str().unwrap(), "a").unwrap(),
-            vec![1.0]
-        );
+        assert_eq!(decode_pcm_f32(v["audio"].as_str().unwrap(), "a").unwrap(), vec![1.0]);
     }
 
     #[test]
     fn event_type_classifies_what_is_not_an_event() {
         assert_eq!(event_type(r#"{"type":"a"}"#).unwrap(), "a");
-        assert!(matches!(
-            event_type("nope"),
-            Err(DecodeError::Unparseable(_))
-        ));
-        assert!(matches!(
-            event_type("[1,2]"),
-            Err(DecodeError::Unparseable(_))
-        ));
-        assert!(matches!(
-            event_type("{\"type\": 3}"),
-            Err(DecodeError::Protocol(ProtocolError::InvalidPayload(_)))
-        ));
-        assert!(matches!(
-            event_type("{}"),
-            Err(DecodeError::Protocol(ProtocolError::MissingField(_)))
-        ));
+        assert!(matches!(event_type("nope"), Err(DecodeError::Unparseable(_))));
+        assert!(matches!(event_type("[1,2]"), Err(DecodeError::Unparseable(_))));
+        assert!(matches!(event_type("{\"type\": 3}"), Err(DecodeError::Protocol(ProtocolError::InvalidPayload(_)))));
+        assert!(matches!(event_type("{}"), Err(DecodeError::Protocol(ProtocolError::MissingField(_)))));
     }
 }

@@ -24,7 +24,12 @@ pub struct Setup {
     pub server: Vec<String>,
     pub queue: Vec<String>,
     pub limits: Vec<String>,
+    pub recording: Vec<String>,
+    pub auth: Vec<String>,
+    pub admin: Option<String>,
     pub workers: String,
+    /// Whole sections appended at the end (e.g. `[server.tls]`).
+    pub extra: Vec<String>,
 }
 
 impl Default for Setup {
@@ -33,7 +38,11 @@ impl Default for Setup {
             server: vec![],
             queue: vec![],
             limits: vec![],
+            recording: vec![],
+            auth: vec![],
+            admin: None,
             workers: workers(1, ""),
+            extra: vec![],
         }
     }
 }
@@ -55,13 +64,34 @@ impl Setup {
         self.workers = toml;
         self
     }
+    pub fn recording(mut self, line: &str) -> Self {
+        self.recording.push(line.into());
+        self
+    }
+    pub fn auth(mut self, line: &str) -> Self {
+        self.auth.push(line.into());
+        self
+    }
+    /// Sets `[auth] admin_key`; the harness then sends it on its own status requests.
+    pub fn admin_key(mut self, key: &str) -> Self {
+        self.auth.push(format!("admin_key = \"{key}\""));
+        self.admin = Some(key.into());
+        self
+    }
+    pub fn extra(mut self, section: &str) -> Self {
+        self.extra.push(section.into());
+        self
+    }
     fn render(&self) -> String {
         format!(
-            "[server]\nbind = \"127.0.0.1:0\"\n{}\n[queue]\n{}\n[limits]\n{}\n{}",
+            "[server]\nbind = \"127.0.0.1:0\"\n{}\n[queue]\n{}\n[limits]\n{}\n[recording]\n{}\n[auth]\n{}\n{}\n{}\n",
             self.server.join("\n"),
             self.queue.join("\n"),
             self.limits.join("\n"),
-            self.workers
+            self.recording.join("\n"),
+            self.auth.join("\n"),
+            self.workers,
+            self.extra.join("\n")
         )
     }
 }
@@ -75,12 +105,17 @@ pub struct Server {
     child: Child,
     pub addr: SocketAddr,
     logs: Arc<Mutex<String>>,
-    _dir: tempfile::TempDir,
+    admin: Option<String>,
+    dir: tempfile::TempDir,
 }
 
 impl Server {
     pub fn start(setup: Setup) -> Server {
-        let dir = tempfile::tempdir().unwrap();
+        Server::start_in(setup, tempfile::tempdir().unwrap())
+    }
+
+    /// Starts the server with its config (and relative paths) in `dir`.
+    pub fn start_in(setup: Setup, dir: tempfile::TempDir) -> Server {
         let path = dir.path().join("config.toml");
         std::fs::write(&path, setup.render()).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_omni-gateway"))
@@ -100,9 +135,7 @@ impl Server {
                 if n == 0 {
                     break;
                 }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
         let stdout = child.stdout.take().unwrap();
@@ -121,12 +154,7 @@ impl Server {
                 panic!("the server did not start:\n{}", logs.lock().unwrap());
             }
         };
-        Server {
-            child,
-            addr,
-            logs,
-            _dir: dir,
-        }
+        Server { child, addr, logs, admin: setup.admin.clone(), dir }
     }
 
     /// Starts the server and waits until every worker is idle.
@@ -149,8 +177,20 @@ impl Server {
         http(self.addr, "GET", path, &[])
     }
 
+    /// The directory holding the config (relative paths such as `recordings` are in it).
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// A GET with the admin key, when the setup has one.
+    pub fn admin_get(&self, path: &str) -> (u16, String) {
+        let auth = self.admin.as_ref().map(|k| format!("Bearer {k}"));
+        let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
+        http(self.addr, "GET", path, &headers)
+    }
+
     pub fn status(&self) -> Value {
-        let (code, body) = self.get("/status");
+        let (code, body) = self.admin_get("/status");
         assert_eq!(code, 200, "{body}");
         serde_json::from_str(&body).unwrap()
     }
@@ -160,11 +200,7 @@ impl Server {
         let deadline = Instant::now() + WAIT;
         loop {
             let s = self.status();
-            let idle = s["workers"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|w| w["state"] == "idle");
+            let idle = s["workers"].as_array().unwrap().iter().all(|w| w["state"] == "idle");
             if idle && s["queue"]["length"] == 0 {
                 return;
             }
@@ -176,6 +212,26 @@ impl Server {
     /// The process is still running.
     pub fn alive(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Sends a signal (`TERM`, `INT`, `KILL`...) to the server process.
+    pub fn signal(&self, name: &str) {
+        let ok = Command::new("kill").arg(format!("-{name}")).arg(self.child.id().to_string()).status().unwrap();
+        assert!(ok.success(), "kill -{name}");
+    }
+
+    /// Waits for the process to exit; `None` when it is still running after `within`.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     pub fn child(&mut self) -> &mut Child {
@@ -206,15 +262,8 @@ pub fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).unwrap();
     let text = String::from_utf8_lossy(&raw).into_owned();
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
+    let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     (code, body)
 }
 
@@ -235,20 +284,12 @@ pub struct Client {
 
 impl Client {
     pub async fn connect(url: &str) -> Client {
-        let (ws, _) = tokio_tungstenite::connect_async(url)
-            .await
-            .unwrap_or_else(|e| panic!("connect {url}: {e}"));
-        Client {
-            ws,
-            seen: Vec::new(),
-        }
+        let (ws, _) = tokio_tungstenite::connect_async(url).await.unwrap_or_else(|e| panic!("connect {url}: {e}"));
+        Client { ws, seen: Vec::new() }
     }
 
     pub async fn send(&mut self, event: Value) {
-        self.ws
-            .send(Message::text(event.to_string()))
-            .await
-            .unwrap();
+        self.ws.send(Message::text(event.to_string())).await.unwrap();
     }
 
     pub async fn send_raw(&mut self, msg: Message) {
@@ -258,9 +299,8 @@ impl Client {
     /// The next event or close, within `WAIT`; pings and pongs are skipped.
     pub async fn next(&mut self) -> Seen {
         loop {
-            let msg = tokio::time::timeout(WAIT, self.ws.next())
-                .await
-                .expect("no event in time; seen so far in `seen`");
+            let msg =
+                tokio::time::timeout(WAIT, self.ws.next()).await.expect("no event in time; seen so far in `seen`");
             match msg {
                 Some(Ok(Message::Text(t))) => {
                     let v: Value = serde_json::from_str(&t).expect("server sent non-JSON text");
@@ -281,10 +321,7 @@ impl Client {
     pub async fn event(&mut self) -> Value {
         match self.next().await {
             Seen::Event(v) => v,
-            Seen::Closed(code) => panic!(
-                "closed ({code:?}) while expecting an event; seen: {:?}",
-                self.seen
-            ),
+            Seen::Closed(code) => panic!("closed ({code:?}) while expecting an event; seen: {:?}", self.seen),
         }
     }
 
@@ -337,17 +374,14 @@ pub async fn connected(server: &Server, mode: &str) -> Client {
 /// Connects, initialises and waits for `session.created`.
 pub async fn active(server: &Server, mode: &str) -> Client {
     let mut c = connected(server, mode).await;
-    c.send(json!({"type": "session.init", "payload": {"system_prompt": "You are a test."}}))
-        .await;
+    c.send(json!({"type": "session.init", "payload": {"system_prompt": "You are a test."}})).await;
     c.expect("session.created").await;
     c
 }
 
 /// One second of a 220 Hz tone: speech to the reference backend.
 pub fn loud() -> Vec<f32> {
-    (0..16000)
-        .map(|i| 0.3 * (2.0 * std::f32::consts::PI * 220.0 * i as f32 / 16000.0).sin())
-        .collect()
+    (0..16000).map(|i| 0.3 * (2.0 * std::f32::consts::PI * 220.0 * i as f32 / 16000.0).sin()).collect()
 }
 
 /// One second of silence.
@@ -361,20 +395,13 @@ pub fn b64_pcm(samples: &[f32]) -> String {
 }
 
 pub fn pcm_of(b64: &Value) -> Vec<f32> {
-    let bytes = STANDARD
-        .decode(b64.as_str().expect("base64 string"))
-        .unwrap();
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
+    let bytes = STANDARD.decode(b64.as_str().expect("base64 string")).unwrap();
+    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
 /// A tiny valid JPEG header (the gateway checks the SOI marker; the reference backend counts frames).
 pub fn jpeg_b64() -> String {
-    STANDARD.encode([
-        0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10, b'J', b'F', b'I', b'F', 0x00, 0xFF, 0xD9,
-    ])
+    STANDARD.encode([0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10, b'J', b'F', b'I', b'F', 0x00, 0xFF, 0xD9])
 }
 
 pub fn append(audio: &[f32]) -> Value {

@@ -1,0 +1,188 @@
+//! Every metric the gateway exports, in one place. `/metrics` renders [`Metrics::render`]
+//! in the Prometheus text format. Label values come from fixed sets (modes, dialects,
+//! error codes, close reasons, worker states), never from client input.
+
+use std::sync::LazyLock;
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+pub struct Metrics {
+    registry: Registry,
+    /// WebSocket connections accepted (upgraded), and open now.
+    pub connections_total: IntCounter,
+    pub connections_open: IntGauge,
+    /// Connections refused before the upgrade, by reason (unauthorized, forbidden_origin, too_many_connections, ...).
+    pub connections_refused: IntCounterVec,
+    /// Sessions past `session.created`, by public mode and dialect.
+    pub sessions_active: IntGaugeVec,
+    /// Clients waiting for a worker.
+    pub queue_length: IntGauge,
+    /// Time from the upgrade to `session.queue_done`.
+    pub queue_wait_seconds: Histogram,
+    /// One backend job: a duplex step, a turn answer, a prepare.
+    pub step_duration_seconds: HistogramVec,
+    /// Time from the input that starts a spoken answer to its first audio sent.
+    pub first_audio_seconds: HistogramVec,
+    pub chunks_received: IntCounterVec,
+    pub chunks_dropped: IntCounterVec,
+    pub chunks_answered: IntCounterVec,
+    /// `error` events sent, by code.
+    pub errors: IntCounterVec,
+    /// Sessions ended, by reason.
+    pub sessions_closed: IntCounterVec,
+    pub bytes_received: IntCounter,
+    pub bytes_sent: IntCounter,
+    /// Workers per state.
+    pub workers: IntGaugeVec,
+    pub worker_restarts: IntCounterVec,
+    /// Bytes handed to recorders and not yet written.
+    pub recording_lag_bytes: IntGauge,
+    /// Records dropped because a recorder fell behind by more than `recording.max_lag_mb`.
+    pub recording_dropped: IntCounter,
+    /// Sessions closed because they did not read their output.
+    pub slow_consumers: IntCounter,
+}
+
+const LATENCY_BUCKETS: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+const WAIT_BUCKETS: &[f64] = &[0.001, 0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0];
+
+fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
+    let c = IntCounter::new(name, help).expect("valid metric");
+    r.register(Box::new(c.clone())).expect("unique metric name");
+    c
+}
+
+fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(Box::new(c.clone())).expect("unique metric name");
+    c
+}
+
+fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
+    let g = IntGauge::new(name, help).expect("valid metric");
+    r.register(Box::new(g.clone())).expect("unique metric name");
+    g
+}
+
+fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(Box::new(g.clone())).expect("unique metric name");
+    g
+}
+
+fn histogram_vec(r: &Registry, name: &str, help: &str, buckets: &[f64], labels: &[&str]) -> HistogramVec {
+    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), labels).expect("valid metric");
+    r.register(Box::new(h.clone())).expect("unique metric name");
+    h
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let r = Registry::new();
+        let queue_wait_seconds = Histogram::with_opts(
+            HistogramOpts::new("omni_queue_wait_seconds", "Time from the upgrade to session.queue_done")
+                .buckets(WAIT_BUCKETS.to_vec()),
+        )
+        .expect("valid metric");
+        r.register(Box::new(queue_wait_seconds.clone())).expect("unique metric name");
+        Metrics {
+            connections_total: counter(&r, "omni_connections_total", "WebSocket connections accepted"),
+            connections_open: gauge(&r, "omni_connections_open", "WebSocket connections open now"),
+            connections_refused: counter_vec(
+                &r,
+                "omni_connections_refused_total",
+                "Connections refused before the upgrade",
+                &["reason"],
+            ),
+            sessions_active: gauge_vec(
+                &r,
+                "omni_sessions_active",
+                "Sessions past session.created",
+                &["mode", "dialect"],
+            ),
+            queue_length: gauge(&r, "omni_queue_length", "Clients waiting for a worker"),
+            queue_wait_seconds,
+            step_duration_seconds: histogram_vec(
+                &r,
+                "omni_step_duration_seconds",
+                "Duration of one backend job",
+                LATENCY_BUCKETS,
+                &["kind"],
+            ),
+            first_audio_seconds: histogram_vec(
+                &r,
+                "omni_first_audio_latency_seconds",
+                "From the input that starts a spoken answer to its first audio sent",
+                LATENCY_BUCKETS,
+                &["mode"],
+            ),
+            chunks_received: counter_vec(&r, "omni_chunks_received_total", "Duplex input chunks received", &["mode"]),
+            chunks_dropped: counter_vec(
+                &r,
+                "omni_chunks_dropped_total",
+                "Duplex input chunks dropped unprocessed",
+                &["mode"],
+            ),
+            chunks_answered: counter_vec(&r, "omni_chunks_answered_total", "Duplex input chunks answered", &["mode"]),
+            errors: counter_vec(&r, "omni_errors_total", "error events sent to clients", &["code"]),
+            sessions_closed: counter_vec(&r, "omni_sessions_closed_total", "Sessions ended", &["reason"]),
+            bytes_received: counter(&r, "omni_bytes_received_total", "WebSocket message bytes received"),
+            bytes_sent: counter(&r, "omni_bytes_sent_total", "WebSocket message bytes sent"),
+            workers: gauge_vec(&r, "omni_workers", "Workers per state", &["state"]),
+            worker_restarts: counter_vec(&r, "omni_worker_restarts_total", "Worker restarts", &["worker"]),
+            recording_lag_bytes: gauge(&r, "omni_recording_lag_bytes", "Bytes handed to recorders and not yet written"),
+            recording_dropped: counter(
+                &r,
+                "omni_recording_dropped_total",
+                "Records dropped by recorders that fell behind",
+            ),
+            slow_consumers: counter(
+                &r,
+                "omni_slow_consumers_total",
+                "Sessions closed because they did not read their output",
+            ),
+            registry: r,
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        // Encoding into memory cannot fail for well-formed metrics.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// The process's metrics.
+pub fn metrics() -> &'static Metrics {
+    &METRICS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_renders() {
+        let m = metrics();
+        m.errors.with_label_values(&["not_ready"]).inc();
+        m.sessions_active.with_label_values(&["video", "minicpm"]).set(1);
+        m.queue_wait_seconds.observe(0.2);
+        let text = m.render();
+        for name in [
+            "omni_connections_total",
+            "omni_errors_total{code=\"not_ready\"} 1",
+            "omni_sessions_active{dialect=\"minicpm\",mode=\"video\"} 1",
+            "omni_queue_wait_seconds_bucket",
+            "omni_queue_length",
+        ] {
+            assert!(text.contains(name), "{name} missing from\n{text}");
+        }
+    }
+}
