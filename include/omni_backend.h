@@ -239,7 +239,8 @@ typedef struct omni_backend_api {
 
     /* OWNER THREAD ONLY. Turn mode: prefill a conversation, then call
      * turn_generate until a piece has done == 1. An error other than
-     * OMNI_ERR_BUFFER_TOO_SMALL ends the answer; the next call is turn_prefill. */
+     * OMNI_ERR_BUFFER_TOO_SMALL ends the answer; the next call is turn_prefill.
+     * turn_prefill before an answer is done abandons the rest of that answer. */
     omni_status (*turn_prefill)(omni_backend *b, const omni_turn_input *in);
     omni_status (*turn_generate)(omni_backend *b, omni_turn_output *out);
 

@@ -43,6 +43,70 @@ pub fn resample(samples: &[f32], from: u32, to: u32) -> Result<Vec<f32>, String>
     Ok(out.take_data())
 }
 
+/// Resamples a stream that arrives in pieces of any size (mono, float32). Holds less than
+/// one internal chunk of input; `flush` pads it out.
+pub struct StreamResampler {
+    inner: Option<Fft<f32>>,
+    pending: Vec<f32>,
+    scratch: Vec<f32>,
+}
+
+impl StreamResampler {
+    pub fn new(from: u32, to: u32) -> Result<StreamResampler, String> {
+        if from == 0 || to == 0 {
+            return Err(format!("cannot resample from {from} Hz to {to} Hz"));
+        }
+        let inner = if from == to {
+            None
+        } else {
+            Some(Fft::<f32>::new(from as usize, to as usize, 480, 1, FixedSync::Input).map_err(|e| e.to_string())?)
+        };
+        let scratch = vec![0.0; inner.as_ref().map_or(0, |r| r.output_frames_max())];
+        Ok(StreamResampler { inner, pending: Vec::new(), scratch })
+    }
+
+    /// Resamples `input`, appending what is ready to `out`.
+    pub fn push(&mut self, input: &[f32], out: &mut Vec<f32>) {
+        let Some(r) = self.inner.as_mut() else {
+            out.extend_from_slice(input);
+            return;
+        };
+        self.pending.extend_from_slice(input);
+        let need = r.input_frames_next();
+        let mut used = 0;
+        while self.pending.len() - used >= need {
+            let chunk = &self.pending[used..used + need];
+            let (Ok(src), Ok(mut dst)) = (
+                InterleavedSlice::new(chunk, 1, need),
+                InterleavedSlice::new_mut(&mut self.scratch[..], 1, r.output_frames_max()),
+            ) else {
+                break;
+            };
+            match r.process_into_buffer(&src, &mut dst, None) {
+                Ok((consumed, produced)) => {
+                    out.extend_from_slice(&self.scratch[..produced]);
+                    used += consumed.max(1);
+                }
+                Err(e) => {
+                    log::error!("resampler: {e}");
+                    break;
+                }
+            }
+        }
+        self.pending.drain(..used);
+    }
+
+    /// Pads what is held with silence to a whole chunk and resamples it.
+    pub fn flush(&mut self, out: &mut Vec<f32>) {
+        let Some(r) = self.inner.as_ref() else { return };
+        if self.pending.is_empty() {
+            return;
+        }
+        let pad = r.input_frames_next() - self.pending.len();
+        self.push(&vec![0.0; pad], out);
+    }
+}
+
 /// A WAV file as 16 kHz mono float32, the backend's input format.
 pub fn wav_to_16k_mono(bytes: &[u8]) -> Result<Vec<f32>, String> {
     let (mono, rate) = decode_wav(bytes)?;
@@ -114,6 +178,23 @@ mod tests {
         let mono = wav_to_16k_mono(&cursor.into_inner()).unwrap();
         assert_eq!(mono.len(), 32000);
         assert!((rms(&mono[4000..28000]) - 0.3535).abs() < 0.01);
+    }
+
+    #[test]
+    fn streaming_resampling_in_small_pieces_keeps_the_length() {
+        let input = tone(24000, 2.0, 300.0);
+        let mut r = StreamResampler::new(24000, 16000).unwrap();
+        let mut out = Vec::new();
+        for piece in input.chunks(437) {
+            r.push(piece, &mut out);
+        }
+        r.flush(&mut out);
+        assert!((out.len() as i64 - 32000).abs() <= 320, "{}", out.len());
+        assert!((rms(&out[4000..28000]) - rms(&input[6000..42000])).abs() < 0.01);
+        let mut same = StreamResampler::new(16000, 16000).unwrap();
+        let mut copy = Vec::new();
+        same.push(&[0.5; 10], &mut copy);
+        assert_eq!(copy, vec![0.5; 10]);
     }
 
     #[test]

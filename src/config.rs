@@ -201,6 +201,26 @@ fn default_modes() -> Vec<String> {
     Mode::ALL.iter().map(|m| m.as_str().to_string()).collect()
 }
 
+/// One `[[models]]` entry: an OpenAI-style `model` name and the modes whose workers serve it.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ModelEntry {
+    pub name: String,
+    #[serde(default = "default_model_modes")]
+    pub modes: Vec<String>,
+}
+
+fn default_model_modes() -> Vec<String> {
+    vec!["audio".to_string()]
+}
+
+/// A model name and the public mode its sessions queue for (the first listed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSpec {
+    pub name: String,
+    pub mode: Mode,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
@@ -214,6 +234,8 @@ struct RawConfig {
     recording: RecordingConfig,
     #[serde(default)]
     auth: AuthConfig,
+    #[serde(default)]
+    models: Vec<ModelEntry>,
     workers: Vec<WorkerEntry>,
 }
 
@@ -253,6 +275,8 @@ pub struct Config {
     pub admin_key: Option<String>,
     /// `[server.tls]` paths, resolved, when both are set.
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// `[[models]]`; empty means any model name is served by the pool (in audio mode).
+    pub models: Vec<ModelSpec>,
     pub workers: Vec<WorkerSpec>,
 }
 
@@ -299,6 +323,15 @@ impl Config {
         })?;
         let base = path.parent().unwrap_or(Path::new("."));
         validate(raw, path, base).map_err(|(key, message)| err(&key, message))
+    }
+
+    /// The public mode sessions of an OpenAI-style `model` queue for; `None` for an
+    /// unknown model (only when `[[models]]` lists names).
+    pub fn model_mode(&self, name: &str) -> Option<Mode> {
+        if self.models.is_empty() {
+            return Some(Mode::Audio);
+        }
+        self.models.iter().find(|m| m.name == name).map(|m| m.mode)
     }
 
     pub fn step_timeout(&self) -> Duration {
@@ -473,6 +506,27 @@ fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid>
         }
     }
 
+    let mut models: Vec<ModelSpec> = Vec::new();
+    for (i, m) in raw.models.iter().enumerate() {
+        if m.name.trim().is_empty() {
+            return Err((format!("models[{i}].name"), "must not be empty".into()));
+        }
+        if models.iter().any(|x| x.name == m.name) {
+            return Err((format!("models[{i}].name"), format!("'{}' is listed twice", m.name)));
+        }
+        let Some(first) = m.modes.first() else {
+            return Err((format!("models[{i}].modes"), "must name at least one of chat, video, audio".into()));
+        };
+        for (j, mode) in m.modes.iter().enumerate() {
+            mode.parse::<Mode>().map_err(|e| (format!("models[{i}].modes[{j}]"), e))?;
+        }
+        let mode: Mode = first.parse().map_err(|e| (format!("models[{i}].modes[0]"), e))?;
+        if !workers.iter().any(|w| w.modes.contains(&mode)) {
+            return Err((format!("models[{i}].modes"), format!("no worker serves {mode}")));
+        }
+        models.push(ModelSpec { name: m.name.clone(), mode });
+    }
+
     Ok(Config {
         path: path.to_owned(),
         server: raw.server,
@@ -483,6 +537,7 @@ fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid>
         api_keys,
         admin_key,
         tls,
+        models,
         workers,
     })
 }
@@ -705,6 +760,29 @@ mod tests {
         assert!(
             error("[recording]\nenable = true\n[[workers]]\n")
                 .starts_with("config.toml: recording.enable: unknown key")
+        );
+    }
+
+    #[test]
+    fn models_map_names_to_modes() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.model_mode("anything"), Some(Mode::Audio), "no [[models]]: any name");
+        let c = parse("[[models]]\nname = \"omni\"\n[[models]]\nname = \"omni-video\"\nmodes = [\"video\", \"audio\"]\n[[workers]]\n").unwrap();
+        assert_eq!(
+            (c.model_mode("omni"), c.model_mode("omni-video"), c.model_mode("gpt")),
+            (Some(Mode::Audio), Some(Mode::Video), None)
+        );
+        assert_eq!(
+            error("[[models]]\nname = \"a\"\n[[models]]\nname = \"a\"\n[[workers]]\n"),
+            "config.toml: models[1].name: 'a' is listed twice"
+        );
+        assert_eq!(
+            error("[[models]]\nname = \"a\"\nmodes = [\"video\"]\n[[workers]]\nmodes = [\"chat\"]\n"),
+            "config.toml: models[0].modes: no worker serves video"
+        );
+        assert!(
+            error("[[models]]\nname = \"a\"\nmodes = [\"tv\"]\n[[workers]]\n")
+                .starts_with("config.toml: models[0].modes[0]: unknown mode")
         );
     }
 

@@ -19,12 +19,16 @@ use omni_actors::session::{ClientInfo, SessionActor, SessionLinks, SessionSettin
 use serde_json::json;
 
 use crate::auth::{self, Denied};
+use crate::dialect::openai::{Flavor, Realtime};
 use crate::dialect::select::MiniCpmEndpoint;
 use crate::recordings;
 use crate::server::Gateway;
+use omni_actors::dialect::Dialect;
+use omni_actors::protocol::ProtocolError;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/v1/realtime", web::get().to(realtime))
+        .route("/api-ws/v1/realtime", web::get().to(qwen_realtime))
         .route("/healthz", web::get().to(healthz))
         .route("/readyz", web::get().to(readyz))
         .route("/status", web::get().to(status))
@@ -58,21 +62,83 @@ fn admin(req: &HttpRequest, gw: &Gateway) -> Option<HttpResponse> {
         .map(|d| http_error(StatusCode::UNAUTHORIZED, "unauthorized", d.message("the admin key")))
 }
 
+/// Which wire dialect a connection speaks, from its URL and headers.
+enum Endpoint {
+    /// `/v1/realtime?mode=`: MiniCPM-o, current or earlier dialect.
+    MiniCpm(Mode),
+    /// `/v1/realtime?model=` (no mode), or `/api-ws/v1/realtime`: the OpenAI shape.
+    Realtime(Flavor, String),
+}
+
+fn query_of(req: &HttpRequest) -> Result<HashMap<String, String>, HttpResponse> {
+    web::Query::<HashMap<String, String>>::from_query(req.query_string())
+        .map(|q| q.into_inner())
+        .map_err(|e| http_error(StatusCode::BAD_REQUEST, "invalid_payload", format!("bad query string: {e}")))
+}
+
+/// The subprotocols a browser client offered.
+fn subprotocols(req: &HttpRequest) -> Vec<&str> {
+    req.headers()
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
 async fn realtime(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>) -> actix_web::Result<HttpResponse> {
-    let query = match web::Query::<HashMap<String, String>>::from_query(req.query_string()) {
-        Ok(q) => q.into_inner(),
-        Err(e) => return Ok(http_error(StatusCode::BAD_REQUEST, "invalid_payload", format!("bad query string: {e}"))),
+    let query = match query_of(&req) {
+        Ok(q) => q,
+        Err(refusal) => return Ok(refusal),
     };
-    let mode = match query.get("mode").map(|m| m.parse::<Mode>()) {
-        None => Mode::Video,
-        Some(Ok(mode)) => mode,
-        Some(Err(e)) => return Ok(http_error(StatusCode::BAD_REQUEST, "invalid_payload", format!("mode: {e}"))),
+    let endpoint = match (query.get("mode"), query.get("model")) {
+        (None, Some(model)) => {
+            let beta = req
+                .headers()
+                .get("openai-beta")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.contains("realtime=v1"))
+                || subprotocols(&req).contains(&"openai-beta.realtime-v1");
+            Endpoint::Realtime(if beta { Flavor::Beta } else { Flavor::Ga }, model.clone())
+        }
+        (None, None) => Endpoint::MiniCpm(Mode::Video),
+        (Some(m), _) => match m.parse::<Mode>() {
+            Ok(mode) => Endpoint::MiniCpm(mode),
+            Err(e) => return Ok(http_error(StatusCode::BAD_REQUEST, "invalid_payload", format!("mode: {e}"))),
+        },
     };
+    upgrade(req, payload, gw, endpoint, query).await
+}
+
+async fn qwen_realtime(
+    req: HttpRequest,
+    payload: web::Payload,
+    gw: web::Data<Gateway>,
+) -> actix_web::Result<HttpResponse> {
+    let query = match query_of(&req) {
+        Ok(q) => q,
+        Err(refusal) => return Ok(refusal),
+    };
+    let model = query.get("model").cloned().unwrap_or_default();
+    upgrade(req, payload, gw, Endpoint::Realtime(Flavor::Qwen, model), query).await
+}
+
+async fn upgrade(
+    req: HttpRequest,
+    payload: web::Payload,
+    gw: web::Data<Gateway>,
+    endpoint: Endpoint,
+    query: HashMap<String, String>,
+) -> actix_web::Result<HttpResponse> {
     let config = &gw.config;
     if !auth::origin_allowed(&req, &config.server.allowed_origins) {
         return Ok(refuse("forbidden_origin", StatusCode::FORBIDDEN, "forbidden_origin", "this Origin is not allowed"));
     }
-    if let Err(denied) = gw.keys.check_api([auth::bearer(&req), query.get("api_key").map(String::as_str)]) {
+    let protocols = subprotocols(&req);
+    let browser_key = protocols.iter().find_map(|p| p.strip_prefix("openai-insecure-api-key."));
+    if let Err(denied) = gw.keys.check_api([auth::bearer(&req), query.get("api_key").map(String::as_str), browser_key])
+    {
         return Ok(unauthorized(denied, "an API key"));
     }
     let admission = match gw.registry.admit(req.peer_addr().map(|a| a.ip()), config.server.max_connections_per_ip) {
@@ -94,6 +160,22 @@ async fn realtime(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway
             ));
         }
     };
+    let (mode, dialect, reject): (Mode, Box<dyn Dialect>, Option<ProtocolError>) = match &endpoint {
+        Endpoint::MiniCpm(mode) => {
+            (*mode, Box::new(MiniCpmEndpoint::new(*mode, config.limits.min_audio_samples)), None)
+        }
+        Endpoint::Realtime(flavor, model) => match config.model_mode(model) {
+            Some(mode) => (mode, Box::new(Realtime::new(*flavor, model)), None),
+            None => {
+                let known: Vec<&str> = config.models.iter().map(|m| m.name.as_str()).collect();
+                let e = ProtocolError::ModelNotFound(format!(
+                    "model '{model}' is not served here (known: {})",
+                    known.join(", ")
+                ));
+                (Mode::Audio, Box::new(Realtime::new(*flavor, model)), Some(e))
+            }
+        },
+    };
     let settings = SessionSettings {
         mode,
         time_limit: config.limits.session_limit(mode),
@@ -101,6 +183,7 @@ async fn realtime(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway
         max_frame_bytes: config.server.max_frame_bytes,
         heartbeat_interval: config.server.heartbeat_interval(),
         heartbeat_timeout: config.server.heartbeat_timeout(),
+        reject,
     };
     let client = ClientInfo {
         addr: req.peer_addr().map_or_else(|| "unknown".to_string(), |a| a.to_string()),
@@ -117,9 +200,13 @@ async fn realtime(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway
         recording,
         client,
     };
-    let dialect = Box::new(MiniCpmEndpoint::new(mode, config.limits.min_audio_samples));
     let actor = SessionActor::new(settings, dialect, links);
-    let mut response = ws::handshake(&req)?;
+    // Browsers offer `realtime` (with their key as a subprotocol): the server selects it.
+    let mut response = if protocols.is_empty() {
+        ws::handshake(&req)?
+    } else {
+        ws::handshake_with_protocols(&req, &["realtime", "openai-beta.realtime-v1"])?
+    };
     let codec = actix_http::ws::Codec::new().max_size(config.server.max_frame_bytes);
     Ok(response.streaming(ws::WebsocketContext::with_codec(actor, payload, codec)))
 }

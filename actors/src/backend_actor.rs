@@ -11,6 +11,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -100,6 +101,8 @@ struct TurnProgress {
 
 enum Work {
     Prepare(SessionSetup),
+    /// Reset, then prepare with new settings, keeping the session attached.
+    Restart(SessionSetup),
     Step(u64, DuplexChunk),
     Turn(u64, TurnInput),
     Reset,
@@ -142,6 +145,8 @@ pub struct BackendActor {
     in_flight: Option<InFlight>,
     next_job: u64,
     failed: bool,
+    /// Set by `Interrupt`: the turn-mode answer in flight stops before its next piece.
+    turn_cancel: Arc<AtomicBool>,
     /// The session asked to be told once the job in flight is done (graceful shutdown).
     drain: bool,
 }
@@ -171,6 +176,7 @@ impl BackendActor {
             in_flight: None,
             next_job: 1,
             failed: false,
+            turn_cancel: Arc::new(AtomicBool::new(false)),
             drain: false,
         }
     }
@@ -225,7 +231,7 @@ impl BackendActor {
         let addr = ctx.address();
         let interruptible = !matches!(work, Work::Reset);
         let kind = match work {
-            Work::Prepare(_) => "prepare",
+            Work::Prepare(_) | Work::Restart(_) => "prepare",
             Work::Step(..) => "step",
             Work::Turn(..) => "turn",
             Work::Reset => "reset",
@@ -238,32 +244,48 @@ impl BackendActor {
                     addr.do_send(JobDone { job, outcome: JobOutcome::Prepared(result) });
                 })
             }
+            Work::Restart(setup) => {
+                let control = control.clone();
+                Box::new(move |b| {
+                    let result = b.reset().and_then(|_| b.prepare(&setup)).map(|_| control.kv_length());
+                    addr.do_send(JobDone { job, outcome: JobOutcome::Prepared(result) });
+                })
+            }
             Work::Step(seq, chunk) => Box::new(move |b| {
                 let started = Instant::now();
                 let result = run_duplex_step(b, &chunk);
                 addr.do_send(JobDone { job, outcome: JobOutcome::Step { seq, result, elapsed: started.elapsed() } });
             }),
-            Work::Turn(seq, input) => Box::new(move |b| {
-                let started = Instant::now();
-                let result = (|| {
-                    b.turn_prefill(&input)?;
-                    let mut summary =
-                        TurnSummary { input_tokens: 0, output_tokens: 0, kv_length: 0, duration: Duration::ZERO };
-                    loop {
-                        let piece = b.turn_generate()?;
-                        let done = piece.done;
-                        summary.input_tokens += piece.input_tokens;
-                        summary.output_tokens += piece.output_tokens;
-                        summary.kv_length = piece.kv_length;
-                        addr.do_send(TurnProgress { job, seq, piece });
-                        if done {
-                            summary.duration = started.elapsed();
-                            return Ok(summary);
+            Work::Turn(seq, input) => {
+                let cancel = self.turn_cancel.clone();
+                cancel.store(false, Ordering::SeqCst);
+                Box::new(move |b| {
+                    let started = Instant::now();
+                    let result = (|| {
+                        b.turn_prefill(&input)?;
+                        let mut summary =
+                            TurnSummary { input_tokens: 0, output_tokens: 0, kv_length: 0, duration: Duration::ZERO };
+                        loop {
+                            // An interrupt between pieces (no call in flight) ends the answer here;
+                            // the next turn_prefill abandons the rest.
+                            if cancel.load(Ordering::SeqCst) {
+                                return Err(BackendError::Interrupted);
+                            }
+                            let piece = b.turn_generate()?;
+                            let done = piece.done;
+                            summary.input_tokens += piece.input_tokens;
+                            summary.output_tokens += piece.output_tokens;
+                            summary.kv_length = piece.kv_length;
+                            addr.do_send(TurnProgress { job, seq, piece });
+                            if done {
+                                summary.duration = started.elapsed();
+                                return Ok(summary);
+                            }
                         }
-                    }
-                })();
-                addr.do_send(JobDone { job, outcome: JobOutcome::Turn { seq, result } });
-            }),
+                    })();
+                    addr.do_send(JobDone { job, outcome: JobOutcome::Turn { seq, result } });
+                })
+            }
             Work::Reset => Box::new(move |b| {
                 let result = b.reset();
                 addr.do_send(JobDone { job, outcome: JobOutcome::Reset(result) });
@@ -284,6 +306,18 @@ impl BackendActor {
                 act.fail(ctx, format!("a backend call took longer than step_timeout_ms ({} ms)", timeout.as_millis()));
             }
         })
+    }
+
+    /// Drops every pending chunk and queued answer, telling the session.
+    fn drop_backlog(&mut self) {
+        for (seq, _) in self.pending.clear() {
+            self.tell_session(BackendEvent::Dropped { seq });
+        }
+        for work in std::mem::take(&mut self.work) {
+            if let Work::Turn(seq, _) = work {
+                self.tell_session(BackendEvent::TurnDone { seq, result: Err(BackendError::Interrupted) });
+            }
+        }
     }
 
     fn finish_job(&mut self, job: u64, ctx: &mut Context<Self>) -> bool {
@@ -501,6 +535,70 @@ impl Handler<JobDone> for BackendActor {
     }
 }
 
+/// Starts the session over with new settings: the backlog is dropped, the job in flight
+/// cut short, the backend reset and prepared again; answered with `Prepared` or
+/// `PrepareFailed`. The worker stays with the session.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Reconfigure {
+    pub key: u64,
+    pub setup: SessionSetup,
+}
+
+impl Handler<Reconfigure> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: Reconfigure, ctx: &mut Context<Self>) {
+        if !self.owns(msg.key) {
+            return;
+        }
+        if let Some(info) = &self.info
+            && !info.supports(msg.setup.kind)
+        {
+            let what = format!("backend {} cannot run {} sessions", info.name, msg.setup.kind.runtime_name());
+            self.tell_session(BackendEvent::PrepareFailed(BackendError::Unsupported(what)));
+            return;
+        }
+        self.drop_backlog();
+        if self.in_flight.as_ref().is_some_and(|f| f.interruptible)
+            && let Some(c) = &self.control
+        {
+            c.interrupt();
+        }
+        self.work.push_back(Work::Restart(msg.setup));
+        self.dispatch_next(ctx);
+    }
+}
+
+/// Cuts the current output short: the backend is force-listened and the step or answer
+/// in flight interrupted; answers still queued end as interrupted.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Interrupt {
+    pub key: u64,
+}
+
+impl Handler<Interrupt> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: Interrupt, _: &mut Context<Self>) {
+        if !self.owns(msg.key) {
+            return;
+        }
+        let queued: Vec<u64> =
+            self.work.iter().filter_map(|w| if let Work::Turn(seq, _) = w { Some(*seq) } else { None }).collect();
+        self.work.retain(|w| !matches!(w, Work::Turn(..)));
+        for seq in queued {
+            self.tell_session(BackendEvent::TurnDone { seq, result: Err(BackendError::Interrupted) });
+        }
+        self.turn_cancel.store(true, Ordering::SeqCst);
+        if let Some(c) = &self.control {
+            c.set_force_listen(true);
+            if self.in_flight.as_ref().is_some_and(|f| f.interruptible) {
+                c.interrupt();
+            }
+        }
+    }
+}
+
 /// The session is ending (server shutdown): drop its backlog, finish the job in flight,
 /// then tell it with `BackendEvent::Drained`.
 #[derive(Message)]
@@ -515,10 +613,7 @@ impl Handler<Drain> for BackendActor {
         if !self.owns(msg.key) {
             return;
         }
-        for (seq, _) in self.pending.clear() {
-            self.tell_session(BackendEvent::Dropped { seq });
-        }
-        self.work.clear();
+        self.drop_backlog();
         if self.in_flight.is_some() {
             self.drain = true;
         } else {

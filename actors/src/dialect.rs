@@ -2,6 +2,8 @@
 //! client's text frames into [`Inbound`] commands and encodes [`Outbound`] events into
 //! text frames. The session's state machine, limits and routing stay in the actors.
 
+use std::time::{Duration, Instant};
+
 use crate::ids;
 use crate::protocol::{Inbound, Outbound, ProtocolError};
 
@@ -29,6 +31,9 @@ pub enum AudioFormat {
     Pcm16,
 }
 
+/// The audio segments (16 kHz) and images a client event carried, for the recording.
+pub type RecordedMedia = (Vec<Vec<f32>>, Vec<Vec<u8>>);
+
 pub trait Dialect {
     /// The dialect's name in logs, metrics and recordings.
     fn name(&self) -> &'static str;
@@ -49,4 +54,25 @@ pub trait Dialect {
     fn new_session_id(&mut self) -> String {
         ids::session_id()
     }
+
+    /// Commands the dialect issues on its own: initialising a session its clients never
+    /// initialise, input held until the session was created, pacing steps. The session
+    /// takes them after every decode, encode and tick.
+    fn take_commands(&mut self) -> Vec<Inbound> {
+        Vec::new()
+    }
+
+    /// The audio (16 kHz) and images the last decoded frame carried, for the recording,
+    /// when they are not simply those of its commands (a dialect that gathers audio).
+    fn take_recorded_media(&mut self) -> Option<RecordedMedia> {
+        None
+    }
+
+    /// How often the session calls [`Dialect::tick`]; `None` for never.
+    fn tick_interval(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Time passes: the dialect may push frames onto `out` and queue commands.
+    fn tick(&mut self, _now: Instant, _out: &mut Vec<String>) {}
 }

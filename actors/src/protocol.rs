@@ -194,6 +194,12 @@ pub enum Inbound {
     Turn { input: TurnInput, streaming: bool },
     /// The client ends the session; `None` means it gave no reason.
     Close { reason: Option<String> },
+    /// Start the session over on the same worker with new settings (instructions, voice,
+    /// duplex or turn mode); output of earlier input is void.
+    Reconfigure(SessionSetup),
+    /// Cut the current output short: in duplex mode the backend is force-listened (speech
+    /// of earlier input is void), in turn mode the answer in flight is cancelled.
+    Interrupt,
 }
 
 /// Queue position as told to a waiting client.
@@ -243,6 +249,12 @@ pub enum Outbound<'a> {
         output_tokens: u32,
         kv_length: u64,
         duration_ms: u64,
+        /// The answer was interrupted (`Inbound::Interrupt`) before its end.
+        cancelled: bool,
+    },
+    /// A `Reconfigure` took effect.
+    Reconfigured {
+        prompt_length: u64,
     },
     Error(&'a ProtocolError),
     Closed {

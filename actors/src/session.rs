@@ -15,8 +15,8 @@ use actix_web_actors::ws;
 use bytestring::ByteString;
 
 use crate::backend::BackendError;
-use crate::backend_actor::{Attach, Detach, Drain, Prepare, SubmitChunk, SubmitTurn};
-use crate::dialect::{DecodeError, Dialect};
+use crate::backend_actor::{Attach, Detach, Drain, Interrupt, Prepare, Reconfigure, SubmitChunk, SubmitTurn};
+use crate::dialect::{DecodeError, Dialect, RecordedMedia};
 use crate::domain::{Mode, StepKind, StepOutcome, TurnPiece, TurnSummary};
 use crate::metrics::metrics;
 use crate::protocol::{CloseReason, Inbound, Outbound, ProtocolError};
@@ -39,6 +39,8 @@ pub struct SessionSettings {
     pub heartbeat_interval: Duration,
     /// Silence from the client (no frame, no pong) after which it is considered gone.
     pub heartbeat_timeout: Duration,
+    /// The session is refused at once with this error (e.g. an unknown model), after the upgrade.
+    pub reject: Option<ProtocolError>,
 }
 
 /// Who is on the other end, for logs and recordings.
@@ -259,9 +261,10 @@ impl SessionActor {
         let mut replies = Vec::new();
         let decoded = self.dialect.decode(&text, &mut replies);
         if self.links.recording.is_on() {
-            let (audio, frames) = match &decoded {
-                Ok(commands) => recorded_media(commands),
-                Err(_) => (Vec::new(), Vec::new()),
+            let (audio, frames) = match (&decoded, self.dialect.take_recorded_media()) {
+                (_, Some(media)) => media,
+                (Ok(commands), None) => recorded_media(commands),
+                (Err(_), None) => (Vec::new(), Vec::new()),
             };
             self.links.recording.inbound(text.as_bytes().clone(), audio, frames);
         }
@@ -283,6 +286,7 @@ impl SessionActor {
                 }
             }
         }
+        self.dialect_commands(ctx);
     }
 
     fn command(&mut self, cmd: Inbound, ctx: &mut ws::WebsocketContext<Self>) {
@@ -345,6 +349,34 @@ impl SessionActor {
                 };
                 self.turns.insert(seq, answer);
                 backend.do_send(SubmitTurn { key, seq, input });
+            }
+            Inbound::Reconfigure(setup) => {
+                // Output of everything sent so far is void.
+                self.cancel_below = self.next_seq + 1;
+                self.response = None;
+                backend.do_send(Reconfigure { key, setup });
+            }
+            Inbound::Interrupt => {
+                self.cancel_below = self.next_seq + 1;
+                self.response = None;
+                backend.do_send(Interrupt { key });
+            }
+        }
+    }
+
+    /// Carries out the commands the dialect issued on its own (bounded: a dialect cannot
+    /// keep the actor busy forever).
+    fn dialect_commands(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
+        for _ in 0..8 {
+            let commands = self.dialect.take_commands();
+            if commands.is_empty() || self.end.is_some() {
+                return;
+            }
+            for cmd in commands {
+                if self.end.is_some() {
+                    return;
+                }
+                self.command(cmd, ctx);
             }
         }
     }
@@ -456,32 +488,36 @@ impl SessionActor {
         ctx: &mut ws::WebsocketContext<Self>,
     ) {
         let Some(answer) = self.turns.remove(&seq) else { return };
-        match result {
-            Ok(summary) => {
-                let session_id = self.session_id.clone().unwrap_or_default();
-                let audio = (!answer.streaming && !answer.audio.is_empty()).then_some(answer.audio.as_slice());
-                self.emit(
-                    ctx,
-                    Outbound::TurnDone {
-                        session_id: &session_id,
-                        response_id: &answer.response_id,
-                        text: &answer.text,
-                        audio,
-                        input_tokens: summary.input_tokens,
-                        output_tokens: summary.output_tokens,
-                        kv_length: summary.kv_length,
-                        duration_ms: summary.duration.as_millis() as u64,
-                    },
-                );
-                if summary.kv_length >= self.settings.context_tokens {
-                    self.finish(ctx, CloseReason::ContextFull);
-                }
+        let (summary, cancelled) = match result {
+            Ok(summary) => (summary, false),
+            Err(BackendError::Interrupted) => {
+                let duration = answer.submitted.elapsed();
+                (TurnSummary { input_tokens: 0, output_tokens: 0, kv_length: 0, duration }, true)
             }
-            Err(BackendError::ContextFull(_)) => self.finish(ctx, CloseReason::ContextFull),
+            Err(BackendError::ContextFull(_)) => return self.finish(ctx, CloseReason::ContextFull),
             Err(e) => {
                 log::warn!("session {}: answer {} failed: {e}", self.who(), answer.response_id);
-                self.send_error(ctx, &ProtocolError::Inference(e.to_string()));
+                return self.send_error(ctx, &ProtocolError::Inference(e.to_string()));
             }
+        };
+        let session_id = self.session_id.clone().unwrap_or_default();
+        let audio = (!answer.streaming && !answer.audio.is_empty()).then_some(answer.audio.as_slice());
+        self.emit(
+            ctx,
+            Outbound::TurnDone {
+                session_id: &session_id,
+                response_id: &answer.response_id,
+                text: &answer.text,
+                audio,
+                input_tokens: summary.input_tokens,
+                output_tokens: summary.output_tokens,
+                kv_length: summary.kv_length,
+                duration_ms: summary.duration.as_millis() as u64,
+                cancelled,
+            },
+        );
+        if summary.kv_length >= self.settings.context_tokens {
+            self.finish(ctx, CloseReason::ContextFull);
         }
     }
 
@@ -551,7 +587,7 @@ impl SessionActor {
 }
 
 /// The audio and images a client event carried, for the recording.
-fn recorded_media(commands: &[Inbound]) -> (Vec<Vec<f32>>, Vec<Vec<u8>>) {
+fn recorded_media(commands: &[Inbound]) -> RecordedMedia {
     let (mut audio, mut frames) = (Vec::new(), Vec::new());
     for cmd in commands {
         match cmd {
@@ -565,7 +601,7 @@ fn recorded_media(commands: &[Inbound]) -> (Vec<Vec<f32>>, Vec<Vec<u8>>) {
                     frames.extend(m.images.iter().cloned());
                 }
             }
-            Inbound::Init(_) | Inbound::Close { .. } => {}
+            Inbound::Init(_) | Inbound::Close { .. } | Inbound::Reconfigure(_) | Inbound::Interrupt => {}
         }
     }
     (audio, frames)
@@ -579,7 +615,23 @@ impl Actor for SessionActor {
         metrics().connections_total.inc();
         metrics().connections_open.inc();
         self.links.registry.register(self.conn, ctx.address().recipient());
+        if let Some(e) = self.settings.reject.clone() {
+            return self.send_error(ctx, &e);
+        }
         self.hb(ctx);
+        if let Some(every) = self.dialect.tick_interval() {
+            ctx.run_interval(every, |act, ctx| {
+                if act.end.is_some() {
+                    return;
+                }
+                let mut frames = Vec::new();
+                act.dialect.tick(Instant::now(), &mut frames);
+                for frame in frames {
+                    act.send_frame(ctx, ByteString::from(frame));
+                }
+                act.dialect_commands(ctx);
+            });
+        }
         let limit = self.settings.time_limit.saturating_sub(self.upgraded.elapsed());
         ctx.run_later(limit, |act, ctx| {
             log::info!("session {}: time limit of {:?} reached", act.who(), act.settings.time_limit);
@@ -689,6 +741,13 @@ impl Handler<QueueNotice> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, notice: QueueNotice, ctx: &mut Self::Context) {
+        self.on_queue_notice(notice, ctx);
+        self.dialect_commands(ctx);
+    }
+}
+
+impl SessionActor {
+    fn on_queue_notice(&mut self, notice: QueueNotice, ctx: &mut ws::WebsocketContext<Self>) {
         if self.end.is_some() {
             return;
         }
@@ -735,10 +794,20 @@ impl Handler<BackendEvent> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, event: BackendEvent, ctx: &mut Self::Context) {
+        self.on_backend_event(event, ctx);
+        self.dialect_commands(ctx);
+    }
+}
+
+impl SessionActor {
+    fn on_backend_event(&mut self, event: BackendEvent, ctx: &mut ws::WebsocketContext<Self>) {
         if self.end.is_some() {
             return;
         }
         match event {
+            BackendEvent::Prepared { prompt_length } if self.state.phase() == Phase::Active => {
+                self.emit(ctx, Outbound::Reconfigured { prompt_length })
+            }
             BackendEvent::Prepared { prompt_length } => self.created(prompt_length, ctx),
             BackendEvent::PrepareFailed(e) => {
                 self.state.init_failed();

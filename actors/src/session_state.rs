@@ -56,8 +56,8 @@ impl SessionState {
                 not_ready("initialisation is accepted only after session.queue_done (a worker is not assigned yet)")
             }
             (Inbound::Init(_), _) => not_ready("the session is already initialised"),
-            (Inbound::Chunk(_) | Inbound::Turn { .. }, Phase::Active) => Ok(()),
-            (Inbound::Chunk(_) | Inbound::Turn { .. }, _) => not_ready("input is accepted only after session.created"),
+            (_, Phase::Active) => Ok(()),
+            _ => not_ready("input is accepted only after session.created"),
         }
     }
 

@@ -560,8 +560,9 @@ static omni_status ref_turn_prefill(omni_backend *b, const omni_turn_input *in) 
     if (b->state == ST_FULL) return fail(b, OMNI_ERR_CONTEXT_FULL, "turn_prefill: the context is full");
     if (b->kind != OMNI_SESSION_TURN || b->state == ST_IDLE)
         return fail(b, OMNI_ERR_BAD_STATE, "turn_prefill: no turn session is prepared");
-    if (b->state != ST_TURN_DONE)
-        return fail(b, OMNI_ERR_BAD_STATE, "turn_prefill: the previous answer is not finished");
+    /* (an unfinished answer, ST_TURN_PREFILLED, is abandoned) */
+    if (b->state != ST_TURN_DONE && b->state != ST_TURN_PREFILLED)
+        return fail(b, OMNI_ERR_BAD_STATE, "turn_prefill: called in the middle of a duplex step");
     if (!in->messages || in->n_messages == 0)
         return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: no messages");
     if (!pcm_ok(in->tts_ref_audio)) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: tts_ref_audio is NULL");

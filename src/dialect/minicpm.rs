@@ -454,6 +454,7 @@ fn encode(event: Outbound<'_>, out: &mut Vec<String>) {
             output_tokens,
             kv_length,
             duration_ms,
+            cancelled,
         } => {
             let metrics = json!({
                 "input_tokens": input_tokens,
@@ -466,7 +467,7 @@ fn encode(event: Outbound<'_>, out: &mut Vec<String>) {
                 .field("session_id", session_id)
                 .field("response_id", response_id)
                 .field("text", text)
-                .field("reason", "turn_end")
+                .field("reason", if cancelled { "cancelled" } else { "turn_end" })
                 .field("metrics", metrics);
             if let Some(audio) = audio {
                 w = w.pcm_field("audio", audio);
@@ -477,7 +478,8 @@ fn encode(event: Outbound<'_>, out: &mut Vec<String>) {
         | Outbound::QueueUpdate(_)
         | Outbound::QueueDone
         | Outbound::Error(_)
-        | Outbound::Closed { .. } => {}
+        | Outbound::Closed { .. }
+        | Outbound::Reconfigured { .. } => {}
     }
 }
 

@@ -288,6 +288,11 @@ impl Client {
         Client { ws, seen: Vec::new() }
     }
 
+    /// A client on a connection made elsewhere (custom headers, TLS).
+    pub fn from_stream(ws: Ws) -> Client {
+        Client { ws, seen: Vec::new() }
+    }
+
     pub async fn send(&mut self, event: Value) {
         self.ws.send(Message::text(event.to_string())).await.unwrap();
     }

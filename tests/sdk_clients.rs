@@ -1,0 +1,45 @@
+//! The official OpenAI (GA and beta) and DashScope Python clients, unchanged apart from the
+//! URL and a key, hold voice turns with the server: a manual and a server-VAD turn each,
+//! receiving audio and a transcript and ending with `response.done` status completed.
+//! The clients live in `.venv` (created by `./test.sh`), or where `OMNI_SDK_PYTHON` points.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::*;
+
+#[test]
+fn the_official_openai_and_dashscope_clients_hold_voice_turns() {
+    let python = std::env::var_os("OMNI_SDK_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"));
+    assert!(
+        python.exists(),
+        "{} not found: run ./test.sh, which creates .venv with the official SDKs (tests/sdk/requirements.txt)",
+        python.display()
+    );
+    let server = Server::ready(Setup::default().auth("api_keys = [\"sdk-test-key\"]").workers(workers(2, "")));
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/sdk_e2e.py");
+    let out = Command::new(&python)
+        .arg(script)
+        .arg(server.addr.port().to_string())
+        .arg("sdk-test-key")
+        .output()
+        .expect("run the SDK script");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "SDK clients failed:\n{stdout}\n{stderr}");
+    for case in [
+        "openai-ga-manual",
+        "openai-ga-vad",
+        "openai-beta-manual",
+        "openai-beta-vad",
+        "dashscope-manual",
+        "dashscope-vad",
+    ] {
+        assert!(stdout.contains(&format!("ok {case}:")), "{case} missing:\n{stdout}");
+    }
+    server.wait_idle();
+}
