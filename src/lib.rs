@@ -10,3 +10,4 @@ pub mod dialect;
 pub mod recordings;
 pub mod routes;
 pub mod server;
+pub mod tools;

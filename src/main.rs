@@ -26,6 +26,10 @@ enum Command {
         /// The file to check; defaults to --config.
         path: Option<PathBuf>,
     },
+    /// One session against a server, printed as it goes (see --help).
+    Probe(omni_gateway::tools::probe::ProbeArgs),
+    /// Many concurrent sessions against a server, measured (see --help).
+    Loadgen(omni_gateway::tools::loadgen::LoadgenArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +50,18 @@ fn main() -> ExitCode {
             }
         },
         Command::CheckConfig { path } => check_config(&path.unwrap_or(cli.config)),
+        Command::Probe(args) => report(omni_gateway::tools::probe::run(args)),
+        Command::Loadgen(args) => report(omni_gateway::tools::loadgen::run(args)),
+    }
+}
+
+fn report(result: Result<(), String>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("omni-gateway: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -8,11 +8,13 @@ use crate::ids;
 use crate::protocol::{Inbound, Outbound, ProtocolError};
 
 /// Why a frame could not be decoded.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
     /// Not JSON, or JSON that is not an object: the connection closes with 1003.
+    #[error("{0}")]
     Unparseable(String),
     /// A well-formed event that is wrong: the client gets this error, the session goes on.
+    #[error("{0}")]
     Protocol(ProtocolError),
 }
 

@@ -126,6 +126,17 @@ pub struct QueueState {
     /// Moving average of session length per mode, seconds.
     average_s: [f64; 3],
     next_ticket: TicketId,
+    /// The ETA simulation after the waiting tickets, kept while only joins happen.
+    sim: Option<Sim>,
+}
+
+/// Workers' expected free times (ms after `at`), grouped by the modes they serve, after
+/// `assigned` waiting tickets were given out in order.
+#[derive(Debug, Clone)]
+struct Sim {
+    at: Instant,
+    groups: Vec<(ModeSet, BinaryHeap<Reverse<u64>>)>,
+    assigned: usize,
 }
 
 impl QueueState {
@@ -147,6 +158,7 @@ impl QueueState {
             max_waiting,
             average_s: initial_average.map(|d| d.as_secs_f64()),
             next_ticket: 1,
+            sim: None,
         }
     }
 
@@ -183,14 +195,16 @@ impl QueueState {
         }
         self.next_ticket += 1;
         self.waiting.push_back(Waiting { ticket, mode, since: now });
-        let index = self.waiting.len() - 1;
-        JoinOutcome::Waiting(self.infos_from(index, now).remove(0))
+        let position = self.waiting.len();
+        let estimated_wait_s = self.eta_of_last(mode, now);
+        JoinOutcome::Waiting(QueueInfo { ticket, position, estimated_wait_s, queue_length: position })
     }
 
     /// A ticket leaves: it disconnected, was cancelled, or its session ended.
     pub fn leave(&mut self, ticket: TicketId) -> LeaveOutcome {
         if let Some(index) = self.waiting.iter().position(|w| w.ticket == ticket) {
             self.waiting.remove(index);
+            self.sim = None;
             return LeaveOutcome::Waited { index };
         }
         match self.reserved.remove(&ticket) {
@@ -242,6 +256,7 @@ impl QueueState {
     pub fn session_finished(&mut self, mode: Mode, length: Duration) {
         let avg = &mut self.average_s[mode.index()];
         *avg = (1.0 - EMA_WEIGHT) * *avg + EMA_WEIGHT * length.as_secs_f64();
+        self.sim = None;
     }
 
     pub fn average_session(&self, mode: Mode) -> Duration {
@@ -290,6 +305,12 @@ impl QueueState {
 
     /// ETAs of the first `n` waiting tickets, in seconds.
     fn etas(&self, now: Instant, n: usize) -> Vec<f64> {
+        let mut sim = self.simulate(now);
+        self.waiting.iter().take(n).map(|w| self.assign_in(&mut sim, w.mode)).collect()
+    }
+
+    /// The simulation's start: each worker's expected free time.
+    fn simulate(&self, now: Instant) -> Sim {
         // Workers grouped by the modes they serve; in each group a min-heap of the
         // moment (ms from now) each worker is expected to be free.
         let mut groups: HashMap<ModeSet, BinaryHeap<Reverse<u64>>> = HashMap::new();
@@ -307,22 +328,43 @@ impl QueueState {
         }
         let mut groups: Vec<(ModeSet, BinaryHeap<Reverse<u64>>)> = groups.into_iter().collect();
         groups.sort_by_key(|(set, _)| *set);
-        let mut etas = Vec::with_capacity(n);
-        for w in self.waiting.iter().take(n) {
-            let best = groups
-                .iter_mut()
-                .filter(|(set, heap)| set.contains(w.mode) && !heap.is_empty())
-                .min_by_key(|(_, heap)| heap.peek().map(|r| r.0));
-            match best {
-                Some((_, heap)) => {
-                    let Reverse(free) = heap.pop().expect("non-empty heap");
-                    etas.push(free as f64 / 1000.0);
-                    heap.push(Reverse(free + (self.average_s[w.mode.index()] * 1000.0) as u64));
-                }
-                None => etas.push(0.0),
+        Sim { at: now, groups, assigned: 0 }
+    }
+
+    /// Gives the next waiting ticket (of `mode`) to the earliest-free worker serving it;
+    /// returns its ETA in seconds from the simulation's start.
+    fn assign_in(&self, sim: &mut Sim, mode: Mode) -> f64 {
+        sim.assigned += 1;
+        let best = sim
+            .groups
+            .iter_mut()
+            .filter(|(set, heap)| set.contains(mode) && !heap.is_empty())
+            .min_by_key(|(_, heap)| heap.peek().map(|r| r.0));
+        match best {
+            Some((_, heap)) => {
+                let Reverse(free) = heap.pop().expect("non-empty heap");
+                heap.push(Reverse(free + (self.average_s[mode.index()] * 1000.0) as u64));
+                free as f64 / 1000.0
             }
+            None => 0.0,
         }
-        etas
+    }
+
+    /// The ETA of a ticket that just joined at the end of the queue: the kept simulation
+    /// is extended by one ticket (O(log workers)) instead of redone for every ticket.
+    fn eta_of_last(&mut self, mode: Mode, now: Instant) -> f64 {
+        let fresh = !matches!(&self.sim, Some(s) if s.assigned + 1 == self.waiting.len());
+        if fresh {
+            let mut sim = self.simulate(now);
+            for w in self.waiting.iter().take(self.waiting.len() - 1) {
+                self.assign_in(&mut sim, w.mode);
+            }
+            self.sim = Some(sim);
+        }
+        let mut sim = self.sim.take().expect("set above");
+        let eta = self.assign_in(&mut sim, mode) - now.saturating_duration_since(sim.at).as_secs_f64();
+        self.sim = Some(sim);
+        eta.max(0.0)
     }
 
     fn take_idle(&mut self, mode: Mode) -> Option<WorkerId> {
@@ -337,6 +379,7 @@ impl QueueState {
     }
 
     fn set_state(&mut self, worker: WorkerId, state: Availability) {
+        self.sim = None;
         let slot = &mut self.workers[worker];
         let key = (slot.modes.len(), worker);
         let was_failed = slot.state == Availability::Failed;
@@ -519,6 +562,27 @@ mod tests {
         let etas: Vec<f64> = q.infos_from(0, t).iter().map(|i| i.estimated_wait_s).collect();
         // worker 0 frees at 40 s, worker 1 at 90 s; each chat session takes 60 s
         assert_eq!(etas, vec![40.0, 90.0, 100.0]);
+    }
+
+    #[test]
+    fn a_joining_ticket_gets_the_same_eta_as_a_full_recomputation() {
+        let t0 = Instant::now();
+        let mut q = queue(&[ALL, ModeSet::of(&[Mode::Chat])], 100);
+        q.worker_idle(0, t0);
+        q.worker_idle(1, t0);
+        q.join(Mode::Video, t0);
+        q.join(Mode::Chat, t0);
+        let t = t0 + secs(7);
+        for i in 0..30 {
+            let info = waiting(q.join(Mode::ALL[i % 3], t));
+            let full = q.infos_from(info.position - 1, t)[0].estimated_wait_s;
+            assert!((info.estimated_wait_s - full).abs() < 1e-9, "ticket {i}: {} vs {full}", info.estimated_wait_s);
+        }
+        // after a structural change the kept simulation is redone
+        let first = q.infos_from(0, t)[0].ticket;
+        q.leave(first);
+        let info = waiting(q.join(Mode::Audio, t));
+        assert!((info.estimated_wait_s - q.infos_from(info.position - 1, t)[0].estimated_wait_s).abs() < 1e-9);
     }
 
     #[test]

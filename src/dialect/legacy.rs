@@ -8,8 +8,6 @@
 //! what does not fill a second waits for the next step, and the end of the turn flushes
 //! the rest in a shorter last delta.
 
-use std::borrow::Cow;
-
 use omni_actors::dialect::{DecodeError, Dialect};
 use omni_actors::domain::{Mode, SessionKind, SessionSetup, StepKind};
 use omni_actors::ids;
@@ -18,7 +16,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::minicpm::{self, duplex_chunk};
-use super::wire::{self, JsonWriter};
+use super::wire::{self, JsonWriter, Text};
 use crate::audio;
 
 /// Samples per middle `response.output_audio.delta`: one second at 24 kHz.
@@ -47,21 +45,21 @@ struct UpdateEvent<'a> {
 #[derive(Deserialize)]
 struct UpdateSession<'a> {
     #[serde(borrow, default)]
-    instructions: Option<Cow<'a, str>>,
+    instructions: Option<Text<'a>>,
     #[serde(default)]
     max_slice_nums: Option<i64>,
     #[serde(borrow, default)]
-    ref_audio: Option<Cow<'a, str>>,
+    ref_audio: Option<Text<'a>>,
     #[serde(borrow, default)]
-    tts_ref_audio: Option<Cow<'a, str>>,
+    tts_ref_audio: Option<Text<'a>>,
 }
 
 #[derive(Deserialize)]
 struct AppendEvent<'a> {
     #[serde(borrow, default)]
-    audio: Option<Cow<'a, str>>,
+    audio: Option<Text<'a>>,
     #[serde(borrow, default)]
-    video_frames: Option<Vec<Cow<'a, str>>>,
+    video_frames: Option<Vec<Text<'a>>>,
     #[serde(default)]
     force_listen: Option<bool>,
     #[serde(default)]
@@ -75,13 +73,13 @@ fn reference_audio(b64: &str, field: &str) -> Result<Vec<f32>, ProtocolError> {
 }
 
 impl Legacy {
-    fn update(&self, text: &str) -> Result<Inbound, ProtocolError> {
+    fn update(&self, text: &str) -> Result<Inbound, DecodeError> {
         let event: UpdateEvent = wire::parse_event(text, &["session"])?;
         let s = event.session.ok_or_else(|| ProtocolError::MissingField("session is required (an object)".into()))?;
         let instructions =
             s.instructions.ok_or_else(|| ProtocolError::MissingField("session.instructions is required".into()))?;
         let mut setup = SessionSetup::new(SessionKind::Duplex);
-        setup.system_prompt = instructions.into_owned();
+        setup.system_prompt = instructions.0.into_owned();
         setup.generation.max_slice_nums = wire::slice_nums(s.max_slice_nums, "session.max_slice_nums")?;
         if let Some(b64) = &s.ref_audio {
             setup.ref_audio = reference_audio(b64, "session.ref_audio")?;
@@ -93,7 +91,7 @@ impl Legacy {
         Ok(Inbound::Init(setup))
     }
 
-    fn append(&self, text: &str) -> Result<Inbound, ProtocolError> {
+    fn append(&self, text: &str) -> Result<Inbound, DecodeError> {
         let e: AppendEvent = wire::parse_event(text, &[])?;
         let chunk = duplex_chunk(
             e.audio.as_deref(),
@@ -261,7 +259,8 @@ mod tests {
     fn update_requires_instructions_and_falls_back_to_ref_audio() {
         let l = Legacy::new(Mode::Video, 4000);
         let e = l.update(r#"{"type":"session.update","session":{}}"#).unwrap_err();
-        assert_eq!((e.code(), e.to_string().as_str()), ("missing_field", "session.instructions is required"));
+        assert!(matches!(&e, DecodeError::Protocol(p) if p.code() == "missing_field"), "{e}");
+        assert_eq!(e.to_string(), "session.instructions is required");
         let wav = base64::Engine::encode(
             &base64::engine::general_purpose::STANDARD,
             audio::encode_wav_f32(&[0.2; 1600], 16000),

@@ -3,8 +3,6 @@
 //! `response.output.delta` (listen / text / audio), `response.done`, `session.closed` and
 //! `error` out.
 
-use std::borrow::Cow;
-
 use omni_actors::dialect::{DecodeError, Dialect};
 use omni_actors::domain::{
     ChatMessage, DuplexChunk, Generation, Mode, Role, SessionSetup, StepKind, StepOutcome, TurnInput,
@@ -13,7 +11,7 @@ use omni_actors::protocol::{Inbound, Outbound, ProtocolError, QueueInfo};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::wire::{self, JsonWriter};
+use super::wire::{self, JsonWriter, Text};
 
 /// The current dialect for one connection of a given public mode.
 pub struct Current {
@@ -36,9 +34,9 @@ struct InitEvent<'a> {
 #[derive(Deserialize)]
 struct InitPayload<'a> {
     #[serde(borrow, default)]
-    system_prompt: Option<Cow<'a, str>>,
+    system_prompt: Option<Text<'a>>,
     #[serde(borrow, default)]
-    instructions: Option<Cow<'a, str>>,
+    instructions: Option<Text<'a>>,
     #[serde(default)]
     config: Option<InitConfig>,
     #[serde(borrow, default)]
@@ -57,9 +55,9 @@ struct InitConfig {
 #[derive(Deserialize, Default)]
 struct Voice<'a> {
     #[serde(borrow, default)]
-    ref_audio_base64: Option<Cow<'a, str>>,
+    ref_audio_base64: Option<Text<'a>>,
     #[serde(borrow, default)]
-    tts_ref_audio_base64: Option<Cow<'a, str>>,
+    tts_ref_audio_base64: Option<Text<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -70,9 +68,9 @@ struct AppendEvent<I> {
 #[derive(Deserialize)]
 struct DuplexInput<'a> {
     #[serde(borrow)]
-    audio: Option<Cow<'a, str>>,
+    audio: Option<Text<'a>>,
     #[serde(borrow, default)]
-    video_frames: Option<Vec<Cow<'a, str>>>,
+    video_frames: Option<Vec<Text<'a>>>,
     #[serde(default)]
     force_listen: Option<bool>,
     #[serde(default)]
@@ -119,14 +117,14 @@ struct ChatTts {
 #[derive(Deserialize)]
 struct CloseEvent<'a> {
     #[serde(borrow, default)]
-    reason: Option<Cow<'a, str>>,
+    reason: Option<Text<'a>>,
 }
 
 /// A duplex chunk from its wire fields, validated as the spec says. `at` prefixes field
 /// names in errors (`input.` here, nothing in the legacy dialect).
 pub(crate) fn duplex_chunk(
     audio: Option<&str>,
-    frames: Option<&[Cow<'_, str>]>,
+    frames: Option<&[Text<'_>]>,
     force_listen: Option<bool>,
     max_slice_nums: Option<i64>,
     mode: Mode,
@@ -221,11 +219,11 @@ fn chat_message(v: &Value, i: usize) -> Result<ChatMessage, ProtocolError> {
 }
 
 impl Current {
-    fn init(&self, text: &str) -> Result<Inbound, ProtocolError> {
+    fn init(&self, text: &str) -> Result<Inbound, DecodeError> {
         let event: InitEvent = wire::parse_event(text, &["payload", "payload.config", "payload.voice"])?;
         let p = event.payload.ok_or_else(|| ProtocolError::MissingField("payload is required (an object)".into()))?;
         let mut setup = SessionSetup::new(self.mode.session_kind());
-        setup.system_prompt = p.system_prompt.or(p.instructions).map(Cow::into_owned).unwrap_or_default();
+        setup.system_prompt = p.system_prompt.or(p.instructions).map(|t| t.0.into_owned()).unwrap_or_default();
         let c = p.config.unwrap_or_default();
         setup.generation = Generation {
             max_new_tokens: c.max_new_tokens,
@@ -244,7 +242,7 @@ impl Current {
         Ok(Inbound::Init(setup))
     }
 
-    fn append(&self, text: &str) -> Result<Inbound, ProtocolError> {
+    fn append(&self, text: &str) -> Result<Inbound, DecodeError> {
         if self.mode == Mode::Chat {
             return self.turn(text);
         }
@@ -262,18 +260,18 @@ impl Current {
         Ok(Inbound::Chunk(chunk))
     }
 
-    fn turn(&self, text: &str) -> Result<Inbound, ProtocolError> {
+    fn turn(&self, text: &str) -> Result<Inbound, DecodeError> {
         let event: AppendEvent<ChatInput> =
             wire::parse_event(text, &["input", "input.generation", "input.image", "input.tts"])?;
         let input = event.input.ok_or_else(|| ProtocolError::MissingField("input is required (an object)".into()))?;
         let messages =
             input.messages.ok_or_else(|| ProtocolError::MissingField("input.messages is required".into()))?;
         if messages.is_empty() {
-            return Err(ProtocolError::InvalidPayload("input.messages: must not be empty".into()));
+            return Err(ProtocolError::InvalidPayload("input.messages: must not be empty".into()).into());
         }
         let messages = messages.iter().enumerate().map(|(i, m)| chat_message(m, i)).collect::<Result<Vec<_>, _>>()?;
         if !messages.iter().any(|m| m.role == Role::User) {
-            return Err(ProtocolError::InvalidPayload("input.messages: needs at least one user message".into()));
+            return Err(ProtocolError::InvalidPayload("input.messages: needs at least one user message".into()).into());
         }
         let generation = input.generation.map_or(Generation::default(), |g| Generation {
             max_new_tokens: g.max_new_tokens,
@@ -282,7 +280,9 @@ impl Current {
             ..Generation::default()
         });
         if generation.max_new_tokens == Some(0) {
-            return Err(ProtocolError::InvalidPayload("input.generation.max_new_tokens: must be at least 1".into()));
+            return Err(
+                ProtocolError::InvalidPayload("input.generation.max_new_tokens: must be at least 1".into()).into()
+            );
         }
         let max_slice_nums =
             wire::slice_nums(input.image.and_then(|i| i.max_slice_nums), "input.image.max_slice_nums")?;
@@ -307,9 +307,9 @@ impl Current {
 }
 
 /// `session.close`, shared with the legacy dialect.
-pub(crate) fn close(text: &str) -> Result<Inbound, ProtocolError> {
+pub(crate) fn close(text: &str) -> Result<Inbound, DecodeError> {
     let event: CloseEvent = wire::parse_event(text, &[])?;
-    Ok(Inbound::Close { reason: event.reason.map(Cow::into_owned) })
+    Ok(Inbound::Close { reason: event.reason.map(|t| t.0.into_owned()) })
 }
 
 impl Dialect for Current {
@@ -669,6 +669,9 @@ mod tests {
         );
         assert_eq!(code(d.decode("{not json", &mut Vec::new()).map(|mut c| c.remove(0))), "unparseable");
         assert_eq!(code(d.decode("[]", &mut Vec::new()).map(|mut c| c.remove(0))), "unparseable");
+        // The type is read from the prefix, but the rest must still be JSON.
+        let truncated = r#"{"type":"input.append","input":{"audio":"AAAA"#;
+        assert_eq!(code(d.decode(truncated, &mut Vec::new()).map(|mut c| c.remove(0))), "unparseable");
         assert_eq!(code(decode(&mut d, json!({"type": "session.close", "reason": "bye"}))), "ok");
     }
 

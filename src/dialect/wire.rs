@@ -10,6 +10,20 @@ use omni_actors::dialect::DecodeError;
 use omni_actors::protocol::ProtocolError;
 use serde::{Deserialize, Serialize};
 
+/// A JSON string borrowed from the frame when it has no escapes (base64 never does).
+/// serde borrows a bare `Cow<'a, str>` field but not one inside `Option` or `Vec`; this
+/// newtype keeps the borrow there too, so a large payload is never copied.
+#[derive(Debug, Deserialize)]
+#[serde(transparent)]
+pub struct Text<'a>(#[serde(borrow)] pub Cow<'a, str>);
+
+impl std::ops::Deref for Text<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
 /// The `type` of an event, read without looking at the rest.
 #[derive(Deserialize)]
 struct Envelope<'a> {
@@ -19,6 +33,14 @@ struct Envelope<'a> {
 
 /// Reads an event's `type`. Not JSON, or JSON that is not an object: `Unparseable`.
 pub fn event_type(text: &str) -> Result<Cow<'_, str>, DecodeError> {
+    // Fast path: clients put `type` first; a large event is then not scanned twice. The
+    // whole frame is still parsed (and refused if it is not JSON) by `parse_event`.
+    if let Some(rest) = text.strip_prefix("{\"type\":\"")
+        && let Some(end) = rest[..rest.len().min(64)].find('"')
+        && !rest[..end].contains('\\')
+    {
+        return Ok(Cow::Borrowed(&rest[..end]));
+    }
     let is_object = text.trim_start().starts_with('{');
     match serde_json::from_str::<Envelope>(text) {
         // serde also reads a struct from a JSON array; only an object is an event.
@@ -36,19 +58,30 @@ pub fn event_type(text: &str) -> Result<Cow<'_, str>, DecodeError> {
 /// Parses a whole event into `T`. Errors name the field: a missing field or a container
 /// (`containers`, e.g. `input`) that is not an object is `missing_field`, anything else of
 /// the wrong type is `invalid_payload`.
-pub fn parse_event<'a, T: Deserialize<'a>>(text: &'a str, containers: &[&str]) -> Result<T, ProtocolError> {
+pub fn parse_event<'a, T: Deserialize<'a>>(text: &'a str, containers: &[&str]) -> Result<T, DecodeError> {
+    // The fast path borrows every string (no copy of a large payload); only an invalid
+    // event is parsed again, tracking the path, to name the field in the error.
+    if let Ok(event) = serde_json::from_str(text) {
+        return Ok(event);
+    }
     let mut de = serde_json::Deserializer::from_str(text);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
-        let message = strip_position(&e.into_inner().to_string());
-        if let Some(field) = message.strip_prefix("missing field `").and_then(|r| r.split('`').next()) {
-            let full = if path == "." { field.to_string() } else { format!("{path}.{field}") };
-            ProtocolError::MissingField(format!("{full} is required"))
-        } else if containers.contains(&path.as_str()) {
-            ProtocolError::MissingField(format!("{path} must be an object"))
-        } else {
-            ProtocolError::InvalidPayload(format!("{path}: {message}"))
+        let inner = e.into_inner();
+        if inner.is_syntax() || inner.is_eof() {
+            return DecodeError::Unparseable(format!("not JSON: {}", strip_position(&inner.to_string())));
         }
+        let message = strip_position(&inner.to_string());
+        DecodeError::Protocol(
+            if let Some(field) = message.strip_prefix("missing field `").and_then(|r| r.split('`').next()) {
+                let full = if path == "." { field.to_string() } else { format!("{path}.{field}") };
+                ProtocolError::MissingField(format!("{full} is required"))
+            } else if containers.contains(&path.as_str()) {
+                ProtocolError::MissingField(format!("{path} must be an object"))
+            } else {
+                ProtocolError::InvalidPayload(format!("{path}: {message}"))
+            },
+        )
     })
 }
 
@@ -59,20 +92,20 @@ fn strip_position(message: &str) -> String {
     }
 }
 
-/// Base64 of little-endian float32 PCM into samples: one allocation, for the samples.
+/// Base64 of little-endian float32 PCM into samples: one allocation, for the samples,
+/// decoded straight into them (SIMD base64).
 pub fn decode_pcm_f32(b64: &str, field: &str) -> Result<Vec<f32>, ProtocolError> {
-    let estimate = base64::decoded_len_estimate(b64.len());
-    let mut samples = vec![0f32; estimate.div_ceil(4)];
-    let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut samples);
-    let n = STANDARD
-        .decode_slice(b64.as_bytes(), bytes)
-        .map_err(|e| ProtocolError::InvalidPayload(format!("{field}: not valid base64 ({e})")))?;
+    let invalid = || ProtocolError::InvalidPayload(format!("{field}: not valid base64"));
+    let simd = base64_simd::STANDARD;
+    let n = simd.decoded_length(b64.as_bytes()).map_err(|_| invalid())?;
     if n % 4 != 0 {
         return Err(ProtocolError::InvalidPayload(format!(
             "{field}: {n} bytes is not a whole number of float32 samples (a multiple of 4)"
         )));
     }
-    samples.truncate(n / 4);
+    let mut samples = vec![0f32; n / 4];
+    let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut samples);
+    simd.decode(b64.as_bytes(), base64_simd::Out::from_slice(bytes)).map_err(|_| invalid())?;
     if cfg!(target_endian = "big") {
         for s in &mut samples {
             *s = f32::from_bits(u32::from_le(s.to_bits()));
@@ -86,11 +119,12 @@ pub fn decode_pcm_f32(b64: &str, field: &str) -> Result<Vec<f32>, ProtocolError>
 
 /// Appends the base64 of `samples` as little-endian float32 to `out`.
 pub fn encode_pcm_f32(samples: &[f32], out: &mut String) {
+    let simd = base64_simd::STANDARD;
     if cfg!(target_endian = "little") {
-        STANDARD.encode_string(bytemuck::cast_slice::<f32, u8>(samples), out);
+        simd.encode_append(bytemuck::cast_slice::<f32, u8>(samples), out);
     } else {
         let bytes: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
-        STANDARD.encode_string(bytes, out);
+        simd.encode_append(bytes, out);
     }
 }
 

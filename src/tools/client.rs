@@ -1,0 +1,155 @@
+//! What the probe and the load generator share: connecting, building the events of either
+//! MiniCPM-o dialect, and reading the server's events cheaply.
+
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use clap::ValueEnum;
+use futures_util::stream::SplitStream;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+pub type Ws = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WireDialect {
+    /// `session.init` / `input.append` (the MiniCPM-o Realtime API).
+    Current,
+    /// `session.update` / `input_audio_buffer.append` (the earlier duplex protocol).
+    Legacy,
+}
+
+/// Connects to `base` (`ws://host:port`) with `?mode=`, sending the key as a Bearer header.
+pub async fn connect(base: &str, mode: &str, api_key: Option<&str>) -> Result<Ws, String> {
+    let url = format!("{}/v1/realtime?mode={mode}", base.trim_end_matches('/'));
+    let mut req = url.as_str().into_client_request().map_err(|e| format!("{url}: {e}"))?;
+    if let Some(key) = api_key {
+        let value =
+            format!("Bearer {key}").parse().map_err(|_| "the API key is not a valid header value".to_string())?;
+        req.headers_mut().insert("Authorization", value);
+    }
+    let (ws, _) = tokio_tungstenite::connect_async(req).await.map_err(|e| format!("{url}: {e}"))?;
+    Ok(ws)
+}
+
+/// Base64 of little-endian float32 samples.
+pub fn b64_f32(samples: &[f32]) -> String {
+    let bytes: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
+    STANDARD.encode(bytes)
+}
+
+/// Float32 samples from base64 (the server's audio).
+pub fn f32_of(b64: &str) -> Vec<f32> {
+    STANDARD
+        .decode(b64)
+        .map(|bytes| bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        .unwrap_or_default()
+}
+
+pub fn init_event(dialect: WireDialect, instructions: &str) -> String {
+    match dialect {
+        WireDialect::Current => json!({"type": "session.init", "payload": {"system_prompt": instructions}}),
+        WireDialect::Legacy => json!({"type": "session.update", "session": {"instructions": instructions}}),
+    }
+    .to_string()
+}
+
+/// One duplex chunk event.
+pub fn chunk_event(dialect: WireDialect, samples: &[f32], frames: &[String], force_listen: bool) -> String {
+    let audio = b64_f32(samples);
+    match dialect {
+        WireDialect::Current => {
+            let mut input = json!({"audio": audio});
+            if !frames.is_empty() {
+                input["video_frames"] = json!(frames);
+            }
+            if force_listen {
+                input["force_listen"] = json!(true);
+            }
+            json!({"type": "input.append", "input": input})
+        }
+        WireDialect::Legacy => {
+            let mut event = json!({"type": "input_audio_buffer.append", "audio": audio});
+            if !frames.is_empty() {
+                event["video_frames"] = json!(frames);
+            }
+            if force_listen {
+                event["force_listen"] = json!(true);
+            }
+            event
+        }
+    }
+    .to_string()
+}
+
+pub fn close_event() -> String {
+    json!({"type": "session.close", "reason": "user_stop"}).to_string()
+}
+
+pub async fn send(ws: &mut Ws, text: impl Into<Utf8Bytes>) -> Result<(), String> {
+    ws.send(Message::Text(text.into())).await.map_err(|e| e.to_string())
+}
+
+/// A tiny JPEG (start and end markers): the gateway checks the marker, the reference
+/// backend counts frames.
+pub const TINY_JPEG: &str = "/9j/4AAQSkZJRgABAQAAAQABAAD/2Q==";
+
+/// The next text frame of a split connection (pings are answered by the library),
+/// `None` when the connection closed.
+pub async fn next(stream: &mut SplitStream<Ws>, within: Duration) -> Result<Option<Utf8Bytes>, String> {
+    loop {
+        match tokio::time::timeout(within, stream.next()).await {
+            Err(_) => return Err(format!("nothing from the server for {within:?}")),
+            Ok(None) | Ok(Some(Ok(Message::Close(_)))) => return Ok(None),
+            Ok(Some(Ok(Message::Text(t)))) => return Ok(Some(t)),
+            Ok(Some(Ok(_))) => continue,
+            Ok(Some(Err(e))) => return Err(e.to_string()),
+        }
+    }
+}
+
+/// The `type` of an event, read from its first bytes when the server put it first (it
+/// does), so that large audio events are not parsed whole.
+pub fn event_type(text: &str) -> Option<String> {
+    let prefix = &text[..text.len().min(160)];
+    if let Some(rest) = prefix.strip_prefix("{\"type\":\"")
+        && let Some(end) = rest.find('"')
+    {
+        return Some(rest[..end].to_string());
+    }
+    serde_json::from_str::<Value>(text).ok()?.get("type")?.as_str().map(String::from)
+}
+
+/// A string field found in the first bytes of an event (`"input_id":"input_7"`).
+pub fn early_field<'a>(text: &'a str, field: &str) -> Option<&'a str> {
+    let prefix = &text[..text.len().min(400)];
+    let key = format!("\"{field}\":\"");
+    let start = prefix.find(&key)? + key.len();
+    let end = prefix[start..].find('"')?;
+    Some(&prefix[start..start + end])
+}
+
+/// A tone (speech to the reference backend) or silence, one second at 16 kHz.
+pub fn second(loud: bool) -> Vec<f32> {
+    (0..16000)
+        .map(|i| if loud { 0.3 * (2.0 * std::f32::consts::PI * 220.0 * i as f32 / 16000.0).sin() } else { 0.0 })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_are_read_from_the_prefix() {
+        let e = r#"{"type":"response.output.delta","kind":"audio","session_id":"s","response_id":"r","input_id":"input_12","audio":"AAAA"}"#;
+        assert_eq!(event_type(e).as_deref(), Some("response.output.delta"));
+        assert_eq!(early_field(e, "input_id"), Some("input_12"));
+        assert_eq!(early_field(e, "kind"), Some("audio"));
+        assert_eq!(event_type(r#"{"kind":1,"type":"x"}"#).as_deref(), Some("x"));
+    }
+}

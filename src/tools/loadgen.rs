@@ -1,0 +1,492 @@
+//! `omni-gateway loadgen`: N concurrent duplex sessions, each sending real-time one-second
+//! chunks of prepared audio (a tone burst, then silence, so the reference backend speaks).
+//!
+//! Measures the per-chunk round trip (append sent to the first delta that answers it, by
+//! `input_id`; FIFO for the earlier dialect, which has no ids), the queue wait, the time
+//! from a worker's release (a session's close sent) to the next waiting client's
+//! `session.queue_done`, how fast position updates reach waiting clients after a change,
+//! connect failures, errors by code and dropped chunks. Prints a live progress line and
+//! p50/p90/p99/max, and writes everything as JSON.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use futures_util::{SinkExt, StreamExt};
+use hdrhistogram::Histogram;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
+
+use super::client::{self, WireDialect, next};
+
+#[derive(Args, Debug, Clone)]
+pub struct LoadgenArgs {
+    /// The server, e.g. ws://127.0.0.1:8006.
+    #[arg(long, default_value = "ws://127.0.0.1:8006")]
+    pub url: String,
+    /// Concurrent sessions.
+    #[arg(long, default_value_t = 10)]
+    pub sessions: usize,
+    /// Seconds over which the sessions start (evenly).
+    #[arg(long, default_value_t = 1.0)]
+    pub ramp: f64,
+    /// Seconds each session streams once it has a worker.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// video or audio.
+    #[arg(long, default_value = "audio")]
+    pub mode: String,
+    #[arg(long, value_enum, default_value = "current")]
+    pub dialect: WireDialect,
+    /// Send a small JPEG frame with every chunk.
+    #[arg(long)]
+    pub frames: bool,
+    /// Chunks per cycle: one tone burst, then silence (the reference backend answers each burst).
+    #[arg(long, default_value_t = 6)]
+    pub cycle: usize,
+    /// Mark every Nth chunk force_listen (0 = never).
+    #[arg(long, default_value_t = 0)]
+    pub force_listen_every: usize,
+    /// Longest a session waits for a worker before giving up, seconds.
+    #[arg(long, default_value_t = 120.0)]
+    pub max_wait: f64,
+    /// Once a session ends, start a new one in its place (churn), until --total-time.
+    #[arg(long)]
+    pub rejoin: bool,
+    /// With --rejoin: how long the whole run lasts, seconds.
+    #[arg(long, default_value_t = 60.0)]
+    pub total_time: f64,
+    /// Sample this process's resident memory (the server's pid) every second.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+    /// Write the results here as JSON.
+    #[arg(long)]
+    pub json_out: Option<PathBuf>,
+    #[arg(long, env = "OMNI_API_KEY")]
+    pub api_key: Option<String>,
+    /// No live progress line.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Prepared events, shared by every session.
+struct Events {
+    init: Utf8Bytes,
+    loud: Utf8Bytes,
+    quiet: Utf8Bytes,
+    loud_forced: Utf8Bytes,
+    quiet_forced: Utf8Bytes,
+    close: Utf8Bytes,
+}
+
+#[derive(Default)]
+struct Counters {
+    started: AtomicUsize,
+    connected: AtomicUsize,
+    waiting: AtomicUsize,
+    streaming: AtomicUsize,
+    finished: AtomicUsize,
+    connect_failures: AtomicUsize,
+    gave_up: AtomicUsize,
+    told_position: AtomicUsize,
+    sent: AtomicU64,
+    answered: AtomicU64,
+}
+
+struct Shared {
+    args: LoadgenArgs,
+    events: Events,
+    counters: Counters,
+    rtt_us: Mutex<Histogram<u64>>,
+    queue_wait_ms: Mutex<Histogram<u64>>,
+    release_to_done_us: Mutex<Histogram<u64>>,
+    update_latency_us: Mutex<Histogram<u64>>,
+    errors: Mutex<BTreeMap<String, u64>>,
+    /// Releases (close sent) not yet paired with a waiting client's queue_done.
+    releases: Mutex<VecDeque<Instant>>,
+    /// The latest release, for position-update latency.
+    last_release: Mutex<Option<Instant>>,
+    stop: Instant,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new(3).expect("valid histogram precision")
+}
+
+fn record(h: &Mutex<Histogram<u64>>, v: u64) {
+    h.lock().saturating_record(v);
+}
+
+fn summary(h: &Histogram<u64>, scale: f64) -> Value {
+    if h.is_empty() {
+        return json!({"count": 0});
+    }
+    let q = |p: f64| h.value_at_quantile(p) as f64 / scale;
+    json!({"count": h.len(), "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": h.max() as f64 / scale, "mean": h.mean() / scale})
+}
+
+/// Resident memory of a process, in KiB.
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+pub fn run(args: LoadgenArgs) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    runtime.block_on(loadgen(args))
+}
+
+async fn loadgen(args: LoadgenArgs) -> Result<(), String> {
+    let frame = vec![client::TINY_JPEG.to_string()];
+    let frames: &[String] = if args.frames { &frame } else { &[] };
+    let (loud, quiet) = (client::second(true), client::second(false));
+    let ev = |samples: &[f32], force: bool| Utf8Bytes::from(client::chunk_event(args.dialect, samples, frames, force));
+    let events = Events {
+        init: Utf8Bytes::from(client::init_event(args.dialect, "You are a test.")),
+        loud: ev(&loud, false),
+        quiet: ev(&quiet, false),
+        loud_forced: ev(&loud, true),
+        quiet_forced: ev(&quiet, true),
+        close: Utf8Bytes::from(client::close_event()),
+    };
+    let lifetime = if args.rejoin { args.total_time } else { args.ramp + args.max_wait + args.duration };
+    let started = Instant::now();
+    let shared = Arc::new(Shared {
+        args: args.clone(),
+        events,
+        counters: Counters::default(),
+        rtt_us: Mutex::new(histogram()),
+        queue_wait_ms: Mutex::new(histogram()),
+        release_to_done_us: Mutex::new(histogram()),
+        update_latency_us: Mutex::new(histogram()),
+        errors: Mutex::new(BTreeMap::new()),
+        releases: Mutex::new(VecDeque::new()),
+        last_release: Mutex::new(None),
+        stop: started + Duration::from_secs_f64(lifetime + 30.0),
+    });
+    let rss_start = args.server_pid.and_then(rss_kib);
+    let mut rss_curve: Vec<(f64, u64)> = Vec::new();
+    let mut tasks = Vec::new();
+    for i in 0..args.sessions {
+        let shared = shared.clone();
+        let delay = Duration::from_secs_f64(args.ramp * i as f64 / args.sessions.max(1) as f64);
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            loop {
+                session(shared.clone()).await;
+                let total = Duration::from_secs_f64(shared.args.total_time);
+                if !shared.args.rejoin || started.elapsed() >= total {
+                    break;
+                }
+            }
+        }));
+    }
+    let mut rss_peak = 0;
+    let progress = {
+        let shared = shared.clone();
+        let quiet = args.quiet;
+        let pid = args.server_pid;
+        tokio::spawn(async move {
+            let mut curve = Vec::new();
+            let mut peak = 0;
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let c = &shared.counters;
+                let rss = pid.and_then(rss_kib);
+                if let Some(r) = rss {
+                    curve.push((started.elapsed().as_secs_f64(), r));
+                    peak = peak.max(r);
+                }
+                if !quiet {
+                    let rtt = shared.rtt_us.lock();
+                    let p = |q: f64| if rtt.is_empty() { 0.0 } else { rtt.value_at_quantile(q) as f64 / 1000.0 };
+                    eprint!(
+                        "\r[{:5.0}s] connected {} waiting {} streaming {} finished {} | chunks sent {} answered {} | rtt p50 {:.2} ms p99 {:.2} ms | errors {}{}   ",
+                        started.elapsed().as_secs_f64(),
+                        c.connected.load(Ordering::Relaxed),
+                        c.waiting.load(Ordering::Relaxed),
+                        c.streaming.load(Ordering::Relaxed),
+                        c.finished.load(Ordering::Relaxed),
+                        c.sent.load(Ordering::Relaxed),
+                        c.answered.load(Ordering::Relaxed),
+                        p(0.5),
+                        p(0.99),
+                        shared.errors.lock().values().sum::<u64>(),
+                        rss.map_or(String::new(), |r| format!(" | server rss {} MiB", r / 1024)),
+                    );
+                }
+                if c.finished.load(Ordering::Relaxed)
+                    + c.connect_failures.load(Ordering::Relaxed)
+                    + c.gave_up.load(Ordering::Relaxed)
+                    >= c.started.load(Ordering::Relaxed).max(1)
+                    && c.started.load(Ordering::Relaxed) >= shared.args.sessions
+                    && !shared.args.rejoin
+                {
+                    break;
+                }
+                if Instant::now() > shared.stop {
+                    break;
+                }
+            }
+            (curve, peak)
+        })
+    };
+    for t in tasks {
+        let _ = t.await;
+    }
+    progress.abort();
+    if let Some(pid) = args.server_pid
+        && let Some(r) = rss_kib(pid)
+    {
+        rss_curve.push((started.elapsed().as_secs_f64(), r));
+        rss_peak = rss_peak.max(r);
+    }
+    if !args.quiet {
+        eprintln!();
+    }
+    let c = &shared.counters;
+    let sent = c.sent.load(Ordering::Relaxed);
+    let answered = c.answered.load(Ordering::Relaxed);
+    let result = json!({
+        "config": {"url": args.url, "sessions": args.sessions, "ramp_s": args.ramp, "duration_s": args.duration, "mode": args.mode,
+                   "dialect": format!("{:?}", args.dialect).to_lowercase(), "frames": args.frames, "cycle": args.cycle, "rejoin": args.rejoin},
+        "elapsed_s": started.elapsed().as_secs_f64(),
+        "sessions": {"started": c.started.load(Ordering::Relaxed), "finished": c.finished.load(Ordering::Relaxed),
+                     "connect_failures": c.connect_failures.load(Ordering::Relaxed), "gave_up_waiting": c.gave_up.load(Ordering::Relaxed),
+                     "told_position": c.told_position.load(Ordering::Relaxed)},
+        "chunks": {"sent": sent, "answered": answered, "dropped": sent.saturating_sub(answered)},
+        "errors": *shared.errors.lock(),
+        "rtt_ms": summary(&shared.rtt_us.lock(), 1000.0),
+        "queue_wait_ms": summary(&shared.queue_wait_ms.lock(), 1.0),
+        "release_to_queue_done_ms": summary(&shared.release_to_done_us.lock(), 1000.0),
+        "position_update_latency_ms": summary(&shared.update_latency_us.lock(), 1000.0),
+        "server_rss_kib": {"start": rss_start, "peak": rss_peak, "curve": rss_curve},
+    });
+    print_result(&result);
+    if let Some(path) = &args.json_out {
+        std::fs::write(path, serde_json::to_vec_pretty(&result).unwrap_or_default())
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn print_result(r: &Value) {
+    let line = |name: &str, v: &Value| {
+        if v["count"].as_u64().unwrap_or(0) == 0 {
+            println!("{name:<28} -");
+        } else {
+            println!(
+                "{name:<28} p50 {:>9.3}  p90 {:>9.3}  p99 {:>9.3}  max {:>9.3}  (n={})",
+                v["p50"].as_f64().unwrap_or(0.0),
+                v["p90"].as_f64().unwrap_or(0.0),
+                v["p99"].as_f64().unwrap_or(0.0),
+                v["max"].as_f64().unwrap_or(0.0),
+                v["count"]
+            );
+        }
+    };
+    println!("sessions                     {}", r["sessions"]);
+    println!("chunks                       {}", r["chunks"]);
+    println!("errors                       {}", r["errors"]);
+    line("chunk round trip (ms)", &r["rtt_ms"]);
+    line("queue wait (ms)", &r["queue_wait_ms"]);
+    line("release to queue_done (ms)", &r["release_to_queue_done_ms"]);
+    line("position update (ms)", &r["position_update_latency_ms"]);
+    if !r["server_rss_kib"]["start"].is_null() {
+        println!(
+            "server rss (KiB)             start {} peak {}",
+            r["server_rss_kib"]["start"], r["server_rss_kib"]["peak"]
+        );
+    }
+}
+
+fn error(shared: &Shared, code: &str) {
+    *shared.errors.lock().entry(code.to_string()).or_insert(0) += 1;
+}
+
+/// One session: connect, wait for a worker, initialise, stream for `duration`, close.
+async fn session(shared: Arc<Shared>) {
+    let c = &shared.counters;
+    let a = &shared.args;
+    c.started.fetch_add(1, Ordering::Relaxed);
+    let began = Instant::now();
+    let ws = match tokio::time::timeout(Duration::from_secs(30), client::connect(&a.url, &a.mode, a.api_key.as_deref()))
+        .await
+    {
+        Ok(Ok(ws)) => ws,
+        _ => {
+            c.connect_failures.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    c.connected.fetch_add(1, Ordering::Relaxed);
+    let (mut sink, mut stream) = ws.split();
+    let leave = |c: &Counters| {
+        c.connected.fetch_sub(1, Ordering::Relaxed);
+        c.finished.fetch_add(1, Ordering::Relaxed);
+    };
+
+    // Wait for a worker.
+    let mut waited = false;
+    let mut position = u64::MAX;
+    let deadline = Instant::now() + Duration::from_secs_f64(a.max_wait);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let text = match next(&mut stream, left).await {
+            Ok(Some(t)) => t,
+            Ok(None) => {
+                error(&shared, "closed_while_waiting");
+                leave(c);
+                return;
+            }
+            Err(_) => {
+                if waited {
+                    c.waiting.fetch_sub(1, Ordering::Relaxed);
+                }
+                c.gave_up.fetch_add(1, Ordering::Relaxed);
+                c.connected.fetch_sub(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        match client::event_type(&text).as_deref() {
+            Some("session.queued") => {
+                waited = true;
+                c.waiting.fetch_add(1, Ordering::Relaxed);
+                c.told_position.fetch_add(1, Ordering::Relaxed);
+                position =
+                    serde_json::from_str::<Value>(&text).ok().and_then(|v| v["position"].as_u64()).unwrap_or(u64::MAX);
+            }
+            Some("session.queue_update") => {
+                let p =
+                    serde_json::from_str::<Value>(&text).ok().and_then(|v| v["position"].as_u64()).unwrap_or(u64::MAX);
+                if p < position
+                    && let Some(at) = *shared.last_release.lock()
+                {
+                    record(&shared.update_latency_us, at.elapsed().as_micros() as u64);
+                }
+                position = p;
+            }
+            Some("session.queue_done") => {
+                record(&shared.queue_wait_ms, began.elapsed().as_millis() as u64);
+                if waited {
+                    c.waiting.fetch_sub(1, Ordering::Relaxed);
+                    if let Some(at) = shared.releases.lock().pop_front() {
+                        record(&shared.release_to_done_us, at.elapsed().as_micros() as u64);
+                    }
+                }
+                break;
+            }
+            Some("error") => {
+                let v: Value = serde_json::from_str(&text).unwrap_or_default();
+                error(&shared, v["error"]["code"].as_str().unwrap_or("error"));
+                if waited {
+                    c.waiting.fetch_sub(1, Ordering::Relaxed);
+                }
+                leave(c);
+                return;
+            }
+            _ => {}
+        }
+    }
+    if sink.send(Message::Text(shared.events.init.clone())).await.is_err() {
+        error(&shared, "send_failed");
+        leave(c);
+        return;
+    }
+
+    // Stream: a reader task matches answers to chunks.
+    c.streaming.fetch_add(1, Ordering::Relaxed);
+    let sent_at: Arc<Mutex<HashMap<u64, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
+    let fifo: Arc<Mutex<VecDeque<Instant>>> = Arc::new(Mutex::new(VecDeque::new()));
+    let created = Arc::new(tokio::sync::Notify::new());
+    let legacy = a.dialect == WireDialect::Legacy;
+    let reader = {
+        let sent_at = sent_at.clone();
+        let fifo = fifo.clone();
+        let created = created.clone();
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let shared = &*shared;
+            let mut answered = 0u64;
+            while let Ok(Some(text)) = next(&mut stream, Duration::from_secs(120)).await {
+                match client::event_type(&text).as_deref() {
+                    Some("session.created") => created.notify_one(),
+                    Some("response.output.delta") => {
+                        if let Some(id) = client::early_field(&text, "input_id")
+                            .and_then(|i| i.strip_prefix("input_"))
+                            .and_then(|n| n.parse::<u64>().ok())
+                            && let Some(at) = sent_at.lock().remove(&id)
+                        {
+                            record(&shared.rtt_us, at.elapsed().as_micros() as u64);
+                            answered += 1;
+                            shared.counters.answered.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Some("response.listen") | Some("response.output_audio.delta") if legacy => {
+                        if let Some(at) = fifo.lock().pop_front() {
+                            record(&shared.rtt_us, at.elapsed().as_micros() as u64);
+                            answered += 1;
+                            shared.counters.answered.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Some("error") => {
+                        let v: Value = serde_json::from_str(&text).unwrap_or_default();
+                        error(shared, v["error"]["code"].as_str().unwrap_or("error"));
+                    }
+                    Some("session.closed") => break,
+                    _ => {}
+                }
+            }
+            answered
+        })
+    };
+    if tokio::time::timeout(Duration::from_secs(30), created.notified()).await.is_err() {
+        error(&shared, "no_session_created");
+    }
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let chunks = a.duration.round().max(1.0) as u64;
+    for k in 1..=chunks {
+        ticker.tick().await;
+        let loud = (k - 1) % a.cycle.max(1) as u64 == 0;
+        let force = a.force_listen_every > 0 && k % a.force_listen_every as u64 == 0;
+        let event = match (loud, force) {
+            (true, false) => shared.events.loud.clone(),
+            (false, false) => shared.events.quiet.clone(),
+            (true, true) => shared.events.loud_forced.clone(),
+            (false, true) => shared.events.quiet_forced.clone(),
+        };
+        let now = Instant::now();
+        if legacy {
+            fifo.lock().push_back(now);
+        } else {
+            sent_at.lock().insert(k, now);
+        }
+        if sink.send(Message::Text(event)).await.is_err() {
+            error(&shared, "send_failed");
+            break;
+        }
+        c.sent.fetch_add(1, Ordering::Relaxed);
+    }
+    // Let the last answers arrive, then close: the worker is released.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let released = Instant::now();
+    shared.releases.lock().push_back(released);
+    *shared.last_release.lock() = Some(released);
+    let _ = sink.send(Message::Text(shared.events.close.clone())).await;
+    let _ = tokio::time::timeout(Duration::from_secs(10), reader).await;
+    let _ = sink.close().await;
+    c.streaming.fetch_sub(1, Ordering::Relaxed);
+    leave(c);
+}

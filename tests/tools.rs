@@ -1,0 +1,181 @@
+//! The probe and the load generator, run as a user would against a server started here.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+
+fn gateway() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_omni-gateway"))
+}
+
+/// 2 s of speech then 0.5 s of silence, 22.05 kHz stereo 16-bit: the probe resamples it.
+fn write_wav(path: &std::path::Path) {
+    let spec = hound::WavSpec {
+        channels: 2,
+        sample_rate: 22050,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(path, spec).unwrap();
+    for i in 0..(22050 * 5 / 2) {
+        let v = if i < 22050 * 2 {
+            (9000.0 * (2.0 * std::f32::consts::PI * 220.0 * i as f32 / 22050.0).sin()) as i16
+        } else {
+            0
+        };
+        w.write_sample(v).unwrap();
+        w.write_sample(v).unwrap();
+    }
+    w.finalize().unwrap();
+}
+
+fn last_json(stdout: &str) -> Value {
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_else(|e| panic!("{e}:\n{stdout}"))
+}
+
+#[test]
+fn probe_streams_a_wav_and_saves_the_reply() {
+    let server = Server::ready(Setup::default());
+    let dir = tempfile::tempdir().unwrap();
+    let (wav, out) = (dir.path().join("in.wav"), dir.path().join("reply.wav"));
+    write_wav(&wav);
+    let run = gateway()
+        .args(["probe", "--mode", "video", "--speed", "20", "--frames", "tests/c/abi_test.c", "--json"])
+        .arg("--url")
+        .arg(format!("ws://{}", server.addr))
+        .arg("--wav")
+        .arg(&wav)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    // A frame that is not a JPEG is refused by the server, chunk by chunk: the probe reports it.
+    assert!(run.status.success(), "{stdout}{}", String::from_utf8_lossy(&run.stderr));
+    let s = last_json(&stdout);
+    assert!(s["errors"].as_array().unwrap().iter().all(|e| e == "invalid_payload"), "{s}");
+
+    let run = gateway()
+        .args(["probe", "--mode", "audio", "--speed", "20", "--json", "--url"])
+        .arg(format!("ws://{}", server.addr))
+        .arg("--wav")
+        .arg(&wav)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}");
+    for line in
+        ["queue done", "session.created", "listen", "text", "audio", "summary:", "to first audio", "chunks answered"]
+    {
+        assert!(stdout.contains(line), "{line} missing from\n{stdout}");
+    }
+    let s = last_json(&stdout);
+    assert!(s["session_id"].as_str().unwrap().starts_with("sess_"));
+    assert!(s["queue_done_ms"].as_f64().unwrap() <= s["created_ms"].as_f64().unwrap());
+    assert!(s["first_audio_ms"].as_f64().unwrap() >= s["created_ms"].as_f64().unwrap());
+    assert_eq!(s["text"], "Reply 1: I heard 2.0 seconds of speech. Still talking (2). Over.");
+    // 2.5 s of WAV and 3 s of tail: 6 chunks, each answered.
+    assert_eq!((s["chunks_sent"].as_u64(), s["chunks_answered"].as_u64()), (Some(6), Some(6)));
+    assert_eq!(s["audio_samples"], 60000);
+    assert_eq!(s["errors"].as_array().unwrap().len(), 0);
+    let reply = hound::WavReader::open(&out).unwrap();
+    assert_eq!((reply.spec().sample_rate, reply.duration()), (24000, 60000));
+}
+
+#[test]
+fn probe_speaks_the_earlier_dialect_and_chat() {
+    let server = Server::ready(Setup::default());
+    let dir = tempfile::tempdir().unwrap();
+    let wav = dir.path().join("in.wav");
+    write_wav(&wav);
+    let url = format!("ws://{}", server.addr);
+    let run = gateway()
+        .args([
+            "probe",
+            "--mode",
+            "audio",
+            "--dialect",
+            "legacy",
+            "--speed",
+            "20",
+            "--force-listen-at",
+            "2",
+            "--json",
+            "--url",
+            &url,
+        ])
+        .arg("--wav")
+        .arg(&wav)
+        .arg("--out")
+        .arg(dir.path().join("l.wav"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}");
+    let s = last_json(&stdout);
+    assert!(s["session_id"].as_str().unwrap().starts_with("rt_"));
+    assert_eq!(s["listens"], 6, "the force-listen at 2 s stops the answer before it starts: {stdout}");
+    assert!(stdout.contains("with force_listen"));
+
+    let run = gateway()
+        .args([
+            "probe",
+            "--mode",
+            "chat",
+            "--message",
+            "Reply with exactly: probe says hi",
+            "--tts",
+            "--json",
+            "--url",
+            &url,
+            "--out",
+        ])
+        .arg(dir.path().join("c.wav"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}");
+    let s = last_json(&stdout);
+    assert_eq!(s["text"], "probe says hi");
+    assert_eq!(s["audio_samples"], 3 * 6000);
+}
+
+#[test]
+fn loadgen_runs_five_sessions_for_five_seconds() {
+    let server = Server::ready(Setup::default().workers(workers(5, "")));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("load.json");
+    let run = gateway()
+        .args(["loadgen", "--sessions", "5", "--duration", "5", "--ramp", "0.5", "--quiet", "--url"])
+        .arg(format!("ws://{}", server.addr))
+        .arg("--json-out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}{}", String::from_utf8_lossy(&run.stderr));
+    assert!(stdout.contains("chunk round trip (ms)"), "{stdout}");
+    let r: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(r["errors"], serde_json::json!({}), "{r}");
+    assert_eq!(r["sessions"]["finished"], 5);
+    assert_eq!(r["sessions"]["connect_failures"], 0);
+    assert_eq!(r["chunks"]["sent"], 25);
+    assert_eq!(r["chunks"]["answered"], 25);
+    assert_eq!(r["chunks"]["dropped"], 0);
+    let rtt = &r["rtt_ms"];
+    assert_eq!(rtt["count"], 25);
+    let (p50, p90, p99, max) = (
+        rtt["p50"].as_f64().unwrap(),
+        rtt["p90"].as_f64().unwrap(),
+        rtt["p99"].as_f64().unwrap(),
+        rtt["max"].as_f64().unwrap(),
+    );
+    assert!(0.0 < p50 && p50 <= p90 && p90 <= p99 && p99 <= max && max < 1000.0, "{rtt}");
+    assert_eq!(r["queue_wait_ms"]["count"], 5);
+    server.wait_idle();
+}
