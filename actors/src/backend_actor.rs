@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 
 use crate::backend::{BackendControl, BackendError, run_duplex_step};
-use crate::domain::{BackendInfo, DuplexChunk, Mode, SessionSetup, StepKind, StepOutcome, TurnInput, TurnSummary};
+use crate::domain::{BackendInfo, DuplexChunk, Mode, SessionSetup, StepOutcome, TurnInput, TurnSummary};
 use crate::metrics::metrics;
 use crate::pending::Pending;
 use crate::pool_actor::WorkerEvent;
@@ -95,8 +95,6 @@ struct JobDone {
 #[rtype(result = "()")]
 struct TurnProgress {
     job: u64,
-    seq: u64,
-    piece: crate::domain::TurnPiece,
 }
 
 enum Work {
@@ -108,10 +106,12 @@ enum Work {
     Reset,
 }
 
+/// How a job ended, for the actor's bookkeeping (the session already has the result).
 enum JobOutcome {
-    Prepared(Result<u64, BackendError>),
-    Step { seq: u64, result: Result<StepOutcome, BackendError>, elapsed: Duration },
-    Turn { seq: u64, result: Result<TurnSummary, BackendError> },
+    /// The result went to the session.
+    Delivered,
+    /// The backend crashed: the worker fails.
+    Crashed(String),
     Reset(Result<(), BackendError>),
 }
 
@@ -145,6 +145,8 @@ pub struct BackendActor {
     in_flight: Option<InFlight>,
     next_job: u64,
     failed: bool,
+    /// When its last session detached, while it waits to be handed over.
+    released_at: Option<Instant>,
     /// Set by `Interrupt`: the turn-mode answer in flight stops before its next piece.
     turn_cancel: Arc<AtomicBool>,
     /// The session asked to be told once the job in flight is done (graceful shutdown).
@@ -176,6 +178,7 @@ impl BackendActor {
             in_flight: None,
             next_job: 1,
             failed: false,
+            released_at: None,
             turn_cancel: Arc::new(AtomicBool::new(false)),
             drain: false,
         }
@@ -230,32 +233,50 @@ impl BackendActor {
         self.next_job += 1;
         let addr = ctx.address();
         let interruptible = !matches!(work, Work::Reset);
+        let reset_first = matches!(work, Work::Restart(_));
         let kind = match work {
             Work::Prepare(_) | Work::Restart(_) => "prepare",
             Work::Step(..) => "step",
             Work::Turn(..) => "turn",
             Work::Reset => "reset",
         };
+        // Results go from the thread straight to the session (one thread hop less on the
+        // latency path); the actor is told that the job is done, for its bookkeeping.
+        let to_session = self.session.as_ref().map(|s| s.events.clone());
+        let tell = move |event: BackendEvent| {
+            if let Some(s) = &to_session {
+                s.do_send(event);
+            }
+        };
         let closure: Job = match work {
-            Work::Prepare(setup) => {
+            Work::Prepare(setup) | Work::Restart(setup) => {
                 let control = control.clone();
                 Box::new(move |b| {
-                    let result = b.prepare(&setup).map(|_| control.kv_length());
-                    addr.do_send(JobDone { job, outcome: JobOutcome::Prepared(result) });
+                    let reset = if reset_first { b.reset() } else { Ok(()) };
+                    let result = reset.and_then(|_| b.prepare(&setup)).map(|_| control.kv_length());
+                    tell(match result {
+                        Ok(prompt_length) => BackendEvent::Prepared { prompt_length },
+                        Err(e) => BackendEvent::PrepareFailed(e),
+                    });
+                    addr.do_send(JobDone { job, outcome: JobOutcome::Delivered });
                 })
             }
-            Work::Restart(setup) => {
+            Work::Step(seq, chunk) => {
                 let control = control.clone();
                 Box::new(move |b| {
-                    let result = b.reset().and_then(|_| b.prepare(&setup)).map(|_| control.kv_length());
-                    addr.do_send(JobDone { job, outcome: JobOutcome::Prepared(result) });
+                    let started = Instant::now();
+                    let result = match run_duplex_step(b, &chunk) {
+                        // An interrupted step heard its chunk and says nothing: a listen.
+                        Err(BackendError::Interrupted) => Ok(StepOutcome::listen(control.kv_length())),
+                        Err(BackendError::Crashed(reason)) => {
+                            return addr.do_send(JobDone { job, outcome: JobOutcome::Crashed(reason) });
+                        }
+                        other => other,
+                    };
+                    tell(BackendEvent::Step { seq, result, elapsed: started.elapsed() });
+                    addr.do_send(JobDone { job, outcome: JobOutcome::Delivered });
                 })
             }
-            Work::Step(seq, chunk) => Box::new(move |b| {
-                let started = Instant::now();
-                let result = run_duplex_step(b, &chunk);
-                addr.do_send(JobDone { job, outcome: JobOutcome::Step { seq, result, elapsed: started.elapsed() } });
-            }),
             Work::Turn(seq, input) => {
                 let cancel = self.turn_cancel.clone();
                 cancel.store(false, Ordering::SeqCst);
@@ -276,14 +297,19 @@ impl BackendActor {
                             summary.input_tokens += piece.input_tokens;
                             summary.output_tokens += piece.output_tokens;
                             summary.kv_length = piece.kv_length;
-                            addr.do_send(TurnProgress { job, seq, piece });
+                            tell(BackendEvent::TurnPiece { seq, piece });
+                            addr.do_send(TurnProgress { job });
                             if done {
                                 summary.duration = started.elapsed();
                                 return Ok(summary);
                             }
                         }
                     })();
-                    addr.do_send(JobDone { job, outcome: JobOutcome::Turn { seq, result } });
+                    if let Err(BackendError::Crashed(reason)) = result {
+                        return addr.do_send(JobDone { job, outcome: JobOutcome::Crashed(reason) });
+                    }
+                    tell(BackendEvent::TurnDone { seq, result });
+                    addr.do_send(JobDone { job, outcome: JobOutcome::Delivered });
                 })
             }
             Work::Reset => Box::new(move |b| {
@@ -388,6 +414,9 @@ impl Handler<Attach> for BackendActor {
             return Err(ProtocolError::WorkerBusy(format!("worker {} is busy", self.name)));
         }
         log::debug!("worker {}: attached to {}", self.name, msg.label);
+        if let Some(at) = self.released_at.take() {
+            metrics().worker_handover_seconds.observe(at.elapsed().as_secs_f64());
+        }
         self.session = Some(AttachedSession { key: msg.key, events: msg.events });
         let (label, mode) = (msg.label, msg.mode);
         self.event(|worker, generation| WorkerEvent::Busy { worker, generation, session: label, mode });
@@ -456,6 +485,7 @@ impl Handler<Detach> for BackendActor {
             return;
         }
         self.session = None;
+        self.released_at = Some(Instant::now());
         self.work.clear();
         self.pending.clear();
         if self.in_flight.as_ref().is_some_and(|f| f.interruptible)
@@ -482,7 +512,6 @@ impl Handler<TurnProgress> for BackendActor {
         if let Some(f) = &mut self.in_flight {
             f.watchdog = watchdog;
         }
-        self.tell_session(BackendEvent::TurnPiece { seq: msg.seq, piece: msg.piece });
     }
 }
 
@@ -493,35 +522,8 @@ impl Handler<JobDone> for BackendActor {
             return;
         }
         match msg.outcome {
-            JobOutcome::Prepared(result) => self.tell_session(match result {
-                Ok(prompt_length) => BackendEvent::Prepared { prompt_length },
-                Err(e) => BackendEvent::PrepareFailed(e),
-            }),
-            JobOutcome::Step { seq, result, elapsed } => {
-                let result = match result {
-                    // An interrupted step heard its chunk and says nothing: a listen.
-                    Err(BackendError::Interrupted) => Ok(StepOutcome {
-                        kind: StepKind::Listen,
-                        text: String::new(),
-                        audio: Vec::new(),
-                        end_of_turn: false,
-                        kv_length: self.control.as_ref().map_or(0, |c| c.kv_length()),
-                        input_tokens: 0,
-                        output_tokens: 0,
-                        prefill_us: 0,
-                        generate_us: 0,
-                    }),
-                    Err(BackendError::Crashed(reason)) => return self.fail(ctx, reason),
-                    other => other,
-                };
-                self.tell_session(BackendEvent::Step { seq, result, elapsed });
-            }
-            JobOutcome::Turn { seq, result } => {
-                if let Err(BackendError::Crashed(reason)) = result {
-                    return self.fail(ctx, reason);
-                }
-                self.tell_session(BackendEvent::TurnDone { seq, result });
-            }
+            JobOutcome::Delivered => {}
+            JobOutcome::Crashed(reason) => return self.fail(ctx, reason),
             JobOutcome::Reset(Ok(())) => {
                 self.event(|worker, generation| WorkerEvent::Released { worker, generation });
             }

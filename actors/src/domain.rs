@@ -204,6 +204,21 @@ pub struct StepOutcome {
 }
 
 impl StepOutcome {
+    /// A listen that says nothing (a step cut short by an interrupt).
+    pub fn listen(kv_length: u64) -> Self {
+        StepOutcome {
+            kind: StepKind::Listen,
+            text: String::new(),
+            audio: Vec::new(),
+            end_of_turn: false,
+            kv_length,
+            input_tokens: 0,
+            output_tokens: 0,
+            prefill_us: 0,
+            generate_us: 0,
+        }
+    }
+
     pub fn from_first(piece: StepPiece) -> Self {
         StepOutcome {
             kind: piece.kind,

@@ -26,6 +26,11 @@ pub struct Metrics {
     pub step_duration_seconds: HistogramVec,
     /// Time from the input that starts a spoken answer to its first audio sent.
     pub first_audio_seconds: HistogramVec,
+    /// Time from receiving a duplex chunk to sending its answer (the server's share of a round trip).
+    pub chunk_latency_seconds: HistogramVec,
+    /// Time from a session's end on a worker (its detach) to the next session attached to it:
+    /// the reset, the release and the queue's assignment.
+    pub worker_handover_seconds: Histogram,
     pub chunks_received: IntCounterVec,
     pub chunks_dropped: IntCounterVec,
     pub chunks_answered: IntCounterVec,
@@ -46,7 +51,8 @@ pub struct Metrics {
     pub slow_consumers: IntCounter,
 }
 
-const LATENCY_BUCKETS: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+const LATENCY_BUCKETS: &[f64] =
+    &[0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 const WAIT_BUCKETS: &[f64] = &[0.001, 0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0];
 
 fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
@@ -88,6 +94,12 @@ impl Metrics {
         )
         .expect("valid metric");
         r.register(Box::new(queue_wait_seconds.clone())).expect("unique metric name");
+        let worker_handover_seconds = Histogram::with_opts(
+            HistogramOpts::new("omni_worker_handover_seconds", "From a session's end on a worker to the next session attached to it")
+                .buckets(LATENCY_BUCKETS.to_vec()),
+        )
+        .expect("valid metric");
+        r.register(Box::new(worker_handover_seconds.clone())).expect("unique metric name");
         Metrics {
             connections_total: counter(&r, "omni_connections_total", "WebSocket connections accepted"),
             connections_open: gauge(&r, "omni_connections_open", "WebSocket connections open now"),
@@ -105,6 +117,7 @@ impl Metrics {
             ),
             queue_length: gauge(&r, "omni_queue_length", "Clients waiting for a worker"),
             queue_wait_seconds,
+            worker_handover_seconds,
             step_duration_seconds: histogram_vec(
                 &r,
                 "omni_step_duration_seconds",
@@ -116,6 +129,13 @@ impl Metrics {
                 &r,
                 "omni_first_audio_latency_seconds",
                 "From the input that starts a spoken answer to its first audio sent",
+                LATENCY_BUCKETS,
+                &["mode"],
+            ),
+            chunk_latency_seconds: histogram_vec(
+                &r,
+                "omni_chunk_latency_seconds",
+                "From receiving a duplex chunk to sending its answer",
                 LATENCY_BUCKETS,
                 &["mode"],
             ),

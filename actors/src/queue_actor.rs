@@ -110,7 +110,12 @@ pub struct QueueActor {
     /// Tickets not yet given a worker, and tickets given one but not yet claimed.
     waiters: HashMap<TicketId, Waiter>,
     update_interval: Duration,
+    /// Tickets from this index on moved and are not told yet.
+    moved_from: Option<usize>,
 }
+
+/// Position changes are told at most this long after they happen.
+const COALESCE: Duration = Duration::from_millis(20);
 
 impl QueueActor {
     /// `workers[i]` are the modes of worker `i`; `average` the assumed session length per
@@ -128,12 +133,19 @@ impl QueueActor {
             by_conn: HashMap::new(),
             waiters: HashMap::new(),
             update_interval,
+            moved_from: None,
         }
     }
 
-    /// Tells every ticket from `index` on its new position.
-    fn send_updates_from(&self, index: usize) {
+    /// Every ticket from `index` on moved: they are told within `COALESCE` (a burst of
+    /// changes costs one update per ticket, not one per change).
+    fn moved_from(&mut self, index: usize) {
         metrics().queue_length.set(self.state.len() as i64);
+        self.moved_from = Some(self.moved_from.map_or(index, |i| i.min(index)));
+    }
+
+    /// Tells every ticket from `index` on its position and ETA.
+    fn send_updates_from(&self, index: usize) {
         for info in self.state.infos_from(index, Instant::now()) {
             if let Some(w) = self.waiters.get(&info.ticket) {
                 w.notify.do_send(QueueNotice::Update(info));
@@ -150,7 +162,7 @@ impl QueueActor {
             log::debug!("queue: ticket {} (c{}) gets worker {}", a.ticket, w.conn, link.name);
             w.notify.do_send(QueueNotice::Assigned { ticket: a.ticket, worker: link });
         }
-        self.send_updates_from(a.index);
+        self.moved_from(a.index);
     }
 
     fn offer(&mut self, worker: WorkerId) {
@@ -170,7 +182,15 @@ impl Actor for QueueActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.run_interval(self.update_interval, |act, _| act.send_updates_from(0));
+        ctx.run_interval(COALESCE, |act, _| {
+            if let Some(index) = act.moved_from.take() {
+                act.send_updates_from(index);
+            }
+        });
+        ctx.run_interval(self.update_interval, |act, _| {
+            act.moved_from = None;
+            act.send_updates_from(0);
+        });
     }
 }
 
@@ -218,7 +238,7 @@ impl Handler<Leave> for QueueActor {
         };
         self.waiters.remove(&ticket);
         match self.state.leave(ticket) {
-            LeaveOutcome::Waited { index } => self.send_updates_from(index),
+            LeaveOutcome::Waited { index } => self.moved_from(index),
             LeaveOutcome::Unclaimed { worker } => self.offer(worker),
             LeaveOutcome::Nothing => {}
         }
@@ -244,7 +264,7 @@ impl Handler<Cancel> for QueueActor {
         if let Some(w) = self.forget(msg.ticket) {
             w.notify.do_send(QueueNotice::Cancelled);
         }
-        self.send_updates_from(index);
+        self.moved_from(index);
         true
     }
 }
@@ -280,7 +300,7 @@ impl Handler<WorkerDown> for QueueActor {
                 )));
             }
         }
-        self.send_updates_from(0);
+        self.moved_from(0);
     }
 }
 

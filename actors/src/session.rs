@@ -447,6 +447,9 @@ impl SessionActor {
                 outcome: &outcome,
             },
         );
+        if let Some(at) = arrived {
+            metrics().chunk_latency_seconds.with_label_values(&self.mode_label()).observe(at.elapsed().as_secs_f64());
+        }
         if outcome.end_of_turn {
             self.response = None;
         }

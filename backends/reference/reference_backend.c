@@ -157,15 +157,29 @@ static int pcm_ok(omni_pcm p) { return p.len == 0 || p.ptr != NULL; }
 static int str_ok(omni_str s) { return s.len == 0 || s.ptr != NULL; }
 
 /* A recognisable signal: a tone per piece (300..700 Hz), 5 ms fades at the edges. */
+/* The tone comes from a rotating phasor (one complex multiply per sample, renormalised
+ * every 1024 samples) instead of one sin() per sample: the same signal, deterministic,
+ * ten times cheaper. */
 static void synth(float *dst, size_t n, size_t offset, size_t total, int piece) {
     double freq = 300.0 + 100.0 * (piece % 5);
+    double w = TWO_PI * freq / OUT_RATE;
+    double c = cos(w * (double)offset), s = sin(w * (double)offset);
+    double dc = cos(w), ds = sin(w);
     size_t fade = OUT_RATE / 200;
     for (size_t i = 0; i < n; i++) {
         size_t k = offset + i;
         double env = 1.0;
         if (k < fade) env = (double)k / fade;
         if (total - k <= fade) env = (double)(total - k) / fade;
-        dst[i] = (float)(0.25 * env * sin(TWO_PI * freq * (double)k / OUT_RATE));
+        dst[i] = (float)(0.25 * env * s);
+        double c2 = c * dc - s * ds;
+        s = s * dc + c * ds;
+        c = c2;
+        if ((i & 1023) == 1023) {
+            double norm = 1.0 / sqrt(c * c + s * s);
+            c *= norm;
+            s *= norm;
+        }
     }
 }
 

@@ -54,6 +54,10 @@ pub struct LoadgenArgs {
     /// Longest a session waits for a worker before giving up, seconds.
     #[arg(long, default_value_t = 120.0)]
     pub max_wait: f64,
+    /// End the whole run after this many seconds: waiting clients leave, streaming ones close
+    /// (0 = when every session is done).
+    #[arg(long, default_value_t = 0.0)]
+    pub run_time: f64,
     /// Once a session ends, start a new one in its place (churn), until --total-time.
     #[arg(long)]
     pub rejoin: bool,
@@ -111,10 +115,13 @@ struct Shared {
     /// The latest release, for position-update latency.
     last_release: Mutex<Option<Instant>>,
     stop: Instant,
+    /// `--run-time`: when every session stops.
+    run_end: Option<Instant>,
 }
 
+/// 1 µs (or 1 ms) to an hour, 3 significant digits: nothing is clamped.
 fn histogram() -> Histogram<u64> {
-    Histogram::new(3).expect("valid histogram precision")
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
 }
 
 fn record(h: &Mutex<Histogram<u64>>, v: u64) {
@@ -127,6 +134,15 @@ fn summary(h: &Histogram<u64>, scale: f64) -> Value {
     }
     let q = |p: f64| h.value_at_quantile(p) as f64 / scale;
     json!({"count": h.len(), "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": h.max() as f64 / scale, "mean": h.mean() / scale})
+}
+
+/// CPU time (user + system) a process has used, in seconds (Linux clock ticks of 1/100 s).
+fn cpu_seconds(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
 }
 
 /// Resident memory of a process, in KiB.
@@ -160,7 +176,11 @@ async fn loadgen(args: LoadgenArgs) -> Result<(), String> {
         quiet_forced: ev(&quiet, true),
         close: Utf8Bytes::from(client::close_event()),
     };
-    let lifetime = if args.rejoin { args.total_time } else { args.ramp + args.max_wait + args.duration };
+    let lifetime = match (args.rejoin, args.run_time > 0.0) {
+        (_, true) => args.run_time,
+        (true, false) => args.total_time,
+        (false, false) => args.ramp + args.max_wait + args.duration,
+    };
     let started = Instant::now();
     let shared = Arc::new(Shared {
         args: args.clone(),
@@ -174,9 +194,11 @@ async fn loadgen(args: LoadgenArgs) -> Result<(), String> {
         releases: Mutex::new(VecDeque::new()),
         last_release: Mutex::new(None),
         stop: started + Duration::from_secs_f64(lifetime + 30.0),
+        run_end: (args.run_time > 0.0).then(|| started + Duration::from_secs_f64(args.run_time)),
     });
     let rss_start = args.server_pid.and_then(rss_kib);
-    let mut rss_curve: Vec<(f64, u64)> = Vec::new();
+    let server_cpu_start = args.server_pid.and_then(|p| cpu_seconds(&p.to_string()));
+    let own_cpu_start = cpu_seconds("self");
     let mut tasks = Vec::new();
     for i in 0..args.sessions {
         let shared = shared.clone();
@@ -192,8 +214,9 @@ async fn loadgen(args: LoadgenArgs) -> Result<(), String> {
             }
         }));
     }
-    let mut rss_peak = 0;
+    let sessions_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let progress = {
+        let sessions_done = sessions_done.clone();
         let shared = shared.clone();
         let quiet = args.quiet;
         let pid = args.server_pid;
@@ -226,16 +249,7 @@ async fn loadgen(args: LoadgenArgs) -> Result<(), String> {
                         rss.map_or(String::new(), |r| format!(" | server rss {} MiB", r / 1024)),
                     );
                 }
-                if c.finished.load(Ordering::Relaxed)
-                    + c.connect_failures.load(Ordering::Relaxed)
-                    + c.gave_up.load(Ordering::Relaxed)
-                    >= c.started.load(Ordering::Relaxed).max(1)
-                    && c.started.load(Ordering::Relaxed) >= shared.args.sessions
-                    && !shared.args.rejoin
-                {
-                    break;
-                }
-                if Instant::now() > shared.stop {
+                if sessions_done.load(Ordering::Relaxed) || Instant::now() > shared.stop {
                     break;
                 }
             }
@@ -245,13 +259,8 @@ async fn loadgen(args: LoadgenArgs) -> Result<(), String> {
     for t in tasks {
         let _ = t.await;
     }
-    progress.abort();
-    if let Some(pid) = args.server_pid
-        && let Some(r) = rss_kib(pid)
-    {
-        rss_curve.push((started.elapsed().as_secs_f64(), r));
-        rss_peak = rss_peak.max(r);
-    }
+    sessions_done.store(true, Ordering::Relaxed);
+    let (rss_curve, rss_peak) = progress.await.unwrap_or_default();
     if !args.quiet {
         eprintln!();
     }
@@ -272,6 +281,10 @@ async fn loadgen(args: LoadgenArgs) -> Result<(), String> {
         "release_to_queue_done_ms": summary(&shared.release_to_done_us.lock(), 1000.0),
         "position_update_latency_ms": summary(&shared.update_latency_us.lock(), 1000.0),
         "server_rss_kib": {"start": rss_start, "peak": rss_peak, "curve": rss_curve},
+        "cpu_percent": {
+            "server": args.server_pid.and_then(|p| cpu_seconds(&p.to_string())).zip(server_cpu_start).map(|(end, start)| 100.0 * (end - start) / started.elapsed().as_secs_f64()),
+            "loadgen": cpu_seconds("self").zip(own_cpu_start).map(|(end, start)| 100.0 * (end - start) / started.elapsed().as_secs_f64()),
+        },
     });
     print_result(&result);
     if let Some(path) = &args.json_out {
@@ -309,6 +322,7 @@ fn print_result(r: &Value) {
             r["server_rss_kib"]["start"], r["server_rss_kib"]["peak"]
         );
     }
+    println!("cpu (% of one core)          server {} loadgen {}", r["cpu_percent"]["server"], r["cpu_percent"]["loadgen"]);
 }
 
 fn error(shared: &Shared, code: &str) {
@@ -340,7 +354,10 @@ async fn session(shared: Arc<Shared>) {
     // Wait for a worker.
     let mut waited = false;
     let mut position = u64::MAX;
-    let deadline = Instant::now() + Duration::from_secs_f64(a.max_wait);
+    // The release whose position change this session has measured already.
+    let mut measured_release: Option<Instant> = None;
+    let max_wait = Instant::now() + Duration::from_secs_f64(a.max_wait);
+    let deadline = shared.run_end.map_or(max_wait, |end| end.min(max_wait));
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let text = match next(&mut stream, left).await {
@@ -370,9 +387,14 @@ async fn session(shared: Arc<Shared>) {
             Some("session.queue_update") => {
                 let p =
                     serde_json::from_str::<Value>(&text).ok().and_then(|v| v["position"].as_u64()).unwrap_or(u64::MAX);
+                // The first lower position after a worker's release: how long that change
+                // took to reach this client (one sample per client per release).
+                let release = *shared.last_release.lock();
                 if p < position
-                    && let Some(at) = *shared.last_release.lock()
+                    && let Some(at) = release
+                    && measured_release != release
                 {
+                    measured_release = release;
                     record(&shared.update_latency_us, at.elapsed().as_micros() as u64);
                 }
                 position = p;
@@ -459,6 +481,9 @@ async fn session(shared: Arc<Shared>) {
     let chunks = a.duration.round().max(1.0) as u64;
     for k in 1..=chunks {
         ticker.tick().await;
+        if shared.run_end.is_some_and(|end| Instant::now() >= end) {
+            break;
+        }
         let loud = (k - 1) % a.cycle.max(1) as u64 == 0;
         let force = a.force_listen_every > 0 && k % a.force_listen_every as u64 == 0;
         let event = match (loud, force) {
