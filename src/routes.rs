@@ -70,6 +70,8 @@ enum Endpoint {
     Realtime(Flavor, String),
 }
 
+// An early-return HTTP answer; boxing it would only move the allocation.
+#[allow(clippy::result_large_err)]
 fn query_of(req: &HttpRequest) -> Result<HashMap<String, String>, HttpResponse> {
     web::Query::<HashMap<String, String>>::from_query(req.query_string())
         .map(|q| q.into_inner())
@@ -290,6 +292,8 @@ async fn metrics(req: HttpRequest, gw: web::Data<Gateway>) -> HttpResponse {
     HttpResponse::Ok().content_type("text/plain; version=0.0.4").body(gateway_metrics().render())
 }
 
+// An early-return HTTP answer; boxing it would only move the allocation.
+#[allow(clippy::result_large_err)]
 fn recording_root(gw: &Gateway) -> Result<std::path::PathBuf, HttpResponse> {
     match &gw.recorder {
         Some(r) => Ok(r.root().to_path_buf()),

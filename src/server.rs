@@ -196,6 +196,8 @@ pub fn run(config: Config) -> std::io::Result<()> {
             App::new().app_data(web::Data::new(app_state.clone())).configure(routes::configure)
         })
         .disable_signals()
+        // Realtime frames are small and must not wait for the peer's delayed ACK.
+        .tcp_nodelay(true)
         .shutdown_timeout(2);
         let server = match tls {
             Some(tls) => server.bind_rustls_0_23(bind, tls)?,

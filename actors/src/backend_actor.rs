@@ -78,6 +78,8 @@ pub struct SubmitTurn {
 #[rtype(result = "()")]
 pub struct Detach {
     pub key: u64,
+    /// When the session ended (the hand-over to the next session is timed from here).
+    pub ended: Instant,
 }
 
 #[derive(Message)]
@@ -485,7 +487,7 @@ impl Handler<Detach> for BackendActor {
             return;
         }
         self.session = None;
-        self.released_at = Some(Instant::now());
+        self.released_at = Some(msg.ended);
         self.work.clear();
         self.pending.clear();
         if self.in_flight.as_ref().is_some_and(|f| f.interruptible)

@@ -13,6 +13,7 @@ pub mod backend;
 pub mod backend_actor;
 pub mod dialect;
 pub mod domain;
+pub mod fanout;
 pub mod ids;
 pub mod metrics;
 pub mod pending;

@@ -95,8 +95,11 @@ impl Metrics {
         .expect("valid metric");
         r.register(Box::new(queue_wait_seconds.clone())).expect("unique metric name");
         let worker_handover_seconds = Histogram::with_opts(
-            HistogramOpts::new("omni_worker_handover_seconds", "From a session's end on a worker to the next session attached to it")
-                .buckets(LATENCY_BUCKETS.to_vec()),
+            HistogramOpts::new(
+                "omni_worker_handover_seconds",
+                "From a session's end on a worker to the next session attached to it",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
         )
         .expect("valid metric");
         r.register(Box::new(worker_handover_seconds.clone())).expect("unique metric name");

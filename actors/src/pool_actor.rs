@@ -79,7 +79,8 @@ impl WorkerPoolActor {
             if act.stopping {
                 return;
             }
-            let generation = act.state.restart(id);
+            let mut generation = 0;
+            act.tracked(id, |act| generation = act.state.restart(id));
             metrics().worker_restarts.with_label_values(&[act.setups[id].name.as_str()]).inc();
             log::info!("worker {}: restart (generation {generation})", act.setups[id].name);
             act.start_backend(id, ctx);
@@ -97,6 +98,9 @@ impl Actor for WorkerPoolActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        for w in self.state.workers() {
+            metrics().workers.with_label_values(&[w.state.name()]).inc();
+        }
         for id in 0..self.setups.len() {
             self.start_backend(id, ctx);
         }
@@ -107,18 +111,36 @@ impl Handler<WorkerEvent> for WorkerPoolActor {
     type Result = ();
 
     fn handle(&mut self, event: WorkerEvent, ctx: &mut Context<Self>) {
-        self.apply(event, ctx);
-        self.publish();
+        let worker = event.worker();
+        self.tracked(worker, |act| act.apply(event, ctx));
+    }
+}
+
+impl WorkerEvent {
+    fn worker(&self) -> WorkerId {
+        match self {
+            WorkerEvent::Opened { worker, .. }
+            | WorkerEvent::OpenFailed { worker, .. }
+            | WorkerEvent::Busy { worker, .. }
+            | WorkerEvent::Identified { worker, .. }
+            | WorkerEvent::Resetting { worker, .. }
+            | WorkerEvent::Released { worker, .. }
+            | WorkerEvent::Failed { worker, .. } => *worker,
+        }
     }
 }
 
 impl WorkerPoolActor {
-    /// Workers per state, for the metrics.
-    fn publish(&self) {
-        let m = &metrics().workers;
-        for state in ["starting", "idle", "busy", "resetting", "failed"] {
-            let n = self.state.workers().iter().filter(|w| w.state.name() == state).count();
-            m.with_label_values(&[state]).set(n as i64);
+    /// Runs `change` on worker `id` and moves it between the per-state gauges (O(1), not a
+    /// count over every worker).
+    fn tracked(&mut self, id: WorkerId, change: impl FnOnce(&mut Self)) {
+        let before = self.state.worker(id).state.name();
+        change(self);
+        let after = self.state.worker(id).state.name();
+        if before != after {
+            let m = &metrics().workers;
+            m.with_label_values(&[before]).dec();
+            m.with_label_values(&[after]).inc();
         }
     }
 

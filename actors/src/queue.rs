@@ -265,8 +265,14 @@ impl QueueState {
 
     /// Position and ETA of every waiting ticket from `index` on (1-based positions).
     pub fn infos_from(&self, index: usize, now: Instant) -> Vec<QueueInfo> {
+        self.infos(index, usize::MAX, now)
+    }
+
+    /// Position and ETA of at most `count` waiting tickets from `index` on.
+    pub fn infos(&self, index: usize, count: usize, now: Instant) -> Vec<QueueInfo> {
         let length = self.waiting.len();
-        let etas = self.etas(now, length);
+        let end = index.saturating_add(count).min(length);
+        let etas = self.etas(now, end);
         self.waiting
             .iter()
             .zip(etas)

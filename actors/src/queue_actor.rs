@@ -1,6 +1,6 @@
 //! QueueActor: delivers messages to a [`QueueState`] and tells waiting sessions what
-//! changed. Positions are sent the moment they change; every `update_interval` every
-//! waiting session gets a fresh ETA.
+//! changed. Position changes are told within [`COALESCE`] by a [`Fanout`]; every
+//! `update_interval` every waiting session gets a fresh ETA the same way.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -9,6 +9,7 @@ use actix::prelude::*;
 
 use crate::backend_actor::BackendActor;
 use crate::domain::Mode;
+use crate::fanout::Fanout;
 use crate::metrics::metrics;
 use crate::protocol::{ProtocolError, QueueInfo};
 use crate::queue::{Assignment, JoinOutcome, LeaveOutcome, ModeSet, QueueState, TicketId, TicketStatus, WorkerId};
@@ -110,12 +111,18 @@ pub struct QueueActor {
     /// Tickets not yet given a worker, and tickets given one but not yet claimed.
     waiters: HashMap<TicketId, Waiter>,
     update_interval: Duration,
-    /// Tickets from this index on moved and are not told yet.
-    moved_from: Option<usize>,
+    /// Which tickets must be told their new position, and when.
+    fanout: Fanout,
 }
 
-/// Position changes are told at most this long after they happen.
-const COALESCE: Duration = Duration::from_millis(20);
+/// Position changes are told at most this long after they happen (plus a fan-out).
+const COALESCE: Duration = Duration::from_millis(100);
+/// Updates go out this many at a time...
+const FANOUT_BATCH: usize = 64;
+/// ...this long apart (10,000 waiting tickets are told in about 160 ms). Batches this small
+/// leave the sessions' threads idle most of each millisecond: a worker's hand-over to the
+/// head of the queue waits for one batch at most (docs/performance.md).
+const FANOUT_PAUSE: Duration = Duration::from_millis(1);
 
 impl QueueActor {
     /// `workers[i]` are the modes of worker `i`; `average` the assumed session length per
@@ -133,27 +140,34 @@ impl QueueActor {
             by_conn: HashMap::new(),
             waiters: HashMap::new(),
             update_interval,
-            moved_from: None,
+            fanout: Fanout::new(COALESCE, FANOUT_BATCH, FANOUT_PAUSE),
         }
     }
 
-    /// Every ticket from `index` on moved: they are told within `COALESCE` (a burst of
-    /// changes costs one update per ticket, not one per change).
-    fn moved_from(&mut self, index: usize) {
+    /// Every ticket from `index` on moved: they are told within `COALESCE`.
+    fn moved_from(&mut self, index: usize, ctx: &mut Context<Self>) {
         metrics().queue_length.set(self.state.len() as i64);
-        self.moved_from = Some(self.moved_from.map_or(index, |i| i.min(index)));
+        if let Some(after) = self.fanout.moved(index) {
+            ctx.run_later(after, Self::fanout_tick);
+        }
     }
 
-    /// Tells every ticket from `index` on its position and ETA.
-    fn send_updates_from(&self, index: usize) {
-        for info in self.state.infos_from(index, Instant::now()) {
-            if let Some(w) = self.waiters.get(&info.ticket) {
-                w.notify.do_send(QueueNotice::Update(info));
+    /// Tells the next batch of moved tickets their position and ETA.
+    fn fanout_tick(&mut self, ctx: &mut Context<Self>) {
+        let tick = self.fanout.tick(self.state.len());
+        if let Some(range) = tick.send {
+            for info in self.state.infos(range.start, range.len(), Instant::now()) {
+                if let Some(w) = self.waiters.get(&info.ticket) {
+                    w.notify.do_send(QueueNotice::Update(info));
+                }
             }
         }
+        if let Some(after) = tick.next {
+            ctx.run_later(after, Self::fanout_tick);
+        }
     }
 
-    fn deliver(&mut self, a: Assignment) {
+    fn deliver(&mut self, a: Assignment, ctx: &mut Context<Self>) {
         let Some(link) = self.links[a.worker].clone() else {
             log::error!("queue: worker {} assigned without a link", a.worker);
             return;
@@ -162,12 +176,12 @@ impl QueueActor {
             log::debug!("queue: ticket {} (c{}) gets worker {}", a.ticket, w.conn, link.name);
             w.notify.do_send(QueueNotice::Assigned { ticket: a.ticket, worker: link });
         }
-        self.moved_from(a.index);
+        self.moved_from(a.index, ctx);
     }
 
-    fn offer(&mut self, worker: WorkerId) {
+    fn offer(&mut self, worker: WorkerId, ctx: &mut Context<Self>) {
         if let Some(a) = self.state.worker_idle(worker, Instant::now()) {
-            self.deliver(a);
+            self.deliver(a, ctx);
         }
     }
 
@@ -182,14 +196,10 @@ impl Actor for QueueActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.run_interval(COALESCE, |act, _| {
-            if let Some(index) = act.moved_from.take() {
-                act.send_updates_from(index);
+        ctx.run_interval(self.update_interval, |act, ctx| {
+            if !act.state.is_empty() {
+                act.moved_from(0, ctx);
             }
-        });
-        ctx.run_interval(self.update_interval, |act, _| {
-            act.moved_from = None;
-            act.send_updates_from(0);
         });
     }
 }
@@ -232,14 +242,14 @@ impl Handler<Join> for QueueActor {
 
 impl Handler<Leave> for QueueActor {
     type Result = ();
-    fn handle(&mut self, msg: Leave, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: Leave, ctx: &mut Context<Self>) {
         let Some(ticket) = self.by_conn.remove(&msg.conn) else {
             return;
         };
         self.waiters.remove(&ticket);
         match self.state.leave(ticket) {
-            LeaveOutcome::Waited { index } => self.moved_from(index),
-            LeaveOutcome::Unclaimed { worker } => self.offer(worker),
+            LeaveOutcome::Waited { index } => self.moved_from(index, ctx),
+            LeaveOutcome::Unclaimed { worker } => self.offer(worker, ctx),
             LeaveOutcome::Nothing => {}
         }
     }
@@ -257,24 +267,24 @@ impl Handler<Claim> for QueueActor {
 
 impl Handler<Cancel> for QueueActor {
     type Result = bool;
-    fn handle(&mut self, msg: Cancel, _: &mut Context<Self>) -> bool {
+    fn handle(&mut self, msg: Cancel, ctx: &mut Context<Self>) -> bool {
         let LeaveOutcome::Waited { index } = self.state.leave(msg.ticket) else {
             return false;
         };
         if let Some(w) = self.forget(msg.ticket) {
             w.notify.do_send(QueueNotice::Cancelled);
         }
-        self.moved_from(index);
+        self.moved_from(index, ctx);
         true
     }
 }
 
 impl Handler<WorkerIdle> for QueueActor {
     type Result = ();
-    fn handle(&mut self, msg: WorkerIdle, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: WorkerIdle, ctx: &mut Context<Self>) {
         let id = msg.link.id;
         self.links[id] = Some(msg.link);
-        self.offer(id);
+        self.offer(id, ctx);
     }
 }
 
@@ -287,7 +297,7 @@ impl Handler<WorkerStarting> for QueueActor {
 
 impl Handler<WorkerDown> for QueueActor {
     type Result = ();
-    fn handle(&mut self, msg: WorkerDown, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: WorkerDown, ctx: &mut Context<Self>) {
         self.links[msg.worker] = None;
         let orphaned = self.state.worker_failed(msg.worker);
         if orphaned.is_empty() {
@@ -300,7 +310,7 @@ impl Handler<WorkerDown> for QueueActor {
                 )));
             }
         }
-        self.moved_from(0);
+        self.moved_from(0, ctx);
     }
 }
 

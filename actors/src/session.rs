@@ -140,6 +140,8 @@ pub struct SessionActor {
     /// The server is stopping: the job in flight finishes, then the session ends.
     draining: bool,
     end: Option<CloseReason>,
+    /// When `end` was decided.
+    ended_at: Option<Instant>,
     frames: Vec<String>,
     counters: SessionCounters,
 }
@@ -169,6 +171,7 @@ impl SessionActor {
             fragment: None,
             draining: false,
             end: None,
+            ended_at: None,
             frames: Vec::new(),
             counters: SessionCounters::default(),
         }
@@ -253,6 +256,7 @@ impl SessionActor {
         }));
         self.state.close();
         self.end = Some(reason);
+        self.ended_at = Some(Instant::now());
         ctx.stop();
     }
 
@@ -650,7 +654,7 @@ impl Actor for SessionActor {
         if self.attach_sent
             && let Some(w) = &self.worker
         {
-            w.backend.do_send(Detach { key: self.conn });
+            w.backend.do_send(Detach { key: self.conn, ended: self.ended_at.unwrap_or_else(Instant::now) });
         }
         let meta = self.meta(&reason);
         self.links.recording.finish(meta);
@@ -724,6 +728,11 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for SessionActor {
                     self.settings.max_frame_bytes
                 );
                 self.finish(ctx, CloseReason::ProtocolViolation("message_too_big"));
+            }
+            Err(ws::ProtocolError::Io(e)) => {
+                // The connection broke (reset, or closed mid-frame): the client is gone.
+                log::info!("session {}: connection lost: {e}", self.who());
+                self.finish(ctx, CloseReason::ClientGone);
             }
             Err(e) => {
                 log::info!("session {}: WebSocket protocol error: {e}", self.who());

@@ -32,7 +32,9 @@ pub async fn connect(base: &str, mode: &str, api_key: Option<&str>) -> Result<Ws
             format!("Bearer {key}").parse().map_err(|_| "the API key is not a valid header value".to_string())?;
         req.headers_mut().insert("Authorization", value);
     }
-    let (ws, _) = tokio_tungstenite::connect_async(req).await.map_err(|e| format!("{url}: {e}"))?;
+    // Nagle off: a small event after a large one must not wait for a delayed ACK.
+    let (ws, _) =
+        tokio_tungstenite::connect_async_with_config(req, None, true).await.map_err(|e| format!("{url}: {e}"))?;
     Ok(ws)
 }
 

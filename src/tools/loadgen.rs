@@ -322,7 +322,10 @@ fn print_result(r: &Value) {
             r["server_rss_kib"]["start"], r["server_rss_kib"]["peak"]
         );
     }
-    println!("cpu (% of one core)          server {} loadgen {}", r["cpu_percent"]["server"], r["cpu_percent"]["loadgen"]);
+    println!(
+        "cpu (% of one core)          server {} loadgen {}",
+        r["cpu_percent"]["server"], r["cpu_percent"]["loadgen"]
+    );
 }
 
 fn error(shared: &Shared, code: &str) {
