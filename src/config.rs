@@ -37,6 +37,8 @@ impl std::error::Error for ConfigError {}
 pub struct ServerConfig {
     pub bind: String,
     pub max_frame_bytes: usize,
+    /// Output a client has not read yet, past which its session ends (slow_consumer).
+    pub max_outgoing_bytes: u64,
     pub heartbeat_interval_s: f64,
     pub heartbeat_timeout_s: f64,
     pub shutdown_grace_s: f64,
@@ -50,6 +52,7 @@ impl Default for ServerConfig {
         ServerConfig {
             bind: "127.0.0.1:8006".into(),
             max_frame_bytes: 4 * 1024 * 1024,
+            max_outgoing_bytes: 8 * 1024 * 1024,
             heartbeat_interval_s: 5.0,
             heartbeat_timeout_s: 30.0,
             shutdown_grace_s: 10.0,
@@ -183,12 +186,24 @@ pub struct WorkerEntry {
     pub backend: BackendKind,
     #[serde(default)]
     pub library: Option<PathBuf>,
+    /// Where the backend runs; defaults to "thread" for builtin, "process" for library.
+    #[serde(default)]
+    pub isolation: Option<Isolation>,
     #[serde(default = "default_count")]
     pub count: usize,
     #[serde(default = "default_modes")]
     pub modes: Vec<String>,
     #[serde(default)]
     pub options: BTreeMap<String, toml::Value>,
+}
+
+/// Where a worker's backend runs: on a thread of the gateway, or in a child process of its
+/// own (a crash in the backend then takes only the child down).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    Thread,
+    Process,
 }
 
 fn default_backend() -> BackendKind {
@@ -255,6 +270,7 @@ pub struct WorkerSpec {
     /// Index of the `[[workers]]` entry it came from.
     pub entry: usize,
     pub source: BackendSource,
+    pub isolation: Isolation,
     pub modes: Vec<Mode>,
     /// `[workers.options]` as text, handed to the backend's open call.
     pub options: Vec<(String, String)>,
@@ -369,6 +385,9 @@ fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid>
             ("server.bind".to_string(), format!("'{}' is not an IP address with a port", raw.server.bind))
         })?;
     positive("server.max_frame_bytes", raw.server.max_frame_bytes as f64)?;
+    if raw.server.max_outgoing_bytes < 65536 {
+        return Err(("server.max_outgoing_bytes".into(), "must be at least 65536".into()));
+    }
     if raw.server.max_frame_bytes < 1024 {
         return Err(("server.max_frame_bytes".into(), "must be at least 1024".into()));
     }
@@ -420,6 +439,10 @@ fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid>
                 BackendSource::Library(resolved)
             }
         };
+        let isolation = w.isolation.unwrap_or(match source {
+            BackendSource::Builtin => Isolation::Thread,
+            BackendSource::Library(_) => Isolation::Process,
+        });
         if w.modes.is_empty() {
             return Err((key("modes"), "must name at least one of chat, video, audio".into()));
         }
@@ -455,6 +478,7 @@ fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid>
                 name: full,
                 entry: i,
                 source: source.clone(),
+                isolation,
                 modes: modes.clone(),
                 options: options.clone(),
             });
@@ -576,6 +600,7 @@ mod tests {
         let w = &c.workers[0];
         assert_eq!(w.name, "sim-0");
         assert_eq!(w.source, BackendSource::Builtin);
+        assert_eq!(w.isolation, Isolation::Thread);
         assert_eq!(w.modes, vec![Mode::Chat, Mode::Video, Mode::Audio]);
     }
 
@@ -657,6 +682,7 @@ mod tests {
         let cfg = dir.path().join("gw.toml");
         let c = Config::parse("[[workers]]\nbackend = \"library\"\nlibrary = \"libx.so\"\n", &cfg).unwrap();
         assert_eq!(c.workers[0].source, BackendSource::Library(dir.path().join("libx.so")));
+        assert_eq!(c.workers[0].isolation, Isolation::Process, "a library runs in a process by default");
     }
 
     #[test]
@@ -801,6 +827,7 @@ mod tests {
         for key in [
             "bind",
             "max_frame_bytes",
+            "max_outgoing_bytes",
             "heartbeat_interval_s",
             "heartbeat_timeout_s",
             "shutdown_grace_s",

@@ -10,4 +10,5 @@ pub mod dialect;
 pub mod recordings;
 pub mod routes;
 pub mod server;
+pub mod socket;
 pub mod tools;

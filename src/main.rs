@@ -30,6 +30,14 @@ enum Command {
     Probe(omni_gateway::tools::probe::ProbeArgs),
     /// Many concurrent sessions against a server, measured (see --help).
     Loadgen(omni_gateway::tools::loadgen::LoadgenArgs),
+    /// Hostile load against a server: connection churn, chunk and tiny-frame floods, oversized frames.
+    Flood(omni_gateway::tools::flood::FloodArgs),
+    /// Verify every recorded session in a recordings directory; exit 0 or 1.
+    CheckRecordings(omni_gateway::tools::check_recordings::CheckRecordingsArgs),
+    /// Hosts one worker's backend in this process, spoken to over stdin and stdout
+    /// (started by the server for workers with isolation = "process").
+    #[command(hide = true)]
+    WorkerHost(omni_gateway::backend::host::HostArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +60,9 @@ fn main() -> ExitCode {
         Command::CheckConfig { path } => check_config(&path.unwrap_or(cli.config)),
         Command::Probe(args) => report(omni_gateway::tools::probe::run(args)),
         Command::Loadgen(args) => report(omni_gateway::tools::loadgen::run(args)),
+        Command::Flood(args) => report(omni_gateway::tools::flood::run(args)),
+        Command::CheckRecordings(args) => report(omni_gateway::tools::check_recordings::run(args)),
+        Command::WorkerHost(args) => report(omni_gateway::backend::host::run(args)),
     }
 }
 

@@ -2,6 +2,7 @@
 //! (status, metrics, recordings, queue cancellation).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use actix_web::http::StatusCode;
@@ -10,6 +11,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use actix_web_actors::ws;
 use omni_actors::domain::Mode;
 use omni_actors::metrics::metrics as gateway_metrics;
+use omni_actors::outgoing::{Metered, OutgoingLimit, OutgoingMeter};
 use omni_actors::pool::WorkerState;
 use omni_actors::pool_actor::PoolSnapshot;
 use omni_actors::queue_actor::{Cancel, QueueSnapshot};
@@ -195,12 +197,21 @@ async fn upgrade(
         Some(spawner) => Recording::new(spawner.clone(), Instant::now()),
         None => Recording::off(),
     };
+    let meter = Arc::new(OutgoingMeter::default());
+    if req.conn_data::<crate::socket::ConnSocket>().is_none() {
+        log::warn!("no handle on this connection's socket: its outgoing buffer is unbounded");
+    }
     let links = SessionLinks {
         queue: gw.queue.clone(),
         registry: gw.registry.clone(),
         admission: Some(admission),
         recording,
         client,
+        outgoing: req.conn_data::<crate::socket::ConnSocket>().map(|socket| OutgoingLimit {
+            meter: meter.clone(),
+            max_bytes: config.server.max_outgoing_bytes,
+            disconnect: Box::new(socket.cutter()),
+        }),
     };
     let actor = SessionActor::new(settings, dialect, links);
     // Browsers offer `realtime` (with their key as a subprotocol): the server selects it.
@@ -210,7 +221,7 @@ async fn upgrade(
         ws::handshake_with_protocols(&req, &["realtime", "openai-beta.realtime-v1"])?
     };
     let codec = actix_http::ws::Codec::new().max_size(config.server.max_frame_bytes);
-    Ok(response.streaming(ws::WebsocketContext::with_codec(actor, payload, codec)))
+    Ok(response.streaming(Metered::new(ws::WebsocketContext::with_codec(actor, payload, codec), meter)))
 }
 
 async fn healthz() -> HttpResponse {

@@ -198,6 +198,8 @@ pub fn run(config: Config) -> std::io::Result<()> {
         .disable_signals()
         // Realtime frames are small and must not wait for the peer's delayed ACK.
         .tcp_nodelay(true)
+        // Keeps a handle to drop the connection of a client that does not read.
+        .on_connect(crate::socket::on_connect)
         .shutdown_timeout(2);
         let server = match tls {
             Some(tls) => server.bind_rustls_0_23(bind, tls)?,

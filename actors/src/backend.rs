@@ -6,12 +6,13 @@
 
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::domain::{BackendInfo, DuplexChunk, SessionSetup, StepOutcome, StepPiece, TurnInput, TurnPiece};
 
 /// A failure reported by a backend. `code()` names it in logs and metrics.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[derive(Debug, Clone, PartialEq, Eq, Error, Serialize, Deserialize)]
 pub enum BackendError {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -29,7 +30,8 @@ pub enum BackendError {
     Open(String),
     #[error("backend failure: {0}")]
     Internal(String),
-    #[error("backend process died: {0}")]
+    /// The backend's process died; the text says whose and how.
+    #[error("{0}")]
     Crashed(String),
 }
 
@@ -66,6 +68,11 @@ pub trait Backend {
     fn duplex_finalize(&mut self) -> Result<(), BackendError>;
     fn turn_prefill(&mut self, input: &TurnInput) -> Result<(), BackendError>;
     fn turn_generate(&mut self) -> Result<TurnPiece, BackendError>;
+    /// One whole duplex step (see [`run_duplex_step`]). A backend in another process
+    /// overrides it to make the step one round trip.
+    fn duplex_step(&mut self, chunk: &DuplexChunk) -> Result<StepOutcome, BackendError> {
+        run_duplex_step(self, chunk)
+    }
     /// The any-thread half, shared with whoever needs to interrupt this backend.
     fn control(&self) -> Arc<dyn BackendControl>;
 }
@@ -77,11 +84,19 @@ pub trait BackendControl: Send + Sync {
     /// Ends the current speech; the next duplex step listens.
     fn set_force_listen(&self, on: bool);
     fn kv_length(&self) -> u64;
+    /// Ends the backend at once, whatever it is doing (a backend in a child process kills
+    /// it). Called when the worker fails; the default does nothing (a thread cannot be killed).
+    fn terminate(&self) {}
+    /// Resolves with a reason if the backend dies on its own (its process exited) while
+    /// nothing is calling it. Taken once, by the BackendActor; the default never dies.
+    fn take_death_notice(&self) -> Option<tokio::sync::oneshot::Receiver<String>> {
+        None
+    }
 }
 
 /// Runs one whole duplex step: prefill, generate, drain until empty, finalize.
 /// The outputs of the step are merged in order.
-pub fn run_duplex_step(backend: &mut dyn Backend, chunk: &DuplexChunk) -> Result<StepOutcome, BackendError> {
+pub fn run_duplex_step<B: Backend + ?Sized>(backend: &mut B, chunk: &DuplexChunk) -> Result<StepOutcome, BackendError> {
     backend.duplex_prefill(chunk)?;
     let mut outcome = StepOutcome::from_first(backend.duplex_generate()?);
     while let Some(piece) = backend.duplex_drain()? {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use crate::backend::{BackendControl, BackendError, run_duplex_step};
+use crate::backend::{BackendControl, BackendError};
 use crate::domain::{BackendInfo, DuplexChunk, Mode, SessionSetup, StepOutcome, TurnInput, TurnSummary};
 use crate::metrics::metrics;
 use crate::pending::Pending;
@@ -211,6 +211,8 @@ impl BackendActor {
         self.event(|worker, generation| WorkerEvent::Failed { worker, generation, reason });
         if let Some(c) = &self.control {
             c.interrupt();
+            // A backend in a child process is killed; a thread is abandoned.
+            c.terminate();
         }
         // Dropping the handle lets the thread end after its current job; nobody waits.
         self.thread = None;
@@ -267,7 +269,7 @@ impl BackendActor {
                 let control = control.clone();
                 Box::new(move |b| {
                     let started = Instant::now();
-                    let result = match run_duplex_step(b, &chunk) {
+                    let result = match b.duplex_step(&chunk) {
                         // An interrupted step heard its chunk and says nothing: a listen.
                         Err(BackendError::Interrupted) => Ok(StepOutcome::listen(control.kv_length())),
                         Err(BackendError::Crashed(reason)) => {
@@ -390,6 +392,14 @@ impl Handler<OpenedMsg> for BackendActor {
                     info.turn,
                     info.context_size
                 );
+                // A backend process that dies while idle fails the worker at once.
+                if let Some(death) = control.take_death_notice() {
+                    ctx.spawn(fut::wrap_future::<_, Self>(death).map(|reason, act, ctx| {
+                        if let Ok(reason) = reason {
+                            act.fail(ctx, reason);
+                        }
+                    }));
+                }
                 self.control = Some(control);
                 self.info = Some(info);
                 let addr = ctx.address();

@@ -6,6 +6,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use serde::{Deserialize, Serialize};
+
 /// The public mode of a connection (`/v1/realtime?mode=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Mode {
@@ -57,7 +59,7 @@ impl FromStr for Mode {
 }
 
 /// How a backend runs a session: one step per input chunk, or one answer per conversation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum SessionKind {
     Duplex,
     Turn,
@@ -74,7 +76,7 @@ impl SessionKind {
 }
 
 /// Generation settings; `None` means the backend's (or the session's) default.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Generation {
     pub max_new_tokens: Option<u32>,
     pub length_penalty: Option<f32>,
@@ -84,7 +86,7 @@ pub struct Generation {
 }
 
 /// Everything a backend needs to start a session.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionSetup {
     pub kind: SessionKind,
     pub system_prompt: String,
@@ -110,7 +112,7 @@ impl SessionSetup {
 }
 
 /// One duplex input chunk: about a second of 16 kHz mono audio, optional JPEG frames.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DuplexChunk {
     pub audio: Vec<f32>,
     pub frames: Vec<Vec<u8>>,
@@ -118,7 +120,7 @@ pub struct DuplexChunk {
     pub max_slice_nums: Option<u32>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Role {
     System,
     User,
@@ -138,7 +140,7 @@ impl FromStr for Role {
 }
 
 /// One message of a turn-mode conversation.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatMessage {
     pub role: Role,
     pub text: String,
@@ -155,7 +157,7 @@ impl ChatMessage {
 }
 
 /// One turn-mode request: a conversation to answer.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TurnInput {
     pub messages: Vec<ChatMessage>,
     pub generation: Generation,
@@ -168,14 +170,14 @@ pub struct TurnInput {
 }
 
 /// Whether a duplex output listens or speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StepKind {
     Listen,
     Speak,
 }
 
 /// One output of a duplex step (a step may yield several: generate, then drain).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepPiece {
     pub kind: StepKind,
     pub text: String,
@@ -190,7 +192,7 @@ pub struct StepPiece {
 }
 
 /// The whole output of one duplex step: all its pieces merged in order.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepOutcome {
     pub kind: StepKind,
     pub text: String,
@@ -249,7 +251,7 @@ impl StepOutcome {
 }
 
 /// One piece of a turn-mode answer.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnPiece {
     pub text: String,
     /// 24 kHz mono; empty without speech output.
@@ -262,7 +264,7 @@ pub struct TurnPiece {
 }
 
 /// What a backend can do, from its info call.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BackendInfo {
     pub name: String,
     pub vision: bool,

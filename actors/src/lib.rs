@@ -16,6 +16,7 @@ pub mod domain;
 pub mod fanout;
 pub mod ids;
 pub mod metrics;
+pub mod outgoing;
 pub mod pending;
 pub mod pool;
 pub mod pool_actor;

@@ -177,6 +177,7 @@ impl CloseReason {
             self,
             CloseReason::ClientGone
                 | CloseReason::HeartbeatTimeout
+                | CloseReason::SlowConsumer
                 | CloseReason::Rejected(_)
                 | CloseReason::ProtocolViolation(_)
         )

@@ -19,6 +19,7 @@ use crate::backend_actor::{Attach, Detach, Drain, Interrupt, Prepare, Reconfigur
 use crate::dialect::{DecodeError, Dialect, RecordedMedia};
 use crate::domain::{Mode, StepKind, StepOutcome, TurnPiece, TurnSummary};
 use crate::metrics::metrics;
+use crate::outgoing::OutgoingLimit;
 use crate::protocol::{CloseReason, Inbound, Outbound, ProtocolError};
 use crate::queue_actor::{Claim, Join, Leave, QueueActor, QueueNotice, WorkerLink};
 use crate::recorder::{Recording, RecordingSummary, SessionMeta, timestamp};
@@ -58,6 +59,8 @@ pub struct SessionLinks {
     pub admission: Option<Admission>,
     pub recording: Recording,
     pub client: ClientInfo,
+    /// The bound on what waits to be sent to a client that does not read; `None`: unbounded.
+    pub outgoing: Option<OutgoingLimit>,
 }
 
 /// What the worker's BackendActor tells its session.
@@ -220,11 +223,34 @@ impl SessionActor {
     }
 
     fn send_frame(&mut self, ctx: &mut ws::WebsocketContext<Self>, frame: ByteString) {
+        if let Some(limit) = &self.links.outgoing {
+            let waiting = limit.meter.wrote(frame.len());
+            if waiting > limit.max_bytes {
+                return self.slow_consumer(ctx, waiting);
+            }
+        }
         metrics().bytes_sent.inc_by(frame.len() as u64);
         if self.links.recording.is_on() {
             self.links.recording.outbound(frame.as_bytes().clone());
         }
         ctx.text(frame);
+    }
+
+    /// The client has not read `waiting` bytes: the session ends and its connection is
+    /// dropped (a close frame would wait behind the backlog forever).
+    fn slow_consumer(&mut self, ctx: &mut ws::WebsocketContext<Self>, waiting: u64) {
+        if self.end.is_some() {
+            return;
+        }
+        log::warn!(
+            "session {}: the client does not read its output ({waiting} bytes waiting); dropping the connection",
+            self.who()
+        );
+        metrics().slow_consumers.inc();
+        self.finish(ctx, CloseReason::SlowConsumer);
+        if let Some(limit) = &self.links.outgoing {
+            limit.disconnect.disconnect();
+        }
     }
 
     fn send_error(&mut self, ctx: &mut ws::WebsocketContext<Self>, e: &ProtocolError) {

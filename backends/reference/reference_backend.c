@@ -22,7 +22,8 @@
  *  pace    step_ms [0] per duplex step, token_ms [0] per text piece (interruptible).
  *  faults  fail_at_step=N (step N of a session fails once with OMNI_ERR_INFERENCE),
  *          hang_at_step=N with hang_ms [60000] (step N blocks, not interruptible),
- *          abort_at_step=N (step N calls abort()). Steps count duplex chunks and turn
+ *          abort_at_step=N (step N calls abort()), segv_at_step=N (step N writes
+ *          through a NULL pointer: SIGSEGV). Steps count duplex chunks and turn
  *          answers from 1 in each session.
  *
  * Build as a shared library:  cc -O2 -shared -fPIC -Iinclude reference_backend.c -lm
@@ -67,7 +68,7 @@ enum state { ST_IDLE, ST_READY, ST_PREFILLED, ST_GENERATED, ST_FULL, ST_TURN_PRE
 struct options {
     double vad_threshold;
     long speech_min_ms, reply_steps, n_ctx, step_ms, token_ms;
-    long fail_at_step, hang_at_step, hang_ms, abort_at_step;
+    long fail_at_step, hang_at_step, hang_ms, abort_at_step, segv_at_step;
 };
 
 struct omni_backend {
@@ -204,11 +205,11 @@ static omni_status parse_options(struct options *opt, const omni_option *options
                                  size_t cap) {
     static const char *names[] = {"vad_threshold", "speech_min_ms", "reply_steps",  "n_ctx",
                                   "step_ms",       "token_ms",      "fail_at_step", "hang_at_step",
-                                  "hang_ms",       "abort_at_step"};
+                                  "hang_ms",       "abort_at_step", "segv_at_step"};
     long *ints[] = {NULL,           &opt->speech_min_ms, &opt->reply_steps,  &opt->n_ctx,
                     &opt->step_ms,  &opt->token_ms,      &opt->fail_at_step, &opt->hang_at_step,
-                    &opt->hang_ms,  &opt->abort_at_step};
-    *opt = (struct options){0.02, 500, 3, 8192, 0, 0, 0, 0, 60000, 0};
+                    &opt->hang_ms,  &opt->abort_at_step, &opt->segv_at_step};
+    *opt = (struct options){0.02, 500, 3, 8192, 0, 0, 0, 0, 60000, 0, 0};
     if (n > 0 && !options) {
         snprintf(err, cap, "options is NULL with n_options %zu", n);
         return OMNI_ERR_INVALID_ARGUMENT;
@@ -223,7 +224,7 @@ static omni_status parse_options(struct options *opt, const omni_option *options
         while (k < sizeof names / sizeof names[0] && !key_is(o, names[k])) k++;
         if (k == sizeof names / sizeof names[0]) {
             snprintf(err, cap, "unknown option '%.*s' (known: vad_threshold, speech_min_ms, reply_steps, n_ctx, "
-                     "step_ms, token_ms, fail_at_step, hang_at_step, hang_ms, abort_at_step)",
+                     "step_ms, token_ms, fail_at_step, hang_at_step, hang_ms, abort_at_step, segv_at_step)",
                      (int)(o->key.len > 64 ? 64 : o->key.len), o->key.ptr ? o->key.ptr : "");
             return OMNI_ERR_OPEN_FAILED;
         }
@@ -363,6 +364,11 @@ static omni_status ref_reset(omni_backend *b) {
 /* Fault injection shared by duplex and turn steps. Returns OMNI_OK to go on. */
 static omni_status faults(omni_backend *b) {
     if (b->opt.abort_at_step && b->step_no == b->opt.abort_at_step) abort();
+    if (b->opt.segv_at_step && b->step_no == b->opt.segv_at_step) {
+        /* A genuine invalid write: the compiler cannot know the pointer is NULL. */
+        int *volatile wild = NULL;
+        *wild = 1;
+    }
     if (b->opt.hang_at_step && b->step_no == b->opt.hang_at_step) sleep_ms(b->opt.hang_ms);
     if (b->opt.fail_at_step && b->step_no == b->opt.fail_at_step && !b->fail_done) {
         b->fail_done = 1;

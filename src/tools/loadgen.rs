@@ -64,6 +64,10 @@ pub struct LoadgenArgs {
     /// With --rejoin: how long the whole run lasts, seconds.
     #[arg(long, default_value_t = 60.0)]
     pub total_time: f64,
+    /// Every Nth session vanishes halfway through its stream: the TCP connection is dropped
+    /// without a close frame, as a phone losing its network would (0 = never).
+    #[arg(long, default_value_t = 0)]
+    pub vanish_every: usize,
     /// Sample this process's resident memory (the server's pid) every second.
     #[arg(long)]
     pub server_pid: Option<u32>,
@@ -99,6 +103,9 @@ struct Counters {
     told_position: AtomicUsize,
     sent: AtomicU64,
     answered: AtomicU64,
+    vanished: AtomicUsize,
+    /// Chunks in flight when their session vanished: never answered, by design.
+    abandoned: AtomicU64,
 }
 
 struct Shared {
@@ -267,14 +274,16 @@ async fn loadgen(args: LoadgenArgs) -> Result<(), String> {
     let c = &shared.counters;
     let sent = c.sent.load(Ordering::Relaxed);
     let answered = c.answered.load(Ordering::Relaxed);
+    let abandoned = c.abandoned.load(Ordering::Relaxed);
     let result = json!({
         "config": {"url": args.url, "sessions": args.sessions, "ramp_s": args.ramp, "duration_s": args.duration, "mode": args.mode,
-                   "dialect": format!("{:?}", args.dialect).to_lowercase(), "frames": args.frames, "cycle": args.cycle, "rejoin": args.rejoin},
+                   "dialect": format!("{:?}", args.dialect).to_lowercase(), "frames": args.frames, "cycle": args.cycle, "rejoin": args.rejoin,
+                   "force_listen_every": args.force_listen_every, "vanish_every": args.vanish_every},
         "elapsed_s": started.elapsed().as_secs_f64(),
         "sessions": {"started": c.started.load(Ordering::Relaxed), "finished": c.finished.load(Ordering::Relaxed),
                      "connect_failures": c.connect_failures.load(Ordering::Relaxed), "gave_up_waiting": c.gave_up.load(Ordering::Relaxed),
-                     "told_position": c.told_position.load(Ordering::Relaxed)},
-        "chunks": {"sent": sent, "answered": answered, "dropped": sent.saturating_sub(answered)},
+                     "told_position": c.told_position.load(Ordering::Relaxed), "vanished": c.vanished.load(Ordering::Relaxed)},
+        "chunks": {"sent": sent, "answered": answered, "abandoned": abandoned, "dropped": sent.saturating_sub(answered + abandoned)},
         "errors": *shared.errors.lock(),
         "rtt_ms": summary(&shared.rtt_us.lock(), 1000.0),
         "queue_wait_ms": summary(&shared.queue_wait_ms.lock(), 1.0),
@@ -336,7 +345,8 @@ fn error(shared: &Shared, code: &str) {
 async fn session(shared: Arc<Shared>) {
     let c = &shared.counters;
     let a = &shared.args;
-    c.started.fetch_add(1, Ordering::Relaxed);
+    let nth = c.started.fetch_add(1, Ordering::Relaxed) + 1;
+    let vanish = a.vanish_every > 0 && nth.is_multiple_of(a.vanish_every);
     let began = Instant::now();
     let ws = match tokio::time::timeout(Duration::from_secs(30), client::connect(&a.url, &a.mode, a.api_key.as_deref()))
         .await
@@ -484,6 +494,16 @@ async fn session(shared: Arc<Shared>) {
     let chunks = a.duration.round().max(1.0) as u64;
     for k in 1..=chunks {
         ticker.tick().await;
+        if vanish && k > chunks / 2 {
+            // Gone without a word: the reader and the socket are dropped mid-stream.
+            reader.abort();
+            drop(sink);
+            c.abandoned.fetch_add(sent_at.lock().len() as u64 + fifo.lock().len() as u64, Ordering::Relaxed);
+            c.vanished.fetch_add(1, Ordering::Relaxed);
+            c.streaming.fetch_sub(1, Ordering::Relaxed);
+            leave(c);
+            return;
+        }
         if shared.run_end.is_some_and(|end| Instant::now() >= end) {
             break;
         }

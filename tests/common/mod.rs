@@ -101,12 +101,19 @@ pub fn workers(count: usize, options: &str) -> String {
     format!("[[workers]]\nname = \"sim\"\ncount = {count}\n[workers.options]\n{options}\n")
 }
 
+/// `count` builtin workers named sim-0.. whose backends run in child processes.
+pub fn process_workers(count: usize, options: &str) -> String {
+    format!("[[workers]]\nname = \"sim\"\ncount = {count}\nisolation = \"process\"\n[workers.options]\n{options}\n")
+}
+
 pub struct Server {
     child: Child,
     pub addr: SocketAddr,
     logs: Arc<Mutex<String>>,
     admin: Option<String>,
     dir: tempfile::TempDir,
+    /// Check the invariants when dropped.
+    invariants: bool,
 }
 
 impl Server {
@@ -154,7 +161,7 @@ impl Server {
                 panic!("the server did not start:\n{}", logs.lock().unwrap());
             }
         };
-        Server { child, addr, logs, admin: setup.admin.clone(), dir }
+        Server { child, addr, logs, admin: setup.admin.clone(), dir, invariants: true }
     }
 
     /// Starts the server and waits until every worker is idle.
@@ -234,17 +241,78 @@ impl Server {
         }
     }
 
+    /// The server's child processes (the `worker-host` of each process-isolated worker).
+    pub fn children(&self) -> Vec<u32> {
+        let mut pids = Vec::new();
+        let tasks = format!("/proc/{}/task", self.child.id());
+        for task in std::fs::read_dir(tasks).into_iter().flatten().flatten() {
+            let listed = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            pids.extend(listed.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+        }
+        pids.sort_unstable();
+        pids
+    }
+
     pub fn child(&mut self) -> &mut Child {
         &mut self.child
     }
 }
 
+impl Server {
+    /// The invariants every test must leave behind, checked when the server is dropped:
+    /// every worker idle (or failed, with a reason), the queue empty, no session open, and
+    /// every recording finalized. Clients dropped just before get a moment to be noticed.
+    pub fn check_invariants(&mut self) {
+        if !self.alive() {
+            return self.check_recordings();
+        }
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let s = self.status();
+            let workers_ok = s["workers"].as_array().unwrap().iter().all(|w| {
+                w["state"] == "idle" || (w["state"] == "failed" && !w["failure"].as_str().unwrap_or("").is_empty())
+            });
+            if workers_ok && s["queue"]["length"] == 0 && s["sessions"]["open"] == 0 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "invariants broken at the end of the test: {s}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.check_recordings();
+    }
+
+    fn check_recordings(&self) {
+        let root = self.dir.path().join("recordings");
+        let days = std::fs::read_dir(&root).into_iter().flatten().flatten();
+        for session in days.flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten()) {
+            let deadline = Instant::now() + WAIT;
+            while !session.path().join("meta.json").exists() {
+                assert!(Instant::now() < deadline, "recording {} never finalized", session.path().display());
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    /// For a test that leaves the server in a state the invariants do not allow on purpose.
+    pub fn skip_invariants(&mut self) {
+        self.invariants = false;
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
+        let checked = if self.invariants && !std::thread::panicking() {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.check_invariants()))
+        } else {
+            Ok(())
+        };
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if std::thread::panicking() {
+        if std::thread::panicking() || checked.is_err() {
             eprintln!("---- server log ----\n{}", self.logs());
+        }
+        if let Err(panic) = checked {
+            std::panic::resume_unwind(panic);
         }
     }
 }
@@ -291,6 +359,11 @@ impl Client {
     /// A client on a connection made elsewhere (custom headers, TLS).
     pub fn from_stream(ws: Ws) -> Client {
         Client { ws, seen: Vec::new() }
+    }
+
+    /// The connection itself, to read it without the client's expectations.
+    pub fn into_inner(self) -> Ws {
+        self.ws
     }
 
     pub async fn send(&mut self, event: Value) {

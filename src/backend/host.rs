@@ -1,0 +1,142 @@
+//! `omni-gateway worker-host`: the child process that hosts one worker's backend when the
+//! worker runs with `isolation = "process"`.
+//!
+//! It opens the backend through the same C ABI as a worker thread would, says
+//! [`FromHost::Opened`], then serves the calls its parent's BackendActor sends over stdin,
+//! answering on stdout (framing in [`super::ipc`]). Calls run one at a time on the main
+//! thread, which owns the backend; a reader thread applies interrupt and force-listen at
+//! once, even mid-call. When stdin ends (the parent closed it, or died) the backend is
+//! closed and the process exits. Whatever the backend prints goes to stderr.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter};
+use std::os::fd::FromRawFd;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::thread;
+
+use omni_actors::backend::{Backend, BackendControl, BackendError};
+
+use super::BackendApi;
+use super::ipc::{FromHost, ToHost, Value, read_frame, write_frame};
+
+/// Where the backend comes from and how to open it (set by the parent, not by users).
+#[derive(Debug, Clone, clap::Args)]
+pub struct HostArgs {
+    /// The worker's name, for logs.
+    #[arg(long)]
+    pub name: String,
+    /// A backend library; without it, the built-in reference backend.
+    #[arg(long)]
+    pub library: Option<PathBuf>,
+    /// An option for the backend's open call, KEY=VALUE; repeated.
+    #[arg(long = "option", value_parser = parse_option)]
+    pub options: Vec<(String, String)>,
+}
+
+fn parse_option(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("'{text}' is not KEY=VALUE"))
+}
+
+/// Runs the host until its parent closes stdin. Errors are for the process's exit status;
+/// the parent reads the reason of a failed open from the `Opened` message.
+pub fn run(args: HostArgs) -> Result<(), String> {
+    let (input, output) = take_stdio()?;
+    let mut output = BufWriter::new(output);
+    let opened = match &args.library {
+        None => Ok(BackendApi::builtin()),
+        Some(path) => BackendApi::load(path).map_err(|e| BackendError::Open(e.to_string())),
+    }
+    .and_then(|api| api.open(&args.options));
+    let mut backend = match opened {
+        Ok(b) => b,
+        Err(e) => {
+            log::debug!("worker {}: backend did not open: {e}", args.name);
+            return write_frame(&mut output, &FromHost::Opened(Err(e))).map_err(|e| e.to_string());
+        }
+    };
+    write_frame(&mut output, &FromHost::Opened(Ok(backend.info().clone()))).map_err(|e| e.to_string())?;
+    let control = backend.control();
+    let (calls, rx) = mpsc::channel();
+    let name = args.name.clone();
+    thread::Builder::new()
+        .name("host-reader".into())
+        .spawn(move || read_requests(input, control, calls, &name))
+        .map_err(|e| e.to_string())?;
+    let control = backend.control();
+    for call in rx {
+        let value = serve(&mut backend, call);
+        let reply = FromHost::Reply { kv_length: control.kv_length(), value };
+        if let Err(e) = write_frame(&mut output, &reply) {
+            log::warn!("worker {}: cannot answer the gateway ({e}); closing the backend", args.name);
+            break;
+        }
+    }
+    drop(backend);
+    log::debug!("worker {}: backend host exits", args.name);
+    Ok(())
+}
+
+/// Applies the any-thread calls at once; queues the rest for the owner thread. Ends (and
+/// so ends the host) when the parent closes the pipe.
+fn read_requests(input: File, control: std::sync::Arc<dyn BackendControl>, calls: mpsc::Sender<ToHost>, name: &str) {
+    let (mut input, mut buf) = (BufReader::new(input), Vec::new());
+    loop {
+        match read_frame::<ToHost>(&mut input, &mut buf) {
+            Ok(Some(ToHost::Interrupt)) => control.interrupt(),
+            Ok(Some(ToHost::ForceListen(on))) => control.set_force_listen(on),
+            Ok(Some(call)) => {
+                if calls.send(call).is_err() {
+                    return;
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                log::error!("worker {name}: unreadable message from the gateway: {e}");
+                return;
+            }
+        }
+    }
+}
+
+fn serve(backend: &mut dyn Backend, call: ToHost) -> Result<Value, BackendError> {
+    Ok(match call {
+        ToHost::Prepare(setup) => backend.prepare(&setup).map(|_| Value::Done)?,
+        ToHost::Reset => backend.reset().map(|_| Value::Done)?,
+        ToHost::DuplexPrefill(chunk) => backend.duplex_prefill(&chunk).map(|_| Value::Done)?,
+        ToHost::DuplexGenerate => Value::Piece(backend.duplex_generate()?),
+        ToHost::DuplexDrain => Value::MaybePiece(backend.duplex_drain()?),
+        ToHost::DuplexFinalize => backend.duplex_finalize().map(|_| Value::Done)?,
+        ToHost::DuplexStep(chunk) => Value::Outcome(backend.duplex_step(&chunk)?),
+        ToHost::TurnPrefill(input) => backend.turn_prefill(&input).map(|_| Value::Done)?,
+        ToHost::TurnGenerate => Value::Turn(backend.turn_generate()?),
+        ToHost::Interrupt | ToHost::ForceListen(_) => Value::Done,
+    })
+}
+
+/// Takes stdin and stdout for the protocol and points fd 0 at /dev/null and fd 1 at
+/// stderr, so that a backend printing to stdout cannot corrupt the frames. On Linux the
+/// host also dies with the gateway's thread that spawned it.
+fn take_stdio() -> Result<(File, File), String> {
+    // SAFETY: plain descriptor calls on this process's own standard descriptors, before
+    // any other thread exists; each new descriptor is owned by exactly one `File`.
+    unsafe {
+        let input = libc::dup(0);
+        let output = libc::dup(1);
+        if input < 0 || output < 0 {
+            return Err(format!("cannot duplicate stdio: {}", std::io::Error::last_os_error()));
+        }
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+        if null < 0 || libc::dup2(null, 0) < 0 || libc::dup2(2, 1) < 0 {
+            return Err(format!("cannot redirect stdio: {}", std::io::Error::last_os_error()));
+        }
+        libc::close(null);
+        libc::fcntl(input, libc::F_SETFD, libc::FD_CLOEXEC);
+        libc::fcntl(output, libc::F_SETFD, libc::FD_CLOEXEC);
+        #[cfg(target_os = "linux")]
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        Ok((File::from_raw_fd(input), File::from_raw_fd(output)))
+    }
+}

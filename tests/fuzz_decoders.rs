@@ -1,0 +1,215 @@
+//! Fuzzing every dialect's decoder (proptest): arbitrary text, and structure-aware JSON
+//! built from each dialect's own event types and field names, in sequences through one
+//! decoder (dialects keep state). No input may panic; every input decodes to commands, or
+//! to the spec's client error (`unknown_event`, `missing_field`, `invalid_payload`,
+//! `not_ready`, `model_not_found`), or is unparseable (the session closes with 1003).
+//!
+//! CI runs `PROPTEST_CASES` cases per property (default 256 here); raise it for longer
+//! runs: `PROPTEST_CASES=20000 cargo test --release --test fuzz_decoders`.
+
+use base64::Engine;
+use omni_actors::dialect::{DecodeError, Dialect};
+use omni_actors::domain::Mode;
+use omni_gateway::dialect::legacy::Legacy;
+use omni_gateway::dialect::minicpm::Current;
+use omni_gateway::dialect::openai::{Flavor, Realtime};
+use omni_gateway::dialect::select::MiniCpmEndpoint;
+use proptest::prelude::*;
+use serde_json::{Map, Value};
+
+const CLIENT_ERRORS: [&str; 5] = ["unknown_event", "missing_field", "invalid_payload", "not_ready", "model_not_found"];
+
+fn dialects() -> Vec<Box<dyn Dialect>> {
+    let mut all: Vec<Box<dyn Dialect>> = Vec::new();
+    for mode in [Mode::Chat, Mode::Video, Mode::Audio] {
+        all.push(Box::new(Current::new(mode, 4000)));
+        all.push(Box::new(Legacy::new(mode, 4000)));
+        all.push(Box::new(MiniCpmEndpoint::new(mode, 4000)));
+    }
+    for flavor in [Flavor::Ga, Flavor::Beta, Flavor::Qwen] {
+        all.push(Box::new(Realtime::new(flavor, "omni")));
+    }
+    all
+}
+
+/// Decodes every frame through every dialect, in order, checking the outcome of each.
+fn decode_all(frames: &[String]) -> Result<(), TestCaseError> {
+    for mut d in dialects() {
+        let mut replies = Vec::new();
+        for frame in frames {
+            match d.decode(frame, &mut replies) {
+                Ok(_) | Err(DecodeError::Unparseable(_)) => {}
+                Err(DecodeError::Protocol(e)) => prop_assert!(
+                    CLIENT_ERRORS.contains(&e.code()),
+                    "{}: {frame:.200} gave {} ({e})",
+                    d.name(),
+                    e.code()
+                ),
+            }
+            d.take_commands();
+            d.take_recorded_media();
+            prop_assert!(replies.iter().all(|r| serde_json::from_str::<Value>(r).is_ok()), "replies are JSON");
+            replies.clear();
+        }
+    }
+    Ok(())
+}
+
+const TYPES: &[&str] = &[
+    "session.init",
+    "input.append",
+    "session.close",
+    "session.update",
+    "input_audio_buffer.append",
+    "input_audio_buffer.commit",
+    "input_audio_buffer.clear",
+    "input_image_buffer.append",
+    "conversation.item.create",
+    "response.create",
+    "response.cancel",
+    "session.finish",
+    "session.dance",
+];
+
+const KEYS: &[&str] = &[
+    "type",
+    "payload",
+    "input",
+    "audio",
+    "video_frames",
+    "force_listen",
+    "max_slice_nums",
+    "messages",
+    "role",
+    "content",
+    "text",
+    "image",
+    "image_url",
+    "session",
+    "event_id",
+    "config",
+    "voice",
+    "system_prompt",
+    "generation",
+    "tts",
+    "enabled",
+    "ref_audio_data",
+    "streaming",
+    "item",
+    "modalities",
+    "instructions",
+    "turn_detection",
+    "input_audio_format",
+    "output_audio_format",
+    "temperature",
+    "max_new_tokens",
+    "length_penalty",
+    "reason",
+    "input_audio",
+    "format",
+    "rate",
+    "sample_rate",
+    "threshold",
+    "silence_duration_ms",
+    "response",
+    "ref_audio",
+    "tts_ref_audio",
+    "output_modalities",
+    "max_response_output_tokens",
+    "thinking",
+    "omni",
+    "data",
+];
+
+fn scalar() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+        prop_oneof![Just(0u64), Just(1), Just(16000), Just(u64::MAX)].prop_map(Value::from),
+        "\\PC{0,24}".prop_map(Value::String),
+        prop::sample::select(TYPES).prop_map(|t| Value::String(t.into())),
+        prop::sample::select(&["user", "system", "assistant", "tool", "text", "audio", "server_vad", "pcm16"][..])
+            .prop_map(|t| Value::String(t.into())),
+        // base64 of arbitrary bytes: odd lengths, not a multiple of 4 samples, and so on
+        prop::collection::vec(any::<u8>(), 0..64)
+            .prop_map(|b| Value::String(base64::engine::general_purpose::STANDARD.encode(b))),
+        "[A-Za-z0-9+/=]{0,40}".prop_map(Value::String),
+    ]
+}
+
+fn value() -> impl Strategy<Value = Value> {
+    scalar().prop_recursive(4, 48, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+            prop::collection::vec((prop::sample::select(KEYS), inner), 0..6)
+                .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect())),
+        ]
+    })
+}
+
+/// An event: a known type (usually) and a handful of known fields with arbitrary values.
+fn event() -> impl Strategy<Value = String> {
+    (
+        prop::option::weighted(0.9, prop::sample::select(TYPES)),
+        prop::collection::vec((prop::sample::select(KEYS), value()), 0..6),
+    )
+        .prop_map(|(kind, fields)| {
+            let mut m = Map::new();
+            for (k, v) in fields {
+                m.insert(k.to_string(), v);
+            }
+            if let Some(kind) = kind {
+                m.insert("type".into(), Value::String(kind.into()));
+            }
+            Value::Object(m).to_string()
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_text_never_panics(frames in prop::collection::vec("\\PC{0,200}", 1..4)) {
+        decode_all(&frames)?;
+    }
+
+    #[test]
+    fn arbitrary_bytes_as_lossy_text_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
+        decode_all(&[String::from_utf8_lossy(&bytes).into_owned()])?;
+    }
+
+    #[test]
+    fn structured_events_get_an_event_or_the_specs_error(frames in prop::collection::vec(event(), 1..6)) {
+        decode_all(&frames)?;
+    }
+
+    #[test]
+    fn any_json_value_is_handled(v in value()) {
+        decode_all(&[v.to_string()])?;
+    }
+}
+
+#[test]
+fn known_nasty_inputs() {
+    let nasty = [
+        "",
+        "{}",
+        "null",
+        "[]",
+        "{\"type\":null}",
+        "{\"type\":\"input.append\",\"input\":{\"audio\":\"====\"}}",
+        "{\"type\":\"input.append\",\"input\":{\"audio\":\"AAA\"}}",
+        "{\"type\":\"input.append\",\"input\":{\"audio\":\"\",\"video_frames\":[\"\",null,1]}}",
+        "{\"type\":\"input_audio_buffer.append\",\"audio\":\"AAAA\"}",
+        "{\"type\":\"session.init\",\"payload\":{\"config\":{\"max_slice_nums\":-1,\"temperature\":1e308}}}",
+        "{\"type\":\"conversation.item.create\",\"item\":{\"content\":[{\"type\":\"input_audio\"}]}}",
+        "{\"type\":\"input.append\",\"input\":{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"audio\",\"audio\":\"AAAAAAAA\"}]}]}}",
+        "{\"type\":\"input.append\"}\u{0}",
+        "{\"type\":\"input.append\",\"type\":\"session.close\"}",
+        &format!("{}{}", "[".repeat(10000), "]".repeat(10000)),
+        &format!("{{\"type\":\"input.append\",\"input\":{}{}}}", "{\"a\":".repeat(3000), "}".repeat(3000)),
+    ];
+    decode_all(&nasty.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+}

@@ -1,0 +1,176 @@
+//! Hostile and broken clients over real sockets: silent peers found by the heartbeat, a
+//! client that never reads cut off at the outgoing limit, and floods (connection churn,
+//! chunk and tiny-frame floods, frames at and over the size limit) while a well-behaved
+//! session is served. The floods come from `omni-gateway flood`, the tool whose figures
+//! `docs/reliability.md` reports.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+
+fn kinds(events: &[Value]) -> Vec<String> {
+    events.iter().map(|v| v["kind"].as_str().unwrap_or("?").to_string()).collect()
+}
+
+fn wait_status(server: &Server, what: &str, within: Duration, check: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let s = server.status();
+        if check(&s) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "{what}: {s}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn metric(server: &Server, name: &str) -> f64 {
+    let (_, body) = server.get("/metrics");
+    body.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("no {name} in /metrics"))
+}
+
+#[tokio::test]
+async fn silent_peers_are_found_by_the_heartbeat_and_their_worker_and_ticket_freed() {
+    let server = Server::ready(
+        Setup::default().server("heartbeat_interval_s = 0.2\nheartbeat_timeout_s = 1").workers(workers(1, "")),
+    );
+    // Two clients that complete the handshake and then never read nor answer a ping: one
+    // holds the worker, one waits in the queue.
+    let (holder, _) = tokio_tungstenite::connect_async(server.url("/v1/realtime?mode=audio")).await.unwrap();
+    wait_status(&server, "the first peer holds the worker", WAIT, |s| s["workers"][0]["state"] == "busy");
+    let (waiting, _) = tokio_tungstenite::connect_async(server.url("/v1/realtime?mode=audio")).await.unwrap();
+    wait_status(&server, "the second peer waits", WAIT, |s| s["queue"]["length"] == 1);
+    let silent_since = Instant::now();
+    // Freed within the timeout (1 s) plus a ping interval, with room for a busy machine.
+    wait_status(&server, "both silent peers are dropped", Duration::from_secs(5), |s| {
+        s["workers"][0]["state"] == "idle" && s["queue"]["length"] == 0 && s["sessions"]["open"] == 0
+    });
+    assert!(silent_since.elapsed() >= Duration::from_millis(700), "dropped before the timeout");
+    assert!(server.logs().contains("heartbeat"), "the log says why");
+    drop((holder, waiting));
+
+    let mut c = active(&server, "audio").await;
+    c.send(append(&loud())).await;
+    assert_eq!(kinds(&answer_to(&mut c, "input_1").await), ["listen"]);
+}
+
+#[tokio::test]
+async fn a_client_that_never_reads_is_cut_off_at_the_outgoing_limit() {
+    let server = Server::ready(
+        Setup::default().server("max_outgoing_bytes = 65536").recording("enabled = true").workers(workers(1, "")),
+    );
+    // A small receive window, so the kernel's buffers fill quickly.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let tcp = socket.connect(server.addr).await.unwrap();
+    let tcp = tokio_tungstenite::MaybeTlsStream::Plain(tcp);
+    let (ws, _) = tokio_tungstenite::client_async(server.url("/v1/realtime?mode=chat"), tcp).await.unwrap();
+    let mut c = Client::from_stream(ws);
+    c.until("session.queue_done").await;
+    c.send(json!({"type": "session.init", "payload": {}})).await;
+    let id = c.expect("session.created").await["session_id"].as_str().unwrap().to_string();
+    // Three spoken answers of 300 words: about 29 MB of audio deltas, never read.
+    let words: Vec<String> = (0..300).map(|i| format!("w{i}")).collect();
+    let request = json!({"type": "input.append", "input": {
+        "messages": [{"role": "user", "content": format!("Reply with exactly: {}", words.join(" "))}],
+        "streaming": true, "tts": {"enabled": true}}});
+    for _ in 0..3 {
+        c.send(request.clone()).await;
+    }
+    wait_status(&server, "the session is cut off and its worker freed", WAIT, |s| {
+        s["workers"][0]["state"] == "idle" && s["sessions"]["open"] == 0
+    });
+    assert_eq!(metric(&server, "omni_slow_consumers_total"), 1.0);
+    assert!(server.logs().contains("does not read its output"), "the log says why");
+
+    // The connection is gone: what the kernel buffered drains, then the stream ends.
+    let deadline = Instant::now() + WAIT;
+    let mut client = c.into_inner();
+    loop {
+        match tokio::time::timeout(WAIT, client.next()).await.expect("the connection ends") {
+            Some(Ok(Message::Text(_))) | Some(Ok(Message::Ping(_))) => {}
+            _ => break,
+        }
+        assert!(Instant::now() < deadline, "the connection was not dropped");
+    }
+    // Its recording is finalized with the reason.
+    let day = std::fs::read_dir(server.dir().join("recordings")).unwrap().next().unwrap().unwrap().path();
+    let meta: Value = serde_json::from_slice(&std::fs::read(day.join(&id).join("meta.json")).unwrap()).unwrap();
+    assert_eq!(meta["close_reason"], "slow_consumer");
+
+    let mut next = active(&server, "audio").await;
+    next.send(append(&loud())).await;
+    assert_eq!(kinds(&answer_to(&mut next, "input_1").await), ["listen"]);
+}
+
+async fn flood(server: &Server, args: &[&str]) -> Value {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_omni-gateway"))
+        .arg("flood")
+        .arg("--url")
+        .arg(format!("ws://{}", server.addr))
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "flood {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn floods_leave_a_well_behaved_session_served() {
+    const LIMIT: usize = 262_144;
+    let server = Server::ready(Setup::default().server(&format!("max_frame_bytes = {LIMIT}")).workers(workers(3, "")));
+    let mut good = active(&server, "audio").await;
+    let limit = LIMIT.to_string();
+    let oversize_args = ["--kind", "oversize", "--bytes", limit.as_str()];
+    let floods = async {
+        tokio::join!(
+            flood(&server, &["--kind", "connect-drop", "--count", "1000"]),
+            flood(&server, &["--kind", "chunks", "--rate", "100", "--seconds", "3"]),
+            flood(&server, &["--kind", "tiny", "--rate", "1000", "--seconds", "3"]),
+            flood(&server, &oversize_args),
+        )
+    };
+    let well_behaved = async {
+        // Real time, one chunk a second, every one answered.
+        for k in 1..=5 {
+            let started = Instant::now();
+            let audio = if k % 6 == 1 { loud() } else { quiet() };
+            good.send(append(&audio)).await;
+            let answer = answer_to(&mut good, &format!("input_{k}")).await;
+            assert!(!answer.is_empty());
+            tokio::time::sleep(Duration::from_secs(1).saturating_sub(started.elapsed())).await;
+        }
+        assert!(good.seen.iter().all(|e| e["type"] != "error"), "the good session saw an error");
+    };
+    let ((churn, chunks, tiny, oversize), ()) = tokio::join!(floods, well_behaved);
+
+    assert_eq!(churn["opened"], 1000, "{churn}");
+    assert_eq!(chunks["sent"], 300, "{chunks}");
+    assert!(chunks["received"]["response.output.delta"].as_u64().unwrap_or(0) >= 3, "{chunks}");
+    assert!(
+        chunks["received"].as_object().unwrap().keys().all(|k| !k.starts_with("error:")),
+        "a chunk flood is dropped silently, not answered with errors: {chunks}"
+    );
+    let errors: u64 = tiny["received"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| k.starts_with("error:"))
+        .map(|(_, n)| n.as_u64().unwrap())
+        .sum();
+    assert_eq!(json!(errors), tiny["sent"], "every tiny frame gets its error: {tiny}");
+    let frames = oversize["frames"].as_array().unwrap();
+    assert!(frames[0]["answer"].get("close").is_none(), "a frame at the limit is read: {oversize}");
+    assert_eq!(frames[1]["answer"]["close"], 1009, "a frame over the limit closes with 1009: {oversize}");
+
+    good.send(json!({"type": "session.close", "reason": "user_stop"})).await;
+    good.until("session.closed").await;
+}
