@@ -14,10 +14,8 @@ cd "$(dirname "$0")/.."
 minutes=${1:?usage: scripts/soak.sh MINUTES [SESSIONS] [OUT_DIR]}
 sessions=${2:-500}
 out=${3:-$(mktemp -d)}
-mkdir -p "$out"
-cargo build --release --quiet
-bin=target/release/omni-gateway
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+. scripts/lib.sh
+prepare "$out"
 trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
 threads=$((sessions * 92 / 100))
 cat > "$out/config.toml" <<TOML
@@ -39,12 +37,7 @@ count = $((sessions * 96 / 100 - threads))
 isolation = "process"
 TOML
 rm -rf "$out/recordings"
-RUST_LOG=${RUST_LOG:-warn} "$bin" --config "$out/config.toml" > "$out/server.log" 2>&1 &
-server=$!
-for _ in $(seq 300); do
-    curl -sf "http://127.0.0.1:$port/readyz" > /dev/null && break
-    sleep 0.1
-done
+start_server "$out/config.toml" "$out/server.log" "$port"
 ulimit -n 65536 2>/dev/null || true
 "$bin" loadgen --url "ws://127.0.0.1:$port" --server-pid "$server" --sessions "$sessions" --ramp 30 \
     --duration 30 --rejoin --total-time $((minutes * 60)) --force-listen-every 7 --vanish-every 10 \

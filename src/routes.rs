@@ -271,6 +271,7 @@ async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_web::Result<H
                 "dialect": dialect,
                 "sessions_served": w.sessions_served,
                 "restarts": w.restarts,
+                "process_id": w.process_id,
                 "last_error": w.last_error,
             })
         })

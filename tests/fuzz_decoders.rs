@@ -4,8 +4,9 @@
 //! to the spec's client error (`unknown_event`, `missing_field`, `invalid_payload`,
 //! `not_ready`, `model_not_found`), or is unparseable (the session closes with 1003).
 //!
-//! CI runs `PROPTEST_CASES` cases per property (default 256 here); raise it for longer
-//! runs: `PROPTEST_CASES=20000 cargo test --release --test fuzz_decoders`.
+//! Each property runs `PROPTEST_CASES` cases (proptest's default: 256) in the test suite;
+//! `.ci/run` runs them again with 4,000; longer runs:
+//! `PROPTEST_CASES=100000 cargo test --release --test fuzz_decoders`.
 
 use base64::Engine;
 use omni_actors::dialect::{DecodeError, Dialect};
@@ -168,8 +169,6 @@ fn event() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
-
     #[test]
     fn arbitrary_text_never_panics(frames in prop::collection::vec("\\PC{0,200}", 1..4)) {
         decode_all(&frames)?;

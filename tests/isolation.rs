@@ -133,6 +133,7 @@ async fn a_backend_process_killed_while_idle_is_noticed_and_replaced() {
     let server = Server::ready(Setup::default().workers(process_workers(1, "")));
     let before = server.children();
     assert_eq!(before.len(), 1);
+    assert_eq!(server.status()["workers"][0]["process_id"], before[0], "/status names the child");
     let killed = std::process::Command::new("kill").arg("-KILL").arg(before[0].to_string()).status().unwrap();
     assert!(killed.success());
     let s = wait_status(&server, "the worker restarts", |s| {
@@ -142,6 +143,7 @@ async fn a_backend_process_killed_while_idle_is_noticed_and_replaced() {
     let after = server.children();
     assert_eq!(after.len(), 1);
     assert_ne!(after, before);
+    assert_eq!(server.status()["workers"][0]["process_id"], after[0]);
     let mut c = active(&server, "video").await;
     c.send(append(&loud())).await;
     assert_eq!(kinds(&answer_to(&mut c, "input_1").await), ["listen"]);

@@ -92,6 +92,10 @@ pub trait BackendControl: Send + Sync {
     fn take_death_notice(&self) -> Option<tokio::sync::oneshot::Receiver<String>> {
         None
     }
+    /// The process hosting the backend, when it is not the gateway's own.
+    fn process_id(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// Runs one whole duplex step: prefill, generate, drain until empty, finalize.

@@ -400,10 +400,11 @@ impl Handler<OpenedMsg> for BackendActor {
                         }
                     }));
                 }
+                let process_id = control.process_id();
                 self.control = Some(control);
                 self.info = Some(info);
                 let addr = ctx.address();
-                self.event(|worker, generation| WorkerEvent::Opened { worker, generation, backend: addr });
+                self.event(|worker, generation| WorkerEvent::Opened { worker, generation, backend: addr, process_id });
             }
             Err(e) => {
                 let reason = e.to_string();

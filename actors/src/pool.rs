@@ -65,6 +65,8 @@ pub struct PoolWorker {
     pub last_error: Option<String>,
     /// Its last failure was an open that failed.
     pub open_failed: bool,
+    /// The process hosting its backend, when it runs in one of its own.
+    pub process_id: Option<u32>,
 }
 
 #[derive(Debug, Clone)]
@@ -96,6 +98,7 @@ impl PoolState {
                     consecutive_failures: 0,
                     last_error: None,
                     open_failed: false,
+                    process_id: None,
                 })
                 .collect(),
         }
@@ -123,6 +126,11 @@ impl PoolState {
         w.consecutive_failures = 0;
         w.open_failed = false;
         true
+    }
+
+    /// The process hosting its backend (none: a thread of the gateway).
+    pub fn set_process(&mut self, id: WorkerId, pid: Option<u32>) {
+        self.workers[id].process_id = pid;
     }
 
     /// The queue gave it to a session.
@@ -169,6 +177,7 @@ impl PoolState {
         w.consecutive_failures += 1;
         let after = backoff(w.consecutive_failures);
         w.last_error = Some(reason.clone());
+        w.process_id = None;
         w.state = WorkerState::Failed { reason, retry_at: now + after };
         Some(Restart { worker: id, after })
     }

@@ -27,7 +27,7 @@ pub struct WorkerSetup {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub enum WorkerEvent {
-    Opened { worker: WorkerId, generation: u64, backend: Addr<BackendActor> },
+    Opened { worker: WorkerId, generation: u64, backend: Addr<BackendActor>, process_id: Option<u32> },
     OpenFailed { worker: WorkerId, generation: u64, reason: String },
     Busy { worker: WorkerId, generation: u64, session: String, mode: Mode },
     Identified { worker: WorkerId, generation: u64, session: String, dialect: &'static str },
@@ -147,8 +147,9 @@ impl WorkerPoolActor {
     fn apply(&mut self, event: WorkerEvent, ctx: &mut Context<Self>) {
         let now = Instant::now();
         match event {
-            WorkerEvent::Opened { worker, generation, backend } => {
+            WorkerEvent::Opened { worker, generation, backend, process_id } => {
                 if self.state.opened(worker, generation) {
+                    self.state.set_process(worker, process_id);
                     let name = self.setups[worker].name.clone();
                     self.queue.do_send(WorkerIdle { link: WorkerLink { id: worker, name, backend } });
                 }

@@ -164,6 +164,7 @@ impl CloseReason {
             CloseReason::Rejected("model_not_found") => 1008,
             CloseReason::Rejected(_) => 1013,
             CloseReason::ProtocolViolation("message_too_big") => 1009,
+            CloseReason::ProtocolViolation("internal_error") => 1011,
             CloseReason::ProtocolViolation(_) => 1003,
             CloseReason::SlowConsumer => 1008,
             CloseReason::ClientGone | CloseReason::HeartbeatTimeout => 1000,

@@ -25,6 +25,7 @@ use crate::queue_actor::{Claim, Join, Leave, QueueActor, QueueNotice, WorkerLink
 use crate::recorder::{Recording, RecordingSummary, SessionMeta, timestamp};
 use crate::registry::{Admission, Registry, Shutdown};
 use crate::session_state::{Phase, SessionState};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// What a session is allowed, from the configuration.
 #[derive(Debug, Clone)]
@@ -289,7 +290,14 @@ impl SessionActor {
     fn on_text(&mut self, text: ByteString, ctx: &mut ws::WebsocketContext<Self>) {
         metrics().bytes_received.inc_by(text.len() as u64);
         let mut replies = Vec::new();
-        let decoded = self.dialect.decode(&text, &mut replies);
+        // A decoder bug must cost this session only, not the arbiter thread it shares.
+        let decoded = match catch_unwind(AssertUnwindSafe(|| self.dialect.decode(&text, &mut replies))) {
+            Ok(decoded) => decoded,
+            Err(_) => {
+                log::error!("session {}: the {} decoder panicked on a frame; closing", self.who(), self.dialect.name());
+                return self.finish(ctx, CloseReason::ProtocolViolation("internal_error"));
+            }
+        };
         if self.links.recording.is_on() {
             let (audio, frames) = match (&decoded, self.dialect.take_recorded_media()) {
                 (_, Some(media)) => media,

@@ -41,6 +41,7 @@ pub struct HostSpec {
 
 struct Shared {
     name: String,
+    pid: u32,
     child: Mutex<Child>,
     /// Frames for the writer thread; `None` closes the child's stdin.
     outgoing: mpsc::Sender<Option<ToHost>>,
@@ -113,6 +114,7 @@ impl ProcessBackend {
         let (notify, notice) = oneshot::channel();
         let shared = Arc::new(Shared {
             name: spec.name.clone(),
+            pid,
             child: Mutex::new(child),
             outgoing,
             kv_length: AtomicU64::new(0),
@@ -252,6 +254,9 @@ impl BackendControl for ProcessControl {
     }
     fn take_death_notice(&self) -> Option<oneshot::Receiver<String>> {
         self.0.death_notice.lock().take()
+    }
+    fn process_id(&self) -> Option<u32> {
+        Some(self.0.pid)
     }
 }
 

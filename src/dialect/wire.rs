@@ -36,7 +36,8 @@ pub fn event_type(text: &str) -> Result<Cow<'_, str>, DecodeError> {
     // Fast path: clients put `type` first; a large event is then not scanned twice. The
     // whole frame is still parsed (and refused if it is not JSON) by `parse_event`.
     if let Some(rest) = text.strip_prefix("{\"type\":\"")
-        && let Some(end) = rest[..rest.len().min(64)].find('"')
+        // (bytes: 64 may fall inside a character; a quote is always a boundary)
+        && let Some(end) = rest.as_bytes()[..rest.len().min(64)].iter().position(|&b| b == b'"')
         && !rest[..end].contains('\\')
     {
         return Ok(Cow::Borrowed(&rest[..end]));
@@ -280,6 +281,9 @@ mod tests {
     #[test]
     fn event_type_classifies_what_is_not_an_event() {
         assert_eq!(event_type(r#"{"type":"a"}"#).unwrap(), "a");
+        // Found by the fuzzer: the 64-byte window of the fast path ending inside a character.
+        let long = format!("{{\"type\":\"{}\u{10b9b}\"}}", "x".repeat(61));
+        assert!(event_type(&long).is_ok());
         assert!(matches!(event_type("nope"), Err(DecodeError::Unparseable(_))));
         assert!(matches!(event_type("[1,2]"), Err(DecodeError::Unparseable(_))));
         assert!(matches!(event_type("{\"type\": 3}"), Err(DecodeError::Protocol(ProtocolError::InvalidPayload(_)))));

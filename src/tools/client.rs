@@ -117,7 +117,7 @@ pub async fn next(stream: &mut SplitStream<Ws>, within: Duration) -> Result<Opti
 /// The `type` of an event, read from its first bytes when the server put it first (it
 /// does), so that large audio events are not parsed whole.
 pub fn event_type(text: &str) -> Option<String> {
-    let prefix = &text[..text.len().min(160)];
+    let prefix = head(text, 160);
     if let Some(rest) = prefix.strip_prefix("{\"type\":\"")
         && let Some(end) = rest.find('"')
     {
@@ -126,9 +126,18 @@ pub fn event_type(text: &str) -> Option<String> {
     serde_json::from_str::<Value>(text).ok()?.get("type")?.as_str().map(String::from)
 }
 
+/// At most the first `n` bytes of `text`, cut at a character boundary.
+fn head(text: &str, n: usize) -> &str {
+    let mut end = n.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// A string field found in the first bytes of an event (`"input_id":"input_7"`).
 pub fn early_field<'a>(text: &'a str, field: &str) -> Option<&'a str> {
-    let prefix = &text[..text.len().min(400)];
+    let prefix = head(text, 400);
     let key = format!("\"{field}\":\"");
     let start = prefix.find(&key)? + key.len();
     let end = prefix[start..].find('"')?;
