@@ -31,7 +31,12 @@ start_server "$out/config.toml" "$out/server.log" "$port"
 
 # One flood kind, again and again until killed.
 repeat() {
-    while true; do "$bin" flood --url "$url" "$@" >> "$out/floods.jsonl" 2>/dev/null || true; done
+    trap 'kill "$child" 2>/dev/null; exit 0' TERM
+    while true; do
+        "$bin" flood --url "$url" "$@" >> "$out/floods.jsonl" 2>/dev/null &
+        child=$!
+        wait "$child" || true
+    done
 }
 start() {
     for kind in "$@"; do
@@ -47,8 +52,8 @@ start() {
 }
 stop() {
     for f in "${floods[@]}"; do
-        pkill -P "$f" 2>/dev/null || true
         kill "$f" 2>/dev/null || true
+        wait "$f" 2>/dev/null || true
     done
     floods=()
     sleep 2

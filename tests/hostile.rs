@@ -173,4 +173,39 @@ async fn floods_leave_a_well_behaved_session_served() {
 
     good.send(json!({"type": "session.close", "reason": "user_stop"})).await;
     good.until("session.closed").await;
+
+    // No worker was lost to the churn: three new clients at once are all served.
+    let (mut a, mut b, mut c) =
+        tokio::join!(active(&server, "audio"), active(&server, "audio"), active(&server, "audio"));
+    for client in [&mut a, &mut b, &mut c] {
+        client.send(append(&loud())).await;
+        assert_eq!(kinds(&answer_to(client, "input_1").await), ["listen"]);
+    }
+}
+
+#[tokio::test]
+async fn a_client_joining_during_connection_churn_gets_a_worker() {
+    // A session that ends right after its worker was assigned must not leave that worker
+    // reserved (this starved every later client before Attach was sent with do_send).
+    let server = Server::ready(Setup::default().workers(workers(2, "")));
+    let churn = flood(&server, &["--kind", "connect-drop", "--count", "3000"]);
+    let joiner = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // It may wait behind churning connections first.
+        let mut c = Client::connect(&server.url("/v1/realtime?mode=audio")).await;
+        c.until("session.queue_done").await;
+        c.send(json!({"type": "session.init", "payload": {}})).await;
+        c.expect("session.created").await;
+        c.send(append(&loud())).await;
+        assert_eq!(kinds(&answer_to(&mut c, "input_1").await), ["listen"]);
+    };
+    let joiner =
+        async { tokio::time::timeout(Duration::from_secs(30), joiner).await.expect("the joiner was never served") };
+    let (report, ()) = tokio::join!(churn, joiner);
+    assert_eq!(report["opened"], 3000, "{report}");
+    let (mut a, mut b) = tokio::join!(active(&server, "audio"), active(&server, "audio"));
+    for client in [&mut a, &mut b] {
+        client.send(append(&loud())).await;
+        assert_eq!(kinds(&answer_to(client, "input_1").await), ["listen"]);
+    }
 }

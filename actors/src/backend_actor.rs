@@ -32,9 +32,11 @@ pub struct BackendLimits {
     pub step_timeout: Duration,
 }
 
-/// A session takes this worker. Fails when the worker cannot take it.
+/// A session takes this worker; answered with `BackendEvent::Attached`. Sent with
+/// `do_send`, so it is queued at once and always ahead of the session's `Detach`: a session
+/// that ends right after it cannot leave the worker reserved and never attached.
 #[derive(Message)]
-#[rtype(result = "Result<(), ProtocolError>")]
+#[rtype(result = "()")]
 pub struct Attach {
     /// The session's key; every later message carries it.
     pub key: u64,
@@ -418,8 +420,15 @@ impl Handler<OpenedMsg> for BackendActor {
 }
 
 impl Handler<Attach> for BackendActor {
-    type Result = Result<(), ProtocolError>;
-    fn handle(&mut self, msg: Attach, _: &mut Context<Self>) -> Self::Result {
+    type Result = ();
+    fn handle(&mut self, msg: Attach, _: &mut Context<Self>) {
+        let events = msg.events.clone();
+        events.do_send(BackendEvent::Attached(self.attach(msg)));
+    }
+}
+
+impl BackendActor {
+    fn attach(&mut self, msg: Attach) -> Result<(), ProtocolError> {
         if self.failed || self.control.is_none() {
             return Err(ProtocolError::WorkerConnectFailed(format!("worker {} is not ready", self.name)));
         }

@@ -283,6 +283,7 @@ impl Handler<WorkerIdle> for QueueActor {
     type Result = ();
     fn handle(&mut self, msg: WorkerIdle, ctx: &mut Context<Self>) {
         let id = msg.link.id;
+        log::debug!("queue: worker {} is idle; {} waiting", msg.link.name, self.state.len());
         self.links[id] = Some(msg.link);
         self.offer(id, ctx);
     }

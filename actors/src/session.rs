@@ -96,6 +96,8 @@ pub enum BackendEvent {
     },
     /// After `Drain`: the job in flight is done, nothing is pending.
     Drained,
+    /// The answer to `Attach`: the worker is this session's, or why not.
+    Attached(Result<(), ProtocolError>),
 }
 
 /// Counts for logs, metrics and the recording.
@@ -815,14 +817,12 @@ impl SessionActor {
                     mode: self.settings.mode,
                     events: ctx.address().recipient(),
                 };
-                let request = worker.backend.send(attach);
+                if !worker.backend.connected() {
+                    return self.send_error(ctx, &ProtocolError::WorkerConnectFailed("the worker stopped".into()));
+                }
+                worker.backend.do_send(attach);
                 self.worker = Some(worker);
                 self.attach_sent = true;
-                ctx.spawn(request.into_actor(self).map(|result, act, ctx| match result {
-                    Ok(Ok(())) => act.attached(ctx),
-                    Ok(Err(e)) => act.send_error(ctx, &e),
-                    Err(_) => act.send_error(ctx, &ProtocolError::WorkerConnectFailed("the worker stopped".into())),
-                }));
             }
             QueueNotice::Rejected(e) => {
                 log::info!("session c{}: refused: {e}", self.conn);
@@ -877,6 +877,8 @@ impl SessionActor {
                 self.finish(ctx, CloseReason::BackendError(reason));
             }
             BackendEvent::Drained => self.finish(ctx, CloseReason::ServerShutdown),
+            BackendEvent::Attached(Ok(())) => self.attached(ctx),
+            BackendEvent::Attached(Err(e)) => self.send_error(ctx, &e),
         }
     }
 }
