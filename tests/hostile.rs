@@ -13,22 +13,6 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
-fn kinds(events: &[Value]) -> Vec<String> {
-    events.iter().map(|v| v["kind"].as_str().unwrap_or("?").to_string()).collect()
-}
-
-fn wait_status(server: &Server, what: &str, within: Duration, check: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
-        let s = server.status();
-        if check(&s) {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "{what}: {s}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn metric(server: &Server, name: &str) -> f64 {
     let (_, body) = server.get("/metrics");
     body.lines()
@@ -44,12 +28,12 @@ async fn silent_peers_are_found_by_the_heartbeat_and_their_worker_and_ticket_fre
     // Two clients that complete the handshake and then never read nor answer a ping: one
     // holds the worker, one waits in the queue.
     let (holder, _) = tokio_tungstenite::connect_async(server.url("/v1/realtime?mode=audio")).await.unwrap();
-    wait_status(&server, "the first peer holds the worker", WAIT, |s| s["workers"][0]["state"] == "busy");
+    server.wait_status("the first peer holds the worker", WAIT, |s| s["workers"][0]["state"] == "busy");
     let (waiting, _) = tokio_tungstenite::connect_async(server.url("/v1/realtime?mode=audio")).await.unwrap();
-    wait_status(&server, "the second peer waits", WAIT, |s| s["queue"]["length"] == 1);
+    server.wait_status("the second peer waits", WAIT, |s| s["queue"]["length"] == 1);
     let silent_since = Instant::now();
     // Freed within the timeout (1 s) plus a ping interval, with room for a busy machine.
-    wait_status(&server, "both silent peers are dropped", Duration::from_secs(5), |s| {
+    server.wait_status("both silent peers are dropped", Duration::from_secs(5), |s| {
         s["workers"][0]["state"] == "idle" && s["queue"]["length"] == 0 && s["sessions"]["open"] == 0
     });
     assert!(silent_since.elapsed() >= Duration::from_millis(700), "dropped before the timeout");
@@ -84,7 +68,7 @@ async fn a_client_that_never_reads_is_cut_off_at_the_outgoing_limit() {
     for _ in 0..3 {
         c.send(request.clone()).await;
     }
-    wait_status(&server, "the session is cut off and its worker freed", WAIT, |s| {
+    server.wait_status("the session is cut off and its worker freed", WAIT, |s| {
         s["workers"][0]["state"] == "idle" && s["sessions"]["open"] == 0
     });
     assert_eq!(metric(&server, "omni_slow_consumers_total"), 1.0);

@@ -12,10 +12,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::{Value, json};
 
-fn kinds(events: &[Value]) -> Vec<String> {
-    events.iter().map(|v| v["kind"].as_str().unwrap_or("?").to_string()).collect()
-}
-
 /// A worker entry with its own name, modes and isolation.
 fn entry(name: &str, modes: &str, isolation: &str, options: &str) -> String {
     format!(
@@ -28,18 +24,6 @@ fn worker<'a>(status: &'a Value, name: &str) -> &'a Value {
 }
 
 /// Waits until `check` holds for the status, or fails with the last status seen.
-fn wait_status(server: &Server, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let s = server.status();
-        if check(&s) {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "{what}: {s}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn pid_exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
@@ -70,7 +54,7 @@ async fn crash_isolated(option: &str, signal: &str) {
     steady.send(append(&loud())).await;
     assert_eq!(kinds(&answer_to(&mut steady, "input_2").await), ["listen"]);
 
-    let s = wait_status(&server, "the crashed worker comes back", |s| {
+    let s = server.wait_status("the crashed worker comes back", WAIT, |s| {
         worker(s, "crashy-0")["state"] == "idle" && worker(s, "crashy-0")["restarts"] == 1
     });
     let error = worker(&s, "crashy-0")["last_error"].as_str().unwrap().to_string();
@@ -113,7 +97,7 @@ async fn a_hung_backend_process_is_killed_at_the_step_timeout_and_replaced() {
     c.send(append(&loud())).await;
     assert_eq!(c.until("session.closed").await["reason"], "backend_error");
     assert_eq!(c.closed().await, Some(1011));
-    let s = wait_status(&server, "the worker comes back", |s| s["workers"][0]["state"] == "idle");
+    let s = server.wait_status("the worker comes back", WAIT, |s| s["workers"][0]["state"] == "idle");
     assert!(s["workers"][0]["last_error"].as_str().unwrap().contains("step_timeout_ms"), "{s}");
     let deadline = Instant::now() + Duration::from_secs(10);
     while pid_exists(before[0]) {
@@ -136,7 +120,7 @@ async fn a_backend_process_killed_while_idle_is_noticed_and_replaced() {
     assert_eq!(server.status()["workers"][0]["process_id"], before[0], "/status names the child");
     let killed = std::process::Command::new("kill").arg("-KILL").arg(before[0].to_string()).status().unwrap();
     assert!(killed.success());
-    let s = wait_status(&server, "the worker restarts", |s| {
+    let s = server.wait_status("the worker restarts", WAIT, |s| {
         s["workers"][0]["restarts"] == 1 && s["workers"][0]["state"] == "idle"
     });
     assert!(s["workers"][0]["last_error"].as_str().unwrap().contains("killed by signal 9 (SIGKILL)"), "{s}");
@@ -208,7 +192,7 @@ async fn open_failures_leave_that_worker_failed_with_its_reason_and_the_rest_ser
         .extra(&library("badoption", env!("OMNI_REFERENCE_LIB")))
         .extra("[workers.options]\nno_such_option = 1\n");
     let server = Server::start_in(setup, dir);
-    let s = wait_status(&server, "the broken workers fail", |s| {
+    let s = server.wait_status("the broken workers fail", WAIT, |s| {
         s["workers"].as_array().unwrap().iter().filter(|w| w["state"] == "failed").count() == 4
     });
     let reason = |name: &str| worker(&s, name)["failure"].as_str().unwrap_or_default().to_string();

@@ -7,10 +7,6 @@ use common::*;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
-fn kinds(events: &[Value]) -> Vec<String> {
-    events.iter().map(|v| v["kind"].as_str().unwrap_or("?").to_string()).collect()
-}
-
 #[tokio::test]
 async fn video_full_lifecycle() {
     let server = Server::ready(Setup::default());

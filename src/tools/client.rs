@@ -38,6 +38,11 @@ pub async fn connect(base: &str, mode: &str, api_key: Option<&str>) -> Result<Ws
     Ok(ws)
 }
 
+/// The tools' runtime: two worker threads, like the machine they are measured on.
+pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())
+}
+
 /// Base64 of little-endian float32 samples.
 pub fn b64_f32(samples: &[f32]) -> String {
     let bytes: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();

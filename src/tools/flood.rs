@@ -52,11 +52,7 @@ pub struct FloodArgs {
 }
 
 pub fn run(args: FloodArgs) -> Result<(), String> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let runtime = client::runtime()?;
     let report = runtime.block_on(async {
         match args.kind {
             FloodKind::ConnectDrop => connect_drop(&args).await,

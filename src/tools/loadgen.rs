@@ -162,11 +162,7 @@ fn rss_kib(pid: u32) -> Option<u64> {
 }
 
 pub fn run(args: LoadgenArgs) -> Result<(), String> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let runtime = client::runtime()?;
     runtime.block_on(loadgen(args))
 }
 

@@ -96,6 +96,11 @@ impl Setup {
     }
 }
 
+/// The `kind` of each delta, in order.
+pub fn kinds(events: &[Value]) -> Vec<String> {
+    events.iter().map(|v| v["kind"].as_str().unwrap_or("?").to_string()).collect()
+}
+
 /// `count` builtin workers named sim-0.., with extra `[workers.options]` lines.
 pub fn workers(count: usize, options: &str) -> String {
     format!("[[workers]]\nname = \"sim\"\ncount = {count}\n[workers.options]\n{options}\n")
@@ -204,14 +209,20 @@ impl Server {
 
     /// Waits until every worker is idle and the queue is empty (the invariant after a test).
     pub fn wait_idle(&self) {
-        let deadline = Instant::now() + WAIT;
+        self.wait_status("workers not idle", WAIT, |s| {
+            s["workers"].as_array().unwrap().iter().all(|w| w["state"] == "idle") && s["queue"]["length"] == 0
+        });
+    }
+
+    /// Polls `/status` until `check` holds; fails with `what` and the last status after `within`.
+    pub fn wait_status(&self, what: &str, within: Duration, check: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + within;
         loop {
             let s = self.status();
-            let idle = s["workers"].as_array().unwrap().iter().all(|w| w["state"] == "idle");
-            if idle && s["queue"]["length"] == 0 {
-                return;
+            if check(&s) {
+                return s;
             }
-            assert!(Instant::now() < deadline, "workers not idle: {s}");
+            assert!(Instant::now() < deadline, "{what}: {s}");
             std::thread::sleep(Duration::from_millis(20));
         }
     }
