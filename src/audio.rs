@@ -1,44 +1,140 @@
 //! Audio conversions at the edge: WAV files in any PCM format, resampling with a proper
 //! band-limited resampler (rubato), and float32 / pcm16 sample formats.
+//!
+//! Everything here takes audio from clients, so every size a client declares (sample rate,
+//! channel count, length) is checked against [`AudioLimits`] before anything proportional
+//! to it is allocated: a WAV header is 44 bytes, and what it declares must not decide how
+//! much memory the server spends.
 
 use std::io::Cursor;
 
 use audioadapter_buffers::direct::InterleavedSlice;
-use rubato::{Fft, FixedSync, Resampler};
+use rubato::{
+    Async, Fft, FixedAsync, FixedSync, Resampler, SincInterpolationParameters, SincInterpolationType, WindowFunction,
+};
 
-/// Decodes a WAV file (integer or float PCM, any rate and channel count) into mono
-/// float32 samples (channels averaged) and its sample rate.
-pub fn decode_wav(bytes: &[u8]) -> Result<(Vec<f32>, u32), String> {
+/// Sample rates a client may declare (Hz). Outside this range no real client sends audio;
+/// the resampler's buffers grow with the rate, so nothing outside it is ever accepted.
+pub const MIN_RATE: u32 = 8_000;
+pub const MAX_RATE: u32 = 192_000;
+/// Most channels a client's WAV may have.
+pub const MAX_CHANNELS: u16 = 8;
+
+/// The bounds a client's audio is checked against.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AudioLimits {
+    /// The longest clip accepted, in seconds (reference voices).
+    pub max_seconds: f64,
+}
+
+impl AudioLimits {
+    /// The most samples a clip of `max_seconds` has at `rate`.
+    pub fn max_samples(&self, rate: u32) -> usize {
+        (self.max_seconds * rate as f64).ceil() as usize
+    }
+}
+
+/// Checks a client's sample rate: `Err` says why, for an `invalid_payload` naming the field.
+pub fn check_rate(rate: u64) -> Result<u32, String> {
+    if (MIN_RATE as u64..=MAX_RATE as u64).contains(&rate) {
+        Ok(rate as u32)
+    } else {
+        Err(format!("sample rate {rate} Hz is outside {MIN_RATE}..{MAX_RATE} Hz"))
+    }
+}
+
+/// Decodes a WAV file (integer or float PCM, 8 to 192 kHz, at most 8 channels, at most
+/// `limits.max_seconds` long) into mono float32 samples (channels averaged) and its rate.
+/// The header is checked before any sample is read; the samples are read into a buffer
+/// sized by the data actually present, never by what the header claims.
+pub fn decode_wav(bytes: &[u8], limits: AudioLimits) -> Result<(Vec<f32>, u32), String> {
     let reader = hound::WavReader::new(Cursor::new(bytes)).map_err(|e| format!("not a PCM WAV file ({e})"))?;
     let spec = reader.spec();
+    let rate = check_rate(spec.sample_rate as u64)?;
+    if spec.channels > MAX_CHANNELS {
+        return Err(format!("{} channels; at most {MAX_CHANNELS} are accepted", spec.channels));
+    }
     let channels = spec.channels.max(1) as usize;
-    let interleaved: Vec<f32> = match spec.sample_format {
-        hound::SampleFormat::Float => reader.into_samples::<f32>().collect::<Result<_, _>>(),
+    let frames = reader.duration() as usize;
+    let limit = limits.max_samples(rate);
+    if frames > limit {
+        return Err(format!(
+            "{:.1} s of audio; at most {} s are accepted",
+            frames as f64 / rate as f64,
+            limits.max_seconds
+        ));
+    }
+    // What the header declares may exceed what the file holds: size by the bytes present.
+    let bytes_per_sample = (spec.bits_per_sample as usize).div_ceil(8).max(1);
+    let present = bytes.len() / bytes_per_sample;
+    let mut interleaved = Vec::with_capacity((frames * channels).min(present));
+    match spec.sample_format {
+        hound::SampleFormat::Float => {
+            for s in reader.into_samples::<f32>() {
+                let v = s.map_err(|e| format!("cannot read the WAV samples ({e})"))?;
+                if !v.is_finite() {
+                    return Err(format!("sample {} is not a finite number", interleaved.len()));
+                }
+                interleaved.push(v);
+            }
+        }
         hound::SampleFormat::Int => {
             let scale = 1.0 / (1u64 << (spec.bits_per_sample.clamp(1, 32) - 1)) as f32;
-            reader.into_samples::<i32>().map(|s| s.map(|v| v as f32 * scale)).collect::<Result<_, _>>()
+            for s in reader.into_samples::<i32>() {
+                interleaved.push(s.map_err(|e| format!("cannot read the WAV samples ({e})"))? as f32 * scale);
+            }
         }
     }
-    .map_err(|e| format!("cannot read the WAV samples ({e})"))?;
     let mono = if channels == 1 {
         interleaved
     } else {
         interleaved.chunks_exact(channels).map(|frame| frame.iter().sum::<f32>() / channels as f32).collect()
     };
-    Ok((mono, spec.sample_rate))
+    Ok((mono, rate))
 }
 
-/// Resamples a whole mono clip from `from` Hz to `to` Hz.
+/// The largest input block (`from / gcd(from, to)`) the FFT resampler is used for. Every
+/// rate a real client sends reduces to far less (44.1 kHz to 16 kHz: 441); a rate pair
+/// that does not (191,999 Hz is prime) would make the FFT resampler plan a transform of
+/// that many points, 90 ms of CPU for each, so it gets the sinc resampler, whose cost
+/// does not depend on the rates.
+const MAX_FFT_BLOCK: u32 = 4096;
+
+fn gcd(mut a: u32, mut b: u32) -> u32 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// A mono resampler from `from` to `to` Hz taking `chunk` input frames at a time.
+fn resampler(from: u32, to: u32, chunk: usize) -> Result<Box<dyn Resampler<f32>>, String> {
+    check_rate(from as u64)?;
+    check_rate(to as u64)?;
+    let g = gcd(from, to);
+    if from / g <= MAX_FFT_BLOCK && to / g <= MAX_FFT_BLOCK {
+        let fft = Fft::<f32>::new(from as usize, to as usize, chunk, 1, FixedSync::Input).map_err(|e| e.to_string())?;
+        return Ok(Box::new(fft));
+    }
+    let sinc = SincInterpolationParameters {
+        sinc_len: 128,
+        f_cutoff: Some(0.95),
+        interpolation: SincInterpolationType::Linear,
+        oversampling_factor: 128,
+        window: WindowFunction::BlackmanHarris2,
+    };
+    let ratio = to as f64 / from as f64;
+    let r = Async::<f32>::new_sinc(ratio, 1.0, &sinc, chunk, 1, FixedAsync::Input).map_err(|e| e.to_string())?;
+    Ok(Box::new(r))
+}
+
+/// Resamples a whole mono clip from `from` Hz to `to` Hz (both within the accepted range).
 pub fn resample(samples: &[f32], from: u32, to: u32) -> Result<Vec<f32>, String> {
     if from == to || samples.is_empty() {
         return Ok(samples.to_vec());
     }
-    if from == 0 || to == 0 {
-        return Err(format!("cannot resample from {from} Hz to {to} Hz"));
-    }
     let input = InterleavedSlice::new(samples, 1, samples.len()).map_err(|e| e.to_string())?;
-    let mut resampler =
-        Fft::<f32>::new(from as usize, to as usize, 1024, 1, FixedSync::Input).map_err(|e| e.to_string())?;
+    let mut resampler = resampler(from, to, 1024)?;
     let out = resampler.process_all(&input, samples.len(), None).map_err(|e| e.to_string())?;
     Ok(out.take_data())
 }
@@ -46,21 +142,16 @@ pub fn resample(samples: &[f32], from: u32, to: u32) -> Result<Vec<f32>, String>
 /// Resamples a stream that arrives in pieces of any size (mono, float32). Holds less than
 /// one internal chunk of input; `flush` pads it out.
 pub struct StreamResampler {
-    inner: Option<Fft<f32>>,
+    inner: Option<Box<dyn Resampler<f32>>>,
     pending: Vec<f32>,
     scratch: Vec<f32>,
 }
 
 impl StreamResampler {
     pub fn new(from: u32, to: u32) -> Result<StreamResampler, String> {
-        if from == 0 || to == 0 {
-            return Err(format!("cannot resample from {from} Hz to {to} Hz"));
-        }
-        let inner = if from == to {
-            None
-        } else {
-            Some(Fft::<f32>::new(from as usize, to as usize, 480, 1, FixedSync::Input).map_err(|e| e.to_string())?)
-        };
+        check_rate(from as u64)?;
+        check_rate(to as u64)?;
+        let inner = if from == to { None } else { Some(resampler(from, to, 480)?) };
         let scratch = vec![0.0; inner.as_ref().map_or(0, |r| r.output_frames_max())];
         Ok(StreamResampler { inner, pending: Vec::new(), scratch })
     }
@@ -108,8 +199,8 @@ impl StreamResampler {
 }
 
 /// A WAV file as 16 kHz mono float32, the backend's input format.
-pub fn wav_to_16k_mono(bytes: &[u8]) -> Result<Vec<f32>, String> {
-    let (mono, rate) = decode_wav(bytes)?;
+pub fn wav_to_16k_mono(bytes: &[u8], limits: AudioLimits) -> Result<Vec<f32>, String> {
+    let (mono, rate) = decode_wav(bytes, limits)?;
     resample(&mono, rate, 16000)
 }
 
@@ -136,6 +227,8 @@ pub fn encode_wav_f32(samples: &[f32], rate: u32) -> Vec<u8> {
 mod tests {
     use super::*;
 
+    const LIMITS: AudioLimits = AudioLimits { max_seconds: 30.0 };
+
     fn tone(rate: u32, secs: f32, hz: f32) -> Vec<f32> {
         (0..(rate as f32 * secs) as usize)
             .map(|i| 0.5 * (2.0 * std::f32::consts::PI * hz * i as f32 / rate as f32).sin())
@@ -144,6 +237,28 @@ mod tests {
 
     fn rms(x: &[f32]) -> f32 {
         (x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32).sqrt()
+    }
+
+    /// A WAV header with the given fields followed by `data` (declared length = data length
+    /// unless `declared` is given).
+    pub(crate) fn crafted_wav(rate: u32, channels: u16, bits: u16, data: &[u8], declared: Option<u32>) -> Vec<u8> {
+        let block = channels as u32 * (bits as u32 / 8);
+        let data_len = declared.unwrap_or(data.len() as u32);
+        let mut w = Vec::new();
+        w.extend_from_slice(b"RIFF");
+        w.extend_from_slice(&(36 + data_len).to_le_bytes());
+        w.extend_from_slice(b"WAVEfmt ");
+        w.extend_from_slice(&16u32.to_le_bytes());
+        w.extend_from_slice(&1u16.to_le_bytes());
+        w.extend_from_slice(&channels.to_le_bytes());
+        w.extend_from_slice(&rate.to_le_bytes());
+        w.extend_from_slice(&rate.wrapping_mul(block).to_le_bytes());
+        w.extend_from_slice(&(block as u16).to_le_bytes());
+        w.extend_from_slice(&bits.to_le_bytes());
+        w.extend_from_slice(b"data");
+        w.extend_from_slice(&data_len.to_le_bytes());
+        w.extend_from_slice(data);
+        w
     }
 
     #[test]
@@ -175,7 +290,7 @@ mod tests {
             }
             w.finalize().unwrap();
         }
-        let mono = wav_to_16k_mono(&cursor.into_inner()).unwrap();
+        let mono = wav_to_16k_mono(&cursor.into_inner(), LIMITS).unwrap();
         assert_eq!(mono.len(), 32000);
         assert!((rms(&mono[4000..28000]) - 0.3535).abs() < 0.01);
     }
@@ -200,8 +315,48 @@ mod tests {
     #[test]
     fn float_wav_round_trip_and_garbage() {
         let input = tone(16000, 0.5, 200.0);
-        let (back, rate) = decode_wav(&encode_wav_f32(&input, 16000)).unwrap();
+        let (back, rate) = decode_wav(&encode_wav_f32(&input, 16000), LIMITS).unwrap();
         assert_eq!((back, rate), (input, 16000));
-        assert!(decode_wav(b"RIFF....WAVEnope").unwrap_err().starts_with("not a PCM WAV file"));
+        assert!(decode_wav(b"RIFF....WAVEnope", LIMITS).unwrap_err().starts_with("not a PCM WAV file"));
+    }
+
+    #[test]
+    fn a_crafted_rate_is_refused_before_anything_is_allocated() {
+        // The 300-byte frame that once took the server down: 8-bit PCM at 4,294,967,291 Hz.
+        let wav = crafted_wav(4_294_967_291, 1, 8, &[128; 100], None);
+        assert_eq!(decode_wav(&wav, LIMITS).unwrap_err(), "sample rate 4294967291 Hz is outside 8000..192000 Hz");
+        let e = decode_wav(&crafted_wav(7999, 1, 8, &[128; 100], None), LIMITS).unwrap_err();
+        assert!(e.starts_with("sample rate 7999 Hz"), "{e}");
+        assert!(decode_wav(&crafted_wav(192_000, 1, 8, &[128; 100], None), LIMITS).is_ok());
+        for rate in [0u32, 1, 192_001, u32::MAX] {
+            assert!(resample(&[0.0; 10], rate, 16000).is_err(), "{rate}");
+            assert!(StreamResampler::new(rate, 16000).is_err(), "{rate}");
+        }
+    }
+
+    #[test]
+    fn an_odd_rate_pair_gets_the_sinc_resampler_and_keeps_the_length() {
+        // 191,999 Hz is prime: the FFT resampler would plan a 191,999-point transform.
+        let input = tone(191_999, 0.5, 440.0);
+        let out = resample(&input, 191_999, 16000).unwrap();
+        assert!((out.len() as i64 - 8000).abs() <= 160, "{}", out.len());
+        assert!((rms(&out[1000..7000]) - 0.3535).abs() < 0.02, "{}", rms(&out[1000..7000]));
+        let mut stream = StreamResampler::new(8191, 16000).unwrap();
+        let mut streamed = Vec::new();
+        stream.push(&tone(8191, 1.0, 300.0), &mut streamed);
+        stream.flush(&mut streamed);
+        assert!((streamed.len() as i64 - 16000).abs() <= 1100, "{}", streamed.len());
+    }
+
+    #[test]
+    fn channels_and_length_are_bounded() {
+        let e = decode_wav(&crafted_wav(16000, 9, 8, &[128; 90], None), LIMITS).unwrap_err();
+        assert_eq!(e, "9 channels; at most 8 are accepted");
+        // 31 s declared (the data need not be there for the header to be refused)
+        let e = decode_wav(&crafted_wav(16000, 1, 16, &[0; 64], Some(31 * 16000 * 2)), LIMITS).unwrap_err();
+        assert_eq!(e, "31.0 s of audio; at most 30 s are accepted");
+        // A header that declares more data than the file holds is an error, not an allocation.
+        let e = decode_wav(&crafted_wav(16000, 1, 16, &[0; 64], Some(20 * 16000 * 2)), LIMITS).unwrap_err();
+        assert!(e.starts_with("cannot read the WAV samples"), "{e}");
     }
 }

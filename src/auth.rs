@@ -1,30 +1,54 @@
-//! Access control at the edge: API keys for the realtime endpoint, the admin key for the
-//! operator routes, and the browser Origin allowlist. Keys are compared in constant time
-//! and never logged or recorded.
+//! Access control at the edge: API keys for the realtime endpoint, the admin key (or, with
+//! none configured, loopback only) for the operator routes, the browser Origin allowlist,
+//! the client address behind trusted proxies, and a throttle on failed key attempts.
+//! Keys are compared in constant time and never logged or recorded.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use actix_web::HttpRequest;
 use actix_web::http::header;
+use parking_lot::{Mutex, RwLock};
 use subtle::ConstantTimeEq;
 
-/// The keys a request may present.
-#[derive(Clone, Default)]
-pub struct Keys {
-    api: Vec<String>,
-    admin: Option<String>,
+/// The shortest key accepted at load: shorter ones are guessable.
+pub const MIN_KEY_BYTES: usize = 16;
+
+/// Which key a request is checked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    Api,
+    Admin,
 }
 
 /// Why a request is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Denied {
-    Missing,
-    Wrong,
+    /// No key was presented (401).
+    Missing(KeyKind),
+    /// A key was presented and is not one of the configured keys (401).
+    Wrong(KeyKind),
+    /// An operator route from another host while no admin key is configured (403).
+    AdminLoopbackOnly,
+    /// Too many wrong keys from this address lately (429).
+    Throttled,
 }
 
 impl Denied {
-    pub fn message(self, what: &str) -> String {
+    pub fn message(self) -> String {
         match self {
-            Denied::Missing => format!("{what} is required: send `Authorization: Bearer KEY`"),
-            Denied::Wrong => format!("the {what} is not valid"),
+            Denied::Missing(KeyKind::Api) => "an API key is required: send `Authorization: Bearer KEY`".into(),
+            Denied::Missing(KeyKind::Admin) => "the admin key is required: send `Authorization: Bearer KEY`".into(),
+            Denied::Wrong(KeyKind::Api) => "the API key is not valid".into(),
+            Denied::Wrong(KeyKind::Admin) => "the admin key is not valid".into(),
+            Denied::AdminLoopbackOnly => "the operator routes answer only loopback clients while no admin key is \
+                                          configured: set [auth] admin_key to reach them from other hosts"
+                .into(),
+            Denied::Throttled => {
+                format!("too many wrong keys from this address: try again in {} s", THROTTLE_WINDOW.as_secs())
+            }
         }
     }
 }
@@ -41,41 +65,181 @@ pub fn bearer(req: &HttpRequest) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-impl Keys {
-    pub fn new(api: Vec<String>, admin: Option<String>) -> Keys {
-        Keys { api, admin }
-    }
+/// Wrong keys an address may present within [`THROTTLE_WINDOW`] before it is refused
+/// outright until the window has passed.
+const THROTTLE_ATTEMPTS: u32 = 10;
+const THROTTLE_WINDOW: Duration = Duration::from_secs(60);
+/// Addresses remembered at most (the oldest entries are forgotten first).
+const THROTTLE_ADDRESSES: usize = 100_000;
 
-    pub fn api_required(&self) -> bool {
-        !self.api.is_empty()
-    }
+/// Failed key attempts per address, as a plain struct: a fixed window per address.
+#[derive(Debug, Default)]
+pub struct Throttle {
+    failures: HashMap<IpAddr, (Instant, u32)>,
+}
 
-    /// Checks an API key, taken from the places a client may put it (the first given).
-    pub fn check_api<'a>(&self, candidates: impl IntoIterator<Item = Option<&'a str>>) -> Result<(), Denied> {
-        if self.api.is_empty() {
-            return Ok(());
+impl Throttle {
+    /// Whether `ip` is refused now.
+    pub fn refused(&mut self, ip: IpAddr, now: Instant) -> bool {
+        match self.failures.get(&ip) {
+            Some(&(since, n)) if now.saturating_duration_since(since) < THROTTLE_WINDOW => n >= THROTTLE_ATTEMPTS,
+            Some(_) => {
+                self.failures.remove(&ip);
+                false
+            }
+            None => false,
         }
-        let key = candidates.into_iter().flatten().next().ok_or(Denied::Missing)?;
-        if matches_any(key, &self.api) { Ok(()) } else { Err(Denied::Wrong) }
     }
 
-    /// Checks the admin key (Bearer) when one is configured.
-    pub fn check_admin(&self, req: &HttpRequest) -> Result<(), Denied> {
-        let Some(admin) = &self.admin else { return Ok(()) };
-        let key = bearer(req).ok_or(Denied::Missing)?;
-        if matches_any(key, std::slice::from_ref(admin)) { Ok(()) } else { Err(Denied::Wrong) }
+    /// `ip` presented a wrong key.
+    pub fn failed(&mut self, ip: IpAddr, now: Instant) {
+        if self.failures.len() >= THROTTLE_ADDRESSES {
+            self.failures.retain(|_, (since, _)| now.saturating_duration_since(*since) < THROTTLE_WINDOW);
+            if self.failures.len() >= THROTTLE_ADDRESSES {
+                self.failures.clear();
+            }
+        }
+        let entry = self.failures.entry(ip).or_insert((now, 0));
+        if now.saturating_duration_since(entry.0) >= THROTTLE_WINDOW {
+            *entry = (now, 0);
+        }
+        entry.1 += 1;
     }
 }
 
-/// Whether a request's Origin is allowed (no Origin header: not a browser, allowed).
+/// The keys a request may present. The API keys can be replaced while the server runs
+/// (SIGHUP reloads the keys file).
+#[derive(Clone, Default)]
+pub struct Keys {
+    api: Arc<RwLock<Arc<Vec<String>>>>,
+    admin: Option<Arc<str>>,
+    throttle: Arc<Mutex<Throttle>>,
+}
+
+impl Keys {
+    pub fn new(api: Vec<String>, admin: Option<String>) -> Keys {
+        Keys { api: Arc::new(RwLock::new(Arc::new(api))), admin: admin.map(Into::into), throttle: Arc::default() }
+    }
+
+    pub fn api_required(&self) -> bool {
+        !self.api.read().is_empty()
+    }
+
+    /// Replaces the API keys (a reload); returns how many there are now.
+    pub fn replace_api(&self, keys: Vec<String>) -> usize {
+        let n = keys.len();
+        *self.api.write() = Arc::new(keys);
+        n
+    }
+
+    fn throttled(&self, ip: Option<IpAddr>, verdict: Result<(), Denied>) -> Result<(), Denied> {
+        let Some(ip) = ip else { return verdict };
+        let now = Instant::now();
+        let mut throttle = self.throttle.lock();
+        if throttle.refused(ip, now) {
+            return Err(Denied::Throttled);
+        }
+        if let Err(Denied::Wrong(_)) = verdict {
+            throttle.failed(ip, now);
+        }
+        verdict
+    }
+
+    /// Checks an API key, taken from the places a client may put it (the first given).
+    pub fn check_api<'a>(
+        &self,
+        client: Option<IpAddr>,
+        candidates: impl IntoIterator<Item = Option<&'a str>>,
+    ) -> Result<(), Denied> {
+        let api = self.api.read().clone();
+        if api.is_empty() {
+            return Ok(());
+        }
+        let verdict = match candidates.into_iter().flatten().next() {
+            None => Err(Denied::Missing(KeyKind::Api)),
+            Some(key) if matches_any(key, &api) => Ok(()),
+            Some(_) => Err(Denied::Wrong(KeyKind::Api)),
+        };
+        self.throttled(client, verdict)
+    }
+
+    /// Checks the operator routes: the admin key (Bearer) when one is configured; without
+    /// one, only loopback clients are answered.
+    pub fn check_admin(&self, req: &HttpRequest, client: Option<IpAddr>) -> Result<(), Denied> {
+        let Some(admin) = &self.admin else {
+            return if client.is_some_and(|ip| ip.is_loopback()) { Ok(()) } else { Err(Denied::AdminLoopbackOnly) };
+        };
+        let verdict = match bearer(req) {
+            None => Err(Denied::Missing(KeyKind::Admin)),
+            Some(key) if matches_any(key, &[admin.to_string()]) => Ok(()),
+            Some(_) => Err(Denied::Wrong(KeyKind::Admin)),
+        };
+        self.throttled(client, verdict)
+    }
+}
+
+/// The client's address: the TCP peer, or, when the peer is a trusted proxy, the address
+/// that proxy appended to `X-Forwarded-For` (the last entry; earlier ones are the client's
+/// own claims and are not trusted).
+pub fn client_ip(req: &HttpRequest, trusted: &[IpAddr]) -> Option<IpAddr> {
+    let peer = req.peer_addr()?.ip();
+    if !trusted.contains(&peer) {
+        return Some(peer);
+    }
+    let forwarded = req
+        .headers()
+        .get_all("x-forwarded-for")
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .last();
+    match forwarded.and_then(|v| v.parse::<IpAddr>().ok()) {
+        Some(ip) => Some(ip),
+        None => Some(peer),
+    }
+}
+
+/// Whether a request's Origin is allowed (no Origin header: not a browser, allowed; an
+/// Origin that is not valid text is never allowed when there is an allowlist).
 pub fn origin_allowed(req: &HttpRequest, allowed: &[String]) -> bool {
     if allowed.is_empty() {
         return true;
     }
-    match req.headers().get(header::ORIGIN).and_then(|o| o.to_str().ok()) {
+    match req.headers().get(header::ORIGIN) {
         None => true,
-        Some(origin) => allowed.iter().any(|a| a.eq_ignore_ascii_case(origin)),
+        Some(origin) => match origin.to_str() {
+            Ok(origin) => allowed.iter().any(|a| a.eq_ignore_ascii_case(origin)),
+            Err(_) => false,
+        },
     }
+}
+
+/// Reads a keys file: one key per line; a line starting with `#` is a comment (a `#`
+/// anywhere else is part of the key); keys must be at least [`MIN_KEY_BYTES`] long and
+/// without spaces. Errors name the line, never the key.
+pub fn parse_keys_file(text: &str) -> Result<Vec<String>, String> {
+    let mut keys = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let key = line.trim();
+        if key.is_empty() || key.starts_with('#') {
+            continue;
+        }
+        check_key(key).map_err(|e| format!("line {}: {e}", i + 1))?;
+        keys.push(key.to_string());
+    }
+    Ok(keys)
+}
+
+/// Checks one key's shape; the error never contains the key.
+pub fn check_key(key: &str) -> Result<(), String> {
+    if key.chars().any(char::is_whitespace) {
+        return Err("a key must not contain spaces".into());
+    }
+    if key.len() < MIN_KEY_BYTES {
+        return Err(format!("a key must be at least {MIN_KEY_BYTES} bytes (this one has {})", key.len()));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -83,33 +247,111 @@ mod tests {
     use super::*;
     use actix_web::test::TestRequest;
 
+    const A: &str = "alpha-0123456789abcdef";
+    const B: &str = "beta-0123456789abcdef";
+
     #[test]
     fn api_keys() {
-        let keys = Keys::new(vec!["alpha".into(), "beta".into()], None);
-        assert_eq!(keys.check_api([None, Some("beta")]), Ok(()));
-        assert_eq!(keys.check_api([Some("gamma")]), Err(Denied::Wrong));
-        assert_eq!(keys.check_api([Some("alph")]), Err(Denied::Wrong));
-        assert_eq!(keys.check_api([None, None]), Err(Denied::Missing));
-        assert_eq!(Keys::default().check_api([None]), Ok(()), "no keys configured: open");
+        let keys = Keys::new(vec![A.into(), B.into()], None);
+        assert_eq!(keys.check_api(None, [None, Some(B)]), Ok(()));
+        assert_eq!(keys.check_api(None, [Some("gamma")]), Err(Denied::Wrong(KeyKind::Api)));
+        assert_eq!(keys.check_api(None, [Some(&A[..A.len() - 1])]), Err(Denied::Wrong(KeyKind::Api)));
+        assert_eq!(keys.check_api(None, [None, None]), Err(Denied::Missing(KeyKind::Api)));
+        assert_eq!(Keys::default().check_api(None, [None]), Ok(()), "no keys configured: open");
+        assert_eq!(keys.replace_api(vec![B.into()]), 1);
+        assert_eq!(keys.check_api(None, [Some(A)]), Err(Denied::Wrong(KeyKind::Api)), "replaced");
     }
 
     #[test]
-    fn admin_key_from_bearer() {
-        let keys = Keys::new(vec![], Some("root".into()));
-        let req = TestRequest::default().insert_header(("Authorization", "Bearer root")).to_http_request();
-        assert_eq!(keys.check_admin(&req), Ok(()));
+    fn messages_read_well() {
+        assert_eq!(Denied::Wrong(KeyKind::Api).message(), "the API key is not valid");
+        assert_eq!(Denied::Wrong(KeyKind::Admin).message(), "the admin key is not valid");
+        assert!(Denied::Missing(KeyKind::Api).message().starts_with("an API key is required"));
+        assert!(Denied::AdminLoopbackOnly.message().contains("admin_key"));
+    }
+
+    #[test]
+    fn admin_key_from_bearer_or_loopback_without_one() {
+        let keys = Keys::new(vec![], Some(A.into()));
+        let local: Option<IpAddr> = Some("127.0.0.1".parse().unwrap());
+        let remote: Option<IpAddr> = Some("192.0.2.7".parse().unwrap());
+        let req = TestRequest::default().insert_header(("Authorization", format!("Bearer {A}"))).to_http_request();
+        assert_eq!(keys.check_admin(&req, remote), Ok(()));
         let req = TestRequest::default().insert_header(("Authorization", "bearer nope")).to_http_request();
-        assert_eq!(keys.check_admin(&req), Err(Denied::Wrong));
-        assert_eq!(keys.check_admin(&TestRequest::default().to_http_request()), Err(Denied::Missing));
+        assert_eq!(keys.check_admin(&req, remote), Err(Denied::Wrong(KeyKind::Admin)));
+        assert_eq!(
+            keys.check_admin(&TestRequest::default().to_http_request(), local),
+            Err(Denied::Missing(KeyKind::Admin))
+        );
+        let open = Keys::default();
+        let plain = TestRequest::default().to_http_request();
+        assert_eq!(open.check_admin(&plain, local), Ok(()));
+        assert_eq!(open.check_admin(&plain, Some("::1".parse().unwrap())), Ok(()));
+        assert_eq!(open.check_admin(&plain, remote), Err(Denied::AdminLoopbackOnly));
+    }
+
+    #[test]
+    fn wrong_keys_are_throttled_per_address() {
+        let keys = Keys::new(vec![A.into()], None);
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        for _ in 0..THROTTLE_ATTEMPTS {
+            assert_eq!(keys.check_api(Some(ip), [Some("guess")]), Err(Denied::Wrong(KeyKind::Api)));
+        }
+        assert_eq!(keys.check_api(Some(ip), [Some(A)]), Err(Denied::Throttled), "even the right key, for a while");
+        assert_eq!(keys.check_api(Some("192.0.2.2".parse().unwrap()), [Some(A)]), Ok(()), "another address");
+        let mut t = Throttle::default();
+        let now = Instant::now();
+        for _ in 0..THROTTLE_ATTEMPTS {
+            t.failed(ip, now);
+        }
+        assert!(t.refused(ip, now));
+        assert!(!t.refused(ip, now + THROTTLE_WINDOW), "the window passes");
     }
 
     #[test]
     fn origins() {
         let allowed = vec!["https://app.example".to_string()];
-        let req = |o: &str| TestRequest::default().insert_header(("Origin", o)).to_http_request();
-        assert!(origin_allowed(&req("https://app.example"), &allowed));
-        assert!(!origin_allowed(&req("https://evil.example"), &allowed));
+        let req = |o: &[u8]| {
+            TestRequest::default()
+                .insert_header((header::ORIGIN, header::HeaderValue::from_bytes(o).unwrap()))
+                .to_http_request()
+        };
+        assert!(origin_allowed(&req(b"https://app.example"), &allowed));
+        assert!(!origin_allowed(&req(b"https://evil.example"), &allowed));
+        assert!(!origin_allowed(&req(b"https://app.example\xff"), &allowed), "not text: not allowed");
         assert!(origin_allowed(&TestRequest::default().to_http_request(), &allowed));
-        assert!(origin_allowed(&req("https://evil.example"), &[]));
+        assert!(origin_allowed(&req(b"https://evil.example"), &[]));
+    }
+
+    #[test]
+    fn the_client_is_the_peer_unless_the_peer_is_a_trusted_proxy() {
+        let proxy: IpAddr = "10.0.0.9".parse().unwrap();
+        let req = |peer: &str, xff: Option<&str>| {
+            let mut r = TestRequest::default().peer_addr(format!("{peer}:4000").parse().unwrap());
+            if let Some(x) = xff {
+                r = r.insert_header(("X-Forwarded-For", x));
+            }
+            r.to_http_request()
+        };
+        let spoof = req("192.0.2.5", Some("127.0.0.1"));
+        assert_eq!(
+            client_ip(&spoof, &[proxy]),
+            Some("192.0.2.5".parse().unwrap()),
+            "an untrusted peer's header is ignored"
+        );
+        let proxied = req("10.0.0.9", Some("127.0.0.1, 198.51.100.4"));
+        assert_eq!(client_ip(&proxied, &[proxy]), Some("198.51.100.4".parse().unwrap()), "the proxy's own entry");
+        assert_eq!(client_ip(&req("10.0.0.9", None), &[proxy]), Some(proxy));
+    }
+
+    #[test]
+    fn keys_files_keep_hashes_inside_keys_and_refuse_short_ones() {
+        let keys = parse_keys_file("# team keys\nZq#9f8a7b6c5d4e3f2a1\n\n  second-key-0123456789  \n").unwrap();
+        assert_eq!(keys, ["Zq#9f8a7b6c5d4e3f2a1", "second-key-0123456789"]);
+        assert_eq!(parse_keys_file("k2\n").unwrap_err(), "line 1: a key must be at least 16 bytes (this one has 2)");
+        assert_eq!(
+            parse_keys_file("# c\nsecond-key-0123456789 # ops\n").unwrap_err(),
+            "line 2: a key must not contain spaces"
+        );
     }
 }

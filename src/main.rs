@@ -45,13 +45,7 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => match Config::load(&cli.config) {
-            Ok(config) => match omni_gateway::server::run(config) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("omni-gateway: {e}");
-                    ExitCode::FAILURE
-                }
-            },
+            Ok(config) => report(omni_gateway::server::run(config)),
             Err(e) => {
                 eprintln!("{e}");
                 ExitCode::FAILURE
@@ -76,6 +70,8 @@ fn report(result: Result<(), String>) -> ExitCode {
     }
 }
 
+/// Validates a configuration as the server would use it: the file, the TLS identity, the
+/// listen addresses, and every backend opened with its options (then closed).
 fn check_config(path: &std::path::Path) -> ExitCode {
     let config = match Config::load(path) {
         Ok(c) => c,
@@ -84,22 +80,90 @@ fn check_config(path: &std::path::Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    for w in &config.workers {
-        if let BackendSource::Library(lib) = &w.source
-            && let Err(e) = BackendApi::load(lib)
-        {
-            eprintln!("{}: workers[{}].library: {e}", path.display(), w.entry);
-            return ExitCode::FAILURE;
+    let file = path.display();
+    let mut failed = false;
+    if let Some((cert, key)) = &config.tls
+        && let Err(e) = omni_gateway::server::tls_config(cert, key)
+    {
+        eprintln!("{file}: {e}");
+        failed = true;
+    }
+    for addr in &config.bind {
+        match std::net::TcpListener::bind(addr) {
+            Ok(_) => println!("{file}: will listen on {addr} (the address is free)"),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                println!("{file}: will listen on {addr} (something listens there now: a running server?)")
+            }
+            Err(e) => {
+                eprintln!("{file}: server.bind: {}", omni_gateway::server::listen_error(*addr, &e));
+                failed = true;
+            }
         }
     }
-    println!("{}: ok, listening on {}, {} worker(s):", path.display(), config.bind, config.workers.len());
+    let open_timeout = std::time::Duration::from_secs_f64(config.limits.open_timeout_s);
+    let mut checked = std::collections::BTreeSet::new();
     for w in &config.workers {
         let source = match &w.source {
             BackendSource::Builtin => "builtin".to_string(),
             BackendSource::Library(p) => p.display().to_string(),
         };
         let modes: Vec<&str> = w.modes.iter().map(|m| m.as_str()).collect();
-        println!("  {} [{}; {}]", w.name, source, modes.join(", "));
+        // Workers of one entry share their backend and options: one open checks them all.
+        if !checked.insert(w.entry) {
+            println!("  {} [{}; {}]", w.name, source, modes.join(", "));
+            continue;
+        }
+        if let BackendSource::Library(lib) = &w.source
+            && let Err(e) = BackendApi::load(lib)
+        {
+            eprintln!("{file}: workers[{}].library: {e}", w.entry);
+            failed = true;
+            continue;
+        }
+        let factory = omni_gateway::backend::factory(w, open_timeout);
+        match factory() {
+            Ok(backend) => {
+                let info = backend.info();
+                let serves = |ok: bool, what: &str| if ok { Some(what.to_string()) } else { None };
+                let can: Vec<String> = [
+                    serves(info.duplex, "duplex"),
+                    serves(info.turn, "turn"),
+                    serves(info.vision, "vision"),
+                    serves(info.speech_output, "speech out"),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
+                println!(
+                    "  {} [{}; {}]: opened {} ({}; context {})",
+                    w.name,
+                    source,
+                    modes.join(", "),
+                    info.name,
+                    can.join(", "),
+                    info.context_size
+                );
+                for mode in &w.modes {
+                    if !info.supports(mode.session_kind()) {
+                        eprintln!(
+                            "{file}: workers[{}].modes: {} cannot run {mode} sessions ({})",
+                            w.entry,
+                            info.name,
+                            mode.session_kind().runtime_name()
+                        );
+                        failed = true;
+                    }
+                }
+            }
+            Err(e) => {
+                eprintln!("{file}: workers[{}].options: the backend refuses to open: {e}", w.entry);
+                failed = true;
+            }
+        }
     }
+    if failed {
+        return ExitCode::FAILURE;
+    }
+    println!("{file}: ok, {} worker(s)", config.workers.len());
     ExitCode::SUCCESS
 }

@@ -48,14 +48,18 @@ pub fn entries(root: &Path) -> io::Result<Vec<Entry>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
         Err(e) => return Err(e),
     };
+    // Only real directories: a symlink (say, a date-named link to elsewhere) is never
+    // followed, so the sweep can never delete what it points to.
+    let real_dir = |e: &fs::DirEntry| e.file_type().is_ok_and(|t| t.is_dir());
     for date in dates.flatten() {
         let date_name = date.file_name().to_string_lossy().into_owned();
-        if !is_date(&date_name) || !date.path().is_dir() {
+        if !is_date(&date_name) || !real_dir(&date) {
             continue;
         }
-        for session in fs::read_dir(date.path())?.flatten() {
+        let Ok(sessions) = fs::read_dir(date.path()) else { continue };
+        for session in sessions.flatten() {
             let id = session.file_name().to_string_lossy().into_owned();
-            if !valid_session_id(&id) || !session.path().is_dir() {
+            if !valid_session_id(&id) || !real_dir(&session) {
                 continue;
             }
             let finished = fs::metadata(session.path().join("meta.json")).and_then(|m| m.modified()).ok();
@@ -132,6 +136,8 @@ pub struct Swept {
     pub deleted: usize,
     pub kept: usize,
     pub bytes: u64,
+    /// Sessions that could not be deleted, with why; the sweep goes on past them.
+    pub failed: Vec<(PathBuf, String)>,
 }
 
 /// A directory without meta.json untouched for this long is left over by a crash.
@@ -165,7 +171,10 @@ pub fn sweep(
         let expired = retention.is_some_and(|r| now.duration_since(ended).unwrap_or_default() > r);
         let over = max_total_bytes.is_some_and(|cap| total > cap);
         if expired || over {
-            fs::remove_dir_all(&dir)?;
+            if let Err(e) = fs::remove_dir_all(&dir) {
+                swept.failed.push((dir, e.to_string()));
+                continue;
+            }
             total -= size;
             swept.deleted += 1;
             swept.bytes += size;
@@ -236,6 +245,37 @@ mod tests {
         assert!(!root.path().join("2026-11-01").exists(), "the emptied date is removed");
         assert!(root.path().join("2026-11-24/new").exists());
         assert!(root.path().join("2026-11-25/live").exists(), "in progress: never deleted");
+    }
+
+    #[test]
+    fn the_sweep_never_follows_symlinks_and_goes_on_past_what_it_cannot_delete() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let day = Duration::from_secs(86400);
+        // Precious data behind a date-named link, and behind a session-named link.
+        session(elsewhere.path(), "2026-01-01", "precious", 10, day * 30, true);
+        std::os::unix::fs::symlink(elsewhere.path().join("2026-01-01"), root.path().join("2026-01-01")).unwrap();
+        fs::create_dir_all(root.path().join("2026-01-02")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.path().join("2026-01-01/precious"), root.path().join("2026-01-02/linked"))
+            .unwrap();
+        // An old session that cannot be deleted (its date directory is read-only), then one that can.
+        session(root.path(), "2026-01-03", "stuck", 10, day * 20, true);
+        session(root.path(), "2026-01-04", "gone", 10, day * 10, true);
+        fs::set_permissions(root.path().join("2026-01-03"), fs::Permissions::from_mode(0o500)).unwrap();
+        let s = sweep(root.path(), Some(day), None, SystemTime::now()).unwrap();
+        let _ = fs::set_permissions(root.path().join("2026-01-03"), fs::Permissions::from_mode(0o700));
+        assert!(elsewhere.path().join("2026-01-01/precious/meta.json").exists(), "nothing behind a link is touched");
+        let running_as_root = unsafe { libc::geteuid() } == 0;
+        if running_as_root {
+            // root ignores the read-only directory: both go.
+            assert_eq!(s.deleted, 2);
+        } else {
+            assert_eq!(s.deleted, 1, "the sweep went on past the stuck one");
+            assert_eq!(s.failed.len(), 1);
+            assert!(s.failed[0].0.ends_with("2026-01-03/stuck"), "{:?}", s.failed);
+        }
+        assert!(!root.path().join("2026-01-04/gone").exists());
     }
 
     #[test]

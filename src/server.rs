@@ -14,9 +14,10 @@ use actix::prelude::*;
 use actix_web::{App, HttpServer, web};
 use omni_actors::backend_actor::BackendLimits;
 use omni_actors::domain::Mode;
+use omni_actors::inbound_limits::FragmentBudget;
 use omni_actors::pool_actor::{ShutdownPool, WorkerPoolActor, WorkerSetup};
 use omni_actors::queue_actor::QueueActor;
-use omni_actors::recorder::RecorderSpawner;
+use omni_actors::recording::{RecorderSpawner, RecordingLimits};
 use omni_actors::registry::Registry;
 
 use crate::auth::Keys;
@@ -34,6 +35,8 @@ pub struct Gateway {
     pub registry: Arc<Registry>,
     pub recorder: Option<RecorderSpawner>,
     pub keys: Keys,
+    /// What every connection's unfinished fragmented messages may hold together.
+    pub fragments: Arc<FragmentBudget>,
 }
 
 impl Gateway {
@@ -50,6 +53,7 @@ impl Gateway {
             Duration::from_secs_f64(config.queue.update_interval_s),
         )
         .start();
+        let open_timeout = Duration::from_secs_f64(config.limits.open_timeout_s);
         let setups = config
             .workers
             .iter()
@@ -60,22 +64,33 @@ impl Gateway {
                     BackendSource::Library(p) => p.display().to_string(),
                 },
                 modes: w.modes.clone(),
-                factory: backend::factory(w),
+                factory: backend::factory(w, open_timeout),
             })
             .collect();
-        let limits =
-            BackendLimits { max_pending_chunks: config.limits.max_pending_chunks, step_timeout: config.step_timeout() };
+        let limits = BackendLimits {
+            max_pending_chunks: config.limits.max_pending_chunks,
+            step_timeout: config.step_timeout(),
+            open_timeout,
+        };
         let pool = WorkerPoolActor::new(setups, queue.clone(), limits).start();
         let recorder = config.recording.enabled.then(|| {
-            RecorderSpawner::new(config.recording.dir.clone(), (config.recording.max_lag_mb * 1048576.0) as usize)
+            let r = &config.recording;
+            let limits = RecordingLimits {
+                max_lag: (r.max_lag_mb * 1048576.0) as usize,
+                max_total_lag: (r.max_total_lag_mb * 1048576.0) as usize,
+                max_session: (r.max_session_mb * 1048576.0) as u64,
+            };
+            RecorderSpawner::new(r.dir.clone(), limits)
         });
         let keys = Keys::new(config.api_keys.clone(), config.admin_key.clone());
-        Gateway { config, queue, pool, registry: Registry::new(), recorder, keys }
+        let fragments = FragmentBudget::new((config.server.max_fragment_buffer_mb * 1048576.0) as usize);
+        Gateway { config, queue, pool, registry: Registry::new(), recorder, keys, fragments }
     }
 }
 
-/// The TLS settings from a PEM certificate chain and private key.
-fn tls_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, String> {
+/// The TLS settings from a PEM certificate chain and private key (also what
+/// `check-config` loads, so that it refuses what the server would).
+pub fn tls_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, String> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let certs = CertificateDer::pem_file_iter(cert)
@@ -110,13 +125,23 @@ fn schedule_sweep(gw: &Gateway) {
         let mut ticks = actix_web::rt::time::interval(every);
         loop {
             ticks.tick().await;
-            let root = root.clone();
+            let (root, root_shown) = (root.clone(), root.clone());
             match web::block(move || recordings::sweep(&root, retention, cap, SystemTime::now())).await {
-                Ok(Ok(s)) if s.deleted > 0 => {
-                    log::info!("recordings sweep: deleted {} sessions ({} bytes), kept {}", s.deleted, s.bytes, s.kept)
+                Ok(Ok(s)) => {
+                    for (dir, why) in &s.failed {
+                        log::error!("recordings sweep: cannot delete {}: {why}", dir.display());
+                    }
+                    if s.deleted > 0 {
+                        log::info!(
+                            "recordings sweep: deleted {} sessions ({} bytes), kept {}",
+                            s.deleted,
+                            s.bytes,
+                            s.kept
+                        )
+                    }
                 }
-                Ok(Err(e)) => log::error!("recordings sweep failed: {e}"),
-                _ => {}
+                Ok(Err(e)) => log::error!("recordings sweep failed on {}: {e}", root_shown.display()),
+                Err(e) => log::error!("recordings sweep failed: {e}"),
             }
         }
     });
@@ -130,6 +155,27 @@ async fn first_signal() -> std::io::Result<&'static str> {
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",
     })
+}
+
+/// SIGHUP reloads the API keys (`auth.api_keys` and the keys file, read again); a file
+/// that cannot be read or holds a bad key leaves the keys as they were.
+async fn reload_on_hangup(gw: Gateway) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => return log::error!("cannot listen for SIGHUP: {e}"),
+    };
+    while hup.recv().await.is_some() {
+        let config = gw.config.clone();
+        match web::block(move || config.reload_api_keys()).await {
+            Ok(Ok(keys)) => {
+                let n = gw.keys.replace_api(keys);
+                log::info!("SIGHUP: API keys reloaded: {n} key(s)");
+            }
+            Ok(Err(e)) => log::error!("SIGHUP: API keys not reloaded, the previous ones stay: {e}"),
+            Err(e) => log::error!("SIGHUP: API keys not reloaded: {e}"),
+        }
+    }
 }
 
 /// Waits until `done()` or the deadline; returns whether it is done.
@@ -180,20 +226,44 @@ async fn shutdown_on_signal(server: actix_web::dev::ServerHandle, gw: Gateway) {
     server.stop(true).await;
 }
 
+/// Why an address cannot be listened on, in words.
+pub fn listen_error(addr: std::net::SocketAddr, e: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    let cause = match e.kind() {
+        ErrorKind::AddrInUse => "address already in use (another server is listening there)".to_string(),
+        ErrorKind::AddrNotAvailable => "address not available (it is not an address of this machine)".to_string(),
+        ErrorKind::PermissionDenied => "permission denied (ports below 1024 need privileges)".to_string(),
+        _ => e.to_string(),
+    };
+    format!("cannot listen on {addr}: {cause}")
+}
+
+/// Binds every address of `server.bind` before anything else starts.
+fn listeners(config: &Config) -> Result<Vec<std::net::TcpListener>, String> {
+    config.bind.iter().map(|addr| std::net::TcpListener::bind(addr).map_err(|e| listen_error(*addr, &e))).collect()
+}
+
 /// Runs the server until it is stopped. Prints `omni-gateway listening on ADDR` once bound.
-pub fn run(config: Config) -> std::io::Result<()> {
+pub fn run(config: Config) -> Result<(), String> {
     let tls = match &config.tls {
-        Some((cert, key)) => Some(tls_config(cert, key).map_err(std::io::Error::other)?),
+        Some((cert, key)) => Some(tls_config(cert, key)?),
         None => None,
     };
+    let listeners = listeners(&config)?;
+    match &config.recording {
+        r if r.enabled => log::info!("recording is on: every session is recorded under {}", r.dir.display()),
+        _ => log::info!("recording is off ([recording] enabled = false)"),
+    }
     let system = actix_web::rt::System::new();
     system.block_on(async move {
-        let bind = config.bind;
         let gateway = Gateway::start(Arc::new(config));
         schedule_sweep(&gateway);
         let app_state = gateway.clone();
-        let server = HttpServer::new(move || {
-            App::new().app_data(web::Data::new(app_state.clone())).configure(routes::configure)
+        let mut server = HttpServer::new(move || {
+            App::new()
+                .wrap(actix_web::middleware::DefaultHeaders::new().add(("X-Content-Type-Options", "nosniff")))
+                .app_data(web::Data::new(app_state.clone()))
+                .configure(routes::configure)
         })
         .disable_signals()
         // Realtime frames are small and must not wait for the peer's delayed ACK.
@@ -201,17 +271,22 @@ pub fn run(config: Config) -> std::io::Result<()> {
         // Keeps a handle to drop the connection of a client that does not read.
         .on_connect(crate::socket::on_connect)
         .shutdown_timeout(2);
-        let server = match tls {
-            Some(tls) => server.bind_rustls_0_23(bind, tls)?,
-            None => server.bind(bind)?,
-        };
+        for listener in listeners {
+            let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            server = match &tls {
+                Some(tls) => server.listen_rustls_0_23(listener, tls.clone()),
+                None => server.listen(listener),
+            }
+            .map_err(|e| listen_error(addr, &e))?;
+        }
         let scheme = if gateway.config.tls.is_some() { "https/wss" } else { "http/ws" };
         for addr in server.addrs() {
             log::info!("omni-gateway listening on {addr} ({scheme})");
             println!("omni-gateway listening on {addr}");
         }
         let server = server.run();
-        actix_web::rt::spawn(shutdown_on_signal(server.handle(), gateway));
-        server.await
+        actix_web::rt::spawn(shutdown_on_signal(server.handle(), gateway.clone()));
+        actix_web::rt::spawn(reload_on_hangup(gateway));
+        server.await.map_err(|e| e.to_string())
     })
 }

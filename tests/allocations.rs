@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use omni_actors::dialect::Dialect;
 use omni_actors::domain::{Mode, StepKind, StepOutcome};
 use omni_actors::protocol::{Inbound, Outbound};
+use omni_gateway::dialect::Limits;
+use omni_gateway::dialect::legacy::Legacy;
 use omni_gateway::dialect::minicpm::Current;
 use omni_gateway::dialect::wire;
 
@@ -57,7 +59,7 @@ fn decoding_a_chunk_and_encoding_a_delta_allocate_what_they_must() {
     let text =
         format!(r#"{{"type":"input.append","input":{{"audio":"{b64}","force_listen":false,"max_slice_nums":1}}}}"#);
     assert!(text.len() > 85_000);
-    let mut dialect = Current::new(Mode::Audio, 4000);
+    let mut dialect = Current::new(Mode::Audio, Limits::default());
     let mut replies = Vec::new();
     let _ = dialect.decode(&text, &mut replies); // warm up lazily initialised state
 
@@ -92,4 +94,31 @@ fn decoding_a_chunk_and_encoding_a_delta_allocate_what_they_must() {
     println!("encode: {} allocations, {} bytes, {} large", a1 - a0, b1 - b0, l1 - l0);
     assert_eq!(l1 - l0, 1, "one large allocation: the frame, sized up front");
     assert!(b1 - b0 < 128_000 + 8_000, "{} bytes", b1 - b0);
+
+    // A legacy session.update whose reference voice is a crafted 300-byte WAV declaring
+    // 4,294,967,291 Hz (this once made the server allocate 3 GB): refused, having allocated
+    // next to nothing.
+    let mut wav = Vec::new();
+    wav.extend_from_slice(b"RIFF");
+    wav.extend_from_slice(&136u32.to_le_bytes());
+    wav.extend_from_slice(b"WAVEfmt ");
+    for v in [16u32.to_le_bytes().to_vec(), 1u16.to_le_bytes().to_vec(), 1u16.to_le_bytes().to_vec()] {
+        wav.extend_from_slice(&v);
+    }
+    wav.extend_from_slice(&4_294_967_291u32.to_le_bytes());
+    wav.extend_from_slice(&4_294_967_291u32.to_le_bytes());
+    wav.extend_from_slice(&1u16.to_le_bytes());
+    wav.extend_from_slice(&8u16.to_le_bytes());
+    wav.extend_from_slice(b"data");
+    wav.extend_from_slice(&100u32.to_le_bytes());
+    wav.extend_from_slice(&[128u8; 100]);
+    let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &wav);
+    let update = format!(r#"{{"type":"session.update","session":{{"instructions":"x","ref_audio":"{b64}"}}}}"#);
+    let mut legacy = Legacy::new(Mode::Video, Limits::default());
+    let (_, b0, _) = counts();
+    let refused = legacy.decode(&update, &mut replies).expect_err("refused");
+    let (_, b1, _) = counts();
+    println!("crafted WAV: {} bytes allocated: {refused}", b1 - b0);
+    assert!(refused.to_string().contains("sample rate 4294967291 Hz is outside 8000..192000 Hz"), "{refused}");
+    assert!(b1 - b0 < 16_000, "a refused 300-byte voice allocated {} bytes", b1 - b0);
 }

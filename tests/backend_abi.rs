@@ -250,8 +250,11 @@ fn hang_at_step_blocks_that_step_while_any_thread_calls_answer() {
         let mut b = duplex(&api, &[("hang_at_step", "1"), ("hang_ms", "300")]);
         let control = b.control();
         let watcher = std::thread::spawn(move || {
-            // Any-thread calls answer while the owner thread hangs.
-            std::thread::sleep(Duration::from_millis(100));
+            // Any-thread calls answer while the owner thread hangs (the step has begun
+            // once its chunk is in the context).
+            while control.kv_length() == 0 {
+                std::thread::yield_now();
+            }
             control.interrupt();
             control.kv_length()
         });

@@ -13,8 +13,100 @@ fn check_config_accepts_the_shipped_file() {
     let out = gateway().args(["check-config", "config.toml"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("config.toml: ok, listening on 127.0.0.1:8006, 1 worker(s)"), "{stdout}");
-    assert!(stdout.contains("sim-0 [builtin; chat, video, audio]"), "{stdout}");
+    assert!(stdout.contains("config.toml: will listen on 127.0.0.1:8006"), "{stdout}");
+    assert!(stdout.contains("sim-0 [builtin; chat, video, audio]: opened omni-reference"), "{stdout}");
+    assert!(stdout.contains("config.toml: ok, 1 worker(s)"), "{stdout}");
+}
+
+fn check(toml: &str) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, toml).unwrap();
+    let out = gateway().arg("check-config").arg(&path).output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+#[test]
+fn check_config_opens_every_backend_with_its_options() {
+    for (options, refused) in [
+        ("step_msx = 5", "unknown option 'step_msx'"),
+        ("reply_steps = \"three\"", "option reply_steps: 'three' is not a non-negative integer"),
+    ] {
+        let (code, _, stderr) = check(&format!("[[workers]]\n[workers.options]\n{options}\n"));
+        assert_eq!(code, Some(1), "{options}: {stderr}");
+        assert!(stderr.contains("workers[0].options: the backend refuses to open") && stderr.contains(refused), "{stderr}");
+    }
+    // The same through a library in its own process, as the server would open it.
+    let (code, _, stderr) = check(&format!(
+        "[[workers]]\nbackend = \"library\"\nlibrary = \"{}\"\n[workers.options]\nstep_msx = 5\n",
+        env!("OMNI_REFERENCE_LIB")
+    ));
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("unknown option 'step_msx'"), "{stderr}");
+}
+
+#[test]
+fn check_config_tells_an_address_it_cannot_listen_on_and_an_unusable_tls_identity() {
+    let (code, _, stderr) = check("[server]\nbind = \"10.9.9.9:8006\"\n[[workers]]\n");
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("server.bind: cannot listen on 10.9.9.9:8006: address not available"), "{stderr}");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("secrets.txt"), "not a certificate").unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, "[server.tls]\ncert = \"secrets.txt\"\nkey = \"secrets.txt\"\n[[workers]]\n").unwrap();
+    let out = gateway().arg("check-config").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("server.tls.cert:") && stderr.contains("no certificate"), "{stderr}");
+}
+
+#[test]
+fn a_library_that_does_not_load_is_reported_with_the_loaders_own_words() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notalib.so"), "not a library").unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, "[[workers]]\nbackend = \"library\"\nlibrary = \"notalib.so\"\n").unwrap();
+    let out = gateway().arg("check-config").arg(&path).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot load the library: dlopen failed: ") && stderr.contains("file too short"), "{stderr}");
+}
+
+#[test]
+fn a_busy_port_is_one_clear_line_and_no_panic() {
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = holder.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, format!("[server]\nbind = \"127.0.0.1:{port}\"\n[[workers]]\n")).unwrap();
+    let out = gateway().arg("--config").arg(&path).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("omni-gateway: cannot listen on 127.0.0.1:{port}: address already in use")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_host_name_that_resolves_can_be_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, "[server]\nbind = \"localhost:0\"\n[[workers]]\n").unwrap();
+    let mut child = gateway()
+        .arg("--config")
+        .arg(&path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.starts_with("omni-gateway listening on "), "{line}");
+    let addr: std::net::SocketAddr = line.trim().rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(addr.ip().is_loopback(), "{addr}");
 }
 
 #[test]

@@ -11,6 +11,8 @@
 use base64::Engine;
 use omni_actors::dialect::{DecodeError, Dialect};
 use omni_actors::domain::Mode;
+use omni_gateway::audio::{self, AudioLimits};
+use omni_gateway::dialect::Limits;
 use omni_gateway::dialect::legacy::Legacy;
 use omni_gateway::dialect::minicpm::Current;
 use omni_gateway::dialect::openai::{Flavor, Realtime};
@@ -18,17 +20,23 @@ use omni_gateway::dialect::select::MiniCpmEndpoint;
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 
-const CLIENT_ERRORS: [&str; 5] = ["unknown_event", "missing_field", "invalid_payload", "not_ready", "model_not_found"];
+const CLIENT_ERRORS: [&str; 6] =
+    ["unknown_event", "missing_field", "invalid_payload", "not_ready", "model_not_found", "buffer_full"];
+
+/// Small bounds, so that sequences reach them.
+fn limits() -> Limits {
+    Limits { max_buffered_bytes: 4096, max_turns: 2, ..Limits::default() }
+}
 
 fn dialects() -> Vec<Box<dyn Dialect>> {
     let mut all: Vec<Box<dyn Dialect>> = Vec::new();
     for mode in [Mode::Chat, Mode::Video, Mode::Audio] {
-        all.push(Box::new(Current::new(mode, 4000)));
-        all.push(Box::new(Legacy::new(mode, 4000)));
-        all.push(Box::new(MiniCpmEndpoint::new(mode, 4000)));
+        all.push(Box::new(Current::new(mode, limits())));
+        all.push(Box::new(Legacy::new(mode, limits())));
+        all.push(Box::new(MiniCpmEndpoint::new(mode, limits())));
     }
     for flavor in [Flavor::Ga, Flavor::Beta, Flavor::Qwen] {
-        all.push(Box::new(Realtime::new(flavor, "omni")));
+        all.push(Box::new(Realtime::new(flavor, "omni", limits())));
     }
     all
 }
@@ -120,6 +128,8 @@ const KEYS: &[&str] = &[
     "thinking",
     "omni",
     "data",
+    "ref_audio_base64",
+    "tts_ref_audio_base64",
 ];
 
 fn scalar() -> impl Strategy<Value = Value> {
@@ -168,7 +178,85 @@ fn event() -> impl Strategy<Value = String> {
         })
 }
 
+/// A WAV file with arbitrary header fields (rate, channels, bits, format, declared data
+/// length) around arbitrary bytes: what a client may put in a reference voice.
+fn crafted_wav() -> impl Strategy<Value = Vec<u8>> {
+    let rate = prop_oneof![
+        any::<u32>(),
+        Just(4_294_967_291u32),
+        Just(0),
+        Just(7_999),
+        Just(8_000),
+        Just(44_100),
+        Just(192_000),
+        Just(192_001),
+        Just(191_999),
+    ];
+    let bits = prop_oneof![Just(8u16), Just(16), Just(24), Just(32), any::<u16>()];
+    let format = prop_oneof![Just(1u16), Just(3), any::<u16>()];
+    let declared = prop_oneof![Just(None), any::<u32>().prop_map(Some)];
+    (rate, 0u16..12, bits, format, declared, prop::collection::vec(any::<u8>(), 0..400)).prop_map(
+        |(rate, channels, bits, format, declared, data)| {
+            let block = (channels as u32).wrapping_mul(bits as u32 / 8);
+            let data_len = declared.unwrap_or(data.len() as u32);
+            let mut w = Vec::new();
+            w.extend_from_slice(b"RIFF");
+            w.extend_from_slice(&36u32.wrapping_add(data_len).to_le_bytes());
+            w.extend_from_slice(b"WAVEfmt ");
+            w.extend_from_slice(&16u32.to_le_bytes());
+            w.extend_from_slice(&format.to_le_bytes());
+            w.extend_from_slice(&channels.to_le_bytes());
+            w.extend_from_slice(&rate.to_le_bytes());
+            w.extend_from_slice(&rate.wrapping_mul(block).to_le_bytes());
+            w.extend_from_slice(&(block as u16).to_le_bytes());
+            w.extend_from_slice(&bits.to_le_bytes());
+            w.extend_from_slice(b"data");
+            w.extend_from_slice(&data_len.to_le_bytes());
+            w.extend_from_slice(&data);
+            w
+        },
+    )
+}
+
 proptest! {
+    #[test]
+    fn crafted_wavs_are_refused_or_decoded_within_the_limits(wav in crafted_wav()) {
+        let limits = AudioLimits { max_seconds: 30.0 };
+        if let Ok((samples, rate)) = audio::decode_wav(&wav, limits) {
+            prop_assert!((audio::MIN_RATE..=audio::MAX_RATE).contains(&rate));
+            prop_assert!(samples.len() <= limits.max_samples(rate));
+            prop_assert!(samples.len() <= wav.len(), "never more samples than the file holds");
+            // ...and what was accepted resamples to the backend's rate.
+            prop_assert!(audio::resample(&samples, rate, 16000).is_ok());
+        }
+        // Through the legacy dialect's session.update, a crafted voice is a client error.
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&wav);
+        let update = serde_json::json!({"type": "session.update", "session": {"instructions": "x", "ref_audio": b64}});
+        decode_all(&[update.to_string()])?;
+    }
+
+    #[test]
+    fn any_client_sample_rate_is_refused_or_usable(rate in prop_oneof![any::<u64>(), 0u64..200_000], pcm in prop::collection::vec(any::<i16>(), 0..2000)) {
+        let format = serde_json::json!({"type": "session.update", "session": {
+            "input_audio_format": {"type": "pcm", "sample_rate": rate},
+            "audio": {"input": {"format": {"type": "audio/pcm", "rate": rate}}}}});
+        let bytes: Vec<u8> = pcm.iter().flat_map(|s| s.to_le_bytes()).collect();
+        let append = serde_json::json!({"type": "input_audio_buffer.append",
+            "audio": base64::engine::general_purpose::STANDARD.encode(bytes)});
+        for flavor in [Flavor::Ga, Flavor::Beta, Flavor::Qwen] {
+            let mut d = Realtime::new(flavor, "omni", limits());
+            match d.decode(&format.to_string(), &mut Vec::new()) {
+                Ok(_) => prop_assert!((8000..=192_000).contains(&rate), "{rate} accepted"),
+                Err(DecodeError::Protocol(e)) => {
+                    prop_assert_eq!(e.code(), "invalid_payload");
+                    prop_assert!(e.to_string().contains("sample rate"), "{}", e);
+                }
+                Err(other) => prop_assert!(false, "{other:?}"),
+            }
+            let _ = d.decode(&append.to_string(), &mut Vec::new());
+        }
+    }
+
     #[test]
     fn arbitrary_text_never_panics(frames in prop::collection::vec("\\PC{0,200}", 1..4)) {
         decode_all(&frames)?;

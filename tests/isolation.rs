@@ -135,19 +135,21 @@ async fn a_backend_process_killed_while_idle_is_noticed_and_replaced() {
 
 #[tokio::test]
 async fn force_listen_interrupts_a_step_in_another_process() {
-    // Steps take 400 ms, so the speaking step is still in flight when force_listen comes:
-    // only an interrupt that crossed the pipe at once keeps its speech from the client.
-    let server = Server::ready(Setup::default().workers(process_workers(1, "step_ms = 400")));
+    // Speaking steps take 30 s, longer than this test waits for any event: the listens
+    // arrive only because the interrupt and the force-listen crossed the pipe at once.
+    let server = Server::ready(
+        Setup::default().limits("step_timeout_ms = 120000").workers(process_workers(1, "token_ms = 30000")),
+    );
     let mut c = active(&server, "video").await;
     c.send(append(&loud())).await;
     answer_to(&mut c, "input_1").await;
-    c.send(append(&quiet())).await; // starts speaking (in flight)
+    c.send(append(&quiet())).await; // starts speaking (in flight for 30 s)
     c.send(append(&quiet())).await; // pending behind it
     c.send(append_with(&quiet(), json!({"force_listen": true}))).await;
     let events = answer_to(&mut c, "input_4").await;
-    for e in &events {
-        assert!(e["kind"] == "listen", "speech after force_listen: {e}");
-    }
+    let answered: Vec<&str> = events.iter().map(|e| e["input_id"].as_str().unwrap()).collect();
+    assert_eq!(answered, ["input_2", "input_3", "input_4"]);
+    assert_eq!(kinds(&events), ["listen", "listen", "listen"], "speech after force_listen: {events:?}");
     c.send(append(&quiet())).await;
     assert_eq!(kinds(&answer_to(&mut c, "input_5").await), ["listen"], "speech is over");
 }

@@ -265,11 +265,11 @@ async fn an_unknown_model_is_model_not_found_and_close_1008() {
 
 #[tokio::test]
 async fn browsers_authenticate_with_a_subprotocol_and_get_realtime_selected() {
-    let server = Server::ready(Setup::default().auth("api_keys = [\"browser-key\"]"));
+    let server = Server::ready(Setup::default().auth("api_keys = [\"browser-key-0123456789\"]"));
     let mut req = server.url("/v1/realtime?model=omni").into_client_request().unwrap();
     req.headers_mut().insert(
         "Sec-WebSocket-Protocol",
-        "realtime, openai-insecure-api-key.browser-key, openai-beta.realtime-v1".parse().unwrap(),
+        "realtime, openai-insecure-api-key.browser-key-0123456789, openai-beta.realtime-v1".parse().unwrap(),
     );
     let (ws, response) = tokio_tungstenite::connect_async(req).await.expect("authenticated by subprotocol");
     assert_eq!(response.headers().get("sec-websocket-protocol").unwrap(), "realtime");

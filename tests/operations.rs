@@ -3,30 +3,15 @@
 
 mod common;
 
+/// An admin key for the tests (keys are at least 16 bytes).
+const ADMIN: &str = "admin-key-for-tests-0";
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use common::*;
 use serde_json::{Value, json};
-
-/// Waits for a finished recording (its meta.json) and returns its directory.
-fn recording(server: &Server, session_id: &str) -> PathBuf {
-    let root = server.dir().join("recordings");
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Ok(dates) = std::fs::read_dir(&root) {
-            for date in dates.flatten() {
-                let dir = date.path().join(session_id);
-                if dir.join("meta.json").is_file() {
-                    return dir;
-                }
-            }
-        }
-        assert!(Instant::now() < deadline, "no finished recording for {session_id}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 fn wav_samples(path: &Path, rate: u32) -> u32 {
     let reader = hound::WavReader::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -64,7 +49,7 @@ async fn a_complete_duplex_session_is_recorded() {
     c.send(json!({"type": "session.close", "reason": "user_stop"})).await;
     c.closed().await;
 
-    let dir = recording(&server, &id);
+    let dir = server.recording(&id);
     assert_eq!(wav_samples(&dir.join("input.wav"), 16000), 5 * 16000, "every input sample, in order");
     assert_eq!(wav_samples(&dir.join("output.wav"), 24000), received_audio, "every audio sample sent");
     assert_eq!(received_audio, 60000);
@@ -127,7 +112,7 @@ async fn a_session_whose_client_vanished_mid_speech_is_recorded_complete() {
     let received: usize = speech.iter().filter(|d| d["kind"] == "audio").map(|d| pcm_of(&d["audio"]).len()).sum();
     drop(c); // the TCP connection goes away without a close frame
 
-    let dir = recording(&server, &id);
+    let dir = server.recording(&id);
     let meta: Value = serde_json::from_slice(&std::fs::read(dir.join("meta.json")).unwrap()).unwrap();
     assert_eq!(meta["close_reason"], "client_closed");
     assert_eq!(wav_samples(&dir.join("input.wav"), 16000), 32000, "what was sent");
@@ -275,7 +260,7 @@ async fn shutdown_tells_everyone_finalizes_recordings_and_exits_0() {
     let mut waiting = Client::connect(&server.url("/v1/realtime?mode=audio")).await;
     waiting.expect("session.queued").await;
     active_client.send(append(&loud())).await; // a step in flight during the shutdown
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.wait_metric("omni_chunks_received_total{mode=\"audio\"}", 1.0, WAIT);
     let signalled = Instant::now();
     server.signal("TERM");
 
@@ -292,7 +277,7 @@ async fn shutdown_tells_everyone_finalizes_recordings_and_exits_0() {
     assert_eq!(status.code(), Some(0), "{}", server.logs());
     assert!(signalled.elapsed() < Duration::from_secs(5), "within the grace period");
     let meta: Value =
-        serde_json::from_slice(&std::fs::read(recording(&server, &id).join("meta.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(server.recording(&id).join("meta.json")).unwrap()).unwrap();
     assert_eq!(meta["close_reason"], "server_shutdown");
     assert!(server.logs().contains("1 of 1 backends closed"), "{}", server.logs());
 }
@@ -304,9 +289,9 @@ async fn a_second_signal_exits_at_once() {
     );
     let mut c = active(&server, "audio").await;
     c.send(append(&loud())).await; // hangs: the graceful shutdown would wait 30 s
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.wait_metric("omni_chunks_received_total{mode=\"audio\"}", 1.0, WAIT);
     server.signal("TERM");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.wait_log("SIGTERM: shutting down", WAIT);
     assert!(server.alive(), "still draining");
     server.signal("INT");
     let status = server.wait_exit(Duration::from_secs(5)).expect("exits at once");
@@ -315,7 +300,9 @@ async fn a_second_signal_exits_at_once() {
 
 #[tokio::test]
 async fn api_keys_guard_the_realtime_endpoint() {
-    let server = Server::ready(Setup::default().auth("api_keys = [\"k1\", \"k2\"]").admin_key("adm"));
+    let server = Server::ready(
+        Setup::default().auth("api_keys = [\"key-one-0123456789\", \"key-two-0123456789\"]").admin_key(ADMIN),
+    );
     let url = server.url("/v1/realtime?mode=audio");
     let refused = |e: tokio_tungstenite::tungstenite::Error| match e {
         tokio_tungstenite::tungstenite::Error::Http(resp) => {
@@ -334,23 +321,23 @@ async fn api_keys_guard_the_realtime_endpoint() {
     );
 
     let mut req = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(url.as_str()).unwrap();
-    req.headers_mut().insert("Authorization", "Bearer k2".parse().unwrap());
+    req.headers_mut().insert("Authorization", "Bearer key-two-0123456789".parse().unwrap());
     let (mut ws, _) = tokio_tungstenite::connect_async(req).await.expect("header key");
     use futures_util::StreamExt;
     let first = ws.next().await.unwrap().unwrap();
     assert!(first.to_text().unwrap().contains("session.queue_done"));
     drop(ws);
     server.wait_idle();
-    let mut c = Client::connect(&format!("{url}&api_key=k1")).await;
+    let mut c = Client::connect(&format!("{url}&api_key=key-one-0123456789")).await;
     c.expect("session.queue_done").await;
     drop(c);
     server.wait_idle();
-    assert!(!server.logs().contains("k1") && !server.logs().contains("k2"), "keys never logged");
+    assert!(!server.logs().contains("key-one") && !server.logs().contains("key-two"), "keys never logged");
 }
 
 #[tokio::test]
 async fn the_admin_key_guards_every_admin_route_and_never_health() {
-    let server = Server::ready(recorded().admin_key("adm"));
+    let server = Server::ready(recorded().admin_key(ADMIN));
     let routes = [
         ("GET", "/status"),
         ("GET", "/metrics"),
@@ -366,7 +353,7 @@ async fn the_admin_key_guards_every_admin_route_and_never_health() {
             401,
             "{method} {path} wrong key"
         );
-        let (code, _) = http(server.addr, method, path, &[("Authorization", "Bearer adm")]);
+        let (code, _) = http(server.addr, method, path, &[("Authorization", &format!("Bearer {ADMIN}"))]);
         assert!(code == 200 || code == 404, "{method} {path} with the admin key: {code}");
     }
     assert_eq!(server.get("/healthz").0, 200);

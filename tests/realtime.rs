@@ -347,21 +347,25 @@ async fn listen_then_speech_then_listen() {
 
 #[tokio::test]
 async fn force_listen_mid_speech_discards_the_rest_of_that_response() {
-    // Steps take 400 ms, so the speaking step is still in flight when force_listen comes.
-    let server = Server::ready(Setup::default().workers(workers(1, "step_ms = 400")));
+    // Speaking steps take 30 s (listening ones none), longer than this test waits for any
+    // event: the listens below arrive only because the interrupt reaches the backend and
+    // cuts the speaking step short, and the force-listen reaches it before the pending step.
+    let server = Server::ready(
+        Setup::default().limits("step_timeout_ms = 120000").workers(workers(1, "token_ms = 30000")),
+    );
     let mut c = active(&server, "video").await;
     c.send(append(&loud())).await;
     answer_to(&mut c, "input_1").await;
-    c.send(append(&quiet())).await; // starts speaking (in flight)
-    c.send(append(&quiet())).await; // pending behind it
+    c.send(append(&quiet())).await; // input_2 starts speaking (in flight for 30 s)
+    c.send(append(&quiet())).await; // input_3 pending behind it
     c.send(append_with(&quiet(), json!({"force_listen": true}))).await; // input_4
     let events = answer_to(&mut c, "input_4").await;
-    // Nothing the model would have said for inputs 2 and 3 reaches the client: the
-    // in-flight step is interrupted and the pending one listens.
-    for e in &events {
-        assert!(e["kind"] == "listen", "speech after force_listen: {e}");
-    }
-    assert_eq!(events.last().unwrap()["input_id"], "input_4", "the force_listen chunk is answered with listen");
+    let answered: Vec<(String, String)> = events
+        .iter()
+        .map(|e| (e["input_id"].as_str().unwrap().to_string(), e["kind"].as_str().unwrap().to_string()))
+        .collect();
+    let listen = |k: u32| (format!("input_{k}"), "listen".to_string());
+    assert_eq!(answered, [listen(2), listen(3), listen(4)], "cut short, force-listened, then the flagged step");
     c.send(append(&quiet())).await;
     assert_eq!(kinds(&answer_to(&mut c, "input_5").await), ["listen"], "speech is over");
 }

@@ -20,12 +20,13 @@ fn the_official_openai_and_dashscope_clients_hold_voice_turns() {
         "{} not found: run ./test.sh, which creates .venv with the official SDKs (tests/sdk/requirements.txt)",
         python.display()
     );
-    let server = Server::ready(Setup::default().auth("api_keys = [\"sdk-test-key\"]").workers(workers(2, "")));
+    let server =
+        Server::ready(Setup::default().auth("api_keys = [\"sdk-test-key-0123456789\"]").workers(workers(2, "")));
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/sdk_e2e.py");
     let out = Command::new(&python)
         .arg(script)
         .arg(server.addr.port().to_string())
-        .arg("sdk-test-key")
+        .arg("sdk-test-key-0123456789")
         .output()
         .expect("run the SDK script");
     let stdout = String::from_utf8_lossy(&out.stdout);

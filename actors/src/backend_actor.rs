@@ -1,15 +1,17 @@
-//! BackendActor: one per worker. It owns the worker's backend thread and turns the
-//! session's messages into jobs on it, one at a time.
+//! BackendActor: one per worker. It owns the worker's backend thread and its control
+//! thread, and turns the session's messages into jobs, one at a time.
 //!
-//! Its mailbox policy is the gateway's backpressure and interrupt model:
-//! - at most `max_pending_chunks` unprocessed duplex chunks per session; the oldest is
-//!   dropped silently (the session is told, for its counters);
-//! - a force-listen chunk overtakes the backlog: the any-thread calls (set_force_listen,
-//!   interrupt) reach the backend at once, without waiting behind pending chunks;
-//! - every job has a watchdog: a step slower than `step_timeout` fails the worker, which
-//!   the pool replaces; the hung thread is abandoned, never joined.
+//! Its mailbox rules (silent drop of the oldest pending chunk, force-listen overtaking the
+//! backlog, the step watchdog, queued answers) live in [`WorkerPolicy`]; the actor
+//! delivers messages to it and carries out the answers: jobs go to the backend thread,
+//! any-thread calls to the control thread (never made on this arbiter), results straight
+//! from the backend thread to the session.
+//!
+//! No session waits forever on a worker: every message a session's progress depends on
+//! carries a [`Delivery`], which tells the session if the message is never handled (the
+//! actor stopped and its mailbox dropped it). A backend that does not open within
+//! `open_timeout` fails the worker, like a step past `step_timeout`.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -19,17 +21,61 @@ use actix::prelude::*;
 use crate::backend::{BackendControl, BackendError};
 use crate::domain::{BackendInfo, DuplexChunk, Mode, SessionSetup, StepOutcome, TurnInput, TurnSummary};
 use crate::metrics::metrics;
-use crate::pending::Pending;
 use crate::pool_actor::WorkerEvent;
 use crate::protocol::ProtocolError;
 use crate::queue::WorkerId;
 use crate::session::BackendEvent;
-use crate::worker_thread::{BackendFactory, Job, Opened, WorkerThread};
+use crate::worker_policy::{Cut, Refusal, Work, WorkerPolicy};
+use crate::worker_thread::{BackendFactory, ControlThread, Job, Opened, WorkerThread};
 
 #[derive(Debug, Clone, Copy)]
 pub struct BackendLimits {
     pub max_pending_chunks: usize,
     pub step_timeout: Duration,
+    /// A backend that has not opened after this long fails the worker.
+    pub open_timeout: Duration,
+}
+
+/// What a session hears when one of its messages to a worker is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lost {
+    /// An attach: the worker is gone before the session took it.
+    Attach,
+    /// Work the session waits on: the worker is gone.
+    Work,
+    /// A drain: there is nothing left to wait for.
+    Drain,
+}
+
+/// Sent with every message a session waits on. Handled, it is disarmed; dropped unhandled
+/// (the worker's actor is gone and its mailbox dropped the message), it tells the session.
+pub struct Delivery {
+    to: Option<Recipient<BackendEvent>>,
+    lost: Lost,
+}
+
+impl Delivery {
+    pub fn new(to: Recipient<BackendEvent>, lost: Lost) -> Delivery {
+        Delivery { to: Some(to), lost }
+    }
+
+    /// The message reached the worker: nothing to say on drop.
+    fn handled(mut self) -> Recipient<BackendEvent> {
+        self.to.take().expect("a delivery is handled once")
+    }
+}
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        let Some(to) = self.to.take() else { return };
+        to.do_send(match self.lost {
+            Lost::Attach => BackendEvent::Attached(Err(ProtocolError::WorkerConnectFailed(
+                "the worker stopped before the session could take it".into(),
+            ))),
+            Lost::Work => BackendEvent::Failed { reason: "the worker stopped".into() },
+            Lost::Drain => BackendEvent::Drained,
+        });
+    }
 }
 
 /// A session takes this worker; answered with `BackendEvent::Attached`. Sent with
@@ -43,7 +89,7 @@ pub struct Attach {
     /// Names the session in logs and status until it has an id.
     pub label: String,
     pub mode: Mode,
-    pub events: Recipient<BackendEvent>,
+    pub reply: Delivery,
 }
 
 /// Starts the session on the backend; answered with `Prepared` or `PrepareFailed`.
@@ -55,6 +101,7 @@ pub struct Prepare {
     /// The session's wire dialect, for status.
     pub dialect: &'static str,
     pub setup: SessionSetup,
+    pub reply: Delivery,
 }
 
 /// One duplex chunk, numbered by the session.
@@ -73,6 +120,7 @@ pub struct SubmitTurn {
     pub key: u64,
     pub seq: u64,
     pub input: TurnInput,
+    pub reply: Delivery,
 }
 
 /// The session is over: the backend is reset, then the worker is offered again.
@@ -82,6 +130,42 @@ pub struct Detach {
     pub key: u64,
     /// When the session ended (the hand-over to the next session is timed from here).
     pub ended: Instant,
+}
+
+/// Starts the session over with new settings: the backlog is dropped, the job in flight
+/// cut short, the backend reset and prepared again; answered with `Prepared` or
+/// `PrepareFailed`. The worker stays with the session.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Reconfigure {
+    pub key: u64,
+    pub setup: SessionSetup,
+    pub reply: Delivery,
+}
+
+/// Cuts the current output short: the backend is force-listened and the step or answer
+/// in flight interrupted; answers still queued end as interrupted.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Interrupt {
+    pub key: u64,
+}
+
+/// The session is ending (server shutdown): drop its backlog, finish the job in flight,
+/// then tell it with `BackendEvent::Drained`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Drain {
+    pub key: u64,
+    pub reply: Delivery,
+}
+
+/// The server is stopping: the thread finishes, closes the backend and exits. Answers
+/// whether that happened within `within`.
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct Stop {
+    pub within: Duration,
 }
 
 #[derive(Message)]
@@ -101,15 +185,6 @@ struct TurnProgress {
     job: u64,
 }
 
-enum Work {
-    Prepare(SessionSetup),
-    /// Reset, then prepare with new settings, keeping the session attached.
-    Restart(SessionSetup),
-    Step(u64, DuplexChunk),
-    Turn(u64, TurnInput),
-    Reset,
-}
-
 /// How a job ended, for the actor's bookkeeping (the session already has the result).
 enum JobOutcome {
     /// The result went to the session.
@@ -119,17 +194,7 @@ enum JobOutcome {
     Reset(Result<(), BackendError>),
 }
 
-struct InFlight {
-    job: u64,
-    /// Metric label: prepare, step, turn or reset.
-    kind: &'static str,
-    started: Instant,
-    interruptible: bool,
-    watchdog: SpawnHandle,
-}
-
 struct AttachedSession {
-    key: u64,
     events: Recipient<BackendEvent>,
 }
 
@@ -141,20 +206,17 @@ pub struct BackendActor {
     limits: BackendLimits,
     pool: Recipient<WorkerEvent>,
     thread: Option<WorkerThread>,
-    control: Option<Arc<dyn BackendControl>>,
+    control: Option<ControlThread>,
+    /// The backend's any-thread half, for the KV length on the backend thread.
+    backend_control: Option<Arc<dyn BackendControl>>,
     info: Option<BackendInfo>,
     session: Option<AttachedSession>,
-    work: VecDeque<Work>,
-    pending: Pending<(u64, DuplexChunk)>,
-    in_flight: Option<InFlight>,
-    next_job: u64,
-    failed: bool,
+    policy: WorkerPolicy,
+    watchdog: Option<SpawnHandle>,
     /// When its last session detached, while it waits to be handed over.
     released_at: Option<Instant>,
     /// Set by `Interrupt`: the turn-mode answer in flight stops before its next piece.
     turn_cancel: Arc<AtomicBool>,
-    /// The session asked to be told once the job in flight is done (graceful shutdown).
-    drain: bool,
 }
 
 impl BackendActor {
@@ -175,21 +237,14 @@ impl BackendActor {
             pool,
             thread: None,
             control: None,
+            backend_control: None,
             info: None,
             session: None,
-            work: VecDeque::new(),
-            pending: Pending::new(limits.max_pending_chunks),
-            in_flight: None,
-            next_job: 1,
-            failed: false,
+            policy: WorkerPolicy::new(limits.max_pending_chunks),
+            watchdog: None,
             released_at: None,
             turn_cancel: Arc::new(AtomicBool::new(false)),
-            drain: false,
         }
-    }
-
-    fn owns(&self, key: u64) -> bool {
-        self.session.as_ref().is_some_and(|s| s.key == key)
     }
 
     fn tell_session(&self, event: BackendEvent) {
@@ -202,12 +257,11 @@ impl BackendActor {
         self.pool.do_send(make(self.id, self.generation));
     }
 
-    /// The worker is unusable: tell the session and the pool, abandon the thread, stop.
+    /// The worker is unusable: tell the session and the pool, end the backend, stop.
     fn fail(&mut self, ctx: &mut Context<Self>, reason: String) {
-        if self.failed {
+        if !self.policy.fail() {
             return;
         }
-        self.failed = true;
         log::error!("worker {}: failed: {reason}", self.name);
         self.tell_session(BackendEvent::Failed { reason: reason.clone() });
         self.event(|worker, generation| WorkerEvent::Failed { worker, generation, reason });
@@ -221,68 +275,61 @@ impl BackendActor {
         ctx.stop();
     }
 
+    /// Carries out a cut: the session hears about dropped chunks and cancelled answers,
+    /// and the job in flight is interrupted.
+    fn apply(&self, cut: Cut) {
+        for seq in cut.dropped {
+            self.tell_session(BackendEvent::Dropped { seq });
+        }
+        for seq in cut.cancelled {
+            self.tell_session(BackendEvent::TurnDone { seq, result: Err(BackendError::Interrupted) });
+        }
+        if cut.interrupt
+            && let Some(c) = &self.control
+        {
+            c.interrupt();
+        }
+    }
+
     fn dispatch_next(&mut self, ctx: &mut Context<Self>) {
-        if self.in_flight.is_some() || self.failed {
+        let (Some(thread), Some(control)) = (&self.thread, &self.backend_control) else {
+            return;
+        };
+        let Some((job, work)) = self.policy.next(Instant::now()) else { return };
+        let closure = self.job(job, work, control.clone(), ctx.address());
+        if let Err(e) = thread.submit(closure) {
+            self.fail(ctx, e.to_string());
             return;
         }
-        let (Some(thread), Some(control)) = (&self.thread, &self.control) else {
-            return;
-        };
-        let work = match self.work.pop_front() {
-            Some(w) => w,
-            None => match self.pending.pop() {
-                Some((seq, chunk)) => Work::Step(seq, chunk),
-                None => return,
-            },
-        };
-        let job = self.next_job;
-        self.next_job += 1;
-        let addr = ctx.address();
-        let interruptible = !matches!(work, Work::Reset);
-        let reset_first = matches!(work, Work::Restart(_));
-        let kind = match work {
-            Work::Prepare(_) | Work::Restart(_) => "prepare",
-            Work::Step(..) => "step",
-            Work::Turn(..) => "turn",
-            Work::Reset => "reset",
-        };
-        // Results go from the thread straight to the session (one thread hop less on the
-        // latency path); the actor is told that the job is done, for its bookkeeping.
+        self.arm_watchdog(job, ctx);
+    }
+
+    /// The closure that runs `work` on the backend thread. Results go from the thread
+    /// straight to the session (one thread hop less on the latency path); the actor is
+    /// told that the job is done, for its bookkeeping.
+    fn job(&self, job: u64, work: Work, control: Arc<dyn BackendControl>, addr: Addr<Self>) -> Job {
         let to_session = self.session.as_ref().map(|s| s.events.clone());
         let tell = move |event: BackendEvent| {
             if let Some(s) = &to_session {
                 s.do_send(event);
             }
         };
-        let closure: Job = match work {
-            Work::Prepare(setup) | Work::Restart(setup) => {
-                let control = control.clone();
-                Box::new(move |b| {
-                    let reset = if reset_first { b.reset() } else { Ok(()) };
-                    let result = reset.and_then(|_| b.prepare(&setup)).map(|_| control.kv_length());
-                    tell(match result {
-                        Ok(prompt_length) => BackendEvent::Prepared { prompt_length },
-                        Err(e) => BackendEvent::PrepareFailed(e),
-                    });
-                    addr.do_send(JobDone { job, outcome: JobOutcome::Delivered });
-                })
-            }
-            Work::Step(seq, chunk) => {
-                let control = control.clone();
-                Box::new(move |b| {
-                    let started = Instant::now();
-                    let result = match b.duplex_step(&chunk) {
-                        // An interrupted step heard its chunk and says nothing: a listen.
-                        Err(BackendError::Interrupted) => Ok(StepOutcome::listen(control.kv_length())),
-                        Err(BackendError::Crashed(reason)) => {
-                            return addr.do_send(JobDone { job, outcome: JobOutcome::Crashed(reason) });
-                        }
-                        other => other,
-                    };
-                    tell(BackendEvent::Step { seq, result, elapsed: started.elapsed() });
-                    addr.do_send(JobDone { job, outcome: JobOutcome::Delivered });
-                })
-            }
+        match work {
+            Work::Prepare(setup) => prepare_job(job, false, setup, control, tell, addr),
+            Work::Restart(setup) => prepare_job(job, true, setup, control, tell, addr),
+            Work::Step(seq, chunk) => Box::new(move |b| {
+                let started = Instant::now();
+                let result = match b.duplex_step(&chunk) {
+                    // An interrupted step heard its chunk and says nothing: a listen.
+                    Err(BackendError::Interrupted) => Ok(StepOutcome::listen(control.kv_length())),
+                    Err(BackendError::Crashed(reason)) => {
+                        return addr.do_send(JobDone { job, outcome: JobOutcome::Crashed(reason) });
+                    }
+                    other => other,
+                };
+                tell(BackendEvent::Step { seq, result, elapsed: started.elapsed() });
+                addr.do_send(JobDone { job, outcome: JobOutcome::Delivered });
+            }),
             Work::Turn(seq, input) => {
                 let cancel = self.turn_cancel.clone();
                 cancel.store(false, Ordering::SeqCst);
@@ -322,47 +369,41 @@ impl BackendActor {
                 let result = b.reset();
                 addr.do_send(JobDone { job, outcome: JobOutcome::Reset(result) });
             }),
-        };
-        if let Err(e) = thread.submit(closure) {
-            self.fail(ctx, e.to_string());
-            return;
         }
-        let watchdog = self.arm_watchdog(job, ctx);
-        self.in_flight = Some(InFlight { job, kind, started: Instant::now(), interruptible, watchdog });
     }
 
-    fn arm_watchdog(&self, job: u64, ctx: &mut Context<Self>) -> SpawnHandle {
+    /// The watchdog of `job`: still in flight after `step_timeout`, the worker fails.
+    fn arm_watchdog(&mut self, job: u64, ctx: &mut Context<Self>) {
+        if let Some(old) = self.watchdog.take() {
+            ctx.cancel_future(old);
+        }
         let timeout = self.limits.step_timeout;
-        ctx.run_later(timeout, move |act, ctx| {
-            if act.in_flight.as_ref().is_some_and(|f| f.job == job) {
+        self.watchdog = Some(ctx.run_later(timeout, move |act, ctx| {
+            if act.policy.is_current(job) {
                 act.fail(ctx, format!("a backend call took longer than step_timeout_ms ({} ms)", timeout.as_millis()));
             }
-        })
+        }));
     }
+}
 
-    /// Drops every pending chunk and queued answer, telling the session.
-    fn drop_backlog(&mut self) {
-        for (seq, _) in self.pending.clear() {
-            self.tell_session(BackendEvent::Dropped { seq });
-        }
-        for work in std::mem::take(&mut self.work) {
-            if let Work::Turn(seq, _) = work {
-                self.tell_session(BackendEvent::TurnDone { seq, result: Err(BackendError::Interrupted) });
-            }
-        }
-    }
-
-    fn finish_job(&mut self, job: u64, ctx: &mut Context<Self>) -> bool {
-        match &self.in_flight {
-            Some(f) if f.job == job => {
-                ctx.cancel_future(f.watchdog);
-                metrics().step_duration_seconds.with_label_values(&[f.kind]).observe(f.started.elapsed().as_secs_f64());
-                self.in_flight = None;
-                true
-            }
-            _ => false,
-        }
-    }
+/// Prepares a session (after a reset, to restart one), telling the session how it went.
+fn prepare_job(
+    job: u64,
+    reset_first: bool,
+    setup: SessionSetup,
+    control: Arc<dyn BackendControl>,
+    tell: impl Fn(BackendEvent) + Send + 'static,
+    addr: Addr<BackendActor>,
+) -> Job {
+    Box::new(move |b| {
+        let reset = if reset_first { b.reset() } else { Ok(()) };
+        let result = reset.and_then(|_| b.prepare(&setup)).map(|_| control.kv_length());
+        tell(match result {
+            Ok(prompt_length) => BackendEvent::Prepared { prompt_length },
+            Err(e) => BackendEvent::PrepareFailed(e),
+        });
+        addr.do_send(JobDone { job, outcome: JobOutcome::Delivered });
+    })
 }
 
 impl Actor for BackendActor {
@@ -376,14 +417,34 @@ impl Actor for BackendActor {
                 let reason = format!("cannot start the worker thread: {e}");
                 self.event(|worker, generation| WorkerEvent::OpenFailed { worker, generation, reason });
                 ctx.stop();
+                return;
             }
         }
+        let timeout = self.limits.open_timeout;
+        ctx.run_later(timeout, move |act, ctx| {
+            if act.info.is_none() && !act.policy.failed() {
+                let reason = format!(
+                    "the backend did not open within limits.open_timeout_s ({} s); its thread is abandoned \
+                     (a backend process is killed)",
+                    timeout.as_secs_f64()
+                );
+                log::error!("worker {}: {reason}", act.name);
+                act.policy.fail();
+                act.event(|worker, generation| WorkerEvent::OpenFailed { worker, generation, reason });
+                act.thread = None;
+                ctx.stop();
+            }
+        });
     }
 }
 
 impl Handler<OpenedMsg> for BackendActor {
     type Result = ();
     fn handle(&mut self, msg: OpenedMsg, ctx: &mut Context<Self>) {
+        if self.policy.failed() {
+            // Opened after the open timeout had failed the worker: too late.
+            return;
+        }
         match msg.0 {
             Ok((info, control)) => {
                 log::info!(
@@ -394,6 +455,10 @@ impl Handler<OpenedMsg> for BackendActor {
                     info.turn,
                     info.context_size
                 );
+                let control_thread = match ControlThread::spawn(&self.name, control.clone()) {
+                    Ok(t) => t,
+                    Err(e) => return self.fail(ctx, format!("cannot start the control thread: {e}")),
+                };
                 // A backend process that dies while idle fails the worker at once.
                 if let Some(death) = control.take_death_notice() {
                     ctx.spawn(fut::wrap_future::<_, Self>(death).map(|reason, act, ctx| {
@@ -403,14 +468,17 @@ impl Handler<OpenedMsg> for BackendActor {
                     }));
                 }
                 let process_id = control.process_id();
-                self.control = Some(control);
+                self.control = Some(control_thread);
+                self.backend_control = Some(control);
                 self.info = Some(info);
+                self.policy.opened();
                 let addr = ctx.address();
                 self.event(|worker, generation| WorkerEvent::Opened { worker, generation, backend: addr, process_id });
             }
             Err(e) => {
                 let reason = e.to_string();
                 log::error!("worker {}: {reason}", self.name);
+                self.policy.fail();
                 self.event(|worker, generation| WorkerEvent::OpenFailed { worker, generation, reason });
                 self.thread = None;
                 ctx.stop();
@@ -422,46 +490,51 @@ impl Handler<OpenedMsg> for BackendActor {
 impl Handler<Attach> for BackendActor {
     type Result = ();
     fn handle(&mut self, msg: Attach, _: &mut Context<Self>) {
-        let events = msg.events.clone();
-        events.do_send(BackendEvent::Attached(self.attach(msg)));
+        let events = msg.reply.handled();
+        let answer = match self.policy.attach(msg.key) {
+            Ok(()) => {
+                log::debug!("worker {}: attached to {}", self.name, msg.label);
+                if let Some(at) = self.released_at.take() {
+                    metrics().worker_handover_seconds.observe(at.elapsed().as_secs_f64());
+                }
+                self.session = Some(AttachedSession { events: events.clone() });
+                let (label, mode) = (msg.label, msg.mode);
+                self.event(|worker, generation| WorkerEvent::Busy { worker, generation, session: label, mode });
+                Ok(())
+            }
+            Err(Refusal::NotReady) => {
+                Err(ProtocolError::WorkerConnectFailed(format!("worker {} is not ready", self.name)))
+            }
+            Err(Refusal::Busy) => Err(ProtocolError::WorkerBusy(format!("worker {} is busy", self.name))),
+        };
+        events.do_send(BackendEvent::Attached(answer));
     }
 }
 
 impl BackendActor {
-    fn attach(&mut self, msg: Attach) -> Result<(), ProtocolError> {
-        if self.failed || self.control.is_none() {
-            return Err(ProtocolError::WorkerConnectFailed(format!("worker {} is not ready", self.name)));
+    /// Refuses setups the backend cannot run, telling the session.
+    fn supports(&self, setup: &SessionSetup) -> bool {
+        match &self.info {
+            Some(info) if !info.supports(setup.kind) => {
+                let what = format!("backend {} cannot run {} sessions", info.name, setup.kind.runtime_name());
+                self.tell_session(BackendEvent::PrepareFailed(BackendError::Unsupported(what)));
+                false
+            }
+            _ => true,
         }
-        if self.session.is_some() || !self.work.is_empty() || self.in_flight.is_some() {
-            return Err(ProtocolError::WorkerBusy(format!("worker {} is busy", self.name)));
-        }
-        log::debug!("worker {}: attached to {}", self.name, msg.label);
-        if let Some(at) = self.released_at.take() {
-            metrics().worker_handover_seconds.observe(at.elapsed().as_secs_f64());
-        }
-        self.session = Some(AttachedSession { key: msg.key, events: msg.events });
-        let (label, mode) = (msg.label, msg.mode);
-        self.event(|worker, generation| WorkerEvent::Busy { worker, generation, session: label, mode });
-        Ok(())
     }
 }
 
 impl Handler<Prepare> for BackendActor {
     type Result = ();
     fn handle(&mut self, msg: Prepare, ctx: &mut Context<Self>) {
-        if !self.owns(msg.key) {
-            return;
-        }
-        if let Some(info) = &self.info
-            && !info.supports(msg.setup.kind)
-        {
-            let what = format!("backend {} cannot run {} sessions", info.name, msg.setup.kind.runtime_name());
-            self.tell_session(BackendEvent::PrepareFailed(BackendError::Unsupported(what)));
+        msg.reply.handled();
+        if !self.policy.owns(msg.key) || !self.supports(&msg.setup) {
             return;
         }
         let (session, dialect) = (msg.session_id, msg.dialect);
         self.event(|worker, generation| WorkerEvent::Identified { worker, generation, session, dialect });
-        self.work.push_back(Work::Prepare(msg.setup));
+        self.policy.prepare(msg.setup);
         self.dispatch_next(ctx);
     }
 }
@@ -469,21 +542,22 @@ impl Handler<Prepare> for BackendActor {
 impl Handler<SubmitChunk> for BackendActor {
     type Result = ();
     fn handle(&mut self, msg: SubmitChunk, ctx: &mut Context<Self>) {
-        if !self.owns(msg.key) {
+        if !self.policy.owns(msg.key) {
             return;
         }
-        if msg.chunk.force_listen
-            && let Some(control) = &self.control
-        {
+        let fx = self.policy.chunk(msg.seq, msg.chunk);
+        if let Some(control) = &self.control {
             // Overtake the backlog: the next step listens, whatever is pending, and a
             // step in flight is cut short.
-            control.set_force_listen(true);
-            if self.in_flight.as_ref().is_some_and(|f| f.interruptible) {
+            if fx.force_listen {
+                control.set_force_listen(true);
+            }
+            if fx.interrupt {
                 control.interrupt();
             }
         }
-        if let Some((dropped, _)) = self.pending.push((msg.seq, msg.chunk)) {
-            self.tell_session(BackendEvent::Dropped { seq: dropped });
+        if let Some(seq) = fx.dropped {
+            self.tell_session(BackendEvent::Dropped { seq });
         }
         self.dispatch_next(ctx);
     }
@@ -492,10 +566,11 @@ impl Handler<SubmitChunk> for BackendActor {
 impl Handler<SubmitTurn> for BackendActor {
     type Result = ();
     fn handle(&mut self, msg: SubmitTurn, ctx: &mut Context<Self>) {
-        if !self.owns(msg.key) {
+        msg.reply.handled();
+        if !self.policy.owns(msg.key) {
             return;
         }
-        self.work.push_back(Work::Turn(msg.seq, msg.input));
+        self.policy.turn(msg.seq, msg.input);
         self.dispatch_next(ctx);
     }
 }
@@ -503,19 +578,16 @@ impl Handler<SubmitTurn> for BackendActor {
 impl Handler<Detach> for BackendActor {
     type Result = ();
     fn handle(&mut self, msg: Detach, ctx: &mut Context<Self>) {
-        if !self.owns(msg.key) {
+        if !self.policy.owns(msg.key) {
             return;
         }
         self.session = None;
         self.released_at = Some(msg.ended);
-        self.work.clear();
-        self.pending.clear();
-        if self.in_flight.as_ref().is_some_and(|f| f.interruptible)
+        if self.policy.detach()
             && let Some(c) = &self.control
         {
             c.interrupt();
         }
-        self.work.push_back(Work::Reset);
         self.event(|worker, generation| WorkerEvent::Resetting { worker, generation });
         self.dispatch_next(ctx);
     }
@@ -524,15 +596,9 @@ impl Handler<Detach> for BackendActor {
 impl Handler<TurnProgress> for BackendActor {
     type Result = ();
     fn handle(&mut self, msg: TurnProgress, ctx: &mut Context<Self>) {
-        // Progress re-arms the watchdog: the timeout bounds each piece, not the answer.
-        let Some(f) = &self.in_flight else { return };
-        if f.job != msg.job {
-            return;
-        }
-        ctx.cancel_future(f.watchdog);
-        let watchdog = self.arm_watchdog(msg.job, ctx);
-        if let Some(f) = &mut self.in_flight {
-            f.watchdog = watchdog;
+        // Progress renews the watchdog: the timeout bounds each piece, not the answer.
+        if self.policy.is_current(msg.job) {
+            self.arm_watchdog(msg.job, ctx);
         }
     }
 }
@@ -540,9 +606,13 @@ impl Handler<TurnProgress> for BackendActor {
 impl Handler<JobDone> for BackendActor {
     type Result = ();
     fn handle(&mut self, msg: JobDone, ctx: &mut Context<Self>) {
-        if !self.finish_job(msg.job, ctx) {
+        let Some((done, drained)) = self.policy.done(msg.job) else {
             return;
+        };
+        if let Some(w) = self.watchdog.take() {
+            ctx.cancel_future(w);
         }
+        metrics().step_duration_seconds.with_label_values(&[done.kind]).observe(done.started.elapsed().as_secs_f64());
         match msg.outcome {
             JobOutcome::Delivered => {}
             JobOutcome::Crashed(reason) => return self.fail(ctx, reason),
@@ -551,113 +621,60 @@ impl Handler<JobDone> for BackendActor {
             }
             JobOutcome::Reset(Err(e)) => return self.fail(ctx, format!("reset failed: {e}")),
         }
-        if self.drain {
-            self.drain = false;
+        if drained {
             self.tell_session(BackendEvent::Drained);
         }
         self.dispatch_next(ctx);
     }
-}
-
-/// Starts the session over with new settings: the backlog is dropped, the job in flight
-/// cut short, the backend reset and prepared again; answered with `Prepared` or
-/// `PrepareFailed`. The worker stays with the session.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Reconfigure {
-    pub key: u64,
-    pub setup: SessionSetup,
 }
 
 impl Handler<Reconfigure> for BackendActor {
     type Result = ();
     fn handle(&mut self, msg: Reconfigure, ctx: &mut Context<Self>) {
-        if !self.owns(msg.key) {
+        msg.reply.handled();
+        if !self.policy.owns(msg.key) || !self.supports(&msg.setup) {
             return;
         }
-        if let Some(info) = &self.info
-            && !info.supports(msg.setup.kind)
-        {
-            let what = format!("backend {} cannot run {} sessions", info.name, msg.setup.kind.runtime_name());
-            self.tell_session(BackendEvent::PrepareFailed(BackendError::Unsupported(what)));
-            return;
-        }
-        self.drop_backlog();
-        if self.in_flight.as_ref().is_some_and(|f| f.interruptible)
-            && let Some(c) = &self.control
-        {
-            c.interrupt();
-        }
-        self.work.push_back(Work::Restart(msg.setup));
+        let cut = self.policy.restart(msg.setup);
+        self.apply(cut);
         self.dispatch_next(ctx);
     }
-}
-
-/// Cuts the current output short: the backend is force-listened and the step or answer
-/// in flight interrupted; answers still queued end as interrupted.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Interrupt {
-    pub key: u64,
 }
 
 impl Handler<Interrupt> for BackendActor {
     type Result = ();
     fn handle(&mut self, msg: Interrupt, _: &mut Context<Self>) {
-        if !self.owns(msg.key) {
+        if !self.policy.owns(msg.key) {
             return;
         }
-        let queued: Vec<u64> =
-            self.work.iter().filter_map(|w| if let Work::Turn(seq, _) = w { Some(*seq) } else { None }).collect();
-        self.work.retain(|w| !matches!(w, Work::Turn(..)));
-        for seq in queued {
-            self.tell_session(BackendEvent::TurnDone { seq, result: Err(BackendError::Interrupted) });
-        }
         self.turn_cancel.store(true, Ordering::SeqCst);
+        let cut = self.policy.interrupt();
         if let Some(c) = &self.control {
             c.set_force_listen(true);
-            if self.in_flight.as_ref().is_some_and(|f| f.interruptible) {
-                c.interrupt();
-            }
         }
+        self.apply(cut);
     }
-}
-
-/// The session is ending (server shutdown): drop its backlog, finish the job in flight,
-/// then tell it with `BackendEvent::Drained`.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Drain {
-    pub key: u64,
 }
 
 impl Handler<Drain> for BackendActor {
     type Result = ();
     fn handle(&mut self, msg: Drain, _: &mut Context<Self>) {
-        if !self.owns(msg.key) {
+        msg.reply.handled();
+        if !self.policy.owns(msg.key) {
             return;
         }
-        self.drop_backlog();
-        if self.in_flight.is_some() {
-            self.drain = true;
-        } else {
+        let (cut, now) = self.policy.drain();
+        self.apply(cut);
+        if now {
             self.tell_session(BackendEvent::Drained);
         }
     }
 }
 
-/// The server is stopping: the thread finishes, closes the backend and exits. Answers
-/// whether that happened within `within`.
-#[derive(Message)]
-#[rtype(result = "bool")]
-pub struct Stop {
-    pub within: Duration,
-}
-
 impl Handler<Stop> for BackendActor {
     type Result = ResponseActFuture<Self, bool>;
     fn handle(&mut self, msg: Stop, _: &mut Context<Self>) -> Self::Result {
-        self.failed = true;
+        self.policy.fail();
         if let Some(c) = &self.control {
             c.interrupt();
         }

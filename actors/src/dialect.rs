@@ -2,10 +2,12 @@
 //! client's text frames into [`Inbound`] commands and encodes [`Outbound`] events into
 //! text frames. The session's state machine, limits and routing stay in the actors.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::ids;
 use crate::protocol::{Inbound, Outbound, ProtocolError};
+use crate::recording::Redact;
 
 /// Why a frame could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -24,15 +26,6 @@ impl From<ProtocolError> for DecodeError {
     }
 }
 
-/// How a dialect encodes audio in its base64 fields (recordings decode what was sent).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AudioFormat {
-    /// Little-endian float32.
-    F32,
-    /// Little-endian signed 16-bit.
-    Pcm16,
-}
-
 /// The audio segments (16 kHz) and images a client event carried, for the recording.
 pub type RecordedMedia = (Vec<Vec<f32>>, Vec<Vec<u8>>);
 
@@ -47,10 +40,8 @@ pub trait Dialect {
     /// Encodes one event into zero or more text frames.
     fn encode(&mut self, event: Outbound<'_>, out: &mut Vec<String>);
 
-    /// How this dialect encodes the model's audio.
-    fn output_audio(&self) -> AudioFormat {
-        AudioFormat::F32
-    }
+    /// What the recording keeps of this dialect's frames (run on the recorder's thread).
+    fn redactor(&self) -> Arc<dyn Redact>;
 
     /// A new session id in this dialect's format; unique across restarts.
     fn new_session_id(&mut self) -> String {

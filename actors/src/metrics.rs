@@ -45,10 +45,19 @@ pub struct Metrics {
     pub worker_restarts: IntCounterVec,
     /// Bytes handed to recorders and not yet written.
     pub recording_lag_bytes: IntGauge,
-    /// Records dropped because a recorder fell behind by more than `recording.max_lag_mb`.
-    pub recording_dropped: IntCounter,
+    /// Records a recording did not take, by reason: `session_lag` (its recorder more than
+    /// `recording.max_lag_mb` behind), `total_lag` (all recorders together more than
+    /// `recording.max_total_lag_mb` behind), `prelude` (held before the session had an id,
+    /// past `max_lag_mb`), `session_cap` (the recording reached `recording.max_session_mb`).
+    pub recording_dropped: IntCounterVec,
     /// Sessions closed because they did not read their output.
     pub slow_consumers: IntCounter,
+    /// Client events refused because what the server holds for that client reached its
+    /// bound, by buffer (`audio_buffer`, `items`, `images`, `replies`, `turns`, `held_input`).
+    pub buffer_refusals: IntCounterVec,
+    /// Client messages dropped unprocessed because their connection sent faster than
+    /// `server.max_messages_per_s`.
+    pub rate_limited: IntCounter,
 }
 
 const LATENCY_BUCKETS: &[f64] =
@@ -157,15 +166,27 @@ impl Metrics {
             workers: gauge_vec(&r, "omni_workers", "Workers per state", &["state"]),
             worker_restarts: counter_vec(&r, "omni_worker_restarts_total", "Worker restarts", &["worker"]),
             recording_lag_bytes: gauge(&r, "omni_recording_lag_bytes", "Bytes handed to recorders and not yet written"),
-            recording_dropped: counter(
+            recording_dropped: counter_vec(
                 &r,
                 "omni_recording_dropped_total",
-                "Records dropped by recorders that fell behind",
+                "Records a recording did not take",
+                &["reason"],
             ),
             slow_consumers: counter(
                 &r,
                 "omni_slow_consumers_total",
                 "Sessions closed because they did not read their output",
+            ),
+            buffer_refusals: counter_vec(
+                &r,
+                "omni_buffer_refusals_total",
+                "Client events refused because a per-client buffer reached its bound",
+                &["buffer"],
+            ),
+            rate_limited: counter(
+                &r,
+                "omni_rate_limited_messages_total",
+                "Client messages dropped because their connection exceeded server.max_messages_per_s",
             ),
             registry: r,
         }

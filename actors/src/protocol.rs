@@ -52,6 +52,13 @@ pub enum ProtocolError {
     /// An unknown model name (OpenAI-style dialects).
     #[error("{0}")]
     ModelNotFound(String),
+    /// The event would make the server hold more for this client than its bound allows
+    /// (audio not yet committed, items, images, answers waiting); the event is refused.
+    #[error("{0}")]
+    BufferFull(String),
+    /// Messages over the connection's rate were dropped unprocessed (`server.max_messages_per_s`).
+    #[error("{0}")]
+    RateLimited(String),
 }
 
 impl ProtocolError {
@@ -67,6 +74,8 @@ impl ProtocolError {
             ProtocolError::WorkerConnectFailed(_) => "worker_connect_failed",
             ProtocolError::Inference(_) => "inference_error",
             ProtocolError::ModelNotFound(_) => "model_not_found",
+            ProtocolError::BufferFull(_) => "buffer_full",
+            ProtocolError::RateLimited(_) => "rate_limited",
         }
     }
 
@@ -76,7 +85,9 @@ impl ProtocolError {
             | ProtocolError::UnknownEvent(_)
             | ProtocolError::MissingField(_)
             | ProtocolError::InvalidPayload(_)
-            | ProtocolError::ModelNotFound(_) => ErrorKind::Client,
+            | ProtocolError::ModelNotFound(_)
+            | ProtocolError::BufferFull(_)
+            | ProtocolError::RateLimited(_) => ErrorKind::Client,
             _ => ErrorKind::Server,
         }
     }
@@ -114,7 +125,10 @@ pub enum CloseReason {
     Cancelled,
     /// The session was refused or ended by a server error (queue full, no worker...).
     Rejected(&'static str),
-    /// The client sent something that cannot be parsed (close 1003) or too large (1009).
+    /// The client sent something that cannot be parsed (close 1003), too large (1009),
+    /// too fast for too long (`rate_limited`, 1008), a fragmented message it never
+    /// finished (`message_timeout`, 1008), or one while every connection's unfinished
+    /// messages filled their budget (`fragments_full`, 1013).
     ProtocolViolation(&'static str),
     /// The client does not read its output; the outgoing buffer overflowed.
     SlowConsumer,
@@ -165,6 +179,8 @@ impl CloseReason {
             CloseReason::Rejected(_) => 1013,
             CloseReason::ProtocolViolation("message_too_big") => 1009,
             CloseReason::ProtocolViolation("internal_error") => 1011,
+            CloseReason::ProtocolViolation("rate_limited" | "message_timeout") => 1008,
+            CloseReason::ProtocolViolation("fragments_full") => 1013,
             CloseReason::ProtocolViolation(_) => 1003,
             CloseReason::SlowConsumer => 1008,
             CloseReason::ClientGone | CloseReason::HeartbeatTimeout => 1000,

@@ -181,6 +181,16 @@ impl QueueState {
 
     /// A client asks for a worker.
     pub fn join(&mut self, mode: Mode, now: Instant) -> JoinOutcome {
+        self.join_at(mode, now, false)
+    }
+
+    /// A client whose assigned worker was gone before it could take it asks again: it
+    /// goes to the head of the queue (it had already waited its turn), even when full.
+    pub fn rejoin(&mut self, mode: Mode, now: Instant) -> JoinOutcome {
+        self.join_at(mode, now, true)
+    }
+
+    fn join_at(&mut self, mode: Mode, now: Instant, front: bool) -> JoinOutcome {
         if !self.serves(mode) {
             return JoinOutcome::Unavailable;
         }
@@ -189,6 +199,13 @@ impl QueueState {
             self.next_ticket += 1;
             self.reserve(ticket, worker, mode, now);
             return JoinOutcome::Assigned { ticket, worker };
+        }
+        if front {
+            self.next_ticket += 1;
+            self.waiting.push_front(Waiting { ticket, mode, since: now });
+            self.sim = None;
+            let info = self.infos(0, 1, now).remove(0);
+            return JoinOutcome::Waiting(info);
         }
         if self.waiting.len() >= self.max_waiting {
             return JoinOutcome::Full;
@@ -436,6 +453,20 @@ mod tests {
         assert_eq!(q.join(Mode::Video, t), JoinOutcome::Assigned { ticket: 1, worker: 0 });
         assert_eq!(q.availability(0), Some(Availability::Busy { mode: Mode::Video, since: t }));
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_rejoining_client_goes_to_the_head_even_when_full() {
+        let t = Instant::now();
+        let mut q = queue(&[ALL], 2);
+        q.worker_idle(0, t);
+        q.join(Mode::Audio, t);
+        waiting(q.join(Mode::Audio, t));
+        waiting(q.join(Mode::Audio, t));
+        assert_eq!(q.join(Mode::Audio, t), JoinOutcome::Full);
+        let back = waiting(q.rejoin(Mode::Video, t));
+        assert_eq!((back.position, back.queue_length), (1, 3));
+        assert_eq!(q.worker_idle(0, t).map(|a| a.ticket), Some(back.ticket), "it is served first");
     }
 
     #[test]

@@ -45,6 +45,9 @@ pub struct Join {
     pub conn: u64,
     pub mode: Mode,
     pub notify: Recipient<QueueNotice>,
+    /// It was assigned a worker that was gone before it could take it: it goes back to the
+    /// head of the queue.
+    pub front: bool,
 }
 
 /// The session is gone (or no longer needs a worker).
@@ -206,8 +209,14 @@ impl Actor for QueueActor {
 
 impl Handler<Join> for QueueActor {
     type Result = ();
-    fn handle(&mut self, msg: Join, _: &mut Context<Self>) {
-        let reply = match self.state.join(msg.mode, Instant::now()) {
+    fn handle(&mut self, msg: Join, ctx: &mut Context<Self>) {
+        let now = Instant::now();
+        let outcome = if msg.front { self.state.rejoin(msg.mode, now) } else { self.state.join(msg.mode, now) };
+        if msg.front && matches!(outcome, JoinOutcome::Waiting(_)) {
+            // Everyone behind it moved down one place.
+            self.moved_from(1, ctx);
+        }
+        let reply = match outcome {
             JoinOutcome::Assigned { ticket, worker } => match self.links[worker].clone() {
                 Some(link) => {
                     self.by_conn.insert(msg.conn, ticket);

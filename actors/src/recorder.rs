@@ -1,246 +1,133 @@
-//! Session recording, off the session's hot path.
+//! RecorderActor: writes one session's recording, off the session's hot path.
 //!
-//! Each recorded session gets a [`RecorderActor`] on the recording thread (an arbiter of
-//! its own, so a slow disk never delays a step) writing `DIR/YYYY-MM-DD/SESSION_ID/`:
-//! `events.jsonl` (every event both ways, in order, with a monotonic timestamp; large
-//! base64 fields replaced by references), `input.wav` (16 kHz input), `output.wav`
-//! (24 kHz model audio as sent), `frames/NNNNNN.jpg`, and last, atomically, `meta.json`.
-//! WAV headers are rewritten after every write, so the files are valid at any moment.
+//! Every recorder lives on the recording thread (an arbiter of its own, so a slow disk
+//! never delays a step) and writes `DIR/YYYY-MM-DD/SESSION_ID/`: `events.jsonl` (every
+//! frame both ways, in order, with a monotonic timestamp; media replaced by references),
+//! `input.wav` (16 kHz input), `output.wav` (24 kHz model audio as sent),
+//! `frames/NNNNNN.jpg`, `attachments/NNNNNN.b64`, and last, atomically, `meta.json`. WAV
+//! headers are rewritten after every write, so the files are valid at any moment.
+//! Directories are created 0700 and files 0600: recordings hold voices, faces and
+//! transcripts, readable by the server's user only.
 //!
-//! The session talks to it through [`Recording`], which holds events until the session
-//! has an id, and which drops records (counting them, in the log, in `meta.json` and in
-//! the metrics) instead of blocking when the recorder is more than `max_lag` behind.
+//! What goes into a line of `events.jsonl` is decided by the session's dialect (its
+//! [`Redact`]); the recorder only writes the media it is handed and the lines.
 
-use std::fs::{self, File};
-use std::io::{BufWriter, Write};
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
 use actix::prelude::*;
 use actix_web::web::Bytes;
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::value::RawValue;
 
-pub use crate::dialect::AudioFormat;
-use crate::metrics::metrics;
+use crate::dialect::RecordedMedia;
+use crate::recording::{
+    Direction, INPUT_RATE, MediaRef, MediaSink, OUTPUT_RATE, Recorded, RecordingSummary, Redact, Reservation,
+    SessionMeta,
+};
 
-/// Strings longer than this are data, not text: they go to files.
-const LARGE: usize = 1024;
-pub const INPUT_RATE: u32 = 16000;
-pub const OUTPUT_RATE: u32 = 24000;
-
-/// Starts recorders on the recording thread and counts those not finished yet.
-#[derive(Clone)]
-pub struct RecorderSpawner {
-    root: PathBuf,
-    arbiter: ArbiterHandle,
-    max_lag_bytes: usize,
-    unfinished: Arc<AtomicUsize>,
-}
-
-impl RecorderSpawner {
-    /// Starts the recording thread. Must run inside an actix system.
-    pub fn new(root: PathBuf, max_lag_bytes: usize) -> RecorderSpawner {
-        let arbiter = Arbiter::new().handle();
-        RecorderSpawner { root, arbiter, max_lag_bytes, unfinished: Arc::new(AtomicUsize::new(0)) }
-    }
-
-    /// Recordings started and not yet finalized.
-    pub fn unfinished(&self) -> usize {
-        self.unfinished.load(Ordering::SeqCst)
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-}
-
-/// A recorded session's facts, written to `meta.json` when it ends.
-#[derive(Debug, Clone, Serialize)]
-pub struct SessionMeta {
-    pub session_id: String,
-    pub mode: String,
-    pub dialect: String,
-    pub worker: Option<String>,
-    pub client_addr: String,
-    pub user_agent: Option<String>,
-    pub start: String,
-    pub end: String,
-    pub duration_s: f64,
-    pub close_reason: String,
-    pub chunks_received: u64,
-    pub chunks_dropped: u64,
-    pub chunks_answered: u64,
-    pub turns: u64,
-    /// Filled in by the recorder.
-    pub recording: RecordingSummary,
-}
-
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct RecordingSummary {
-    pub events: u64,
-    pub input_samples: u64,
-    pub output_samples: u64,
-    pub frames: u64,
-    pub attachments: u64,
-    /// Records the session dropped because the recorder was too far behind.
-    pub dropped_records: u64,
-    pub lagged: bool,
-    pub error: Option<String>,
-}
-
-/// RFC 3339 in UTC, and the `YYYY-MM-DD` of a moment.
-pub fn timestamp(t: SystemTime) -> (String, String) {
-    let t = time::OffsetDateTime::from(t);
-    let full = t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
-    let date = format!("{:04}-{:02}-{:02}", t.year(), u8::from(t.month()), t.day());
-    (full, date)
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Direction {
-    In,
-    Out,
-}
-
+/// What a session hands its recorder.
 #[derive(Message)]
 #[rtype(result = "()")]
-enum Record {
+pub enum Record {
     Event {
         at: Duration,
         dir: Direction,
         text: Bytes,
-        /// Decoded inbound audio segments (16 kHz), in the order they appear in `text`.
-        audio: Vec<Vec<f32>>,
-        /// Decoded inbound images, in order.
-        frames: Vec<Vec<u8>>,
-        size: usize,
+        /// Inbound media the dialect decoded, in the order the frame carries it.
+        media: RecordedMedia,
+        /// Held until the record is written (or dropped).
+        reservation: Reservation,
     },
     Finish(Box<SessionMeta>),
 }
 
-enum State {
-    Off,
-    /// Events before the session has an id.
-    Prelude(RecorderSpawner, Vec<Record>),
-    Live {
-        addr: Addr<RecorderActor>,
-        lag: Arc<AtomicUsize>,
-        max_lag: usize,
-    },
-    Done,
+/// Creates a directory (and its parents) readable by this user only.
+pub fn private_dir(path: &Path) -> io::Result<()> {
+    DirBuilder::new().recursive(true).mode(0o700).create(path)
 }
 
-/// The session's side of its recording.
-pub struct Recording {
-    state: State,
-    started: Instant,
-    dropped: u64,
+/// Creates (or truncates) a file readable by this user only.
+pub fn private_file(path: &Path) -> io::Result<File> {
+    OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)
 }
 
-impl Recording {
-    pub fn off() -> Recording {
-        Recording { state: State::Off, started: Instant::now(), dropped: 0 }
-    }
-
-    /// Records from `started` (the upgrade); nothing is written before `start`.
-    pub fn new(spawner: RecorderSpawner, started: Instant) -> Recording {
-        Recording { state: State::Prelude(spawner, Vec::new()), started, dropped: 0 }
-    }
-
-    pub fn is_on(&self) -> bool {
-        matches!(self.state, State::Prelude(..) | State::Live { .. })
-    }
-
-    /// An event from the client, with the audio and images it carried, decoded.
-    pub fn inbound(&mut self, text: Bytes, audio: Vec<Vec<f32>>, frames: Vec<Vec<u8>>) {
-        let size =
-            text.len() + audio.iter().map(|a| a.len() * 4).sum::<usize>() + frames.iter().map(Vec::len).sum::<usize>();
-        let at = self.started.elapsed();
-        self.push(Record::Event { at, dir: Direction::In, text, audio, frames, size });
-    }
-
-    /// An event to the client, as sent.
-    pub fn outbound(&mut self, text: Bytes) {
-        let size = text.len();
-        let at = self.started.elapsed();
-        self.push(Record::Event { at, dir: Direction::Out, text, audio: Vec::new(), frames: Vec::new(), size });
-    }
-
-    fn push(&mut self, record: Record) {
-        match &mut self.state {
-            State::Prelude(_, held) => held.push(record),
-            State::Live { addr, lag, max_lag } => {
-                let Record::Event { size, .. } = &record else { return };
-                let size = *size;
-                if lag.load(Ordering::Relaxed) + size > *max_lag {
-                    if self.dropped == 0 {
-                        log::warn!(
-                            "recording: the recorder is more than {} MB behind; dropping records",
-                            *max_lag >> 20
-                        );
-                    }
-                    self.dropped += 1;
-                    metrics().recording_dropped.inc();
-                    return;
-                }
-                lag.fetch_add(size, Ordering::Relaxed);
-                metrics().recording_lag_bytes.add(size as i64);
-                addr.do_send(record);
-            }
-            State::Off | State::Done => {}
-        }
-    }
-
-    /// The session has its id: the recorder starts and gets every event so far.
-    pub fn start(&mut self, session_id: &str, output_format: AudioFormat, upgraded: SystemTime) {
-        let State::Prelude(spawner, held) = std::mem::replace(&mut self.state, State::Off) else {
-            return;
-        };
-        let (_, date) = timestamp(upgraded);
-        let dir = spawner.root.join(date).join(session_id);
-        let lag = Arc::new(AtomicUsize::new(0));
-        spawner.unfinished.fetch_add(1, Ordering::SeqCst);
-        let actor = RecorderActor {
-            dir,
-            output_format,
-            files: None,
-            lag: lag.clone(),
-            unfinished: spawner.unfinished.clone(),
-            summary: RecordingSummary::default(),
-            keep_alive: None,
-        };
-        let addr = RecorderActor::start_in_arbiter(&spawner.arbiter, move |_| actor);
-        self.state = State::Live { addr, lag, max_lag: spawner.max_lag_bytes };
-        for record in held {
-            self.push(record);
-        }
-    }
-
-    /// The session ended: the recorder finalizes every file and writes `meta.json`.
-    /// Without an id (it never initialised) nothing was recorded.
-    pub fn finish(&mut self, mut meta: SessionMeta) {
-        if let State::Live { addr, .. } = std::mem::replace(&mut self.state, State::Done) {
-            meta.recording.dropped_records = self.dropped;
-            meta.recording.lagged = self.dropped > 0;
-            addr.do_send(Record::Finish(Box::new(meta)));
-        }
-    }
+fn wav_spec(rate: u32) -> hound::WavSpec {
+    hound::WavSpec { channels: 1, sample_rate: rate, bits_per_sample: 32, sample_format: hound::SampleFormat::Float }
 }
+
+type Wav = hound::WavWriter<BufWriter<File>>;
 
 struct Files {
     events: BufWriter<File>,
-    input: hound::WavWriter<BufWriter<File>>,
-    output: hound::WavWriter<BufWriter<File>>,
+    input: Wav,
+    output: Wav,
 }
 
-struct RecorderActor {
+/// The recording's files and counters, as a [`MediaSink`].
+struct Sink<'a> {
+    dir: &'a Path,
+    files: &'a mut Files,
+    summary: &'a mut RecordingSummary,
+}
+
+fn append_audio(writer: &mut Wav, counter: &mut u64, name: &str, samples: &[f32]) -> io::Result<MediaRef> {
+    let offset = *counter;
+    for &s in samples {
+        writer.write_sample(s).map_err(io::Error::other)?;
+    }
+    // Rewrites the header: the file is a valid WAV after every write.
+    writer.flush().map_err(io::Error::other)?;
+    *counter += samples.len() as u64;
+    Ok(MediaRef { file: name.into(), offset: Some(offset), samples: Some(samples.len() as u64), chars: None })
+}
+
+impl MediaSink for Sink<'_> {
+    fn input_audio(&mut self, samples: &[f32]) -> io::Result<MediaRef> {
+        append_audio(&mut self.files.input, &mut self.summary.input_samples, "input.wav", samples)
+    }
+
+    fn output_audio(&mut self, samples: &[f32]) -> io::Result<MediaRef> {
+        append_audio(&mut self.files.output, &mut self.summary.output_samples, "output.wav", samples)
+    }
+
+    fn frame(&mut self, image: &[u8]) -> io::Result<MediaRef> {
+        self.summary.frames += 1;
+        let name = format!("frames/{:06}.jpg", self.summary.frames);
+        private_file(&self.dir.join(&name))?.write_all(image)?;
+        Ok(MediaRef { file: name, offset: None, samples: None, chars: None })
+    }
+
+    fn attachment(&mut self, text: &str) -> io::Result<MediaRef> {
+        self.summary.attachments += 1;
+        private_dir(&self.dir.join("attachments"))?;
+        let name = format!("attachments/{:06}.b64", self.summary.attachments);
+        private_file(&self.dir.join(&name))?.write_all(text.as_bytes())?;
+        Ok(MediaRef { file: name, offset: None, samples: None, chars: Some(text.len() as u64) })
+    }
+}
+
+/// One line of `events.jsonl`.
+#[derive(Serialize)]
+struct Line<'a> {
+    t: f64,
+    dir: Direction,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    raw: Option<&'a str>,
+}
+
+pub struct RecorderActor {
     dir: PathBuf,
-    output_format: AudioFormat,
+    root: PathBuf,
+    redactor: Arc<dyn Redact>,
     files: Option<Files>,
-    lag: Arc<AtomicUsize>,
     unfinished: Arc<AtomicUsize>,
     summary: RecordingSummary,
     /// Its own address, held until `Finish` is handled. The session drops its address right
@@ -250,176 +137,81 @@ struct RecorderActor {
     keep_alive: Option<Addr<RecorderActor>>,
 }
 
-fn wav_spec(rate: u32) -> hound::WavSpec {
-    hound::WavSpec { channels: 1, sample_rate: rate, bits_per_sample: 32, sample_format: hound::SampleFormat::Float }
-}
-
 impl RecorderActor {
-    fn open(&self) -> std::io::Result<Files> {
-        fs::create_dir_all(self.dir.join("frames"))?;
+    /// Starts the recorder of one session on the recording thread.
+    pub(crate) fn start_on(
+        arbiter: &ArbiterHandle,
+        dir: PathBuf,
+        redactor: Arc<dyn Redact>,
+        root: PathBuf,
+        unfinished: &Arc<AtomicUsize>,
+    ) -> Addr<RecorderActor> {
+        unfinished.fetch_add(1, Ordering::SeqCst);
+        let unfinished = unfinished.clone();
+        RecorderActor::start_in_arbiter(arbiter, move |_| RecorderActor {
+            dir,
+            root,
+            redactor,
+            files: None,
+            unfinished,
+            summary: RecordingSummary::default(),
+            keep_alive: None,
+        })
+    }
+
+    fn open(&self) -> io::Result<Files> {
+        // The root and the date directory too: every level is private.
+        private_dir(&self.root)?;
+        if let Some(date) = self.dir.parent() {
+            private_dir(date)?;
+        }
+        private_dir(&self.dir.join("frames"))?;
         let wav = |name: &str, rate| {
-            hound::WavWriter::create(self.dir.join(name), wav_spec(rate)).map_err(std::io::Error::other)
+            let file = BufWriter::new(private_file(&self.dir.join(name))?);
+            hound::WavWriter::new(file, wav_spec(rate)).map_err(io::Error::other)
         };
         Ok(Files {
-            events: BufWriter::new(File::create(self.dir.join("events.jsonl"))?),
+            events: BufWriter::new(private_file(&self.dir.join("events.jsonl"))?),
             input: wav("input.wav", INPUT_RATE)?,
             output: wav("output.wav", OUTPUT_RATE)?,
         })
     }
 
-    fn write_event(
-        &mut self,
-        at: Duration,
-        dir: Direction,
-        text: &[u8],
-        audio: Vec<Vec<f32>>,
-        frames: Vec<Vec<u8>>,
-    ) -> std::io::Result<()> {
-        let mut line = Map::new();
-        line.insert("t".into(), json!((at.as_secs_f64() * 1e6).round() / 1e6));
-        line.insert("dir".into(), json!(if dir == Direction::In { "in" } else { "out" }));
-        match serde_json::from_slice::<Value>(text) {
-            Ok(mut event) => {
-                let kind = event.get("type").and_then(Value::as_str).unwrap_or_default();
-                // Outbound audio is under `audio`, or under `delta` in an audio delta event.
-                let audio_delta = kind.ends_with("audio.delta");
-                let mut data = Data { audio: audio.into_iter(), frames: frames.into_iter(), audio_delta };
-                self.redact(&mut event, None, false, None, dir, &mut data)?;
-                line.insert("event".into(), event);
-            }
-            Err(_) => {
-                let raw = String::from_utf8_lossy(&text[..text.len().min(4096)]).into_owned();
-                line.insert("raw".into(), json!(raw));
-            }
-        }
-        let files = self.files.as_mut().ok_or_else(|| std::io::Error::other("not open"))?;
-        serde_json::to_writer(&mut files.events, &Value::Object(line))?;
+    fn write_event(&mut self, at: Duration, dir: Direction, text: &[u8], media: RecordedMedia) -> io::Result<()> {
+        let files = self.files.as_mut().ok_or_else(|| io::Error::other("not open"))?;
+        let mut sink = Sink { dir: &self.dir, files, summary: &mut self.summary };
+        let recorded = self.redactor.redact(dir, text, media, &mut sink)?;
+        let t = (at.as_secs_f64() * 1e6).round() / 1e6;
+        let line = match &recorded {
+            Recorded::Event(event) => Line { t, dir, event: Some(event), raw: None },
+            Recorded::Raw(raw) => Line { t, dir, event: None, raw: Some(raw) },
+        };
+        let files = self.files.as_mut().ok_or_else(|| io::Error::other("not open"))?;
+        serde_json::to_writer(&mut files.events, &line)?;
         files.events.write_all(b"\n")?;
         files.events.flush()?;
         self.summary.events += 1;
         Ok(())
     }
 
-    /// Replaces large strings with references to the files that hold their data.
-    fn redact(
-        &mut self,
-        v: &mut Value,
-        key: Option<&str>,
-        in_frames: bool,
-        parent_type: Option<&str>,
-        dir: Direction,
-        data: &mut Data,
-    ) -> std::io::Result<()> {
-        match v {
-            Value::Object(map) => {
-                let t = map.get("type").and_then(Value::as_str).map(str::to_owned);
-                for (k, item) in map.iter_mut() {
-                    self.redact(item, Some(k), k == "video_frames", t.as_deref(), dir, data)?;
-                }
-            }
-            Value::Array(items) => {
-                for item in items {
-                    self.redact(item, key, in_frames, parent_type, dir, data)?;
-                }
-            }
-            Value::String(s) => {
-                // Frames and audio always go to their files; other large strings to attachments.
-                let is_frame = in_frames || key == Some("image") || parent_type == Some("image");
-                let is_audio = match dir {
-                    Direction::In => matches!(key, Some("audio" | "delta" | "data")),
-                    Direction::Out => key == Some("audio") || (key == Some("delta") && data.audio_delta),
-                };
-                if !is_frame && !is_audio && s.len() <= LARGE {
-                    return Ok(());
-                }
-                let reference = match (dir, is_frame, is_audio) {
-                    (Direction::In, true, _) => match data.frames.next() {
-                        Some(frame) => Some(self.write_frame(&frame)?),
-                        None => None,
-                    },
-                    (Direction::In, false, true) => match data.audio.next() {
-                        Some(samples) => Some(self.write_audio(Direction::In, &samples)?),
-                        None => None,
-                    },
-                    (Direction::Out, false, true) => match self.decode_output(s) {
-                        Some(samples) => Some(self.write_audio(Direction::Out, &samples)?),
-                        None => None,
-                    },
-                    _ => None,
-                };
-                *v = match reference {
-                    Some(r) => r,
-                    None if s.len() > LARGE => self.write_attachment(s)?,
-                    None => return Ok(()),
-                };
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
-    fn decode_output(&self, b64: &str) -> Option<Vec<f32>> {
-        use base64::Engine;
-        let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
-        Some(match self.output_format {
-            AudioFormat::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-            AudioFormat::Pcm16 => {
-                bytes.chunks_exact(2).map(|c| i16::from_le_bytes([c[0], c[1]]) as f32 / 32768.0).collect()
-            }
-        })
-    }
-
-    fn write_audio(&mut self, dir: Direction, samples: &[f32]) -> std::io::Result<Value> {
-        let files = self.files.as_mut().ok_or_else(|| std::io::Error::other("not open"))?;
-        let (writer, counter, name) = match dir {
-            Direction::In => (&mut files.input, &mut self.summary.input_samples, "input.wav"),
-            Direction::Out => (&mut files.output, &mut self.summary.output_samples, "output.wav"),
-        };
-        let offset = *counter;
-        for &s in samples {
-            writer.write_sample(s).map_err(std::io::Error::other)?;
-        }
-        // Rewrites the header: the file is a valid WAV after every write.
-        writer.flush().map_err(std::io::Error::other)?;
-        *counter += samples.len() as u64;
-        Ok(json!({"$ref": name, "offset": offset, "samples": samples.len()}))
-    }
-
-    fn write_frame(&mut self, jpeg: &[u8]) -> std::io::Result<Value> {
-        self.summary.frames += 1;
-        let name = format!("frames/{:06}.jpg", self.summary.frames);
-        fs::write(self.dir.join(&name), jpeg)?;
-        Ok(json!({"$ref": name}))
-    }
-
-    fn write_attachment(&mut self, text: &str) -> std::io::Result<Value> {
-        self.summary.attachments += 1;
-        fs::create_dir_all(self.dir.join("attachments"))?;
-        let name = format!("attachments/{:06}.b64", self.summary.attachments);
-        fs::write(self.dir.join(&name), text)?;
-        Ok(json!({"$ref": name, "chars": text.len()}))
-    }
-
-    fn finish(&mut self, mut meta: SessionMeta) -> std::io::Result<()> {
+    fn finish(&mut self, mut meta: SessionMeta) -> io::Result<()> {
         if let Some(files) = self.files.take() {
             let Files { mut events, input, output } = files;
             events.flush()?;
-            input.finalize().map_err(std::io::Error::other)?;
-            output.finalize().map_err(std::io::Error::other)?;
+            input.finalize().map_err(io::Error::other)?;
+            output.finalize().map_err(io::Error::other)?;
         }
-        let dropped = meta.recording.dropped_records;
-        meta.recording = RecordingSummary { dropped_records: dropped, lagged: dropped > 0, ..self.summary.clone() };
+        let session = &meta.recording;
+        meta.recording = RecordingSummary {
+            dropped_records: session.dropped_records,
+            lagged: session.lagged,
+            truncated: session.truncated,
+            ..self.summary.clone()
+        };
         let tmp = self.dir.join("meta.json.tmp");
-        fs::write(&tmp, serde_json::to_vec_pretty(&meta)?)?;
+        private_file(&tmp)?.write_all(&serde_json::to_vec_pretty(&meta)?)?;
         fs::rename(&tmp, self.dir.join("meta.json"))
     }
-}
-
-struct Data {
-    audio: std::vec::IntoIter<Vec<f32>>,
-    frames: std::vec::IntoIter<Vec<u8>>,
-    /// The event is an audio delta (its `delta` field is audio).
-    audio_delta: bool,
 }
 
 impl Actor for RecorderActor {
@@ -442,15 +234,14 @@ impl Handler<Record> for RecorderActor {
 
     fn handle(&mut self, record: Record, ctx: &mut Context<Self>) {
         match record {
-            Record::Event { at, dir, text, audio, frames, size } => {
+            Record::Event { at, dir, text, media, reservation } => {
                 if self.files.is_some()
-                    && let Err(e) = self.write_event(at, dir, &text, audio, frames)
+                    && let Err(e) = self.write_event(at, dir, &text, media)
                 {
                     log::error!("recording {}: write failed: {e}", self.dir.display());
                     self.summary.error.get_or_insert(e.to_string());
                 }
-                self.lag.fetch_sub(size, Ordering::Relaxed);
-                metrics().recording_lag_bytes.sub(size as i64);
+                drop(reservation);
             }
             Record::Finish(meta) => {
                 if let Err(e) = self.finish(*meta) {
@@ -466,7 +257,44 @@ impl Handler<Record> for RecorderActor {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::{Instant, SystemTime};
+
     use super::*;
+    use crate::recording::{RecorderSpawner, Recording, RecordingLimits, timestamp};
+
+    /// Records inbound media and keeps the text as a JSON string (a dialect's redactor
+    /// decides what a line holds; this one is the simplest that exercises the sink).
+    struct Plain;
+
+    impl Redact for Plain {
+        fn redact(
+            &self,
+            dir: Direction,
+            text: &[u8],
+            decoded: RecordedMedia,
+            sink: &mut dyn MediaSink,
+        ) -> io::Result<Recorded> {
+            let Ok(text) = std::str::from_utf8(text) else {
+                return Ok(Recorded::Raw(String::from_utf8_lossy(text).into_owned()));
+            };
+            if text.starts_with("raw:") {
+                return Ok(Recorded::Raw(text.into()));
+            }
+            let mut refs = Vec::new();
+            for audio in &decoded.0 {
+                refs.push(match dir {
+                    Direction::In => sink.input_audio(audio)?,
+                    Direction::Out => sink.output_audio(audio)?,
+                });
+            }
+            for frame in &decoded.1 {
+                refs.push(sink.frame(frame)?);
+            }
+            let event = serde_json::json!({"text": text, "refs": refs});
+            Ok(Recorded::Event(serde_json::value::to_raw_value(&event)?))
+        }
+    }
 
     fn meta(id: &str) -> SessionMeta {
         SessionMeta {
@@ -488,88 +316,159 @@ mod tests {
         }
     }
 
-    fn b64(samples: &[f32]) -> String {
-        use base64::Engine;
-        let bytes: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
-        base64::engine::general_purpose::STANDARD.encode(bytes)
+    fn limits(max_lag: usize, max_total_lag: usize, max_session: u64) -> RecordingLimits {
+        RecordingLimits { max_lag, max_total_lag, max_session }
+    }
+
+    const ROOMY: RecordingLimits =
+        RecordingLimits { max_lag: 64 << 20, max_total_lag: 256 << 20, max_session: 1 << 30 };
+
+    async fn finalized(spawner: &RecorderSpawner) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while spawner.unfinished() > 0 {
+            assert!(Instant::now() < deadline, "recording never finalized");
+            actix::clock::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn session_dir(root: &Path, id: &str) -> PathBuf {
+        root.join(timestamp(SystemTime::now()).1).join(id)
+    }
+
+    fn read_meta(root: &Path, id: &str) -> serde_json::Value {
+        serde_json::from_slice(&fs::read(session_dir(root, id).join("meta.json")).unwrap()).unwrap()
     }
 
     #[actix::test]
-    async fn a_recording_has_every_file_valid_and_meta_last() {
+    async fn a_recording_has_every_file_valid_private_and_meta_last() {
         let root = tempfile::tempdir().unwrap();
-        let spawner = RecorderSpawner::new(root.path().to_path_buf(), 64 << 20);
+        let spawner = RecorderSpawner::new(root.path().join("rec"), ROOMY);
         let mut rec = Recording::new(spawner.clone(), Instant::now());
-        rec.outbound(Bytes::from_static(b"{\"type\":\"session.queue_done\"}"));
-        rec.inbound(Bytes::from_static(b"{\"type\":\"session.init\",\"payload\":{}}"), vec![], vec![]);
-        rec.start("sess_x", AudioFormat::F32, SystemTime::now());
-        let input = vec![0.25f32; 16000];
-        let append =
-            json!({"type": "input.append", "input": {"audio": b64(&input), "video_frames": ["A".repeat(2000)]}});
-        rec.inbound(Bytes::from(append.to_string()), vec![input.clone()], vec![vec![0xFF, 0xD8, 0xFF, 1]]);
-        let out = json!({"type": "response.output.delta", "kind": "audio", "audio": b64(&[0.5; 24000])});
-        rec.outbound(Bytes::from(out.to_string()));
-        rec.outbound(Bytes::from_static(b"not json"));
+        rec.outbound(Bytes::from_static(b"queue_done"));
+        rec.inbound(Bytes::from_static(b"init"), (vec![], vec![]));
+        rec.start("sess_x", Arc::new(Plain), SystemTime::now());
+        rec.inbound(Bytes::from_static(b"append"), (vec![vec![0.25; 16000]], vec![vec![0xFF, 0xD8, 0xFF, 1]]));
+        rec.outbound(Bytes::from_static(b"raw: not an event"));
         rec.finish(meta("sess_x"));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while spawner.unfinished() > 0 {
-            assert!(Instant::now() < deadline);
-            actix::clock::sleep(Duration::from_millis(5)).await;
-        }
-        let (_, date) = timestamp(SystemTime::now());
-        let dir = root.path().join(date).join("sess_x");
-        let lines: Vec<Value> = fs::read_to_string(dir.join("events.jsonl"))
+        finalized(&spawner).await;
+        assert_eq!(spawner.total_lag(), 0, "every reservation given back");
+        let dir = session_dir(&root.path().join("rec"), "sess_x");
+        let lines: Vec<serde_json::Value> = fs::read_to_string(dir.join("events.jsonl"))
             .unwrap()
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
-        assert_eq!(lines.len(), 5);
-        assert_eq!(lines[0]["event"]["type"], "session.queue_done");
-        assert_eq!(lines[0]["dir"], "out");
-        assert_eq!(lines[2]["event"]["input"]["audio"], json!({"$ref": "input.wav", "offset": 0, "samples": 16000}));
-        assert_eq!(lines[2]["event"]["input"]["video_frames"][0], json!({"$ref": "frames/000001.jpg"}));
-        assert_eq!(lines[3]["event"]["audio"], json!({"$ref": "output.wav", "offset": 0, "samples": 24000}));
-        assert_eq!(lines[4]["raw"], "not json");
+        assert_eq!(lines.len(), 4, "the prelude first, then the rest, in order");
+        assert_eq!((lines[0]["dir"].as_str(), lines[0]["event"]["text"].as_str()), (Some("out"), Some("queue_done")));
+        assert_eq!(
+            lines[2]["event"]["refs"][0],
+            serde_json::json!({"$ref": "input.wav", "offset": 0, "samples": 16000})
+        );
+        assert_eq!(lines[2]["event"]["refs"][1], serde_json::json!({"$ref": "frames/000001.jpg"}));
+        assert_eq!(lines[3]["raw"], "raw: not an event");
         let ts: Vec<f64> = lines.iter().map(|l| l["t"].as_f64().unwrap()).collect();
         assert!(ts.windows(2).all(|w| w[0] <= w[1]), "ordered: {ts:?}");
         let input_wav = hound::WavReader::open(dir.join("input.wav")).unwrap();
         assert_eq!((input_wav.spec().sample_rate, input_wav.duration()), (16000, 16000));
-        let output_wav = hound::WavReader::open(dir.join("output.wav")).unwrap();
-        assert_eq!((output_wav.spec().sample_rate, output_wav.duration()), (24000, 24000));
         assert_eq!(fs::read(dir.join("frames/000001.jpg")).unwrap(), [0xFF, 0xD8, 0xFF, 1]);
-        let meta: Value = serde_json::from_slice(&fs::read(dir.join("meta.json")).unwrap()).unwrap();
-        assert_eq!(meta["recording"]["events"], 5);
-        assert_eq!(meta["recording"]["input_samples"], 16000);
+        let meta = read_meta(&root.path().join("rec"), "sess_x");
+        assert_eq!(
+            (meta["recording"]["events"].as_u64(), meta["recording"]["input_samples"].as_u64()),
+            (Some(4), Some(16000))
+        );
         assert!(!dir.join("meta.json.tmp").exists());
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        for d in [root.path().join("rec"), dir.parent().unwrap().to_path_buf(), dir.clone(), dir.join("frames")] {
+            assert_eq!(mode(&d), 0o700, "{}", d.display());
+        }
+        for f in ["events.jsonl", "input.wav", "output.wav", "meta.json", "frames/000001.jpg"] {
+            assert_eq!(mode(&dir.join(f)), 0o600, "{f}");
+        }
     }
 
     #[actix::test]
-    async fn a_session_without_an_id_records_nothing() {
+    async fn a_session_without_an_id_records_nothing_and_gives_its_prelude_back() {
         let root = tempfile::tempdir().unwrap();
-        let spawner = RecorderSpawner::new(root.path().to_path_buf(), 64 << 20);
+        let spawner = RecorderSpawner::new(root.path().to_path_buf(), ROOMY);
         let mut rec = Recording::new(spawner.clone(), Instant::now());
-        rec.outbound(Bytes::from_static(b"{\"type\":\"session.queued\"}"));
+        rec.outbound(Bytes::from_static(b"queued"));
+        assert!(spawner.total_lag() > 0);
         rec.finish(meta("never"));
+        drop(rec);
         assert_eq!(spawner.unfinished(), 0);
+        assert_eq!(spawner.total_lag(), 0);
         assert_eq!(fs::read_dir(root.path()).unwrap().count(), 0);
+    }
+
+    #[actix::test]
+    async fn the_prelude_is_bounded() {
+        let root = tempfile::tempdir().unwrap();
+        let spawner = RecorderSpawner::new(root.path().to_path_buf(), limits(1000, 1 << 20, 1 << 30));
+        let mut rec = Recording::new(spawner.clone(), Instant::now());
+        // A queued client streaming audio it may not send yet: at most max_lag is held.
+        for _ in 0..100 {
+            rec.inbound(Bytes::from_static(b"append"), (vec![vec![0.0; 100]], vec![]));
+        }
+        assert!(spawner.total_lag() <= 1000, "{}", spawner.total_lag());
+        rec.start("sess_p", Arc::new(Plain), SystemTime::now());
+        rec.finish(meta("sess_p"));
+        finalized(&spawner).await;
+        let meta = read_meta(root.path(), "sess_p");
+        assert_eq!(meta["recording"]["events"], 2);
+        assert_eq!(meta["recording"]["dropped_records"], 98);
     }
 
     #[actix::test]
     async fn a_recorder_too_far_behind_drops_records_instead_of_blocking() {
         let root = tempfile::tempdir().unwrap();
-        let spawner = RecorderSpawner::new(root.path().to_path_buf(), 1000);
+        let spawner = RecorderSpawner::new(root.path().to_path_buf(), limits(1000, 1 << 20, 1 << 30));
         let mut rec = Recording::new(spawner.clone(), Instant::now());
-        rec.start("sess_lag", AudioFormat::F32, SystemTime::now());
+        rec.start("sess_lag", Arc::new(Plain), SystemTime::now());
         rec.outbound(Bytes::from(vec![b'x'; 600]));
         rec.outbound(Bytes::from(vec![b'y'; 1200]));
-        assert_eq!(rec.dropped, 1, "a record over the bound is dropped at once, without waiting");
+        assert_eq!(rec_dropped(&rec), 1, "a record over the bound is dropped at once, without waiting");
         rec.finish(meta("sess_lag"));
-        while spawner.unfinished() > 0 {
-            actix::clock::sleep(Duration::from_millis(5)).await;
+        finalized(&spawner).await;
+        let meta = read_meta(root.path(), "sess_lag");
+        assert_eq!(
+            (meta["recording"]["lagged"].as_bool(), meta["recording"]["dropped_records"].as_u64()),
+            (Some(true), Some(1))
+        );
+    }
+
+    #[actix::test]
+    async fn all_recorders_together_are_bounded() {
+        let root = tempfile::tempdir().unwrap();
+        let spawner = RecorderSpawner::new(root.path().to_path_buf(), limits(1000, 2500, 1 << 30));
+        let mut sessions: Vec<Recording> = (0..5).map(|_| Recording::new(spawner.clone(), Instant::now())).collect();
+        for rec in &mut sessions {
+            rec.outbound(Bytes::from(vec![b'z'; 900]));
         }
-        let (_, date) = timestamp(SystemTime::now());
-        let meta: Value =
-            serde_json::from_slice(&fs::read(root.path().join(date).join("sess_lag/meta.json")).unwrap()).unwrap();
-        assert_eq!(meta["recording"]["lagged"], true);
-        assert!(meta["recording"]["dropped_records"].as_u64().unwrap() >= 1);
+        assert_eq!(spawner.total_lag(), 1800, "two of five fit under the total bound");
+        assert_eq!(sessions.iter().map(rec_dropped).sum::<u64>(), 3);
+        drop(sessions);
+        assert_eq!(spawner.total_lag(), 0);
+    }
+
+    #[actix::test]
+    async fn a_recording_past_its_cap_is_truncated() {
+        let root = tempfile::tempdir().unwrap();
+        let spawner = RecorderSpawner::new(root.path().to_path_buf(), limits(1 << 20, 1 << 20, 2000));
+        let mut rec = Recording::new(spawner.clone(), Instant::now());
+        rec.start("sess_cap", Arc::new(Plain), SystemTime::now());
+        for _ in 0..10 {
+            rec.outbound(Bytes::from(vec![b'w'; 500]));
+        }
+        rec.finish(meta("sess_cap"));
+        finalized(&spawner).await;
+        let meta = read_meta(root.path(), "sess_cap");
+        assert_eq!(
+            (meta["recording"]["events"].as_u64(), meta["recording"]["truncated"].as_bool()),
+            (Some(4), Some(true))
+        );
+    }
+
+    fn rec_dropped(rec: &Recording) -> u64 {
+        rec.dropped()
     }
 }

@@ -1,10 +1,13 @@
 //! SessionActor: one per WebSocket. It owns the protocol state machine
-//! ([`SessionState`]), the session's time limit counted from the upgrade, the heartbeat,
-//! and the routing between the client (through its [`Dialect`]), the queue and the
-//! worker's BackendActor. It feeds the session's recording and the metrics. A session
-//! that ends for any reason releases its ticket or its worker in `stopped()`.
+//! ([`SessionState`]) and the output rules ([`Flow`]), the session's time limit counted
+//! from the upgrade, the heartbeat, what one connection may send ([`MessageRate`],
+//! [`Fragments`]), and the routing between the client (through its [`Dialect`]), the
+//! queue and the worker's BackendActor. It feeds the session's recording and the metrics.
+//! A session that ends for any reason releases its ticket or its worker in `stopped()`.
+//!
+//! What the backend says and how it reaches the client is in [`output`].
 
-use std::collections::{HashMap, VecDeque};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -15,17 +18,27 @@ use actix_web_actors::ws;
 use bytestring::ByteString;
 
 use crate::backend::BackendError;
-use crate::backend_actor::{Attach, Detach, Drain, Interrupt, Prepare, Reconfigure, SubmitChunk, SubmitTurn};
+use crate::backend_actor::{
+    Attach, Delivery, Detach, Drain, Interrupt, Lost, Prepare, Reconfigure, SubmitChunk, SubmitTurn,
+};
 use crate::dialect::{DecodeError, Dialect, RecordedMedia};
-use crate::domain::{Mode, StepKind, StepOutcome, TurnPiece, TurnSummary};
+use crate::domain::{Mode, StepOutcome, TurnPiece, TurnSummary};
+use crate::inbound_limits::{FragmentBudget, FragmentRefusal, Fragments, MessageRate, RateLimit, Verdict};
 use crate::metrics::metrics;
 use crate::outgoing::OutgoingLimit;
 use crate::protocol::{CloseReason, Inbound, Outbound, ProtocolError};
 use crate::queue_actor::{Claim, Join, Leave, QueueActor, QueueNotice, WorkerLink};
-use crate::recorder::{Recording, RecordingSummary, SessionMeta, timestamp};
+use crate::recording::{Recording, RecordingSummary, SessionMeta, timestamp};
 use crate::registry::{Admission, Registry, Shutdown};
+use crate::session_flow::Flow;
 use crate::session_state::{Phase, SessionState};
-use std::panic::{AssertUnwindSafe, catch_unwind};
+
+pub use crate::session_flow::SessionCounters;
+
+mod output;
+
+/// A client's reason for closing is echoed and recorded up to this many bytes.
+pub const MAX_CLOSE_REASON: usize = 64;
 
 /// What a session is allowed, from the configuration.
 #[derive(Debug, Clone)]
@@ -41,6 +54,12 @@ pub struct SessionSettings {
     pub heartbeat_interval: Duration,
     /// Silence from the client (no frame, no pong) after which it is considered gone.
     pub heartbeat_timeout: Duration,
+    /// A fragmented message must be finished this long after its first frame.
+    pub message_timeout: Duration,
+    /// Messages per second the client may send; `None`: no limit.
+    pub rate: Option<RateLimit>,
+    /// Turn-mode answers outstanding at once (one in progress, the rest waiting).
+    pub max_turns: usize,
     /// The session is refused at once with this error (e.g. an unknown model), after the upgrade.
     pub reject: Option<ProtocolError>,
 }
@@ -56,12 +75,14 @@ pub struct ClientInfo {
 pub struct SessionLinks {
     pub queue: Addr<QueueActor>,
     pub registry: Arc<Registry>,
-    /// Its place under the per-IP cap, released with the session.
+    /// Its place under the per-address caps, released with the session.
     pub admission: Option<Admission>,
     pub recording: Recording,
     pub client: ClientInfo,
     /// The bound on what waits to be sent to a client that does not read; `None`: unbounded.
     pub outgoing: Option<OutgoingLimit>,
+    /// What every connection's unfinished fragmented messages may hold together.
+    pub fragments: Arc<FragmentBudget>,
 }
 
 /// What the worker's BackendActor tells its session.
@@ -100,62 +121,53 @@ pub enum BackendEvent {
     Attached(Result<(), ProtocolError>),
 }
 
-/// Counts for logs, metrics and the recording.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SessionCounters {
-    pub chunks_received: u64,
-    pub chunks_dropped: u64,
-    pub chunks_answered: u64,
-    pub turns: u64,
-}
-
-struct TurnAnswer {
-    response_id: String,
-    streaming: bool,
-    submitted: Instant,
-    heard_audio: bool,
-    text: String,
-    audio: Vec<f32>,
-}
-
 pub struct SessionActor {
     settings: SessionSettings,
     dialect: Box<dyn Dialect>,
     links: SessionLinks,
     conn: u64,
     state: SessionState,
+    flow: Flow,
     upgraded: Instant,
     upgraded_at: SystemTime,
     last_heard: Instant,
     worker: Option<WorkerLink>,
     attach_sent: bool,
+    /// It went back to the head of the queue once because its worker was gone.
+    requeued: bool,
     session_id: Option<String>,
     /// The dialect it was active under (for the active-sessions gauge).
     active_as: Option<&'static str>,
-    next_seq: u64,
-    /// Arrival of chunks not yet answered, for the first-audio latency.
-    arrivals: VecDeque<(u64, Instant)>,
-    /// The model turn being spoken in duplex mode.
-    response: Option<String>,
-    responses: u64,
-    /// Speech answering chunks numbered below this is void (a force-listen came after them).
-    cancel_below: u64,
-    turns: HashMap<u64, TurnAnswer>,
     /// A message arriving in continuation frames.
-    fragment: Option<Vec<u8>>,
+    fragments: Fragments,
+    rate: Option<MessageRate>,
     /// The server is stopping: the job in flight finishes, then the session ends.
     draining: bool,
     end: Option<CloseReason>,
     /// When `end` was decided.
     ended_at: Option<Instant>,
     frames: Vec<String>,
-    counters: SessionCounters,
+}
+
+/// Cuts `text` to at most `max` bytes, at a character boundary.
+fn bounded(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 impl SessionActor {
     pub fn new(settings: SessionSettings, dialect: Box<dyn Dialect>, links: SessionLinks) -> SessionActor {
         let now = Instant::now();
+        let fragments = Fragments::new(links.fragments.clone(), settings.max_frame_bytes, settings.message_timeout);
         SessionActor {
+            flow: Flow::new(settings.max_turns),
+            rate: settings.rate.map(|limit| MessageRate::new(limit, now)),
             settings,
             dialect,
             links,
@@ -166,20 +178,14 @@ impl SessionActor {
             last_heard: now,
             worker: None,
             attach_sent: false,
+            requeued: false,
             session_id: None,
             active_as: None,
-            next_seq: 0,
-            arrivals: VecDeque::new(),
-            response: None,
-            responses: 0,
-            cancel_below: 0,
-            turns: HashMap::new(),
-            fragment: None,
+            fragments,
             draining: false,
             end: None,
             ended_at: None,
             frames: Vec::new(),
-            counters: SessionCounters::default(),
         }
     }
 
@@ -199,10 +205,12 @@ impl SessionActor {
         [self.settings.mode.as_str()]
     }
 
-    /// Pings the client and ends the session when it has been silent too long.
+    /// Pings the client; ends the session when it has been silent too long, or when a
+    /// fragmented message stays unfinished past its deadline (pings do not extend it).
     fn hb(&self, ctx: &mut ws::WebsocketContext<Self>) {
         ctx.run_interval(self.settings.heartbeat_interval, |act, ctx| {
-            if act.last_heard.elapsed() > act.settings.heartbeat_timeout {
+            let now = Instant::now();
+            if now.saturating_duration_since(act.last_heard) > act.settings.heartbeat_timeout {
                 log::info!(
                     "session {}: nothing heard for {:?}; the client is gone",
                     act.who(),
@@ -211,8 +219,21 @@ impl SessionActor {
                 act.finish(ctx, CloseReason::HeartbeatTimeout);
                 return;
             }
+            if act.fragments.overdue(now) {
+                act.message_timeout(ctx);
+                return;
+            }
             ctx.ping(b"");
         });
+    }
+
+    fn message_timeout(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
+        log::info!(
+            "session {}: a fragmented message unfinished after {:?}; closing with 1008",
+            self.who(),
+            self.settings.message_timeout
+        );
+        self.finish(ctx, CloseReason::ProtocolViolation("message_timeout"));
     }
 
     /// Encodes an event, sends its frames, and records them as sent.
@@ -276,8 +297,8 @@ impl SessionActor {
             self.emit(ctx, Outbound::Closed { session_id: session_id.as_deref(), reason: &reason });
         }
         let description = match &reason {
-            CloseReason::BackendError(why) => why.clone(),
-            other => other.as_str().to_string(),
+            CloseReason::BackendError(why) => bounded(why, 123).to_string(),
+            other => bounded(other.as_str(), 123).to_string(),
         };
         ctx.close(Some(ws::CloseReason {
             code: ws::CloseCode::from(reason.close_code()),
@@ -289,8 +310,42 @@ impl SessionActor {
         ctx.stop();
     }
 
+    /// A complete message counts against the rate; `false` when it is not to be processed.
+    fn within_rate(&mut self, ctx: &mut ws::WebsocketContext<Self>) -> bool {
+        let Some(rate) = self.rate.as_mut() else { return true };
+        match rate.message(Instant::now()) {
+            Verdict::Take => true,
+            Verdict::Drop => {
+                metrics().rate_limited.inc();
+                false
+            }
+            Verdict::DropAndTell { dropped } => {
+                metrics().rate_limited.inc();
+                let per_s = self.settings.rate.map_or(0.0, |r| r.per_second);
+                let e = ProtocolError::RateLimited(format!(
+                    "{dropped} message(s) dropped unprocessed: more than {per_s} a second (server.max_messages_per_s)"
+                ));
+                self.send_error(ctx, &e);
+                false
+            }
+            Verdict::Close => {
+                metrics().rate_limited.inc();
+                log::warn!("session {}: over the message rate for too long; closing with 1008", self.who());
+                self.finish(ctx, CloseReason::ProtocolViolation("rate_limited"));
+                false
+            }
+        }
+    }
+
     fn on_text(&mut self, text: ByteString, ctx: &mut ws::WebsocketContext<Self>) {
         metrics().bytes_received.inc_by(text.len() as u64);
+        if self.within_rate(ctx) {
+            self.handle_text(text, ctx);
+        }
+    }
+
+    /// A whole message, taken under the rate.
+    fn handle_text(&mut self, text: ByteString, ctx: &mut ws::WebsocketContext<Self>) {
         let mut replies = Vec::new();
         // A decoder bug must cost this session only, not the arbiter thread it shares.
         let decoded = match catch_unwind(AssertUnwindSafe(|| self.dialect.decode(&text, &mut replies))) {
@@ -301,12 +356,12 @@ impl SessionActor {
             }
         };
         if self.links.recording.is_on() {
-            let (audio, frames) = match (&decoded, self.dialect.take_recorded_media()) {
+            let media = match (&decoded, self.dialect.take_recorded_media()) {
                 (_, Some(media)) => media,
                 (Ok(commands), None) => recorded_media(commands),
                 (Err(_), None) => (Vec::new(), Vec::new()),
             };
-            self.links.recording.inbound(text.as_bytes().clone(), audio, frames);
+            self.links.recording.inbound(text.as_bytes().clone(), media);
         }
         match decoded {
             Err(DecodeError::Unparseable(why)) => {
@@ -334,7 +389,8 @@ impl SessionActor {
             return self.send_error(ctx, &e);
         }
         if let Inbound::Close { reason } = cmd {
-            return self.finish(ctx, CloseReason::Client(reason.unwrap_or_else(|| "user_stop".into())));
+            let reason = reason.map_or_else(|| "user_stop".into(), |r| bounded(&r, MAX_CLOSE_REASON).to_string());
+            return self.finish(ctx, CloseReason::Client(reason));
         }
         // Everything else is admitted only with a worker attached.
         let Some(backend) = self.worker.as_ref().map(|w| w.backend.clone()) else {
@@ -344,6 +400,7 @@ impl SessionActor {
             return;
         }
         let key = self.conn;
+        let reply = |lost| Delivery::new(ctx.address().recipient(), lost);
         match cmd {
             Inbound::Close { .. } => {}
             Inbound::Init(setup) => {
@@ -356,49 +413,30 @@ impl SessionActor {
                     self.links.client.addr,
                     self.worker_name()
                 );
-                self.links.recording.start(&session_id, self.dialect.output_audio(), self.upgraded_at);
+                self.links.recording.start(&session_id, self.dialect.redactor(), self.upgraded_at);
                 self.session_id = Some(session_id.clone());
                 self.state.initializing();
-                backend.do_send(Prepare { key, session_id, dialect, setup });
+                backend.do_send(Prepare { key, session_id, dialect, setup, reply: reply(Lost::Work) });
             }
             Inbound::Chunk(chunk) => {
-                self.next_seq += 1;
-                let seq = self.next_seq;
-                if chunk.force_listen {
-                    // Speech of every earlier chunk is void; the current turn is over.
-                    self.cancel_below = seq;
-                    self.response = None;
-                }
-                self.counters.chunks_received += 1;
+                let seq = self.flow.chunk(chunk.force_listen, Instant::now());
                 metrics().chunks_received.with_label_values(&self.mode_label()).inc();
-                self.arrivals.push_back((seq, Instant::now()));
                 backend.do_send(SubmitChunk { key, seq, chunk });
             }
-            Inbound::Turn { input, streaming } => {
-                self.next_seq += 1;
-                let seq = self.next_seq;
-                let response_id = self.new_response_id();
-                self.counters.turns += 1;
-                let answer = TurnAnswer {
-                    response_id,
-                    streaming,
-                    submitted: Instant::now(),
-                    heard_audio: false,
-                    text: String::new(),
-                    audio: Vec::new(),
-                };
-                self.turns.insert(seq, answer);
-                backend.do_send(SubmitTurn { key, seq, input });
-            }
+            Inbound::Turn { input, streaming } => match self.flow.turn(streaming, Instant::now()) {
+                Ok((seq, _)) => backend.do_send(SubmitTurn { key, seq, input, reply: reply(Lost::Work) }),
+                Err(e) => {
+                    metrics().buffer_refusals.with_label_values(&["turns"]).inc();
+                    self.send_error(ctx, &e)
+                }
+            },
             Inbound::Reconfigure(setup) => {
                 // Output of everything sent so far is void.
-                self.cancel_below = self.next_seq + 1;
-                self.response = None;
-                backend.do_send(Reconfigure { key, setup });
+                self.flow.cut();
+                backend.do_send(Reconfigure { key, setup, reply: reply(Lost::Work) });
             }
             Inbound::Interrupt => {
-                self.cancel_below = self.next_seq + 1;
-                self.response = None;
+                self.flow.cut();
                 backend.do_send(Interrupt { key });
             }
         }
@@ -421,194 +459,10 @@ impl SessionActor {
         }
     }
 
-    fn new_response_id(&mut self) -> String {
-        self.responses += 1;
-        format!("resp_{}", self.responses)
-    }
-
-    /// When chunk `seq` arrived (forgetting earlier ones, which will not be answered now).
-    fn arrival_of(&mut self, seq: u64) -> Option<Instant> {
-        while let Some(&(s, at)) = self.arrivals.front() {
-            if s > seq {
-                return None;
-            }
-            self.arrivals.pop_front();
-            if s == seq {
-                return Some(at);
-            }
-        }
-        None
-    }
-
-    fn on_step(&mut self, seq: u64, result: Result<StepOutcome, BackendError>, ctx: &mut ws::WebsocketContext<Self>) {
-        let arrived = self.arrival_of(seq);
-        let outcome = match result {
-            Ok(o) => o,
-            Err(BackendError::ContextFull(why)) => {
-                log::info!("session {}: context full ({why})", self.who());
-                return self.finish(ctx, CloseReason::ContextFull);
-            }
-            Err(e) => {
-                log::warn!("session {}: step for input_{seq} failed on worker {}: {e}", self.who(), self.worker_name());
-                return self.send_error(ctx, &ProtocolError::Inference(e.to_string()));
-            }
-        };
-        if outcome.kind == StepKind::Speak && seq < self.cancel_below {
-            // Speech computed before a force-listen: never sent.
-            log::debug!("session {}: discarding speech for input_{seq} after force_listen", self.who());
-            return;
-        }
-        self.counters.chunks_answered += 1;
-        metrics().chunks_answered.with_label_values(&self.mode_label()).inc();
-        let response_id = match outcome.kind {
-            StepKind::Listen => {
-                self.response = None;
-                None
-            }
-            StepKind::Speak => {
-                if self.response.is_none() {
-                    self.response = Some(self.new_response_id());
-                    if let (Some(at), false) = (arrived, outcome.audio.is_empty()) {
-                        let mode = self.mode_label();
-                        metrics().first_audio_seconds.with_label_values(&mode).observe(at.elapsed().as_secs_f64());
-                    }
-                }
-                self.response.clone()
-            }
-        };
-        let input_id = format!("input_{seq}");
-        let session_id = self.session_id.clone().unwrap_or_default();
-        self.emit(
-            ctx,
-            Outbound::Step {
-                session_id: &session_id,
-                response_id: response_id.as_deref(),
-                input_id: &input_id,
-                outcome: &outcome,
-            },
-        );
-        if let Some(at) = arrived {
-            metrics().chunk_latency_seconds.with_label_values(&self.mode_label()).observe(at.elapsed().as_secs_f64());
-        }
-        if outcome.end_of_turn {
-            self.response = None;
-        }
-        if outcome.kv_length >= self.settings.context_tokens {
-            log::info!("session {}: KV length {} reached the context limit", self.who(), outcome.kv_length);
-            self.finish(ctx, CloseReason::ContextFull);
-        }
-    }
-
-    fn on_turn_piece(&mut self, seq: u64, piece: TurnPiece, ctx: &mut ws::WebsocketContext<Self>) {
-        let session_id = self.session_id.clone().unwrap_or_default();
-        let mode = self.mode_label();
-        let Some(answer) = self.turns.get_mut(&seq) else { return };
-        if !piece.audio.is_empty() && !answer.heard_audio {
-            answer.heard_audio = true;
-            metrics().first_audio_seconds.with_label_values(&mode).observe(answer.submitted.elapsed().as_secs_f64());
-        }
-        answer.text.push_str(&piece.text);
-        if answer.streaming {
-            let response_id = answer.response_id.clone();
-            self.emit(
-                ctx,
-                Outbound::TurnDelta {
-                    session_id: &session_id,
-                    response_id: &response_id,
-                    text: &piece.text,
-                    audio: &piece.audio,
-                },
-            );
-        } else {
-            answer.audio.extend_from_slice(&piece.audio);
-        }
-    }
-
-    fn on_turn_done(
-        &mut self,
-        seq: u64,
-        result: Result<TurnSummary, BackendError>,
-        ctx: &mut ws::WebsocketContext<Self>,
-    ) {
-        let Some(answer) = self.turns.remove(&seq) else { return };
-        let (summary, cancelled) = match result {
-            Ok(summary) => (summary, false),
-            Err(BackendError::Interrupted) => {
-                let duration = answer.submitted.elapsed();
-                (TurnSummary { input_tokens: 0, output_tokens: 0, kv_length: 0, duration }, true)
-            }
-            Err(BackendError::ContextFull(_)) => return self.finish(ctx, CloseReason::ContextFull),
-            Err(e) => {
-                log::warn!("session {}: answer {} failed: {e}", self.who(), answer.response_id);
-                return self.send_error(ctx, &ProtocolError::Inference(e.to_string()));
-            }
-        };
-        let session_id = self.session_id.clone().unwrap_or_default();
-        let audio = (!answer.streaming && !answer.audio.is_empty()).then_some(answer.audio.as_slice());
-        self.emit(
-            ctx,
-            Outbound::TurnDone {
-                session_id: &session_id,
-                response_id: &answer.response_id,
-                text: &answer.text,
-                audio,
-                input_tokens: summary.input_tokens,
-                output_tokens: summary.output_tokens,
-                kv_length: summary.kv_length,
-                duration_ms: summary.duration.as_millis() as u64,
-                cancelled,
-            },
-        );
-        if summary.kv_length >= self.settings.context_tokens {
-            self.finish(ctx, CloseReason::ContextFull);
-        }
-    }
-
-    fn attached(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
-        if self.end.is_some() {
-            return;
-        }
-        self.state.connected();
-        let waited = self.upgraded.elapsed();
-        metrics().queue_wait_seconds.observe(waited.as_secs_f64());
-        log::info!("session c{}: worker {} assigned after {} ms", self.conn, self.worker_name(), waited.as_millis());
-        self.emit(ctx, Outbound::QueueDone);
-    }
-
-    fn created(&mut self, prompt_length: u64, ctx: &mut ws::WebsocketContext<Self>) {
-        self.state.created();
-        let dialect = self.dialect.name();
-        self.active_as = Some(dialect);
-        metrics().sessions_active.with_label_values(&[self.settings.mode.as_str(), dialect]).inc();
-        self.links.registry.set_active(self.settings.mode, true);
-        let session_id = self.session_id.clone().unwrap_or_default();
-        let queue_wait_ms = self.upgraded.elapsed().as_millis() as u64;
-        let kind = self.settings.mode.session_kind();
-        self.emit(ctx, Outbound::Created { session_id: &session_id, kind, prompt_length, queue_wait_ms });
-    }
-
-    fn append_fragment(&mut self, data: &[u8], ctx: &mut ws::WebsocketContext<Self>) -> bool {
-        let Some(buf) = self.fragment.as_mut() else {
-            self.finish(ctx, CloseReason::ProtocolViolation("invalid_frame"));
-            return false;
-        };
-        if buf.len() + data.len() > self.settings.max_frame_bytes {
-            log::info!(
-                "session {}: message over {} bytes; closing with 1009",
-                self.who(),
-                self.settings.max_frame_bytes
-            );
-            self.finish(ctx, CloseReason::ProtocolViolation("message_too_big"));
-            return false;
-        }
-        buf.extend_from_slice(data);
-        true
-    }
-
     fn meta(&self, reason: &CloseReason) -> SessionMeta {
         let (start, _) = timestamp(self.upgraded_at);
         let (end, _) = timestamp(SystemTime::now());
-        let c = self.counters;
+        let c = self.flow.counters();
         SessionMeta {
             session_id: self.session_id.clone().unwrap_or_default(),
             mode: self.settings.mode.as_str().into(),
@@ -625,6 +479,51 @@ impl SessionActor {
             chunks_answered: c.chunks_answered,
             turns: c.turns,
             recording: RecordingSummary::default(),
+        }
+    }
+
+    fn on_fragment(&mut self, item: Item, ctx: &mut ws::WebsocketContext<Self>) {
+        let result = match item {
+            Item::FirstText(data) => {
+                if !self.within_rate(ctx) {
+                    // The rest of it is refused too: nothing is started.
+                    self.fragments.clear();
+                    return;
+                }
+                self.fragments.first(&data, Instant::now())
+            }
+            Item::FirstBinary(_) => return self.finish(ctx, CloseReason::ProtocolViolation("binary_frame")),
+            Item::Continue(data) => self.fragments.append(&data),
+            Item::Last(data) => match self.fragments.finish(&data) {
+                Ok(bytes) => {
+                    metrics().bytes_received.inc_by(bytes.len() as u64);
+                    return match ByteString::try_from(Bytes::from(bytes)) {
+                        Ok(text) => self.handle_text(text, ctx),
+                        Err(_) => self.finish(ctx, CloseReason::ProtocolViolation("invalid_utf8")),
+                    };
+                }
+                Err(e) => Err(e),
+            },
+        };
+        match result {
+            Ok(()) => {}
+            Err(FragmentRefusal::TooBig) => {
+                log::info!(
+                    "session {}: message over {} bytes; closing with 1009",
+                    self.who(),
+                    self.settings.max_frame_bytes
+                );
+                self.finish(ctx, CloseReason::ProtocolViolation("message_too_big"));
+            }
+            Err(FragmentRefusal::BudgetFull) => {
+                log::warn!(
+                    "session {}: every connection's unfinished messages are at their bound \
+                     (server.max_fragment_buffer_mb); closing with 1013",
+                    self.who()
+                );
+                self.finish(ctx, CloseReason::ProtocolViolation("fragments_full"));
+            }
+            Err(FragmentRefusal::NotStarted) => self.finish(ctx, CloseReason::ProtocolViolation("invalid_frame")),
         }
     }
 }
@@ -680,12 +579,13 @@ impl Actor for SessionActor {
             log::info!("session {}: time limit of {:?} reached", act.who(), act.settings.time_limit);
             act.finish(ctx, CloseReason::Timeout);
         });
-        self.links.queue.do_send(Join { conn: self.conn, mode: self.settings.mode, notify: ctx.address().recipient() });
+        self.join_queue(false, ctx);
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
         let reason = self.end.clone().unwrap_or(CloseReason::ClientGone);
         self.state.close();
+        self.fragments.clear();
         self.links.queue.do_send(Leave { conn: self.conn });
         if self.attach_sent
             && let Some(w) = &self.worker
@@ -702,11 +602,11 @@ impl Actor for SessionActor {
             m.sessions_active.with_label_values(&[self.settings.mode.as_str(), dialect]).dec();
             self.links.registry.set_active(self.settings.mode, false);
         }
-        let c = self.counters;
+        let c = self.flow.counters();
         log::info!(
             "session {}: ended ({}) after {:.1} s on worker {}: {} chunks received, {} dropped, {} answered, {} turns",
             self.who(),
-            reason.as_str(),
+            reason.as_str().escape_debug(),
             self.upgraded.elapsed().as_secs_f64(),
             self.worker_name(),
             c.chunks_received,
@@ -730,26 +630,12 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for SessionActor {
                 log::info!("session {}: binary frame; closing with 1003", self.who());
                 self.finish(ctx, CloseReason::ProtocolViolation("binary_frame"));
             }
-            Ok(ws::Message::Continuation(item)) => match item {
-                Item::FirstText(data) => {
-                    self.fragment = Some(Vec::with_capacity(data.len()));
-                    self.append_fragment(&data, ctx);
+            Ok(ws::Message::Continuation(item)) => self.on_fragment(item, ctx),
+            Ok(ws::Message::Ping(payload)) => {
+                if self.within_rate(ctx) {
+                    ctx.pong(&payload);
                 }
-                Item::FirstBinary(_) => self.finish(ctx, CloseReason::ProtocolViolation("binary_frame")),
-                Item::Continue(data) => {
-                    self.append_fragment(&data, ctx);
-                }
-                Item::Last(data) => {
-                    if self.append_fragment(&data, ctx) {
-                        let bytes = Bytes::from(self.fragment.take().unwrap_or_default());
-                        match ByteString::try_from(bytes) {
-                            Ok(text) => self.on_text(text, ctx),
-                            Err(_) => self.finish(ctx, CloseReason::ProtocolViolation("invalid_utf8")),
-                        }
-                    }
-                }
-            },
-            Ok(ws::Message::Ping(payload)) => ctx.pong(&payload),
+            }
             Ok(ws::Message::Pong(_)) | Ok(ws::Message::Nop) => {}
             Ok(ws::Message::Close(reason)) => {
                 log::debug!("session {}: client sent close {:?}", self.who(), reason);
@@ -785,16 +671,12 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for SessionActor {
     }
 }
 
-impl Handler<QueueNotice> for SessionActor {
-    type Result = ();
-
-    fn handle(&mut self, notice: QueueNotice, ctx: &mut Self::Context) {
-        self.on_queue_notice(notice, ctx);
-        self.dialect_commands(ctx);
-    }
-}
-
 impl SessionActor {
+    fn join_queue(&mut self, front: bool, ctx: &mut ws::WebsocketContext<Self>) {
+        let join = Join { conn: self.conn, mode: self.settings.mode, notify: ctx.address().recipient(), front };
+        self.links.queue.do_send(join);
+    }
+
     fn on_queue_notice(&mut self, notice: QueueNotice, ctx: &mut ws::WebsocketContext<Self>) {
         if self.end.is_some() {
             return;
@@ -815,11 +697,9 @@ impl SessionActor {
                     key: self.conn,
                     label: format!("c{}", self.conn),
                     mode: self.settings.mode,
-                    events: ctx.address().recipient(),
+                    reply: Delivery::new(ctx.address().recipient(), Lost::Attach),
                 };
-                if !worker.backend.connected() {
-                    return self.send_error(ctx, &ProtocolError::WorkerConnectFailed("the worker stopped".into()));
-                }
+                // If the worker's actor is gone, the delivery answers for it.
                 worker.backend.do_send(attach);
                 self.worker = Some(worker);
                 self.attach_sent = true;
@@ -834,6 +714,34 @@ impl SessionActor {
             }
         }
     }
+
+    /// The worker it was assigned could not be taken: once, the session goes back to the
+    /// head of the queue; a second time, it ends with the error (close 1013).
+    fn attach_failed(&mut self, e: ProtocolError, ctx: &mut ws::WebsocketContext<Self>) {
+        let worker = self.worker_name().to_string();
+        self.worker = None;
+        self.attach_sent = false;
+        if !self.requeued && self.state.phase() == Phase::Queued {
+            self.requeued = true;
+            log::warn!(
+                "session c{}: worker {worker} could not be taken ({e}); back to the head of the queue",
+                self.conn
+            );
+            self.join_queue(true, ctx);
+            return;
+        }
+        log::warn!("session c{}: worker {worker} could not be taken ({e})", self.conn);
+        self.send_error(ctx, &e);
+    }
+}
+
+impl Handler<QueueNotice> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, notice: QueueNotice, ctx: &mut Self::Context) {
+        self.on_queue_notice(notice, ctx);
+        self.dialect_commands(ctx);
+    }
 }
 
 impl Handler<BackendEvent> for SessionActor {
@@ -842,44 +750,6 @@ impl Handler<BackendEvent> for SessionActor {
     fn handle(&mut self, event: BackendEvent, ctx: &mut Self::Context) {
         self.on_backend_event(event, ctx);
         self.dialect_commands(ctx);
-    }
-}
-
-impl SessionActor {
-    fn on_backend_event(&mut self, event: BackendEvent, ctx: &mut ws::WebsocketContext<Self>) {
-        if self.end.is_some() {
-            return;
-        }
-        match event {
-            BackendEvent::Prepared { prompt_length } if self.state.phase() == Phase::Active => {
-                self.emit(ctx, Outbound::Reconfigured { prompt_length })
-            }
-            BackendEvent::Prepared { prompt_length } => self.created(prompt_length, ctx),
-            BackendEvent::PrepareFailed(e) => {
-                self.state.init_failed();
-                match e {
-                    BackendError::ContextFull(_) => self.finish(ctx, CloseReason::ContextFull),
-                    BackendError::InvalidArgument(why) => self.send_error(ctx, &ProtocolError::InvalidPayload(why)),
-                    BackendError::Unsupported(why) => self.send_error(ctx, &ProtocolError::ServiceUnavailable(why)),
-                    other => self.send_error(ctx, &ProtocolError::Inference(other.to_string())),
-                }
-            }
-            BackendEvent::Step { seq, result, .. } => self.on_step(seq, result, ctx),
-            BackendEvent::Dropped { seq } => {
-                self.counters.chunks_dropped += 1;
-                metrics().chunks_dropped.with_label_values(&self.mode_label()).inc();
-                log::debug!("session {}: input_{seq} dropped (client ahead of the worker)", self.who());
-            }
-            BackendEvent::TurnPiece { seq, piece } => self.on_turn_piece(seq, piece, ctx),
-            BackendEvent::TurnDone { seq, result } => self.on_turn_done(seq, result, ctx),
-            BackendEvent::Failed { reason } => {
-                log::error!("session {}: worker {} failed: {reason}", self.who(), self.worker_name());
-                self.finish(ctx, CloseReason::BackendError(reason));
-            }
-            BackendEvent::Drained => self.finish(ctx, CloseReason::ServerShutdown),
-            BackendEvent::Attached(Ok(())) => self.attached(ctx),
-            BackendEvent::Attached(Err(e)) => self.send_error(ctx, &e),
-        }
     }
 }
 
@@ -895,7 +765,8 @@ impl Handler<Shutdown> for SessionActor {
             (Some(worker), true) => {
                 // Let the step in flight finish (its output is sent), then end.
                 self.draining = true;
-                worker.backend.do_send(Drain { key: self.conn });
+                let reply = Delivery::new(ctx.address().recipient(), Lost::Drain);
+                worker.backend.do_send(Drain { key: self.conn, reply });
                 ctx.run_later(msg.grace, |act, ctx| act.finish(ctx, CloseReason::ServerShutdown));
             }
             _ => self.finish(ctx, CloseReason::ServerShutdown),

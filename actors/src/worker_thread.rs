@@ -1,8 +1,12 @@
-//! The dedicated OS thread that owns one backend instance.
+//! The dedicated OS threads of one backend instance.
 //!
-//! The backend is opened on this thread, every owner-thread call runs here as a job,
-//! and the backend is closed here when the last job sender goes away. Model work never
-//! runs on the async executor; the any-thread [`BackendControl`] is handed out on open.
+//! [`WorkerThread`] owns the backend: it is opened on this thread, every owner-thread call
+//! runs here as a job, and the backend is closed here when the last job sender goes away.
+//! Model work never runs on the async executor.
+//!
+//! [`ControlThread`] makes the any-thread calls (interrupt, force-listen, terminate): the
+//! actors only post them. A backend whose interrupt blocks then stalls that thread alone,
+//! never the arbiter that hosts the queue, the pool and every worker's actor.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -115,5 +119,64 @@ impl WorkerThread {
             let _ = tx.send(f(b));
         }))?;
         rx.recv().map_err(|_| BackendError::Internal("the worker thread dropped the job".into()))
+    }
+}
+
+/// An any-thread call, posted to the control thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ControlCall {
+    Interrupt,
+    ForceListen(bool),
+    Terminate,
+}
+
+/// Calls posted and not yet made beyond this are dropped (a control thread stuck in a
+/// backend call must not make its queue grow without bound).
+const CONTROL_BACKLOG: usize = 64;
+
+/// Posts a backend's any-thread calls to a thread of their own; never blocks the caller.
+pub struct ControlThread {
+    calls: mpsc::SyncSender<ControlCall>,
+    name: Arc<str>,
+}
+
+impl ControlThread {
+    pub fn spawn(name: &str, control: Arc<dyn BackendControl>) -> std::io::Result<ControlThread> {
+        let (calls, rx) = mpsc::sync_channel::<ControlCall>(CONTROL_BACKLOG);
+        let log_name = name.to_string();
+        thread::Builder::new().name(format!("control-{name}")).stack_size(256 << 10).spawn(move || {
+            for call in rx {
+                let made = catch_unwind(AssertUnwindSafe(|| match call {
+                    ControlCall::Interrupt => control.interrupt(),
+                    ControlCall::ForceListen(on) => control.set_force_listen(on),
+                    ControlCall::Terminate => control.terminate(),
+                }));
+                if made.is_err() {
+                    log::error!("worker {log_name}: the backend panicked in {call:?}");
+                }
+            }
+        })?;
+        Ok(ControlThread { calls, name: name.into() })
+    }
+
+    fn post(&self, call: ControlCall) {
+        if let Err(mpsc::TrySendError::Full(_)) = self.calls.try_send(call) {
+            log::warn!("worker {}: its backend is not taking any-thread calls; {call:?} dropped", self.name);
+        }
+    }
+
+    /// Cuts the call in flight short.
+    pub fn interrupt(&self) {
+        self.post(ControlCall::Interrupt);
+    }
+
+    /// Ends the current speech; the next duplex step listens.
+    pub fn set_force_listen(&self, on: bool) {
+        self.post(ControlCall::ForceListen(on));
+    }
+
+    /// Ends the backend at once (a child process is killed).
+    pub fn terminate(&self) {
+        self.post(ControlCall::Terminate);
     }
 }

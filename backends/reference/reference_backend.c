@@ -24,7 +24,8 @@
  *          hang_at_step=N with hang_ms [60000] (step N blocks, not interruptible),
  *          abort_at_step=N (step N calls abort()), segv_at_step=N (step N writes
  *          through a NULL pointer: SIGSEGV). Steps count duplex chunks and turn
- *          answers from 1 in each session.
+ *          answers from 1 in each session. open_ms=N: open takes N ms (a model
+ *          loading). interrupt_hang_ms=N: interrupt() blocks N ms (a broken backend).
  *
  * Build as a shared library:  cc -O2 -shared -fPIC -Iinclude reference_backend.c -lm
  * Define OMNI_REFERENCE_STATIC to rename the two entry points to
@@ -69,6 +70,7 @@ struct options {
     double vad_threshold;
     long speech_min_ms, reply_steps, n_ctx, step_ms, token_ms;
     long fail_at_step, hang_at_step, hang_ms, abort_at_step, segv_at_step;
+    long open_ms, interrupt_hang_ms;
 };
 
 struct omni_backend {
@@ -96,6 +98,7 @@ struct omni_backend {
     int out_eot, out_piece;
     uint32_t out_in_tokens, out_out_tokens;
     uint32_t prefill_us;
+    unsigned step_epoch; /* interrupt_epoch when the step began (at prefill) */
     int pending_valid;
     /* turn mode */
     char answer[MAX_ANSWER];
@@ -205,11 +208,13 @@ static omni_status parse_options(struct options *opt, const omni_option *options
                                  size_t cap) {
     static const char *names[] = {"vad_threshold", "speech_min_ms", "reply_steps",  "n_ctx",
                                   "step_ms",       "token_ms",      "fail_at_step", "hang_at_step",
-                                  "hang_ms",       "abort_at_step", "segv_at_step"};
+                                  "hang_ms",       "abort_at_step", "segv_at_step", "open_ms",
+                                  "interrupt_hang_ms"};
     long *ints[] = {NULL,           &opt->speech_min_ms, &opt->reply_steps,  &opt->n_ctx,
                     &opt->step_ms,  &opt->token_ms,      &opt->fail_at_step, &opt->hang_at_step,
-                    &opt->hang_ms,  &opt->abort_at_step, &opt->segv_at_step};
-    *opt = (struct options){0.02, 500, 3, 8192, 0, 0, 0, 0, 60000, 0, 0};
+                    &opt->hang_ms,  &opt->abort_at_step, &opt->segv_at_step, &opt->open_ms,
+                    &opt->interrupt_hang_ms};
+    *opt = (struct options){0.02, 500, 3, 8192, 0, 0, 0, 0, 60000, 0, 0, 0, 0};
     if (n > 0 && !options) {
         snprintf(err, cap, "options is NULL with n_options %zu", n);
         return OMNI_ERR_INVALID_ARGUMENT;
@@ -224,7 +229,8 @@ static omni_status parse_options(struct options *opt, const omni_option *options
         while (k < sizeof names / sizeof names[0] && !key_is(o, names[k])) k++;
         if (k == sizeof names / sizeof names[0]) {
             snprintf(err, cap, "unknown option '%.*s' (known: vad_threshold, speech_min_ms, reply_steps, n_ctx, "
-                     "step_ms, token_ms, fail_at_step, hang_at_step, hang_ms, abort_at_step, segv_at_step)",
+                     "step_ms, token_ms, fail_at_step, hang_at_step, hang_ms, abort_at_step, segv_at_step, "
+                     "open_ms, interrupt_hang_ms)",
                      (int)(o->key.len > 64 ? 64 : o->key.len), o->key.ptr ? o->key.ptr : "");
             return OMNI_ERR_OPEN_FAILED;
         }
@@ -265,6 +271,8 @@ static omni_status ref_open(const omni_option *options, size_t n_options, omni_b
     struct options opt;
     omni_status st = parse_options(&opt, options, n_options, err, cap);
     if (st != OMNI_OK) return st;
+    /* a model that takes this long to load (for the open timeout's tests) */
+    if (opt.open_ms > 0) sleep_ms(opt.open_ms);
     omni_backend *b = calloc(1, sizeof *b);
     if (!b) {
         snprintf(err, cap, "out of memory");
@@ -401,6 +409,8 @@ static omni_status ref_duplex_prefill(omni_backend *b, const omni_duplex_input *
                     in->max_slice_nums);
 
     uint64_t t0 = now_us();
+    /* The step begins here: an interrupt from now on, even before generate, cuts it short. */
+    b->step_epoch = atomic_load(&b->interrupt_epoch);
     uint32_t slices = in->max_slice_nums ? in->max_slice_nums : b->max_slice_nums;
     size_t n = in->audio.len;
     uint64_t audio_tokens = (uint64_t)(b->audio_total + n) * 25u / IN_RATE - (uint64_t)b->audio_total * 25u / IN_RATE;
@@ -427,8 +437,11 @@ static omni_status ref_duplex_prefill(omni_backend *b, const omni_duplex_input *
     }
     int quiet = total / n < thr2;
 
-    int force = (in->flags & OMNI_STEP_FORCE_LISTEN) || atomic_exchange(&b->force_listen, 0) ||
-                b->step_no <= (long)b->force_listen_count;
+    /* Both the step's flag and a pending set_force_listen are consumed here, once: the
+     * exchange must run even when the flag is set (a short-circuit || once left it pending,
+     * forcing the next step too). */
+    int pending_force = atomic_exchange(&b->force_listen, 0);
+    int force = (in->flags & OMNI_STEP_FORCE_LISTEN) || pending_force || b->step_no <= (long)b->force_listen_count;
     b->out_kind = OMNI_OUTPUT_LISTEN;
     if (force) {
         b->speaking = -1;
@@ -520,7 +533,7 @@ static omni_status ref_duplex_generate(omni_backend *b, omni_step_output *out) {
         return fail(b, OMNI_ERR_BAD_STATE, "duplex_generate: called without a prefilled chunk");
     uint64_t t0 = now_us();
     if (!b->pending_valid) {
-        unsigned epoch = atomic_load(&b->interrupt_epoch);
+        unsigned epoch = b->step_epoch;
         if ((st = faults(b)) != OMNI_OK) {
             b->state = ST_READY;
             return st;
@@ -718,6 +731,8 @@ static omni_status ref_turn_generate(omni_backend *b, omni_turn_output *out) {
 static omni_status ref_interrupt(omni_backend *b) {
     if (!b) return OMNI_ERR_INVALID_ARGUMENT;
     atomic_fetch_add(&b->interrupt_epoch, 1);
+    /* a broken backend whose any-thread call blocks (for the gateway's tests) */
+    if (b->opt.interrupt_hang_ms > 0) sleep_ms(b->opt.interrupt_hang_ms);
     return OMNI_OK;
 }
 

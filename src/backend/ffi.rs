@@ -64,7 +64,7 @@ impl BackendApi {
         // SAFETY: loading runs the library's initialisers; loading a backend library is
         // exactly what the operator configured.
         let library = unsafe { Library::new(path) }
-            .map_err(|e| LoadError::Library { path: path.to_owned(), reason: e.to_string() })?;
+            .map_err(|e| LoadError::Library { path: path.to_owned(), reason: error_chain(&e) })?;
         let symbol = |name: &[u8]| LoadError::MissingSymbol {
             path: path.to_owned(),
             symbol: String::from_utf8_lossy(&name[..name.len() - 1]).into_owned(),
@@ -165,6 +165,22 @@ impl BackendApi {
         backend.audio = vec![0.0; backend.info.max_output_samples.max(4096) as usize];
         Ok(backend)
     }
+}
+
+/// An error with its causes: the loader's own words (missing dependency, wrong
+/// architecture...) are in the source of libloading's "dlopen failed".
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// Every table entry was checked to be present in `BackendApi::validate`.

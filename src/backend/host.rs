@@ -1,7 +1,9 @@
 //! `omni-gateway worker-host`: the child process that hosts one worker's backend when the
 //! worker runs with `isolation = "process"`.
 //!
-//! It opens the backend through the same C ABI as a worker thread would, says
+//! It reads what to open from its first message (the library and the worker's options
+//! never appear on its command line), opens the backend through the same C ABI as a worker
+//! thread would, says
 //! [`FromHost::Opened`], then serves the calls its parent's BackendActor sends over stdin,
 //! answering on stdout (framing in [`super::ipc`]). Calls run one at a time on the main
 //! thread, which owns the backend; a reader thread applies interrupt and force-listen at
@@ -11,7 +13,6 @@
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
 use std::os::fd::FromRawFd;
-use std::path::PathBuf;
 use std::sync::mpsc;
 use std::thread;
 
@@ -20,24 +21,12 @@ use omni_actors::backend::{Backend, BackendControl, BackendError};
 use super::BackendApi;
 use super::ipc::{FromHost, ToHost, Value, read_frame, write_frame};
 
-/// Where the backend comes from and how to open it (set by the parent, not by users).
+/// How the parent names the child (what to open comes over stdin, see [`super::ipc::HostOpen`]).
 #[derive(Debug, Clone, clap::Args)]
 pub struct HostArgs {
     /// The worker's name, for logs.
     #[arg(long)]
     pub name: String,
-    /// A backend library; without it, the built-in reference backend.
-    #[arg(long)]
-    pub library: Option<PathBuf>,
-    /// An option for the backend's open call, KEY=VALUE; repeated.
-    #[arg(long = "option", value_parser = parse_option)]
-    pub options: Vec<(String, String)>,
-}
-
-fn parse_option(text: &str) -> Result<(String, String), String> {
-    text.split_once('=')
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .ok_or_else(|| format!("'{text}' is not KEY=VALUE"))
 }
 
 /// Runs the host until its parent closes stdin. Errors are for the process's exit status;
@@ -45,11 +34,18 @@ fn parse_option(text: &str) -> Result<(String, String), String> {
 pub fn run(args: HostArgs) -> Result<(), String> {
     let (input, output) = take_stdio()?;
     let mut output = BufWriter::new(output);
-    let opened = match &args.library {
+    let mut input = BufReader::new(input);
+    let open = match read_frame::<ToHost>(&mut input, &mut Vec::new()) {
+        Ok(Some(ToHost::Open(open))) => open,
+        Ok(Some(other)) => return Err(format!("the gateway's first message was not Open but {other:?}")),
+        Ok(None) => return Ok(()),
+        Err(e) => return Err(format!("unreadable first message from the gateway: {e}")),
+    };
+    let opened = match &open.library {
         None => Ok(BackendApi::builtin()),
         Some(path) => BackendApi::load(path).map_err(|e| BackendError::Open(e.to_string())),
     }
-    .and_then(|api| api.open(&args.options));
+    .and_then(|api| api.open(&open.options));
     let mut backend = match opened {
         Ok(b) => b,
         Err(e) => {
@@ -81,8 +77,13 @@ pub fn run(args: HostArgs) -> Result<(), String> {
 
 /// Applies the any-thread calls at once; queues the rest for the owner thread. Ends (and
 /// so ends the host) when the parent closes the pipe.
-fn read_requests(input: File, control: std::sync::Arc<dyn BackendControl>, calls: mpsc::Sender<ToHost>, name: &str) {
-    let (mut input, mut buf) = (BufReader::new(input), Vec::new());
+fn read_requests(
+    mut input: BufReader<File>,
+    control: std::sync::Arc<dyn BackendControl>,
+    calls: mpsc::Sender<ToHost>,
+    name: &str,
+) {
+    let mut buf = Vec::new();
     loop {
         match read_frame::<ToHost>(&mut input, &mut buf) {
             Ok(Some(ToHost::Interrupt)) => control.interrupt(),
@@ -113,6 +114,7 @@ fn serve(backend: &mut dyn Backend, call: ToHost) -> Result<Value, BackendError>
         ToHost::TurnPrefill(input) => backend.turn_prefill(&input).map(|_| Value::Done)?,
         ToHost::TurnGenerate => Value::Turn(backend.turn_generate()?),
         ToHost::Interrupt | ToHost::ForceListen(_) => Value::Done,
+        ToHost::Open(_) => return Err(BackendError::BadState("the backend is already open".into())),
     })
 }
 

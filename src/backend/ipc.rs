@@ -2,7 +2,7 @@
 //! stdin and stdout: length-prefixed frames (`u32` little-endian length, then the message
 //! in postcard), one message per frame.
 //!
-//! The parent sends [`ToHost`]: owner-thread calls, which the child runs one at a time and
+//! The parent sends [`ToHost`]: first what to open, then owner-thread calls, which the child runs one at a time and
 //! answers with one [`FromHost::Reply`] each, in order; and the any-thread calls
 //! (interrupt, force-listen), which the child applies at once, even mid-call, and does not
 //! answer. The child's first message is [`FromHost::Opened`].
@@ -17,8 +17,19 @@ use serde::{Deserialize, Serialize};
 /// A frame larger than this is a broken peer, not a message (a minute of audio is 4 MB).
 pub const MAX_FRAME_BYTES: usize = 256 << 20;
 
+/// What the child opens: the parent's first message. Options travel here, never on the
+/// command line, where every local user could read them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HostOpen {
+    /// A backend library; `None`: the built-in reference backend.
+    pub library: Option<std::path::PathBuf>,
+    pub options: Vec<(String, String)>,
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ToHost {
+    /// The first message: open this backend.
+    Open(HostOpen),
     Prepare(SessionSetup),
     Reset,
     DuplexPrefill(DuplexChunk),

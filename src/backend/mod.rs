@@ -9,6 +9,7 @@ pub mod process;
 mod sys;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use omni_actors::backend::{Backend, BackendError};
 use omni_actors::worker_thread::BackendFactory;
@@ -20,8 +21,9 @@ use crate::config::{BackendSource, Isolation, WorkerSpec};
 
 /// The backend of one worker: where its table comes from and the options to open it with.
 /// Called on the worker's own thread, which becomes the handle's owner (with process
-/// isolation, the owner of the handle to the child that holds the backend).
-pub fn factory(worker: &WorkerSpec) -> BackendFactory {
+/// isolation, the owner of the handle to the child that holds the backend). A child still
+/// opening after `open_timeout` is killed.
+pub fn factory(worker: &WorkerSpec, open_timeout: Duration) -> BackendFactory {
     let source = worker.source.clone();
     let options = worker.options.clone();
     match worker.isolation {
@@ -42,10 +44,10 @@ pub fn factory(worker: &WorkerSpec) -> BackendFactory {
                     BackendSource::Library(path) => Some(path.clone()),
                 },
                 options,
+                open_timeout,
             };
             Arc::new(move || {
-                let exe = std::env::current_exe()
-                    .map_err(|e| BackendError::Open(format!("cannot find this program to start worker-host: {e}")))?;
+                let exe = process::host_program().map_err(BackendError::Open)?;
                 Ok(Box::new(ProcessBackend::spawn(&exe, &spec)?) as Box<dyn Backend>)
             })
         }

@@ -12,7 +12,7 @@
 //! (so that neither the owner nor an actor ever blocks on a full pipe) and a reader.
 
 use std::io::{BufReader, BufWriter};
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::Arc;
@@ -26,7 +26,7 @@ use omni_actors::domain::{BackendInfo, DuplexChunk, SessionSetup, StepOutcome, S
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use super::ipc::{FromHost, ToHost, Value, read_frame, write_frame};
+use super::ipc::{FromHost, HostOpen, ToHost, Value, read_frame, write_frame};
 
 /// How long a child that lost its pipe, or was asked to close, has to exit before it is killed.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
@@ -37,12 +37,48 @@ pub struct HostSpec {
     pub name: String,
     pub library: Option<PathBuf>,
     pub options: Vec<(String, String)>,
+    /// A child whose backend has not opened after this long is killed.
+    pub open_timeout: Duration,
+}
+
+/// The environment a backend process gets: these variables (and any `OMNI_BACKEND_*`),
+/// nothing else of the gateway's. Process isolation is a crash boundary, not a security
+/// boundary: the child runs as the gateway's user.
+const KEPT_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TMPDIR",
+    "LD_LIBRARY_PATH",
+    "RUST_LOG",
+    "RUST_BACKTRACE",
+    "OMP_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+];
+
+fn kept(name: &str) -> bool {
+    KEPT_ENV.contains(&name) || name.starts_with("LC_") || name.starts_with("OMNI_BACKEND_")
+}
+
+/// The program that hosts backends: this very binary, even after it was replaced on disk
+/// (`/proc/self/exe` names the running image, not the path it was started from).
+pub fn host_program() -> Result<PathBuf, String> {
+    let proc_exe = PathBuf::from("/proc/self/exe");
+    if proc_exe.exists() {
+        return Ok(proc_exe);
+    }
+    std::env::current_exe().map_err(|e| format!("cannot find this program to start worker-host: {e}"))
 }
 
 struct Shared {
     name: String,
     pid: u32,
-    child: Mutex<Child>,
+    child: Arc<Mutex<Child>>,
     /// Frames for the writer thread; `None` closes the child's stdin.
     outgoing: mpsc::Sender<Option<ToHost>>,
     kv_length: AtomicU64,
@@ -77,27 +113,41 @@ impl ProcessBackend {
     /// Starts `exe worker-host` for the worker and waits until its backend is open.
     pub fn spawn(exe: &std::path::Path, spec: &HostSpec) -> Result<ProcessBackend, BackendError> {
         let mut command = Command::new(exe);
-        command.arg("worker-host").arg("--name").arg(&spec.name);
-        if let Some(library) = &spec.library {
-            command.arg("--library").arg(library);
-        }
-        for (k, v) in &spec.options {
-            command.arg("--option").arg(format!("{k}={v}"));
-        }
+        command.arg0("omni-gateway").arg("worker-host").arg("--name").arg(&spec.name);
+        command.env_clear().envs(std::env::vars_os().filter(|(k, _)| k.to_str().is_some_and(kept)));
         command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
         let mut child = command
             .spawn()
             .map_err(|e| BackendError::Open(format!("cannot start {} worker-host: {e}", exe.display())))?;
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(BackendError::Open("worker-host started without pipes".into()));
         };
         let pid = child.id();
+        let child = Arc::new(Mutex::new(child));
+        // The open has a deadline: a child still opening after it is killed.
+        let (opened_tx, opened_rx) = mpsc::channel::<()>();
+        let timed_out = Arc::new(AtomicBool::new(false));
+        {
+            let (child, timed_out, timeout) = (child.clone(), timed_out.clone(), spec.open_timeout);
+            let _ = thread::Builder::new().name(format!("host-open-{}", spec.name)).spawn(move || {
+                if let Err(mpsc::RecvTimeoutError::Timeout) = opened_rx.recv_timeout(timeout) {
+                    timed_out.store(true, Ordering::SeqCst);
+                    let _ = child.lock().kill();
+                }
+            });
+        }
+        let open = ToHost::Open(HostOpen { library: spec.library.clone(), options: spec.options.clone() });
+        let sent = write_frame(&mut stdin, &open);
         let mut stdout = BufReader::new(stdout);
-        let opened = read_frame::<FromHost>(&mut stdout, &mut Vec::new());
+        let opened = match sent {
+            Ok(()) => read_frame::<FromHost>(&mut stdout, &mut Vec::new()),
+            Err(e) => Err(e),
+        };
+        let _ = opened_tx.send(());
         let info = match opened {
             Ok(Some(FromHost::Opened(Ok(info)))) => info,
             Ok(Some(FromHost::Opened(Err(e)))) => {
-                let _ = child.wait();
+                let _ = child.lock().wait();
                 return Err(e);
             }
             other => {
@@ -105,8 +155,15 @@ impl ProcessBackend {
                     Err(e) => format!("unreadable answer ({e})"),
                     _ => "no answer".into(),
                 };
+                let mut child = child.lock();
                 let _ = child.kill();
                 let status = child.wait().map(describe).unwrap_or_else(|e| e.to_string());
+                if timed_out.load(Ordering::SeqCst) {
+                    return Err(BackendError::Open(format!(
+                        "the backend did not open within limits.open_timeout_s ({} s): its process was {status}",
+                        spec.open_timeout.as_secs_f64()
+                    )));
+                }
                 return Err(BackendError::Open(format!("the backend process died while opening: {status} ({why})")));
             }
         };
@@ -115,7 +172,7 @@ impl ProcessBackend {
         let shared = Arc::new(Shared {
             name: spec.name.clone(),
             pid,
-            child: Mutex::new(child),
+            child,
             outgoing,
             kv_length: AtomicU64::new(0),
             death: Mutex::new(None),

@@ -15,24 +15,30 @@ use omni_actors::protocol::{CloseReason, Inbound, Outbound, ProtocolError};
 use serde::Deserialize;
 use serde_json::json;
 
+use std::sync::Arc;
+
+use omni_actors::recording::Redact;
+
+use super::Limits;
 use super::minicpm::{self, duplex_chunk};
+use super::record::{AudioEncoding, JsonRedactor};
 use super::wire::{self, JsonWriter, Text};
-use crate::audio;
+use crate::audio::{self, AudioLimits};
 
 /// Samples per middle `response.output_audio.delta`: one second at 24 kHz.
 pub const DELTA_SAMPLES: usize = 24000;
 
 pub struct Legacy {
     mode: Mode,
-    min_audio_samples: usize,
+    limits: Limits,
     /// Audio of the current turn not yet sent (less than a second), and its text.
     carry: Vec<f32>,
     carry_text: String,
 }
 
 impl Legacy {
-    pub fn new(mode: Mode, min_audio_samples: usize) -> Legacy {
-        Legacy { mode, min_audio_samples, carry: Vec::new(), carry_text: String::new() }
+    pub fn new(mode: Mode, limits: Limits) -> Legacy {
+        Legacy { mode, limits, carry: Vec::new(), carry_text: String::new() }
     }
 }
 
@@ -66,10 +72,10 @@ struct AppendEvent<'a> {
     max_slice_nums: Option<i64>,
 }
 
-/// Reference audio: base64 WAV (any PCM WAV), as 16 kHz mono float32.
-fn reference_audio(b64: &str, field: &str) -> Result<Vec<f32>, ProtocolError> {
+/// Reference audio: base64 WAV (any PCM WAV within the limits), as 16 kHz mono float32.
+fn reference_audio(b64: &str, field: &str, limits: AudioLimits) -> Result<Vec<f32>, ProtocolError> {
     let bytes = wire::decode_base64(b64, field)?;
-    audio::wav_to_16k_mono(&bytes).map_err(|e| ProtocolError::InvalidPayload(format!("{field}: {e}")))
+    audio::wav_to_16k_mono(&bytes, limits).map_err(|e| ProtocolError::InvalidPayload(format!("{field}: {e}")))
 }
 
 impl Legacy {
@@ -82,10 +88,10 @@ impl Legacy {
         setup.system_prompt = instructions.0.into_owned();
         setup.generation.max_slice_nums = wire::slice_nums(s.max_slice_nums, "session.max_slice_nums")?;
         if let Some(b64) = &s.ref_audio {
-            setup.ref_audio = reference_audio(b64, "session.ref_audio")?;
+            setup.ref_audio = reference_audio(b64, "session.ref_audio", self.limits.reference)?;
         }
         setup.tts_ref_audio = match &s.tts_ref_audio {
-            Some(b64) => reference_audio(b64, "session.tts_ref_audio")?,
+            Some(b64) => reference_audio(b64, "session.tts_ref_audio", self.limits.reference)?,
             None => setup.ref_audio.clone(),
         };
         Ok(Inbound::Init(setup))
@@ -99,7 +105,7 @@ impl Legacy {
             e.force_listen,
             e.max_slice_nums,
             self.mode,
-            self.min_audio_samples,
+            self.limits.min_audio_samples,
             "",
         )?;
         Ok(Inbound::Chunk(chunk))
@@ -197,6 +203,10 @@ impl Dialect for Legacy {
         }
     }
 
+    fn redactor(&self) -> Arc<dyn Redact> {
+        JsonRedactor::shared(AudioEncoding::F32)
+    }
+
     /// `rt_` and the millisecond timestamp, strictly increasing so never repeated.
     fn new_session_id(&mut self) -> String {
         format!("rt_{}", ids::unique_millis())
@@ -240,7 +250,7 @@ mod tests {
 
     #[test]
     fn middle_deltas_carry_exactly_one_second() {
-        let mut l = Legacy::new(Mode::Video, 4000);
+        let mut l = Legacy::new(Mode::Video, Limits::default());
         // a backend with 1.5 s steps
         assert_eq!(encode(&mut l, &speak("a", 36000, false)), vec![("a".into(), 24000, false)]);
         assert_eq!(
@@ -257,7 +267,7 @@ mod tests {
 
     #[test]
     fn update_requires_instructions_and_falls_back_to_ref_audio() {
-        let l = Legacy::new(Mode::Video, 4000);
+        let l = Legacy::new(Mode::Video, Limits::default());
         let e = l.update(r#"{"type":"session.update","session":{}}"#).unwrap_err();
         assert!(matches!(&e, DecodeError::Protocol(p) if p.code() == "missing_field"), "{e}");
         assert_eq!(e.to_string(), "session.instructions is required");
@@ -279,7 +289,7 @@ mod tests {
 
     #[test]
     fn closed_reasons_of_this_dialect() {
-        let mut l = Legacy::new(Mode::Video, 4000);
+        let mut l = Legacy::new(Mode::Video, Limits::default());
         for (reason, expected) in [
             (CloseReason::Client("user_stop".into()), "stopped"),
             (CloseReason::Timeout, "timeout"),
@@ -295,7 +305,7 @@ mod tests {
 
     #[test]
     fn session_ids_are_rt_and_a_unique_timestamp() {
-        let mut l = Legacy::new(Mode::Video, 4000);
+        let mut l = Legacy::new(Mode::Video, Limits::default());
         let (a, b) = (l.new_session_id(), l.new_session_id());
         assert!(a.starts_with("rt_") && a[3..].parse::<u64>().is_ok());
         assert_ne!(a, b);

@@ -11,17 +11,28 @@ use omni_actors::protocol::{Inbound, Outbound, ProtocolError, QueueInfo};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use std::sync::Arc;
+
+use omni_actors::recording::Redact;
+
+use super::Limits;
+use super::record::{AudioEncoding, JsonRedactor};
 use super::wire::{self, JsonWriter, Text};
 
 /// The current dialect for one connection of a given public mode.
 pub struct Current {
     mode: Mode,
-    min_audio_samples: usize,
+    limits: Limits,
 }
 
 impl Current {
-    pub fn new(mode: Mode, min_audio_samples: usize) -> Current {
-        Current { mode, min_audio_samples }
+    pub fn new(mode: Mode, limits: Limits) -> Current {
+        Current { mode, limits }
+    }
+
+    /// A reference voice sent as raw 16 kHz float32 PCM, within the reference limit.
+    fn reference(&self, b64: &str, field: &str) -> Result<Vec<f32>, ProtocolError> {
+        wire::decode_pcm_f32_max(b64, field, self.limits.reference.max_samples(16000), 16000)
     }
 }
 
@@ -234,10 +245,10 @@ impl Current {
         };
         let voice = p.voice.unwrap_or_default();
         if let Some(b64) = &voice.ref_audio_base64 {
-            setup.ref_audio = wire::decode_pcm_f32(b64, "payload.voice.ref_audio_base64")?;
+            setup.ref_audio = self.reference(b64, "payload.voice.ref_audio_base64")?;
         }
         if let Some(b64) = &voice.tts_ref_audio_base64 {
-            setup.tts_ref_audio = wire::decode_pcm_f32(b64, "payload.voice.tts_ref_audio_base64")?;
+            setup.tts_ref_audio = self.reference(b64, "payload.voice.tts_ref_audio_base64")?;
         }
         Ok(Inbound::Init(setup))
     }
@@ -254,7 +265,7 @@ impl Current {
             input.force_listen,
             input.max_slice_nums,
             self.mode,
-            self.min_audio_samples,
+            self.limits.min_audio_samples,
             "input.",
         )?;
         Ok(Inbound::Chunk(chunk))
@@ -288,7 +299,7 @@ impl Current {
             wire::slice_nums(input.image.and_then(|i| i.max_slice_nums), "input.image.max_slice_nums")?;
         let tts = input.tts.unwrap_or(ChatTts { enabled: None, ref_audio_data: None });
         let tts_ref_audio = match &tts.ref_audio_data {
-            Some(b64) => wire::decode_pcm_f32(b64, "input.tts.ref_audio_data")?,
+            Some(b64) => self.reference(b64, "input.tts.ref_audio_data")?,
             None => Vec::new(),
         };
         Ok(Inbound::Turn {
@@ -332,6 +343,10 @@ impl Dialect for Current {
 
     fn encode(&mut self, event: Outbound<'_>, out: &mut Vec<String>) {
         encode(event, out);
+    }
+
+    fn redactor(&self) -> Arc<dyn Redact> {
+        JsonRedactor::shared(AudioEncoding::F32)
     }
 }
 
@@ -508,7 +523,7 @@ mod tests {
 
     #[test]
     fn init_reaches_the_backend_setup() {
-        let mut d = Current::new(Mode::Video, 4000);
+        let mut d = Current::new(Mode::Video, Limits::default());
         let cmd = decode(
             &mut d,
             json!({"type": "session.init", "payload": {
@@ -526,7 +541,7 @@ mod tests {
 
     #[test]
     fn init_errors() {
-        let mut d = Current::new(Mode::Video, 4000);
+        let mut d = Current::new(Mode::Video, Limits::default());
         assert_eq!(
             code(decode(&mut d, json!({"type": "session.init"}))),
             "missing_field: payload is required (an object)"
@@ -547,7 +562,7 @@ mod tests {
 
     #[test]
     fn duplex_append_is_validated() {
-        let mut d = Current::new(Mode::Video, 4000);
+        let mut d = Current::new(Mode::Video, Limits::default());
         let jpeg = wire::decode_base64("/9j/4AAQ", "x").unwrap();
         assert!(wire::is_jpeg(&jpeg));
         let ok = decode(
@@ -594,7 +609,7 @@ mod tests {
 
     #[test]
     fn audio_mode_ignores_frames() {
-        let mut d = Current::new(Mode::Audio, 4000);
+        let mut d = Current::new(Mode::Audio, Limits::default());
         let cmd = decode(
             &mut d,
             json!({"type": "input.append", "input": {"audio": b64(&[0.0; 4000]), "video_frames": ["not even base64"]}}),
@@ -605,7 +620,7 @@ mod tests {
 
     #[test]
     fn chat_append() {
-        let mut d = Current::new(Mode::Chat, 4000);
+        let mut d = Current::new(Mode::Chat, Limits::default());
         let cmd = decode(
             &mut d,
             json!({"type": "input.append", "input": {
@@ -662,7 +677,7 @@ mod tests {
 
     #[test]
     fn unknown_and_unparseable() {
-        let mut d = Current::new(Mode::Video, 4000);
+        let mut d = Current::new(Mode::Video, Limits::default());
         assert_eq!(
             code(decode(&mut d, json!({"type": "session.dance"}))),
             "unknown_event: unknown event type 'session.dance'"

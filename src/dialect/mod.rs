@@ -6,8 +6,37 @@
 //! - `select`: which dialect a connection speaks.
 //! - `wire`: helpers every JSON dialect shares.
 
+use crate::audio::AudioLimits;
+
 pub mod legacy;
 pub mod minicpm;
 pub mod openai;
+pub mod record;
 pub mod select;
 pub mod wire;
+
+/// What a client may send, and make a dialect hold on its behalf, from `[limits]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Fewest 16 kHz samples in one duplex chunk.
+    pub min_audio_samples: usize,
+    /// Reference voices (WAV files or raw PCM).
+    pub reference: AudioLimits,
+    /// Bytes a dialect may hold for one client: audio not yet committed, conversation
+    /// items and images not yet answered, replies held until the session is created.
+    pub max_buffered_bytes: usize,
+    /// Turn-mode answers a session may have outstanding: one in progress and the rest waiting.
+    pub max_turns: usize,
+}
+
+impl Default for Limits {
+    /// The defaults of `config.toml`.
+    fn default() -> Self {
+        Limits {
+            min_audio_samples: 4000,
+            reference: AudioLimits { max_seconds: 30.0 },
+            max_buffered_bytes: 16 << 20,
+            max_turns: 5,
+        }
+    }
+}

@@ -3,10 +3,14 @@
 //! `session.update` (earlier) after `session.queue_done` fixes the connection's dialect.
 //! Until then each event is decoded by the dialect that knows its type.
 
+use std::sync::Arc;
+
 use omni_actors::dialect::{DecodeError, Dialect};
 use omni_actors::domain::Mode;
 use omni_actors::protocol::{Inbound, Outbound};
+use omni_actors::recording::Redact;
 
+use super::Limits;
 use super::legacy::Legacy;
 use super::minicpm::Current;
 use super::wire;
@@ -27,10 +31,10 @@ pub struct MiniCpmEndpoint {
 }
 
 impl MiniCpmEndpoint {
-    pub fn new(mode: Mode, min_audio_samples: usize) -> MiniCpmEndpoint {
+    pub fn new(mode: Mode, limits: Limits) -> MiniCpmEndpoint {
         MiniCpmEndpoint {
-            current: Current::new(mode, min_audio_samples),
-            legacy: (mode != Mode::Chat).then(|| Legacy::new(mode, min_audio_samples)),
+            current: Current::new(mode, limits),
+            legacy: (mode != Mode::Chat).then(|| Legacy::new(mode, limits)),
             chosen: if mode == Mode::Chat { Some(Chosen::Current) } else { None },
             queue_done: false,
         }
@@ -84,6 +88,13 @@ impl Dialect for MiniCpmEndpoint {
     fn new_session_id(&mut self) -> String {
         self.active().new_session_id()
     }
+
+    fn redactor(&self) -> Arc<dyn Redact> {
+        match (self.chosen, &self.legacy) {
+            (Some(Chosen::Legacy), Some(legacy)) => legacy.redactor(),
+            _ => self.current.redactor(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -97,7 +108,7 @@ mod tests {
 
     #[test]
     fn session_update_after_queue_done_chooses_the_earlier_dialect() {
-        let mut d = MiniCpmEndpoint::new(Mode::Video, 4000);
+        let mut d = MiniCpmEndpoint::new(Mode::Video, Limits::default());
         assert_eq!(d.name(), "minicpm");
         // before queue_done nothing is fixed
         assert!(decode(&mut d, json!({"type": "session.update", "session": {"instructions": "x"}})).is_ok());
@@ -113,7 +124,7 @@ mod tests {
 
     #[test]
     fn session_init_after_queue_done_chooses_the_current_dialect() {
-        let mut d = MiniCpmEndpoint::new(Mode::Audio, 4000);
+        let mut d = MiniCpmEndpoint::new(Mode::Audio, Limits::default());
         d.encode(Outbound::QueueDone, &mut Vec::new());
         decode(&mut d, json!({"type": "session.init", "payload": {}})).unwrap();
         assert_eq!(d.name(), "minicpm");
@@ -124,7 +135,7 @@ mod tests {
 
     #[test]
     fn chat_has_no_earlier_dialect() {
-        let mut d = MiniCpmEndpoint::new(Mode::Chat, 4000);
+        let mut d = MiniCpmEndpoint::new(Mode::Chat, Limits::default());
         d.encode(Outbound::QueueDone, &mut Vec::new());
         let e = decode(&mut d, json!({"type": "session.update", "session": {"instructions": "x"}})).unwrap_err();
         assert!(matches!(e, DecodeError::Protocol(ref p) if p.code() == "unknown_event"));

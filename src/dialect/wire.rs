@@ -96,12 +96,25 @@ fn strip_position(message: &str) -> String {
 /// Base64 of little-endian float32 PCM into samples: one allocation, for the samples,
 /// decoded straight into them (SIMD base64).
 pub fn decode_pcm_f32(b64: &str, field: &str) -> Result<Vec<f32>, ProtocolError> {
+    decode_pcm_f32_max(b64, field, usize::MAX, 16000)
+}
+
+/// As [`decode_pcm_f32`], refusing more than `max_samples` (at `rate`, for the message)
+/// before anything is allocated.
+pub fn decode_pcm_f32_max(b64: &str, field: &str, max_samples: usize, rate: u32) -> Result<Vec<f32>, ProtocolError> {
     let invalid = || ProtocolError::InvalidPayload(format!("{field}: not valid base64"));
     let simd = base64_simd::STANDARD;
     let n = simd.decoded_length(b64.as_bytes()).map_err(|_| invalid())?;
     if n % 4 != 0 {
         return Err(ProtocolError::InvalidPayload(format!(
             "{field}: {n} bytes is not a whole number of float32 samples (a multiple of 4)"
+        )));
+    }
+    if n / 4 > max_samples {
+        return Err(ProtocolError::InvalidPayload(format!(
+            "{field}: {:.1} s of audio; at most {:.0} s are accepted",
+            (n / 4) as f64 / rate as f64,
+            max_samples as f64 / rate as f64
         )));
     }
     let mut samples = vec![0f32; n / 4];

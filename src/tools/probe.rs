@@ -116,7 +116,8 @@ async fn probe(args: ProbeArgs) -> Result<(), String> {
     let mut samples = match &args.wav {
         Some(path) => {
             let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            audio::wav_to_16k_mono(&bytes).map_err(|e| format!("{}: {e}", path.display()))?
+            audio::wav_to_16k_mono(&bytes, audio::AudioLimits { max_seconds: 3600.0 })
+                .map_err(|e| format!("{}: {e}", path.display()))?
         }
         None if chat => Vec::new(),
         None => return Err("duplex modes need --wav FILE".into()),

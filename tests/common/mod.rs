@@ -83,9 +83,18 @@ impl Setup {
         self
     }
     fn render(&self) -> String {
+        // Every test client connects from 127.0.0.1: the per-address caps are off unless
+        // a test sets them.
+        let mut server = self.server.clone();
+        for default in ["max_connections_per_ip = 0", "max_waiting_per_ip = 0"] {
+            let key = default.split(' ').next().unwrap_or_default();
+            if !server.iter().any(|l| l.lines().any(|l| l.trim_start().starts_with(key))) {
+                server.push(default.into());
+            }
+        }
         format!(
             "[server]\nbind = \"127.0.0.1:0\"\n{}\n[queue]\n{}\n[limits]\n{}\n[recording]\n{}\n[auth]\n{}\n{}\n{}\n",
-            self.server.join("\n"),
+            server.join("\n"),
             self.queue.join("\n"),
             self.limits.join("\n"),
             self.recording.join("\n"),
@@ -223,6 +232,54 @@ impl Server {
                 return s;
             }
             assert!(Instant::now() < deadline, "{what}: {s}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until the server's log contains `needle`.
+    pub fn wait_log(&self, needle: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        while !self.logs().contains(needle) {
+            assert!(Instant::now() < deadline, "the log never said {needle:?}:\n{}", self.logs());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The value of one sample of `/metrics` (`name` with its labels, as printed), 0 when absent.
+    pub fn metric(&self, name: &str) -> f64 {
+        let (_, body) = self.admin_get("/metrics");
+        body.lines()
+            .find_map(|l| l.strip_prefix(name).filter(|rest| rest.starts_with(' ')).and_then(|rest| rest.trim().parse().ok()))
+            .unwrap_or(0.0)
+    }
+
+    /// Waits until a metric sample reaches `at_least`.
+    pub fn wait_metric(&self, name: &str, at_least: f64, within: Duration) -> f64 {
+        let deadline = Instant::now() + within;
+        loop {
+            let v = self.metric(name);
+            if v >= at_least {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "{name} stayed at {v} (wanted {at_least})");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits for a finished recording (its meta.json) and returns its directory.
+    pub fn recording(&self, session_id: &str) -> std::path::PathBuf {
+        let root = self.dir().join("recordings");
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Ok(dates) = std::fs::read_dir(&root) {
+                for date in dates.flatten() {
+                    let dir = date.path().join(session_id);
+                    if dir.join("meta.json").is_file() {
+                        return dir;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "no finished recording for {session_id}");
             std::thread::sleep(Duration::from_millis(20));
         }
     }

@@ -1,0 +1,275 @@
+//! What one connection may send, as plain structs tested without a runtime.
+//!
+//! - [`MessageRate`]: a token bucket of messages per second. A message over the rate is
+//!   dropped unprocessed; the client hears one `rate_limited` error a second at most (with
+//!   the count), and a client over the rate for `abuse_after` on end is disconnected.
+//! - [`FragmentBudget`]: the bytes every connection's unfinished fragmented messages may
+//!   hold together, and [`Fragments`], one connection's unfinished message: it must be
+//!   finished within a deadline from its first frame, whatever pings come meanwhile.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// The rate a connection may send messages at.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimit {
+    /// Messages per second, sustained.
+    pub per_second: f64,
+    /// Messages sent at once beyond the rate.
+    pub burst: f64,
+    /// Over the rate for this long without a break: the connection is closed.
+    pub abuse_after: Duration,
+}
+
+/// What to do with a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Take,
+    /// Drop it; tell the client that `dropped` messages were dropped since the last word.
+    DropAndTell {
+        dropped: u64,
+    },
+    /// Drop it silently (the client was told less than a second ago).
+    Drop,
+    /// The client has been over the rate too long: close the connection.
+    Close,
+}
+
+#[derive(Debug)]
+pub struct MessageRate {
+    limit: RateLimit,
+    tokens: f64,
+    last: Instant,
+    /// Since when the client is over the rate, without a second under it.
+    over_since: Option<Instant>,
+    /// Last over-the-rate message, to tell a break.
+    last_over: Option<Instant>,
+    told_at: Option<Instant>,
+    untold: u64,
+}
+
+impl MessageRate {
+    pub fn new(limit: RateLimit, now: Instant) -> MessageRate {
+        MessageRate {
+            limit,
+            tokens: limit.burst.max(1.0),
+            last: now,
+            over_since: None,
+            last_over: None,
+            told_at: None,
+            untold: 0,
+        }
+    }
+
+    /// A message arrives.
+    pub fn message(&mut self, now: Instant) -> Verdict {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = now;
+        self.tokens = (self.tokens + elapsed * self.limit.per_second).min(self.limit.burst.max(1.0));
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            // A second without going over ends an episode of abuse.
+            if self.last_over.is_some_and(|t| now.saturating_duration_since(t) >= Duration::from_secs(1)) {
+                self.over_since = None;
+            }
+            return Verdict::Take;
+        }
+        let since = *self.over_since.get_or_insert(now);
+        self.last_over = Some(now);
+        if now.saturating_duration_since(since) >= self.limit.abuse_after {
+            return Verdict::Close;
+        }
+        self.untold += 1;
+        if self.told_at.is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_secs(1)) {
+            self.told_at = Some(now);
+            Verdict::DropAndTell { dropped: std::mem::take(&mut self.untold) }
+        } else {
+            Verdict::Drop
+        }
+    }
+}
+
+/// Bytes held by every connection's unfinished fragmented messages, and the bound.
+#[derive(Debug)]
+pub struct FragmentBudget {
+    held: AtomicUsize,
+    max: usize,
+}
+
+impl FragmentBudget {
+    pub fn new(max: usize) -> Arc<FragmentBudget> {
+        Arc::new(FragmentBudget { held: AtomicUsize::new(0), max })
+    }
+
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    fn take(&self, bytes: usize) -> bool {
+        let held = self.held.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if held > self.max {
+            self.held.fetch_sub(bytes, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    fn give(&self, bytes: usize) {
+        self.held.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+/// Why a fragment was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FragmentRefusal {
+    /// The message would exceed the largest message allowed.
+    TooBig,
+    /// Every connection's unfinished messages together are at their bound.
+    BudgetFull,
+    /// A continuation with no message started.
+    NotStarted,
+}
+
+/// One connection's unfinished fragmented message. Its bytes count against the budget
+/// until it is finished or dropped.
+pub struct Fragments {
+    budget: Arc<FragmentBudget>,
+    max_message: usize,
+    timeout: Duration,
+    buf: Option<Vec<u8>>,
+    started: Option<Instant>,
+}
+
+impl Fragments {
+    pub fn new(budget: Arc<FragmentBudget>, max_message: usize, timeout: Duration) -> Fragments {
+        Fragments { budget, max_message, timeout, buf: None, started: None }
+    }
+
+    /// The first frame of a fragmented message.
+    pub fn first(&mut self, data: &[u8], now: Instant) -> Result<(), FragmentRefusal> {
+        self.clear();
+        self.buf = Some(Vec::new());
+        self.started = Some(now);
+        self.append(data)
+    }
+
+    /// A continuation frame.
+    pub fn append(&mut self, data: &[u8]) -> Result<(), FragmentRefusal> {
+        let Some(buf) = self.buf.as_mut() else { return Err(FragmentRefusal::NotStarted) };
+        if buf.len() + data.len() > self.max_message {
+            return Err(FragmentRefusal::TooBig);
+        }
+        if !self.budget.take(data.len()) {
+            return Err(FragmentRefusal::BudgetFull);
+        }
+        buf.extend_from_slice(data);
+        Ok(())
+    }
+
+    /// The last frame: the whole message (its bytes leave the budget).
+    pub fn finish(&mut self, data: &[u8]) -> Result<Vec<u8>, FragmentRefusal> {
+        self.append(data)?;
+        let buf = self.buf.take().unwrap_or_default();
+        self.budget.give(buf.len());
+        self.started = None;
+        Ok(buf)
+    }
+
+    /// Whether a message has been unfinished for longer than the timeout.
+    pub fn overdue(&self, now: Instant) -> bool {
+        self.started.is_some_and(|t| now.saturating_duration_since(t) > self.timeout)
+    }
+
+    /// Drops the unfinished message, if any.
+    pub fn clear(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            self.budget.give(buf.len());
+        }
+        self.started = None;
+    }
+}
+
+impl Drop for Fragments {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMIT: RateLimit = RateLimit { per_second: 10.0, burst: 20.0, abuse_after: Duration::from_secs(5) };
+
+    #[test]
+    fn a_burst_is_taken_then_the_rate_holds() {
+        let t = Instant::now();
+        let mut r = MessageRate::new(LIMIT, t);
+        assert!((0..20).all(|_| r.message(t) == Verdict::Take), "the burst");
+        assert_eq!(r.message(t), Verdict::DropAndTell { dropped: 1 });
+        assert_eq!(r.message(t), Verdict::Drop, "told at most once a second");
+        // 10 a second are taken, sustained.
+        let taken = (1..=100).filter(|i| r.message(t + Duration::from_millis(i * 100)) == Verdict::Take).count();
+        assert!(taken >= 95, "{taken}");
+    }
+
+    #[test]
+    fn the_count_of_drops_comes_with_the_next_word() {
+        let t = Instant::now();
+        let mut r = MessageRate::new(RateLimit { burst: 1.0, ..LIMIT }, t);
+        assert_eq!(r.message(t), Verdict::Take);
+        assert_eq!(r.message(t), Verdict::DropAndTell { dropped: 1 });
+        for _ in 0..4 {
+            assert_eq!(r.message(t), Verdict::Drop);
+        }
+        let later = t + Duration::from_millis(1001);
+        assert_eq!(r.message(later), Verdict::Take, "a token came back");
+        assert_eq!(r.message(later), Verdict::DropAndTell { dropped: 5 });
+    }
+
+    #[test]
+    fn persistent_abuse_closes_and_a_break_forgives() {
+        let t = Instant::now();
+        let mut r = MessageRate::new(LIMIT, t);
+        let mut at = t;
+        let mut verdict = Verdict::Take;
+        // 1,000 a second: over the rate all the time.
+        while at < t + Duration::from_secs(6) {
+            verdict = r.message(at);
+            if verdict == Verdict::Close {
+                break;
+            }
+            at += Duration::from_millis(1);
+        }
+        assert_eq!(verdict, Verdict::Close);
+        assert!(at >= t + Duration::from_secs(5), "not before abuse_after");
+        // A client over the rate now and then, with quiet seconds between, is never closed.
+        let mut r = MessageRate::new(LIMIT, t);
+        for burst in 0..20u64 {
+            let start = t + Duration::from_secs(3 * burst);
+            for i in 0..40 {
+                assert_ne!(r.message(start + Duration::from_millis(i)), Verdict::Close, "burst {burst}");
+            }
+        }
+    }
+
+    #[test]
+    fn fragments_are_bounded_per_message_and_together_and_time_out() {
+        let budget = FragmentBudget::new(100);
+        let t = Instant::now();
+        let mut a = Fragments::new(budget.clone(), 80, Duration::from_secs(10));
+        let mut b = Fragments::new(budget.clone(), 80, Duration::from_secs(10));
+        a.first(&[1; 60], t).unwrap();
+        assert_eq!(b.first(&[2; 50], t), Err(FragmentRefusal::BudgetFull), "together at most 100");
+        assert_eq!(a.append(&[1; 30]), Err(FragmentRefusal::TooBig), "one message at most 80");
+        assert_eq!(a.finish(&[1; 10]).unwrap().len(), 70);
+        assert_eq!(budget.held(), 0, "a finished message leaves the budget");
+        b.first(&[2; 50], t).unwrap();
+        assert!(!b.overdue(t + Duration::from_secs(10)));
+        assert!(b.overdue(t + Duration::from_secs(11)), "unfinished past the timeout");
+        drop(b);
+        assert_eq!(budget.held(), 0, "a dropped connection gives its bytes back");
+        assert_eq!(Fragments::new(budget, 80, Duration::from_secs(1)).append(&[0]), Err(FragmentRefusal::NotStarted));
+    }
+}

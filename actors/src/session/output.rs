@@ -1,0 +1,188 @@
+//! What the worker's BackendActor says to a session, and how it reaches the client: the
+//! worker taken (`session.queue_done`), the session prepared (`session.created`), duplex
+//! steps and turn-mode answers routed by the session's [`Flow`](crate::session_flow::Flow),
+//! and the endings the backend decides (context full, backend failure).
+
+use std::time::Instant;
+
+use actix_web_actors::ws;
+
+use super::SessionActor;
+use crate::backend::BackendError;
+use crate::domain::{StepOutcome, TurnPiece, TurnSummary};
+use crate::metrics::metrics;
+use crate::protocol::{CloseReason, Outbound, ProtocolError};
+use crate::session::BackendEvent;
+use crate::session_state::Phase;
+
+impl SessionActor {
+    pub(super) fn on_backend_event(&mut self, event: BackendEvent, ctx: &mut ws::WebsocketContext<Self>) {
+        if self.end.is_some() {
+            return;
+        }
+        match event {
+            BackendEvent::Prepared { prompt_length } if self.state.phase() == Phase::Active => {
+                self.emit(ctx, Outbound::Reconfigured { prompt_length })
+            }
+            BackendEvent::Prepared { prompt_length } => self.created(prompt_length, ctx),
+            BackendEvent::PrepareFailed(e) => {
+                self.state.init_failed();
+                match e {
+                    BackendError::ContextFull(_) => self.finish(ctx, CloseReason::ContextFull),
+                    BackendError::InvalidArgument(why) => self.send_error(ctx, &ProtocolError::InvalidPayload(why)),
+                    BackendError::Unsupported(why) => self.send_error(ctx, &ProtocolError::ServiceUnavailable(why)),
+                    other => self.send_error(ctx, &ProtocolError::Inference(other.to_string())),
+                }
+            }
+            BackendEvent::Step { seq, result, .. } => self.on_step(seq, result, ctx),
+            BackendEvent::Dropped { seq } => {
+                self.flow.dropped(seq);
+                metrics().chunks_dropped.with_label_values(&self.mode_label()).inc();
+                log::debug!("session {}: input_{seq} dropped (client ahead of the worker)", self.who());
+            }
+            BackendEvent::TurnPiece { seq, piece } => self.on_turn_piece(seq, piece, ctx),
+            BackendEvent::TurnDone { seq, result } => self.on_turn_done(seq, result, ctx),
+            BackendEvent::Failed { reason } => {
+                log::error!("session {}: worker {} failed: {reason}", self.who(), self.worker_name());
+                self.finish(ctx, CloseReason::BackendError(reason));
+            }
+            BackendEvent::Drained => self.finish(ctx, CloseReason::ServerShutdown),
+            BackendEvent::Attached(Ok(())) => self.attached(ctx),
+            BackendEvent::Attached(Err(e)) => self.attach_failed(e, ctx),
+        }
+    }
+
+    fn attached(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
+        self.state.connected();
+        if let Some(admission) = self.links.admission.as_mut() {
+            admission.assigned();
+        }
+        let waited = self.upgraded.elapsed();
+        metrics().queue_wait_seconds.observe(waited.as_secs_f64());
+        log::info!("session c{}: worker {} assigned after {} ms", self.conn, self.worker_name(), waited.as_millis());
+        self.emit(ctx, Outbound::QueueDone);
+    }
+
+    fn created(&mut self, prompt_length: u64, ctx: &mut ws::WebsocketContext<Self>) {
+        self.state.created();
+        let dialect = self.dialect.name();
+        self.active_as = Some(dialect);
+        metrics().sessions_active.with_label_values(&[self.settings.mode.as_str(), dialect]).inc();
+        self.links.registry.set_active(self.settings.mode, true);
+        let session_id = self.session_id.clone().unwrap_or_default();
+        let queue_wait_ms = self.upgraded.elapsed().as_millis() as u64;
+        let kind = self.settings.mode.session_kind();
+        self.emit(ctx, Outbound::Created { session_id: &session_id, kind, prompt_length, queue_wait_ms });
+    }
+
+    fn on_step(&mut self, seq: u64, result: Result<StepOutcome, BackendError>, ctx: &mut ws::WebsocketContext<Self>) {
+        let outcome = match result {
+            Ok(o) => o,
+            Err(BackendError::ContextFull(why)) => {
+                log::info!("session {}: context full ({why})", self.who());
+                return self.finish(ctx, CloseReason::ContextFull);
+            }
+            Err(e) => {
+                log::warn!("session {}: step for input_{seq} failed on worker {}: {e}", self.who(), self.worker_name());
+                return self.send_error(ctx, &ProtocolError::Inference(e.to_string()));
+            }
+        };
+        let Some(route) = self.flow.step(seq, outcome.kind, outcome.end_of_turn) else {
+            // Speech computed before a force-listen: never sent.
+            log::debug!("session {}: discarding speech for input_{seq} after force_listen", self.who());
+            return;
+        };
+        metrics().chunks_answered.with_label_values(&self.mode_label()).inc();
+        if route.starts_turn
+            && !outcome.audio.is_empty()
+            && let Some(at) = route.arrived
+        {
+            let mode = self.mode_label();
+            metrics().first_audio_seconds.with_label_values(&mode).observe(at.elapsed().as_secs_f64());
+        }
+        let input_id = format!("input_{seq}");
+        let session_id = self.session_id.clone().unwrap_or_default();
+        let response_id = route.response_id;
+        self.emit(
+            ctx,
+            Outbound::Step {
+                session_id: &session_id,
+                response_id: response_id.as_deref(),
+                input_id: &input_id,
+                outcome: &outcome,
+            },
+        );
+        if let Some(at) = route.arrived {
+            metrics().chunk_latency_seconds.with_label_values(&self.mode_label()).observe(at.elapsed().as_secs_f64());
+        }
+        if outcome.kv_length >= self.settings.context_tokens {
+            log::info!("session {}: KV length {} reached the context limit", self.who(), outcome.kv_length);
+            self.finish(ctx, CloseReason::ContextFull);
+        }
+    }
+
+    fn on_turn_piece(&mut self, seq: u64, piece: TurnPiece, ctx: &mut ws::WebsocketContext<Self>) {
+        let session_id = self.session_id.clone().unwrap_or_default();
+        let mode = self.mode_label();
+        let Some(answer) = self.flow.turn_answer(seq) else { return };
+        if !piece.audio.is_empty() && !answer.heard_audio {
+            answer.heard_audio = true;
+            metrics().first_audio_seconds.with_label_values(&mode).observe(answer.submitted.elapsed().as_secs_f64());
+        }
+        answer.text.push_str(&piece.text);
+        if answer.streaming {
+            let response_id = answer.response_id.clone();
+            self.emit(
+                ctx,
+                Outbound::TurnDelta {
+                    session_id: &session_id,
+                    response_id: &response_id,
+                    text: &piece.text,
+                    audio: &piece.audio,
+                },
+            );
+        } else {
+            answer.audio.extend_from_slice(&piece.audio);
+        }
+    }
+
+    fn on_turn_done(
+        &mut self,
+        seq: u64,
+        result: Result<TurnSummary, BackendError>,
+        ctx: &mut ws::WebsocketContext<Self>,
+    ) {
+        let Some(answer) = self.flow.turn_done(seq) else { return };
+        let (summary, cancelled) = match result {
+            Ok(summary) => (summary, false),
+            Err(BackendError::Interrupted) => {
+                let duration = Instant::now().saturating_duration_since(answer.submitted);
+                (TurnSummary { input_tokens: 0, output_tokens: 0, kv_length: 0, duration }, true)
+            }
+            Err(BackendError::ContextFull(_)) => return self.finish(ctx, CloseReason::ContextFull),
+            Err(e) => {
+                log::warn!("session {}: answer {} failed: {e}", self.who(), answer.response_id);
+                return self.send_error(ctx, &ProtocolError::Inference(e.to_string()));
+            }
+        };
+        let session_id = self.session_id.clone().unwrap_or_default();
+        let audio = (!answer.streaming && !answer.audio.is_empty()).then_some(answer.audio.as_slice());
+        self.emit(
+            ctx,
+            Outbound::TurnDone {
+                session_id: &session_id,
+                response_id: &answer.response_id,
+                text: &answer.text,
+                audio,
+                input_tokens: summary.input_tokens,
+                output_tokens: summary.output_tokens,
+                kv_length: summary.kv_length,
+                duration_ms: summary.duration.as_millis() as u64,
+                cancelled,
+            },
+        );
+        if summary.kv_length >= self.settings.context_tokens {
+            self.finish(ctx, CloseReason::ContextFull);
+        }
+    }
+}

@@ -1,0 +1,478 @@
+//! `config.toml`: loaded once into typed structs, validated, then read-only.
+//!
+//! Every key has a default except the worker list; unknown keys are errors; every error
+//! names the file and the key, e.g. `config.toml: workers[1].library: no such file`.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use omni_actors::domain::Mode;
+use serde::Deserialize;
+
+mod sections;
+#[cfg(test)]
+mod tests;
+
+pub use sections::*;
+
+/// A configuration problem: which file, which key, what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: String,
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() {
+            write!(f, "{}: {}", self.file, self.message)
+        } else {
+            write!(f, "{}: {}: {}", self.file, self.key, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    server: ServerConfig,
+    #[serde(default)]
+    queue: QueueConfig,
+    #[serde(default)]
+    limits: LimitsConfig,
+    #[serde(default)]
+    recording: RecordingConfig,
+    #[serde(default)]
+    auth: AuthConfig,
+    #[serde(default)]
+    models: Vec<ModelEntry>,
+    workers: Vec<WorkerEntry>,
+}
+
+/// Where a worker's backend comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendSource {
+    Builtin,
+    /// A shared library, its path resolved against the config file's directory.
+    Library(PathBuf),
+}
+
+/// One worker of the pool, after expanding `count`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerSpec {
+    /// `NAME-i`, unique in the pool.
+    pub name: String,
+    /// Index of the `[[workers]]` entry it came from.
+    pub entry: usize,
+    pub source: BackendSource,
+    pub isolation: Isolation,
+    pub modes: Vec<Mode>,
+    /// `[workers.options]` as text, handed to the backend's open call.
+    pub options: Vec<(String, String)>,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub path: PathBuf,
+    pub server: ServerConfig,
+    /// `server.bind` resolved: every address a host name stands for (`localhost` may be
+    /// both 127.0.0.1 and ::1).
+    pub bind: Vec<SocketAddr>,
+    pub queue: QueueConfig,
+    pub limits: LimitsConfig,
+    /// `dir` resolved against the config file's directory.
+    pub recording: RecordingConfig,
+    /// `api_keys` and the keys of `api_keys_file`.
+    pub api_keys: Vec<String>,
+    /// `auth.api_keys` as written.
+    pub inline_api_keys: Vec<String>,
+    /// `auth.api_keys_file`, resolved: read again on SIGHUP.
+    pub api_keys_file: Option<PathBuf>,
+    pub admin_key: Option<String>,
+    /// `[server.tls]` paths, resolved, when both are set.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// `server.trusted_proxies`, parsed.
+    pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// `[[models]]`; empty means any model name is served by the pool (in audio mode).
+    pub models: Vec<ModelSpec>,
+    pub workers: Vec<WorkerSpec>,
+}
+
+impl Config {
+    /// Reads, parses and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            key: String::new(),
+            message: format!("cannot read: {e}"),
+        })?;
+        Config::parse(&text, path)
+    }
+
+    /// Parses and validates config text; `path` names the file in errors and anchors
+    /// relative library paths.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let err = |key: &str, message: String| ConfigError { file: file.clone(), key: key.to_string(), message };
+        let de = toml::Deserializer::parse(text).map_err(|e| err("", describe_toml_error(&e, text)))?;
+        let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+            let mut key = e.path().to_string();
+            let inner = e.into_inner();
+            let mut message = describe_toml_error(&inner, text);
+            // For "unknown field `x`, expected ..." the path already ends with x.
+            if let Some(rest) = inner.message().strip_prefix("unknown field `")
+                && let Some((_, tail)) = rest.split_once('`')
+            {
+                message = match tail.strip_prefix(", expected ") {
+                    Some(expected) => format!("unknown key (expected {expected})"),
+                    None => "unknown key".into(),
+                };
+            } else if let Some(field) =
+                inner.message().strip_prefix("missing field `").and_then(|r| r.split('`').next())
+            {
+                key = join_key(&key, field);
+                message = "is required".into();
+            }
+            if key == "." {
+                key.clear();
+            }
+            err(&key, message)
+        })?;
+        // Relative paths are resolved against the config file's directory, made absolute,
+        // so that the path checked here is the path loaded later (never a bare name a
+        // loader would look up on its own search path).
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let base = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let base = base.as_path();
+        validate(raw, path, base).map_err(|(key, message)| err(&key, message))
+    }
+
+    /// The public mode sessions of an OpenAI-style `model` queue for; `None` for an
+    /// unknown model (only when `[[models]]` lists names).
+    pub fn model_mode(&self, name: &str) -> Option<Mode> {
+        if self.models.is_empty() {
+            return Some(Mode::Audio);
+        }
+        self.models.iter().find(|m| m.name == name).map(|m| m.mode)
+    }
+
+    pub fn step_timeout(&self) -> Duration {
+        Duration::from_millis(self.limits.step_timeout_ms)
+    }
+
+    /// What one connection may send, per second (none when `max_messages_per_s` is 0).
+    pub fn message_rate(&self) -> Option<omni_actors::inbound_limits::RateLimit> {
+        let s = &self.server;
+        (s.max_messages_per_s > 0.0).then(|| omni_actors::inbound_limits::RateLimit {
+            per_second: s.max_messages_per_s,
+            burst: s.max_messages_burst,
+            abuse_after: Duration::from_secs(5),
+        })
+    }
+
+    /// What a client may send and make a dialect hold.
+    pub fn dialect_limits(&self) -> crate::dialect::Limits {
+        let l = &self.limits;
+        crate::dialect::Limits {
+            min_audio_samples: l.min_audio_samples,
+            reference: crate::audio::AudioLimits { max_seconds: l.max_reference_audio_s },
+            max_buffered_bytes: (l.max_buffered_mb * 1048576.0) as usize,
+            max_turns: l.max_pending_turns + 1,
+        }
+    }
+
+    /// The modes at least one worker serves.
+    pub fn served_modes(&self) -> Vec<Mode> {
+        Mode::ALL.into_iter().filter(|m| self.workers.iter().any(|w| w.modes.contains(m))).collect()
+    }
+}
+
+fn join_key(path: &str, field: &str) -> String {
+    if path == "." { field.to_string() } else { format!("{path}.{field}") }
+}
+
+fn describe_toml_error(e: &toml::de::Error, text: &str) -> String {
+    let message = e.message().trim().to_string();
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("{message} (line {line}, column {column})")
+        }
+        None => message,
+    }
+}
+
+type Invalid = (String, String);
+
+fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid> {
+    let bind = resolve_bind(&raw.server.bind).map_err(|e| ("server.bind".to_string(), e))?;
+    positive("server.max_frame_bytes", raw.server.max_frame_bytes as f64)?;
+    if raw.server.max_outgoing_bytes < 65536 {
+        return Err(("server.max_outgoing_bytes".into(), "must be at least 65536".into()));
+    }
+    if raw.server.max_frame_bytes < 1024 {
+        return Err(("server.max_frame_bytes".into(), "must be at least 1024".into()));
+    }
+    positive("server.heartbeat_interval_s", raw.server.heartbeat_interval_s)?;
+    positive("server.heartbeat_timeout_s", raw.server.heartbeat_timeout_s)?;
+    if raw.server.heartbeat_timeout_s <= raw.server.heartbeat_interval_s {
+        return Err(("server.heartbeat_timeout_s".into(), "must be longer than server.heartbeat_interval_s".into()));
+    }
+    positive("queue.update_interval_s", raw.queue.update_interval_s)?;
+    let l = &raw.limits;
+    positive("limits.chat_session_s", l.chat_session_s)?;
+    positive("limits.video_session_s", l.video_session_s)?;
+    positive("limits.audio_session_s", l.audio_session_s)?;
+    positive("limits.context_tokens", l.context_tokens as f64)?;
+    positive("limits.min_audio_samples", l.min_audio_samples as f64)?;
+    positive("limits.max_pending_chunks", l.max_pending_chunks as f64)?;
+    positive("limits.step_timeout_ms", l.step_timeout_ms as f64)?;
+    positive("limits.open_timeout_s", l.open_timeout_s)?;
+    positive("limits.max_reference_audio_s", l.max_reference_audio_s)?;
+    positive("limits.max_buffered_mb", l.max_buffered_mb)?;
+
+    if raw.workers.is_empty() {
+        return Err(("workers".into(), "at least one [[workers]] entry is required".into()));
+    }
+    let mut workers = Vec::new();
+    let mut names = HashSet::new();
+    for (i, w) in raw.workers.iter().enumerate() {
+        let key = |k: &str| format!("workers[{i}].{k}");
+        let name = w.name.clone().unwrap_or_else(|| format!("worker{i}"));
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) {
+            return Err((
+                key("name"),
+                format!("'{name}' must be non-empty and use only letters, digits, '_', '.' and '-'"),
+            ));
+        }
+        if w.count == 0 {
+            return Err((key("count"), "must be at least 1".into()));
+        }
+        let source = match (w.backend, &w.library) {
+            (BackendKind::Builtin, None) => BackendSource::Builtin,
+            (BackendKind::Builtin, Some(_)) => {
+                return Err((key("library"), "only allowed with backend = \"library\"".into()));
+            }
+            (BackendKind::Library, None) => {
+                return Err((key("library"), "required with backend = \"library\"".into()));
+            }
+            (BackendKind::Library, Some(lib)) => {
+                let resolved = if lib.is_absolute() { lib.clone() } else { base.join(lib) };
+                if !resolved.is_file() {
+                    return Err((key("library"), format!("no such file: {}", resolved.display())));
+                }
+                BackendSource::Library(resolved)
+            }
+        };
+        let isolation = w.isolation.unwrap_or(match source {
+            BackendSource::Builtin => Isolation::Thread,
+            BackendSource::Library(_) => Isolation::Process,
+        });
+        if w.modes.is_empty() {
+            return Err((key("modes"), "must name at least one of chat, video, audio".into()));
+        }
+        let mut modes = Vec::new();
+        for (j, m) in w.modes.iter().enumerate() {
+            let mode: Mode = m.parse().map_err(|e| (format!("workers[{i}].modes[{j}]"), e))?;
+            if !modes.contains(&mode) {
+                modes.push(mode);
+            }
+        }
+        let mut options = Vec::new();
+        for (k, v) in &w.options {
+            let text = match v {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Integer(n) => n.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                _ => {
+                    return Err((
+                        format!("workers[{i}].options.{k}"),
+                        "must be a string, a number or a boolean".into(),
+                    ));
+                }
+            };
+            options.push((k.clone(), text));
+        }
+        for n in 0..w.count {
+            let full = format!("{name}-{n}");
+            if !names.insert(full.clone()) {
+                return Err((key("name"), format!("worker name {full} is used twice")));
+            }
+            workers.push(WorkerSpec {
+                name: full,
+                entry: i,
+                source: source.clone(),
+                isolation,
+                modes: modes.clone(),
+                options: options.clone(),
+            });
+        }
+    }
+    let resolve = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
+    let mut recording = raw.recording.clone();
+    positive("recording.sweep_interval_s", recording.sweep_interval_s)?;
+    positive("recording.max_lag_mb", recording.max_lag_mb)?;
+    positive("recording.max_total_lag_mb", recording.max_total_lag_mb)?;
+    positive("recording.max_session_mb", recording.max_session_mb)?;
+    not_negative("recording.retention_days", recording.retention_days)?;
+    not_negative("recording.max_total_gb", recording.max_total_gb)?;
+    recording.dir = resolve(&recording.dir);
+
+    for (i, key) in raw.auth.api_keys.iter().enumerate() {
+        crate::auth::check_key(key).map_err(|e| (format!("auth.api_keys[{i}]"), e))?;
+    }
+    let api_keys_file = (!raw.auth.api_keys_file.is_empty()).then(|| resolve(Path::new(&raw.auth.api_keys_file)));
+    let mut api_keys = raw.auth.api_keys.clone();
+    if let Some(file) = &api_keys_file {
+        api_keys.extend(read_keys_file(file).map_err(|e| ("auth.api_keys_file".to_string(), e))?);
+    }
+    let admin = &raw.auth.admin_key;
+    if admin.trim() != admin {
+        return Err(("auth.admin_key".into(), "has spaces around it: remove them".into()));
+    }
+    if !admin.is_empty() {
+        crate::auth::check_key(admin).map_err(|e| ("auth.admin_key".to_string(), e))?;
+    }
+    let admin_key = (!raw.auth.admin_key.is_empty()).then(|| raw.auth.admin_key.clone());
+
+    let tls = match (raw.server.tls.cert.as_str(), raw.server.tls.key.as_str()) {
+        ("", "") => None,
+        ("", _) => return Err(("server.tls.cert".into(), "required with server.tls.key".into())),
+        (_, "") => return Err(("server.tls.key".into(), "required with server.tls.cert".into())),
+        (cert, key) => {
+            let (cert, key) = (resolve(Path::new(cert)), resolve(Path::new(key)));
+            for (k, p) in [("server.tls.cert", &cert), ("server.tls.key", &key)] {
+                if !p.is_file() {
+                    return Err((k.into(), format!("no such file: {}", p.display())));
+                }
+            }
+            Some((cert, key))
+        }
+    };
+    positive("server.shutdown_grace_s", raw.server.shutdown_grace_s)?;
+    not_negative("server.max_messages_per_s", raw.server.max_messages_per_s)?;
+    if raw.server.max_messages_per_s > 0.0 && raw.server.max_messages_burst < 1.0 {
+        return Err(("server.max_messages_burst".into(), "must be at least 1".into()));
+    }
+    positive("server.message_timeout_s", raw.server.message_timeout_s)?;
+    positive("server.max_fragment_buffer_mb", raw.server.max_fragment_buffer_mb)?;
+    let mut trusted_proxies = Vec::new();
+    for (i, p) in raw.server.trusted_proxies.iter().enumerate() {
+        let ip = p
+            .trim()
+            .parse()
+            .map_err(|_| (format!("server.trusted_proxies[{i}]"), format!("'{p}' is not an IP address")))?;
+        trusted_proxies.push(ip);
+    }
+    for (i, origin) in raw.server.allowed_origins.iter().enumerate() {
+        if !(origin.starts_with("http://") || origin.starts_with("https://")) || origin.ends_with('/') {
+            return Err((
+                format!("server.allowed_origins[{i}]"),
+                format!("'{origin}' is not an origin like https://example.com"),
+            ));
+        }
+    }
+
+    let mut models: Vec<ModelSpec> = Vec::new();
+    for (i, m) in raw.models.iter().enumerate() {
+        if m.name.trim().is_empty() {
+            return Err((format!("models[{i}].name"), "must not be empty".into()));
+        }
+        if models.iter().any(|x| x.name == m.name) {
+            return Err((format!("models[{i}].name"), format!("'{}' is listed twice", m.name)));
+        }
+        let Some(first) = m.modes.first() else {
+            return Err((format!("models[{i}].modes"), "must name at least one of chat, video, audio".into()));
+        };
+        for (j, mode) in m.modes.iter().enumerate() {
+            mode.parse::<Mode>().map_err(|e| (format!("models[{i}].modes[{j}]"), e))?;
+        }
+        let mode: Mode = first.parse().map_err(|e| (format!("models[{i}].modes[0]"), e))?;
+        if !workers.iter().any(|w| w.modes.contains(&mode)) {
+            return Err((format!("models[{i}].modes"), format!("no worker serves {mode}")));
+        }
+        models.push(ModelSpec { name: m.name.clone(), mode });
+    }
+
+    Ok(Config {
+        path: path.to_owned(),
+        server: raw.server,
+        bind,
+        queue: raw.queue,
+        limits: raw.limits,
+        recording,
+        api_keys,
+        inline_api_keys: raw.auth.api_keys.clone(),
+        api_keys_file,
+        admin_key,
+        tls,
+        trusted_proxies,
+        models,
+        workers,
+    })
+}
+
+/// The keys of a keys file (see [`crate::auth::parse_keys_file`]); errors name the file and line.
+pub fn read_keys_file(file: &Path) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    crate::auth::parse_keys_file(&text).map_err(|e| format!("{}: {e}", file.display()))
+}
+
+impl Config {
+    /// The API keys as they are now: `api_keys`, and the keys file read again. For SIGHUP.
+    pub fn reload_api_keys(&self) -> Result<Vec<String>, String> {
+        let mut keys = self.inline_api_keys.clone();
+        if let Some(file) = &self.api_keys_file {
+            keys.extend(read_keys_file(file)?);
+        }
+        Ok(keys)
+    }
+}
+
+/// `HOST:PORT` with an IP address or a host name that resolves.
+fn resolve_bind(bind: &str) -> Result<Vec<SocketAddr>, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(addr) = bind.parse::<SocketAddr>() {
+        return Ok(vec![addr]);
+    }
+    let Some((host, port)) = bind.rsplit_once(':') else {
+        return Err(format!("'{bind}' is not HOST:PORT (e.g. 127.0.0.1:8006 or localhost:8006)"));
+    };
+    if port.parse::<u16>().is_err() {
+        return Err(format!("'{bind}': '{port}' is not a port number"));
+    }
+    let addrs: Vec<SocketAddr> = (host, port.parse::<u16>().unwrap_or(0))
+        .to_socket_addrs()
+        .map_err(|e| format!("'{bind}': cannot resolve '{host}': {e}"))?
+        .collect();
+    let mut unique = Vec::new();
+    for a in addrs {
+        if !unique.contains(&a) {
+            unique.push(a);
+        }
+    }
+    if unique.is_empty() {
+        return Err(format!("'{bind}': '{host}' resolves to no address"));
+    }
+    Ok(unique)
+}
+
+fn not_negative(key: &str, v: f64) -> Result<(), Invalid> {
+    if v >= 0.0 && v.is_finite() { Ok(()) } else { Err((key.to_string(), "must not be negative".into())) }
+}
+
+fn positive(key: &str, v: f64) -> Result<(), Invalid> {
+    if v > 0.0 && v.is_finite() { Ok(()) } else { Err((key.to_string(), "must be greater than 0".into())) }
+}

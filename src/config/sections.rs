@@ -1,0 +1,254 @@
+//! The sections of `config.toml` as written: typed, with the defaults every key has.
+//! Unknown keys are errors (`deny_unknown_fields`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use omni_actors::domain::Mode;
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub bind: String,
+    pub max_frame_bytes: usize,
+    /// Output a client has not read yet, past which its session ends (slow_consumer).
+    pub max_outgoing_bytes: u64,
+    pub heartbeat_interval_s: f64,
+    pub heartbeat_timeout_s: f64,
+    pub shutdown_grace_s: f64,
+    /// Open connections per client address (an IPv6 /64 counts as one); 0 = no cap.
+    pub max_connections_per_ip: usize,
+    /// Connections per client address waiting for a worker; 0 = no cap.
+    pub max_waiting_per_ip: usize,
+    /// Messages (and pings) per second one connection may send; past it they are dropped
+    /// and, persisting, the connection is closed (1008). 0 = no limit.
+    pub max_messages_per_s: f64,
+    /// Messages one connection may send at once beyond the rate.
+    pub max_messages_burst: f64,
+    /// A message sent in fragments must be finished this long after its first frame.
+    pub message_timeout_s: f64,
+    /// What every connection's unfinished fragmented messages may hold together.
+    pub max_fragment_buffer_mb: f64,
+    /// Reverse proxies whose `X-Forwarded-For` names the client (IP addresses).
+    pub trusted_proxies: Vec<String>,
+    pub allowed_origins: Vec<String>,
+    pub tls: TlsConfig,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            bind: "127.0.0.1:8006".into(),
+            max_frame_bytes: 4 * 1024 * 1024,
+            max_outgoing_bytes: 8 * 1024 * 1024,
+            heartbeat_interval_s: 5.0,
+            heartbeat_timeout_s: 30.0,
+            shutdown_grace_s: 10.0,
+            max_connections_per_ip: 32,
+            max_waiting_per_ip: 8,
+            max_messages_per_s: 200.0,
+            max_messages_burst: 400.0,
+            message_timeout_s: 10.0,
+            max_fragment_buffer_mb: 128.0,
+            trusted_proxies: Vec::new(),
+            allowed_origins: Vec::new(),
+            tls: TlsConfig::default(),
+        }
+    }
+}
+
+/// `[server.tls]`: with both set, the server speaks https/wss only.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    pub cert: String,
+    pub key: String,
+}
+
+/// `[recording]`: every session recorded under `dir/YYYY-MM-DD/SESSION_ID/`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RecordingConfig {
+    pub enabled: bool,
+    pub dir: PathBuf,
+    /// Recordings older than this are deleted (0 = keep all).
+    pub retention_days: f64,
+    /// Beyond this total size the oldest recordings are deleted (0 = no cap).
+    pub max_total_gb: f64,
+    /// How often the retention sweep runs.
+    pub sweep_interval_s: f64,
+    /// Data a session may have queued for its recorder (or hold before it has an id)
+    /// before records are dropped.
+    pub max_lag_mb: f64,
+    /// Data all sessions together may have queued for recorders.
+    pub max_total_lag_mb: f64,
+    /// The most one session's recording takes; past it the recording is truncated.
+    pub max_session_mb: f64,
+}
+
+impl Default for RecordingConfig {
+    fn default() -> Self {
+        RecordingConfig {
+            enabled: false,
+            dir: PathBuf::from("recordings"),
+            retention_days: 0.0,
+            max_total_gb: 0.0,
+            sweep_interval_s: 3600.0,
+            max_lag_mb: 64.0,
+            max_total_lag_mb: 256.0,
+            max_session_mb: 1024.0,
+        }
+    }
+}
+
+/// `[auth]`: keys for the realtime endpoint and for the admin routes.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    pub api_keys: Vec<String>,
+    /// A file with more keys, one per line (`#` starts a comment).
+    pub api_keys_file: String,
+    pub admin_key: String,
+}
+
+impl ServerConfig {
+    pub fn heartbeat_interval(&self) -> Duration {
+        Duration::from_secs_f64(self.heartbeat_interval_s)
+    }
+    pub fn heartbeat_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.heartbeat_timeout_s)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueueConfig {
+    pub max_waiting: usize,
+    pub update_interval_s: f64,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig { max_waiting: 1000, update_interval_s: 3.0 }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    pub chat_session_s: f64,
+    pub video_session_s: f64,
+    pub audio_session_s: f64,
+    pub context_tokens: u64,
+    pub min_audio_samples: usize,
+    pub max_pending_chunks: usize,
+    pub step_timeout_ms: u64,
+    /// A backend's open slower than this fails the worker (models take minutes to load).
+    pub open_timeout_s: f64,
+    /// The longest reference voice a client may send (`session.init` voice fields, legacy
+    /// `session.update` WAVs, chat TTS references), in seconds.
+    pub max_reference_audio_s: f64,
+    /// What the server holds for one client before its events are refused (`buffer_full`):
+    /// audio not yet committed, items and images not yet answered, replies held while queued.
+    pub max_buffered_mb: f64,
+    /// Chat answers a session may have waiting behind the one in progress.
+    pub max_pending_turns: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            chat_session_s: 600.0,
+            video_session_s: 300.0,
+            audio_session_s: 600.0,
+            context_tokens: 8192,
+            min_audio_samples: 4000,
+            max_pending_chunks: 2,
+            step_timeout_ms: 15000,
+            open_timeout_s: 300.0,
+            max_reference_audio_s: 30.0,
+            max_buffered_mb: 16.0,
+            max_pending_turns: 4,
+        }
+    }
+}
+
+impl LimitsConfig {
+    /// The session time limit of a public mode, counted from the upgrade.
+    pub fn session_limit(&self, mode: Mode) -> Duration {
+        Duration::from_secs_f64(match mode {
+            Mode::Chat => self.chat_session_s,
+            Mode::Video => self.video_session_s,
+            Mode::Audio => self.audio_session_s,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    Builtin,
+    Library,
+}
+
+/// One `[[workers]]` entry as written; it stands for `count` workers.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerEntry {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default = "default_backend")]
+    pub backend: BackendKind,
+    #[serde(default)]
+    pub library: Option<PathBuf>,
+    /// Where the backend runs; defaults to "thread" for builtin, "process" for library.
+    #[serde(default)]
+    pub isolation: Option<Isolation>,
+    #[serde(default = "default_count")]
+    pub count: usize,
+    #[serde(default = "default_modes")]
+    pub modes: Vec<String>,
+    #[serde(default)]
+    pub options: BTreeMap<String, toml::Value>,
+}
+
+/// Where a worker's backend runs: on a thread of the gateway, or in a child process of its
+/// own (a crash in the backend then takes only the child down).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    Thread,
+    Process,
+}
+
+pub(super) fn default_backend() -> BackendKind {
+    BackendKind::Builtin
+}
+pub(super) fn default_count() -> usize {
+    1
+}
+pub(super) fn default_modes() -> Vec<String> {
+    Mode::ALL.iter().map(|m| m.as_str().to_string()).collect()
+}
+
+/// One `[[models]]` entry: an OpenAI-style `model` name and the modes whose workers serve it.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ModelEntry {
+    pub name: String,
+    #[serde(default = "default_model_modes")]
+    pub modes: Vec<String>,
+}
+
+pub(super) fn default_model_modes() -> Vec<String> {
+    vec!["audio".to_string()]
+}
+
+/// A model name and the public mode its sessions queue for (the first listed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSpec {
+    pub name: String,
+    pub mode: Mode,
+}

@@ -1,0 +1,323 @@
+//! The configuration's rules, one test per key family.
+
+use super::*;
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::parse(text, Path::new("config.toml"))
+}
+
+fn error(text: &str) -> String {
+    parse(text).expect_err("expected a config error").to_string()
+}
+
+const MINIMAL: &str = "[[workers]]\nname = \"sim\"\n";
+
+#[test]
+fn defaults_fill_every_section() {
+    let c = parse(MINIMAL).unwrap();
+    assert_eq!(c.bind, vec!["127.0.0.1:8006".parse().unwrap()]);
+    assert_eq!(c.server.max_frame_bytes, 4_194_304);
+    assert_eq!(c.queue, QueueConfig { max_waiting: 1000, update_interval_s: 3.0 });
+    assert_eq!(c.limits, LimitsConfig::default());
+    assert_eq!(c.limits.session_limit(Mode::Video), Duration::from_secs(300));
+    assert_eq!(c.workers.len(), 1);
+    let w = &c.workers[0];
+    assert_eq!(w.name, "sim-0");
+    assert_eq!(w.source, BackendSource::Builtin);
+    assert_eq!(w.isolation, Isolation::Thread);
+    assert_eq!(w.modes, vec![Mode::Chat, Mode::Video, Mode::Audio]);
+}
+
+#[test]
+fn count_expands_into_numbered_workers_with_text_options() {
+    let c = parse(
+        "[[workers]]\nname = \"gpu\"\ncount = 3\nmodes = [\"video\", \"audio\"]\n\
+         [workers.options]\nstep_ms = 20\nvad_threshold = 0.05\nverbose = true\nvoice = \"x\"\n",
+    )
+    .unwrap();
+    let names: Vec<_> = c.workers.iter().map(|w| w.name.as_str()).collect();
+    assert_eq!(names, ["gpu-0", "gpu-1", "gpu-2"]);
+    assert_eq!(c.workers[2].modes, vec![Mode::Video, Mode::Audio]);
+    assert_eq!(
+        c.workers[0].options,
+        vec![
+            ("step_ms".to_string(), "20".to_string()),
+            ("vad_threshold".into(), "0.05".into()),
+            ("verbose".into(), "true".into()),
+            ("voice".into(), "x".into()),
+        ]
+    );
+    assert_eq!(c.served_modes(), vec![Mode::Video, Mode::Audio]);
+}
+
+#[test]
+fn the_worker_list_is_required() {
+    assert_eq!(error("[server]\nbind = \"127.0.0.1:1\"\n"), "config.toml: workers: is required");
+    assert_eq!(error("workers = []\n"), "config.toml: workers: at least one [[workers]] entry is required");
+}
+
+#[test]
+fn unknown_keys_are_errors_naming_the_key() {
+    let e = error("[server]\nbnd = \"x\"\n[[workers]]\n");
+    assert!(e.starts_with("config.toml: server.bnd: unknown key (expected"), "{e}");
+    let e = error("[[workers]]\nname = \"a\"\ncolour = 1\n");
+    assert!(e.starts_with("config.toml: workers[0].colour: unknown key"), "{e}");
+    let e = error("[nope]\n[[workers]]\n");
+    assert!(e.starts_with("config.toml: nope: unknown key"), "{e}");
+}
+
+#[test]
+fn wrong_types_name_the_key_and_position() {
+    let e = error("[queue]\nmax_waiting = \"many\"\n[[workers]]\n");
+    assert!(e.starts_with("config.toml: queue.max_waiting: invalid type: string \"many\""), "{e}");
+    assert!(e.contains("line 2"), "{e}");
+    let e = error("[[workers]]\nbackend = \"gpu\"\n");
+    assert!(e.starts_with("config.toml: workers[0].backend: unknown variant `gpu`"), "{e}");
+}
+
+#[test]
+fn syntax_errors_give_the_line() {
+    let e = error("[server\n");
+    assert!(e.starts_with("config.toml: ") && e.contains("line 1"), "{e}");
+}
+
+#[test]
+fn library_rules() {
+    // A bare name is resolved against the config file's directory, made absolute: the
+    // file checked is the file loaded (never one a loader finds on LD_LIBRARY_PATH).
+    let cwd = std::env::current_dir().unwrap();
+    assert_eq!(
+        error("[[workers]]\nname = \"a\"\n[[workers]]\nname = \"b\"\nbackend = \"library\"\nlibrary = \"nope.so\"\n"),
+        format!("config.toml: workers[1].library: no such file: {}", cwd.join("nope.so").display())
+    );
+    assert_eq!(
+        error("[[workers]]\nbackend = \"library\"\n"),
+        "config.toml: workers[0].library: required with backend = \"library\""
+    );
+    assert_eq!(
+        error("[[workers]]\nlibrary = \"x.so\"\n"),
+        "config.toml: workers[0].library: only allowed with backend = \"library\""
+    );
+}
+
+#[test]
+fn a_relative_library_resolves_against_the_config_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("libx.so"), b"").unwrap();
+    let cfg = dir.path().join("gw.toml");
+    let c = Config::parse("[[workers]]\nbackend = \"library\"\nlibrary = \"libx.so\"\n", &cfg).unwrap();
+    assert_eq!(c.workers[0].source, BackendSource::Library(dir.path().join("libx.so")));
+    assert_eq!(c.workers[0].isolation, Isolation::Process, "a library runs in a process by default");
+}
+
+#[test]
+fn worker_value_checks() {
+    assert_eq!(error("[[workers]]\ncount = 0\n"), "config.toml: workers[0].count: must be at least 1");
+    assert_eq!(
+        error("[[workers]]\nmodes = []\n"),
+        "config.toml: workers[0].modes: must name at least one of chat, video, audio"
+    );
+    assert_eq!(
+        error("[[workers]]\nmodes = [\"chat\", \"tv\"]\n"),
+        "config.toml: workers[0].modes[1]: unknown mode 'tv' (expected chat, video or audio)"
+    );
+    assert_eq!(
+        error("[[workers]]\nname = \"a b\"\n"),
+        "config.toml: workers[0].name: 'a b' must be non-empty and use only letters, digits, '_', '.' and '-'"
+    );
+    assert_eq!(
+        error("[[workers]]\nname = \"a\"\n[[workers]]\nname = \"a\"\n"),
+        "config.toml: workers[1].name: worker name a-0 is used twice"
+    );
+    assert_eq!(
+        error("[[workers]]\n[workers.options]\nlist = [1]\n"),
+        "config.toml: workers[0].options.list: must be a string, a number or a boolean"
+    );
+}
+
+#[test]
+fn section_value_checks() {
+    assert_eq!(
+        error("[server]\nbind = \"localhost\"\n[[workers]]\n"),
+        "config.toml: server.bind: 'localhost' is not HOST:PORT (e.g. 127.0.0.1:8006 or localhost:8006)"
+    );
+    let named = parse("[server]\nbind = \"localhost:8006\"\n[[workers]]\n").unwrap();
+    assert!(named.bind.iter().all(|a| a.ip().is_loopback() && a.port() == 8006) && !named.bind.is_empty());
+    assert!(
+        error("[server]\nbind = \"no-such-host.invalid:8006\"\n[[workers]]\n")
+            .starts_with("config.toml: server.bind: 'no-such-host.invalid:8006': cannot resolve")
+    );
+    assert_eq!(
+        error("[server]\nmax_frame_bytes = 10\n[[workers]]\n"),
+        "config.toml: server.max_frame_bytes: must be at least 1024"
+    );
+    assert_eq!(
+        error("[server]\nheartbeat_interval_s = 10\nheartbeat_timeout_s = 5\n[[workers]]\n"),
+        "config.toml: server.heartbeat_timeout_s: must be longer than server.heartbeat_interval_s"
+    );
+    for key in [
+        "server]\nheartbeat_interval_s",
+        "queue]\nupdate_interval_s",
+        "limits]\nchat_session_s",
+        "limits]\nvideo_session_s",
+        "limits]\naudio_session_s",
+        "limits]\ncontext_tokens",
+        "limits]\nmin_audio_samples",
+        "limits]\nmax_pending_chunks",
+        "limits]\nstep_timeout_ms",
+    ] {
+        let e = error(&format!("[{key} = 0\n[[workers]]\n"));
+        let dotted = key.replace("]\n", ".");
+        assert_eq!(e, format!("config.toml: {dotted}: must be greater than 0"));
+    }
+}
+
+#[test]
+fn operations_sections() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("keys.txt"), "# team keys\nk2#with-a-hash-000\n\n  k3-the-third-key-0  \n").unwrap();
+    let cfg = dir.path().join("gw.toml");
+    let c = Config::parse(
+        "[auth]\napi_keys = [\"k1-the-first-key-00\"]\napi_keys_file = \"keys.txt\"\nadmin_key = \"root-admin-key-0000\"\n\
+         [recording]\nenabled = true\ndir = \"rec\"\n[server]\nallowed_origins = [\"https://app.example\"]\n[[workers]]\n",
+        &cfg,
+    )
+    .unwrap();
+    assert_eq!(
+        c.api_keys,
+        ["k1-the-first-key-00", "k2#with-a-hash-000", "k3-the-third-key-0"],
+        "# only starts a comment"
+    );
+    assert_eq!(c.admin_key.as_deref(), Some("root-admin-key-0000"));
+    std::fs::write(dir.path().join("keys.txt"), "replaced-key-00000001\n").unwrap();
+    assert_eq!(c.reload_api_keys().unwrap(), ["k1-the-first-key-00", "replaced-key-00000001"]);
+    std::fs::write(dir.path().join("keys.txt"), "short\n").unwrap();
+    assert!(
+        c.reload_api_keys()
+            .unwrap_err()
+            .ends_with("keys.txt: line 1: a key must be at least 16 bytes (this one has 5)")
+    );
+    assert_eq!(
+        error("[auth]\nadmin_key = \" padded-admin-key-00 \"\n[[workers]]\n"),
+        "config.toml: auth.admin_key: has spaces around it: remove them"
+    );
+    assert_eq!(
+        error("[auth]\nadmin_key = \"adm\"\n[[workers]]\n"),
+        "config.toml: auth.admin_key: a key must be at least 16 bytes (this one has 3)"
+    );
+    assert!(c.recording.enabled);
+    assert_eq!(c.recording.dir, dir.path().join("rec"));
+    assert_eq!(c.server.shutdown_grace_s, 10.0);
+    assert_eq!(c.tls, None);
+
+    assert_eq!(
+        error("[auth]\napi_keys_file = \"/nonexistent/keys\"\n[[workers]]\n").split(" (").next().unwrap(),
+        "config.toml: auth.api_keys_file: cannot read /nonexistent/keys: No such file or directory"
+    );
+    assert_eq!(
+        error("[auth]\napi_keys = [\"long-enough-key-0001\", \"has space but long enough\"]\n[[workers]]\n"),
+        "config.toml: auth.api_keys[1]: a key must not contain spaces"
+    );
+    assert_eq!(
+        error("[server.tls]\ncert = \"c.pem\"\n[[workers]]\n"),
+        "config.toml: server.tls.key: required with server.tls.cert"
+    );
+    assert_eq!(
+        error("[server.tls]\ncert = \"/nope/c.pem\"\nkey = \"/nope/k.pem\"\n[[workers]]\n"),
+        "config.toml: server.tls.cert: no such file: /nope/c.pem"
+    );
+    assert_eq!(
+        error("[server]\nallowed_origins = [\"example.com\"]\n[[workers]]\n"),
+        "config.toml: server.allowed_origins[0]: 'example.com' is not an origin like https://example.com"
+    );
+    assert_eq!(
+        error("[recording]\nretention_days = -1\n[[workers]]\n"),
+        "config.toml: recording.retention_days: must not be negative"
+    );
+    assert!(
+        error("[recording]\nenable = true\n[[workers]]\n").starts_with("config.toml: recording.enable: unknown key")
+    );
+}
+
+#[test]
+fn models_map_names_to_modes() {
+    let c = parse(MINIMAL).unwrap();
+    assert_eq!(c.model_mode("anything"), Some(Mode::Audio), "no [[models]]: any name");
+    let c = parse(
+        "[[models]]\nname = \"omni\"\n[[models]]\nname = \"omni-video\"\nmodes = [\"video\", \"audio\"]\n[[workers]]\n",
+    )
+    .unwrap();
+    assert_eq!(
+        (c.model_mode("omni"), c.model_mode("omni-video"), c.model_mode("gpt")),
+        (Some(Mode::Audio), Some(Mode::Video), None)
+    );
+    assert_eq!(
+        error("[[models]]\nname = \"a\"\n[[models]]\nname = \"a\"\n[[workers]]\n"),
+        "config.toml: models[1].name: 'a' is listed twice"
+    );
+    assert_eq!(
+        error("[[models]]\nname = \"a\"\nmodes = [\"video\"]\n[[workers]]\nmodes = [\"chat\"]\n"),
+        "config.toml: models[0].modes: no worker serves video"
+    );
+    assert!(
+        error("[[models]]\nname = \"a\"\nmodes = [\"tv\"]\n[[workers]]\n")
+            .starts_with("config.toml: models[0].modes[0]: unknown mode")
+    );
+}
+
+#[test]
+fn an_unreadable_file_is_named() {
+    let e = Config::load(Path::new("/nonexistent/gw.toml")).unwrap_err().to_string();
+    assert!(e.starts_with("/nonexistent/gw.toml: cannot read:"), "{e}");
+}
+
+#[test]
+fn the_shipped_config_is_valid_and_documents_every_key() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let c = Config::parse(&text, &path).unwrap();
+    assert_eq!(c.bind, vec!["127.0.0.1:8006".parse().unwrap()]);
+    for key in [
+        "bind",
+        "max_frame_bytes",
+        "max_outgoing_bytes",
+        "heartbeat_interval_s",
+        "heartbeat_timeout_s",
+        "shutdown_grace_s",
+        "max_connections_per_ip",
+        "allowed_origins",
+        "cert",
+        "key",
+        "enabled",
+        "dir",
+        "retention_days",
+        "max_total_gb",
+        "sweep_interval_s",
+        "max_lag_mb",
+        "api_keys",
+        "api_keys_file",
+        "admin_key",
+        "max_waiting",
+        "update_interval_s",
+        "chat_session_s",
+        "video_session_s",
+        "audio_session_s",
+        "context_tokens",
+        "min_audio_samples",
+        "max_pending_chunks",
+        "step_timeout_ms",
+        "name",
+        "backend",
+        "library",
+        "count",
+        "modes",
+        "options",
+    ] {
+        assert!(
+            text.contains(&format!("{key} "))
+                || text.contains(&format!("{key}="))
+                || text.contains(&format!(".{key}]")),
+            "config.toml does not mention {key}"
+        );
+    }
+}

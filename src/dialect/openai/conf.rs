@@ -1,0 +1,216 @@
+//! The session configuration of the OpenAI-shaped dialects: `session.update` in any
+//! flavor's shape (beta, GA, Qwen), validated field by field.
+
+use omni_actors::domain::{Generation, SessionKind, SessionSetup};
+use omni_actors::protocol::ProtocolError;
+use serde_json::Value;
+
+use super::{Flavor, OUTPUT_RATE};
+
+/// Server VAD settings as the client gave them.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Vad {
+    pub(super) kind: String,
+    pub(super) threshold: f64,
+    pub(super) prefix_padding_ms: u64,
+    pub(super) silence_duration_ms: u64,
+}
+
+impl Default for Vad {
+    fn default() -> Self {
+        Vad { kind: "server_vad".into(), threshold: 0.5, prefix_padding_ms: 300, silence_duration_ms: 500 }
+    }
+}
+
+/// The session configuration (`session.update`).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Conf {
+    pub(super) instructions: String,
+    pub(super) voice: String,
+    pub(super) audio_out: bool,
+    pub(super) vad: Option<Vad>,
+    pub(super) temperature: Option<f32>,
+    pub(super) max_tokens: Option<u32>,
+    pub(super) input_rate: u32,
+}
+
+impl Conf {
+    pub(super) fn new(flavor: Flavor) -> Conf {
+        Conf {
+            instructions: String::new(),
+            voice: if flavor == Flavor::Qwen { "Cherry".into() } else { "alloy".into() },
+            audio_out: true,
+            vad: Some(Vad::default()),
+            temperature: None,
+            max_tokens: None,
+            input_rate: flavor.default_input_rate(),
+        }
+    }
+
+    pub(super) fn setup(&self) -> SessionSetup {
+        let mut s = SessionSetup::new(if self.vad.is_some() { SessionKind::Duplex } else { SessionKind::Turn });
+        s.system_prompt = self.instructions.clone();
+        s.voice = self.voice.clone();
+        s.generation =
+            Generation { max_new_tokens: self.max_tokens, temperature: self.temperature, ..Generation::default() };
+        s
+    }
+
+    /// The RMS that counts as speech for the input detector: 0.02 at threshold 0.5.
+    pub(super) fn rms_threshold(&self) -> f32 {
+        self.vad.as_ref().map_or(0.02, |v| (v.threshold * 0.04).clamp(0.004, 0.2) as f32)
+    }
+}
+
+pub(super) fn invalid(param: &str, why: impl std::fmt::Display) -> ProtocolError {
+    ProtocolError::InvalidPayload(format!("{param}: {why}"))
+}
+
+/// `input_audio_format` / `audio.input.format`: only 16-bit PCM; returns the rate if given.
+pub(super) fn pcm_format(v: &Value, param: &str) -> Result<Option<u32>, ProtocolError> {
+    let (kind, rate) = match v {
+        Value::String(s) => (s.as_str(), None),
+        Value::Object(o) => (
+            o.get("type").and_then(Value::as_str).unwrap_or("pcm"),
+            match o.get("rate").or_else(|| o.get("sample_rate")) {
+                None | Some(Value::Null) => None,
+                Some(r) => Some(r.as_u64().ok_or_else(|| invalid(param, "rate: must be a whole number of Hz"))?),
+            },
+        ),
+        _ => return Err(invalid(param, "must be a string or an object")),
+    };
+    if !matches!(kind, "pcm16" | "pcm" | "audio/pcm") {
+        return Err(invalid(param, format!("'{kind}' is not supported (16-bit PCM only: pcm16, pcm, audio/pcm)")));
+    }
+    rate.map(|r| crate::audio::check_rate(r).map_err(|e| invalid(param, e))).transpose()
+}
+
+pub(super) fn turn_detection(v: &Value, param: &str) -> Result<Option<Vad>, ProtocolError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Object(o) => {
+            let mut vad = Vad::default();
+            if let Some(kind) = o.get("type").and_then(Value::as_str) {
+                if !matches!(kind, "server_vad" | "semantic_vad") {
+                    return Err(invalid(param, format!("type '{kind}' is not supported (server_vad, semantic_vad)")));
+                }
+                vad.kind = kind.to_string();
+            }
+            if let Some(t) = o.get("threshold").and_then(Value::as_f64) {
+                vad.threshold = t;
+            }
+            if let Some(p) = o.get("prefix_padding_ms").and_then(Value::as_u64) {
+                vad.prefix_padding_ms = p;
+            }
+            if let Some(s) = o.get("silence_duration_ms").and_then(Value::as_u64) {
+                vad.silence_duration_ms = s;
+            }
+            Ok(Some(vad))
+        }
+        _ => Err(invalid(param, "must be an object or null")),
+    }
+}
+
+pub(super) fn modalities(v: &Value, param: &str) -> Result<bool, ProtocolError> {
+    let list = v.as_array().ok_or_else(|| invalid(param, "must be a list"))?;
+    let mut audio = false;
+    for m in list {
+        match m.as_str() {
+            Some("audio") => audio = true,
+            Some("text") => {}
+            other => return Err(invalid(param, format!("{other:?} is not a modality (text, audio)"))),
+        }
+    }
+    Ok(audio)
+}
+
+pub(super) fn max_tokens(v: &Value, param: &str) -> Result<Option<u32>, ProtocolError> {
+    match v {
+        Value::String(s) if s == "inf" => Ok(None),
+        Value::Number(n) => match n.as_u64() {
+            Some(n @ 1..=1_000_000) => Ok(Some(n as u32)),
+            _ => Err(invalid(param, "must be a positive integer or \"inf\"")),
+        },
+        _ => Err(invalid(param, "must be a positive integer or \"inf\"")),
+    }
+}
+
+impl Conf {
+    /// Applies a `session` object in any flavor's shape (beta, GA, Qwen).
+    pub(super) fn apply(&mut self, s: &Value) -> Result<(), ProtocolError> {
+        let s = s.as_object().ok_or_else(|| ProtocolError::MissingField("session must be an object".into()))?;
+        let mut next = self.clone();
+        let text = |key: &str| -> Result<Option<String>, ProtocolError> {
+            match s.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(v)) => Ok(Some(v.clone())),
+                Some(_) => Err(invalid(&format!("session.{key}"), "must be a string")),
+            }
+        };
+        if let Some(i) = text("instructions")? {
+            next.instructions = i;
+        }
+        if let Some(v) = text("voice")? {
+            next.voice = v;
+        }
+        if let Some(m) = s.get("modalities") {
+            next.audio_out = modalities(m, "session.modalities")?;
+        }
+        if let Some(m) = s.get("output_modalities") {
+            next.audio_out = modalities(m, "session.output_modalities")?;
+        }
+        if let Some(td) = s.get("turn_detection") {
+            next.vad = turn_detection(td, "session.turn_detection")?;
+        }
+        if let Some(f) = s.get("input_audio_format")
+            && let Some(rate) = pcm_format(f, "session.input_audio_format")?
+        {
+            next.input_rate = rate;
+        }
+        if let Some(f) = s.get("output_audio_format")
+            && let Some(rate) = pcm_format(f, "session.output_audio_format")?
+            && rate != OUTPUT_RATE
+        {
+            return Err(invalid(
+                "session.output_audio_format",
+                format!("output audio is {OUTPUT_RATE} Hz, not {rate}"),
+            ));
+        }
+        if let Some(t) = s.get("temperature") {
+            next.temperature =
+                Some(t.as_f64().ok_or_else(|| invalid("session.temperature", "must be a number"))? as f32);
+        }
+        for key in ["max_response_output_tokens", "max_output_tokens", "max_tokens"] {
+            if let Some(v) = s.get(key) {
+                next.max_tokens = max_tokens(v, &format!("session.{key}"))?;
+            }
+        }
+        // GA: audio.input.{format, turn_detection}, audio.output.{format, voice}
+        if let Some(audio) = s.get("audio") {
+            let input = &audio["input"];
+            if let Some(f) = input.get("format")
+                && let Some(rate) = pcm_format(f, "session.audio.input.format")?
+            {
+                next.input_rate = rate;
+            }
+            if let Some(td) = input.get("turn_detection") {
+                next.vad = turn_detection(td, "session.audio.input.turn_detection")?;
+            }
+            let output = &audio["output"];
+            if let Some(v) = output.get("voice").and_then(Value::as_str) {
+                next.voice = v.to_string();
+            }
+            if let Some(f) = output.get("format")
+                && let Some(rate) = pcm_format(f, "session.audio.output.format")?
+                && rate != OUTPUT_RATE
+            {
+                return Err(invalid(
+                    "session.audio.output.format",
+                    format!("output audio is {OUTPUT_RATE} Hz, not {rate}"),
+                ));
+            }
+        }
+        *self = next;
+        Ok(())
+    }
+}

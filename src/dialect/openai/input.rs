@@ -1,0 +1,336 @@
+//! What clients send in the OpenAI-shaped dialects: audio appended (gathered into duplex
+//! steps with server VAD, or buffered until a commit), items, images, responses asked for
+//! and cancelled.
+
+use std::time::Instant;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use omni_actors::domain::{ChatMessage, Generation, Role, TurnInput};
+use omni_actors::protocol::{Inbound, ProtocolError};
+use serde_json::{Value, json};
+
+use omni_actors::metrics::metrics;
+
+use super::conf::{invalid, modalities};
+use super::held::Weigh;
+use super::{Phase, Realtime, STEP, UserTurn, VAD_ONSET_WINDOWS, VAD_WINDOW};
+use crate::audio::StreamResampler;
+use crate::dialect::wire;
+
+/// pcm16 little-endian base64 into float32 samples.
+pub(super) fn decode_pcm16(b64: &str, param: &str) -> Result<Vec<f32>, ProtocolError> {
+    let bytes = STANDARD.decode(b64).map_err(|e| invalid(param, format!("not valid base64 ({e})")))?;
+    if bytes.len() % 2 != 0 {
+        return Err(invalid(param, format!("{} bytes is not a whole number of 16-bit samples", bytes.len())));
+    }
+    Ok(bytes.chunks_exact(2).map(|c| i16::from_le_bytes([c[0], c[1]]) as f32 / 32768.0).collect())
+}
+
+pub(super) fn encode_pcm16(samples: &[f32]) -> String {
+    let bytes: Vec<u8> =
+        samples.iter().flat_map(|s| ((s.clamp(-1.0, 1.0) * 32767.0).round() as i16).to_le_bytes()).collect();
+    STANDARD.encode(bytes)
+}
+
+fn field_str<'a>(v: &'a Value, key: &str) -> Result<&'a str, ProtocolError> {
+    match v.get(key) {
+        None | Some(Value::Null) => Err(ProtocolError::MissingField(format!("{key} is required"))),
+        Some(Value::String(s)) => Ok(s),
+        Some(_) => Err(invalid(key, "must be a string")),
+    }
+}
+
+impl Realtime {
+    pub(super) fn update(&mut self, v: &Value, out: &mut Vec<String>) -> Result<(), ProtocolError> {
+        let session = v.get("session").ok_or_else(|| ProtocolError::MissingField("session is required".into()))?;
+        self.conf.apply(session)?;
+        if self.conf.input_rate != self.resampler_rate {
+            self.resampler = StreamResampler::new(self.conf.input_rate, 16000).map_err(|e| invalid("session", e))?;
+            self.resampler_rate = self.conf.input_rate;
+        }
+        match self.phase {
+            Phase::Active => {
+                let body = json!({"session": self.session_object()});
+                self.reply(out, "session.updated", body);
+                self.reconfigure_if_changed();
+            }
+            _ => self.update_pending = true,
+        }
+        Ok(())
+    }
+
+    /// The backend follows the configuration (mode, instructions, voice...).
+    pub(super) fn reconfigure_if_changed(&mut self) {
+        let setup = self.conf.setup();
+        if self.prepared.as_ref() != Some(&setup) {
+            self.prepared = Some(setup.clone());
+            self.response = None;
+            self.step.clear();
+            self.commands.push(Inbound::Reconfigure(setup));
+        }
+    }
+
+    pub(super) fn append(&mut self, v: &Value, now: Instant, out: &mut Vec<String>) -> Result<(), ProtocolError> {
+        let b64 = field_str(v, "audio")?;
+        if self.conf.vad.is_none() {
+            // About 16000 / rate samples of 4 bytes per 2 bytes of pcm16 sent.
+            let estimate = b64.len() / 4 * 3 / 2 * 16000 / self.conf.input_rate as usize * 4;
+            self.admit("input_audio_buffer.append", "audio_buffer", estimate)?;
+        }
+        let pcm = decode_pcm16(b64, "audio")?;
+        let mut samples = Vec::with_capacity(pcm.len() * 16000 / self.conf.input_rate as usize + 1);
+        self.resampler.push(&pcm, &mut samples);
+        self.heard_audio = true;
+        self.last_append = Some(now);
+        self.recorded = Some((vec![samples.clone()], Vec::new()));
+        if self.conf.vad.is_none() {
+            self.buffer.extend_from_slice(&samples);
+            return Ok(());
+        }
+        self.detect_speech(&samples, out);
+        self.step.extend_from_slice(&samples);
+        while self.step.len() >= STEP {
+            let rest = self.step.split_off(STEP);
+            let step = std::mem::replace(&mut self.step, rest);
+            self.send_step(step, false);
+        }
+        Ok(())
+    }
+
+    /// Energy detector on the 16 kHz input: speech onset is `speech_started`, and while
+    /// the model speaks it is a barge-in.
+    pub(super) fn detect_speech(&mut self, samples: &[f32], out: &mut Vec<String>) {
+        let threshold = self.conf.rms_threshold();
+        let pause_windows = self.conf.vad.as_ref().map_or(25, |v| (v.silence_duration_ms / 20).max(1)) as u32;
+        for window in samples.chunks(VAD_WINDOW) {
+            self.received_samples += window.len() as u64;
+            let rms = (window.iter().map(|s| s * s).sum::<f32>() / window.len() as f32).sqrt();
+            if rms >= threshold {
+                self.voiced_run += 1;
+                self.silent_run = 0;
+            } else {
+                self.silent_run += 1;
+                self.voiced_run = 0;
+            }
+            if self.in_speech && self.silent_run >= pause_windows {
+                self.in_speech = false;
+            }
+            if self.in_speech || self.voiced_run < VAD_ONSET_WINDOWS {
+                continue;
+            }
+            self.in_speech = true;
+            if self.user.is_none() {
+                let start_ms = self.received_ms().saturating_sub(100);
+                if self.response.as_ref().is_some_and(|r| r.duplex) {
+                    // Barge-in: the answer in flight is cancelled, the backend listens.
+                    self.finish_response(out, "cancelled", Some("turn_detected"));
+                    self.commands.push(Inbound::Interrupt);
+                }
+                let item_id = self.new_item();
+                self.user = Some(UserTurn { item_id: item_id.clone(), start_ms, announced: true, committed: false });
+                self.pads = 0;
+                self.reply(
+                    out,
+                    "input_audio_buffer.speech_started",
+                    json!({"audio_start_ms": start_ms, "item_id": item_id}),
+                );
+            }
+        }
+    }
+
+    pub(super) fn commit(&mut self, now: Instant, out: &mut Vec<String>) -> Result<(), ProtocolError> {
+        if self.conf.vad.is_some() {
+            // With server VAD the model decides; a commit only flushes what is gathered.
+            if !self.step.is_empty() {
+                self.pad_step(now);
+            }
+            return Ok(());
+        }
+        self.resampler.flush(&mut self.buffer);
+        if self.buffer.is_empty() {
+            return Err(ProtocolError::InvalidPayload(
+                "input_audio_buffer: nothing to commit (append audio first)".into(),
+            ));
+        }
+        let item_id = self.new_item();
+        let audio = std::mem::take(&mut self.buffer);
+        let images = self.frames.take();
+        self.items_pending.push(ChatMessage { role: Role::User, text: String::new(), images, audios: vec![audio] });
+        let previous = self.last_item.replace(item_id.clone());
+        self.reply(out, "input_audio_buffer.committed", json!({"item_id": item_id, "previous_item_id": previous}));
+        let item = json!({"id": item_id, "object": "realtime.item", "type": "message", "status": "completed",
+                          "role": "user", "content": [{"type": "input_audio", "transcript": null}]});
+        self.reply(out, self.flavor.item_created(), json!({"previous_item_id": previous, "item": item}));
+        Ok(())
+    }
+
+    pub(super) fn create_item(&mut self, v: &Value, out: &mut Vec<String>) -> Result<(), ProtocolError> {
+        let item = v.get("item").ok_or_else(|| ProtocolError::MissingField("item is required".into()))?;
+        if item.get("type").and_then(Value::as_str).unwrap_or("message") != "message" {
+            return Err(invalid("item.type", "only message items are supported"));
+        }
+        let role: Role = field_str(item, "role")
+            .map_err(|_| ProtocolError::MissingField("item.role is required".into()))?
+            .parse()
+            .map_err(|e| invalid("item.role", e))?;
+        let mut message = ChatMessage::text(role, "");
+        for (i, part) in item.get("content").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            let at = format!("item.content[{i}]");
+            match part.get("type").and_then(Value::as_str) {
+                Some("input_text" | "text" | "output_text") => {
+                    let text = part
+                        .get("text")
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| ProtocolError::MissingField(format!("{at}.text is required")))?;
+                    message.text.push_str(text);
+                }
+                Some("input_audio") => {
+                    let b64 = part
+                        .get("audio")
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| ProtocolError::MissingField(format!("{at}.audio is required")))?;
+                    let pcm = decode_pcm16(b64, &format!("{at}.audio"))?;
+                    let audio =
+                        crate::audio::resample(&pcm, self.conf.input_rate, 16000).map_err(|e| invalid(&at, e))?;
+                    message.audios.push(audio);
+                }
+                Some("input_image") => {
+                    let b64 = part
+                        .get("image_url")
+                        .or_else(|| part.get("image"))
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| ProtocolError::MissingField(format!("{at}.image_url is required")))?;
+                    message.images.push(wire::decode_jpeg(b64, &format!("{at}.image_url"))?);
+                }
+                other => {
+                    return Err(invalid(
+                        &format!("{at}.type"),
+                        format!("{other:?} is not supported (input_text, input_audio, input_image)"),
+                    ));
+                }
+            }
+        }
+        self.admit("conversation.item.create", "items", message.weight())?;
+        let item_id = item.get("id").and_then(Value::as_str).map(String::from).unwrap_or_else(|| self.new_item());
+        let previous = self.last_item.replace(item_id.clone());
+        let echoed = echo_item(item, &item_id);
+        self.items_pending.push(message);
+        self.reply(out, self.flavor.item_created(), json!({"previous_item_id": previous, "item": echoed}));
+        Ok(())
+    }
+
+    pub(super) fn create_response(
+        &mut self,
+        v: &Value,
+        now: Instant,
+        out: &mut Vec<String>,
+    ) -> Result<(), ProtocolError> {
+        if self.response.is_some() {
+            return Err(ProtocolError::NotReady(
+                "a response is already in progress (conversation_already_has_active_response)".into(),
+            ));
+        }
+        if self.conf.vad.is_some() {
+            // The duplex model decides when it speaks; this only flushes gathered audio.
+            if !self.step.is_empty() {
+                self.pad_step(now);
+            }
+            return Ok(());
+        }
+        let r = v.get("response").cloned().unwrap_or(Value::Null);
+        let audio = match r.get("modalities").or_else(|| r.get("output_modalities")) {
+            Some(m) => modalities(m, "response.modalities")?,
+            None => self.conf.audio_out,
+        };
+        if !self.items_pending.iter().any(|m| m.role == Role::User) {
+            return Err(ProtocolError::InvalidPayload(
+                "response: there is no new user input to answer (commit audio or create an item)".into(),
+            ));
+        }
+        if self.turns.len() >= self.limits.max_turns {
+            metrics().buffer_refusals.with_label_values(&["turns"]).inc();
+            return Err(ProtocolError::BufferFull(format!(
+                "response.create: {} answers are already in progress or waiting (at most {}, limits.max_pending_turns)",
+                self.turns.len(),
+                self.limits.max_turns
+            )));
+        }
+        let mut messages = self.items_pending.take();
+        if let Some(extra) = r.get("instructions").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+            messages.insert(0, ChatMessage::text(Role::System, extra));
+        }
+        let input = TurnInput {
+            messages,
+            generation: Generation {
+                max_new_tokens: self.conf.max_tokens,
+                temperature: self.conf.temperature,
+                ..Generation::default()
+            },
+            speech: audio,
+            ..TurnInput::default()
+        };
+        self.start_response(out, false, audio);
+        let id = self.response.as_ref().map(|r| r.id.clone());
+        self.turns.push_back(id);
+        self.command(Inbound::Turn { input, streaming: true });
+        Ok(())
+    }
+
+    pub(super) fn cancel(&mut self, out: &mut Vec<String>) -> Result<(), ProtocolError> {
+        if self.response.is_none() {
+            return Err(ProtocolError::NotReady(
+                "there is no response in progress to cancel (response_cancel_not_active)".into(),
+            ));
+        }
+        if let Some(r) = &self.response {
+            let id = r.id.clone();
+            for entry in self.turns.iter_mut().filter(|e| e.as_deref() == Some(id.as_str())) {
+                *entry = None;
+            }
+        }
+        self.finish_response(out, "cancelled", Some("client_cancelled"));
+        self.commands.push(Inbound::Interrupt);
+        Ok(())
+    }
+
+    pub(super) fn image(&mut self, v: &Value) -> Result<(), ProtocolError> {
+        if !self.heard_audio {
+            return Err(ProtocolError::NotReady("input_image_buffer.append: send audio before the first image".into()));
+        }
+        let b64 = field_str(v, "image")?;
+        self.admit("input_image_buffer.append", "images", b64.len() / 4 * 3)?;
+        let image = wire::decode_jpeg(b64, "image")?;
+        self.recorded = Some((Vec::new(), vec![image.clone()]));
+        self.frames.push(image);
+        Ok(())
+    }
+}
+
+/// The item as echoed in `conversation.item.created` / `.added`: the client's own fields,
+/// without the audio and image data it carried (as the OpenAI API does), so that an echo
+/// never doubles what a client sent.
+fn echo_item(item: &Value, item_id: &str) -> Value {
+    let mut echoed = item.clone();
+    echoed["id"] = json!(item_id);
+    echoed["object"] = json!("realtime.item");
+    echoed["status"] = json!("completed");
+    if let Some(parts) = echoed.get_mut("content").and_then(Value::as_array_mut) {
+        for part in parts {
+            if let Some(obj) = part.as_object_mut() {
+                match obj.get("type").and_then(Value::as_str) {
+                    Some("input_audio") => {
+                        obj.remove("audio");
+                        obj.entry("transcript").or_insert(Value::Null);
+                    }
+                    Some("input_image") => {
+                        obj.remove("image_url");
+                        obj.remove("image");
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    echoed
+}

@@ -1,0 +1,497 @@
+//! The OpenAI Realtime API shape, in three flavors: OpenAI GA, OpenAI beta
+//! (`OpenAI-Beta: realtime=v1`) and Qwen-Omni-Realtime (DashScope). Served from the same
+//! actors as every dialect: this codec turns the OpenAI conversation model into duplex
+//! steps or turn-mode answers and back.
+//!
+//! - `turn_detection: server_vad` (default): appended pcm16 audio, resampled to 16 kHz, is
+//!   gathered into one-second duplex steps. The model's listen/speak decisions drive the
+//!   turn events; an energy detector on the input gives `speech_started` and barge-in.
+//!   While a response is in progress and the client has stopped sending, the codec keeps
+//!   stepping the backend with silence at the backend's own pace.
+//! - `turn_detection: null`: `input_audio_buffer.commit` and `conversation.item.create`
+//!   collect items; `response.create` runs one turn-mode answer on them.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use std::sync::Arc;
+
+use omni_actors::dialect::{DecodeError, Dialect, RecordedMedia};
+use omni_actors::domain::{ChatMessage, Mode, SessionSetup};
+use omni_actors::protocol::{CloseReason, Inbound, Outbound, ProtocolError, QueueInfo};
+use omni_actors::recording::Redact;
+use serde_json::{Map, Value, json};
+
+use omni_actors::metrics::metrics;
+
+use super::Limits;
+use super::record::{AudioEncoding, JsonRedactor};
+use super::wire;
+use crate::audio::StreamResampler;
+use conf::Conf;
+use held::Counted;
+
+mod conf;
+mod held;
+mod input;
+mod output;
+#[cfg(test)]
+mod tests;
+
+/// Samples per duplex step: one second at 16 kHz.
+const STEP: usize = 16000;
+/// The client counts as idle (it stopped sending) after this long without audio.
+const IDLE: Duration = Duration::from_millis(300);
+/// A stalled turn is prompted with silent steps this far apart, this many times.
+const PAD_EVERY: Duration = Duration::from_millis(1000);
+const MAX_PADS: u32 = 5;
+/// Audio held while the session is being created: at most this many steps.
+const MAX_HELD_STEPS: usize = 30;
+/// VAD: 20 ms windows, 100 ms of voice make an onset.
+const VAD_WINDOW: usize = 320;
+const VAD_ONSET_WINDOWS: u32 = 5;
+/// Model output rate (the backend's 24 kHz).
+const OUTPUT_RATE: u32 = 24000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    Ga,
+    Beta,
+    Qwen,
+}
+
+impl Flavor {
+    fn name(self) -> &'static str {
+        match self {
+            Flavor::Ga => "openai",
+            Flavor::Beta => "openai-beta",
+            Flavor::Qwen => "qwen",
+        }
+    }
+    fn ga(self) -> bool {
+        self == Flavor::Ga
+    }
+    fn default_input_rate(self) -> u32 {
+        if self == Flavor::Qwen { 16000 } else { 24000 }
+    }
+    fn audio_delta(self) -> &'static str {
+        if self.ga() { "response.output_audio.delta" } else { "response.audio.delta" }
+    }
+    fn audio_done(self) -> &'static str {
+        if self.ga() { "response.output_audio.done" } else { "response.audio.done" }
+    }
+    fn transcript_delta(self) -> &'static str {
+        if self.ga() { "response.output_audio_transcript.delta" } else { "response.audio_transcript.delta" }
+    }
+    fn transcript_done(self) -> &'static str {
+        if self.ga() { "response.output_audio_transcript.done" } else { "response.audio_transcript.done" }
+    }
+    fn text_delta(self) -> &'static str {
+        if self.ga() { "response.output_text.delta" } else { "response.text.delta" }
+    }
+    fn text_done(self) -> &'static str {
+        if self.ga() { "response.output_text.done" } else { "response.text.done" }
+    }
+    fn item_created(self) -> &'static str {
+        if self.ga() { "conversation.item.added" } else { "conversation.item.created" }
+    }
+    /// Content part type of an assistant answer.
+    fn part_type(self, audio: bool) -> &'static str {
+        match (self.ga(), audio) {
+            (true, true) => "output_audio",
+            (true, false) => "output_text",
+            (false, true) => "audio",
+            (false, false) => "text",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Queued: nothing reaches the client but queue events.
+    Waiting,
+    /// A worker is assigned; the backend is being prepared.
+    Preparing,
+    Active,
+}
+
+/// The user's current spoken turn (server VAD).
+struct UserTurn {
+    item_id: String,
+    start_ms: u64,
+    announced: bool,
+    committed: bool,
+}
+
+/// A response in progress.
+struct Response {
+    id: String,
+    item_id: String,
+    /// output item and content part opened.
+    opened: bool,
+    /// From the duplex model (server VAD) rather than a turn-mode answer.
+    duplex: bool,
+    audio: bool,
+    text: String,
+    input_tokens: u64,
+    output_tokens: u64,
+    audio_samples: u64,
+    last_step: Instant,
+}
+
+pub struct Realtime {
+    flavor: Flavor,
+    model: String,
+    conf: Conf,
+    /// The setup the backend was last prepared with.
+    prepared: Option<SessionSetup>,
+    phase: Phase,
+    session_id: Option<String>,
+    update_pending: bool,
+    /// Replies held while the session is not created yet (the client hears nothing).
+    deferred: Counted<String>,
+    events: u64,
+    items: u64,
+    responses: u64,
+    last_item: Option<String>,
+    client_event_id: Option<String>,
+    // input
+    resampler: StreamResampler,
+    resampler_rate: u32,
+    step: Vec<f32>,
+    heard_audio: bool,
+    last_append: Option<Instant>,
+    received_samples: u64,
+    voiced_run: u32,
+    silent_run: u32,
+    /// The input detector hears the user speaking.
+    in_speech: bool,
+    user: Option<UserTurn>,
+    /// Manual mode: audio (16 kHz) not yet committed, and items not yet answered.
+    buffer: Vec<f32>,
+    items_pending: Counted<ChatMessage>,
+    /// Images not yet sent with a step or committed with an item.
+    frames: Counted<Vec<u8>>,
+    /// Input held while the session is being created.
+    held: Counted<Inbound>,
+    limits: Limits,
+    commands: Vec<Inbound>,
+    last_pad: Option<Instant>,
+    pads: u32,
+    response: Option<Response>,
+    /// Turn-mode answers asked for and not yet done, oldest first (the backend answers in
+    /// order): the response each belongs to, `None` once cancelled.
+    turns: VecDeque<Option<String>>,
+    recorded: Option<RecordedMedia>,
+}
+
+impl Realtime {
+    pub fn new(flavor: Flavor, model: &str, limits: Limits) -> Realtime {
+        let conf = Conf::new(flavor);
+        let rate = conf.input_rate;
+        Realtime {
+            flavor,
+            model: model.to_string(),
+            conf,
+            prepared: None,
+            phase: Phase::Waiting,
+            session_id: None,
+            update_pending: false,
+            deferred: Counted::default(),
+            events: 0,
+            items: 0,
+            responses: 0,
+            last_item: None,
+            client_event_id: None,
+            resampler: StreamResampler::new(rate, 16000).expect("valid default rates"),
+            resampler_rate: rate,
+            step: Vec::new(),
+            heard_audio: false,
+            last_append: None,
+            received_samples: 0,
+            voiced_run: 0,
+            silent_run: 0,
+            in_speech: false,
+            user: None,
+            buffer: Vec::new(),
+            items_pending: Counted::default(),
+            frames: Counted::default(),
+            held: Counted::default(),
+            limits,
+            commands: Vec::new(),
+            last_pad: None,
+            pads: 0,
+            response: None,
+            turns: VecDeque::new(),
+            recorded: None,
+        }
+    }
+
+    /// The public mode sessions of this dialect queue for.
+    pub fn mode() -> Mode {
+        Mode::Audio
+    }
+
+    fn event(&mut self, kind: &str, fields: Value) -> String {
+        self.events += 1;
+        let mut obj = Map::new();
+        obj.insert("type".into(), json!(kind));
+        obj.insert("event_id".into(), json!(format!("event_{}", self.events)));
+        if let Value::Object(f) = fields {
+            obj.extend(f);
+        }
+        Value::Object(obj).to_string()
+    }
+
+    /// Sends now, or holds until the session is created.
+    fn reply(&mut self, out: &mut Vec<String>, kind: &str, fields: Value) {
+        let frame = self.event(kind, fields);
+        if self.phase == Phase::Active {
+            out.push(frame);
+        } else {
+            self.deferred.push(frame);
+        }
+    }
+
+    /// Everything held for the client, in bytes.
+    fn held_bytes(&self) -> usize {
+        self.deferred.bytes()
+            + self.items_pending.bytes()
+            + self.frames.bytes()
+            + self.held.bytes()
+            + self.buffer.len() * 4
+    }
+
+    /// Refuses an event that would take what is held for the client past
+    /// `limits.max_buffered_bytes`; `buffer` names what would grow (and labels the metric).
+    fn admit(&self, event: &str, buffer: &'static str, extra: usize) -> Result<(), ProtocolError> {
+        let (held, max) = (self.held_bytes(), self.limits.max_buffered_bytes);
+        if held.saturating_add(extra) <= max {
+            return Ok(());
+        }
+        metrics().buffer_refusals.with_label_values(&[buffer]).inc();
+        Err(ProtocolError::BufferFull(format!(
+            "{event}: refused: the server already holds {held} bytes for this session (audio not yet \
+             committed, items and images not yet answered, replies not yet sent) and holds at most \
+             {max} (limits.max_buffered_mb); commit, clear or wait for the session to start"
+        )))
+    }
+
+    fn new_item(&mut self) -> String {
+        self.items += 1;
+        format!("item_{}", self.items)
+    }
+
+    fn received_ms(&self) -> u64 {
+        self.received_samples * 1000 / 16000
+    }
+
+    fn session_object(&self) -> Value {
+        let c = &self.conf;
+        let vad = c.vad.as_ref().map(|v| {
+            json!({"type": v.kind, "threshold": v.threshold, "prefix_padding_ms": v.prefix_padding_ms,
+                   "silence_duration_ms": v.silence_duration_ms, "create_response": true, "interrupt_response": true})
+        });
+        let id = self.session_id.clone().unwrap_or_default();
+        let tokens = c.max_tokens.map_or(json!("inf"), |n| json!(n));
+        match self.flavor {
+            Flavor::Ga => json!({
+                "type": "realtime", "object": "realtime.session", "id": id, "model": self.model,
+                "output_modalities": if c.audio_out { vec!["audio"] } else { vec!["text"] },
+                "instructions": c.instructions,
+                "audio": {
+                    "input": {"format": {"type": "audio/pcm", "rate": c.input_rate}, "turn_detection": vad,
+                              "transcription": null, "noise_reduction": null},
+                    "output": {"format": {"type": "audio/pcm", "rate": OUTPUT_RATE}, "voice": c.voice, "speed": 1.0},
+                },
+                "tools": [], "tool_choice": "auto", "max_output_tokens": tokens,
+            }),
+            Flavor::Beta | Flavor::Qwen => {
+                let format = if self.flavor == Flavor::Qwen { "pcm" } else { "pcm16" };
+                json!({
+                    "id": id, "object": "realtime.session", "model": self.model,
+                    "modalities": if c.audio_out { vec!["text", "audio"] } else { vec!["text"] },
+                    "instructions": c.instructions, "voice": c.voice,
+                    "input_audio_format": format, "output_audio_format": format,
+                    "input_audio_transcription": null, "turn_detection": vad,
+                    "tools": [], "tool_choice": "auto", "temperature": c.temperature.unwrap_or(0.8),
+                    "max_response_output_tokens": tokens,
+                })
+            }
+        }
+    }
+
+    /// Sends a command now, or holds it until the session is created.
+    fn command(&mut self, cmd: Inbound) {
+        if self.phase == Phase::Active {
+            self.commands.push(cmd);
+        } else {
+            if matches!(cmd, Inbound::Chunk(_)) && self.held.len() >= MAX_HELD_STEPS {
+                self.held.pop_front();
+            }
+            self.held.push(cmd);
+        }
+    }
+
+    fn send_step(&mut self, samples: Vec<f32>, force_listen: bool) {
+        let frames = self.frames.take();
+        self.command(Inbound::Chunk(omni_actors::domain::DuplexChunk {
+            audio: samples,
+            frames,
+            force_listen,
+            max_slice_nums: None,
+        }));
+    }
+
+    /// Fills the step with silence and sends it (the client stopped sending).
+    fn pad_step(&mut self, now: Instant) {
+        let mut samples = std::mem::take(&mut self.step);
+        samples.resize(STEP, 0.0);
+        self.last_pad = Some(now);
+        self.send_step(samples, false);
+    }
+
+    fn client_idle(&self, now: Instant) -> bool {
+        self.last_append.is_none_or(|t| now.duration_since(t) >= IDLE)
+    }
+}
+
+impl Dialect for Realtime {
+    fn name(&self) -> &'static str {
+        self.flavor.name()
+    }
+
+    fn redactor(&self) -> Arc<dyn Redact> {
+        JsonRedactor::shared(AudioEncoding::Pcm16)
+    }
+
+    fn decode(&mut self, text: &str, replies: &mut Vec<String>) -> Result<Vec<Inbound>, DecodeError> {
+        let kind = wire::event_type(text)?.into_owned();
+        let v: Value = serde_json::from_str(text).map_err(|e| DecodeError::Unparseable(e.to_string()))?;
+        self.client_event_id = v.get("event_id").and_then(Value::as_str).map(String::from);
+        self.recorded = None;
+        let now = Instant::now();
+        if self.phase != Phase::Active && !matches!(kind.as_str(), "session.update" | "session.finish") {
+            // Replies to anything else are held until the session is created.
+            self.admit(&kind, "replies", 1)?;
+        }
+        match kind.as_str() {
+            "session.update" => self.update(&v, replies)?,
+            "input_audio_buffer.append" => self.append(&v, now, replies)?,
+            "input_audio_buffer.commit" => self.commit(now, replies)?,
+            "input_audio_buffer.clear" => {
+                self.buffer.clear();
+                self.step.clear();
+                self.reply(replies, "input_audio_buffer.cleared", json!({}));
+            }
+            "input_image_buffer.append" => self.image(&v)?,
+            "conversation.item.create" => self.create_item(&v, replies)?,
+            "response.create" => self.create_response(&v, now, replies)?,
+            "response.cancel" => self.cancel(replies)?,
+            "session.finish" => return Ok(vec![Inbound::Close { reason: Some("finished".into()) }]),
+            other => return Err(ProtocolError::UnknownEvent(format!("unknown event type '{other}'")).into()),
+        }
+        Ok(std::mem::take(&mut self.commands))
+    }
+
+    fn encode(&mut self, event: Outbound<'_>, out: &mut Vec<String>) {
+        match event {
+            Outbound::Queued(q) | Outbound::QueueUpdate(q) => {
+                let kind = if matches!(event, Outbound::Queued(_)) { "session.queued" } else { "session.queue_update" };
+                let QueueInfo { ticket, position, estimated_wait_s, queue_length } = q;
+                let frame = self.event(kind, json!({"position": position, "estimated_wait_s": (estimated_wait_s * 10.0).round() / 10.0,
+                                                   "ticket_id": format!("ticket_{ticket}"), "queue_length": queue_length}));
+                out.push(frame);
+            }
+            Outbound::QueueDone => {
+                // Its clients never initialise: the session starts with the configuration so far.
+                self.phase = Phase::Preparing;
+                let setup = self.conf.setup();
+                self.prepared = Some(setup.clone());
+                self.commands.push(Inbound::Init(setup));
+            }
+            Outbound::Created { session_id, .. } => {
+                self.session_id = Some(session_id.to_string());
+                self.phase = Phase::Active;
+                let body = json!({"session": self.session_object()});
+                out.push(self.event("session.created", body));
+                if std::mem::take(&mut self.update_pending) {
+                    let body = json!({"session": self.session_object()});
+                    out.push(self.event("session.updated", body));
+                }
+                out.extend(self.deferred.take());
+                let held = self.held.take();
+                self.commands.extend(held);
+                self.reconfigure_if_changed();
+            }
+            Outbound::Reconfigured { .. } => {}
+            Outbound::Step { outcome, .. } => self.on_step(outcome, out),
+            Outbound::TurnDelta { text, audio, .. } => {
+                if self.turn_is_current(self.turns.front().cloned().flatten()) {
+                    self.delta(out, text, audio);
+                }
+            }
+            Outbound::TurnDone { input_tokens, output_tokens, cancelled, .. } => {
+                let owner = self.turns.pop_front().flatten();
+                if self.turn_is_current(owner)
+                    && let Some(r) = self.response.as_mut()
+                {
+                    r.input_tokens = input_tokens as u64;
+                    r.output_tokens = output_tokens as u64;
+                    self.finish_response(out, if cancelled { "cancelled" } else { "completed" }, None);
+                }
+            }
+            Outbound::Error(e) => {
+                // An answer that failed ends its response.
+                if matches!(e, ProtocolError::Inference(_)) && self.conf.vad.is_none() && !self.turns.is_empty() {
+                    let owner = self.turns.pop_front().flatten();
+                    if self.turn_is_current(owner) {
+                        self.finish_response(out, "failed", Some("error"));
+                    }
+                }
+                let frame = self.error_event(e);
+                out.push(frame);
+            }
+            Outbound::Closed { reason, .. } => match reason {
+                CloseReason::Client(r) if r == "finished" => out.push(self.event("session.finished", json!({}))),
+                CloseReason::Client(_) => {}
+                other => {
+                    let code = if *other == CloseReason::Timeout { "session_expired" } else { other.as_str() };
+                    let message = format!("the session ended: {}", other.as_str());
+                    let frame = self.event("error", json!({"error": {"type": "server_error", "code": code, "message": message, "param": null, "event_id": null}}));
+                    out.push(frame);
+                }
+            },
+        }
+    }
+
+    fn take_commands(&mut self) -> Vec<Inbound> {
+        std::mem::take(&mut self.commands)
+    }
+
+    fn take_recorded_media(&mut self) -> Option<RecordedMedia> {
+        self.recorded.take()
+    }
+
+    fn tick_interval(&self) -> Option<Duration> {
+        Some(Duration::from_millis(100))
+    }
+
+    fn tick(&mut self, now: Instant, _out: &mut Vec<String>) {
+        if self.phase != Phase::Active || self.conf.vad.is_none() || !self.client_idle(now) {
+            return;
+        }
+        let due = self.last_pad.is_none_or(|t| now.duration_since(t) >= PAD_EVERY);
+        match &self.response {
+            // A speaking model whose steps stopped coming (one was dropped): keep it going.
+            Some(r) if r.duplex && now.duration_since(r.last_step) >= PAD_EVERY && due => self.pad_step(now),
+            Some(_) => {}
+            // The user spoke and went quiet before a full step: let the model hear the pause.
+            None if self.user.is_some() && due && self.pads < MAX_PADS => {
+                self.pads += 1;
+                self.pad_step(now);
+            }
+            None => {}
+        }
+    }
+}
