@@ -8,3 +8,5 @@ if ! .venv/bin/python -c "import openai, dashscope, websockets" 2>/dev/null; the
   .venv/bin/pip install --quiet --disable-pip-version-check -r tests/sdk/requirements.txt
 fi
 cargo test --workspace "$@"
+# The official SDK clients' test (ignored by plain `cargo test`, which has no .venv).
+cargo test --test sdk_clients "$@" -- --ignored

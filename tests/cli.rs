@@ -34,7 +34,10 @@ fn check_config_opens_every_backend_with_its_options() {
     ] {
         let (code, _, stderr) = check(&format!("[[workers]]\n[workers.options]\n{options}\n"));
         assert_eq!(code, Some(1), "{options}: {stderr}");
-        assert!(stderr.contains("workers[0].options: the backend refuses to open") && stderr.contains(refused), "{stderr}");
+        assert!(
+            stderr.contains("workers[0].options: the backend refuses to open") && stderr.contains(refused),
+            "{stderr}"
+        );
     }
     // The same through a library in its own process, as the server would open it.
     let (code, _, stderr) = check(&format!(
@@ -68,7 +71,10 @@ fn a_library_that_does_not_load_is_reported_with_the_loaders_own_words() {
     std::fs::write(&path, "[[workers]]\nbackend = \"library\"\nlibrary = \"notalib.so\"\n").unwrap();
     let out = gateway().arg("check-config").arg(&path).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("cannot load the library: dlopen failed: ") && stderr.contains("file too short"), "{stderr}");
+    assert!(
+        stderr.contains("cannot load the library: dlopen failed: ") && stderr.contains("file too short"),
+        "{stderr}"
+    );
 }
 
 #[test]

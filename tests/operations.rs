@@ -6,7 +6,7 @@ mod common;
 /// An admin key for the tests (keys are at least 16 bytes).
 const ADMIN: &str = "admin-key-for-tests-0";
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -276,8 +276,7 @@ async fn shutdown_tells_everyone_finalizes_recordings_and_exits_0() {
     let status = server.wait_exit(Duration::from_secs(10)).expect("the server exits");
     assert_eq!(status.code(), Some(0), "{}", server.logs());
     assert!(signalled.elapsed() < Duration::from_secs(5), "within the grace period");
-    let meta: Value =
-        serde_json::from_slice(&std::fs::read(server.recording(&id).join("meta.json")).unwrap()).unwrap();
+    let meta: Value = serde_json::from_slice(&std::fs::read(server.recording(&id).join("meta.json")).unwrap()).unwrap();
     assert_eq!(meta["close_reason"], "server_shutdown");
     assert!(server.logs().contains("1 of 1 backends closed"), "{}", server.logs());
 }

@@ -350,9 +350,8 @@ async fn force_listen_mid_speech_discards_the_rest_of_that_response() {
     // Speaking steps take 30 s (listening ones none), longer than this test waits for any
     // event: the listens below arrive only because the interrupt reaches the backend and
     // cuts the speaking step short, and the force-listen reaches it before the pending step.
-    let server = Server::ready(
-        Setup::default().limits("step_timeout_ms = 120000").workers(workers(1, "token_ms = 30000")),
-    );
+    let server =
+        Server::ready(Setup::default().limits("step_timeout_ms = 120000").workers(workers(1, "token_ms = 30000")));
     let mut c = active(&server, "video").await;
     c.send(append(&loud())).await;
     answer_to(&mut c, "input_1").await;

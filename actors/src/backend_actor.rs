@@ -698,3 +698,84 @@ impl Handler<Stop> for BackendActor {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool_actor::WorkerEvent;
+
+    /// Collects what a session would hear.
+    struct Ear(std::sync::mpsc::Sender<String>);
+    impl Actor for Ear {
+        type Context = Context<Self>;
+    }
+    impl Handler<BackendEvent> for Ear {
+        type Result = ();
+        fn handle(&mut self, e: BackendEvent, _: &mut Context<Self>) {
+            let _ = self.0.send(match e {
+                BackendEvent::Attached(Err(e)) => format!("attach refused: {}: {e}", e.code()),
+                BackendEvent::Attached(Ok(())) => "attached".into(),
+                BackendEvent::Failed { reason } => format!("failed: {reason}"),
+                BackendEvent::Drained => "drained".into(),
+                _ => "other".into(),
+            });
+        }
+    }
+    struct Pool;
+    impl Actor for Pool {
+        type Context = Context<Self>;
+    }
+    impl Handler<WorkerEvent> for Pool {
+        type Result = ();
+        fn handle(&mut self, _: WorkerEvent, _: &mut Context<Self>) {}
+    }
+
+    #[actix::test]
+    async fn messages_to_a_worker_that_is_gone_are_answered_not_lost() {
+        let limits = BackendLimits {
+            max_pending_chunks: 2,
+            step_timeout: Duration::from_secs(1),
+            open_timeout: Duration::from_secs(10),
+        };
+        let factory: BackendFactory = Arc::new(|| Err(BackendError::Open("no model".into())));
+        let worker = BackendActor::new(0, "gone".into(), 1, factory, limits, Pool.start().recipient()).start();
+        // Its backend does not open: the actor stops.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while worker.connected() {
+            assert!(Instant::now() < deadline, "the worker's actor should have stopped");
+            actix::clock::sleep(Duration::from_millis(5)).await;
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let ear = Ear(tx).start().recipient();
+        let attach =
+            Attach { key: 1, label: "c1".into(), mode: Mode::Audio, reply: Delivery::new(ear.clone(), Lost::Attach) };
+        worker.do_send(attach);
+        worker.do_send(Prepare {
+            key: 1,
+            session_id: "s".into(),
+            dialect: "minicpm",
+            setup: SessionSetup::new(crate::domain::SessionKind::Duplex),
+            reply: Delivery::new(ear.clone(), Lost::Work),
+        });
+        worker.do_send(Drain { key: 1, reply: Delivery::new(ear, Lost::Drain) });
+        let mut heard = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while heard.len() < 3 {
+            match rx.try_recv() {
+                Ok(h) => heard.push(h),
+                Err(_) => {
+                    assert!(Instant::now() < deadline, "answers so far: {heard:?}");
+                    actix::clock::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        }
+        assert_eq!(
+            heard,
+            [
+                "attach refused: worker_connect_failed: the worker stopped before the session could take it",
+                "failed: the worker stopped",
+                "drained",
+            ]
+        );
+    }
+}

@@ -30,6 +30,8 @@ pub struct Setup {
     pub workers: String,
     /// Whole sections appended at the end (e.g. `[server.tls]`).
     pub extra: Vec<String>,
+    /// Run this executable instead of the one cargo built.
+    pub binary: Option<std::path::PathBuf>,
 }
 
 impl Default for Setup {
@@ -43,6 +45,7 @@ impl Default for Setup {
             admin: None,
             workers: workers(1, ""),
             extra: vec![],
+            binary: None,
         }
     }
 }
@@ -76,6 +79,10 @@ impl Setup {
     pub fn admin_key(mut self, key: &str) -> Self {
         self.auth.push(format!("admin_key = \"{key}\""));
         self.admin = Some(key.into());
+        self
+    }
+    pub fn binary(mut self, path: &std::path::Path) -> Self {
+        self.binary = Some(path.to_path_buf());
         self
     }
     pub fn extra(mut self, section: &str) -> Self {
@@ -139,7 +146,8 @@ impl Server {
     pub fn start_in(setup: Setup, dir: tempfile::TempDir) -> Server {
         let path = dir.path().join("config.toml");
         std::fs::write(&path, setup.render()).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_omni-gateway"))
+        let exe = setup.binary.clone().unwrap_or_else(|| env!("CARGO_BIN_EXE_omni-gateway").into());
+        let mut child = Command::new(exe)
             .arg("--config")
             .arg(&path)
             .env("RUST_LOG", "debug,actix_server=warn,actix_http=warn")
@@ -249,7 +257,9 @@ impl Server {
     pub fn metric(&self, name: &str) -> f64 {
         let (_, body) = self.admin_get("/metrics");
         body.lines()
-            .find_map(|l| l.strip_prefix(name).filter(|rest| rest.starts_with(' ')).and_then(|rest| rest.trim().parse().ok()))
+            .find_map(|l| {
+                l.strip_prefix(name).filter(|rest| rest.starts_with(' ')).and_then(|rest| rest.trim().parse().ok())
+            })
             .unwrap_or(0.0)
     }
 
@@ -282,6 +292,24 @@ impl Server {
             assert!(Instant::now() < deadline, "no finished recording for {session_id}");
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The server's resident memory now and at its peak, in MB (`/proc/PID/status`).
+    pub fn memory_mb(&self) -> (f64, f64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        let kb = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        (kb("VmRSS:") / 1024.0, kb("VmHWM:") / 1024.0)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The process is still running.
@@ -444,9 +472,12 @@ impl Client {
 
     /// The next event or close, within `WAIT`; pings and pongs are skipped.
     pub async fn next(&mut self) -> Seen {
+        // One deadline for the event, whatever pings come meanwhile.
+        let deadline = tokio::time::Instant::now() + WAIT;
         loop {
-            let msg =
-                tokio::time::timeout(WAIT, self.ws.next()).await.expect("no event in time; seen so far in `seen`");
+            let msg = tokio::time::timeout_at(deadline, self.ws.next())
+                .await
+                .unwrap_or_else(|_| panic!("no event within {WAIT:?}; seen so far: {:?}", self.seen));
             match msg {
                 Some(Ok(Message::Text(t))) => {
                     let v: Value = serde_json::from_str(&t).expect("server sent non-JSON text");

@@ -174,6 +174,9 @@ impl Realtime {
             .map_err(|_| ProtocolError::MissingField("item.role is required".into()))?
             .parse()
             .map_err(|e| invalid("item.role", e))?;
+        // What the item will hold, from the sizes of its fields: refused before any of it is
+        // decoded or resampled.
+        self.admit("conversation.item.create", "items", self.estimate_item(item))?;
         let mut message = ChatMessage::text(role, "");
         for (i, part) in item.get("content").and_then(Value::as_array).into_iter().flatten().enumerate() {
             let at = format!("item.content[{i}]");
@@ -218,6 +221,20 @@ impl Realtime {
         self.items_pending.push(message);
         self.reply(out, self.flavor.item_created(), json!({"previous_item_id": previous, "item": echoed}));
         Ok(())
+    }
+
+    /// The bytes an item's content will take once decoded (pcm16 at the input rate becomes
+    /// 16 kHz float32), from the lengths of its base64 fields.
+    fn estimate_item(&self, item: &Value) -> usize {
+        let parts = item.get("content").and_then(Value::as_array).into_iter().flatten();
+        parts
+            .map(|part| {
+                let b64 = |k: &str| part.get(k).and_then(Value::as_str).map_or(0, str::len);
+                let decoded = |n: usize| n / 4 * 3;
+                let audio_samples = decoded(b64("audio")) / 2 * 16000 / self.conf.input_rate as usize;
+                audio_samples * 4 + decoded(b64("image_url").max(b64("image"))) + b64("text")
+            })
+            .sum()
     }
 
     pub(super) fn create_response(
