@@ -7,6 +7,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use omni_actors::dialect::Dialect;
 use omni_actors::domain::{Mode, StepKind, StepOutcome};
 use omni_actors::protocol::{Inbound, Outbound};
+use omni_gateway::dialect::Limits;
 use omni_gateway::dialect::minicpm::Current;
 use omni_gateway::dialect::wire;
 
@@ -19,7 +20,7 @@ fn append_event() -> String {
 
 fn decode(c: &mut Criterion) {
     let text = append_event();
-    let mut dialect = Current::new(Mode::Audio, 4000);
+    let mut dialect = Current::new(Mode::Audio, Limits::default());
     let mut group = c.benchmark_group("decode");
     group.throughput(Throughput::Bytes(text.len() as u64));
     group.bench_function("input.append 1 s (85 KB) to samples", |b| {
@@ -47,7 +48,7 @@ fn encode(c: &mut Criterion) {
         prefill_us: 10,
         generate_us: 20,
     };
-    let mut dialect = Current::new(Mode::Audio, 4000);
+    let mut dialect = Current::new(Mode::Audio, Limits::default());
     let mut out = Vec::new();
     let mut group = c.benchmark_group("encode");
     group.throughput(Throughput::Bytes(24000 * 4));
@@ -67,5 +68,47 @@ fn encode(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, decode, encode);
+/// The two base64 crates on the hot path's payloads: one second of input (64,000 bytes of
+/// float32) decoded into a buffer, one second of output (96,000 bytes) encoded.
+fn base64_crates(c: &mut Criterion) {
+    use base64::Engine;
+    let input: Vec<u8> = (0..64_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    let output: Vec<u8> = (0..96_000u32).map(|i| (i.wrapping_mul(40_503) >> 8) as u8).collect();
+    let b64_in = base64::engine::general_purpose::STANDARD.encode(&input);
+    let mut group = c.benchmark_group("base64");
+    group.throughput(Throughput::Bytes(input.len() as u64));
+    group.bench_function("decode 1 s in: base64 (decode_slice)", |b| {
+        let mut buf = vec![0u8; input.len()];
+        b.iter(|| base64::engine::general_purpose::STANDARD.decode_slice(black_box(&b64_in), &mut buf).unwrap())
+    });
+    group.bench_function("decode 1 s in: base64-simd", |b| {
+        let mut buf = vec![0u8; input.len()];
+        b.iter(|| {
+            base64_simd::STANDARD
+                .decode(black_box(b64_in.as_bytes()), base64_simd::Out::from_slice(&mut buf))
+                .map(|d| d.len())
+                .unwrap()
+        })
+    });
+    group.throughput(Throughput::Bytes(output.len() as u64));
+    group.bench_function("encode 1 s out: base64 (encode_string)", |b| {
+        let mut s = String::with_capacity(130_000);
+        b.iter(|| {
+            s.clear();
+            base64::engine::general_purpose::STANDARD.encode_string(black_box(&output), &mut s);
+            s.len()
+        })
+    });
+    group.bench_function("encode 1 s out: base64-simd", |b| {
+        let mut s = String::with_capacity(130_000);
+        b.iter(|| {
+            s.clear();
+            base64_simd::STANDARD.encode_append(black_box(&output), &mut s);
+            s.len()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, decode, encode, base64_crates);
 criterion_main!(benches);

@@ -23,6 +23,9 @@ trap cleanup EXIT
 cat > "$out/config.toml" <<TOML
 [server]
 bind = "127.0.0.1:$port"
+# every client of this script comes from 127.0.0.1
+max_connections_per_ip = 0
+max_waiting_per_ip = 0
 [[workers]]
 name = "w"
 count = 4

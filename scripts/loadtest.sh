@@ -19,6 +19,9 @@ trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm
 cat > "$dir/config.toml" <<TOML
 [server]
 bind = "127.0.0.1:$port"
+# every client of this script comes from 127.0.0.1
+max_connections_per_ip = 0
+max_waiting_per_ip = 0
 [queue]
 max_waiting = 20000
 [[workers]]

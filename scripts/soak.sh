@@ -24,6 +24,9 @@ threads=$((sessions * 92 / 100))
 cat > "$out/config.toml" <<TOML
 [server]
 bind = "127.0.0.1:$port"
+# every client of this script comes from 127.0.0.1
+max_connections_per_ip = 0
+max_waiting_per_ip = 0
 [queue]
 max_waiting = 5000
 [recording]

@@ -204,7 +204,24 @@ pub fn wav_to_16k_mono(bytes: &[u8], limits: AudioLimits) -> Result<Vec<f32>, St
     resample(&mono, rate, 16000)
 }
 
-/// Writes mono float32 samples as a 32-bit float WAV file.
+pub use omni_actors::recorder::{to_i24, wav_spec};
+
+/// Writes mono float32 samples as a 24-bit PCM WAV file.
+pub fn encode_wav(samples: &[f32], rate: u32) -> Vec<u8> {
+    let mut cursor = Cursor::new(Vec::with_capacity(68 + samples.len() * 3));
+    {
+        let mut w =
+            hound::WavWriter::new(&mut cursor, wav_spec(rate)).expect("writing a WAV header to memory cannot fail");
+        for &s in samples {
+            w.write_sample(to_i24(s)).expect("writing to memory cannot fail");
+        }
+        w.finalize().expect("writing to memory cannot fail");
+    }
+    cursor.into_inner()
+}
+
+/// Writes mono float32 samples as a 32-bit float WAV file (for tests that need the exact
+/// samples back).
 pub fn encode_wav_f32(samples: &[f32], rate: u32) -> Vec<u8> {
     let spec = hound::WavSpec {
         channels: 1,
@@ -318,6 +335,22 @@ mod tests {
         let (back, rate) = decode_wav(&encode_wav_f32(&input, 16000), LIMITS).unwrap();
         assert_eq!((back, rate), (input, 16000));
         assert!(decode_wav(b"RIFF....WAVEnope", LIMITS).unwrap_err().starts_with("not a PCM WAV file"));
+    }
+
+    #[test]
+    fn the_wavs_the_gateway_writes_are_24_bit_pcm_and_round_trip() {
+        let input = tone(24000, 0.5, 300.0);
+        let wav = encode_wav(&input, 24000);
+        let reader = hound::WavReader::new(Cursor::new(&wav)).unwrap();
+        let spec = reader.spec();
+        assert_eq!((spec.sample_format, spec.bits_per_sample, spec.channels), (hound::SampleFormat::Int, 24, 1));
+        let (back, rate) = decode_wav(&wav, LIMITS).unwrap();
+        assert_eq!(rate, 24000);
+        let worst = input.iter().zip(&back).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(worst < 1e-6, "24 bits keep the float's precision: {worst}");
+        // The fmt chunk: EXTENSIBLE with the PCM sub-format (what sox reads without a warning).
+        assert_eq!(&wav[20..22], &[0xFE, 0xFF]);
+        assert_eq!(&wav[44..46], &[1, 0], "PCM sub-format");
     }
 
     #[test]

@@ -44,8 +44,9 @@ impl Gateway {
     /// recording thread. Must run inside an actix system.
     pub fn start(config: Arc<Config>) -> Gateway {
         let modes: Vec<Vec<Mode>> = config.workers.iter().map(|w| w.modes.clone()).collect();
-        // Until sessions have ended, a waiting client's ETA assumes sessions run to their limit.
-        let average = [Mode::Chat, Mode::Video, Mode::Audio].map(|m| config.limits.session_limit(m));
+        // Until sessions have ended, a waiting client's ETA assumes the typical length of a
+        // session of each mode; the lengths measured as sessions end are blended in.
+        let average = [Mode::Chat, Mode::Video, Mode::Audio].map(|m| config.queue.typical(m));
         let queue = QueueActor::new(
             &modes,
             config.queue.max_waiting,
@@ -280,9 +281,14 @@ pub fn run(config: Config) -> Result<(), String> {
             .map_err(|e| listen_error(addr, &e))?;
         }
         let scheme = if gateway.config.tls.is_some() { "https/wss" } else { "http/ws" };
-        for addr in server.addrs() {
+        let addrs = server.addrs();
+        for addr in &addrs {
             log::info!("omni-gateway listening on {addr} ({scheme})");
             println!("omni-gateway listening on {addr}");
+        }
+        if let (Some(addr), None) = (addrs.first(), &gateway.config.tls) {
+            let me = std::env::args().next().unwrap_or_else(|| "omni-gateway".into());
+            println!("try it (Ctrl-C stops the server gracefully): {me} probe --mode audio --url ws://{addr}");
         }
         let server = server.run();
         actix_web::rt::spawn(shutdown_on_signal(server.handle(), gateway.clone()));

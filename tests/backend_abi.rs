@@ -134,6 +134,26 @@ fn force_listen_ends_speech_by_flag_and_from_another_thread() {
 }
 
 #[test]
+fn a_force_listen_given_both_ways_is_consumed_once() {
+    // The gateway force-listens a backend twice for one chunk: the any-thread call (to
+    // overtake the backlog) and the chunk's flag. Both are consumed by that step: the
+    // steps after it hear normally (a short-circuit once left the pending call for the
+    // next step, which then lost the speech it heard).
+    for (build, api) in builds() {
+        let mut b = duplex(&api, &[]);
+        b.control().set_force_listen(true);
+        let forced = DuplexChunk { force_listen: true, ..chunk(quiet()) };
+        assert_eq!(run_duplex_step(b.as_mut(), &forced).unwrap().kind, StepKind::Listen, "{build}");
+        assert_eq!(run_duplex_step(b.as_mut(), &chunk(loud())).unwrap().kind, StepKind::Listen, "{build}: speech");
+        assert_eq!(
+            run_duplex_step(b.as_mut(), &chunk(quiet())).unwrap().kind,
+            StepKind::Speak,
+            "{build}: the speech after the force-listen was heard"
+        );
+    }
+}
+
+#[test]
 fn any_thread_calls_reach_a_step_in_flight_on_the_worker_thread() {
     for (build, api) in builds() {
         let factory = {

@@ -34,6 +34,8 @@ fn recorded() -> Setup {
 #[tokio::test]
 async fn a_complete_duplex_session_is_recorded() {
     let server = Server::ready(recorded());
+    let root = server.dir().join("recordings");
+    server.wait_log(&format!("recording is on: every session is recorded under {}", root.display()), WAIT);
     let mut c = connected(&server, "video").await;
     c.send(json!({"type": "session.init", "payload": {"system_prompt": "You are a test."}})).await;
     let id = c.expect("session.created").await["session_id"].as_str().unwrap().to_string();

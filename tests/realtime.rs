@@ -504,3 +504,14 @@ async fn client_disconnect_in_every_state_leaves_every_worker_idle() {
     answer_to(&mut c, "input_1").await;
     assert!(server.status()["workers"][0]["sessions_served"].as_u64().unwrap() >= 4);
 }
+
+#[tokio::test]
+async fn the_first_estimate_is_the_typical_session_not_the_time_limit() {
+    let server = Server::ready(Setup::default().queue("typical_chat_s = 45"));
+    let _holder = active(&server, "chat").await;
+    let mut c = Client::connect(&server.url("/v1/realtime?mode=chat")).await;
+    let queued = c.expect("session.queued").await;
+    let eta = queued["estimated_wait_s"].as_f64().unwrap();
+    assert!((40.0..=45.0).contains(&eta), "a typical chat session (45 s), not the 600 s limit: {eta}");
+    assert!(server.logs().contains("recording is off ([recording] enabled = false)"), "the start says so");
+}

@@ -85,6 +85,14 @@ fn probe_streams_a_wav_and_saves_the_reply() {
     assert_eq!(s["errors"].as_array().unwrap().len(), 0);
     let reply = hound::WavReader::open(&out).unwrap();
     assert_eq!((reply.spec().sample_rate, reply.duration()), (24000, 60000));
+    // sox reads it without a warning (.ci/run installs sox; a machine without it says so).
+    match Command::new("soxi").arg(&out).output() {
+        Ok(soxi) => {
+            let said = String::from_utf8_lossy(&soxi.stderr);
+            assert!(soxi.status.success() && !said.contains("WARN"), "soxi: {said}");
+        }
+        Err(_) => eprintln!("soxi not installed: the WAV header was not checked by sox"),
+    }
 }
 
 #[test]
@@ -159,7 +167,11 @@ fn loadgen_runs_five_sessions_for_five_seconds() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "{stdout}{}", String::from_utf8_lossy(&run.stderr));
-    assert!(stdout.contains("chunk round trip (ms)"), "{stdout}");
+    for row in ["sessions     5 started, 5 finished, 0 gave up waiting", "chunk round trip", " ms", "latency"] {
+        assert!(stdout.contains(row), "{row} missing from\n{stdout}");
+    }
+    assert!(!stdout.contains("0.16766852900810894") && !stdout.contains("{\""), "no raw floats or JSON: {stdout}");
+    assert!(r_queue_wait_is_measured_below_a_millisecond(&out));
     let r: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     assert_eq!(r["errors"], serde_json::json!({}), "{r}");
     assert_eq!(r["sessions"]["finished"], 5);
@@ -178,4 +190,63 @@ fn loadgen_runs_five_sessions_for_five_seconds() {
     assert!(0.0 < p50 && p50 <= p90 && p90 <= p99 && p99 <= max && max < 1000.0, "{rtt}");
     assert_eq!(r["queue_wait_ms"]["count"], 5);
     server.wait_idle();
+}
+
+fn r_queue_wait_is_measured_below_a_millisecond(out: &std::path::Path) -> bool {
+    let r: Value = serde_json::from_slice(&std::fs::read(out).unwrap()).unwrap();
+    r["queue_wait_ms"]["p50"].as_f64().unwrap() > 0.0
+}
+
+#[test]
+fn loadgen_says_why_when_sessions_cannot_all_be_served() {
+    let server = Server::ready(Setup::default().workers(workers(1, "")));
+    let run = gateway()
+        .args(["loadgen", "--sessions", "3", "--duration", "2", "--ramp", "0.2", "--max-wait", "1", "--quiet", "--url"])
+        .arg(format!("ws://{}", server.addr))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    assert_eq!(run.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stderr.contains("warning: sessions wait in the server's queue"), "{stderr}");
+    assert!(stderr.contains("gave up waiting for a worker"), "{stderr}");
+    assert!(stdout.contains("2 gave up waiting"), "{stdout}");
+    server.wait_idle();
+}
+
+#[test]
+fn probe_answers_without_a_wav_and_prints_what_it_receives() {
+    let server = Server::ready(Setup::default());
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("ws://{}", server.addr);
+    let run = gateway()
+        .args(["probe", "--mode", "audio", "--speed", "20", "--json", "--url", &url, "--out"])
+        .arg(dir.path().join("r.wav"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}");
+    assert!(stdout.contains("no --wav given: sending 2 s of a synthetic voice"), "{stdout}");
+    let s = last_json(&stdout);
+    assert_eq!(s["text"], "Reply 1: I heard 2.0 seconds of speech. Still talking (2). Over.");
+    // Each text line shows what arrived, not the running total.
+    let texts: Vec<&str> = stdout.lines().filter(|l| l.contains("] text ")).collect();
+    assert_eq!(texts.len(), 3, "{stdout}");
+    assert!(texts[1].ends_with("\" Still talking (2).\""), "{}", texts[1]);
+
+    let run = gateway()
+        .args(["probe", "--mode", "video", "--speed", "20", "--url", &url, "--out"])
+        .arg(dir.path().join("v.wav"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(stdout.contains("video mode without --frames: no frames are sent"), "{stdout}");
+
+    let run = gateway()
+        .args(["probe", "--mode", "chat", "--message", "Reply with exactly: hi", "--url", &url, "--out"])
+        .arg(dir.path().join("c.wav"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(stdout.contains("messages sent      1") && stdout.contains("answers            1"), "{stdout}");
+    assert!(!stdout.contains("chunks sent"), "{stdout}");
 }

@@ -11,6 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use actix_web::web::Bytes;
+
 /// The rate a connection may send messages at.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RateLimit {
@@ -137,43 +139,49 @@ pub struct Fragments {
     budget: Arc<FragmentBudget>,
     max_message: usize,
     timeout: Duration,
-    buf: Option<Vec<u8>>,
+    /// The frames received, as received (no copy until the message is whole), and their length.
+    parts: Option<(Vec<Bytes>, usize)>,
     started: Option<Instant>,
 }
 
 impl Fragments {
     pub fn new(budget: Arc<FragmentBudget>, max_message: usize, timeout: Duration) -> Fragments {
-        Fragments { budget, max_message, timeout, buf: None, started: None }
+        Fragments { budget, max_message, timeout, parts: None, started: None }
     }
 
     /// The first frame of a fragmented message.
-    pub fn first(&mut self, data: &[u8], now: Instant) -> Result<(), FragmentRefusal> {
+    pub fn first(&mut self, data: Bytes, now: Instant) -> Result<(), FragmentRefusal> {
         self.clear();
-        self.buf = Some(Vec::new());
+        self.parts = Some((Vec::new(), 0));
         self.started = Some(now);
         self.append(data)
     }
 
     /// A continuation frame.
-    pub fn append(&mut self, data: &[u8]) -> Result<(), FragmentRefusal> {
-        let Some(buf) = self.buf.as_mut() else { return Err(FragmentRefusal::NotStarted) };
-        if buf.len() + data.len() > self.max_message {
+    pub fn append(&mut self, data: Bytes) -> Result<(), FragmentRefusal> {
+        let Some((parts, len)) = self.parts.as_mut() else { return Err(FragmentRefusal::NotStarted) };
+        if *len + data.len() > self.max_message {
             return Err(FragmentRefusal::TooBig);
         }
         if !self.budget.take(data.len()) {
             return Err(FragmentRefusal::BudgetFull);
         }
-        buf.extend_from_slice(data);
+        *len += data.len();
+        parts.push(data);
         Ok(())
     }
 
     /// The last frame: the whole message (its bytes leave the budget).
-    pub fn finish(&mut self, data: &[u8]) -> Result<Vec<u8>, FragmentRefusal> {
+    pub fn finish(&mut self, data: Bytes) -> Result<Vec<u8>, FragmentRefusal> {
         self.append(data)?;
-        let buf = self.buf.take().unwrap_or_default();
-        self.budget.give(buf.len());
+        let (parts, len) = self.parts.take().unwrap_or_default();
+        let mut message = Vec::with_capacity(len);
+        for part in parts {
+            message.extend_from_slice(&part);
+        }
+        self.budget.give(len);
         self.started = None;
-        Ok(buf)
+        Ok(message)
     }
 
     /// Whether a message has been unfinished for longer than the timeout.
@@ -183,8 +191,8 @@ impl Fragments {
 
     /// Drops the unfinished message, if any.
     pub fn clear(&mut self) {
-        if let Some(buf) = self.buf.take() {
-            self.budget.give(buf.len());
+        if let Some((_, len)) = self.parts.take() {
+            self.budget.give(len);
         }
         self.started = None;
     }
@@ -260,16 +268,19 @@ mod tests {
         let t = Instant::now();
         let mut a = Fragments::new(budget.clone(), 80, Duration::from_secs(10));
         let mut b = Fragments::new(budget.clone(), 80, Duration::from_secs(10));
-        a.first(&[1; 60], t).unwrap();
-        assert_eq!(b.first(&[2; 50], t), Err(FragmentRefusal::BudgetFull), "together at most 100");
-        assert_eq!(a.append(&[1; 30]), Err(FragmentRefusal::TooBig), "one message at most 80");
-        assert_eq!(a.finish(&[1; 10]).unwrap().len(), 70);
+        a.first(Bytes::from(vec![1; 60]), t).unwrap();
+        assert_eq!(b.first(Bytes::from(vec![2; 50]), t), Err(FragmentRefusal::BudgetFull), "together at most 100");
+        assert_eq!(a.append(Bytes::from(vec![1; 30])), Err(FragmentRefusal::TooBig), "one message at most 80");
+        assert_eq!(a.finish(Bytes::from(vec![1; 10])).unwrap().len(), 70);
         assert_eq!(budget.held(), 0, "a finished message leaves the budget");
-        b.first(&[2; 50], t).unwrap();
+        b.first(Bytes::from(vec![2; 50]), t).unwrap();
         assert!(!b.overdue(t + Duration::from_secs(10)));
         assert!(b.overdue(t + Duration::from_secs(11)), "unfinished past the timeout");
         drop(b);
         assert_eq!(budget.held(), 0, "a dropped connection gives its bytes back");
-        assert_eq!(Fragments::new(budget, 80, Duration::from_secs(1)).append(&[0]), Err(FragmentRefusal::NotStarted));
+        assert_eq!(
+            Fragments::new(budget, 80, Duration::from_secs(1)).append(Bytes::from_static(&[0])),
+            Err(FragmentRefusal::NotStarted)
+        );
     }
 }

@@ -11,6 +11,9 @@ use prometheus::{
 
 pub struct Metrics {
     registry: Registry,
+    /// Every metric's name, in the order defined here (labelled families included, which
+    /// `/metrics` only shows once they have a value).
+    names: Vec<String>,
     /// WebSocket connections accepted (upgraded), and open now.
     pub connections_total: IntCounter,
     pub connections_open: IntGauge,
@@ -64,45 +67,65 @@ const LATENCY_BUCKETS: &[f64] =
     &[0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 const WAIT_BUCKETS: &[f64] = &[0.001, 0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0];
 
-fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
+/// The registry being built, and the name of every metric registered in it.
+struct Builder {
+    registry: Registry,
+    names: std::cell::RefCell<Vec<String>>,
+}
+
+impl std::ops::Deref for Builder {
+    type Target = Registry;
+    fn deref(&self) -> &Registry {
+        &self.registry
+    }
+}
+
+impl Builder {
+    fn register(&self, name: &str, collector: Box<dyn prometheus::core::Collector>) {
+        self.registry.register(collector).expect("unique metric name");
+        self.names.borrow_mut().push(name.to_string());
+    }
+}
+
+fn counter(r: &Builder, name: &str, help: &str) -> IntCounter {
     let c = IntCounter::new(name, help).expect("valid metric");
-    r.register(Box::new(c.clone())).expect("unique metric name");
+    r.register(name, Box::new(c.clone()));
     c
 }
 
-fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+fn counter_vec(r: &Builder, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
-    r.register(Box::new(c.clone())).expect("unique metric name");
+    r.register(name, Box::new(c.clone()));
     c
 }
 
-fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
+fn gauge(r: &Builder, name: &str, help: &str) -> IntGauge {
     let g = IntGauge::new(name, help).expect("valid metric");
-    r.register(Box::new(g.clone())).expect("unique metric name");
+    r.register(name, Box::new(g.clone()));
     g
 }
 
-fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+fn gauge_vec(r: &Builder, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
     let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
-    r.register(Box::new(g.clone())).expect("unique metric name");
+    r.register(name, Box::new(g.clone()));
     g
 }
 
-fn histogram_vec(r: &Registry, name: &str, help: &str, buckets: &[f64], labels: &[&str]) -> HistogramVec {
+fn histogram_vec(r: &Builder, name: &str, help: &str, buckets: &[f64], labels: &[&str]) -> HistogramVec {
     let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), labels).expect("valid metric");
-    r.register(Box::new(h.clone())).expect("unique metric name");
+    r.register(name, Box::new(h.clone()));
     h
 }
 
 impl Metrics {
     fn new() -> Metrics {
-        let r = Registry::new();
+        let r = Builder { registry: Registry::new(), names: Default::default() };
         let queue_wait_seconds = Histogram::with_opts(
             HistogramOpts::new("omni_queue_wait_seconds", "Time from the upgrade to session.queue_done")
                 .buckets(WAIT_BUCKETS.to_vec()),
         )
         .expect("valid metric");
-        r.register(Box::new(queue_wait_seconds.clone())).expect("unique metric name");
+        r.register("omni_queue_wait_seconds", Box::new(queue_wait_seconds.clone()));
         let worker_handover_seconds = Histogram::with_opts(
             HistogramOpts::new(
                 "omni_worker_handover_seconds",
@@ -111,7 +134,7 @@ impl Metrics {
             .buckets(LATENCY_BUCKETS.to_vec()),
         )
         .expect("valid metric");
-        r.register(Box::new(worker_handover_seconds.clone())).expect("unique metric name");
+        r.register("omni_worker_handover_seconds", Box::new(worker_handover_seconds.clone()));
         Metrics {
             connections_total: counter(&r, "omni_connections_total", "WebSocket connections accepted"),
             connections_open: gauge(&r, "omni_connections_open", "WebSocket connections open now"),
@@ -188,8 +211,14 @@ impl Metrics {
                 "omni_rate_limited_messages_total",
                 "Client messages dropped because their connection exceeded server.max_messages_per_s",
             ),
-            registry: r,
+            names: r.names.take(),
+            registry: r.registry,
         }
+    }
+
+    /// The name of every metric.
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 
     /// The Prometheus text exposition of every metric.

@@ -490,11 +490,11 @@ impl SessionActor {
                     self.fragments.clear();
                     return;
                 }
-                self.fragments.first(&data, Instant::now())
+                self.fragments.first(data, Instant::now())
             }
             Item::FirstBinary(_) => return self.finish(ctx, CloseReason::ProtocolViolation("binary_frame")),
-            Item::Continue(data) => self.fragments.append(&data),
-            Item::Last(data) => match self.fragments.finish(&data) {
+            Item::Continue(data) => self.fragments.append(data),
+            Item::Last(data) => match self.fragments.finish(data) {
                 Ok(bytes) => {
                     metrics().bytes_received.inc_by(bytes.len() as u64);
                     return match ByteString::try_from(Bytes::from(bytes)) {

@@ -230,6 +230,9 @@ fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid>
         return Err(("server.heartbeat_timeout_s".into(), "must be longer than server.heartbeat_interval_s".into()));
     }
     positive("queue.update_interval_s", raw.queue.update_interval_s)?;
+    positive("queue.typical_chat_s", raw.queue.typical_chat_s)?;
+    positive("queue.typical_video_s", raw.queue.typical_video_s)?;
+    positive("queue.typical_audio_s", raw.queue.typical_audio_s)?;
     let l = &raw.limits;
     positive("limits.chat_session_s", l.chat_session_s)?;
     positive("limits.video_session_s", l.video_session_s)?;

@@ -17,7 +17,9 @@ fn defaults_fill_every_section() {
     let c = parse(MINIMAL).unwrap();
     assert_eq!(c.bind, vec!["127.0.0.1:8006".parse().unwrap()]);
     assert_eq!(c.server.max_frame_bytes, 4_194_304);
-    assert_eq!(c.queue, QueueConfig { max_waiting: 1000, update_interval_s: 3.0 });
+    assert_eq!(c.queue, QueueConfig::default());
+    assert_eq!((c.queue.max_waiting, c.queue.update_interval_s), (1000, 3.0));
+    assert_eq!(c.queue.typical(Mode::Chat), Duration::from_secs(60), "not the 600 s limit");
     assert_eq!(c.limits, LimitsConfig::default());
     assert_eq!(c.limits.session_limit(Mode::Video), Duration::from_secs(300));
     assert_eq!(c.workers.len(), 1);
@@ -317,6 +319,9 @@ fn the_shipped_config_is_valid_and_documents_every_key() {
         "max_fragment_buffer_mb",
         "trusted_proxies",
         "max_total_lag_mb",
+        "typical_chat_s",
+        "typical_video_s",
+        "typical_audio_s",
         "max_session_mb",
         "name",
         "backend",

@@ -1,4 +1,4 @@
-//! The earlier MiniCPM-o duplex dialect (../shared/spec/video-duplex-protocol-legacy.md):
+//! The earlier MiniCPM-o duplex dialect (docs/protocol.md, "The earlier duplex dialect"):
 //! `session.update`, `input_audio_buffer.append`, `session.close` in;
 //! `session.created{session_id, prompt_length}`, `response.listen`,
 //! `response.output_audio.delta{text, audio, end_of_turn, kv_cache_length}` out.

@@ -1,4 +1,4 @@
-//! The MiniCPM-o Realtime API (../shared/spec/realtime-api-overview.md, chat-mode.md):
+//! The MiniCPM-o Realtime API (docs/protocol.md):
 //! `session.init`, `input.append`, `session.close` in; queue events, `session.created`,
 //! `response.output.delta` (listen / text / audio), `response.done`, `session.closed` and
 //! `error` out.

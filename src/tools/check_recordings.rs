@@ -104,7 +104,7 @@ fn wav_samples(path: &Path, rate: u32) -> Result<u64, String> {
     }
     let declared = u64::from(reader.len());
     let mut read = 0u64;
-    for sample in reader.samples::<f32>() {
+    for sample in reader.samples::<i32>() {
         sample.map_err(|e| format!("{name}: sample {read}: {e}"))?;
         read += 1;
     }

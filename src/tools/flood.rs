@@ -7,6 +7,17 @@
 //! - `oversize`: one frame of exactly `--bytes`, and one of `--bytes` + 1, each on its own
 //!   connection, reporting how the server answered each.
 //!
+//! And one attack per buffer a client can make the server hold (`--count` events, each
+//! carrying about `--bytes`), against a server with one worker, which the tool first takes
+//! with a session of its own when the attack needs to wait in the queue:
+//! - `wav-rate`: legacy `session.update` with a 144-byte WAV declaring 4,294,967,291 Hz;
+//! - `items`: OpenAI `conversation.item.create` with audio, while queued;
+//! - `audio-buffer`: OpenAI manual-mode `input_audio_buffer.append`, never committed;
+//! - `images`: OpenAI `input_image_buffer.append`, never sent with a step;
+//! - `prelude`: `input.append` while queued (what a recording holds before an id);
+//! - `turns`: chat `input.append` back to back;
+//! - `fragments`: `--count` connections each sending `--bytes` of a message never finished.
+//!
 //! Prints one JSON line with what was sent and what came back.
 
 use std::collections::BTreeMap;
@@ -25,6 +36,13 @@ pub enum FloodKind {
     Chunks,
     Tiny,
     Oversize,
+    WavRate,
+    Items,
+    AudioBuffer,
+    Images,
+    Prelude,
+    Turns,
+    Fragments,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -59,6 +77,7 @@ pub fn run(args: FloodArgs) -> Result<(), String> {
             FloodKind::Chunks => stream_at_rate(&args, true).await,
             FloodKind::Tiny => stream_at_rate(&args, false).await,
             FloodKind::Oversize => oversize(&args).await,
+            kind => super::attack::run(kind, &args).await,
         }
     })?;
     println!("{report}");

@@ -101,6 +101,8 @@ struct Counters {
     connect_failures: AtomicUsize,
     gave_up: AtomicUsize,
     told_position: AtomicUsize,
+    /// A session had to wait: the server has fewer free workers than sessions.
+    warned_waiting: std::sync::atomic::AtomicBool,
     sent: AtomicU64,
     answered: AtomicU64,
     vanished: AtomicUsize,
@@ -113,7 +115,7 @@ struct Shared {
     events: Events,
     counters: Counters,
     rtt_us: Mutex<Histogram<u64>>,
-    queue_wait_ms: Mutex<Histogram<u64>>,
+    queue_wait_us: Mutex<Histogram<u64>>,
     release_to_done_us: Mutex<Histogram<u64>>,
     update_latency_us: Mutex<Histogram<u64>>,
     errors: Mutex<BTreeMap<String, u64>>,
@@ -190,7 +192,7 @@ async fn loadgen(args: LoadgenArgs) -> Result<(), String> {
         events,
         counters: Counters::default(),
         rtt_us: Mutex::new(histogram()),
-        queue_wait_ms: Mutex::new(histogram()),
+        queue_wait_us: Mutex::new(histogram()),
         release_to_done_us: Mutex::new(histogram()),
         update_latency_us: Mutex::new(histogram()),
         errors: Mutex::new(BTreeMap::new()),
@@ -282,7 +284,7 @@ async fn loadgen(args: LoadgenArgs) -> Result<(), String> {
         "chunks": {"sent": sent, "answered": answered, "abandoned": abandoned, "dropped": sent.saturating_sub(answered + abandoned)},
         "errors": *shared.errors.lock(),
         "rtt_ms": summary(&shared.rtt_us.lock(), 1000.0),
-        "queue_wait_ms": summary(&shared.queue_wait_ms.lock(), 1.0),
+        "queue_wait_ms": summary(&shared.queue_wait_us.lock(), 1000.0),
         "release_to_queue_done_ms": summary(&shared.release_to_done_us.lock(), 1000.0),
         "position_update_latency_ms": summary(&shared.update_latency_us.lock(), 1000.0),
         "server_rss_kib": {"start": rss_start, "peak": rss_peak, "curve": rss_curve},
@@ -296,40 +298,72 @@ async fn loadgen(args: LoadgenArgs) -> Result<(), String> {
         std::fs::write(path, serde_json::to_vec_pretty(&result).unwrap_or_default())
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }
+    let (failed, gave_up) = (c.connect_failures.load(Ordering::Relaxed), c.gave_up.load(Ordering::Relaxed));
+    if failed + gave_up > 0 {
+        return Err(format!(
+            "{failed} session(s) could not connect and {gave_up} gave up waiting for a worker (--max-wait {} s): \
+             the server has fewer workers than --sessions ({}), or refused connections (see its log and /status)",
+            args.max_wait, args.sessions
+        ));
+    }
     Ok(())
 }
 
+/// The report, as a table with units.
 fn print_result(r: &Value) {
-    let line = |name: &str, v: &Value| {
-        if v["count"].as_u64().unwrap_or(0) == 0 {
-            println!("{name:<28} -");
-        } else {
-            println!(
-                "{name:<28} p50 {:>9.3}  p90 {:>9.3}  p99 {:>9.3}  max {:>9.3}  (n={})",
-                v["p50"].as_f64().unwrap_or(0.0),
-                v["p90"].as_f64().unwrap_or(0.0),
-                v["p99"].as_f64().unwrap_or(0.0),
-                v["max"].as_f64().unwrap_or(0.0),
-                v["count"]
-            );
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let s = &r["sessions"];
+    println!();
+    println!(
+        "sessions     {} started, {} finished, {} gave up waiting, {} could not connect, {} vanished on purpose",
+        n(&s["started"]),
+        n(&s["finished"]),
+        n(&s["gave_up_waiting"]),
+        n(&s["connect_failures"]),
+        n(&s["vanished"])
+    );
+    let c = &r["chunks"];
+    println!(
+        "chunks       {} sent, {} answered, {} dropped by the server, {} abandoned by vanished sessions",
+        n(&c["sent"]),
+        n(&c["answered"]),
+        n(&c["dropped"]),
+        n(&c["abandoned"])
+    );
+    let errors: Vec<String> =
+        r["errors"].as_object().into_iter().flatten().map(|(code, count)| format!("{code} x{count}")).collect();
+    println!("errors       {}", if errors.is_empty() { "none".to_string() } else { errors.join(", ") });
+    println!();
+    println!("{:<28}{:>10}{:>10}{:>10}{:>10}{:>8}", "latency", "p50", "p90", "p99", "max", "n");
+    let row = |name: &str, v: &Value| {
+        if n(&v["count"]) == 0 {
+            println!("{name:<28}{:>10}", "-");
+            return;
         }
+        let ms = |k: &str| {
+            let x = v[k].as_f64().unwrap_or(0.0);
+            if x >= 1000.0 { format!("{:.2} s", x / 1000.0) } else { format!("{x:.2} ms") }
+        };
+        println!("{name:<28}{:>10}{:>10}{:>10}{:>10}{:>8}", ms("p50"), ms("p90"), ms("p99"), ms("max"), v["count"]);
     };
-    println!("sessions                     {}", r["sessions"]);
-    println!("chunks                       {}", r["chunks"]);
-    println!("errors                       {}", r["errors"]);
-    line("chunk round trip (ms)", &r["rtt_ms"]);
-    line("queue wait (ms)", &r["queue_wait_ms"]);
-    line("release to queue_done (ms)", &r["release_to_queue_done_ms"]);
-    line("position update (ms)", &r["position_update_latency_ms"]);
+    row("chunk round trip", &r["rtt_ms"]);
+    row("queue wait", &r["queue_wait_ms"]);
+    row("release to queue_done", &r["release_to_queue_done_ms"]);
+    row("position update", &r["position_update_latency_ms"]);
+    println!();
+    let mib = |v: &Value| v.as_f64().map_or("-".to_string(), |k| format!("{:.1} MiB", k / 1024.0));
     if !r["server_rss_kib"]["start"].is_null() {
         println!(
-            "server rss (KiB)             start {} peak {}",
-            r["server_rss_kib"]["start"], r["server_rss_kib"]["peak"]
+            "server memory  {} at the start, {} at the peak",
+            mib(&r["server_rss_kib"]["start"]),
+            mib(&r["server_rss_kib"]["peak"])
         );
     }
+    let pct = |v: &Value| v.as_f64().map_or("-".to_string(), |p| format!("{p:.1} %"));
     println!(
-        "cpu (% of one core)          server {} loadgen {}",
-        r["cpu_percent"]["server"], r["cpu_percent"]["loadgen"]
+        "cpu            server {} of one core, loadgen {} of one core",
+        pct(&r["cpu_percent"]["server"]),
+        pct(&r["cpu_percent"]["loadgen"])
     );
 }
 
@@ -388,6 +422,13 @@ async fn session(shared: Arc<Shared>) {
         match client::event_type(&text).as_deref() {
             Some("session.queued") => {
                 waited = true;
+                if !c.warned_waiting.swap(true, Ordering::Relaxed) && !a.rejoin {
+                    eprintln!(
+                        "\nwarning: sessions wait in the server's queue: it has fewer free workers than --sessions ({}); \
+                         each waits up to --max-wait {} s, and round trips measure only sessions that got a worker",
+                        a.sessions, a.max_wait
+                    );
+                }
                 c.waiting.fetch_add(1, Ordering::Relaxed);
                 c.told_position.fetch_add(1, Ordering::Relaxed);
                 position =
@@ -409,7 +450,7 @@ async fn session(shared: Arc<Shared>) {
                 position = p;
             }
             Some("session.queue_done") => {
-                record(&shared.queue_wait_ms, began.elapsed().as_millis() as u64);
+                record(&shared.queue_wait_us, began.elapsed().as_micros() as u64);
                 if waited {
                     c.waiting.fetch_sub(1, Ordering::Relaxed);
                     if let Some(at) = shared.releases.lock().pop_front() {

@@ -2,6 +2,7 @@
 //! sessions, measured), `flood` (hostile load) and `check-recordings` (are the recordings
 //! intact).
 
+mod attack;
 pub mod check_recordings;
 pub mod client;
 pub mod flood;

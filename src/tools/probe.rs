@@ -27,7 +27,8 @@ pub struct ProbeArgs {
     pub mode: String,
     #[arg(long, value_enum, default_value = "current")]
     pub dialect: WireDialect,
-    /// A WAV file (any rate and channel count; resampled to 16 kHz mono) to stream.
+    /// A WAV file (any rate and channel count; resampled to 16 kHz mono) to stream. Without
+    /// it, 2 s of a synthetic voice (a tone the reference backend hears as speech) are sent.
     #[arg(long)]
     pub wav: Option<PathBuf>,
     /// JPEG frames: a file, or a folder whose .jpg files are sent in name order, one per chunk.
@@ -120,12 +121,20 @@ async fn probe(args: ProbeArgs) -> Result<(), String> {
                 .map_err(|e| format!("{}: {e}", path.display()))?
         }
         None if chat => Vec::new(),
-        None => return Err("duplex modes need --wav FILE".into()),
+        None => {
+            println!("no --wav given: sending 2 s of a synthetic voice (a 220 Hz tone), then silence");
+            synthetic_voice()
+        }
     };
     samples.extend(std::iter::repeat_n(0.0, (args.tail * 16000.0) as usize));
     let frames = match &args.frames {
         Some(p) => load_frames(p)?,
-        None => Vec::new(),
+        None => {
+            if args.mode == "video" {
+                println!("video mode without --frames: no frames are sent, the model sees nothing (--frames DIR)");
+            }
+            Vec::new()
+        }
     };
     let speed = args.speed.max(0.01);
 
@@ -239,8 +248,9 @@ async fn probe(args: ProbeArgs) -> Result<(), String> {
                                 println!("{} listen   {input} kv={}", stamp(), v["metrics"]["kv_cache_length"]);
                             }
                             "text" => {
-                                s.text.push_str(v["text"].as_str().unwrap_or_default());
-                                println!("{} text     {input} {:?}", stamp(), s.text);
+                                let delta = v["text"].as_str().unwrap_or_default();
+                                s.text.push_str(delta);
+                                println!("{} text     {input} {delta:?}", stamp());
                             }
                             "audio" => {
                                 let pcm = client::f32_of(v["audio"].as_str().unwrap_or_default());
@@ -259,14 +269,16 @@ async fn probe(args: ProbeArgs) -> Result<(), String> {
                     }
                     "response.output_audio.delta" => {
                         s.answers += 1;
-                        s.text.push_str(v["text"].as_str().unwrap_or_default());
+                        let delta = v["text"].as_str().unwrap_or_default();
+                        s.text.push_str(delta);
                         let pcm = client::f32_of(v["audio"].as_str().unwrap_or_default());
                         s.first_audio_ms.get_or_insert(ms());
-                        println!("{} speech   {} samples, text {:?}{}", stamp(), pcm.len(), s.text, if v["end_of_turn"] == true { " (end of turn)" } else { "" });
+                        println!("{} speech   {} samples, text {delta:?}{}", stamp(), pcm.len(), if v["end_of_turn"] == true { " (end of turn)" } else { "" });
                         s.audio_samples += pcm.len();
                         reply_audio.extend(pcm);
                     }
                     "response.done" => {
+                        s.answers += 1;
                         if let Some(a) = v["audio"].as_str() {
                             let pcm = client::f32_of(a);
                             s.first_audio_ms.get_or_insert(ms());
@@ -298,7 +310,7 @@ async fn probe(args: ProbeArgs) -> Result<(), String> {
     }
 
     if !reply_audio.is_empty() {
-        std::fs::write(&args.out, audio::encode_wav_f32(&reply_audio, 24000))
+        std::fs::write(&args.out, audio::encode_wav(&reply_audio, 24000))
             .map_err(|e| format!("{}: {e}", args.out.display()))?;
     }
     let fmt = |v: Option<f64>| v.map_or("-".to_string(), |ms| format!("{ms:.1} ms"));
@@ -315,8 +327,13 @@ async fn probe(args: ProbeArgs) -> Result<(), String> {
         s.audio_samples as f64 / 24000.0,
         if s.audio_samples > 0 { args.out.display().to_string() } else { "-".into() }
     );
-    println!("  chunks sent        {}", s.chunks_sent);
-    println!("  chunks answered    {} ({} listens)", s.answers, s.listens);
+    if chat {
+        println!("  messages sent      {}", chat_sent as u32);
+        println!("  answers            {}", s.answers);
+    } else {
+        println!("  chunks sent        {}", s.chunks_sent);
+        println!("  chunks answered    {} ({} listens)", s.answers, s.listens);
+    }
     println!("  errors             {}", if s.errors.is_empty() { "none".to_string() } else { s.errors.join(", ") });
     println!("  closed             {}", s.closed.as_deref().unwrap_or("-"));
     if args.json {
@@ -329,4 +346,16 @@ async fn probe(args: ProbeArgs) -> Result<(), String> {
         println!("{summary}");
     }
     Ok(())
+}
+
+/// Two seconds of a 220 Hz tone with a syllable-like loudness contour: what the reference
+/// backend (and an energy detector) hears as speech.
+pub fn synthetic_voice() -> Vec<f32> {
+    (0..32_000)
+        .map(|i| {
+            let t = i as f32 / 16000.0;
+            let syllables = 0.6 + 0.4 * (2.0 * std::f32::consts::PI * 4.0 * t).sin().abs();
+            0.3 * syllables * (2.0 * std::f32::consts::PI * 220.0 * t).sin()
+        })
+        .collect()
 }

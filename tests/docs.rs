@@ -1,0 +1,197 @@
+//! The documentation cannot drift from the server: every metric the server defines is in
+//! the table of `docs/operations.md` (and the table names nothing else), what `/metrics`
+//! serves is documented, and every server event and field shown in `docs/protocol.md` is
+//! what the dialects emit over real sockets, both ways (a field the server sends that the
+//! page does not show fails too).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::*;
+use serde_json::{Value, json};
+
+fn doc(name: &str) -> String {
+    std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs").join(name)).unwrap()
+}
+
+/// The metric names in the first column of the table under `## Metrics`.
+fn documented_metrics() -> BTreeSet<String> {
+    let text = doc("operations.md");
+    let section = text.split("## Metrics").nth(1).expect("a Metrics section").split("\n## ").next().unwrap();
+    let mut names = BTreeSet::new();
+    for row in section.lines().filter(|l| l.starts_with("| `omni_")) {
+        let first = row.split('|').nth(1).unwrap();
+        for name in first.split('`').filter(|s| s.starts_with("omni_")) {
+            names.insert(name.to_string());
+        }
+    }
+    names
+}
+
+#[test]
+fn every_metric_defined_is_documented_and_nothing_else() {
+    let defined: BTreeSet<String> = omni_actors::metrics::metrics().names().iter().cloned().collect();
+    let documented = documented_metrics();
+    assert_eq!(
+        defined.difference(&documented).collect::<Vec<_>>(),
+        Vec::<&String>::new(),
+        "defined in actors/src/metrics.rs, missing from docs/operations.md"
+    );
+    assert_eq!(
+        documented.difference(&defined).collect::<Vec<_>>(),
+        Vec::<&String>::new(),
+        "documented in docs/operations.md, not defined"
+    );
+}
+
+/// `a.b`, `a.c[].d`: every key of an event, as paths.
+fn paths(v: &Value, prefix: &str, out: &mut BTreeSet<String>) {
+    match v {
+        Value::Object(map) => {
+            for (k, item) in map {
+                let p = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                out.insert(p.clone());
+                paths(item, &p, out);
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                paths(item, &format!("{prefix}[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// What an event is for comparison: its dialect section, type and (for deltas) kind.
+fn key(section: &str, v: &Value) -> String {
+    match v["kind"].as_str() {
+        Some(kind) => format!("{section} {} {kind}", v["type"].as_str().unwrap_or("?")),
+        None => format!("{section} {}", v["type"].as_str().unwrap_or("?")),
+    }
+}
+
+const CLIENT_EVENTS: &[&str] =
+    &["session.init", "input.append", "session.close", "session.update", "input_audio_buffer.append"];
+
+/// The server events shown in `docs/protocol.md`, by key, with their field paths.
+fn documented_events() -> BTreeMap<String, BTreeSet<String>> {
+    let text = doc("protocol.md");
+    let (current, legacy) = text.split_once("## The earlier duplex dialect").unwrap();
+    let mut events: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (section, body) in [("current", current), ("legacy", legacy)] {
+        for block in body.split("```json").skip(1) {
+            let block = block.split("```").next().unwrap();
+            for line in block.lines() {
+                let Ok(v) = serde_json::from_str::<Value>(line) else { continue };
+                if !v.is_object() || CLIENT_EVENTS.contains(&v["type"].as_str().unwrap_or("")) {
+                    continue;
+                }
+                paths(&v, "", events.entry(key(section, &v)).or_default());
+            }
+        }
+    }
+    events
+}
+
+async fn collect(c: &mut Client, section: &str, emitted: &mut BTreeMap<String, BTreeSet<String>>) {
+    for v in c.seen.drain(..) {
+        paths(&v, "", emitted.entry(key(section, &v)).or_default());
+    }
+}
+
+#[tokio::test]
+async fn every_event_and_field_in_the_protocol_page_is_what_the_server_emits() {
+    let server = Server::ready(Setup::default().queue("update_interval_s = 0.2").workers(workers(1, "")));
+    let mut emitted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+
+    // Waiting, then a duplex session: listen, text, audio, an error, the close.
+    let mut holder = active(&server, "video").await;
+    let mut c = Client::connect(&server.url("/v1/realtime?mode=video")).await;
+    c.expect("session.queued").await;
+    c.expect("session.queue_update").await;
+    holder.send(json!({"type": "session.close"})).await;
+    holder.until("session.closed").await;
+    collect(&mut holder, "current", &mut emitted).await;
+    c.until("session.queue_done").await;
+    c.send(json!({"type": "input.append", "input": {"audio": b64_pcm(&quiet())}})).await;
+    c.expect_error("not_ready").await;
+    c.send(json!({"type": "session.init", "payload": {"system_prompt": "x"}})).await;
+    c.until("session.created").await;
+    c.send(append_with(&loud(), json!({"video_frames": [jpeg_b64()]}))).await;
+    answer_to(&mut c, "input_1").await;
+    c.send(append(&quiet())).await;
+    answer_to(&mut c, "input_2").await;
+    c.send(json!({"type": "session.close", "reason": "done"})).await;
+    c.until("session.closed").await;
+    collect(&mut c, "current", &mut emitted).await;
+    drop(c);
+    server.wait_idle();
+
+    // Chat: streamed text and audio, then an answer not streamed, with its audio.
+    let mut chat = active(&server, "chat").await;
+    let ask = |streaming: bool| {
+        json!({"type": "input.append", "input": {"streaming": streaming, "tts": {"enabled": true},
+            "messages": [{"role": "user", "content": "Reply with exactly: hello"}]}})
+    };
+    chat.send(ask(true)).await;
+    chat.until("response.done").await;
+    chat.send(ask(false)).await;
+    chat.until("response.done").await;
+    chat.send(json!({"type": "session.close"})).await;
+    chat.until("session.closed").await;
+    collect(&mut chat, "current", &mut emitted).await;
+    drop(chat);
+    server.wait_idle();
+
+    // The earlier dialect.
+    let mut legacy = connected(&server, "video").await;
+    legacy.seen.clear();
+    legacy.send(json!({"type": "session.update", "session": {"instructions": "x"}})).await;
+    legacy.expect("session.created").await;
+    legacy.send(json!({"type": "input_audio_buffer.append", "audio": b64_pcm(&loud())})).await;
+    legacy.expect("response.listen").await;
+    for _ in 0..3 {
+        legacy.send(json!({"type": "input_audio_buffer.append", "audio": b64_pcm(&quiet())})).await;
+    }
+    legacy.until("response.output_audio.delta").await;
+    legacy.send(json!({"type": "session.close"})).await;
+    legacy.until("session.closed").await;
+    collect(&mut legacy, "legacy", &mut emitted).await;
+
+    let documented = documented_events();
+    for (event, shown) in &documented {
+        let Some(sent) = emitted.get(event) else { panic!("docs/protocol.md shows {event}, the server never sent it") };
+        let missing: Vec<_> = shown.difference(sent).collect();
+        assert!(missing.is_empty(), "{event}: docs/protocol.md shows {missing:?}, the server does not send them");
+        let undocumented: Vec<_> = sent.difference(shown).collect();
+        assert!(
+            undocumented.is_empty(),
+            "{event}: the server sends {undocumented:?}, docs/protocol.md does not show them"
+        );
+    }
+    for event in emitted.keys() {
+        assert!(documented.contains_key(event), "the server sends {event}, docs/protocol.md does not show it");
+    }
+}
+
+#[tokio::test]
+async fn what_metrics_serves_is_documented() {
+    let server = Server::ready(Setup::default());
+    let mut c = active(&server, "audio").await;
+    c.send(append(&loud())).await;
+    answer_to(&mut c, "input_1").await;
+    c.send(json!({"type": "session.close"})).await;
+    c.until("session.closed").await;
+    let (_, body) = server.get("/metrics");
+    let served: BTreeSet<String> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| l.split(' ').next().unwrap().to_string())
+        .collect();
+    assert!(served.len() > 10, "{body}");
+    let documented = documented_metrics();
+    let undocumented: Vec<_> = served.difference(&documented).collect();
+    assert!(undocumented.is_empty(), "served by /metrics, not in docs/operations.md: {undocumented:?}");
+}
