@@ -100,6 +100,8 @@ struct Counters {
     finished: AtomicUsize,
     connect_failures: AtomicUsize,
     gave_up: AtomicUsize,
+    /// Still waiting when `--run-time` ended the run.
+    left_at_end: AtomicUsize,
     told_position: AtomicUsize,
     /// A session had to wait: the server has fewer free workers than sessions.
     warned_waiting: std::sync::atomic::AtomicBool,
@@ -280,6 +282,7 @@ async fn loadgen(args: LoadgenArgs) -> Result<(), String> {
         "elapsed_s": started.elapsed().as_secs_f64(),
         "sessions": {"started": c.started.load(Ordering::Relaxed), "finished": c.finished.load(Ordering::Relaxed),
                      "connect_failures": c.connect_failures.load(Ordering::Relaxed), "gave_up_waiting": c.gave_up.load(Ordering::Relaxed),
+                     "left_waiting_at_the_end": c.left_at_end.load(Ordering::Relaxed),
                      "told_position": c.told_position.load(Ordering::Relaxed), "vanished": c.vanished.load(Ordering::Relaxed)},
         "chunks": {"sent": sent, "answered": answered, "abandoned": abandoned, "dropped": sent.saturating_sub(answered + abandoned)},
         "errors": *shared.errors.lock(),
@@ -414,7 +417,12 @@ async fn session(shared: Arc<Shared>) {
                 if waited {
                     c.waiting.fetch_sub(1, Ordering::Relaxed);
                 }
-                c.gave_up.fetch_add(1, Ordering::Relaxed);
+                // The run's end (--run-time) is not giving up: it is the end.
+                if shared.run_end.is_some_and(|end| Instant::now() >= end) {
+                    c.left_at_end.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    c.gave_up.fetch_add(1, Ordering::Relaxed);
+                }
                 c.connected.fetch_sub(1, Ordering::Relaxed);
                 return;
             }
