@@ -16,6 +16,11 @@ static const size_t LAYOUT[] = {
     sizeof(omni_turn_output), offsetof(omni_turn_output, done), offsetof(omni_turn_output, kv_length),
     offsetof(omni_turn_output, generate_us),
     sizeof(omni_backend_api), offsetof(omni_backend_api, open), offsetof(omni_backend_api, kv_length),
+    /* since 1.1 */
+    offsetof(omni_backend_info, abi_revision), offsetof(omni_backend_info, settings), offsetof(omni_session_config, settings),
+    offsetof(omni_step_output, transcript_buf), offsetof(omni_step_output, output_audio_tokens),
+    offsetof(omni_turn_input, settings), offsetof(omni_turn_output, transcript_buf),
+    offsetof(omni_turn_output, output_audio_tokens),
 };
 
 size_t omni_abi_layout(size_t i) { return i < sizeof LAYOUT / sizeof LAYOUT[0] ? LAYOUT[i] : (size_t)-1; }

@@ -47,6 +47,7 @@ fn encode(c: &mut Criterion) {
         output_tokens: 0,
         prefill_us: 10,
         generate_us: 20,
+        ..StepOutcome::default()
     };
     let mut dialect = Current::new(Mode::Audio, Limits::default());
     let mut out = Vec::new();

@@ -1,5 +1,5 @@
 /*
- * omni_backend.h - the omni-gateway backend ABI, version 1.
+ * omni_backend.h - the omni-gateway backend ABI, version 1 (revision 1.1).
  *
  * A backend is a shared library (or a statically linked object) that exports
  *
@@ -25,6 +25,11 @@
  *  - Errors are status codes; the text of the last error on a handle is available
  *    from last_error(). Context exhaustion has its own code.
  *
+ * Revision 1.1 grew some structs at their end (marked "since 1.1"): generation settings by
+ * name, transcripts of the user's speech, audio token counts, and the rule of a chat turn's
+ * context. A 1.0 backend works unchanged: it ignores what its struct_size does not cover,
+ * the gateway zeroes output fields before a call, and zero means "not reported".
+ *
  * Threads: a handle is owned by the thread that opened it. Functions marked
  * OWNER THREAD ONLY may be called only from that thread, one at a time.
  * Functions marked ANY THREAD may be called from any thread at any moment,
@@ -41,6 +46,7 @@ extern "C" {
 #endif
 
 #define OMNI_BACKEND_ABI_VERSION 1u
+#define OMNI_BACKEND_ABI_REVISION 1u /* 1.1: the "since 1.1" fields below */
 
 #if defined(_WIN32)
 #define OMNI_EXPORT __declspec(dllexport)
@@ -89,6 +95,8 @@ typedef struct {
 #define OMNI_CAP_SPEECH_OUTPUT (1u << 1) /* produces audio                      */
 #define OMNI_CAP_DUPLEX (1u << 2)        /* duplex_* steps                      */
 #define OMNI_CAP_TURN (1u << 3)          /* turn_* conversation mode            */
+#define OMNI_CAP_TRANSCRIPTS (1u << 4)   /* since 1.1: reports transcripts of the user's speech */
+#define OMNI_CAP_TOKEN_DETAILS (1u << 5) /* since 1.1: reports input_audio_tokens / output_audio_tokens */
 
 typedef struct {
     uint32_t struct_size;           /* set by the caller */
@@ -100,6 +108,13 @@ typedef struct {
     uint32_t max_output_text_bytes; /* most text bytes one generate/drain call yields */
     uint32_t name_len;              /* bytes used in name */
     char name[64];                  /* UTF-8, not NUL-terminated */
+    /* since 1.1 */
+    uint32_t abi_revision;          /* the revision this backend implements: 1 for 1.1 (a 1.0
+                                     * backend leaves it 0) */
+    uint32_t settings_len;          /* bytes used in settings */
+    char settings[512];             /* the names of the generation settings this backend applies
+                                     * from omni_session_config.settings and
+                                     * omni_turn_input.settings, comma-separated ("top_p,top_k,seed") */
 } omni_backend_info;
 
 /* ---- sessions ---------------------------------------------------------- */
@@ -118,6 +133,12 @@ typedef struct {
     uint32_t force_listen_count; /* the first N duplex steps listen whatever they hear */
     float length_penalty;    /* 0 = backend default */
     float temperature;       /* negative = backend default */
+    /* since 1.1 */
+    const omni_option *settings; /* further generation settings the client gave, by name, as text
+                                  * (top_p, top_k, repetition_penalty, presence_penalty, seed,
+                                  * listen_prob_scale, ...): the gateway checked the values of the
+                                  * settings it knows; a backend applies those it lists in info() */
+    size_t n_settings;
 } omni_session_config;
 
 /* ---- duplex steps ------------------------------------------------------ */
@@ -153,6 +174,14 @@ typedef struct {
     uint32_t output_tokens; /* tokens this output added */
     uint32_t prefill_us;    /* time spent in prefill for this step */
     uint32_t generate_us;   /* time spent producing this output */
+    /* since 1.1 */
+    char *transcript_buf;   /* set by the caller; NULL: it wants no transcript */
+    size_t transcript_cap;  /* bytes; too small: OMNI_ERR_BUFFER_TOO_SMALL with transcript_len
+                             * set to the size needed, as for text and audio */
+    size_t transcript_len;  /* set by the backend: a finished transcript of what the user said,
+                             * up to this step (0 = none now); with OMNI_CAP_TRANSCRIPTS */
+    uint32_t input_audio_tokens;  /* of input_tokens, those from audio (OMNI_CAP_TOKEN_DETAILS) */
+    uint32_t output_audio_tokens; /* speech tokens of this output; output_tokens counts text */
 } omni_step_output;
 
 /* ---- turn mode --------------------------------------------------------- */
@@ -174,6 +203,13 @@ typedef struct {
 #define OMNI_TURN_THINKING (1u << 1)     /* enable thinking                  */
 #define OMNI_TURN_TTS_TEMPLATE (1u << 2) /* use the TTS template             */
 #define OMNI_TURN_OMNI (1u << 3)         /* omni (mixed-modality) input mode */
+#define OMNI_TURN_CONTINUE (1u << 4)     /* since 1.1: the messages continue the conversation the
+                                          * backend holds (they are appended to its context).
+                                          * Without it they are the whole conversation and replace
+                                          * it: the backend starts from the session's prompt, and
+                                          * may reuse the part of its context that matches.
+                                          * (A 1.0 backend appends always; the gateway resets and
+                                          * prepares it again before a replacing turn.) */
 
 typedef struct {
     uint32_t struct_size;
@@ -185,6 +221,9 @@ typedef struct {
     float length_penalty;    /* 0 = session default */
     float temperature;       /* negative = session default */
     omni_pcm tts_ref_audio;  /* may be empty: the session's */
+    /* since 1.1 */
+    const omni_option *settings; /* further generation settings for this answer, by name */
+    size_t n_settings;
 } omni_turn_input;
 
 typedef struct {
@@ -202,6 +241,13 @@ typedef struct {
     uint64_t kv_length;
     uint32_t input_tokens;  /* tokens of the prefilled conversation (first piece) */
     uint32_t generate_us;
+    /* since 1.1 */
+    char *transcript_buf;   /* set by the caller; NULL: it wants no transcript */
+    size_t transcript_cap;
+    size_t transcript_len;  /* set by the backend on the first piece: the transcript of the audio
+                             * in the conversation's newest user message (0 = none) */
+    uint32_t input_audio_tokens;  /* of input_tokens, those from audio (first piece) */
+    uint32_t output_audio_tokens; /* speech tokens of this piece; output_tokens counts text */
 } omni_turn_output;
 
 /* ---- the function table ------------------------------------------------ */

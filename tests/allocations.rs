@@ -79,10 +79,7 @@ fn decoding_a_chunk_and_encoding_a_delta_allocate_what_they_must() {
         audio: vec![0.25; 24000],
         end_of_turn: false,
         kv_length: 1,
-        input_tokens: 0,
-        output_tokens: 0,
-        prefill_us: 0,
-        generate_us: 0,
+        ..StepOutcome::default()
     };
     let mut frames = Vec::with_capacity(4);
     let (a0, b0, l0) = counts();

@@ -117,7 +117,8 @@ async fn every_event_and_field_in_the_protocol_page_is_what_the_server_emits() {
     c.until("session.queue_done").await;
     c.send(json!({"type": "input.append", "input": {"audio": b64_pcm(&quiet())}})).await;
     c.expect_error("not_ready").await;
-    c.send(json!({"type": "session.init", "payload": {"system_prompt": "x"}})).await;
+    let config = json!({"top_p": 0.8, "decode_mode": "sampling"});
+    c.send(json!({"type": "session.init", "payload": {"system_prompt": "x", "config": config}})).await;
     c.until("session.created").await;
     c.send(append_with(&loud(), json!({"video_frames": [jpeg_b64()]}))).await;
     answer_to(&mut c, "input_1").await;
@@ -194,4 +195,151 @@ async fn what_metrics_serves_is_documented() {
     let documented = documented_metrics();
     let undocumented: Vec<_> = served.difference(&documented).collect();
     assert!(undocumented.is_empty(), "served by /metrics, not in docs/operations.md: {undocumented:?}");
+}
+
+/// The Qwen-flavor events shown in `docs/openai-dialect.md` (its `## Qwen events` section).
+fn documented_qwen_events() -> BTreeMap<String, BTreeSet<String>> {
+    let text = doc("openai-dialect.md");
+    let section = text.split("## Qwen events").nth(1).expect("a Qwen events section").split("\n## ").next().unwrap();
+    let mut events: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for block in section.split("```json").skip(1) {
+        for line in block.split("```").next().unwrap().lines() {
+            let Ok(v) = serde_json::from_str::<Value>(line) else { continue };
+            paths(&v, "", events.entry(v["type"].as_str().unwrap_or("?").to_string()).or_default());
+        }
+    }
+    events
+}
+
+async fn qwen_client(server: &Server) -> Client {
+    Client::connect(&server.url("/api-ws/v1/realtime?model=qwen-omni")).await
+}
+
+async fn until_type(c: &mut Client, kind: &str) {
+    while c.event().await["type"] != kind {}
+}
+
+#[tokio::test]
+async fn every_qwen_event_and_field_in_the_dialect_page_is_what_the_server_emits() {
+    let server = Server::ready(Setup::default().queue("update_interval_s = 0.2").workers(workers(1, "token_ms = 50")));
+    let mut emitted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut gather = |c: &mut Client| {
+        for v in c.seen.drain(..) {
+            paths(&v, "", emitted.entry(v["type"].as_str().unwrap_or("?").to_string()).or_default());
+        }
+    };
+
+    // Waiting behind another client, then a server-VAD turn with transcription.
+    let mut holder = qwen_client(&server).await;
+    holder.expect("session.created").await;
+    let mut c = qwen_client(&server).await;
+    c.expect("session.queued").await;
+    c.expect("session.queue_update").await;
+    holder.send(json!({"type": "session.finish"})).await;
+    holder.until("session.finished").await;
+    gather(&mut holder);
+    c.until("session.created").await;
+    c.send(json!({"type": "session.update", "session": {"modalities": ["text", "audio"], "top_k": 20, "top_p": 0.9, "seed": 1,
+        "enable_search": true, "input_audio_transcription": {"model": "gummy-realtime-v1"}}}))
+        .await;
+    c.until("error").await;
+    c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16(1.0, 16000, 0.3)})).await;
+    c.send(json!({"type": "input_image_buffer.append", "image": jpeg_b64()})).await;
+    c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16(1.0, 16000, 0.0)})).await;
+    until_type(&mut c, "response.done").await;
+
+    // Manual turns: committed audio, a text item, a text-only answer, a cancel, an error.
+    c.send(json!({"type": "session.update", "session": {"turn_detection": null, "max_tokens": 64}})).await;
+    c.until("session.updated").await;
+    c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16(0.5, 16000, 0.3)})).await;
+    c.send(json!({"type": "input_audio_buffer.clear"})).await;
+    c.until("input_audio_buffer.cleared").await;
+    c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16(1.0, 16000, 0.3)})).await;
+    c.send(json!({"type": "input_audio_buffer.commit"})).await;
+    c.send(json!({"type": "response.create"})).await;
+    until_type(&mut c, "response.done").await;
+    c.send(json!({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+        "content": [{"type": "input_text", "text": "Reply with exactly: a b c d e f g h i j"}]}}))
+        .await;
+    c.send(json!({"type": "response.create", "response": {"modalities": ["text"]}})).await;
+    until_type(&mut c, "response.done").await;
+    c.send(json!({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+        "content": [{"type": "input_text", "text": "Reply with exactly: a b c d e f g h i j"}]}}))
+        .await;
+    c.send(json!({"type": "response.create"})).await;
+    until_type(&mut c, "response.audio_transcript.delta").await;
+    c.send(json!({"type": "response.cancel"})).await;
+    until_type(&mut c, "response.done").await;
+    c.send(json!({"type": "session.update", "session": {"top_p": 7}, "event_id": "client_1"})).await;
+    c.until("error").await;
+    c.send(json!({"type": "session.finish"})).await;
+    c.until("session.finished").await;
+    gather(&mut c);
+    drop(c);
+
+    // A model that does not transcribe.
+    let plain = Server::ready(Setup::default().workers(workers(1, "revision = 0")));
+    let mut c = qwen_client(&plain).await;
+    c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16(1.0, 16000, 0.3)})).await;
+    c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16(1.0, 16000, 0.0)})).await;
+    until_type(&mut c, "response.done").await;
+    gather(&mut c);
+
+    let documented = documented_qwen_events();
+    let mut problems = Vec::new();
+    for (event, sent) in &emitted {
+        match documented.get(event) {
+            None => problems.push(format!("the server sends {event}, docs/openai-dialect.md does not show it")),
+            Some(shown) => {
+                let missing: Vec<_> = shown.difference(sent).collect();
+                let undocumented: Vec<_> = sent.difference(shown).collect();
+                if !missing.is_empty() {
+                    problems.push(format!("{event}: the page shows {missing:?}, the server does not send them"));
+                }
+                if !undocumented.is_empty() {
+                    problems.push(format!("{event}: the server sends {undocumented:?}, the page does not show them"));
+                }
+            }
+        }
+    }
+    for event in documented.keys().filter(|e| !emitted.contains_key(*e)) {
+        problems.push(format!("docs/openai-dialect.md shows {event}, the server never sent it"));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Every function name in a Rust or C source under `dir`.
+fn function_names(dir: &std::path::Path, names: &mut BTreeSet<String>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            function_names(&path, names);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            for rest in text.split("fn ").skip(1) {
+                names.insert(rest.split(|c: char| !(c.is_alphanumeric() || c == '_')).next().unwrap().to_string());
+            }
+        }
+    }
+}
+
+#[test]
+fn every_test_the_fidelity_table_cites_exists() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut names = BTreeSet::new();
+    for dir in ["tests", "src", "actors/src"] {
+        function_names(&root.join(dir), &mut names);
+    }
+    let c_test = std::fs::read_to_string(root.join("tests/c/abi_test.c")).unwrap();
+    let text = doc("fidelity.md");
+    let mut cited = 0;
+    for row in text.lines().filter(|l| l.starts_with("| ") && l.matches('|').count() >= 5) {
+        let tested_by = row.rsplit('|').nth(1).unwrap();
+        for quoted in tested_by.split('`').skip(1).step_by(2) {
+            cited += 1;
+            let known = names.contains(quoted) || c_test.contains(quoted);
+            assert!(known, "docs/fidelity.md cites `{quoted}`, which is no test here:\n{row}");
+        }
+    }
+    assert!(cited > 100, "{cited} tests cited");
 }

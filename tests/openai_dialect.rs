@@ -10,18 +10,6 @@ use common::*;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
-/// pcm16 little-endian base64: a tone (speech to the reference backend) or silence.
-fn pcm16(seconds: f32, rate: u32, amplitude: f32) -> String {
-    let n = (seconds * rate as f32) as usize;
-    let bytes: Vec<u8> = (0..n)
-        .flat_map(|i| {
-            let s = amplitude * (2.0 * std::f32::consts::PI * 220.0 * i as f32 / rate as f32).sin();
-            ((s * 32767.0) as i16).to_le_bytes()
-        })
-        .collect();
-    STANDARD.encode(bytes)
-}
-
 async fn openai(server: &Server, beta: bool) -> Client {
     let mut req = server.url("/v1/realtime?model=omni").into_client_request().unwrap();
     if beta {

@@ -35,6 +35,7 @@ fn the_official_openai_and_dashscope_clients_hold_voice_turns() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "SDK clients failed:\n{stdout}\n{stderr}");
+    println!("{stdout}");
     for case in [
         "openai-ga-manual",
         "openai-ga-vad",

@@ -337,8 +337,7 @@ impl BackendActor {
                     let started = Instant::now();
                     let result = (|| {
                         b.turn_prefill(&input)?;
-                        let mut summary =
-                            TurnSummary { input_tokens: 0, output_tokens: 0, kv_length: 0, duration: Duration::ZERO };
+                        let mut summary = TurnSummary::default();
                         loop {
                             // An interrupt between pieces (no call in flight) ends the answer here;
                             // the next turn_prefill abandons the rest.
@@ -349,6 +348,8 @@ impl BackendActor {
                             let done = piece.done;
                             summary.input_tokens += piece.input_tokens;
                             summary.output_tokens += piece.output_tokens;
+                            summary.input_audio_tokens += piece.input_audio_tokens;
+                            summary.output_audio_tokens += piece.output_audio_tokens;
                             summary.kv_length = piece.kv_length;
                             tell(BackendEvent::TurnPiece { seq, piece });
                             addr.do_send(TurnProgress { job });
@@ -399,7 +400,7 @@ fn prepare_job(
         let reset = if reset_first { b.reset() } else { Ok(()) };
         let result = reset.and_then(|_| b.prepare(&setup)).map(|_| control.kv_length());
         tell(match result {
-            Ok(prompt_length) => BackendEvent::Prepared { prompt_length },
+            Ok(prompt_length) => BackendEvent::Prepared { prompt_length, backend: Box::new(b.info().clone()) },
             Err(e) => BackendEvent::PrepareFailed(e),
         });
         addr.do_send(JobDone { job, outcome: JobOutcome::Delivered });

@@ -83,6 +83,10 @@ pub struct Generation {
     pub temperature: Option<f32>,
     pub max_slice_nums: Option<u32>,
     pub force_listen_count: Option<u32>,
+    /// Every further setting the client gave, by name, its value as text (`top_p`,
+    /// `top_k`, `seed`...), already checked by the dialect. A backend applies those it lists
+    /// in [`BackendInfo::settings`].
+    pub settings: Vec<(String, String)>,
 }
 
 /// Everything a backend needs to start a session.
@@ -167,17 +171,21 @@ pub struct TurnInput {
     pub tts_template: bool,
     pub omni: bool,
     pub tts_ref_audio: Vec<f32>,
+    /// The messages continue the conversation the backend holds; otherwise they are the
+    /// whole conversation and replace it.
+    pub continues: bool,
 }
 
 /// Whether a duplex output listens or speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum StepKind {
+    #[default]
     Listen,
     Speak,
 }
 
 /// One output of a duplex step (a step may yield several: generate, then drain).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StepPiece {
     pub kind: StepKind,
     pub text: String,
@@ -189,10 +197,15 @@ pub struct StepPiece {
     pub output_tokens: u32,
     pub prefill_us: u32,
     pub generate_us: u32,
+    /// A finished transcript of what the user said, reported at this step.
+    pub transcript: Option<String>,
+    /// Of `input_tokens`, those from audio; `output_tokens` counts text, this speech.
+    pub input_audio_tokens: u32,
+    pub output_audio_tokens: u32,
 }
 
 /// The whole output of one duplex step: all its pieces merged in order.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StepOutcome {
     pub kind: StepKind,
     pub text: String,
@@ -203,22 +216,15 @@ pub struct StepOutcome {
     pub output_tokens: u32,
     pub prefill_us: u32,
     pub generate_us: u32,
+    pub transcript: Option<String>,
+    pub input_audio_tokens: u32,
+    pub output_audio_tokens: u32,
 }
 
 impl StepOutcome {
     /// A listen that says nothing (a step cut short by an interrupt).
     pub fn listen(kv_length: u64) -> Self {
-        StepOutcome {
-            kind: StepKind::Listen,
-            text: String::new(),
-            audio: Vec::new(),
-            end_of_turn: false,
-            kv_length,
-            input_tokens: 0,
-            output_tokens: 0,
-            prefill_us: 0,
-            generate_us: 0,
-        }
+        StepOutcome { kind: StepKind::Listen, kv_length, ..StepOutcome::default() }
     }
 
     pub fn from_first(piece: StepPiece) -> Self {
@@ -232,6 +238,9 @@ impl StepOutcome {
             output_tokens: piece.output_tokens,
             prefill_us: piece.prefill_us,
             generate_us: piece.generate_us,
+            transcript: piece.transcript,
+            input_audio_tokens: piece.input_audio_tokens,
+            output_audio_tokens: piece.output_audio_tokens,
         }
     }
 
@@ -247,11 +256,21 @@ impl StepOutcome {
         self.input_tokens += piece.input_tokens;
         self.output_tokens += piece.output_tokens;
         self.generate_us += piece.generate_us;
+        self.input_audio_tokens += piece.input_audio_tokens;
+        self.output_audio_tokens += piece.output_audio_tokens;
+        match (&mut self.transcript, piece.transcript) {
+            (Some(t), Some(more)) => {
+                t.push(' ');
+                t.push_str(&more);
+            }
+            (t @ None, more) => *t = more,
+            (Some(_), None) => {}
+        }
     }
 }
 
 /// One piece of a turn-mode answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TurnPiece {
     pub text: String,
     /// 24 kHz mono; empty without speech output.
@@ -261,10 +280,14 @@ pub struct TurnPiece {
     pub input_tokens: u32,
     pub output_tokens: u32,
     pub generate_us: u32,
+    /// On the first piece: the transcript of the audio in the newest user message.
+    pub transcript: Option<String>,
+    pub input_audio_tokens: u32,
+    pub output_audio_tokens: u32,
 }
 
 /// What a backend can do, from its info call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct BackendInfo {
     pub name: String,
     pub vision: bool,
@@ -276,6 +299,14 @@ pub struct BackendInfo {
     pub context_size: u32,
     pub max_output_samples: u32,
     pub max_output_text_bytes: u32,
+    /// The revision of ABI version 1 it implements (0 for 1.0, 1 for 1.1).
+    pub abi_revision: u32,
+    /// It reports transcripts of the user's speech.
+    pub transcripts: bool,
+    /// It reports how many of its tokens are audio.
+    pub token_details: bool,
+    /// The further generation settings it applies (by name).
+    pub settings: Vec<String>,
 }
 
 impl BackendInfo {
@@ -289,10 +320,12 @@ impl BackendInfo {
 }
 
 /// How a turn-mode answer went, once its last piece is out.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct TurnSummary {
     pub input_tokens: u32,
     pub output_tokens: u32,
+    pub input_audio_tokens: u32,
+    pub output_audio_tokens: u32,
     pub kv_length: u64,
     pub duration: std::time::Duration,
 }

@@ -4,7 +4,7 @@
 
 use thiserror::Error;
 
-use crate::domain::{DuplexChunk, SessionKind, SessionSetup, StepOutcome, TurnInput};
+use crate::domain::{BackendInfo, DuplexChunk, SessionKind, SessionSetup, StepOutcome, TurnInput};
 
 /// Whether an error is the client's fault or the server's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -241,6 +241,16 @@ pub enum Outbound<'a> {
         kind: SessionKind,
         prompt_length: u64,
         queue_wait_ms: u64,
+        /// What the backend can do (transcripts, the settings it applies).
+        backend: &'a BackendInfo,
+    },
+    /// What the user said, as the backend heard it: reported with the step (`input_id`)
+    /// where the backend finished transcribing it, or with a turn's answer (`response_id`).
+    Transcript {
+        session_id: &'a str,
+        input_id: &'a str,
+        response_id: Option<&'a str>,
+        text: &'a str,
     },
     /// The output of one duplex step: listen, or speech (text and/or audio).
     Step {
@@ -254,8 +264,12 @@ pub enum Outbound<'a> {
     TurnDelta {
         session_id: &'a str,
         response_id: &'a str,
+        /// The turn's `input.append` (`input_N`).
+        input_id: &'a str,
         text: &'a str,
         audio: &'a [f32],
+        kv_length: u64,
+        generate_us: u32,
     },
     /// The end of a turn-mode answer, with the whole text (and audio, when not streamed).
     TurnDone {
@@ -265,6 +279,10 @@ pub enum Outbound<'a> {
         audio: Option<&'a [f32]>,
         input_tokens: u32,
         output_tokens: u32,
+        /// Of the input tokens, those from audio; of the output, the speech tokens
+        /// (`output_tokens` counts text).
+        input_audio_tokens: u32,
+        output_audio_tokens: u32,
         kv_length: u64,
         duration_ms: u64,
         /// The answer was interrupted (`Inbound::Interrupt`) before its end.
@@ -273,6 +291,7 @@ pub enum Outbound<'a> {
     /// A `Reconfigure` took effect.
     Reconfigured {
         prompt_length: u64,
+        backend: &'a BackendInfo,
     },
     Error(&'a ProtocolError),
     Closed {

@@ -22,7 +22,7 @@ use crate::backend_actor::{
     Attach, Delivery, Detach, Drain, Interrupt, Lost, Prepare, Reconfigure, SubmitChunk, SubmitTurn,
 };
 use crate::dialect::{DecodeError, Dialect, RecordedMedia};
-use crate::domain::{Mode, StepOutcome, TurnPiece, TurnSummary};
+use crate::domain::{BackendInfo, Mode, StepOutcome, TurnPiece, TurnSummary};
 use crate::inbound_limits::{FragmentBudget, FragmentRefusal, Fragments, MessageRate, RateLimit, Verdict};
 use crate::metrics::metrics;
 use crate::outgoing::OutgoingLimit;
@@ -91,6 +91,8 @@ pub struct SessionLinks {
 pub enum BackendEvent {
     Prepared {
         prompt_length: u64,
+        /// What the backend can do, for the client (transcripts, settings applied).
+        backend: Box<BackendInfo>,
     },
     PrepareFailed(BackendError),
     /// The step that answered chunk `seq`.

@@ -26,6 +26,18 @@
  *          through a NULL pointer: SIGSEGV). Steps count duplex chunks and turn
  *          answers from 1 in each session. open_ms=N: open takes N ms (a model
  *          loading). interrupt_hang_ms=N: interrupt() blocks N ms (a broken backend).
+ *  1.1     (revision [1]; revision=0 behaves as a 1.0 backend: none of the below)
+ *          settings: applies top_p, top_k, repetition_penalty, presence_penalty and seed
+ *          (listed in info); a reply says which it holds: a duplex reply's first text names
+ *          them in brackets, and the turn question "What are your settings?" is answered
+ *          with them. Other settings are ignored, as the header allows.
+ *          transcripts: a deterministic stand-in for speech recognition. A duplex reply
+ *          reports "(N.N seconds of speech)" for the speech it answers, on its first step;
+ *          a turn reports the same for the audio of the newest user message.
+ *          token details: 25 audio tokens per second of input audio, and 25 per second of
+ *          speech produced.
+ *          turns: without OMNI_TURN_CONTINUE the messages replace the conversation (kv
+ *          restarts from the system prompt); with it they are appended.
  *
  * Build as a shared library:  cc -O2 -shared -fPIC -Iinclude reference_backend.c -lm
  * Define OMNI_REFERENCE_STATIC to rename the two entry points to
@@ -71,7 +83,13 @@ struct options {
     long speech_min_ms, reply_steps, n_ctx, step_ms, token_ms;
     long fail_at_step, hang_at_step, hang_ms, abort_at_step, segv_at_step;
     long open_ms, interrupt_hang_ms;
+    long revision;
 };
+
+/* The generation settings this backend applies (reported by info). */
+static const char SETTINGS[] = "top_p,top_k,repetition_penalty,presence_penalty,seed";
+#define MAX_SETTINGS_TEXT 160
+#define MAX_TRANSCRIPT 64
 
 struct omni_backend {
     struct options opt;
@@ -96,14 +114,21 @@ struct omni_backend {
     size_t out_text_len;
     size_t audio_done, audio_total_step;
     int out_eot, out_piece;
-    uint32_t out_in_tokens, out_out_tokens;
+    uint32_t out_in_tokens, out_out_tokens, out_in_audio_tokens;
+    char transcript[MAX_TRANSCRIPT]; /* to report with the step's (or turn's) first output */
+    size_t transcript_len;
+    /* 1.1: the settings applied, as "top_p=0.9 seed=7" (session's, then the turn's) */
+    char settings[MAX_SETTINGS_TEXT];
+    size_t settings_len;
+    size_t session_settings_len; /* the prefix of settings that came with prepare */
+    uint64_t prompt_kv;           /* kv of the system prompt alone */
     uint32_t prefill_us;
     unsigned step_epoch; /* interrupt_epoch when the step began (at prefill) */
     int pending_valid;
     /* turn mode */
     char answer[MAX_ANSWER];
     size_t answer_len, answer_pos;
-    uint32_t turn_flags, turn_limit, turn_pieces, turn_in_tokens;
+    uint32_t turn_flags, turn_limit, turn_pieces, turn_in_tokens, turn_in_audio_tokens;
     char last_error[512];
 };
 
@@ -155,6 +180,12 @@ static size_t count_words(const char *s, size_t n) {
 static uint32_t frame_tokens(uint32_t slices) {
     if (slices < 1) slices = 1;
     return 64u + (slices - 1u) * 128u / 3u;
+}
+
+/* Speech tokens of samples [done, done + n) of output audio: 25 per second, counted so
+ * that the pieces of one output add up to the whole. */
+static uint32_t speech_tokens(size_t done, size_t n) {
+    return (uint32_t)((done + n) * 25u / OUT_RATE - done * 25u / OUT_RATE);
 }
 
 static int pcm_ok(omni_pcm p) { return p.len == 0 || p.ptr != NULL; }
@@ -209,12 +240,12 @@ static omni_status parse_options(struct options *opt, const omni_option *options
     static const char *names[] = {"vad_threshold", "speech_min_ms", "reply_steps",  "n_ctx",
                                   "step_ms",       "token_ms",      "fail_at_step", "hang_at_step",
                                   "hang_ms",       "abort_at_step", "segv_at_step", "open_ms",
-                                  "interrupt_hang_ms"};
+                                  "interrupt_hang_ms", "revision"};
     long *ints[] = {NULL,           &opt->speech_min_ms, &opt->reply_steps,  &opt->n_ctx,
                     &opt->step_ms,  &opt->token_ms,      &opt->fail_at_step, &opt->hang_at_step,
                     &opt->hang_ms,  &opt->abort_at_step, &opt->segv_at_step, &opt->open_ms,
-                    &opt->interrupt_hang_ms};
-    *opt = (struct options){0.02, 500, 3, 8192, 0, 0, 0, 0, 60000, 0, 0, 0, 0};
+                    &opt->interrupt_hang_ms, &opt->revision};
+    *opt = (struct options){0.02, 500, 3, 8192, 0, 0, 0, 0, 60000, 0, 0, 0, 0, 1};
     if (n > 0 && !options) {
         snprintf(err, cap, "options is NULL with n_options %zu", n);
         return OMNI_ERR_INVALID_ARGUMENT;
@@ -230,7 +261,7 @@ static omni_status parse_options(struct options *opt, const omni_option *options
         if (k == sizeof names / sizeof names[0]) {
             snprintf(err, cap, "unknown option '%.*s' (known: vad_threshold, speech_min_ms, reply_steps, n_ctx, "
                      "step_ms, token_ms, fail_at_step, hang_at_step, hang_ms, abort_at_step, segv_at_step, "
-                     "open_ms, interrupt_hang_ms)",
+                     "open_ms, interrupt_hang_ms, revision)",
                      (int)(o->key.len > 64 ? 64 : o->key.len), o->key.ptr ? o->key.ptr : "");
             return OMNI_ERR_OPEN_FAILED;
         }
@@ -251,7 +282,63 @@ static omni_status parse_options(struct options *opt, const omni_option *options
         snprintf(err, cap, "option n_ctx: must be at least 1");
         return OMNI_ERR_OPEN_FAILED;
     }
+    if (opt->revision > 1) {
+        snprintf(err, cap, "option revision: 0 (a 1.0 backend) or 1");
+        return OMNI_ERR_OPEN_FAILED;
+    }
     return OMNI_OK;
+}
+
+/* ---- 1.1 generation settings -------------------------------------------- */
+/* Checks the settings this backend applies and appends them to b->settings as
+ * "name=value" words; the others are ignored. Returns OMNI_OK or a failure naming the
+ * setting (the gateway checks values first, so this only guards the ABI). */
+static omni_status apply_settings(omni_backend *b, const omni_option *s, size_t n, const char *fn) {
+    if (b->opt.revision < 1 || n == 0) return OMNI_OK;
+    if (!s) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "%s: settings is NULL with n_settings %zu", fn, n);
+    for (size_t i = 0; i < n; i++) {
+        const omni_option *o = &s[i];
+        if (!str_ok(o->key) || !str_ok(o->value))
+            return fail(b, OMNI_ERR_INVALID_ARGUMENT, "%s: setting %zu has a NULL key or value", fn, i);
+        double v;
+        int known = key_is(o, "top_p") || key_is(o, "top_k") || key_is(o, "repetition_penalty") ||
+                    key_is(o, "presence_penalty") || key_is(o, "seed");
+        if (!known) continue;
+        int ok = parse_num(o, &v);
+        if (ok && key_is(o, "top_p")) ok = v > 0 && v <= 1;
+        if (ok && (key_is(o, "top_k") || key_is(o, "seed"))) ok = v >= 0 && v == floor(v);
+        if (ok && key_is(o, "repetition_penalty")) ok = v > 0;
+        if (ok && key_is(o, "presence_penalty")) ok = v >= -2 && v <= 2;
+        if (!ok)
+            return fail(b, OMNI_ERR_INVALID_ARGUMENT, "%s: setting %.*s has an invalid value '%.*s'", fn,
+                        (int)o->key.len, o->key.ptr, (int)(o->value.len > 32 ? 32 : o->value.len),
+                        o->value.ptr ? o->value.ptr : "");
+        int w = snprintf(b->settings + b->settings_len, MAX_SETTINGS_TEXT - b->settings_len, "%s%.*s=%.*s",
+                         b->settings_len ? " " : "", (int)o->key.len, o->key.ptr, (int)o->value.len, o->value.ptr);
+        if (w < 0 || (size_t)w >= MAX_SETTINGS_TEXT - b->settings_len)
+            return fail(b, OMNI_ERR_INVALID_ARGUMENT, "%s: the settings are longer than %d bytes", fn,
+                        MAX_SETTINGS_TEXT - 1);
+        b->settings_len += (size_t)w;
+    }
+    return OMNI_OK;
+}
+
+/* Writes the pending transcript into an output's 1.1 fields, if the caller gave them and
+ * there is one. Returns OMNI_ERR_BUFFER_TOO_SMALL (with the size needed) when it does not
+ * fit. */
+static omni_status emit_transcript(omni_backend *b, char *buf, size_t cap, size_t *len) {
+    *len = 0;
+    if (b->transcript_len == 0 || !buf) return OMNI_OK; /* none, or the caller wants none */
+    *len = b->transcript_len;
+    if (cap < b->transcript_len)
+        return fail(b, OMNI_ERR_BUFFER_TOO_SMALL, "the transcript needs %zu bytes", b->transcript_len);
+    memcpy(buf, b->transcript, b->transcript_len);
+    return OMNI_OK;
+}
+
+static void set_transcript(omni_backend *b, double seconds) {
+    if (b->opt.revision < 1) return;
+    b->transcript_len = (size_t)snprintf(b->transcript, MAX_TRANSCRIPT, "(%.1f seconds of speech)", seconds);
 }
 
 /* ---- lifecycle ---------------------------------------------------------- */
@@ -296,6 +383,12 @@ static omni_status ref_info(omni_backend *b, omni_backend_info *out) {
         return fail(b, OMNI_ERR_INVALID_ARGUMENT, "info: struct_size %u is smaller than version 1 (%u)",
                     out->struct_size, MIN_SIZE(omni_backend_info, name));
     out->capabilities = OMNI_CAP_VISION | OMNI_CAP_SPEECH_OUTPUT | OMNI_CAP_DUPLEX | OMNI_CAP_TURN;
+    if (b->opt.revision >= 1 && out->struct_size >= MIN_SIZE(omni_backend_info, settings)) {
+        out->capabilities |= OMNI_CAP_TRANSCRIPTS | OMNI_CAP_TOKEN_DETAILS;
+        out->abi_revision = OMNI_BACKEND_ABI_REVISION;
+        memcpy(out->settings, SETTINGS, sizeof SETTINGS - 1);
+        out->settings_len = sizeof SETTINGS - 1;
+    }
     out->input_sample_rate = IN_RATE;
     out->output_sample_rate = OUT_RATE;
     out->context_size = (uint32_t)b->opt.n_ctx;
@@ -328,6 +421,9 @@ static void forget_session(omni_backend *b) {
     b->replies = 0;
     b->pending_valid = 0;
     b->answer_len = b->answer_pos = 0;
+    b->transcript_len = 0;
+    b->settings_len = b->session_settings_len = 0;
+    b->prompt_kv = 0;
     atomic_store(&b->kv, 0);
     atomic_store(&b->force_listen, 0);
 }
@@ -350,6 +446,14 @@ static omni_status ref_prepare(omni_backend *b, const omni_session_config *c) {
     b->max_new_tokens = c->max_new_tokens ? c->max_new_tokens : 256;
     b->max_slice_nums = c->max_slice_nums ? c->max_slice_nums : 1;
     b->force_listen_count = c->force_listen_count;
+    if (c->struct_size >= MIN_SIZE(omni_session_config, n_settings)) {
+        omni_status st = apply_settings(b, c->settings, c->n_settings, "prepare");
+        if (st != OMNI_OK) {
+            forget_session(b);
+            return st;
+        }
+        b->session_settings_len = b->settings_len;
+    }
     /* the system prompt occupies the context: one token per word, +25/s of reference audio */
     uint64_t kv = count_words(c->system_prompt.ptr, c->system_prompt.len) +
                   (uint64_t)(c->ref_audio.len * 25u / IN_RATE);
@@ -359,6 +463,7 @@ static omni_status ref_prepare(omni_backend *b, const omni_session_config *c) {
                     (unsigned long long)kv, b->opt.n_ctx);
     }
     atomic_store(&b->kv, kv);
+    b->prompt_kv = kv;
     b->state = c->kind == OMNI_SESSION_DUPLEX ? ST_READY : ST_TURN_DONE;
     return OMNI_OK;
 }
@@ -460,7 +565,10 @@ static omni_status ref_duplex_prefill(omni_backend *b, const omni_duplex_input *
         b->out_kind = OMNI_OUTPUT_SPEAK;
         b->out_piece = piece;
         b->out_eot = last;
-        if (piece == 0)
+        if (piece == 0 && b->session_settings_len)
+            b->out_text_len = (size_t)snprintf(b->out_text, MAX_TEXT, "Reply %ld: I heard %.1f seconds of speech [%.*s].",
+                                               b->replies, b->reply_seconds, (int)b->session_settings_len, b->settings);
+        else if (piece == 0)
             b->out_text_len = (size_t)snprintf(b->out_text, MAX_TEXT, "Reply %ld: I heard %.1f seconds of speech.",
                                                b->replies, b->reply_seconds);
         else
@@ -473,7 +581,10 @@ static omni_status ref_duplex_prefill(omni_backend *b, const omni_duplex_input *
             b->voiced_ms = 0;
         }
     }
+    b->transcript_len = 0;
+    if (b->out_kind == OMNI_OUTPUT_SPEAK && b->out_piece == 0) set_transcript(b, b->reply_seconds);
     b->out_in_tokens = (uint32_t)add;
+    b->out_in_audio_tokens = (uint32_t)audio_tokens;
     b->prefill_us = (uint32_t)(now_us() - t0);
     b->pending_valid = 0;
     b->state = ST_PREFILLED;
@@ -491,8 +602,15 @@ static omni_status emit_step(omni_backend *b, omni_step_output *out, int first, 
     }
     out->text_len = text_n;
     out->audio_len = audio_n;
+    int v11 = b->opt.revision >= 1 && out->struct_size >= MIN_SIZE(omni_step_output, output_audio_tokens);
     if ((text_n && (!out->text_buf || out->text_cap < text_n)) || (audio_n && (!out->audio_buf || out->audio_cap < audio_n)))
         return fail(b, OMNI_ERR_BUFFER_TOO_SMALL, "output needs %zu text bytes and %zu samples", text_n, audio_n);
+    if (v11) {
+        omni_status st = emit_transcript(b, out->transcript_buf, out->transcript_cap, &out->transcript_len);
+        if (st != OMNI_OK) return st;
+        out->input_audio_tokens = first ? b->out_in_audio_tokens : 0;
+        out->output_audio_tokens = speech_tokens(b->audio_done, audio_n);
+    }
     if (text_n) memcpy(out->text_buf, b->out_text, text_n);
     if (audio_n) synth(out->audio_buf, audio_n, b->audio_done, b->audio_total_step, b->out_piece);
     b->audio_done += audio_n;
@@ -513,6 +631,7 @@ static omni_status emit_step(omni_backend *b, omni_step_output *out, int first, 
     out->output_tokens = out_tokens;
     out->prefill_us = first ? b->prefill_us : 0;
     out->generate_us = (uint32_t)(now_us() - t0);
+    b->transcript_len = 0; /* reported once */
     return OMNI_OK;
 }
 
@@ -569,6 +688,10 @@ static omni_status ref_duplex_drain(omni_backend *b, omni_step_output *out) {
         out->kv_length = atomic_load(&b->kv);
         out->input_tokens = out->output_tokens = 0;
         out->prefill_us = out->generate_us = 0;
+        if (b->opt.revision >= 1 && out->struct_size >= MIN_SIZE(omni_step_output, output_audio_tokens)) {
+            out->transcript_len = 0;
+            out->input_audio_tokens = out->output_audio_tokens = 0;
+        }
         return OMNI_OK;
     }
     return emit_step(b, out, 0, now_us());
@@ -599,8 +722,9 @@ static omni_status ref_turn_prefill(omni_backend *b, const omni_turn_input *in) 
     if (!in->messages || in->n_messages == 0)
         return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: no messages");
     if (!pcm_ok(in->tts_ref_audio)) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: tts_ref_audio is NULL");
+    int v11 = b->opt.revision >= 1 && in->struct_size >= MIN_SIZE(omni_turn_input, n_settings);
     const omni_message *last_user = NULL;
-    uint64_t tokens = 1;
+    uint64_t tokens = 1, audio_tokens = 0;
     uint32_t slices = in->max_slice_nums ? in->max_slice_nums : b->max_slice_nums;
     for (size_t i = 0; i < in->n_messages; i++) {
         const omni_message *m = &in->messages[i];
@@ -619,11 +743,22 @@ static omni_status ref_turn_prefill(omni_backend *b, const omni_turn_input *in) 
             if (!m->audios[k].ptr || m->audios[k].len == 0)
                 return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: message %zu: audio %zu is empty", i, k);
             tokens += m->audios[k].len * 25u / IN_RATE;
+            audio_tokens += m->audios[k].len * 25u / IN_RATE;
         }
         if (m->role == OMNI_ROLE_USER) last_user = m;
     }
     if (!last_user) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: no user message");
-    uint64_t kv = atomic_load(&b->kv);
+    /* the turn's settings come after the session's; a failure leaves the session's alone */
+    b->settings_len = b->session_settings_len;
+    if (v11) {
+        omni_status st = apply_settings(b, in->settings, in->n_settings, "turn_prefill");
+        if (st != OMNI_OK) {
+            b->settings_len = b->session_settings_len;
+            return st;
+        }
+    }
+    /* 1.1: without OMNI_TURN_CONTINUE the messages are the whole conversation */
+    uint64_t kv = v11 && !(in->flags & OMNI_TURN_CONTINUE) ? b->prompt_kv : atomic_load(&b->kv);
     if (kv + tokens > (uint64_t)b->opt.n_ctx) {
         b->state = ST_FULL;
         return fail(b, OMNI_ERR_CONTEXT_FULL, "turn_prefill: context full (%llu + %llu > n_ctx %ld)",
@@ -637,7 +772,11 @@ static omni_status ref_turn_prefill(omni_backend *b, const omni_turn_input *in) 
     size_t n = last_user->text.len;
     while (n && (*t == ' ' || *t == '\n' || *t == '\t')) t++, n--;
     static const char prefix[] = "reply with exactly:";
-    if (n >= sizeof prefix - 1 && strncasecmp(t, prefix, sizeof prefix - 1) == 0) {
+    static const char ask_settings[] = "what are your settings?";
+    if (n >= sizeof ask_settings - 1 && strncasecmp(t, ask_settings, sizeof ask_settings - 1) == 0) {
+        b->answer_len = (size_t)snprintf(b->answer, MAX_ANSWER, "My settings: %.*s.", (int)b->settings_len,
+                                         b->settings_len ? b->settings : "the defaults");
+    } else if (n >= sizeof prefix - 1 && strncasecmp(t, prefix, sizeof prefix - 1) == 0) {
         t += sizeof prefix - 1;
         n -= sizeof prefix - 1;
         while (n && (*t == ' ' || *t == '\t')) t++, n--;
@@ -661,6 +800,11 @@ static omni_status ref_turn_prefill(omni_backend *b, const omni_turn_input *in) 
     b->turn_limit = in->max_new_tokens ? in->max_new_tokens : b->max_new_tokens;
     b->turn_pieces = 0;
     b->turn_in_tokens = (uint32_t)tokens;
+    b->turn_in_audio_tokens = (uint32_t)audio_tokens;
+    b->transcript_len = 0;
+    size_t heard = 0;
+    for (size_t k = 0; k < last_user->n_audios; k++) heard += last_user->audios[k].len;
+    if (heard) set_transcript(b, (double)heard / IN_RATE);
     b->pending_valid = 0;
     b->state = ST_TURN_PREFILLED;
     return OMNI_OK;
@@ -705,6 +849,13 @@ static omni_status ref_turn_generate(omni_backend *b, omni_turn_output *out) {
         (audio_n && (!out->audio_buf || out->audio_cap < audio_n)))
         return fail(b, OMNI_ERR_BUFFER_TOO_SMALL, "turn_generate: piece needs %zu text bytes and %zu samples",
                     b->out_text_len, audio_n);
+    int v11 = b->opt.revision >= 1 && out->struct_size >= MIN_SIZE(omni_turn_output, output_audio_tokens);
+    if (v11) {
+        omni_status tst = emit_transcript(b, out->transcript_buf, out->transcript_cap, &out->transcript_len);
+        if (tst != OMNI_OK) return tst;
+        out->input_audio_tokens = b->turn_pieces == 1 ? b->turn_in_audio_tokens : 0;
+        out->output_audio_tokens = speech_tokens(0, audio_n);
+    }
     if (b->out_text_len) memcpy(out->text_buf, b->out_text, b->out_text_len);
     if (audio_n) synth(out->audio_buf, audio_n, 0, audio_n, b->out_piece);
     uint32_t tokens = b->out_text_len ? (uint32_t)count_words(b->out_text, b->out_text_len) : 0;
@@ -723,6 +874,7 @@ static omni_status ref_turn_generate(omni_backend *b, omni_turn_output *out) {
     out->kv_length = kv;
     out->input_tokens = b->turn_pieces == 1 ? b->turn_in_tokens : 0;
     out->generate_us = (uint32_t)(now_us() - t0);
+    b->transcript_len = 0; /* reported once, with the first piece */
     if (out->done) b->state = ST_TURN_DONE;
     return OMNI_OK;
 }

@@ -137,8 +137,7 @@ impl BackendApi {
 
     /// Opens a handle owned by the calling thread.
     pub fn open(&self, options: &[(String, String)]) -> Result<FfiBackend, BackendError> {
-        let opts: Vec<sys::omni_option> =
-            options.iter().map(|(k, v)| sys::omni_option { key: ostr(k), value: ostr(v) }).collect();
+        let opts = self::options(options);
         let mut handle: *mut omni_backend = ptr::null_mut();
         let mut err = [0 as c_char; 512];
         // SAFETY: every pointer is valid for the call; `err` has the capacity we state.
@@ -156,13 +155,16 @@ impl BackendApi {
             api: self.clone(),
             shared,
             handle,
-            info: placeholder_info(),
-            text: Vec::new(),
-            audio: Vec::new(),
+            info: BackendInfo::default(),
+            buffers: Buffers { text: Vec::new(), audio: Vec::new(), transcript: Vec::new() },
+            replay: None,
         };
         backend.info = backend.query_info()?;
-        backend.text = vec![0; backend.info.max_output_text_bytes.max(256) as usize];
-        backend.audio = vec![0.0; backend.info.max_output_samples.max(4096) as usize];
+        backend.buffers = Buffers {
+            text: vec![0; backend.info.max_output_text_bytes.max(256) as usize],
+            audio: vec![0.0; backend.info.max_output_samples.max(4096) as usize],
+            transcript: if backend.info.transcripts { vec![0; TRANSCRIPT_BYTES] } else { Vec::new() },
+        };
         Ok(backend)
     }
 }
@@ -205,20 +207,56 @@ fn c_text(buf: &[c_char]) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-fn placeholder_info() -> BackendInfo {
-    BackendInfo {
-        name: String::new(),
-        vision: false,
-        speech_output: false,
-        duplex: false,
-        turn: false,
-        input_sample_rate: 16000,
-        output_sample_rate: 24000,
-        context_size: 0,
-        max_output_samples: 0,
-        max_output_text_bytes: 0,
-    }
+/// The settings as the ABI's key/value list; the strings are borrowed from `settings`.
+fn options(settings: &[(String, String)]) -> Vec<sys::omni_option> {
+    settings.iter().map(|(k, v)| sys::omni_option { key: ostr(k), value: ostr(v) }).collect()
 }
+
+/// A comma-separated list of names, as `info` reports the settings a backend applies.
+fn names(raw: &[c_char], len: u32) -> Vec<String> {
+    let len = (len as usize).min(raw.len());
+    let bytes: Vec<u8> = raw[..len].iter().map(|&c| c as u8).collect();
+    String::from_utf8_lossy(&bytes).split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_owned).collect()
+}
+
+/// The output buffers handed to generate and drain calls, grown on BUFFER_TOO_SMALL.
+struct Buffers {
+    text: Vec<u8>,
+    audio: Vec<f32>,
+    transcript: Vec<u8>,
+}
+
+/// What one call wrote into [`Buffers`] (or, with BUFFER_TOO_SMALL, what it needs).
+#[derive(Clone, Copy)]
+struct Written {
+    text: usize,
+    audio: usize,
+    transcript: usize,
+}
+
+/// Points an output struct (step or turn: the same buffer fields) at the buffers.
+macro_rules! point_at {
+    ($out:ident, $b:ident) => {
+        $out.text_buf = $b.text.as_mut_ptr().cast();
+        $out.text_cap = $b.text.len();
+        $out.audio_buf = $b.audio.as_mut_ptr();
+        $out.audio_cap = $b.audio.len();
+        $out.transcript_buf =
+            if $b.transcript.is_empty() { ptr::null_mut() } else { $b.transcript.as_mut_ptr().cast() };
+        $out.transcript_cap = $b.transcript.len();
+    };
+}
+
+/// What one call yielded, copied out of [`Buffers`].
+struct Yielded {
+    text: String,
+    audio: Vec<f32>,
+    /// None when the backend reported no transcript.
+    transcript: Option<String>,
+}
+
+/// The first size of the transcript buffer; a backend asks for more with BUFFER_TOO_SMALL.
+const TRANSCRIPT_BYTES: usize = 4096;
 
 /// The handle as the any-thread calls see it: null once closed.
 struct Shared {
@@ -268,8 +306,10 @@ pub struct FfiBackend {
     shared: Arc<Shared>,
     handle: *mut omni_backend,
     info: BackendInfo,
-    text: Vec<u8>,
-    audio: Vec<f32>,
+    buffers: Buffers,
+    /// For a 1.0 backend, which always appends a turn's messages: the session to prepare
+    /// again before a turn that replaces the conversation, and whether a turn ran since.
+    replay: Option<(SessionSetup, bool)>,
 }
 
 impl Drop for FfiBackend {
@@ -328,31 +368,40 @@ impl FfiBackend {
             context_size: raw.context_size,
             max_output_samples: raw.max_output_samples,
             max_output_text_bytes: raw.max_output_text_bytes,
+            abi_revision: raw.abi_revision,
+            transcripts: cap & sys::CAP_TRANSCRIPTS != 0,
+            token_details: cap & sys::CAP_TOKEN_DETAILS != 0,
+            settings: names(&raw.settings, raw.settings_len),
         })
     }
 
-    /// Calls `f` with output buffers; on BUFFER_TOO_SMALL grows them to the sizes the
-    /// backend asked for and calls once more. Returns the text and audio written.
+    /// Calls `f` with the output buffers; on BUFFER_TOO_SMALL grows them to the sizes the
+    /// backend asked for and calls once more.
     fn with_buffers<O>(
         &mut self,
         call: &str,
-        mut f: impl FnMut(*mut omni_backend, &mut [u8], &mut [f32]) -> (sys::omni_status, O, usize, usize),
-    ) -> Result<(O, String, Vec<f32>), BackendError> {
+        mut f: impl FnMut(*mut omni_backend, &mut Buffers) -> (sys::omni_status, O, Written),
+    ) -> Result<(O, Yielded), BackendError> {
         for attempt in 0..2 {
-            let (st, out, text_len, audio_len) = f(self.handle, &mut self.text, &mut self.audio);
+            let (st, out, n) = f(self.handle, &mut self.buffers);
+            let b = &mut self.buffers;
             if st == sys::ERR_BUFFER_TOO_SMALL && attempt == 0 {
-                self.text.resize(text_len.max(self.text.len()), 0);
-                self.audio.resize(audio_len.max(self.audio.len()), 0.0);
+                b.text.resize(n.text.max(b.text.len()), 0);
+                b.audio.resize(n.audio.max(b.audio.len()), 0.0);
+                b.transcript.resize(n.transcript.max(b.transcript.len()), 0);
                 continue;
             }
             self.check(st, call)?;
-            if text_len > self.text.len() || audio_len > self.audio.len() {
+            let b = &self.buffers;
+            if n.text > b.text.len() || n.audio > b.audio.len() || n.transcript > b.transcript.len() {
                 return Err(BackendError::Internal(format!(
                     "{call}: the backend reported more output than the buffer holds"
                 )));
             }
-            let text = String::from_utf8_lossy(&self.text[..text_len]).into_owned();
-            return Ok((out, text, self.audio[..audio_len].to_vec()));
+            let transcript =
+                (n.transcript > 0).then(|| String::from_utf8_lossy(&b.transcript[..n.transcript]).into_owned());
+            let text = String::from_utf8_lossy(&b.text[..n.text]).into_owned();
+            return Ok((out, Yielded { text, audio: b.audio[..n.audio].to_vec(), transcript }));
         }
         Err(BackendError::Internal(format!("{call}: still BUFFER_TOO_SMALL after growing the buffers")))
     }
@@ -360,18 +409,15 @@ impl FfiBackend {
     fn step_output(&mut self, call: &str, drain: bool) -> Result<Option<StepPiece>, BackendError> {
         let t = self.api.clone();
         let f = if drain { fn_of(t.t().duplex_drain) } else { fn_of(t.t().duplex_generate) };
-        let (raw, text, audio) = self.with_buffers(call, |h, text, audio| {
+        let (raw, y) = self.with_buffers(call, |h, b| {
             // SAFETY: all-zero is valid for this struct; the buffers outlive the call.
             let mut out: sys::omni_step_output = unsafe { std::mem::zeroed() };
             out.struct_size = size_of::<sys::omni_step_output>() as u32;
-            out.text_buf = text.as_mut_ptr().cast();
-            out.text_cap = text.len();
-            out.audio_buf = audio.as_mut_ptr();
-            out.audio_cap = audio.len();
+            point_at!(out, b);
             // SAFETY: owner-thread call on our handle.
             let st = unsafe { f(h, &mut out) };
-            let (tl, al) = (out.text_len, out.audio_len);
-            (st, out, tl, al)
+            let n = Written { text: out.text_len, audio: out.audio_len, transcript: out.transcript_len };
+            (st, out, n)
         })?;
         let kind = match raw.kind {
             sys::OUTPUT_NONE if drain => return Ok(None),
@@ -383,14 +429,17 @@ impl FfiBackend {
         };
         Ok(Some(StepPiece {
             kind,
-            text,
-            audio,
+            text: y.text,
+            audio: y.audio,
             end_of_turn: raw.end_of_turn != 0,
             kv_length: raw.kv_length,
             input_tokens: raw.input_tokens,
             output_tokens: raw.output_tokens,
             prefill_us: raw.prefill_us,
             generate_us: raw.generate_us,
+            transcript: y.transcript,
+            input_audio_tokens: raw.input_audio_tokens,
+            output_audio_tokens: raw.output_audio_tokens,
         }))
     }
 }
@@ -410,6 +459,7 @@ impl Backend for FfiBackend {
 
     fn prepare(&mut self, s: &SessionSetup) -> Result<(), BackendError> {
         let g = &s.generation;
+        let settings = options(&g.settings);
         let config = sys::omni_session_config {
             struct_size: size_of::<sys::omni_session_config>() as u32,
             kind: match s.kind {
@@ -425,13 +475,19 @@ impl Backend for FfiBackend {
             force_listen_count: g.force_listen_count.unwrap_or(0),
             length_penalty: g.length_penalty.unwrap_or(0.0),
             temperature: g.temperature.unwrap_or(-1.0),
+            settings: if settings.is_empty() { ptr::null() } else { settings.as_ptr() },
+            n_settings: settings.len(),
         };
         // SAFETY: owner-thread call; `config` and what it points to outlive the call.
         let st = unsafe { fn_of(self.t().prepare)(self.handle, &config) };
-        self.check(st, "prepare")
+        self.check(st, "prepare")?;
+        let turns_append = self.info.abi_revision < sys::ABI_REVISION && s.kind == SessionKind::Turn;
+        self.replay = turns_append.then(|| (s.clone(), false));
+        Ok(())
     }
 
     fn reset(&mut self) -> Result<(), BackendError> {
+        self.replay = None;
         // SAFETY: owner-thread call.
         let st = unsafe { fn_of(self.t().reset)(self.handle) };
         self.check(st, "reset")
@@ -468,6 +524,15 @@ impl Backend for FfiBackend {
     }
 
     fn turn_prefill(&mut self, input: &TurnInput) -> Result<(), BackendError> {
+        // A 1.0 backend appends whatever it is given: a turn that replaces the conversation
+        // starts from a freshly prepared session instead.
+        if !input.continues
+            && matches!(self.replay, Some((_, true)))
+            && let Some((setup, _)) = self.replay.take()
+        {
+            self.reset()?;
+            self.prepare(&setup)?;
+        }
         let images: Vec<Vec<sys::omni_bytes>> =
             input.messages.iter().map(|m| m.images.iter().map(|i| obytes(i)).collect()).collect();
         let audios: Vec<Vec<sys::omni_pcm>> =
@@ -487,11 +552,13 @@ impl Backend for FfiBackend {
             })
             .collect();
         let g = &input.generation;
+        let settings = options(&g.settings);
         let flags = [
             (input.speech, sys::TURN_SPEECH),
             (input.thinking, sys::TURN_THINKING),
             (input.tts_template, sys::TURN_TTS_TEMPLATE),
             (input.omni, sys::TURN_OMNI),
+            (input.continues, sys::TURN_CONTINUE),
         ]
         .iter()
         .filter(|(on, _)| *on)
@@ -506,30 +573,36 @@ impl Backend for FfiBackend {
             length_penalty: g.length_penalty.unwrap_or(0.0),
             temperature: g.temperature.unwrap_or(-1.0),
             tts_ref_audio: opcm(&input.tts_ref_audio),
+            settings: if settings.is_empty() { ptr::null() } else { settings.as_ptr() },
+            n_settings: settings.len(),
         };
         // SAFETY: owner-thread call; every array referenced lives until after the call.
         let st = unsafe { fn_of(self.t().turn_prefill)(self.handle, &raw) };
-        self.check(st, "turn_prefill")
+        self.check(st, "turn_prefill")?;
+        if let Some((_, turned)) = &mut self.replay {
+            *turned = true;
+        }
+        Ok(())
     }
 
     fn turn_generate(&mut self) -> Result<TurnPiece, BackendError> {
         let f = fn_of(self.t().turn_generate);
-        let (raw, text, audio) = self.with_buffers("turn_generate", |h, text, audio| {
+        let (raw, y) = self.with_buffers("turn_generate", |h, b| {
             // SAFETY: all-zero is valid for this struct; the buffers outlive the call.
             let mut out: sys::omni_turn_output = unsafe { std::mem::zeroed() };
             out.struct_size = size_of::<sys::omni_turn_output>() as u32;
-            out.text_buf = text.as_mut_ptr().cast();
-            out.text_cap = text.len();
-            out.audio_buf = audio.as_mut_ptr();
-            out.audio_cap = audio.len();
+            point_at!(out, b);
             // SAFETY: owner-thread call on our handle.
             let st = unsafe { f(h, &mut out) };
-            let (tl, al) = (out.text_len, out.audio_len);
-            (st, out, tl, al)
+            let n = Written { text: out.text_len, audio: out.audio_len, transcript: out.transcript_len };
+            (st, out, n)
         })?;
         Ok(TurnPiece {
-            text,
-            audio,
+            text: y.text,
+            audio: y.audio,
+            transcript: y.transcript,
+            input_audio_tokens: raw.input_audio_tokens,
+            output_audio_tokens: raw.output_audio_tokens,
             done: raw.done != 0,
             kv_length: raw.kv_length,
             input_tokens: raw.input_tokens,

@@ -23,6 +23,8 @@ pub const CAP_VISION: u32 = 1 << 0;
 pub const CAP_SPEECH_OUTPUT: u32 = 1 << 1;
 pub const CAP_DUPLEX: u32 = 1 << 2;
 pub const CAP_TURN: u32 = 1 << 3;
+pub const CAP_TRANSCRIPTS: u32 = 1 << 4;
+pub const CAP_TOKEN_DETAILS: u32 = 1 << 5;
 
 pub const SESSION_DUPLEX: u32 = 1;
 pub const SESSION_TURN: u32 = 2;
@@ -41,6 +43,9 @@ pub const TURN_SPEECH: u32 = 1 << 0;
 pub const TURN_THINKING: u32 = 1 << 1;
 pub const TURN_TTS_TEMPLATE: u32 = 1 << 2;
 pub const TURN_OMNI: u32 = 1 << 3;
+pub const TURN_CONTINUE: u32 = 1 << 4;
+/// The revision of ABI version 1 this server speaks (1.1).
+pub const ABI_REVISION: u32 = 1;
 
 #[repr(C)]
 pub struct omni_backend {
@@ -86,6 +91,10 @@ pub struct omni_backend_info {
     pub max_output_text_bytes: u32,
     pub name_len: u32,
     pub name: [c_char; 64],
+    // since 1.1
+    pub abi_revision: u32,
+    pub settings_len: u32,
+    pub settings: [c_char; 512],
 }
 
 #[repr(C)]
@@ -101,6 +110,9 @@ pub struct omni_session_config {
     pub force_listen_count: u32,
     pub length_penalty: f32,
     pub temperature: f32,
+    // since 1.1
+    pub settings: *const omni_option,
+    pub n_settings: usize,
 }
 
 #[repr(C)]
@@ -129,6 +141,12 @@ pub struct omni_step_output {
     pub output_tokens: u32,
     pub prefill_us: u32,
     pub generate_us: u32,
+    // since 1.1
+    pub transcript_buf: *mut c_char,
+    pub transcript_cap: usize,
+    pub transcript_len: usize,
+    pub input_audio_tokens: u32,
+    pub output_audio_tokens: u32,
 }
 
 #[repr(C)]
@@ -153,6 +171,9 @@ pub struct omni_turn_input {
     pub length_penalty: f32,
     pub temperature: f32,
     pub tts_ref_audio: omni_pcm,
+    // since 1.1
+    pub settings: *const omni_option,
+    pub n_settings: usize,
 }
 
 #[repr(C)]
@@ -169,6 +190,12 @@ pub struct omni_turn_output {
     pub kv_length: u64,
     pub input_tokens: u32,
     pub generate_us: u32,
+    // since 1.1
+    pub transcript_buf: *mut c_char,
+    pub transcript_cap: usize,
+    pub transcript_len: usize,
+    pub input_audio_tokens: u32,
+    pub output_audio_tokens: u32,
 }
 
 type B = *mut omni_backend;
@@ -242,6 +269,14 @@ mod tests {
             size_of::<omni_backend_api>(),
             offset_of!(omni_backend_api, open),
             offset_of!(omni_backend_api, kv_length),
+            offset_of!(omni_backend_info, abi_revision),
+            offset_of!(omni_backend_info, settings),
+            offset_of!(omni_session_config, settings),
+            offset_of!(omni_step_output, transcript_buf),
+            offset_of!(omni_step_output, output_audio_tokens),
+            offset_of!(omni_turn_input, settings),
+            offset_of!(omni_turn_output, transcript_buf),
+            offset_of!(omni_turn_output, output_audio_tokens),
         ];
         for (i, &r) in rust.iter().enumerate() {
             let c = unsafe { omni_abi_layout(i) };

@@ -226,10 +226,7 @@ mod tests {
             audio: vec![0.1; samples],
             end_of_turn: eot,
             kv_length: 10,
-            input_tokens: 0,
-            output_tokens: 0,
-            prefill_us: 0,
-            generate_us: 0,
+            ..StepOutcome::default()
         }
     }
 

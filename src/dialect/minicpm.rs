@@ -5,11 +5,11 @@
 
 use omni_actors::dialect::{DecodeError, Dialect};
 use omni_actors::domain::{
-    ChatMessage, DuplexChunk, Generation, Mode, Role, SessionSetup, StepKind, StepOutcome, TurnInput,
+    BackendInfo, ChatMessage, DuplexChunk, Generation, Mode, Role, SessionSetup, StepKind, StepOutcome, TurnInput,
 };
 use omni_actors::protocol::{Inbound, Outbound, ProtocolError, QueueInfo};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use std::sync::Arc;
 
@@ -17,17 +17,22 @@ use omni_actors::recording::Redact;
 
 use super::Limits;
 use super::record::{AudioEncoding, JsonRedactor};
+use super::settings::{self, DUPLEX_CONFIG, Settings};
 use super::wire::{self, JsonWriter, Text};
 
 /// The current dialect for one connection of a given public mode.
 pub struct Current {
     mode: Mode,
     limits: Limits,
+    /// `payload.config` as accepted, echoed in `session.created`.
+    config: Map<String, Value>,
+    /// The settings of `config` beyond the ABI's own fields.
+    settings: Settings,
 }
 
 impl Current {
     pub fn new(mode: Mode, limits: Limits) -> Current {
-        Current { mode, limits }
+        Current { mode, limits, config: Map::new(), settings: Settings::default() }
     }
 
     /// A reference voice sent as raw 16 kHz float32 PCM, within the reference limit.
@@ -49,18 +54,9 @@ struct InitPayload<'a> {
     #[serde(borrow, default)]
     instructions: Option<Text<'a>>,
     #[serde(default)]
-    config: Option<InitConfig>,
+    config: Option<Map<String, Value>>,
     #[serde(borrow, default)]
     voice: Option<Voice<'a>>,
-}
-
-#[derive(Deserialize, Default)]
-struct InitConfig {
-    length_penalty: Option<f32>,
-    max_new_tokens: Option<u32>,
-    temperature: Option<f32>,
-    max_slice_nums: Option<i64>,
-    force_listen_count: Option<u32>,
 }
 
 #[derive(Deserialize, Default)]
@@ -208,9 +204,7 @@ fn chat_message(v: &Value, i: usize) -> Result<ChatMessage, ProtocolError> {
                     }
                     "image" => {
                         let bytes = wire::decode_base64(data("data")?, &format!("{pat}.data"))?;
-                        if !wire::is_jpeg(&bytes) && !wire::is_png(&bytes) {
-                            return Err(ProtocolError::InvalidPayload(format!("{pat}.data: not a JPEG or PNG image")));
-                        }
+                        wire::image_type(&bytes, &format!("{pat}.data"))?;
                         message.images.push(bytes);
                     }
                     "audio" => message.audios.push(wire::decode_pcm_f32(data("data")?, &format!("{pat}.data"))?),
@@ -229,27 +223,67 @@ fn chat_message(v: &Value, i: usize) -> Result<ChatMessage, ProtocolError> {
     Ok(message)
 }
 
+/// `payload.config`: the ABI's own fields typed, every other setting by name (checked
+/// when the documents name it).
+fn duplex_config(config: &Map<String, Value>) -> Result<(Generation, Settings), ProtocolError> {
+    let at = "payload.config.";
+    let invalid = |name: &str, why: &str| ProtocolError::InvalidPayload(format!("{at}{name}: {why}"));
+    let whole = |name: &str, min: u64, max: u64| -> Result<Option<u32>, ProtocolError> {
+        match config.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => match v.as_u64() {
+                Some(n) if (min..=max).contains(&n) => Ok(Some(n as u32)),
+                _ => Err(invalid(name, &format!("must be a whole number in {min}..={max}"))),
+            },
+        }
+    };
+    let mut g = Generation {
+        max_new_tokens: whole("max_new_tokens", 1, 1_000_000)?,
+        force_listen_count: whole("force_listen_count", 0, 1000)?,
+        ..Generation::default()
+    };
+    if let Some(v) = config.get("max_slice_nums").filter(|v| !v.is_null()) {
+        let n = v.as_i64().ok_or_else(|| invalid("max_slice_nums", "must be a whole number"))?;
+        g.max_slice_nums = wire::slice_nums(Some(n), &format!("{at}max_slice_nums"))?;
+    }
+    if let Some(v) = config.get("temperature").filter(|v| !v.is_null()) {
+        g.temperature = Some(settings::temperature(v, &format!("{at}temperature"))? as f32);
+    }
+    if let Some(v) = config.get("length_penalty").filter(|v| !v.is_null()) {
+        match v.as_f64() {
+            Some(x) if x > 0.0 && x <= 10.0 => g.length_penalty = Some(x as f32),
+            _ => return Err(invalid("length_penalty", "must be a number above 0, at most 10")),
+        }
+    }
+    let own = ["max_new_tokens", "force_listen_count", "max_slice_nums", "temperature", "length_penalty"];
+    let mut s = Settings::default();
+    for (name, v) in config.iter().filter(|(k, _)| !own.contains(&k.as_str())) {
+        s.set(DUPLEX_CONFIG, name, v, at)?;
+    }
+    g.settings = s.for_backend();
+    Ok((g, s))
+}
+
 impl Current {
-    fn init(&self, text: &str) -> Result<Inbound, DecodeError> {
+    fn init(&mut self, text: &str) -> Result<Inbound, DecodeError> {
         let event: InitEvent = wire::parse_event(text, &["payload", "payload.config", "payload.voice"])?;
         let p = event.payload.ok_or_else(|| ProtocolError::MissingField("payload is required (an object)".into()))?;
         let mut setup = SessionSetup::new(self.mode.session_kind());
         setup.system_prompt = p.system_prompt.or(p.instructions).map(|t| t.0.into_owned()).unwrap_or_default();
-        let c = p.config.unwrap_or_default();
-        setup.generation = Generation {
-            max_new_tokens: c.max_new_tokens,
-            length_penalty: c.length_penalty,
-            temperature: c.temperature,
-            max_slice_nums: wire::slice_nums(c.max_slice_nums, "payload.config.max_slice_nums")?,
-            force_listen_count: c.force_listen_count,
-        };
+        let config = p.config.unwrap_or_default();
+        let (generation, settings) = duplex_config(&config)?;
+        setup.generation = generation;
         let voice = p.voice.unwrap_or_default();
         if let Some(b64) = &voice.ref_audio_base64 {
             setup.ref_audio = self.reference(b64, "payload.voice.ref_audio_base64")?;
         }
-        if let Some(b64) = &voice.tts_ref_audio_base64 {
-            setup.tts_ref_audio = self.reference(b64, "payload.voice.tts_ref_audio_base64")?;
-        }
+        setup.tts_ref_audio = match &voice.tts_ref_audio_base64 {
+            Some(b64) => self.reference(b64, "payload.voice.tts_ref_audio_base64")?,
+            // The reference voice is the speech voice too unless another is given.
+            None => setup.ref_audio.clone(),
+        };
+        self.config = config;
+        self.settings = settings;
         Ok(Inbound::Init(setup))
     }
 
@@ -311,6 +345,8 @@ impl Current {
                 tts_template: input.use_tts_template.unwrap_or(false),
                 omni: input.omni_mode.unwrap_or(false),
                 tts_ref_audio,
+                // Each append carries the whole conversation.
+                continues: false,
             },
             streaming: input.streaming.unwrap_or(true),
         })
@@ -342,7 +378,12 @@ impl Dialect for Current {
     }
 
     fn encode(&mut self, event: Outbound<'_>, out: &mut Vec<String>) {
-        encode(event, out);
+        match event {
+            Outbound::Created { session_id, kind, prompt_length, queue_wait_ms, backend } => {
+                out.push(self.created(session_id, kind, prompt_length, queue_wait_ms, backend))
+            }
+            other => encode(other, out),
+        }
     }
 
     fn redactor(&self) -> Arc<dyn Redact> {
@@ -383,6 +424,29 @@ pub(crate) fn encode_common(event: &Outbound<'_>, closed_reason: &str) -> Option
     })
 }
 
+impl Current {
+    /// `session.created`, echoing the configuration accepted and naming the settings the
+    /// backend does not apply.
+    fn created(
+        &self,
+        session_id: &str,
+        kind: omni_actors::domain::SessionKind,
+        prompt_length: u64,
+        queue_wait_ms: u64,
+        backend: &BackendInfo,
+    ) -> String {
+        json!({
+            "type": "session.created",
+            "session_id": session_id,
+            "mode": kind.runtime_name(),
+            "config": self.config,
+            "unsupported_settings": self.settings.unsupported(backend),
+            "metrics": {"prompt_length": prompt_length, "queue_wait_ms": queue_wait_ms},
+        })
+        .to_string()
+    }
+}
+
 fn step_metrics(o: &StepOutcome) -> Value {
     json!({
         "kv_cache_length": o.kv_length,
@@ -407,15 +471,6 @@ fn encode(event: Outbound<'_>, out: &mut Vec<String>) {
             .field("session_id", session_id)
     };
     match event {
-        Outbound::Created { session_id, kind, prompt_length, queue_wait_ms } => out.push(
-            json!({
-                "type": "session.created",
-                "session_id": session_id,
-                "mode": kind.runtime_name(),
-                "metrics": {"prompt_length": prompt_length, "queue_wait_ms": queue_wait_ms},
-            })
-            .to_string(),
-        ),
         Outbound::Step { session_id, response_id, input_id, outcome } => match outcome.kind {
             StepKind::Listen => out.push(
                 delta("listen", session_id, 256)
@@ -447,15 +502,25 @@ fn encode(event: Outbound<'_>, out: &mut Vec<String>) {
                 }
             }
         },
-        Outbound::TurnDelta { session_id, response_id, text, audio } => {
+        Outbound::TurnDelta { session_id, response_id, input_id, text, audio, kv_length, generate_us } => {
+            let metrics = json!({"kv_cache_length": kv_length, "generate_ms": generate_us as f64 / 1000.0});
             if !text.is_empty() {
-                out.push(delta("text", session_id, 256).field("response_id", response_id).field("text", text).finish());
+                out.push(
+                    delta("text", session_id, 256 + text.len())
+                        .field("response_id", response_id)
+                        .field("input_id", input_id)
+                        .field("text", text)
+                        .field("metrics", &metrics)
+                        .finish(),
+                );
             }
             if !audio.is_empty() {
                 out.push(
                     delta("audio", session_id, 256 + wire::pcm_b64_len(audio.len()))
                         .field("response_id", response_id)
+                        .field("input_id", input_id)
                         .pcm_field("audio", audio)
+                        .field("metrics", &metrics)
                         .finish(),
                 );
             }
@@ -470,6 +535,7 @@ fn encode(event: Outbound<'_>, out: &mut Vec<String>) {
             kv_length,
             duration_ms,
             cancelled,
+            ..
         } => {
             let metrics = json!({
                 "input_tokens": input_tokens,
@@ -494,6 +560,8 @@ fn encode(event: Outbound<'_>, out: &mut Vec<String>) {
         | Outbound::QueueDone
         | Outbound::Error(_)
         | Outbound::Closed { .. }
+        | Outbound::Created { .. }
+        | Outbound::Transcript { .. }
         | Outbound::Reconfigured { .. } => {}
     }
 }
@@ -537,6 +605,21 @@ mod tests {
         assert_eq!(s.generation.length_penalty, Some(1.2));
         assert_eq!(s.generation.max_slice_nums, Some(4));
         assert_eq!((s.ref_audio.len(), s.tts_ref_audio.len()), (8, 4));
+    }
+
+    #[test]
+    fn the_reference_voice_speaks_too_unless_another_is_given_and_settings_pass_by_name() {
+        let mut d = Current::new(Mode::Audio, Limits::default());
+        let cmd = decode(
+            &mut d,
+            json!({"type": "session.init", "payload": {"config": {"top_p": 0.8, "listen_top_k": null, "temperature": 0.7},
+                   "voice": {"ref_audio_base64": b64(&[0.5; 8])}}}),
+        )
+        .unwrap();
+        let Inbound::Init(s) = cmd else { panic!("{cmd:?}") };
+        assert_eq!(s.tts_ref_audio, vec![0.5; 8], "tts_ref_audio_base64 falls back to ref_audio_base64");
+        assert_eq!(s.generation.settings, vec![("top_p".to_string(), "0.8".to_string())]);
+        assert_eq!(s.generation.temperature, Some(0.7));
     }
 
     #[test]
@@ -698,10 +781,8 @@ mod tests {
             audio: vec![0.5; 24000],
             end_of_turn: true,
             kv_length: 77,
-            input_tokens: 0,
             output_tokens: 1,
-            prefill_us: 0,
-            generate_us: 0,
+            ..StepOutcome::default()
         };
         let mut out = Vec::new();
         encode(

@@ -4,6 +4,7 @@
 //! - `legacy`: the earlier MiniCPM-o duplex dialect (`session.update`, `input_audio_buffer.append`).
 //! - `openai`: the OpenAI Realtime API shape (GA, beta) and Qwen-Omni-Realtime.
 //! - `select`: which dialect a connection speaks.
+//! - `settings`: generation settings by name, checked and passed to the backend.
 //! - `wire`: helpers every JSON dialect shares.
 
 use crate::audio::AudioLimits;
@@ -13,6 +14,7 @@ pub mod minicpm;
 pub mod openai;
 pub mod record;
 pub mod select;
+pub mod settings;
 pub mod wire;
 
 /// What a client may send, and make a dialect hold on its behalf, from `[limits]`.

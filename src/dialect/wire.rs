@@ -161,6 +161,17 @@ pub fn is_png(bytes: &[u8]) -> bool {
     bytes.starts_with(b"\x89PNG\r\n\x1a\n")
 }
 
+/// The type of an encoded image (`image/jpeg`, `image/png`, `image/webp`, `image/gif`,
+/// `image/bmp`), from its first bytes; anything else is refused. The bytes go to the backend
+/// as they are: the type is in them.
+pub fn image_type(bytes: &[u8], field: &str) -> Result<&'static str, ProtocolError> {
+    const TYPES: [&str; 5] = ["image/jpeg", "image/png", "image/webp", "image/gif", "image/bmp"];
+    infer::get(bytes)
+        .map(|t| t.mime_type())
+        .filter(|mime| TYPES.contains(mime))
+        .ok_or_else(|| ProtocolError::InvalidPayload(format!("{field}: not a JPEG, PNG, WebP, GIF or BMP image")))
+}
+
 /// A base64 JPEG frame.
 pub fn decode_jpeg(b64: &str, field: &str) -> Result<Vec<u8>, ProtocolError> {
     let bytes = decode_base64(b64, field)?;

@@ -239,7 +239,8 @@ async fn probe(args: ProbeArgs) -> Result<(), String> {
                     }
                     "response.output.delta" => {
                         let input = v["input_id"].as_str().unwrap_or_default().to_string();
-                        if !input.is_empty() && s.answered.insert(input.clone()) {
+                        // Chat answers are counted at response.done.
+                        if !chat && !input.is_empty() && s.answered.insert(input.clone()) {
                             s.answers += 1;
                         }
                         match v["kind"].as_str().unwrap_or_default() {

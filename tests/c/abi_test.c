@@ -53,9 +53,39 @@ static void prepare_duplex(omni_backend *b) {
     CHECK(st == OMNI_OK, "prepare a duplex session");
 }
 
+/* A message of one role, and a turn input of those messages with the given flags. */
+static void message(omni_message *m, uint32_t role) {
+    memset(m, 0, sizeof *m);
+    m->struct_size = sizeof *m;
+    m->role = role;
+}
+
+static void turn_input(omni_turn_input *ti, const omni_message *messages, size_t n, uint32_t flags) {
+    memset(ti, 0, sizeof *ti);
+    ti->struct_size = sizeof *ti;
+    ti->flags = flags;
+    ti->messages = messages;
+    ti->n_messages = n;
+    ti->temperature = -1;
+}
+
 static float loud[16000], quiet[16000];
 static char text[512];
 static float audio[48000];
+
+/* Zeroes an output struct (step or turn: the same buffer fields) and points it at the
+ * shared text and audio buffers and a transcript buffer (which may be NULL). */
+#define POINT_OUT(out, tbuf, tcap)                                                                          \
+    do {                                                                                                     \
+        memset((out), 0, sizeof *(out));                                                                     \
+        (out)->struct_size = sizeof *(out);                                                                  \
+        (out)->text_buf = text;                                                                              \
+        (out)->text_cap = sizeof text;                                                                       \
+        (out)->audio_buf = audio;                                                                            \
+        (out)->audio_cap = sizeof audio / sizeof audio[0];                                                   \
+        (out)->transcript_buf = (tbuf);                                                                      \
+        (out)->transcript_cap = (tcap);                                                                      \
+    } while (0)
 
 /* One whole step; returns the kind, fills *samples and *eot. */
 static uint32_t step(omni_backend *b, const float *pcm, uint32_t flags, size_t *samples, int *eot, uint64_t *kv) {
@@ -67,12 +97,7 @@ static uint32_t step(omni_backend *b, const float *pcm, uint32_t flags, size_t *
     in.audio.len = 16000;
     if (api->duplex_prefill(b, &in) != OMNI_OK) return 99;
     omni_step_output out;
-    memset(&out, 0, sizeof out);
-    out.struct_size = sizeof out;
-    out.text_buf = text;
-    out.text_cap = sizeof text;
-    out.audio_buf = audio;
-    out.audio_cap = sizeof audio / sizeof audio[0];
+    POINT_OUT(&out, NULL, 0);
     if (api->duplex_generate(b, &out) != OMNI_OK) return 98;
     uint32_t kind = out.kind;
     *samples = out.audio_len;
@@ -86,6 +111,36 @@ static uint32_t step(omni_backend *b, const float *pcm, uint32_t flags, size_t *
     *kv = out.kv_length;
     if (api->duplex_finalize(b) != OMNI_OK) return 96;
     return kind;
+}
+
+/* One whole turn answer; returns the pieces, the answer in answer_out (NUL-terminated) and
+ * the first piece's transcript in transcript_out. */
+static int answer_turn(omni_backend *b, omni_turn_input *ti, char *answer_out, char *transcript_out,
+                       uint32_t *in_audio_tokens, uint32_t *out_audio_tokens) {
+    static char tbuf[128];
+    if (api->turn_prefill(b, ti) != OMNI_OK) return -1;
+    size_t alen = 0;
+    int pieces = 0;
+    *in_audio_tokens = *out_audio_tokens = 0;
+    transcript_out[0] = 0;
+    omni_turn_output to;
+    do {
+        POINT_OUT(&to, tbuf, sizeof tbuf);
+        if (api->turn_generate(b, &to) != OMNI_OK) return -1;
+        if (alen + to.text_len < 255) {
+            memcpy(answer_out + alen, text, to.text_len);
+            alen += to.text_len;
+        }
+        if (to.transcript_len) {
+            memcpy(transcript_out, tbuf, to.transcript_len);
+            transcript_out[to.transcript_len] = 0;
+        }
+        *in_audio_tokens += to.input_audio_tokens;
+        *out_audio_tokens += to.output_audio_tokens;
+        pieces++;
+    } while (!to.done && pieces < 100);
+    answer_out[alen] = 0;
+    return pieces;
 }
 
 int main(int argc, char **argv) {
@@ -191,11 +246,8 @@ int main(int argc, char **argv) {
     in.audio.ptr = quiet;
     in.audio.len = 16000;
     CHECK(api->duplex_prefill(b, &in) == OMNI_OK, "prefill");
-    memset(&out, 0, sizeof out);
-    out.struct_size = sizeof out;
-    out.text_buf = text;
+    POINT_OUT(&out, NULL, 0);
     out.text_cap = 2;
-    out.audio_buf = audio;
     out.audio_cap = 10;
     CHECK(api->duplex_generate(b, &out) == OMNI_ERR_BUFFER_TOO_SMALL && out.audio_len == 12000,
           "a small buffer is refused with the size needed (%zu samples)", out.audio_len);
@@ -233,28 +285,16 @@ int main(int argc, char **argv) {
     c.kind = OMNI_SESSION_TURN;
     CHECK(api->prepare(b, &c) == OMNI_OK, "prepare a turn session");
     omni_message m;
-    memset(&m, 0, sizeof m);
-    m.struct_size = sizeof m;
-    m.role = OMNI_ROLE_USER;
+    message(&m, OMNI_ROLE_USER);
     m.text = S("Reply with exactly: hello from C");
     omni_turn_input ti;
-    memset(&ti, 0, sizeof ti);
-    ti.struct_size = sizeof ti;
-    ti.flags = OMNI_TURN_SPEECH;
-    ti.messages = &m;
-    ti.n_messages = 1;
-    ti.temperature = -1;
+    turn_input(&ti, &m, 1, OMNI_TURN_SPEECH);
     CHECK(api->turn_prefill(b, &ti) == OMNI_OK, "turn_prefill");
     char answer[256] = "";
     size_t alen = 0, asamples = 0;
     int pieces = 0;
     omni_turn_output to;
-    memset(&to, 0, sizeof to);
-    to.struct_size = sizeof to;
-    to.text_buf = text;
-    to.text_cap = sizeof text;
-    to.audio_buf = audio;
-    to.audio_cap = sizeof audio / sizeof audio[0];
+    POINT_OUT(&to, NULL, 0);
     do {
         if (api->turn_generate(b, &to) != OMNI_OK) break;
         memcpy(answer + alen, text, to.text_len);
@@ -265,6 +305,87 @@ int main(int argc, char **argv) {
     answer[alen] = 0;
     CHECK(strcmp(answer, "hello from C") == 0 && pieces == 3 && asamples == 3 * 6000,
           "the answer is exactly 'hello from C' in 3 pieces with audio ('%s', %d pieces)", answer, pieces);
+    api->close(b);
+
+    /* revision 1.1: settings, transcripts, token details, replacing turns */
+    b = open_with(NULL, NULL);
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    CHECK(api->info(b, &info) == OMNI_OK && (info.capabilities & OMNI_CAP_TRANSCRIPTS) &&
+              (info.capabilities & OMNI_CAP_TOKEN_DETAILS) && info.settings_len > 0 && info.abi_revision == 1 &&
+              strncmp(info.settings, "top_p,", 6) == 0,
+          "1.1 info: transcripts, token details, settings '%.*s'", (int)info.settings_len, info.settings);
+    omni_option session_settings[2] = {{S("top_k"), S("20")}, {S("listen_prob_scale"), S("0.5")}};
+    memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    c.kind = OMNI_SESSION_TURN;
+    c.system_prompt = S("Be brief.");
+    c.settings = session_settings;
+    c.n_settings = 2;
+    CHECK(api->prepare(b, &c) == OMNI_OK, "prepare with settings (one it does not apply is ignored)");
+    uint64_t prompt_kv = api->kv_length(b);
+    omni_option turn_settings[1] = {{S("seed"), S("7")}};
+    m.text = S("What are your settings?");
+    turn_input(&ti, &m, 1, 0);
+    ti.settings = turn_settings;
+    ti.n_settings = 1;
+    char said[256], heard[128];
+    uint32_t in_audio = 0, out_audio = 0;
+    int pieces11 = answer_turn(b, &ti, said, heard, &in_audio, &out_audio);
+    CHECK(pieces11 > 0 && strcmp(said, "My settings: top_k=20 seed=7.") == 0, "the session's and the turn's settings reach the model: '%s'", said);
+    uint64_t after_first = api->kv_length(b);
+    pieces11 = answer_turn(b, &ti, said, heard, &in_audio, &out_audio);
+    CHECK(pieces11 > 0 && api->kv_length(b) == after_first,
+          "a turn without CONTINUE replaces the conversation: kv stays %llu (prompt %llu)",
+          (unsigned long long)api->kv_length(b), (unsigned long long)prompt_kv);
+    ti.flags = OMNI_TURN_CONTINUE;
+    pieces11 = answer_turn(b, &ti, said, heard, &in_audio, &out_audio);
+    CHECK(pieces11 > 0 && api->kv_length(b) > after_first, "with CONTINUE it is appended: kv %llu > %llu",
+          (unsigned long long)api->kv_length(b), (unsigned long long)after_first);
+    omni_option bad_setting[1] = {{S("top_p"), S("3")}};
+    ti.settings = bad_setting;
+    CHECK(api->turn_prefill(b, &ti) == OMNI_ERR_INVALID_ARGUMENT, "an out-of-range setting is refused");
+    omni_pcm clip = {loud, 16000};
+    omni_message spoken;
+    message(&spoken, OMNI_ROLE_USER);
+    spoken.audios = &clip;
+    spoken.n_audios = 1;
+    turn_input(&ti, &spoken, 1, OMNI_TURN_SPEECH);
+    pieces11 = answer_turn(b, &ti, said, heard, &in_audio, &out_audio);
+    CHECK(strcmp(heard, "(1.0 seconds of speech)") == 0 && in_audio == 25 && out_audio == (uint32_t)pieces11 * 6,
+          "a spoken turn: transcript '%s', %u audio tokens in, %u out", heard, in_audio, out_audio);
+    api->close(b);
+
+    /* a duplex reply reports the transcript of what it answers, once; a small buffer is refused */
+    b = open_with(NULL, NULL);
+    prepare_duplex(b);
+    step(b, loud, 0, &samples, &eot, &kv);
+    in.audio.ptr = quiet;
+    CHECK(api->duplex_prefill(b, &in) == OMNI_OK, "prefill the quiet chunk that starts a reply");
+    char tsmall[4];
+    POINT_OUT(&out, tsmall, sizeof tsmall);
+    CHECK(api->duplex_generate(b, &out) == OMNI_ERR_BUFFER_TOO_SMALL && out.transcript_len == 23,
+          "a small transcript buffer is refused with the size needed (%zu)", out.transcript_len);
+    char tbig[64];
+    out.transcript_buf = tbig;
+    out.transcript_cap = sizeof tbig;
+    CHECK(api->duplex_generate(b, &out) == OMNI_OK && out.kind == OMNI_OUTPUT_SPEAK && out.transcript_len == 23 &&
+              memcmp(tbig, "(1.0 seconds of speech)", 23) == 0 && out.output_audio_tokens == 12,
+          "the reply's first output carries it, and 12 speech tokens for 0.5 s");
+    CHECK(api->duplex_drain(b, &out) == OMNI_OK && out.transcript_len == 0 && out.output_audio_tokens == 13,
+          "the drain does not repeat it (%zu), 13 more speech tokens (%u)", out.transcript_len, out.output_audio_tokens);
+    while (api->duplex_drain(b, &out) == OMNI_OK && out.kind != OMNI_OUTPUT_NONE) {
+    }
+    api->duplex_finalize(b);
+    api->close(b);
+
+    /* revision=0: a 1.0 backend, which ignores every 1.1 field */
+    b = open_with("revision", "0");
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    CHECK(api->info(b, &info) == OMNI_OK && !(info.capabilities & OMNI_CAP_TRANSCRIPTS) && info.settings_len == 0 &&
+              info.abi_revision == 0,
+          "revision=0 reports no 1.1 capability");
     api->close(b);
 
     printf("1..%d\n", count);

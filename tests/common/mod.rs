@@ -567,6 +567,19 @@ pub fn quiet() -> Vec<f32> {
     vec![0.0; 16000]
 }
 
+/// pcm16 little-endian base64 (the OpenAI and Qwen dialects' audio): a 220 Hz tone at
+/// `amplitude` (speech to the reference backend), or silence at 0.
+pub fn pcm16(seconds: f32, rate: u32, amplitude: f32) -> String {
+    let n = (seconds * rate as f32) as usize;
+    let bytes: Vec<u8> = (0..n)
+        .flat_map(|i| {
+            let s = amplitude * (2.0 * std::f32::consts::PI * 220.0 * i as f32 / rate as f32).sin();
+            ((s * 32767.0) as i16).to_le_bytes()
+        })
+        .collect();
+    STANDARD.encode(bytes)
+}
+
 pub fn b64_pcm(samples: &[f32]) -> String {
     let bytes: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
     STANDARD.encode(bytes)

@@ -2,8 +2,11 @@
 
 Usage: python sdk_e2e.py PORT API_KEY [CASE ...]
 Cases: openai-ga-manual openai-ga-vad openai-beta-manual openai-beta-vad dashscope-manual dashscope-vad
-Each case holds one voice turn and must receive audio and a transcript and end with
-response.done status "completed". Prints one line per case; exits 1 if any failed.
+Each case holds one voice turn with transcription of the user's speech on, and must receive
+the transcript of what the user said (conversation.item.input_audio_transcription.completed),
+audio and a transcript of the answer, usage in the flavor's own spelling (input_token_details
+for OpenAI, input_tokens_details for Qwen) and end with response.done status "completed".
+Prints one line per case; exits 1 if any failed.
 """
 
 import asyncio
@@ -33,7 +36,9 @@ class Turn:
     def __init__(self):
         self.audio_bytes = 0
         self.transcript = ""
+        self.heard = None
         self.status = None
+        self.usage = None
         self.types = []
 
     def check(self, audio_delta, transcript_delta):
@@ -41,8 +46,13 @@ class Turn:
         assert transcript_delta in self.types, f"no {transcript_delta} in {self.types}"
         assert self.audio_bytes > 0, "no audio"
         assert self.transcript.strip(), "no transcript"
+        assert self.heard, f"no transcript of the user's speech in {self.types}"
         assert self.status == "completed", f"response.done status {self.status}"
-        return f"{self.audio_bytes // 2} samples, transcript {self.transcript!r}"
+        return (f"{self.audio_bytes // 2} samples, transcript {self.transcript!r}, heard {self.heard!r}, "
+                f"usage {self.usage}")
+
+
+HEARD = "conversation.item.input_audio_transcription.completed"
 
 
 async def openai_turn(port, key, beta, vad):
@@ -56,12 +66,15 @@ async def openai_turn(port, key, beta, vad):
     turn = Turn()
     async with realtime.connect(model="omni") as conn:
         detection = {"type": "server_vad"} if vad else None
+        transcription = {"model": "whisper-1"}
         if beta:
             session = {"modalities": ["text", "audio"], "instructions": "Be brief.", "voice": "alloy",
-                       "input_audio_format": "pcm16", "output_audio_format": "pcm16", "turn_detection": detection}
+                       "input_audio_format": "pcm16", "output_audio_format": "pcm16", "turn_detection": detection,
+                       "input_audio_transcription": transcription}
         else:
             session = {"type": "realtime", "output_modalities": ["audio"], "instructions": "Be brief.",
-                       "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000}, "turn_detection": detection},
+                       "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000}, "turn_detection": detection,
+                                           "transcription": transcription},
                                  "output": {"voice": "alloy"}}}
         await conn.session.update(session=session)
         speech = tone(1.5, 24000)
@@ -78,9 +91,17 @@ async def openai_turn(port, key, beta, vad):
                 turn.audio_bytes += len(base64.b64decode(event.delta))
             elif event.type == transcript_delta:
                 turn.transcript += event.delta
+            elif event.type == HEARD:
+                turn.heard = event.transcript
             elif event.type == "response.done":
                 turn.status = event.response.status
-                assert event.response.usage is not None and event.response.usage.total_tokens > 0, "usage"
+                usage = event.response.usage
+                assert usage is not None and usage.total_tokens > 0, "usage"
+                # The SDK's own types: OpenAI's spelling of the details.
+                details = usage.input_token_details
+                assert details is not None and details.audio_tokens > 0, f"input_token_details {usage}"
+                assert usage.output_token_details is not None, f"output_token_details {usage}"
+                turn.usage = f"in {usage.input_tokens} ({details.audio_tokens} audio), out {usage.output_tokens}"
                 break
     assert turn.types[0] == "session.created", turn.types[:3]
     return turn.check(audio_delta, transcript_delta)
@@ -92,6 +113,7 @@ def dashscope_turn(port, key, vad):
     turn = Turn()
     done = threading.Event()
     failure = []
+    updated = []
 
     class Callback(OmniRealtimeCallback):
         def on_event(self, message):
@@ -104,8 +126,18 @@ def dashscope_turn(port, key, vad):
                 turn.audio_bytes += len(base64.b64decode(message["delta"]))
             elif kind == "response.audio_transcript.delta":
                 turn.transcript += message["delta"]
+            elif kind == HEARD:
+                turn.heard = message["transcript"]
+            elif kind == "session.updated":
+                updated.append(message["session"])
             elif kind == "response.done":
                 turn.status = message["response"]["status"]
+                usage = message["response"]["usage"]
+                # Qwen's spelling of the details.
+                details = usage.get("input_tokens_details") or {}
+                if details.get("audio_tokens", 0) <= 0 or "output_tokens_details" not in usage:
+                    failure.append(f"usage without Qwen's details: {usage}")
+                turn.usage = f"in {usage['input_tokens']} ({details.get('audio_tokens')} audio), out {usage['output_tokens']}"
                 done.set()
 
     conversation = OmniRealtimeConversation(
@@ -116,8 +148,9 @@ def dashscope_turn(port, key, vad):
         voice="Cherry",
         input_audio_format=AudioFormat.PCM_16000HZ_MONO_16BIT,
         output_audio_format=AudioFormat.PCM_24000HZ_MONO_16BIT,
-        enable_input_audio_transcription=False,
+        enable_input_audio_transcription=True,
         enable_turn_detection=vad,
+        top_k=20,  # a generation setting, passed through by the SDK's kwargs
     )
     speech = tone(1.5, 16000)
     for i in range(0, len(speech), 6400):  # 200 ms appends
@@ -127,6 +160,7 @@ def dashscope_turn(port, key, vad):
         conversation.create_response()
     assert done.wait(TIMEOUT), f"no response.done within {TIMEOUT} s: {turn.types}"
     assert not failure, f"error event: {failure}"
+    assert updated and updated[-1].get("top_k") == 20, f"session.updated echoes top_k: {updated}"
     assert conversation.get_session_id(), "session.created carried session.id"
     assert conversation.get_last_response_id(), "response.created carried response.id"
     conversation.end_session(timeout=TIMEOUT)  # sends session.finish, waits for session.finished

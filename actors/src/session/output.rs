@@ -9,7 +9,7 @@ use actix_web_actors::ws;
 
 use super::SessionActor;
 use crate::backend::BackendError;
-use crate::domain::{StepOutcome, TurnPiece, TurnSummary};
+use crate::domain::{BackendInfo, StepOutcome, TurnPiece, TurnSummary};
 use crate::metrics::metrics;
 use crate::protocol::{CloseReason, Outbound, ProtocolError};
 use crate::session::BackendEvent;
@@ -21,10 +21,10 @@ impl SessionActor {
             return;
         }
         match event {
-            BackendEvent::Prepared { prompt_length } if self.state.phase() == Phase::Active => {
-                self.emit(ctx, Outbound::Reconfigured { prompt_length })
+            BackendEvent::Prepared { prompt_length, backend } if self.state.phase() == Phase::Active => {
+                self.emit(ctx, Outbound::Reconfigured { prompt_length, backend: &backend })
             }
-            BackendEvent::Prepared { prompt_length } => self.created(prompt_length, ctx),
+            BackendEvent::Prepared { prompt_length, backend } => self.created(prompt_length, &backend, ctx),
             BackendEvent::PrepareFailed(e) => {
                 self.state.init_failed();
                 match e {
@@ -63,7 +63,7 @@ impl SessionActor {
         self.emit(ctx, Outbound::QueueDone);
     }
 
-    fn created(&mut self, prompt_length: u64, ctx: &mut ws::WebsocketContext<Self>) {
+    fn created(&mut self, prompt_length: u64, backend: &BackendInfo, ctx: &mut ws::WebsocketContext<Self>) {
         self.state.created();
         let dialect = self.dialect.name();
         self.active_as = Some(dialect);
@@ -72,7 +72,7 @@ impl SessionActor {
         let session_id = self.session_id.clone().unwrap_or_default();
         let queue_wait_ms = self.upgraded.elapsed().as_millis() as u64;
         let kind = self.settings.mode.session_kind();
-        self.emit(ctx, Outbound::Created { session_id: &session_id, kind, prompt_length, queue_wait_ms });
+        self.emit(ctx, Outbound::Created { session_id: &session_id, kind, prompt_length, queue_wait_ms, backend });
     }
 
     fn on_step(&mut self, seq: u64, result: Result<StepOutcome, BackendError>, ctx: &mut ws::WebsocketContext<Self>) {
@@ -87,6 +87,13 @@ impl SessionActor {
                 return self.send_error(ctx, &ProtocolError::Inference(e.to_string()));
             }
         };
+        let input_id = format!("input_{seq}");
+        let session_id = self.session_id.clone().unwrap_or_default();
+        if let Some(text) = &outcome.transcript {
+            // What the user said stands whatever becomes of the answer.
+            let event = Outbound::Transcript { session_id: &session_id, input_id: &input_id, response_id: None, text };
+            self.emit(ctx, event);
+        }
         let Some(route) = self.flow.step(seq, outcome.kind, outcome.end_of_turn) else {
             // Speech computed before a force-listen: never sent.
             log::debug!("session {}: discarding speech for input_{seq} after force_listen", self.who());
@@ -100,8 +107,6 @@ impl SessionActor {
             let mode = self.mode_label();
             metrics().first_audio_seconds.with_label_values(&mode).observe(at.elapsed().as_secs_f64());
         }
-        let input_id = format!("input_{seq}");
-        let session_id = self.session_id.clone().unwrap_or_default();
         let response_id = route.response_id;
         self.emit(
             ctx,
@@ -130,6 +135,18 @@ impl SessionActor {
             metrics().first_audio_seconds.with_label_values(&mode).observe(answer.submitted.elapsed().as_secs_f64());
         }
         answer.text.push_str(&piece.text);
+        let input_id = format!("input_{seq}");
+        if let Some(text) = &piece.transcript {
+            let response_id = answer.response_id.clone();
+            let event = Outbound::Transcript {
+                session_id: &session_id,
+                input_id: &input_id,
+                response_id: Some(&response_id),
+                text,
+            };
+            self.emit(ctx, event);
+        }
+        let Some(answer) = self.flow.turn_answer(seq) else { return };
         if answer.streaming {
             let response_id = answer.response_id.clone();
             self.emit(
@@ -137,8 +154,11 @@ impl SessionActor {
                 Outbound::TurnDelta {
                     session_id: &session_id,
                     response_id: &response_id,
+                    input_id: &input_id,
                     text: &piece.text,
                     audio: &piece.audio,
+                    kv_length: piece.kv_length,
+                    generate_us: piece.generate_us,
                 },
             );
         } else {
@@ -157,7 +177,7 @@ impl SessionActor {
             Ok(summary) => (summary, false),
             Err(BackendError::Interrupted) => {
                 let duration = Instant::now().saturating_duration_since(answer.submitted);
-                (TurnSummary { input_tokens: 0, output_tokens: 0, kv_length: 0, duration }, true)
+                (TurnSummary { duration, ..TurnSummary::default() }, true)
             }
             Err(BackendError::ContextFull(_)) => return self.finish(ctx, CloseReason::ContextFull),
             Err(e) => {
@@ -176,6 +196,8 @@ impl SessionActor {
                 audio,
                 input_tokens: summary.input_tokens,
                 output_tokens: summary.output_tokens,
+                input_audio_tokens: summary.input_audio_tokens,
+                output_audio_tokens: summary.output_audio_tokens,
                 kv_length: summary.kv_length,
                 duration_ms: summary.duration.as_millis() as u64,
                 cancelled,

@@ -3,9 +3,10 @@
 
 use omni_actors::domain::{Generation, SessionKind, SessionSetup};
 use omni_actors::protocol::ProtocolError;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::{Flavor, OUTPUT_RATE};
+use crate::dialect::settings::{self, QWEN_SESSION, Settings};
 
 /// Server VAD settings as the client gave them.
 #[derive(Debug, Clone, PartialEq)]
@@ -16,34 +17,51 @@ pub(super) struct Vad {
     pub(super) silence_duration_ms: u64,
 }
 
-impl Default for Vad {
-    fn default() -> Self {
-        Vad { kind: "server_vad".into(), threshold: 0.5, prefix_padding_ms: 300, silence_duration_ms: 500 }
+impl Vad {
+    /// The defaults each flavor's documents show (Qwen waits 800 ms of silence, OpenAI 500).
+    pub(super) fn of(flavor: Flavor) -> Vad {
+        let silence_duration_ms = if flavor == Flavor::Qwen { 800 } else { 500 };
+        Vad { kind: "server_vad".into(), threshold: 0.5, prefix_padding_ms: 300, silence_duration_ms }
     }
 }
 
 /// The session configuration (`session.update`).
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Conf {
+    flavor: Flavor,
     pub(super) instructions: String,
     pub(super) voice: String,
     pub(super) audio_out: bool,
     pub(super) vad: Option<Vad>,
-    pub(super) temperature: Option<f32>,
+    /// As the client gave it (a float32 would echo 0.8 as 0.800000011920929).
+    pub(super) temperature: Option<f64>,
     pub(super) max_tokens: Option<u32>,
     pub(super) input_rate: u32,
+    /// `input_audio_transcription` as the client gave it; `None`: no transcripts.
+    pub(super) transcription: Option<Value>,
+    /// top_p, top_k, repetition_penalty, presence_penalty, seed, enable_search,
+    /// search_options, and whatever else a model may know.
+    pub(super) settings: Settings,
 }
+
+/// The settings `session.update` takes by name rather than as fields of its own.
+const BY_NAME: [&str; 7] =
+    ["top_p", "top_k", "repetition_penalty", "presence_penalty", "seed", "enable_search", "search_options"];
 
 impl Conf {
     pub(super) fn new(flavor: Flavor) -> Conf {
         Conf {
+            flavor,
             instructions: String::new(),
             voice: if flavor == Flavor::Qwen { "Cherry".into() } else { "alloy".into() },
             audio_out: true,
-            vad: Some(Vad::default()),
+            vad: Some(Vad::of(flavor)),
             temperature: None,
             max_tokens: None,
             input_rate: flavor.default_input_rate(),
+            // Qwen's document shows transcription on by default; OpenAI's is off.
+            transcription: (flavor == Flavor::Qwen).then(|| json!({"model": "gummy-realtime-v1"})),
+            settings: Settings::default(),
         }
     }
 
@@ -51,8 +69,12 @@ impl Conf {
         let mut s = SessionSetup::new(if self.vad.is_some() { SessionKind::Duplex } else { SessionKind::Turn });
         s.system_prompt = self.instructions.clone();
         s.voice = self.voice.clone();
-        s.generation =
-            Generation { max_new_tokens: self.max_tokens, temperature: self.temperature, ..Generation::default() };
+        s.generation = Generation {
+            max_new_tokens: self.max_tokens,
+            temperature: self.temperature.map(|t| t as f32),
+            settings: self.settings.for_backend(),
+            ..Generation::default()
+        };
         s
     }
 
@@ -85,11 +107,11 @@ pub(super) fn pcm_format(v: &Value, param: &str) -> Result<Option<u32>, Protocol
     rate.map(|r| crate::audio::check_rate(r).map_err(|e| invalid(param, e))).transpose()
 }
 
-pub(super) fn turn_detection(v: &Value, param: &str) -> Result<Option<Vad>, ProtocolError> {
+pub(super) fn turn_detection(v: &Value, param: &str, flavor: Flavor) -> Result<Option<Vad>, ProtocolError> {
     match v {
         Value::Null => Ok(None),
         Value::Object(o) => {
-            let mut vad = Vad::default();
+            let mut vad = Vad::of(flavor);
             if let Some(kind) = o.get("type").and_then(Value::as_str) {
                 if !matches!(kind, "server_vad" | "semantic_vad") {
                     return Err(invalid(param, format!("type '{kind}' is not supported (server_vad, semantic_vad)")));
@@ -111,17 +133,36 @@ pub(super) fn turn_detection(v: &Value, param: &str) -> Result<Option<Vad>, Prot
     }
 }
 
-pub(super) fn modalities(v: &Value, param: &str) -> Result<bool, ProtocolError> {
+/// Whether the modalities ask for audio. Qwen answers audio with its text: `["audio"]`
+/// alone is refused there, as its document shows.
+pub(super) fn modalities(v: &Value, param: &str, flavor: Flavor) -> Result<bool, ProtocolError> {
     let list = v.as_array().ok_or_else(|| invalid(param, "must be a list"))?;
-    let mut audio = false;
+    let (mut audio, mut text) = (false, false);
     for m in list {
         match m.as_str() {
             Some("audio") => audio = true,
-            Some("text") => {}
+            Some("text") => text = true,
             other => return Err(invalid(param, format!("{other:?} is not a modality (text, audio)"))),
         }
     }
+    if flavor == Flavor::Qwen && audio && !text {
+        return Err(invalid(
+            param,
+            "Invalid modalities: ['audio']. Supported combinations are: ['text'] and ['audio', 'text'].",
+        ));
+    }
     Ok(audio)
+}
+
+/// `input_audio_transcription` (or GA `audio.input.transcription`): an object naming the
+/// transcription model, or null for none.
+fn transcription(v: &Value, param: &str) -> Result<Option<Value>, ProtocolError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Object(o) if o.len() <= 8 && v.to_string().len() <= 1024 => Ok(Some(v.clone())),
+        Value::Object(_) => Err(invalid(param, "at most 8 fields and 1024 bytes")),
+        _ => Err(invalid(param, "must be an object or null")),
+    }
 }
 
 pub(super) fn max_tokens(v: &Value, param: &str) -> Result<Option<u32>, ProtocolError> {
@@ -153,14 +194,23 @@ impl Conf {
         if let Some(v) = text("voice")? {
             next.voice = v;
         }
+        let flavor = self.flavor;
         if let Some(m) = s.get("modalities") {
-            next.audio_out = modalities(m, "session.modalities")?;
+            next.audio_out = modalities(m, "session.modalities", flavor)?;
         }
         if let Some(m) = s.get("output_modalities") {
-            next.audio_out = modalities(m, "session.output_modalities")?;
+            next.audio_out = modalities(m, "session.output_modalities", flavor)?;
         }
         if let Some(td) = s.get("turn_detection") {
-            next.vad = turn_detection(td, "session.turn_detection")?;
+            next.vad = turn_detection(td, "session.turn_detection", flavor)?;
+        }
+        if let Some(t) = s.get("input_audio_transcription") {
+            next.transcription = transcription(t, "session.input_audio_transcription")?;
+        }
+        for name in BY_NAME {
+            if let Some(v) = s.get(name) {
+                next.settings.set(QWEN_SESSION, name, v, "session.")?;
+            }
         }
         if let Some(f) = s.get("input_audio_format")
             && let Some(rate) = pcm_format(f, "session.input_audio_format")?
@@ -177,8 +227,7 @@ impl Conf {
             ));
         }
         if let Some(t) = s.get("temperature") {
-            next.temperature =
-                Some(t.as_f64().ok_or_else(|| invalid("session.temperature", "must be a number"))? as f32);
+            next.temperature = Some(settings::temperature(t, "session.temperature")?);
         }
         for key in ["max_response_output_tokens", "max_output_tokens", "max_tokens"] {
             if let Some(v) = s.get(key) {
@@ -194,7 +243,10 @@ impl Conf {
                 next.input_rate = rate;
             }
             if let Some(td) = input.get("turn_detection") {
-                next.vad = turn_detection(td, "session.audio.input.turn_detection")?;
+                next.vad = turn_detection(td, "session.audio.input.turn_detection", flavor)?;
+            }
+            if let Some(t) = input.get("transcription") {
+                next.transcription = transcription(t, "session.audio.input.transcription")?;
             }
             let output = &audio["output"];
             if let Some(v) = output.get("voice").and_then(Value::as_str) {

@@ -14,7 +14,7 @@ use omni_actors::metrics::metrics;
 
 use super::conf::{invalid, modalities};
 use super::held::Weigh;
-use super::{Phase, Realtime, STEP, UserTurn, VAD_ONSET_WINDOWS, VAD_WINDOW};
+use super::{Phase, Realtime, STEP, Turn, UserTurn, VAD_ONSET_WINDOWS, VAD_WINDOW};
 use crate::audio::StreamResampler;
 use crate::dialect::wire;
 
@@ -53,6 +53,7 @@ impl Realtime {
             Phase::Active => {
                 let body = json!({"session": self.session_object()});
                 self.reply(out, "session.updated", body);
+                self.report_unsupported(out);
                 self.reconfigure_if_changed();
             }
             _ => self.update_pending = true,
@@ -154,6 +155,7 @@ impl Realtime {
             ));
         }
         let item_id = self.new_item();
+        self.audio_item = Some(item_id.clone());
         let audio = std::mem::take(&mut self.buffer);
         let images = self.frames.take();
         self.items_pending.push(ChatMessage { role: Role::User, text: String::new(), images, audios: vec![audio] });
@@ -216,6 +218,9 @@ impl Realtime {
         }
         self.admit("conversation.item.create", "items", message.weight())?;
         let item_id = item.get("id").and_then(Value::as_str).map(String::from).unwrap_or_else(|| self.new_item());
+        if role == Role::User && !message.audios.is_empty() {
+            self.audio_item = Some(item_id.clone());
+        }
         let previous = self.last_item.replace(item_id.clone());
         let echoed = echo_item(item, &item_id);
         self.items_pending.push(message);
@@ -257,7 +262,7 @@ impl Realtime {
         }
         let r = v.get("response").cloned().unwrap_or(Value::Null);
         let audio = match r.get("modalities").or_else(|| r.get("output_modalities")) {
-            Some(m) => modalities(m, "response.modalities")?,
+            Some(m) => modalities(m, "response.modalities", self.flavor)?,
             None => self.conf.audio_out,
         };
         if !self.items_pending.iter().any(|m| m.role == Role::User) {
@@ -274,22 +279,27 @@ impl Realtime {
             )));
         }
         let mut messages = self.items_pending.take();
+        // The newest user audio is the one the answer's transcript will be of.
+        let audio_item = self.audio_item.take().filter(|_| self.conf.transcription.is_some());
         if let Some(extra) = r.get("instructions").and_then(Value::as_str).filter(|s| !s.is_empty()) {
             messages.insert(0, ChatMessage::text(Role::System, extra));
         }
+        let input_samples = messages.iter().flat_map(|m| &m.audios).map(|a| a.len() as u64).sum();
         let input = TurnInput {
             messages,
             generation: Generation {
                 max_new_tokens: self.conf.max_tokens,
-                temperature: self.conf.temperature,
+                temperature: self.conf.temperature.map(|t| t as f32),
                 ..Generation::default()
             },
             speech: audio,
+            // The items continue the conversation the backend holds.
+            continues: true,
             ..TurnInput::default()
         };
         self.start_response(out, false, audio);
-        let id = self.response.as_ref().map(|r| r.id.clone());
-        self.turns.push_back(id);
+        let response = self.response.as_ref().map(|r| r.id.clone());
+        self.turns.push_back(Turn { response, transcript_item: audio_item, input_samples });
         self.command(Inbound::Turn { input, streaming: true });
         Ok(())
     }
@@ -302,8 +312,8 @@ impl Realtime {
         }
         if let Some(r) = &self.response {
             let id = r.id.clone();
-            for entry in self.turns.iter_mut().filter(|e| e.as_deref() == Some(id.as_str())) {
-                *entry = None;
+            for turn in self.turns.iter_mut().filter(|t| t.response.as_deref() == Some(id.as_str())) {
+                turn.response = None;
             }
         }
         self.finish_response(out, "cancelled", Some("client_cancelled"));

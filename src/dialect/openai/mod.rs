@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use omni_actors::dialect::{DecodeError, Dialect, RecordedMedia};
-use omni_actors::domain::{ChatMessage, Mode, SessionSetup};
+use omni_actors::domain::{BackendInfo, ChatMessage, Mode, SessionSetup};
 use omni_actors::protocol::{CloseReason, Inbound, Outbound, ProtocolError, QueueInfo};
 use omni_actors::recording::Redact;
 use serde_json::{Map, Value, json};
@@ -133,10 +133,31 @@ struct Response {
     duplex: bool,
     audio: bool,
     text: String,
-    input_tokens: u64,
-    output_tokens: u64,
-    audio_samples: u64,
+    usage: Usage,
     last_step: Instant,
+}
+
+/// The tokens of one response, as the backend counted them.
+#[derive(Debug, Clone, Copy, Default)]
+struct Usage {
+    input: u64,
+    output: u64,
+    /// Of `input`, those from audio; `output` counts text, this the speech.
+    input_audio: u64,
+    output_audio: u64,
+    /// Audio heard and spoken, for a backend that does not count audio tokens itself.
+    input_samples: u64,
+    output_samples: u64,
+}
+
+/// A turn-mode answer asked for and not yet done.
+struct Turn {
+    /// The response it belongs to; `None` once cancelled.
+    response: Option<String>,
+    /// The user item whose audio it answers, waiting for its transcript.
+    transcript_item: Option<String>,
+    /// 16 kHz samples of audio in its messages.
+    input_samples: u64,
 }
 
 pub struct Realtime {
@@ -180,9 +201,17 @@ pub struct Realtime {
     pads: u32,
     response: Option<Response>,
     /// Turn-mode answers asked for and not yet done, oldest first (the backend answers in
-    /// order): the response each belongs to, `None` once cancelled.
-    turns: VecDeque<Option<String>>,
+    /// order).
+    turns: VecDeque<Turn>,
     recorded: Option<RecordedMedia>,
+    /// What the backend can do, once the session is created.
+    backend: Option<BackendInfo>,
+    /// What the duplex model heard the user say since the last user item.
+    heard: Option<String>,
+    /// Settings already reported to the client as not applied.
+    reported: Vec<String>,
+    /// Manual mode: the newest user item with audio not yet answered.
+    audio_item: Option<String>,
 }
 
 impl Realtime {
@@ -224,6 +253,10 @@ impl Realtime {
             response: None,
             turns: VecDeque::new(),
             recorded: None,
+            backend: None,
+            heard: None,
+            reported: Vec::new(),
+            audio_item: None,
         }
     }
 
@@ -294,30 +327,62 @@ impl Realtime {
         });
         let id = self.session_id.clone().unwrap_or_default();
         let tokens = c.max_tokens.map_or(json!("inf"), |n| json!(n));
-        match self.flavor {
+        let mut session = match self.flavor {
             Flavor::Ga => json!({
                 "type": "realtime", "object": "realtime.session", "id": id, "model": self.model,
                 "output_modalities": if c.audio_out { vec!["audio"] } else { vec!["text"] },
                 "instructions": c.instructions,
                 "audio": {
                     "input": {"format": {"type": "audio/pcm", "rate": c.input_rate}, "turn_detection": vad,
-                              "transcription": null, "noise_reduction": null},
+                              "transcription": c.transcription, "noise_reduction": null},
                     "output": {"format": {"type": "audio/pcm", "rate": OUTPUT_RATE}, "voice": c.voice, "speed": 1.0},
                 },
                 "tools": [], "tool_choice": "auto", "max_output_tokens": tokens,
             }),
             Flavor::Beta | Flavor::Qwen => {
                 let format = if self.flavor == Flavor::Qwen { "pcm" } else { "pcm16" };
-                json!({
+                let mut session = json!({
                     "id": id, "object": "realtime.session", "model": self.model,
                     "modalities": if c.audio_out { vec!["text", "audio"] } else { vec!["text"] },
                     "instructions": c.instructions, "voice": c.voice,
                     "input_audio_format": format, "output_audio_format": format,
-                    "input_audio_transcription": null, "turn_detection": vad,
+                    "input_audio_transcription": c.transcription, "turn_detection": vad,
                     "tools": [], "tool_choice": "auto", "temperature": c.temperature.unwrap_or(0.8),
-                    "max_response_output_tokens": tokens,
-                })
+                });
+                if self.flavor == Flavor::Qwen {
+                    // Qwen's session objects always show search, and spell the token limit so.
+                    session["enable_search"] = json!(false);
+                    session["search_options"] = json!({});
+                    session["max_response_output_token"] = tokens;
+                    if let Some(n) = c.max_tokens {
+                        session["max_tokens"] = json!(n);
+                    }
+                } else {
+                    session["max_response_output_tokens"] = tokens;
+                }
+                session
             }
+        };
+        // The settings given by name, as given.
+        for (name, value) in c.settings.iter() {
+            session[name] = value.clone();
+        }
+        session
+    }
+
+    /// Tells the client, once per setting, which of its settings the model does not apply
+    /// (they are passed on, and the model ignores them).
+    pub(super) fn report_unsupported(&mut self, out: &mut Vec<String>) {
+        let Some(backend) = &self.backend else { return };
+        let name = backend.name.clone();
+        let fresh: Vec<String> =
+            self.conf.settings.unsupported(backend).into_iter().filter(|s| !self.reported.contains(s)).collect();
+        for setting in fresh {
+            let message = format!("session.{setting}: the model ({name}) does not apply this setting; it is ignored");
+            let error = json!({"type": "invalid_request_error", "code": "unsupported_setting", "message": message,
+                               "param": format!("session.{setting}"), "event_id": self.client_event_id});
+            self.reply(out, "error", json!({"error": error}));
+            self.reported.push(setting);
         }
     }
 
@@ -410,8 +475,9 @@ impl Dialect for Realtime {
                 self.prepared = Some(setup.clone());
                 self.commands.push(Inbound::Init(setup));
             }
-            Outbound::Created { session_id, .. } => {
+            Outbound::Created { session_id, backend, .. } => {
                 self.session_id = Some(session_id.to_string());
+                self.backend = Some(backend.clone());
                 self.phase = Phase::Active;
                 let body = json!({"session": self.session_object()});
                 out.push(self.event("session.created", body));
@@ -419,32 +485,60 @@ impl Dialect for Realtime {
                     let body = json!({"session": self.session_object()});
                     out.push(self.event("session.updated", body));
                 }
+                self.report_unsupported(out);
                 out.extend(self.deferred.take());
                 let held = self.held.take();
                 self.commands.extend(held);
                 self.reconfigure_if_changed();
             }
-            Outbound::Reconfigured { .. } => {}
+            Outbound::Reconfigured { backend, .. } => self.backend = Some(backend.clone()),
+            Outbound::Transcript { response_id: None, text, .. } => {
+                // The duplex model's: it belongs to the user item the next response commits.
+                let heard = self.heard.get_or_insert_with(String::new);
+                if !heard.is_empty() {
+                    heard.push(' ');
+                }
+                heard.push_str(text);
+            }
+            Outbound::Transcript { response_id: Some(_), text, .. } => {
+                if let Some(item) = self.turns.front_mut().and_then(|t| t.transcript_item.take()) {
+                    self.transcribed(out, &item, Some(text));
+                }
+            }
             Outbound::Step { outcome, .. } => self.on_step(outcome, out),
             Outbound::TurnDelta { text, audio, .. } => {
-                if self.turn_is_current(self.turns.front().cloned().flatten()) {
+                if self.turn_is_current(self.turns.front().and_then(|t| t.response.clone())) {
                     self.delta(out, text, audio);
                 }
             }
-            Outbound::TurnDone { input_tokens, output_tokens, cancelled, .. } => {
-                let owner = self.turns.pop_front().flatten();
-                if self.turn_is_current(owner)
+            Outbound::TurnDone {
+                input_tokens,
+                output_tokens,
+                input_audio_tokens,
+                output_audio_tokens,
+                cancelled,
+                ..
+            } => {
+                let turn = self.turns.pop_front();
+                if let Some(item) = turn.as_ref().and_then(|t| t.transcript_item.clone()).filter(|_| !cancelled) {
+                    self.transcribed(out, &item, None);
+                }
+                let input_samples = turn.as_ref().map_or(0, |t| t.input_samples);
+                if self.turn_is_current(turn.and_then(|t| t.response))
                     && let Some(r) = self.response.as_mut()
                 {
-                    r.input_tokens = input_tokens as u64;
-                    r.output_tokens = output_tokens as u64;
+                    r.usage.input_samples = input_samples;
+                    r.usage.input = input_tokens as u64;
+                    r.usage.output = output_tokens as u64;
+                    r.usage.input_audio = input_audio_tokens as u64;
+                    r.usage.output_audio = output_audio_tokens as u64;
                     self.finish_response(out, if cancelled { "cancelled" } else { "completed" }, None);
                 }
             }
             Outbound::Error(e) => {
                 // An answer that failed ends its response.
                 if matches!(e, ProtocolError::Inference(_)) && self.conf.vad.is_none() && !self.turns.is_empty() {
-                    let owner = self.turns.pop_front().flatten();
+                    let owner = self.turns.pop_front().and_then(|t| t.response);
                     if self.turn_is_current(owner) {
                         self.finish_response(out, "failed", Some("error"));
                     }

@@ -8,9 +8,44 @@ use omni_actors::protocol::{ErrorKind, ProtocolError};
 use serde_json::{Value, json};
 
 use super::input::encode_pcm16;
-use super::{Flavor, OUTPUT_RATE, Realtime, Response, UserTurn};
+use super::{Flavor, OUTPUT_RATE, Realtime, Response, Usage, UserTurn};
 
 impl Realtime {
+    /// `usage` of `response.done`: text and audio tokens apart, as the backend counted
+    /// them, or for a backend that does not count audio, 25 tokens per second of audio heard
+    /// and spoken. Output tokens are text and speech together, as both documents count them.
+    fn usage(&self, r: &Response) -> Value {
+        let u = r.usage;
+        let counted = self.backend.as_ref().is_some_and(|b| b.token_details);
+        let (input_audio, output_audio) = if counted {
+            (u.input_audio, u.output_audio)
+        } else {
+            ((u.input_samples * 25 / 16000).min(u.input), u.output_samples * 25 / OUTPUT_RATE as u64)
+        };
+        let input_text = u.input.saturating_sub(input_audio);
+        let output = u.output + output_audio;
+        let mut usage = json!({"total_tokens": u.input + output, "input_tokens": u.input, "output_tokens": output});
+        let (input_details, output_details) = if self.flavor == Flavor::Qwen {
+            // Qwen's spelling.
+            ("input_tokens_details", "output_tokens_details")
+        } else {
+            ("input_token_details", "output_token_details")
+        };
+        usage[input_details] = json!({"text_tokens": input_text, "audio_tokens": input_audio});
+        if self.flavor != Flavor::Qwen {
+            usage[input_details]["cached_tokens"] = json!(0);
+        }
+        usage[output_details] = json!({"text_tokens": u.output, "audio_tokens": output_audio});
+        usage
+    }
+
+    /// A response's status as the flavor names it: Qwen lists completed, failed,
+    /// in_progress and incomplete, so a response cut short (barge-in, `response.cancel`)
+    /// is `incomplete` there and `cancelled` in OpenAI's.
+    fn status<'a>(&self, status: &'a str) -> &'a str {
+        if self.flavor == Flavor::Qwen && status == "cancelled" { "incomplete" } else { status }
+    }
+
     pub(super) fn response_object(
         &self,
         r: &Response,
@@ -18,13 +53,8 @@ impl Realtime {
         details: Option<&str>,
         output: Vec<Value>,
     ) -> Value {
-        let usage = json!({
-            "total_tokens": r.input_tokens + r.output_tokens,
-            "input_tokens": r.input_tokens,
-            "output_tokens": r.output_tokens,
-            "input_token_details": {"text_tokens": 0, "audio_tokens": r.input_tokens, "cached_tokens": 0},
-            "output_token_details": {"text_tokens": r.output_tokens, "audio_tokens": r.audio_samples * 50 / OUTPUT_RATE as u64},
-        });
+        let status = self.status(status);
+        let usage = self.usage(r);
         let modalities = if r.audio { vec!["text", "audio"] } else { vec!["text"] };
         let mut obj = json!({
             "id": r.id, "object": "realtime.response", "status": status,
@@ -41,14 +71,46 @@ impl Realtime {
         obj
     }
 
-    pub(super) fn assistant_item(&self, r: &Response, status: &str) -> Value {
-        let part = if r.audio {
-            json!({"type": self.flavor.part_type(true), "transcript": r.text})
-        } else {
-            json!({"type": self.flavor.part_type(false), "text": r.text})
-        };
-        let content = if status == "in_progress" { json!([]) } else { json!([part]) };
+    /// The answer's content part. Its text is `transcript` for audio in OpenAI's flavors
+    /// and in Qwen's `response.done`; Qwen's content part and output item events show it as
+    /// `text` (`in_done` false).
+    fn part(&self, audio: bool, text: &str, in_done: bool) -> Value {
+        let key = if audio && (self.flavor != Flavor::Qwen || in_done) { "transcript" } else { "text" };
+        let mut part = json!({"type": self.flavor.part_type(audio)});
+        part[key] = json!(text);
+        part
+    }
+
+    pub(super) fn assistant_item(&self, r: &Response, status: &str, in_done: bool) -> Value {
+        let content = if status == "in_progress" { json!([]) } else { json!([self.part(r.audio, &r.text, in_done)]) };
         json!({"id": r.item_id, "object": "realtime.item", "type": "message", "status": status, "role": "assistant", "content": content})
+    }
+
+    /// What became of the transcription of a user item's audio: `completed` with the text,
+    /// or `failed` saying why (the model does not transcribe, or reported nothing).
+    pub(super) fn transcribed(&mut self, out: &mut Vec<String>, item_id: &str, text: Option<&str>) {
+        if self.conf.transcription.is_none() {
+            return;
+        }
+        let at = json!({"item_id": item_id, "content_index": 0});
+        let mut body = at;
+        let kind = match text {
+            Some(text) => {
+                body["transcript"] = json!(text);
+                "conversation.item.input_audio_transcription.completed"
+            }
+            None => {
+                let (code, message) = match &self.backend {
+                    Some(b) if !b.transcripts => {
+                        ("transcription_unavailable", format!("the model ({}) does not transcribe speech", b.name))
+                    }
+                    _ => ("transcription_failed", "the model reported no transcript of this audio".to_string()),
+                };
+                body["error"] = json!({"code": code, "message": message, "param": "session.input_audio_transcription"});
+                "conversation.item.input_audio_transcription.failed"
+            }
+        };
+        self.reply(out, kind, body);
     }
 
     /// Opens a response: for the duplex model, first closes the user's turn.
@@ -81,9 +143,12 @@ impl Realtime {
                     "input_audio_buffer.committed",
                     json!({"item_id": item_id, "previous_item_id": previous}),
                 );
+                // What the model heard of this turn, when it says.
+                let heard = self.heard.take().filter(|_| self.conf.transcription.is_some());
                 let item = json!({"id": item_id, "object": "realtime.item", "type": "message", "status": "completed",
-                                  "role": "user", "content": [{"type": "input_audio", "transcript": null}]});
+                                  "role": "user", "content": [{"type": "input_audio", "transcript": heard}]});
                 self.reply(out, self.flavor.item_created(), json!({"previous_item_id": previous, "item": item}));
+                self.transcribed(out, &item_id, heard.as_deref());
             }
         }
         self.responses += 1;
@@ -94,9 +159,7 @@ impl Realtime {
             duplex,
             audio,
             text: String::new(),
-            input_tokens: 0,
-            output_tokens: 0,
-            audio_samples: 0,
+            usage: Usage::default(),
             last_step: Instant::now(),
         };
         let body = json!({"response": self.response_object(&r, "in_progress", None, vec![])});
@@ -113,15 +176,11 @@ impl Realtime {
         r.opened = true;
         let (id, item_id, audio) = (r.id.clone(), r.item_id.clone(), r.audio);
         let r = self.response.as_ref().expect("checked above");
-        let item = self.assistant_item(r, "in_progress");
+        let item = self.assistant_item(r, "in_progress", false);
         let previous = self.last_item.replace(item_id.clone());
         self.reply(out, "response.output_item.added", json!({"response_id": id, "output_index": 0, "item": item}));
         self.reply(out, self.flavor.item_created(), json!({"previous_item_id": previous, "item": item}));
-        let part = if audio {
-            json!({"type": self.flavor.part_type(true), "transcript": ""})
-        } else {
-            json!({"type": self.flavor.part_type(false), "text": ""})
-        };
+        let part = self.part(audio, "", false);
         self.reply(
             out,
             "response.content_part.added",
@@ -133,7 +192,7 @@ impl Realtime {
         self.open_response(out);
         let Some(r) = self.response.as_mut() else { return };
         r.text.push_str(text);
-        r.audio_samples += audio.len() as u64;
+        r.usage.output_samples += audio.len() as u64;
         let (id, item_id, with_audio) = (r.id.clone(), r.item_id.clone(), r.audio);
         let at = json!({"response_id": id, "item_id": item_id, "output_index": 0, "content_index": 0});
         let with = |mut v: Value, k: &str, x: Value| {
@@ -166,14 +225,14 @@ impl Realtime {
             } else {
                 self.reply(out, self.flavor.text_done(), with(at.clone(), "text", json!(r.text)));
             }
-            let item = self.assistant_item(&r, item_status);
+            let item = self.assistant_item(&r, item_status, false);
             let part = item["content"][0].clone();
             self.reply(out, "response.content_part.done", with(at, "part", part));
             self.reply(out, "response.output_item.done", json!({"response_id": r.id, "output_index": 0, "item": item}));
             if self.flavor.ga() {
                 self.reply(out, "conversation.item.done", json!({"item": item}));
             }
-            output.push(item);
+            output.push(self.assistant_item(&r, item_status, true));
         }
         let body = json!({"response": self.response_object(&r, status, reason, output)});
         self.reply(out, "response.done", body);
@@ -192,8 +251,12 @@ impl Realtime {
                     self.start_response(out, true, audio);
                 }
                 if let Some(r) = self.response.as_mut() {
-                    r.input_tokens += outcome.input_tokens as u64;
-                    r.output_tokens += outcome.output_tokens as u64;
+                    r.usage.input += outcome.input_tokens as u64;
+                    r.usage.output += outcome.output_tokens as u64;
+                    r.usage.input_audio += outcome.input_audio_tokens as u64;
+                    r.usage.output_audio += outcome.output_audio_tokens as u64;
+                    // Each step is one second of input.
+                    r.usage.input_samples += super::STEP as u64;
                     r.last_step = Instant::now();
                 }
                 self.delta(out, &outcome.text, &outcome.audio);
@@ -227,6 +290,12 @@ impl Realtime {
             ErrorKind::Server => "server_error",
         };
         let client_event = self.client_event_id.clone();
-        self.event("error", json!({"error": {"type": kind, "code": e.code(), "message": message, "param": param, "event_id": client_event}}))
+        let code = match (self.flavor, e.code()) {
+            // The names Qwen's document uses.
+            (Flavor::Qwen, "invalid_payload") => "invalid_value",
+            (Flavor::Qwen, "missing_field") => "missing_required_parameter",
+            (_, code) => code,
+        };
+        self.event("error", json!({"error": {"type": kind, "code": code, "message": message, "param": param, "event_id": client_event}}))
     }
 }

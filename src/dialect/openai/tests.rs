@@ -1,7 +1,7 @@
 //! The OpenAI-shaped dialects as codecs, without a server.
 
 use omni_actors::dialect::{DecodeError, Dialect};
-use omni_actors::domain::{SessionKind, StepKind};
+use omni_actors::domain::{BackendInfo, SessionKind, StepKind, StepOutcome};
 use omni_actors::protocol::{Inbound, Outbound, ProtocolError};
 use serde_json::{Value, json};
 
@@ -53,14 +53,33 @@ fn session_update_in_every_shape() {
     }
 }
 
+/// A backend that transcribes, counts audio tokens and applies top_k.
+fn capable() -> BackendInfo {
+    BackendInfo {
+        name: "test".into(),
+        transcripts: true,
+        token_details: true,
+        settings: vec!["top_k".into()],
+        ..BackendInfo::default()
+    }
+}
+
 fn active(flavor: Flavor) -> (Realtime, Vec<String>) {
+    active_with(flavor, &capable())
+}
+
+fn active_with(flavor: Flavor, backend: &BackendInfo) -> (Realtime, Vec<String>) {
     let mut d = Realtime::new(flavor, "m", Limits::default());
     let mut out = Vec::new();
     d.encode(Outbound::QueueDone, &mut out);
     assert!(matches!(d.take_commands()[..], [Inbound::Init(_)]));
     let kind = SessionKind::Duplex;
-    d.encode(Outbound::Created { session_id: "sess_1", kind, prompt_length: 0, queue_wait_ms: 0 }, &mut out);
+    d.encode(Outbound::Created { session_id: "sess_1", kind, prompt_length: 0, queue_wait_ms: 0, backend }, &mut out);
     (d, out)
+}
+
+fn frame(f: &str) -> Value {
+    serde_json::from_str(f).unwrap()
 }
 
 #[test]
@@ -73,8 +92,15 @@ fn nothing_but_queue_events_before_created_then_updates_in_order() {
     d.encode(Outbound::QueueDone, &mut out);
     let Inbound::Init(setup) = d.take_commands().remove(0) else { panic!() };
     assert_eq!(setup.system_prompt, "x", "the session starts with the configuration so far");
+    let backend = &capable();
     d.encode(
-        Outbound::Created { session_id: "sess_9", kind: SessionKind::Duplex, prompt_length: 1, queue_wait_ms: 0 },
+        Outbound::Created {
+            session_id: "sess_9",
+            kind: SessionKind::Duplex,
+            prompt_length: 1,
+            queue_wait_ms: 0,
+            backend,
+        },
         &mut out,
     );
     assert_eq!(types(&out), ["session.created", "session.updated"]);
@@ -106,18 +132,20 @@ fn the_duplex_models_speech_becomes_a_response() {
     d.decode(&json!({"type": "input_audio_buffer.append", "audio": pcm16_b64(&loud)}).to_string(), &mut out).unwrap();
     assert_eq!(types(&out), ["input_audio_buffer.speech_started"]);
     out.clear();
-    let speak = |text: &str, eot| omni_actors::domain::StepOutcome {
+    let speak = |text: &str, eot| StepOutcome {
         kind: StepKind::Speak,
         text: text.into(),
         audio: vec![0.1; 24000],
         end_of_turn: eot,
-        kv_length: 0,
         input_tokens: 5,
         output_tokens: 2,
-        prefill_us: 0,
-        generate_us: 0,
+        input_audio_tokens: 4,
+        output_audio_tokens: 25,
+        ..StepOutcome::default()
     };
     let s1 = speak("Hello", false);
+    // The model says what it heard as it starts to answer.
+    d.encode(Outbound::Transcript { session_id: "s", input_id: "input_2", response_id: None, text: "Hi" }, &mut out);
     d.encode(Outbound::Step { session_id: "s", response_id: Some("r"), input_id: "input_2", outcome: &s1 }, &mut out);
     let s2 = speak(" there", true);
     d.encode(Outbound::Step { session_id: "s", response_id: Some("r"), input_id: "input_3", outcome: &s2 }, &mut out);
@@ -127,6 +155,7 @@ fn the_duplex_models_speech_becomes_a_response() {
             "input_audio_buffer.speech_stopped",
             "input_audio_buffer.committed",
             "conversation.item.created",
+            "conversation.item.input_audio_transcription.completed",
             "response.created",
             "response.output_item.added",
             "conversation.item.created",
@@ -142,12 +171,123 @@ fn the_duplex_models_speech_becomes_a_response() {
             "response.done",
         ]
     );
-    let done: Value = serde_json::from_str(out.last().unwrap()).unwrap();
+    let user = frame(&out[2]);
+    assert_eq!(user["item"]["content"][0]["transcript"], "Hi", "the user item carries what was heard");
+    let heard = frame(&out[3]);
+    assert_eq!((heard["item_id"].clone(), heard["transcript"].clone()), (user["item"]["id"].clone(), json!("Hi")));
+    let done = frame(out.last().unwrap());
     assert_eq!(done["response"]["status"], "completed");
-    assert_eq!(done["response"]["usage"]["output_tokens"], 4);
-    assert_eq!(done["response"]["output"][0]["content"][0]["transcript"], "Hello there");
-    let audio: Value = serde_json::from_str(&out[8]).unwrap();
+    // Qwen's spelling; 2 x (5 in, 4 of them audio; 2 text and 25 speech out).
+    let usage = &done["response"]["usage"];
+    assert_eq!((usage["input_tokens"].clone(), usage["output_tokens"].clone()), (json!(10), json!(54)));
+    assert_eq!(usage["input_tokens_details"], json!({"text_tokens": 2, "audio_tokens": 8}));
+    assert_eq!(usage["output_tokens_details"], json!({"text_tokens": 4, "audio_tokens": 50}));
+    assert!(usage.get("input_token_details").is_none());
+    // Qwen shows the content part's text as `text`; response.done keeps `transcript`.
+    assert_eq!(done["response"]["output"][0]["content"][0], json!({"type": "audio", "transcript": "Hello there"}));
+    let kinds = types(&out);
+    let at = |kind: &str| frame(&out[kinds.iter().position(|k| k == kind).unwrap()]);
+    assert_eq!(at("response.content_part.added")["part"], json!({"type": "audio", "text": ""}));
+    assert_eq!(at("response.content_part.done")["part"], json!({"type": "audio", "text": "Hello there"}));
+    assert_eq!(at("response.output_item.done")["item"]["content"][0]["text"], "Hello there");
+    let audio = frame(&out[9]);
     assert_eq!(decode_pcm16(audio["delta"].as_str().unwrap(), "d").unwrap().len(), 24000);
+}
+
+#[test]
+fn openai_keeps_its_own_names_and_a_model_without_transcripts_says_so() {
+    let silent = BackendInfo { name: "plain".into(), ..BackendInfo::default() };
+    let (mut d, _) = active_with(Flavor::Beta, &silent);
+    let mut out = Vec::new();
+    let update = json!({"type": "session.update", "session": {"input_audio_transcription": {"model": "whisper-1"}}});
+    d.decode(&update.to_string(), &mut out).unwrap();
+    assert_eq!(frame(&out[0])["session"]["input_audio_transcription"], json!({"model": "whisper-1"}));
+    out.clear();
+    let speak = StepOutcome {
+        kind: StepKind::Speak,
+        text: "Yes".into(),
+        audio: vec![0.1; 24000],
+        end_of_turn: true,
+        input_tokens: 30,
+        output_tokens: 1,
+        ..StepOutcome::default()
+    };
+    d.encode(
+        Outbound::Step { session_id: "s", response_id: Some("r"), input_id: "input_1", outcome: &speak },
+        &mut out,
+    );
+    let kinds = types(&out);
+    let failed =
+        frame(&out[kinds.iter().position(|k| k == "conversation.item.input_audio_transcription.failed").unwrap()]);
+    assert_eq!(failed["error"]["code"], "transcription_unavailable");
+    assert_eq!(failed["error"]["param"], "session.input_audio_transcription");
+    let done = frame(out.last().unwrap());
+    let usage = &done["response"]["usage"];
+    // No audio counts from this model: 25 tokens per second of audio, the step's second heard
+    // and the second spoken.
+    assert_eq!(usage["output_token_details"], json!({"text_tokens": 1, "audio_tokens": 25}));
+    assert_eq!(usage["input_token_details"], json!({"text_tokens": 5, "audio_tokens": 25, "cached_tokens": 0}));
+    assert_eq!(done["response"]["output"][0]["content"][0], json!({"type": "audio", "transcript": "Yes"}));
+}
+
+#[test]
+fn qwen_session_fields_settings_and_errors() {
+    let (mut d, created) = active(Flavor::Qwen);
+    let s = &frame(&created[0])["session"];
+    assert_eq!((s["enable_search"].clone(), s["search_options"].clone()), (json!(false), json!({})));
+    assert_eq!(s["turn_detection"]["silence_duration_ms"], 800);
+    assert_eq!(s["input_audio_transcription"], json!({"model": "gummy-realtime-v1"}));
+    assert_eq!(s["temperature"], json!(0.8));
+    let mut out = Vec::new();
+    let update = json!({"type": "session.update", "session": {"temperature": 0.8, "top_p": 0.9, "top_k": 50,
+        "repetition_penalty": 1.05, "presence_penalty": 0.0, "seed": -1, "enable_search": false, "search_options": {}}});
+    let cmds = d.decode(&update.to_string(), &mut out).unwrap();
+    let updated = frame(&out[0]);
+    assert_eq!(updated["session"]["temperature"].to_string(), "0.8", "no float32 artefacts");
+    assert_eq!((updated["session"]["top_k"].clone(), updated["session"]["seed"].clone()), (json!(50), json!(-1)));
+    // The settings reach the backend; the capable test backend applies only top_k.
+    let [Inbound::Reconfigure(setup)] = &cmds[..] else { panic!("{cmds:?}") };
+    let names: Vec<&str> = setup.generation.settings.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(names, ["presence_penalty", "repetition_penalty", "seed", "top_k", "top_p"]);
+    let unsupported: Vec<String> =
+        out[1..].iter().map(|f| frame(f)["error"]["param"].as_str().unwrap().to_string()).collect();
+    assert_eq!(
+        unsupported,
+        ["session.presence_penalty", "session.repetition_penalty", "session.seed", "session.top_p"]
+    );
+    assert_eq!(frame(&out[1])["error"]["code"], "unsupported_setting");
+    // Refusals with Qwen's codes.
+    for (session, param) in [
+        (json!({"modalities": ["audio"]}), "session.modalities"),
+        (json!({"top_p": 1.5}), "session.top_p"),
+        (json!({"seed": "x"}), "session.seed"),
+        (json!({"temperature": 3}), "session.temperature"),
+    ] {
+        let e = d.decode(&json!({"type": "session.update", "session": session}).to_string(), &mut out).unwrap_err();
+        let DecodeError::Protocol(e) = e else { panic!() };
+        let mut o = Vec::new();
+        d.encode(Outbound::Error(&e), &mut o);
+        let error = &frame(&o[0])["error"];
+        assert_eq!((error["code"].as_str(), error["param"].as_str()), (Some("invalid_value"), Some(param)), "{error}");
+    }
+}
+
+#[test]
+fn a_cut_short_response_is_incomplete_in_qwen_and_cancelled_in_openai() {
+    for (flavor, status) in [(Flavor::Qwen, "incomplete"), (Flavor::Beta, "cancelled")] {
+        let (mut d, _) = active(flavor);
+        let mut out = Vec::new();
+        let update = json!({"type": "session.update", "session": {"turn_detection": null}});
+        d.decode(&update.to_string(), &mut out).unwrap();
+        let item = json!({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+                          "content": [{"type": "input_text", "text": "hi"}]}});
+        d.decode(&item.to_string(), &mut out).unwrap();
+        d.decode(&json!({"type": "response.create"}).to_string(), &mut out).unwrap();
+        out.clear();
+        d.decode(&json!({"type": "response.cancel"}).to_string(), &mut out).unwrap();
+        let done = frame(out.last().unwrap());
+        assert_eq!(done["response"]["status"], status, "{flavor:?}");
+    }
 }
 
 #[test]
@@ -155,7 +295,7 @@ fn manual_turn_commit_and_create() {
     let (mut d, _) = active(Flavor::Ga);
     let mut out = Vec::new();
     let cmds = d
-        .decode(&json!({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": null}}}}).to_string(), &mut out)
+        .decode(&json!({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": null, "transcription": {"model": "any"}}}}}).to_string(), &mut out)
         .unwrap();
     assert!(matches!(cmds[..], [Inbound::Reconfigure(ref s)] if s.kind == SessionKind::Turn));
     assert_eq!(types(&out), ["session.updated"]);
@@ -173,7 +313,19 @@ fn manual_turn_commit_and_create() {
     assert!((input.messages[0].audios[0].len() as i64 - 16000).abs() < 400);
     assert_eq!(types(&out), ["input_audio_buffer.committed", "conversation.item.added", "response.created"]);
     out.clear();
-    d.encode(Outbound::TurnDelta { session_id: "s", response_id: "r", text: "ok", audio: &[0.1; 6000] }, &mut out);
+    assert!(input.continues, "manual-mode items continue the conversation");
+    let transcript = Outbound::Transcript { session_id: "s", input_id: "input_1", response_id: Some("r"), text: "hm" };
+    d.encode(transcript, &mut out);
+    let delta = Outbound::TurnDelta {
+        session_id: "s",
+        response_id: "r",
+        input_id: "input_1",
+        text: "ok",
+        audio: &[0.1; 6000],
+        kv_length: 4,
+        generate_us: 0,
+    };
+    d.encode(delta, &mut out);
     d.encode(
         Outbound::TurnDone {
             session_id: "s",
@@ -182,6 +334,8 @@ fn manual_turn_commit_and_create() {
             audio: None,
             input_tokens: 3,
             output_tokens: 1,
+            input_audio_tokens: 0,
+            output_audio_tokens: 6,
             kv_length: 4,
             duration_ms: 1,
             cancelled: false,
@@ -191,6 +345,7 @@ fn manual_turn_commit_and_create() {
     assert_eq!(
         types(&out),
         [
+            "conversation.item.input_audio_transcription.completed",
             "response.output_item.added",
             "conversation.item.added",
             "response.content_part.added",
