@@ -31,3 +31,23 @@ start_server() {
     echo "the server did not become ready; see $2" >&2
     return 1
 }
+
+# cpu_seconds PID...: the CPU time (user + system, seconds) of each process and all its
+# descendants (worker-host children included), space-separated.
+cpu_seconds() {
+    python3 - "$@" <<'PY'
+import os, sys
+tick = os.sysconf("SC_CLK_TCK")
+stat = {}
+for p in os.listdir("/proc"):
+    if p.isdigit():
+        try:
+            fields = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+            stat[int(p)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+        except OSError:
+            pass
+def total(pid):
+    return stat.get(pid, (0, 0))[1] + sum(total(c) for c, (pp, _) in stat.items() if pp == pid)
+print(" ".join(f"{total(int(p)):.2f}" for p in sys.argv[1:]))
+PY
+}

@@ -6,6 +6,8 @@
 #   scripts/loadtest.sh 2000 --sessions 2000 --ramp 40 --duration 60 --json-out /tmp/l2000.json
 #
 # ISOLATION=process runs every backend in a worker-host child process instead of a thread.
+# VIA=node runs the workers in an `omni-gateway node` on the same machine instead, which the
+# gateway reaches over loopback TCP ([[nodes]]); the node's CPU is reported too.
 # The figures in docs/performance.md and docs/reliability.md come from this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +17,33 @@ shift
 build_release
 port=$(free_port)
 dir=$(mktemp -d)
-trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -rf "$dir"' EXIT
+ulimit -n 65536 2>/dev/null || true
+workers_toml="[[workers]]
+name = \"w\"
+count = $workers
+isolation = \"${ISOLATION:-thread}\"
+[workers.options]
+step_ms = 0"
+nodes_toml=""
+node=""
+if [ "${VIA:-}" = node ]; then
+    node_port=$(free_port)
+    token=loadtest-node-token-0123456789
+    cat > "$dir/node.toml" <<TOML
+[node]
+bind = "127.0.0.1:$node_port"
+token = "$token"
+$workers_toml
+TOML
+    RUST_LOG=${RUST_LOG:-warn} "$bin" --config "$dir/node.toml" node > "$dir/node.log" 2>&1 &
+    node=$!
+    nodes_toml="[[nodes]]
+name = \"node\"
+address = \"127.0.0.1:$node_port\"
+token = \"$token\""
+    workers_toml=""
+fi
+trap 'kill "$server" ${node:+"$node"} 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"' EXIT
 cat > "$dir/config.toml" <<TOML
 [server]
 bind = "127.0.0.1:$port"
@@ -24,16 +52,20 @@ max_connections_per_ip = 0
 max_waiting_per_ip = 0
 [queue]
 max_waiting = 20000
-[[workers]]
-name = "w"
-count = $workers
-isolation = "${ISOLATION:-thread}"
-[workers.options]
-step_ms = 0
+$workers_toml
+$nodes_toml
 TOML
 start_server "$dir/config.toml" "$dir/server.log" "$port"
-ulimit -n 65536 2>/dev/null || true
+# Every worker open and idle (a node's join after the gateway reaches it).
+for _ in $(seq 600); do
+    idle=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^omni_workers\{state="idle"\}/ {print $2}')
+    [ "${idle:-0}" = "$workers" ] && break
+    sleep 0.1
+done
+cpu_before=$(cpu_seconds "$server" ${node:+"$node"})
 "$bin" loadgen --url "ws://127.0.0.1:$port" --server-pid "$server" "$@"
+cpu_after=$(cpu_seconds "$server" ${node:+"$node"})
+echo "CPU seconds over the run, each process with its children (gateway${node:+, node}): before $cpu_before, after $cpu_after"
 curl -s "http://127.0.0.1:$port/metrics" | grep -E '^omni_worker_handover_seconds_(bucket|count)' > "$dir/handover.txt" || true
 echo "server-side hand-over (omni_worker_handover_seconds):"
 sed 's/omni_worker_handover_seconds_//' "$dir/handover.txt" | tr '\n' ' '

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod backend;
 pub mod config;
 pub mod dialect;
+pub mod node;
 pub mod recordings;
 pub mod routes;
 pub mod server;

@@ -1,4 +1,5 @@
-//! The omni-gateway binary: `omni-gateway [--config PATH] [serve]`, `omni-gateway check-config [PATH]`.
+//! The omni-gateway binary: `omni-gateway [--config PATH] [serve]`, `omni-gateway node`,
+//! `omni-gateway check-config [PATH]`, and the tools.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,6 +22,9 @@ struct Cli {
 enum Command {
     /// Run the server (the default).
     Serve,
+    /// Serve this host's [[workers]] to gateways over the network (the config's [node]
+    /// section: bind, token); gateways list it under [[nodes]].
+    Node,
     /// Validate a configuration file (and load every backend library it names); exit 0 or 1.
     CheckConfig {
         /// The file to check; defaults to --config.
@@ -46,6 +50,13 @@ fn main() -> ExitCode {
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => match Config::load(&cli.config) {
             Ok(config) => report(omni_gateway::server::run(config)),
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Node => match Config::load(&cli.config) {
+            Ok(config) => report(omni_gateway::node::run(config)),
             Err(e) => {
                 eprintln!("{e}");
                 ExitCode::FAILURE
@@ -83,7 +94,7 @@ fn check_config(path: &std::path::Path) -> ExitCode {
     let file = path.display();
     let mut failed = false;
     if let Some((cert, key)) = &config.tls
-        && let Err(e) = omni_gateway::server::tls_config(cert, key)
+        && let Err(e) = omni_gateway::server::tls_config("server.tls", cert, key)
     {
         eprintln!("{file}: {e}");
         failed = true;
@@ -103,10 +114,7 @@ fn check_config(path: &std::path::Path) -> ExitCode {
     let open_timeout = std::time::Duration::from_secs_f64(config.limits.open_timeout_s);
     let mut checked = std::collections::BTreeSet::new();
     for w in &config.workers {
-        let source = match &w.source {
-            BackendSource::Builtin => "builtin".to_string(),
-            BackendSource::Library(p) => p.display().to_string(),
-        };
+        let source = w.source.label();
         let modes: Vec<&str> = w.modes.iter().map(|m| m.as_str()).collect();
         // Workers of one entry share their backend and options: one open checks them all.
         if !checked.insert(w.entry) {
@@ -156,14 +164,47 @@ fn check_config(path: &std::path::Path) -> ExitCode {
                 }
             }
             Err(e) => {
-                eprintln!("{file}: workers[{}].options: the backend refuses to open: {e}", w.entry);
+                let key = if matches!(w.source, BackendSource::MinicpmoWorker(_)) { "url" } else { "options" };
+                eprintln!("{file}: workers[{}].{key}: the backend refuses to open: {e}", w.entry);
                 failed = true;
             }
         }
     }
+    let mut remote = 0;
+    for (i, link) in config.nodes.iter().enumerate() {
+        match omni_gateway::backend::remote::discover(link) {
+            Ok(workers) => {
+                println!("{file}: node {} ({}) serves {} worker(s):", link.name, link.address, workers.len());
+                for w in &workers {
+                    let modes: Vec<&str> = w.modes.iter().map(|m| m.as_str()).collect();
+                    let reason = w.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+                    println!("  {}/{} [{}; {}]: {}{reason}", link.name, w.name, w.backend, modes.join(", "), w.state);
+                }
+                remote += workers.len();
+            }
+            Err(e) => {
+                eprintln!("{file}: nodes[{i}]: node {} ({}): {e}", link.name, link.address);
+                failed = true;
+            }
+        }
+    }
+    if let Some(node) = &config.node {
+        if let Some((cert, key)) = &node.tls
+            && let Err(e) = omni_gateway::server::tls_config("node.tls", cert, key)
+        {
+            eprintln!("{file}: {e}");
+            failed = true;
+        }
+        let addrs: Vec<String> = node.bind.iter().map(|a| a.to_string()).collect();
+        println!("{file}: as a node (omni-gateway node), will serve its workers on {}", addrs.join(", "));
+    }
     if failed {
         return ExitCode::FAILURE;
     }
-    println!("{file}: ok, {} worker(s)", config.workers.len());
+    if remote > 0 {
+        println!("{file}: ok, {} worker(s) here and {remote} on {} node(s)", config.workers.len(), config.nodes.len());
+    } else {
+        println!("{file}: ok, {} worker(s)", config.workers.len());
+    }
     ExitCode::SUCCESS
 }

@@ -22,7 +22,7 @@ use omni_actors::registry::Registry;
 
 use crate::auth::Keys;
 use crate::backend;
-use crate::config::{BackendSource, Config};
+use crate::config::Config;
 use crate::recordings;
 use crate::routes;
 
@@ -60,12 +60,10 @@ impl Gateway {
             .iter()
             .map(|w| WorkerSetup {
                 name: w.name.clone(),
-                backend: match &w.source {
-                    BackendSource::Builtin => "builtin".to_string(),
-                    BackendSource::Library(p) => p.display().to_string(),
-                },
+                backend: w.source.label(),
                 modes: w.modes.clone(),
                 factory: backend::factory(w, open_timeout),
+                node: None,
             })
             .collect();
         let limits = BackendLimits {
@@ -74,6 +72,9 @@ impl Gateway {
             open_timeout,
         };
         let pool = WorkerPoolActor::new(setups, queue.clone(), limits).start();
+        for link in &config.nodes {
+            join_node(link.clone(), pool.clone());
+        }
         let recorder = config.recording.enabled.then(|| {
             let r = &config.recording;
             let limits = RecordingLimits {
@@ -89,24 +90,70 @@ impl Gateway {
     }
 }
 
+/// Reaches a node (`[[nodes]]`), trying again with backoff while it is down, and adds its
+/// workers to the pool as `NODE/WORKER`. From then on each worker keeps its own link (and
+/// reconnects by itself when the node comes back).
+fn join_node(link: crate::config::NodeLink, pool: Addr<WorkerPoolActor>) {
+    let gateway = format!("omni-gateway {} (pid {})", env!("CARGO_PKG_VERSION"), std::process::id());
+    let spawned = std::thread::Builder::new().name(format!("join-{}", link.name)).spawn(move || {
+        let mut failures = 0;
+        loop {
+            match backend::remote::discover(&link) {
+                Ok(workers) => {
+                    let names: Vec<&str> = workers.iter().map(|w| w.name.as_str()).collect();
+                    log::info!(
+                        "node {} ({}): {} worker(s): {}",
+                        link.name,
+                        link.address,
+                        workers.len(),
+                        names.join(", ")
+                    );
+                    let setups = workers
+                        .into_iter()
+                        .map(|w| WorkerSetup {
+                            name: format!("{}/{}", link.name, w.name),
+                            backend: format!("node {} ({}): {}", link.name, link.address, w.backend),
+                            modes: w.modes,
+                            factory: backend::node_factory(link.clone(), w.name, gateway.clone()),
+                            node: Some(link.name.clone()),
+                        })
+                        .collect();
+                    pool.do_send(omni_actors::pool_actor::JoinWorkers(setups));
+                    return;
+                }
+                Err(e) => {
+                    failures += 1;
+                    let wait = omni_actors::pool::backoff(failures);
+                    log::warn!("node {} ({}): {e}; trying again in {} ms", link.name, link.address, wait.as_millis());
+                    std::thread::sleep(wait);
+                }
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        log::error!("cannot start the thread that joins the node's workers: {e}");
+    }
+}
+
 /// The TLS settings from a PEM certificate chain and private key (also what
-/// `check-config` loads, so that it refuses what the server would).
-pub fn tls_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, String> {
+/// `check-config` loads, so that it refuses what the server would). `section` names the
+/// keys in errors (`server.tls`, `node.tls`).
+pub fn tls_config(section: &str, cert: &Path, key: &Path) -> Result<rustls::ServerConfig, String> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let certs = CertificateDer::pem_file_iter(cert)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("server.tls.cert: {}: {e}", cert.display()))?;
+        .map_err(|e| format!("{section}.cert: {}: {e}", cert.display()))?;
     if certs.is_empty() {
-        return Err(format!("server.tls.cert: {}: no certificate in the file", cert.display()));
+        return Err(format!("{section}.cert: {}: no certificate in the file", cert.display()));
     }
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("server.tls.key: {}: {e}", key.display()))?;
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("{section}.key: {}: {e}", key.display()))?;
     let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_no_client_auth()
         .with_single_cert(certs, key)
-        .map_err(|e| format!("server.tls: the certificate and key do not make a TLS identity: {e}"))?;
+        .map_err(|e| format!("{section}: the certificate and key do not make a TLS identity: {e}"))?;
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(tls)
 }
@@ -247,7 +294,7 @@ fn listeners(config: &Config) -> Result<Vec<std::net::TcpListener>, String> {
 /// Runs the server until it is stopped. Prints `omni-gateway listening on ADDR` once bound.
 pub fn run(config: Config) -> Result<(), String> {
     let tls = match &config.tls {
-        Some((cert, key)) => Some(tls_config(cert, key)?),
+        Some((cert, key)) => Some(tls_config("server.tls", cert, key)?),
         None => None,
     };
     let listeners = listeners(&config)?;

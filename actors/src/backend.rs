@@ -33,6 +33,10 @@ pub enum BackendError {
     /// The backend's process died; the text says whose and how.
     #[error("{0}")]
     Crashed(String),
+    /// The backend cannot be reached for now (a node or a remote worker that is down or
+    /// busy): its worker keeps trying, and waiting clients keep waiting for it.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl BackendError {
@@ -47,6 +51,7 @@ impl BackendError {
             BackendError::Open(_) => "open_failed",
             BackendError::Internal(_) => "internal",
             BackendError::Crashed(_) => "crashed",
+            BackendError::Unavailable(_) => "unavailable",
         }
     }
 

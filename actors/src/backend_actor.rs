@@ -416,7 +416,12 @@ impl Actor for BackendActor {
             Ok(thread) => self.thread = Some(thread),
             Err(e) => {
                 let reason = format!("cannot start the worker thread: {e}");
-                self.event(|worker, generation| WorkerEvent::OpenFailed { worker, generation, reason });
+                self.event(|worker, generation| WorkerEvent::OpenFailed {
+                    worker,
+                    generation,
+                    reason,
+                    transient: false,
+                });
                 ctx.stop();
                 return;
             }
@@ -431,7 +436,12 @@ impl Actor for BackendActor {
                 );
                 log::error!("worker {}: {reason}", act.name);
                 act.policy.fail();
-                act.event(|worker, generation| WorkerEvent::OpenFailed { worker, generation, reason });
+                act.event(|worker, generation| WorkerEvent::OpenFailed {
+                    worker,
+                    generation,
+                    reason,
+                    transient: false,
+                });
                 act.thread = None;
                 ctx.stop();
             }
@@ -478,9 +488,14 @@ impl Handler<OpenedMsg> for BackendActor {
             }
             Err(e) => {
                 let reason = e.to_string();
-                log::error!("worker {}: {reason}", self.name);
+                let transient = matches!(e, BackendError::Unavailable(_));
+                if transient {
+                    log::warn!("worker {}: {reason}", self.name);
+                } else {
+                    log::error!("worker {}: {reason}", self.name);
+                }
                 self.policy.fail();
-                self.event(|worker, generation| WorkerEvent::OpenFailed { worker, generation, reason });
+                self.event(|worker, generation| WorkerEvent::OpenFailed { worker, generation, reason, transient });
                 self.thread = None;
                 ctx.stop();
             }

@@ -9,7 +9,8 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 /// The public mode of a connection (`/v1/realtime?mode=`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Mode {
     Chat,
     Video,

@@ -61,6 +61,14 @@ pub struct Metrics {
     /// Client messages dropped unprocessed because their connection sent faster than
     /// `server.max_messages_per_s`.
     pub rate_limited: IntCounter,
+    /// Worker links open to each node (`[[nodes]]`): as many as its workers when it is up.
+    pub node_links: IntGaugeVec,
+    /// Worker links to a node that failed or ended, by node and reason (`unreachable`,
+    /// `refused`, `heartbeat`, `closed`).
+    pub node_link_failures: IntCounterVec,
+    /// Remote MiniCPM-o workers' answers to the health poll, by worker and status
+    /// (`healthy`, `loading`, `busy`, `error`, `offline`).
+    pub remote_worker_health: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] =
@@ -210,6 +218,19 @@ impl Metrics {
                 &r,
                 "omni_rate_limited_messages_total",
                 "Client messages dropped because their connection exceeded server.max_messages_per_s",
+            ),
+            node_links: gauge_vec(&r, "omni_node_links", "Worker links open to a node", &["node"]),
+            node_link_failures: counter_vec(
+                &r,
+                "omni_node_link_failures_total",
+                "Worker links to a node that failed or ended",
+                &["node", "reason"],
+            ),
+            remote_worker_health: counter_vec(
+                &r,
+                "omni_remote_worker_health_total",
+                "Health polls of remote MiniCPM-o workers, by their answer",
+                &["worker", "status"],
             ),
             names: r.names.take(),
             registry: r.registry,

@@ -67,6 +67,27 @@ pub struct PoolWorker {
     pub open_failed: bool,
     /// The process hosting its backend, when it runs in one of its own.
     pub process_id: Option<u32>,
+    /// The node it runs on, when it is not the gateway's own.
+    pub node: Option<String>,
+}
+
+impl PoolWorker {
+    fn new(name: String, backend: String, modes: Vec<Mode>) -> PoolWorker {
+        PoolWorker {
+            name,
+            backend,
+            modes,
+            state: WorkerState::Starting,
+            generation: 1,
+            sessions_served: 0,
+            restarts: 0,
+            consecutive_failures: 0,
+            last_error: None,
+            open_failed: false,
+            process_id: None,
+            node: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -85,23 +106,14 @@ impl PoolState {
     /// Every worker starts in `Starting`, generation 1.
     pub fn new(workers: impl IntoIterator<Item = (String, String, Vec<Mode>)>) -> PoolState {
         PoolState {
-            workers: workers
-                .into_iter()
-                .map(|(name, backend, modes)| PoolWorker {
-                    name,
-                    backend,
-                    modes,
-                    state: WorkerState::Starting,
-                    generation: 1,
-                    sessions_served: 0,
-                    restarts: 0,
-                    consecutive_failures: 0,
-                    last_error: None,
-                    open_failed: false,
-                    process_id: None,
-                })
-                .collect(),
+            workers: workers.into_iter().map(|(name, backend, modes)| PoolWorker::new(name, backend, modes)).collect(),
         }
+    }
+
+    /// A worker joins after start (one of a node's): `Starting`, generation 1. Returns its id.
+    pub fn add(&mut self, name: String, backend: String, modes: Vec<Mode>) -> WorkerId {
+        self.workers.push(PoolWorker::new(name, backend, modes));
+        self.workers.len() - 1
     }
 
     pub fn workers(&self) -> &[PoolWorker] {
@@ -126,6 +138,11 @@ impl PoolState {
         w.consecutive_failures = 0;
         w.open_failed = false;
         true
+    }
+
+    /// The node it runs on.
+    pub fn set_node(&mut self, id: WorkerId, node: Option<String>) {
+        self.workers[id].node = node;
     }
 
     /// The process hosting its backend (none: a thread of the gateway).

@@ -11,7 +11,9 @@ use crate::domain::Mode;
 use crate::metrics::metrics;
 use crate::pool::{PoolState, PoolWorker, WorkerState};
 use crate::queue::WorkerId;
-use crate::queue_actor::{QueueActor, SessionFinished, WorkerDown, WorkerIdle, WorkerLink, WorkerStarting};
+use crate::queue_actor::{
+    QueueActor, SessionFinished, WorkerDown, WorkerIdle, WorkerJoined, WorkerLink, WorkerStarting,
+};
 use crate::worker_thread::BackendFactory;
 
 /// One configured worker.
@@ -21,19 +23,59 @@ pub struct WorkerSetup {
     pub backend: String,
     pub modes: Vec<Mode>,
     pub factory: BackendFactory,
+    /// The node it runs on (none: this host).
+    pub node: Option<String>,
 }
+
+/// Workers that join after start: a node's, once the gateway has reached it. They get the
+/// next ids, in order, in the pool and in the queue alike.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct JoinWorkers(pub Vec<WorkerSetup>);
 
 /// What a BackendActor reports about itself. `generation` tells incarnations apart.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub enum WorkerEvent {
-    Opened { worker: WorkerId, generation: u64, backend: Addr<BackendActor>, process_id: Option<u32> },
-    OpenFailed { worker: WorkerId, generation: u64, reason: String },
-    Busy { worker: WorkerId, generation: u64, session: String, mode: Mode },
-    Identified { worker: WorkerId, generation: u64, session: String, dialect: &'static str },
-    Resetting { worker: WorkerId, generation: u64 },
-    Released { worker: WorkerId, generation: u64 },
-    Failed { worker: WorkerId, generation: u64, reason: String },
+    Opened {
+        worker: WorkerId,
+        generation: u64,
+        backend: Addr<BackendActor>,
+        process_id: Option<u32>,
+    },
+    /// `transient`: the backend is out of reach for now (a node that is down), not broken:
+    /// clients waiting for its modes keep waiting.
+    OpenFailed {
+        worker: WorkerId,
+        generation: u64,
+        reason: String,
+        transient: bool,
+    },
+    Busy {
+        worker: WorkerId,
+        generation: u64,
+        session: String,
+        mode: Mode,
+    },
+    Identified {
+        worker: WorkerId,
+        generation: u64,
+        session: String,
+        dialect: &'static str,
+    },
+    Resetting {
+        worker: WorkerId,
+        generation: u64,
+    },
+    Released {
+        worker: WorkerId,
+        generation: u64,
+    },
+    Failed {
+        worker: WorkerId,
+        generation: u64,
+        reason: String,
+    },
 }
 
 /// A snapshot of every worker, for `/status` and for tests.
@@ -53,7 +95,10 @@ pub struct WorkerPoolActor {
 
 impl WorkerPoolActor {
     pub fn new(setups: Vec<WorkerSetup>, queue: Addr<QueueActor>, limits: BackendLimits) -> WorkerPoolActor {
-        let state = PoolState::new(setups.iter().map(|s| (s.name.clone(), s.backend.clone(), s.modes.clone())));
+        let mut state = PoolState::new(setups.iter().map(|s| (s.name.clone(), s.backend.clone(), s.modes.clone())));
+        for (id, s) in setups.iter().enumerate() {
+            state.set_node(id, s.node.clone());
+        }
         let actors = setups.iter().map(|_| None).collect();
         WorkerPoolActor { state, setups, actors, queue, limits, stopping: false }
     }
@@ -107,6 +152,25 @@ impl Actor for WorkerPoolActor {
     }
 }
 
+impl Handler<JoinWorkers> for WorkerPoolActor {
+    type Result = ();
+    fn handle(&mut self, msg: JoinWorkers, ctx: &mut Context<Self>) {
+        if self.stopping {
+            return;
+        }
+        for setup in msg.0 {
+            let id = self.state.add(setup.name.clone(), setup.backend.clone(), setup.modes.clone());
+            self.state.set_node(id, setup.node.clone());
+            metrics().workers.with_label_values(&[self.state.worker(id).state.name()]).inc();
+            self.queue.do_send(WorkerJoined { worker: id, modes: setup.modes.clone() });
+            log::info!("worker {} joins the pool ({})", setup.name, setup.backend);
+            self.setups.push(setup);
+            self.actors.push(None);
+            self.start_backend(id, ctx);
+        }
+    }
+}
+
 impl Handler<WorkerEvent> for WorkerPoolActor {
     type Result = ();
 
@@ -154,9 +218,13 @@ impl WorkerPoolActor {
                     self.queue.do_send(WorkerIdle { link: WorkerLink { id: worker, name, backend } });
                 }
             }
-            WorkerEvent::OpenFailed { worker, generation, reason } => {
+            WorkerEvent::OpenFailed { worker, generation, reason, transient } => {
                 if let Some(restart) = self.state.open_failed(worker, generation, reason, now) {
-                    self.queue.do_send(WorkerDown { worker });
+                    if transient {
+                        self.queue.do_send(WorkerStarting { worker });
+                    } else {
+                        self.queue.do_send(WorkerDown { worker });
+                    }
                     self.schedule_restart(worker, restart.after, ctx);
                 }
             }

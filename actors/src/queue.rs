@@ -162,6 +162,17 @@ impl QueueState {
         }
     }
 
+    /// A worker joins (one of a node's, discovered after start): it is `Starting`, and
+    /// counts as able to serve its modes. Returns its id, the next in order.
+    pub fn add_worker(&mut self, modes: ModeSet) -> WorkerId {
+        self.sim = None;
+        for m in Mode::ALL {
+            self.capable[m.index()] += modes.contains(m) as usize;
+        }
+        self.workers.push(Slot { modes, state: Availability::Starting });
+        self.workers.len() - 1
+    }
+
     pub fn len(&self) -> usize {
         self.waiting.len()
     }

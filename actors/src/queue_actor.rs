@@ -89,6 +89,14 @@ pub struct WorkerDown {
     pub worker: WorkerId,
 }
 
+/// A worker joined the pool after start (a node's); `worker` is the id the pool gave it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct WorkerJoined {
+    pub worker: WorkerId,
+    pub modes: Vec<Mode>,
+}
+
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct SessionFinished {
@@ -295,6 +303,16 @@ impl Handler<WorkerIdle> for QueueActor {
         log::debug!("queue: worker {} is idle; {} waiting", msg.link.name, self.state.len());
         self.links[id] = Some(msg.link);
         self.offer(id, ctx);
+    }
+}
+
+impl Handler<WorkerJoined> for QueueActor {
+    type Result = ();
+    fn handle(&mut self, msg: WorkerJoined, _: &mut Context<Self>) {
+        let id = self.state.add_worker(ModeSet::of(&msg.modes));
+        // The pool and the queue number workers alike: both only ever append.
+        debug_assert_eq!(id, msg.worker, "the queue and the pool disagree on worker ids");
+        self.links.push(None);
     }
 }
 

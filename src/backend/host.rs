@@ -102,7 +102,7 @@ fn read_requests(
     }
 }
 
-fn serve(backend: &mut dyn Backend, call: ToHost) -> Result<Value, BackendError> {
+pub(crate) fn serve(backend: &mut dyn Backend, call: ToHost) -> Result<Value, BackendError> {
     Ok(match call {
         ToHost::Prepare(setup) => backend.prepare(&setup).map(|_| Value::Done)?,
         ToHost::Reset => backend.reset().map(|_| Value::Done)?,

@@ -1,11 +1,14 @@
 //! Backends at the edge: the C ABI (`include/omni_backend.h`) driven from Rust, on the
 //! worker's thread (`ffi.rs`) or in a child process (`process.rs` in the gateway,
-//! `host.rs` in the child, `ipc.rs` between them).
+//! `host.rs` in the child, `ipc.rs` between them); a worker on a node (`remote.rs`); a
+//! MiniCPM-o model worker over its own protocol (`minicpmo.rs`).
 
 pub mod ffi;
 pub mod host;
-mod ipc;
+pub(crate) mod ipc;
+pub mod minicpmo;
 pub mod process;
+pub mod remote;
 mod sys;
 
 use std::sync::Arc;
@@ -17,7 +20,7 @@ use omni_actors::worker_thread::BackendFactory;
 pub use ffi::{BackendApi, FfiBackend, FfiControl, LoadError};
 pub use process::{HostSpec, ProcessBackend};
 
-use crate::config::{BackendSource, Isolation, WorkerSpec};
+use crate::config::{BackendSource, Isolation, NodeLink, WorkerSpec};
 
 /// The backend of one worker: where its table comes from and the options to open it with.
 /// Called on the worker's own thread, which becomes the handle's owner (with process
@@ -26,13 +29,19 @@ use crate::config::{BackendSource, Isolation, WorkerSpec};
 pub fn factory(worker: &WorkerSpec, open_timeout: Duration) -> BackendFactory {
     let source = worker.source.clone();
     let options = worker.options.clone();
+    if let BackendSource::MinicpmoWorker(url) = &source {
+        let (url, name, options) = (url.clone(), worker.name.clone(), options.clone());
+        return Arc::new(move || {
+            Ok(Box::new(minicpmo::MinicpmoBackend::open(&name, &url, &options)?) as Box<dyn Backend>)
+        });
+    }
     match worker.isolation {
         Isolation::Thread => Arc::new(move || {
             let api = match &source {
-                BackendSource::Builtin => BackendApi::builtin(),
                 BackendSource::Library(path) => {
                     BackendApi::load(path).map_err(|e| BackendError::Open(e.to_string()))?
                 }
+                _ => BackendApi::builtin(),
             };
             Ok(Box::new(api.open(&options)?) as Box<dyn Backend>)
         }),
@@ -40,8 +49,8 @@ pub fn factory(worker: &WorkerSpec, open_timeout: Duration) -> BackendFactory {
             let spec = HostSpec {
                 name: worker.name.clone(),
                 library: match &source {
-                    BackendSource::Builtin => None,
                     BackendSource::Library(path) => Some(path.clone()),
+                    _ => None,
                 },
                 options,
                 open_timeout,
@@ -52,4 +61,10 @@ pub fn factory(worker: &WorkerSpec, open_timeout: Duration) -> BackendFactory {
             })
         }
     }
+}
+
+/// Worker `worker` of a node, attached over the network (see [`remote`]). `gateway` names
+/// this gateway in the node's logs.
+pub fn node_factory(link: NodeLink, worker: String, gateway: String) -> BackendFactory {
+    Arc::new(move || Ok(Box::new(remote::RemoteBackend::attach(&link, &worker, &gateway)?) as Box<dyn Backend>))
 }

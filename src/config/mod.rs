@@ -53,7 +53,13 @@ struct RawConfig {
     auth: AuthConfig,
     #[serde(default)]
     models: Vec<ModelEntry>,
+    #[serde(default)]
     workers: Vec<WorkerEntry>,
+    /// Read by `omni-gateway node`.
+    #[serde(default)]
+    node: Option<NodeConfig>,
+    #[serde(default)]
+    nodes: Vec<NodeEntry>,
 }
 
 /// Where a worker's backend comes from.
@@ -62,6 +68,19 @@ pub enum BackendSource {
     Builtin,
     /// A shared library, its path resolved against the config file's directory.
     Library(PathBuf),
+    /// A MiniCPM-o model worker at this base URL (`http://host:port`).
+    MinicpmoWorker(String),
+}
+
+impl BackendSource {
+    /// For status and logs: "builtin", the library's path, or the worker's URL.
+    pub fn label(&self) -> String {
+        match self {
+            BackendSource::Builtin => "builtin".to_string(),
+            BackendSource::Library(p) => p.display().to_string(),
+            BackendSource::MinicpmoWorker(url) => format!("minicpmo-worker {url}"),
+        }
+    }
 }
 
 /// One worker of the pool, after expanding `count`.
@@ -104,6 +123,10 @@ pub struct Config {
     /// `[[models]]`; empty means any model name is served by the pool (in audio mode).
     pub models: Vec<ModelSpec>,
     pub workers: Vec<WorkerSpec>,
+    /// `[node]`, for `omni-gateway node`.
+    pub node: Option<NodeServe>,
+    /// `[[nodes]]`: nodes whose workers join the pool once reached.
+    pub nodes: Vec<NodeLink>,
 }
 
 impl Config {
@@ -245,8 +268,8 @@ fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid>
     positive("limits.max_reference_audio_s", l.max_reference_audio_s)?;
     positive("limits.max_buffered_mb", l.max_buffered_mb)?;
 
-    if raw.workers.is_empty() {
-        return Err(("workers".into(), "at least one [[workers]] entry is required".into()));
+    if raw.workers.is_empty() && raw.nodes.is_empty() {
+        return Err(("workers".into(), "at least one [[workers]] or [[nodes]] entry is required".into()));
     }
     let mut workers = Vec::new();
     let mut names = HashSet::new();
@@ -262,26 +285,42 @@ fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid>
         if w.count == 0 {
             return Err((key("count"), "must be at least 1".into()));
         }
-        let source = match (w.backend, &w.library) {
-            (BackendKind::Builtin, None) => BackendSource::Builtin,
-            (BackendKind::Builtin, Some(_)) => {
-                return Err((key("library"), "only allowed with backend = \"library\"".into()));
-            }
-            (BackendKind::Library, None) => {
+        if w.library.is_some() && w.backend != BackendKind::Library {
+            return Err((key("library"), "only allowed with backend = \"library\"".into()));
+        }
+        if w.url.is_some() && w.backend != BackendKind::MinicpmoWorker {
+            return Err((key("url"), "only allowed with backend = \"minicpmo-worker\"".into()));
+        }
+        let source = match (w.backend, &w.library, &w.url) {
+            (BackendKind::Builtin, _, _) => BackendSource::Builtin,
+            (BackendKind::Library, None, _) => {
                 return Err((key("library"), "required with backend = \"library\"".into()));
             }
-            (BackendKind::Library, Some(lib)) => {
+            (BackendKind::Library, Some(lib), _) => {
                 let resolved = if lib.is_absolute() { lib.clone() } else { base.join(lib) };
                 if !resolved.is_file() {
                     return Err((key("library"), format!("no such file: {}", resolved.display())));
                 }
                 BackendSource::Library(resolved)
             }
+            (BackendKind::MinicpmoWorker, _, None) => {
+                return Err((
+                    key("url"),
+                    "required with backend = \"minicpmo-worker\" (e.g. http://gpu1:22400)".into(),
+                ));
+            }
+            (BackendKind::MinicpmoWorker, _, Some(url)) => {
+                BackendSource::MinicpmoWorker(worker_url(url).map_err(|e| (key("url"), e))?)
+            }
         };
-        let isolation = w.isolation.unwrap_or(match source {
-            BackendSource::Builtin => Isolation::Thread,
-            BackendSource::Library(_) => Isolation::Process,
-        });
+        let isolation = match (&source, w.isolation) {
+            (BackendSource::MinicpmoWorker(_), Some(_)) => {
+                return Err((key("isolation"), "not for a minicpmo-worker (it is a process of its own)".into()));
+            }
+            (_, Some(isolation)) => isolation,
+            (BackendSource::Library(_), None) => Isolation::Process,
+            (_, None) => Isolation::Thread,
+        };
         if w.modes.is_empty() {
             return Err((key("modes"), "must name at least one of chat, video, audio".into()));
         }
@@ -409,6 +448,19 @@ fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid>
         models.push(ModelSpec { name: m.name.clone(), mode });
     }
 
+    let node = raw.node.as_ref().map(|n| node_serve(n, &resolve)).transpose()?;
+    let mut nodes: Vec<NodeLink> = Vec::new();
+    for (i, n) in raw.nodes.iter().enumerate() {
+        let link = node_link(n, &resolve).map_err(|(k, e)| (format!("nodes[{i}].{k}"), e))?;
+        if nodes.iter().any(|other| other.name == link.name) {
+            return Err((format!("nodes[{i}].name"), format!("'{}' names two nodes", link.name)));
+        }
+        if workers.iter().any(|w| w.name.starts_with(&format!("{}/", link.name))) {
+            return Err((format!("nodes[{i}].name"), format!("'{}' clashes with a worker name", link.name)));
+        }
+        nodes.push(link);
+    }
+
     Ok(Config {
         path: path.to_owned(),
         server: raw.server,
@@ -424,6 +476,95 @@ fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid>
         trusted_proxies,
         models,
         workers,
+        node,
+        nodes,
+    })
+}
+
+/// A worker's base URL: `http://HOST:PORT` (no path), without the trailing slash.
+fn worker_url(url: &str) -> Result<String, String> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| format!("'{url}' must start with http://"))?;
+    let rest = rest.trim_end_matches('/');
+    if rest.is_empty() || rest.contains('/') || rest.contains('?') {
+        return Err(format!("'{url}' must be http://HOST:PORT, with no path"));
+    }
+    Ok(format!("http://{rest}"))
+}
+
+/// `HOST:PORT` split, for addresses resolved when they are used (a node may be down, or
+/// its name not resolvable yet, when the gateway starts).
+fn host_port(address: &str) -> Result<(String, u16), String> {
+    let (host, port) =
+        address.rsplit_once(':').ok_or_else(|| format!("'{address}' is not HOST:PORT (e.g. gpu1:7100)"))?;
+    let port = port.parse::<u16>().map_err(|_| format!("'{address}': '{port}' is not a port number"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(format!("'{address}' has no host"));
+    }
+    Ok((host.to_string(), port))
+}
+
+fn node_serve(n: &NodeConfig, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<NodeServe, Invalid> {
+    let bind = resolve_bind(&n.bind).map_err(|e| ("node.bind".to_string(), e))?;
+    if n.token.is_empty() {
+        return Err(("node.token".into(), "is required: the secret a gateway presents (16 bytes or more)".into()));
+    }
+    crate::auth::check_key(&n.token).map_err(|e| ("node.token".to_string(), e))?;
+    positive("node.heartbeat_interval_s", n.heartbeat_interval_s)?;
+    if n.heartbeat_timeout_s <= n.heartbeat_interval_s {
+        return Err(("node.heartbeat_timeout_s".into(), "must be longer than node.heartbeat_interval_s".into()));
+    }
+    let tls = match (n.tls.cert.as_str(), n.tls.key.as_str()) {
+        ("", "") => None,
+        ("", _) => return Err(("node.tls.cert".into(), "required with node.tls.key".into())),
+        (_, "") => return Err(("node.tls.key".into(), "required with node.tls.cert".into())),
+        (cert, key) => {
+            let (cert, key) = (resolve(Path::new(cert)), resolve(Path::new(key)));
+            for (k, p) in [("node.tls.cert", &cert), ("node.tls.key", &key)] {
+                if !p.is_file() {
+                    return Err((k.into(), format!("no such file: {}", p.display())));
+                }
+            }
+            Some((cert, key))
+        }
+    };
+    Ok(NodeServe {
+        bind,
+        token: n.token.clone(),
+        heartbeat_interval: Duration::from_secs_f64(n.heartbeat_interval_s),
+        heartbeat_timeout: Duration::from_secs_f64(n.heartbeat_timeout_s),
+        tls,
+    })
+}
+
+fn node_link(n: &NodeEntry, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<NodeLink, Invalid> {
+    let (host, _) = host_port(&n.address).map_err(|e| ("address".to_string(), e))?;
+    let name = n.name.clone().unwrap_or_else(|| host.clone());
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) {
+        return Err((
+            "name".into(),
+            format!("'{name}' must be non-empty and use only letters, digits, '_', '.' and '-'"),
+        ));
+    }
+    crate::auth::check_key(&n.token).map_err(|e| ("token".to_string(), e))?;
+    positive("heartbeat_interval_s", n.heartbeat_interval_s)?;
+    if n.heartbeat_timeout_s <= n.heartbeat_interval_s {
+        return Err(("heartbeat_timeout_s".into(), "must be longer than heartbeat_interval_s".into()));
+    }
+    let ca = (!n.ca.is_empty()).then(|| resolve(Path::new(&n.ca)));
+    if let Some(ca) = &ca
+        && !ca.is_file()
+    {
+        return Err(("ca".into(), format!("no such file: {}", ca.display())));
+    }
+    Ok(NodeLink {
+        name,
+        address: n.address.clone(),
+        token: n.token.clone(),
+        ca,
+        server_name: if n.server_name.is_empty() { host } else { n.server_name.clone() },
+        heartbeat_interval: Duration::from_secs_f64(n.heartbeat_interval_s),
+        heartbeat_timeout: Duration::from_secs_f64(n.heartbeat_timeout_s),
     })
 }
 

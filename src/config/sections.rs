@@ -213,6 +213,9 @@ impl LimitsConfig {
 pub enum BackendKind {
     Builtin,
     Library,
+    /// A MiniCPM-o model worker (its HTTP/WebSocket protocol) at `url`.
+    #[serde(rename = "minicpmo-worker")]
+    MinicpmoWorker,
 }
 
 /// One `[[workers]]` entry as written; it stands for `count` workers.
@@ -225,6 +228,9 @@ pub struct WorkerEntry {
     pub backend: BackendKind,
     #[serde(default)]
     pub library: Option<PathBuf>,
+    /// `backend = "minicpmo-worker"`: the worker's base URL (`http://gpu1:22400`).
+    #[serde(default)]
+    pub url: Option<String>,
     /// Where the backend runs; defaults to "thread" for builtin, "process" for library.
     #[serde(default)]
     pub isolation: Option<Isolation>,
@@ -273,4 +279,86 @@ pub(super) fn default_model_modes() -> Vec<String> {
 pub struct ModelSpec {
     pub name: String,
     pub mode: Mode,
+}
+
+/// `[node]`: read by `omni-gateway node` only. Where this host serves its `[[workers]]` to
+/// gateways, and the token a gateway must present.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct NodeConfig {
+    pub bind: String,
+    pub token: String,
+    /// Each side says something at least this often (a ping when it has nothing to say).
+    pub heartbeat_interval_s: f64,
+    /// A gateway heard from for this long is gone: its workers are freed.
+    pub heartbeat_timeout_s: f64,
+    pub tls: TlsConfig,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            bind: "127.0.0.1:7100".into(),
+            token: String::new(),
+            heartbeat_interval_s: 1.0,
+            heartbeat_timeout_s: 5.0,
+            tls: TlsConfig::default(),
+        }
+    }
+}
+
+/// One `[[nodes]]` entry: a node whose workers join this gateway's pool.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NodeEntry {
+    /// Names its workers (`NAME/worker-0`); defaults to the address's host.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `HOST:PORT` of the node's `[node] bind`.
+    pub address: String,
+    /// The node's `[node] token`.
+    pub token: String,
+    /// A PEM certificate (the node's own, or the CA that signed it): the link is TLS,
+    /// verified against it. Empty: plain TCP.
+    #[serde(default)]
+    pub ca: String,
+    /// The name the node's certificate is for; defaults to the address's host.
+    #[serde(default)]
+    pub server_name: String,
+    #[serde(default = "default_node_heartbeat_interval")]
+    pub heartbeat_interval_s: f64,
+    /// A node not heard from for this long is down: the sessions on its workers end
+    /// (backend_error) and the gateway reconnects with backoff.
+    #[serde(default = "default_node_heartbeat_timeout")]
+    pub heartbeat_timeout_s: f64,
+}
+
+pub(super) fn default_node_heartbeat_interval() -> f64 {
+    1.0
+}
+pub(super) fn default_node_heartbeat_timeout() -> f64 {
+    5.0
+}
+
+/// `[node]`, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeServe {
+    pub bind: Vec<std::net::SocketAddr>,
+    pub token: String,
+    pub heartbeat_interval: Duration,
+    pub heartbeat_timeout: Duration,
+    /// Certificate and key, resolved, when both are set.
+    pub tls: Option<(PathBuf, PathBuf)>,
+}
+
+/// A `[[nodes]]` entry, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeLink {
+    pub name: String,
+    pub address: String,
+    pub token: String,
+    pub ca: Option<PathBuf>,
+    pub server_name: String,
+    pub heartbeat_interval: Duration,
+    pub heartbeat_timeout: Duration,
 }

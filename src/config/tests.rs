@@ -54,8 +54,46 @@ fn count_expands_into_numbered_workers_with_text_options() {
 
 #[test]
 fn the_worker_list_is_required() {
-    assert_eq!(error("[server]\nbind = \"127.0.0.1:1\"\n"), "config.toml: workers: is required");
-    assert_eq!(error("workers = []\n"), "config.toml: workers: at least one [[workers]] entry is required");
+    let none = "config.toml: workers: at least one [[workers]] or [[nodes]] entry is required";
+    assert_eq!(error("[server]\nbind = \"127.0.0.1:1\"\n"), none);
+    assert_eq!(error("workers = []\n"), none);
+}
+
+#[test]
+fn nodes_and_the_node_role_are_checked() {
+    let token = "token = \"0123456789abcdef0\"";
+    let c = parse(&format!("[[nodes]]\naddress = \"gpu1:7100\"\n{token}\n")).unwrap();
+    assert!(c.workers.is_empty());
+    assert_eq!((c.nodes[0].name.as_str(), c.nodes[0].server_name.as_str()), ("gpu1", "gpu1"));
+    assert_eq!(c.nodes[0].heartbeat_timeout, Duration::from_secs(5));
+    let cases = [
+        ("[[nodes]]\naddress = \"gpu1\"\ntoken = \"0123456789abcdef0\"\n", "nodes[0].address: 'gpu1' is not HOST:PORT"),
+        ("[[nodes]]\naddress = \"gpu1:7100\"\ntoken = \"short\"\n", "nodes[0].token: a key must be at least 16 bytes"),
+        (
+            "[[nodes]]\naddress = \"gpu1:7100\"\ntoken = \"0123456789abcdef0\"\nheartbeat_timeout_s = 0.5\n",
+            "nodes[0].heartbeat_timeout_s: must be longer than heartbeat_interval_s",
+        ),
+        (
+            "[[nodes]]\naddress = \"gpu1:7100\"\ntoken = \"0123456789abcdef0\"\n[[nodes]]\naddress = \"gpu1:7200\"\ntoken = \"0123456789abcdef0\"\n",
+            "nodes[1].name: 'gpu1' names two nodes",
+        ),
+        ("[node]\nbind = \"127.0.0.1:7100\"\n[[workers]]\n", "node.token: is required"),
+        ("[[workers]]\nbackend = \"minicpmo-worker\"\n", "workers[0].url: required with backend = \"minicpmo-worker\""),
+        (
+            "[[workers]]\nbackend = \"minicpmo-worker\"\nurl = \"ws://gpu1:22400\"\n",
+            "workers[0].url: 'ws://gpu1:22400' must start with http://",
+        ),
+        (
+            "[[workers]]\nurl = \"http://gpu1:22400\"\n",
+            "workers[0].url: only allowed with backend = \"minicpmo-worker\"",
+        ),
+    ];
+    for (text, expected) in cases {
+        let e = error(text);
+        assert!(e.starts_with(&format!("config.toml: {expected}")), "{text}\n=> {e}");
+    }
+    let c = parse("[[workers]]\nbackend = \"minicpmo-worker\"\nurl = \"http://gpu1:22400/\"\n").unwrap();
+    assert_eq!(c.workers[0].source, BackendSource::MinicpmoWorker("http://gpu1:22400".into()));
 }
 
 #[test]

@@ -59,6 +59,7 @@ pub async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_web::Resu
             json!({
                 "name": w.name,
                 "backend": w.backend,
+                "node": w.node,
                 "modes": w.modes.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
                 "state": w.state.name(),
                 "failure": reason,

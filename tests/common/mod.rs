@@ -16,6 +16,13 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+mod mock_worker;
+mod node;
+#[allow(unused_imports)]
+pub use mock_worker::*;
+#[allow(unused_imports)]
+pub use node::*;
+
 /// How long a test waits for any one event before failing.
 pub const WAIT: Duration = Duration::from_secs(20);
 

@@ -1,0 +1,323 @@
+//! A worker on a node (`[[nodes]]`), driven from the gateway: the gateway's side of the
+//! node protocol ([`crate::node::wire`]).
+//!
+//! [`RemoteBackend`] is a [`Backend`] like any other behind a BackendActor. Its socket is
+//! served by two tasks on a small runtime of its own (`node-io`): a writer that sends calls,
+//! any-thread calls and a ping when it has said nothing for a heartbeat interval, and a
+//! reader that hands replies to the worker thread and declares the node gone when nothing
+//! (not even a ping) arrived for the heartbeat timeout. A duplex step is one round trip;
+//! interrupt and force-listen go out at once, mid-step.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
+use std::time::Duration;
+
+use omni_actors::backend::{Backend, BackendControl, BackendError};
+use omni_actors::domain::{BackendInfo, DuplexChunk, SessionSetup, StepOutcome, StepPiece, TurnInput, TurnPiece};
+use omni_actors::metrics::metrics;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc as tmpsc, oneshot};
+use tokio::time::{Instant, timeout};
+
+use super::ipc::{ToHost, Value};
+use crate::config::NodeLink;
+use crate::node::wire::{FromNode, NodeWorker, PROTOCOL, ToNode, read_frame, write_frame};
+
+/// How long connecting (TCP, TLS, the hello and its answer) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The runtime that serves every node link's socket.
+fn io() -> &'static tokio::runtime::Runtime {
+    static IO: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    IO.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("node-io")
+            .enable_all()
+            .build()
+            .expect("a tokio runtime for node links")
+    })
+}
+
+trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
+
+/// TCP (and TLS when the link has a `ca`) to the node, with its first frame sent.
+async fn connect(link: &NodeLink, hello: &ToNode) -> Result<Box<dyn Stream>, String> {
+    let tcp = tokio::net::TcpStream::connect(&link.address).await.map_err(|e| format!("cannot connect: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    let mut stream: Box<dyn Stream> = match &link.ca {
+        None => Box::new(tcp),
+        Some(ca) => {
+            let connector = tls_connector(ca)?;
+            let name = rustls::pki_types::ServerName::try_from(link.server_name.clone())
+                .map_err(|e| format!("server_name '{}': {e}", link.server_name))?;
+            Box::new(connector.connect(name, tcp).await.map_err(|e| format!("TLS: {e}"))?)
+        }
+    };
+    write_frame(&mut stream, hello).await.map_err(|e| format!("cannot say hello: {e}"))?;
+    Ok(stream)
+}
+
+fn tls_connector(ca: &std::path::Path) -> Result<tokio_rustls::TlsConnector, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(ca)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("ca {}: {e}", ca.display()))?;
+    for cert in certs {
+        roots.add(cert).map_err(|e| format!("ca {}: {e}", ca.display()))?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
+/// The node's workers, or why they cannot be known now. Blocking; not for an async thread.
+pub fn discover(link: &NodeLink) -> Result<Vec<NodeWorker>, String> {
+    let hello = ToNode::Discover { protocol: PROTOCOL, token: link.token.clone() };
+    io().block_on(async {
+        timeout(CONNECT_TIMEOUT, async {
+            let mut stream = connect(link, &hello).await?;
+            match read_frame::<FromNode>(&mut stream, &mut Vec::new()).await {
+                Ok(Some(FromNode::Workers(workers))) => Ok(workers),
+                Ok(Some(FromNode::Refused(why))) => Err(format!("refused: {why}")),
+                Ok(Some(other)) => Err(format!("unexpected answer {other:?}")),
+                Ok(None) => Err("closed without an answer".into()),
+                Err(e) => Err(format!("unreadable answer: {e}")),
+            }
+        })
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer within {} s", CONNECT_TIMEOUT.as_secs())))
+    })
+}
+
+/// What the reader hands the worker thread.
+enum Incoming {
+    Reply {
+        kv_length: u64,
+        value: Result<Value, BackendError>,
+    },
+    /// The link is gone, and why.
+    Gone(String),
+}
+
+/// What the writer sends.
+enum Outgoing {
+    Frame(ToNode),
+    /// The backend was dropped: close the link.
+    Close,
+}
+
+/// The any-thread half, shared with the BackendActor.
+struct Shared {
+    out: tmpsc::UnboundedSender<Outgoing>,
+    kv_length: AtomicU64,
+    death: Mutex<Option<oneshot::Receiver<String>>>,
+}
+
+impl BackendControl for Shared {
+    fn interrupt(&self) {
+        let _ = self.out.send(Outgoing::Frame(ToNode::Call(ToHost::Interrupt)));
+    }
+    fn set_force_listen(&self, on: bool) {
+        let _ = self.out.send(Outgoing::Frame(ToNode::Call(ToHost::ForceListen(on))));
+    }
+    fn kv_length(&self) -> u64 {
+        self.kv_length.load(Ordering::Relaxed)
+    }
+    fn terminate(&self) {
+        let _ = self.out.send(Outgoing::Frame(ToNode::Terminate));
+    }
+    fn take_death_notice(&self) -> Option<oneshot::Receiver<String>> {
+        self.death.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// One of a node's workers, attached to this gateway.
+pub struct RemoteBackend {
+    /// `NODE/WORKER`, for errors.
+    name: String,
+    node: String,
+    info: BackendInfo,
+    replies: mpsc::Receiver<Incoming>,
+    shared: Arc<Shared>,
+}
+
+impl RemoteBackend {
+    /// Attaches worker `worker` of the node. A node that is down, or a worker it cannot
+    /// lend now, is [`BackendError::Unavailable`]: the gateway keeps trying.
+    pub fn attach(link: &NodeLink, worker: &str, gateway: &str) -> Result<RemoteBackend, BackendError> {
+        let name = format!("{}/{worker}", link.name);
+        let failure = |reason: &str, why: String| {
+            metrics().node_link_failures.with_label_values(&[link.name.as_str(), reason]).inc();
+            BackendError::Unavailable(format!("node {} ({}): {why}", link.name, link.address))
+        };
+        let hello = ToNode::Attach {
+            protocol: PROTOCOL,
+            token: link.token.clone(),
+            worker: worker.to_string(),
+            gateway: gateway.to_string(),
+        };
+        let attached = io().block_on(async {
+            timeout(CONNECT_TIMEOUT, async {
+                let mut stream = connect(link, &hello).await.map_err(|e| ("unreachable", e))?;
+                match read_frame::<FromNode>(&mut stream, &mut Vec::new()).await {
+                    Ok(Some(FromNode::Attached(info))) => Ok((stream, info)),
+                    Ok(Some(FromNode::Refused(why))) => Err(("refused", why)),
+                    Ok(Some(other)) => Err(("refused", format!("unexpected answer {other:?}"))),
+                    Ok(None) => Err(("closed", "closed without an answer".to_string())),
+                    Err(e) => Err(("closed", format!("unreadable answer: {e}"))),
+                }
+            })
+            .await
+            .unwrap_or_else(|_| Err(("unreachable", format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()))))
+        });
+        let (stream, info) = attached.map_err(|(reason, why)| failure(reason, why))?;
+        let (rd, wr) = tokio::io::split(stream);
+        let (out, out_rx) = tmpsc::unbounded_channel();
+        let (replies_tx, replies) = mpsc::channel();
+        let (death_tx, death) = oneshot::channel();
+        let shared = Arc::new(Shared { out, kv_length: AtomicU64::new(0), death: Mutex::new(Some(death)) });
+        io().spawn(write_loop(wr, out_rx, link.heartbeat_interval));
+        io().spawn(read_loop(rd, replies_tx, death_tx, link.clone(), name.clone()));
+        metrics().node_links.with_label_values(&[link.name.as_str()]).inc();
+        log::info!("worker {name}: attached ({})", info.name);
+        Ok(RemoteBackend { name, node: link.name.clone(), info, replies, shared })
+    }
+
+    fn call(&mut self, call: ToHost) -> Result<Value, BackendError> {
+        if self.shared.out.send(Outgoing::Frame(ToNode::Call(call))).is_err() {
+            return Err(BackendError::Crashed(format!("worker {}: the link to its node is closed", self.name)));
+        }
+        match self.replies.recv() {
+            Ok(Incoming::Reply { kv_length, value }) => {
+                self.shared.kv_length.store(kv_length, Ordering::Relaxed);
+                value
+            }
+            Ok(Incoming::Gone(why)) => Err(BackendError::Crashed(format!("worker {}: {why}", self.name))),
+            Err(_) => Err(BackendError::Crashed(format!("worker {}: the link to its node is closed", self.name))),
+        }
+    }
+
+    fn unexpected(&self, call: &str, got: Value) -> BackendError {
+        BackendError::Internal(format!("worker {}: {call} answered {got:?}", self.name))
+    }
+}
+
+impl Drop for RemoteBackend {
+    fn drop(&mut self) {
+        let _ = self.shared.out.send(Outgoing::Close);
+        metrics().node_links.with_label_values(&[self.node.as_str()]).dec();
+    }
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: tmpsc::UnboundedReceiver<Outgoing>, interval: Duration) {
+    let mut next_ping = Instant::now() + interval;
+    loop {
+        let frame = tokio::select! {
+            m = rx.recv() => match m {
+                Some(Outgoing::Frame(frame)) => frame,
+                Some(Outgoing::Close) | None => break,
+            },
+            _ = tokio::time::sleep_until(next_ping) => ToNode::Ping,
+        };
+        if write_frame(&mut wr, &frame).await.is_err() {
+            break;
+        }
+        next_ping = Instant::now() + interval;
+    }
+    let _ = wr.shutdown().await;
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(
+    mut rd: R,
+    replies: mpsc::Sender<Incoming>,
+    death: oneshot::Sender<String>,
+    link: NodeLink,
+    name: String,
+) {
+    let mut buf = Vec::new();
+    let (reason, why) = loop {
+        match timeout(link.heartbeat_timeout, read_frame::<FromNode>(&mut rd, &mut buf)).await {
+            Ok(Ok(Some(FromNode::Reply { kv_length, value }))) => {
+                if replies.send(Incoming::Reply { kv_length, value }).is_err() {
+                    return; // the backend was dropped
+                }
+            }
+            Ok(Ok(Some(FromNode::Ping))) => {}
+            Ok(Ok(Some(other))) => break ("closed", format!("unexpected message {other:?}")),
+            Ok(Ok(None)) => break ("closed", "the node closed the link".to_string()),
+            Ok(Err(e)) => break ("closed", format!("the link failed: {e}")),
+            Err(_) => {
+                break (
+                    "heartbeat",
+                    format!(
+                        "nothing from node {} ({}) for {:.1} s (heartbeat_timeout_s): it is down or cut off",
+                        link.name,
+                        link.address,
+                        link.heartbeat_timeout.as_secs_f64()
+                    ),
+                );
+            }
+        }
+    };
+    if replies.send(Incoming::Gone(why.clone())).is_err() {
+        return; // dropped: the link was closed on purpose
+    }
+    log::error!("worker {name}: {why}");
+    metrics().node_link_failures.with_label_values(&[link.name.as_str(), reason]).inc();
+    let _ = death.send(why);
+}
+
+impl Backend for RemoteBackend {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+    fn prepare(&mut self, setup: &SessionSetup) -> Result<(), BackendError> {
+        self.call(ToHost::Prepare(setup.clone())).map(|_| ())
+    }
+    fn reset(&mut self) -> Result<(), BackendError> {
+        self.call(ToHost::Reset).map(|_| ())
+    }
+    fn duplex_prefill(&mut self, chunk: &DuplexChunk) -> Result<(), BackendError> {
+        self.call(ToHost::DuplexPrefill(chunk.clone())).map(|_| ())
+    }
+    fn duplex_generate(&mut self) -> Result<StepPiece, BackendError> {
+        match self.call(ToHost::DuplexGenerate)? {
+            Value::Piece(p) => Ok(p),
+            other => Err(self.unexpected("duplex_generate", other)),
+        }
+    }
+    fn duplex_drain(&mut self) -> Result<Option<StepPiece>, BackendError> {
+        match self.call(ToHost::DuplexDrain)? {
+            Value::MaybePiece(p) => Ok(p),
+            other => Err(self.unexpected("duplex_drain", other)),
+        }
+    }
+    fn duplex_finalize(&mut self) -> Result<(), BackendError> {
+        self.call(ToHost::DuplexFinalize).map(|_| ())
+    }
+    fn duplex_step(&mut self, chunk: &DuplexChunk) -> Result<StepOutcome, BackendError> {
+        match self.call(ToHost::DuplexStep(chunk.clone()))? {
+            Value::Outcome(o) => Ok(o),
+            other => Err(self.unexpected("duplex_step", other)),
+        }
+    }
+    fn turn_prefill(&mut self, input: &TurnInput) -> Result<(), BackendError> {
+        self.call(ToHost::TurnPrefill(input.clone())).map(|_| ())
+    }
+    fn turn_generate(&mut self) -> Result<TurnPiece, BackendError> {
+        match self.call(ToHost::TurnGenerate)? {
+            Value::Turn(t) => Ok(t),
+            other => Err(self.unexpected("turn_generate", other)),
+        }
+    }
+    fn control(&self) -> Arc<dyn BackendControl> {
+        self.shared.clone()
+    }
+}

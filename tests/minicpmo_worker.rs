@@ -1,0 +1,235 @@
+//! `backend = "minicpmo-worker"`: the gateway in front of a MiniCPM-o model worker (a mock
+//! of its protocol, written from its documentation), over real sockets: every dialect
+//! through it, the session's settings reaching it, force-listen, validation before
+//! forwarding, the worker's faults (a dropped socket, loading, error, busy), the step
+//! watchdog and the context limit.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+
+fn gateway(worker: &MockWorker, options: &str) -> Server {
+    Server::ready(Setup::default().workers(worker.entry("gpu", options)))
+}
+
+/// Sends `n` quiet chunks answered by listens (the worker's first three steps always listen).
+async fn warm_up(c: &mut Client, n: usize) {
+    for i in 1..=n {
+        c.send(append(&quiet())).await;
+        assert_eq!(kinds(&answer_to(c, &format!("input_{i}")).await), ["listen"]);
+    }
+}
+
+#[tokio::test]
+async fn a_duplex_session_reaches_the_worker_with_its_prompt_voice_and_settings() {
+    let worker = MockWorker::start();
+    let server = gateway(&worker, "");
+    let status = server.status();
+    assert_eq!(status["workers"][0]["backend"], format!("minicpmo-worker {}", worker.url()));
+    let mut c = connected(&server, "video").await;
+    let config = json!({"top_p": 0.7, "top_k": 10, "length_penalty": 1.2, "generate_audio": true});
+    c.send(json!({"type": "session.init", "payload": {"system_prompt": "Be a mock.", "config": config,
+        "voice": {"ref_audio_base64": b64_pcm(&[0.1; 1600])}}}))
+        .await;
+    let created = c.expect("session.created").await;
+    assert_eq!(created["unsupported_settings"], json!(["generate_audio"]), "fixed when the worker loads its model");
+    let prepare = worker.with(|s| s.prepares[0].clone());
+    assert_eq!(prepare["system_prompt"], "Be a mock.");
+    assert_eq!(prepare["config"]["top_p"], 0.7);
+    assert_eq!(prepare["config"]["top_k"], 10);
+    assert!((prepare["config"]["length_penalty"].as_f64().unwrap() - 1.2).abs() < 1e-6);
+    assert!(prepare["ref_audio_base64"].is_string() && prepare.get("tts_ref_audio_base64").is_none());
+    warm_up(&mut c, 3).await;
+    c.send(append_with(&loud(), json!({"video_frames": [jpeg_b64()]}))).await;
+    let listen = answer_to(&mut c, "input_4").await;
+    assert_eq!(listen[0]["metrics"]["kv_cache_length"], 50 + 4 * 25 + 64);
+    c.send(append(&quiet())).await;
+    let speech = answer_to(&mut c, "input_5").await;
+    assert_eq!(kinds(&speech), ["text", "audio"]);
+    assert_eq!(speech[0]["text"], "Mock reply 1.");
+    assert_eq!(pcm_of(&speech[1]["audio"]).len(), 24000);
+    c.send(append(&quiet())).await;
+    let last = answer_to(&mut c, "input_6").await;
+    assert_eq!(last.last().unwrap()["end_of_turn"], true);
+    c.send(json!({"type": "session.close"})).await;
+    c.until("session.closed").await;
+    server.wait_idle();
+}
+
+#[tokio::test]
+async fn chat_and_the_other_dialects_run_through_the_worker() {
+    let worker = MockWorker::start();
+    let server = gateway(&worker, "");
+    let mut chat = active(&server, "chat").await;
+    let mut messages = vec![json!({"role": "user", "content": "Reply with exactly: one two"})];
+    chat.send(json!({"type": "input.append", "input": {"messages": messages, "tts": {"enabled": true}}})).await;
+    let first = chat.until("response.output.delta").await;
+    assert_eq!(first["text"], "one");
+    let done = chat.until("response.done").await;
+    assert_eq!(done["text"], "one two");
+    messages.push(json!({"role": "assistant", "content": "one two"}));
+    messages.push(json!({"role": "user", "content": "And now?"}));
+    chat.send(json!({"type": "input.append", "input": {"messages": messages, "streaming": false}})).await;
+    // The session's system prompt, then the conversation as the client sent it, once.
+    assert_eq!(chat.until("response.done").await["text"], "Mock answer to 4 message(s).");
+    let sent = worker.with(|s| s.chats.clone());
+    assert_eq!(sent[0]["tts"]["enabled"], true);
+    assert_eq!(sent[1]["messages"][0], json!({"role": "system", "content": "You are a test."}));
+    assert_eq!(sent[1]["messages"].as_array().unwrap().len(), 4);
+    chat.send(json!({"type": "session.close"})).await;
+    chat.until("session.closed").await;
+
+    let mut legacy = connected(&server, "video").await;
+    legacy.send(json!({"type": "session.update", "session": {"instructions": "x"}})).await;
+    legacy.expect("session.created").await;
+    legacy.send(json!({"type": "input_audio_buffer.append", "audio": b64_pcm(&quiet())})).await;
+    legacy.expect("response.listen").await;
+    legacy.send(json!({"type": "session.close"})).await;
+    legacy.until("session.closed").await;
+
+    let mut qwen = Client::connect(&server.url("/api-ws/v1/realtime?model=qwen-omni")).await;
+    qwen.expect("session.created").await;
+    qwen.send(json!({"type": "session.update", "session": {"turn_detection": null}})).await;
+    qwen.until("session.updated").await;
+    qwen.send(json!({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+        "content": [{"type": "input_text", "text": "Reply with exactly: via qwen"}]}}))
+        .await;
+    qwen.send(json!({"type": "response.create"})).await;
+    let done = qwen.until("response.done").await;
+    assert_eq!(done["response"]["output"][0]["content"][0]["transcript"], "via qwen");
+    drop(qwen);
+    server.wait_idle();
+}
+
+#[tokio::test]
+async fn force_listen_does_not_wait_behind_the_worker() {
+    let worker = MockWorker::start();
+    let server = gateway(&worker, "");
+    let mut c = active(&server, "audio").await;
+    warm_up(&mut c, 3).await;
+    c.send(append(&loud())).await;
+    answer_to(&mut c, "input_4").await;
+    worker.with(|s| s.step_delay = 0.5);
+    // A reply starts; a burst arrives while its step runs, then a force-listen.
+    c.send(append(&quiet())).await;
+    for _ in 0..3 {
+        c.send(append(&quiet())).await;
+    }
+    c.send(append_with(&quiet(), json!({"force_listen": true}))).await;
+    let deltas = answer_to(&mut c, "input_9").await;
+    assert_eq!(deltas.last().unwrap()["kind"], "listen");
+    // The backlog was dropped (silent drop keeps the newest), and the force-listen reached
+    // the worker with the chunks it was sent; it is consumed: the next chunk is not forced.
+    assert!(worker.with(|s| s.chunks) <= 8, "the gateway sent the worker {} chunks", worker.with(|s| s.chunks));
+    let forced = worker.with(|s| s.forced);
+    assert!(forced >= 1);
+    worker.with(|s| s.step_delay = 0.0);
+    c.send(append(&quiet())).await;
+    answer_to(&mut c, "input_10").await;
+    assert_eq!(worker.with(|s| s.forced), forced, "a force-listen is consumed once");
+    c.send(json!({"type": "session.close"})).await;
+    c.until("session.closed").await;
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_by_the_gateway_and_never_reaches_the_worker() {
+    let worker = MockWorker::start();
+    let server = gateway(&worker, "");
+    let mut c = active(&server, "video").await;
+    c.send(json!({"type": "input.append", "input": {"audio": "%%%"}})).await;
+    c.expect_error("invalid_payload").await;
+    c.send(append_with(&quiet(), json!({"video_frames": ["R0lGODlh"]}))).await;
+    c.expect_error("invalid_payload").await;
+    assert_eq!(worker.with(|s| s.chunks), 0);
+    c.send(append(&quiet())).await;
+    answer_to(&mut c, "input_1").await;
+    assert_eq!(worker.with(|s| s.chunks), 1);
+}
+
+#[tokio::test]
+async fn a_worker_that_drops_its_socket_ends_that_session_and_serves_the_next() {
+    let worker = MockWorker::start();
+    let server = gateway(&worker, "");
+    let mut c = active(&server, "audio").await;
+    c.send(append(&quiet())).await;
+    answer_to(&mut c, "input_1").await;
+    worker.with(|s| s.drop_next_chunk = true);
+    c.send(append(&quiet())).await;
+    assert_eq!(c.until("session.closed").await["reason"], "backend_error");
+    assert_eq!(c.closed().await, Some(1011));
+    server.wait_idle();
+    let mut again = active(&server, "audio").await;
+    again.send(append(&quiet())).await;
+    answer_to(&mut again, "input_1").await;
+}
+
+#[tokio::test]
+async fn a_loading_worker_keeps_clients_waiting_until_it_is_ready() {
+    let worker = MockWorker::start();
+    worker.with(|s| s.status = "loading".into());
+    let server = Server::start(Setup::default().workers(worker.entry("gpu", "")));
+    server.wait_status("the worker waits for the model", WAIT, |s| {
+        s["workers"][0]["state"] == "failed"
+            && s["workers"][0]["failure"].as_str().unwrap_or("").contains("is loading its model")
+    });
+    let mut c = Client::connect(&server.url("/v1/realtime?mode=audio")).await;
+    assert_eq!(c.event().await["type"], "session.queued", "waits for it rather than being refused");
+    worker.with(|s| s.status = "idle".into());
+    c.until("session.queue_done").await;
+    c.send(json!({"type": "session.init", "payload": {}})).await;
+    c.expect("session.created").await;
+    assert!(server.metric("omni_remote_worker_health_total{status=\"loading\",worker=\"gpu-0\"}") >= 1.0);
+}
+
+#[tokio::test]
+async fn an_idle_worker_in_error_is_noticed_and_rejoins_when_healthy() {
+    let worker = MockWorker::start();
+    let server = gateway(&worker, "health_interval_s = 0.2");
+    worker.with(|s| s.status = "error".into());
+    server.wait_status("the health poll notices", WAIT, |s| {
+        s["workers"][0]["state"] == "failed" && s["workers"][0]["failure"].as_str().unwrap_or("").contains("error")
+    });
+    worker.with(|s| s.status = "idle".into());
+    server.wait_idle();
+}
+
+#[tokio::test]
+async fn the_step_watchdog_and_the_context_limit_hold() {
+    let worker = MockWorker::start();
+    let server = Server::ready(
+        Setup::default().workers(worker.entry("gpu", "")).limits("step_timeout_ms = 1000\ncontext_tokens = 100"),
+    );
+    let mut c = active(&server, "audio").await;
+    c.send(append(&quiet())).await;
+    answer_to(&mut c, "input_1").await; // kv 75
+    c.send(append(&quiet())).await;
+    assert_eq!(c.until("session.closed").await["reason"], "context_full", "kv 75 + 25 reaches 100");
+    server.wait_idle();
+    worker.with(|s| s.step_delay = 3.0);
+    let mut slow = active(&server, "audio").await;
+    slow.send(append(&quiet())).await;
+    assert_eq!(slow.until("session.closed").await["reason"], "backend_error");
+    worker.with(|s| s.step_delay = 0.0);
+    server.wait_idle();
+}
+
+#[test]
+fn check_config_says_when_the_worker_cannot_serve() {
+    let worker = MockWorker::start();
+    worker.with(|s| s.status = "loading".into());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    std::fs::write(&path, worker.entry("gpu", "")).unwrap();
+    let out =
+        std::process::Command::new(env!("CARGO_BIN_EXE_omni-gateway")).arg("check-config").arg(&path).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("workers[0].url") && stderr.contains("loading its model"),
+        "{stderr}"
+    );
+    worker.with(|s| s.status = "idle".into());
+    let out =
+        std::process::Command::new(env!("CARGO_BIN_EXE_omni-gateway")).arg("check-config").arg(&path).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -1,0 +1,261 @@
+//! Workers on other machines: `omni-gateway node` serving its workers to a gateway over
+//! TCP, on loopback. Sessions of every dialect through a node, force-listen mid-step, the
+//! token, one gateway per worker, a node that dies or stops answering, a crash and a hang on
+//! the node, TLS, check-config.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+/// A gateway with no workers of its own, using the nodes `entries`.
+fn gateway(entries: &str) -> Server {
+    Server::start(Setup::default().workers(String::new()).extra(entries))
+}
+
+/// Waits until the gateway's pool has `count` workers, all idle.
+fn joined(server: &Server, count: usize) -> Value {
+    server.wait_status("the node's workers join and open", WAIT, |s| {
+        let w = s["workers"].as_array().unwrap();
+        w.len() == count && w.iter().all(|w| w["state"] == "idle")
+    })
+}
+
+#[tokio::test]
+async fn sessions_of_every_dialect_run_on_a_nodes_workers() {
+    let node = Node::start(&workers(2, ""), "");
+    let server = gateway(&node.entry("gpu1", ""));
+    let status = joined(&server, 2);
+    let w = &status["workers"][0];
+    assert_eq!((w["name"].as_str(), w["node"].as_str()), (Some("gpu1/sim-0"), Some("gpu1")), "{status}");
+    assert!(w["backend"].as_str().unwrap().starts_with("node gpu1 ("), "{w}");
+    assert_eq!(server.metric("omni_node_links{node=\"gpu1\"}"), 2.0);
+
+    // The MiniCPM-o Realtime API, duplex: listen, then speech.
+    let mut c = active(&server, "audio").await;
+    c.send(append(&loud())).await;
+    assert_eq!(kinds(&answer_to(&mut c, "input_1").await), ["listen"]);
+    c.send(append(&quiet())).await;
+    let deltas = answer_to(&mut c, "input_2").await;
+    assert_eq!(kinds(&deltas), ["text", "audio"]);
+    assert!(deltas[0]["text"].as_str().unwrap().starts_with("Reply 1"));
+    c.send(json!({"type": "session.close"})).await;
+    c.until("session.closed").await;
+
+    // Chat.
+    let mut chat = active(&server, "chat").await;
+    chat.send(json!({"type": "input.append", "input": {"messages": [{"role": "user", "content": "Reply with exactly: from the node"}]}})).await;
+    assert_eq!(chat.until("response.done").await["text"], "from the node");
+    chat.send(json!({"type": "session.close"})).await;
+    chat.until("session.closed").await;
+
+    // The earlier dialect.
+    let mut legacy = connected(&server, "video").await;
+    legacy.send(json!({"type": "session.update", "session": {"instructions": "x"}})).await;
+    legacy.expect("session.created").await;
+    legacy.send(json!({"type": "input_audio_buffer.append", "audio": b64_pcm(&loud())})).await;
+    legacy.expect("response.listen").await;
+    legacy.send(json!({"type": "session.close"})).await;
+    legacy.until("session.closed").await;
+
+    // Qwen-Omni-Realtime, server VAD.
+    let mut qwen = Client::connect(&server.url("/api-ws/v1/realtime?model=qwen-omni")).await;
+    qwen.expect("session.created").await;
+    qwen.send(json!({"type": "input_audio_buffer.append", "audio": pcm16(1.0, 16000, 0.3)})).await;
+    qwen.send(json!({"type": "input_audio_buffer.append", "audio": pcm16(1.0, 16000, 0.0)})).await;
+    let done = qwen.until("response.done").await;
+    assert_eq!(done["response"]["status"], "completed");
+    drop(qwen);
+    server.wait_idle();
+}
+
+#[tokio::test]
+async fn force_listen_reaches_the_node_mid_step() {
+    // Speaking steps take 30 s on the node: only an interrupt that reaches it ends one.
+    let node = Node::start(&workers(1, "token_ms = 30000"), "");
+    let server = gateway(&node.entry("gpu1", ""));
+    joined(&server, 1);
+    let mut c = active(&server, "audio").await;
+    c.send(append(&loud())).await;
+    answer_to(&mut c, "input_1").await;
+    c.send(append(&quiet())).await; // starts a reply: its step blocks on the node
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sent = Instant::now();
+    c.send(append_with(&quiet(), json!({"force_listen": true}))).await;
+    let deltas = answer_to(&mut c, "input_3").await;
+    assert_eq!(kinds(&deltas).last().map(String::as_str), Some("listen"));
+    assert!(sent.elapsed() < Duration::from_secs(5), "the interrupt reached the node: {:?}", sent.elapsed());
+    assert!(deltas.iter().all(|d| d["kind"] != "audio"), "no speech after the force-listen: {deltas:?}");
+    c.send(json!({"type": "session.close"})).await;
+    c.until("session.closed").await;
+}
+
+#[tokio::test]
+async fn a_wrong_token_is_refused() {
+    let node = Node::start(&workers(1, ""), "");
+    let entry = node.entry("gpu1", "").replace(NODE_TOKEN, "not-the-node-token-0000");
+    let mut server = gateway(&entry);
+    server.wait_log("refused: wrong token", WAIT);
+    node.wait_log("refused: wrong token", WAIT);
+    assert_eq!(server.status()["workers"].as_array().unwrap().len(), 0, "no worker joins");
+    server.skip_invariants();
+}
+
+#[tokio::test]
+async fn one_gateway_per_worker_and_a_gateway_that_leaves_frees_it() {
+    let node = Node::start(&workers(1, ""), "");
+    let first = gateway(&node.entry("gpu1", ""));
+    joined(&first, 1);
+    let second = gateway(&node.entry("gpu1", ""));
+    second.wait_status("the second gateway is refused the worker", WAIT, |s| {
+        s["workers"][0]["state"] == "failed"
+            && s["workers"][0]["failure"].as_str().unwrap_or("").contains("attached to another gateway")
+    });
+    // Waiting for it, a client of the second gateway is told to wait, not refused.
+    let mut waiting = Client::connect(&second.url("/v1/realtime?mode=audio")).await;
+    assert_eq!(waiting.event().await["type"], "session.queued");
+    drop(first); // the first gateway goes away: the node frees the worker at once
+    waiting.until("session.queue_done").await;
+    waiting.send(json!({"type": "session.init", "payload": {}})).await;
+    waiting.expect("session.created").await;
+    waiting.send(json!({"type": "session.close"})).await;
+    waiting.until("session.closed").await;
+    node.wait_log("the gateway closed the link", WAIT);
+    second.wait_idle();
+}
+
+#[tokio::test]
+async fn a_node_that_stops_answering_ends_its_sessions_and_comes_back() {
+    let node = Node::start(&workers(1, ""), "heartbeat_interval_s = 0.5\nheartbeat_timeout_s = 2");
+    let server = gateway(&node.entry("gpu1", "heartbeat_interval_s = 0.5\nheartbeat_timeout_s = 2"));
+    joined(&server, 1);
+    let mut c = active(&server, "audio").await;
+    c.send(append(&loud())).await;
+    answer_to(&mut c, "input_1").await;
+    // Frozen: the socket stays open but nothing comes (a host cut off, a half-open link).
+    node.signal("STOP");
+    let frozen = Instant::now();
+    let closed = c.until("session.closed").await;
+    assert_eq!(closed["reason"], "backend_error");
+    assert_eq!(c.closed().await, Some(1011));
+    let took = frozen.elapsed();
+    assert!(took >= Duration::from_millis(1500) && took < Duration::from_secs(5), "detected after {took:?}");
+    assert!(server.metric("omni_node_link_failures_total{node=\"gpu1\",reason=\"heartbeat\"}") >= 1.0);
+    // A client arriving meanwhile waits for the node rather than being refused.
+    let mut waiting = Client::connect(&server.url("/v1/realtime?mode=audio")).await;
+    assert_eq!(waiting.event().await["type"], "session.queued");
+    node.signal("CONT");
+    waiting.until("session.queue_done").await;
+    waiting.send(json!({"type": "session.init", "payload": {}})).await;
+    waiting.expect("session.created").await;
+    waiting.send(json!({"type": "session.close"})).await;
+    waiting.until("session.closed").await;
+    server.wait_idle();
+}
+
+#[tokio::test]
+async fn a_killed_node_is_replaced_on_the_same_address_and_its_workers_rejoin() {
+    let node = Node::start(&workers(1, ""), "");
+    let addr = node.addr;
+    let server = gateway(&node.entry("gpu1", ""));
+    joined(&server, 1);
+    let mut c = active(&server, "audio").await;
+    let dir = node.kill();
+    assert_eq!(c.until("session.closed").await["reason"], "backend_error");
+    server.wait_status("the worker is failed while the node is down", WAIT, |s| s["workers"][0]["state"] == "failed");
+    let node = Node::start_in(dir, &workers(1, ""), &format!("bind = \"{addr}\""));
+    joined(&server, 1);
+    let mut again = active(&server, "audio").await;
+    again.send(append(&loud())).await;
+    answer_to(&mut again, "input_1").await;
+    again.send(json!({"type": "session.close"})).await;
+    again.until("session.closed").await;
+    drop(node);
+}
+
+#[tokio::test]
+async fn a_crash_on_the_node_ends_that_session_and_the_worker_is_opened_again() {
+    let node = Node::start(&process_workers(1, "segv_at_step = 2"), "");
+    let server = gateway(&node.entry("gpu1", ""));
+    joined(&server, 1);
+    let mut c = active(&server, "audio").await;
+    c.send(append(&loud())).await;
+    answer_to(&mut c, "input_1").await;
+    c.send(append(&loud())).await;
+    assert_eq!(c.until("session.closed").await["reason"], "backend_error");
+    node.wait_log("SIGSEGV", WAIT);
+    joined(&server, 1);
+    let mut again = active(&server, "audio").await;
+    again.send(append(&loud())).await;
+    answer_to(&mut again, "input_1").await;
+}
+
+#[tokio::test]
+async fn a_hung_step_on_the_node_is_ended_by_the_watchdog() {
+    let node = Node::start(&process_workers(1, "hang_at_step = 2"), "");
+    let server = Server::start(
+        Setup::default().workers(String::new()).limits("step_timeout_ms = 1500").extra(&node.entry("gpu1", "")),
+    );
+    joined(&server, 1);
+    let mut c = active(&server, "audio").await;
+    c.send(append(&loud())).await;
+    answer_to(&mut c, "input_1").await;
+    c.send(append(&loud())).await;
+    assert_eq!(c.until("session.closed").await["reason"], "backend_error");
+    node.wait_log("ended its backend", WAIT);
+    joined(&server, 1);
+}
+
+#[tokio::test]
+async fn the_link_can_be_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    std::fs::write(dir.path().join("node.pem"), cert.cert.pem()).unwrap();
+    std::fs::write(dir.path().join("node.key"), cert.signing_key.serialize_pem()).unwrap();
+    let tls = format!(
+        "[node.tls]\ncert = \"{}\"\nkey = \"{}\"",
+        dir.path().join("node.pem").display(),
+        dir.path().join("node.key").display()
+    );
+    let node = Node::start(&workers(1, ""), &tls);
+    let ca = format!("ca = \"{}\"\nserver_name = \"localhost\"", dir.path().join("node.pem").display());
+    let server = gateway(&node.entry("gpu1", &ca));
+    joined(&server, 1);
+    let mut c = active(&server, "audio").await;
+    c.send(append(&loud())).await;
+    answer_to(&mut c, "input_1").await;
+    c.send(json!({"type": "session.close"})).await;
+    c.until("session.closed").await;
+    // A gateway speaking plain TCP to it gets nowhere.
+    let mut plain = gateway(&node.entry("gpu2", ""));
+    plain.wait_log("node gpu2", WAIT);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(plain.status()["workers"].as_array().unwrap().len(), 0);
+    plain.skip_invariants();
+    node.wait_log("TLS handshake failed", WAIT);
+}
+
+#[test]
+fn check_config_reaches_each_node_and_reports_what_it_serves() {
+    let node = Node::start(&workers(2, ""), "");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, node.entry("gpu1", "")).unwrap();
+    let out =
+        std::process::Command::new(env!("CARGO_BIN_EXE_omni-gateway")).arg("check-config").arg(&path).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("node gpu1 (") && stdout.contains("serves 2 worker(s)"), "{stdout}");
+    assert!(stdout.contains("gpu1/sim-0 [builtin; chat, video, audio]: ready"), "{stdout}");
+    let down = node.kill();
+    let out =
+        std::process::Command::new(env!("CARGO_BIN_EXE_omni-gateway")).arg("check-config").arg(&path).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("nodes[0]: node gpu1") && stderr.contains("cannot connect"),
+        "{stderr}"
+    );
+    drop(down);
+}
