@@ -183,6 +183,23 @@ async fn a_loading_worker_keeps_clients_waiting_until_it_is_ready() {
 }
 
 #[tokio::test]
+async fn a_worker_busy_with_another_job_is_not_taken() {
+    let worker = MockWorker::start();
+    worker.with(|s| s.busy = true); // someone else's session on it
+    let server = Server::start(Setup::default().workers(worker.entry("gpu", "")));
+    server.wait_status("the worker is not offered", WAIT, |s| {
+        s["workers"][0]["state"] == "failed" && s["workers"][0]["failure"].as_str().unwrap_or("").contains("is busy")
+    });
+    let mut c = Client::connect(&server.url("/v1/realtime?mode=chat")).await;
+    assert_eq!(c.event().await["type"], "session.queued");
+    worker.with(|s| s.busy = false);
+    c.until("session.queue_done").await;
+    c.send(json!({"type": "session.init", "payload": {}})).await;
+    c.expect("session.created").await;
+    assert_eq!(worker.with(|s| s.prepares.len()), 0, "a chat session prepares nothing on the worker");
+}
+
+#[tokio::test]
 async fn an_idle_worker_in_error_is_noticed_and_rejoins_when_healthy() {
     let worker = MockWorker::start();
     let server = gateway(&worker, "health_interval_s = 0.2");

@@ -347,7 +347,7 @@ fn print_result(r: &Value) {
             let x = v[k].as_f64().unwrap_or(0.0);
             if x >= 1000.0 { format!("{:.2} s", x / 1000.0) } else { format!("{x:.2} ms") }
         };
-        println!("{name:<28}{:>10}{:>10}{:>10}{:>10}{:>8}", ms("p50"), ms("p90"), ms("p99"), ms("max"), v["count"]);
+        println!("{name:<28}{:>10}{:>10}{:>10}{:>10}{:>8}", ms("p50"), ms("p90"), ms("p99"), ms("max"), n(&v["count"]));
     };
     row("chunk round trip", &r["rtt_ms"]);
     row("queue wait", &r["queue_wait_ms"]);
