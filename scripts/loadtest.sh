@@ -8,6 +8,7 @@
 # ISOLATION=process runs every backend in a worker-host child process instead of a thread.
 # VIA=node runs the workers in an `omni-gateway node` on the same machine instead, which the
 # gateway reaches over loopback TCP ([[nodes]]); the node's CPU is reported too.
+# EXTRA_TOML is appended to the gateway's config (e.g. [usage], [[webhooks]]).
 # The figures in docs/performance.md and docs/reliability.md come from this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +55,7 @@ max_waiting_per_ip = 0
 max_waiting = 20000
 $workers_toml
 $nodes_toml
+${EXTRA_TOML:-}
 TOML
 start_server "$dir/config.toml" "$dir/server.log" "$port"
 # Every worker open and idle (a node's join after the gateway reaches it).

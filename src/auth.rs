@@ -58,6 +58,14 @@ fn matches_any(candidate: &str, keys: &[String]) -> bool {
     keys.iter().fold(0u8, |acc, k| acc | k.as_bytes().ct_eq(candidate.as_bytes()).unwrap_u8()) == 1
 }
 
+/// An API key's id in logs, metrics, usage files and webhooks: `key_` and the first 12 hex
+/// digits of its SHA-256. Never the key itself, and no use to guess it.
+pub fn key_id(key: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(key.as_bytes());
+    format!("key_{}", &hex::encode(digest)[..12])
+}
+
 /// The bearer token of a request's Authorization header.
 pub fn bearer(req: &HttpRequest) -> Option<&str> {
     let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
@@ -146,21 +154,23 @@ impl Keys {
     }
 
     /// Checks an API key, taken from the places a client may put it (the first given).
+    /// Answers the key's id ([`key_id`]), or none when no keys are configured.
     pub fn check_api<'a>(
         &self,
         client: Option<IpAddr>,
         candidates: impl IntoIterator<Item = Option<&'a str>>,
-    ) -> Result<(), Denied> {
+    ) -> Result<Option<String>, Denied> {
         let api = self.api.read().clone();
         if api.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
-        let verdict = match candidates.into_iter().flatten().next() {
-            None => Err(Denied::Missing(KeyKind::Api)),
-            Some(key) if matches_any(key, &api) => Ok(()),
-            Some(_) => Err(Denied::Wrong(KeyKind::Api)),
+        let (verdict, key) = match candidates.into_iter().flatten().next() {
+            None => (Err(Denied::Missing(KeyKind::Api)), None),
+            Some(key) if matches_any(key, &api) => (Ok(()), Some(key)),
+            Some(_) => (Err(Denied::Wrong(KeyKind::Api)), None),
         };
-        self.throttled(client, verdict)
+        self.throttled(client, verdict)?;
+        Ok(key.map(key_id))
     }
 
     /// Checks the operator routes: the admin key (Bearer) when one is configured; without
@@ -253,11 +263,12 @@ mod tests {
     #[test]
     fn api_keys() {
         let keys = Keys::new(vec![A.into(), B.into()], None);
-        assert_eq!(keys.check_api(None, [None, Some(B)]), Ok(()));
+        assert_eq!(keys.check_api(None, [None, Some(B)]), Ok(Some(key_id(B))));
+        assert!(key_id(B).starts_with("key_") && key_id(B).len() == 16 && !key_id(B).contains(&B[..4]));
         assert_eq!(keys.check_api(None, [Some("gamma")]), Err(Denied::Wrong(KeyKind::Api)));
         assert_eq!(keys.check_api(None, [Some(&A[..A.len() - 1])]), Err(Denied::Wrong(KeyKind::Api)));
         assert_eq!(keys.check_api(None, [None, None]), Err(Denied::Missing(KeyKind::Api)));
-        assert_eq!(Keys::default().check_api(None, [None]), Ok(()), "no keys configured: open");
+        assert_eq!(Keys::default().check_api(None, [None]), Ok(None), "no keys configured: open");
         assert_eq!(keys.replace_api(vec![B.into()]), 1);
         assert_eq!(keys.check_api(None, [Some(A)]), Err(Denied::Wrong(KeyKind::Api)), "replaced");
     }
@@ -298,7 +309,11 @@ mod tests {
             assert_eq!(keys.check_api(Some(ip), [Some("guess")]), Err(Denied::Wrong(KeyKind::Api)));
         }
         assert_eq!(keys.check_api(Some(ip), [Some(A)]), Err(Denied::Throttled), "even the right key, for a while");
-        assert_eq!(keys.check_api(Some("192.0.2.2".parse().unwrap()), [Some(A)]), Ok(()), "another address");
+        assert_eq!(
+            keys.check_api(Some("192.0.2.2".parse().unwrap()), [Some(A)]),
+            Ok(Some(key_id(A))),
+            "another address"
+        );
         let mut t = Throttle::default();
         let now = Instant::now();
         for _ in 0..THROTTLE_ATTEMPTS {

@@ -12,4 +12,6 @@ pub mod recordings;
 pub mod routes;
 pub mod server;
 pub mod socket;
+pub mod subscribers;
 pub mod tools;
+pub mod webhooks;

@@ -34,6 +34,8 @@ pub struct Gateway {
     pub pool: Addr<WorkerPoolActor>,
     pub registry: Arc<Registry>,
     pub recorder: Option<RecorderSpawner>,
+    /// Every subscriber of session and worker events (the recorder among them).
+    pub subscribers: omni_actors::events::Subscribers,
     pub keys: Keys,
     /// What every connection's unfinished fragmented messages may hold together.
     pub fragments: Arc<FragmentBudget>,
@@ -71,10 +73,6 @@ impl Gateway {
             step_timeout: config.step_timeout(),
             open_timeout,
         };
-        let pool = WorkerPoolActor::new(setups, queue.clone(), limits).start();
-        for link in &config.nodes {
-            join_node(link.clone(), pool.clone());
-        }
         let recorder = config.recording.enabled.then(|| {
             let r = &config.recording;
             let limits = RecordingLimits {
@@ -84,9 +82,14 @@ impl Gateway {
             };
             RecorderSpawner::new(r.dir.clone(), limits)
         });
+        let subscribers = crate::subscribers::register(&config, recorder.as_ref());
+        let pool = WorkerPoolActor::new(setups, queue.clone(), limits, subscribers.clone()).start();
+        for link in &config.nodes {
+            join_node(link.clone(), pool.clone());
+        }
         let keys = Keys::new(config.api_keys.clone(), config.admin_key.clone());
         let fragments = FragmentBudget::new((config.server.max_fragment_buffer_mb * 1048576.0) as usize);
-        Gateway { config, queue, pool, registry: Registry::new(), recorder, keys, fragments }
+        Gateway { config, queue, pool, registry: Registry::new(), recorder, subscribers, keys, fragments }
     }
 }
 

@@ -343,3 +343,12 @@ fn every_test_the_fidelity_table_cites_exists() {
     }
     assert!(cited > 100, "{cited} tests cited");
 }
+
+#[test]
+fn the_worked_example_in_the_extending_page_is_the_one_cargo_builds() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let example = std::fs::read_to_string(root.join("actors/examples/transcript_log.rs")).unwrap();
+    let page = doc("extending.md");
+    let shown = page.split("```rust\n").nth(1).expect("a rust block").split("```").next().unwrap();
+    assert_eq!(shown, example, "docs/extending.md shows another example than actors/examples/transcript_log.rs");
+}

@@ -62,7 +62,7 @@ async fn sessions_of_every_dialect_run_on_a_nodes_workers() {
 
     // Qwen-Omni-Realtime, server VAD.
     let mut qwen = Client::connect(&server.url("/api-ws/v1/realtime?model=qwen-omni")).await;
-    qwen.expect("session.created").await;
+    qwen.until("session.created").await;
     qwen.send(json!({"type": "input_audio_buffer.append", "audio": pcm16(1.0, 16000, 0.3)})).await;
     qwen.send(json!({"type": "input_audio_buffer.append", "audio": pcm16(1.0, 16000, 0.0)})).await;
     let done = qwen.until("response.done").await;

@@ -158,7 +158,7 @@ async fn the_retention_sweep_deletes_old_recordings_and_keeps_recent_ones() {
     // 30 days old: past retention. The cap (150 bytes: one 102-byte session) then removes
     // the oldest remaining.
     assert!(root.join("2026-11-25/sess_newest").exists());
-    assert!(server.logs().contains("recordings sweep: deleted"));
+    server.wait_log("recordings sweep: deleted", WAIT);
 }
 
 #[tokio::test]

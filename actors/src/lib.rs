@@ -13,6 +13,7 @@ pub mod backend;
 pub mod backend_actor;
 pub mod dialect;
 pub mod domain;
+pub mod events;
 pub mod fanout;
 pub mod ids;
 pub mod inbound_limits;
@@ -30,6 +31,7 @@ pub mod registry;
 pub mod session;
 pub mod session_flow;
 pub mod session_state;
+pub mod usage;
 pub mod worker_policy;
 pub mod worker_thread;
 

@@ -5,8 +5,8 @@
 use std::sync::LazyLock;
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    CounterVec, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -69,6 +69,19 @@ pub struct Metrics {
     /// Remote MiniCPM-o workers' answers to the health poll, by worker and status
     /// (`healthy`, `loading`, `busy`, `error`, `offline`).
     pub remote_worker_health: IntCounterVec,
+    /// Session events a subscriber's actor could not take (its mailbox full), by subscriber.
+    pub subscriber_dropped: IntCounterVec,
+    /// Usage accounting (`[usage]`), by API key id (`anonymous` without keys) and mode:
+    /// sessions ended, and what they used.
+    pub usage_sessions: IntCounterVec,
+    pub usage_connected_seconds: CounterVec,
+    pub usage_audio_in_seconds: CounterVec,
+    pub usage_audio_out_seconds: CounterVec,
+    pub usage_steps: IntCounterVec,
+    /// Webhook deliveries (`[[webhooks]]`), by webhook and outcome: `delivered`, `retried`
+    /// (an attempt failed and is tried again), `failed` (every attempt failed), `dropped`
+    /// (its queue was full).
+    pub webhook_deliveries: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] =
@@ -103,6 +116,12 @@ fn counter(r: &Builder, name: &str, help: &str) -> IntCounter {
 
 fn counter_vec(r: &Builder, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(name, Box::new(c.clone()));
+    c
+}
+
+fn float_counter_vec(r: &Builder, name: &str, help: &str, labels: &[&str]) -> CounterVec {
+    let c = CounterVec::new(Opts::new(name, help), labels).expect("valid metric");
     r.register(name, Box::new(c.clone()));
     c
 }
@@ -231,6 +250,48 @@ impl Metrics {
                 "omni_remote_worker_health_total",
                 "Health polls of remote MiniCPM-o workers, by their answer",
                 &["worker", "status"],
+            ),
+            subscriber_dropped: counter_vec(
+                &r,
+                "omni_subscriber_dropped_total",
+                "Session events a subscriber's actor could not take",
+                &["subscriber"],
+            ),
+            usage_sessions: counter_vec(
+                &r,
+                "omni_usage_sessions_total",
+                "Sessions ended, by API key and mode",
+                &["key", "mode"],
+            ),
+            usage_connected_seconds: float_counter_vec(
+                &r,
+                "omni_usage_connected_seconds_total",
+                "Seconds connected, by API key and mode",
+                &["key", "mode"],
+            ),
+            usage_audio_in_seconds: float_counter_vec(
+                &r,
+                "omni_usage_audio_in_seconds_total",
+                "Seconds of audio received, by API key and mode",
+                &["key", "mode"],
+            ),
+            usage_audio_out_seconds: float_counter_vec(
+                &r,
+                "omni_usage_audio_out_seconds_total",
+                "Seconds of audio sent, by API key and mode",
+                &["key", "mode"],
+            ),
+            usage_steps: counter_vec(
+                &r,
+                "omni_usage_steps_total",
+                "Duplex steps answered and turn answers given, by API key and mode",
+                &["key", "mode"],
+            ),
+            webhook_deliveries: counter_vec(
+                &r,
+                "omni_webhook_deliveries_total",
+                "Webhook deliveries, by webhook and outcome",
+                &["webhook", "outcome"],
             ),
             names: r.names.take(),
             registry: r.registry,

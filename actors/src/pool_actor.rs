@@ -8,6 +8,7 @@ use actix::prelude::*;
 
 use crate::backend_actor::{BackendActor, BackendLimits, Stop};
 use crate::domain::Mode;
+use crate::events::{Subscribers, WorkerChange};
 use crate::metrics::metrics;
 use crate::pool::{PoolState, PoolWorker, WorkerState};
 use crate::queue::WorkerId;
@@ -89,18 +90,25 @@ pub struct WorkerPoolActor {
     actors: Vec<Option<Addr<BackendActor>>>,
     queue: Addr<QueueActor>,
     limits: BackendLimits,
+    /// Told of every worker's state change.
+    subscribers: Subscribers,
     /// The server is stopping: no more restarts.
     stopping: bool,
 }
 
 impl WorkerPoolActor {
-    pub fn new(setups: Vec<WorkerSetup>, queue: Addr<QueueActor>, limits: BackendLimits) -> WorkerPoolActor {
+    pub fn new(
+        setups: Vec<WorkerSetup>,
+        queue: Addr<QueueActor>,
+        limits: BackendLimits,
+        subscribers: Subscribers,
+    ) -> WorkerPoolActor {
         let mut state = PoolState::new(setups.iter().map(|s| (s.name.clone(), s.backend.clone(), s.modes.clone())));
         for (id, s) in setups.iter().enumerate() {
             state.set_node(id, s.node.clone());
         }
         let actors = setups.iter().map(|_| None).collect();
-        WorkerPoolActor { state, setups, actors, queue, limits, stopping: false }
+        WorkerPoolActor { state, setups, actors, queue, limits, subscribers, stopping: false }
     }
 
     fn start_backend(&mut self, id: WorkerId, ctx: &mut Context<Self>) {
@@ -205,6 +213,13 @@ impl WorkerPoolActor {
             let m = &metrics().workers;
             m.with_label_values(&[before]).dec();
             m.with_label_values(&[after]).inc();
+            let w = self.state.worker(id);
+            let reason = match &w.state {
+                WorkerState::Failed { reason, .. } => Some(reason.clone()),
+                _ => None,
+            };
+            let change = WorkerChange { worker: w.name.clone(), node: w.node.clone(), from: before, to: after, reason };
+            self.subscribers.worker(&change);
         }
     }
 

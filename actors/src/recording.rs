@@ -27,6 +27,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use crate::dialect::RecordedMedia;
+use crate::events::{Interest, SessionEvent, SessionInfo, SessionSink, Subscriber};
 use crate::metrics::metrics;
 use crate::recorder::{Record, RecorderActor};
 
@@ -156,7 +157,7 @@ impl Drop for Reservation {
 }
 
 /// A recorded session's facts, written to `meta.json` when it ends.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct SessionMeta {
     pub session_id: String,
     pub mode: String,
@@ -338,6 +339,53 @@ impl Recording {
             meta.recording.lagged = self.dropped > 0;
             meta.recording.truncated = self.truncated;
             addr.do_send(Record::Finish(Box::new(meta)));
+        }
+    }
+}
+
+/// The recorder as a subscriber: each session's frames (with their media) and its ending,
+/// written by a RecorderActor of its own on the recording thread.
+pub struct Recorder {
+    spawner: RecorderSpawner,
+}
+
+impl Recorder {
+    pub fn new(spawner: RecorderSpawner) -> Recorder {
+        Recorder { spawner }
+    }
+}
+
+impl Subscriber for Recorder {
+    fn name(&self) -> &str {
+        "recorder"
+    }
+
+    fn interest(&self) -> Interest {
+        Interest::LIFECYCLE | Interest::WIRE
+    }
+
+    fn session(&self, info: &SessionInfo) -> Option<Box<dyn SessionSink>> {
+        let recording = Recording::new(self.spawner.clone(), info.upgraded);
+        Some(Box::new(RecordingSink { recording, upgraded_at: info.upgraded_at }))
+    }
+}
+
+/// A session's recording, fed by its events.
+struct RecordingSink {
+    recording: Recording,
+    upgraded_at: SystemTime,
+}
+
+impl SessionSink for RecordingSink {
+    fn event(&mut self, event: &SessionEvent<'_>) {
+        match *event {
+            SessionEvent::Started { session_id, redactor, .. } => {
+                self.recording.start(session_id, redactor.clone(), self.upgraded_at)
+            }
+            SessionEvent::WireIn { frame, media } => self.recording.inbound(frame.clone(), media.clone()),
+            SessionEvent::WireOut { frame } => self.recording.outbound(frame.clone()),
+            SessionEvent::Closed { meta } => self.recording.finish(meta.clone()),
+            _ => {}
         }
     }
 }

@@ -2,7 +2,8 @@
 //! ([`SessionState`]) and the output rules ([`Flow`]), the session's time limit counted
 //! from the upgrade, the heartbeat, what one connection may send ([`MessageRate`],
 //! [`Fragments`]), and the routing between the client (through its [`Dialect`]), the
-//! queue and the worker's BackendActor. It feeds the session's recording and the metrics.
+//! queue and the worker's BackendActor. It tells the subscribers ([`crate::events`]: the
+//! recorder, usage accounting, webhooks...) what happens, and feeds the metrics.
 //! A session that ends for any reason releases its ticket or its worker in `stopped()`.
 //!
 //! What the backend says and how it reaches the client is in [`output`].
@@ -23,12 +24,13 @@ use crate::backend_actor::{
 };
 use crate::dialect::{DecodeError, Dialect, RecordedMedia};
 use crate::domain::{BackendInfo, Mode, StepOutcome, TurnPiece, TurnSummary};
+use crate::events::{Interest, SessionEvent, SessionSinks};
 use crate::inbound_limits::{FragmentBudget, FragmentRefusal, Fragments, MessageRate, RateLimit, Verdict};
 use crate::metrics::metrics;
 use crate::outgoing::OutgoingLimit;
 use crate::protocol::{CloseReason, Inbound, Outbound, ProtocolError};
 use crate::queue_actor::{Claim, Join, Leave, QueueActor, QueueNotice, WorkerLink};
-use crate::recording::{Recording, RecordingSummary, SessionMeta, timestamp};
+use crate::recording::{RecordingSummary, SessionMeta, timestamp};
 use crate::registry::{Admission, Registry, Shutdown};
 use crate::session_flow::Flow;
 use crate::session_state::{Phase, SessionState};
@@ -73,11 +75,14 @@ pub struct ClientInfo {
 
 /// What a session is connected to besides its socket.
 pub struct SessionLinks {
+    /// The connection's number ([`crate::ids::connection`]), as its subscribers know it.
+    pub conn: u64,
     pub queue: Addr<QueueActor>,
     pub registry: Arc<Registry>,
     /// Its place under the per-address caps, released with the session.
     pub admission: Option<Admission>,
-    pub recording: Recording,
+    /// The subscribers' sinks for this session ([`crate::events`]).
+    pub sinks: SessionSinks,
     pub client: ClientInfo,
     /// The bound on what waits to be sent to a client that does not read; `None`: unbounded.
     pub outgoing: Option<OutgoingLimit>,
@@ -172,8 +177,8 @@ impl SessionActor {
             rate: settings.rate.map(|limit| MessageRate::new(limit, now)),
             settings,
             dialect,
+            conn: links.conn,
             links,
-            conn: crate::ids::connection(),
             state: SessionState::default(),
             upgraded: now,
             upgraded_at: SystemTime::now(),
@@ -256,8 +261,9 @@ impl SessionActor {
             }
         }
         metrics().bytes_sent.inc_by(frame.len() as u64);
-        if self.links.recording.is_on() {
-            self.links.recording.outbound(frame.as_bytes().clone());
+        if self.links.sinks.wants(Interest::WIRE) {
+            let bytes = frame.as_bytes().clone();
+            self.links.sinks.publish(SessionEvent::WireOut { frame: &bytes });
         }
         ctx.text(frame);
     }
@@ -282,6 +288,10 @@ impl SessionActor {
     fn send_error(&mut self, ctx: &mut ws::WebsocketContext<Self>, e: &ProtocolError) {
         log::debug!("session {}: error {}: {e}", self.who(), e.code());
         metrics().errors.with_label_values(&[e.code()]).inc();
+        if self.links.sinks.wants(Interest::ERRORS) {
+            let message = e.to_string();
+            self.links.sinks.publish(SessionEvent::Error { code: e.code(), message: &message });
+        }
         self.emit(ctx, Outbound::Error(e));
         if e.close_code().is_some() {
             self.finish(ctx, CloseReason::Rejected(e.code()));
@@ -357,13 +367,14 @@ impl SessionActor {
                 return self.finish(ctx, CloseReason::ProtocolViolation("internal_error"));
             }
         };
-        if self.links.recording.is_on() {
+        if self.links.sinks.wants(Interest::WIRE) {
             let media = match (&decoded, self.dialect.take_recorded_media()) {
                 (_, Some(media)) => media,
                 (Ok(commands), None) => recorded_media(commands),
                 (Err(_), None) => (Vec::new(), Vec::new()),
             };
-            self.links.recording.inbound(text.as_bytes().clone(), media);
+            let frame = text.as_bytes().clone();
+            self.links.sinks.publish(SessionEvent::WireIn { frame: &frame, media: &media });
         }
         match decoded {
             Err(DecodeError::Unparseable(why)) => {
@@ -415,7 +426,12 @@ impl SessionActor {
                     self.links.client.addr,
                     self.worker_name()
                 );
-                self.links.recording.start(&session_id, self.dialect.redactor(), self.upgraded_at);
+                let redactor = self.dialect.redactor();
+                self.links.sinks.publish(SessionEvent::Started {
+                    session_id: &session_id,
+                    dialect,
+                    redactor: &redactor,
+                });
                 self.session_id = Some(session_id.clone());
                 self.state.initializing();
                 backend.do_send(Prepare { key, session_id, dialect, setup, reply: reply(Lost::Work) });
@@ -423,10 +439,21 @@ impl SessionActor {
             Inbound::Chunk(chunk) => {
                 let seq = self.flow.chunk(chunk.force_listen, Instant::now());
                 metrics().chunks_received.with_label_values(&self.mode_label()).inc();
+                let (samples, frames) = (chunk.audio.len(), chunk.frames.len());
+                self.links.sinks.publish(SessionEvent::ChunkReceived { seq, samples, frames });
                 backend.do_send(SubmitChunk { key, seq, chunk });
             }
             Inbound::Turn { input, streaming } => match self.flow.turn(streaming, Instant::now()) {
-                Ok((seq, _)) => backend.do_send(SubmitTurn { key, seq, input, reply: reply(Lost::Work) }),
+                Ok((seq, _)) => {
+                    let m = &input.messages;
+                    self.links.sinks.publish(SessionEvent::TurnReceived {
+                        seq,
+                        messages: m.len(),
+                        samples: m.iter().flat_map(|m| &m.audios).map(Vec::len).sum(),
+                        images: m.iter().map(|m| m.images.len()).sum(),
+                    });
+                    backend.do_send(SubmitTurn { key, seq, input, reply: reply(Lost::Work) })
+                }
                 Err(e) => {
                     metrics().buffer_refusals.with_label_values(&["turns"]).inc();
                     self.send_error(ctx, &e)
@@ -595,7 +622,7 @@ impl Actor for SessionActor {
             w.backend.do_send(Detach { key: self.conn, ended: self.ended_at.unwrap_or_else(Instant::now) });
         }
         let meta = self.meta(&reason);
-        self.links.recording.finish(meta);
+        self.links.sinks.publish(SessionEvent::Closed { meta: &meta });
         self.links.registry.unregister(self.conn);
         let m = metrics();
         m.connections_open.dec();
@@ -686,6 +713,7 @@ impl SessionActor {
         match notice {
             QueueNotice::Queued(info) => {
                 log::info!("session c{}: waiting at position {} of {}", self.conn, info.position, info.queue_length);
+                self.links.sinks.publish(SessionEvent::Queued { position: info.position });
                 self.emit(ctx, Outbound::Queued(info));
             }
             QueueNotice::Update(info) => {

@@ -60,6 +60,10 @@ struct RawConfig {
     node: Option<NodeConfig>,
     #[serde(default)]
     nodes: Vec<NodeEntry>,
+    #[serde(default)]
+    usage: UsageConfig,
+    #[serde(default)]
+    webhooks: Vec<WebhookEntry>,
 }
 
 /// Where a worker's backend comes from.
@@ -127,6 +131,9 @@ pub struct Config {
     pub node: Option<NodeServe>,
     /// `[[nodes]]`: nodes whose workers join the pool once reached.
     pub nodes: Vec<NodeLink>,
+    /// `[usage] dir`, resolved, when usage accounting is on.
+    pub usage: Option<PathBuf>,
+    pub webhooks: Vec<WebhookSpec>,
 }
 
 impl Config {
@@ -461,6 +468,16 @@ fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid>
         nodes.push(link);
     }
 
+    let usage = raw.usage.enabled.then(|| resolve(&raw.usage.dir));
+    let mut webhooks: Vec<WebhookSpec> = Vec::new();
+    for (i, w) in raw.webhooks.iter().enumerate() {
+        let spec = webhook(w, i).map_err(|(k, e)| (format!("webhooks[{i}].{k}"), e))?;
+        if webhooks.iter().any(|other| other.name == spec.name) {
+            return Err((format!("webhooks[{i}].name"), format!("'{}' names two webhooks", spec.name)));
+        }
+        webhooks.push(spec);
+    }
+
     Ok(Config {
         path: path.to_owned(),
         server: raw.server,
@@ -478,6 +495,51 @@ fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid>
         workers,
         node,
         nodes,
+        usage,
+        webhooks,
+    })
+}
+
+fn webhook(w: &WebhookEntry, i: usize) -> Result<WebhookSpec, Invalid> {
+    let name = w.name.clone().unwrap_or_else(|| format!("webhook{i}"));
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) {
+        return Err((
+            "name".into(),
+            format!("'{name}' must be non-empty and use only letters, digits, '_', '.' and '-'"),
+        ));
+    }
+    if !(w.url.starts_with("http://") || w.url.starts_with("https://")) {
+        return Err(("url".into(), format!("'{}' must start with http:// or https://", w.url)));
+    }
+    if w.events.is_empty() {
+        return Err(("events".into(), format!("name at least one of {}", crate::webhooks::EVENTS.join(", "))));
+    }
+    for (j, e) in w.events.iter().enumerate() {
+        if !crate::webhooks::EVENTS.contains(&e.as_str()) {
+            return Err((
+                format!("events[{j}]"),
+                format!("'{e}' is not one of {}", crate::webhooks::EVENTS.join(", ")),
+            ));
+        }
+    }
+    crate::auth::check_key(&w.secret).map_err(|e| ("secret".to_string(), e))?;
+    positive("timeout_s", w.timeout_s)?;
+    positive("retry_base_s", w.retry_base_s)?;
+    if w.max_attempts == 0 {
+        return Err(("max_attempts".into(), "must be at least 1".into()));
+    }
+    if w.queue_size == 0 {
+        return Err(("queue_size".into(), "must be at least 1".into()));
+    }
+    Ok(WebhookSpec {
+        name,
+        url: w.url.clone(),
+        events: w.events.clone(),
+        secret: w.secret.clone(),
+        timeout: Duration::from_secs_f64(w.timeout_s),
+        max_attempts: w.max_attempts,
+        retry_base: Duration::from_secs_f64(w.retry_base_s),
+        queue_size: w.queue_size,
     })
 }
 

@@ -362,3 +362,66 @@ pub struct NodeLink {
     pub heartbeat_interval: Duration,
     pub heartbeat_timeout: Duration,
 }
+
+/// `[usage]`: usage accounting per API key and mode (off by default).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct UsageConfig {
+    pub enabled: bool,
+    /// Where the day files (`YYYY-MM-DD.jsonl`) go; relative to the config file.
+    pub dir: PathBuf,
+}
+
+impl Default for UsageConfig {
+    fn default() -> Self {
+        UsageConfig { enabled: false, dir: PathBuf::from("usage") }
+    }
+}
+
+/// One `[[webhooks]]` entry.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookEntry {
+    #[serde(default)]
+    pub name: Option<String>,
+    pub url: String,
+    pub events: Vec<String>,
+    /// Signs every delivery (HMAC-SHA256); 16 bytes or more.
+    pub secret: String,
+    #[serde(default = "default_webhook_timeout")]
+    pub timeout_s: f64,
+    #[serde(default = "default_webhook_attempts")]
+    pub max_attempts: u32,
+    /// The first retry waits this long, each next one twice as long.
+    #[serde(default = "default_webhook_retry")]
+    pub retry_base_s: f64,
+    /// Deliveries waiting to be sent; beyond it they are dropped (and counted).
+    #[serde(default = "default_webhook_queue")]
+    pub queue_size: usize,
+}
+
+pub(super) fn default_webhook_timeout() -> f64 {
+    5.0
+}
+pub(super) fn default_webhook_attempts() -> u32 {
+    5
+}
+pub(super) fn default_webhook_retry() -> f64 {
+    0.5
+}
+pub(super) fn default_webhook_queue() -> usize {
+    1000
+}
+
+/// A `[[webhooks]]` entry, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebhookSpec {
+    pub name: String,
+    pub url: String,
+    pub events: Vec<String>,
+    pub secret: String,
+    pub timeout: Duration,
+    pub max_attempts: u32,
+    pub retry_base: Duration,
+    pub queue_size: usize,
+}

@@ -12,9 +12,9 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use actix_web_actors::ws;
 use omni_actors::dialect::Dialect;
 use omni_actors::domain::Mode;
+use omni_actors::events::SessionInfo;
 use omni_actors::outgoing::{Metered, OutgoingLimit, OutgoingMeter};
 use omni_actors::protocol::ProtocolError;
-use omni_actors::recording::Recording;
 use omni_actors::registry::{AddressCaps, Refusal};
 use omni_actors::session::{ClientInfo, SessionActor, SessionLinks, SessionSettings};
 
@@ -116,9 +116,10 @@ async fn upgrade(
     let protocols = subprotocols(&req);
     let browser_key = protocols.iter().find_map(|p| p.strip_prefix("openai-insecure-api-key."));
     let presented = [auth::bearer(&req), query.get("api_key").map(String::as_str), browser_key];
-    if let Err(denied) = gw.keys.check_api(client_ip, presented) {
-        return Ok(key_refusal(denied));
-    }
+    let key_id = match gw.keys.check_api(client_ip, presented) {
+        Ok(id) => id,
+        Err(denied) => return Ok(key_refusal(denied)),
+    };
     let caps =
         AddressCaps { connections: config.server.max_connections_per_ip, waiting: config.server.max_waiting_per_ip };
     let admission = match gw.registry.admit(client_ip, caps) {
@@ -183,19 +184,27 @@ async fn upgrade(
             .map_or_else(|| "unknown".to_string(), |ip| std::net::SocketAddr::new(ip, peer_port).to_string()),
         user_agent: req.headers().get(header::USER_AGENT).and_then(|v| v.to_str().ok()).map(String::from),
     };
-    let recording = match &gw.recorder {
-        Some(spawner) => Recording::new(spawner.clone(), Instant::now()),
-        None => Recording::off(),
+    let conn = omni_actors::ids::connection();
+    let info = SessionInfo {
+        conn,
+        mode,
+        client_addr: client.addr.clone(),
+        user_agent: client.user_agent.clone(),
+        key_id,
+        upgraded: Instant::now(),
+        upgraded_at: std::time::SystemTime::now(),
     };
+    let sinks = gw.subscribers.session(&info);
     let meter = Arc::new(OutgoingMeter::default());
     if req.conn_data::<crate::socket::ConnSocket>().is_none() {
         log::warn!("no handle on this connection's socket: its outgoing buffer is unbounded");
     }
     let links = SessionLinks {
+        conn,
         queue: gw.queue.clone(),
         registry: gw.registry.clone(),
         admission: Some(admission),
-        recording,
+        sinks,
         client,
         outgoing: req.conn_data::<crate::socket::ConnSocket>().map(|socket| OutgoingLimit {
             meter: meter.clone(),

@@ -18,10 +18,13 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 mod mock_worker;
 mod node;
+mod receiver;
 #[allow(unused_imports)]
 pub use mock_worker::*;
 #[allow(unused_imports)]
 pub use node::*;
+#[allow(unused_imports)]
+pub use receiver::*;
 
 /// How long a test waits for any one event before failing.
 pub const WAIT: Duration = Duration::from_secs(20);

@@ -10,6 +10,7 @@ use actix_web_actors::ws;
 use super::SessionActor;
 use crate::backend::BackendError;
 use crate::domain::{BackendInfo, StepOutcome, TurnPiece, TurnSummary};
+use crate::events::{Output, SessionEvent};
 use crate::metrics::metrics;
 use crate::protocol::{CloseReason, Outbound, ProtocolError};
 use crate::session::BackendEvent;
@@ -37,6 +38,7 @@ impl SessionActor {
             BackendEvent::Step { seq, result, .. } => self.on_step(seq, result, ctx),
             BackendEvent::Dropped { seq } => {
                 self.flow.dropped(seq);
+                self.links.sinks.publish(SessionEvent::ChunkDropped { seq });
                 metrics().chunks_dropped.with_label_values(&self.mode_label()).inc();
                 log::debug!("session {}: input_{seq} dropped (client ahead of the worker)", self.who());
             }
@@ -60,6 +62,9 @@ impl SessionActor {
         let waited = self.upgraded.elapsed();
         metrics().queue_wait_seconds.observe(waited.as_secs_f64());
         log::info!("session c{}: worker {} assigned after {} ms", self.conn, self.worker_name(), waited.as_millis());
+        if let Some(w) = &self.worker {
+            self.links.sinks.publish(SessionEvent::Assigned { worker: &w.name, waited });
+        }
         self.emit(ctx, Outbound::QueueDone);
     }
 
@@ -91,6 +96,7 @@ impl SessionActor {
         let session_id = self.session_id.clone().unwrap_or_default();
         if let Some(text) = &outcome.transcript {
             // What the user said stands whatever becomes of the answer.
+            self.links.sinks.publish(SessionEvent::Output(Output::Transcript { seq, text }));
             let event = Outbound::Transcript { session_id: &session_id, input_id: &input_id, response_id: None, text };
             self.emit(ctx, event);
         }
@@ -108,6 +114,14 @@ impl SessionActor {
             metrics().first_audio_seconds.with_label_values(&mode).observe(at.elapsed().as_secs_f64());
         }
         let response_id = route.response_id;
+        self.links.sinks.publish(SessionEvent::Output(Output::Step {
+            seq,
+            kind: outcome.kind,
+            text: &outcome.text,
+            audio_samples: outcome.audio.len(),
+            end_of_turn: outcome.end_of_turn,
+            kv_length: outcome.kv_length,
+        }));
         self.emit(
             ctx,
             Outbound::Step {
@@ -136,7 +150,11 @@ impl SessionActor {
         }
         answer.text.push_str(&piece.text);
         let input_id = format!("input_{seq}");
+        let audio_samples = piece.audio.len();
+        self.links.sinks.publish(SessionEvent::Output(Output::TurnPiece { seq, text: &piece.text, audio_samples }));
         if let Some(text) = &piece.transcript {
+            self.links.sinks.publish(SessionEvent::Output(Output::Transcript { seq, text }));
+            let Some(answer) = self.flow.turn_answer(seq) else { return };
             let response_id = answer.response_id.clone();
             let event = Outbound::Transcript {
                 session_id: &session_id,
@@ -186,6 +204,13 @@ impl SessionActor {
             }
         };
         let session_id = self.session_id.clone().unwrap_or_default();
+        self.links.sinks.publish(SessionEvent::Output(Output::TurnDone {
+            seq,
+            text: &answer.text,
+            input_tokens: summary.input_tokens,
+            output_tokens: summary.output_tokens,
+            cancelled,
+        }));
         let audio = (!answer.streaming && !answer.audio.is_empty()).then_some(answer.audio.as_slice());
         self.emit(
             ctx,
