@@ -336,9 +336,13 @@ pub fn run(config: Config) -> Result<(), String> {
             log::info!("omni-gateway listening on {addr} ({scheme})");
             println!("omni-gateway listening on {addr}");
         }
-        if let (Some(addr), None) = (addrs.first(), &gateway.config.tls) {
-            let me = std::env::args().next().unwrap_or_else(|| "omni-gateway".into());
-            println!("try it (Ctrl-C stops the server gracefully): {me} probe --mode audio --url ws://{addr}");
+        if let Some(addr) = addrs.first() {
+            let web = if gateway.config.tls.is_some() { "https" } else { "http" };
+            println!("talk to it: open {web}://{addr}/ in a browser (the console: {web}://{addr}/console)");
+            if gateway.config.tls.is_none() {
+                let me = std::env::args().next().unwrap_or_else(|| "omni-gateway".into());
+                println!("try it (Ctrl-C stops the server gracefully): {me} probe --mode audio --url ws://{addr}");
+            }
         }
         let server = server.run();
         actix_web::rt::spawn(shutdown_on_signal(server.handle(), gateway.clone()));

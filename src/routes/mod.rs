@@ -1,5 +1,6 @@
-//! HTTP routes: the realtime WebSocket endpoints (`realtime.rs`), health, and the
-//! operator routes (`admin.rs`: status, metrics, recordings, queue cancellation).
+//! HTTP routes: the realtime WebSocket endpoints (`realtime.rs`), health, the operator
+//! routes (`admin.rs`: status, metrics, recordings, queue cancellation), and the pages
+//! (`pages.rs`: the client and the console).
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
@@ -11,6 +12,7 @@ use serde_json::json;
 use crate::server::Gateway;
 
 mod admin;
+mod pages;
 mod realtime;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -23,7 +25,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/sessions", web::get().to(admin::sessions))
         .route("/sessions/{id}", web::get().to(admin::session_meta))
         .route("/sessions/{id}/{file:.*}", web::get().to(admin::session_file))
-        .route("/queue/{ticket}", web::delete().to(admin::cancel_ticket));
+        .route("/queue/{ticket}", web::delete().to(admin::cancel_ticket))
+        .route("/", web::get().to(pages::client))
+        .route("/console", web::get().to(pages::console))
+        .route("/app/{name}", web::get().to(pages::app));
 }
 
 /// An HTTP error with the same JSON shape as the WebSocket `error` event.

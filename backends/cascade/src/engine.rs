@@ -1,0 +1,552 @@
+//! The cascade: what one handle does with a session. Duplex steps listen (voice activity)
+//! until the user stops speaking, then transcribe the utterance, let the LLM answer in the
+//! conversation's context, and speak the answer clause by clause as the LLM writes it, so that
+//! audio starts before the answer is complete. Turn mode answers a conversation with text
+//! and, when asked, speech. Speech from the user during an answer (barge-in), a force-listen
+//! and an interrupt cut the answer at once.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use crate::asr::{Asr, Heard};
+use crate::llm::{Llm, LlmError, Sampling};
+use crate::options::Options;
+use crate::tts::{OUT_RATE, Voice};
+use crate::vad::{RATE, Vad, VadConfig};
+
+/// What every thread may touch: the interrupt epoch, a pending force-listen, the KV length.
+pub struct Shared {
+    pub interrupts: AtomicU64,
+    pub force_listen: AtomicBool,
+    pub kv: AtomicU64,
+    pub asr: Arc<Asr>,
+}
+
+impl Shared {
+    pub fn interrupt(&self) {
+        self.interrupts.fetch_add(1, Ordering::SeqCst);
+        self.asr.abort();
+    }
+}
+
+#[derive(Debug)]
+pub enum Error {
+    BadState(String),
+    Unsupported(String),
+    ContextFull(String),
+    Interrupted,
+    Inference(String),
+}
+
+impl From<LlmError> for Error {
+    fn from(e: LlmError) -> Error {
+        match e {
+            LlmError::ContextFull(m) => Error::ContextFull(m),
+            LlmError::Interrupted => Error::Interrupted,
+            LlmError::Failed(m) => Error::Inference(m),
+        }
+    }
+}
+
+/// One output: a clause of the answer and its speech.
+#[derive(Default)]
+pub struct Piece {
+    pub listen: bool,
+    pub text: String,
+    pub audio: Vec<f32>,
+    pub last: bool,
+    pub tokens: u32,
+    pub input_tokens: u32,
+    pub transcript: String,
+    pub prefill_us: u32,
+    pub generate_us: u32,
+}
+
+struct Answer {
+    text: String,
+    done: bool,
+    /// Tokens generated so far, and those already reported with a piece.
+    tokens: u32,
+    reported: u32,
+    limit: u32,
+    speech: bool,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+pub enum Kind {
+    Duplex,
+    Turn,
+}
+
+struct Session {
+    kind: Kind,
+    prompt: String,
+    max_tokens: u32,
+}
+
+/// The step in progress (duplex).
+#[derive(Default)]
+struct Step {
+    forced: bool,
+    endpoint: bool,
+    epoch: u64,
+    outputs: u32,
+    prefill_us: u32,
+    /// This step began the answer: its first clause goes out alone, at once (the gateway
+    /// sends a step's outputs when the step ends).
+    began: bool,
+}
+
+/// Appended to the system prompt: the answer is heard, not read.
+const SPOKEN: &str = "Your answers are spoken aloud: answer in one to three short, plain sentences, \
+                      without lists, markdown or emoji.";
+const PREROLL: usize = RATE * 3 / 10;
+const MAX_UTTERANCE: usize = RATE * 30;
+
+pub struct Engine {
+    pub opt: Options,
+    pub shared: Arc<Shared>,
+    llm: Llm,
+    voice: Voice,
+    vad: Vad,
+    session: Option<Session>,
+    utterance: Vec<f32>,
+    preroll: VecDeque<f32>,
+    answer: Option<Answer>,
+    /// Seconds of speech sent ahead of real time in the current answer.
+    ahead: f32,
+    step: Step,
+    /// An output that did not fit the caller's buffers, handed out again.
+    pub held: Option<Piece>,
+    turn_first: Option<(u32, String)>,
+}
+
+impl Engine {
+    pub fn open(opt: Options) -> Result<Engine, String> {
+        let asr = Arc::new(Asr::open(&opt.asr_library, &opt.asr_model, opt.threads)?);
+        let llm = Llm::open(&opt.llm_model, opt.n_ctx, opt.threads, &sampling(&opt, None))?;
+        let voice = Voice::open(&opt.onnxruntime_library, &opt.voice, opt.threads as usize, &opt.espeak)?;
+        let shared = Arc::new(Shared {
+            interrupts: AtomicU64::new(0),
+            force_listen: AtomicBool::new(false),
+            kv: AtomicU64::new(0),
+            asr,
+        });
+        Ok(Engine {
+            opt,
+            shared,
+            llm,
+            voice,
+            vad: Vad::default(),
+            session: None,
+            utterance: Vec::new(),
+            preroll: VecDeque::new(),
+            answer: None,
+            ahead: 0.0,
+            step: Step::default(),
+            held: None,
+            turn_first: None,
+        })
+    }
+
+    pub fn n_ctx(&self) -> u32 {
+        self.llm.n_ctx()
+    }
+
+    fn vad_config(&self) -> VadConfig {
+        VadConfig {
+            threshold: self.opt.vad_threshold,
+            min_speech_ms: self.opt.speech_min_ms,
+            silence_ms: self.opt.silence_ms,
+        }
+    }
+
+    fn sync_kv(&self) {
+        self.shared.kv.store(self.llm.n_past() as u64, Ordering::SeqCst);
+    }
+
+    pub fn reset(&mut self) {
+        self.llm.clear();
+        self.vad.clear();
+        self.session = None;
+        self.utterance.clear();
+        self.preroll.clear();
+        self.answer = None;
+        self.ahead = 0.0;
+        self.held = None;
+        self.turn_first = None;
+        self.shared.force_listen.store(false, Ordering::SeqCst);
+        self.sync_kv();
+    }
+
+    /// Starts a session; `settings` are the client's generation settings by name.
+    pub fn prepare(
+        &mut self,
+        kind: Kind,
+        prompt: &str,
+        max_tokens: u32,
+        temperature: f32,
+        settings: &[(String, String)],
+    ) -> Result<(), Error> {
+        self.reset();
+        let t = if temperature >= 0.0 { Some(temperature) } else { None };
+        let mut s = sampling(&self.opt, t);
+        for (k, v) in settings {
+            match k.as_str() {
+                "top_k" => s.top_k = v.parse().unwrap_or(s.top_k),
+                "top_p" => s.top_p = v.parse().unwrap_or(s.top_p),
+                "seed" => s.seed = v.parse().unwrap_or(s.seed),
+                _ => {}
+            }
+        }
+        self.llm.set_sampling(&s);
+        let limit =
+            if max_tokens == 0 { self.opt.max_answer_tokens } else { max_tokens.min(self.opt.max_answer_tokens * 8) };
+        self.session = Some(Session { kind, prompt: prompt.to_string(), max_tokens: limit });
+        self.start_conversation()?;
+        Ok(())
+    }
+
+    fn start_conversation(&mut self) -> Result<(), Error> {
+        self.llm.clear();
+        let prompt = self.session.as_ref().map(|s| s.prompt.trim().to_string()).unwrap_or_default();
+        let system = if prompt.is_empty() {
+            format!("You are a helpful voice assistant. {SPOKEN}")
+        } else {
+            format!("{prompt} {SPOKEN}")
+        };
+        let r = self.llm.feed(&format!("<|im_start|>system\n{system}<|im_end|>\n"), 0, &|| false);
+        self.sync_kv();
+        r.map(|_| ()).map_err(Error::from)
+    }
+
+    fn session(&self, kind: Kind) -> Result<&Session, Error> {
+        match &self.session {
+            Some(s) if s.kind == kind => Ok(s),
+            Some(_) => Err(Error::BadState("the session is of the other kind".into())),
+            None => Err(Error::BadState("no session: prepare first".into())),
+        }
+    }
+
+    /// Ends the answer in progress (what was said of it stays in the conversation).
+    fn cut_answer(&mut self) {
+        if self.answer.take().is_some() {
+            let _ = self.llm.feed("<|im_end|>\n", 0, &|| false);
+            self.sync_kv();
+        }
+        self.ahead = 0.0;
+    }
+
+    // ---- duplex ----
+
+    pub fn duplex_prefill(&mut self, audio: &[f32], force: bool) -> Result<(), Error> {
+        self.session(Kind::Duplex)?;
+        let t0 = Instant::now();
+        self.held = None;
+        let pending = self.shared.force_listen.swap(false, Ordering::SeqCst);
+        self.step = Step { epoch: self.shared.interrupts.load(Ordering::SeqCst), ..Step::default() };
+        self.ahead = (self.ahead - audio.len() as f32 / RATE as f32).max(0.0);
+        if force || pending {
+            self.step.forced = true;
+            self.cut_answer();
+            self.vad.clear();
+            self.utterance.clear();
+            return Ok(());
+        }
+        let config = self.vad_config();
+        let was_speaking = self.vad.in_speech();
+        let endpoint = self.vad.push(&config, audio);
+        if self.answer.is_some() && self.vad.chunk_voiced_ms >= self.opt.barge_in_ms {
+            // Barge-in: the user talks over the answer; it stops here.
+            self.cut_answer();
+        }
+        if self.vad.in_speech() || endpoint {
+            if !was_speaking && self.utterance.is_empty() {
+                self.utterance.extend(self.preroll.drain(..));
+            }
+            self.utterance.extend_from_slice(audio);
+        } else {
+            self.preroll.extend(audio.iter().copied());
+            let excess = self.preroll.len().saturating_sub(PREROLL);
+            self.preroll.drain(..excess);
+        }
+        if endpoint || self.utterance.len() >= MAX_UTTERANCE {
+            self.step.endpoint = true;
+            self.vad.clear();
+        }
+        self.step.prefill_us = t0.elapsed().as_micros() as u32;
+        Ok(())
+    }
+
+    pub fn duplex_generate(&mut self) -> Result<Piece, Error> {
+        self.session(Kind::Duplex)?;
+        let t0 = Instant::now();
+        let mut piece = if self.step.forced {
+            Piece { listen: true, ..Piece::default() }
+        } else if self.answer.is_some() {
+            self.next_piece()?
+        } else if self.step.endpoint {
+            self.step.endpoint = false;
+            let audio = std::mem::take(&mut self.utterance);
+            let heard = self.hear(&audio)?;
+            if heard.is_empty() {
+                Piece { listen: true, ..Piece::default() }
+            } else {
+                let max = self.session(Kind::Duplex)?.max_tokens;
+                let turn = format!("<|im_start|>user\n{heard}<|im_end|>\n<|im_start|>assistant\n");
+                let tokens = self.feed_cancellable(&turn, max)?;
+                self.answer =
+                    Some(Answer { text: String::new(), done: false, tokens: 0, reported: 0, limit: max, speech: true });
+                self.step.began = true;
+                let mut p = self.next_piece()?;
+                p.transcript = heard;
+                p.input_tokens = tokens;
+                p
+            }
+        } else {
+            Piece { listen: true, ..Piece::default() }
+        };
+        piece.prefill_us = self.step.prefill_us;
+        piece.generate_us = t0.elapsed().as_micros() as u32;
+        self.step.outputs += 1;
+        Ok(piece)
+    }
+
+    /// More of the answer in this step, while the speech sent is less than `lead_ms` ahead.
+    pub fn duplex_drain(&mut self) -> Result<Option<Piece>, Error> {
+        self.session(Kind::Duplex)?;
+        if self.answer.is_none()
+            || self.step.forced
+            || self.step.began
+            || self.ahead * 1000.0 >= self.opt.lead_ms as f32
+            || self.step.outputs >= 8
+        {
+            return Ok(None);
+        }
+        let t0 = Instant::now();
+        let mut p = self.next_piece()?;
+        p.generate_us = t0.elapsed().as_micros() as u32;
+        self.step.outputs += 1;
+        Ok(Some(p))
+    }
+
+    fn cancelled(&self) -> bool {
+        self.shared.interrupts.load(Ordering::SeqCst) != self.step.epoch
+    }
+
+    fn feed_cancellable(&mut self, text: &str, reserve: u32) -> Result<u32, Error> {
+        let epoch = self.step.epoch;
+        let shared = self.shared.clone();
+        let r = self.llm.feed(text, reserve, &move || shared.interrupts.load(Ordering::SeqCst) != epoch);
+        self.sync_kv();
+        r.map_err(Error::from)
+    }
+
+    /// The words of an utterance, without Whisper's non-speech tags ("[BLANK_AUDIO]", "(music)").
+    fn hear(&mut self, audio: &[f32]) -> Result<String, Error> {
+        if self.cancelled() {
+            return Err(Error::Interrupted);
+        }
+        match self.shared.asr.transcribe(audio).map_err(Error::Inference)? {
+            Heard::Aborted => Err(Error::Interrupted),
+            Heard::Text(t) => {
+                let mut out = String::new();
+                let mut depth = 0;
+                for c in t.chars() {
+                    match c {
+                        '[' | '(' => depth += 1,
+                        ']' | ')' if depth > 0 => depth -= 1,
+                        _ if depth == 0 => out.push(c),
+                        _ => {}
+                    }
+                }
+                let out = out.split_whitespace().collect::<Vec<_>>().join(" ");
+                Ok(if out.chars().any(|c| c.is_alphanumeric()) { out } else { String::new() })
+            }
+        }
+    }
+
+    /// The next clause of the answer in progress, with its speech.
+    fn next_piece(&mut self) -> Result<Piece, Error> {
+        let clause;
+        loop {
+            let answer = self.answer.as_mut().ok_or_else(|| Error::BadState("no answer in progress".into()))?;
+            if let Some(end) = clause_end(&answer.text) {
+                clause = answer.text[..end].to_string();
+                answer.text.drain(..end);
+                break;
+            }
+            if answer.done {
+                clause = std::mem::take(&mut answer.text);
+                break;
+            }
+            if self.cancelled() {
+                self.cut_answer();
+                return Err(Error::Interrupted);
+            }
+            let answer = self.answer.as_mut().ok_or_else(|| Error::BadState("no answer in progress".into()))?;
+            if answer.tokens >= answer.limit {
+                answer.done = true;
+                continue;
+            }
+            let next = self.llm.next();
+            self.sync_kv();
+            let answer = self.answer.as_mut().ok_or_else(|| Error::BadState("no answer in progress".into()))?;
+            match next? {
+                None => answer.done = true,
+                Some(piece) => {
+                    answer.text.push_str(&piece);
+                    answer.tokens += 1;
+                }
+            }
+        }
+        // Look ahead to the next word: whether this clause ends the answer.
+        while let Some(answer) = self.answer.as_mut() {
+            if answer.done || !answer.text.trim().is_empty() || answer.tokens >= answer.limit {
+                if answer.tokens >= answer.limit {
+                    answer.done = true;
+                }
+                break;
+            }
+            let next = self.llm.next();
+            let answer = self.answer.as_mut().ok_or_else(|| Error::BadState("no answer in progress".into()))?;
+            match next? {
+                None => answer.done = true,
+                Some(piece) => {
+                    answer.text.push_str(&piece);
+                    answer.tokens += 1;
+                }
+            }
+        }
+        self.sync_kv();
+        let answer = self.answer.as_mut().ok_or_else(|| Error::BadState("no answer in progress".into()))?;
+        let last = answer.done && answer.text.trim().is_empty();
+        let speech = answer.speech;
+        let tokens = answer.tokens - answer.reported;
+        answer.reported = answer.tokens;
+        let text = clause;
+        let audio = if speech {
+            let epoch = self.step.epoch;
+            let shared = self.shared.clone();
+            self.voice
+                .speak(&text, &move || shared.interrupts.load(Ordering::SeqCst) != epoch)
+                .map_err(Error::Inference)?
+        } else {
+            Vec::new()
+        };
+        if self.cancelled() {
+            self.cut_answer();
+            return Err(Error::Interrupted);
+        }
+        self.ahead += audio.len() as f32 / OUT_RATE as f32;
+        if last {
+            self.answer = None;
+            let _ = self.llm.feed("<|im_end|>\n", 0, &|| false);
+            self.sync_kv();
+        }
+        Ok(Piece { text, audio, last, tokens, ..Piece::default() })
+    }
+
+    // ---- turn mode ----
+
+    /// A conversation to answer: `continues` appends it to the one held, otherwise it
+    /// replaces it. Messages: (role, text, audio clips, number of images).
+    pub fn turn_prefill(
+        &mut self,
+        messages: &[(u32, String, Vec<Vec<f32>>, usize)],
+        continues: bool,
+        speech: bool,
+        max_tokens: u32,
+    ) -> Result<(), Error> {
+        let limit = if max_tokens == 0 { self.session(Kind::Turn)?.max_tokens } else { max_tokens };
+        if messages.iter().any(|m| m.3 > 0) {
+            return Err(Error::Unsupported("this backend has no vision: it cannot read images".into()));
+        }
+        self.step = Step { epoch: self.shared.interrupts.load(Ordering::SeqCst), ..Step::default() };
+        self.cut_answer();
+        if !continues {
+            self.start_conversation()?;
+        }
+        let mut text = String::new();
+        let mut transcript = String::new();
+        for (i, (role, words, clips, _)) in messages.iter().enumerate() {
+            let role = match role {
+                0 => "system",
+                2 => "assistant",
+                _ => "user",
+            };
+            let mut content = words.trim().to_string();
+            for clip in clips {
+                let heard = self.hear(clip)?;
+                if i + 1 == messages.len() || role == "user" {
+                    transcript = heard.clone();
+                }
+                if !heard.is_empty() {
+                    if !content.is_empty() {
+                        content.push(' ');
+                    }
+                    content.push_str(&heard);
+                }
+            }
+            text.push_str(&format!("<|im_start|>{role}\n{content}<|im_end|>\n"));
+        }
+        text.push_str("<|im_start|>assistant\n");
+        let tokens = self.feed_cancellable(&text, limit)?;
+        self.answer = Some(Answer { text: String::new(), done: false, tokens: 0, reported: 0, limit, speech });
+        self.turn_first = Some((tokens, transcript));
+        Ok(())
+    }
+
+    pub fn turn_generate(&mut self) -> Result<Piece, Error> {
+        self.session(Kind::Turn)?;
+        if self.answer.is_none() {
+            return Err(Error::BadState("no answer in progress: turn_prefill first".into()));
+        }
+        let t0 = Instant::now();
+        let mut p = self.next_piece()?;
+        if let Some((tokens, transcript)) = self.turn_first.take() {
+            p.input_tokens = tokens;
+            p.transcript = transcript;
+        }
+        p.generate_us = t0.elapsed().as_micros() as u32;
+        Ok(p)
+    }
+}
+
+fn sampling(opt: &Options, temperature: Option<f32>) -> Sampling {
+    Sampling { temperature: temperature.unwrap_or(opt.temperature), top_k: opt.top_k, top_p: opt.top_p, seed: opt.seed }
+}
+
+/// Where the first clause of `text` ends (after its punctuation and the space that follows),
+/// if it is complete: a sentence end or a line break, or a comma-like pause after 40 bytes.
+pub fn clause_end(text: &str) -> Option<usize> {
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let next = chars.peek().map(|(_, n)| *n);
+        let strong = matches!(c, '.' | '!' | '?' | '\n');
+        let weak = matches!(c, ',' | ';' | ':') && i >= 40;
+        if (strong || weak) && next.is_some_and(char::is_whitespace) && text[..i].chars().any(char::is_alphanumeric) {
+            let (j, n) = chars.next()?;
+            return Some(j + n.len_utf8());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clause_end;
+
+    #[test]
+    fn clauses_end_at_sentence_ends_and_long_pauses() {
+        assert_eq!(clause_end("Hello there. How"), Some(13));
+        assert_eq!(clause_end("Hello there."), None, "not sure yet: more may follow");
+        assert_eq!(clause_end("It costs 3.5 euros"), None);
+        assert_eq!(clause_end("Short, then"), None);
+        let long = "In spring, Paris is usually mild and pleasant, with";
+        assert_eq!(clause_end(long), Some(46));
+        assert_eq!(clause_end("... and"), None);
+    }
+}

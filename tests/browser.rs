@@ -1,0 +1,451 @@
+//! The pages in a real browser: Debian's `chromium`, driven through `chromedriver` with
+//! WebDriver (the fantoccini crate), against the real server. Chromium runs headless with a
+//! fake microphone that plays a WAV file this test writes (tone bursts, which the reference
+//! backend hears as speech, and silences) and a fake camera.
+//!
+//! Ignored by plain `cargo test` (it needs `chromium` and `chromium-driver`); `./test.sh`
+//! runs it with `--ignored`, and `.ci/run` installs both. Every test saves screenshots of
+//! what it saw in `target/screenshots/`.
+
+mod common;
+
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use fantoccini::{Client as Browser, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "chromedriver";
+/// How long the page may take to reach a state (sessions run in real time).
+const PAGE_WAIT: Duration = Duration::from_secs(40);
+
+/// A chromedriver process on a free port, killed when dropped.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // chromedriver and every Chromium process it started share one process group: a
+        // test that failed half-way leaves no browser behind.
+        // SAFETY: kill(2) on our own child's process group.
+        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn driver() -> Driver {
+    assert!(
+        Path::new(CHROMIUM).exists(),
+        "{CHROMIUM} not found: install Debian's chromium and chromium-driver (.ci/run does)"
+    );
+    let port = free_port();
+    let child = Command::new(CHROMEDRIVER)
+        .arg(format!("--port={port}"))
+        .process_group(0)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver (Debian package chromium-driver)");
+    let mut driver = Driver { child, url: format!("http://127.0.0.1:{port}") };
+    let deadline = Instant::now() + WAIT;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(driver.child.try_wait().unwrap().is_none(), "chromedriver exited at once");
+        assert!(Instant::now() < deadline, "chromedriver did not listen on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    driver
+}
+
+/// A 48 kHz mono WAV for the fake microphone: `bursts` of (tone seconds, silence seconds).
+/// Chromium loops it.
+fn microphone_wav(dir: &Path, bursts: &[(f32, f32)]) -> PathBuf {
+    let path = dir.join("microphone.wav");
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 48000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(&path, spec).unwrap();
+    for &(tone, silence) in bursts {
+        for i in 0..(tone * 48000.0) as usize {
+            let s = 0.4 * (2.0 * std::f32::consts::PI * 220.0 * i as f32 / 48000.0).sin();
+            w.write_sample((s * i16::MAX as f32) as i16).unwrap();
+        }
+        for _ in 0..(silence * 48000.0) as usize {
+            w.write_sample(0i16).unwrap();
+        }
+    }
+    w.finalize().unwrap();
+    path
+}
+
+async fn browser(driver: &Driver, microphone: &Path) -> Browser {
+    let args = json!([
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,1000",
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
+        format!("--use-file-for-fake-audio-capture={}", microphone.display()),
+        "--autoplay-policy=no-user-gesture-required",
+    ]);
+    // (rustls with two providers compiled in needs one chosen; chromedriver itself is plain HTTP)
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut caps = serde_json::Map::new();
+    caps.insert("goog:chromeOptions".into(), json!({"binary": CHROMIUM, "args": args}));
+    ClientBuilder::rustls()
+        .expect("TLS roots")
+        .capabilities(caps)
+        .connect(&driver.url)
+        .await
+        .unwrap_or_else(|e| panic!("start chromium through chromedriver: {e}"))
+}
+
+/// Saves what the page shows to `target/screenshots/NAME.png`.
+async fn screenshot(b: &Browser, name: &str) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    if let Ok(png) = b.screenshot().await {
+        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+    }
+}
+
+/// The value of a JavaScript expression on the page.
+async fn js(b: &Browser, expr: &str) -> Value {
+    b.execute(&format!("return ({expr});"), vec![]).await.unwrap_or_else(|e| panic!("{expr}: {e}"))
+}
+
+/// Waits until `expr` is truthy on the page; fails with what the page shows and the server's log.
+async fn until(b: &Browser, server: &Server, expr: &str, shot: &str) -> Value {
+    let deadline = Instant::now() + PAGE_WAIT;
+    loop {
+        let v = js(b, expr).await;
+        if !(v.is_null() || v == json!(false) || v == json!(0) || v == json!("")) {
+            return v;
+        }
+        if Instant::now() > deadline {
+            screenshot(b, &format!("failed-{shot}")).await;
+            let page = js(
+                b,
+                "JSON.stringify({stats: window.omniStats, console: window.consoleStats, \
+                             state: (document.getElementById('state')||{}).textContent, \
+                             detail: (document.getElementById('detail')||{}).textContent, \
+                             problem: (document.getElementById('problem')||{}).textContent})",
+            )
+            .await;
+            panic!("the page never had {expr}: {page}\nserver log:\n{}", server.logs());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn open_client(b: &Browser, server: &Server, mode: &str) {
+    b.goto(&format!("http://{}/", server.addr)).await.unwrap();
+    b.find(Locator::Id("mode")).await.unwrap().select_by_value(mode).await.unwrap();
+}
+
+async fn click(b: &Browser, id: &str) {
+    b.find(Locator::Id(id)).await.unwrap().click().await.unwrap();
+}
+
+async fn stats(b: &Browser) -> Value {
+    js(b, "window.omniStats").await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs chromium and chromium-driver: ./test.sh runs it"]
+async fn an_audio_session_in_the_browser_streams_the_microphone_and_plays_the_answer() {
+    let server = Server::ready(Setup::default().auth("api_keys = [\"browser-key-0123456789\"]"));
+    let dir = tempfile::tempdir().unwrap();
+    let driver = driver();
+    let b = browser(&driver, &microphone_wav(dir.path(), &[(2.0, 5.0)])).await;
+    open_client(&b, &server, "audio").await;
+    screenshot(&b, "client-idle").await;
+
+    // Without the key the server refuses, and the page says why in plain words.
+    click(&b, "start").await;
+    until(&b, &server, "window.omniStats.state === 'ended'", "unauthorized").await;
+    let detail = js(&b, "document.getElementById('detail').textContent").await;
+    assert!(detail.as_str().unwrap().contains("API key"), "{detail}");
+
+    b.find(Locator::Id("key")).await.unwrap().send_keys("browser-key-0123456789").await.unwrap();
+    click(&b, "start").await;
+    until(&b, &server, "window.omniStats.sessionId", "created").await;
+    until(&b, &server, "window.omniStats.chunksSent >= 3", "streaming").await;
+    screenshot(&b, "client-listening").await;
+    // The tone was heard as speech: the model answers with text and audio, scheduled to play.
+    until(
+        &b,
+        &server,
+        "window.omniStats.audioScheduled > 24000 && window.omniStats.text.includes('I heard')",
+        "answer",
+    )
+    .await;
+    screenshot(&b, "client-speaking").await;
+    until(&b, &server, "window.omniStats.answers >= 1", "answer done").await;
+    let s = stats(&b).await;
+    let transcript = js(&b, "document.getElementById('transcript').textContent").await;
+    assert!(transcript.as_str().unwrap().contains("I heard"), "{transcript}");
+    // The chunks are about one second of 16 kHz audio each (the resampler's output):
+    // the reference backend's KV grows by 1 + 25 tokens per second of audio.
+    let kv: Vec<i64> = serde_json::from_value(s["listenKv"].clone()).unwrap();
+    let steps: Vec<i64> = kv.windows(2).map(|w| w[1] - w[0]).filter(|d| *d > 0).collect();
+    assert!(steps.iter().any(|d| (20..=34).contains(d)), "KV steps {steps:?}: chunks are not ~1 s of 16 kHz audio");
+
+    click(&b, "stop").await;
+    until(&b, &server, "window.omniStats.state === 'ended'", "stopped").await;
+    assert_eq!(js(&b, "window.omniStats.endReason").await, "user_stop");
+    let detail = js(&b, "document.getElementById('detail').textContent").await;
+    assert_eq!(detail, "You ended the session.");
+    screenshot(&b, "client-ended").await;
+    b.close().await.unwrap();
+    server.wait_idle();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs chromium and chromium-driver: ./test.sh runs it"]
+async fn interrupting_stops_playback_at_once_and_sends_force_listen() {
+    // Long answers (20 steps of speech), so there is something to interrupt.
+    let server = Server::ready(Setup::default().workers(workers(1, "reply_steps = 20")).recording("enabled = true"));
+    let dir = tempfile::tempdir().unwrap();
+    let driver = driver();
+    let b = browser(&driver, &microphone_wav(dir.path(), &[(2.0, 30.0)])).await;
+    open_client(&b, &server, "audio").await;
+    click(&b, "start").await;
+    until(&b, &server, "window.omniStats.playingNow > 0", "speaking").await;
+    // Esc is the shortcut for the button.
+    b.find(Locator::Css("body")).await.unwrap().send_keys("\u{e00c}").await.unwrap();
+    let s = stats(&b).await;
+    assert_eq!(s["interrupts"], 1, "{s}");
+    assert_eq!(s["playbackStopped"], 1, "{s}");
+    assert_eq!(s["playingNow"], 0, "playback still going after the interrupt: {s}");
+    let scheduled = s["audioScheduled"].as_i64().unwrap();
+    // Nothing more of the interrupted answer is played: the server cut it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let s = stats(&b).await;
+    assert_eq!(s["audioScheduled"].as_i64().unwrap(), scheduled, "the interrupted answer went on playing: {s}");
+    assert_eq!(s["playingNow"], 0, "{s}");
+    screenshot(&b, "client-interrupted").await;
+    let id = s["sessionId"].as_str().unwrap().to_string();
+    click(&b, "stop").await;
+    until(&b, &server, "window.omniStats.state === 'ended'", "stopped").await;
+    b.close().await.unwrap();
+
+    // The recording shows the chunk the page sent with force_listen.
+    let events = std::fs::read_to_string(server.recording(&id).join("events.jsonl")).unwrap();
+    let forced = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["dir"] == "in" && l["event"]["input"]["force_listen"] == true)
+        .count();
+    assert_eq!(forced, 1, "{events}");
+    server.wait_idle();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs chromium and chromium-driver: ./test.sh runs it"]
+async fn a_video_session_sends_camera_frames_and_the_console_replays_its_recording() {
+    let server = Server::ready(Setup::default().recording("enabled = true").admin_key("console-admin-0123456789"));
+    let dir = tempfile::tempdir().unwrap();
+    let driver = driver();
+    let b = browser(&driver, &microphone_wav(dir.path(), &[(2.0, 4.0)])).await;
+    open_client(&b, &server, "video").await;
+    click(&b, "start").await;
+    until(&b, &server, "window.omniStats.framesSent >= 4", "frames").await;
+    until(&b, &server, "window.omniStats.answers >= 1", "answer").await;
+    screenshot(&b, "client-video").await;
+    let s = stats(&b).await;
+    // Each chunk carried one frame: the reference backend counts 64 tokens for it on top
+    // of the ~26 of a second of audio.
+    let kv: Vec<i64> = serde_json::from_value(s["listenKv"].clone()).unwrap();
+    let steps: Vec<i64> = kv.windows(2).map(|w| w[1] - w[0]).filter(|d| *d > 0).collect();
+    assert!(steps.iter().any(|d| (84..=100).contains(d)), "KV steps {steps:?}: frames not counted");
+    let id = s["sessionId"].as_str().unwrap().to_string();
+    click(&b, "stop").await;
+    until(&b, &server, "window.omniStats.state === 'ended'", "stopped").await;
+    server.recording(&id);
+
+    // The console, with the admin key typed in.
+    b.goto(&format!("http://{}/console", server.addr)).await.unwrap();
+    until(&b, &server, "document.getElementById('problem').textContent.length > 0", "needs key").await;
+    b.find(Locator::Id("admin")).await.unwrap().send_keys("console-admin-0123456789").await.unwrap();
+    click(&b, "refresh").await; // moves the focus: the key's change event
+    until(&b, &server, "window.consoleStats.recordings >= 1", "recordings").await;
+    let workers = until(
+        &b,
+        &server,
+        "document.querySelector('#workers tbody tr') && \
+                                       document.querySelector('#workers tbody').textContent",
+        "workers",
+    )
+    .await;
+    assert!(workers.as_str().unwrap().contains("idle"), "{workers}");
+    screenshot(&b, "console").await;
+    // Filters: a mode with no recording hides it, the right one shows it.
+    b.find(Locator::Id("filter-mode")).await.unwrap().select_by_value("chat").await.unwrap();
+    until(&b, &server, "window.consoleStats.recordings === 0", "filtered out").await;
+    b.find(Locator::Id("filter-mode")).await.unwrap().select_by_value("video").await.unwrap();
+    until(&b, &server, "window.consoleStats.recordings === 1", "filtered in").await;
+
+    b.find(Locator::Css(&format!("#recordings tr[data-session='{id}']"))).await.unwrap().click().await.unwrap();
+    let events =
+        until(&b, &server, &format!("window.consoleStats.viewing === '{id}' && window.consoleStats.events"), "viewer")
+            .await;
+    assert!(events.as_i64().unwrap() > 5, "{events}");
+    let listed = js(&b, "document.getElementById('viewer-events').textContent").await;
+    let listed = listed.as_str().unwrap();
+    for line in ["client: session.init", "client: input.append", "server: listen", "server: text: Reply 1: I heard"] {
+        assert!(listed.contains(line), "the viewer does not list {line:?}: {listed}");
+    }
+    click(&b, "play").await;
+    until(&b, &server, "window.consoleStats.playing && window.consoleStats.scheduled > 3", "playing").await;
+    until(&b, &server, "window.consoleStats.frames >= 2", "frames shown").await;
+    let shown = js(&b, "document.getElementById('viewer-frame').naturalWidth").await;
+    assert_eq!(shown, 640, "the recorded camera frame did not decode as an image");
+    screenshot(&b, "console-viewer").await;
+    b.close().await.unwrap();
+    server.wait_idle();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs chromium and chromium-driver: ./test.sh runs it"]
+async fn a_chat_turn_with_an_image_streams_the_answer() {
+    let server = Server::ready(Setup::default());
+    let dir = tempfile::tempdir().unwrap();
+    let driver = driver();
+    let b = browser(&driver, &microphone_wav(dir.path(), &[(0.5, 0.5)])).await;
+    open_client(&b, &server, "chat").await;
+    click(&b, "start").await;
+    until(&b, &server, "!document.getElementById('send').disabled", "chat ready").await;
+    b.find(Locator::Id("message")).await.unwrap().send_keys("Reply with exactly: the sky is blue").await.unwrap();
+    click(&b, "send").await;
+    until(&b, &server, "window.omniStats.answers === 1", "text answer").await;
+    assert_eq!(js(&b, "window.omniStats.text").await, "the sky is blue");
+    assert!(js(&b, "window.omniStats.audioScheduled").await.as_i64().unwrap() > 0, "no spoken answer");
+
+    let image = dir.path().join("photo.jpg");
+    std::fs::write(&image, base64::Engine::decode(&base64::engine::general_purpose::STANDARD, jpeg_b64()).unwrap())
+        .unwrap();
+    b.find(Locator::Id("attachment")).await.unwrap().send_keys(image.to_str().unwrap()).await.unwrap();
+    click(&b, "send").await;
+    until(&b, &server, "window.omniStats.answers === 2", "image answer").await;
+    let transcript = js(&b, "document.getElementById('transcript').textContent").await;
+    assert!(transcript.as_str().unwrap().contains("and 1 image."), "{transcript}");
+    screenshot(&b, "client-chat").await;
+    click(&b, "stop").await;
+    until(&b, &server, "window.omniStats.state === 'ended'", "stopped").await;
+    b.close().await.unwrap();
+    server.wait_idle();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs chromium and chromium-driver: ./test.sh runs it"]
+async fn a_browser_in_the_queue_sees_its_position_fall() {
+    let server = Server::ready(Setup::default());
+    let busy = active(&server, "audio").await;
+    let mut ahead = Client::connect(&server.url("/v1/realtime?mode=audio")).await;
+    assert_eq!(ahead.expect("session.queued").await["position"], 1);
+
+    let dir = tempfile::tempdir().unwrap();
+    let driver = driver();
+    let b = browser(&driver, &microphone_wav(dir.path(), &[(0.5, 3.0)])).await;
+    open_client(&b, &server, "audio").await;
+    click(&b, "start").await;
+    until(&b, &server, "window.omniStats.positions.includes(2)", "position 2").await;
+    let detail = js(&b, "document.getElementById('detail').textContent").await;
+    assert!(detail.as_str().unwrap().starts_with("Position 2 of 2"), "{detail}");
+    screenshot(&b, "client-queued").await;
+    ahead.close_socket().await;
+    until(&b, &server, "window.omniStats.positions.includes(1)", "position 1").await;
+    busy.close_socket().await;
+    until(&b, &server, "window.omniStats.sessionId", "served").await;
+    let positions = js(&b, "window.omniStats.positions").await;
+    assert_eq!(positions, json!([2, 1]), "positions went up or repeated");
+    click(&b, "stop").await;
+    until(&b, &server, "window.omniStats.state === 'ended'", "stopped").await;
+    b.close().await.unwrap();
+    server.wait_idle();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs chromium and chromium-driver: ./test.sh runs it"]
+async fn a_full_queue_and_a_lost_connection_are_told_in_plain_words() {
+    let mut server = Server::ready(Setup::default().queue("max_waiting = 0"));
+    let busy = active(&server, "audio").await;
+    let dir = tempfile::tempdir().unwrap();
+    let driver = driver();
+    let b = browser(&driver, &microphone_wav(dir.path(), &[(0.5, 3.0)])).await;
+    open_client(&b, &server, "audio").await;
+    click(&b, "start").await;
+    until(&b, &server, "window.omniStats.state === 'ended'", "queue full").await;
+    assert_eq!(
+        js(&b, "document.getElementById('detail').textContent").await,
+        "The queue is full. Please try again in a few minutes."
+    );
+    busy.close_socket().await;
+    server.wait_idle();
+
+    click(&b, "start").await;
+    until(&b, &server, "window.omniStats.sessionId", "served").await;
+    server.skip_invariants();
+    server.signal("KILL");
+    until(&b, &server, "window.omniStats.state === 'ended'", "lost").await;
+    assert_eq!(js(&b, "document.getElementById('detail').textContent").await, "The connection to the server was lost.");
+    screenshot(&b, "client-lost").await;
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pages_are_served_from_the_binary_with_a_strict_policy() {
+    // (no browser needed: runs with plain `cargo test`)
+    let server = Server::ready(Setup::default());
+    for (path, kind) in [
+        ("/", "text/html"),
+        ("/console", "text/html"),
+        ("/app/client.js", "text/javascript"),
+        ("/app/console.js", "text/javascript"),
+        ("/app/worklet.js", "text/javascript"),
+        ("/app/style.css", "text/css"),
+    ] {
+        let (code, head) = http_head(&server, path);
+        assert_eq!(code, 200, "{path}");
+        assert!(head.contains(&format!("content-type: {kind}")), "{path}: {head}");
+        assert!(head.contains("content-security-policy: default-src 'self'"), "{path}: {head}");
+    }
+    let (code, body) = server.get("/app/../config.toml");
+    assert_eq!(code, 404, "{body}");
+    let (code, body) = server.get("/app/nothing.js");
+    assert_eq!(code, 404);
+    assert!(body.contains("not_found"), "{body}");
+    // No page loads anything from elsewhere.
+    for page in ["/", "/console"] {
+        let (_, html) = server.get(page);
+        assert!(!html.contains("http://") && !html.contains("https://"), "{page} refers to another host");
+    }
+}
+
+/// The status and the lower-cased headers of a GET.
+fn http_head(server: &Server, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(server.addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let head = text.split("\r\n\r\n").next().unwrap_or_default().to_lowercase();
+    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (code, head)
+}

@@ -1,0 +1,277 @@
+//! The CPU model backend (backends/cascade) end to end, through the real server: a spoken
+//! question (synthesised with espeak-ng) streamed in real time is answered with speech that
+//! is not silence and text that answers it; the answer's audio, transcribed back by the
+//! backend's own recogniser, says the answer's words; speaking over the answer (barge-in)
+//! and force_listen cut it; chat turns stream text and speech; video is refused; a missing
+//! model fails the worker with a reason naming the path.
+//!
+//! Ignored by plain `cargo test`: it needs the models (`scripts/fetch-models.py`) and the
+//! backend's libraries built (`cargo build -p omni-cascade -p omni-asr-whisper`); `./test.sh`
+//! does both and runs it with `--ignored`.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+fn models() -> PathBuf {
+    let dir = std::env::var_os("OMNI_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/omni-gateway/models"));
+    assert!(dir.join("ggml-tiny.en.bin").is_file(), "no models in {}: run scripts/fetch-models.py", dir.display());
+    dir
+}
+
+fn libraries() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/debug");
+    assert!(
+        dir.join("libomni_cascade.so").is_file() && dir.join("libomni_asr_whisper.so").is_file(),
+        "build the backend first: cargo build -p omni-cascade -p omni-asr-whisper"
+    );
+    dir
+}
+
+/// One cascade worker serving audio and chat, greedy decoding (the same answer every run).
+fn cascade(options: &str) -> String {
+    format!(
+        "[[workers]]\nname = \"cpu\"\nbackend = \"library\"\nlibrary = \"{}\"\nisolation = \"process\"\n\
+         modes = [\"audio\", \"chat\"]\n[workers.options]\ntemperature = 0\n{}{options}\n",
+        libraries().join("libomni_cascade.so").display(),
+        if options.contains("max_answer_tokens") { "" } else { "max_answer_tokens = 40\n" }
+    )
+}
+
+fn server(options: &str) -> Server {
+    let _ = models();
+    Server::ready(Setup::default().workers(cascade(options)).limits("step_timeout_ms = 60000"))
+}
+
+/// `text` spoken by espeak-ng, as 16 kHz float samples.
+fn speech(text: &str) -> Vec<f32> {
+    let dir = tempfile::tempdir().unwrap();
+    let wav = dir.path().join("speech.wav");
+    let out = Command::new("espeak-ng")
+        .args(["-v", "en-us", "-s", "150", "-w"])
+        .arg(&wav)
+        .args(["--", text])
+        .output()
+        .expect("espeak-ng (apt-get install espeak-ng)");
+    assert!(out.status.success());
+    let mut reader = hound::WavReader::open(&wav).unwrap();
+    let rate = reader.spec().sample_rate;
+    let samples: Vec<f32> = reader.samples::<i16>().map(|s| s.unwrap() as f32 / 32768.0).collect();
+    omni_gateway::audio::resample(&samples, rate, 16000).unwrap()
+}
+
+/// The backend's recogniser (libomni_asr_whisper.so with the Whisper model), in this process.
+fn transcribe(audio_16k: &[f32]) -> String {
+    type Open = unsafe extern "C" fn(*const u8, usize, i32, *mut u8, usize) -> *mut std::ffi::c_void;
+    type Run = unsafe extern "C" fn(*mut std::ffi::c_void, *const f32, usize, *mut u8, usize, *mut usize) -> i32;
+    let model = models().join("ggml-tiny.en.bin");
+    let path = model.to_str().unwrap();
+    unsafe {
+        let lib = libloading::Library::new(libraries().join("libomni_asr_whisper.so")).unwrap();
+        let open: libloading::Symbol<Open> = lib.get(b"omni_asr_open\0").unwrap();
+        let run: libloading::Symbol<Run> = lib.get(b"omni_asr_transcribe\0").unwrap();
+        let mut err = [0u8; 256];
+        let h = open(path.as_ptr(), path.len(), 2, err.as_mut_ptr(), err.len());
+        assert!(!h.is_null(), "{}", String::from_utf8_lossy(&err));
+        let mut out = vec![0u8; 4096];
+        let mut len = 0usize;
+        assert_eq!(run(h, audio_16k.as_ptr(), audio_16k.len(), out.as_mut_ptr(), out.len(), &mut len), 0);
+        String::from_utf8_lossy(&out[..len]).into_owned()
+    }
+}
+
+fn words(text: &str) -> Vec<String> {
+    text.split_whitespace()
+        .map(|w| w.chars().filter(|c| c.is_alphanumeric()).collect::<String>().to_lowercase())
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+fn rms(samples: &[f32]) -> f32 {
+    (samples.iter().map(|s| s * s).sum::<f32>() / samples.len().max(1) as f32).sqrt()
+}
+
+/// Events that arrive within `d`.
+async fn events_for(c: &mut Client, d: Duration) -> Vec<Value> {
+    let until = tokio::time::Instant::now() + d;
+    let mut got = Vec::new();
+    while let Ok(seen) = tokio::time::timeout_at(until, c.next()).await {
+        match seen {
+            Seen::Event(v) => {
+                assert_ne!(v["type"], "error", "unexpected error: {v}");
+                got.push(v);
+            }
+            Seen::Closed(code) => panic!("closed ({code:?}); seen: {:?}", c.seen),
+        }
+    }
+    got
+}
+
+/// Streams `audio` then silence in 1 s chunks at real time until `done` says so (or `limit`).
+async fn stream_until(
+    c: &mut Client,
+    audio: &[f32],
+    limit: Duration,
+    extra: Value,
+    mut done: impl FnMut(&[Value]) -> bool,
+) -> Vec<Value> {
+    let start = Instant::now();
+    let mut all = Vec::new();
+    let mut offset = 0;
+    while start.elapsed() < limit {
+        let mut chunk: Vec<f32> = audio.iter().skip(offset).take(16000).copied().collect();
+        offset += 16000;
+        chunk.resize(16000, 0.0);
+        c.send(append_with(&chunk, extra.clone())).await;
+        all.extend(events_for(c, Duration::from_secs(1)).await);
+        if done(&all) {
+            break;
+        }
+    }
+    all
+}
+
+fn audio_of(events: &[Value], response: &str) -> Vec<f32> {
+    events
+        .iter()
+        .filter(|e| e["kind"] == "audio" && e["response_id"] == response)
+        .flat_map(|e| pcm_of(&e["audio"]))
+        .collect()
+}
+
+fn text_of(events: &[Value], response: &str) -> String {
+    events
+        .iter()
+        .filter(|e| e["kind"] == "text" && e["response_id"] == response)
+        .filter_map(|e| e["text"].as_str())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the models and the cascade libraries: ./test.sh fetches, builds and runs it"]
+async fn a_spoken_question_gets_a_spoken_answer_that_says_its_text() {
+    let server = server("");
+    let mut c = active(&server, "audio").await;
+    let question = speech("What is the capital of France?");
+    let spoken = question.len() as f32 / 16000.0;
+    let t0 = Instant::now();
+    let events = stream_until(&mut c, &question, Duration::from_secs(40), json!({}), |all| {
+        all.iter().any(|e| e["kind"] == "audio" && e["end_of_turn"] == true)
+    })
+    .await;
+    let first_audio = events.iter().position(|e| e["kind"] == "audio").expect("no spoken answer");
+    let response = events[first_audio]["response_id"].as_str().unwrap().to_string();
+    println!("first audio {:.2} s after the start ({spoken:.2} s of question)", t0.elapsed().as_secs_f32());
+    let text = text_of(&events, &response);
+    let audio = audio_of(&events, &response);
+    println!("answer: {text:?}, {:.2} s of speech", audio.len() as f32 / 24000.0);
+    assert!(events.iter().any(|e| e["kind"] == "audio" && e["end_of_turn"] == true), "the answer never ended");
+    assert!(text.to_lowercase().contains("paris"), "not an answer to the question: {text:?}");
+    assert!(audio.len() as f32 / 24000.0 > 0.5, "too little speech");
+    assert!(rms(&audio) > 0.01, "the speech is silence (rms {})", rms(&audio));
+    // The recogniser hears in the answer's audio the words of its text.
+    let heard = transcribe(&omni_gateway::audio::resample(&audio, 24000, 16000).unwrap());
+    let said = words(&text);
+    let heard_words = words(&heard);
+    let matched = said.iter().filter(|w| heard_words.contains(w)).count();
+    println!("heard back: {heard:?} ({matched}/{} words)", said.len());
+    assert!(matched * 10 >= said.len() * 6, "the speech does not say the text: {text:?} vs {heard:?}");
+    c.close_socket().await;
+    server.wait_idle();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the models and the cascade libraries: ./test.sh fetches, builds and runs it"]
+async fn speaking_over_the_answer_and_force_listen_cut_it() {
+    let server = server("max_answer_tokens = 120");
+    let mut c = active(&server, "audio").await;
+    let question = speech("Tell me a long story about a dragon and a knight.");
+    let events = stream_until(&mut c, &question, Duration::from_secs(40), json!({}), |all| {
+        all.iter().any(|e| e["kind"] == "audio")
+    })
+    .await;
+    let first = events.iter().find(|e| e["kind"] == "audio").expect("no answer to interrupt");
+    let story = first["response_id"].as_str().unwrap().to_string();
+
+    // Barge-in: the user speaks over the answer; the model stops and listens.
+    let over = speech("Wait, stop, I have another question.");
+    let mut after = Vec::new();
+    for chunk in over.chunks(16000).take(2) {
+        let mut chunk = chunk.to_vec();
+        chunk.resize(16000, 0.0);
+        c.send(append(&chunk)).await;
+        after.extend(events_for(&mut c, Duration::from_secs(1)).await);
+    }
+    after.extend(events_for(&mut c, Duration::from_secs(2)).await);
+    let listened = after.iter().position(|e| e["kind"] == "listen").expect("the model never listened");
+    assert!(
+        !after[listened..].iter().any(|e| e["response_id"] == story && e["kind"] != "listen"),
+        "the story went on after the barge-in: {after:?}"
+    );
+    // It answers what was said over it; force_listen cuts that answer too.
+    let events =
+        stream_until(&mut c, &[], Duration::from_secs(30), json!({}), |all| all.iter().any(|e| e["kind"] == "audio"))
+            .await;
+    let second = events.iter().find(|e| e["kind"] == "audio").expect("no second answer");
+    let second = second["response_id"].as_str().unwrap().to_string();
+    assert_ne!(second, story);
+    c.send(append_with(&quiet(), json!({"force_listen": true}))).await;
+    let after = events_for(&mut c, Duration::from_secs(3)).await;
+    let listened = after.iter().position(|e| e["kind"] == "listen").expect("force_listen: no listen");
+    assert!(!after[listened..].iter().any(|e| e["response_id"] == second && e["kind"] == "audio"), "{after:?}");
+    c.close_socket().await;
+    server.wait_idle();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the models and the cascade libraries: ./test.sh fetches, builds and runs it"]
+async fn chat_turns_stream_text_and_speech_and_video_is_refused() {
+    let server = server("");
+    let mut c = active(&server, "chat").await;
+    c.send(json!({"type": "input.append", "input": {
+        "messages": [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}],
+        "streaming": true, "tts": {"enabled": true}}}))
+        .await;
+    let done = c.until("response.done").await;
+    let text = done["text"].as_str().unwrap_or_default();
+    assert!(text.to_lowercase().contains("paris"), "{done}");
+    let streamed: String = c.seen.iter().filter(|e| e["kind"] == "text").filter_map(|e| e["text"].as_str()).collect();
+    assert_eq!(streamed.trim(), text.trim(), "the streamed text is not the answer");
+    let audio: Vec<f32> = c
+        .seen
+        .iter()
+        .filter(|e| e["type"] == "response.output.delta" && e["kind"] == "audio")
+        .flat_map(|e| pcm_of(&e["audio"]))
+        .chain(done.get("audio").filter(|a| a.is_string()).map(pcm_of).unwrap_or_default())
+        .collect();
+    assert!(audio.len() > 12000 && rms(&audio) > 0.01, "no spoken answer ({} samples)", audio.len());
+    // A spoken question in chat: the recogniser turns the clip into the question.
+    c.send(json!({"type": "input.append", "input": {
+        "messages": [{"role": "user", "content": [{"type": "audio", "data": b64_pcm(&speech("What is the capital of Italy?"))}]}],
+        "streaming": true}}))
+        .await;
+    let done = c.until("response.done").await;
+    assert!(done["text"].as_str().unwrap_or_default().to_lowercase().contains("rome"), "{done}");
+    c.close_socket().await;
+
+    let mut v = Client::connect(&server.url("/v1/realtime?mode=video")).await;
+    v.expect_error("service_unavailable").await;
+    server.wait_idle();
+}
+
+#[test]
+#[ignore = "needs the cascade libraries: ./test.sh builds and runs it"]
+fn a_missing_model_fails_the_worker_with_its_path() {
+    let mut server = Server::start(Setup::default().workers(cascade("llm_model = \"/nowhere/model.gguf\"")));
+    let s = server.wait_status("worker not failed", WAIT, |s| s["workers"][0]["state"] == "failed");
+    let reason = s["workers"][0]["failure"].to_string();
+    assert!(reason.contains("llm_model: no such file: /nowhere/model.gguf"), "{s}");
+    server.skip_invariants();
+}
