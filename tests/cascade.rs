@@ -2,8 +2,10 @@
 //! question (synthesised with espeak-ng) streamed in real time is answered with speech that
 //! is not silence and text that answers it; the answer's audio, transcribed back by the
 //! backend's own recogniser, says the answer's words; speaking over the answer (barge-in)
-//! and force_listen cut it; chat turns stream text and speech; video is refused; a missing
-//! model fails the worker with a reason naming the path.
+//! and force_listen cut it; chat turns stream text and speech; video is refused; a conversation
+//! past the LLM's context ends with context_full; a missing model fails the worker with a
+//! reason naming the path; and the browser page, with a fake microphone asking a question,
+//! plays the model's answer.
 //!
 //! Ignored by plain `cargo test`: it needs the models (`scripts/fetch-models.py`) and the
 //! backend's libraries built (`cargo build -p omni-cascade -p omni-asr-whisper`); `./test.sh`
@@ -274,4 +276,41 @@ fn a_missing_model_fails_the_worker_with_its_path() {
     let reason = s["workers"][0]["failure"].to_string();
     assert!(reason.contains("llm_model: no such file: /nowhere/model.gguf"), "{s}");
     server.skip_invariants();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the models and the cascade libraries: ./test.sh fetches, builds and runs it"]
+async fn a_conversation_past_the_llms_context_ends_with_context_full() {
+    let server = server("n_ctx = 512");
+    let mut c = active(&server, "chat").await;
+    let long = "Please remember these words: ".to_string() + &"apple banana cherry ".repeat(150);
+    c.send(
+        json!({"type": "input.append", "input": {"messages": [{"role": "user", "content": long}], "streaming": true}}),
+    )
+    .await;
+    c.closed().await;
+    let closed = c.seen.iter().find(|e| e["type"] == "session.closed").expect("no session.closed");
+    assert_eq!(closed["reason"], "context_full", "{:?}", c.seen);
+    server.wait_idle();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the models, the cascade libraries, chromium and chromium-driver: ./test.sh runs it"]
+async fn the_browser_page_talks_to_the_cpu_model() {
+    let server = server("");
+    let dir = tempfile::tempdir().unwrap();
+    let driver = driver();
+    let mic = microphone_speech(dir.path(), &speech("What is the capital of France?"), 12.0);
+    let b = browser(&driver, &mic).await;
+    open_client(&b, &server, "audio").await;
+    click(&b, "start").await;
+    until(&b, &server, "window.omniStats.answers >= 1", "cpu-answer").await;
+    let s = stats(&b).await;
+    assert!(s["text"].as_str().unwrap().to_lowercase().contains("paris"), "{s}");
+    assert!(s["audioScheduled"].as_i64().unwrap() > 24000, "{s}");
+    screenshot(&b, "client-cpu-model").await;
+    click(&b, "stop").await;
+    until(&b, &server, "window.omniStats.state === 'ended'", "stopped").await;
+    b.close().await.unwrap();
+    server.wait_idle();
 }

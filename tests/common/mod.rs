@@ -16,9 +16,12 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+mod browser;
 mod mock_worker;
 mod node;
 mod receiver;
+#[allow(unused_imports)]
+pub use browser::*;
 #[allow(unused_imports)]
 pub use mock_worker::*;
 #[allow(unused_imports)]
