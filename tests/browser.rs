@@ -259,6 +259,26 @@ async fn a_full_queue_and_a_lost_connection_are_told_in_plain_words() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs chromium and chromium-driver: ./test.sh runs it"]
+async fn over_https_the_page_connects_with_wss_and_gets_the_microphone() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    std::fs::write(dir.path().join("cert.pem"), cert.cert.pem()).unwrap();
+    std::fs::write(dir.path().join("key.pem"), cert.signing_key.serialize_pem()).unwrap();
+    let mut server =
+        Server::start_in(Setup::default().extra("[server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\""), dir);
+    server.skip_invariants(); // the harness reads /status over plain HTTP
+    let mic = tempfile::tempdir().unwrap();
+    let driver = driver();
+    let b = browser_with(&driver, &microphone_wav(mic.path(), &[(2.0, 5.0)]), &["--ignore-certificate-errors"]).await;
+    b.goto(&format!("https://localhost:{}/", server.addr.port())).await.unwrap();
+    assert_eq!(js(&b, "window.isSecureContext").await, true);
+    click(&b, "start").await;
+    until(&b, &server, "window.omniStats.sessionId && window.omniStats.chunksSent >= 2", "wss").await;
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_pages_are_served_from_the_binary_with_a_strict_policy() {
     // (no browser needed: runs with plain `cargo test`)
     let server = Server::ready(Setup::default());

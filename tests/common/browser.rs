@@ -104,7 +104,12 @@ pub fn microphone_speech(dir: &Path, speech: &[f32], silence_s: f32) -> PathBuf 
 }
 
 pub async fn browser(driver: &Driver, microphone: &Path) -> Browser {
-    let args = json!([
+    browser_with(driver, microphone, &[]).await
+}
+
+/// A browser with more command-line switches (`--ignore-certificate-errors`...).
+pub async fn browser_with(driver: &Driver, microphone: &Path, extra: &[&str]) -> Browser {
+    let mut args = json!([
         "--headless=new",
         "--no-sandbox",
         "--disable-gpu",
@@ -115,6 +120,9 @@ pub async fn browser(driver: &Driver, microphone: &Path) -> Browser {
         format!("--use-file-for-fake-audio-capture={}", microphone.display()),
         "--autoplay-policy=no-user-gesture-required",
     ]);
+    for a in extra {
+        args.as_array_mut().unwrap().push(json!(a));
+    }
     // (rustls with two providers compiled in needs one chosen; chromedriver itself is plain HTTP)
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut caps = serde_json::Map::new();
