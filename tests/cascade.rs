@@ -314,3 +314,72 @@ async fn the_browser_page_talks_to_the_cpu_model() {
     b.close().await.unwrap();
     server.wait_idle();
 }
+
+/// Through the ABI alone (the gateway's loader, no server): what `info` says, and `interrupt`
+/// from another thread cutting an answer in flight short.
+#[test]
+#[ignore = "needs the models and the cascade libraries: ./test.sh fetches, builds and runs it"]
+fn info_tells_the_truth_and_interrupt_cuts_an_answer_from_another_thread() {
+    use omni_actors::backend::{Backend, BackendError};
+    use omni_actors::domain::{ChatMessage, Role, SessionKind, SessionSetup, TurnInput};
+    use omni_gateway::backend::BackendApi;
+
+    let _ = models();
+    let api = BackendApi::load(&libraries().join("libomni_cascade.so")).expect("load the cascade");
+    let options =
+        vec![("temperature".to_string(), "0".to_string()), ("max_answer_tokens".to_string(), "400".to_string())];
+    let mut b = api.open(&options).expect("open");
+    let info = b.info();
+    assert_eq!(info.name, "omni-cascade");
+    assert!(info.duplex && info.turn && info.speech_output && info.transcripts, "{info:?}");
+    assert!(!info.vision, "it has no vision");
+    assert_eq!((info.input_sample_rate, info.output_sample_rate, info.context_size), (16000, 24000, 4096));
+
+    b.prepare(&SessionSetup::new(SessionKind::Turn)).unwrap();
+    let ask = |text: &str| TurnInput {
+        messages: vec![ChatMessage::text(Role::User, text)],
+        speech: true,
+        ..TurnInput::default()
+    };
+    b.turn_prefill(&ask("Count from one to two hundred, in words, separated by commas.")).unwrap();
+    let first = b.turn_generate().unwrap();
+    assert!(!first.done && !first.audio.is_empty(), "{first:?}");
+    let control = b.control();
+    let interrupter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        control.interrupt();
+        Instant::now()
+    });
+    let result = loop {
+        match b.turn_generate() {
+            Ok(piece) if !piece.done => continue,
+            other => break other,
+        }
+    };
+    let interrupted_at = interrupter.join().unwrap();
+    // (the answer has 200 numbers to say: without the interrupt it would end with done)
+    assert!(matches!(result, Err(BackendError::Interrupted)), "{result:?}");
+    println!("the answer stopped {:?} after the interrupt", interrupted_at.elapsed());
+    // The handle goes on: the next question is answered.
+    b.turn_prefill(&TurnInput { continues: true, ..ask("Reply with one word: what color is grass?") }).unwrap();
+    let mut text = String::new();
+    loop {
+        let p = b.turn_generate().unwrap();
+        text.push_str(&p.text);
+        if p.done {
+            break;
+        }
+    }
+    assert!(text.to_lowercase().contains("green"), "{text}");
+    // Images are refused: no vision.
+    let image = TurnInput {
+        messages: vec![ChatMessage {
+            role: Role::User,
+            text: "What is this?".into(),
+            images: vec![vec![0xFF, 0xD8, 0xFF]],
+            audios: vec![],
+        }],
+        ..TurnInput::default()
+    };
+    assert!(matches!(b.turn_prefill(&image), Err(BackendError::Unsupported(_))));
+}
