@@ -36,6 +36,14 @@ async fn an_audio_session_in_the_browser_streams_the_microphone_and_plays_the_an
     until(&b, &server, "window.omniStats.sessionId", "created").await;
     until(&b, &server, "window.omniStats.chunksSent >= 3", "streaming").await;
     screenshot(&b, "client-listening").await;
+    // The microphone's raw signal (no echo cancellation, noise suppression or gain control
+    // unless switched on), a level meter that moves, and the devices listed.
+    let settings = js(&b, "window.omniStats.audioSettings").await;
+    assert_eq!(settings["echoCancellation"], false, "{settings}");
+    assert_eq!(settings["autoGainControl"], false, "{settings}");
+    until(&b, &server, "document.getElementById('level').value > 0.05", "level").await;
+    let mics = js(&b, "document.getElementById('mic').options.length").await;
+    assert!(mics.as_i64().unwrap() >= 2, "no microphone listed beside Default: {mics}");
     // The tone was heard as speech: the model answers with text and audio, scheduled to play.
     until(
         &b,
@@ -256,6 +264,57 @@ async fn a_full_queue_and_a_lost_connection_are_told_in_plain_words() {
     assert_eq!(js(&b, "document.getElementById('detail').textContent").await, "The connection to the server was lost.");
     screenshot(&b, "client-lost").await;
     b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs chromium and chromium-driver: ./test.sh runs it"]
+async fn a_refused_microphone_and_the_time_limit_are_told_in_plain_words() {
+    let server = Server::ready(Setup::default().limits("audio_session_s = 3"));
+    let dir = tempfile::tempdir().unwrap();
+    let driver = driver();
+    let mic = microphone_wav(dir.path(), &[(0.5, 3.0)]);
+    let b = browser_with(&driver, &mic, &["--deny-permission-prompts"]).await;
+    open_client(&b, &server, "audio").await;
+    click(&b, "start").await;
+    until(&b, &server, "window.omniStats.state === 'ended'", "denied").await;
+    let detail = js(&b, "document.getElementById('detail').textContent").await;
+    assert!(detail.as_str().unwrap().starts_with("Permission to use the microphone was denied"), "{detail}");
+    screenshot(&b, "client-denied").await;
+    b.close().await.unwrap();
+
+    let b = browser(&driver, &mic).await;
+    open_client(&b, &server, "audio").await;
+    click(&b, "start").await;
+    until(&b, &server, "window.omniStats.endReason", "time limit").await;
+    until(&b, &server, "window.omniStats.state === 'ended'", "ended").await;
+    assert_eq!(js(&b, "window.omniStats.endReason").await, "timeout");
+    assert_eq!(js(&b, "document.getElementById('detail').textContent").await, "The session reached its time limit.");
+    b.close().await.unwrap();
+    server.wait_idle();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs chromium and chromium-driver: ./test.sh runs it"]
+async fn the_console_cancels_a_waiting_clients_ticket() {
+    let server = Server::ready(Setup::default());
+    let busy = active(&server, "audio").await;
+    let mut waiting = Client::connect(&server.url("/v1/realtime?mode=audio")).await;
+    let ticket = waiting.expect("session.queued").await["ticket_id"].as_str().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let driver = driver();
+    let b = browser(&driver, &microphone_wav(dir.path(), &[(0.5, 3.0)])).await;
+    b.goto(&format!("http://{}/console", server.addr)).await.unwrap();
+    let row = until(&b, &server, "document.querySelector('#queue tbody').textContent", "ticket listed").await;
+    assert!(row.as_str().unwrap().contains(&ticket), "{row}");
+    screenshot(&b, "console-queue").await;
+    b.find(Locator::Css("#queue tbody button")).await.unwrap().click().await.unwrap();
+    waiting.until("session.closed").await;
+    let closed = waiting.seen.iter().find(|e| e["type"] == "session.closed").unwrap().clone();
+    assert_eq!(closed["reason"], "cancelled", "{closed}");
+    until(&b, &server, "document.querySelector('#queue tbody').children.length === 0", "queue empty").await;
+    b.close().await.unwrap();
+    busy.close_socket().await;
+    server.wait_idle();
 }
 
 #[tokio::test(flavor = "multi_thread")]

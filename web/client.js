@@ -205,6 +205,8 @@ async function startCapture(withVideo) {
   ctx.createMediaStreamSource(stream).connect(node).connect(silent).connect(ctx.destination);
   if (withVideo) $('preview').srcObject = stream;
   capture = { stream, ctx };
+  const track = stream.getAudioTracks()[0];
+  stats.audioSettings = track && track.getSettings ? track.getSettings() : null;
   listDevices();
 }
 

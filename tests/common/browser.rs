@@ -115,11 +115,14 @@ pub async fn browser_with(driver: &Driver, microphone: &Path, extra: &[&str]) ->
         "--disable-gpu",
         "--disable-dev-shm-usage",
         "--window-size=1280,1000",
-        "--use-fake-ui-for-media-stream",
         "--use-fake-device-for-media-stream",
         format!("--use-file-for-fake-audio-capture={}", microphone.display()),
         "--autoplay-policy=no-user-gesture-required",
     ]);
+    // The permission prompt is answered yes, unless the test asks for a no.
+    if !extra.contains(&"--deny-permission-prompts") {
+        args.as_array_mut().unwrap().push(json!("--use-fake-ui-for-media-stream"));
+    }
     for a in extra {
         args.as_array_mut().unwrap().push(json!(a));
     }
