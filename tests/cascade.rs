@@ -37,11 +37,12 @@ fn libraries() -> PathBuf {
     dir
 }
 
-/// One cascade worker serving audio and chat, greedy decoding (the same answer every run).
+/// One cascade worker, greedy decoding (the same answer every run). No `modes`: the gateway
+/// itself takes video off, as the backend reports no vision.
 fn cascade(options: &str) -> String {
     format!(
         "[[workers]]\nname = \"cpu\"\nbackend = \"library\"\nlibrary = \"{}\"\nisolation = \"process\"\n\
-         modes = [\"audio\", \"chat\"]\n[workers.options]\ntemperature = 0\n{}{options}\n",
+         [workers.options]\ntemperature = 0\n{}{options}\n",
         libraries().join("libomni_cascade.so").display(),
         if options.contains("max_answer_tokens") { "" } else { "max_answer_tokens = 40\n" }
     )

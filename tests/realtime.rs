@@ -515,3 +515,16 @@ async fn the_first_estimate_is_the_typical_session_not_the_time_limit() {
     assert!((40.0..=45.0).contains(&eta), "a typical chat session (45 s), not the 600 s limit: {eta}");
     assert!(server.logs().contains("recording is off ([recording] enabled = false)"), "the start says so");
 }
+
+#[tokio::test]
+async fn a_worker_whose_backend_has_no_vision_serves_no_video() {
+    // The reference backend with vision = 0 says so in info(); the configured modes (all
+    // three by default) lose video when it opens.
+    let server = Server::ready(Setup::default().workers(workers(1, "vision = 0")));
+    assert_eq!(server.status()["workers"][0]["modes"], json!(["chat", "audio"]));
+    server.wait_log("its backend has no vision, so it serves no video", WAIT);
+    let mut v = Client::connect(&server.url("/v1/realtime?mode=video")).await;
+    v.expect_error("service_unavailable").await;
+    active(&server, "audio").await.close_socket().await;
+    server.wait_idle();
+}

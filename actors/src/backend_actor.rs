@@ -479,12 +479,19 @@ impl Handler<OpenedMsg> for BackendActor {
                     }));
                 }
                 let process_id = control.process_id();
+                let vision = info.vision;
                 self.control = Some(control_thread);
                 self.backend_control = Some(control);
                 self.info = Some(info);
                 self.policy.opened();
                 let addr = ctx.address();
-                self.event(|worker, generation| WorkerEvent::Opened { worker, generation, backend: addr, process_id });
+                self.event(|worker, generation| WorkerEvent::Opened {
+                    worker,
+                    generation,
+                    backend: addr,
+                    process_id,
+                    vision,
+                });
             }
             Err(e) => {
                 let reason = e.to_string();

@@ -146,6 +146,11 @@ impl PoolState {
     }
 
     /// The process hosting its backend (none: a thread of the gateway).
+    /// The modes it serves, narrowed to what its backend can do.
+    pub fn set_modes(&mut self, id: WorkerId, modes: Vec<Mode>) {
+        self.workers[id].modes = modes;
+    }
+
     pub fn set_process(&mut self, id: WorkerId, pid: Option<u32>) {
         self.workers[id].process_id = pid;
     }

@@ -13,7 +13,7 @@ use crate::metrics::metrics;
 use crate::pool::{PoolState, PoolWorker, WorkerState};
 use crate::queue::WorkerId;
 use crate::queue_actor::{
-    QueueActor, SessionFinished, WorkerDown, WorkerIdle, WorkerJoined, WorkerLink, WorkerStarting,
+    QueueActor, SessionFinished, WorkerDown, WorkerIdle, WorkerJoined, WorkerLink, WorkerModes, WorkerStarting,
 };
 use crate::worker_thread::BackendFactory;
 
@@ -43,6 +43,8 @@ pub enum WorkerEvent {
         generation: u64,
         backend: Addr<BackendActor>,
         process_id: Option<u32>,
+        /// The backend accepts video frames (`info().vision`): without, the worker serves no video.
+        vision: bool,
     },
     /// `transient`: the backend is out of reach for now (a node that is down), not broken:
     /// clients waiting for its modes keep waiting.
@@ -226,10 +228,20 @@ impl WorkerPoolActor {
     fn apply(&mut self, event: WorkerEvent, ctx: &mut Context<Self>) {
         let now = Instant::now();
         match event {
-            WorkerEvent::Opened { worker, generation, backend, process_id } => {
+            WorkerEvent::Opened { worker, generation, backend, process_id, vision } => {
                 if self.state.opened(worker, generation) {
                     self.state.set_process(worker, process_id);
                     let name = self.setups[worker].name.clone();
+                    if !vision && self.state.worker(worker).modes.contains(&Mode::Video) {
+                        let modes: Vec<Mode> =
+                            self.state.worker(worker).modes.iter().copied().filter(|m| *m != Mode::Video).collect();
+                        log::warn!(
+                            "worker {name}: its backend has no vision, so it serves no video (modes now: {})",
+                            modes.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
+                        );
+                        self.state.set_modes(worker, modes.clone());
+                        self.queue.do_send(WorkerModes { worker, modes });
+                    }
                     self.queue.do_send(WorkerIdle { link: WorkerLink { id: worker, name, backend } });
                 }
             }

@@ -280,6 +280,30 @@ impl QueueState {
         orphaned.into_iter().map(|w| w.ticket).collect()
     }
 
+    /// The worker's backend serves fewer modes than it was configured for (a backend
+    /// without vision serves no video): it keeps only `modes`. Returns the waiting tickets
+    /// that no worker can serve any more; they are removed from the queue.
+    pub fn narrow(&mut self, worker: WorkerId, modes: ModeSet) -> Vec<TicketId> {
+        self.sim = None;
+        let slot = &mut self.workers[worker];
+        let kept = ModeSet(slot.modes.0 & modes.0);
+        if slot.state != Availability::Failed {
+            for m in Mode::ALL {
+                if slot.modes.contains(m) && !kept.contains(m) {
+                    self.capable[m.index()] -= 1;
+                }
+            }
+        }
+        if self.idle.remove(&(slot.modes.len(), worker)) {
+            self.idle.insert((kept.len(), worker));
+        }
+        slot.modes = kept;
+        let (keep, orphaned): (VecDeque<Waiting>, VecDeque<Waiting>) =
+            self.waiting.drain(..).partition(|w| self.capable[w.mode.index()] > 0);
+        self.waiting = keep;
+        orphaned.into_iter().map(|w| w.ticket).collect()
+    }
+
     /// A session of `mode` lasted `length`: it feeds the ETA's moving average.
     pub fn session_finished(&mut self, mode: Mode, length: Duration) {
         let avg = &mut self.average_s[mode.index()];
@@ -525,6 +549,23 @@ mod tests {
         let mut q = queue(&[ModeSet::of(&[Mode::Chat])], 10);
         assert_eq!(q.join(Mode::Video, t), JoinOutcome::Unavailable);
         assert!(matches!(q.join(Mode::Chat, t), JoinOutcome::Waiting(_)), "a starting worker will serve");
+    }
+
+    #[test]
+    fn a_worker_narrowed_to_fewer_modes_no_longer_serves_the_others() {
+        let t = Instant::now();
+        let mut q = queue(&[ALL, ALL], 10);
+        let video = waiting(q.join(Mode::Video, t)).ticket;
+        let audio = waiting(q.join(Mode::Audio, t)).ticket;
+        // One worker has no vision: the video client still has the other worker.
+        assert!(q.narrow(0, ModeSet::of(&[Mode::Audio, Mode::Chat])).is_empty());
+        assert!(q.serves(Mode::Video));
+        assert_eq!(q.worker_idle(0, t).map(|a| a.ticket), Some(audio), "it skips the video ticket");
+        // The other one has none either: nobody serves video, and its client is let go.
+        assert_eq!(q.narrow(1, ModeSet::of(&[Mode::Audio, Mode::Chat])), vec![video]);
+        assert!(!q.serves(Mode::Video) && q.serves(Mode::Audio) && q.serves(Mode::Chat));
+        assert!(matches!(q.join(Mode::Video, t), JoinOutcome::Unavailable));
+        assert!(matches!(q.join(Mode::Chat, t), JoinOutcome::Waiting(_)), "chat still waits for them");
     }
 
     #[test]

@@ -89,6 +89,15 @@ pub struct WorkerDown {
     pub worker: WorkerId,
 }
 
+/// A worker's backend serves only `modes` of those it was configured for (it reported no
+/// vision: no video).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct WorkerModes {
+    pub worker: WorkerId,
+    pub modes: Vec<Mode>,
+}
+
 /// A worker joined the pool after start (a node's); `worker` is the id the pool gave it.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -335,6 +344,24 @@ impl Handler<WorkerDown> for QueueActor {
             if let Some(w) = self.forget(ticket) {
                 w.notify.do_send(QueueNotice::Rejected(ProtocolError::ServiceUnavailable(
                     "every worker able to serve this mode has failed".into(),
+                )));
+            }
+        }
+        self.moved_from(0, ctx);
+    }
+}
+
+impl Handler<WorkerModes> for QueueActor {
+    type Result = ();
+    fn handle(&mut self, msg: WorkerModes, ctx: &mut Context<Self>) {
+        let orphaned = self.state.narrow(msg.worker, ModeSet::of(&msg.modes));
+        if orphaned.is_empty() {
+            return;
+        }
+        for ticket in orphaned {
+            if let Some(w) = self.forget(ticket) {
+                w.notify.do_send(QueueNotice::Rejected(ProtocolError::ServiceUnavailable(
+                    "no worker can serve this mode: the backends have no vision".into(),
                 )));
             }
         }

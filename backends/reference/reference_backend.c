@@ -84,6 +84,7 @@ struct options {
     long fail_at_step, hang_at_step, hang_ms, abort_at_step, segv_at_step;
     long open_ms, interrupt_hang_ms;
     long revision;
+    long vision;
 };
 
 /* The generation settings this backend applies (reported by info). */
@@ -240,12 +241,12 @@ static omni_status parse_options(struct options *opt, const omni_option *options
     static const char *names[] = {"vad_threshold", "speech_min_ms", "reply_steps",  "n_ctx",
                                   "step_ms",       "token_ms",      "fail_at_step", "hang_at_step",
                                   "hang_ms",       "abort_at_step", "segv_at_step", "open_ms",
-                                  "interrupt_hang_ms", "revision"};
+                                  "interrupt_hang_ms", "revision", "vision"};
     long *ints[] = {NULL,           &opt->speech_min_ms, &opt->reply_steps,  &opt->n_ctx,
                     &opt->step_ms,  &opt->token_ms,      &opt->fail_at_step, &opt->hang_at_step,
                     &opt->hang_ms,  &opt->abort_at_step, &opt->segv_at_step, &opt->open_ms,
-                    &opt->interrupt_hang_ms, &opt->revision};
-    *opt = (struct options){0.02, 500, 3, 8192, 0, 0, 0, 0, 60000, 0, 0, 0, 0, 1};
+                    &opt->interrupt_hang_ms, &opt->revision, &opt->vision};
+    *opt = (struct options){0.02, 500, 3, 8192, 0, 0, 0, 0, 60000, 0, 0, 0, 0, 1, 1};
     if (n > 0 && !options) {
         snprintf(err, cap, "options is NULL with n_options %zu", n);
         return OMNI_ERR_INVALID_ARGUMENT;
@@ -261,7 +262,7 @@ static omni_status parse_options(struct options *opt, const omni_option *options
         if (k == sizeof names / sizeof names[0]) {
             snprintf(err, cap, "unknown option '%.*s' (known: vad_threshold, speech_min_ms, reply_steps, n_ctx, "
                      "step_ms, token_ms, fail_at_step, hang_at_step, hang_ms, abort_at_step, segv_at_step, "
-                     "open_ms, interrupt_hang_ms, revision)",
+                     "open_ms, interrupt_hang_ms, revision, vision)",
                      (int)(o->key.len > 64 ? 64 : o->key.len), o->key.ptr ? o->key.ptr : "");
             return OMNI_ERR_OPEN_FAILED;
         }
@@ -284,6 +285,10 @@ static omni_status parse_options(struct options *opt, const omni_option *options
     }
     if (opt->revision > 1) {
         snprintf(err, cap, "option revision: 0 (a 1.0 backend) or 1");
+        return OMNI_ERR_OPEN_FAILED;
+    }
+    if (opt->vision > 1) {
+        snprintf(err, cap, "option vision: 0 (no vision: frames and images refused) or 1");
         return OMNI_ERR_OPEN_FAILED;
     }
     return OMNI_OK;
@@ -382,7 +387,7 @@ static omni_status ref_info(omni_backend *b, omni_backend_info *out) {
     if (out->struct_size < MIN_SIZE(omni_backend_info, name))
         return fail(b, OMNI_ERR_INVALID_ARGUMENT, "info: struct_size %u is smaller than version 1 (%u)",
                     out->struct_size, MIN_SIZE(omni_backend_info, name));
-    out->capabilities = OMNI_CAP_VISION | OMNI_CAP_SPEECH_OUTPUT | OMNI_CAP_DUPLEX | OMNI_CAP_TURN;
+    out->capabilities = (b->opt.vision ? OMNI_CAP_VISION : 0u) | OMNI_CAP_SPEECH_OUTPUT | OMNI_CAP_DUPLEX | OMNI_CAP_TURN;
     if (b->opt.revision >= 1 && out->struct_size >= MIN_SIZE(omni_backend_info, settings)) {
         out->capabilities |= OMNI_CAP_TRANSCRIPTS | OMNI_CAP_TOKEN_DETAILS;
         out->abi_revision = OMNI_BACKEND_ABI_REVISION;
@@ -504,6 +509,9 @@ static omni_status ref_duplex_prefill(omni_backend *b, const omni_duplex_input *
         return fail(b, OMNI_ERR_BAD_STATE, "duplex_prefill: the previous step was not finalized");
     if (!in->audio.ptr || in->audio.len == 0)
         return fail(b, OMNI_ERR_INVALID_ARGUMENT, "duplex_prefill: audio is empty");
+    if (in->n_frames > 0 && !b->opt.vision)
+        return fail(b, OMNI_ERR_UNSUPPORTED, "duplex_prefill: no vision (option vision = 0): %zu frames refused",
+                    in->n_frames);
     if (in->n_frames > 0 && !in->frames)
         return fail(b, OMNI_ERR_INVALID_ARGUMENT, "duplex_prefill: frames is NULL with n_frames %zu", in->n_frames);
     for (size_t i = 0; i < in->n_frames; i++)
@@ -735,6 +743,8 @@ static omni_status ref_turn_prefill(omni_backend *b, const omni_turn_input *in) 
             return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: message %zu: unknown role %u", i, m->role);
         if (!str_ok(m->text) || (m->n_images && !m->images) || (m->n_audios && !m->audios))
             return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: message %zu: NULL buffer", i);
+        if (m->n_images > 0 && !b->opt.vision)
+            return fail(b, OMNI_ERR_UNSUPPORTED, "turn_prefill: no vision (option vision = 0): images refused");
         tokens += count_words(m->text.ptr, m->text.len) + m->n_images * frame_tokens(slices);
         for (size_t k = 0; k < m->n_images; k++)
             if (!m->images[k].ptr || m->images[k].len == 0)
