@@ -230,8 +230,10 @@ async fn a_browser_in_the_queue_sees_its_position_fall() {
     until(&b, &server, "window.omniStats.positions.includes(1)", "position 1").await;
     busy.close_socket().await;
     until(&b, &server, "window.omniStats.sessionId", "served").await;
-    let positions = js(&b, "window.omniStats.positions").await;
-    assert_eq!(positions, json!([2, 1]), "positions went up or repeated");
+    // Updates may repeat a position (the expected wait changed); a position never rises.
+    let positions: Vec<i64> = serde_json::from_value(js(&b, "window.omniStats.positions").await).unwrap();
+    assert!(positions.windows(2).all(|w| w[1] <= w[0]), "a position went up: {positions:?}");
+    assert_eq!((positions.first(), positions.last()), (Some(&2), Some(&1)), "{positions:?}");
     click(&b, "stop").await;
     until(&b, &server, "window.omniStats.state === 'ended'", "stopped").await;
     b.close().await.unwrap();
