@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::*;
 use fantoccini::Locator;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs chromium and chromium-driver: ./test.sh runs it"]
