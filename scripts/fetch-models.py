@@ -221,6 +221,25 @@ def convert_whisper(model_dir, dest):
             dims = [b - a] + dims[1:]
         tensors.append((name, shape or dims, f32 or len(dims) < 2, raw))
 
+    def self_attention(p, q, d):
+        """A block's self-attention: CTranslate2 fuses query, key and value (the key has no bias)."""
+        for part, rows in (("query", (0, d)), ("key", (d, 2 * d)), ("value", (2 * d, 3 * d))):
+            add(q + f"attn.{part}.weight", p + "self_attention/linear_0/weight", rows)
+            if part != "key":
+                add(q + f"attn.{part}.bias", p + "self_attention/linear_0/bias", rows)
+        add(q + "attn.out.weight", p + "self_attention/linear_1/weight")
+        add(q + "attn.out.bias", p + "self_attention/linear_1/bias")
+        add(q + "attn_ln.weight", p + "self_attention/layer_norm/gamma")
+        add(q + "attn_ln.bias", p + "self_attention/layer_norm/beta")
+
+    def mlp(p, q):
+        add(q + "mlp_ln.weight", p + "ffn/layer_norm/gamma")
+        add(q + "mlp_ln.bias", p + "ffn/layer_norm/beta")
+        add(q + "mlp.0.weight", p + "ffn/linear_0/weight")
+        add(q + "mlp.0.bias", p + "ffn/linear_0/bias")
+        add(q + "mlp.2.weight", p + "ffn/linear_1/weight")
+        add(q + "mlp.2.bias", p + "ffn/linear_1/bias")
+
     add("encoder.positional_embedding", "encoder/position_encodings/encodings", f32=True)
     for i in (1, 2):
         add(f"encoder.conv{i}.weight", f"encoder/conv{i}/weight")
@@ -228,20 +247,8 @@ def convert_whisper(model_dir, dest):
     d = n_audio_state
     for i in range(enc_layers):
         p, q = f"encoder/layer_{i}/", f"encoder.blocks.{i}."
-        for part, rows in (("query", (0, d)), ("key", (d, 2 * d)), ("value", (2 * d, 3 * d))):
-            add(q + f"attn.{part}.weight", p + "self_attention/linear_0/weight", rows)
-            if part != "key":
-                add(q + f"attn.{part}.bias", p + "self_attention/linear_0/bias", rows)
-        add(q + "attn.out.weight", p + "self_attention/linear_1/weight")
-        add(q + "attn.out.bias", p + "self_attention/linear_1/bias")
-        add(q + "attn_ln.weight", p + "self_attention/layer_norm/gamma")
-        add(q + "attn_ln.bias", p + "self_attention/layer_norm/beta")
-        add(q + "mlp_ln.weight", p + "ffn/layer_norm/gamma")
-        add(q + "mlp_ln.bias", p + "ffn/layer_norm/beta")
-        add(q + "mlp.0.weight", p + "ffn/linear_0/weight")
-        add(q + "mlp.0.bias", p + "ffn/linear_0/bias")
-        add(q + "mlp.2.weight", p + "ffn/linear_1/weight")
-        add(q + "mlp.2.bias", p + "ffn/linear_1/bias")
+        self_attention(p, q, d)
+        mlp(p, q)
     add("encoder.ln_post.weight", "encoder/layer_norm/gamma")
     add("encoder.ln_post.bias", "encoder/layer_norm/beta")
     add("decoder.positional_embedding", "decoder/position_encodings/encodings", f32=True)
@@ -249,14 +256,7 @@ def convert_whisper(model_dir, dest):
     d = n_text_state
     for i in range(dec_layers):
         p, q = f"decoder/layer_{i}/", f"decoder.blocks.{i}."
-        for part, rows in (("query", (0, d)), ("key", (d, 2 * d)), ("value", (2 * d, 3 * d))):
-            add(q + f"attn.{part}.weight", p + "self_attention/linear_0/weight", rows)
-            if part != "key":
-                add(q + f"attn.{part}.bias", p + "self_attention/linear_0/bias", rows)
-        add(q + "attn.out.weight", p + "self_attention/linear_1/weight")
-        add(q + "attn.out.bias", p + "self_attention/linear_1/bias")
-        add(q + "attn_ln.weight", p + "self_attention/layer_norm/gamma")
-        add(q + "attn_ln.bias", p + "self_attention/layer_norm/beta")
+        self_attention(p, q, d)
         add(q + "cross_attn.query.weight", p + "attention/linear_0/weight")
         add(q + "cross_attn.query.bias", p + "attention/linear_0/bias")
         add(q + "cross_attn.key.weight", p + "attention/linear_1/weight", (0, d))
@@ -266,12 +266,7 @@ def convert_whisper(model_dir, dest):
         add(q + "cross_attn.out.bias", p + "attention/linear_2/bias")
         add(q + "cross_attn_ln.weight", p + "attention/layer_norm/gamma")
         add(q + "cross_attn_ln.bias", p + "attention/layer_norm/beta")
-        add(q + "mlp_ln.weight", p + "ffn/layer_norm/gamma")
-        add(q + "mlp_ln.bias", p + "ffn/layer_norm/beta")
-        add(q + "mlp.0.weight", p + "ffn/linear_0/weight")
-        add(q + "mlp.0.bias", p + "ffn/linear_0/bias")
-        add(q + "mlp.2.weight", p + "ffn/linear_1/weight")
-        add(q + "mlp.2.bias", p + "ffn/linear_1/bias")
+        mlp(p, q)
     add("decoder.ln.weight", "decoder/layer_norm/gamma")
     add("decoder.ln.bias", "decoder/layer_norm/beta")
 

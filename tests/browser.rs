@@ -323,9 +323,7 @@ async fn the_console_cancels_a_waiting_clients_ticket() {
 #[ignore = "needs chromium and chromium-driver: ./test.sh runs it"]
 async fn over_https_the_page_connects_with_wss_and_gets_the_microphone() {
     let dir = tempfile::tempdir().unwrap();
-    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-    std::fs::write(dir.path().join("cert.pem"), cert.cert.pem()).unwrap();
-    std::fs::write(dir.path().join("key.pem"), cert.signing_key.serialize_pem()).unwrap();
+    localhost_certificate(dir.path(), "cert.pem", "key.pem");
     let mut server =
         Server::start_in(Setup::default().extra("[server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\""), dir);
     server.skip_invariants(); // the harness reads /status over plain HTTP

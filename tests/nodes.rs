@@ -211,9 +211,7 @@ async fn a_hung_step_on_the_node_is_ended_by_the_watchdog() {
 #[tokio::test]
 async fn the_link_can_be_tls() {
     let dir = tempfile::tempdir().unwrap();
-    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-    std::fs::write(dir.path().join("node.pem"), cert.cert.pem()).unwrap();
-    std::fs::write(dir.path().join("node.key"), cert.signing_key.serialize_pem()).unwrap();
+    localhost_certificate(dir.path(), "node.pem", "node.key");
     let tls = format!(
         "[node.tls]\ncert = \"{}\"\nkey = \"{}\"",
         dir.path().join("node.pem").display(),

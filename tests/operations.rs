@@ -403,9 +403,7 @@ async fn a_disallowed_origin_gets_403() {
 #[tokio::test]
 async fn tls_serves_wss_with_a_certificate_made_by_the_test() {
     let dir = tempfile::tempdir().unwrap();
-    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-    std::fs::write(dir.path().join("cert.pem"), cert.cert.pem()).unwrap();
-    std::fs::write(dir.path().join("key.pem"), cert.signing_key.serialize_pem()).unwrap();
+    let cert = localhost_certificate(dir.path(), "cert.pem", "key.pem");
     let mut server =
         Server::start_in(Setup::default().extra("[server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\""), dir);
     server.skip_invariants(); // the harness reads /status over plain HTTP

@@ -274,6 +274,11 @@ impl QueueState {
     /// that no worker can serve any more; they are removed from the queue.
     pub fn worker_failed(&mut self, worker: WorkerId) -> Vec<TicketId> {
         self.set_state(worker, Availability::Failed);
+        self.drop_unservable()
+    }
+
+    /// Removes and returns the waiting tickets of modes no worker can serve any more.
+    fn drop_unservable(&mut self) -> Vec<TicketId> {
         let (keep, orphaned): (VecDeque<Waiting>, VecDeque<Waiting>) =
             self.waiting.drain(..).partition(|w| self.capable[w.mode.index()] > 0);
         self.waiting = keep;
@@ -298,10 +303,7 @@ impl QueueState {
             self.idle.insert((kept.len(), worker));
         }
         slot.modes = kept;
-        let (keep, orphaned): (VecDeque<Waiting>, VecDeque<Waiting>) =
-            self.waiting.drain(..).partition(|w| self.capable[w.mode.index()] > 0);
-        self.waiting = keep;
-        orphaned.into_iter().map(|w| w.ticket).collect()
+        self.drop_unservable()
     }
 
     /// A session of `mode` lasted `length`: it feeds the ETA's moving average.

@@ -337,17 +337,7 @@ impl Handler<WorkerDown> for QueueActor {
     fn handle(&mut self, msg: WorkerDown, ctx: &mut Context<Self>) {
         self.links[msg.worker] = None;
         let orphaned = self.state.worker_failed(msg.worker);
-        if orphaned.is_empty() {
-            return;
-        }
-        for ticket in orphaned {
-            if let Some(w) = self.forget(ticket) {
-                w.notify.do_send(QueueNotice::Rejected(ProtocolError::ServiceUnavailable(
-                    "every worker able to serve this mode has failed".into(),
-                )));
-            }
-        }
-        self.moved_from(0, ctx);
+        self.reject(orphaned, "every worker able to serve this mode has failed", ctx);
     }
 }
 
@@ -355,14 +345,20 @@ impl Handler<WorkerModes> for QueueActor {
     type Result = ();
     fn handle(&mut self, msg: WorkerModes, ctx: &mut Context<Self>) {
         let orphaned = self.state.narrow(msg.worker, ModeSet::of(&msg.modes));
+        self.reject(orphaned, "no worker can serve this mode: the backends have no vision", ctx);
+    }
+}
+
+impl QueueActor {
+    /// Tells the waiting clients no worker can serve any more why, and the others their new
+    /// positions.
+    fn reject(&mut self, orphaned: Vec<TicketId>, why: &str, ctx: &mut Context<Self>) {
         if orphaned.is_empty() {
             return;
         }
         for ticket in orphaned {
             if let Some(w) = self.forget(ticket) {
-                w.notify.do_send(QueueNotice::Rejected(ProtocolError::ServiceUnavailable(
-                    "no worker can serve this mode: the backends have no vision".into(),
-                )));
+                w.notify.do_send(QueueNotice::Rejected(ProtocolError::ServiceUnavailable(why.into())));
             }
         }
         self.moved_from(0, ctx);

@@ -636,3 +636,11 @@ pub async fn answer_to(c: &mut Client, input_id: &str) -> Vec<Value> {
         }
     }
 }
+
+/// A self-signed certificate for `localhost`, written to `cert`/`key` (PEM) in `dir`.
+pub fn localhost_certificate(dir: &std::path::Path, cert: &str, key: &str) -> rcgen::CertifiedKey<rcgen::KeyPair> {
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    std::fs::write(dir.join(cert), made.cert.pem()).unwrap();
+    std::fs::write(dir.join(key), made.signing_key.serialize_pem()).unwrap();
+    made
+}

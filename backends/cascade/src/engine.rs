@@ -368,11 +368,36 @@ impl Engine {
         }
     }
 
+    /// The answer in progress.
+    fn answer(&mut self) -> Result<&mut Answer, Error> {
+        self.answer.as_mut().ok_or_else(|| Error::BadState("no answer in progress".into()))
+    }
+
+    /// One more token of the answer (or its end: the model's end of turn or the token limit).
+    fn pull(&mut self) -> Result<(), Error> {
+        let answer = self.answer()?;
+        if answer.tokens >= answer.limit {
+            answer.done = true;
+            return Ok(());
+        }
+        let next = self.llm.next();
+        self.sync_kv();
+        let answer = self.answer()?;
+        match next? {
+            None => answer.done = true,
+            Some(piece) => {
+                answer.text.push_str(&piece);
+                answer.tokens += 1;
+            }
+        }
+        Ok(())
+    }
+
     /// The next clause of the answer in progress, with its speech.
     fn next_piece(&mut self) -> Result<Piece, Error> {
         let clause;
         loop {
-            let answer = self.answer.as_mut().ok_or_else(|| Error::BadState("no answer in progress".into()))?;
+            let answer = self.answer()?;
             if let Some(end) = clause_end(&answer.text) {
                 clause = answer.text[..end].to_string();
                 answer.text.drain(..end);
@@ -386,39 +411,15 @@ impl Engine {
                 self.cut_answer();
                 return Err(Error::Interrupted);
             }
-            let answer = self.answer.as_mut().ok_or_else(|| Error::BadState("no answer in progress".into()))?;
-            if answer.tokens >= answer.limit {
-                answer.done = true;
-                continue;
-            }
-            let next = self.llm.next();
-            self.sync_kv();
-            let answer = self.answer.as_mut().ok_or_else(|| Error::BadState("no answer in progress".into()))?;
-            match next? {
-                None => answer.done = true,
-                Some(piece) => {
-                    answer.text.push_str(&piece);
-                    answer.tokens += 1;
-                }
-            }
+            self.pull()?;
         }
         // Look ahead to the next word: whether this clause ends the answer.
-        while let Some(answer) = self.answer.as_mut() {
-            if answer.done || !answer.text.trim().is_empty() || answer.tokens >= answer.limit {
-                if answer.tokens >= answer.limit {
-                    answer.done = true;
-                }
+        loop {
+            let answer = self.answer()?;
+            if answer.done || !answer.text.trim().is_empty() {
                 break;
             }
-            let next = self.llm.next();
-            let answer = self.answer.as_mut().ok_or_else(|| Error::BadState("no answer in progress".into()))?;
-            match next? {
-                None => answer.done = true,
-                Some(piece) => {
-                    answer.text.push_str(&piece);
-                    answer.tokens += 1;
-                }
-            }
+            self.pull()?;
         }
         self.sync_kv();
         let answer = self.answer.as_mut().ok_or_else(|| Error::BadState("no answer in progress".into()))?;

@@ -241,7 +241,36 @@ unsafe extern "C" fn reset(b: B) -> omni_status {
     })
 }
 
-/// Copies a piece into a step output; a piece that does not fit is held for the retry.
+/// The caller's buffers of one output (step or turn): text, audio, and the transcript when
+/// the caller asked for one.
+struct Buffers {
+    text: (*mut c_char, usize),
+    audio: (*mut f32, usize),
+    transcript: Option<(*mut c_char, usize)>,
+}
+
+/// Copies a piece into the caller's buffers; a piece that does not fit is held for the retry
+/// (OMNI_ERR_BUFFER_TOO_SMALL, with the lengths already set by the caller of this).
+fn deliver(engine: &mut Engine, piece: Piece, to: Buffers) -> omni_status {
+    let fits = piece.text.len() <= to.text.1
+        && piece.audio.len() <= to.audio.1
+        && to.transcript.is_none_or(|(_, cap)| piece.transcript.len() <= cap);
+    if !fits {
+        engine.held = Some(piece);
+        return ERR_BUFFER_TOO_SMALL;
+    }
+    write_text(&piece.text, to.text.0, to.text.1);
+    if !piece.audio.is_empty() && !to.audio.0.is_null() {
+        // SAFETY: audio_cap samples at audio_buf, checked above.
+        unsafe { std::ptr::copy_nonoverlapping(piece.audio.as_ptr(), to.audio.0, piece.audio.len()) };
+    }
+    if let Some((buf, cap)) = to.transcript {
+        write_text(&piece.transcript, buf, cap);
+    }
+    OK
+}
+
+/// Fills a step output with a piece.
 fn step_out(engine: &mut Engine, piece: Piece, out: &mut omni_step_output) -> omni_status {
     out.kind = if piece.listen { OUTPUT_LISTEN } else { OUTPUT_SPEAK };
     out.end_of_turn = piece.last as u32;
@@ -259,22 +288,12 @@ fn step_out(engine: &mut Engine, piece: Piece, out: &mut omni_step_output) -> om
         out.input_audio_tokens = 0;
         out.output_audio_tokens = 0;
     }
-    let fits = piece.text.len() <= out.text_cap
-        && piece.audio.len() <= out.audio_cap
-        && (!wants_transcript || piece.transcript.len() <= out.transcript_cap);
-    if !fits {
-        engine.held = Some(piece);
-        return ERR_BUFFER_TOO_SMALL;
-    }
-    write_text(&piece.text, out.text_buf, out.text_cap);
-    if !piece.audio.is_empty() && !out.audio_buf.is_null() {
-        // SAFETY: audio_cap samples at audio_buf, checked above.
-        unsafe { std::ptr::copy_nonoverlapping(piece.audio.as_ptr(), out.audio_buf, piece.audio.len()) };
-    }
-    if wants_transcript {
-        write_text(&piece.transcript, out.transcript_buf, out.transcript_cap);
-    }
-    OK
+    let transcript = wants_transcript.then_some((out.transcript_buf, out.transcript_cap));
+    deliver(
+        engine,
+        piece,
+        Buffers { text: (out.text_buf, out.text_cap), audio: (out.audio_buf, out.audio_cap), transcript },
+    )
 }
 
 unsafe extern "C" fn duplex_prefill(b: B, input: *const omni_duplex_input) -> omni_status {
@@ -395,22 +414,9 @@ unsafe extern "C" fn turn_generate(b: B, out: *mut omni_turn_output) -> omni_sta
         if wants_transcript {
             out.transcript_len = piece.transcript.len();
         }
-        let fits = piece.text.len() <= out.text_cap
-            && piece.audio.len() <= out.audio_cap
-            && (!wants_transcript || piece.transcript.len() <= out.transcript_cap);
-        if !fits {
-            engine.held = Some(piece);
-            return ERR_BUFFER_TOO_SMALL;
-        }
-        write_text(&piece.text, out.text_buf, out.text_cap);
-        if !piece.audio.is_empty() && !out.audio_buf.is_null() {
-            // SAFETY: checked against audio_cap.
-            unsafe { std::ptr::copy_nonoverlapping(piece.audio.as_ptr(), out.audio_buf, piece.audio.len()) };
-        }
-        if wants_transcript {
-            write_text(&piece.transcript, out.transcript_buf, out.transcript_cap);
-        }
-        OK
+        let transcript = wants_transcript.then_some((out.transcript_buf, out.transcript_cap));
+        let to = Buffers { text: (out.text_buf, out.text_cap), audio: (out.audio_buf, out.audio_cap), transcript };
+        deliver(engine, piece, to)
     })
 }
 
