@@ -20,6 +20,13 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::{Value, json};
 
+/// One model at a time: two 2-thread workers on 2 cores slow each other several times over
+/// (docs/performance.md), so these tests hold this while they run.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static MODEL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    MODEL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn models() -> PathBuf {
     let dir = std::env::var_os("OMNI_MODELS")
         .map(PathBuf::from)
@@ -160,6 +167,7 @@ fn text_of(events: &[Value], response: &str) -> String {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the models and the cascade libraries: ./test.sh fetches, builds and runs it"]
 async fn a_spoken_question_gets_a_spoken_answer_that_says_its_text() {
+    let _one = one_at_a_time();
     let server = server("");
     let mut c = active(&server, "audio").await;
     let question = speech("What is the capital of France?");
@@ -193,6 +201,7 @@ async fn a_spoken_question_gets_a_spoken_answer_that_says_its_text() {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the models and the cascade libraries: ./test.sh fetches, builds and runs it"]
 async fn speaking_over_the_answer_and_force_listen_cut_it() {
+    let _one = one_at_a_time();
     let server = server("max_answer_tokens = 120");
     let mut c = active(&server, "audio").await;
     let question = speech("Tell me a long story about a dragon and a knight.");
@@ -236,6 +245,7 @@ async fn speaking_over_the_answer_and_force_listen_cut_it() {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the models and the cascade libraries: ./test.sh fetches, builds and runs it"]
 async fn chat_turns_stream_text_and_speech_and_video_is_refused() {
+    let _one = one_at_a_time();
     let server = server("");
     let mut c = active(&server, "chat").await;
     c.send(json!({"type": "input.append", "input": {
@@ -272,6 +282,7 @@ async fn chat_turns_stream_text_and_speech_and_video_is_refused() {
 #[test]
 #[ignore = "needs the cascade libraries: ./test.sh builds and runs it"]
 fn a_missing_model_fails_the_worker_with_its_path() {
+    let _one = one_at_a_time();
     let mut server = Server::start(Setup::default().workers(cascade("llm_model = \"/nowhere/model.gguf\"")));
     let s = server.wait_status("worker not failed", WAIT, |s| s["workers"][0]["state"] == "failed");
     let reason = s["workers"][0]["failure"].to_string();
@@ -282,6 +293,7 @@ fn a_missing_model_fails_the_worker_with_its_path() {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the models and the cascade libraries: ./test.sh fetches, builds and runs it"]
 async fn a_conversation_past_the_llms_context_ends_with_context_full() {
+    let _one = one_at_a_time();
     let server = server("n_ctx = 512");
     let mut c = active(&server, "chat").await;
     let long = "Please remember these words: ".to_string() + &"apple banana cherry ".repeat(150);
@@ -298,6 +310,7 @@ async fn a_conversation_past_the_llms_context_ends_with_context_full() {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the models, the cascade libraries, chromium and chromium-driver: ./test.sh runs it"]
 async fn the_browser_page_talks_to_the_cpu_model() {
+    let _one = one_at_a_time();
     let server = server("");
     let dir = tempfile::tempdir().unwrap();
     let driver = driver();
@@ -321,6 +334,7 @@ async fn the_browser_page_talks_to_the_cpu_model() {
 #[test]
 #[ignore = "needs the models and the cascade libraries: ./test.sh fetches, builds and runs it"]
 fn info_tells_the_truth_and_interrupt_cuts_an_answer_from_another_thread() {
+    let _one = one_at_a_time();
     use omni_actors::backend::{Backend, BackendError};
     use omni_actors::domain::{ChatMessage, Role, SessionKind, SessionSetup, TurnInput};
     use omni_gateway::backend::BackendApi;
