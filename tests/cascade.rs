@@ -11,6 +11,10 @@
 //! backend's libraries built (`cargo build -p omni-cascade -p omni-asr-whisper`); `./test.sh`
 //! does both and runs it with `--ignored`.
 
+// The guard of one_at_a_time() is held on purpose for a whole test, across its awaits: each
+// test has a runtime of its own, and the others wait on their own threads.
+#![allow(clippy::await_holding_lock)]
+
 mod common;
 
 use std::path::PathBuf;
