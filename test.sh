@@ -9,12 +9,14 @@ if ! .venv/bin/python -c "import openai, dashscope, websockets" 2>/dev/null; the
   python3 -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check -r tests/sdk/requirements.txt
 fi
-cargo test --workspace "$@"
 # The CPU model backend's end-to-end test needs its models (downloaded once, ~700 MB, into
-# ~/.cache/omni-gateway or $OMNI_MODELS) and its two libraries.
+# ~/.cache/omni-gateway or $OMNI_MODELS).
 python3 scripts/fetch-models.py > /dev/null
-cargo build -p omni-cascade -p omni-asr-whisper
+# One build of the whole workspace: the tests and the backend's two libraries, with one feature
+# set, so that llama.cpp and whisper.cpp are compiled once (every command below says --workspace
+# for the same reason: a narrower selection unifies features differently and rebuilds them).
+cargo build --workspace --all-targets
+cargo test --workspace "$@"
 # The official SDK clients' test, the pages' tests in Chromium and the CPU model backend's test
-# (ignored by plain `cargo test`, which may have no .venv, no browser and no models; the pages'
-# tests need Debian's chromium and chromium-driver).
-cargo test --test sdk_clients --test browser --test cascade "$@" -- --ignored
+# (ignored by plain `cargo test`, which may have no .venv, no browser and no models).
+cargo test --workspace --test sdk_clients --test browser --test cascade "$@" -- --ignored

