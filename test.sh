@@ -2,7 +2,8 @@
 # Runs every test of the workspace. The end-to-end test of the official OpenAI and DashScope
 # Python clients needs them in .venv: created here on first run from tests/sdk/requirements.txt.
 # The pages' tests need chromium and chromium-driver, the CPU model backend cmake, g++, libclang
-# and espeak-ng (apt-get install chromium chromium-driver cmake g++ libclang-dev espeak-ng).
+# and espeak-ng, the replicas' tests redis-server (apt-get install chromium chromium-driver cmake
+# g++ libclang-dev espeak-ng redis-server).
 set -euo pipefail
 cd "$(dirname "$0")"
 if ! .venv/bin/python -c "import openai, dashscope, websockets" 2>/dev/null; then
@@ -17,6 +18,7 @@ python3 scripts/fetch-models.py > /dev/null
 # for the same reason: a narrower selection unifies features differently and rebuilds them).
 cargo build --workspace --all-targets
 cargo test --workspace "$@"
-# The official SDK clients' test, the pages' tests in Chromium and the CPU model backend's test
-# (ignored by plain `cargo test`, which may have no .venv, no browser and no models).
-cargo test --workspace --test sdk_clients --test browser --test cascade "$@" -- --ignored
+# The official SDK clients' test, the pages' tests in Chromium, the CPU model backend's test and
+# the replicas' tests on Redis (ignored by plain `cargo test`, which may have no .venv, no browser,
+# no models and no redis-server).
+cargo test --workspace --test sdk_clients --test browser --test cascade --test cluster "$@" -- --ignored

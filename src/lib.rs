@@ -5,6 +5,7 @@
 pub mod audio;
 pub mod auth;
 pub mod backend;
+pub mod cluster;
 pub mod config;
 pub mod dialect;
 pub mod node;

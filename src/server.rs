@@ -16,7 +16,7 @@ use omni_actors::backend_actor::BackendLimits;
 use omni_actors::domain::Mode;
 use omni_actors::inbound_limits::FragmentBudget;
 use omni_actors::pool_actor::{ShutdownPool, WorkerPoolActor, WorkerSetup};
-use omni_actors::queue_actor::QueueActor;
+use omni_actors::queue_actor::{QueueActor, QueuePort};
 use omni_actors::recording::{RecorderSpawner, RecordingLimits};
 use omni_actors::registry::Registry;
 
@@ -30,7 +30,10 @@ use crate::routes;
 #[derive(Clone)]
 pub struct Gateway {
     pub config: Arc<Config>,
-    pub queue: Addr<QueueActor>,
+    /// The queue sessions and routes reach: this process's, or the cluster's.
+    pub queue: QueuePort,
+    /// A replica of a cluster: its view of the whole cluster, for `/status`.
+    pub cluster: Option<Recipient<omni_actors::cluster_queue_actor::ClusterStatusQuery>>,
     pub pool: Addr<WorkerPoolActor>,
     pub registry: Arc<Registry>,
     pub recorder: Option<RecorderSpawner>,
@@ -87,10 +90,58 @@ impl Gateway {
         for link in &config.nodes {
             join_node(link.clone(), pool.clone());
         }
+        let (queue, cluster) = match &config.cluster {
+            Some(spec) => {
+                let actor = cluster_queue(spec, &config, limits);
+                (QueuePort::of(&actor), Some(actor.recipient()))
+            }
+            None => (QueuePort::of(&queue), None),
+        };
         let keys = Keys::new(config.api_keys.clone(), config.admin_key.clone());
         let fragments = FragmentBudget::new((config.server.max_fragment_buffer_mb * 1048576.0) as usize);
-        Gateway { config, queue, pool, registry: Registry::new(), recorder, subscribers, keys, fragments }
+        Gateway { config, queue, cluster, pool, registry: Registry::new(), recorder, subscribers, keys, fragments }
     }
+}
+
+/// A replica of a cluster: its queue is the store's, its workers the nodes' (each lent for
+/// one session, attached with the store's grant).
+fn cluster_queue(
+    spec: &crate::config::ClusterSpec,
+    config: &Config,
+    limits: BackendLimits,
+) -> Addr<omni_actors::cluster_queue_actor::ClusterQueueActor> {
+    use omni_actors::cluster_queue_actor::{ClusterQueueActor, ClusterSetup};
+    // The URL was opened once by the config's validation.
+    let store = crate::cluster::redis::RedisStore::new(&spec.url, &spec.prefix, spec.name.clone(), spec.lease)
+        .expect("cluster.url was checked when the config was loaded");
+    let template = crate::config::NodeLink {
+        name: String::new(),
+        address: String::new(),
+        token: spec.token.clone(),
+        ca: spec.ca.clone(),
+        server_name: spec.server_name.clone(),
+        heartbeat_interval: Duration::from_secs(1),
+        heartbeat_timeout: Duration::from_secs(5),
+    };
+    let replica = spec.name.clone();
+    let opener: omni_actors::cluster_queue_actor::GrantOpener =
+        Arc::new(move |grant| backend::grant_factory(template.clone(), grant, replica.clone()));
+    log::info!(
+        "replica {} of the cluster at {} (lease {:.1} s)",
+        spec.name,
+        spec.redacted_url(),
+        spec.lease.as_secs_f64()
+    );
+    let setup = ClusterSetup {
+        coordinator: store,
+        opener,
+        limits,
+        max_waiting: config.queue.max_waiting,
+        typical: [Mode::Chat, Mode::Video, Mode::Audio].map(|m| config.queue.typical(m)),
+        update_interval: Duration::from_secs_f64(config.queue.update_interval_s),
+        lease: spec.lease,
+    };
+    ClusterQueueActor::new(setup).start()
 }
 
 /// Reaches a node (`[[nodes]]`), trying again with backoff while it is down, and adds its

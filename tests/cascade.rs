@@ -61,7 +61,12 @@ fn cascade(options: &str) -> String {
 
 fn server(options: &str) -> Server {
     let _ = models();
-    Server::ready(Setup::default().workers(cascade(options)).limits("step_timeout_ms = 60000"))
+    // A backlog rather than silent drops: on a machine busy with something else the model falls
+    // behind real time, and a dropped chunk of the question would change the answer these tests
+    // check (the drop policy has tests of its own).
+    Server::ready(
+        Setup::default().workers(cascade(options)).limits("step_timeout_ms = 60000").limits("max_pending_chunks = 16"),
+    )
 }
 
 /// `text` spoken by espeak-ng, as 16 kHz float samples.

@@ -11,6 +11,8 @@
 
 pub mod backend;
 pub mod backend_actor;
+pub mod cluster;
+pub mod cluster_queue_actor;
 pub mod dialect;
 pub mod domain;
 pub mod events;

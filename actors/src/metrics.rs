@@ -21,8 +21,12 @@ pub struct Metrics {
     pub connections_refused: IntCounterVec,
     /// Sessions past `session.created`, by public mode and dialect.
     pub sessions_active: IntGaugeVec,
-    /// Clients waiting for a worker.
+    /// Clients waiting for a worker (on this replica, in a cluster).
     pub queue_length: IntGauge,
+    /// Clients waiting across the cluster (every replica), as last read from the store.
+    pub cluster_waiting: IntGauge,
+    /// 1 while this replica reaches the cluster's store, 0 when its last beat failed.
+    pub cluster_store_up: IntGauge,
     /// Time from the upgrade to `session.queue_done`.
     pub queue_wait_seconds: Histogram,
     /// One backend job: a duplex step, a turn answer, a prepare.
@@ -178,6 +182,8 @@ impl Metrics {
                 &["mode", "dialect"],
             ),
             queue_length: gauge(&r, "omni_queue_length", "Clients waiting for a worker"),
+            cluster_waiting: gauge(&r, "omni_cluster_waiting", "Clients waiting across the cluster's replicas"),
+            cluster_store_up: gauge(&r, "omni_cluster_store_up", "Whether this replica reaches the cluster's store"),
             queue_wait_seconds,
             worker_handover_seconds,
             step_duration_seconds: histogram_vec(

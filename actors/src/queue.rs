@@ -162,6 +162,24 @@ impl QueueState {
         }
     }
 
+    /// A queue kept elsewhere (a cluster's store), rebuilt for its positions and ETAs: the
+    /// workers as they are, the waiting tickets in order.
+    pub fn observed(
+        workers: &[(ModeSet, Availability)],
+        waiting: &[(TicketId, Mode)],
+        average_s: [f64; 3],
+        now: Instant,
+    ) -> QueueState {
+        let sets: Vec<ModeSet> = workers.iter().map(|w| w.0).collect();
+        let mut queue = QueueState::new(&sets, usize::MAX, [Duration::ZERO; 3]);
+        queue.average_s = average_s;
+        for (id, (_, state)) in workers.iter().enumerate() {
+            queue.set_state(id, *state);
+        }
+        queue.waiting = waiting.iter().map(|&(ticket, mode)| Waiting { ticket, mode, since: now }).collect();
+        queue
+    }
+
     /// A worker joins (one of a node's, discovered after start): it is `Starting`, and
     /// counts as able to serve its modes. Returns its id, the next in order.
     pub fn add_worker(&mut self, modes: ModeSet) -> WorkerId {

@@ -118,6 +118,37 @@ pub struct SessionFinished {
 #[rtype(result = "Vec<TicketStatus>")]
 pub struct QueueSnapshot;
 
+/// Where sessions and routes reach the queue: a [`QueueActor`] (one process), or a
+/// [`crate::cluster_queue_actor::ClusterQueueActor`] (replicas sharing a store).
+#[derive(Clone)]
+pub struct QueuePort {
+    pub join: Recipient<Join>,
+    pub leave: Recipient<Leave>,
+    pub claim: Recipient<Claim>,
+    pub cancel: Recipient<Cancel>,
+    pub snapshot: Recipient<QueueSnapshot>,
+}
+
+impl QueuePort {
+    pub fn of<A>(queue: &Addr<A>) -> QueuePort
+    where
+        A: Actor<Context = Context<A>>
+            + Handler<Join>
+            + Handler<Leave>
+            + Handler<Claim>
+            + Handler<Cancel>
+            + Handler<QueueSnapshot>,
+    {
+        QueuePort {
+            join: queue.clone().recipient(),
+            leave: queue.clone().recipient(),
+            claim: queue.clone().recipient(),
+            cancel: queue.clone().recipient(),
+            snapshot: queue.clone().recipient(),
+        }
+    }
+}
+
 struct Waiter {
     conn: u64,
     notify: Recipient<QueueNotice>,

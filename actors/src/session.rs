@@ -29,7 +29,7 @@ use crate::inbound_limits::{FragmentBudget, FragmentRefusal, Fragments, MessageR
 use crate::metrics::metrics;
 use crate::outgoing::OutgoingLimit;
 use crate::protocol::{CloseReason, Inbound, Outbound, ProtocolError};
-use crate::queue_actor::{Claim, Join, Leave, QueueActor, QueueNotice, WorkerLink};
+use crate::queue_actor::{Claim, Join, Leave, QueueNotice, QueuePort, WorkerLink};
 use crate::recording::{RecordingSummary, SessionMeta, timestamp};
 use crate::registry::{Admission, Registry, Shutdown};
 use crate::session_flow::Flow;
@@ -77,7 +77,7 @@ pub struct ClientInfo {
 pub struct SessionLinks {
     /// The connection's number ([`crate::ids::connection`]), as its subscribers know it.
     pub conn: u64,
-    pub queue: Addr<QueueActor>,
+    pub queue: QueuePort,
     pub registry: Arc<Registry>,
     /// Its place under the per-address caps, released with the session.
     pub admission: Option<Admission>,
@@ -615,7 +615,7 @@ impl Actor for SessionActor {
         let reason = self.end.clone().unwrap_or(CloseReason::ClientGone);
         self.state.close();
         self.fragments.clear();
-        self.links.queue.do_send(Leave { conn: self.conn });
+        self.links.queue.leave.do_send(Leave { conn: self.conn });
         if self.attach_sent
             && let Some(w) = &self.worker
         {
@@ -703,7 +703,7 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for SessionActor {
 impl SessionActor {
     fn join_queue(&mut self, front: bool, ctx: &mut ws::WebsocketContext<Self>) {
         let join = Join { conn: self.conn, mode: self.settings.mode, notify: ctx.address().recipient(), front };
-        self.links.queue.do_send(join);
+        self.links.queue.join.do_send(join);
     }
 
     fn on_queue_notice(&mut self, notice: QueueNotice, ctx: &mut ws::WebsocketContext<Self>) {
@@ -722,7 +722,7 @@ impl SessionActor {
                 }
             }
             QueueNotice::Assigned { worker, .. } => {
-                self.links.queue.do_send(Claim { conn: self.conn });
+                self.links.queue.claim.do_send(Claim { conn: self.conn });
                 let attach = Attach {
                     key: self.conn,
                     label: format!("c{}", self.conn),

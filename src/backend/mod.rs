@@ -66,5 +66,23 @@ pub fn factory(worker: &WorkerSpec, open_timeout: Duration) -> BackendFactory {
 /// Worker `worker` of a node, attached over the network (see [`remote`]). `gateway` names
 /// this gateway in the node's logs.
 pub fn node_factory(link: NodeLink, worker: String, gateway: String) -> BackendFactory {
-    Arc::new(move || Ok(Box::new(remote::RemoteBackend::attach(&link, &worker, &gateway)?) as Box<dyn Backend>))
+    Arc::new(move || Ok(Box::new(remote::RemoteBackend::attach(&link, &worker, &gateway, None)?) as Box<dyn Backend>))
+}
+
+/// The worker a cluster's store granted to ticket `grant.ticket`: a link to its node,
+/// attached with the grant's nonce (`link` carries the token, TLS and heartbeat settings).
+pub fn grant_factory(link: NodeLink, grant: &omni_actors::cluster::Grant, gateway: String) -> BackendFactory {
+    let mut link = link;
+    link.name = grant.slot.split_once('/').map_or(grant.slot.as_str(), |(node, _)| node).to_string();
+    link.address = grant.addr.clone();
+    if link.server_name.is_empty() {
+        let host = grant.addr.rsplit_once(':').map_or(grant.addr.as_str(), |(host, _)| host);
+        link.server_name = host.trim_start_matches('[').trim_end_matches(']').to_string();
+    }
+    let worker = grant.worker().to_string();
+    let attach = crate::node::wire::AttachGrant { ticket: grant.ticket, nonce: grant.nonce.clone(), mode: grant.mode };
+    Arc::new(move || {
+        let backend = remote::RemoteBackend::attach(&link, &worker, &gateway, Some(attach.clone()))?;
+        Ok(Box::new(backend) as Box<dyn Backend>)
+    })
 }

@@ -21,7 +21,7 @@ use tokio::time::{Instant, timeout};
 
 use super::ipc::{ToHost, Value};
 use crate::config::NodeLink;
-use crate::node::wire::{FromNode, NodeWorker, PROTOCOL, ToNode, read_frame, write_frame};
+use crate::node::wire::{AttachGrant, FromNode, NodeWorker, PROTOCOL, ToNode, read_frame, write_frame};
 
 /// How long connecting (TCP, TLS, the hello and its answer) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -151,7 +151,13 @@ pub struct RemoteBackend {
 impl RemoteBackend {
     /// Attaches worker `worker` of the node. A node that is down, or a worker it cannot
     /// lend now, is [`BackendError::Unavailable`]: the gateway keeps trying.
-    pub fn attach(link: &NodeLink, worker: &str, gateway: &str) -> Result<RemoteBackend, BackendError> {
+    /// In a cluster, `grant` is the store's grant of the worker (the node checks its nonce).
+    pub fn attach(
+        link: &NodeLink,
+        worker: &str,
+        gateway: &str,
+        grant: Option<AttachGrant>,
+    ) -> Result<RemoteBackend, BackendError> {
         let name = format!("{}/{worker}", link.name);
         let failure = |reason: &str, why: String| {
             metrics().node_link_failures.with_label_values(&[link.name.as_str(), reason]).inc();
@@ -162,6 +168,7 @@ impl RemoteBackend {
             token: link.token.clone(),
             worker: worker.to_string(),
             gateway: gateway.to_string(),
+            grant,
         };
         let attached = io().block_on(async {
             timeout(CONNECT_TIMEOUT, async {

@@ -64,6 +64,8 @@ struct RawConfig {
     usage: UsageConfig,
     #[serde(default)]
     webhooks: Vec<WebhookEntry>,
+    #[serde(default)]
+    cluster: ClusterConfig,
 }
 
 /// Where a worker's backend comes from.
@@ -134,6 +136,8 @@ pub struct Config {
     /// `[usage] dir`, resolved, when usage accounting is on.
     pub usage: Option<PathBuf>,
     pub webhooks: Vec<WebhookSpec>,
+    /// `[cluster]` with `engine = "redis"`; `None`: one gateway on its own.
+    pub cluster: Option<ClusterSpec>,
 }
 
 impl Config {
@@ -275,7 +279,8 @@ fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid>
     positive("limits.max_reference_audio_s", l.max_reference_audio_s)?;
     positive("limits.max_buffered_mb", l.max_buffered_mb)?;
 
-    if raw.workers.is_empty() && raw.nodes.is_empty() {
+    let cluster = cluster_spec(&raw, &|p: &Path| if p.is_absolute() { p.to_path_buf() } else { base.join(p) })?;
+    if raw.workers.is_empty() && raw.nodes.is_empty() && cluster.is_none() {
         return Err(("workers".into(), "at least one [[workers]] or [[nodes]] entry is required".into()));
     }
     let mut workers = Vec::new();
@@ -495,6 +500,7 @@ fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid>
         workers,
         node,
         nodes,
+        cluster,
         usage,
         webhooks,
     })
@@ -596,7 +602,67 @@ fn node_serve(n: &NodeConfig, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<Node
         heartbeat_interval: Duration::from_secs_f64(n.heartbeat_interval_s),
         heartbeat_timeout: Duration::from_secs_f64(n.heartbeat_timeout_s),
         tls,
+        advertise: n.advertise.clone(),
     })
+}
+
+fn cluster_spec(raw: &RawConfig, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<Option<ClusterSpec>, Invalid> {
+    let c = &raw.cluster;
+    match c.engine.as_str() {
+        "none" => return Ok(None),
+        "redis" => {}
+        other => return Err(("cluster.engine".into(), format!("'{other}' is not one of: none, redis"))),
+    }
+    if !(c.url.starts_with("redis://") || c.url.starts_with("rediss://")) {
+        return Err(("cluster.url".into(), "is required: redis://HOST:PORT/DB (rediss:// for TLS)".into()));
+    }
+    redis::Client::open(c.url.as_str()).map_err(|e| ("cluster.url".to_string(), e.to_string()))?;
+    positive("cluster.lease_s", c.lease_s)?;
+    positive("cluster.attach_timeout_s", c.attach_timeout_s)?;
+    let name_ok = |n: &str| !n.is_empty() && n.chars().all(|ch| ch.is_ascii_alphanumeric() || "_.-".contains(ch));
+    if !c.prefix.chars().all(|ch| ch.is_ascii_alphanumeric() || "_.-".contains(ch)) || c.prefix.is_empty() {
+        return Err(("cluster.prefix".into(), "must be letters, digits, '_', '.' or '-'".into()));
+    }
+    let name = if c.name.is_empty() { default_cluster_name() } else { c.name.clone() };
+    if !name_ok(&name) {
+        return Err(("cluster.name".into(), format!("'{name}' must use only letters, digits, '_', '.' and '-'")));
+    }
+    if raw.node.is_none() {
+        // A replica: its workers are the nodes' (the store's), and it must reach them.
+        if !raw.workers.is_empty() || !raw.nodes.is_empty() {
+            return Err((
+                "cluster".into(),
+                "a replica of a cluster serves the workers of the cluster's nodes: move [[workers]] to a node \
+                 (omni-gateway node) and drop [[nodes]]"
+                    .into(),
+            ));
+        }
+        crate::auth::check_key(&c.token)
+            .map_err(|e| ("cluster.token".to_string(), format!("the nodes' token: {e}")))?;
+    }
+    let ca = (!c.ca.is_empty()).then(|| resolve(Path::new(&c.ca)));
+    if let Some(ca) = &ca
+        && !ca.is_file()
+    {
+        return Err(("cluster.ca".into(), format!("no such file: {}", ca.display())));
+    }
+    Ok(Some(ClusterSpec {
+        url: c.url.clone(),
+        name,
+        prefix: c.prefix.clone(),
+        lease: Duration::from_secs_f64(c.lease_s),
+        attach_timeout: Duration::from_secs_f64(c.attach_timeout_s),
+        token: c.token.clone(),
+        ca,
+        server_name: c.server_name.clone(),
+    }))
+}
+
+/// HOSTNAME-PID: unique on a host, readable in the store and in the nodes' logs.
+fn default_cluster_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host: String = host.trim().chars().filter(|ch| ch.is_ascii_alphanumeric() || "_.-".contains(*ch)).collect();
+    format!("{}-{}", if host.is_empty() { "host" } else { &host }, std::process::id())
 }
 
 fn node_link(n: &NodeEntry, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<NodeLink, Invalid> {

@@ -293,6 +293,9 @@ pub struct NodeConfig {
     /// A gateway heard from for this long is gone: its workers are freed.
     pub heartbeat_timeout_s: f64,
     pub tls: TlsConfig,
+    /// In a cluster: the `HOST:PORT` gateways dial to reach this node (default: its first
+    /// bound address; set it when that is not what gateways can reach, e.g. 0.0.0.0).
+    pub advertise: String,
 }
 
 impl Default for NodeConfig {
@@ -303,6 +306,73 @@ impl Default for NodeConfig {
             heartbeat_interval_s: 1.0,
             heartbeat_timeout_s: 5.0,
             tls: TlsConfig::default(),
+            advertise: String::new(),
+        }
+    }
+}
+
+/// `[cluster]`: gateway replicas (and their nodes) sharing one queue and one pool in a store.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// "none" (one gateway, the default) or "redis".
+    pub engine: String,
+    /// `redis://[:PASSWORD@]HOST:PORT/DB`, or `rediss://` for TLS.
+    pub url: String,
+    /// This process's name in the store (a replica's, or a node's: its workers are
+    /// `NAME/WORKER`); unique in the cluster. Default: HOSTNAME-PID.
+    pub name: String,
+    /// Every key starts with `{PREFIX}` (one hash slot): several clusters can share a Redis.
+    pub prefix: String,
+    /// A replica or node not heard from for this long is gone: its waiting tickets leave
+    /// the queue, its free workers are no longer offered.
+    pub lease_s: f64,
+    /// A node gives a granted worker to the next client when the gateway has not attached
+    /// it within this long.
+    pub attach_timeout_s: f64,
+    /// A replica's: the nodes' `[node] token`.
+    pub token: String,
+    /// A replica's: a PEM certificate the nodes' TLS is verified against (empty: plain TCP).
+    pub ca: String,
+    /// A replica's: the name the nodes' certificates are for (default: the node's host).
+    pub server_name: String,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            engine: "none".into(),
+            url: String::new(),
+            name: String::new(),
+            prefix: "og".into(),
+            lease_s: 3.0,
+            attach_timeout_s: 5.0,
+            token: String::new(),
+            ca: String::new(),
+            server_name: String::new(),
+        }
+    }
+}
+
+/// `[cluster]` validated, when `engine = "redis"`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterSpec {
+    pub url: String,
+    pub name: String,
+    pub prefix: String,
+    pub lease: Duration,
+    pub attach_timeout: Duration,
+    pub token: String,
+    pub ca: Option<PathBuf>,
+    pub server_name: String,
+}
+
+impl ClusterSpec {
+    /// The URL without its password, for logs.
+    pub fn redacted_url(&self) -> String {
+        match (self.url.split_once("://"), self.url.rsplit_once('@')) {
+            (Some((scheme, _)), Some((_, host))) => format!("{scheme}://***@{host}"),
+            _ => self.url.clone(),
         }
     }
 }
@@ -349,6 +419,8 @@ pub struct NodeServe {
     pub heartbeat_timeout: Duration,
     /// Certificate and key, resolved, when both are set.
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// `[node] advertise` (empty: the first bound address).
+    pub advertise: String,
 }
 
 /// A `[[nodes]]` entry, validated.

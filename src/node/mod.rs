@@ -17,6 +17,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::config::Config;
 
+mod cluster;
 mod serve;
 pub mod wire;
 mod worker;
@@ -88,6 +89,15 @@ pub fn run(config: Config) -> Result<(), String> {
         );
         for listener in listeners {
             tokio::spawn(accept_loop(listener, node.clone(), tls.clone()));
+        }
+        if let Some(spec) = &config.cluster {
+            // The environment wins (a pod learns its address at start: the downward API).
+            let configured = std::env::var("OMNI_NODE_ADVERTISE").ok().filter(|a| !a.is_empty());
+            let advertise = match (configured.as_deref().unwrap_or(&serve.advertise), addrs.first()) {
+                ("", Some(first)) => first.clone(),
+                (given, _) => given.to_string(),
+            };
+            cluster::start(node.clone(), spec, advertise)?;
         }
         shutdown_signal().await;
         log::info!("node stopping");

@@ -59,14 +59,14 @@ where
             let _ = write_frame(&mut wr, &FromNode::Workers(workers)).await;
             let _ = wr.shutdown().await;
         }
-        ToNode::Attach { worker, gateway, .. } => {
+        ToNode::Attach { worker, gateway, grant, .. } => {
             let Some(w) = node.workers.iter().find(|w| w.name == worker).cloned() else {
                 let _ = write_frame(&mut wr, &refuse(format!("this node has no worker {worker}"))).await;
                 return;
             };
             let link = NEXT_LINK.fetch_add(1, Ordering::Relaxed);
             let gateway = format!("{gateway} at {peer}");
-            let (info, control) = match w.attach(link, &gateway) {
+            let (info, control) = match w.attach(link, &gateway, grant.as_ref()) {
                 Ok(attached) => attached,
                 Err(why) => {
                     log::info!("node: {peer}: attach to {worker} refused: {why}");

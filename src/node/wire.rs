@@ -21,7 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::backend::ipc::{MAX_FRAME_BYTES, ToHost, Value};
 
 /// The version of this protocol; a node refuses another.
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ToNode {
@@ -30,12 +30,14 @@ pub enum ToNode {
         protocol: u32,
         token: String,
     },
-    /// A worker link's first frame. `gateway` names the gateway in the node's logs.
+    /// A worker link's first frame. `gateway` names the gateway in the node's logs. A node
+    /// of a cluster admits it only with the grant it offered the worker under.
     Attach {
         protocol: u32,
         token: String,
         worker: String,
         gateway: String,
+        grant: Option<AttachGrant>,
     },
     /// An owner-thread call (answered by one `Reply`, in order), or an any-thread call
     /// (interrupt, force-listen: applied at once, not answered).
@@ -44,6 +46,15 @@ pub enum ToNode {
     /// backend at once; the node opens it again.
     Terminate,
     Ping,
+}
+
+/// The grant a gateway of a cluster attaches with: the ticket it is for, and the nonce the
+/// node offered the worker under (one use: the node draws a new one for its next offer).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttachGrant {
+    pub ticket: u64,
+    pub nonce: String,
+    pub mode: Mode,
 }
 
 /// One of a node's workers, as discovery reports it.

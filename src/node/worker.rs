@@ -7,7 +7,7 @@
 //! and the backend reset, ready for the next gateway.
 
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,7 @@ use omni_actors::pool::backoff;
 use omni_actors::worker_thread::BackendFactory;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::wire::{FromNode, NodeWorker as Described};
+use super::wire::{AttachGrant, FromNode, NodeWorker as Described};
 use crate::backend::ipc::ToHost;
 
 /// Work for the owner thread.
@@ -45,6 +45,12 @@ struct Status {
     control: Option<Arc<dyn BackendControl>>,
     /// When the call in flight began.
     busy_since: Option<Instant>,
+    /// In a cluster: the nonce the worker is offered under now (none: not offered).
+    offer: Option<String>,
+    /// In a cluster: the ticket, mode and start of the session attached.
+    session: Option<(u64, Mode, Instant)>,
+    /// The mode and length of the last session, until the next offer reports it.
+    ended: Option<(Mode, Duration)>,
 }
 
 pub struct NodeWorker {
@@ -54,6 +60,21 @@ pub struct NodeWorker {
     pub backend: String,
     jobs: mpsc::Sender<Job>,
     status: Mutex<Status>,
+    /// In a cluster: told this worker's index whenever it becomes free (ready, or reset
+    /// after a session), so that it is offered at once. Outside one: never set.
+    free: OnceLock<(usize, UnboundedSender<usize>)>,
+}
+
+/// A worker as a node's beat reports it to the cluster's store.
+pub enum Report {
+    /// A session holds it (its ticket).
+    Busy(u64),
+    /// Its backend is not open.
+    Down,
+    /// Free, offered under this nonce.
+    Offered(String),
+    /// Free, its offer under way.
+    Pending,
 }
 
 /// Why an attach was refused.
@@ -63,8 +84,18 @@ impl NodeWorker {
     /// Starts the owner thread, which opens the backend.
     pub fn start(name: String, modes: Vec<Mode>, backend: String, factory: BackendFactory) -> Arc<NodeWorker> {
         let (jobs, rx) = mpsc::channel();
-        let status = Status { state: State::Starting, attached: None, info: None, control: None, busy_since: None };
-        let worker = Arc::new(NodeWorker { name, modes, backend, jobs, status: Mutex::new(status) });
+        let status = Status {
+            state: State::Starting,
+            attached: None,
+            info: None,
+            control: None,
+            busy_since: None,
+            offer: None,
+            session: None,
+            ended: None,
+        };
+        let worker =
+            Arc::new(NodeWorker { name, modes, backend, jobs, status: Mutex::new(status), free: OnceLock::new() });
         let owner = worker.clone();
         let spawned = thread::Builder::new()
             .name(format!("node-{}", worker.name))
@@ -99,17 +130,64 @@ impl NodeWorker {
         }
     }
 
-    /// Lends the worker to link `link`: its backend's info and control, or why not.
-    pub fn attach(&self, link: u64, gateway: &str) -> Result<(BackendInfo, Arc<dyn BackendControl>), Refusal> {
+    /// In a cluster: `free` is told `index` whenever this worker becomes free, and attaches
+    /// need a grant.
+    pub fn join_cluster(&self, index: usize, free: UnboundedSender<usize>) {
+        let ready = {
+            let s = self.status();
+            s.state == State::Ready && s.attached.is_none()
+        };
+        if self.free.set((index, free.clone())).is_ok() && ready {
+            let _ = free.send(index);
+        }
+    }
+
+    fn freed(&self) {
+        if let Some((index, free)) = self.free.get() {
+            let _ = free.send(*index);
+        }
+    }
+
+    /// Lends the worker to link `link`: its backend's info and control, or why not. In a
+    /// cluster only with the grant it is offered under (its nonce is then spent).
+    pub fn attach(
+        &self,
+        link: u64,
+        gateway: &str,
+        grant: Option<&AttachGrant>,
+    ) -> Result<(BackendInfo, Arc<dyn BackendControl>), Refusal> {
         let mut s = self.status();
         if s.attached.is_some() {
             return Err(format!("worker {} is attached to another gateway", self.name));
+        }
+        if self.free.get().is_some() {
+            match grant {
+                None => {
+                    return Err(format!("worker {} serves a cluster: attach with a grant from its store", self.name));
+                }
+                Some(g) if s.offer.as_deref() != Some(g.nonce.as_str()) => {
+                    return Err(format!(
+                        "stale grant for ticket {}: worker {} is no longer offered under it",
+                        g.ticket, self.name
+                    ));
+                }
+                Some(_) => {}
+            }
         }
         match (&s.state, &s.info, &s.control) {
             (State::Ready, Some(info), Some(control)) => {
                 let answer = (info.clone(), control.clone());
                 s.attached = Some(link);
-                log::info!("worker {}: attached to gateway {gateway} (link {link})", self.name);
+                s.offer = None;
+                s.session = grant.map(|g| (g.ticket, g.mode, Instant::now()));
+                match grant {
+                    Some(g) => log::info!(
+                        "worker {}: attached to gateway {gateway} (link {link}) for ticket {}",
+                        self.name,
+                        g.ticket
+                    ),
+                    None => log::info!("worker {}: attached to gateway {gateway} (link {link})", self.name),
+                }
                 Ok(answer)
             }
             (State::Failed(reason), ..) => Err(format!("worker {} failed: {reason}", self.name)),
@@ -131,6 +209,33 @@ impl NodeWorker {
         // Queued before the worker is free: the reset runs before any later link's call.
         let _ = self.jobs.send(Job::Detach);
         s.attached = None;
+        if let Some((ticket, mode, since)) = s.session.take() {
+            let length = since.elapsed();
+            log::info!("worker {}: session of ticket {ticket} ended after {:.1} s", self.name, length.as_secs_f64());
+            s.ended = Some((mode, length));
+        }
+    }
+
+    /// Offers the worker under `nonce` if it is free (ready, not attached); the mode and
+    /// length of the session before, once. `None`: not free.
+    pub fn offer_under(&self, nonce: &str) -> Option<Option<(Mode, Duration)>> {
+        let mut s = self.status();
+        if s.state != State::Ready || s.attached.is_some() || s.control.is_none() {
+            return None;
+        }
+        s.offer = Some(nonce.to_string());
+        Some(s.ended.take())
+    }
+
+    /// What the node's beat tells the store about this worker.
+    pub fn report(&self) -> Report {
+        let s = self.status();
+        match (&s.state, s.attached, &s.offer) {
+            (State::Ready, Some(_), _) => Report::Busy(s.session.map_or(0, |(ticket, ..)| ticket)),
+            (State::Ready, None, Some(nonce)) => Report::Offered(nonce.clone()),
+            (State::Ready, None, None) => Report::Pending,
+            _ => Report::Down,
+        }
     }
 
     /// Hands a call of link `link` to the owner thread.
@@ -175,12 +280,14 @@ impl NodeWorker {
                 s.state = State::Ready;
             }
             log::info!("worker {}: ready", self.name);
+            self.freed();
             let again = self.serve(&rx, backend.as_mut());
             {
                 let mut s = self.status();
                 s.control = None;
                 s.info = None;
                 s.busy_since = None;
+                s.offer = None;
             }
             drop(backend);
             if !again {
@@ -213,6 +320,9 @@ impl NodeWorker {
                     if let Err(e) = backend.reset() {
                         log::warn!("worker {}: reset after the link ended: {e}; opening it again", self.name);
                         return true;
+                    }
+                    if self.status().attached.is_none() {
+                        self.freed();
                     }
                 }
                 Job::Restart => {

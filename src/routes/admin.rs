@@ -6,6 +6,7 @@
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
+use omni_actors::cluster_queue_actor::ClusterStatusQuery;
 use omni_actors::domain::Mode;
 use omni_actors::metrics::metrics as gateway_metrics;
 use omni_actors::pool::WorkerState;
@@ -42,8 +43,12 @@ pub async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_web::Resu
     }
     let unavailable = |_| actix_web::error::ErrorServiceUnavailable("the actor system is stopping");
     let workers = gw.pool.send(PoolSnapshot).await.map_err(unavailable)?;
-    let tickets = gw.queue.send(QueueSnapshot).await.map_err(unavailable)?;
-    let workers: Vec<_> = workers
+    let tickets = gw.queue.snapshot.send(QueueSnapshot).await.map_err(unavailable)?;
+    let cluster = match &gw.cluster {
+        Some(c) => Some(c.send(ClusterStatusQuery).await.map_err(unavailable)?),
+        None => None,
+    };
+    let mut workers: Vec<_> = workers
         .iter()
         .map(|w| {
             let (session, mode, dialect) = match &w.state {
@@ -85,12 +90,33 @@ pub async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_web::Resu
             })
         })
         .collect();
+    // A replica of a cluster serves the nodes' workers: every one of them, as the store has them.
+    let cluster = cluster.map(|c| {
+        workers.extend(c.view.slots.iter().map(|s| {
+            let state = match s.state.as_str() {
+                "free" => "idle",
+                "assigned" => "reserved",
+                "busy" => "busy",
+                _ => "failed",
+            };
+            json!({
+                "name": s.slot,
+                "node": s.node,
+                "modes": s.modes.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
+                "state": state,
+                "failure": (state == "failed").then_some("its backend is not open on its node"),
+                "mode": s.busy.map(|(m, _)| m.as_str()),
+            })
+        }));
+        json!({"replica": c.replica, "store": if c.store_up { "up" } else { "unreachable" }})
+    });
     let active: serde_json::Map<String, serde_json::Value> =
         Mode::ALL.iter().map(|m| (m.as_str().to_string(), json!(gw.registry.active(*m)))).collect();
     Ok(private(HttpResponse::Ok().json(json!({
         "workers": workers,
         "queue": {"length": tickets.len(), "tickets": tickets},
         "sessions": {"open": gw.registry.len(), "active": active},
+        "cluster": cluster,
     }))))
 }
 
@@ -179,7 +205,7 @@ pub async fn cancel_ticket(req: HttpRequest, gw: web::Data<Gateway>, ticket: web
     let Some(number) = ticket.strip_prefix("ticket_").and_then(|n| n.parse::<u64>().ok()) else {
         return private(http_error(StatusCode::BAD_REQUEST, "invalid_payload", "a ticket id looks like ticket_12"));
     };
-    private(match gw.queue.send(Cancel { ticket: number }).await {
+    private(match gw.queue.cancel.send(Cancel { ticket: number }).await {
         Ok(true) => HttpResponse::Ok().json(json!({"cancelled": ticket.as_str()})),
         Ok(false) => http_error(StatusCode::NOT_FOUND, "not_found", "no such waiting ticket"),
         Err(_) => http_error(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "the server is stopping"),

@@ -48,9 +48,16 @@ async fn healthz() -> HttpResponse {
 }
 
 async fn readyz(gw: web::Data<Gateway>) -> HttpResponse {
-    let ready = match gw.pool.send(PoolSnapshot).await {
-        Ok(workers) => workers.iter().any(|w| !matches!(w.state, WorkerState::Failed { .. })),
-        Err(_) => false,
+    let ready = match &gw.cluster {
+        // A replica: it reaches the store, and some node's worker can serve.
+        Some(cluster) => match cluster.send(omni_actors::cluster_queue_actor::ClusterStatusQuery).await {
+            Ok(c) => c.store_up && c.view.slots.iter().any(|s| s.state != "down"),
+            Err(_) => false,
+        },
+        None => match gw.pool.send(PoolSnapshot).await {
+            Ok(workers) => workers.iter().any(|w| !matches!(w.state, WorkerState::Failed { .. })),
+            Err(_) => false,
+        },
     };
     if ready && !gw.registry.shutting_down() {
         HttpResponse::Ok().json(json!({"status": "ready"}))

@@ -25,7 +25,8 @@ use super::client::{self, WireDialect, next};
 
 #[derive(Args, Debug, Clone)]
 pub struct LoadgenArgs {
-    /// The server, e.g. ws://127.0.0.1:8006.
+    /// The server, e.g. ws://127.0.0.1:8006; several, comma-separated (replicas of a
+    /// cluster): sessions go to each in turn.
     #[arg(long, default_value = "ws://127.0.0.1:8006")]
     pub url: String,
     /// Concurrent sessions.
@@ -68,9 +69,10 @@ pub struct LoadgenArgs {
     /// without a close frame, as a phone losing its network would (0 = never).
     #[arg(long, default_value_t = 0)]
     pub vanish_every: usize,
-    /// Sample this process's resident memory (the server's pid) every second.
-    #[arg(long)]
-    pub server_pid: Option<u32>,
+    /// Sample this process's resident memory (the server's pid) every second; several,
+    /// comma-separated (replicas), are added up.
+    #[arg(long, value_delimiter = ',')]
+    pub server_pid: Vec<u32>,
     /// Write the results here as JSON.
     #[arg(long)]
     pub json_out: Option<PathBuf>,
@@ -165,6 +167,22 @@ fn rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
+/// Resident memory of these processes together, in KiB (none: no figure).
+fn total_rss(pids: &[u32]) -> Option<u64> {
+    if pids.is_empty() {
+        return None;
+    }
+    pids.iter().map(|&p| rss_kib(p)).sum()
+}
+
+/// CPU seconds of these processes together.
+fn total_cpu(pids: &[u32]) -> Option<f64> {
+    if pids.is_empty() {
+        return None;
+    }
+    pids.iter().map(|p| cpu_seconds(&p.to_string())).sum()
+}
+
 pub fn run(args: LoadgenArgs) -> Result<(), String> {
     let runtime = client::runtime()?;
     runtime.block_on(loadgen(args))
@@ -203,8 +221,8 @@ async fn loadgen(args: LoadgenArgs) -> Result<(), String> {
         stop: started + Duration::from_secs_f64(lifetime + 30.0),
         run_end: (args.run_time > 0.0).then(|| started + Duration::from_secs_f64(args.run_time)),
     });
-    let rss_start = args.server_pid.and_then(rss_kib);
-    let server_cpu_start = args.server_pid.and_then(|p| cpu_seconds(&p.to_string()));
+    let rss_start = total_rss(&args.server_pid);
+    let server_cpu_start = total_cpu(&args.server_pid);
     let own_cpu_start = cpu_seconds("self");
     let mut tasks = Vec::new();
     for i in 0..args.sessions {
@@ -226,14 +244,14 @@ async fn loadgen(args: LoadgenArgs) -> Result<(), String> {
         let sessions_done = sessions_done.clone();
         let shared = shared.clone();
         let quiet = args.quiet;
-        let pid = args.server_pid;
+        let pids = args.server_pid.clone();
         tokio::spawn(async move {
             let mut curve = Vec::new();
             let mut peak = 0;
             loop {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 let c = &shared.counters;
-                let rss = pid.and_then(rss_kib);
+                let rss = total_rss(&pids);
                 if let Some(r) = rss {
                     curve.push((started.elapsed().as_secs_f64(), r));
                     peak = peak.max(r);
@@ -292,7 +310,7 @@ async fn loadgen(args: LoadgenArgs) -> Result<(), String> {
         "position_update_latency_ms": summary(&shared.update_latency_us.lock(), 1000.0),
         "server_rss_kib": {"start": rss_start, "peak": rss_peak, "curve": rss_curve},
         "cpu_percent": {
-            "server": args.server_pid.and_then(|p| cpu_seconds(&p.to_string())).zip(server_cpu_start).map(|(end, start)| 100.0 * (end - start) / started.elapsed().as_secs_f64()),
+            "server": total_cpu(&args.server_pid).zip(server_cpu_start).map(|(end, start)| 100.0 * (end - start) / started.elapsed().as_secs_f64()),
             "loadgen": cpu_seconds("self").zip(own_cpu_start).map(|(end, start)| 100.0 * (end - start) / started.elapsed().as_secs_f64()),
         },
     });
@@ -381,7 +399,9 @@ async fn session(shared: Arc<Shared>) {
     let nth = c.started.fetch_add(1, Ordering::Relaxed) + 1;
     let vanish = a.vanish_every > 0 && nth.is_multiple_of(a.vanish_every);
     let began = Instant::now();
-    let ws = match tokio::time::timeout(Duration::from_secs(30), client::connect(&a.url, &a.mode, a.api_key.as_deref()))
+    let urls: Vec<&str> = a.url.split(',').collect();
+    let url = urls[(nth - 1) % urls.len()];
+    let ws = match tokio::time::timeout(Duration::from_secs(30), client::connect(url, &a.mode, a.api_key.as_deref()))
         .await
     {
         Ok(Ok(ws)) => ws,

@@ -19,7 +19,9 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 mod browser;
 mod mock_worker;
 mod node;
+mod proxy;
 mod receiver;
+mod redis;
 #[allow(unused_imports)]
 pub use browser::*;
 #[allow(unused_imports)]
@@ -27,7 +29,11 @@ pub use mock_worker::*;
 #[allow(unused_imports)]
 pub use node::*;
 #[allow(unused_imports)]
+pub use proxy::*;
+#[allow(unused_imports)]
 pub use receiver::*;
+#[allow(unused_imports)]
+pub use redis::*;
 
 /// How long a test waits for any one event before failing.
 pub const WAIT: Duration = Duration::from_secs(20);

@@ -114,7 +114,7 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        let _ = Command::new("kill").arg("-CONT").arg(self.child.id().to_string()).status();
+        let _ = Command::new("kill").arg("-CONT").arg(self.child.id().to_string()).stderr(Stdio::null()).status();
         let _ = self.child.kill();
         let _ = self.child.wait();
         if std::thread::panicking() {

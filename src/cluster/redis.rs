@@ -1,0 +1,371 @@
+//! The cluster's store on Redis: every decision one Lua script (`lua/`, each prefixed with
+//! `lua/common.lua`), run atomically by Redis; replicas and nodes never read-modify-write.
+//! Times come from Redis's clock (`TIME`), so clocks of replicas and nodes need not agree.
+//!
+//! One multiplexed connection (reconnecting) carries the calls; grants wait on a second one
+//! (`BLPOP` blocks its connection).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use omni_actors::cluster::{
+    Beat, ClusterError, ClusterFuture, ClusterView, Coordinator, Enqueued, Grant, SlotView, TicketView,
+};
+use omni_actors::domain::Mode;
+use omni_actors::queue::TicketId;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::{AsyncConnectionConfig, Script};
+use std::sync::{Arc, Weak};
+use tokio::sync::{Mutex, OnceCell};
+
+macro_rules! script {
+    ($file:literal) => {
+        Script::new(concat!(include_str!("lua/common.lua"), "\n", include_str!(concat!("lua/", $file))))
+    };
+}
+
+struct Scripts {
+    enqueue: Script,
+    offer: Script,
+    claim: Script,
+    leave: Script,
+    requeue: Script,
+    cancel: Script,
+    gw_beat: Script,
+    node_beat: Script,
+    snapshot: Script,
+}
+
+impl Scripts {
+    fn new() -> Scripts {
+        Scripts {
+            enqueue: script!("enqueue.lua"),
+            offer: script!("offer.lua"),
+            claim: script!("claim.lua"),
+            leave: script!("leave.lua"),
+            requeue: script!("requeue.lua"),
+            cancel: script!("cancel.lua"),
+            gw_beat: script!("gw_beat.lua"),
+            node_beat: script!("node_beat.lua"),
+            snapshot: script!("snapshot.lua"),
+        }
+    }
+}
+
+/// How long a call to Redis may take before it counts as failed (a paused or lost store).
+const RESPONSE_TIMEOUT: Duration = Duration::from_millis(800);
+
+/// A connection to the store, for a replica or a node. Cheap to share (`Arc`).
+pub struct RedisStore {
+    client: redis::Client,
+    /// Every key's prefix, with its hash tag: `{og}`.
+    prefix: String,
+    /// This process's name in the store.
+    name: String,
+    lease: Duration,
+    calls: OnceCell<ConnectionManager>,
+    blocking: Mutex<Option<MultiplexedConnection>>,
+    scripts: Scripts,
+    /// Itself, for the futures of [`Coordinator`] calls (they outlive `&self`).
+    me: Weak<RedisStore>,
+}
+
+fn store_error(e: redis::RedisError) -> ClusterError {
+    ClusterError(e.to_string())
+}
+
+fn bad(what: &str) -> ClusterError {
+    ClusterError(format!("unexpected answer to {what}"))
+}
+
+fn mode(s: &str) -> Result<Mode, ClusterError> {
+    Mode::from_str(s).map_err(|_| ClusterError(format!("unknown mode '{s}' in the store")))
+}
+
+fn ticket(s: &str) -> Result<TicketId, ClusterError> {
+    s.parse().map_err(|_| ClusterError(format!("bad ticket number '{s}' in the store")))
+}
+
+/// A grant as the scripts write it: `seq slot addr nonce mode`.
+fn grant(fields: &[String]) -> Result<Grant, ClusterError> {
+    match fields {
+        [seq, slot, addr, nonce, m] => Ok(Grant {
+            ticket: ticket(seq)?,
+            slot: slot.clone(),
+            addr: addr.clone(),
+            nonce: nonce.clone(),
+            mode: mode(m)?,
+        }),
+        _ => Err(bad("a grant")),
+    }
+}
+
+impl RedisStore {
+    /// `url`: `redis://[:password@]host:port/db` or `rediss://` (TLS). Connects lazily.
+    pub fn new(url: &str, prefix: &str, name: String, lease: Duration) -> Result<Arc<RedisStore>, String> {
+        if url.starts_with("rediss://") {
+            // TLS through rustls, with the provider the rest of the server uses.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let client = redis::Client::open(url).map_err(|e| format!("cluster.url: {e}"))?;
+        Ok(Arc::new_cyclic(|me| RedisStore {
+            client,
+            prefix: format!("{{{prefix}}}"),
+            name,
+            lease,
+            calls: OnceCell::new(),
+            blocking: Mutex::new(None),
+            scripts: Scripts::new(),
+            me: me.clone(),
+        }))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn calls(&self) -> Result<ConnectionManager, ClusterError> {
+        let manager = self
+            .calls
+            .get_or_try_init(|| async {
+                let config = ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(RESPONSE_TIMEOUT))
+                    .set_connection_timeout(Some(RESPONSE_TIMEOUT))
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_millis(500));
+                ConnectionManager::new_lazy_with_config(self.client.clone(), config).map_err(store_error)
+            })
+            .await?;
+        Ok(manager.clone())
+    }
+
+    async fn run<T: redis::FromRedisValue>(&self, script: &Script, args: &[&str]) -> Result<T, ClusterError> {
+        let mut con = self.calls().await?;
+        let mut call = script.key(&self.prefix);
+        for a in args {
+            call.arg(*a);
+        }
+        call.invoke_async(&mut con).await.map_err(store_error)
+    }
+
+    /// A node offers its free worker `slot` under `nonce`; `ended`: the mode and length of
+    /// the session that just ended on it. Answers the ticket it went to, if one waited.
+    pub async fn offer(
+        &self,
+        slot: &str,
+        nonce: &str,
+        modes: &str,
+        addr: &str,
+        ended: Option<(Mode, Duration)>,
+    ) -> Result<Offered, ClusterError> {
+        let (mode, secs) = match ended {
+            Some((m, d)) => (m.as_str().to_string(), format!("{:.3}", d.as_secs_f64())),
+            None => (String::new(), String::new()),
+        };
+        let answer: Vec<String> =
+            self.run(&self.scripts.offer, &[&self.name, slot, nonce, modes, addr, &mode, &secs]).await?;
+        match answer.first().map(String::as_str) {
+            Some("assigned") => Ok(Offered::Assigned(ticket(answer.get(1).ok_or_else(|| bad("offer"))?)?)),
+            Some("free") => Ok(Offered::Free),
+            Some("unknown_node") => Ok(Offered::UnknownNode),
+            _ => Err(bad("offer")),
+        }
+    }
+
+    /// A node is alive for one more lease; `slots` are its workers as it sees them. Answers
+    /// whether the store knew it, and which slots it must offer again under a new nonce.
+    pub async fn node_beat(
+        &self,
+        addr: &str,
+        attach_timeout: Duration,
+        slots: &[SlotReport],
+    ) -> Result<(bool, Vec<String>), ClusterError> {
+        let lease = self.lease.as_millis().to_string();
+        let deadline = attach_timeout.as_millis().to_string();
+        let mut args: Vec<&str> = vec![&self.name, addr, &lease, &deadline];
+        for s in slots {
+            args.extend([s.slot.as_str(), s.state, s.modes.as_str(), s.tag.as_str()]);
+        }
+        let (known, again): (i64, Vec<String>) = self.run(&self.scripts.node_beat, &args).await?;
+        Ok((known == 1, again))
+    }
+
+    async fn blocking_connection(&self, wait: Duration) -> Result<MultiplexedConnection, ClusterError> {
+        let mut held = self.blocking.lock().await;
+        if let Some(con) = held.as_ref() {
+            return Ok(con.clone());
+        }
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(RESPONSE_TIMEOUT))
+            .set_response_timeout(Some(wait + RESPONSE_TIMEOUT));
+        let con = self.client.get_multiplexed_async_connection_with_config(&config).await.map_err(store_error)?;
+        *held = Some(con.clone());
+        Ok(con)
+    }
+}
+
+/// What a node's offer came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Offered {
+    Assigned(TicketId),
+    Free,
+    /// The store does not know the node (it must beat first).
+    UnknownNode,
+}
+
+/// A node's worker as its node reports it in a beat.
+pub struct SlotReport {
+    pub slot: String,
+    /// "busy", "down", "offered" or "pending".
+    pub state: &'static str,
+    pub modes: String,
+    /// The nonce it is offered under ("offered"), or the ticket of its session ("busy").
+    pub tag: String,
+}
+
+impl Coordinator for RedisStore {
+    fn replica(&self) -> &str {
+        &self.name
+    }
+
+    fn beat(&self) -> ClusterFuture<Beat> {
+        let this = self.handle();
+        Box::pin(async move {
+            let lease = this.lease.as_millis().to_string();
+            let (known, cancelled): (i64, Vec<String>) = this.run(&this.scripts.gw_beat, &[&this.name, &lease]).await?;
+            let cancelled = cancelled.iter().map(|t| ticket(t)).collect::<Result<_, _>>()?;
+            Ok(Beat { known: known == 1, cancelled })
+        })
+    }
+
+    fn enqueue(&self, m: Mode, given: Option<TicketId>, max_waiting: usize) -> ClusterFuture<Enqueued> {
+        let this = self.handle();
+        Box::pin(async move {
+            let given = given.map(|t| t.to_string()).unwrap_or_default();
+            let max = max_waiting.to_string();
+            let answer: Vec<String> = this.run(&this.scripts.enqueue, &[&this.name, m.as_str(), &given, &max]).await?;
+            let number = |i: usize| -> Result<usize, ClusterError> {
+                answer.get(i).and_then(|s| s.parse().ok()).ok_or_else(|| bad("enqueue"))
+            };
+            match answer.first().map(String::as_str) {
+                Some("granted") => Ok(Enqueued::Granted(grant(&answer[1..])?)),
+                Some("waiting") => Ok(Enqueued::Waiting {
+                    ticket: ticket(answer.get(1).ok_or_else(|| bad("enqueue"))?)?,
+                    position: number(2)?,
+                    length: number(3)?,
+                }),
+                Some("full") => Ok(Enqueued::Full { length: number(1)? }),
+                Some("unavailable") => Ok(Enqueued::Unavailable),
+                Some("unknown_gateway") => Ok(Enqueued::UnknownReplica),
+                _ => Err(bad("enqueue")),
+            }
+        })
+    }
+
+    fn claim(&self, t: TicketId) -> ClusterFuture<()> {
+        let this = self.handle();
+        Box::pin(async move {
+            let _: i64 = this.run(&this.scripts.claim, &[&t.to_string()]).await?;
+            Ok(())
+        })
+    }
+
+    fn leave(&self, t: TicketId) -> ClusterFuture<bool> {
+        let this = self.handle();
+        Box::pin(async move {
+            let waited: i64 = this.run(&this.scripts.leave, &[&t.to_string()]).await?;
+            Ok(waited == 1)
+        })
+    }
+
+    fn requeue(&self, g: &Grant) -> ClusterFuture<bool> {
+        let this = self.handle();
+        let (t, nonce) = (g.ticket.to_string(), g.nonce.clone());
+        Box::pin(async move {
+            let done: i64 = this.run(&this.scripts.requeue, &[&t, &nonce]).await?;
+            Ok(done == 1)
+        })
+    }
+
+    fn cancel(&self, t: TicketId) -> ClusterFuture<bool> {
+        let this = self.handle();
+        Box::pin(async move {
+            let done: i64 = this.run(&this.scripts.cancel, &[&t.to_string()]).await?;
+            Ok(done == 1)
+        })
+    }
+
+    fn version(&self) -> ClusterFuture<u64> {
+        let this = self.handle();
+        Box::pin(async move {
+            let mut con = this.calls().await?;
+            let version: Option<u64> = redis::cmd("GET")
+                .arg(format!("{}:ver", this.prefix))
+                .query_async(&mut con)
+                .await
+                .map_err(store_error)?;
+            Ok(version.unwrap_or(0))
+        })
+    }
+
+    fn snapshot(&self) -> ClusterFuture<ClusterView> {
+        let this = self.handle();
+        Box::pin(async move {
+            let (version, now, tickets, slots, ema): (String, String, Vec<String>, Vec<String>, Vec<String>) =
+                this.run(&this.scripts.snapshot, &[]).await?;
+            let mut view = ClusterView {
+                version: version.parse().map_err(|_| bad("snapshot"))?,
+                now_ms: now.parse().map_err(|_| bad("snapshot"))?,
+                ..ClusterView::default()
+            };
+            for t in tickets.chunks_exact(4) {
+                view.tickets.push(TicketView {
+                    ticket: ticket(&t[0])?,
+                    mode: mode(&t[1])?,
+                    replica: t[2].clone(),
+                    granted: t[3] == "assigned",
+                });
+            }
+            for s in slots.chunks_exact(6) {
+                let modes = s[2].split(',').filter(|m| !m.is_empty()).map(mode).collect::<Result<Vec<_>, _>>()?;
+                let busy = match (s[3].as_str(), s[4].as_str()) {
+                    ("busy", m) if !m.is_empty() => Some((mode(m)?, s[5].parse().unwrap_or(view.now_ms))),
+                    _ => None,
+                };
+                view.slots.push(SlotView { slot: s[0].clone(), node: s[1].clone(), modes, state: s[3].clone(), busy });
+            }
+            for (i, e) in ema.iter().take(3).enumerate() {
+                view.average_s[i] = e.parse().ok();
+            }
+            Ok(view)
+        })
+    }
+
+    fn grants(&self, wait: Duration) -> ClusterFuture<Vec<Grant>> {
+        let this = self.handle();
+        Box::pin(async move {
+            let mut con = this.blocking_connection(wait).await?;
+            let list = format!("{}:g:{}", this.prefix, this.name);
+            let secs = wait.as_secs_f64().max(0.01);
+            let popped: Option<(String, String)> =
+                match redis::cmd("BLPOP").arg(&list).arg(secs).query_async(&mut con).await {
+                    Ok(popped) => popped,
+                    Err(e) => {
+                        // A broken blocking connection is made anew next time.
+                        *this.blocking.lock().await = None;
+                        return Err(store_error(e));
+                    }
+                };
+            let Some((_, first)) = popped else { return Ok(Vec::new()) };
+            let fields: Vec<String> = first.split(' ').map(str::to_string).collect();
+            Ok(vec![grant(&fields)?])
+        })
+    }
+}
+
+impl RedisStore {
+    /// The store itself, for a future that outlives the borrow of `self`.
+    fn handle(&self) -> Arc<RedisStore> {
+        self.me.upgrade().expect("a RedisStore lives in an Arc (RedisStore::new)")
+    }
+}

@@ -1,0 +1,126 @@
+//! A node in a cluster (`[cluster]` in its config): it offers each free worker to the
+//! cluster's store under a nonce it draws, and admits a gateway's attach only with the grant
+//! of the worker's current nonce ([`super::worker::NodeWorker::attach`]). A worker is offered
+//! when it becomes free (ready, or reset after a session); a beat every third of the lease
+//! keeps the node known and tells the store each worker's true state; the store answers
+//! which offers must be made again (a grant not taken within `attach_timeout_s`, or an offer
+//! the store lost), each under a new nonce, so a late attach with the old one is refused.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+
+use super::Node;
+use super::worker::Report;
+use crate::cluster::redis::{Offered, RedisStore, SlotReport};
+use crate::config::ClusterSpec;
+
+/// Joins the node's workers to the cluster and serves their offers until the node stops.
+pub fn start(node: Arc<Node>, spec: &ClusterSpec, advertise: String) -> Result<(), String> {
+    let store = RedisStore::new(&spec.url, &spec.prefix, spec.name.clone(), spec.lease)?;
+    let (tx, rx) = unbounded_channel();
+    for (i, w) in node.workers.iter().enumerate() {
+        w.join_cluster(i, tx.clone());
+    }
+    log::info!(
+        "node {} joins the cluster at {} (lease {:.1} s), reached at {advertise}",
+        spec.name,
+        spec.redacted_url(),
+        spec.lease.as_secs_f64()
+    );
+    tokio::spawn(serve(node, store, advertise, spec.lease / 3, spec.attach_timeout, rx));
+    Ok(())
+}
+
+struct Offers {
+    node: Arc<Node>,
+    store: Arc<RedisStore>,
+    advertise: String,
+}
+
+impl Offers {
+    fn slot(&self, i: usize) -> String {
+        format!("{}/{}", self.store.name(), self.node.workers[i].name)
+    }
+
+    fn modes(&self, i: usize) -> String {
+        self.node.workers[i].modes.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(",")
+    }
+
+    /// Offers worker `i` under a new nonce, if it is free.
+    async fn offer(&self, i: usize) {
+        let w = &self.node.workers[i];
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let Some(ended) = w.offer_under(&nonce) else { return };
+        let slot = self.slot(i);
+        match self.store.offer(&slot, &nonce, &self.modes(i), &self.advertise, ended).await {
+            Ok(Offered::Assigned(ticket)) => log::info!("worker {}: granted to ticket {ticket}", w.name),
+            Ok(Offered::Free) => log::debug!("worker {}: free, nobody waiting for it", w.name),
+            // The next beat makes the node known and hands this offer back to be made again.
+            Ok(Offered::UnknownNode) => log::info!("worker {}: the store does not know this node yet", w.name),
+            Err(e) => log::warn!("worker {}: cannot offer it: {e}", w.name),
+        }
+    }
+
+    async fn beat(&self, attach_timeout: Duration, known: &mut bool) {
+        let reports: Vec<SlotReport> = self
+            .node
+            .workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let (state, tag) = match w.report() {
+                    Report::Busy(ticket) => ("busy", ticket.to_string()),
+                    Report::Down => ("down", String::new()),
+                    Report::Offered(nonce) => ("offered", nonce),
+                    Report::Pending => ("pending", String::new()),
+                };
+                SlotReport { slot: self.slot(i), state, modes: self.modes(i), tag }
+            })
+            .collect();
+        match self.store.node_beat(&self.advertise, attach_timeout, &reports).await {
+            Ok((was_known, again)) => {
+                if !was_known {
+                    log::info!("node {}: registered with the cluster's store", self.store.name());
+                }
+                *known = true;
+                for slot in again {
+                    if let Some(i) = (0..self.node.workers.len()).find(|&i| self.slot(i) == slot) {
+                        log::info!("worker {}: offered again under a new nonce", self.node.workers[i].name);
+                        self.offer(i).await;
+                    }
+                }
+            }
+            Err(e) => {
+                if *known {
+                    log::error!("node {}: cannot reach the cluster's store: {e}", self.store.name());
+                }
+                *known = false;
+            }
+        }
+    }
+}
+
+async fn serve(
+    node: Arc<Node>,
+    store: Arc<RedisStore>,
+    advertise: String,
+    every: Duration,
+    attach_timeout: Duration,
+    mut free: UnboundedReceiver<usize>,
+) {
+    let offers = Offers { node, store, advertise };
+    let mut known = false;
+    offers.beat(attach_timeout, &mut known).await;
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            freed = free.recv() => match freed {
+                Some(i) => offers.offer(i).await,
+                None => return,
+            },
+            _ = tick.tick() => offers.beat(attach_timeout, &mut known).await,
+        }
+    }
+}

@@ -1,0 +1,571 @@
+//! Replicas sharing one queue and one pool on Redis (`[cluster] engine = "redis"`): three
+//! gateway replicas and their nodes on loopback, with Debian's redis-server started by the
+//! test, and faults injected (SIGKILL, SIGSTOP/SIGCONT, a Redis restart). The invariants are
+//! checked from the nodes' own logs of who held each worker when.
+//!
+//! Ignored by plain `cargo test` (they need redis-server); `./test.sh` runs them.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+/// The cluster section of a replica (`replica`) or a node, with leases short enough for tests.
+fn cluster(redis: &Redis, name: &str, replica: bool) -> String {
+    cluster_at(&redis.url(), name, replica)
+}
+
+fn cluster_at(url: &str, name: &str, replica: bool) -> String {
+    let token = if replica { format!("token = \"{NODE_TOKEN}\"\n") } else { String::new() };
+    format!(
+        "[cluster]\nengine = \"redis\"\nurl = \"{url}\"\nname = \"{name}\"\nlease_s = 1.0\nattach_timeout_s = 1.0\n{token}"
+    )
+}
+
+/// A node named `name` with `count` workers, in the cluster.
+fn node(redis: &Redis, name: &str, count: usize) -> Node {
+    Node::start(&format!("{}\n{}", workers(count, ""), cluster(redis, name, false)), "")
+}
+
+/// A replica named `name`: no workers of its own.
+fn replica(redis: &Redis, name: &str) -> Server {
+    replica_at(&redis.url(), name)
+}
+
+fn replica_at(url: &str, name: &str) -> Server {
+    Server::start(
+        Setup::default().workers(String::new()).queue("update_interval_s = 1.0").extra(&cluster_at(url, name, true)),
+    )
+}
+
+/// A client waiting in the queue: the positions it was told, in order.
+struct Waiter {
+    client: Client,
+    positions: Vec<u64>,
+    ticket: String,
+}
+
+impl Waiter {
+    /// Connects in audio mode and expects to wait.
+    async fn join(server: &Server) -> Waiter {
+        let mut client = Client::connect(&server.url("/v1/realtime?mode=audio")).await;
+        let queued = client.event().await;
+        assert_eq!(queued["type"], "session.queued", "{queued}");
+        let position = queued["position"].as_u64().unwrap();
+        let ticket = queued["ticket_id"].as_str().unwrap().to_string();
+        Waiter { client, positions: vec![position], ticket }
+    }
+
+    /// Reads queue updates until its position is `position`.
+    async fn until_position(&mut self, position: u64) {
+        while *self.positions.last().unwrap() != position {
+            let e = self.client.event().await;
+            assert_eq!(e["type"], "session.queue_update", "waiting for position {position}: {e}");
+            self.update(&e);
+        }
+    }
+
+    /// A queue update: the same ticket (its place kept), maybe a new position.
+    fn update(&mut self, e: &Value) {
+        assert_eq!(e["ticket_id"].as_str(), Some(self.ticket.as_str()), "the ticket changed: {e}");
+        self.positions.push(e["position"].as_u64().unwrap());
+    }
+
+    /// Reads until it is served, then starts its session; checks positions never rose.
+    async fn served(mut self) -> Client {
+        loop {
+            let e = self.client.event().await;
+            match e["type"].as_str() {
+                Some("session.queue_update") => self.update(&e),
+                Some("session.queue_done") => break,
+                _ => panic!("while waiting: {e}"),
+            }
+        }
+        assert!(self.positions.windows(2).all(|w| w[1] <= w[0]), "a position rose: {:?}", self.positions);
+        self.client.send(json!({"type": "session.init", "payload": {}})).await;
+        self.client.expect("session.created").await;
+        self.client
+    }
+}
+
+/// Speaks one chunk and hears the listen answer: the session works.
+async fn talk(c: &mut Client, input: &str) {
+    c.send(append(&loud())).await;
+    assert_eq!(kinds(&answer_to(c, input).await), ["listen"]);
+}
+
+async fn close(mut c: Client) {
+    c.send(json!({"type": "session.close"})).await;
+    c.until("session.closed").await;
+}
+
+/// A worker's session as its node logged it: from its attach to the end of its link.
+#[derive(Debug, Clone)]
+struct Held {
+    worker: String,
+    ticket: u64,
+}
+
+/// Every session each node's worker held, in the order of its log (attach lines name the
+/// ticket; the next "link N ended" of that worker ends it).
+fn sessions_of(node_log: &str) -> Vec<Held> {
+    let mut held: Vec<Held> = Vec::new();
+    let mut open: HashMap<String, usize> = HashMap::new(); // worker -> its session in `held`
+    for line in node_log.lines() {
+        if let Some(rest) = line.split("worker ").nth(1) {
+            let worker = rest.split(':').next().unwrap_or("").to_string();
+            if line.contains(": attached to gateway") {
+                let ticket = line.rsplit("for ticket ").next().and_then(|t| t.trim().parse().ok()).unwrap_or(0);
+                assert!(!open.contains_key(&worker), "worker {worker} attached twice at once:\n{node_log}");
+                open.insert(worker.clone(), held.len());
+                held.push(Held { worker, ticket });
+            } else if line.contains("ended (") && line.contains(": link ") {
+                open.remove(&worker);
+            }
+        }
+    }
+    held
+}
+
+/// The invariants: no worker held by two sessions at once (checked while parsing), every
+/// session attached with a ticket, and no ticket given two workers.
+fn check_invariants(logs: &[String]) -> Vec<Held> {
+    let all: Vec<Held> = logs.iter().flat_map(|l| sessions_of(l)).collect();
+    let mut tickets: HashMap<u64, &Held> = HashMap::new();
+    for h in &all {
+        assert!(h.ticket != 0, "an attach without a ticket: {h:?}");
+        if let Some(other) = tickets.insert(h.ticket, h) {
+            panic!("ticket {} was given two workers: {other:?} and {h:?}", h.ticket);
+        }
+    }
+    all
+}
+
+#[tokio::test]
+#[ignore = "needs redis-server; ./test.sh runs it"]
+async fn three_replicas_share_one_fifo_and_the_nodes_workers() {
+    let redis = Redis::start();
+    let n1 = node(&redis, "n1", 1);
+    let n2 = node(&redis, "n2", 1);
+    let g = [replica(&redis, "g1"), replica(&redis, "g2"), replica(&redis, "g3")];
+
+    // Two workers in the cluster: the first two clients (of two replicas) are served.
+    let mut a = active(&g[0], "audio").await;
+    let mut b = active(&g[1], "audio").await;
+    talk(&mut a, "input_1").await;
+    talk(&mut b, "input_1").await;
+    // The next clients wait, in one order across the replicas.
+    let c = Waiter::join(&g[2]).await;
+    let mut d = Waiter::join(&g[0]).await;
+    let e = Waiter::join(&g[1]).await;
+    assert_eq!((c.positions[0], d.positions[0], e.positions[0]), (1, 2, 3));
+    // Any replica's status shows the whole queue and every node's workers (as last read).
+    g[1].wait_status("the whole cluster", WAIT, |s| {
+        let workers = s["workers"].as_array().unwrap();
+        s["queue"]["length"] == 3 && workers.len() == 2 && workers.iter().all(|w| w["state"] == "busy")
+    });
+
+    // A worker freed on replica g1 goes to the head of the queue (on g3), and everyone moves up.
+    close(a).await;
+    let mut c = c.served().await;
+    talk(&mut c, "input_1").await;
+    d.until_position(1).await;
+    close(b).await;
+    let mut d = d.served().await;
+    talk(&mut d, "input_1").await;
+    close(c).await;
+    let e = e.served().await;
+    close(d).await;
+    close(e).await;
+
+    let on_n1 = check_invariants(&[n1.logs()]);
+    let on_n2 = check_invariants(&[n2.logs()]);
+    assert_eq!(on_n1.len() + on_n2.len(), 5, "five sessions: {on_n1:?} {on_n2:?}");
+    assert!(!on_n1.is_empty() && !on_n2.is_empty(), "both nodes served");
+    assert!(on_n1.iter().chain(&on_n2).all(|h| h.worker == "sim-0"));
+    check_invariants(&[n1.logs(), n2.logs()]);
+    for s in &g {
+        s.wait_idle();
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs redis-server; ./test.sh runs it"]
+async fn a_killed_replica_frees_its_worker_and_its_waiting_tickets_leave() {
+    let redis = Redis::start();
+    let n1 = node(&redis, "n1", 1);
+    let mut g1 = replica(&redis, "g1");
+    let g2 = replica(&redis, "g2");
+    let mut held = active(&g1, "audio").await;
+    talk(&mut held, "input_1").await;
+    let _doomed = Waiter::join(&g1).await; // position 1, on the replica about to die
+    let survivor = Waiter::join(&g2).await;
+    assert_eq!(survivor.positions[0], 2);
+
+    g1.signal("KILL");
+    g1.skip_invariants();
+    let killed = Instant::now();
+    // The node frees the worker at once (the link died); the dead replica's ticket leaves
+    // within its lease; the survivor moves up and is served.
+    let mut served = survivor.served().await;
+    assert!(killed.elapsed() < Duration::from_secs(5), "served {:?} after the kill", killed.elapsed());
+    talk(&mut served, "input_1").await;
+    close(served).await;
+    check_invariants(&[n1.logs()]);
+    drop(held);
+    g2.wait_idle();
+}
+
+#[tokio::test]
+#[ignore = "needs redis-server; ./test.sh runs it"]
+async fn a_replica_paused_past_its_lease_rejoins_and_nothing_is_assigned_twice() {
+    let redis = Redis::start();
+    let n1 = node(&redis, "n1", 1);
+    let g1 = replica(&redis, "g1");
+    let g2 = replica(&redis, "g2");
+    let mut first = active(&g2, "audio").await;
+    talk(&mut first, "input_1").await;
+    let mut paused = Waiter::join(&g1).await; // position 1
+    let second = Waiter::join(&g2).await; // position 2
+    assert_eq!((paused.positions[0], second.positions[0]), (1, 2));
+
+    g1.signal("STOP");
+    tokio::time::sleep(Duration::from_millis(2500)).await; // past the 1 s lease
+    // Meanwhile the worker is freed: the paused replica's ticket is gone, so g2's client
+    // is served.
+    close(first).await;
+    let mut second = second.served().await;
+    talk(&mut second, "input_1").await;
+    g1.signal("CONT");
+    // The resumed replica finds the store forgot it and enqueues its client again with its
+    // ticket: first in line again (its position never rose), then served.
+    g1.wait_log("enqueued again", WAIT);
+    paused.until_position(1).await;
+    close(second).await;
+    let mut third = paused.served().await;
+    talk(&mut third, "input_1").await;
+    close(third).await;
+    check_invariants(&[n1.logs()]);
+    g1.wait_idle();
+    g2.wait_idle();
+}
+
+#[tokio::test]
+#[ignore = "needs redis-server; ./test.sh runs it"]
+async fn a_killed_node_ends_its_sessions_and_waiting_clients_keep_waiting() {
+    let redis = Redis::start();
+    let n1 = node(&redis, "n1", 1);
+    let g1 = replica(&redis, "g1");
+    let g2 = replica(&redis, "g2");
+    let mut on_n1 = active(&g1, "audio").await;
+    talk(&mut on_n1, "input_1").await;
+    let waiting = Waiter::join(&g2).await;
+    n1.kill();
+    // The session on the dead node ends with backend_error; the waiting client waits on.
+    let closed = on_n1.until("session.closed").await;
+    assert_eq!(closed["reason"], "backend_error", "{closed}");
+    let n2 = node(&redis, "n2", 1);
+    let mut served = waiting.served().await;
+    talk(&mut served, "input_1").await;
+    close(served).await;
+    check_invariants(&[n2.logs()]);
+    g2.wait_idle();
+}
+
+#[tokio::test]
+#[ignore = "needs redis-server; ./test.sh runs it"]
+async fn a_redis_restart_keeps_sessions_running_and_the_waiting_order() {
+    let redis = Redis::start();
+    let n1 = node(&redis, "n1", 1);
+    let g1 = replica(&redis, "g1");
+    let g2 = replica(&redis, "g2");
+    let mut running = active(&g1, "audio").await;
+    talk(&mut running, "input_1").await;
+    let early = Waiter::join(&g2).await;
+    let late = Waiter::join(&g1).await;
+    assert_eq!((early.positions[0], late.positions[0]), (1, 2));
+
+    let redis = redis.restart(); // everything in it is lost
+    // Audio never passes through Redis: the session goes on.
+    talk(&mut running, "input_2").await;
+    // Replicas and node register again; the waiting clients are enqueued again, in order.
+    g1.wait_log("enqueued again", WAIT);
+    g2.wait_log("enqueued again", WAIT);
+    let deadline = Instant::now() + WAIT;
+    while redis.command("ZCARD {og}:q").as_deref() != Some(":2\r\n") {
+        assert!(Instant::now() < deadline, "the two waiting clients are back in the queue");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    close(running).await;
+    let mut early = early.served().await;
+    talk(&mut early, "input_1").await;
+    close(early).await;
+    let late = late.served().await;
+    close(late).await;
+    check_invariants(&[n1.logs()]);
+    g1.wait_idle();
+    g2.wait_idle();
+}
+
+#[tokio::test]
+#[ignore = "needs redis-server; ./test.sh runs it"]
+async fn without_redis_new_clients_are_refused_and_running_sessions_go_on() {
+    let redis = Redis::start();
+    let _n1 = node(&redis, "n1", 2);
+    let g1 = replica(&redis, "g1");
+    let mut running = active(&g1, "audio").await;
+    redis.signal("STOP");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    talk(&mut running, "input_1").await;
+    let mut refused = Client::connect(&g1.url("/v1/realtime?mode=audio")).await;
+    let e: Value = refused.until("error").await;
+    assert_eq!(e["error"]["code"], "service_unavailable", "{e}");
+    redis.signal("CONT");
+    close(running).await;
+    // Once Redis answers again, clients are served.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let mut c = Client::connect(&g1.url("/v1/realtime?mode=audio")).await;
+        let first = c.event().await;
+        if first["type"] == "session.queue_done" || first["type"] == "session.queued" {
+            if first["type"] == "session.queued" {
+                c.until("session.queue_done").await;
+            }
+            c.send(json!({"type": "session.init", "payload": {}})).await;
+            c.expect("session.created").await;
+            close(c).await;
+            break;
+        }
+        assert!(Instant::now() < deadline, "never served after Redis came back: {first}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    g1.wait_idle();
+}
+
+#[tokio::test]
+#[ignore = "needs redis-server; ./test.sh runs it"]
+async fn a_replica_cut_off_from_redis_while_others_keep_it() {
+    let redis = Redis::start();
+    let proxy = Proxy::start(format!("127.0.0.1:{}", redis.port).parse().unwrap());
+    let n1 = node(&redis, "n1", 1);
+    let g1 = replica_at(&format!("redis://{}/0", proxy.addr), "g1"); // reaches Redis through the proxy
+    let g2 = replica(&redis, "g2");
+    let mut first = active(&g2, "audio").await;
+    talk(&mut first, "input_1").await;
+    let cut_off = Waiter::join(&g1).await; // position 1
+    let mut other = Waiter::join(&g2).await; // position 2
+    assert_eq!((cut_off.positions[0], other.positions[0]), (1, 2));
+
+    proxy.cut();
+    // g1 cannot beat: new clients of g1 are refused; after its lease its ticket leaves the
+    // queue, and g2's client moves up.
+    g1.wait_log("cannot beat", WAIT);
+    let mut refused = Client::connect(&g1.url("/v1/realtime?mode=audio")).await;
+    assert_eq!(refused.until("error").await["error"]["code"], "service_unavailable");
+    other.until_position(1).await;
+    // The worker goes to g2's client meanwhile; the session on it works.
+    close(first).await;
+    let mut second = other.served().await;
+    talk(&mut second, "input_1").await;
+
+    proxy.restore();
+    // g1 is back: its client is enqueued again with its ticket, first in line, then served.
+    g1.wait_log("enqueued again", WAIT);
+    close(second).await;
+    let mut third = cut_off.served().await;
+    talk(&mut third, "input_1").await;
+    close(third).await;
+    check_invariants(&[n1.logs()]);
+    g1.wait_idle();
+    g2.wait_idle();
+}
+
+#[tokio::test]
+#[ignore = "needs redis-server; ./test.sh runs it"]
+async fn the_store_keeps_one_fifo_across_modes_with_places_kept_and_leases() {
+    use omni_actors::cluster::{Coordinator, Enqueued};
+    use omni_actors::domain::Mode;
+    use omni_gateway::cluster::redis::{Offered, RedisStore, SlotReport};
+
+    let redis = Redis::start();
+    let lease = Duration::from_secs(5);
+    let gw = RedisStore::new(&redis.url(), "og", "g1".into(), lease).unwrap();
+    let node = RedisStore::new(&redis.url(), "og", "n1".into(), lease).unwrap();
+    assert!(!gw.beat().await.unwrap().known, "a new replica is not known yet");
+    assert!(gw.beat().await.unwrap().known);
+    let busy =
+        |slot: &str, modes: &str| SlotReport { slot: slot.into(), state: "busy", modes: modes.into(), tag: "0".into() };
+    node.node_beat("127.0.0.1:7100", Duration::from_secs(1), &[busy("n1/a", "audio")]).await.unwrap();
+    assert_eq!(gw.enqueue(Mode::Video, None, 10).await.unwrap(), Enqueued::Unavailable, "no worker serves video");
+    node.node_beat("127.0.0.1:7100", Duration::from_secs(1), &[busy("n1/a", "audio"), busy("n1/v", "video,audio")])
+        .await
+        .unwrap();
+
+    let waiting = |e: Enqueued| match e {
+        Enqueued::Waiting { ticket, position, .. } => (ticket, position),
+        other => panic!("expected to wait: {other:?}"),
+    };
+    let (t1, p1) = waiting(gw.enqueue(Mode::Audio, None, 10).await.unwrap());
+    let (t2, p2) = waiting(gw.enqueue(Mode::Video, None, 10).await.unwrap());
+    let (t3, p3) = waiting(gw.enqueue(Mode::Audio, None, 3).await.unwrap());
+    assert_eq!((p1, p2, p3), (1, 2, 3));
+    assert!(t1 < t2 && t2 < t3, "tickets are numbered in order");
+    assert_eq!(gw.enqueue(Mode::Audio, None, 3).await.unwrap(), Enqueued::Full { length: 3 });
+
+    // An audio-only worker takes the first audio ticket; the other takes the older video one.
+    assert_eq!(node.offer("n1/a", "x1", "audio", "127.0.0.1:7100", None).await.unwrap(), Offered::Assigned(t1));
+    assert_eq!(node.offer("n1/v", "y1", "video,audio", "127.0.0.1:7100", None).await.unwrap(), Offered::Assigned(t2));
+    let g1 = gw.grants(Duration::from_millis(100)).await.unwrap();
+    assert_eq!((g1[0].ticket, g1[0].slot.as_str(), g1[0].nonce.as_str()), (t1, "n1/a", "x1"));
+    let g2 = gw.grants(Duration::from_millis(100)).await.unwrap();
+    assert_eq!((g2[0].ticket, g2[0].worker(), g2[0].mode), (t2, "v", Mode::Video));
+    // Granted tickets keep their places until claimed.
+    let view = gw.snapshot().await.unwrap();
+    let order: Vec<(u64, bool)> = view.tickets.iter().map(|t| (t.ticket, t.granted)).collect();
+    assert_eq!(order, [(t1, true), (t2, true), (t3, false)]);
+
+    // The node refused t1's grant (a stale nonce): t1 waits again, first; a requeue with a nonce
+    // that is not the grant's does nothing.
+    assert!(!gw.requeue(&omni_actors::cluster::Grant { nonce: "other".into(), ..g1[0].clone() }).await.unwrap());
+    assert!(gw.requeue(&g1[0]).await.unwrap());
+    gw.claim(t2).await.unwrap();
+    let view = gw.snapshot().await.unwrap();
+    let order: Vec<(u64, bool)> = view.tickets.iter().map(|t| (t.ticket, t.granted)).collect();
+    assert_eq!(order, [(t1, false), (t3, false)]);
+    assert!(
+        view.slots.iter().any(|s| s.slot == "n1/v" && s.state == "busy" && s.busy.map(|b| b.0) == Some(Mode::Video))
+    );
+
+    // A session of 30 s ended on n1/v: its next offer feeds the average, and takes t1 (the head).
+    let ended = Some((Mode::Video, Duration::from_secs(30)));
+    assert_eq!(node.offer("n1/v", "y2", "video,audio", "127.0.0.1:7100", ended).await.unwrap(), Offered::Assigned(t1));
+    assert_eq!(gw.snapshot().await.unwrap().average_s[Mode::Video.index()], Some(30.0));
+
+    // Cancelled on any replica: its gateway hears it at its next beat.
+    assert!(gw.cancel(t3).await.unwrap());
+    assert_eq!(gw.beat().await.unwrap().cancelled, [t3]);
+
+    // A replica whose lease runs out is retired by whoever beats next; its tickets leave.
+    let short = RedisStore::new(&redis.url(), "og", "g2".into(), Duration::from_millis(200)).unwrap();
+    short.beat().await.unwrap();
+    let (t4, _) = waiting(short.enqueue(Mode::Audio, None, 10).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    gw.beat().await.unwrap();
+    assert!(gw.snapshot().await.unwrap().tickets.iter().all(|t| t.ticket != t4), "the dead replica's ticket left");
+    // It beats again: it was forgotten, and enqueues its client again with the same ticket.
+    assert!(!short.beat().await.unwrap().known);
+    assert_eq!(waiting(short.enqueue(Mode::Audio, Some(t4), 10).await.unwrap()).0, t4);
+}
+
+/// The YAML documents of a file under `deploy/`.
+fn yaml_documents(file: &str) -> Vec<Value> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy").join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| <Value as serde::Deserialize>::deserialize(doc).unwrap_or_else(|e| panic!("{file}: {e}")))
+        .collect()
+}
+
+/// Loads an embedded config with the server's own loader (a library path it names is replaced
+/// by a file that exists: the keys are checked, not the model).
+fn load_embedded(name: &str, toml: &str) -> omni_gateway::config::Config {
+    let dir = tempfile::tempdir().unwrap();
+    let library = dir.path().join("libmodel.so");
+    std::fs::write(&library, b"").unwrap();
+    let mut text = String::new();
+    for line in toml.lines() {
+        if line.trim_start().starts_with("library = ") {
+            text.push_str(&format!("library = \"{}\"\n", library.display()));
+        } else {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    omni_gateway::config::Config::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn port_of(config: &omni_gateway::config::Config) -> u16 {
+    config.bind[0].port()
+}
+
+#[test]
+fn the_compose_file_and_kubernetes_manifests_parse_and_their_configs_load() {
+    // Compose: the replicas' and the node's configs load, as a replica and as a node of one cluster.
+    let compose = &yaml_documents("compose.yml")[0];
+    let gateway = load_embedded("gateway.toml", compose["configs"]["gateway"]["content"].as_str().unwrap());
+    let node = load_embedded("node.toml", compose["configs"]["node"]["content"].as_str().unwrap());
+    let (g, n) = (gateway.cluster.as_ref().unwrap(), node.cluster.as_ref().unwrap());
+    assert_eq!(g.url, n.url, "one cluster");
+    assert_eq!(g.token, node.node.as_ref().unwrap().token, "the replicas present the node's token");
+    assert!(gateway.workers.is_empty() && node.workers.len() == 1);
+    let services = &compose["services"];
+    let command = |s: &str| {
+        services[s]["command"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect::<Vec<_>>()
+    };
+    assert_eq!(command("gateway")[1..], ["--config", "/etc/omni/gateway.toml"]);
+    assert_eq!(command("node")[1..], ["--config", "/etc/omni/node.toml", "node"]);
+    assert_eq!(services["gateway"]["configs"][0]["target"], "/etc/omni/gateway.toml");
+    assert_eq!(services["node"]["configs"][0]["target"], "/etc/omni/node.toml");
+    let advertise = services["node"]["environment"]["OMNI_NODE_ADVERTISE"].as_str().unwrap();
+    assert_eq!(advertise, format!("node:{}", node.node.as_ref().unwrap().bind[0].port()));
+    let balancer = services["balancer"]["networks"]["default"]["ipv4_address"].as_str().unwrap();
+    assert_eq!(gateway.trusted_proxies, [balancer.parse::<std::net::IpAddr>().unwrap()]);
+    let nginx = compose["configs"]["nginx"]["content"].as_str().unwrap();
+    assert!(
+        nginx.contains(&format!("server gateway:{};", port_of(&gateway))) && nginx.contains("proxy_read_timeout 3600s")
+    );
+
+    // Kubernetes: every document has a kind; the Secrets' configs load; the pods run them on the
+    // ports they bind; the ingress does not cut sessions.
+    let mut docs = Vec::new();
+    for file in ["k8s/redis.yaml", "k8s/gateway.yaml", "k8s/node.yaml"] {
+        docs.extend(yaml_documents(file));
+    }
+    let kind = |k: &str| docs.iter().filter(|d| d["kind"] == k).collect::<Vec<_>>();
+    assert!(
+        docs.iter().all(|d| d["apiVersion"].is_string() && d["kind"].is_string() && d["metadata"]["name"].is_string())
+    );
+    let secrets: HashMap<String, omni_gateway::config::Config> = kind("Secret")
+        .iter()
+        .flat_map(|s| s["stringData"].as_object().unwrap().iter())
+        .map(|(name, toml)| (name.clone(), load_embedded(name, toml.as_str().unwrap())))
+        .collect();
+    let (gateway, node) = (&secrets["gateway.toml"], &secrets["node.toml"]);
+    let redis_port = kind("Service").iter().find(|s| s["metadata"]["name"] == "omni-redis").unwrap()["spec"]["ports"]
+        [0]["port"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(gateway.cluster.as_ref().unwrap().url, format!("redis://omni-redis:{redis_port}/0"));
+    assert_eq!(gateway.cluster.as_ref().unwrap().url, node.cluster.as_ref().unwrap().url);
+    assert_eq!(gateway.cluster.as_ref().unwrap().token, node.node.as_ref().unwrap().token);
+    for (workload, config, file) in [("Deployment", gateway, "gateway.toml"), ("DaemonSet", node, "node.toml")] {
+        let pod = &kind(workload)[0]["spec"]["template"]["spec"];
+        let container = &pod["containers"][0];
+        let args: Vec<&str> = container["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+        let mount = container["volumeMounts"][0]["mountPath"].as_str().unwrap();
+        assert!(args.contains(&format!("{mount}/{file}").as_str()), "{workload} runs {file}: {args:?}");
+        let port = if file == "node.toml" { config.node.as_ref().unwrap().bind[0].port() } else { port_of(config) };
+        assert_eq!(
+            container["ports"][0]["containerPort"].as_u64(),
+            Some(port as u64),
+            "{workload} exposes its bind port"
+        );
+        let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap() as f64;
+        assert!(grace >= config.server.shutdown_grace_s && grace >= 600.0, "{workload}: sessions may finish");
+    }
+    let advertise =
+        kind("DaemonSet")[0]["spec"]["template"]["spec"]["containers"][0]["env"][1]["value"].as_str().unwrap();
+    assert_eq!(advertise, format!("$(POD_IP):{}", node.node.as_ref().unwrap().bind[0].port()));
+    let ingress = &kind("Ingress")[0]["metadata"]["annotations"];
+    for key in ["proxy-read-timeout", "proxy-send-timeout"] {
+        let secs: u64 = ingress[format!("nginx.ingress.kubernetes.io/{key}")].as_str().unwrap().parse().unwrap();
+        assert!(secs >= 3600, "{key}: {secs}");
+    }
+    let policy = &kind("NetworkPolicy")[0]["spec"]["ingress"][0];
+    assert_eq!(policy["from"][0]["podSelector"]["matchLabels"]["app"], "omni-gateway");
+}

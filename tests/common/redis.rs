@@ -1,0 +1,83 @@
+//! A Redis server (Debian's `redis-server`) on a free loopback port, for the cluster tests:
+//! no persistence, its own directory, killed with the test.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::WAIT;
+
+pub struct Redis {
+    child: Child,
+    pub port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        Redis::start_on(port, tempfile::tempdir().unwrap())
+    }
+
+    fn start_on(port: u16, dir: tempfile::TempDir) -> Redis {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server (apt-get install redis-server)");
+        let redis = Redis { child, port, dir };
+        let deadline = Instant::now() + WAIT;
+        while !redis.ping() {
+            assert!(Instant::now() < deadline, "redis-server did not answer on port {port}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        redis
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// One command in Redis's inline syntax; its raw answer.
+    pub fn command(&self, line: &str) -> Option<String> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+        s.write_all(format!("{line}\r\n").as_bytes()).ok()?;
+        let mut buf = [0u8; 65536];
+        let n = s.read(&mut buf).ok()?;
+        Some(String::from_utf8_lossy(&buf[..n]).to_string())
+    }
+
+    pub fn ping(&self) -> bool {
+        self.command("PING").is_some_and(|a| a.starts_with("+PONG"))
+    }
+
+    /// Sends a signal (`STOP`, `CONT`, ...) to redis-server.
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill").arg(format!("-{name}")).arg(self.child.id().to_string()).status().unwrap();
+        assert!(status.success(), "kill -{name}");
+    }
+
+    /// Kills redis-server (everything in it is lost: no persistence) and starts a new one
+    /// on the same port.
+    pub fn restart(mut self) -> Redis {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+        let port = self.port;
+        drop(self);
+        Redis::start_on(port, dir)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg("-CONT").arg(self.child.id().to_string()).stderr(Stdio::null()).status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
