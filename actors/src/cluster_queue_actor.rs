@@ -35,6 +35,10 @@ use crate::worker_thread::BackendFactory;
 pub const POLL: Duration = Duration::from_millis(100);
 /// How long a BackendActor lent to a session has to close its link when the session ends.
 const STOP_WITHIN: Duration = Duration::from_secs(2);
+/// Position updates go out this many at a time, this long apart (as the single-process queue
+/// fans them out): a hand-over never waits behind hundreds of updates being written.
+const UPDATE_BATCH: usize = 64;
+const UPDATE_PAUSE: Duration = Duration::from_millis(1);
 
 /// Opens the backend of a grant: a link to the node's worker, attached with the nonce.
 pub type GrantOpener = Arc<dyn Fn(&Grant) -> BackendFactory + Send + Sync>;
@@ -106,6 +110,9 @@ pub struct ClusterQueueActor {
     /// Whether a view is being read (one at a time).
     reading: bool,
     last_update: Instant,
+    /// Queue notices of the last view not sent yet (a newer view replaces them).
+    updates: std::collections::VecDeque<(Recipient<QueueNotice>, QueueNotice)>,
+    sending: bool,
 }
 
 impl ClusterQueueActor {
@@ -124,6 +131,8 @@ impl ClusterQueueActor {
             viewed_at: Instant::now(),
             reading: false,
             last_update: Instant::now(),
+            updates: std::collections::VecDeque::new(),
+            sending: false,
         }
     }
 
@@ -341,6 +350,7 @@ impl ClusterQueueActor {
             self.view.tickets.iter().enumerate().map(|(i, t)| (t.ticket, i + 1)).collect();
         let length = self.view.tickets.len();
         let mut lost = Vec::new();
+        self.updates.clear();
         for (conn, c) in self.clients.iter_mut() {
             let (Stage::Waiting, Some(ticket)) = (c.stage, c.ticket) else { continue };
             let Some(&position) = positions.get(&ticket) else {
@@ -358,9 +368,11 @@ impl ClusterQueueActor {
                 // A client granted at once whose grant was refused has not heard it waits.
                 let first = c.told.is_none();
                 c.told = Some(position);
-                c.notify.do_send(if first { QueueNotice::Queued(info) } else { QueueNotice::Update(info) });
+                let notice = if first { QueueNotice::Queued(info) } else { QueueNotice::Update(info) };
+                self.updates.push_back((c.notify.clone(), notice));
             }
         }
+        self.send_updates(ctx);
         for conn in lost {
             // The store lost its ticket (it restarted, or retired this replica): again, in place.
             log::warn!("cluster: c{conn}: its ticket is no longer in the queue; enqueued again with it");
@@ -368,6 +380,24 @@ impl ClusterQueueActor {
                 c.missing = 0;
             }
             self.enqueue(conn, ctx);
+        }
+    }
+
+    /// Sends the next batch of position updates; the rest after a pause.
+    fn send_updates(&mut self, ctx: &mut Context<Self>) {
+        if self.sending {
+            return;
+        }
+        for _ in 0..UPDATE_BATCH {
+            let Some((to, notice)) = self.updates.pop_front() else { break };
+            to.do_send(notice);
+        }
+        if !self.updates.is_empty() {
+            self.sending = true;
+            ctx.run_later(UPDATE_PAUSE, |act, ctx| {
+                act.sending = false;
+                act.send_updates(ctx);
+            });
         }
     }
 

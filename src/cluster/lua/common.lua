@@ -3,7 +3,8 @@
 --
 -- Keys: P:seq (last ticket number), P:ver (bumped on every change), P:q (zset, every ticket not
 -- yet claimed, by number: positions), P:q:MODE (zset, tickets of MODE waiting for a worker),
--- P:t:N (hash: gw, mode, state waiting|assigned, slot, nonce, addr), P:gw (zset, gateway ->
+-- P:t:N (hash: gw, mode, state waiting|assigned, slot, nonce, addr), P:tinfo (hash N -> "MODE GW
+-- STATE": what a view needs of every ticket, read in one command), P:gw (zset, gateway ->
 -- lease deadline ms), P:gwt:GW (set, its tickets), P:g:GW (list, grants for it), P:node (zset,
 -- node -> deadline), P:slots:NODE (set, its slots), P:slot:S (hash: node, addr, modes, state
 -- free|assigned|busy|down, nonce, ticket, mode, since), P:free:MODE (zset, free slots serving
@@ -26,6 +27,12 @@ local function unfree(slot)
   for _, m in ipairs(MODES) do redis.call('ZREM', P .. ':free:' .. m, slot) end
 end
 
+-- Records what a view shows of ticket `seq` (its hash `t` is up to date).
+local function tinfo(seq)
+  local mode, gw, state = unpack(redis.call('HMGET', P .. ':t:' .. seq, 'mode', 'gw', 'state'))
+  redis.call('HSET', P .. ':tinfo', seq, mode .. ' ' .. gw .. ' ' .. state)
+end
+
 -- Removes a ticket everywhere.
 local function drop_ticket(seq)
   local t = P .. ':t:' .. seq
@@ -33,6 +40,7 @@ local function drop_ticket(seq)
   if mode then redis.call('ZREM', P .. ':q:' .. mode, seq) end
   if gw then redis.call('SREM', P .. ':gwt:' .. gw, seq) end
   redis.call('ZREM', P .. ':q', seq)
+  redis.call('HDEL', P .. ':tinfo', seq)
   redis.call('DEL', t)
 end
 
@@ -43,6 +51,7 @@ local function assign(slot, seq, mode, push)
   local nonce, addr = unpack(redis.call('HMGET', s, 'nonce', 'addr'))
   redis.call('ZREM', P .. ':q:' .. mode, seq)
   redis.call('HSET', t, 'state', 'assigned', 'slot', slot, 'nonce', nonce, 'addr', addr)
+  tinfo(seq)
   redis.call('HSET', s, 'state', 'assigned', 'ticket', seq, 'since', NOW)
   unfree(slot)
   local grant = {seq, slot, addr, nonce, mode}
@@ -82,6 +91,7 @@ local function unassign(seq, slot)
   if state == 'assigned' and (slot == nil or granted == slot) then
     redis.call('HSET', t, 'state', 'waiting')
     redis.call('HDEL', t, 'slot', 'nonce', 'addr')
+    tinfo(seq)
     place(seq, mode, true)
   end
 end

@@ -24,6 +24,7 @@ elseif redis.call('EXISTS', P .. ':t:' .. seq) == 1 then
   drop_ticket(seq)
 end
 redis.call('HSET', P .. ':t:' .. seq, 'gw', gw, 'mode', mode, 'state', 'waiting')
+tinfo(seq)
 redis.call('SADD', P .. ':gwt:' .. gw, seq)
 redis.call('ZADD', P .. ':q', seq, seq)
 local grant = place(seq, mode, false)

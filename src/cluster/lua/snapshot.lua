@@ -1,15 +1,16 @@
--- What every replica needs for positions and ETAs, read at one instant:
--- {ver, now ms, tickets {seq, mode, gw, state}..., slots {slot, node, modes, state, mode,
--- since}..., ema {chat, video, audio}} (flattened; ema '' where unknown). Only slots of live
--- nodes count.
-local tickets, slots = {}, {}
-for _, seq in ipairs(redis.call('ZRANGE', P .. ':q', 0, -1)) do
-  local mode, gw, state = unpack(redis.call('HMGET', P .. ':t:' .. seq, 'mode', 'gw', 'state'))
-  if mode then
-    table.insert(tickets, seq); table.insert(tickets, mode)
-    table.insert(tickets, gw); table.insert(tickets, state)
-  end
+-- What every replica needs for positions and ETAs, read at one instant: {ver, now ms, the
+-- tickets in queue order, "MODE GW STATE" of each (same order; '' if unknown), slots {slot,
+-- node, modes, state, mode, since}... (flattened), ema {chat, video, audio} ('' where unknown)}.
+-- Only slots of live nodes count. A few commands whatever the queue's length (no per-ticket call).
+local tickets = redis.call('ZRANGE', P .. ':q', 0, -1)
+local infos = {}
+for i = 1, #tickets, 1000 do
+  local chunk = {}
+  for j = i, math.min(i + 999, #tickets) do chunk[#chunk + 1] = tickets[j] end
+  local got = redis.call('HMGET', P .. ':tinfo', unpack(chunk))
+  for j = 1, #chunk do infos[#infos + 1] = got[j] or '' end
 end
+local slots = {}
 for _, node in ipairs(redis.call('ZRANGEBYSCORE', P .. ':node', NOW, '+inf')) do
   for _, slot in ipairs(redis.call('SMEMBERS', P .. ':slots:' .. node)) do
     local modes, state, mode, since =
@@ -22,4 +23,4 @@ for _, node in ipairs(redis.call('ZRANGEBYSCORE', P .. ':node', NOW, '+inf')) do
 end
 local ema = redis.call('HMGET', P .. ':ema', 'chat', 'video', 'audio')
 for i = 1, 3 do if not ema[i] then ema[i] = '' end end
-return {redis.call('GET', P .. ':ver') or '0', num(NOW), tickets, slots, ema}
+return {redis.call('GET', P .. ':ver') or '0', num(NOW), tickets, infos, slots, ema}
