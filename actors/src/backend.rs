@@ -66,6 +66,12 @@ pub trait Backend {
     fn info(&self) -> &BackendInfo;
     fn prepare(&mut self, setup: &SessionSetup) -> Result<(), BackendError>;
     fn reset(&mut self) -> Result<(), BackendError>;
+    /// The session is over: make the backend ready for the next one (a reset). A backend lent
+    /// for one session only (a node's worker granted by a cluster's store) gives itself back
+    /// instead: its owner resets it and offers it to the next client at once.
+    fn release(&mut self) -> Result<(), BackendError> {
+        self.reset()
+    }
     fn duplex_prefill(&mut self, chunk: &DuplexChunk) -> Result<(), BackendError>;
     fn duplex_generate(&mut self) -> Result<StepPiece, BackendError>;
     /// The next output of the same step, `None` when the step has no more.

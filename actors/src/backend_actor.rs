@@ -367,7 +367,7 @@ impl BackendActor {
                 })
             }
             Work::Reset => Box::new(move |b| {
-                let result = b.reset();
+                let result = b.release();
                 addr.do_send(JobDone { job, outcome: JobOutcome::Reset(result) });
             }),
         }

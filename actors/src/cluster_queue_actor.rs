@@ -33,6 +33,10 @@ use crate::worker_thread::BackendFactory;
 
 /// How often the store's version is read (a change triggers a new view).
 pub const POLL: Duration = Duration::from_millis(100);
+/// Views are read at most this often: with thousands waiting, every view costs each replica
+/// the parse, the ETAs and an update per client that moved, and a view per hand-over would
+/// delay the hand-overs themselves (docs/performance.md).
+pub const MIN_VIEW_INTERVAL: Duration = Duration::from_millis(250);
 /// How long a BackendActor lent to a session has to close its link when the session ends.
 const STOP_WITHIN: Duration = Duration::from_secs(2);
 /// Position updates go out this many at a time, this long apart (as the single-process queue
@@ -301,7 +305,7 @@ impl ClusterQueueActor {
 
     /// Reads the store's version; a change (or `update_interval` passing) reads a new view.
     fn poll(&mut self, ctx: &mut Context<Self>) {
-        if self.reading {
+        if self.reading || self.viewed_at.elapsed() < MIN_VIEW_INTERVAL {
             return;
         }
         self.reading = true;

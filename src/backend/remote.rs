@@ -146,6 +146,8 @@ pub struct RemoteBackend {
     info: BackendInfo,
     replies: mpsc::Receiver<Incoming>,
     shared: Arc<Shared>,
+    /// Granted by a cluster's store for one session: released by closing the link.
+    one_session: bool,
 }
 
 impl RemoteBackend {
@@ -163,6 +165,7 @@ impl RemoteBackend {
             metrics().node_link_failures.with_label_values(&[link.name.as_str(), reason]).inc();
             BackendError::Unavailable(format!("node {} ({}): {why}", link.name, link.address))
         };
+        let one_session = grant.is_some();
         let hello = ToNode::Attach {
             protocol: PROTOCOL,
             token: link.token.clone(),
@@ -194,7 +197,7 @@ impl RemoteBackend {
         io().spawn(read_loop(rd, replies_tx, death_tx, link.clone(), name.clone()));
         metrics().node_links.with_label_values(&[link.name.as_str()]).inc();
         log::info!("worker {name}: attached ({})", info.name);
-        Ok(RemoteBackend { name, node: link.name.clone(), info, replies, shared })
+        Ok(RemoteBackend { name, node: link.name.clone(), info, replies, shared, one_session })
     }
 
     fn call(&mut self, call: ToHost) -> Result<Value, BackendError> {
@@ -290,6 +293,15 @@ impl Backend for RemoteBackend {
     }
     fn reset(&mut self) -> Result<(), BackendError> {
         self.call(ToHost::Reset).map(|_| ())
+    }
+    /// A worker granted for one session goes back to its node at once: the link closes, and
+    /// the node resets the backend and offers the worker again (no reset round trip first).
+    fn release(&mut self) -> Result<(), BackendError> {
+        if self.one_session {
+            let _ = self.shared.out.send(Outgoing::Close);
+            return Ok(());
+        }
+        self.reset()
     }
     fn duplex_prefill(&mut self, chunk: &DuplexChunk) -> Result<(), BackendError> {
         self.call(ToHost::DuplexPrefill(chunk.clone())).map(|_| ())

@@ -325,7 +325,7 @@ impl Coordinator for RedisStore {
             for (seq, info) in tickets.iter().zip(&infos) {
                 let mut fields = info.split(' ');
                 let (Some(m), Some(replica), Some(state)) = (fields.next(), fields.next(), fields.next()) else {
-                    continue; // left between the two reads of one script: cannot happen, harmless
+                    continue; // a ticket without its info: one script reads both, so never
                 };
                 view.tickets.push(TicketView {
                     ticket: ticket(seq)?,
