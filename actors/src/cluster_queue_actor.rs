@@ -43,6 +43,8 @@ const STOP_WITHIN: Duration = Duration::from_secs(2);
 /// fans them out): a hand-over never waits behind hundreds of updates being written.
 const UPDATE_BATCH: usize = 64;
 const UPDATE_PAUSE: Duration = Duration::from_millis(1);
+/// How long a grant for a ticket no client holds yet is kept (its enqueue's answer may follow).
+const EARLY_GRANT: Duration = Duration::from_secs(2);
 
 /// Opens the backend of a grant: a link to the node's worker, attached with the nonce.
 pub type GrantOpener = Arc<dyn Fn(&Grant) -> BackendFactory + Send + Sync>;
@@ -104,6 +106,8 @@ pub struct ClusterQueueActor {
     /// BackendActors lent to sessions, until their session ends.
     lent: HashMap<WorkerId, Addr<BackendActor>>,
     next_worker: WorkerId,
+    /// Grants that arrived before the answer to their ticket's enqueue, and when.
+    early: HashMap<TicketId, (Grant, Instant)>,
     /// Connections waiting for this replica to be known before they enqueue.
     unregistered: Vec<u64>,
     known: bool,
@@ -128,6 +132,7 @@ impl ClusterQueueActor {
             opening: HashMap::new(),
             lent: HashMap::new(),
             next_worker: 0,
+            early: HashMap::new(),
             unregistered: Vec::new(),
             known: false,
             store_down: false,
@@ -225,6 +230,13 @@ impl ClusterQueueActor {
             Ok(Enqueued::Granted(grant)) => {
                 client.ticket = Some(grant.ticket);
                 self.open(conn, grant, ctx);
+                return;
+            }
+            Ok(Enqueued::Waiting { ticket, .. }) if self.early.contains_key(&ticket) => {
+                client.ticket = Some(ticket);
+                if let Some((grant, _)) = self.early.remove(&ticket) {
+                    self.open(conn, grant, ctx);
+                }
                 return;
             }
             Ok(Enqueued::Waiting { ticket, position, length }) => {
@@ -424,8 +436,18 @@ impl ClusterQueueActor {
     /// A node freed a worker for one of this replica's tickets.
     fn granted(&mut self, grant: Grant, ctx: &mut Context<Self>) {
         let Some(conn) = self.conn_of(grant.ticket) else {
-            // Its client left: the node gives the worker again at its attach deadline.
-            log::debug!("cluster: grant of {} for ticket {} that no client holds", grant.slot, grant.ticket);
+            // The store's answer to its enqueue may still be on its way (the grant overtook
+            // it): kept a moment. A ticket nobody claims by then is gone (its client left): it
+            // leaves the queue, and the node, finding it gone at its next beat, offers the worker
+            // again under a new nonce.
+            log::debug!("cluster: grant of {} for ticket {} that no client holds (yet)", grant.slot, grant.ticket);
+            let stale: Vec<TicketId> =
+                self.early.iter().filter(|(_, (_, at))| at.elapsed() > EARLY_GRANT).map(|(t, _)| *t).collect();
+            for ticket in stale {
+                self.early.remove(&ticket);
+                self.forget_ticket(ticket, ctx);
+            }
+            self.early.insert(grant.ticket, (grant, Instant::now()));
             return;
         };
         match self.clients.get(&conn).map(|c| c.stage) {

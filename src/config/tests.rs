@@ -97,6 +97,42 @@ fn nodes_and_the_node_role_are_checked() {
 }
 
 #[test]
+fn the_cluster_section_is_checked() {
+    let url = "url = \"redis://:secret@10.0.0.2:6379/0\"";
+    let token = "token = \"0123456789abcdef0\"";
+    // A replica: no workers of its own, the nodes' token.
+    let c = parse(&format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nname = \"gw-a\"\n")).unwrap();
+    let spec = c.cluster.unwrap();
+    assert_eq!((spec.name.as_str(), spec.prefix.as_str(), spec.lease), ("gw-a", "og", Duration::from_secs(3)));
+    assert_eq!(spec.redacted_url(), "redis://***@10.0.0.2:6379/0", "no password in logs");
+    assert!(c.workers.is_empty());
+    // A node: its workers, its own token; none needed under [cluster].
+    let node = format!("[node]\n{token}\n[cluster]\nengine = \"redis\"\n{url}\n{MINIMAL}");
+    let c = parse(&node).unwrap();
+    assert!(c.cluster.unwrap().name.contains('-'), "default name HOSTNAME-PID");
+    assert!(parse("[cluster]\nengine = \"none\"\n[[workers]]\n").unwrap().cluster.is_none());
+    let cases = [
+        ("[cluster]\nengine = \"etcd\"\n".to_string(), "cluster.engine: 'etcd' is not one of: none, redis"),
+        ("[cluster]\nengine = \"redis\"\n".to_string(), "cluster.url: is required"),
+        (format!("[cluster]\nengine = \"redis\"\n{url}\n"), "cluster.token: the nodes' token"),
+        (format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\n{MINIMAL}"), "cluster: a replica of a cluster serves"),
+        (
+            format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nlease_s = 0\n"),
+            "cluster.lease_s: must be greater than 0",
+        ),
+        (
+            format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nname = \"a b\"\n"),
+            "cluster.name: 'a b' must use only",
+        ),
+        (format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nprefix = \"{{x}}\"\n"), "cluster.prefix: must be"),
+    ];
+    for (text, expected) in cases {
+        let e = error(&text);
+        assert!(e.starts_with(&format!("config.toml: {expected}")), "{text}\n=> {e}");
+    }
+}
+
+#[test]
 fn unknown_keys_are_errors_naming_the_key() {
     let e = error("[server]\nbnd = \"x\"\n[[workers]]\n");
     assert!(e.starts_with("config.toml: server.bnd: unknown key (expected"), "{e}");
@@ -367,6 +403,14 @@ fn the_shipped_config_is_valid_and_documents_every_key() {
         "count",
         "modes",
         "options",
+        "engine",
+        "url",
+        "prefix",
+        "lease_s",
+        "attach_timeout_s",
+        "ca",
+        "server_name",
+        "advertise",
     ] {
         assert!(
             text.contains(&format!("{key} "))
