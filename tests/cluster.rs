@@ -162,6 +162,10 @@ async fn three_replicas_share_one_fifo_and_the_nodes_workers() {
     let mut d = Waiter::join(&g[0]).await;
     let e = Waiter::join(&g[1]).await;
     assert_eq!((c.positions[0], d.positions[0], e.positions[0]), (1, 2, 3));
+    // Tickets are numbered in the order of arrival, across replicas; they are served in that
+    // order below (each is served while the next still waits).
+    let number = |w: &Waiter| w.ticket.trim_start_matches("ticket_").parse::<u64>().unwrap();
+    assert!(number(&c) < number(&d) && number(&d) < number(&e), "{} {} {}", c.ticket, d.ticket, e.ticket);
     // Any replica's status shows the whole queue and every node's workers (as last read).
     g[1].wait_status("the whole cluster", WAIT, |s| {
         let workers = s["workers"].as_array().unwrap();
