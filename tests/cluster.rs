@@ -41,6 +41,14 @@ fn replica_at(url: &str, name: &str) -> Server {
     )
 }
 
+/// Redis, a node `n1` with one worker, and two replicas `g1` and `g2`.
+fn two_replicas() -> (Redis, Node, Server, Server) {
+    let redis = Redis::start();
+    let n1 = node(&redis, "n1", 1);
+    let (g1, g2) = (replica(&redis, "g1"), replica(&redis, "g2"));
+    (redis, n1, g1, g2)
+}
+
 /// A client waiting in the queue: the positions it was told, in order.
 struct Waiter {
     client: Client,
@@ -226,10 +234,7 @@ async fn a_killed_replica_frees_its_worker_and_its_waiting_tickets_leave() {
 #[tokio::test]
 #[ignore = "needs redis-server; ./test.sh runs it"]
 async fn a_replica_paused_past_its_lease_rejoins_and_nothing_is_assigned_twice() {
-    let redis = Redis::start();
-    let n1 = node(&redis, "n1", 1);
-    let g1 = replica(&redis, "g1");
-    let g2 = replica(&redis, "g2");
+    let (_redis, n1, g1, g2) = two_replicas();
     let mut first = active(&g2, "audio").await;
     talk(&mut first, "input_1").await;
     let mut paused = Waiter::join(&g1).await; // position 1
@@ -260,10 +265,7 @@ async fn a_replica_paused_past_its_lease_rejoins_and_nothing_is_assigned_twice()
 #[tokio::test]
 #[ignore = "needs redis-server; ./test.sh runs it"]
 async fn a_killed_node_ends_its_sessions_and_waiting_clients_keep_waiting() {
-    let redis = Redis::start();
-    let n1 = node(&redis, "n1", 1);
-    let g1 = replica(&redis, "g1");
-    let g2 = replica(&redis, "g2");
+    let (redis, n1, g1, g2) = two_replicas();
     let mut on_n1 = active(&g1, "audio").await;
     talk(&mut on_n1, "input_1").await;
     let waiting = Waiter::join(&g2).await;
@@ -282,10 +284,7 @@ async fn a_killed_node_ends_its_sessions_and_waiting_clients_keep_waiting() {
 #[tokio::test]
 #[ignore = "needs redis-server; ./test.sh runs it"]
 async fn a_redis_restart_keeps_sessions_running_and_the_waiting_order() {
-    let redis = Redis::start();
-    let n1 = node(&redis, "n1", 1);
-    let g1 = replica(&redis, "g1");
-    let g2 = replica(&redis, "g2");
+    let (redis, n1, g1, g2) = two_replicas();
     let mut running = active(&g1, "audio").await;
     talk(&mut running, "input_1").await;
     let early = Waiter::join(&g2).await;

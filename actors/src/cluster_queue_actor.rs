@@ -285,11 +285,14 @@ impl ClusterQueueActor {
 
     /// The ETA of a ticket at `position` by the last view (0 when the view is empty).
     fn eta_at(&self, position: usize) -> f64 {
-        let typical = self.setup.typical.map(|d| d.as_secs_f64());
-        let now = Instant::now();
-        let queue = self.view.queue(typical, now);
-        let infos = queue.infos_from(0, now);
+        let infos = self.view_infos();
         infos.get(position.saturating_sub(1)).or(infos.last()).map_or(0.0, |i| i.estimated_wait_s)
+    }
+
+    /// Every waiting ticket of the last view with its ETA, by the queue's own rules.
+    fn view_infos(&self) -> Vec<QueueInfo> {
+        let now = Instant::now();
+        self.view.queue(self.setup.typical.map(|d| d.as_secs_f64()), now).infos_from(0, now)
     }
 
     /// Attaches the grant's worker for client `conn` through a BackendActor of its own.
@@ -353,15 +356,8 @@ impl ClusterQueueActor {
         if periodic {
             self.last_update = Instant::now();
         }
-        let now = Instant::now();
-        let typical = self.setup.typical.map(|d| d.as_secs_f64());
-        let etas: HashMap<TicketId, f64> = self
-            .view
-            .queue(typical, now)
-            .infos_from(0, now)
-            .into_iter()
-            .map(|i| (i.ticket, i.estimated_wait_s))
-            .collect();
+        let etas: HashMap<TicketId, f64> =
+            self.view_infos().into_iter().map(|i| (i.ticket, i.estimated_wait_s)).collect();
         let positions: HashMap<TicketId, usize> =
             self.view.tickets.iter().enumerate().map(|(i, t)| (t.ticket, i + 1)).collect();
         let length = self.view.tickets.len();
@@ -549,15 +545,8 @@ impl Handler<Cancel> for ClusterQueueActor {
 impl Handler<QueueSnapshot> for ClusterQueueActor {
     type Result = MessageResult<QueueSnapshot>;
     fn handle(&mut self, _: QueueSnapshot, _: &mut Context<Self>) -> Self::Result {
-        let now = Instant::now();
-        let typical = self.setup.typical.map(|d| d.as_secs_f64());
-        let etas: HashMap<TicketId, f64> = self
-            .view
-            .queue(typical, now)
-            .infos_from(0, now)
-            .into_iter()
-            .map(|i| (i.ticket, i.estimated_wait_s))
-            .collect();
+        let etas: HashMap<TicketId, f64> =
+            self.view_infos().into_iter().map(|i| (i.ticket, i.estimated_wait_s)).collect();
         let tickets = self
             .view
             .tickets
