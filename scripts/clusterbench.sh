@@ -10,7 +10,8 @@
 #    per waiting client (all gateway processes together), and, when the worker is released,
 #    how long the first lower position took to reach each waiting client.
 # 2. WAITING clients served in turn by WORKERS workers, 1 s sessions: the time from a session's
-#    session.close to the next client's session.queue_done (the hand-over).
+#    session.close to the next client's session.queue_done (the hand-over), and, from the
+#    replicas' and the node's logs, how long each stage of it took (scripts/handover_stages.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 waiting=${1:-2000}
@@ -40,7 +41,7 @@ count = $3
 step_ms = 0
 $4
 TOML
-    RUST_LOG=warn "$bin" --config "$dir/$1.toml" node > "$dir/$1.log" 2>&1 &
+    RUST_LOG=$log "$bin" --config "$dir/$1.toml" node > "$dir/$1.log" 2>&1 &
     node=$!
     pids+=("$node")
 }
@@ -56,7 +57,7 @@ max_waiting_per_ip = 0
 max_waiting = 20000
 $3
 TOML
-    start_server "$dir/$1.toml" "$dir/$1.log" "$2"
+    RUST_LOG=$log start_server "$dir/$1.toml" "$dir/$1.log" "$2"
     pids+=("$server")
 }
 
@@ -83,10 +84,11 @@ stop_all() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; pi
 for count in 1 "$workers"; do
     if [ "$count" = 1 ]; then
         load=(--sessions $((waiting + 1)) --ramp 20 --duration 25 --run-time 30)
-        kind=wait
+        kind=wait log=warn
     else
         load=(--sessions "$waiting" --ramp 10 --duration 1)
-        kind=handover
+        # Logs at info (the default), with µs timestamps: the hand-over's stages are read from them.
+        kind=handover log=info
     fi
     # One gateway, its workers on a node ([[nodes]]).
     np=$(free_port); gp=$(free_port)
@@ -110,16 +112,20 @@ url = \"redis://127.0.0.1:$rp/0\""
     np=$(free_port)
     node cluster-node "$np" "$count" "$cluster
 name = \"n1\""
-    urls=() ; gpids=()
+    urls=() ; gpids=() ; ports=()
     for r in 1 2 3; do
         gp=$(free_port)
         gateway "replica$r" "$gp" "$cluster
 name = \"g$r\"
 token = \"$token\""
-        urls+=("ws://127.0.0.1:$gp"); gpids+=("$server")
+        urls+=("ws://127.0.0.1:$gp"); gpids+=("$server"); ports+=("$gp")
     done
     wait_idle "${gp}" "$count"
     run "cluster-$kind" "$(IFS=,; echo "${urls[*]}")" "$(IFS=,; echo "${gpids[*]}")" "${load[@]}"
+    if [ "$kind" = handover ]; then
+        cp "$dir/cluster-node.log" "$dir"/replica*.log "$out/"
+        for p in "${ports[@]}"; do curl -s "http://127.0.0.1:$p/metrics"; done | grep '^omni_node_attaches_total' > "$out/attaches.txt" || true
+    fi
     stop_all
 done
 
@@ -147,4 +153,14 @@ for k in ("single", "cluster"):
         s = r["sessions"]
         print(f"{k} {kind}: {s['finished']} of {s['started']} sessions finished, {s['told_position']} told a position, "
               f"{s['connect_failures']} connect failures, errors {r['errors']}, server CPU {r['cpu_percent']['server']:.0f} %")
+PY
+python3 scripts/handover_stages.py "$out"
+python3 - "$out" <<'PY'
+import re, sys
+counts = {}
+for line in open(f"{sys.argv[1]}/attaches.txt"):
+    m = re.search(r'link="(\w+)".* ([0-9.e+]+)$', line)
+    if m:
+        counts[m.group(1)] = counts.get(m.group(1), 0) + float(m.group(2))
+print("granted workers attached (three replicas): " + ", ".join(f"{int(v)} on {k} links" for k, v in sorted(counts.items())))
 PY

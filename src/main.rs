@@ -46,7 +46,9 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format_timestamp_micros()
+        .init();
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => match Config::load(&cli.config) {
             Ok(config) => report(omni_gateway::server::run(config)),

@@ -124,8 +124,9 @@ fn cluster_queue(
         heartbeat_timeout: Duration::from_secs(5),
     };
     let replica = spec.name.clone();
+    let standby = backend::standby::Standby::new(spec.standby_links, replica.clone());
     let opener: omni_actors::cluster_queue_actor::GrantOpener =
-        Arc::new(move |grant| backend::grant_factory(template.clone(), grant, replica.clone()));
+        Arc::new(move |grant| backend::grant_factory(template.clone(), grant, replica.clone(), standby.clone()));
     log::info!(
         "replica {} of the cluster at {} (lease {:.1} s)",
         spec.name,

@@ -386,6 +386,53 @@ async fn a_replica_cut_off_from_redis_while_others_keep_it() {
     g2.wait_idle();
 }
 
+/// One session on `server`: served, heard, closed.
+async fn one_session(server: &Server) {
+    let mut c = active(server, "audio").await;
+    talk(&mut c, "input_1").await;
+    close(c).await;
+}
+
+#[tokio::test]
+#[ignore = "needs redis-server; ./test.sh runs it"]
+async fn grants_attach_on_links_kept_open_to_their_node() {
+    let redis = Redis::start();
+    let n1 = node(&redis, "n1", 1);
+    let g1 = replica(&redis, "g1");
+    let address = n1.addr.to_string();
+    let ready = format!("omni_node_standby_links{{address=\"{address}\"}}");
+    let attached =
+        |link: &str, node: &str| g1.metric(&format!("omni_node_attaches_total{{link=\"{link}\",node=\"{node}\"}}"));
+
+    // The first grant from a node opens a link of its own; from then on the replica keeps
+    // cluster.standby_links (4) open to it.
+    one_session(&g1).await;
+    assert_eq!((attached("opened", "n1"), attached("kept", "n1")), (1.0, 0.0));
+    g1.wait_metric(&ready, 4.0, WAIT);
+    // The next grants attach on one of them, and another is opened behind each.
+    for _ in 0..2 {
+        one_session(&g1).await;
+        g1.wait_metric(&ready, 4.0, WAIT);
+    }
+    assert_eq!((attached("opened", "n1"), attached("kept", "n1")), (1.0, 2.0));
+    // The node restarts on the same address: the links kept to the old process are dead. Its
+    // next grants are attached all the same (on a new link when a dead one was taken) and links
+    // are kept to the new process: within a few sessions one attaches on a kept link.
+    let dir = n1.kill();
+    let config = format!("{}\n{}", workers(1, ""), cluster(&redis, "n2", false));
+    let n2 = Node::start_in(dir, &config, &format!("bind = \"{address}\""));
+    for _ in 0..5 {
+        if attached("kept", "n2") >= 1.0 {
+            break;
+        }
+        one_session(&g1).await;
+        g1.wait_metric(&ready, 4.0, WAIT);
+    }
+    assert!(attached("kept", "n2") >= 1.0, "no grant attached on a link kept to the restarted node");
+    check_invariants(&[n2.logs()]);
+    g1.wait_idle();
+}
+
 #[tokio::test]
 #[ignore = "needs redis-server; ./test.sh runs it"]
 async fn the_store_keeps_one_fifo_across_modes_with_places_kept_and_leases() {

@@ -257,3 +257,50 @@ fn check_config_reaches_each_node_and_reports_what_it_serves() {
     );
     drop(down);
 }
+
+#[tokio::test]
+async fn a_link_kept_ready_checks_the_token_answers_pings_and_then_attaches() {
+    use omni_gateway::node::wire::{FromNode, PROTOCOL, ToNode, read_frame, write_frame};
+    let node = Node::start(&workers(1, ""), "");
+    let standby = |token: &str| ToNode::Standby { protocol: PROTOCOL, token: token.into(), gateway: "test".into() };
+    let mut buf = Vec::new();
+    // A wrong token is refused at the hello, as for any other link.
+    let mut wrong = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    write_frame(&mut wrong, &standby("not-the-node-token-0000")).await.unwrap();
+    match read_frame::<FromNode>(&mut wrong, &mut buf).await.unwrap() {
+        Some(FromNode::Refused(why)) => assert!(why.starts_with("wrong token"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // The right one: Ready, each ping answered, then the attach goes on as a worker link.
+    let mut link = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    write_frame(&mut link, &standby(NODE_TOKEN)).await.unwrap();
+    assert!(matches!(read_frame::<FromNode>(&mut link, &mut buf).await.unwrap(), Some(FromNode::Ready)));
+    for _ in 0..3 {
+        write_frame(&mut link, &ToNode::Ping).await.unwrap();
+        assert!(matches!(read_frame::<FromNode>(&mut link, &mut buf).await.unwrap(), Some(FromNode::Ping)));
+    }
+    let attach = ToNode::Attach {
+        protocol: PROTOCOL,
+        token: NODE_TOKEN.into(),
+        worker: "sim-0".into(),
+        gateway: "test".into(),
+        grant: None,
+    };
+    write_frame(&mut link, &attach).await.unwrap();
+    match read_frame::<FromNode>(&mut link, &mut buf).await.unwrap() {
+        Some(FromNode::Attached(info)) => assert_eq!(info.name, "omni-reference"),
+        other => panic!("{other:?}"),
+    }
+    node.wait_log("worker sim-0: attached to gateway test", WAIT);
+    drop(link);
+    node.wait_log("the gateway closed the link", WAIT);
+    // Anything but a ping or an attach on a kept link is refused, and the link ends.
+    let mut odd = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    write_frame(&mut odd, &standby(NODE_TOKEN)).await.unwrap();
+    assert!(matches!(read_frame::<FromNode>(&mut odd, &mut buf).await.unwrap(), Some(FromNode::Ready)));
+    write_frame(&mut odd, &ToNode::Discover { protocol: PROTOCOL, token: NODE_TOKEN.into() }).await.unwrap();
+    match read_frame::<FromNode>(&mut odd, &mut buf).await.unwrap() {
+        Some(FromNode::Refused(why)) => assert!(why.contains("before its Attach"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}

@@ -70,6 +70,11 @@ pub struct Metrics {
     /// Worker links to a node that failed or ended, by node and reason (`unreachable`,
     /// `refused`, `heartbeat`, `closed`).
     pub node_link_failures: IntCounterVec,
+    /// A cluster replica's attaches of granted workers, by node and link: `kept` (a link
+    /// opened ahead of the grant, `cluster.standby_links`) or `opened` (connected for it).
+    pub node_attaches: IntCounterVec,
+    /// A cluster replica's links kept open ahead of grants, ready now, by node address.
+    pub node_standby_links: IntGaugeVec,
     /// Remote MiniCPM-o workers' answers to the health poll, by worker and status
     /// (`healthy`, `loading`, `busy`, `error`, `offline`).
     pub remote_worker_health: IntCounterVec,
@@ -250,6 +255,18 @@ impl Metrics {
                 "omni_node_link_failures_total",
                 "Worker links to a node that failed or ended",
                 &["node", "reason"],
+            ),
+            node_attaches: counter_vec(
+                &r,
+                "omni_node_attaches_total",
+                "Granted workers attached, on a link kept open ahead of the grant or opened for it",
+                &["node", "link"],
+            ),
+            node_standby_links: gauge_vec(
+                &r,
+                "omni_node_standby_links",
+                "Links to a node kept open ahead of grants, ready now",
+                &["address"],
             ),
             remote_worker_health: counter_vec(
                 &r,

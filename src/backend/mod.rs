@@ -1,7 +1,8 @@
 //! Backends at the edge: the C ABI (`include/omni_backend.h`) driven from Rust, on the
 //! worker's thread (`ffi.rs`) or in a child process (`process.rs` in the gateway,
 //! `host.rs` in the child, `ipc.rs` between them); a worker on a node (`remote.rs`); a
-//! MiniCPM-o model worker over its own protocol (`minicpmo.rs`).
+//! MiniCPM-o model worker over its own protocol (`minicpmo.rs`); links to a cluster's nodes
+//! opened ahead of their grants (`standby.rs`).
 
 pub mod ffi;
 pub mod host;
@@ -9,6 +10,7 @@ pub(crate) mod ipc;
 pub mod minicpmo;
 pub mod process;
 pub mod remote;
+pub mod standby;
 mod sys;
 
 use std::sync::Arc;
@@ -66,12 +68,20 @@ pub fn factory(worker: &WorkerSpec, open_timeout: Duration) -> BackendFactory {
 /// Worker `worker` of a node, attached over the network (see [`remote`]). `gateway` names
 /// this gateway in the node's logs.
 pub fn node_factory(link: NodeLink, worker: String, gateway: String) -> BackendFactory {
-    Arc::new(move || Ok(Box::new(remote::RemoteBackend::attach(&link, &worker, &gateway, None)?) as Box<dyn Backend>))
+    Arc::new(move || {
+        Ok(Box::new(remote::RemoteBackend::attach(&link, &worker, &gateway, None, None)?) as Box<dyn Backend>)
+    })
 }
 
 /// The worker a cluster's store granted to ticket `grant.ticket`: a link to its node,
-/// attached with the grant's nonce (`link` carries the token, TLS and heartbeat settings).
-pub fn grant_factory(link: NodeLink, grant: &omni_actors::cluster::Grant, gateway: String) -> BackendFactory {
+/// attached with the grant's nonce (`link` carries the token, TLS and heartbeat settings), on
+/// a link `standby` kept open to the node when it has one.
+pub fn grant_factory(
+    link: NodeLink,
+    grant: &omni_actors::cluster::Grant,
+    gateway: String,
+    standby: Arc<standby::Standby>,
+) -> BackendFactory {
     let mut link = link;
     link.name = grant.slot.split_once('/').map_or(grant.slot.as_str(), |(node, _)| node).to_string();
     link.address = grant.addr.clone();
@@ -82,7 +92,7 @@ pub fn grant_factory(link: NodeLink, grant: &omni_actors::cluster::Grant, gatewa
     let worker = grant.worker().to_string();
     let attach = crate::node::wire::AttachGrant { ticket: grant.ticket, nonce: grant.nonce.clone(), mode: grant.mode };
     Arc::new(move || {
-        let backend = remote::RemoteBackend::attach(&link, &worker, &gateway, Some(attach.clone()))?;
+        let backend = remote::RemoteBackend::attach(&link, &worker, &gateway, Some(attach.clone()), Some(&standby))?;
         Ok(Box::new(backend) as Box<dyn Backend>)
     })
 }

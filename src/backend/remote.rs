@@ -20,14 +20,15 @@ use tokio::sync::{mpsc as tmpsc, oneshot};
 use tokio::time::{Instant, timeout};
 
 use super::ipc::{ToHost, Value};
+use super::standby::Standby;
 use crate::config::NodeLink;
 use crate::node::wire::{AttachGrant, FromNode, NodeWorker, PROTOCOL, ToNode, read_frame, write_frame};
 
 /// How long connecting (TCP, TLS, the hello and its answer) may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The runtime that serves every node link's socket.
-fn io() -> &'static tokio::runtime::Runtime {
+pub(super) fn io() -> &'static tokio::runtime::Runtime {
     static IO: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     IO.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
@@ -39,11 +40,11 @@ fn io() -> &'static tokio::runtime::Runtime {
     })
 }
 
-trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
+pub(super) trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
 
 /// TCP (and TLS when the link has a `ca`) to the node, with its first frame sent.
-async fn connect(link: &NodeLink, hello: &ToNode) -> Result<Box<dyn Stream>, String> {
+pub(super) async fn connect(link: &NodeLink, hello: &ToNode) -> Result<Box<dyn Stream>, String> {
     let tcp = tokio::net::TcpStream::connect(&link.address).await.map_err(|e| format!("cannot connect: {e}"))?;
     let _ = tcp.set_nodelay(true);
     let mut stream: Box<dyn Stream> = match &link.ca {
@@ -94,6 +95,17 @@ pub fn discover(link: &NodeLink) -> Result<Vec<NodeWorker>, String> {
         .await
         .unwrap_or_else(|_| Err(format!("no answer within {} s", CONNECT_TIMEOUT.as_secs())))
     })
+}
+
+/// The node's answer to an attach: the worker's backend info, or why not.
+async fn answer(stream: &mut Box<dyn Stream>) -> Result<BackendInfo, (&'static str, String)> {
+    match read_frame::<FromNode>(stream, &mut Vec::new()).await {
+        Ok(Some(FromNode::Attached(info))) => Ok(info),
+        Ok(Some(FromNode::Refused(why))) => Err(("refused", why)),
+        Ok(Some(other)) => Err(("refused", format!("unexpected answer {other:?}"))),
+        Ok(None) => Err(("closed", "closed without an answer".to_string())),
+        Err(e) => Err(("closed", format!("unreadable answer: {e}"))),
+    }
 }
 
 /// What the reader hands the worker thread.
@@ -159,6 +171,7 @@ impl RemoteBackend {
         worker: &str,
         gateway: &str,
         grant: Option<AttachGrant>,
+        standby: Option<&Arc<Standby>>,
     ) -> Result<RemoteBackend, BackendError> {
         let name = format!("{}/{worker}", link.name);
         let failure = |reason: &str, why: String| {
@@ -173,16 +186,34 @@ impl RemoteBackend {
             gateway: gateway.to_string(),
             grant,
         };
+        let kept = standby.and_then(|s| s.take(link));
         let attached = io().block_on(async {
+            // A link kept open ahead of the grant: the attach is its next frame. One that
+            // turns out closed (its node restarted) gives way to a new link.
+            if let Some(mut stream) = kept {
+                let answered = timeout(CONNECT_TIMEOUT, async {
+                    write_frame(&mut stream, &hello).await.ok()?;
+                    Some(answer(&mut stream).await)
+                });
+                match answered.await {
+                    Ok(Some(Ok(info))) => {
+                        metrics().node_attaches.with_label_values(&[link.name.as_str(), "kept"]).inc();
+                        return Ok((stream, info));
+                    }
+                    Ok(Some(Err(e @ ("refused", _)))) => return Err(e),
+                    Ok(_) => log::debug!("worker {name}: a link kept open had closed; connecting"),
+                    Err(_) => {
+                        return Err(("unreachable", format!("no answer within {} s", CONNECT_TIMEOUT.as_secs())));
+                    }
+                }
+            }
             timeout(CONNECT_TIMEOUT, async {
                 let mut stream = connect(link, &hello).await.map_err(|e| ("unreachable", e))?;
-                match read_frame::<FromNode>(&mut stream, &mut Vec::new()).await {
-                    Ok(Some(FromNode::Attached(info))) => Ok((stream, info)),
-                    Ok(Some(FromNode::Refused(why))) => Err(("refused", why)),
-                    Ok(Some(other)) => Err(("refused", format!("unexpected answer {other:?}"))),
-                    Ok(None) => Err(("closed", "closed without an answer".to_string())),
-                    Err(e) => Err(("closed", format!("unreadable answer: {e}"))),
+                let info = answer(&mut stream).await?;
+                if one_session {
+                    metrics().node_attaches.with_label_values(&[link.name.as_str(), "opened"]).inc();
                 }
+                Ok((stream, info))
             })
             .await
             .unwrap_or_else(|_| Err(("unreachable", format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()))))

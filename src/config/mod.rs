@@ -619,6 +619,9 @@ fn cluster_spec(raw: &RawConfig, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<O
     redis::Client::open(c.url.as_str()).map_err(|e| ("cluster.url".to_string(), e.to_string()))?;
     positive("cluster.lease_s", c.lease_s)?;
     positive("cluster.attach_timeout_s", c.attach_timeout_s)?;
+    if c.standby_links > 64 {
+        return Err(("cluster.standby_links".into(), format!("{} is over 64 links per node", c.standby_links)));
+    }
     let name_ok = |n: &str| !n.is_empty() && n.chars().all(|ch| ch.is_ascii_alphanumeric() || "_.-".contains(ch));
     if !c.prefix.chars().all(|ch| ch.is_ascii_alphanumeric() || "_.-".contains(ch)) || c.prefix.is_empty() {
         return Err(("cluster.prefix".into(), "must be letters, digits, '_', '.' or '-'".into()));
@@ -652,6 +655,7 @@ fn cluster_spec(raw: &RawConfig, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<O
         prefix: c.prefix.clone(),
         lease: Duration::from_secs_f64(c.lease_s),
         attach_timeout: Duration::from_secs_f64(c.attach_timeout_s),
+        standby_links: c.standby_links,
         token: c.token.clone(),
         ca,
         server_name: c.server_name.clone(),

@@ -330,6 +330,9 @@ pub struct ClusterConfig {
     /// A node gives a granted worker to the next client when the gateway has not attached
     /// it within this long.
     pub attach_timeout_s: f64,
+    /// A replica's: links kept open to each node, ready for a grant to attach on without a
+    /// connect (0: each grant opens its own).
+    pub standby_links: usize,
     /// A replica's: the nodes' `[node] token`.
     pub token: String,
     /// A replica's: a PEM certificate the nodes' TLS is verified against (empty: plain TCP).
@@ -347,6 +350,7 @@ impl Default for ClusterConfig {
             prefix: "og".into(),
             lease_s: 3.0,
             attach_timeout_s: 5.0,
+            standby_links: 4,
             token: String::new(),
             ca: String::new(),
             server_name: String::new(),
@@ -362,6 +366,7 @@ pub struct ClusterSpec {
     pub prefix: String,
     pub lease: Duration,
     pub attach_timeout: Duration,
+    pub standby_links: usize,
     pub token: String,
     pub ca: Option<PathBuf>,
     pub server_name: String,

@@ -105,6 +105,7 @@ fn the_cluster_section_is_checked() {
     let spec = c.cluster.unwrap();
     assert_eq!((spec.name.as_str(), spec.prefix.as_str(), spec.lease), ("gw-a", "og", Duration::from_secs(3)));
     assert_eq!(spec.redacted_url(), "redis://***@10.0.0.2:6379/0", "no password in logs");
+    assert_eq!(spec.standby_links, 4, "links kept open to each node by default");
     assert!(c.workers.is_empty());
     // A node: its workers, its own token; none needed under [cluster].
     let node = format!("[node]\n{token}\n[cluster]\nengine = \"redis\"\n{url}\n{MINIMAL}");
@@ -125,6 +126,10 @@ fn the_cluster_section_is_checked() {
             "cluster.name: 'a b' must use only",
         ),
         (format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nprefix = \"{{x}}\"\n"), "cluster.prefix: must be"),
+        (
+            format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nstandby_links = 65\n"),
+            "cluster.standby_links: 65 is over 64",
+        ),
     ];
     for (text, expected) in cases {
         let e = error(&text);
@@ -408,6 +413,7 @@ fn the_shipped_config_is_valid_and_documents_every_key() {
         "prefix",
         "lease_s",
         "attach_timeout_s",
+        "standby_links",
         "ca",
         "server_name",
         "advertise",

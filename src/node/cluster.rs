@@ -29,7 +29,9 @@ pub fn start(node: Arc<Node>, spec: &ClusterSpec, advertise: String) -> Result<(
         spec.redacted_url(),
         spec.lease.as_secs_f64()
     );
-    tokio::spawn(serve(node, store, advertise, spec.lease / 3, spec.attach_timeout, rx));
+    let offers = Arc::new(Offers { node, store, advertise });
+    tokio::spawn(beats(offers.clone(), spec.lease / 3, spec.attach_timeout));
+    tokio::spawn(serve(offers, rx));
     Ok(())
 }
 
@@ -102,25 +104,21 @@ impl Offers {
     }
 }
 
-async fn serve(
-    node: Arc<Node>,
-    store: Arc<RedisStore>,
-    advertise: String,
-    every: Duration,
-    attach_timeout: Duration,
-    mut free: UnboundedReceiver<usize>,
-) {
-    let offers = Offers { node, store, advertise };
+/// Offers each worker as it becomes free, each offer on its own: one worker's offer never
+/// waits for another's, nor for a beat (a hand-over's time is mostly this offer's).
+async fn serve(offers: Arc<Offers>, mut free: UnboundedReceiver<usize>) {
+    while let Some(i) = free.recv().await {
+        let offers = offers.clone();
+        tokio::spawn(async move { offers.offer(i).await });
+    }
+}
+
+/// Beats every `every` until the node stops (the first at once).
+async fn beats(offers: Arc<Offers>, every: Duration, attach_timeout: Duration) {
     let mut known = false;
-    offers.beat(attach_timeout, &mut known).await;
     let mut tick = tokio::time::interval(every);
     loop {
-        tokio::select! {
-            freed = free.recv() => match freed {
-                Some(i) => offers.offer(i).await,
-                None => return,
-            },
-            _ = tick.tick() => offers.beat(attach_timeout, &mut known).await,
-        }
+        tick.tick().await;
+        offers.beat(attach_timeout, &mut known).await;
     }
 }

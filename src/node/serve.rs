@@ -1,5 +1,5 @@
 //! A node's side of one connection from a gateway: the hello (token and protocol checked),
-//! then discovery or a worker link with its heartbeat (protocol in [`super::wire`]).
+//! then discovery, a link kept ready until its attach, or a worker link with its heartbeat (protocol in [`super::wire`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,29 +30,19 @@ where
         Ok(Err(e)) => return log::warn!("node: {peer}: unreadable hello: {e}"),
         Err(_) => return log::warn!("node: {peer}: no hello within {:?}", node.heartbeat_timeout),
     };
+    if let Err(why) = admit(&first, &node) {
+        log::warn!("node: {peer}: refused: {why}");
+        let _ = write_frame(&mut wr, &FromNode::Refused(why)).await;
+        return;
+    }
     let refuse = |why: String| FromNode::Refused(why);
-    let (token, protocol) = match &first {
-        ToNode::Discover { token, protocol } | ToNode::Attach { token, protocol, .. } => (token, *protocol),
-        _ => {
-            let _ = write_frame(&mut wr, &refuse("the first message must be Discover or Attach".into())).await;
-            return;
-        }
+    let first = match first {
+        ToNode::Standby { gateway, .. } => match standby(&mut rd, &mut wr, &mut buf, &node).await {
+            Ok(attach) => attach,
+            Err(why) => return log::debug!("node: {peer}: link kept ready by {gateway} ended: {why}"),
+        },
+        first => first,
     };
-    if !bool::from(token.as_bytes().ct_eq(node.token.as_bytes())) {
-        log::warn!("node: {peer}: refused: wrong token");
-        let _ = write_frame(
-            &mut wr,
-            &refuse("wrong token (the gateway's [[nodes]] token must be the node's [node] token)".into()),
-        )
-        .await;
-        return;
-    }
-    if protocol != PROTOCOL {
-        let why =
-            format!("the gateway speaks node protocol {protocol}, this node {PROTOCOL}: run the same release on both");
-        let _ = write_frame(&mut wr, &refuse(why)).await;
-        return;
-    }
     match first {
         ToNode::Discover { .. } => {
             let workers = node.workers.iter().map(|w| w.describe()).collect();
@@ -106,6 +96,57 @@ where
             writer.abort();
         }
         _ => {}
+    }
+}
+
+/// Whether a hello may go on: its kind, token and protocol.
+fn admit(hello: &ToNode, node: &Node) -> Result<(), String> {
+    let (token, protocol) = match hello {
+        ToNode::Discover { token, protocol }
+        | ToNode::Attach { token, protocol, .. }
+        | ToNode::Standby { token, protocol, .. } => (token, *protocol),
+        _ => return Err("the first message must be Discover, Attach or Standby".into()),
+    };
+    if !bool::from(token.as_bytes().ct_eq(node.token.as_bytes())) {
+        return Err("wrong token (the gateway's [[nodes]] token must be the node's [node] token)".into());
+    }
+    if protocol != PROTOCOL {
+        return Err(format!(
+            "the gateway speaks node protocol {protocol}, this node {PROTOCOL}: run the same release on both"
+        ));
+    }
+    Ok(())
+}
+
+/// A link kept ready by a replica: `Ready`, then each ping answered, until its `Attach`
+/// (returned, admitted like a first frame) or its end.
+async fn standby<R, W>(rd: &mut R, wr: &mut W, buf: &mut Vec<u8>, node: &Node) -> Result<ToNode, String>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    write_frame(wr, &FromNode::Ready).await.map_err(|e| e.to_string())?;
+    loop {
+        match timeout(node.heartbeat_timeout, read_frame::<ToNode>(rd, buf)).await {
+            Ok(Ok(Some(ToNode::Ping))) => write_frame(wr, &FromNode::Ping).await.map_err(|e| e.to_string())?,
+            Ok(Ok(Some(attach @ ToNode::Attach { .. }))) => {
+                return match admit(&attach, node) {
+                    Ok(()) => Ok(attach),
+                    Err(why) => {
+                        let _ = write_frame(wr, &FromNode::Refused(why.clone())).await;
+                        Err(why)
+                    }
+                };
+            }
+            Ok(Ok(Some(other))) => {
+                let why = format!("unexpected message {other:?} before its Attach");
+                let _ = write_frame(wr, &FromNode::Refused(why.clone())).await;
+                return Err(why);
+            }
+            Ok(Ok(None)) => return Err("closed".into()),
+            Ok(Err(e)) => return Err(format!("the link failed: {e}")),
+            Err(_) => return Err(format!("nothing for {:.1} s", node.heartbeat_timeout.as_secs_f64())),
+        }
     }
 }
 

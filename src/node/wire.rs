@@ -5,6 +5,9 @@
 //! A connection is one of two kinds, chosen by its first frame:
 //! - discovery: [`ToNode::Discover`], answered with [`FromNode::Workers`] (or
 //!   [`FromNode::Refused`]), then closed;
+//! - a link kept ready: [`ToNode::Standby`], answered [`FromNode::Ready`]; each
+//!   [`ToNode::Ping`] on it is answered with [`FromNode::Ping`] until its `Attach` comes, and
+//!   it goes on as a worker link;
 //! - a worker link: [`ToNode::Attach`], answered with [`FromNode::Attached`] (the worker's
 //!   backend info) or [`FromNode::Refused`]; then [`ToNode::Call`]s answered in order by
 //!   [`FromNode::Reply`], the any-thread calls applied at once, and [`ToNode::Ping`] /
@@ -46,6 +49,14 @@ pub enum ToNode {
     /// backend at once; the node opens it again.
     Terminate,
     Ping,
+    // New variants go last: postcard numbers them in order.
+    /// A link opened ahead of a grant (a replica of a cluster keeps a few per node): answered
+    /// [`FromNode::Ready`], then pinged (each ping answered) until its `Attach` comes.
+    Standby {
+        protocol: u32,
+        token: String,
+        gateway: String,
+    },
 }
 
 /// The grant a gateway of a cluster attaches with: the ticket it is for, and the nonce the
@@ -74,8 +85,13 @@ pub enum FromNode {
     Workers(Vec<NodeWorker>),
     Attached(BackendInfo),
     Refused(String),
-    Reply { kv_length: u64, value: Result<Value, BackendError> },
+    Reply {
+        kv_length: u64,
+        value: Result<Value, BackendError>,
+    },
     Ping,
+    /// The answer to [`ToNode::Standby`]: the token and protocol were accepted.
+    Ready,
 }
 
 /// Writes one frame.

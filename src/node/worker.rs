@@ -195,7 +195,8 @@ impl NodeWorker {
         }
     }
 
-    /// Link `link` ended: the call in flight is cut short, the backend reset, the worker free.
+    /// Link `link` ended: the call in flight is cut short, the backend reset, the worker free
+    /// (offered again in a cluster).
     pub fn detach(&self, link: u64, why: &str) {
         let mut s = self.status();
         if s.attached != Some(link) {
@@ -214,6 +215,10 @@ impl NodeWorker {
             log::info!("worker {}: session of ticket {ticket} ended after {:.1} s", self.name, length.as_secs_f64());
             s.ended = Some((mode, length));
         }
+        drop(s);
+        // In a cluster the worker is offered at once, its reset running meanwhile: the next
+        // client's grant and attach overlap it instead of waiting for it.
+        self.freed();
     }
 
     /// Offers the worker under `nonce` if it is free (ready, not attached); the mode and
@@ -317,12 +322,11 @@ impl NodeWorker {
                     }
                 }
                 Job::Detach => {
+                    // Offered already (see `detach`): a link attached meanwhile has its calls
+                    // queued behind this reset.
                     if let Err(e) = backend.reset() {
                         log::warn!("worker {}: reset after the link ended: {e}; opening it again", self.name);
                         return true;
-                    }
-                    if self.status().attached.is_none() {
-                        self.freed();
                     }
                 }
                 Job::Restart => {
