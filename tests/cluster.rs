@@ -433,6 +433,155 @@ async fn grants_attach_on_links_kept_open_to_their_node() {
     g1.wait_idle();
 }
 
+/// A small seeded generator (xorshift): a nemesis run is repeated exactly by its seed.
+struct Dice(u64);
+
+impl Dice {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+
+    fn millis(&mut self, from: u64, to: u64) -> Duration {
+        Duration::from_millis(from + self.below(to - from))
+    }
+}
+
+/// A client of the nemesis run: joins through `url`, waits (its positions must never rise),
+/// is served, holds its worker for `hold`, closes. A refusal while the store is unreachable
+/// (`service_unavailable`) is retried; a session its node's death ends still counts as served.
+/// Returns how many times it was refused before it was served.
+async fn nemesis_client(url: String, hold: Duration, label: String) -> u32 {
+    let mut refusals = 0;
+    loop {
+        let mut c = Client::connect(&url).await;
+        let mut positions: Vec<u64> = Vec::new();
+        let served = loop {
+            match c.next().await {
+                Seen::Event(e) => match e["type"].as_str() {
+                    Some("session.queued") | Some("session.queue_update") => {
+                        positions.push(e["position"].as_u64().unwrap());
+                    }
+                    Some("session.queue_done") => break true,
+                    Some("error") if e["error"]["code"] == "service_unavailable" => break false,
+                    _ => panic!("{label}: while waiting: {e}"),
+                },
+                Seen::Closed(code) if !positions.is_empty() || refusals > 0 => {
+                    panic!("{label}: closed ({code:?}) while waiting; positions {positions:?}")
+                }
+                Seen::Closed(_) => break false,
+            }
+        };
+        assert!(positions.windows(2).all(|w| w[1] <= w[0]), "{label}: a position rose: {positions:?}");
+        if !served {
+            refusals += 1;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
+        c.send(json!({"type": "session.init", "payload": {}})).await;
+        let created = c.event().await;
+        if created["type"] == "session.created" {
+            tokio::time::sleep(hold).await;
+            c.send(json!({"type": "session.close"})).await;
+        }
+        // Closed by the client, or by the node's death (backend_error).
+        let closed = if created["type"] == "session.closed" { created } else { c.until("session.closed").await };
+        let reason = closed["reason"].as_str().unwrap_or("").to_string();
+        assert!(["user_stop", "backend_error"].contains(&reason.as_str()), "{label}: {closed}");
+        return refusals;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server; ./test.sh runs it"]
+async fn a_seeded_nemesis_never_assigns_twice_and_everyone_is_served() {
+    // OMNI_NEMESIS_SEED runs that seed alone (each run prints its seed; a failure names it).
+    // Seed 22 found orphan tickets (an enqueue that timed out after Redis had run it) taking
+    // every worker offered to them.
+    let seeds = match std::env::var("OMNI_NEMESIS_SEED").ok().and_then(|s| s.parse().ok()) {
+        Some(seed) => vec![seed],
+        None => vec![0x5eed_2026, 22, 7],
+    };
+    for seed in seeds {
+        nemesis(seed).await;
+    }
+}
+
+/// One nemesis run: three replicas, two nodes, 18 clients, about 6 s of faults from `seed`.
+async fn nemesis(seed: u64) {
+    println!("nemesis seed {seed}");
+    let mut dice = Dice((seed ^ 0x9e37_79b9_7f4a_7c15) | 1);
+    let redis = Redis::start();
+    let mut nodes: Vec<Option<Node>> = vec![Some(node(&redis, "n1", 1)), Some(node(&redis, "n2", 1))];
+    let mut replicas: Vec<Server> = (1..=3).map(|i| replica(&redis, &format!("g{i}"))).collect();
+    let mut logs: Vec<String> = Vec::new();
+
+    // 18 clients over the three replicas, arriving over about 3 s, each holding its worker for
+    // up to 300 ms: two workers, so most of them wait while the faults come.
+    let mut clients = Vec::new();
+    for i in 0..18 {
+        let url = replicas[i % 3].url("/v1/realtime?mode=audio");
+        let (start, hold) = (dice.millis(0, 3000), dice.millis(20, 300));
+        clients.push(tokio::spawn(async move {
+            tokio::time::sleep(start).await;
+            nemesis_client(url, hold, format!("client {i}")).await
+        }));
+    }
+    // Faults one at a time for about 6 s: a replica paused (sometimes past its 1 s lease),
+    // Redis paused, a node killed and started again on its address.
+    let until = Instant::now() + Duration::from_secs(6);
+    let mut faults = Vec::new();
+    while Instant::now() < until {
+        tokio::time::sleep(dice.millis(100, 600)).await;
+        match dice.below(3) {
+            0 => {
+                let (k, pause) = (dice.below(3) as usize, dice.millis(200, 1600));
+                faults.push(format!("replica g{} paused {pause:?}", k + 1));
+                replicas[k].signal("STOP");
+                tokio::time::sleep(pause).await;
+                replicas[k].signal("CONT");
+            }
+            1 => {
+                let pause = dice.millis(100, 900);
+                faults.push(format!("redis paused {pause:?}"));
+                redis.signal("STOP");
+                tokio::time::sleep(pause).await;
+                redis.signal("CONT");
+            }
+            _ => {
+                let j = dice.below(2) as usize;
+                faults.push(format!("node n{} killed and restarted", j + 1));
+                let old = nodes[j].take().unwrap();
+                let (address, log) = (old.addr, old.logs());
+                logs.push(log);
+                let dir = old.kill();
+                let config = format!("{}\n{}", workers(1, ""), cluster(&redis, &format!("n{}", j + 1), false));
+                nodes[j] = Some(Node::start_in(dir, &config, &format!("bind = \"{address}\"")));
+            }
+        }
+    }
+    println!("faults: {faults:#?}");
+    // Everyone is served in the end (each client's positions never rose: checked as it went).
+    let mut refused = 0;
+    for (i, client) in clients.into_iter().enumerate() {
+        refused += tokio::time::timeout(Duration::from_secs(60), client)
+            .await
+            .unwrap_or_else(|_| panic!("seed {seed}: client {i} never served; faults {faults:?}"))
+            .unwrap_or_else(|e| panic!("seed {seed}: client {i}: {e}; faults {faults:?}"));
+    }
+    // No worker held two sessions at once, no ticket had two workers: every node's log, every
+    // incarnation.
+    logs.extend(nodes.iter().flatten().map(|n| n.logs()));
+    let held = check_invariants(&logs);
+    assert!(held.len() >= 18, "seed {seed}: {} sessions in the nodes' logs for 18 clients", held.len());
+    println!("{} sessions on the nodes; {refused} refusals (service_unavailable), retried", held.len());
+    for r in &mut replicas {
+        r.wait_idle();
+    }
+}
+
 #[tokio::test]
 #[ignore = "needs redis-server; ./test.sh runs it"]
 async fn the_store_keeps_one_fifo_across_modes_with_places_kept_and_leases() {

@@ -103,6 +103,10 @@ pub trait BackendControl: Send + Sync {
     fn take_death_notice(&self) -> Option<tokio::sync::oneshot::Receiver<String>> {
         None
     }
+    /// The session ended with nothing in flight. A backend lent for one session only gives
+    /// itself back now, from the caller's thread (without waiting for its owner thread's
+    /// [`Backend::release`], which then has nothing left to do); the default does nothing.
+    fn release_now(&self) {}
     /// The process hosting the backend, when it is not the gateway's own.
     fn process_id(&self) -> Option<u32> {
         None

@@ -606,10 +606,14 @@ impl Handler<Detach> for BackendActor {
         }
         self.session = None;
         self.released_at = Some(msg.ended);
-        if self.policy.detach()
-            && let Some(c) = &self.control
-        {
-            c.interrupt();
+        if self.policy.detach() {
+            if let Some(c) = &self.control {
+                c.interrupt();
+            }
+        } else if let Some(b) = &self.backend_control {
+            // Idle: a worker lent for one session goes back to its node at once (one thread hop
+            // fewer than the reset job below).
+            b.release_now();
         }
         self.event(|worker, generation| WorkerEvent::Resetting { worker, generation });
         self.dispatch_next(ctx);

@@ -45,6 +45,10 @@ const UPDATE_BATCH: usize = 64;
 const UPDATE_PAUSE: Duration = Duration::from_millis(1);
 /// How long a grant for a ticket no client holds yet is kept (its enqueue's answer may follow).
 const EARLY_GRANT: Duration = Duration::from_secs(2);
+/// A ticket of this replica that no client holds this long after it was numbered is an
+/// orphan (the answer to its enqueue was lost: the call failed after the store had run it):
+/// it leaves the queue, or, at its head, it would take every worker offered to it.
+const ORPHAN_AFTER: Duration = Duration::from_secs(5);
 
 /// Opens the backend of a grant: a link to the node's worker, attached with the nonce.
 pub type GrantOpener = Arc<dyn Fn(&Grant) -> BackendFactory + Send + Sync>;
@@ -385,6 +389,7 @@ impl ClusterQueueActor {
             }
         }
         self.send_updates(ctx);
+        self.reap(ctx);
         for conn in lost {
             // The store lost its ticket (it restarted, or retired this replica): again, in place.
             log::warn!("cluster: c{conn}: its ticket is no longer in the queue; enqueued again with it");
@@ -392,6 +397,40 @@ impl ClusterQueueActor {
                 c.missing = 0;
             }
             self.enqueue(conn, ctx);
+        }
+    }
+
+    /// Tickets of this replica in the last view that no client holds (orphans, see
+    /// [`ORPHAN_AFTER`]) leave the queue, and grants kept for a ticket no client ever came to
+    /// claim go back.
+    fn reap(&mut self, ctx: &mut Context<Self>) {
+        let stale: Vec<TicketId> =
+            self.early.iter().filter(|(_, (_, at))| at.elapsed() > EARLY_GRANT).map(|(t, _)| *t).collect();
+        for ticket in stale {
+            self.early.remove(&ticket);
+            self.forget_ticket(ticket, ctx);
+        }
+        let replica = self.setup.coordinator.replica();
+        let numbered_before = (self.view.now_ms.saturating_sub(ORPHAN_AFTER.as_millis() as u64)).saturating_mul(1000);
+        let held: std::collections::HashSet<TicketId> = self
+            .clients
+            .values()
+            .filter_map(|c| c.ticket)
+            .chain(self.claimed.values().copied())
+            .chain(self.early.keys().copied())
+            .collect();
+        let orphans: Vec<TicketId> = self
+            .view
+            .tickets
+            .iter()
+            .filter(|t| t.replica == replica && t.ticket < numbered_before && !held.contains(&t.ticket))
+            .map(|t| t.ticket)
+            .collect();
+        for ticket in orphans {
+            log::warn!(
+                "cluster: ticket {ticket} of this replica has no client (its enqueue's answer was lost): it leaves the queue"
+            );
+            self.forget_ticket(ticket, ctx);
         }
     }
 
@@ -443,7 +482,10 @@ impl ClusterQueueActor {
                 self.early.remove(&ticket);
                 self.forget_ticket(ticket, ctx);
             }
-            self.early.insert(grant.ticket, (grant, Instant::now()));
+            // A grant offered again to the same ticket keeps the first one's time: an orphan
+            // ticket's grants go back however often they come.
+            let since = self.early.get(&grant.ticket).map_or_else(Instant::now, |(_, at)| *at);
+            self.early.insert(grant.ticket, (grant, since));
             return;
         };
         match self.clients.get(&conn).map(|c| c.stage) {

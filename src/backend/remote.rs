@@ -130,6 +130,8 @@ struct Shared {
     out: tmpsc::UnboundedSender<Outgoing>,
     kv_length: AtomicU64,
     death: Mutex<Option<oneshot::Receiver<String>>>,
+    /// Granted by a cluster's store for one session: released by closing the link.
+    one_session: bool,
 }
 
 impl BackendControl for Shared {
@@ -145,6 +147,11 @@ impl BackendControl for Shared {
     fn terminate(&self) {
         let _ = self.out.send(Outgoing::Frame(ToNode::Terminate));
     }
+    fn release_now(&self) {
+        if self.one_session {
+            let _ = self.out.send(Outgoing::Close);
+        }
+    }
     fn take_death_notice(&self) -> Option<oneshot::Receiver<String>> {
         self.death.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
@@ -158,8 +165,6 @@ pub struct RemoteBackend {
     info: BackendInfo,
     replies: mpsc::Receiver<Incoming>,
     shared: Arc<Shared>,
-    /// Granted by a cluster's store for one session: released by closing the link.
-    one_session: bool,
 }
 
 impl RemoteBackend {
@@ -223,12 +228,13 @@ impl RemoteBackend {
         let (out, out_rx) = tmpsc::unbounded_channel();
         let (replies_tx, replies) = mpsc::channel();
         let (death_tx, death) = oneshot::channel();
-        let shared = Arc::new(Shared { out, kv_length: AtomicU64::new(0), death: Mutex::new(Some(death)) });
+        let shared =
+            Arc::new(Shared { out, kv_length: AtomicU64::new(0), death: Mutex::new(Some(death)), one_session });
         io().spawn(write_loop(wr, out_rx, link.heartbeat_interval));
         io().spawn(read_loop(rd, replies_tx, death_tx, link.clone(), name.clone()));
         metrics().node_links.with_label_values(&[link.name.as_str()]).inc();
         log::info!("worker {name}: attached ({})", info.name);
-        Ok(RemoteBackend { name, node: link.name.clone(), info, replies, shared, one_session })
+        Ok(RemoteBackend { name, node: link.name.clone(), info, replies, shared })
     }
 
     fn call(&mut self, call: ToHost) -> Result<Value, BackendError> {
@@ -328,7 +334,7 @@ impl Backend for RemoteBackend {
     /// A worker granted for one session goes back to its node at once: the link closes, and
     /// the node resets the backend and offers the worker again (no reset round trip first).
     fn release(&mut self) -> Result<(), BackendError> {
-        if self.one_session {
+        if self.shared.one_session {
             let _ = self.shared.out.send(Outgoing::Close);
             return Ok(());
         }

@@ -9,8 +9,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
-
 use super::Node;
 use super::worker::Report;
 use crate::cluster::redis::{Offered, RedisStore, SlotReport};
@@ -19,9 +17,18 @@ use crate::config::ClusterSpec;
 /// Joins the node's workers to the cluster and serves their offers until the node stops.
 pub fn start(node: Arc<Node>, spec: &ClusterSpec, advertise: String) -> Result<(), String> {
     let store = RedisStore::new(&spec.url, &spec.prefix, spec.name.clone(), spec.lease)?;
-    let (tx, rx) = unbounded_channel();
+    let offers = Arc::new(Offers { node: node.clone(), store, advertise: advertise.clone() });
+    // Each offer runs on its own, started where the worker became free: it waits neither for
+    // another worker's offer nor for a beat (a hand-over's time is mostly this offer's).
+    let runtime = tokio::runtime::Handle::current();
     for (i, w) in node.workers.iter().enumerate() {
-        w.join_cluster(i, tx.clone());
+        // Weak: the workers belong to the node, which the offers hold.
+        let (offers, runtime) = (Arc::downgrade(&offers), runtime.clone());
+        w.join_cluster(Box::new(move || {
+            if let Some(offers) = offers.upgrade() {
+                runtime.spawn(async move { offers.offer(i).await });
+            }
+        }));
     }
     log::info!(
         "node {} joins the cluster at {} (lease {:.1} s), reached at {advertise}",
@@ -29,9 +36,7 @@ pub fn start(node: Arc<Node>, spec: &ClusterSpec, advertise: String) -> Result<(
         spec.redacted_url(),
         spec.lease.as_secs_f64()
     );
-    let offers = Arc::new(Offers { node, store, advertise });
-    tokio::spawn(beats(offers.clone(), spec.lease / 3, spec.attach_timeout));
-    tokio::spawn(serve(offers, rx));
+    tokio::spawn(beats(offers, spec.lease / 3, spec.attach_timeout));
     Ok(())
 }
 
@@ -101,15 +106,6 @@ impl Offers {
                 *known = false;
             }
         }
-    }
-}
-
-/// Offers each worker as it becomes free, each offer on its own: one worker's offer never
-/// waits for another's, nor for a beat (a hand-over's time is mostly this offer's).
-async fn serve(offers: Arc<Offers>, mut free: UnboundedReceiver<usize>) {
-    while let Some(i) = free.recv().await {
-        let offers = offers.clone();
-        tokio::spawn(async move { offers.offer(i).await });
     }
 }
 

@@ -17,6 +17,9 @@ use omni_actors::pool::backoff;
 use omni_actors::worker_thread::BackendFactory;
 use tokio::sync::mpsc::UnboundedSender;
 
+/// What a worker of a cluster's node calls when it becomes free: its offer, started.
+pub type OnFree = Box<dyn Fn() + Send + Sync>;
+
 use super::wire::{AttachGrant, FromNode, NodeWorker as Described};
 use crate::backend::ipc::ToHost;
 
@@ -60,9 +63,9 @@ pub struct NodeWorker {
     pub backend: String,
     jobs: mpsc::Sender<Job>,
     status: Mutex<Status>,
-    /// In a cluster: told this worker's index whenever it becomes free (ready, or reset
-    /// after a session), so that it is offered at once. Outside one: never set.
-    free: OnceLock<(usize, UnboundedSender<usize>)>,
+    /// In a cluster: called whenever this worker becomes free (ready, or its link ended), so
+    /// that it is offered at once. Outside one: never set.
+    free: OnceLock<OnFree>,
 }
 
 /// A worker as a node's beat reports it to the cluster's store.
@@ -130,21 +133,21 @@ impl NodeWorker {
         }
     }
 
-    /// In a cluster: `free` is told `index` whenever this worker becomes free, and attaches
-    /// need a grant.
-    pub fn join_cluster(&self, index: usize, free: UnboundedSender<usize>) {
+    /// In a cluster: `on_free` is called whenever this worker becomes free (from any thread;
+    /// it must not block), and attaches need a grant.
+    pub fn join_cluster(&self, on_free: OnFree) {
         let ready = {
             let s = self.status();
             s.state == State::Ready && s.attached.is_none()
         };
-        if self.free.set((index, free.clone())).is_ok() && ready {
-            let _ = free.send(index);
+        if self.free.set(on_free).is_ok() && ready {
+            self.freed();
         }
     }
 
     fn freed(&self) {
-        if let Some((index, free)) = self.free.get() {
-            let _ = free.send(*index);
+        if let Some(on_free) = self.free.get() {
+            on_free();
         }
     }
 
