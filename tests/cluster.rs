@@ -25,9 +25,18 @@ fn cluster_at(url: &str, name: &str, replica: bool) -> String {
     )
 }
 
-/// A node named `name` with `count` workers, in the cluster.
+/// A node named `name` with `count` workers, in the cluster: started, and its workers known
+/// to the store (so that a client arriving next is not told no worker serves its mode).
 fn node(redis: &Redis, name: &str, count: usize) -> Node {
-    Node::start(&format!("{}\n{}", workers(count, ""), cluster(redis, name, false)), "")
+    let node = Node::start(&format!("{}\n{}", workers(count, ""), cluster(redis, name, false)), "");
+    let deadline = Instant::now() + WAIT;
+    for i in 0..count {
+        while redis.command(&format!("SISMEMBER {{og}}:cap:audio {name}/sim-{i}")).as_deref() != Some(":1\r\n") {
+            assert!(Instant::now() < deadline, "node {name}'s worker sim-{i} never registered:\n{}", node.logs());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    node
 }
 
 /// A replica named `name`: no workers of its own.

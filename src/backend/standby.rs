@@ -131,12 +131,21 @@ async fn alive(stream: &mut Box<dyn Stream>, link: &NodeLink) -> bool {
 }
 
 /// Keeps `standby.per_node` idle links to one node: opens them (again when one is taken or
-/// found dead), pings the idle ones every heartbeat interval.
+/// found dead; after a failure, again after a backoff), pings the idle ones every heartbeat
+/// interval.
 async fn keep(standby: Arc<Standby>, kept: Arc<Kept>) {
+    use tokio::time::{Instant, sleep_until};
     let link = &kept.link;
     let mut failures = 0u32;
+    let mut retry_at = Instant::now();
+    // Pings are due on their own clock: grants taking links often must not put them off (an
+    // idle link the node hears nothing on is closed after its heartbeat timeout).
+    let mut next_ping = Instant::now() + link.heartbeat_interval;
     loop {
-        while lock(&kept.idle).len() < standby.per_node {
+        while failures == 0 || Instant::now() >= retry_at {
+            if lock(&kept.idle).len() >= standby.per_node {
+                break;
+            }
             match standby.open(link).await {
                 Ok(stream) => {
                     kept.push(stream);
@@ -147,24 +156,31 @@ async fn keep(standby: Arc<Standby>, kept: Arc<Kept>) {
                     if failures == 1 {
                         log::warn!("node {}: cannot keep a link open ahead of grants: {why}", link.address);
                     }
-                    break;
+                    if failures >= GIVE_UP_AFTER {
+                        log::warn!(
+                            "node {}: no link kept open ({failures} attempts failed); grants open their own",
+                            link.address
+                        );
+                        lock(&standby.nodes).remove(&link.address);
+                        kept.count(0);
+                        return;
+                    }
+                    retry_at = Instant::now() + MAX_BACKOFF.min(Duration::from_millis(200) * failures);
                 }
             }
         }
-        if failures >= GIVE_UP_AFTER {
-            log::warn!("node {}: no link kept open ({failures} attempts failed); grants open their own", link.address);
-            lock(&standby.nodes).remove(&link.address);
-            kept.count(0);
-            return;
+        if failures == 0 {
+            tokio::select! {
+                _ = kept.taken.notified() => continue,
+                _ = sleep_until(next_ping) => {}
+            }
+        } else {
+            sleep_until(retry_at.min(next_ping)).await;
         }
-        if failures > 0 {
-            tokio::time::sleep(MAX_BACKOFF.min(Duration::from_millis(200) * failures)).await;
+        if Instant::now() < next_ping {
             continue;
         }
-        tokio::select! {
-            _ = kept.taken.notified() => continue,
-            _ = tokio::time::sleep(link.heartbeat_interval) => {}
-        }
+        next_ping = Instant::now() + link.heartbeat_interval;
         // One link out of the pool at a time while it is pinged: a grant meanwhile finds the rest.
         let count = lock(&kept.idle).len();
         for _ in 0..count {
