@@ -1,5 +1,6 @@
 //! A node's side of one connection from a gateway: the hello (token and protocol checked),
-//! then discovery, a link kept ready until its attach, or a worker link with its heartbeat (protocol in [`super::wire`]).
+//! then discovery, a link kept ready until its attach, or a worker link with its heartbeat
+//! (protocol in [`super::wire`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -17,11 +17,11 @@ use omni_actors::pool::backoff;
 use omni_actors::worker_thread::BackendFactory;
 use tokio::sync::mpsc::UnboundedSender;
 
-/// What a worker of a cluster's node calls when it becomes free: its offer, started.
-pub type OnFree = Box<dyn Fn() + Send + Sync>;
-
 use super::wire::{AttachGrant, FromNode, NodeWorker as Described};
 use crate::backend::ipc::ToHost;
+
+/// What a worker of a cluster's node calls when it becomes free: its offer, started.
+pub type OnFree = Box<dyn Fn() + Send + Sync>;
 
 /// Work for the owner thread.
 pub enum Job {
