@@ -61,7 +61,9 @@ impl Offers {
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         let Some(ended) = w.offer_under(&nonce) else { return };
         let slot = self.slot(i);
-        match self.store.offer(&slot, &nonce, &self.modes(i), &self.advertise, ended).await {
+        let answer = self.store.offer(&slot, &nonce, &self.modes(i), &self.advertise, ended).await;
+        w.offer_answered(&nonce);
+        match answer {
             Ok(Offered::Assigned(ticket)) => log::info!("worker {}: granted to ticket {ticket}", w.name),
             Ok(Offered::Free) => log::debug!("worker {}: free, nobody waiting for it", w.name),
             // The next beat makes the node known and hands this offer back to be made again.

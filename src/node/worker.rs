@@ -50,6 +50,10 @@ struct Status {
     busy_since: Option<Instant>,
     /// In a cluster: the nonce the worker is offered under now (none: not offered).
     offer: Option<String>,
+    /// Its offer's script has not answered yet: beats report it pending, not offered (a beat
+    /// the store ran before the offer would otherwise have it offered again, under a new
+    /// nonce, and a grant under the first refused).
+    offering: bool,
     /// In a cluster: the ticket, mode and start of the session attached.
     session: Option<(u64, Mode, Instant)>,
     /// The mode and length of the last session, until the next offer reports it.
@@ -94,6 +98,7 @@ impl NodeWorker {
             control: None,
             busy_since: None,
             offer: None,
+            offering: false,
             session: None,
             ended: None,
         };
@@ -232,13 +237,23 @@ impl NodeWorker {
             return None;
         }
         s.offer = Some(nonce.to_string());
+        s.offering = true;
         Some(s.ended.take())
     }
 
     /// What the node's beat tells the store about this worker.
+    /// The store answered the offer under `nonce` (whatever it said).
+    pub fn offer_answered(&self, nonce: &str) {
+        let mut s = self.status();
+        if s.offer.as_deref() == Some(nonce) {
+            s.offering = false;
+        }
+    }
+
     pub fn report(&self) -> Report {
         let s = self.status();
         match (&s.state, s.attached, &s.offer) {
+            (State::Ready, None, Some(_)) if s.offering => Report::Pending,
             (State::Ready, Some(_), _) => Report::Busy(s.session.map_or(0, |(ticket, ..)| ticket)),
             (State::Ready, None, Some(nonce)) => Report::Offered(nonce.clone()),
             (State::Ready, None, None) => Report::Pending,
