@@ -125,8 +125,9 @@ fn cluster_queue(
     };
     let replica = spec.name.clone();
     let standby = backend::standby::Standby::new(spec.standby_links, replica.clone());
+    let kept = standby.clone();
     let opener: omni_actors::cluster_queue_actor::GrantOpener =
-        Arc::new(move |grant| backend::grant_factory(template.clone(), grant, replica.clone(), standby.clone()));
+        Arc::new(move |grant| backend::grant_factory(template.clone(), grant, replica.clone(), kept.clone()));
     log::info!(
         "replica {} of the cluster at {} (lease {:.1} s)",
         spec.name,
@@ -142,7 +143,11 @@ fn cluster_queue(
         update_interval: Duration::from_secs_f64(config.queue.update_interval_s),
         lease: spec.lease,
     };
-    ClusterQueueActor::new(setup).start()
+    let queue = ClusterQueueActor::new(setup).start();
+    // Grants nodes push on the links kept open to them reach the queue as the store's do.
+    let to = queue.clone();
+    standby.deliver_to(Box::new(move |grant| to.do_send(omni_actors::cluster_queue_actor::GrantPushed(grant))));
+    queue
 }
 
 /// Reaches a node (`[[nodes]]`), trying again with backoff while it is down, and adds its

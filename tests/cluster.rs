@@ -29,6 +29,12 @@ fn cluster_at(url: &str, name: &str, replica: bool) -> String {
 /// to the store (so that a client arriving next is not told no worker serves its mode).
 fn node(redis: &Redis, name: &str, count: usize) -> Node {
     let node = Node::start(&format!("{}\n{}", workers(count, ""), cluster(redis, name, false)), "");
+    registered(redis, &node, name, count);
+    node
+}
+
+/// Waits until the store knows node `name`'s `count` workers.
+fn registered(redis: &Redis, node: &Node, name: &str, count: usize) {
     let deadline = Instant::now() + WAIT;
     for i in 0..count {
         while redis.command(&format!("SISMEMBER {{og}}:cap:audio {name}/sim-{i}")).as_deref() != Some(":1\r\n") {
@@ -36,7 +42,6 @@ fn node(redis: &Redis, name: &str, count: usize) -> Node {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
-    node
 }
 
 /// A replica named `name`: no workers of its own.
@@ -402,9 +407,21 @@ async fn one_session(server: &Server) {
     close(c).await;
 }
 
+/// Hand-overs on `server`: `count` times a client waits while `holder` holds the worker, and
+/// is served when `holder` closes; answers the last one served.
+async fn hand_overs(server: &Server, mut holder: Client, count: usize) -> Client {
+    for _ in 0..count {
+        let waiter = Waiter::join(server).await;
+        close(holder).await;
+        holder = waiter.served().await;
+        talk(&mut holder, "input_1").await;
+    }
+    holder
+}
+
 #[tokio::test]
 #[ignore = "needs redis-server; ./test.sh runs it"]
-async fn grants_attach_on_links_kept_open_to_their_node() {
+async fn hand_overs_are_pushed_on_links_kept_open_to_their_node() {
     let redis = Redis::start();
     let n1 = node(&redis, "n1", 1);
     let g1 = replica(&redis, "g1");
@@ -413,33 +430,30 @@ async fn grants_attach_on_links_kept_open_to_their_node() {
     let attached =
         |link: &str, node: &str| g1.metric(&format!("omni_node_attaches_total{{link=\"{link}\",node=\"{node}\"}}"));
 
-    // The first grant from a node opens a link of its own (unless a first attach was refused
-    // and retried: links are kept from the first grant on); from then on the replica keeps
-    // cluster.standby_links (4) open to it.
+    // A client granted an idle worker attaches on a link of its own; from the first grant from
+    // a node on, the replica keeps cluster.standby_links (4) links open to it.
     one_session(&g1).await;
-    let (opened, kept) = (attached("opened", "n1"), attached("kept", "n1"));
-    assert_eq!(opened + kept, 1.0, "one attach for one session");
+    assert_eq!(attached("opened", "n1"), 1.0);
     g1.wait_metric(&ready, 4.0, WAIT);
-    // The next grants attach on one of them, and another is opened behind each.
-    for _ in 0..2 {
-        one_session(&g1).await;
-        g1.wait_metric(&ready, 4.0, WAIT);
-    }
-    assert_eq!((attached("opened", "n1"), attached("kept", "n1")), (opened, kept + 2.0));
-    // The node restarts on the same address: the links kept to the old process are dead. Its
-    // next grants are attached all the same (on a new link when a dead one was taken) and links
-    // are kept to the new process: within a few sessions one attaches on a kept link.
+    // A worker freed while a client of g1 waits: the node attaches it to one of those links and
+    // says so there (no attach from the replica); another link is opened behind it.
+    let holder = active(&g1, "audio").await;
+    let holder = hand_overs(&g1, holder, 2).await;
+    g1.wait_metric(&ready, 4.0, WAIT);
+    close(holder).await;
+    assert_eq!((attached("opened", "n1"), attached("pushed", "n1")), (2.0, 2.0));
+    assert_eq!(n1.logs().matches("pushed on its link").count(), 2, "{}", n1.logs());
+
+    // The node restarts on the same address: the links to the old process end, and links are
+    // opened to the new one, which pushes its grants on them.
     let dir = n1.kill();
     let config = format!("{}\n{}", workers(1, ""), cluster(&redis, "n2", false));
     let n2 = Node::start_in(dir, &config, &format!("bind = \"{address}\""));
-    for _ in 0..5 {
-        if attached("kept", "n2") >= 1.0 {
-            break;
-        }
-        one_session(&g1).await;
-        g1.wait_metric(&ready, 4.0, WAIT);
-    }
-    assert!(attached("kept", "n2") >= 1.0, "no grant attached on a link kept to the restarted node");
+    registered(&redis, &n2, "n2", 1);
+    let holder = active(&g1, "audio").await;
+    g1.wait_metric(&ready, 4.0, WAIT);
+    close(hand_overs(&g1, holder, 1).await).await;
+    assert_eq!(attached("pushed", "n2"), 1.0, "{}", n2.logs());
     check_invariants(&[n2.logs()]);
     g1.wait_idle();
 }
@@ -626,8 +640,11 @@ async fn the_store_keeps_one_fifo_across_modes_with_places_kept_and_leases() {
     assert_eq!(gw.enqueue(Mode::Audio, None, 3).await.unwrap(), Enqueued::Full { length: 3 });
 
     // An audio-only worker takes the first audio ticket; the other takes the older video one.
-    assert_eq!(node.offer("n1/a", "x1", "audio", "127.0.0.1:7100", None).await.unwrap(), Offered::Assigned(t1));
-    assert_eq!(node.offer("n1/v", "y1", "video,audio", "127.0.0.1:7100", None).await.unwrap(), Offered::Assigned(t2));
+    let queued = |ticket| Offered::Assigned { ticket, push: None };
+    // (Replicas with links open to the node get their grants pushed; g1 has none.)
+    let offered = node.offer("n1/a", "x1", "audio", "127.0.0.1:7100", None, "g0,g10").await.unwrap();
+    assert_eq!(offered, queued(t1));
+    assert_eq!(node.offer("n1/v", "y1", "video,audio", "127.0.0.1:7100", None, "").await.unwrap(), queued(t2));
     let g1 = gw.grants(Duration::from_millis(100)).await.unwrap();
     assert_eq!((g1[0].ticket, g1[0].slot.as_str(), g1[0].nonce.as_str()), (t1, "n1/a", "x1"));
     let g2 = gw.grants(Duration::from_millis(100)).await.unwrap();
@@ -649,10 +666,24 @@ async fn the_store_keeps_one_fifo_across_modes_with_places_kept_and_leases() {
         view.slots.iter().any(|s| s.slot == "n1/v" && s.state == "busy" && s.busy.map(|b| b.0) == Some(Mode::Video))
     );
 
-    // A session of 30 s ended on n1/v: its next offer feeds the average, and takes t1 (the head).
+    // A session of 30 s ended on n1/v: its next offer feeds the average, and takes t1 (the head);
+    // g1 keeps a link open to the node now: the grant is for the node to push, not on g1's list.
     let ended = Some((Mode::Video, Duration::from_secs(30)));
-    assert_eq!(node.offer("n1/v", "y2", "video,audio", "127.0.0.1:7100", ended).await.unwrap(), Offered::Assigned(t1));
+    let offered = node.offer("n1/v", "y2", "video,audio", "127.0.0.1:7100", ended, "g0,g1").await.unwrap();
+    assert_eq!(offered, Offered::Assigned { ticket: t1, push: Some(("g1".into(), Mode::Audio)) });
+    assert!(gw.grants(Duration::from_millis(50)).await.unwrap().is_empty(), "a pushed grant is not listed");
     assert_eq!(gw.snapshot().await.unwrap().average_s[Mode::Video.index()], Some(30.0));
+    // A grant the node could not push after all goes on the list, as the scripts write it.
+    let pushed = omni_gateway::node::wire::PushedGrant {
+        ticket: t1,
+        slot: "n1/v".into(),
+        addr: "127.0.0.1:7100".into(),
+        nonce: "y2".into(),
+        mode: Mode::Audio,
+    };
+    node.deliver("g1", &pushed).await.unwrap();
+    let g = gw.grants(Duration::from_millis(100)).await.unwrap();
+    assert_eq!((g[0].ticket, g[0].slot.as_str(), g[0].nonce.as_str(), g[0].mode), (t1, "n1/v", "y2", Mode::Audio));
 
     // Cancelled on any replica: its gateway hears it at its next beat.
     assert!(gw.cancel(t3).await.unwrap());

@@ -53,6 +53,12 @@ const ORPHAN_AFTER: Duration = Duration::from_secs(5);
 /// Opens the backend of a grant: a link to the node's worker, attached with the nonce.
 pub type GrantOpener = Arc<dyn Fn(&Grant) -> BackendFactory + Send + Sync>;
 
+/// A grant a node pushed to this replica on a link it keeps open to the node (the link
+/// attached already: the opener finds it by the grant's nonce).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct GrantPushed(pub Grant);
+
 /// What `/status` shows of the cluster: this replica, whether it reaches the store, and the
 /// last view of the whole queue and every node's workers.
 #[derive(Message)]
@@ -246,6 +252,10 @@ impl ClusterQueueActor {
             Ok(Enqueued::Waiting { ticket, position, length }) => {
                 let first = client.told.is_none();
                 client.ticket = Some(ticket);
+                if client.stage != Stage::Enqueueing {
+                    // A client enqueued again whose grant overtook the answer: it is opening.
+                    return;
+                }
                 client.stage = Stage::Waiting;
                 let position = client.told.map_or(position, |told| told.min(position));
                 client.told = Some(position);
@@ -468,7 +478,8 @@ impl ClusterQueueActor {
         }));
     }
 
-    /// A node freed a worker for one of this replica's tickets.
+    /// A node freed a worker for one of this replica's tickets (the grant came through the
+    /// store, or on a link kept open to the node).
     fn granted(&mut self, grant: Grant, ctx: &mut Context<Self>) {
         let Some(conn) = self.conn_of(grant.ticket) else {
             // The store's answer to its enqueue may still be on its way (the grant overtook
@@ -505,6 +516,13 @@ impl Actor for ClusterQueueActor {
         ctx.run_interval(every, |act, ctx| act.beat(ctx));
         ctx.run_interval(POLL, |act, ctx| act.poll(ctx));
         self.grants_loop(ctx);
+    }
+}
+
+impl Handler<GrantPushed> for ClusterQueueActor {
+    type Result = ();
+    fn handle(&mut self, msg: GrantPushed, ctx: &mut Context<Self>) {
+        self.granted(msg.0, ctx);
     }
 }
 

@@ -22,7 +22,9 @@ use tokio::time::{Instant, timeout};
 use super::ipc::{ToHost, Value};
 use super::standby::Standby;
 use crate::config::NodeLink;
-use crate::node::wire::{AttachGrant, FromNode, NodeWorker, PROTOCOL, ToNode, read_frame, write_frame};
+use crate::node::wire::{
+    AttachGrant, Frames, FromNode, NodeWorker, PROTOCOL, ToNode, frames, next_frame, read_frame, write_frame,
+};
 
 /// How long connecting (TCP, TLS, the hello and its answer) may take.
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -191,27 +193,19 @@ impl RemoteBackend {
             gateway: gateway.to_string(),
             grant,
         };
-        let kept = standby.and_then(|s| s.take(link));
-        let attached = io().block_on(async {
-            // A link kept open ahead of the grant: the attach is its next frame. One that
-            // turns out closed (its node restarted) gives way to a new link.
-            if let Some(mut stream) = kept {
-                let answered = timeout(CONNECT_TIMEOUT, async {
-                    write_frame(&mut stream, &hello).await.ok()?;
-                    Some(answer(&mut stream).await)
-                });
-                match answered.await {
-                    Ok(Some(Ok(info))) => {
-                        metrics().node_attaches.with_label_values(&[link.name.as_str(), "kept"]).inc();
-                        return Ok((stream, info));
-                    }
-                    Ok(Some(Err(e @ ("refused", _)))) => return Err(e),
-                    Ok(_) => log::debug!("worker {name}: a link kept open had closed; connecting"),
-                    Err(_) => {
-                        return Err(("unreachable", format!("no answer within {} s", CONNECT_TIMEOUT.as_secs())));
-                    }
-                }
+        // The node pushed the grant on a link this replica keeps open to it: attached already.
+        let pushed = match (&hello, standby) {
+            (ToNode::Attach { grant: Some(g), .. }, Some(standby)) => {
+                standby.watch(link);
+                standby.take_pushed(&g.nonce)
             }
+            _ => None,
+        };
+        if let Some(p) = pushed {
+            metrics().node_attaches.with_label_values(&[link.name.as_str(), "pushed"]).inc();
+            return Ok(RemoteBackend::serve(link, name, p.frames, p.wr, p.info, one_session));
+        }
+        let attached = io().block_on(async {
             timeout(CONNECT_TIMEOUT, async {
                 let mut stream = connect(link, &hello).await.map_err(|e| ("unreachable", e))?;
                 let info = answer(&mut stream).await?;
@@ -225,16 +219,32 @@ impl RemoteBackend {
         });
         let (stream, info) = attached.map_err(|(reason, why)| failure(reason, why))?;
         let (rd, wr) = tokio::io::split(stream);
+        Ok(RemoteBackend::serve(link, name, frames(rd), wr, info, one_session))
+    }
+
+    /// Serves an attached link: its writer and reader tasks.
+    fn serve<R, W>(
+        link: &NodeLink,
+        name: String,
+        frames: Frames<R>,
+        wr: W,
+        info: BackendInfo,
+        one_session: bool,
+    ) -> RemoteBackend
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
         let (out, out_rx) = tmpsc::unbounded_channel();
         let (replies_tx, replies) = mpsc::channel();
         let (death_tx, death) = oneshot::channel();
         let shared =
             Arc::new(Shared { out, kv_length: AtomicU64::new(0), death: Mutex::new(Some(death)), one_session });
         io().spawn(write_loop(wr, out_rx, link.heartbeat_interval));
-        io().spawn(read_loop(rd, replies_tx, death_tx, link.clone(), name.clone()));
+        io().spawn(read_loop(frames, replies_tx, death_tx, link.clone(), name.clone()));
         metrics().node_links.with_label_values(&[link.name.as_str()]).inc();
         log::info!("worker {name}: attached ({})", info.name);
-        Ok(RemoteBackend { name, node: link.name.clone(), info, replies, shared })
+        RemoteBackend { name, node: link.name.clone(), info, replies, shared }
     }
 
     fn call(&mut self, call: ToHost) -> Result<Value, BackendError> {
@@ -282,15 +292,14 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: tmpsc::UnboundedRe
 }
 
 async fn read_loop<R: AsyncRead + Unpin>(
-    mut rd: R,
+    mut frames: Frames<R>,
     replies: mpsc::Sender<Incoming>,
     death: oneshot::Sender<String>,
     link: NodeLink,
     name: String,
 ) {
-    let mut buf = Vec::new();
     let (reason, why) = loop {
-        match timeout(link.heartbeat_timeout, read_frame::<FromNode>(&mut rd, &mut buf)).await {
+        match timeout(link.heartbeat_timeout, next_frame::<FromNode, _>(&mut frames)).await {
             Ok(Ok(Some(FromNode::Reply { kv_length, value }))) => {
                 if replies.send(Incoming::Reply { kv_length, value }).is_err() {
                     return; // the backend was dropped

@@ -18,6 +18,8 @@ use redis::{AsyncConnectionConfig, Script};
 use std::sync::{Arc, Weak};
 use tokio::sync::{Mutex, OnceCell};
 
+use crate::node::wire::PushedGrant;
+
 macro_rules! script {
     ($file:literal) => {
         Script::new(concat!(include_str!("lua/common.lua"), "\n", include_str!(concat!("lua/", $file))))
@@ -153,7 +155,8 @@ impl RedisStore {
     }
 
     /// A node offers its free worker `slot` under `nonce`; `ended`: the mode and length of
-    /// the session that just ended on it. Answers the ticket it went to, if one waited.
+    /// the session that just ended on it; `linked`: the replicas that keep a link open to the
+    /// node (comma-separated). Answers the ticket it went to, if one waited.
     pub async fn offer(
         &self,
         slot: &str,
@@ -161,17 +164,24 @@ impl RedisStore {
         modes: &str,
         addr: &str,
         ended: Option<(Mode, Duration)>,
+        linked: &str,
     ) -> Result<Offered, ClusterError> {
-        let (mode, secs) = match ended {
+        let (ended_mode, secs) = match ended {
             Some((m, d)) => (m.as_str().to_string(), format!("{:.3}", d.as_secs_f64())),
             None => (String::new(), String::new()),
         };
         let answer: Vec<String> =
-            self.run(&self.scripts.offer, &[&self.name, slot, nonce, modes, addr, &mode, &secs]).await?;
-        match answer.first().map(String::as_str) {
-            Some("assigned") => Ok(Offered::Assigned(ticket(answer.get(1).ok_or_else(|| bad("offer"))?)?)),
-            Some("free") => Ok(Offered::Free),
-            Some("unknown_node") => Ok(Offered::UnknownNode),
+            self.run(&self.scripts.offer, &[&self.name, slot, nonce, modes, addr, &ended_mode, &secs, linked]).await?;
+        match (answer.first().map(String::as_str), answer.get(1)) {
+            (Some("assigned"), Some(seq)) => {
+                let push = match (answer.get(2), answer.get(3)) {
+                    (Some(replica), Some(m)) => Some((replica.clone(), mode(m)?)),
+                    _ => None,
+                };
+                Ok(Offered::Assigned { ticket: ticket(seq)?, push })
+            }
+            (Some("free"), _) => Ok(Offered::Free),
+            (Some("unknown_node"), _) => Ok(Offered::UnknownNode),
             _ => Err(bad("offer")),
         }
     }
@@ -194,6 +204,19 @@ impl RedisStore {
         Ok((known == 1, again))
     }
 
+    /// Puts a grant on `replica`'s list, as the scripts do (a grant the node could not push).
+    pub async fn deliver(&self, replica: &str, g: &PushedGrant) -> Result<(), ClusterError> {
+        let mut con = self.calls().await?;
+        let grant = format!("{} {} {} {} {}", g.ticket, g.slot, g.addr, g.nonce, g.mode.as_str());
+        let _: i64 = redis::cmd("RPUSH")
+            .arg(format!("{}:g:{replica}", self.prefix))
+            .arg(grant)
+            .query_async(&mut con)
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
     async fn blocking_connection(&self, wait: Duration) -> Result<MultiplexedConnection, ClusterError> {
         let mut held = self.blocking.lock().await;
         if let Some(con) = held.as_ref() {
@@ -211,7 +234,12 @@ impl RedisStore {
 /// What a node's offer came to.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Offered {
-    Assigned(TicketId),
+    /// Granted to a ticket; `push`: its replica keeps a link open to the node, and the grant
+    /// was not put on the replica's list: the node tells it (the replica's name, the mode).
+    Assigned {
+        ticket: TicketId,
+        push: Option<(String, Mode)>,
+    },
     Free,
     /// The store does not know the node (it must beat first).
     UnknownNode,

@@ -330,8 +330,8 @@ pub struct ClusterConfig {
     /// A node gives a granted worker to the next client when the gateway has not attached
     /// it within this long.
     pub attach_timeout_s: f64,
-    /// A replica's: links kept open to each node, ready for a grant to attach on without a
-    /// connect (0: each grant opens its own).
+    /// A replica's: links kept open to each node, on which the node pushes its grants attached
+    /// (0: grants come through the store and each opens its own link).
     pub standby_links: usize,
     /// A replica's: the nodes' `[node] token`.
     pub token: String,

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Node;
+use super::wire::{AttachGrant, PushedGrant};
 use super::worker::Report;
 use crate::cluster::redis::{Offered, RedisStore, SlotReport};
 use crate::config::ClusterSpec;
@@ -55,16 +56,31 @@ impl Offers {
         self.node.workers[i].modes.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(",")
     }
 
-    /// Offers worker `i` under a new nonce, if it is free.
+    /// Offers worker `i` under a new nonce, if it is free. A grant for a ticket of a replica
+    /// that keeps a link open to this node is pushed on that link; any other goes to the
+    /// replica through the store.
     async fn offer(&self, i: usize) {
         let w = &self.node.workers[i];
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         let Some(ended) = w.offer_under(&nonce) else { return };
         let slot = self.slot(i);
-        let answer = self.store.offer(&slot, &nonce, &self.modes(i), &self.advertise, ended).await;
+        let linked = self.node.pushes.replicas();
+        let answer = self.store.offer(&slot, &nonce, &self.modes(i), &self.advertise, ended, &linked).await;
         w.offer_answered(&nonce);
         match answer {
-            Ok(Offered::Assigned(ticket)) => log::info!("worker {}: granted to ticket {ticket}", w.name),
+            Ok(Offered::Assigned { ticket, push: None }) => log::info!("worker {}: granted to ticket {ticket}", w.name),
+            Ok(Offered::Assigned { ticket, push: Some((replica, mode)) }) => {
+                log::info!("worker {}: granted to ticket {ticket} of {replica}, pushed on its link", w.name);
+                let grant = AttachGrant { ticket, nonce: nonce.clone(), mode };
+                let pushed = PushedGrant { ticket, slot, addr: self.advertise.clone(), nonce, mode };
+                if !self.node.pushes.push(&replica, w, grant, pushed.clone()).await {
+                    // Its links ended meanwhile: the replica gets the grant through the store.
+                    log::info!("worker {}: no link of {replica} took the grant; through the store", w.name);
+                    if let Err(e) = self.store.deliver(&replica, &pushed).await {
+                        log::warn!("worker {}: cannot hand the grant of ticket {ticket} to the store: {e}", w.name);
+                    }
+                }
+            }
             Ok(Offered::Free) => log::debug!("worker {}: free, nobody waiting for it", w.name),
             // The next beat makes the node known and hands this offer back to be made again.
             Ok(Offered::UnknownNode) => log::info!("worker {}: the store does not know this node yet", w.name),

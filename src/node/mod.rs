@@ -18,6 +18,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::config::Config;
 
 mod cluster;
+mod push;
 mod serve;
 pub mod wire;
 mod worker;
@@ -30,6 +31,8 @@ pub struct Node {
     token: String,
     heartbeat_interval: Duration,
     heartbeat_timeout: Duration,
+    /// Links replicas of a cluster keep open for grants.
+    pushes: push::Pushes,
 }
 
 /// Runs the node until SIGINT or SIGTERM.
@@ -53,6 +56,7 @@ pub fn run(config: Config) -> Result<(), String> {
         token: serve.token.clone(),
         heartbeat_interval: serve.heartbeat_interval,
         heartbeat_timeout: serve.heartbeat_timeout,
+        pushes: push::Pushes::default(),
     });
     watch_steps(node.clone(), config.step_timeout());
     let tls = match &serve.tls {

@@ -1,6 +1,6 @@
 //! A node's side of one connection from a gateway: the hello (token and protocol checked),
-//! then discovery, a link kept ready until its attach, or a worker link with its heartbeat
-//! (protocol in [`super::wire`]).
+//! then discovery, a link kept open for a grant the node pushes, or a worker link with its
+//! heartbeat (protocol in [`super::wire`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,9 +11,11 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout};
 
+use omni_actors::backend::BackendControl;
+
 use super::Node;
-use super::wire::{FromNode, PROTOCOL, ToNode, read_frame, write_frame};
-use super::worker::Job;
+use super::wire::{Frames, FromNode, PROTOCOL, ToNode, frames, next_frame, write_frame};
+use super::worker::{Job, NodeWorker};
 use crate::backend::ipc::ToHost;
 
 static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
@@ -23,9 +25,9 @@ pub async fn connection<S>(stream: S, peer: String, node: Arc<Node>)
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
-    let (mut rd, mut wr) = tokio::io::split(stream);
-    let mut buf = Vec::new();
-    let first = match timeout(node.heartbeat_timeout, read_frame::<ToNode>(&mut rd, &mut buf)).await {
+    let (rd, mut wr) = tokio::io::split(stream);
+    let mut frames = frames(rd);
+    let first = match timeout(node.heartbeat_timeout, next_frame::<ToNode, _>(&mut frames)).await {
         Ok(Ok(Some(first))) => first,
         Ok(Ok(None)) => return,
         Ok(Err(e)) => return log::warn!("node: {peer}: unreadable hello: {e}"),
@@ -37,19 +39,16 @@ where
         return;
     }
     let refuse = |why: String| FromNode::Refused(why);
-    let first = match first {
-        ToNode::Standby { gateway, .. } => match standby(&mut rd, &mut wr, &mut buf, &node).await {
-            Ok(attach) => attach,
-            Err(why) => return log::debug!("node: {peer}: link kept ready by {gateway} ended: {why}"),
-        },
-        first => first,
-    };
     match first {
         ToNode::Discover { .. } => {
             let workers = node.workers.iter().map(|w| w.describe()).collect();
             let _ = write_frame(&mut wr, &FromNode::Workers(workers)).await;
             let _ = wr.shutdown().await;
         }
+        ToNode::Standby { gateway, .. } => match standby(&mut frames, &mut wr, &node, &gateway, &peer).await {
+            Ok((w, link, control)) => serve(frames, wr, &node, &w, link, control).await,
+            Err(why) => log::debug!("node: {peer}: link kept open by {gateway} ended: {why}"),
+        },
         ToNode::Attach { worker, gateway, grant, .. } => {
             let Some(w) = node.workers.iter().find(|w| w.name == worker).cloned() else {
                 let _ = write_frame(&mut wr, &refuse(format!("this node has no worker {worker}"))).await;
@@ -68,36 +67,51 @@ where
             if write_frame(&mut wr, &FromNode::Attached(info)).await.is_err() {
                 return w.detach(link, "the gateway left before the attach was answered");
             }
-            // Replies (from the owner thread) and pings go out through one writer.
-            let (tx, rx) = mpsc::unbounded_channel();
-            let writer = tokio::spawn(write_loop(wr, rx, node.heartbeat_interval));
-            let why = loop {
-                match timeout(node.heartbeat_timeout, read_frame::<ToNode>(&mut rd, &mut buf)).await {
-                    Ok(Ok(Some(ToNode::Call(ToHost::Interrupt)))) => control.interrupt(),
-                    Ok(Ok(Some(ToNode::Call(ToHost::ForceListen(on))))) => control.set_force_listen(on),
-                    Ok(Ok(Some(ToNode::Call(call)))) => w.submit(Job::Call { call, link, reply: tx.clone() }),
-                    Ok(Ok(Some(ToNode::Terminate))) => {
-                        log::warn!("node: worker {worker}: the gateway ended its backend (its step watchdog)");
-                        control.terminate();
-                        w.submit(Job::Restart);
-                    }
-                    Ok(Ok(Some(ToNode::Ping))) => {}
-                    Ok(Ok(Some(other))) => break format!("unexpected message {other:?}"),
-                    Ok(Ok(None)) => break "the gateway closed the link".to_string(),
-                    Ok(Err(e)) => break format!("the link failed: {e}"),
-                    Err(_) => {
-                        break format!(
-                            "nothing from the gateway for {:.1} s (node.heartbeat_timeout_s)",
-                            node.heartbeat_timeout.as_secs_f64()
-                        );
-                    }
-                }
-            };
-            w.detach(link, &why);
-            writer.abort();
+            serve(frames, wr, &node, &w, link, control).await;
         }
         _ => {}
     }
+}
+
+/// Serves worker `w`'s link `link` (attached) until it ends, then frees the worker.
+async fn serve<R, W>(
+    mut frames: Frames<R>,
+    wr: W,
+    node: &Node,
+    w: &Arc<NodeWorker>,
+    link: u64,
+    control: Arc<dyn BackendControl>,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    // Replies (from the owner thread) and pings go out through one writer.
+    let (tx, rx) = mpsc::unbounded_channel();
+    let writer = tokio::spawn(write_loop(wr, rx, node.heartbeat_interval));
+    let why = loop {
+        match timeout(node.heartbeat_timeout, next_frame::<ToNode, _>(&mut frames)).await {
+            Ok(Ok(Some(ToNode::Call(ToHost::Interrupt)))) => control.interrupt(),
+            Ok(Ok(Some(ToNode::Call(ToHost::ForceListen(on))))) => control.set_force_listen(on),
+            Ok(Ok(Some(ToNode::Call(call)))) => w.submit(Job::Call { call, link, reply: tx.clone() }),
+            Ok(Ok(Some(ToNode::Terminate))) => {
+                log::warn!("node: worker {}: the gateway ended its backend (its step watchdog)", w.name);
+                control.terminate();
+                w.submit(Job::Restart);
+            }
+            Ok(Ok(Some(ToNode::Ping))) => {}
+            Ok(Ok(Some(other))) => break format!("unexpected message {other:?}"),
+            Ok(Ok(None)) => break "the gateway closed the link".to_string(),
+            Ok(Err(e)) => break format!("the link failed: {e}"),
+            Err(_) => {
+                break format!(
+                    "nothing from the gateway for {:.1} s (node.heartbeat_timeout_s)",
+                    node.heartbeat_timeout.as_secs_f64()
+                );
+            }
+        }
+    };
+    w.detach(link, &why);
+    writer.abort();
 }
 
 /// Whether a hello may go on: its kind, token and protocol.
@@ -119,34 +133,61 @@ fn admit(hello: &ToNode, node: &Node) -> Result<(), String> {
     Ok(())
 }
 
-/// A link kept ready by a replica: `Ready`, then each ping answered, until its `Attach`
-/// (returned, admitted like a first frame) or its end.
-async fn standby<R, W>(rd: &mut R, wr: &mut W, buf: &mut Vec<u8>, node: &Node) -> Result<ToNode, String>
+/// A link kept open by replica `replica`: `Ready`, then each ping answered until the node
+/// pushes a grant on it ([`super::push`]): the worker is attached to the link and the replica
+/// told ([`FromNode::Granted`]); returned to be served. Anything else ends the link.
+async fn standby<R, W>(
+    frames: &mut Frames<R>,
+    wr: &mut W,
+    node: &Node,
+    replica: &str,
+    peer: &str,
+) -> Result<(Arc<NodeWorker>, u64, Arc<dyn BackendControl>), String>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
     write_frame(wr, &FromNode::Ready).await.map_err(|e| e.to_string())?;
+    let link = NEXT_LINK.fetch_add(1, Ordering::Relaxed);
+    let (_registered, mut grants) = node.pushes.register(replica, link);
+    let mut heard = Instant::now();
     loop {
-        match timeout(node.heartbeat_timeout, read_frame::<ToNode>(rd, buf)).await {
-            Ok(Ok(Some(ToNode::Ping))) => write_frame(wr, &FromNode::Ping).await.map_err(|e| e.to_string())?,
-            Ok(Ok(Some(attach @ ToNode::Attach { .. }))) => {
-                return match admit(&attach, node) {
-                    Ok(()) => Ok(attach),
+        tokio::select! {
+            push = grants.recv() => {
+                let Some(push) = push else { return Err("the node stops".into()) };
+                let w = push.worker;
+                let (info, control) = match w.attach(link, &format!("{replica} at {peer}"), Some(&push.grant)) {
+                    Ok(attached) => attached,
                     Err(why) => {
-                        let _ = write_frame(wr, &FromNode::Refused(why.clone())).await;
-                        Err(why)
+                        let _ = push.done.send(false);
+                        return Err(format!("a grant pushed on it was refused: {why}"));
                     }
                 };
+                if let Err(e) = write_frame(wr, &FromNode::Granted { grant: push.pushed, info }).await {
+                    let _ = push.done.send(false);
+                    w.detach(link, "the replica left before it was told of its grant");
+                    return Err(e.to_string());
+                }
+                let _ = push.done.send(true);
+                return Ok((w, link, control));
             }
-            Ok(Ok(Some(other))) => {
-                let why = format!("unexpected message {other:?} before its Attach");
-                let _ = write_frame(wr, &FromNode::Refused(why.clone())).await;
-                return Err(why);
+            // Cancel safe: a frame half read stays in `frames`.
+            frame = tokio::time::timeout_at(heard + node.heartbeat_timeout, next_frame::<ToNode, _>(frames)) => {
+                match frame {
+                    Ok(Ok(Some(ToNode::Ping))) => {
+                        heard = Instant::now();
+                        write_frame(wr, &FromNode::Ping).await.map_err(|e| e.to_string())?;
+                    }
+                    Ok(Ok(Some(other))) => {
+                        let why = format!("unexpected message {other:?} on a link kept open for grants");
+                        let _ = write_frame(wr, &FromNode::Refused(why.clone())).await;
+                        return Err(why);
+                    }
+                    Ok(Ok(None)) => return Err("closed".into()),
+                    Ok(Err(e)) => return Err(format!("the link failed: {e}")),
+                    Err(_) => return Err(format!("nothing for {:.1} s", node.heartbeat_timeout.as_secs_f64())),
+                }
             }
-            Ok(Ok(None)) => return Err("closed".into()),
-            Ok(Err(e)) => return Err(format!("the link failed: {e}")),
-            Err(_) => return Err(format!("nothing for {:.1} s", node.heartbeat_timeout.as_secs_f64())),
         }
     }
 }

@@ -5,9 +5,11 @@
 //! A connection is one of two kinds, chosen by its first frame:
 //! - discovery: [`ToNode::Discover`], answered with [`FromNode::Workers`] (or
 //!   [`FromNode::Refused`]), then closed;
-//! - a link kept ready: [`ToNode::Standby`], answered [`FromNode::Ready`]; each
-//!   [`ToNode::Ping`] on it is answered with [`FromNode::Ping`] until its `Attach` comes, and
-//!   it goes on as a worker link;
+//! - a link kept open for grants (a replica of a cluster keeps a few to each node):
+//!   [`ToNode::Standby`], answered [`FromNode::Ready`]; each [`ToNode::Ping`] on it is
+//!   answered with [`FromNode::Ping`] until the node grants a worker to one of that replica's
+//!   tickets: it attaches the worker to the link itself and says so with [`FromNode::Granted`],
+//!   and the link goes on as a worker link (the replica never sends an `Attach` on it);
 //! - a worker link: [`ToNode::Attach`], answered with [`FromNode::Attached`] (the worker's
 //!   backend info) or [`FromNode::Refused`]; then [`ToNode::Call`]s answered in order by
 //!   [`FromNode::Reply`], the any-thread calls applied at once, and [`ToNode::Ping`] /
@@ -15,16 +17,18 @@
 
 use std::io;
 
+use futures_util::StreamExt;
 use omni_actors::backend::BackendError;
 use omni_actors::domain::{BackendInfo, Mode};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
 use crate::backend::ipc::{MAX_FRAME_BYTES, ToHost, Value};
 
 /// The version of this protocol; a node refuses another.
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ToNode {
@@ -50,8 +54,9 @@ pub enum ToNode {
     Terminate,
     Ping,
     // New variants go last: postcard numbers them in order.
-    /// A link opened ahead of a grant (a replica of a cluster keeps a few per node): answered
-    /// [`FromNode::Ready`], then pinged (each ping answered) until its `Attach` comes.
+    /// A link opened ahead of grants (a replica of a cluster keeps a few per node): answered
+    /// [`FromNode::Ready`], then pinged (each ping answered) until the node pushes a grant on
+    /// it ([`FromNode::Granted`]). `gateway` is the replica's name in the cluster's store.
     Standby {
         protocol: u32,
         token: String,
@@ -92,6 +97,49 @@ pub enum FromNode {
     Ping,
     /// The answer to [`ToNode::Standby`]: the token and protocol were accepted.
     Ready,
+    /// On a link kept open for grants: the node granted `grant.slot` to one of the replica's
+    /// tickets and attached it to this link, which is now that worker's link.
+    Granted {
+        grant: PushedGrant,
+        info: BackendInfo,
+    },
+}
+
+/// A grant a node pushes to the replica of its ticket (as the store records it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PushedGrant {
+    pub ticket: u64,
+    /// `NODE/WORKER`.
+    pub slot: String,
+    /// The node's advertised address.
+    pub addr: String,
+    pub nonce: String,
+    pub mode: Mode,
+}
+
+/// The frames read from a stream, one at a time and cancel safe: a frame half read when a
+/// `select!` takes another branch stays buffered for the next [`next_frame`].
+pub type Frames<R> = FramedRead<R, LengthDelimitedCodec>;
+
+/// Reads the frames [`write_frame`] writes (a little-endian `u32` length, then the body).
+pub fn frames<R: AsyncRead>(input: R) -> Frames<R> {
+    let codec = LengthDelimitedCodec::builder()
+        .little_endian()
+        .length_field_length(4)
+        .max_frame_length(MAX_FRAME_BYTES)
+        .new_codec();
+    FramedRead::new(input, codec)
+}
+
+/// The next frame; `Ok(None)` at a clean end of the stream (between frames).
+pub async fn next_frame<T: DeserializeOwned, R: AsyncRead + Unpin>(frames: &mut Frames<R>) -> io::Result<Option<T>> {
+    match frames.next().await {
+        None => Ok(None),
+        Some(body) => {
+            let body = body?;
+            postcard::from_bytes(&body).map(Some).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        }
+    }
 }
 
 /// Writes one frame.
@@ -143,5 +191,33 @@ mod tests {
         }
         assert!(matches!(read_frame::<ToNode>(&mut b, &mut buf).await.unwrap(), Some(ToNode::Ping)));
         assert!(read_frame::<ToNode>(&mut b, &mut buf).await.unwrap().is_none(), "a clean end");
+    }
+
+    #[tokio::test]
+    async fn a_frame_half_read_when_a_select_moves_on_is_read_whole_next_time() {
+        let (mut a, b) = tokio::io::duplex(1 << 20);
+        let mut frames = frames(b);
+        let body = postcard::to_stdvec(&ToNode::Ping).unwrap();
+        let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+        frame.extend_from_slice(&body);
+        // Two bytes of the length arrive; the read is given up (a select's other branch).
+        a.write_all(&frame[..2]).await.unwrap();
+        let gave_up = tokio::time::timeout(std::time::Duration::from_millis(50), next_frame::<ToNode, _>(&mut frames));
+        assert!(gave_up.await.is_err());
+        a.write_all(&frame[2..]).await.unwrap();
+        write_frame(&mut a, &ToNode::Terminate).await.unwrap();
+        assert!(matches!(next_frame::<ToNode, _>(&mut frames).await.unwrap(), Some(ToNode::Ping)));
+        assert!(matches!(next_frame::<ToNode, _>(&mut frames).await.unwrap(), Some(ToNode::Terminate)));
+        drop(a);
+        assert!(next_frame::<ToNode, _>(&mut frames).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_frame_over_the_limit_is_an_error() {
+        let (mut a, b) = tokio::io::duplex(64);
+        let mut frames = frames(b);
+        a.write_all(&((MAX_FRAME_BYTES + 1) as u32).to_le_bytes()).await.unwrap();
+        let e = next_frame::<ToNode, _>(&mut frames).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
     }
 }

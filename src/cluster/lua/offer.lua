@@ -1,8 +1,11 @@
 -- Node ARGV[1] offers its worker (slot) ARGV[2], free now, under the new nonce ARGV[3]; it
 -- serves the modes ARGV[4] (comma-separated) and is reached at ARGV[5]. ARGV[6] and ARGV[7]
--- are the mode and length in seconds of the session that just ended on it ('' if none).
+-- are the mode and length in seconds of the session that just ended on it ('' if none); ARGV[8]
+-- the gateways that keep a link open to the node (comma-separated): a grant for one of their
+-- tickets is not put on the gateway's list, the node pushes it on such a link.
 -- A grant of the slot that was never taken goes back: its ticket waits again in its place.
--- Returns {'assigned', seq}, {'free'} or {'unknown_node'}.
+-- Returns {'assigned', seq} (on the gateway's list), {'assigned', seq, gw, mode} (for the
+-- node to push), {'free'} or {'unknown_node'}.
 local node, slot, nonce, modes, addr = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 if not alive(':node', node) then return {'unknown_node'} end
 local s = P .. ':slot:' .. slot
@@ -18,7 +21,10 @@ for m in each_mode(modes) do redis.call('SADD', P .. ':cap:' .. m, slot) end
 if state == 'assigned' and old then unassign(old, slot) end
 local seq, mode = head_for(modes)
 if seq then
-  assign(slot, seq, mode, true)
+  local gw = redis.call('HGET', P .. ':t:' .. seq, 'gw')
+  local linked = string.find(',' .. (ARGV[8] or '') .. ',', ',' .. gw .. ',', 1, true) ~= nil
+  assign(slot, seq, mode, not linked)
+  if linked then return {'assigned', seq, gw, mode} end
   return {'assigned', seq}
 end
 for m in each_mode(modes) do redis.call('ZADD', P .. ':free:' .. m, NOW, slot) end
