@@ -443,6 +443,9 @@ async fn hand_overs_are_pushed_on_links_kept_open_to_their_node() {
     close(holder).await;
     assert_eq!((attached("opened", "n1"), attached("pushed", "n1")), (2.0, 2.0));
     assert_eq!(n1.logs().matches("pushed on its link").count(), 2, "{}", n1.logs());
+    // Each session's link was closed by the replica on purpose: no failure counted or logged.
+    assert_eq!(g1.metric("omni_node_link_failures_total{node=\"n1\",reason=\"closed\"}"), 0.0);
+    assert!(!g1.logs().contains("the node closed the link"), "{}", g1.logs());
 
     // The node restarts on the same address: the links to the old process end, and links are
     // opened to the new one, which pushes its grants on them.

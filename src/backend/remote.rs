@@ -8,7 +8,7 @@
 //! (not even a ping) arrived for the heartbeat timeout. A duplex step is one round trip;
 //! interrupt and force-listen go out at once, mid-step.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use std::time::Duration;
 
@@ -134,6 +134,16 @@ struct Shared {
     death: Mutex<Option<oneshot::Receiver<String>>>,
     /// Granted by a cluster's store for one session: released by closing the link.
     one_session: bool,
+    /// The link is being closed on purpose (released, or the backend dropped): its end is
+    /// neither a failure nor a death.
+    closing: Arc<AtomicBool>,
+}
+
+impl Shared {
+    fn close(&self) {
+        self.closing.store(true, Ordering::Relaxed);
+        let _ = self.out.send(Outgoing::Close);
+    }
 }
 
 impl BackendControl for Shared {
@@ -151,7 +161,7 @@ impl BackendControl for Shared {
     }
     fn release_now(&self) {
         if self.one_session {
-            let _ = self.out.send(Outgoing::Close);
+            self.close();
         }
     }
     fn take_death_notice(&self) -> Option<oneshot::Receiver<String>> {
@@ -238,10 +248,16 @@ impl RemoteBackend {
         let (out, out_rx) = tmpsc::unbounded_channel();
         let (replies_tx, replies) = mpsc::channel();
         let (death_tx, death) = oneshot::channel();
-        let shared =
-            Arc::new(Shared { out, kv_length: AtomicU64::new(0), death: Mutex::new(Some(death)), one_session });
+        let closing = Arc::new(AtomicBool::new(false));
+        let shared = Arc::new(Shared {
+            out,
+            kv_length: AtomicU64::new(0),
+            death: Mutex::new(Some(death)),
+            one_session,
+            closing: closing.clone(),
+        });
         io().spawn(write_loop(wr, out_rx, link.heartbeat_interval));
-        io().spawn(read_loop(frames, replies_tx, death_tx, link.clone(), name.clone()));
+        io().spawn(read_loop(frames, replies_tx, death_tx, closing, link.clone(), name.clone()));
         metrics().node_links.with_label_values(&[link.name.as_str()]).inc();
         log::info!("worker {name}: attached ({})", info.name);
         RemoteBackend { name, node: link.name.clone(), info, replies, shared }
@@ -268,7 +284,7 @@ impl RemoteBackend {
 
 impl Drop for RemoteBackend {
     fn drop(&mut self) {
-        let _ = self.shared.out.send(Outgoing::Close);
+        self.shared.close();
         metrics().node_links.with_label_values(&[self.node.as_str()]).dec();
     }
 }
@@ -295,6 +311,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
     mut frames: Frames<R>,
     replies: mpsc::Sender<Incoming>,
     death: oneshot::Sender<String>,
+    closing: Arc<AtomicBool>,
     link: NodeLink,
     name: String,
 ) {
@@ -322,8 +339,8 @@ async fn read_loop<R: AsyncRead + Unpin>(
             }
         }
     };
-    if replies.send(Incoming::Gone(why.clone())).is_err() {
-        return; // dropped: the link was closed on purpose
+    if closing.load(Ordering::Relaxed) || replies.send(Incoming::Gone(why.clone())).is_err() {
+        return; // released or dropped: the link was closed on purpose
     }
     log::error!("worker {name}: {why}");
     metrics().node_link_failures.with_label_values(&[link.name.as_str(), reason]).inc();
@@ -344,7 +361,7 @@ impl Backend for RemoteBackend {
     /// the node resets the backend and offers the worker again (no reset round trip first).
     fn release(&mut self) -> Result<(), BackendError> {
         if self.shared.one_session {
-            let _ = self.shared.out.send(Outgoing::Close);
+            self.shared.close();
             return Ok(());
         }
         self.reset()
