@@ -12,6 +12,8 @@
 # 2. WAITING clients served in turn by WORKERS workers, 1 s sessions: the time from a session's
 #    session.close to the next client's session.queue_done (the hand-over), and, from the
 #    replicas' and the node's logs, how long each stage of it took (scripts/handover_stages.py).
+# 3. WAITING clients keep waiting while 8 workers hand over one 1 s session after another for
+#    80 s: the hand-over with that many waiting throughout (in 2. the queue drains).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 waiting=${1:-2000}
@@ -81,15 +83,20 @@ run() { # NAME URLS PIDS loadgen options...
 
 stop_all() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; pids=(); }
 
-for count in 1 "$workers"; do
-    if [ "$count" = 1 ]; then
-        load=(--sessions $((waiting + 1)) --ramp 20 --duration 25 --run-time 30)
-        kind=wait log=warn
-    else
-        load=(--sessions "$waiting" --ramp 10 --duration 1)
+for kind in wait handover steady; do
+    case $kind in
+    wait)
+        count=1 log=warn
+        load=(--sessions $((waiting + 1)) --ramp 20 --duration 25 --run-time 30) ;;
+    handover)
         # Logs at info (the default), with µs timestamps: the hand-over's stages are read from them.
-        kind=handover log=info
-    fi
+        count=$workers log=info
+        load=(--sessions "$waiting" --ramp 10 --duration 1) ;;
+    steady)
+        # WAITING clients keep waiting while 8 workers hand over, one 1 s session after another.
+        count=8 log=info
+        load=(--sessions $((waiting + 8)) --ramp 20 --duration 1 --run-time 80) ;;
+    esac
     # One gateway, its workers on a node ([[nodes]]).
     np=$(free_port); gp=$(free_port)
     node single-node "$np" "$count" ""
@@ -138,6 +145,7 @@ print("|---|---|---|")
 rows = []
 w = {k: load(f"{k}-wait") for k in ("single", "cluster")}
 h = {k: load(f"{k}-handover") for k in ("single", "cluster")}
+st = {k: load(f"{k}-steady") for k in ("single", "cluster")}
 def mem(r):
     m = r.get("server_rss_kib") or {}
     start, peak = m.get("start"), m.get("peak")
@@ -148,8 +156,10 @@ for label, key in (("position change reaches every waiting client, p50", "p50"),
     print(f"| {label} | {ms(w['single']['position_update_latency_ms'], key)} | {ms(w['cluster']['position_update_latency_ms'], key)} |")
 for label, key in (("hand-over (close → next queue_done), p50", "p50"), ("... p90", "p90"), ("... p99", "p99"), ("... max", "max")):
     print(f"| {label} | {ms(h['single']['release_to_queue_done_ms'], key)} | {ms(h['cluster']['release_to_queue_done_ms'], key)} |")
+for label, key in (("hand-over with WAITING waiting (8 workers), p50", "p50"), ("... p90", "p90"), ("... p99", "p99"), ("... max", "max")):
+    print(f"| {label.replace('WAITING', str(waiting))} | {ms(st['single']['release_to_queue_done_ms'], key)} | {ms(st['cluster']['release_to_queue_done_ms'], key)} |")
 for k in ("single", "cluster"):
-    for kind, r in (("wait", w[k]), ("handover", h[k])):
+    for kind, r in (("wait", w[k]), ("handover", h[k]), ("steady", st[k])):
         s = r["sessions"]
         print(f"{k} {kind}: {s['finished']} of {s['started']} sessions finished, {s['told_position']} told a position, "
               f"{s['connect_failures']} connect failures, errors {r['errors']}, server CPU {r['cpu_percent']['server']:.0f} %")

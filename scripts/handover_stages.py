@@ -9,8 +9,11 @@ stages, printing p50/p90/p99/max of each:
 
   replica: session ended       -> node: link ended      (the release reaches the node)
   node: link ended             -> node: granted          (the offer script's round trip)
-  node: granted                -> node: attached         (grant to the replica, its attach)
-  node: attached               -> replica: backend open  (the answer back)
+  node: granted                -> node: attached         (pushed: the worker attached to a link
+                                                          the replica keeps open; through the
+                                                          store: the replica's BLPOP, its attach)
+  node: attached               -> replica: backend open  (the grant or the answer to the
+                                                          replica, its queue, the BackendActor)
   replica: backend open        -> replica: assigned      (to the session: queue_done)
 """
 import bisect

@@ -1,8 +1,8 @@
 //! Backends at the edge: the C ABI (`include/omni_backend.h`) driven from Rust, on the
 //! worker's thread (`ffi.rs`) or in a child process (`process.rs` in the gateway,
 //! `host.rs` in the child, `ipc.rs` between them); a worker on a node (`remote.rs`); a
-//! MiniCPM-o model worker over its own protocol (`minicpmo.rs`); links to a cluster's nodes
-//! opened ahead of their grants (`standby.rs`).
+//! MiniCPM-o model worker over its own protocol (`minicpmo.rs`); links a cluster's replica
+//! keeps open to its nodes, on which they push their grants (`standby.rs`).
 
 pub mod ffi;
 pub mod host;
@@ -73,9 +73,9 @@ pub fn node_factory(link: NodeLink, worker: String, gateway: String) -> BackendF
     })
 }
 
-/// The worker a cluster's store granted to ticket `grant.ticket`: a link to its node,
-/// attached with the grant's nonce (`link` carries the token, TLS and heartbeat settings), on
-/// a link `standby` kept open to the node when it has one.
+/// The worker a cluster's store granted to ticket `grant.ticket`: the link the node pushed the
+/// grant on (one `standby` keeps open to it), or a link to its node attached with the grant's
+/// nonce (`link` carries the token, TLS and heartbeat settings).
 pub fn grant_factory(
     link: NodeLink,
     grant: &omni_actors::cluster::Grant,

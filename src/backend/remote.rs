@@ -182,7 +182,8 @@ pub struct RemoteBackend {
 impl RemoteBackend {
     /// Attaches worker `worker` of the node. A node that is down, or a worker it cannot
     /// lend now, is [`BackendError::Unavailable`]: the gateway keeps trying.
-    /// In a cluster, `grant` is the store's grant of the worker (the node checks its nonce).
+    /// In a cluster, `grant` is the store's grant of the worker (the node checks its nonce);
+    /// a grant the node pushed on a link `standby` keeps open is served on that link.
     pub fn attach(
         link: &NodeLink,
         worker: &str,

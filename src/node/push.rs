@@ -98,6 +98,45 @@ impl Pushes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use omni_actors::backend::BackendError;
+    use omni_actors::domain::Mode;
+
+    fn grant() -> (AttachGrant, PushedGrant) {
+        let attach = AttachGrant { ticket: 7, nonce: "n".into(), mode: Mode::Audio };
+        let pushed =
+            PushedGrant { ticket: 7, slot: "n1/w".into(), addr: "a:1".into(), nonce: "n".into(), mode: Mode::Audio };
+        (attach, pushed)
+    }
+
+    #[tokio::test]
+    async fn a_grant_goes_to_the_next_link_when_one_refuses_or_ended_and_fails_when_none_is_left() {
+        let factory: omni_actors::worker_thread::BackendFactory =
+            std::sync::Arc::new(|| Err(BackendError::Open("no backend in this test".into())));
+        let worker = NodeWorker::start("w".into(), vec![Mode::Audio], "test".into(), factory);
+        let pushes = Pushes::default();
+        // Link 1 ended (its receiver dropped), link 2 refuses the grant, link 3 takes it.
+        let (r1, rx1) = pushes.register("g1", 1);
+        drop(rx1);
+        let (r2, mut rx2) = pushes.register("g1", 2);
+        let (r3, mut rx3) = pushes.register("g1", 3);
+        tokio::spawn(async move {
+            let push = rx2.recv().await.unwrap();
+            let _ = push.done.send(false);
+        });
+        let taken = tokio::spawn(async move {
+            let push = rx3.recv().await.unwrap();
+            let _ = push.done.send(true);
+            push.pushed.ticket
+        });
+        let (attach, pushed) = grant();
+        assert!(pushes.push("g1", &worker, attach.clone(), pushed.clone()).await);
+        assert_eq!(taken.await.unwrap(), 7);
+        assert_eq!(pushes.replicas(), "", "every link of g1 was taken");
+        // None left (and none for another replica): the caller hands the grant to the store.
+        assert!(!pushes.push("g1", &worker, attach.clone(), pushed.clone()).await);
+        assert!(!pushes.push("g2", &worker, attach, pushed).await);
+        drop((r1, r2, r3));
+    }
 
     #[test]
     fn links_are_listed_by_replica_while_registered_and_taken_oldest_first() {
