@@ -154,7 +154,7 @@ where
     loop {
         tokio::select! {
             push = grants.recv() => {
-                let Some(push) = push else { return Err("the node stops".into()) };
+                let Some(push) = push else { return Err("taken for a grant that never came".into()) };
                 let w = push.worker;
                 let (info, control) = match w.attach(link, &format!("{replica} at {peer}"), Some(&push.grant)) {
                     Ok(attached) => attached,
