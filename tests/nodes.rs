@@ -104,6 +104,25 @@ async fn a_wrong_token_is_refused() {
 }
 
 #[tokio::test]
+async fn a_stranger_announcing_a_huge_hello_is_cut_off_before_it_is_buffered() {
+    use omni_gateway::node::wire::{FromNode, PROTOCOL, ToNode, read_frame, write_frame};
+    use tokio::io::AsyncWriteExt;
+    let node = Node::start(&workers(1, ""), "");
+    // 100 MiB announced, before any token: the node ends the connection at once instead of
+    // waiting to buffer them.
+    let mut stranger = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    stranger.write_all(&(100u32 << 20).to_le_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    let ended = tokio::time::timeout(Duration::from_secs(1), read_frame::<FromNode>(&mut stranger, &mut buf)).await;
+    assert!(matches!(ended, Ok(Ok(None)) | Ok(Err(_))), "the connection is still open: {ended:?}");
+    node.wait_log("unreadable hello", WAIT);
+    // The node serves on.
+    let mut link = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    write_frame(&mut link, &ToNode::Discover { protocol: PROTOCOL, token: NODE_TOKEN.into() }).await.unwrap();
+    assert!(matches!(read_frame::<FromNode>(&mut link, &mut buf).await.unwrap(), Some(FromNode::Workers(_))));
+}
+
+#[tokio::test]
 async fn one_gateway_per_worker_and_a_gateway_that_leaves_frees_it() {
     let node = Node::start(&workers(1, ""), "");
     let first = gateway(&node.entry("gpu1", ""));

@@ -414,12 +414,7 @@ impl ClusterQueueActor {
     /// [`ORPHAN_AFTER`]) leave the queue, and grants kept for a ticket no client ever came to
     /// claim go back.
     fn reap(&mut self, ctx: &mut Context<Self>) {
-        let stale: Vec<TicketId> =
-            self.early.iter().filter(|(_, (_, at))| at.elapsed() > EARLY_GRANT).map(|(t, _)| *t).collect();
-        for ticket in stale {
-            self.early.remove(&ticket);
-            self.forget_ticket(ticket, ctx);
-        }
+        self.expire_early(ctx);
         let replica = self.setup.coordinator.replica();
         let numbered_before = (self.view.now_ms.saturating_sub(ORPHAN_AFTER.as_millis() as u64)).saturating_mul(1000);
         let held: std::collections::HashSet<TicketId> = self
@@ -440,6 +435,17 @@ impl ClusterQueueActor {
             log::warn!(
                 "cluster: ticket {ticket} of this replica has no client (its enqueue's answer was lost): it leaves the queue"
             );
+            self.forget_ticket(ticket, ctx);
+        }
+    }
+
+    /// Grants kept longer than [`EARLY_GRANT`] for a ticket no client holds go back: their
+    /// tickets leave the queue.
+    fn expire_early(&mut self, ctx: &mut Context<Self>) {
+        let stale: Vec<TicketId> =
+            self.early.iter().filter(|(_, (_, at))| at.elapsed() > EARLY_GRANT).map(|(t, _)| *t).collect();
+        for ticket in stale {
+            self.early.remove(&ticket);
             self.forget_ticket(ticket, ctx);
         }
     }
@@ -487,12 +493,7 @@ impl ClusterQueueActor {
             // leaves the queue, and the node, finding it gone at its next beat, offers the worker
             // again under a new nonce.
             log::debug!("cluster: grant of {} for ticket {} that no client holds (yet)", grant.slot, grant.ticket);
-            let stale: Vec<TicketId> =
-                self.early.iter().filter(|(_, (_, at))| at.elapsed() > EARLY_GRANT).map(|(t, _)| *t).collect();
-            for ticket in stale {
-                self.early.remove(&ticket);
-                self.forget_ticket(ticket, ctx);
-            }
+            self.expire_early(ctx);
             // A grant offered again to the same ticket keeps the first one's time: an orphan
             // ticket's grants go back however often they come.
             let since = self.early.get(&grant.ticket).map_or_else(Instant::now, |(_, at)| *at);

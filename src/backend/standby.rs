@@ -202,13 +202,7 @@ async fn hold(standby: Arc<Standby>, kept: Arc<Kept>, stream: Box<dyn Stream>) {
                 Ok(Ok(Some(FromNode::Granted { grant, info }))) => {
                     kept.count(-1);
                     kept.ended.notify_one();
-                    let grant = Grant {
-                        ticket: grant.ticket,
-                        slot: grant.slot,
-                        addr: grant.addr,
-                        nonce: grant.nonce,
-                        mode: grant.mode,
-                    };
+                    let grant = Grant::from(grant);
                     log::debug!("cluster: ticket {}: {} granted on a link kept open to it", grant.ticket, grant.slot);
                     return standby.granted(grant, Pushed { frames, wr, info });
                 }

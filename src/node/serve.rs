@@ -14,9 +14,9 @@ use tokio::time::{Instant, timeout};
 use omni_actors::backend::BackendControl;
 
 use super::Node;
-use super::wire::{Frames, FromNode, PROTOCOL, ToNode, frames, next_frame, write_frame};
+use super::wire::{Frames, FromNode, MAX_HELLO_BYTES, PROTOCOL, ToNode, frames_up_to, next_frame, write_frame};
 use super::worker::{Job, NodeWorker};
-use crate::backend::ipc::ToHost;
+use crate::backend::ipc::{MAX_FRAME_BYTES, ToHost};
 
 static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
 
@@ -26,7 +26,8 @@ where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (rd, mut wr) = tokio::io::split(stream);
-    let mut frames = frames(rd);
+    // Small frames only until the worker is attached (the token checked, the link granted).
+    let mut frames = frames_up_to(rd, MAX_HELLO_BYTES);
     let first = match timeout(node.heartbeat_timeout, next_frame::<ToNode, _>(&mut frames)).await {
         Ok(Ok(Some(first))) => first,
         Ok(Ok(None)) => return,
@@ -85,6 +86,7 @@ async fn serve<R, W>(
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    frames.decoder_mut().set_max_frame_length(MAX_FRAME_BYTES);
     // Replies (from the owner thread) and pings go out through one writer.
     let (tx, rx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(write_loop(wr, rx, node.heartbeat_interval));

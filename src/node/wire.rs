@@ -117,18 +117,32 @@ pub struct PushedGrant {
     pub mode: Mode,
 }
 
+impl From<PushedGrant> for omni_actors::cluster::Grant {
+    fn from(g: PushedGrant) -> Self {
+        omni_actors::cluster::Grant { ticket: g.ticket, slot: g.slot, addr: g.addr, nonce: g.nonce, mode: g.mode }
+    }
+}
+
+/// The largest first frame a node reads from a peer that has not shown its token yet (a hello,
+/// and the pings of a link kept open): a stranger cannot make it buffer a worker link's
+/// largest frame.
+pub const MAX_HELLO_BYTES: usize = 4096;
+
 /// The frames read from a stream, one at a time and cancel safe: a frame half read when a
 /// `select!` takes another branch stays buffered for the next [`next_frame`].
 pub type Frames<R> = FramedRead<R, LengthDelimitedCodec>;
 
-/// Reads the frames [`write_frame`] writes (a little-endian `u32` length, then the body).
-pub fn frames<R: AsyncRead>(input: R) -> Frames<R> {
-    let codec = LengthDelimitedCodec::builder()
-        .little_endian()
-        .length_field_length(4)
-        .max_frame_length(MAX_FRAME_BYTES)
-        .new_codec();
+/// Reads the frames [`write_frame`] writes (a little-endian `u32` length, then the body), each
+/// at most `max` bytes (a longer one is an error before any of it is buffered).
+pub fn frames_up_to<R: AsyncRead>(input: R, max: usize) -> Frames<R> {
+    let codec =
+        LengthDelimitedCodec::builder().little_endian().length_field_length(4).max_frame_length(max).new_codec();
     FramedRead::new(input, codec)
+}
+
+/// [`frames_up_to`] a worker link's largest frame.
+pub fn frames<R: AsyncRead>(input: R) -> Frames<R> {
+    frames_up_to(input, MAX_FRAME_BYTES)
 }
 
 /// The next frame; `Ok(None)` at a clean end of the stream (between frames).
