@@ -702,6 +702,12 @@ async fn the_store_keeps_one_fifo_across_modes_with_places_kept_and_leases() {
     // It beats again: it was forgotten, and enqueues its client again with the same ticket.
     assert!(!short.beat().await.unwrap().known);
     assert_eq!(waiting(short.enqueue(Mode::Audio, Some(t4), 10).await.unwrap()).0, t4);
+    // A ticket enqueued again with its number after newer ones is shown in its place.
+    let (t5, _) = waiting(gw.enqueue(Mode::Audio, None, 10).await.unwrap());
+    assert!(gw.leave(t4).await.unwrap());
+    assert_eq!(waiting(short.enqueue(Mode::Audio, Some(t4), 10).await.unwrap()).0, t4);
+    let order: Vec<u64> = gw.snapshot().await.unwrap().tickets.iter().map(|t| t.ticket).collect();
+    assert_eq!(order, [t1, t4, t5], "t1 keeps its place while granted");
 }
 
 /// The YAML documents of a file under `deploy/`.

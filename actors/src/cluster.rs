@@ -10,7 +10,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
@@ -159,9 +159,73 @@ pub trait Coordinator: Send + Sync + 'static {
     fn grants(&self, wait: std::time::Duration) -> ClusterFuture<Vec<Grant>>;
 }
 
+/// What a replica tells a waiting client from a view of the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Telling {
+    Nothing,
+    /// It moved, but was told less than the interval ago: at the first view after that.
+    Later,
+    /// Tell it `position` (`moved`: lower than told before; else the periodic ETA refresh).
+    Now {
+        position: usize,
+        moved: bool,
+    },
+}
+
+/// The rule for telling a client its place: `position` in the view, `told` (and `told_at`)
+/// the last it heard. A position is never told higher than before; a move is told at most
+/// once per `min_interval` (a client told of a move `at` hears the next one no sooner than
+/// `at + min_interval`), but at once after a quiet spell; `periodic` (the ETA refresh) tells
+/// every client and does not hold back the next move.
+pub fn telling(
+    told: Option<usize>,
+    told_at: Option<Instant>,
+    position: usize,
+    periodic: bool,
+    now: Instant,
+    min_interval: Duration,
+) -> Telling {
+    let position = told.map_or(position, |t| t.min(position));
+    let moved = told != Some(position);
+    let due = told_at.is_none_or(|at| now.duration_since(at) >= min_interval);
+    match (moved, due, periodic) {
+        (true, false, false) => Telling::Later,
+        (true, _, _) | (false, _, true) => Telling::Now { position, moved },
+        (false, _, false) => Telling::Nothing,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_move_is_told_at_once_after_a_quiet_spell_then_at_most_once_per_interval() {
+        let (t0, every) = (Instant::now(), Duration::from_millis(500));
+        let at = |ms| t0 + Duration::from_millis(ms);
+        assert_eq!(telling(None, None, 9, false, t0, every), Telling::Now { position: 9, moved: true }, "first");
+        assert_eq!(telling(Some(9), Some(t0), 9, false, at(100), every), Telling::Nothing);
+        assert_eq!(telling(Some(9), Some(t0), 8, false, at(100), every), Telling::Later, "too soon");
+        assert_eq!(telling(Some(9), Some(t0), 7, false, at(500), every), Telling::Now { position: 7, moved: true });
+        assert_eq!(
+            telling(Some(7), Some(at(500)), 3, false, at(10_000), every),
+            Telling::Now { position: 3, moved: true }
+        );
+    }
+
+    #[test]
+    fn a_position_is_never_told_higher_and_the_refresh_tells_everyone() {
+        let (t0, every) = (Instant::now(), Duration::from_millis(500));
+        let soon = t0 + Duration::from_millis(10);
+        // A grant refused: the ticket went back to its place behind others' moves.
+        assert_eq!(telling(Some(4), Some(t0), 6, false, soon, every), Telling::Nothing);
+        assert_eq!(telling(Some(4), Some(t0), 6, true, soon, every), Telling::Now { position: 4, moved: false });
+        assert_eq!(
+            telling(Some(4), Some(t0), 2, true, soon, every),
+            Telling::Now { position: 2, moved: true },
+            "with a move"
+        );
+    }
 
     fn slot(state: &str, modes: &[Mode], busy: Option<(Mode, u64)>) -> SlotView {
         SlotView { slot: "n/w".into(), node: "n".into(), modes: modes.to_vec(), state: state.into(), busy }

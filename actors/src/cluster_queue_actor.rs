@@ -16,14 +16,16 @@
 //!   with its ticket number, so the order survives.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
 use crate::backend_actor::{BackendActor, BackendLimits, Stop};
-use crate::cluster::{Beat, ClusterError, ClusterView, Coordinator, Enqueued, Grant};
+use crate::cluster::{Beat, ClusterError, ClusterView, Coordinator, Enqueued, Grant, Telling, telling};
 use crate::domain::Mode;
+use crate::fanout::paced_batch;
 use crate::metrics::metrics;
 use crate::pool_actor::WorkerEvent;
 use crate::protocol::{ProtocolError, QueueInfo};
@@ -34,15 +36,26 @@ use crate::worker_thread::BackendFactory;
 /// How often the store's version is read (a change triggers a new view).
 pub const POLL: Duration = Duration::from_millis(100);
 /// Views are read at most this often: with thousands waiting, every view costs each replica
-/// the parse, the ETAs and an update per client that moved, and a view per hand-over would
-/// delay the hand-overs themselves (docs/performance.md).
+/// the parse and the ETAs (docs/performance.md).
 pub const MIN_VIEW_INTERVAL: Duration = Duration::from_millis(250);
+/// A client told its position this long ago or less hears its next move at the first view
+/// after that. With workers handing over steadily every view moves every client: told at
+/// each one, a client would hear four updates a second, and the replicas' fan-outs take CPU
+/// from the hand-overs (p99 1 to 3 ms longer with 2,000 waiting); this way about one a
+/// second, as from a single gateway. A move after a quiet spell is told at the first view.
+pub const MIN_TELL_INTERVAL: Duration = Duration::from_millis(500);
 /// How long a BackendActor lent to a session has to close its link when the session ends.
 const STOP_WITHIN: Duration = Duration::from_secs(2);
-/// Position updates go out this many at a time, this long apart (as the single-process queue
-/// fans them out): a hand-over never waits behind hundreds of updates being written.
-const UPDATE_BATCH: usize = 64;
-const UPDATE_PAUSE: Duration = Duration::from_millis(1);
+/// The position updates of a view go out in batches [`UPDATE_PAUSE`] apart, spread over
+/// about [`UPDATE_SPREAD`] ([`crate::fanout::paced_batch`]), at least [`UPDATE_MIN_BATCH`] at
+/// a time. Written all at once (64 a millisecond, as the single-process queue does), three
+/// replicas' fan-outs and their clients took both CPUs of a host for tens of milliseconds
+/// after each view, and the hand-overs that crossed them waited (p99 15 to 22 ms with 2,000
+/// waiting, docs/performance.md). Spread over 200 ms, the ticks cost more than they saved.
+/// A view comes at most every [`MIN_VIEW_INTERVAL`], so a replica's fan-outs never overlap.
+const UPDATE_SPREAD: Duration = Duration::from_millis(100);
+const UPDATE_PAUSE: Duration = Duration::from_millis(2);
+const UPDATE_MIN_BATCH: usize = 4;
 /// How long a grant for a ticket no client holds yet is kept (its enqueue's answer may follow).
 const EARLY_GRANT: Duration = Duration::from_secs(2);
 /// A ticket of this replica that no client holds this long after it was numbered is an
@@ -99,8 +112,9 @@ struct Client {
     notify: Recipient<QueueNotice>,
     ticket: Option<TicketId>,
     stage: Stage,
-    /// The position last told (never told higher).
+    /// The position last told (never told higher), and when.
     told: Option<usize>,
+    told_at: Option<Instant>,
     /// Views in a row that did not list its ticket.
     missing: u8,
 }
@@ -128,8 +142,16 @@ pub struct ClusterQueueActor {
     /// Whether a view is being read (one at a time).
     reading: bool,
     last_update: Instant,
-    /// Queue notices of the last view not sent yet (a newer view replaces them).
-    updates: std::collections::VecDeque<(Recipient<QueueNotice>, QueueNotice)>,
+    /// Clients with a queue notice not sent yet, in the order they are told, and the notice
+    /// (a newer view updates it in place: every position told is sent, the latest one).
+    updates: std::collections::VecDeque<u64>,
+    notices: HashMap<u64, QueueNotice>,
+    /// How many of them go out a batch (paced for the view that queued them).
+    batch: usize,
+    /// Clients moved in the last view were held back ([`MIN_TELL_INTERVAL`]); a later
+    /// telling from that view is scheduled.
+    deferred: bool,
+    tell_scheduled: bool,
     sending: bool,
 }
 
@@ -151,6 +173,10 @@ impl ClusterQueueActor {
             reading: false,
             last_update: Instant::now(),
             updates: std::collections::VecDeque::new(),
+            notices: HashMap::new(),
+            batch: UPDATE_MIN_BATCH,
+            deferred: false,
+            tell_scheduled: false,
             sending: false,
         }
     }
@@ -259,6 +285,7 @@ impl ClusterQueueActor {
                 client.stage = Stage::Waiting;
                 let position = client.told.map_or(position, |told| told.min(position));
                 client.told = Some(position);
+                client.told_at = Some(Instant::now());
                 if first {
                     let estimated_wait_s = self.eta_at(position);
                     let info = QueueInfo { ticket, position, estimated_wait_s, queue_length: length };
@@ -370,34 +397,7 @@ impl ClusterQueueActor {
         if periodic {
             self.last_update = Instant::now();
         }
-        let etas: HashMap<TicketId, f64> =
-            self.view_infos().into_iter().map(|i| (i.ticket, i.estimated_wait_s)).collect();
-        let positions: HashMap<TicketId, usize> =
-            self.view.tickets.iter().enumerate().map(|(i, t)| (t.ticket, i + 1)).collect();
-        let length = self.view.tickets.len();
-        let mut lost = Vec::new();
-        self.updates.clear();
-        for (conn, c) in self.clients.iter_mut() {
-            let (Stage::Waiting, Some(ticket)) = (c.stage, c.ticket) else { continue };
-            let Some(&position) = positions.get(&ticket) else {
-                c.missing += 1;
-                if c.missing >= 2 {
-                    lost.push(*conn);
-                }
-                continue;
-            };
-            c.missing = 0;
-            let position = c.told.map_or(position, |told| told.min(position));
-            if c.told != Some(position) || periodic {
-                let estimated_wait_s = etas.get(&ticket).copied().unwrap_or(0.0);
-                let info = QueueInfo { ticket, position, estimated_wait_s, queue_length: length };
-                // A client granted at once whose grant was refused has not heard it waits.
-                let first = c.told.is_none();
-                c.told = Some(position);
-                let notice = if first { QueueNotice::Queued(info) } else { QueueNotice::Update(info) };
-                self.updates.push_back((c.notify.clone(), notice));
-            }
-        }
+        let lost = self.tell(periodic, true);
         self.send_updates(ctx);
         self.reap(ctx);
         for conn in lost {
@@ -408,6 +408,82 @@ impl ClusterQueueActor {
             }
             self.enqueue(conn, ctx);
         }
+        self.tell_later(ctx);
+    }
+
+    /// Queues a notice for each waiting client whose position in the last view is lower than
+    /// told (and was told at least [`MIN_TELL_INTERVAL`] ago), or every waiting client when
+    /// `periodic`. A `fresh` view also counts the clients it does not list: answers those
+    /// missing from two views in a row.
+    fn tell(&mut self, periodic: bool, fresh: bool) -> Vec<u64> {
+        let etas: HashMap<TicketId, f64> =
+            self.view_infos().into_iter().map(|i| (i.ticket, i.estimated_wait_s)).collect();
+        let positions: HashMap<TicketId, usize> =
+            self.view.tickets.iter().enumerate().map(|(i, t)| (t.ticket, i + 1)).collect();
+        let length = self.view.tickets.len();
+        let now = Instant::now();
+        let mut lost = Vec::new();
+        self.deferred = false;
+        for (conn, c) in self.clients.iter_mut() {
+            let (Stage::Waiting, Some(ticket)) = (c.stage, c.ticket) else { continue };
+            let Some(&position) = positions.get(&ticket) else {
+                if fresh {
+                    c.missing += 1;
+                    if c.missing >= 2 {
+                        lost.push(*conn);
+                    }
+                }
+                continue;
+            };
+            if fresh {
+                c.missing = 0;
+            }
+            let (position, moved) = match telling(c.told, c.told_at, position, periodic, now, MIN_TELL_INTERVAL) {
+                Telling::Nothing => continue,
+                Telling::Later => {
+                    self.deferred = true;
+                    continue;
+                }
+                Telling::Now { position, moved } => (position, moved),
+            };
+            let estimated_wait_s = etas.get(&ticket).copied().unwrap_or(0.0);
+            let info = QueueInfo { ticket, position, estimated_wait_s, queue_length: length };
+            // A client granted at once whose grant was refused has not heard it waits.
+            let first = c.told.is_none();
+            c.told = Some(position);
+            if moved {
+                // (The periodic ETA refresh does not hold back the next move.)
+                c.told_at = Some(now);
+            }
+            match self.notices.entry(*conn) {
+                // Not sent yet: the newer position replaces it, a first notice stays first.
+                Entry::Occupied(mut e) => {
+                    let first = matches!(e.get(), QueueNotice::Queued(_));
+                    e.insert(if first { QueueNotice::Queued(info) } else { QueueNotice::Update(info) });
+                }
+                Entry::Vacant(e) => {
+                    e.insert(if first { QueueNotice::Queued(info) } else { QueueNotice::Update(info) });
+                    self.updates.push_back(*conn);
+                }
+            }
+        }
+        self.batch = paced_batch(self.updates.len(), UPDATE_SPREAD, UPDATE_PAUSE, UPDATE_MIN_BATCH);
+        lost
+    }
+
+    /// Clients whose move was held back ([`MIN_TELL_INTERVAL`]) hear it from the last view
+    /// once they are due, if no newer view told them first.
+    fn tell_later(&mut self, ctx: &mut Context<Self>) {
+        if !self.deferred || self.tell_scheduled {
+            return;
+        }
+        self.tell_scheduled = true;
+        ctx.run_later(MIN_TELL_INTERVAL, |act, ctx| {
+            act.tell_scheduled = false;
+            act.tell(false, false);
+            act.send_updates(ctx);
+            act.tell_later(ctx);
+        });
     }
 
     /// Tickets of this replica in the last view that no client holds (orphans, see
@@ -455,9 +531,13 @@ impl ClusterQueueActor {
         if self.sending {
             return;
         }
-        for _ in 0..UPDATE_BATCH {
-            let Some((to, notice)) = self.updates.pop_front() else { break };
-            to.do_send(notice);
+        for _ in 0..self.batch {
+            let Some(conn) = self.updates.pop_front() else { break };
+            let (Some(notice), Some(c)) = (self.notices.remove(&conn), self.clients.get(&conn)) else { continue };
+            // A client that left, or took a worker meanwhile, has nothing more to hear.
+            if c.stage == Stage::Waiting {
+                c.notify.do_send(notice);
+            }
         }
         if !self.updates.is_empty() {
             self.sending = true;
@@ -531,8 +611,15 @@ impl Handler<Join> for ClusterQueueActor {
     type Result = ();
     fn handle(&mut self, msg: Join, ctx: &mut Context<Self>) {
         let ticket = if msg.front { self.claimed.remove(&msg.conn) } else { None };
-        let client =
-            Client { mode: msg.mode, notify: msg.notify, ticket, stage: Stage::Enqueueing, told: None, missing: 0 };
+        let client = Client {
+            mode: msg.mode,
+            notify: msg.notify,
+            ticket,
+            stage: Stage::Enqueueing,
+            told: None,
+            told_at: None,
+            missing: 0,
+        };
         if self.store_down {
             let why = "the queue cannot be reached (the cluster's store is down); try again shortly";
             client.notify.do_send(QueueNotice::Rejected(ProtocolError::ServiceUnavailable(why.into())));

@@ -77,9 +77,29 @@ impl Fanout {
     }
 }
 
+/// How many of `pending` updates go out per tick, ticking every `pause`, so that they are
+/// all out within about `spread`, but never fewer than `min` a tick. A replica of a cluster
+/// tells its share of the queue after each view: spread out, its fan-out takes a fraction of
+/// a core while it lasts, so the CPUs that a hand-over crosses (several processes on a
+/// host) are never all busy writing updates at once (docs/performance.md).
+pub fn paced_batch(pending: usize, spread: Duration, pause: Duration, min: usize) -> usize {
+    let ticks = (spread.as_micros() / pause.as_micros().max(1)).max(1) as usize;
+    pending.div_ceil(ticks).max(min.max(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paced_batches_spread_a_fanout_over_the_window_with_a_floor() {
+        let (spread, pause) = (Duration::from_millis(100), Duration::from_millis(2));
+        assert_eq!(paced_batch(667, spread, pause, 4), 14, "50 ticks of 14");
+        assert_eq!(paced_batch(10_000, spread, pause, 4), 200);
+        assert_eq!(paced_batch(30, spread, pause, 4), 4, "a few updates: the floor");
+        assert_eq!(paced_batch(0, spread, pause, 0), 1, "never a batch of nothing");
+        assert_eq!(paced_batch(5, Duration::ZERO, pause, 1), 5, "no window: all at once");
+    }
 
     const C: Duration = Duration::from_millis(100);
     const P: Duration = Duration::from_millis(2);

@@ -14,7 +14,7 @@ use omni_actors::cluster::{
 use omni_actors::domain::Mode;
 use omni_actors::queue::TicketId;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Script};
+use redis::{AsyncConnectionConfig, ErrorKind, Script, ServerErrorKind};
 use std::sync::{Arc, Weak};
 use tokio::sync::{Mutex, OnceCell};
 
@@ -71,6 +71,9 @@ pub struct RedisStore {
     /// Itself, for the futures of [`Coordinator`] calls (they outlive `&self`).
     me: Weak<RedisStore>,
 }
+
+/// What `snapshot.lua` answers: version, Redis's time (ms), slots (flattened), ema.
+type ViewRest = (String, String, Vec<String>, Vec<String>);
 
 fn store_error(e: redis::RedisError) -> ClusterError {
     ClusterError(e.to_string())
@@ -152,6 +155,32 @@ impl RedisStore {
             call.arg(*a);
         }
         call.invoke_async(&mut con).await.map_err(store_error)
+    }
+
+    /// What a view reads, at one instant (MULTI): every ticket's info (`P:tinfo`, whose
+    /// fields are exactly the tickets in `P:q`) by a plain `HGETALL`, and the rest by
+    /// `snapshot.lua`. Thousands of tickets cost Redis a third of what the same read through
+    /// Lua did (0.7 against 2.0 to 2.5 ms with 2,000 waiting), and Redis runs nothing else
+    /// meanwhile: an offer waiting behind a view waits less.
+    async fn read_view(&self) -> Result<(Vec<(String, String)>, ViewRest), ClusterError> {
+        let mut con = self.calls().await?;
+        let script = &self.scripts.snapshot;
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("HGETALL")
+            .arg(format!("{}:tinfo", self.prefix))
+            .cmd("EVALSHA")
+            .arg(script.get_hash())
+            .arg(1)
+            .arg(&self.prefix);
+        match pipe.query_async(&mut con).await {
+            // Redis restarted since the script was loaded (or never ran it): load it, again.
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                script.load_async(&mut con).await.map_err(store_error)?;
+                pipe.query_async(&mut con).await.map_err(store_error)
+            }
+            answer => answer.map_err(store_error),
+        }
     }
 
     /// A node offers its free worker `slot` under `nonce`; `ended`: the mode and length of
@@ -343,17 +372,16 @@ impl Coordinator for RedisStore {
     fn snapshot(&self) -> ClusterFuture<ClusterView> {
         let this = self.handle();
         Box::pin(async move {
-            type Snapshot = (String, String, Vec<String>, Vec<String>, Vec<String>, Vec<String>);
-            let (version, now, tickets, infos, slots, ema): Snapshot = this.run(&this.scripts.snapshot, &[]).await?;
+            let (infos, (version, now, slots, ema)) = this.read_view().await?;
             let mut view = ClusterView {
                 version: version.parse().map_err(|_| bad("snapshot"))?,
                 now_ms: now.parse().map_err(|_| bad("snapshot"))?,
                 ..ClusterView::default()
             };
-            for (seq, info) in tickets.iter().zip(&infos) {
+            for (seq, info) in &infos {
                 let mut fields = info.split(' ');
                 let (Some(m), Some(replica), Some(state)) = (fields.next(), fields.next(), fields.next()) else {
-                    continue; // a ticket without its info: one script reads both, so never
+                    continue; // not as the scripts write it (`tinfo` in lua/common.lua): never
                 };
                 view.tickets.push(TicketView {
                     ticket: ticket(seq)?,
@@ -362,6 +390,8 @@ impl Coordinator for RedisStore {
                     granted: state == "assigned",
                 });
             }
+            // Tickets are numbered in queue order (`P:q` is scored by the number).
+            view.tickets.sort_unstable_by_key(|t| t.ticket);
             for s in slots.chunks_exact(6) {
                 let modes = s[2].split(',').filter(|m| !m.is_empty()).map(mode).collect::<Result<Vec<_>, _>>()?;
                 let busy = match (s[3].as_str(), s[4].as_str()) {
