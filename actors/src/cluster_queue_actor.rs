@@ -63,6 +63,13 @@ const EARLY_GRANT: Duration = Duration::from_secs(2);
 /// it leaves the queue, or, at its head, it would take every worker offered to it.
 const ORPHAN_AFTER: Duration = Duration::from_secs(5);
 
+/// What telling from a view found: clients missing from two fresh views in a row (`lost`),
+/// and whether a move was held back ([`MIN_TELL_INTERVAL`]).
+struct Told {
+    lost: Vec<u64>,
+    held_back: bool,
+}
+
 /// Opens the backend of a grant: a link to the node's worker, attached with the nonce.
 pub type GrantOpener = Arc<dyn Fn(&Grant) -> BackendFactory + Send + Sync>;
 
@@ -148,9 +155,7 @@ pub struct ClusterQueueActor {
     notices: HashMap<u64, QueueNotice>,
     /// How many of them go out a batch (paced for the view that queued them).
     batch: usize,
-    /// Clients moved in the last view were held back ([`MIN_TELL_INTERVAL`]); a later
-    /// telling from that view is scheduled.
-    deferred: bool,
+    /// A later telling from the last view is scheduled ([`MIN_TELL_INTERVAL`]).
     tell_scheduled: bool,
     sending: bool,
 }
@@ -175,7 +180,6 @@ impl ClusterQueueActor {
             updates: std::collections::VecDeque::new(),
             notices: HashMap::new(),
             batch: UPDATE_MIN_BATCH,
-            deferred: false,
             tell_scheduled: false,
             sending: false,
         }
@@ -397,7 +401,7 @@ impl ClusterQueueActor {
         if periodic {
             self.last_update = Instant::now();
         }
-        let lost = self.tell(periodic, true);
+        let Told { lost, held_back } = self.tell(periodic, true);
         self.send_updates(ctx);
         self.reap(ctx);
         for conn in lost {
@@ -408,14 +412,13 @@ impl ClusterQueueActor {
             }
             self.enqueue(conn, ctx);
         }
-        self.tell_later(ctx);
+        self.tell_later(held_back, ctx);
     }
 
     /// Queues a notice for each waiting client whose position in the last view is lower than
     /// told (and was told at least [`MIN_TELL_INTERVAL`] ago), or every waiting client when
-    /// `periodic`. A `fresh` view also counts the clients it does not list: answers those
-    /// missing from two views in a row.
-    fn tell(&mut self, periodic: bool, fresh: bool) -> Vec<u64> {
+    /// `periodic`. A `fresh` view also counts the clients it does not list.
+    fn tell(&mut self, periodic: bool, fresh: bool) -> Told {
         let etas: HashMap<TicketId, f64> =
             self.view_infos().into_iter().map(|i| (i.ticket, i.estimated_wait_s)).collect();
         let positions: HashMap<TicketId, usize> =
@@ -423,7 +426,7 @@ impl ClusterQueueActor {
         let length = self.view.tickets.len();
         let now = Instant::now();
         let mut lost = Vec::new();
-        self.deferred = false;
+        let mut held_back = false;
         for (conn, c) in self.clients.iter_mut() {
             let (Stage::Waiting, Some(ticket)) = (c.stage, c.ticket) else { continue };
             let Some(&position) = positions.get(&ticket) else {
@@ -441,7 +444,7 @@ impl ClusterQueueActor {
             let (position, moved) = match telling(c.told, c.told_at, position, periodic, now, MIN_TELL_INTERVAL) {
                 Telling::Nothing => continue,
                 Telling::Later => {
-                    self.deferred = true;
+                    held_back = true;
                     continue;
                 }
                 Telling::Now { position, moved } => (position, moved),
@@ -468,21 +471,21 @@ impl ClusterQueueActor {
             }
         }
         self.batch = paced_batch(self.updates.len(), UPDATE_SPREAD, UPDATE_PAUSE, UPDATE_MIN_BATCH);
-        lost
+        Told { lost, held_back }
     }
 
     /// Clients whose move was held back ([`MIN_TELL_INTERVAL`]) hear it from the last view
     /// once they are due, if no newer view told them first.
-    fn tell_later(&mut self, ctx: &mut Context<Self>) {
-        if !self.deferred || self.tell_scheduled {
+    fn tell_later(&mut self, held_back: bool, ctx: &mut Context<Self>) {
+        if !held_back || self.tell_scheduled {
             return;
         }
         self.tell_scheduled = true;
         ctx.run_later(MIN_TELL_INTERVAL, |act, ctx| {
             act.tell_scheduled = false;
-            act.tell(false, false);
+            let told = act.tell(false, false);
             act.send_updates(ctx);
-            act.tell_later(ctx);
+            act.tell_later(told.held_back, ctx);
         });
     }
 
