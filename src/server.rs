@@ -127,7 +127,7 @@ fn cluster_queue(
     let standby = backend::standby::Standby::new(spec.standby_links, replica.clone());
     let kept = standby.clone();
     let opener: omni_actors::cluster_queue_actor::GrantOpener =
-        Arc::new(move |grant| backend::grant_factory(template.clone(), grant, replica.clone(), kept.clone()));
+        Arc::new(move |grant| backend::grant_opener(template.clone(), grant, replica.clone(), kept.clone()));
     log::info!(
         "replica {} of the cluster at {} (lease {:.1} s)",
         spec.name,

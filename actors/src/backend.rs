@@ -111,6 +111,13 @@ pub trait BackendControl: Send + Sync {
     fn process_id(&self) -> Option<u32> {
         None
     }
+    /// Whether `interrupt`, `set_force_listen` and `terminate` only set a flag or queue a
+    /// message, whatever the backend is doing (a remote worker's). They are then made from the
+    /// actor's thread; by default they get a thread of their own, which a backend whose
+    /// interrupt blocks stalls alone ([`crate::worker_thread::ControlThread`]).
+    fn never_blocks(&self) -> bool {
+        false
+    }
 }
 
 /// Runs one whole duplex step: prefill, generate, drain until empty, finalize.

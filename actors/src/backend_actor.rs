@@ -26,7 +26,7 @@ use crate::protocol::ProtocolError;
 use crate::queue::WorkerId;
 use crate::session::BackendEvent;
 use crate::worker_policy::{Cut, Refusal, Work, WorkerPolicy};
-use crate::worker_thread::{BackendFactory, ControlThread, Job, Opened, WorkerThread};
+use crate::worker_thread::{ControlThread, Job, Opened, Opener, WorkerThread};
 
 #[derive(Debug, Clone, Copy)]
 pub struct BackendLimits {
@@ -202,7 +202,8 @@ pub struct BackendActor {
     id: WorkerId,
     name: String,
     generation: u64,
-    factory: BackendFactory,
+    /// Taken when the actor starts.
+    opener: Option<Opener>,
     limits: BackendLimits,
     pool: Recipient<WorkerEvent>,
     thread: Option<WorkerThread>,
@@ -224,7 +225,7 @@ impl BackendActor {
         id: WorkerId,
         name: String,
         generation: u64,
-        factory: BackendFactory,
+        opener: impl Into<Opener>,
         limits: BackendLimits,
         pool: Recipient<WorkerEvent>,
     ) -> BackendActor {
@@ -232,7 +233,7 @@ impl BackendActor {
             id,
             name,
             generation,
-            factory,
+            opener: Some(opener.into()),
             limits,
             pool,
             thread: None,
@@ -245,6 +246,38 @@ impl BackendActor {
             released_at: None,
             turn_cancel: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// The backend is open: its control thread, a watch for its death, and the pool told.
+    fn opened(&mut self, info: BackendInfo, control: Arc<dyn BackendControl>, ctx: &mut Context<Self>) {
+        log::info!(
+            "worker {}: backend {} open (duplex {}, turn {}, context {})",
+            self.name,
+            info.name,
+            info.duplex,
+            info.turn,
+            info.context_size
+        );
+        let control_thread = match ControlThread::spawn(&self.name, control.clone()) {
+            Ok(t) => t,
+            Err(e) => return self.fail(ctx, format!("cannot start the control thread: {e}")),
+        };
+        // A backend process that dies while idle fails the worker at once.
+        if let Some(death) = control.take_death_notice() {
+            ctx.spawn(fut::wrap_future::<_, Self>(death).map(|reason, act, ctx| {
+                if let Ok(reason) = reason {
+                    act.fail(ctx, reason);
+                }
+            }));
+        }
+        let process_id = control.process_id();
+        let vision = info.vision;
+        self.control = Some(control_thread);
+        self.backend_control = Some(control);
+        self.info = Some(info);
+        self.policy.opened();
+        let addr = ctx.address();
+        self.event(|worker, generation| WorkerEvent::Opened { worker, generation, backend: addr, process_id, vision });
     }
 
     fn tell_session(&self, event: BackendEvent) {
@@ -412,8 +445,24 @@ impl Actor for BackendActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         let addr = ctx.address();
-        match WorkerThread::spawn(&self.name, self.factory.clone(), move |opened| addr.do_send(OpenedMsg(opened))) {
-            Ok(thread) => self.thread = Some(thread),
+        let started = match self.opener.take() {
+            Some(Opener::Factory(factory)) => {
+                WorkerThread::spawn(&self.name, factory, move |opened| addr.do_send(OpenedMsg(opened)))
+                    .map(|t| (t, None))
+            }
+            // Open already: the worker is ready now, its thread taking it over meanwhile.
+            Some(Opener::Open(backend)) => {
+                WorkerThread::adopt(&self.name, backend).map(|(t, info, control)| (t, Some((info, control))))
+            }
+            None => return,
+        };
+        match started {
+            Ok((thread, open)) => {
+                self.thread = Some(thread);
+                if let Some((info, control)) = open {
+                    self.opened(info, control, ctx);
+                }
+            }
             Err(e) => {
                 let reason = format!("cannot start the worker thread: {e}");
                 self.event(|worker, generation| WorkerEvent::OpenFailed {
@@ -457,42 +506,7 @@ impl Handler<OpenedMsg> for BackendActor {
             return;
         }
         match msg.0 {
-            Ok((info, control)) => {
-                log::info!(
-                    "worker {}: backend {} open (duplex {}, turn {}, context {})",
-                    self.name,
-                    info.name,
-                    info.duplex,
-                    info.turn,
-                    info.context_size
-                );
-                let control_thread = match ControlThread::spawn(&self.name, control.clone()) {
-                    Ok(t) => t,
-                    Err(e) => return self.fail(ctx, format!("cannot start the control thread: {e}")),
-                };
-                // A backend process that dies while idle fails the worker at once.
-                if let Some(death) = control.take_death_notice() {
-                    ctx.spawn(fut::wrap_future::<_, Self>(death).map(|reason, act, ctx| {
-                        if let Ok(reason) = reason {
-                            act.fail(ctx, reason);
-                        }
-                    }));
-                }
-                let process_id = control.process_id();
-                let vision = info.vision;
-                self.control = Some(control_thread);
-                self.backend_control = Some(control);
-                self.info = Some(info);
-                self.policy.opened();
-                let addr = ctx.address();
-                self.event(|worker, generation| WorkerEvent::Opened {
-                    worker,
-                    generation,
-                    backend: addr,
-                    process_id,
-                    vision,
-                });
-            }
+            Ok((info, control)) => self.opened(info, control, ctx),
             Err(e) => {
                 let reason = e.to_string();
                 let transient = matches!(e, BackendError::Unavailable(_));
@@ -764,7 +778,7 @@ mod tests {
             step_timeout: Duration::from_secs(1),
             open_timeout: Duration::from_secs(10),
         };
-        let factory: BackendFactory = Arc::new(|| Err(BackendError::Open("no model".into())));
+        let factory: crate::worker_thread::BackendFactory = Arc::new(|| Err(BackendError::Open("no model".into())));
         let worker = BackendActor::new(0, "gone".into(), 1, factory, limits, Pool.start().recipient()).start();
         // Its backend does not open: the actor stops.
         let deadline = Instant::now() + Duration::from_secs(10);

@@ -31,7 +31,7 @@ use crate::pool_actor::WorkerEvent;
 use crate::protocol::{ProtocolError, QueueInfo};
 use crate::queue::{TicketId, TicketStatus, WorkerId};
 use crate::queue_actor::{Cancel, Claim, Join, Leave, QueueNotice, QueueSnapshot, WorkerLink};
-use crate::worker_thread::BackendFactory;
+use crate::worker_thread::Opener;
 
 /// How often the store's version is read (a change triggers a new view).
 pub const POLL: Duration = Duration::from_millis(100);
@@ -70,8 +70,10 @@ struct Told {
     held_back: bool,
 }
 
-/// Opens the backend of a grant: a link to the node's worker, attached with the nonce.
-pub type GrantOpener = Arc<dyn Fn(&Grant) -> BackendFactory + Send + Sync>;
+/// Opens the backend of a grant: a link to the node's worker, attached with the nonce (a
+/// factory, run on the worker's thread), or the link the node pushed the grant on, attached
+/// already (open at once).
+pub type GrantOpener = Arc<dyn Fn(&Grant) -> Opener + Send + Sync>;
 
 /// A grant a node pushed to this replica on a link it keeps open to the node (the link
 /// attached already: the opener finds it by the grant's nonce).
@@ -345,8 +347,8 @@ impl ClusterQueueActor {
         let id = self.next_worker;
         self.next_worker += 1;
         log::debug!("cluster: ticket {} (c{conn}) granted {} at {}", grant.ticket, grant.slot, grant.addr);
-        let factory = (self.setup.opener)(&grant);
-        let actor = BackendActor::new(id, grant.slot.clone(), 0, factory, self.setup.limits, ctx.address().recipient());
+        let opener = (self.setup.opener)(&grant);
+        let actor = BackendActor::new(id, grant.slot.clone(), 0, opener, self.setup.limits, ctx.address().recipient());
         actor.start();
         if let Some(c) = self.clients.get_mut(&conn) {
             c.stage = Stage::Opening(id);

@@ -33,6 +33,7 @@ pub mod registry;
 pub mod session;
 pub mod session_flow;
 pub mod session_state;
+pub mod spare_threads;
 pub mod usage;
 pub mod worker_policy;
 pub mod worker_thread;

@@ -147,6 +147,9 @@ impl BackendControl for Control {
     fn kv_length(&self) -> u64 {
         self.kv_length.load(Ordering::Relaxed)
     }
+    fn never_blocks(&self) -> bool {
+        true // flags only
+    }
     fn take_death_notice(&self) -> Option<oneshot::Receiver<String>> {
         self.death.lock().unwrap_or_else(|p| p.into_inner()).take()
     }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use omni_actors::backend::{Backend, BackendError};
-use omni_actors::worker_thread::BackendFactory;
+use omni_actors::worker_thread::{BackendFactory, Opener};
 
 pub use ffi::{BackendApi, FfiBackend, FfiControl, LoadError};
 pub use process::{HostSpec, ProcessBackend};
@@ -68,20 +68,18 @@ pub fn factory(worker: &WorkerSpec, open_timeout: Duration) -> BackendFactory {
 /// Worker `worker` of a node, attached over the network (see [`remote`]). `gateway` names
 /// this gateway in the node's logs.
 pub fn node_factory(link: NodeLink, worker: String, gateway: String) -> BackendFactory {
-    Arc::new(move || {
-        Ok(Box::new(remote::RemoteBackend::attach(&link, &worker, &gateway, None, None)?) as Box<dyn Backend>)
-    })
+    Arc::new(move || Ok(Box::new(remote::RemoteBackend::attach(&link, &worker, &gateway, None)?) as Box<dyn Backend>))
 }
 
 /// The worker a cluster's store granted to ticket `grant.ticket`: the link the node pushed the
-/// grant on (one `standby` keeps open to it), or a link to its node attached with the grant's
-/// nonce (`link` carries the token, TLS and heartbeat settings).
-pub fn grant_factory(
+/// grant on (one `standby` keeps open to it), open already; or a factory that attaches a link
+/// to its node with the grant's nonce (`link` carries the token, TLS and heartbeat settings).
+pub fn grant_opener(
     link: NodeLink,
     grant: &omni_actors::cluster::Grant,
     gateway: String,
     standby: Arc<standby::Standby>,
-) -> BackendFactory {
+) -> Opener {
     let mut link = link;
     link.name = grant.slot.split_once('/').map_or(grant.slot.as_str(), |(node, _)| node).to_string();
     link.address = grant.addr.clone();
@@ -90,9 +88,13 @@ pub fn grant_factory(
         link.server_name = host.trim_start_matches('[').trim_end_matches(']').to_string();
     }
     let worker = grant.worker().to_string();
+    if let Some(backend) = remote::RemoteBackend::pushed(&link, &worker, &grant.nonce, &standby) {
+        return Opener::Open(Box::new(backend));
+    }
     let attach = crate::node::wire::AttachGrant { ticket: grant.ticket, nonce: grant.nonce.clone(), mode: grant.mode };
-    Arc::new(move || {
-        let backend = remote::RemoteBackend::attach(&link, &worker, &gateway, Some(attach.clone()), Some(&standby))?;
+    // Through the store: links are kept open to the node (watched above) for the next ones.
+    Opener::Factory(Arc::new(move || {
+        let backend = remote::RemoteBackend::attach(&link, &worker, &gateway, Some(attach.clone()))?;
         Ok(Box::new(backend) as Box<dyn Backend>)
-    })
+    }))
 }

@@ -156,6 +156,9 @@ impl BackendControl for Shared {
     fn kv_length(&self) -> u64 {
         self.kv_length.load(Ordering::Relaxed)
     }
+    fn never_blocks(&self) -> bool {
+        true // each call queues a frame for the link's writer
+    }
     fn terminate(&self) {
         let _ = self.out.send(Outgoing::Frame(ToNode::Terminate));
     }
@@ -183,13 +186,12 @@ impl RemoteBackend {
     /// Attaches worker `worker` of the node. A node that is down, or a worker it cannot
     /// lend now, is [`BackendError::Unavailable`]: the gateway keeps trying.
     /// In a cluster, `grant` is the store's grant of the worker (the node checks its nonce);
-    /// a grant the node pushed on a link `standby` keeps open is served on that link.
+    /// a grant the node pushed on a link kept open to it is [`RemoteBackend::pushed`].
     pub fn attach(
         link: &NodeLink,
         worker: &str,
         gateway: &str,
         grant: Option<AttachGrant>,
-        standby: Option<&Arc<Standby>>,
     ) -> Result<RemoteBackend, BackendError> {
         let name = format!("{}/{worker}", link.name);
         let failure = |reason: &str, why: String| {
@@ -204,18 +206,6 @@ impl RemoteBackend {
             gateway: gateway.to_string(),
             grant,
         };
-        // The node pushed the grant on a link this replica keeps open to it: attached already.
-        let pushed = match (&hello, standby) {
-            (ToNode::Attach { grant: Some(g), .. }, Some(standby)) => {
-                standby.watch(link);
-                standby.take_pushed(&g.nonce)
-            }
-            _ => None,
-        };
-        if let Some(p) = pushed {
-            metrics().node_attaches.with_label_values(&[link.name.as_str(), "pushed"]).inc();
-            return Ok(RemoteBackend::serve(link, name, p.frames, p.wr, p.info, one_session));
-        }
         let attached = io().block_on(async {
             timeout(CONNECT_TIMEOUT, async {
                 let mut stream = connect(link, &hello).await.map_err(|e| ("unreachable", e))?;
@@ -231,6 +221,16 @@ impl RemoteBackend {
         let (stream, info) = attached.map_err(|(reason, why)| failure(reason, why))?;
         let (rd, wr) = tokio::io::split(stream);
         Ok(RemoteBackend::serve(link, name, frames(rd), wr, info, one_session))
+    }
+
+    /// The worker granted under `nonce`, if its node pushed the grant on a link `standby` keeps
+    /// open to it: attached already, served on that link (for one session). Links are kept
+    /// open to the node from now on either way.
+    pub fn pushed(link: &NodeLink, worker: &str, nonce: &str, standby: &Arc<Standby>) -> Option<RemoteBackend> {
+        standby.watch(link);
+        let p = standby.take_pushed(nonce)?;
+        metrics().node_attaches.with_label_values(&[link.name.as_str(), "pushed"]).inc();
+        Some(RemoteBackend::serve(link, format!("{}/{worker}", link.name), p.frames, p.wr, p.info, true))
     }
 
     /// Serves an attached link: its writer and reader tasks.
