@@ -6,7 +6,8 @@
 //!
 //! [`ControlThread`] makes the any-thread calls (interrupt, force-listen, terminate): the
 //! actors only post them. A backend whose interrupt blocks then stalls that thread alone,
-//! never the arbiter that hosts the queue, the pool and every worker's actor.
+//! never the arbiter that hosts the queue, the pool and every worker's actor. A backend whose
+//! calls never block (they queue a frame, or set a flag) has them made at once, with no thread.
 //!
 //! Both run on threads from [`crate::spare_threads`]: a thread whose backend closed waits
 //! for the next one instead of exiting, so a BackendActor starts without spawning any.
@@ -293,7 +294,7 @@ mod tests {
         assert!(calls.iter().all(|c| c.1 != thread::current().id()));
     }
 
-    /// A backend that answers nothing but says which thread each call ran on.
+    /// A backend that does nothing: the test looks at who owns it, and where its calls run.
     struct Here {
         info: BackendInfo,
         control: Arc<Recorder>,
