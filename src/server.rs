@@ -112,8 +112,8 @@ fn cluster_queue(
 ) -> Addr<omni_actors::cluster_queue_actor::ClusterQueueActor> {
     use omni_actors::cluster_queue_actor::{ClusterQueueActor, ClusterSetup};
     // The URL was opened once by the config's validation.
-    let store = crate::cluster::redis::RedisStore::new(&spec.url, &spec.prefix, spec.name.clone(), spec.lease)
-        .expect("cluster.url was checked when the config was loaded");
+    let store = crate::cluster::redis::RedisStore::from_spec(spec)
+        .expect("the cluster section was opened when the config was loaded");
     let template = crate::config::NodeLink {
         name: String::new(),
         address: String::new(),

@@ -400,6 +400,63 @@ async fn a_replica_cut_off_from_redis_while_others_keep_it() {
     g2.wait_idle();
 }
 
+#[tokio::test]
+#[ignore = "needs redis-server; ./test.sh runs it"]
+async fn through_sentinels_a_failover_of_the_store_costs_a_pause_and_nothing_else() {
+    let master = Redis::start();
+    let standby = Redis::replica_of(&master);
+    let sentinel = Sentinel::start("og-store", &master);
+    // The URL's host is not used: the Sentinels name the master.
+    let section = |name: &str, replica: bool| {
+        format!(
+            "{}sentinels = [\"{}\"]\nsentinel_master = \"og-store\"\n",
+            cluster_at("redis://127.0.0.1:1/0", name, replica),
+            sentinel.address()
+        )
+    };
+    let n1 = Node::start(&format!("{}\n{}", workers(1, ""), section("n1", false)), "");
+    registered(&master, &n1, "n1", 1);
+    let g1 = Server::start(
+        Setup::default().workers(String::new()).queue("update_interval_s = 1.0").extra(&section("g1", true)),
+    );
+    let mut running = active(&g1, "audio").await;
+    talk(&mut running, "input_1").await;
+
+    drop(master); // killed: the Sentinel promotes the replica
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sentinel.master_port("og-store") != Some(standby.port) {
+        assert!(Instant::now() < deadline, "the Sentinel never promoted the replica");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Audio never passes through Redis: the session goes on, and ends.
+    talk(&mut running, "input_2").await;
+    close(running).await;
+    // Replica and node find the new master: a new client is served by the worker.
+    loop {
+        let mut c = Client::connect(&g1.url("/v1/realtime?mode=audio")).await;
+        let first = c.event().await;
+        if first["type"] == "session.queue_done" || first["type"] == "session.queued" {
+            if first["type"] == "session.queued" {
+                c.until("session.queue_done").await;
+            }
+            c.send(json!({"type": "session.init", "payload": {}})).await;
+            c.expect("session.created").await;
+            talk(&mut c, "input_1").await;
+            close(c).await;
+            break;
+        }
+        assert_eq!(first["error"]["code"], "service_unavailable", "{first}");
+        assert!(Instant::now() < deadline, "never served after the failover: {first}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for log in [g1.logs(), n1.logs()] {
+        assert!(log.contains("asking the Sentinels again"), "{log}");
+    }
+    assert_eq!(standby.command("SISMEMBER {og}:cap:audio n1/sim-0").as_deref(), Some(":1\r\n"));
+    check_invariants(&[n1.logs()]);
+    g1.wait_idle();
+}
+
 /// One session on `server`: served, heard, closed.
 async fn one_session(server: &Server) {
     let mut c = active(server, "audio").await;

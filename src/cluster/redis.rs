@@ -3,7 +3,8 @@
 //! Times come from Redis's clock (`TIME`), so clocks of replicas and nodes need not agree.
 //!
 //! One multiplexed connection (reconnecting) carries the calls; grants wait on a second one
-//! (`BLPOP` blocks its connection).
+//! (`BLPOP` blocks its connection). With Sentinels (`cluster.sentinels`), both go to the master
+//! the Sentinels name, asked again after a call fails for want of it (a failover moved it).
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -14,9 +15,10 @@ use omni_actors::cluster::{
 use omni_actors::domain::Mode;
 use omni_actors::queue::TicketId;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{AsyncConnectionConfig, ErrorKind, Script, ServerErrorKind};
 use std::sync::{Arc, Weak};
-use tokio::sync::{Mutex, OnceCell};
+use tokio::sync::Mutex;
 
 use crate::node::wire::PushedGrant;
 
@@ -57,15 +59,22 @@ impl Scripts {
 /// How long a call to Redis may take before it counts as failed (a paused or lost store).
 const RESPONSE_TIMEOUT: Duration = Duration::from_millis(800);
 
+/// Where the store is: one server, or the master a set of Sentinels names now.
+enum Target {
+    Direct(redis::Client),
+    Sentinel(Mutex<SentinelClient>),
+}
+
 /// A connection to the store, for a replica or a node. Cheap to share (`Arc`).
 pub struct RedisStore {
-    client: redis::Client,
+    target: Target,
     /// Every key's prefix, with its hash tag: `{og}`.
     prefix: String,
     /// This process's name in the store.
     name: String,
     lease: Duration,
-    calls: OnceCell<ConnectionManager>,
+    /// Made on first use; made anew (the master asked again) when it fails with Sentinels.
+    calls: parking_lot::Mutex<Option<ConnectionManager>>,
     blocking: Mutex<Option<MultiplexedConnection>>,
     scripts: Scripts,
     /// Itself, for the futures of [`Coordinator`] calls (they outlive `&self`).
@@ -108,6 +117,23 @@ fn grant(fields: &[String]) -> Result<Grant, ClusterError> {
 impl RedisStore {
     /// `url`: `redis://[:password@]host:port/db` or `rediss://` (TLS). Connects lazily.
     pub fn new(url: &str, prefix: &str, name: String, lease: Duration) -> Result<Arc<RedisStore>, String> {
+        RedisStore::open(url, &[], "", prefix, name, lease)
+    }
+
+    /// The store of a `[cluster]` section: at `url`, or, with `sentinels`, at the master they
+    /// name `sentinel_master` (`url` then gives only the password, database and TLS).
+    pub fn from_spec(spec: &crate::config::ClusterSpec) -> Result<Arc<RedisStore>, String> {
+        RedisStore::open(&spec.url, &spec.sentinels, &spec.sentinel_master, &spec.prefix, spec.name.clone(), spec.lease)
+    }
+
+    fn open(
+        url: &str,
+        sentinels: &[String],
+        master: &str,
+        prefix: &str,
+        name: String,
+        lease: Duration,
+    ) -> Result<Arc<RedisStore>, String> {
         if url.starts_with("rediss://") {
             // TLS through rustls, with the provider the rest of the server uses.
             let _ = rustls::crypto::ring::default_provider().install_default();
@@ -116,17 +142,57 @@ impl RedisStore {
         // unacknowledged waits for the delayed ACK (tens of milliseconds in the hand-over).
         let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| format!("cluster.url: {e}"))?;
         let tcp = info.tcp_settings().clone().set_nodelay(true);
-        let client = redis::Client::open(info.set_tcp_settings(tcp)).map_err(|e| format!("cluster.url: {e}"))?;
+        let target = if sentinels.is_empty() {
+            Target::Direct(redis::Client::open(info.set_tcp_settings(tcp)).map_err(|e| format!("cluster.url: {e}"))?)
+        } else {
+            let mut node = SentinelNodeConnectionInfo::default()
+                .set_redis_connection_info(info.redis_settings().clone())
+                .set_tcp_settings(tcp);
+            if url.starts_with("rediss://") {
+                node = node.set_tls_mode(redis::TlsMode::Secure);
+            }
+            let addresses: Vec<String> = sentinels.iter().map(|a| format!("redis://{a}")).collect();
+            let client = SentinelClient::build(addresses, master, Some(node), SentinelServerType::Master)
+                .map_err(|e| format!("cluster.sentinels: {e}"))?;
+            Target::Sentinel(Mutex::new(client))
+        };
         Ok(Arc::new_cyclic(|me| RedisStore {
-            client,
+            target,
             prefix: format!("{{{prefix}}}"),
             name,
             lease,
-            calls: OnceCell::new(),
+            calls: parking_lot::Mutex::new(None),
             blocking: Mutex::new(None),
             scripts: Scripts::new(),
             me: me.clone(),
         }))
+    }
+
+    /// A client for the store's master: the one address, or the one the Sentinels name now.
+    async fn client(&self) -> Result<redis::Client, ClusterError> {
+        match &self.target {
+            Target::Direct(client) => Ok(client.clone()),
+            Target::Sentinel(sentinels) => sentinels
+                .lock()
+                .await
+                .async_get_client()
+                .await
+                .map_err(|e| ClusterError(format!("no master from the Sentinels: {e}"))),
+        }
+    }
+
+    /// A failed call's error. With Sentinels, one that may mean the master moved (it is gone,
+    /// or it is a replica now) makes the next call ask them again.
+    fn failed(&self, e: redis::RedisError) -> ClusterError {
+        let moved = e.is_io_error()
+            || e.is_connection_refusal()
+            || e.is_connection_dropped()
+            || e.is_timeout()
+            || e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly);
+        if moved && matches!(self.target, Target::Sentinel(_)) && self.calls.lock().take().is_some() {
+            log::warn!("cluster: the store's master failed ({e}); asking the Sentinels again");
+        }
+        store_error(e)
     }
 
     pub fn name(&self) -> &str {
@@ -134,18 +200,16 @@ impl RedisStore {
     }
 
     async fn calls(&self) -> Result<ConnectionManager, ClusterError> {
-        let manager = self
-            .calls
-            .get_or_try_init(|| async {
-                let config = ConnectionManagerConfig::new()
-                    .set_response_timeout(Some(RESPONSE_TIMEOUT))
-                    .set_connection_timeout(Some(RESPONSE_TIMEOUT))
-                    .set_number_of_retries(2)
-                    .set_max_delay(Duration::from_millis(500));
-                ConnectionManager::new_lazy_with_config(self.client.clone(), config).map_err(store_error)
-            })
-            .await?;
-        Ok(manager.clone())
+        if let Some(manager) = self.calls.lock().as_ref() {
+            return Ok(manager.clone());
+        }
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_connection_timeout(Some(RESPONSE_TIMEOUT))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let manager = ConnectionManager::new_lazy_with_config(self.client().await?, config).map_err(store_error)?;
+        Ok(self.calls.lock().get_or_insert(manager).clone())
     }
 
     async fn run<T: redis::FromRedisValue>(&self, script: &Script, args: &[&str]) -> Result<T, ClusterError> {
@@ -154,7 +218,7 @@ impl RedisStore {
         for a in args {
             call.arg(*a);
         }
-        call.invoke_async(&mut con).await.map_err(store_error)
+        call.invoke_async(&mut con).await.map_err(|e| self.failed(e))
     }
 
     /// What a view reads, at one instant (MULTI): every ticket's info (`P:tinfo`, whose
@@ -176,10 +240,10 @@ impl RedisStore {
         match pipe.query_async(&mut con).await {
             // Redis restarted since the script was loaded (or never ran it): load it, again.
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                script.load_async(&mut con).await.map_err(store_error)?;
-                pipe.query_async(&mut con).await.map_err(store_error)
+                script.load_async(&mut con).await.map_err(|e| self.failed(e))?;
+                pipe.query_async(&mut con).await.map_err(|e| self.failed(e))
             }
-            answer => answer.map_err(store_error),
+            answer => answer.map_err(|e| self.failed(e)),
         }
     }
 
@@ -242,7 +306,7 @@ impl RedisStore {
             .arg(grant)
             .query_async(&mut con)
             .await
-            .map_err(store_error)?;
+            .map_err(|e| self.failed(e))?;
         Ok(())
     }
 
@@ -254,7 +318,12 @@ impl RedisStore {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(RESPONSE_TIMEOUT))
             .set_response_timeout(Some(wait + RESPONSE_TIMEOUT));
-        let con = self.client.get_multiplexed_async_connection_with_config(&config).await.map_err(store_error)?;
+        let con = self
+            .client()
+            .await?
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| self.failed(e))?;
         *held = Some(con.clone());
         Ok(con)
     }
@@ -364,7 +433,7 @@ impl Coordinator for RedisStore {
                 .arg(format!("{}:ver", this.prefix))
                 .query_async(&mut con)
                 .await
-                .map_err(store_error)?;
+                .map_err(|e| this.failed(e))?;
             Ok(version.unwrap_or(0))
         })
     }
@@ -419,7 +488,7 @@ impl Coordinator for RedisStore {
                     Err(e) => {
                         // A broken blocking connection is made anew next time.
                         *this.blocking.lock().await = None;
-                        return Err(store_error(e));
+                        return Err(this.failed(e));
                     }
                 };
             let Some((_, first)) = popped else { return Ok(Vec::new()) };

@@ -617,6 +617,15 @@ fn cluster_spec(raw: &RawConfig, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<O
         return Err(("cluster.url".into(), "is required: redis://HOST:PORT/DB (rediss:// for TLS)".into()));
     }
     redis::Client::open(c.url.as_str()).map_err(|e| ("cluster.url".to_string(), e.to_string()))?;
+    for a in &c.sentinels {
+        let port_ok = a.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+        if !port_ok {
+            return Err(("cluster.sentinels".into(), format!("'{a}' is not HOST:PORT")));
+        }
+    }
+    if !c.sentinels.is_empty() && c.sentinel_master.is_empty() {
+        return Err(("cluster.sentinel_master".into(), "names the master the Sentinels monitor".into()));
+    }
     positive("cluster.lease_s", c.lease_s)?;
     positive("cluster.attach_timeout_s", c.attach_timeout_s)?;
     if c.standby_links > 64 {
@@ -649,8 +658,10 @@ fn cluster_spec(raw: &RawConfig, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<O
     {
         return Err(("cluster.ca".into(), format!("no such file: {}", ca.display())));
     }
-    Ok(Some(ClusterSpec {
+    let spec = ClusterSpec {
         url: c.url.clone(),
+        sentinels: c.sentinels.clone(),
+        sentinel_master: c.sentinel_master.clone(),
         name,
         prefix: c.prefix.clone(),
         lease: Duration::from_secs_f64(c.lease_s),
@@ -659,7 +670,13 @@ fn cluster_spec(raw: &RawConfig, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<O
         token: c.token.clone(),
         ca,
         server_name: c.server_name.clone(),
-    }))
+    };
+    // What opening the store checks (no connection is made yet): the server starts on it.
+    crate::cluster::redis::RedisStore::from_spec(&spec).map_err(|e| match e.split_once(": ") {
+        Some((key, why)) => (key.to_string(), why.to_string()),
+        None => ("cluster".to_string(), e),
+    })?;
+    Ok(Some(spec))
 }
 
 /// HOSTNAME-PID: unique on a host, readable in the store and in the nodes' logs.

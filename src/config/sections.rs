@@ -319,6 +319,11 @@ pub struct ClusterConfig {
     pub engine: String,
     /// `redis://[:PASSWORD@]HOST:PORT/DB`, or `rediss://` for TLS.
     pub url: String,
+    /// `HOST:PORT` of Redis Sentinels: the store is the master they name `sentinel_master`,
+    /// found again after a failover (`url` then gives only the password, database and TLS).
+    pub sentinels: Vec<String>,
+    /// The name the Sentinels monitor the store's master under.
+    pub sentinel_master: String,
     /// This process's name in the store (a replica's, or a node's: its workers are
     /// `NAME/WORKER`); unique in the cluster. Default: HOSTNAME-PID.
     pub name: String,
@@ -346,6 +351,8 @@ impl Default for ClusterConfig {
         ClusterConfig {
             engine: "none".into(),
             url: String::new(),
+            sentinels: Vec::new(),
+            sentinel_master: "mymaster".into(),
             name: String::new(),
             prefix: "og".into(),
             lease_s: 3.0,
@@ -362,6 +369,8 @@ impl Default for ClusterConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClusterSpec {
     pub url: String,
+    pub sentinels: Vec<String>,
+    pub sentinel_master: String,
     pub name: String,
     pub prefix: String,
     pub lease: Duration,

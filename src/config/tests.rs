@@ -112,7 +112,20 @@ fn the_cluster_section_is_checked() {
     let c = parse(&node).unwrap();
     assert!(c.cluster.unwrap().name.contains('-'), "default name HOSTNAME-PID");
     assert!(parse("[cluster]\nengine = \"none\"\n[[workers]]\n").unwrap().cluster.is_none());
+    // Sentinels: the store is the master they name.
+    let sentinels = "sentinels = [\"10.0.0.5:26379\", \"sentinel-2:26379\"]\nsentinel_master = \"store\"";
+    let c = parse(&format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\n{sentinels}\n")).unwrap();
+    let spec = c.cluster.unwrap();
+    assert_eq!((spec.sentinels.len(), spec.sentinel_master.as_str()), (2, "store"));
     let cases = [
+        (
+            format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nsentinels = [\"10.0.0.5\"]\n"),
+            "cluster.sentinels: '10.0.0.5' is not HOST:PORT",
+        ),
+        (
+            format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nsentinels = [\"a:1\"]\nsentinel_master = \"\"\n"),
+            "cluster.sentinel_master: names the master",
+        ),
         ("[cluster]\nengine = \"etcd\"\n".to_string(), "cluster.engine: 'etcd' is not one of: none, redis"),
         ("[cluster]\nengine = \"redis\"\n".to_string(), "cluster.url: is required"),
         (format!("[cluster]\nengine = \"redis\"\n{url}\n"), "cluster.token: the nodes' token"),

@@ -17,7 +17,7 @@ use crate::config::ClusterSpec;
 
 /// Joins the node's workers to the cluster and serves their offers until the node stops.
 pub fn start(node: Arc<Node>, spec: &ClusterSpec, advertise: String) -> Result<(), String> {
-    let store = RedisStore::new(&spec.url, &spec.prefix, spec.name.clone(), spec.lease)?;
+    let store = RedisStore::from_spec(spec)?;
     let offers = Arc::new(Offers { node: node.clone(), store, advertise: advertise.clone() });
     // Each offer runs on its own, started where the worker became free: it waits neither for
     // another worker's offer nor for a beat (a hand-over's time is mostly this offer's).

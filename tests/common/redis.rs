@@ -16,13 +16,25 @@ pub struct Redis {
 
 impl Redis {
     pub fn start() -> Redis {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        Redis::start_on(port, tempfile::tempdir().unwrap())
+        Redis::start_on(free_port(), tempfile::tempdir().unwrap(), &[])
     }
 
-    fn start_on(port: u16, dir: tempfile::TempDir) -> Redis {
+    /// A replica of `master`, its copy in sync before this returns.
+    pub fn replica_of(master: &Redis) -> Redis {
+        let of = ["--replicaof".to_string(), "127.0.0.1".into(), master.port.to_string()];
+        let replica = Redis::start_on(free_port(), tempfile::tempdir().unwrap(), &of);
+        let deadline = Instant::now() + WAIT;
+        while !replica.command("INFO replication").is_some_and(|i| i.contains("master_link_status:up")) {
+            assert!(Instant::now() < deadline, "the replica on port {} never synced", replica.port);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        replica
+    }
+
+    fn start_on(port: u16, dir: tempfile::TempDir, extra: &[String]) -> Redis {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(extra)
             .arg("--dir")
             .arg(dir.path())
             .stdout(Stdio::null())
@@ -70,7 +82,58 @@ impl Redis {
         let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
         let port = self.port;
         drop(self);
-        Redis::start_on(port, dir)
+        Redis::start_on(port, dir, &[])
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A Redis Sentinel (`redis-server --sentinel`) alone in watching `master` under `name`: it
+/// declares it down after 500 ms and promotes a replica at once (quorum 1).
+pub struct Sentinel {
+    server: Redis,
+}
+
+impl Sentinel {
+    pub fn start(name: &str, master: &Redis) -> Sentinel {
+        let port = free_port();
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\nsentinel monitor {name} 127.0.0.1 {} 1\n\
+                 sentinel down-after-milliseconds {name} 500\nsentinel failover-timeout {name} 5000\n",
+                master.port
+            ),
+        )
+        .unwrap();
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server (apt-get install redis-server)");
+        let server = Redis { child, port, dir };
+        let deadline = Instant::now() + WAIT;
+        while !server.ping() {
+            assert!(Instant::now() < deadline, "the Sentinel did not answer on port {port}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Sentinel { server }
+    }
+
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.server.port)
+    }
+
+    /// The port of the master the Sentinel names `name` now.
+    pub fn master_port(&self, name: &str) -> Option<u16> {
+        let answer = self.server.command(&format!("SENTINEL get-master-addr-by-name {name}"))?;
+        answer.lines().filter(|l| !l.starts_with(['*', '$'])).nth(1)?.trim().parse().ok()
     }
 }
 
