@@ -214,7 +214,12 @@ impl ControlThread {
                     log::warn!("worker {name}: its backend is not taking any-thread calls; {call:?} dropped");
                 }
             }
-            Calls::Inline(control) => make(&**control, call),
+            Calls::Inline(control) => {
+                // Made on the caller's thread (an actor's arbiter): a panic stays here.
+                if catch_unwind(AssertUnwindSafe(|| make(&**control, call))).is_err() {
+                    log::error!("the backend panicked in {call:?}");
+                }
+            }
         }
     }
 
