@@ -84,6 +84,12 @@ pub struct RedisStore {
 /// What `snapshot.lua` answers: version, Redis's time (ms), slots (flattened), ema.
 type ViewRest = (String, String, Vec<String>, Vec<String>);
 
+/// A Sentinel's address as the crate takes it: `HOST:PORT`, or a URL with its password or TLS
+/// (`redis://:PASSWORD@HOST:PORT`, `rediss://HOST:PORT`).
+fn sentinel_url(address: &str) -> String {
+    if address.contains("://") { address.to_string() } else { format!("redis://{address}") }
+}
+
 fn store_error(e: redis::RedisError) -> ClusterError {
     ClusterError(e.to_string())
 }
@@ -134,7 +140,7 @@ impl RedisStore {
         name: String,
         lease: Duration,
     ) -> Result<Arc<RedisStore>, String> {
-        if url.starts_with("rediss://") {
+        if url.starts_with("rediss://") || sentinels.iter().any(|a| a.starts_with("rediss://")) {
             // TLS through rustls, with the provider the rest of the server uses.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
@@ -151,7 +157,7 @@ impl RedisStore {
             if url.starts_with("rediss://") {
                 node = node.set_tls_mode(redis::TlsMode::Secure);
             }
-            let addresses: Vec<String> = sentinels.iter().map(|a| format!("redis://{a}")).collect();
+            let addresses: Vec<String> = sentinels.iter().map(|a| sentinel_url(a)).collect();
             let client = SentinelClient::build(addresses, master, Some(node), SentinelServerType::Master)
                 .map_err(|e| format!("cluster.sentinels: {e}"))?;
             Target::Sentinel(Mutex::new(client))

@@ -618,9 +618,10 @@ fn cluster_spec(raw: &RawConfig, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<O
     }
     redis::Client::open(c.url.as_str()).map_err(|e| ("cluster.url".to_string(), e.to_string()))?;
     for a in &c.sentinels {
+        let url = a.starts_with("redis://") || a.starts_with("rediss://");
         let port_ok = a.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
-        if !port_ok {
-            return Err(("cluster.sentinels".into(), format!("'{a}' is not HOST:PORT")));
+        if !(url || port_ok) {
+            return Err(("cluster.sentinels".into(), format!("'{a}' is neither HOST:PORT nor a redis:// URL")));
         }
     }
     if !c.sentinels.is_empty() && c.sentinel_master.is_empty() {

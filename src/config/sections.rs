@@ -319,8 +319,10 @@ pub struct ClusterConfig {
     pub engine: String,
     /// `redis://[:PASSWORD@]HOST:PORT/DB`, or `rediss://` for TLS.
     pub url: String,
-    /// `HOST:PORT` of Redis Sentinels: the store is the master they name `sentinel_master`,
-    /// found again after a failover (`url` then gives only the password, database and TLS).
+    /// Redis Sentinels, `HOST:PORT` or a URL with their password or TLS
+    /// (`redis://:PASSWORD@HOST:PORT`, `rediss://...`): the store is the master they name
+    /// `sentinel_master`, found again after a failover (`url` then gives only the master's
+    /// password, database and TLS).
     pub sentinels: Vec<String>,
     /// The name the Sentinels monitor the store's master under.
     pub sentinel_master: String,

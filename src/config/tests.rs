@@ -113,14 +113,14 @@ fn the_cluster_section_is_checked() {
     assert!(c.cluster.unwrap().name.contains('-'), "default name HOSTNAME-PID");
     assert!(parse("[cluster]\nengine = \"none\"\n[[workers]]\n").unwrap().cluster.is_none());
     // Sentinels: the store is the master they name.
-    let sentinels = "sentinels = [\"10.0.0.5:26379\", \"sentinel-2:26379\"]\nsentinel_master = \"store\"";
+    let sentinels = "sentinels = [\"10.0.0.5:26379\", \"sentinel-2:26379\", \"rediss://:pw@s3:26380\"]\nsentinel_master = \"store\"";
     let c = parse(&format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\n{sentinels}\n")).unwrap();
     let spec = c.cluster.unwrap();
-    assert_eq!((spec.sentinels.len(), spec.sentinel_master.as_str()), (2, "store"));
+    assert_eq!((spec.sentinels.len(), spec.sentinel_master.as_str()), (3, "store"));
     let cases = [
         (
             format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nsentinels = [\"10.0.0.5\"]\n"),
-            "cluster.sentinels: '10.0.0.5' is not HOST:PORT",
+            "cluster.sentinels: '10.0.0.5' is neither HOST:PORT nor a redis:// URL",
         ),
         (
             format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nsentinels = [\"a:1\"]\nsentinel_master = \"\"\n"),
