@@ -343,22 +343,8 @@ async fn without_redis_new_clients_are_refused_and_running_sessions_go_on() {
     redis.signal("CONT");
     close(running).await;
     // Once Redis answers again, clients are served.
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let mut c = Client::connect(&g1.url("/v1/realtime?mode=audio")).await;
-        let first = c.event().await;
-        if first["type"] == "session.queue_done" || first["type"] == "session.queued" {
-            if first["type"] == "session.queued" {
-                c.until("session.queue_done").await;
-            }
-            c.send(json!({"type": "session.init", "payload": {}})).await;
-            c.expect("session.created").await;
-            close(c).await;
-            break;
-        }
-        assert!(Instant::now() < deadline, "never served after Redis came back: {first}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let (c, _) = served_when_back(&g1, Instant::now() + WAIT, "after Redis came back").await;
+    close(c).await;
     g1.wait_idle();
 }
 
@@ -432,8 +418,26 @@ async fn through_sentinels_a_failover_of_the_store_costs_a_pause_and_nothing_els
     talk(&mut running, "input_2").await;
     close(running).await;
     // Replica and node find the new master: a new client is served by the worker.
+    let (mut c, refused) = served_when_back(&g1, deadline, "after the failover").await;
+    for first in refused {
+        assert_eq!(first["error"]["code"], "service_unavailable", "{first}");
+    }
+    talk(&mut c, "input_1").await;
+    close(c).await;
+    for log in [g1.logs(), n1.logs()] {
+        assert!(log.contains("asking the Sentinels again"), "{log}");
+    }
+    assert_eq!(standby.command("SISMEMBER {og}:cap:audio n1/sim-0").as_deref(), Some(":1\r\n"));
+    check_invariants(&[n1.logs()]);
+    g1.wait_idle();
+}
+
+/// A client of `server` once the store is back: connects again every 200 ms until one is
+/// served (its session created), by `deadline`. Answers it and what the others heard first.
+async fn served_when_back(server: &Server, deadline: Instant, when: &str) -> (Client, Vec<Value>) {
+    let mut refused = Vec::new();
     loop {
-        let mut c = Client::connect(&g1.url("/v1/realtime?mode=audio")).await;
+        let mut c = Client::connect(&server.url("/v1/realtime?mode=audio")).await;
         let first = c.event().await;
         if first["type"] == "session.queue_done" || first["type"] == "session.queued" {
             if first["type"] == "session.queued" {
@@ -441,20 +445,12 @@ async fn through_sentinels_a_failover_of_the_store_costs_a_pause_and_nothing_els
             }
             c.send(json!({"type": "session.init", "payload": {}})).await;
             c.expect("session.created").await;
-            talk(&mut c, "input_1").await;
-            close(c).await;
-            break;
+            return (c, refused);
         }
-        assert_eq!(first["error"]["code"], "service_unavailable", "{first}");
-        assert!(Instant::now() < deadline, "never served after the failover: {first}");
+        assert!(Instant::now() < deadline, "never served {when}: {first}");
+        refused.push(first);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    for log in [g1.logs(), n1.logs()] {
-        assert!(log.contains("asking the Sentinels again"), "{log}");
-    }
-    assert_eq!(standby.command("SISMEMBER {og}:cap:audio n1/sim-0").as_deref(), Some(":1\r\n"));
-    check_invariants(&[n1.logs()]);
-    g1.wait_idle();
 }
 
 /// One session on `server`: served, heard, closed.

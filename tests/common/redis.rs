@@ -32,16 +32,12 @@ impl Redis {
     }
 
     fn start_on(port: u16, dir: tempfile::TempDir, extra: &[String]) -> Redis {
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(extra)
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server (apt-get install redis-server)");
-        let redis = Redis { child, port, dir };
+        let port_arg = port.to_string();
+        let dir_arg = dir.path().to_string_lossy().to_string();
+        let mut args = vec!["--port", &port_arg, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"];
+        args.extend(extra.iter().map(String::as_str));
+        args.extend(["--dir", &dir_arg]);
+        let redis = Redis { child: spawn(&args), port, dir };
         let deadline = Instant::now() + WAIT;
         while !redis.ping() {
             assert!(Instant::now() < deadline, "redis-server did not answer on port {port}");
@@ -86,6 +82,16 @@ impl Redis {
     }
 }
 
+/// `redis-server` with `args`, its output dropped.
+fn spawn(args: &[&str]) -> Child {
+    Command::new("redis-server")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server (apt-get install redis-server)")
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -110,14 +116,7 @@ impl Sentinel {
             ),
         )
         .unwrap();
-        let child = Command::new("redis-server")
-            .arg(&conf)
-            .arg("--sentinel")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server (apt-get install redis-server)");
-        let server = Redis { child, port, dir };
+        let server = Redis { child: spawn(&[&conf.to_string_lossy(), "--sentinel"]), port, dir };
         let deadline = Instant::now() + WAIT;
         // Answered (-NOAUTH without the password): it is up.
         while server.command("PING").is_none_or(|a| a.is_empty()) {
