@@ -4,8 +4,8 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use omni_actors::dialect::Dialect;
 use omni_actors::domain::{Mode, StepKind, StepOutcome};
+use omni_actors::edge::dialect::Dialect;
 use omni_actors::protocol::{Inbound, Outbound};
 use omni_gateway::dialect::Limits;
 use omni_gateway::dialect::minicpm::Current;

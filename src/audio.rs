@@ -204,7 +204,7 @@ pub fn wav_to_16k_mono(bytes: &[u8], limits: AudioLimits) -> Result<Vec<f32>, St
     resample(&mono, rate, 16000)
 }
 
-pub use omni_actors::recorder::{to_i24, wav_spec};
+pub use omni_actors::observe::recorder::{to_i24, wav_spec};
 
 /// Writes mono float32 samples as a 24-bit PCM WAV file.
 pub fn encode_wav(samples: &[f32], rate: u32) -> Vec<u8> {

@@ -1,18 +1,29 @@
 //! omni-gateway: the server around the actor system of `omni-actors`.
 //!
-//! `config` loads `config.toml`; `backend` drives backends through the C ABI.
+//! # Layout
+//!
+//! - [`config`]: `config.toml` into typed sections, each checking itself.
+//! - [`roles`]: what the binary runs as: a single [`roles::gateway`], a [`roles::replica`] of a
+//!   cluster, or a [`roles::node`] serving its workers to gateways. Each starts the same actors.
+//! - [`http`]: the HTTP server of a gateway or replica: the realtime endpoints, the operator
+//!   routes and the pages, API keys and TLS, graceful shutdown.
+//! - [`transport`]: the edges between a client's connection and its session (the WebSocket's).
+//! - [`dialect`]: the wire formats clients speak (MiniCPM-o, its earlier dialect, OpenAI/Qwen).
+//! - [`backend`]: what a worker runs: the C ABI in a thread or a child process, a node's worker,
+//!   a MiniCPM-o worker.
+//! - [`link`]: the protocol between a gateway and a node, used by both.
+//! - [`store`]: the store replicas and nodes share (Redis).
+//! - [`observe`]: the subscribers of session and worker events (recorder, usage, webhooks) and
+//!   the recordings on disk.
 
 pub mod audio;
-pub mod auth;
 pub mod backend;
-pub mod cluster;
 pub mod config;
 pub mod dialect;
-pub mod node;
-pub mod recordings;
-pub mod routes;
-pub mod server;
-pub mod socket;
-pub mod subscribers;
+pub mod http;
+pub mod link;
+pub mod observe;
+pub mod roles;
+pub mod store;
 pub mod tools;
-pub mod webhooks;
+pub mod transport;

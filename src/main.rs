@@ -51,14 +51,14 @@ fn main() -> ExitCode {
         .init();
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => match Config::load(&cli.config) {
-            Ok(config) => report(omni_gateway::server::run(config)),
+            Ok(config) => report(omni_gateway::http::run(config)),
             Err(e) => {
                 eprintln!("{e}");
                 ExitCode::FAILURE
             }
         },
         Command::Node => match Config::load(&cli.config) {
-            Ok(config) => report(omni_gateway::node::run(config)),
+            Ok(config) => report(omni_gateway::roles::node::run(config)),
             Err(e) => {
                 eprintln!("{e}");
                 ExitCode::FAILURE
@@ -96,7 +96,7 @@ fn check_config(path: &std::path::Path) -> ExitCode {
     let file = path.display();
     let mut failed = false;
     if let Some((cert, key)) = &config.tls
-        && let Err(e) = omni_gateway::server::tls_config("server.tls", cert, key)
+        && let Err(e) = omni_gateway::http::tls_config("server.tls", cert, key)
     {
         eprintln!("{file}: {e}");
         failed = true;
@@ -108,7 +108,7 @@ fn check_config(path: &std::path::Path) -> ExitCode {
                 println!("{file}: will listen on {addr} (something listens there now: a running server?)")
             }
             Err(e) => {
-                eprintln!("{file}: server.bind: {}", omni_gateway::server::listen_error(*addr, &e));
+                eprintln!("{file}: server.bind: {}", omni_gateway::http::listen_error(*addr, &e));
                 failed = true;
             }
         }
@@ -192,7 +192,7 @@ fn check_config(path: &std::path::Path) -> ExitCode {
     }
     if let Some(node) = &config.node {
         if let Some((cert, key)) = &node.tls
-            && let Err(e) = omni_gateway::server::tls_config("node.tls", cert, key)
+            && let Err(e) = omni_gateway::http::tls_config("node.tls", cert, key)
         {
             eprintln!("{file}: {e}");
             failed = true;

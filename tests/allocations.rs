@@ -6,8 +6,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use omni_actors::dialect::Dialect;
 use omni_actors::domain::{Mode, StepKind, StepOutcome};
+use omni_actors::edge::dialect::Dialect;
 use omni_actors::protocol::{Inbound, Outbound};
 use omni_gateway::dialect::Limits;
 use omni_gateway::dialect::legacy::Legacy;

@@ -348,8 +348,8 @@ async fn the_browser_page_talks_to_the_cpu_model() {
 #[ignore = "needs the models and the cascade libraries: ./test.sh fetches, builds and runs it"]
 fn info_tells_the_truth_and_interrupt_cuts_an_answer_from_another_thread() {
     let _one = one_at_a_time();
-    use omni_actors::backend::{Backend, BackendError};
     use omni_actors::domain::{ChatMessage, Role, SessionKind, SessionSetup, TurnInput};
+    use omni_actors::edge::backend::{Backend, BackendError};
     use omni_gateway::backend::BackendApi;
 
     let _ = models();

@@ -663,104 +663,41 @@ async fn nemesis(seed: u64) {
     }
 }
 
+/// The cluster's store and a replica's rules, by the suite the in-memory store passes in the
+/// actors' unit tests: each scenario under its own prefix of one Redis.
 #[tokio::test]
 #[ignore = "needs redis-server; ./test.sh runs it"]
-async fn the_store_keeps_one_fifo_across_modes_with_places_kept_and_leases() {
-    use omni_actors::cluster::{Coordinator, Enqueued};
-    use omni_actors::domain::Mode;
-    use omni_gateway::cluster::redis::{Offered, RedisStore, SlotReport};
+async fn the_cluster_suite_passes_against_redis() {
+    use omni_actors::edge::coordinator::{Coordinator, NodeStore};
+    use omni_actors::queue::cluster::suite::{self, Cluster, Stores, Wait};
+    use omni_gateway::store::redis::RedisStore;
 
-    let redis = Redis::start();
-    let lease = Duration::from_secs(5);
-    let gw = RedisStore::new(&redis.url(), "og", "g1".into(), lease).unwrap();
-    let node = RedisStore::new(&redis.url(), "og", "n1".into(), lease).unwrap();
-    assert!(!gw.beat().await.unwrap().known, "a new replica is not known yet");
-    assert!(gw.beat().await.unwrap().known);
-    let busy =
-        |slot: &str, modes: &str| SlotReport { slot: slot.into(), state: "busy", modes: modes.into(), tag: "0".into() };
-    node.node_beat("127.0.0.1:7100", Duration::from_secs(1), &[busy("n1/a", "audio")]).await.unwrap();
-    assert_eq!(gw.enqueue(Mode::Video, None, 10).await.unwrap(), Enqueued::Unavailable, "no worker serves video");
-    node.node_beat("127.0.0.1:7100", Duration::from_secs(1), &[busy("n1/a", "audio"), busy("n1/v", "video,audio")])
-        .await
-        .unwrap();
-
-    let waiting = |e: Enqueued| match e {
-        Enqueued::Waiting { ticket, position, .. } => (ticket, position),
-        other => panic!("expected to wait: {other:?}"),
-    };
-    let (t1, p1) = waiting(gw.enqueue(Mode::Audio, None, 10).await.unwrap());
-    let (t2, p2) = waiting(gw.enqueue(Mode::Video, None, 10).await.unwrap());
-    let (t3, p3) = waiting(gw.enqueue(Mode::Audio, None, 3).await.unwrap());
-    assert_eq!((p1, p2, p3), (1, 2, 3));
-    assert!(t1 < t2 && t2 < t3, "tickets are numbered in order");
-    assert_eq!(gw.enqueue(Mode::Audio, None, 3).await.unwrap(), Enqueued::Full { length: 3 });
-
-    // An audio-only worker takes the first audio ticket; the other takes the older video one.
-    let queued = |ticket| Offered::Assigned { ticket, push: None };
-    // (Replicas with links open to the node get their grants pushed; g1 has none.)
-    let offered = node.offer("n1/a", "x1", "audio", "127.0.0.1:7100", None, "g0,g10").await.unwrap();
-    assert_eq!(offered, queued(t1));
-    assert_eq!(node.offer("n1/v", "y1", "video,audio", "127.0.0.1:7100", None, "").await.unwrap(), queued(t2));
-    let g1 = gw.grants(Duration::from_millis(100)).await.unwrap();
-    assert_eq!((g1[0].ticket, g1[0].slot.as_str(), g1[0].nonce.as_str()), (t1, "n1/a", "x1"));
-    let g2 = gw.grants(Duration::from_millis(100)).await.unwrap();
-    assert_eq!((g2[0].ticket, g2[0].worker(), g2[0].mode), (t2, "v", Mode::Video));
-    // Granted tickets keep their places until claimed.
-    let view = gw.snapshot().await.unwrap();
-    let order: Vec<(u64, bool)> = view.tickets.iter().map(|t| (t.ticket, t.granted)).collect();
-    assert_eq!(order, [(t1, true), (t2, true), (t3, false)]);
-
-    // The node refused t1's grant (a stale nonce): t1 waits again, first; a requeue with a nonce
-    // that is not the grant's does nothing.
-    assert!(!gw.requeue(&omni_actors::cluster::Grant { nonce: "other".into(), ..g1[0].clone() }).await.unwrap());
-    assert!(gw.requeue(&g1[0]).await.unwrap());
-    gw.claim(t2).await.unwrap();
-    let view = gw.snapshot().await.unwrap();
-    let order: Vec<(u64, bool)> = view.tickets.iter().map(|t| (t.ticket, t.granted)).collect();
-    assert_eq!(order, [(t1, false), (t3, false)]);
-    assert!(
-        view.slots.iter().any(|s| s.slot == "n1/v" && s.state == "busy" && s.busy.map(|b| b.0) == Some(Mode::Video))
-    );
-
-    // A session of 30 s ended on n1/v: its next offer feeds the average, and takes t1 (the head);
-    // g1 keeps a link open to the node now: the grant is for the node to push, not on g1's list.
-    let ended = Some((Mode::Video, Duration::from_secs(30)));
-    let offered = node.offer("n1/v", "y2", "video,audio", "127.0.0.1:7100", ended, "g0,g1").await.unwrap();
-    assert_eq!(offered, Offered::Assigned { ticket: t1, push: Some(("g1".into(), Mode::Audio)) });
-    assert!(gw.grants(Duration::from_millis(50)).await.unwrap().is_empty(), "a pushed grant is not listed");
-    assert_eq!(gw.snapshot().await.unwrap().average_s[Mode::Video.index()], Some(30.0));
-    // A grant the node could not push after all goes on the list, as the scripts write it.
-    let pushed = omni_gateway::node::wire::PushedGrant {
-        ticket: t1,
-        slot: "n1/v".into(),
-        addr: "127.0.0.1:7100".into(),
-        nonce: "y2".into(),
-        mode: Mode::Audio,
-    };
-    node.deliver("g1", &pushed).await.unwrap();
-    let g = gw.grants(Duration::from_millis(100)).await.unwrap();
-    assert_eq!((g[0].ticket, g[0].slot.as_str(), g[0].nonce.as_str(), g[0].mode), (t1, "n1/v", "y2", Mode::Audio));
-
-    // Cancelled on any replica: its gateway hears it at its next beat.
-    assert!(gw.cancel(t3).await.unwrap());
-    assert_eq!(gw.beat().await.unwrap().cancelled, [t3]);
-
-    // A replica whose lease runs out is retired by whoever beats next; its tickets leave.
-    let short = RedisStore::new(&redis.url(), "og", "g2".into(), Duration::from_millis(200)).unwrap();
-    short.beat().await.unwrap();
-    let (t4, _) = waiting(short.enqueue(Mode::Audio, None, 10).await.unwrap());
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    gw.beat().await.unwrap();
-    assert!(gw.snapshot().await.unwrap().tickets.iter().all(|t| t.ticket != t4), "the dead replica's ticket left");
-    // It beats again: it was forgotten, and enqueues its client again with the same ticket.
-    assert!(!short.beat().await.unwrap().known);
-    assert_eq!(waiting(short.enqueue(Mode::Audio, Some(t4), 10).await.unwrap()).0, t4);
-    // A ticket enqueued again with its number after newer ones is shown in its place.
-    let (t5, _) = waiting(gw.enqueue(Mode::Audio, None, 10).await.unwrap());
-    assert!(gw.leave(t4).await.unwrap());
-    assert_eq!(waiting(short.enqueue(Mode::Audio, Some(t4), 10).await.unwrap()).0, t4);
-    let order: Vec<u64> = gw.snapshot().await.unwrap().tickets.iter().map(|t| t.ticket).collect();
-    assert_eq!(order, [t1, t4, t5], "t1 keeps its place while granted");
+    struct OnRedis(std::sync::Arc<Redis>);
+    struct Scenario {
+        redis: std::sync::Arc<Redis>,
+        prefix: String,
+    }
+    impl Stores for OnRedis {
+        fn open(&self, scenario: &str) -> Box<dyn Cluster> {
+            Box::new(Scenario { redis: self.0.clone(), prefix: scenario.to_string() })
+        }
+    }
+    impl Cluster for Scenario {
+        fn replica(&self, name: &str, lease: Duration) -> std::sync::Arc<dyn Coordinator> {
+            RedisStore::new(&self.redis.url(), &self.prefix, name.into(), lease).unwrap()
+        }
+        fn node(&self, name: &str, lease: Duration) -> std::sync::Arc<dyn NodeStore> {
+            RedisStore::new(&self.redis.url(), &self.prefix, name.into(), lease).unwrap()
+        }
+        fn pass(&self, by: Duration) -> Wait<'_> {
+            Box::pin(tokio::time::sleep(by))
+        }
+        fn wipe(&self) -> Wait<'_> {
+            assert!(self.redis.command("FLUSHALL").is_some_and(|a| a.starts_with("+OK")));
+            Box::pin(std::future::ready(()))
+        }
+    }
+    suite::run(&OnRedis(std::sync::Arc::new(Redis::start()))).await;
 }
 
 /// The YAML documents of a file under `deploy/`.

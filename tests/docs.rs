@@ -31,7 +31,7 @@ fn documented_metrics() -> BTreeSet<String> {
 
 #[test]
 fn every_metric_defined_is_documented_and_nothing_else() {
-    let defined: BTreeSet<String> = omni_actors::metrics::metrics().names().iter().cloned().collect();
+    let defined: BTreeSet<String> = omni_actors::observe::metrics::metrics().names().iter().cloned().collect();
     let documented = documented_metrics();
     assert_eq!(
         defined.difference(&documented).collect::<Vec<_>>(),

@@ -106,7 +106,7 @@ fn webhook(receiver: &Receiver, events: &[&str], extra: &str) -> String {
 
 fn signed(r: &Received) -> bool {
     let stamp = r.header("X-Omni-Timestamp").unwrap_or_default();
-    let expected = omni_gateway::webhooks::sign(SECRET, stamp, &r.body);
+    let expected = omni_gateway::observe::webhooks::sign(SECRET, stamp, &r.body);
     r.header("X-Omni-Signature") == Some(format!("sha256={expected}").as_str())
 }
 

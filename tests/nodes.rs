@@ -105,7 +105,7 @@ async fn a_wrong_token_is_refused() {
 
 #[tokio::test]
 async fn a_stranger_announcing_a_huge_hello_is_cut_off_before_it_is_buffered() {
-    use omni_gateway::node::wire::{FromNode, PROTOCOL, ToNode, read_frame, write_frame};
+    use omni_gateway::link::wire::{FromNode, PROTOCOL, ToNode, read_frame, write_frame};
     use tokio::io::AsyncWriteExt;
     let node = Node::start(&workers(1, ""), "");
     // 100 MiB announced, before any token: the node ends the connection at once instead of
@@ -279,7 +279,7 @@ fn check_config_reaches_each_node_and_reports_what_it_serves() {
 
 #[tokio::test]
 async fn a_link_kept_open_for_grants_checks_the_token_answers_pings_and_takes_nothing_else() {
-    use omni_gateway::node::wire::{FromNode, PROTOCOL, ToNode, read_frame, write_frame};
+    use omni_gateway::link::wire::{FromNode, PROTOCOL, ToNode, read_frame, write_frame};
     let node = Node::start(&workers(1, ""), "");
     let standby = |token: &str| ToNode::Standby { protocol: PROTOCOL, token: token.into(), gateway: "test".into() };
     let mut buf = Vec::new();

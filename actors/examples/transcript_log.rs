@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use actix::prelude::*;
-use omni_actors::events::*;
+use omni_actors::observe::events::*;
 
 /// One session's transcript, for the actor.
 #[derive(Message)]
@@ -78,7 +78,7 @@ impl SessionSink for TranscriptSink {
     }
 }
 
-/// Registering it is one line in the gateway's `src/subscribers.rs`:
+/// Registering it is one line in the gateway's `src/observe/mod.rs`:
 /// `list.push(Arc::new(transcript_log()));`
 fn transcript_log() -> TranscriptSubscriber {
     let actor = TranscriptLog.start().recipient();
@@ -103,7 +103,8 @@ fn main() {
         sinks.publish(SessionEvent::Output(Output::Transcript { seq: 1, text: "(1.5 seconds of speech)" }));
         let (text, input_tokens, output_tokens, cancelled) = ("Hello!", 12, 2, false);
         sinks.publish(SessionEvent::Output(Output::TurnDone { seq: 1, text, input_tokens, output_tokens, cancelled }));
-        let meta = omni_actors::recording::SessionMeta { close_reason: "user_stop".into(), ..Default::default() };
+        let meta =
+            omni_actors::observe::recording::SessionMeta { close_reason: "user_stop".into(), ..Default::default() };
         sinks.publish(SessionEvent::Closed { meta: &meta });
         actix::clock::sleep(std::time::Duration::from_millis(100)).await;
     });

@@ -1,42 +1,43 @@
-//! omni-actors: the actor system of omni-gateway on domain types.
+//! omni-actors: the actor system of omni-gateway, on domain types.
 //!
-//! - [`queue_actor::QueueActor`] on the rules of [`queue::QueueState`]: fair FIFO, positions, ETA.
-//! - [`pool_actor::WorkerPoolActor`] on [`pool::PoolState`]: workers, their states, restarts.
-//! - [`session::SessionActor`], one per WebSocket, on [`session_state::SessionState`].
-//! - [`backend_actor::BackendActor`], one per worker, owning a [`worker_thread::WorkerThread`];
-//!   its mailbox rules are [`worker_policy::WorkerPolicy`] (drop policy: [`pending::Pending`]).
+//! # Layout
 //!
-//! The server crate (`src/`) plugs in its edges: wire dialects ([`dialect::Dialect`]) and
-//! backends ([`backend::Backend`]). Nothing in this crate knows JSON or C.
+//! One session, across the actors:
+//!
+//! 1. A client connects; the server's transport edge starts a [`session::SessionActor`] and
+//!    hands it whole messages ([`session::messages::FromClient`]). The session decodes them
+//!    with its [`edge::dialect::Dialect`] and answers through the edge
+//!    ([`session::messages::ToClient`]).
+//! 2. It joins its queue through a [`queue::messages::QueuePort`]: a [`queue::local::QueueActor`]
+//!    in one process, or a [`queue::cluster::ClusterQueueActor`] on a replica of a cluster.
+//!    Positions and ETAs come back as [`session::messages::QueueNotice`]s, paced by
+//!    [`queue::pacer`].
+//! 3. The [`pool::WorkerPoolActor`] owns every worker's [`worker::BackendActor`]: configured,
+//!    a node's, or lent by the cluster for one session. It tells the queue which are idle
+//!    through a [`queue::messages::WorkerFeed`]; the queue hands one to the session
+//!    ([`worker::messages::WorkerLink`]).
+//! 4. The session attaches to the worker and sends it chunks and turns
+//!    ([`worker::messages`]). The BackendActor's mailbox rules ([`worker::policy`]) drop the
+//!    oldest chunk when the client runs ahead, let force-listen overtake the backlog, and fail a
+//!    step past its deadline; its thread ([`worker::thread`]) calls the [`edge::backend::Backend`].
+//!    Results go straight to the session ([`session::messages::BackendEvent`]).
+//! 5. Everything that happens is published to the subscribers ([`observe::events`]): the
+//!    recorder, usage, webhooks. When the session ends it detaches; the worker resets and is
+//!    offered again.
+//!
+//! Each part is a folder: its actor in `mod.rs`, its messages in `messages.rs` (addressed
+//! through ports of recipients, so no actor imports another), its rules in a plain struct
+//! tested without a runtime (`state.rs`, `policy.rs`, `flow.rs`).
 
-pub mod backend;
-pub mod backend_actor;
-pub mod cluster;
-pub mod cluster_queue_actor;
-pub mod dialect;
 pub mod domain;
-pub mod events;
-pub mod fanout;
+pub mod edge;
 pub mod ids;
-pub mod inbound_limits;
-pub mod metrics;
-pub mod outgoing;
-pub mod pending;
+pub mod observe;
 pub mod pool;
-pub mod pool_actor;
 pub mod protocol;
 pub mod queue;
-pub mod queue_actor;
-pub mod recorder;
-pub mod recording;
-pub mod registry;
 pub mod session;
-pub mod session_flow;
-pub mod session_state;
-pub mod spare_threads;
-pub mod usage;
-pub mod worker_policy;
-pub mod worker_thread;
+pub mod worker;
 
-pub use backend::{Backend, BackendControl, BackendError, run_duplex_step};
-pub use worker_thread::{BackendFactory, WorkerThread};
+pub use edge::backend::{Backend, BackendControl, BackendError, run_duplex_step};
+pub use worker::thread::{BackendFactory, WorkerThread};

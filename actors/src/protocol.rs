@@ -123,13 +123,14 @@ pub enum CloseReason {
     ServerShutdown,
     /// An operator cancelled the waiting ticket.
     Cancelled,
-    /// The session was refused or ended by a server error (queue full, no worker...).
-    Rejected(&'static str),
-    /// The client sent something that cannot be parsed (close 1003), too large (1009),
-    /// too fast for too long (`rate_limited`, 1008), a fragmented message it never
-    /// finished (`message_timeout`, 1008), or one while every connection's unfinished
-    /// messages filled their budget (`fragments_full`, 1013).
-    ProtocolViolation(&'static str),
+    /// The session was refused or ended by an error the client was told (queue full, no
+    /// worker, unknown model...): its code, and the close code that follows it.
+    Rejected {
+        code: &'static str,
+        close_code: u16,
+    },
+    /// The client broke the protocol; the violation names the close code.
+    ProtocolViolation(Violation),
     /// The client does not read its output; the outgoing buffer overflowed.
     SlowConsumer,
 }
@@ -145,8 +146,8 @@ impl CloseReason {
             CloseReason::BackendError(_) => "backend_error",
             CloseReason::ServerShutdown => "server_shutdown",
             CloseReason::Cancelled => "cancelled",
-            CloseReason::Rejected(code) => code,
-            CloseReason::ProtocolViolation(what) => what,
+            CloseReason::Rejected { code, .. } => code,
+            CloseReason::ProtocolViolation(v) => v.as_str(),
             CloseReason::SlowConsumer => "slow_consumer",
         }
     }
@@ -163,10 +164,15 @@ impl CloseReason {
             CloseReason::BackendError(_) => "backend_error",
             CloseReason::ServerShutdown => "server_shutdown",
             CloseReason::Cancelled => "cancelled",
-            CloseReason::Rejected(code) => code,
-            CloseReason::ProtocolViolation(what) => what,
+            CloseReason::Rejected { code, .. } => code,
+            CloseReason::ProtocolViolation(v) => v.as_str(),
             CloseReason::SlowConsumer => "slow_consumer",
         }
+    }
+
+    /// A session refused with `e`, which the client was told (`None`: `e` does not end it).
+    pub fn rejected(e: &ProtocolError) -> Option<CloseReason> {
+        e.close_code().map(|close_code| CloseReason::Rejected { code: e.code(), close_code })
     }
 
     /// The WebSocket close code for this ending.
@@ -175,13 +181,8 @@ impl CloseReason {
             CloseReason::Client(_) | CloseReason::Timeout | CloseReason::ContextFull | CloseReason::Cancelled => 1000,
             CloseReason::ServerShutdown => 1001,
             CloseReason::BackendError(_) => 1011,
-            CloseReason::Rejected("model_not_found") => 1008,
-            CloseReason::Rejected(_) => 1013,
-            CloseReason::ProtocolViolation("message_too_big") => 1009,
-            CloseReason::ProtocolViolation("internal_error") => 1011,
-            CloseReason::ProtocolViolation("rate_limited" | "message_timeout") => 1008,
-            CloseReason::ProtocolViolation("fragments_full") => 1013,
-            CloseReason::ProtocolViolation(_) => 1003,
+            CloseReason::Rejected { close_code, .. } => *close_code,
+            CloseReason::ProtocolViolation(v) => v.close_code(),
             CloseReason::SlowConsumer => 1008,
             CloseReason::ClientGone | CloseReason::HeartbeatTimeout => 1000,
         }
@@ -195,9 +196,65 @@ impl CloseReason {
             CloseReason::ClientGone
                 | CloseReason::HeartbeatTimeout
                 | CloseReason::SlowConsumer
-                | CloseReason::Rejected(_)
+                | CloseReason::Rejected { .. }
                 | CloseReason::ProtocolViolation(_)
         )
+    }
+}
+
+/// How a client broke the protocol. Each names its close code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Violation {
+    /// A frame that is not JSON, or not an object (1003).
+    InvalidJson,
+    /// A text message that is not UTF-8 (1003).
+    InvalidUtf8,
+    /// A binary frame: every dialect speaks text (1003).
+    BinaryFrame,
+    /// A continuation frame with no message started (1003).
+    InvalidFrame,
+    /// A WebSocket protocol error (1003).
+    ProtocolError,
+    /// A message over `server.max_frame_bytes` (1009).
+    MessageTooBig,
+    /// Messages over the rate for too long (1008).
+    RateLimited,
+    /// A fragmented message not finished within `server.message_timeout_s` (1008).
+    MessageTimeout,
+    /// A fragmented message while every connection's unfinished ones fill their budget (1013).
+    FragmentsFull,
+    /// The dialect failed on the client's frame (a bug: 1011).
+    InternalError,
+}
+
+impl Violation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Violation::InvalidJson => "invalid_json",
+            Violation::InvalidUtf8 => "invalid_utf8",
+            Violation::BinaryFrame => "binary_frame",
+            Violation::InvalidFrame => "invalid_frame",
+            Violation::ProtocolError => "protocol_error",
+            Violation::MessageTooBig => "message_too_big",
+            Violation::RateLimited => "rate_limited",
+            Violation::MessageTimeout => "message_timeout",
+            Violation::FragmentsFull => "fragments_full",
+            Violation::InternalError => "internal_error",
+        }
+    }
+
+    pub fn close_code(self) -> u16 {
+        match self {
+            Violation::InvalidJson
+            | Violation::InvalidUtf8
+            | Violation::BinaryFrame
+            | Violation::InvalidFrame
+            | Violation::ProtocolError => 1003,
+            Violation::MessageTooBig => 1009,
+            Violation::RateLimited | Violation::MessageTimeout => 1008,
+            Violation::FragmentsFull => 1013,
+            Violation::InternalError => 1011,
+        }
     }
 }
 

@@ -12,10 +12,10 @@ use std::ptr;
 use std::sync::Arc;
 
 use libloading::Library;
-use omni_actors::backend::{Backend, BackendControl, BackendError};
 use omni_actors::domain::{
     BackendInfo, DuplexChunk, Role, SessionKind, SessionSetup, StepKind, StepPiece, TurnInput, TurnPiece,
 };
+use omni_actors::edge::backend::{Backend, BackendControl, BackendError};
 use parking_lot::RwLock;
 use thiserror::Error;
 

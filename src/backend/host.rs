@@ -16,7 +16,7 @@ use std::os::fd::FromRawFd;
 use std::sync::mpsc;
 use std::thread;
 
-use omni_actors::backend::{Backend, BackendControl, BackendError};
+use omni_actors::edge::backend::{Backend, BackendControl, BackendError};
 
 use super::BackendApi;
 use super::ipc::{FromHost, ToHost, Value, read_frame, write_frame};

@@ -9,8 +9,8 @@
 
 use std::io::{self, Read, Write};
 
-use omni_actors::backend::BackendError;
 use omni_actors::domain::{BackendInfo, DuplexChunk, SessionSetup, StepOutcome, StepPiece, TurnInput, TurnPiece};
+use omni_actors::edge::backend::BackendError;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 

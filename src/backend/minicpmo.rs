@@ -24,12 +24,12 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use omni_actors::backend::{Backend, BackendControl, BackendError};
 use omni_actors::domain::{
     BackendInfo, ChatMessage, DuplexChunk, Role, SessionKind, SessionSetup, StepKind, StepOutcome, StepPiece,
     TurnInput, TurnPiece,
 };
-use omni_actors::metrics::metrics;
+use omni_actors::edge::backend::{Backend, BackendControl, BackendError};
+use omni_actors::observe::metrics::metrics;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tungstenite::client::IntoClientRequest;

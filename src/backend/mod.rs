@@ -10,14 +10,14 @@ pub(crate) mod ipc;
 pub mod minicpmo;
 pub mod process;
 pub mod remote;
-pub mod standby;
+
 mod sys;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use omni_actors::backend::{Backend, BackendError};
-use omni_actors::worker_thread::{BackendFactory, Opener};
+use omni_actors::edge::backend::{Backend, BackendError};
+use omni_actors::worker::thread::{BackendFactory, Opener};
 
 pub use ffi::{BackendApi, FfiBackend, FfiControl, LoadError};
 pub use process::{HostSpec, ProcessBackend};
@@ -76,9 +76,9 @@ pub fn node_factory(link: NodeLink, worker: String, gateway: String) -> BackendF
 /// to its node with the grant's nonce (`link` carries the token, TLS and heartbeat settings).
 pub fn grant_opener(
     link: NodeLink,
-    grant: &omni_actors::cluster::Grant,
+    grant: &omni_actors::edge::coordinator::Grant,
     gateway: String,
-    standby: Arc<standby::Standby>,
+    standby: Arc<crate::link::standby::Standby>,
 ) -> Opener {
     let mut link = link;
     link.name = grant.slot.split_once('/').map_or(grant.slot.as_str(), |(node, _)| node).to_string();
@@ -91,7 +91,7 @@ pub fn grant_opener(
     if let Some(backend) = remote::RemoteBackend::pushed(&link, &worker, &grant.nonce, &standby) {
         return Opener::Open(Box::new(backend));
     }
-    let attach = crate::node::wire::AttachGrant { ticket: grant.ticket, nonce: grant.nonce.clone(), mode: grant.mode };
+    let attach = crate::link::wire::AttachGrant { ticket: grant.ticket, nonce: grant.nonce.clone(), mode: grant.mode };
     // Through the store: links are kept open to the node (watched above) for the next ones.
     Opener::Factory(Arc::new(move || {
         let backend = remote::RemoteBackend::attach(&link, &worker, &gateway, Some(attach.clone()))?;

@@ -21,8 +21,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use omni_actors::backend::{Backend, BackendControl, BackendError};
 use omni_actors::domain::{BackendInfo, DuplexChunk, SessionSetup, StepOutcome, StepPiece, TurnInput, TurnPiece};
+use omni_actors::edge::backend::{Backend, BackendControl, BackendError};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 

@@ -1,5 +1,5 @@
 //! A worker on a node (`[[nodes]]`), driven from the gateway: the gateway's side of the
-//! node protocol ([`crate::node::wire`]).
+//! node protocol ([`crate::roles::node::wire`]).
 //!
 //! [`RemoteBackend`] is a [`Backend`] like any other behind a BackendActor. Its socket is
 //! served by two tasks on a small runtime of its own (`node-io`): a writer that sends calls,
@@ -12,25 +12,25 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use std::time::Duration;
 
-use omni_actors::backend::{Backend, BackendControl, BackendError};
 use omni_actors::domain::{BackendInfo, DuplexChunk, SessionSetup, StepOutcome, StepPiece, TurnInput, TurnPiece};
-use omni_actors::metrics::metrics;
+use omni_actors::edge::backend::{Backend, BackendControl, BackendError};
+use omni_actors::observe::metrics::metrics;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc as tmpsc, oneshot};
 use tokio::time::{Instant, timeout};
 
 use super::ipc::{ToHost, Value};
-use super::standby::Standby;
 use crate::config::NodeLink;
-use crate::node::wire::{
+use crate::link::standby::Standby;
+use crate::link::wire::{
     AttachGrant, Frames, FromNode, NodeWorker, PROTOCOL, ToNode, frames, next_frame, read_frame, write_frame,
 };
 
 /// How long connecting (TCP, TLS, the hello and its answer) may take.
-pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The runtime that serves every node link's socket.
-pub(super) fn io() -> &'static tokio::runtime::Runtime {
+pub(crate) fn io() -> &'static tokio::runtime::Runtime {
     static IO: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     IO.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
@@ -42,11 +42,11 @@ pub(super) fn io() -> &'static tokio::runtime::Runtime {
     })
 }
 
-pub(super) trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
+pub(crate) trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
 
 /// TCP (and TLS when the link has a `ca`) to the node, with its first frame sent.
-pub(super) async fn connect(link: &NodeLink, hello: &ToNode) -> Result<Box<dyn Stream>, String> {
+pub(crate) async fn connect(link: &NodeLink, hello: &ToNode) -> Result<Box<dyn Stream>, String> {
     let tcp = tokio::net::TcpStream::connect(&link.address).await.map_err(|e| format!("cannot connect: {e}"))?;
     let _ = tcp.set_nodelay(true);
     let mut stream: Box<dyn Stream> = match &link.ca {

@@ -204,9 +204,9 @@ impl Config {
     }
 
     /// What one connection may send, per second (none when `max_messages_per_s` is 0).
-    pub fn message_rate(&self) -> Option<omni_actors::inbound_limits::RateLimit> {
+    pub fn message_rate(&self) -> Option<crate::transport::limits::RateLimit> {
         let s = &self.server;
-        (s.max_messages_per_s > 0.0).then(|| omni_actors::inbound_limits::RateLimit {
+        (s.max_messages_per_s > 0.0).then(|| crate::transport::limits::RateLimit {
             per_second: s.max_messages_per_s,
             burst: s.max_messages_burst,
             abuse_after: Duration::from_secs(5),
@@ -385,7 +385,7 @@ fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid>
     recording.dir = resolve(&recording.dir);
 
     for (i, key) in raw.auth.api_keys.iter().enumerate() {
-        crate::auth::check_key(key).map_err(|e| (format!("auth.api_keys[{i}]"), e))?;
+        crate::http::auth::check_key(key).map_err(|e| (format!("auth.api_keys[{i}]"), e))?;
     }
     let api_keys_file = (!raw.auth.api_keys_file.is_empty()).then(|| resolve(Path::new(&raw.auth.api_keys_file)));
     let mut api_keys = raw.auth.api_keys.clone();
@@ -397,7 +397,7 @@ fn validate(raw: RawConfig, path: &Path, base: &Path) -> Result<Config, Invalid>
         return Err(("auth.admin_key".into(), "has spaces around it: remove them".into()));
     }
     if !admin.is_empty() {
-        crate::auth::check_key(admin).map_err(|e| ("auth.admin_key".to_string(), e))?;
+        crate::http::auth::check_key(admin).map_err(|e| ("auth.admin_key".to_string(), e))?;
     }
     let admin_key = (!raw.auth.admin_key.is_empty()).then(|| raw.auth.admin_key.clone());
 
@@ -518,17 +518,17 @@ fn webhook(w: &WebhookEntry, i: usize) -> Result<WebhookSpec, Invalid> {
         return Err(("url".into(), format!("'{}' must start with http:// or https://", w.url)));
     }
     if w.events.is_empty() {
-        return Err(("events".into(), format!("name at least one of {}", crate::webhooks::EVENTS.join(", "))));
+        return Err(("events".into(), format!("name at least one of {}", crate::observe::webhooks::EVENTS.join(", "))));
     }
     for (j, e) in w.events.iter().enumerate() {
-        if !crate::webhooks::EVENTS.contains(&e.as_str()) {
+        if !crate::observe::webhooks::EVENTS.contains(&e.as_str()) {
             return Err((
                 format!("events[{j}]"),
-                format!("'{e}' is not one of {}", crate::webhooks::EVENTS.join(", ")),
+                format!("'{e}' is not one of {}", crate::observe::webhooks::EVENTS.join(", ")),
             ));
         }
     }
-    crate::auth::check_key(&w.secret).map_err(|e| ("secret".to_string(), e))?;
+    crate::http::auth::check_key(&w.secret).map_err(|e| ("secret".to_string(), e))?;
     positive("timeout_s", w.timeout_s)?;
     positive("retry_base_s", w.retry_base_s)?;
     if w.max_attempts == 0 {
@@ -577,7 +577,7 @@ fn node_serve(n: &NodeConfig, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<Node
     if n.token.is_empty() {
         return Err(("node.token".into(), "is required: the secret a gateway presents (16 bytes or more)".into()));
     }
-    crate::auth::check_key(&n.token).map_err(|e| ("node.token".to_string(), e))?;
+    crate::http::auth::check_key(&n.token).map_err(|e| ("node.token".to_string(), e))?;
     positive("node.heartbeat_interval_s", n.heartbeat_interval_s)?;
     if n.heartbeat_timeout_s <= n.heartbeat_interval_s {
         return Err(("node.heartbeat_timeout_s".into(), "must be longer than node.heartbeat_interval_s".into()));
@@ -650,7 +650,7 @@ fn cluster_spec(raw: &RawConfig, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<O
                     .into(),
             ));
         }
-        crate::auth::check_key(&c.token)
+        crate::http::auth::check_key(&c.token)
             .map_err(|e| ("cluster.token".to_string(), format!("the nodes' token: {e}")))?;
     }
     let ca = (!c.ca.is_empty()).then(|| resolve(Path::new(&c.ca)));
@@ -673,7 +673,7 @@ fn cluster_spec(raw: &RawConfig, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<O
         server_name: c.server_name.clone(),
     };
     // What opening the store checks (no connection is made yet): the server starts on it.
-    crate::cluster::redis::RedisStore::from_spec(&spec).map_err(|e| match e.split_once(": ") {
+    crate::store::redis::RedisStore::from_spec(&spec).map_err(|e| match e.split_once(": ") {
         Some((key, why)) => (key.to_string(), why.to_string()),
         None => ("cluster".to_string(), e),
     })?;
@@ -696,7 +696,7 @@ fn node_link(n: &NodeEntry, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<NodeLi
             format!("'{name}' must be non-empty and use only letters, digits, '_', '.' and '-'"),
         ));
     }
-    crate::auth::check_key(&n.token).map_err(|e| ("token".to_string(), e))?;
+    crate::http::auth::check_key(&n.token).map_err(|e| ("token".to_string(), e))?;
     positive("heartbeat_interval_s", n.heartbeat_interval_s)?;
     if n.heartbeat_timeout_s <= n.heartbeat_interval_s {
         return Err(("heartbeat_timeout_s".into(), "must be longer than heartbeat_interval_s".into()));
@@ -718,10 +718,10 @@ fn node_link(n: &NodeEntry, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<NodeLi
     })
 }
 
-/// The keys of a keys file (see [`crate::auth::parse_keys_file`]); errors name the file and line.
+/// The keys of a keys file (see [`crate::http::auth::parse_keys_file`]); errors name the file and line.
 pub fn read_keys_file(file: &Path) -> Result<Vec<String>, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-    crate::auth::parse_keys_file(&text).map_err(|e| format!("{}: {e}", file.display()))
+    crate::http::auth::parse_keys_file(&text).map_err(|e| format!("{}: {e}", file.display()))
 }
 
 impl Config {

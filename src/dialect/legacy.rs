@@ -8,8 +8,8 @@
 //! what does not fill a second waits for the next step, and the end of the turn flushes
 //! the rest in a shorter last delta.
 
-use omni_actors::dialect::{DecodeError, Dialect};
 use omni_actors::domain::{Mode, SessionKind, SessionSetup, StepKind};
+use omni_actors::edge::dialect::{DecodeError, Dialect};
 use omni_actors::ids;
 use omni_actors::protocol::{CloseReason, Inbound, Outbound, ProtocolError};
 use serde::Deserialize;
@@ -17,7 +17,7 @@ use serde_json::json;
 
 use std::sync::Arc;
 
-use omni_actors::recording::Redact;
+use omni_actors::observe::recording::Redact;
 
 use super::Limits;
 use super::minicpm::{self, duplex_chunk};

@@ -3,17 +3,17 @@
 //! `response.output.delta` (listen / text / audio), `response.done`, `session.closed` and
 //! `error` out.
 
-use omni_actors::dialect::{DecodeError, Dialect};
 use omni_actors::domain::{
     BackendInfo, ChatMessage, DuplexChunk, Generation, Mode, Role, SessionSetup, StepKind, StepOutcome, TurnInput,
 };
+use omni_actors::edge::dialect::{DecodeError, Dialect};
 use omni_actors::protocol::{Inbound, Outbound, ProtocolError, QueueInfo};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use std::sync::Arc;
 
-use omni_actors::recording::Redact;
+use omni_actors::observe::recording::Redact;
 
 use super::Limits;
 use super::record::{AudioEncoding, JsonRedactor};

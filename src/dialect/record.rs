@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use omni_actors::dialect::RecordedMedia;
-use omni_actors::recording::{Direction, MediaSink, Recorded, Redact};
+use omni_actors::edge::dialect::RecordedMedia;
+use omni_actors::observe::recording::{Direction, MediaSink, Recorded, Redact};
 use serde_json::Value;
 
 /// Strings longer than this are data, not text: they go to files.
@@ -154,7 +154,7 @@ impl JsonRedactor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use omni_actors::recording::MediaRef;
+    use omni_actors::observe::recording::MediaRef;
     use serde_json::json;
 
     /// Counts what would be written, the way the recorder numbers it.

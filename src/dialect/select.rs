@@ -5,10 +5,10 @@
 
 use std::sync::Arc;
 
-use omni_actors::dialect::{DecodeError, Dialect};
 use omni_actors::domain::Mode;
+use omni_actors::edge::dialect::{DecodeError, Dialect};
+use omni_actors::observe::recording::Redact;
 use omni_actors::protocol::{Inbound, Outbound};
-use omni_actors::recording::Redact;
 
 use super::Limits;
 use super::legacy::Legacy;

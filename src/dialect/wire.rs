@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use omni_actors::dialect::DecodeError;
+use omni_actors::edge::dialect::DecodeError;
 use omni_actors::protocol::ProtocolError;
 use serde::{Deserialize, Serialize};
 

@@ -1,31 +1,31 @@
 //! What the worker's BackendActor says to a session, and how it reaches the client: the
 //! worker taken (`session.queue_done`), the session prepared (`session.created`), duplex
-//! steps and turn-mode answers routed by the session's [`Flow`](crate::session_flow::Flow),
+//! steps and turn-mode answers routed by the session's [`Flow`](crate::session::flow::Flow),
 //! and the endings the backend decides (context full, backend failure).
 
 use std::time::Instant;
 
-use actix_web_actors::ws;
+use actix::prelude::*;
 
 use super::SessionActor;
-use crate::backend::BackendError;
+use super::messages::BackendEvent;
+use super::state::Phase;
 use crate::domain::{BackendInfo, StepOutcome, TurnPiece, TurnSummary};
-use crate::events::{Output, SessionEvent};
-use crate::metrics::metrics;
+use crate::edge::backend::BackendError;
+use crate::observe::events::{Output, SessionEvent};
+use crate::observe::metrics::metrics;
 use crate::protocol::{CloseReason, Outbound, ProtocolError};
-use crate::session::BackendEvent;
-use crate::session_state::Phase;
 
 impl SessionActor {
-    pub(super) fn on_backend_event(&mut self, event: BackendEvent, ctx: &mut ws::WebsocketContext<Self>) {
+    pub(super) fn on_backend_event(&mut self, event: BackendEvent, ctx: &mut Context<Self>) {
         if self.end.is_some() {
             return;
         }
         match event {
             BackendEvent::Prepared { prompt_length, backend } if self.state.phase() == Phase::Active => {
-                self.emit(ctx, Outbound::Reconfigured { prompt_length, backend: &backend })
+                self.emit(Outbound::Reconfigured { prompt_length, backend: &backend })
             }
-            BackendEvent::Prepared { prompt_length, backend } => self.created(prompt_length, &backend, ctx),
+            BackendEvent::Prepared { prompt_length, backend } => self.created(prompt_length, &backend),
             BackendEvent::PrepareFailed(e) => {
                 self.state.init_failed();
                 match e {
@@ -42,19 +42,19 @@ impl SessionActor {
                 metrics().chunks_dropped.with_label_values(&self.mode_label()).inc();
                 log::debug!("session {}: input_{seq} dropped (client ahead of the worker)", self.who());
             }
-            BackendEvent::TurnPiece { seq, piece } => self.on_turn_piece(seq, piece, ctx),
+            BackendEvent::TurnPiece { seq, piece } => self.on_turn_piece(seq, piece),
             BackendEvent::TurnDone { seq, result } => self.on_turn_done(seq, result, ctx),
             BackendEvent::Failed { reason } => {
                 log::error!("session {}: worker {} failed: {reason}", self.who(), self.worker_name());
                 self.finish(ctx, CloseReason::BackendError(reason));
             }
             BackendEvent::Drained => self.finish(ctx, CloseReason::ServerShutdown),
-            BackendEvent::Attached(Ok(())) => self.attached(ctx),
+            BackendEvent::Attached(Ok(())) => self.attached(),
             BackendEvent::Attached(Err(e)) => self.attach_failed(e, ctx),
         }
     }
 
-    fn attached(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
+    fn attached(&mut self) {
         self.state.connected();
         if let Some(admission) = self.links.admission.as_mut() {
             admission.assigned();
@@ -65,10 +65,10 @@ impl SessionActor {
         if let Some(w) = &self.worker {
             self.links.sinks.publish(SessionEvent::Assigned { worker: &w.name, waited });
         }
-        self.emit(ctx, Outbound::QueueDone);
+        self.emit(Outbound::QueueDone);
     }
 
-    fn created(&mut self, prompt_length: u64, backend: &BackendInfo, ctx: &mut ws::WebsocketContext<Self>) {
+    fn created(&mut self, prompt_length: u64, backend: &BackendInfo) {
         self.state.created();
         let dialect = self.dialect.name();
         self.active_as = Some(dialect);
@@ -77,10 +77,10 @@ impl SessionActor {
         let session_id = self.session_id.clone().unwrap_or_default();
         let queue_wait_ms = self.upgraded.elapsed().as_millis() as u64;
         let kind = self.settings.mode.session_kind();
-        self.emit(ctx, Outbound::Created { session_id: &session_id, kind, prompt_length, queue_wait_ms, backend });
+        self.emit(Outbound::Created { session_id: &session_id, kind, prompt_length, queue_wait_ms, backend });
     }
 
-    fn on_step(&mut self, seq: u64, result: Result<StepOutcome, BackendError>, ctx: &mut ws::WebsocketContext<Self>) {
+    fn on_step(&mut self, seq: u64, result: Result<StepOutcome, BackendError>, ctx: &mut Context<Self>) {
         let outcome = match result {
             Ok(o) => o,
             Err(BackendError::ContextFull(why)) => {
@@ -98,7 +98,7 @@ impl SessionActor {
             // What the user said stands whatever becomes of the answer.
             self.links.sinks.publish(SessionEvent::Output(Output::Transcript { seq, text }));
             let event = Outbound::Transcript { session_id: &session_id, input_id: &input_id, response_id: None, text };
-            self.emit(ctx, event);
+            self.emit(event);
         }
         let Some(route) = self.flow.step(seq, outcome.kind, outcome.end_of_turn) else {
             // Speech computed before a force-listen: never sent.
@@ -122,15 +122,12 @@ impl SessionActor {
             end_of_turn: outcome.end_of_turn,
             kv_length: outcome.kv_length,
         }));
-        self.emit(
-            ctx,
-            Outbound::Step {
-                session_id: &session_id,
-                response_id: response_id.as_deref(),
-                input_id: &input_id,
-                outcome: &outcome,
-            },
-        );
+        self.emit(Outbound::Step {
+            session_id: &session_id,
+            response_id: response_id.as_deref(),
+            input_id: &input_id,
+            outcome: &outcome,
+        });
         if let Some(at) = route.arrived {
             metrics().chunk_latency_seconds.with_label_values(&self.mode_label()).observe(at.elapsed().as_secs_f64());
         }
@@ -140,7 +137,7 @@ impl SessionActor {
         }
     }
 
-    fn on_turn_piece(&mut self, seq: u64, piece: TurnPiece, ctx: &mut ws::WebsocketContext<Self>) {
+    fn on_turn_piece(&mut self, seq: u64, piece: TurnPiece) {
         let session_id = self.session_id.clone().unwrap_or_default();
         let mode = self.mode_label();
         let Some(answer) = self.flow.turn_answer(seq) else { return };
@@ -162,34 +159,26 @@ impl SessionActor {
                 response_id: Some(&response_id),
                 text,
             };
-            self.emit(ctx, event);
+            self.emit(event);
         }
         let Some(answer) = self.flow.turn_answer(seq) else { return };
         if answer.streaming {
             let response_id = answer.response_id.clone();
-            self.emit(
-                ctx,
-                Outbound::TurnDelta {
-                    session_id: &session_id,
-                    response_id: &response_id,
-                    input_id: &input_id,
-                    text: &piece.text,
-                    audio: &piece.audio,
-                    kv_length: piece.kv_length,
-                    generate_us: piece.generate_us,
-                },
-            );
+            self.emit(Outbound::TurnDelta {
+                session_id: &session_id,
+                response_id: &response_id,
+                input_id: &input_id,
+                text: &piece.text,
+                audio: &piece.audio,
+                kv_length: piece.kv_length,
+                generate_us: piece.generate_us,
+            });
         } else {
             answer.audio.extend_from_slice(&piece.audio);
         }
     }
 
-    fn on_turn_done(
-        &mut self,
-        seq: u64,
-        result: Result<TurnSummary, BackendError>,
-        ctx: &mut ws::WebsocketContext<Self>,
-    ) {
+    fn on_turn_done(&mut self, seq: u64, result: Result<TurnSummary, BackendError>, ctx: &mut Context<Self>) {
         let Some(answer) = self.flow.turn_done(seq) else { return };
         let (summary, cancelled) = match result {
             Ok(summary) => (summary, false),
@@ -212,22 +201,19 @@ impl SessionActor {
             cancelled,
         }));
         let audio = (!answer.streaming && !answer.audio.is_empty()).then_some(answer.audio.as_slice());
-        self.emit(
-            ctx,
-            Outbound::TurnDone {
-                session_id: &session_id,
-                response_id: &answer.response_id,
-                text: &answer.text,
-                audio,
-                input_tokens: summary.input_tokens,
-                output_tokens: summary.output_tokens,
-                input_audio_tokens: summary.input_audio_tokens,
-                output_audio_tokens: summary.output_audio_tokens,
-                kv_length: summary.kv_length,
-                duration_ms: summary.duration.as_millis() as u64,
-                cancelled,
-            },
-        );
+        self.emit(Outbound::TurnDone {
+            session_id: &session_id,
+            response_id: &answer.response_id,
+            text: &answer.text,
+            audio,
+            input_tokens: summary.input_tokens,
+            output_tokens: summary.output_tokens,
+            input_audio_tokens: summary.input_audio_tokens,
+            output_audio_tokens: summary.output_audio_tokens,
+            kv_length: summary.kv_length,
+            duration_ms: summary.duration.as_millis() as u64,
+            cancelled,
+        });
         if summary.kv_length >= self.settings.context_tokens {
             self.finish(ctx, CloseReason::ContextFull);
         }

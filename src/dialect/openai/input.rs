@@ -10,7 +10,7 @@ use omni_actors::domain::{ChatMessage, Generation, Role, TurnInput};
 use omni_actors::protocol::{Inbound, ProtocolError};
 use serde_json::{Value, json};
 
-use omni_actors::metrics::metrics;
+use omni_actors::observe::metrics::metrics;
 
 use super::conf::{invalid, modalities};
 use super::held::Weigh;

@@ -16,13 +16,13 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
-use omni_actors::dialect::{DecodeError, Dialect, RecordedMedia};
 use omni_actors::domain::{BackendInfo, ChatMessage, Mode, SessionSetup};
+use omni_actors::edge::dialect::{DecodeError, Dialect, RecordedMedia};
+use omni_actors::observe::recording::Redact;
 use omni_actors::protocol::{CloseReason, Inbound, Outbound, ProtocolError, QueueInfo};
-use omni_actors::recording::Redact;
 use serde_json::{Map, Value, json};
 
-use omni_actors::metrics::metrics;
+use omni_actors::observe::metrics::metrics;
 
 use super::Limits;
 use super::record::{AudioEncoding, JsonRedactor};

@@ -1,7 +1,7 @@
 //! The OpenAI-shaped dialects as codecs, without a server.
 
-use omni_actors::dialect::{DecodeError, Dialect};
 use omni_actors::domain::{BackendInfo, SessionKind, StepKind, StepOutcome};
+use omni_actors::edge::dialect::{DecodeError, Dialect};
 use omni_actors::protocol::{Inbound, Outbound, ProtocolError};
 use serde_json::{Value, json};
 

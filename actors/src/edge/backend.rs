@@ -1,0 +1,133 @@
+//! The edge between the actors and an inference backend.
+//!
+//! A [`Backend`] mirrors the C ABI (`include/omni_backend.h`): it is used from the one
+//! thread that opened it (it need not be `Send`), while its [`BackendControl`] is the
+//! any-thread half (interrupt, force-listen, KV length), reachable while a step runs.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::domain::{BackendInfo, DuplexChunk, SessionSetup, StepOutcome, StepPiece, TurnInput, TurnPiece};
+
+/// A failure reported by a backend. `code()` names it in logs and metrics.
+#[derive(Debug, Clone, PartialEq, Eq, Error, Serialize, Deserialize)]
+pub enum BackendError {
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("call not allowed in this state: {0}")]
+    BadState(String),
+    #[error("inference failed: {0}")]
+    Inference(String),
+    #[error("context full: {0}")]
+    ContextFull(String),
+    #[error("interrupted")]
+    Interrupted,
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    #[error("cannot open backend: {0}")]
+    Open(String),
+    #[error("backend failure: {0}")]
+    Internal(String),
+    /// The backend's process died; the text says whose and how.
+    #[error("{0}")]
+    Crashed(String),
+    /// The backend cannot be reached for now (a node or a remote worker that is down or
+    /// busy): its worker keeps trying, and waiting clients keep waiting for it.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl BackendError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            BackendError::InvalidArgument(_) => "invalid_argument",
+            BackendError::BadState(_) => "bad_state",
+            BackendError::Inference(_) => "inference_error",
+            BackendError::ContextFull(_) => "context_full",
+            BackendError::Interrupted => "interrupted",
+            BackendError::Unsupported(_) => "unsupported",
+            BackendError::Open(_) => "open_failed",
+            BackendError::Internal(_) => "internal",
+            BackendError::Crashed(_) => "crashed",
+            BackendError::Unavailable(_) => "unavailable",
+        }
+    }
+
+    /// Whether the session can go on after this error (the next input is processed).
+    pub fn is_recoverable(&self) -> bool {
+        matches!(self, BackendError::Inference(_) | BackendError::Interrupted)
+    }
+}
+
+/// The owner-thread half of a backend instance.
+pub trait Backend {
+    fn info(&self) -> &BackendInfo;
+    fn prepare(&mut self, setup: &SessionSetup) -> Result<(), BackendError>;
+    fn reset(&mut self) -> Result<(), BackendError>;
+    /// The session is over: make the backend ready for the next one (a reset). A backend lent
+    /// for one session only (a node's worker granted by a cluster's store) gives itself back
+    /// instead: its owner resets it and offers it to the next client at once.
+    fn release(&mut self) -> Result<(), BackendError> {
+        self.reset()
+    }
+    fn duplex_prefill(&mut self, chunk: &DuplexChunk) -> Result<(), BackendError>;
+    fn duplex_generate(&mut self) -> Result<StepPiece, BackendError>;
+    /// The next output of the same step, `None` when the step has no more.
+    fn duplex_drain(&mut self) -> Result<Option<StepPiece>, BackendError>;
+    fn duplex_finalize(&mut self) -> Result<(), BackendError>;
+    fn turn_prefill(&mut self, input: &TurnInput) -> Result<(), BackendError>;
+    fn turn_generate(&mut self) -> Result<TurnPiece, BackendError>;
+    /// One whole duplex step (see [`run_duplex_step`]). A backend in another process
+    /// overrides it to make the step one round trip.
+    fn duplex_step(&mut self, chunk: &DuplexChunk) -> Result<StepOutcome, BackendError> {
+        run_duplex_step(self, chunk)
+    }
+    /// The any-thread half, shared with whoever needs to interrupt this backend.
+    fn control(&self) -> Arc<dyn BackendControl>;
+}
+
+/// The any-thread half of a backend instance. Calls return promptly, even mid-step.
+pub trait BackendControl: Send + Sync {
+    /// Cuts the step or piece in flight short.
+    fn interrupt(&self);
+    /// Ends the current speech; the next duplex step listens.
+    fn set_force_listen(&self, on: bool);
+    fn kv_length(&self) -> u64;
+    /// Ends the backend at once, whatever it is doing (a backend in a child process kills
+    /// it). Called when the worker fails; the default does nothing (a thread cannot be killed).
+    fn terminate(&self) {}
+    /// Resolves with a reason if the backend dies on its own (its process exited) while
+    /// nothing is calling it. Taken once, by the BackendActor; the default never dies.
+    fn take_death_notice(&self) -> Option<tokio::sync::oneshot::Receiver<String>> {
+        None
+    }
+    /// The session ended with nothing in flight. A backend lent for one session only gives
+    /// itself back now, from the caller's thread (without waiting for its owner thread's
+    /// [`Backend::release`], which then has nothing left to do); the default does nothing.
+    fn release_now(&self) {}
+    /// The process hosting the backend, when it is not the gateway's own.
+    fn process_id(&self) -> Option<u32> {
+        None
+    }
+    /// Whether `interrupt`, `set_force_listen` and `terminate` only set a flag or queue a
+    /// message, whatever the backend is doing (a remote worker's). They are then made from the
+    /// actor's thread; by default they get a thread of their own, which a backend whose
+    /// interrupt blocks stalls alone ([`crate::worker::thread::ControlThread`]).
+    fn never_blocks(&self) -> bool {
+        false
+    }
+}
+
+/// Runs one whole duplex step: prefill, generate, drain until empty, finalize.
+/// The outputs of the step are merged in order.
+pub fn run_duplex_step<B: Backend + ?Sized>(backend: &mut B, chunk: &DuplexChunk) -> Result<StepOutcome, BackendError> {
+    backend.duplex_prefill(chunk)?;
+    let mut outcome = StepOutcome::from_first(backend.duplex_generate()?);
+    while let Some(piece) = backend.duplex_drain()? {
+        outcome.absorb(piece);
+    }
+    backend.duplex_finalize()?;
+    Ok(outcome)
+}

@@ -1,0 +1,319 @@
+//! The edge between the actors and a cluster's shared queue: the store that several gateway
+//! replicas share (`[cluster] engine = "redis"`), behind [`Coordinator`]. One process needs
+//! none of it: its [`crate::queue::local::QueueActor`] keeps the queue in memory.
+//!
+//! The store holds who waits (tickets, in one global order), which node workers ("slots")
+//! are free, and grants: a slot reserved for a ticket under a nonce its node issued. A grant
+//! is only a reservation: the node admits a session only with the nonce it currently offers
+//! the slot under, so a store that loses writes can cost a retry, never two sessions on one
+//! worker. [`crate::queue::cluster::ClusterQueueActor`] drives a coordinator; a node's side of
+//! the same store is [`NodeStore`]. [`memory::MemoryStore`] keeps it all in a process: the
+//! reference the tests run the cluster's rules against, beside Redis.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use thiserror::Error;
+
+use crate::domain::Mode;
+use crate::queue::state::{Availability, ModeSet, QueueState, TicketId};
+
+pub mod memory;
+
+/// The store cannot be reached or answered nonsense.
+#[derive(Debug, Clone, Error, PartialEq)]
+#[error("the cluster's store: {0}")]
+pub struct ClusterError(pub String);
+
+pub type ClusterFuture<T> = Pin<Box<dyn Future<Output = Result<T, ClusterError>> + Send>>;
+
+/// A slot reserved for a ticket: connect to `addr` and attach worker `slot` with `nonce`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub ticket: TicketId,
+    /// `NODE/WORKER`.
+    pub slot: String,
+    pub addr: String,
+    pub nonce: String,
+    pub mode: Mode,
+}
+
+impl Grant {
+    /// The worker's name on its node (the part of `slot` after the node's name).
+    pub fn worker(&self) -> &str {
+        self.slot.split_once('/').map_or(self.slot.as_str(), |(_, w)| w)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Enqueued {
+    Granted(Grant),
+    Waiting {
+        ticket: TicketId,
+        position: usize,
+        length: usize,
+    },
+    /// `max_waiting` tickets wait already (across the cluster).
+    Full {
+        length: usize,
+    },
+    /// No live node has a worker for the mode.
+    Unavailable,
+    /// The store does not know this replica (yet, or any more): it must beat first.
+    UnknownReplica,
+}
+
+/// What a beat answers.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Beat {
+    /// False when the store did not know this replica (it was retired after missing its
+    /// lease, or the store restarted): every waiting client must be enqueued again.
+    pub known: bool,
+    /// Tickets of this replica an operator cancelled (on any replica) since the last beat.
+    pub cancelled: Vec<TicketId>,
+}
+
+/// A ticket as the store has it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TicketView {
+    pub ticket: TicketId,
+    pub mode: Mode,
+    pub replica: String,
+    /// Granted a slot, not yet claimed (it keeps its place meanwhile).
+    pub granted: bool,
+}
+
+/// A node's worker as the store has it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlotView {
+    pub slot: String,
+    pub node: String,
+    pub modes: Vec<Mode>,
+    pub state: SlotState,
+    /// The busy session's mode and since when (ms, the store's clock).
+    pub busy: Option<(Mode, u64)>,
+}
+
+/// A node's worker's state in the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SlotState {
+    /// Offered by its node, waiting for a ticket.
+    Free,
+    /// Granted to a ticket, not yet taken.
+    Assigned,
+    /// A session holds it.
+    Busy,
+    /// Its backend is not open on its node (or its node is gone).
+    Down,
+}
+
+impl SlotState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SlotState::Free => "free",
+            SlotState::Assigned => "assigned",
+            SlotState::Busy => "busy",
+            SlotState::Down => "down",
+        }
+    }
+
+    /// The store's word for it (a slot it cannot read is down).
+    pub fn parse(s: &str) -> SlotState {
+        match s {
+            "free" => SlotState::Free,
+            "assigned" => SlotState::Assigned,
+            "busy" => SlotState::Busy,
+            _ => SlotState::Down,
+        }
+    }
+}
+
+/// The whole queue at one instant of the store's clock.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ClusterView {
+    /// Bumped on every change.
+    pub version: u64,
+    pub now_ms: u64,
+    /// In queue order.
+    pub tickets: Vec<TicketView>,
+    pub slots: Vec<SlotView>,
+    /// Moving average of session length per mode (chat, video, audio), seconds.
+    pub average_s: [Option<f64>; 3],
+}
+
+impl ClusterView {
+    /// The queue's rules over this view, for ETAs: the waiting tickets (not the granted
+    /// ones) and every live slot; `typical` fills averages the store has not learnt yet.
+    pub fn queue(&self, typical: [f64; 3], now: Instant) -> QueueState {
+        let average = std::array::from_fn(|i| self.average_s[i].unwrap_or(typical[i]));
+        let workers: Vec<(ModeSet, Availability)> = self
+            .slots
+            .iter()
+            .map(|s| {
+                let state = match (s.state, s.busy) {
+                    (SlotState::Free, _) => Availability::Idle,
+                    (SlotState::Busy, Some((mode, since_ms))) => {
+                        let ago = std::time::Duration::from_millis(self.now_ms.saturating_sub(since_ms));
+                        Availability::Busy { mode, since: now.checked_sub(ago).unwrap_or(now) }
+                    }
+                    // A grant being taken: a session starts now.
+                    (SlotState::Assigned, _) | (SlotState::Busy, None) => {
+                        Availability::Busy { mode: Mode::Audio, since: now }
+                    }
+                    (SlotState::Down, _) => Availability::Failed,
+                };
+                (ModeSet::of(&s.modes), state)
+            })
+            .collect();
+        let waiting: Vec<(TicketId, Mode)> =
+            self.tickets.iter().filter(|t| !t.granted).map(|t| (t.ticket, t.mode)).collect();
+        QueueState::observed(&workers, &waiting, average, now)
+    }
+}
+
+/// A cluster's shared queue, as one replica sees it. Every call is one atomic step in the
+/// store (no read-modify-write from the replica).
+pub trait Coordinator: Send + Sync + 'static {
+    /// This replica's name in the store (and in the nodes' logs).
+    fn replica(&self) -> &str;
+    /// This replica is alive for one more lease; whoever beats retires replicas and nodes
+    /// whose lease ran out.
+    fn beat(&self) -> ClusterFuture<Beat>;
+    /// A client asks for a worker; `ticket` keeps the place of a client enqueued before.
+    fn enqueue(&self, mode: Mode, ticket: Option<TicketId>, max_waiting: usize) -> ClusterFuture<Enqueued>;
+    /// The session took its grant (the node admitted it).
+    fn claim(&self, ticket: TicketId) -> ClusterFuture<()>;
+    /// The client left; answers whether it was waiting.
+    fn leave(&self, ticket: TicketId) -> ClusterFuture<bool>;
+    /// The node refused the grant (stale nonce): the ticket waits again in its place.
+    fn requeue(&self, grant: &Grant) -> ClusterFuture<bool>;
+    /// An operator cancels a waiting ticket of any replica.
+    fn cancel(&self, ticket: TicketId) -> ClusterFuture<bool>;
+    /// The store's version: it changes whenever the queue or a worker does (cheap to read).
+    fn version(&self) -> ClusterFuture<u64>;
+    fn snapshot(&self) -> ClusterFuture<ClusterView>;
+    /// Grants made to this replica's tickets by others (a node freeing a slot): waits up to
+    /// `wait` for the first.
+    fn grants(&self, wait: std::time::Duration) -> ClusterFuture<Vec<Grant>>;
+}
+
+/// What a node's offer came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Offered {
+    /// Granted to a ticket; `push`: its replica keeps a link open to the node, and the grant
+    /// was not put on the replica's list: the node tells it (the replica's name, the mode).
+    Assigned {
+        ticket: TicketId,
+        push: Option<(String, Mode)>,
+    },
+    Free,
+    /// The store does not know the node (it must beat first).
+    UnknownNode,
+}
+
+/// A node offers a free worker of its own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Offer {
+    /// `NODE/WORKER`.
+    pub slot: String,
+    /// Drawn by the node for this offer: it admits an attach only with it.
+    pub nonce: String,
+    pub modes: Vec<Mode>,
+    /// Where replicas reach the node.
+    pub addr: String,
+    /// The mode and length of the session that just ended on it, once.
+    pub ended: Option<(Mode, Duration)>,
+    /// The replicas that keep a link open to the node: a grant for one of their tickets is
+    /// pushed on it by the node rather than put on the replica's list.
+    pub linked: Vec<String>,
+}
+
+/// A node's worker as its node reports it in a beat (the node's word is the truth; the store
+/// follows it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlotReport {
+    pub slot: String,
+    pub modes: Vec<Mode>,
+    pub state: Reported,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reported {
+    /// The session of this ticket holds it.
+    Busy(TicketId),
+    /// Its backend is not open.
+    Down,
+    /// Free, offered under this nonce.
+    Offered(String),
+    /// Free, its offer under way.
+    Pending,
+}
+
+/// What a node's beat answers.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NodeBeat {
+    /// False when the store did not know the node (a first beat, or the store restarted).
+    pub known: bool,
+    /// Workers to offer again under a new nonce (a grant of them not taken in time, or an
+    /// offer the store lost).
+    pub again: Vec<String>,
+}
+
+/// A cluster's store, as one node sees it. Every call is one atomic step in the store.
+pub trait NodeStore: Send + Sync + 'static {
+    /// This node's name in the store.
+    fn node(&self) -> &str;
+    fn offer(&self, offer: Offer) -> ClusterFuture<Offered>;
+    /// The node, reached at `addr`, is alive for one more lease; a grant not taken within
+    /// `attach_timeout` is stale.
+    fn node_beat(&self, addr: &str, attach_timeout: Duration, reports: &[SlotReport]) -> ClusterFuture<NodeBeat>;
+    /// Puts a grant on `replica`'s list, as an offer would have (a grant the node could not
+    /// push on a link of that replica).
+    fn deliver(&self, replica: &str, grant: &Grant) -> ClusterFuture<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(state: &str, modes: &[Mode], busy: Option<(Mode, u64)>) -> SlotView {
+        SlotView { slot: "n/w".into(), node: "n".into(), modes: modes.to_vec(), state: SlotState::parse(state), busy }
+    }
+
+    fn ticket(ticket: TicketId, mode: Mode, granted: bool) -> TicketView {
+        TicketView { ticket, mode, replica: "g".into(), granted }
+    }
+
+    #[test]
+    fn etas_come_from_the_busy_slots_and_the_averages_of_the_store() {
+        // One audio worker busy for 20 s of an average 60 s session; one down.
+        let view = ClusterView {
+            version: 1,
+            now_ms: 100_000,
+            tickets: vec![ticket(7, Mode::Audio, true), ticket(8, Mode::Audio, false), ticket(9, Mode::Audio, false)],
+            slots: vec![slot("busy", &[Mode::Audio], Some((Mode::Audio, 80_000))), slot("down", &[Mode::Audio], None)],
+            average_s: [None, None, Some(60.0)],
+        };
+        let now = Instant::now();
+        let infos = view.queue([10.0, 10.0, 999.0], now).infos_from(0, now);
+        // The granted ticket is not waiting for a worker: 8 waits 40 s, 9 a whole session more.
+        let etas: Vec<(TicketId, f64)> = infos.iter().map(|i| (i.ticket, i.estimated_wait_s.round())).collect();
+        assert_eq!(etas, [(8, 40.0), (9, 100.0)]);
+    }
+
+    #[test]
+    fn a_grant_names_its_node_and_worker() {
+        let g = Grant {
+            ticket: 1,
+            slot: "gpu1/sim-0".into(),
+            addr: "10.0.0.5:7100".into(),
+            nonce: "n".into(),
+            mode: Mode::Chat,
+        };
+        assert_eq!(g.worker(), "sim-0");
+    }
+}

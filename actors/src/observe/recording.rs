@@ -1,0 +1,392 @@
+//! A session's side of its recording: what it hands to its [`RecorderActor`], and the
+//! bounds that keep recording from ever delaying a session or growing without limit.
+//!
+//! Frames are handed over as they are sent and received, with the media the dialect
+//! already decoded; the dialect's [`Redact`] turns each into the line of `events.jsonl`
+//! on the recorder's thread, so nothing here (and nothing on the session's thread) parses
+//! wire JSON. Before the session has an id its frames are held (the prelude).
+//!
+//! Every record holds a [`Reservation`] of its size against three bounds, released when
+//! the record is written or dropped, whichever way: the session's own lag
+//! (`recording.max_lag_mb`, which also bounds the prelude), the lag of all recorders
+//! together (`recording.max_total_lag_mb`), and the session's whole recording
+//! (`recording.max_session_mb`, past which it notes the truncation and takes nothing more).
+//! A record over a bound is dropped at once, counted in the log, `meta.json` and metrics.
+//!
+//! [`RecorderActor`]: crate::observe::recorder::RecorderActor
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Instant, SystemTime};
+
+use actix::prelude::*;
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use crate::edge::dialect::RecordedMedia;
+use crate::observe::events::{Interest, SessionEvent, SessionInfo, SessionSink, Subscriber};
+use crate::observe::messages::Record;
+use crate::observe::metrics::metrics;
+use crate::observe::recorder::RecorderActor;
+
+pub const INPUT_RATE: u32 = 16000;
+pub const OUTPUT_RATE: u32 = 24000;
+
+/// Whether a frame was received from the client or sent to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    In,
+    Out,
+}
+
+/// Where a medium of a recorded event was written: `{"$ref": file, ...}` in `events.jsonl`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MediaRef {
+    #[serde(rename = "$ref")]
+    pub file: String,
+    /// First sample, for audio.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u64>,
+    /// Characters, for an attachment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chars: Option<u64>,
+}
+
+/// The files of a recording, as a redactor writes media into them.
+pub trait MediaSink {
+    /// 16 kHz input audio, appended to `input.wav`.
+    fn input_audio(&mut self, samples: &[f32]) -> io::Result<MediaRef>;
+    /// 24 kHz model audio, appended to `output.wav`.
+    fn output_audio(&mut self, samples: &[f32]) -> io::Result<MediaRef>;
+    /// An image, as `frames/NNNNNN.jpg`.
+    fn frame(&mut self, image: &[u8]) -> io::Result<MediaRef>;
+    /// A large text value, as `attachments/NNNNNN.b64`.
+    fn attachment(&mut self, text: &str) -> io::Result<MediaRef>;
+}
+
+/// One event as recorded: the event (JSON) with its media replaced by references, or, for
+/// a frame that was not an event, its text.
+#[derive(Debug)]
+pub enum Recorded {
+    Event(Box<RawValue>),
+    Raw(String),
+}
+
+/// A dialect's knowledge of its own frames, used on the recorder's thread: which fields
+/// carry audio and images, and how the model's audio is encoded.
+pub trait Redact: Send + Sync {
+    /// Turns one frame into what `events.jsonl` keeps of it. `decoded` is the media of an
+    /// inbound frame the dialect already decoded, in the order the frame carries it.
+    fn redact(
+        &self,
+        dir: Direction,
+        text: &[u8],
+        decoded: RecordedMedia,
+        sink: &mut dyn MediaSink,
+    ) -> io::Result<Recorded>;
+}
+
+/// The bounds of recording, from `[recording]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordingLimits {
+    /// Bytes one session may have waiting for its recorder (and hold before it has an id).
+    pub max_lag: usize,
+    /// Bytes all sessions together may have waiting for recorders.
+    pub max_total_lag: usize,
+    /// Bytes one session's recording may take in all.
+    pub max_session: u64,
+}
+
+/// Starts recorders on the recording thread; counts those not finished yet and what all of
+/// them have still to write.
+#[derive(Clone)]
+pub struct RecorderSpawner {
+    root: PathBuf,
+    arbiter: ArbiterHandle,
+    limits: RecordingLimits,
+    unfinished: Arc<AtomicUsize>,
+    total_lag: Arc<AtomicUsize>,
+}
+
+impl RecorderSpawner {
+    /// Starts the recording thread. Must run inside an actix system.
+    pub fn new(root: PathBuf, limits: RecordingLimits) -> RecorderSpawner {
+        let arbiter = Arbiter::new().handle();
+        RecorderSpawner {
+            root,
+            arbiter,
+            limits,
+            unfinished: Arc::new(AtomicUsize::new(0)),
+            total_lag: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Recordings started and not yet finalized.
+    pub fn unfinished(&self) -> usize {
+        self.unfinished.load(Ordering::SeqCst)
+    }
+
+    /// Bytes handed to recordings and not yet written, across every session.
+    pub fn total_lag(&self) -> usize {
+        self.total_lag.load(Ordering::SeqCst)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+/// A record's share of the bounds; given back when the record is written or dropped.
+pub struct Reservation {
+    session: Arc<AtomicUsize>,
+    total: Arc<AtomicUsize>,
+    size: usize,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.session.fetch_sub(self.size, Ordering::Relaxed);
+        self.total.fetch_sub(self.size, Ordering::Relaxed);
+        metrics().recording_lag_bytes.sub(self.size as i64);
+    }
+}
+
+/// A recorded session's facts, written to `meta.json` when it ends.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SessionMeta {
+    pub session_id: String,
+    pub mode: String,
+    pub dialect: String,
+    pub worker: Option<String>,
+    pub client_addr: String,
+    pub user_agent: Option<String>,
+    pub start: String,
+    pub end: String,
+    pub duration_s: f64,
+    pub close_reason: String,
+    pub chunks_received: u64,
+    pub chunks_dropped: u64,
+    pub chunks_answered: u64,
+    /// Model answers: spoken turns in duplex modes, answers in chat.
+    pub turns: u64,
+    /// Filled in by the recorder.
+    pub recording: RecordingSummary,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RecordingSummary {
+    pub events: u64,
+    pub input_samples: u64,
+    pub output_samples: u64,
+    pub frames: u64,
+    pub attachments: u64,
+    /// Records the session dropped because a recorder was too far behind (or, before the
+    /// session had an id, because it held too much).
+    pub dropped_records: u64,
+    pub lagged: bool,
+    /// The recording reached `recording.max_session_mb` and took nothing more.
+    pub truncated: bool,
+    pub error: Option<String>,
+}
+
+/// RFC 3339 in UTC, and the `YYYY-MM-DD` of a moment.
+pub fn timestamp(t: SystemTime) -> (String, String) {
+    let t = time::OffsetDateTime::from(t);
+    let full = t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
+    let date = format!("{:04}-{:02}-{:02}", t.year(), u8::from(t.month()), t.day());
+    (full, date)
+}
+
+enum State {
+    Off,
+    /// Records before the session has an id.
+    Prelude(RecorderSpawner, Vec<Record>),
+    Live(RecorderSpawner, Addr<RecorderActor>),
+    Done,
+}
+
+/// The session's side of its recording.
+pub struct Recording {
+    state: State,
+    started: Instant,
+    /// What this session has waiting (prelude, or queued for its recorder).
+    lag: Arc<AtomicUsize>,
+    /// Bytes taken so far (for `max_session`).
+    taken: u64,
+    dropped: u64,
+    truncated: bool,
+}
+
+impl Recording {
+    pub fn off() -> Recording {
+        Recording {
+            state: State::Off,
+            started: Instant::now(),
+            lag: Arc::default(),
+            taken: 0,
+            dropped: 0,
+            truncated: false,
+        }
+    }
+
+    /// Records from `started` (the upgrade); nothing is written before `start`.
+    pub fn new(spawner: RecorderSpawner, started: Instant) -> Recording {
+        Recording { state: State::Prelude(spawner, Vec::new()), started, ..Recording::off() }
+    }
+
+    /// Records dropped so far (over a lag bound or, before the id, the prelude's).
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    pub fn is_on(&self) -> bool {
+        matches!(self.state, State::Prelude(..) | State::Live(..))
+    }
+
+    /// A frame from the client, with the audio and images the dialect decoded from it.
+    pub fn inbound(&mut self, text: Bytes, media: RecordedMedia) {
+        let size = text.len()
+            + media.0.iter().map(|a| a.len() * 4).sum::<usize>()
+            + media.1.iter().map(Vec::len).sum::<usize>();
+        self.push(Direction::In, text, media, size);
+    }
+
+    /// A frame to the client, as sent.
+    pub fn outbound(&mut self, text: Bytes) {
+        let size = text.len();
+        self.push(Direction::Out, text, (Vec::new(), Vec::new()), size);
+    }
+
+    /// Takes a share of every bound, or says which one is reached.
+    fn reserve(&mut self, spawner: &RecorderSpawner, size: usize) -> Result<Reservation, &'static str> {
+        let limits = spawner.limits;
+        if self.truncated || self.taken + size as u64 > limits.max_session {
+            return Err("session_cap");
+        }
+        if self.lag.load(Ordering::Relaxed) + size > limits.max_lag {
+            return Err(if matches!(self.state, State::Prelude(..)) { "prelude" } else { "session_lag" });
+        }
+        let total = spawner.total_lag.fetch_add(size, Ordering::Relaxed) + size;
+        if total > limits.max_total_lag {
+            spawner.total_lag.fetch_sub(size, Ordering::Relaxed);
+            return Err("total_lag");
+        }
+        self.lag.fetch_add(size, Ordering::Relaxed);
+        self.taken += size as u64;
+        metrics().recording_lag_bytes.add(size as i64);
+        Ok(Reservation { session: self.lag.clone(), total: spawner.total_lag.clone(), size })
+    }
+
+    fn push(&mut self, dir: Direction, text: Bytes, media: RecordedMedia, size: usize) {
+        let spawner = match &self.state {
+            State::Prelude(s, _) | State::Live(s, _) => s.clone(),
+            State::Off | State::Done => return,
+        };
+        let reservation = match self.reserve(&spawner, size) {
+            Ok(r) => r,
+            Err(reason) => return self.refused(reason, &spawner),
+        };
+        let record = Record::Event { at: self.started.elapsed(), dir, text, media, reservation };
+        match &mut self.state {
+            State::Prelude(_, held) => held.push(record),
+            State::Live(_, addr) => addr.do_send(record),
+            State::Off | State::Done => {}
+        }
+    }
+
+    fn refused(&mut self, reason: &'static str, spawner: &RecorderSpawner) {
+        metrics().recording_dropped.with_label_values(&[reason]).inc();
+        if reason == "session_cap" {
+            if !self.truncated {
+                log::warn!(
+                    "recording: the session reached recording.max_session_mb ({} MB); its recording is truncated",
+                    spawner.limits.max_session >> 20
+                );
+            }
+            self.truncated = true;
+            return;
+        }
+        if self.dropped == 0 {
+            log::warn!("recording: dropping records ({reason}): the recorder is behind or the session holds too much");
+        }
+        self.dropped += 1;
+    }
+
+    /// The session has its id: the recorder starts and gets every event so far.
+    pub fn start(&mut self, session_id: &str, redactor: Arc<dyn Redact>, upgraded: SystemTime) {
+        let State::Prelude(spawner, held) = std::mem::replace(&mut self.state, State::Off) else {
+            return;
+        };
+        let (_, date) = timestamp(upgraded);
+        let dir = spawner.root.join(date).join(session_id);
+        let addr = RecorderActor::start_on(&spawner.arbiter, dir, redactor, spawner.root.clone(), &spawner.unfinished);
+        for record in held {
+            addr.do_send(record);
+        }
+        self.state = State::Live(spawner, addr);
+    }
+
+    /// The session ended: the recorder finalizes every file and writes `meta.json`.
+    /// Without an id (it never initialised) nothing was recorded; the prelude is dropped.
+    pub fn finish(&mut self, mut meta: SessionMeta) {
+        if let State::Live(_, addr) = std::mem::replace(&mut self.state, State::Done) {
+            meta.recording.dropped_records = self.dropped;
+            meta.recording.lagged = self.dropped > 0;
+            meta.recording.truncated = self.truncated;
+            addr.do_send(Record::Finish(Box::new(meta)));
+        }
+    }
+}
+
+/// The recorder as a subscriber: each session's frames (with their media) and its ending,
+/// written by a RecorderActor of its own on the recording thread.
+pub struct Recorder {
+    spawner: RecorderSpawner,
+}
+
+impl Recorder {
+    pub fn new(spawner: RecorderSpawner) -> Recorder {
+        Recorder { spawner }
+    }
+}
+
+impl Subscriber for Recorder {
+    fn name(&self) -> &str {
+        "recorder"
+    }
+
+    fn interest(&self) -> Interest {
+        Interest::LIFECYCLE | Interest::WIRE
+    }
+
+    fn session(&self, info: &SessionInfo) -> Option<Box<dyn SessionSink>> {
+        let recording = Recording::new(self.spawner.clone(), info.upgraded);
+        Some(Box::new(RecordingSink { recording, upgraded_at: info.upgraded_at }))
+    }
+}
+
+/// A session's recording, fed by its events.
+struct RecordingSink {
+    recording: Recording,
+    upgraded_at: SystemTime,
+}
+
+impl SessionSink for RecordingSink {
+    fn event(&mut self, event: &SessionEvent<'_>) {
+        match *event {
+            SessionEvent::Started { session_id, redactor, .. } => {
+                self.recording.start(session_id, redactor.clone(), self.upgraded_at)
+            }
+            SessionEvent::WireIn { frame, media } => self.recording.inbound(frame.clone(), media.clone()),
+            SessionEvent::WireOut { frame } => self.recording.outbound(frame.clone()),
+            SessionEvent::Closed { meta } => self.recording.finish(meta.clone()),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! QueueActor: the queue of one process. It delivers messages to a [`QueueState`] and tells
+//! waiting sessions what changed. Position changes are told within [`COALESCE`] by a
+//! [`Fanout`]; every `update_interval` every waiting session gets a fresh ETA the same way.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+
+use super::messages::{
+    Cancel, Claim, Join, Leave, LendFailed, LentOpened, QueueSnapshot, SessionFinished, WorkerDown, WorkerIdle,
+    WorkerJoined, WorkerModes, WorkerStarting,
+};
+use super::pacer::Fanout;
+use super::state::{Assignment, JoinOutcome, LeaveOutcome, ModeSet, QueueState, TicketId, WorkerId};
+use crate::domain::Mode;
+use crate::observe::metrics::metrics;
+use crate::protocol::ProtocolError;
+use crate::session::messages::QueueNotice;
+use crate::worker::messages::WorkerLink;
+
+struct Waiter {
+    conn: u64,
+    notify: Recipient<QueueNotice>,
+}
+
+pub struct QueueActor {
+    state: QueueState,
+    links: Vec<Option<WorkerLink>>,
+    /// Every ticket from Join until Leave or Claim.
+    by_conn: HashMap<u64, TicketId>,
+    /// Tickets not yet given a worker, and tickets given one but not yet claimed.
+    waiters: HashMap<TicketId, Waiter>,
+    update_interval: Duration,
+    /// Which tickets must be told their new position, and when.
+    fanout: Fanout,
+}
+
+/// Position changes are told at most this long after they happen (plus a fan-out).
+const COALESCE: Duration = Duration::from_millis(100);
+/// Updates go out this many at a time...
+const FANOUT_BATCH: usize = 64;
+/// ...this long apart (10,000 waiting tickets are told in about 160 ms). Batches this small
+/// leave the sessions' threads idle most of each millisecond: a worker's hand-over to the
+/// head of the queue waits for one batch at most (docs/performance.md).
+const FANOUT_PAUSE: Duration = Duration::from_millis(1);
+
+impl QueueActor {
+    /// `workers[i]` are the modes of worker `i`; `average` the assumed session length per
+    /// mode (chat, video, audio) before any session ended.
+    pub fn new(
+        workers: &[Vec<Mode>],
+        max_waiting: usize,
+        average: [Duration; 3],
+        update_interval: Duration,
+    ) -> QueueActor {
+        let sets: Vec<ModeSet> = workers.iter().map(|m| ModeSet::of(m)).collect();
+        QueueActor {
+            state: QueueState::new(&sets, max_waiting, average),
+            links: workers.iter().map(|_| None).collect(),
+            by_conn: HashMap::new(),
+            waiters: HashMap::new(),
+            update_interval,
+            fanout: Fanout::new(COALESCE, FANOUT_BATCH, FANOUT_PAUSE),
+        }
+    }
+
+    /// Every ticket from `index` on moved: they are told within `COALESCE`.
+    fn moved_from(&mut self, index: usize, ctx: &mut Context<Self>) {
+        metrics().queue_length.set(self.state.len() as i64);
+        if let Some(after) = self.fanout.moved(index) {
+            ctx.run_later(after, Self::fanout_tick);
+        }
+    }
+
+    /// Tells the next batch of moved tickets their position and ETA.
+    fn fanout_tick(&mut self, ctx: &mut Context<Self>) {
+        let tick = self.fanout.tick(self.state.len());
+        if let Some(range) = tick.send {
+            for info in self.state.infos(range.start, range.len(), Instant::now()) {
+                if let Some(w) = self.waiters.get(&info.ticket) {
+                    w.notify.do_send(QueueNotice::Update(info));
+                }
+            }
+        }
+        if let Some(after) = tick.next {
+            ctx.run_later(after, Self::fanout_tick);
+        }
+    }
+
+    fn deliver(&mut self, a: Assignment, ctx: &mut Context<Self>) {
+        let Some(link) = self.links[a.worker].clone() else {
+            log::error!("queue: worker {} assigned without a link", a.worker);
+            return;
+        };
+        if let Some(w) = self.waiters.get(&a.ticket) {
+            log::debug!("queue: ticket {} (c{}) gets worker {}", a.ticket, w.conn, link.name);
+            w.notify.do_send(QueueNotice::Assigned { ticket: a.ticket, worker: link });
+        }
+        self.moved_from(a.index, ctx);
+    }
+
+    fn offer(&mut self, worker: WorkerId, ctx: &mut Context<Self>) {
+        if let Some(a) = self.state.worker_idle(worker, Instant::now()) {
+            self.deliver(a, ctx);
+        }
+    }
+
+    fn forget(&mut self, ticket: TicketId) -> Option<Waiter> {
+        let w = self.waiters.remove(&ticket)?;
+        self.by_conn.remove(&w.conn);
+        Some(w)
+    }
+}
+
+impl Actor for QueueActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.run_interval(self.update_interval, |act, ctx| {
+            if !act.state.is_empty() {
+                act.moved_from(0, ctx);
+            }
+        });
+    }
+}
+
+impl Handler<Join> for QueueActor {
+    type Result = ();
+    fn handle(&mut self, msg: Join, ctx: &mut Context<Self>) {
+        let now = Instant::now();
+        let outcome = if msg.front { self.state.rejoin(msg.mode, now) } else { self.state.join(msg.mode, now) };
+        if msg.front && matches!(outcome, JoinOutcome::Waiting(_)) {
+            // Everyone behind it moved down one place.
+            self.moved_from(1, ctx);
+        }
+        let reply = match outcome {
+            JoinOutcome::Assigned { ticket, worker } => match self.links[worker].clone() {
+                Some(link) => {
+                    self.by_conn.insert(msg.conn, ticket);
+                    self.waiters.insert(ticket, Waiter { conn: msg.conn, notify: msg.notify.clone() });
+                    QueueNotice::Assigned { ticket, worker: link }
+                }
+                None => {
+                    // Cannot happen (a worker is idle only after WorkerIdle gave its link);
+                    // undo the reservation rather than leak the worker.
+                    self.state.leave(ticket);
+                    QueueNotice::Rejected(ProtocolError::WorkerConnectFailed("the worker has no backend".into()))
+                }
+            },
+            JoinOutcome::Waiting(info) => {
+                self.by_conn.insert(msg.conn, info.ticket);
+                self.waiters.insert(info.ticket, Waiter { conn: msg.conn, notify: msg.notify.clone() });
+                QueueNotice::Queued(info)
+            }
+            JoinOutcome::Full => QueueNotice::Rejected(ProtocolError::QueueFull(format!(
+                "the queue is full ({} clients waiting); try again later",
+                self.state.len()
+            ))),
+            JoinOutcome::Unavailable => QueueNotice::Rejected(ProtocolError::ServiceUnavailable(format!(
+                "no worker can serve mode {} now",
+                msg.mode
+            ))),
+        };
+        metrics().queue_length.set(self.state.len() as i64);
+        msg.notify.do_send(reply);
+    }
+}
+
+impl Handler<Leave> for QueueActor {
+    type Result = ();
+    fn handle(&mut self, msg: Leave, ctx: &mut Context<Self>) {
+        let Some(ticket) = self.by_conn.remove(&msg.conn) else {
+            return;
+        };
+        self.waiters.remove(&ticket);
+        match self.state.leave(ticket) {
+            LeaveOutcome::Waited { index } => self.moved_from(index, ctx),
+            LeaveOutcome::Unclaimed { worker } => self.offer(worker, ctx),
+            LeaveOutcome::Nothing => {}
+        }
+    }
+}
+
+impl Handler<Claim> for QueueActor {
+    type Result = ();
+    fn handle(&mut self, msg: Claim, _: &mut Context<Self>) {
+        if let Some(ticket) = self.by_conn.remove(&msg.conn) {
+            self.waiters.remove(&ticket);
+            self.state.claim(ticket);
+        }
+    }
+}
+
+impl Handler<Cancel> for QueueActor {
+    type Result = bool;
+    fn handle(&mut self, msg: Cancel, ctx: &mut Context<Self>) -> bool {
+        let LeaveOutcome::Waited { index } = self.state.leave(msg.ticket) else {
+            return false;
+        };
+        if let Some(w) = self.forget(msg.ticket) {
+            w.notify.do_send(QueueNotice::Cancelled);
+        }
+        self.moved_from(index, ctx);
+        true
+    }
+}
+
+impl Handler<WorkerIdle> for QueueActor {
+    type Result = ();
+    fn handle(&mut self, msg: WorkerIdle, ctx: &mut Context<Self>) {
+        let id = msg.link.id;
+        log::debug!("queue: worker {} is idle; {} waiting", msg.link.name, self.state.len());
+        self.links[id] = Some(msg.link);
+        self.offer(id, ctx);
+    }
+}
+
+impl Handler<WorkerJoined> for QueueActor {
+    type Result = ();
+    fn handle(&mut self, msg: WorkerJoined, _: &mut Context<Self>) {
+        let id = self.state.add_worker(ModeSet::of(&msg.modes));
+        // The pool and the queue number workers alike: both only ever append.
+        debug_assert_eq!(id, msg.worker, "the queue and the pool disagree on worker ids");
+        self.links.push(None);
+    }
+}
+
+impl Handler<WorkerStarting> for QueueActor {
+    type Result = ();
+    fn handle(&mut self, msg: WorkerStarting, _: &mut Context<Self>) {
+        self.state.worker_starting(msg.worker);
+    }
+}
+
+impl Handler<WorkerDown> for QueueActor {
+    type Result = ();
+    fn handle(&mut self, msg: WorkerDown, ctx: &mut Context<Self>) {
+        self.links[msg.worker] = None;
+        let orphaned = self.state.worker_failed(msg.worker);
+        self.reject(orphaned, "every worker able to serve this mode has failed", ctx);
+    }
+}
+
+impl Handler<WorkerModes> for QueueActor {
+    type Result = ();
+    fn handle(&mut self, msg: WorkerModes, ctx: &mut Context<Self>) {
+        let orphaned = self.state.narrow(msg.worker, ModeSet::of(&msg.modes));
+        self.reject(orphaned, "no worker can serve this mode: the backends have no vision", ctx);
+    }
+}
+
+impl QueueActor {
+    /// Tells the waiting clients no worker can serve any more why, and the others their new
+    /// positions.
+    fn reject(&mut self, orphaned: Vec<TicketId>, why: &str, ctx: &mut Context<Self>) {
+        if orphaned.is_empty() {
+            return;
+        }
+        for ticket in orphaned {
+            if let Some(w) = self.forget(ticket) {
+                w.notify.do_send(QueueNotice::Rejected(ProtocolError::ServiceUnavailable(why.into())));
+            }
+        }
+        self.moved_from(0, ctx);
+    }
+}
+
+impl Handler<SessionFinished> for QueueActor {
+    type Result = ();
+    fn handle(&mut self, msg: SessionFinished, _: &mut Context<Self>) {
+        self.state.session_finished(msg.mode, msg.length);
+    }
+}
+
+impl Handler<QueueSnapshot> for QueueActor {
+    type Result = MessageResult<QueueSnapshot>;
+    fn handle(&mut self, _: QueueSnapshot, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.state.tickets(Instant::now()))
+    }
+}
+
+impl Handler<LentOpened> for QueueActor {
+    type Result = ();
+    fn handle(&mut self, msg: LentOpened, _: &mut Context<Self>) {
+        // Only a cluster's queue asks the pool to lend workers.
+        log::warn!("queue: worker {} lent to ticket {}, which this queue never asked for", msg.link.name, msg.ticket);
+    }
+}
+
+impl Handler<LendFailed> for QueueActor {
+    type Result = ();
+    fn handle(&mut self, msg: LendFailed, _: &mut Context<Self>) {
+        log::warn!("queue: a lend this queue never asked for failed (ticket {}): {}", msg.ticket, msg.reason);
+    }
+}

@@ -1,0 +1,103 @@
+//! What a SessionActor handles: its client, through the transport's edge ([`FromClient`]);
+//! its queue ([`QueueNotice`]); its worker's BackendActor ([`BackendEvent`]); the server
+//! stopping ([`Shutdown`]). And what it says to its edge ([`ToClient`]): the one seam a
+//! transport (a WebSocket, a WebRTC data channel, a test) implements.
+
+use std::time::Duration;
+
+use actix::prelude::*;
+use bytestring::ByteString;
+
+use crate::domain::{BackendInfo, StepOutcome, TurnPiece, TurnSummary};
+use crate::edge::backend::BackendError;
+use crate::protocol::{CloseReason, ProtocolError, QueueInfo};
+use crate::queue::state::TicketId;
+use crate::worker::messages::WorkerLink;
+
+/// What the client's transport hands its session.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub enum FromClient {
+    /// One whole text message (the edge put fragments together and applied the rate).
+    Text(ByteString),
+    /// The edge refused something of the client's without ending the connection (messages
+    /// over the rate): the client is told with this error.
+    Refused(ProtocolError),
+    /// The connection ended, or the edge ended it (the client is gone, stopped answering
+    /// pings, broke the protocol, does not read): the session ends for this reason. The
+    /// client is not told any more.
+    Ended(CloseReason),
+}
+
+/// What a session tells its client's transport.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub enum ToClient {
+    /// One text message for the client.
+    Text(ByteString),
+    /// The session is over: close the connection for this reason (its close code and
+    /// description), after what was sent before.
+    Close(CloseReason),
+}
+
+/// What the queue tells a session.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub enum QueueNotice {
+    /// It must wait (the first notice).
+    Queued(QueueInfo),
+    /// Its position or ETA changed.
+    Update(QueueInfo),
+    /// A worker is reserved for it; it must claim it.
+    Assigned { ticket: TicketId, worker: WorkerLink },
+    /// It cannot be served: queue full, or no worker for its mode.
+    Rejected(ProtocolError),
+    /// An operator cancelled its ticket.
+    Cancelled,
+}
+
+/// What the worker's BackendActor tells its session.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub enum BackendEvent {
+    Prepared {
+        prompt_length: u64,
+        /// What the backend can do, for the client (transcripts, settings applied).
+        backend: Box<BackendInfo>,
+    },
+    PrepareFailed(BackendError),
+    /// The step that answered chunk `seq`.
+    Step {
+        seq: u64,
+        result: Result<StepOutcome, BackendError>,
+        elapsed: Duration,
+    },
+    /// Chunk `seq` was dropped unprocessed (the client ran ahead).
+    Dropped {
+        seq: u64,
+    },
+    TurnPiece {
+        seq: u64,
+        piece: TurnPiece,
+    },
+    TurnDone {
+        seq: u64,
+        result: Result<TurnSummary, BackendError>,
+    },
+    /// The worker failed for good (hang past the step timeout, crash).
+    Failed {
+        reason: String,
+    },
+    /// After `Drain`: the job in flight is done, nothing is pending.
+    Drained,
+    /// The answer to `Attach`: the worker is this session's, or why not.
+    Attached(Result<(), ProtocolError>),
+}
+
+/// Asks a session to end because the server is stopping: at once when it has no step in
+/// flight, else when the step has finished, at the latest after `grace`.
+#[derive(Message, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct Shutdown {
+    pub grace: Duration,
+}

@@ -1,0 +1,579 @@
+//! SessionActor: one per client connection. It owns the protocol state machine
+//! ([`SessionState`]) and the output rules ([`Flow`]), the session's time limit counted from
+//! the upgrade, and the routing between the client (through its [`Dialect`]), the queue and
+//! the worker's BackendActor. It tells the subscribers ([`crate::observe::events`]: the
+//! recorder, usage accounting, webhooks...) what happens, and feeds the metrics. A session
+//! that ends for any reason releases its ticket or its worker in `stopped()`.
+//!
+//! It is not the socket: a transport's edge (the WebSocket's, in the server) owns frames,
+//! fragments, pings, the message rate and close codes, hands it whole messages
+//! ([`messages::FromClient`]) and carries out what it says ([`messages::ToClient`]). So the
+//! session runs on a plain context, and its rules are tested with a stand-in edge
+//! (`tests.rs`).
+//!
+//! What the backend says and how it reaches the client is in [`output`].
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use actix::prelude::*;
+use bytestring::ByteString;
+
+use crate::domain::Mode;
+use crate::edge::dialect::{DecodeError, Dialect, RecordedMedia};
+use crate::observe::events::{Interest, SessionEvent, SessionSinks};
+use crate::observe::metrics::metrics;
+use crate::observe::recording::{RecordingSummary, SessionMeta, timestamp};
+use crate::protocol::{CloseReason, Inbound, Outbound, ProtocolError, Violation};
+use crate::queue::messages::{Claim, Join, Leave, QueuePort};
+use crate::worker::messages::{
+    Attach, Delivery, Detach, Drain, Interrupt, Lost, Prepare, Reconfigure, SubmitChunk, SubmitTurn, WorkerLink,
+};
+
+pub mod flow;
+pub mod messages;
+mod output;
+pub mod registry;
+pub mod state;
+#[cfg(test)]
+mod tests;
+
+use flow::Flow;
+pub use flow::SessionCounters;
+use messages::{BackendEvent, FromClient, QueueNotice, Shutdown, ToClient};
+use registry::{Admission, Registry};
+use state::{Phase, SessionState};
+
+/// A client's reason for closing is echoed and recorded up to this many bytes.
+pub const MAX_CLOSE_REASON: usize = 64;
+
+/// What a session is allowed, from the configuration.
+#[derive(Debug, Clone)]
+pub struct SessionSettings {
+    pub mode: Mode,
+    /// Counted from the upgrade: queueing, initialisation and silence count.
+    pub time_limit: Duration,
+    /// A KV length that reaches this ends the session with `context_full`.
+    pub context_tokens: u64,
+    /// Turn-mode answers outstanding at once (one in progress, the rest waiting).
+    pub max_turns: usize,
+    /// The session is refused at once with this error (e.g. an unknown model), after the upgrade.
+    pub reject: Option<ProtocolError>,
+}
+
+/// Who is on the other end, for logs and recordings.
+#[derive(Debug, Clone, Default)]
+pub struct ClientInfo {
+    pub addr: String,
+    pub user_agent: Option<String>,
+}
+
+/// What a session is connected to.
+pub struct SessionLinks {
+    /// Its client's transport.
+    pub edge: Recipient<ToClient>,
+    /// The connection's number ([`crate::ids::connection`]), as its subscribers know it.
+    pub conn: u64,
+    pub queue: QueuePort,
+    pub registry: Arc<Registry>,
+    /// Its place under the per-address caps, released with the session.
+    pub admission: Option<Admission>,
+    /// The subscribers' sinks for this session ([`crate::events`]).
+    pub sinks: SessionSinks,
+    pub client: ClientInfo,
+}
+
+pub struct SessionActor {
+    settings: SessionSettings,
+    dialect: Box<dyn Dialect>,
+    links: SessionLinks,
+    conn: u64,
+    state: SessionState,
+    flow: Flow,
+    upgraded: Instant,
+    upgraded_at: SystemTime,
+    worker: Option<WorkerLink>,
+    attach_sent: bool,
+    /// It went back to the head of the queue once because its worker was gone.
+    requeued: bool,
+    session_id: Option<String>,
+    /// The dialect it was active under (for the active-sessions gauge).
+    active_as: Option<&'static str>,
+    /// The server is stopping: the job in flight finishes, then the session ends.
+    draining: bool,
+    end: Option<CloseReason>,
+    /// When `end` was decided.
+    ended_at: Option<Instant>,
+    frames: Vec<String>,
+}
+
+/// Cuts `text` to at most `max` bytes, at a character boundary.
+fn bounded(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+impl SessionActor {
+    pub fn new(settings: SessionSettings, dialect: Box<dyn Dialect>, links: SessionLinks) -> SessionActor {
+        let now = Instant::now();
+        SessionActor {
+            flow: Flow::new(settings.max_turns),
+            settings,
+            dialect,
+            conn: links.conn,
+            links,
+            state: SessionState::default(),
+            upgraded: now,
+            upgraded_at: SystemTime::now(),
+            worker: None,
+            attach_sent: false,
+            requeued: false,
+            session_id: None,
+            active_as: None,
+            draining: false,
+            end: None,
+            ended_at: None,
+            frames: Vec::new(),
+        }
+    }
+
+    /// Names the session in logs: its id once it has one, else its connection number.
+    fn who(&self) -> String {
+        match &self.session_id {
+            Some(id) => id.clone(),
+            None => format!("c{}", self.conn),
+        }
+    }
+
+    fn worker_name(&self) -> &str {
+        self.worker.as_ref().map_or("-", |w| w.name.as_str())
+    }
+
+    fn mode_label(&self) -> [&'static str; 1] {
+        [self.settings.mode.as_str()]
+    }
+
+    /// Encodes an event, sends its frames, and records them as sent.
+    fn emit(&mut self, event: Outbound<'_>) {
+        let mut frames = std::mem::take(&mut self.frames);
+        self.dialect.encode(event, &mut frames);
+        for frame in frames.drain(..) {
+            self.send_frame(ByteString::from(frame));
+        }
+        self.frames = frames;
+    }
+
+    fn send_frame(&mut self, frame: ByteString) {
+        if self.links.sinks.wants(Interest::WIRE) {
+            let bytes = frame.as_bytes().clone();
+            self.links.sinks.publish(SessionEvent::WireOut { frame: &bytes });
+        }
+        self.links.edge.do_send(ToClient::Text(frame));
+    }
+
+    fn send_error(&mut self, ctx: &mut Context<Self>, e: &ProtocolError) {
+        log::debug!("session {}: error {}: {e}", self.who(), e.code());
+        metrics().errors.with_label_values(&[e.code()]).inc();
+        if self.links.sinks.wants(Interest::ERRORS) {
+            let message = e.to_string();
+            self.links.sinks.publish(SessionEvent::Error { code: e.code(), message: &message });
+        }
+        self.emit(Outbound::Error(e));
+        if let Some(reason) = CloseReason::rejected(e) {
+            self.finish(ctx, reason);
+        }
+    }
+
+    /// Ends the session: `session.closed` when the client should hear it, the close (its
+    /// edge closes the connection), then the actor stops (and `stopped()` releases what it
+    /// held).
+    fn finish(&mut self, ctx: &mut Context<Self>, reason: CloseReason) {
+        if self.end.is_some() {
+            return;
+        }
+        if reason.announced() {
+            let session_id = self.session_id.clone();
+            self.emit(Outbound::Closed { session_id: session_id.as_deref(), reason: &reason });
+        }
+        self.links.edge.do_send(ToClient::Close(reason.clone()));
+        self.state.close();
+        self.end = Some(reason);
+        self.ended_at = Some(Instant::now());
+        ctx.stop();
+    }
+
+    /// A whole message from the client.
+    fn handle_text(&mut self, text: ByteString, ctx: &mut Context<Self>) {
+        let mut replies = Vec::new();
+        // A decoder bug must cost this session only, not the arbiter thread it shares.
+        let decoded = match catch_unwind(AssertUnwindSafe(|| self.dialect.decode(&text, &mut replies))) {
+            Ok(decoded) => decoded,
+            Err(_) => {
+                log::error!("session {}: the {} decoder panicked on a frame; closing", self.who(), self.dialect.name());
+                return self.finish(ctx, CloseReason::ProtocolViolation(Violation::InternalError));
+            }
+        };
+        if self.links.sinks.wants(Interest::WIRE) {
+            let media = match (&decoded, self.dialect.take_recorded_media()) {
+                (_, Some(media)) => media,
+                (Ok(commands), None) => recorded_media(commands),
+                (Err(_), None) => (Vec::new(), Vec::new()),
+            };
+            let frame = text.as_bytes().clone();
+            self.links.sinks.publish(SessionEvent::WireIn { frame: &frame, media: &media });
+        }
+        match decoded {
+            Err(DecodeError::Unparseable(why)) => {
+                log::info!("session {}: unparseable frame ({why}); closing with 1003", self.who());
+                self.finish(ctx, CloseReason::ProtocolViolation(Violation::InvalidJson));
+            }
+            Err(DecodeError::Protocol(e)) => self.send_error(ctx, &e),
+            Ok(commands) => {
+                for frame in replies {
+                    self.send_frame(ByteString::from(frame));
+                }
+                for cmd in commands {
+                    if self.end.is_some() {
+                        break;
+                    }
+                    self.command(cmd, ctx);
+                }
+            }
+        }
+        self.dialect_commands(ctx);
+    }
+
+    fn command(&mut self, cmd: Inbound, ctx: &mut Context<Self>) {
+        if let Err(e) = self.state.admit(&cmd) {
+            return self.send_error(ctx, &e);
+        }
+        if let Inbound::Close { reason } = cmd {
+            let reason = reason.map_or_else(|| "user_stop".into(), |r| bounded(&r, MAX_CLOSE_REASON).to_string());
+            return self.finish(ctx, CloseReason::Client(reason));
+        }
+        // Everything else is admitted only with a worker attached.
+        let Some(port) = self.worker.as_ref().map(|w| w.port.clone()) else {
+            return;
+        };
+        if self.draining {
+            return;
+        }
+        let key = self.conn;
+        let reply = |lost| Delivery::new(ctx.address().recipient(), lost);
+        match cmd {
+            Inbound::Close { .. } => {}
+            Inbound::Init(setup) => {
+                let session_id = self.dialect.new_session_id();
+                let dialect = self.dialect.name();
+                log::info!(
+                    "session {session_id}: c{} ({} mode, {dialect} dialect, {}) initialising on worker {}",
+                    self.conn,
+                    self.settings.mode,
+                    self.links.client.addr,
+                    self.worker_name()
+                );
+                let redactor = self.dialect.redactor();
+                self.links.sinks.publish(SessionEvent::Started {
+                    session_id: &session_id,
+                    dialect,
+                    redactor: &redactor,
+                });
+                self.session_id = Some(session_id.clone());
+                self.state.initializing();
+                port.prepare.do_send(Prepare { key, session_id, dialect, setup, reply: reply(Lost::Work) });
+            }
+            Inbound::Chunk(chunk) => {
+                let seq = self.flow.chunk(chunk.force_listen, Instant::now());
+                metrics().chunks_received.with_label_values(&self.mode_label()).inc();
+                let (samples, frames) = (chunk.audio.len(), chunk.frames.len());
+                self.links.sinks.publish(SessionEvent::ChunkReceived { seq, samples, frames });
+                port.chunk.do_send(SubmitChunk { key, seq, chunk });
+            }
+            Inbound::Turn { input, streaming } => match self.flow.turn(streaming, Instant::now()) {
+                Ok((seq, _)) => {
+                    let m = &input.messages;
+                    self.links.sinks.publish(SessionEvent::TurnReceived {
+                        seq,
+                        messages: m.len(),
+                        samples: m.iter().flat_map(|m| &m.audios).map(Vec::len).sum(),
+                        images: m.iter().map(|m| m.images.len()).sum(),
+                    });
+                    port.turn.do_send(SubmitTurn { key, seq, input, reply: reply(Lost::Work) })
+                }
+                Err(e) => {
+                    metrics().buffer_refusals.with_label_values(&["turns"]).inc();
+                    self.send_error(ctx, &e)
+                }
+            },
+            Inbound::Reconfigure(setup) => {
+                // Output of everything sent so far is void.
+                self.flow.cut();
+                port.reconfigure.do_send(Reconfigure { key, setup, reply: reply(Lost::Work) });
+            }
+            Inbound::Interrupt => {
+                self.flow.cut();
+                port.interrupt.do_send(Interrupt { key });
+            }
+        }
+    }
+
+    /// Carries out the commands the dialect issued on its own (bounded: a dialect cannot
+    /// keep the actor busy forever).
+    fn dialect_commands(&mut self, ctx: &mut Context<Self>) {
+        for _ in 0..8 {
+            let commands = self.dialect.take_commands();
+            if commands.is_empty() || self.end.is_some() {
+                return;
+            }
+            for cmd in commands {
+                if self.end.is_some() {
+                    return;
+                }
+                self.command(cmd, ctx);
+            }
+        }
+    }
+
+    fn meta(&self, reason: &CloseReason) -> SessionMeta {
+        let (start, _) = timestamp(self.upgraded_at);
+        let (end, _) = timestamp(SystemTime::now());
+        let c = self.flow.counters();
+        SessionMeta {
+            session_id: self.session_id.clone().unwrap_or_default(),
+            mode: self.settings.mode.as_str().into(),
+            dialect: self.dialect.name().into(),
+            worker: self.worker.as_ref().map(|w| w.name.clone()),
+            client_addr: self.links.client.addr.clone(),
+            user_agent: self.links.client.user_agent.clone(),
+            start,
+            end,
+            duration_s: self.upgraded.elapsed().as_secs_f64(),
+            close_reason: reason.as_str().to_string(),
+            chunks_received: c.chunks_received,
+            chunks_dropped: c.chunks_dropped,
+            chunks_answered: c.chunks_answered,
+            turns: c.turns,
+            recording: RecordingSummary::default(),
+        }
+    }
+}
+
+/// The audio and images a client event carried, for the recording.
+fn recorded_media(commands: &[Inbound]) -> RecordedMedia {
+    let (mut audio, mut frames) = (Vec::new(), Vec::new());
+    for cmd in commands {
+        match cmd {
+            Inbound::Chunk(c) => {
+                audio.push(c.audio.clone());
+                frames.extend(c.frames.iter().cloned());
+            }
+            Inbound::Turn { input, .. } => {
+                for m in &input.messages {
+                    audio.extend(m.audios.iter().cloned());
+                    frames.extend(m.images.iter().cloned());
+                }
+            }
+            Inbound::Init(_) | Inbound::Close { .. } | Inbound::Reconfigure(_) | Inbound::Interrupt => {}
+        }
+    }
+    (audio, frames)
+}
+
+impl Actor for SessionActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        log::debug!("session c{}: connected from {} ({} mode)", self.conn, self.links.client.addr, self.settings.mode);
+        metrics().connections_total.inc();
+        metrics().connections_open.inc();
+        self.links.registry.register(self.conn, ctx.address().recipient());
+        if let Some(e) = self.settings.reject.clone() {
+            return self.send_error(ctx, &e);
+        }
+        if let Some(every) = self.dialect.tick_interval() {
+            ctx.run_interval(every, |act, ctx| {
+                if act.end.is_some() {
+                    return;
+                }
+                let mut frames = Vec::new();
+                act.dialect.tick(Instant::now(), &mut frames);
+                for frame in frames {
+                    act.send_frame(ByteString::from(frame));
+                }
+                act.dialect_commands(ctx);
+            });
+        }
+        let limit = self.settings.time_limit.saturating_sub(self.upgraded.elapsed());
+        ctx.run_later(limit, |act, ctx| {
+            log::info!("session {}: time limit of {:?} reached", act.who(), act.settings.time_limit);
+            act.finish(ctx, CloseReason::Timeout);
+        });
+        self.join_queue(false, ctx);
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        let reason = self.end.clone().unwrap_or(CloseReason::ClientGone);
+        self.state.close();
+        self.links.queue.leave.do_send(Leave { conn: self.conn });
+        if self.attach_sent
+            && let Some(w) = &self.worker
+        {
+            w.port.detach.do_send(Detach { key: self.conn, ended: self.ended_at.unwrap_or_else(Instant::now) });
+        }
+        let meta = self.meta(&reason);
+        self.links.sinks.publish(SessionEvent::Closed { meta: &meta });
+        self.links.registry.unregister(self.conn);
+        let m = metrics();
+        m.connections_open.dec();
+        m.sessions_closed.with_label_values(&[reason.metric_label()]).inc();
+        if let Some(dialect) = self.active_as {
+            m.sessions_active.with_label_values(&[self.settings.mode.as_str(), dialect]).dec();
+            self.links.registry.set_active(self.settings.mode, false);
+        }
+        let c = self.flow.counters();
+        log::info!(
+            "session {}: ended ({}) after {:.1} s on worker {}: {} chunks received, {} dropped, {} answered, {} turns",
+            self.who(),
+            reason.as_str().escape_debug(),
+            self.upgraded.elapsed().as_secs_f64(),
+            self.worker_name(),
+            c.chunks_received,
+            c.chunks_dropped,
+            c.chunks_answered,
+            c.turns
+        );
+    }
+}
+
+impl Handler<FromClient> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: FromClient, ctx: &mut Self::Context) {
+        if self.end.is_some() {
+            return;
+        }
+        match msg {
+            FromClient::Text(text) => self.handle_text(text, ctx),
+            FromClient::Refused(e) => self.send_error(ctx, &e),
+            FromClient::Ended(reason) => {
+                // The edge has closed (or lost) the connection: nothing more reaches the client.
+                log::debug!("session {}: its connection ended ({})", self.who(), reason.as_str());
+                self.end = Some(reason);
+                self.ended_at = Some(Instant::now());
+                self.state.close();
+                ctx.stop();
+            }
+        }
+    }
+}
+
+impl SessionActor {
+    fn join_queue(&mut self, front: bool, ctx: &mut Context<Self>) {
+        let join = Join { conn: self.conn, mode: self.settings.mode, notify: ctx.address().recipient(), front };
+        self.links.queue.join.do_send(join);
+    }
+
+    fn on_queue_notice(&mut self, notice: QueueNotice, ctx: &mut Context<Self>) {
+        if self.end.is_some() {
+            return;
+        }
+        match notice {
+            QueueNotice::Queued(info) => {
+                log::info!("session c{}: waiting at position {} of {}", self.conn, info.position, info.queue_length);
+                self.links.sinks.publish(SessionEvent::Queued { position: info.position });
+                self.emit(Outbound::Queued(info));
+            }
+            QueueNotice::Update(info) => {
+                if self.state.phase() == Phase::Queued && self.worker.is_none() {
+                    self.emit(Outbound::QueueUpdate(info));
+                }
+            }
+            QueueNotice::Assigned { worker, .. } => {
+                self.links.queue.claim.do_send(Claim { conn: self.conn });
+                let attach = Attach {
+                    key: self.conn,
+                    label: format!("c{}", self.conn),
+                    mode: self.settings.mode,
+                    reply: Delivery::new(ctx.address().recipient(), Lost::Attach),
+                };
+                // If the worker's actor is gone, the delivery answers for it.
+                worker.port.attach.do_send(attach);
+                self.worker = Some(worker);
+                self.attach_sent = true;
+            }
+            QueueNotice::Rejected(e) => {
+                log::info!("session c{}: refused: {e}", self.conn);
+                self.send_error(ctx, &e);
+            }
+            QueueNotice::Cancelled => {
+                log::info!("session c{}: ticket cancelled by an operator", self.conn);
+                self.finish(ctx, CloseReason::Cancelled);
+            }
+        }
+    }
+
+    /// The worker it was assigned could not be taken: once, the session goes back to the
+    /// head of the queue; a second time, it ends with the error (close 1013).
+    fn attach_failed(&mut self, e: ProtocolError, ctx: &mut Context<Self>) {
+        let worker = self.worker_name().to_string();
+        self.worker = None;
+        self.attach_sent = false;
+        if !self.requeued && self.state.phase() == Phase::Queued {
+            self.requeued = true;
+            log::warn!(
+                "session c{}: worker {worker} could not be taken ({e}); back to the head of the queue",
+                self.conn
+            );
+            self.join_queue(true, ctx);
+            return;
+        }
+        log::warn!("session c{}: worker {worker} could not be taken ({e})", self.conn);
+        self.send_error(ctx, &e);
+    }
+}
+
+impl Handler<QueueNotice> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, notice: QueueNotice, ctx: &mut Self::Context) {
+        self.on_queue_notice(notice, ctx);
+        self.dialect_commands(ctx);
+    }
+}
+
+impl Handler<BackendEvent> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, event: BackendEvent, ctx: &mut Self::Context) {
+        self.on_backend_event(event, ctx);
+        self.dialect_commands(ctx);
+    }
+}
+
+impl Handler<Shutdown> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Shutdown, ctx: &mut Self::Context) {
+        if self.end.is_some() || self.draining {
+            return;
+        }
+        let busy = matches!(self.state.phase(), Phase::Initializing | Phase::Active);
+        match (&self.worker, busy) {
+            (Some(worker), true) => {
+                // Let the step in flight finish (its output is sent), then end.
+                self.draining = true;
+                let reply = Delivery::new(ctx.address().recipient(), Lost::Drain);
+                worker.port.drain.do_send(Drain { key: self.conn, reply });
+                ctx.run_later(msg.grace, |act, ctx| act.finish(ctx, CloseReason::ServerShutdown));
+            }
+            _ => self.finish(ctx, CloseReason::ServerShutdown),
+        }
+    }
+}

@@ -1,0 +1,515 @@
+//! The SessionActor's rules, each with stand-ins for its edge, its queue and its worker (no
+//! socket, no backend): limits and timeouts, queue notices, force-listen, silent drop,
+//! context_full, backend loss, endings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+
+use super::messages::{BackendEvent, FromClient, QueueNotice, Shutdown, ToClient};
+use super::registry::Registry;
+use super::{ClientInfo, SessionActor, SessionLinks, SessionSettings};
+use crate::domain::{DuplexChunk, Mode, SessionKind, SessionSetup, StepKind, StepOutcome};
+use crate::edge::backend::BackendError;
+use crate::edge::dialect::{DecodeError, Dialect};
+use crate::observe::events::{Interest, SessionEvent, SessionInfo, SessionSink, Subscriber, Subscribers};
+use crate::observe::recording::{Direction, MediaSink, Recorded, Redact};
+use crate::protocol::{CloseReason, Inbound, Outbound, ProtocolError, QueueInfo, Violation};
+use crate::queue::messages::{Cancel, Claim, Join, Leave, QueuePort, QueueSnapshot};
+use crate::queue::state::TicketStatus;
+use crate::worker::messages::{
+    Attach, Control, Detach, Drain, Interrupt, Prepare, Reconfigure, Run, Stop, SubmitChunk, SubmitTurn, WorkerLink,
+    WorkerPort,
+};
+
+/// How long a test waits for anything before it fails.
+const WAIT: Duration = Duration::from_secs(5);
+
+/// A dialect of plain words: `init`, `chunk`, `force` (a force-listen chunk), `close`, `bad`
+/// (a protocol error), anything else unparseable. Events are encoded as short words.
+struct Words;
+
+impl Dialect for Words {
+    fn name(&self) -> &'static str {
+        "words"
+    }
+
+    fn decode(&mut self, text: &str, _: &mut Vec<String>) -> Result<Vec<Inbound>, DecodeError> {
+        let chunk =
+            |force_listen| Inbound::Chunk(DuplexChunk { audio: vec![0.0; 16], force_listen, ..Default::default() });
+        match text {
+            "init" => Ok(vec![Inbound::Init(SessionSetup::new(SessionKind::Duplex))]),
+            "chunk" => Ok(vec![chunk(false)]),
+            "force" => Ok(vec![chunk(true)]),
+            "close" => Ok(vec![Inbound::Close { reason: None }]),
+            "bad" => Err(DecodeError::Protocol(ProtocolError::InvalidPayload("bad".into()))),
+            other => Err(DecodeError::Unparseable(format!("'{other}' is not a word"))),
+        }
+    }
+
+    fn encode(&mut self, event: Outbound<'_>, out: &mut Vec<String>) {
+        out.push(match event {
+            Outbound::Queued(i) => format!("queued {}", i.position),
+            Outbound::QueueUpdate(i) => format!("update {}", i.position),
+            Outbound::QueueDone => "queue_done".into(),
+            Outbound::Created { .. } => "created".into(),
+            Outbound::Step { input_id, outcome, .. } => format!("step {input_id} {:?}", outcome.kind),
+            Outbound::Error(e) => format!("error {}", e.code()),
+            Outbound::Closed { reason, .. } => format!("closed {}", reason.as_str()),
+            other => format!("{other:?}"),
+        });
+    }
+
+    fn redactor(&self) -> Arc<dyn Redact> {
+        struct Nothing;
+        impl Redact for Nothing {
+            fn redact(
+                &self,
+                _: Direction,
+                _: &[u8],
+                _: crate::edge::dialect::RecordedMedia,
+                _: &mut dyn MediaSink,
+            ) -> std::io::Result<Recorded> {
+                Ok(Recorded::Raw(String::new()))
+            }
+        }
+        Arc::new(Nothing)
+    }
+}
+
+/// What the stand-ins saw, in order (compared through `Debug`).
+#[derive(Debug)]
+#[allow(dead_code)]
+enum Seen {
+    /// The edge was told to send this text.
+    Text(String),
+    /// The edge was told to close.
+    Close(CloseReason),
+    Join {
+        front: bool,
+    },
+    Leave,
+    Claim,
+    Attach,
+    Prepare,
+    Chunk {
+        seq: u64,
+        force_listen: bool,
+    },
+    Detach,
+    Drain,
+    Interrupt,
+    /// The session's sinks heard it ended with these counters (received, dropped, answered).
+    Closed {
+        received: u64,
+        dropped: u64,
+        answered: u64,
+    },
+}
+
+/// The edge, the queue and the worker in one actor: each hands what it got to the test.
+struct Stand {
+    seen: UnboundedSender<Seen>,
+    /// The session's notice recipient, from its Join.
+    notify: UnboundedSender<Recipient<QueueNotice>>,
+    /// The session's event recipient, from its Attach (answered `Attached` unless refused).
+    events: UnboundedSender<Recipient<BackendEvent>>,
+    refuse_attach: bool,
+    /// Prepare is dropped unhandled (the worker's actor is gone).
+    lose_prepare: bool,
+}
+
+impl Actor for Stand {
+    type Context = Context<Self>;
+}
+
+macro_rules! stand {
+    ($($message:ty => |$s:ident, $m:ident| $body:expr;)*) => {$(
+        impl Handler<$message> for Stand {
+            type Result = ();
+            fn handle(&mut self, $m: $message, _: &mut Context<Self>) {
+                let $s = self;
+                $body
+            }
+        }
+    )*};
+}
+
+stand! {
+    ToClient => |s, m| {
+        let _ = s.seen.send(match m {
+            ToClient::Text(t) => Seen::Text(t.to_string()),
+            ToClient::Close(r) => Seen::Close(r),
+        });
+    };
+    Join => |s, m| {
+        let _ = s.seen.send(Seen::Join { front: m.front });
+        let _ = s.notify.send(m.notify);
+    };
+    Leave => |s, _m| { let _ = s.seen.send(Seen::Leave); };
+    Claim => |s, _m| { let _ = s.seen.send(Seen::Claim); };
+    Attach => |s, m| {
+        let _ = s.seen.send(Seen::Attach);
+        let to = m.reply.handled();
+        let answer = if s.refuse_attach { Err(ProtocolError::WorkerBusy("busy".into())) } else { Ok(()) };
+        to.do_send(BackendEvent::Attached(answer));
+        let _ = s.events.send(to);
+    };
+    Prepare => |s, m| {
+        let _ = s.seen.send(Seen::Prepare);
+        if !s.lose_prepare {
+            m.reply.handled();
+        }
+    };
+    SubmitChunk => |s, m| { let _ = s.seen.send(Seen::Chunk { seq: m.seq, force_listen: m.chunk.force_listen }); };
+    SubmitTurn => |_s, _m| {};
+    Detach => |s, _m| { let _ = s.seen.send(Seen::Detach); };
+    Reconfigure => |_s, _m| {};
+    Interrupt => |s, _m| { let _ = s.seen.send(Seen::Interrupt); };
+    Drain => |s, m| {
+        let _ = s.seen.send(Seen::Drain);
+        m.reply.handled();
+    };
+    Run => |_s, _m| {};
+    Control => |_s, _m| {};
+}
+
+impl Handler<Stop> for Stand {
+    type Result = bool;
+    fn handle(&mut self, _: Stop, _: &mut Context<Self>) -> bool {
+        true
+    }
+}
+
+impl Handler<Cancel> for Stand {
+    type Result = bool;
+    fn handle(&mut self, _: Cancel, _: &mut Context<Self>) -> bool {
+        false
+    }
+}
+
+impl Handler<QueueSnapshot> for Stand {
+    type Result = MessageResult<QueueSnapshot>;
+    fn handle(&mut self, _: QueueSnapshot, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(Vec::<TicketStatus>::new())
+    }
+}
+
+/// A subscriber that reports the counters a session ends with.
+struct Ending(UnboundedSender<Seen>);
+struct EndingSink(UnboundedSender<Seen>);
+impl SessionSink for EndingSink {
+    fn event(&mut self, event: &SessionEvent<'_>) {
+        if let SessionEvent::Closed { meta } = event {
+            let (received, dropped, answered) = (meta.chunks_received, meta.chunks_dropped, meta.chunks_answered);
+            let _ = self.0.send(Seen::Closed { received, dropped, answered });
+        }
+    }
+}
+impl Subscriber for Ending {
+    fn name(&self) -> &str {
+        "ending"
+    }
+    fn interest(&self) -> Interest {
+        Interest::LIFECYCLE
+    }
+    fn session(&self, _: &SessionInfo) -> Option<Box<dyn SessionSink>> {
+        Some(Box::new(EndingSink(self.0.clone())))
+    }
+}
+
+struct Test {
+    seen: UnboundedReceiver<Seen>,
+    /// What the session's sinks heard at its end (on its own thread, so in no order with the
+    /// stand-ins' mailbox).
+    ended: UnboundedReceiver<Seen>,
+    notify: UnboundedReceiver<Recipient<QueueNotice>>,
+    events: UnboundedReceiver<Recipient<BackendEvent>>,
+    session: Addr<SessionActor>,
+    worker: WorkerPort,
+}
+
+#[derive(Default)]
+struct Options {
+    time_limit: Option<Duration>,
+    refuse_attach: bool,
+    lose_prepare: bool,
+}
+
+fn settings(o: &Options) -> SessionSettings {
+    SessionSettings {
+        mode: Mode::Audio,
+        time_limit: o.time_limit.unwrap_or(Duration::from_secs(600)),
+        context_tokens: 1000,
+        max_turns: 4,
+        reject: None,
+    }
+}
+
+fn start(o: Options) -> Test {
+    let (seen_tx, seen) = unbounded_channel();
+    let (notify_tx, notify) = unbounded_channel();
+    let (events_tx, events) = unbounded_channel();
+    let (ended_tx, ended) = unbounded_channel();
+    let stand = Stand {
+        seen: seen_tx,
+        notify: notify_tx,
+        events: events_tx,
+        refuse_attach: o.refuse_attach,
+        lose_prepare: o.lose_prepare,
+    }
+    .start();
+    let subscribers = Subscribers::new(vec![Arc::new(Ending(ended_tx))]);
+    let info = SessionInfo {
+        conn: 1,
+        mode: Mode::Audio,
+        client_addr: "test".into(),
+        user_agent: None,
+        key_id: None,
+        upgraded: std::time::Instant::now(),
+        upgraded_at: std::time::SystemTime::now(),
+    };
+    let links = SessionLinks {
+        edge: stand.clone().recipient(),
+        conn: 1,
+        queue: QueuePort::of(&stand),
+        registry: Registry::new(),
+        admission: None,
+        sinks: subscribers.session(&info),
+        client: ClientInfo::default(),
+    };
+    let session = SessionActor::new(settings(&o), Box::new(Words), links).start();
+    Test { seen, ended, notify, events, session, worker: WorkerPort::of(&stand) }
+}
+
+impl Test {
+    async fn next(&mut self) -> Seen {
+        tokio::time::timeout(WAIT, self.seen.recv()).await.expect("something within the wait").expect("open")
+    }
+
+    /// The next text the edge was told to send.
+    async fn text(&mut self) -> String {
+        match self.next().await {
+            Seen::Text(t) => t,
+            other => panic!("expected a text, got {other:?}"),
+        }
+    }
+
+    /// The counters the session ended with.
+    async fn ended(&mut self, what: &str) {
+        let got = tokio::time::timeout(WAIT, self.ended.recv()).await.expect("the end within the wait").unwrap();
+        assert_eq!(format!("{got:?}"), what);
+    }
+
+    async fn expect(&mut self, what: &str) {
+        let got = self.next().await;
+        assert_eq!(format!("{got:?}"), what);
+    }
+
+    fn client(&self, text: &str) {
+        self.session.do_send(FromClient::Text(text.to_string().into()));
+    }
+
+    fn step(&self, to: &Recipient<BackendEvent>, seq: u64, kind: StepKind, kv_length: u64) {
+        let outcome = StepOutcome { kind, kv_length, ..StepOutcome::listen(kv_length) };
+        to.do_send(BackendEvent::Step { seq, result: Ok(outcome), elapsed: Duration::ZERO });
+    }
+
+    /// Joins, is handed the worker, initialises: the session is active. Returns where its
+    /// worker's events go.
+    async fn active(&mut self) -> Recipient<BackendEvent> {
+        self.expect("Join { front: false }").await;
+        let notify = self.notify.recv().await.unwrap();
+        let worker = WorkerLink { id: 0, name: "w".into(), port: self.worker.clone() };
+        notify.do_send(QueueNotice::Assigned { ticket: 1, worker });
+        self.expect("Claim").await;
+        self.expect("Attach").await;
+        let events = self.events.recv().await.unwrap();
+        assert_eq!(self.text().await, "queue_done");
+        self.client("init");
+        self.expect("Prepare").await;
+        let backend = Box::new(crate::domain::BackendInfo { duplex: true, ..Default::default() });
+        events.do_send(BackendEvent::Prepared { prompt_length: 3, backend });
+        assert_eq!(self.text().await, "created");
+        events
+    }
+}
+
+#[actix::test]
+async fn a_waiting_client_hears_its_place_and_the_time_limit_ends_it() {
+    let mut t = start(Options { time_limit: Some(Duration::from_millis(300)), ..Default::default() });
+    t.expect("Join { front: false }").await;
+    let notify = t.notify.recv().await.unwrap();
+    let info = |position| QueueInfo { ticket: 1, position, estimated_wait_s: 1.0, queue_length: 3 };
+    notify.do_send(QueueNotice::Queued(info(3)));
+    assert_eq!(t.text().await, "queued 3");
+    notify.do_send(QueueNotice::Update(info(2)));
+    assert_eq!(t.text().await, "update 2");
+    // The limit counts from the upgrade, waiting included.
+    assert_eq!(t.text().await, "closed timeout");
+    t.expect("Close(Timeout)").await;
+    t.expect("Leave").await;
+    t.ended("Closed { received: 0, dropped: 0, answered: 0 }").await;
+}
+
+#[actix::test]
+async fn a_full_queue_refuses_with_an_error_and_the_close_that_follows_it() {
+    let mut t = start(Options::default());
+    t.expect("Join { front: false }").await;
+    let notify = t.notify.recv().await.unwrap();
+    notify.do_send(QueueNotice::Rejected(ProtocolError::QueueFull("full".into())));
+    assert_eq!(t.text().await, "error queue_full");
+    t.expect(r#"Close(Rejected { code: "queue_full", close_code: 1013 })"#).await;
+}
+
+#[actix::test]
+async fn an_operator_cancelling_the_ticket_ends_the_session() {
+    let mut t = start(Options::default());
+    t.expect("Join { front: false }").await;
+    t.notify.recv().await.unwrap().do_send(QueueNotice::Cancelled);
+    assert_eq!(t.text().await, "closed cancelled");
+    t.expect("Close(Cancelled)").await;
+}
+
+#[actix::test]
+async fn input_before_the_worker_is_refused_as_not_ready() {
+    let mut t = start(Options::default());
+    t.expect("Join { front: false }").await;
+    t.client("init");
+    assert_eq!(t.text().await, "error not_ready");
+    t.client("chunk");
+    assert_eq!(t.text().await, "error not_ready");
+}
+
+#[actix::test]
+async fn a_force_listen_voids_the_speech_of_earlier_input_and_reaches_the_worker_at_once() {
+    let mut t = start(Options::default());
+    let events = t.active().await;
+    t.client("chunk");
+    t.expect("Chunk { seq: 1, force_listen: false }").await;
+    t.client("force");
+    t.expect("Chunk { seq: 2, force_listen: true }").await;
+    // Speech computed for chunk 1 before the force-listen is never sent; chunk 2's listen is.
+    t.step(&events, 1, StepKind::Speak, 10);
+    t.step(&events, 2, StepKind::Listen, 11);
+    assert_eq!(t.text().await, "step input_2 Listen");
+}
+
+#[actix::test]
+async fn a_chunk_the_worker_dropped_is_counted_and_the_session_goes_on() {
+    let mut t = start(Options::default());
+    let events = t.active().await;
+    for seq in 1..=3 {
+        t.client("chunk");
+        t.expect(&format!("Chunk {{ seq: {seq}, force_listen: false }}")).await;
+    }
+    events.do_send(BackendEvent::Dropped { seq: 1 });
+    t.step(&events, 2, StepKind::Listen, 5);
+    assert_eq!(t.text().await, "step input_2 Listen");
+    t.client("close");
+    assert_eq!(t.text().await, "closed user_stop");
+    t.expect(r#"Close(Client("user_stop"))"#).await;
+    t.expect("Leave").await;
+    t.expect("Detach").await;
+    t.ended("Closed { received: 3, dropped: 1, answered: 1 }").await;
+}
+
+#[actix::test]
+async fn a_step_that_reaches_the_context_limit_ends_the_session_with_context_full() {
+    let mut t = start(Options::default());
+    let events = t.active().await;
+    t.client("chunk");
+    t.expect("Chunk { seq: 1, force_listen: false }").await;
+    t.step(&events, 1, StepKind::Listen, 1000);
+    assert_eq!(t.text().await, "step input_1 Listen");
+    assert_eq!(t.text().await, "closed context_full");
+    t.expect("Close(ContextFull)").await;
+}
+
+#[actix::test]
+async fn a_worker_lost_mid_session_ends_it_with_backend_error() {
+    let mut t = start(Options { lose_prepare: true, ..Default::default() });
+    t.expect("Join { front: false }").await;
+    let notify = t.notify.recv().await.unwrap();
+    notify.do_send(QueueNotice::Assigned {
+        ticket: 1,
+        worker: WorkerLink { id: 0, name: "w".into(), port: t.worker.clone() },
+    });
+    t.expect("Claim").await;
+    t.expect("Attach").await;
+    assert_eq!(t.text().await, "queue_done");
+    // The worker's actor drops the prepare unhandled: the delivery answers for it.
+    t.client("init");
+    t.expect("Prepare").await;
+    assert_eq!(t.text().await, "closed backend_error");
+    match t.next().await {
+        Seen::Close(CloseReason::BackendError(why)) => assert_eq!(why, "the worker stopped"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[actix::test]
+async fn a_worker_that_cannot_be_taken_sends_the_session_back_to_the_head_once() {
+    let mut t = start(Options { refuse_attach: true, ..Default::default() });
+    t.expect("Join { front: false }").await;
+    let port = t.worker.clone();
+    let link = || WorkerLink { id: 0, name: "w".into(), port: port.clone() };
+    t.notify.recv().await.unwrap().do_send(QueueNotice::Assigned { ticket: 1, worker: link() });
+    t.expect("Claim").await;
+    t.expect("Attach").await;
+    t.expect("Join { front: true }").await;
+    t.notify.recv().await.unwrap().do_send(QueueNotice::Assigned { ticket: 2, worker: link() });
+    t.expect("Claim").await;
+    t.expect("Attach").await;
+    assert_eq!(t.text().await, "error worker_busy");
+    t.expect(r#"Close(Rejected { code: "worker_busy", close_code: 1013 })"#).await;
+}
+
+#[actix::test]
+async fn what_the_edge_refuses_is_told_and_what_it_ends_ends_the_session_untold() {
+    let mut t = start(Options::default());
+    let _events = t.active().await;
+    t.session.do_send(FromClient::Refused(ProtocolError::RateLimited("3 dropped".into())));
+    assert_eq!(t.text().await, "error rate_limited");
+    t.client("bad");
+    assert_eq!(t.text().await, "error invalid_payload");
+    t.session.do_send(FromClient::Ended(CloseReason::HeartbeatTimeout));
+    // No session.closed and no close: the edge has the connection, and it is gone.
+    t.expect("Leave").await;
+    t.expect("Detach").await;
+    t.ended("Closed { received: 0, dropped: 0, answered: 0 }").await;
+}
+
+#[actix::test]
+async fn an_unparseable_frame_closes_with_its_violation() {
+    let mut t = start(Options::default());
+    t.expect("Join { front: false }").await;
+    t.client("{not a word");
+    t.expect(&format!("{:?}", Seen::Close(CloseReason::ProtocolViolation(Violation::InvalidJson)))).await;
+}
+
+#[actix::test]
+async fn a_shutdown_lets_the_step_in_flight_finish_then_ends_the_session() {
+    let mut t = start(Options::default());
+    let events = t.active().await;
+    t.session.do_send(Shutdown { grace: Duration::from_secs(30) });
+    t.expect("Drain").await;
+    events.do_send(BackendEvent::Drained);
+    assert_eq!(t.text().await, "closed server_shutdown");
+    t.expect("Close(ServerShutdown)").await;
+}
+
+#[actix::test]
+async fn a_backend_error_on_a_step_is_told_and_the_session_goes_on() {
+    let mut t = start(Options::default());
+    let events = t.active().await;
+    t.client("chunk");
+    t.expect("Chunk { seq: 1, force_listen: false }").await;
+    let failed = Err(BackendError::Inference("out of memory".into()));
+    events.do_send(BackendEvent::Step { seq: 1, result: failed, elapsed: Duration::ZERO });
+    assert_eq!(t.text().await, "error inference_error");
+    t.client("chunk");
+    t.expect("Chunk { seq: 2, force_listen: false }").await;
+}

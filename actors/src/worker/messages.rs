@@ -1,0 +1,240 @@
+//! What a BackendActor handles: a session's messages (attach, prepare, chunks, turns,
+//! interrupt, reconfigure, drain, detach), the pool's `Stop`, and `Run` from an edge that
+//! drives the backend itself (a node's link). [`WorkerPort`] is how the others address it.
+
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+
+use crate::domain::{DuplexChunk, Mode, SessionSetup, TurnInput};
+use crate::edge::backend::{Backend, BackendError};
+use crate::protocol::ProtocolError;
+use crate::queue::state::WorkerId;
+use crate::session::messages::BackendEvent;
+
+/// What a session hears when one of its messages to a worker is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lost {
+    /// An attach: the worker is gone before the session took it.
+    Attach,
+    /// Work the session waits on: the worker is gone.
+    Work,
+    /// A drain: there is nothing left to wait for.
+    Drain,
+}
+
+/// Sent with every message a session waits on. Handled, it is disarmed; dropped unhandled
+/// (the worker's actor is gone and its mailbox dropped the message), it tells the session.
+pub struct Delivery {
+    to: Option<Recipient<BackendEvent>>,
+    lost: Lost,
+}
+
+impl Delivery {
+    pub fn new(to: Recipient<BackendEvent>, lost: Lost) -> Delivery {
+        Delivery { to: Some(to), lost }
+    }
+
+    /// The message reached the worker: nothing to say on drop.
+    pub fn handled(mut self) -> Recipient<BackendEvent> {
+        self.to.take().expect("a delivery is handled once")
+    }
+}
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        let Some(to) = self.to.take() else { return };
+        to.do_send(match self.lost {
+            Lost::Attach => BackendEvent::Attached(Err(ProtocolError::WorkerConnectFailed(
+                "the worker stopped before the session could take it".into(),
+            ))),
+            Lost::Work => BackendEvent::Failed { reason: "the worker stopped".into() },
+            Lost::Drain => BackendEvent::Drained,
+        });
+    }
+}
+
+/// A session takes this worker; answered with `BackendEvent::Attached`. Sent with
+/// `do_send`, so it is queued at once and always ahead of the session's `Detach`: a session
+/// that ends right after it cannot leave the worker reserved and never attached.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Attach {
+    /// The session's key; every later message carries it.
+    pub key: u64,
+    /// Names the session in logs and status until it has an id.
+    pub label: String,
+    pub mode: Mode,
+    pub reply: Delivery,
+}
+
+/// Starts the session on the backend; answered with `Prepared` or `PrepareFailed`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Prepare {
+    pub key: u64,
+    pub session_id: String,
+    /// The session's wire dialect, for status.
+    pub dialect: &'static str,
+    pub setup: SessionSetup,
+    pub reply: Delivery,
+}
+
+/// One duplex chunk, numbered by the session.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SubmitChunk {
+    pub key: u64,
+    pub seq: u64,
+    pub chunk: DuplexChunk,
+}
+
+/// One turn-mode request, numbered by the session; answered in order.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SubmitTurn {
+    pub key: u64,
+    pub seq: u64,
+    pub input: TurnInput,
+    pub reply: Delivery,
+}
+
+/// The session is over: the backend is reset, then the worker is offered again.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Detach {
+    pub key: u64,
+    /// When the session ended (the hand-over to the next session is timed from here).
+    pub ended: Instant,
+}
+
+/// Starts the session over with new settings: the backlog is dropped, the job in flight
+/// cut short, the backend reset and prepared again; answered with `Prepared` or
+/// `PrepareFailed`. The worker stays with the session.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Reconfigure {
+    pub key: u64,
+    pub setup: SessionSetup,
+    pub reply: Delivery,
+}
+
+/// Cuts the current output short: the backend is force-listened and the step or answer
+/// in flight interrupted; answers still queued end as interrupted.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Interrupt {
+    pub key: u64,
+}
+
+/// The session is ending (server shutdown): drop its backlog, finish the job in flight,
+/// then tell it with `BackendEvent::Drained`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Drain {
+    pub key: u64,
+    pub reply: Delivery,
+}
+
+/// The server is stopping (or a worker lent for one session is given back): the thread
+/// finishes, closes the backend and exits. Answers whether that happened within `within`.
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct Stop {
+    pub within: Duration,
+}
+
+/// An owner-thread call made by an edge that drives the backend itself rather than through a
+/// session (a node's link to a gateway, which sends the backend's own calls). It runs as one
+/// job, in order with the rest and under the step watchdog; `call` sends its own answer, and
+/// returns an error only when the backend is broken for good (its process died): the worker
+/// then fails. Only the attached key may run calls.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Run {
+    pub key: u64,
+    pub call: RunCall,
+}
+
+/// An owner-thread call of [`Run`].
+pub type RunCall = Box<dyn FnOnce(&mut dyn Backend) -> Result<(), BackendError> + Send>;
+
+/// An any-thread call from the same kind of edge, made at once (mid-call) on the backend's
+/// control: it never waits behind the job in flight.
+#[derive(Message, Debug, Clone, Copy, PartialEq, Eq)]
+#[rtype(result = "()")]
+pub enum Control {
+    Interrupt {
+        key: u64,
+    },
+    ForceListen {
+        key: u64,
+        on: bool,
+    },
+    /// End the backend at once (a gateway's step watchdog gave up on it): the worker fails
+    /// and its pool restarts it.
+    Terminate {
+        key: u64,
+    },
+}
+
+/// Where a worker's BackendActor is reached.
+#[derive(Clone)]
+pub struct WorkerPort {
+    pub attach: Recipient<Attach>,
+    pub prepare: Recipient<Prepare>,
+    pub chunk: Recipient<SubmitChunk>,
+    pub turn: Recipient<SubmitTurn>,
+    pub detach: Recipient<Detach>,
+    pub reconfigure: Recipient<Reconfigure>,
+    pub interrupt: Recipient<Interrupt>,
+    pub drain: Recipient<Drain>,
+    pub stop: Recipient<Stop>,
+    pub run: Recipient<Run>,
+    pub control: Recipient<Control>,
+}
+
+impl WorkerPort {
+    pub fn of<A>(addr: &Addr<A>) -> WorkerPort
+    where
+        A: Actor<Context = Context<A>>
+            + Handler<Attach>
+            + Handler<Prepare>
+            + Handler<SubmitChunk>
+            + Handler<SubmitTurn>
+            + Handler<Detach>
+            + Handler<Reconfigure>
+            + Handler<Interrupt>
+            + Handler<Drain>
+            + Handler<Stop>
+            + Handler<Run>
+            + Handler<Control>,
+    {
+        WorkerPort {
+            attach: addr.clone().recipient(),
+            prepare: addr.clone().recipient(),
+            chunk: addr.clone().recipient(),
+            turn: addr.clone().recipient(),
+            detach: addr.clone().recipient(),
+            reconfigure: addr.clone().recipient(),
+            interrupt: addr.clone().recipient(),
+            drain: addr.clone().recipient(),
+            stop: addr.clone().recipient(),
+            run: addr.clone().recipient(),
+            control: addr.clone().recipient(),
+        }
+    }
+
+    /// Whether the actor behind it still runs.
+    pub fn connected(&self) -> bool {
+        self.stop.connected()
+    }
+}
+
+/// A worker as handed to a session: its id in the pool, its name and its BackendActor.
+#[derive(Clone)]
+pub struct WorkerLink {
+    pub id: WorkerId,
+    pub name: String,
+    pub port: WorkerPort,
+}

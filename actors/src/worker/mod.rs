@@ -1,0 +1,770 @@
+//! BackendActor: one per worker. It owns the worker's backend thread and its control
+//! thread, and turns the session's messages into jobs, one at a time.
+//!
+//! Its mailbox rules (silent drop of the oldest pending chunk, force-listen overtaking the
+//! backlog, the step watchdog, queued answers) live in [`WorkerPolicy`]; the actor
+//! delivers messages to it and carries out the answers: jobs go to the backend thread,
+//! any-thread calls to the control thread (never made on this arbiter), results straight
+//! from the backend thread to the session.
+//!
+//! No session waits forever on a worker: every message a session's progress depends on
+//! carries a [`messages::Delivery`], which tells the session if the message is never handled (the
+//! actor stopped and its mailbox dropped it). A backend that does not open within
+//! `open_timeout` fails the worker, like a step past `step_timeout`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+
+use crate::domain::{BackendInfo, SessionSetup, StepOutcome, TurnSummary};
+use crate::edge::backend::{BackendControl, BackendError};
+use crate::observe::metrics::metrics;
+use crate::pool::messages::WorkerEvent;
+use crate::protocol::ProtocolError;
+use crate::queue::state::WorkerId;
+use crate::session::messages::BackendEvent;
+
+pub mod messages;
+pub mod pending;
+pub mod policy;
+pub mod spare_threads;
+pub mod thread;
+
+use crate::pool::messages::{StartWorker, WorkerStart};
+use messages::{
+    Attach, Control, Detach, Drain, Interrupt, Prepare, Reconfigure, Run, Stop, SubmitChunk, SubmitTurn, WorkerPort,
+};
+use policy::{Cut, Refusal, Work, WorkerPolicy};
+use thread::{ControlThread, Job, Opened, Opener, WorkerThread};
+
+/// Starts BackendActors with these limits: the pool's [`StartWorker`], in every role.
+pub fn starter(limits: BackendLimits) -> StartWorker {
+    std::sync::Arc::new(move |s: WorkerStart| {
+        let actor = BackendActor::new(s.id, s.name, s.generation, s.opener, limits, s.pool).start();
+        WorkerPort::of(&actor)
+    })
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct BackendLimits {
+    pub max_pending_chunks: usize,
+    pub step_timeout: Duration,
+    /// A backend that has not opened after this long fails the worker.
+    pub open_timeout: Duration,
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct OpenedMsg(Opened);
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct JobDone {
+    job: u64,
+    outcome: JobOutcome,
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct TurnProgress {
+    job: u64,
+}
+
+/// How a job ended, for the actor's bookkeeping (the session already has the result).
+enum JobOutcome {
+    /// The result went to the session.
+    Delivered,
+    /// The backend crashed: the worker fails.
+    Crashed(String),
+    Reset(Result<(), BackendError>),
+}
+
+struct AttachedSession {
+    events: Recipient<BackendEvent>,
+}
+
+pub struct BackendActor {
+    id: WorkerId,
+    name: String,
+    generation: u64,
+    /// Taken when the actor starts.
+    opener: Option<Opener>,
+    limits: BackendLimits,
+    pool: Recipient<WorkerEvent>,
+    thread: Option<WorkerThread>,
+    control: Option<ControlThread>,
+    /// The backend's any-thread half, for the KV length on the backend thread.
+    backend_control: Option<Arc<dyn BackendControl>>,
+    info: Option<BackendInfo>,
+    session: Option<AttachedSession>,
+    policy: WorkerPolicy,
+    watchdog: Option<SpawnHandle>,
+    /// When its last session detached, while it waits to be handed over.
+    released_at: Option<Instant>,
+    /// Set by `Interrupt`: the turn-mode answer in flight stops before its next piece.
+    turn_cancel: Arc<AtomicBool>,
+    /// The owner-thread calls of an edge that drives the backend itself ([`Run`]), by number,
+    /// until the policy hands them out ([`Work::Run`]).
+    runs: HashMap<u64, messages::RunCall>,
+    next_run: u64,
+}
+
+impl BackendActor {
+    pub fn new(
+        id: WorkerId,
+        name: String,
+        generation: u64,
+        opener: impl Into<Opener>,
+        limits: BackendLimits,
+        pool: Recipient<WorkerEvent>,
+    ) -> BackendActor {
+        BackendActor {
+            id,
+            name,
+            generation,
+            opener: Some(opener.into()),
+            limits,
+            pool,
+            thread: None,
+            control: None,
+            backend_control: None,
+            info: None,
+            session: None,
+            policy: WorkerPolicy::new(limits.max_pending_chunks),
+            watchdog: None,
+            released_at: None,
+            turn_cancel: Arc::new(AtomicBool::new(false)),
+            runs: HashMap::new(),
+            next_run: 1,
+        }
+    }
+
+    /// The backend is open: its control thread, a watch for its death, and the pool told.
+    fn opened(&mut self, info: BackendInfo, control: Arc<dyn BackendControl>, ctx: &mut Context<Self>) {
+        log::info!(
+            "worker {}: backend {} open (duplex {}, turn {}, context {})",
+            self.name,
+            info.name,
+            info.duplex,
+            info.turn,
+            info.context_size
+        );
+        let control_thread = match ControlThread::spawn(&self.name, control.clone()) {
+            Ok(t) => t,
+            Err(e) => return self.fail(ctx, format!("cannot start the control thread: {e}")),
+        };
+        // A backend process that dies while idle fails the worker at once.
+        if let Some(death) = control.take_death_notice() {
+            ctx.spawn(fut::wrap_future::<_, Self>(death).map(|reason, act, ctx| {
+                if let Ok(reason) = reason {
+                    act.fail(ctx, reason);
+                }
+            }));
+        }
+        let process_id = control.process_id();
+        let vision = info.vision;
+        self.control = Some(control_thread);
+        self.backend_control = Some(control);
+        self.info = Some(info);
+        self.policy.opened();
+        let port = WorkerPort::of(&ctx.address());
+        self.event(|worker, generation| WorkerEvent::Opened { worker, generation, port, process_id, vision });
+    }
+
+    fn tell_session(&self, event: BackendEvent) {
+        if let Some(s) = &self.session {
+            s.events.do_send(event);
+        }
+    }
+
+    fn event(&self, make: impl FnOnce(WorkerId, u64) -> WorkerEvent) {
+        self.pool.do_send(make(self.id, self.generation));
+    }
+
+    /// The worker is unusable: tell the session and the pool, end the backend, stop.
+    fn fail(&mut self, ctx: &mut Context<Self>, reason: String) {
+        if !self.policy.fail() {
+            return;
+        }
+        log::error!("worker {}: failed: {reason}", self.name);
+        self.tell_session(BackendEvent::Failed { reason: reason.clone() });
+        self.event(|worker, generation| WorkerEvent::Failed { worker, generation, reason });
+        if let Some(c) = &self.control {
+            c.interrupt();
+            // A backend in a child process is killed; a thread is abandoned.
+            c.terminate();
+        }
+        // Dropping the handle lets the thread end after its current job; nobody waits.
+        self.thread = None;
+        ctx.stop();
+    }
+
+    /// Carries out a cut: the session hears about dropped chunks and cancelled answers,
+    /// and the job in flight is interrupted.
+    fn apply(&self, cut: Cut) {
+        for seq in cut.dropped {
+            self.tell_session(BackendEvent::Dropped { seq });
+        }
+        for seq in cut.cancelled {
+            self.tell_session(BackendEvent::TurnDone { seq, result: Err(BackendError::Interrupted) });
+        }
+        if cut.interrupt
+            && let Some(c) = &self.control
+        {
+            c.interrupt();
+        }
+    }
+
+    fn dispatch_next(&mut self, ctx: &mut Context<Self>) {
+        let (true, Some(control)) = (self.thread.is_some(), self.backend_control.clone()) else {
+            return;
+        };
+        let Some((job, work)) = self.policy.next(Instant::now()) else { return };
+        let closure = self.job(job, work, control, ctx.address());
+        let Some(thread) = &self.thread else { return };
+        if let Err(e) = thread.submit(closure) {
+            self.fail(ctx, e.to_string());
+            return;
+        }
+        self.arm_watchdog(job, ctx);
+    }
+
+    /// The closure that runs `work` on the backend thread. Results go from the thread
+    /// straight to the session (one thread hop less on the latency path); the actor is
+    /// told that the job is done, for its bookkeeping.
+    fn job(&mut self, job: u64, work: Work, control: Arc<dyn BackendControl>, addr: Addr<Self>) -> Job {
+        let to_session = self.session.as_ref().map(|s| s.events.clone());
+        let tell = move |event: BackendEvent| {
+            if let Some(s) = &to_session {
+                s.do_send(event);
+            }
+        };
+        match work {
+            Work::Prepare(setup) => prepare_job(job, false, setup, control, tell, addr),
+            Work::Restart(setup) => prepare_job(job, true, setup, control, tell, addr),
+            Work::Step(seq, chunk) => Box::new(move |b| {
+                let started = Instant::now();
+                let result = match b.duplex_step(&chunk) {
+                    // An interrupted step heard its chunk and says nothing: a listen.
+                    Err(BackendError::Interrupted) => Ok(StepOutcome::listen(control.kv_length())),
+                    Err(BackendError::Crashed(reason)) => {
+                        return addr.do_send(JobDone { job, outcome: JobOutcome::Crashed(reason) });
+                    }
+                    other => other,
+                };
+                tell(BackendEvent::Step { seq, result, elapsed: started.elapsed() });
+                addr.do_send(JobDone { job, outcome: JobOutcome::Delivered });
+            }),
+            Work::Turn(seq, input) => {
+                let cancel = self.turn_cancel.clone();
+                cancel.store(false, Ordering::SeqCst);
+                Box::new(move |b| {
+                    let started = Instant::now();
+                    let result = (|| {
+                        b.turn_prefill(&input)?;
+                        let mut summary = TurnSummary::default();
+                        loop {
+                            // An interrupt between pieces (no call in flight) ends the answer here;
+                            // the next turn_prefill abandons the rest.
+                            if cancel.load(Ordering::SeqCst) {
+                                return Err(BackendError::Interrupted);
+                            }
+                            let piece = b.turn_generate()?;
+                            let done = piece.done;
+                            summary.input_tokens += piece.input_tokens;
+                            summary.output_tokens += piece.output_tokens;
+                            summary.input_audio_tokens += piece.input_audio_tokens;
+                            summary.output_audio_tokens += piece.output_audio_tokens;
+                            summary.kv_length = piece.kv_length;
+                            tell(BackendEvent::TurnPiece { seq, piece });
+                            addr.do_send(TurnProgress { job });
+                            if done {
+                                summary.duration = started.elapsed();
+                                return Ok(summary);
+                            }
+                        }
+                    })();
+                    if let Err(BackendError::Crashed(reason)) = result {
+                        return addr.do_send(JobDone { job, outcome: JobOutcome::Crashed(reason) });
+                    }
+                    tell(BackendEvent::TurnDone { seq, result });
+                    addr.do_send(JobDone { job, outcome: JobOutcome::Delivered });
+                })
+            }
+            Work::Reset => Box::new(move |b| {
+                let result = b.release();
+                addr.do_send(JobDone { job, outcome: JobOutcome::Reset(result) });
+            }),
+            Work::Run(run) => {
+                let call = self.runs.remove(&run);
+                Box::new(move |b| {
+                    let outcome = match call.map(|call| call(b)) {
+                        Some(Err(e)) => JobOutcome::Crashed(e.to_string()),
+                        _ => JobOutcome::Delivered,
+                    };
+                    addr.do_send(JobDone { job, outcome });
+                })
+            }
+        }
+    }
+
+    /// The watchdog of `job`: still in flight after `step_timeout`, the worker fails.
+    fn arm_watchdog(&mut self, job: u64, ctx: &mut Context<Self>) {
+        if let Some(old) = self.watchdog.take() {
+            ctx.cancel_future(old);
+        }
+        let timeout = self.limits.step_timeout;
+        self.watchdog = Some(ctx.run_later(timeout, move |act, ctx| {
+            if act.policy.is_current(job) {
+                act.fail(ctx, format!("a backend call took longer than step_timeout_ms ({} ms)", timeout.as_millis()));
+            }
+        }));
+    }
+}
+
+/// Prepares a session (after a reset, to restart one), telling the session how it went.
+fn prepare_job(
+    job: u64,
+    reset_first: bool,
+    setup: SessionSetup,
+    control: Arc<dyn BackendControl>,
+    tell: impl Fn(BackendEvent) + Send + 'static,
+    addr: Addr<BackendActor>,
+) -> Job {
+    Box::new(move |b| {
+        let reset = if reset_first { b.reset() } else { Ok(()) };
+        let result = reset.and_then(|_| b.prepare(&setup)).map(|_| control.kv_length());
+        tell(match result {
+            Ok(prompt_length) => BackendEvent::Prepared { prompt_length, backend: Box::new(b.info().clone()) },
+            Err(e) => BackendEvent::PrepareFailed(e),
+        });
+        addr.do_send(JobDone { job, outcome: JobOutcome::Delivered });
+    })
+}
+
+impl Actor for BackendActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let addr = ctx.address();
+        let started = match self.opener.take() {
+            Some(Opener::Factory(factory)) => {
+                WorkerThread::spawn(&self.name, factory, move |opened| addr.do_send(OpenedMsg(opened)))
+                    .map(|t| (t, None))
+            }
+            // Open already: the worker is ready now, its thread taking it over meanwhile.
+            Some(Opener::Open(backend)) => {
+                WorkerThread::adopt(&self.name, backend).map(|(t, info, control)| (t, Some((info, control))))
+            }
+            None => return,
+        };
+        match started {
+            Ok((thread, open)) => {
+                self.thread = Some(thread);
+                if let Some((info, control)) = open {
+                    self.opened(info, control, ctx);
+                }
+            }
+            Err(e) => {
+                let reason = format!("cannot start the worker thread: {e}");
+                self.event(|worker, generation| WorkerEvent::OpenFailed {
+                    worker,
+                    generation,
+                    reason,
+                    transient: false,
+                });
+                ctx.stop();
+                return;
+            }
+        }
+        let timeout = self.limits.open_timeout;
+        ctx.run_later(timeout, move |act, ctx| {
+            if act.info.is_none() && !act.policy.failed() {
+                let reason = format!(
+                    "the backend did not open within limits.open_timeout_s ({} s); its thread is abandoned \
+                     (a backend process is killed)",
+                    timeout.as_secs_f64()
+                );
+                log::error!("worker {}: {reason}", act.name);
+                act.policy.fail();
+                act.event(|worker, generation| WorkerEvent::OpenFailed {
+                    worker,
+                    generation,
+                    reason,
+                    transient: false,
+                });
+                act.thread = None;
+                ctx.stop();
+            }
+        });
+    }
+}
+
+impl Handler<OpenedMsg> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: OpenedMsg, ctx: &mut Context<Self>) {
+        if self.policy.failed() {
+            // Opened after the open timeout had failed the worker: too late.
+            return;
+        }
+        match msg.0 {
+            Ok((info, control)) => self.opened(info, control, ctx),
+            Err(e) => {
+                let reason = e.to_string();
+                let transient = matches!(e, BackendError::Unavailable(_));
+                if transient {
+                    log::warn!("worker {}: {reason}", self.name);
+                } else {
+                    log::error!("worker {}: {reason}", self.name);
+                }
+                self.policy.fail();
+                self.event(|worker, generation| WorkerEvent::OpenFailed { worker, generation, reason, transient });
+                self.thread = None;
+                ctx.stop();
+            }
+        }
+    }
+}
+
+impl Handler<Attach> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: Attach, _: &mut Context<Self>) {
+        let events = msg.reply.handled();
+        let answer = match self.policy.attach(msg.key) {
+            Ok(()) => {
+                log::debug!("worker {}: attached to {}", self.name, msg.label);
+                if let Some(at) = self.released_at.take() {
+                    metrics().worker_handover_seconds.observe(at.elapsed().as_secs_f64());
+                }
+                self.session = Some(AttachedSession { events: events.clone() });
+                let (label, mode) = (msg.label, msg.mode);
+                self.event(|worker, generation| WorkerEvent::Busy { worker, generation, session: label, mode });
+                Ok(())
+            }
+            Err(Refusal::NotReady) => {
+                Err(ProtocolError::WorkerConnectFailed(format!("worker {} is not ready", self.name)))
+            }
+            Err(Refusal::Busy) => Err(ProtocolError::WorkerBusy(format!("worker {} is busy", self.name))),
+        };
+        events.do_send(BackendEvent::Attached(answer));
+    }
+}
+
+impl BackendActor {
+    /// Refuses setups the backend cannot run, telling the session.
+    fn supports(&self, setup: &SessionSetup) -> bool {
+        match &self.info {
+            Some(info) if !info.supports(setup.kind) => {
+                let what = format!("backend {} cannot run {} sessions", info.name, setup.kind.runtime_name());
+                self.tell_session(BackendEvent::PrepareFailed(BackendError::Unsupported(what)));
+                false
+            }
+            _ => true,
+        }
+    }
+}
+
+impl Handler<Prepare> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: Prepare, ctx: &mut Context<Self>) {
+        msg.reply.handled();
+        if !self.policy.owns(msg.key) || !self.supports(&msg.setup) {
+            return;
+        }
+        let (session, dialect) = (msg.session_id, msg.dialect);
+        self.event(|worker, generation| WorkerEvent::Identified { worker, generation, session, dialect });
+        self.policy.prepare(msg.setup);
+        self.dispatch_next(ctx);
+    }
+}
+
+impl Handler<SubmitChunk> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: SubmitChunk, ctx: &mut Context<Self>) {
+        if !self.policy.owns(msg.key) {
+            return;
+        }
+        let fx = self.policy.chunk(msg.seq, msg.chunk);
+        if let Some(control) = &self.control {
+            // Overtake the backlog: the next step listens, whatever is pending, and a
+            // step in flight is cut short.
+            if fx.force_listen {
+                control.set_force_listen(true);
+            }
+            if fx.interrupt {
+                control.interrupt();
+            }
+        }
+        if let Some(seq) = fx.dropped {
+            self.tell_session(BackendEvent::Dropped { seq });
+        }
+        self.dispatch_next(ctx);
+    }
+}
+
+impl Handler<SubmitTurn> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: SubmitTurn, ctx: &mut Context<Self>) {
+        msg.reply.handled();
+        if !self.policy.owns(msg.key) {
+            return;
+        }
+        self.policy.turn(msg.seq, msg.input);
+        self.dispatch_next(ctx);
+    }
+}
+
+impl Handler<Detach> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: Detach, ctx: &mut Context<Self>) {
+        if !self.policy.owns(msg.key) {
+            return;
+        }
+        self.session = None;
+        self.runs.clear();
+        self.released_at = Some(msg.ended);
+        if self.policy.detach() {
+            if let Some(c) = &self.control {
+                c.interrupt();
+            }
+        } else if let Some(b) = &self.backend_control {
+            // Idle: a worker lent for one session goes back to its node at once (one thread hop
+            // fewer than the reset job below).
+            b.release_now();
+        }
+        self.event(|worker, generation| WorkerEvent::Resetting { worker, generation });
+        self.dispatch_next(ctx);
+    }
+}
+
+impl Handler<TurnProgress> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: TurnProgress, ctx: &mut Context<Self>) {
+        // Progress renews the watchdog: the timeout bounds each piece, not the answer.
+        if self.policy.is_current(msg.job) {
+            self.arm_watchdog(msg.job, ctx);
+        }
+    }
+}
+
+impl Handler<JobDone> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: JobDone, ctx: &mut Context<Self>) {
+        let Some((done, drained)) = self.policy.done(msg.job) else {
+            return;
+        };
+        if let Some(w) = self.watchdog.take() {
+            ctx.cancel_future(w);
+        }
+        metrics().step_duration_seconds.with_label_values(&[done.kind]).observe(done.started.elapsed().as_secs_f64());
+        match msg.outcome {
+            JobOutcome::Delivered => {}
+            JobOutcome::Crashed(reason) => return self.fail(ctx, reason),
+            JobOutcome::Reset(Ok(())) => {
+                self.event(|worker, generation| WorkerEvent::Released { worker, generation });
+            }
+            JobOutcome::Reset(Err(e)) => return self.fail(ctx, format!("reset failed: {e}")),
+        }
+        if drained {
+            self.tell_session(BackendEvent::Drained);
+        }
+        self.dispatch_next(ctx);
+    }
+}
+
+impl Handler<Reconfigure> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: Reconfigure, ctx: &mut Context<Self>) {
+        msg.reply.handled();
+        if !self.policy.owns(msg.key) || !self.supports(&msg.setup) {
+            return;
+        }
+        let cut = self.policy.restart(msg.setup);
+        self.apply(cut);
+        self.dispatch_next(ctx);
+    }
+}
+
+impl Handler<Interrupt> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: Interrupt, _: &mut Context<Self>) {
+        if !self.policy.owns(msg.key) {
+            return;
+        }
+        self.turn_cancel.store(true, Ordering::SeqCst);
+        let cut = self.policy.interrupt();
+        if let Some(c) = &self.control {
+            c.set_force_listen(true);
+        }
+        self.apply(cut);
+    }
+}
+
+impl Handler<Drain> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: Drain, _: &mut Context<Self>) {
+        msg.reply.handled();
+        if !self.policy.owns(msg.key) {
+            return;
+        }
+        let (cut, now) = self.policy.drain();
+        self.apply(cut);
+        if now {
+            self.tell_session(BackendEvent::Drained);
+        }
+    }
+}
+
+impl Handler<Run> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: Run, ctx: &mut Context<Self>) {
+        if !self.policy.owns(msg.key) {
+            return;
+        }
+        let run = self.next_run;
+        self.next_run += 1;
+        self.runs.insert(run, msg.call);
+        self.policy.run(run);
+        self.dispatch_next(ctx);
+    }
+}
+
+impl Handler<Control> for BackendActor {
+    type Result = ();
+    fn handle(&mut self, msg: Control, ctx: &mut Context<Self>) {
+        let key = match msg {
+            Control::Interrupt { key } | Control::ForceListen { key, .. } | Control::Terminate { key } => key,
+        };
+        if !self.policy.owns(key) {
+            return;
+        }
+        match msg {
+            Control::Interrupt { .. } => {
+                if let Some(c) = &self.control {
+                    c.interrupt();
+                }
+            }
+            Control::ForceListen { on, .. } => {
+                if let Some(c) = &self.control {
+                    c.set_force_listen(on);
+                }
+            }
+            Control::Terminate { .. } => {
+                self.fail(ctx, "its backend was ended by the gateway it serves (that gateway's step watchdog)".into())
+            }
+        }
+    }
+}
+
+impl Handler<Stop> for BackendActor {
+    type Result = ResponseActFuture<Self, bool>;
+    fn handle(&mut self, msg: Stop, _: &mut Context<Self>) -> Self::Result {
+        self.policy.fail();
+        if let Some(c) = &self.control {
+            c.interrupt();
+        }
+        let exited = self.thread.take().map(WorkerThread::stop);
+        let name = self.name.clone();
+        Box::pin(
+            async move {
+                match exited {
+                    Some(rx) => actix::clock::timeout(msg.within, rx).await.is_ok(),
+                    None => true,
+                }
+            }
+            .into_actor(self)
+            .map(move |closed, _, ctx| {
+                if !closed {
+                    log::warn!("worker {name}: its backend did not close within the grace period");
+                }
+                ctx.stop();
+                closed
+            }),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Mode;
+    use messages::{Delivery, Lost};
+
+    /// Collects what a session would hear.
+    struct Ear(std::sync::mpsc::Sender<String>);
+    impl Actor for Ear {
+        type Context = Context<Self>;
+    }
+    impl Handler<BackendEvent> for Ear {
+        type Result = ();
+        fn handle(&mut self, e: BackendEvent, _: &mut Context<Self>) {
+            let _ = self.0.send(match e {
+                BackendEvent::Attached(Err(e)) => format!("attach refused: {}: {e}", e.code()),
+                BackendEvent::Attached(Ok(())) => "attached".into(),
+                BackendEvent::Failed { reason } => format!("failed: {reason}"),
+                BackendEvent::Drained => "drained".into(),
+                _ => "other".into(),
+            });
+        }
+    }
+    struct Pool;
+    impl Actor for Pool {
+        type Context = Context<Self>;
+    }
+    impl Handler<WorkerEvent> for Pool {
+        type Result = ();
+        fn handle(&mut self, _: WorkerEvent, _: &mut Context<Self>) {}
+    }
+
+    #[actix::test]
+    async fn messages_to_a_worker_that_is_gone_are_answered_not_lost() {
+        let limits = BackendLimits {
+            max_pending_chunks: 2,
+            step_timeout: Duration::from_secs(1),
+            open_timeout: Duration::from_secs(10),
+        };
+        let factory: crate::worker::thread::BackendFactory = Arc::new(|| Err(BackendError::Open("no model".into())));
+        let worker = BackendActor::new(0, "gone".into(), 1, factory, limits, Pool.start().recipient()).start();
+        // Its backend does not open: the actor stops.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while worker.connected() {
+            assert!(Instant::now() < deadline, "the worker's actor should have stopped");
+            actix::clock::sleep(Duration::from_millis(5)).await;
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let ear = Ear(tx).start().recipient();
+        let attach =
+            Attach { key: 1, label: "c1".into(), mode: Mode::Audio, reply: Delivery::new(ear.clone(), Lost::Attach) };
+        worker.do_send(attach);
+        worker.do_send(Prepare {
+            key: 1,
+            session_id: "s".into(),
+            dialect: "minicpm",
+            setup: SessionSetup::new(crate::domain::SessionKind::Duplex),
+            reply: Delivery::new(ear.clone(), Lost::Work),
+        });
+        worker.do_send(Drain { key: 1, reply: Delivery::new(ear, Lost::Drain) });
+        let mut heard = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while heard.len() < 3 {
+            match rx.try_recv() {
+                Ok(h) => heard.push(h),
+                Err(_) => {
+                    assert!(Instant::now() < deadline, "answers so far: {heard:?}");
+                    actix::clock::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        }
+        assert_eq!(
+            heard,
+            [
+                "attach refused: worker_connect_failed: the worker stopped before the session could take it",
+                "failed: the worker stopped",
+                "drained",
+            ]
+        );
+    }
+}

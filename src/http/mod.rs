@@ -1,0 +1,238 @@
+//! The HTTP server of a gateway or a replica: the routes ([`routes`]) over the actors its role
+//! started ([`crate::roles::Serving`]), TLS, API and admin keys ([`auth`]), the recording sweep,
+//! and graceful shutdown.
+//!
+//! Shutdown (SIGINT or SIGTERM): stop accepting connections; every session is told
+//! (waiting clients at once, active ones once the step in flight has finished, at most
+//! `server.shutdown_grace_s`), recordings are finalized, backends closed, and the process
+//! exits 0. A second signal exits at once.
+
+pub mod auth;
+pub mod routes;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use actix_web::{App, HttpServer, web};
+use omni_actors::pool::messages::ShutdownPool;
+
+use crate::config::Config;
+use crate::observe::recordings;
+use crate::roles::Serving;
+
+/// What the routes share: the serving role's actors.
+pub type Gateway = Serving;
+
+/// The TLS settings from a PEM certificate chain and private key (also what
+/// `check-config` loads, so that it refuses what the server would). `section` names the
+/// keys in errors (`server.tls`, `node.tls`).
+pub fn tls_config(section: &str, cert: &Path, key: &Path) -> Result<rustls::ServerConfig, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(cert)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("{section}.cert: {}: {e}", cert.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{section}.cert: {}: no certificate in the file", cert.display()));
+    }
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("{section}.key: {}: {e}", key.display()))?;
+    let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("{section}: the certificate and key do not make a TLS identity: {e}"))?;
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tls)
+}
+
+/// Runs the sweep now and every `recording.sweep_interval_s`.
+fn schedule_sweep(gw: &Gateway) {
+    let Some(spawner) = &gw.recorder else { return };
+    let root = spawner.root().to_path_buf();
+    let r = &gw.config.recording;
+    let retention = (r.retention_days > 0.0).then(|| Duration::from_secs_f64(r.retention_days * 86400.0));
+    let cap = (r.max_total_gb > 0.0).then_some((r.max_total_gb * 1e9) as u64);
+    if retention.is_none() && cap.is_none() {
+        return;
+    }
+    let every = Duration::from_secs_f64(r.sweep_interval_s);
+    actix_web::rt::spawn(async move {
+        let mut ticks = actix_web::rt::time::interval(every);
+        loop {
+            ticks.tick().await;
+            let (root, root_shown) = (root.clone(), root.clone());
+            match web::block(move || recordings::sweep(&root, retention, cap, SystemTime::now())).await {
+                Ok(Ok(s)) => {
+                    for (dir, why) in &s.failed {
+                        log::error!("recordings sweep: cannot delete {}: {why}", dir.display());
+                    }
+                    if s.deleted > 0 {
+                        log::info!(
+                            "recordings sweep: deleted {} sessions ({} bytes), kept {}",
+                            s.deleted,
+                            s.bytes,
+                            s.kept
+                        )
+                    }
+                }
+                Ok(Err(e)) => log::error!("recordings sweep failed on {}: {e}", root_shown.display()),
+                Err(e) => log::error!("recordings sweep failed: {e}"),
+            }
+        }
+    });
+}
+
+async fn first_signal() -> std::io::Result<&'static str> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    })
+}
+
+/// SIGHUP reloads the API keys (`auth.api_keys` and the keys file, read again); a file
+/// that cannot be read or holds a bad key leaves the keys as they were.
+async fn reload_on_hangup(gw: Gateway) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => return log::error!("cannot listen for SIGHUP: {e}"),
+    };
+    while hup.recv().await.is_some() {
+        let config = gw.config.clone();
+        match web::block(move || config.reload_api_keys()).await {
+            Ok(Ok(keys)) => {
+                let n = gw.keys.replace_api(keys);
+                log::info!("SIGHUP: API keys reloaded: {n} key(s)");
+            }
+            Ok(Err(e)) => log::error!("SIGHUP: API keys not reloaded, the previous ones stay: {e}"),
+            Err(e) => log::error!("SIGHUP: API keys not reloaded: {e}"),
+        }
+    }
+}
+
+/// Waits until `done()` or the deadline; returns whether it is done.
+async fn wait_until(deadline: Instant, done: impl Fn() -> bool) -> bool {
+    while !done() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(20)).await;
+    }
+    true
+}
+
+async fn shutdown_on_signal(server: actix_web::dev::ServerHandle, gw: Gateway) {
+    let signal = match first_signal().await {
+        Ok(s) => s,
+        Err(e) => {
+            log::error!("cannot listen for signals: {e}");
+            return;
+        }
+    };
+    let grace = Duration::from_secs_f64(gw.config.server.shutdown_grace_s);
+    log::info!("{signal}: shutting down (grace {grace:?}); a second signal exits at once");
+    actix_web::rt::spawn(async {
+        if let Ok(again) = first_signal().await {
+            log::warn!("{again}: exiting now");
+            std::process::exit(130);
+        }
+    });
+    server.pause().await;
+    let started = Instant::now();
+    gw.registry.shutdown(grace);
+    let registry = gw.registry.clone();
+    if !wait_until(started + grace + Duration::from_secs(2), || registry.is_empty()).await {
+        log::warn!("shutdown: {} sessions still open after the grace period", gw.registry.len());
+    }
+    if let Some(recorder) = &gw.recorder {
+        let r = recorder.clone();
+        if !wait_until(Instant::now() + Duration::from_secs(10), || r.unfinished() == 0).await {
+            log::error!("shutdown: {} recordings not finalized", recorder.unfinished());
+        }
+    }
+    match gw.pool.shutdown.send(ShutdownPool { within: Duration::from_secs(5) }).await {
+        Ok(closed) => log::info!("shutdown: {closed} of {} backends closed", gw.config.workers.len()),
+        Err(_) => log::warn!("shutdown: the pool had already stopped"),
+    }
+    log::info!("shutdown complete in {} ms", started.elapsed().as_millis());
+    server.stop(true).await;
+}
+
+/// Why an address cannot be listened on, in words.
+pub fn listen_error(addr: std::net::SocketAddr, e: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    let cause = match e.kind() {
+        ErrorKind::AddrInUse => "address already in use (another server is listening there)".to_string(),
+        ErrorKind::AddrNotAvailable => "address not available (it is not an address of this machine)".to_string(),
+        ErrorKind::PermissionDenied => "permission denied (ports below 1024 need privileges)".to_string(),
+        _ => e.to_string(),
+    };
+    format!("cannot listen on {addr}: {cause}")
+}
+
+/// Binds every address of `server.bind` before anything else starts.
+fn listeners(config: &Config) -> Result<Vec<std::net::TcpListener>, String> {
+    config.bind.iter().map(|addr| std::net::TcpListener::bind(addr).map_err(|e| listen_error(*addr, &e))).collect()
+}
+
+/// Runs the server until it is stopped. Prints `omni-gateway listening on ADDR` once bound.
+pub fn run(config: Config) -> Result<(), String> {
+    let tls = match &config.tls {
+        Some((cert, key)) => Some(tls_config("server.tls", cert, key)?),
+        None => None,
+    };
+    let listeners = listeners(&config)?;
+    match &config.recording {
+        r if r.enabled => log::info!("recording is on: every session is recorded under {}", r.dir.display()),
+        _ => log::info!("recording is off ([recording] enabled = false)"),
+    }
+    let system = actix_web::rt::System::new();
+    system.block_on(async move {
+        let gateway = crate::roles::serve(Arc::new(config));
+        schedule_sweep(&gateway);
+        let app_state = gateway.clone();
+        let mut server = HttpServer::new(move || {
+            App::new()
+                .wrap(actix_web::middleware::DefaultHeaders::new().add(("X-Content-Type-Options", "nosniff")))
+                .app_data(web::Data::new(app_state.clone()))
+                .configure(routes::configure)
+        })
+        .disable_signals()
+        // Realtime frames are small and must not wait for the peer's delayed ACK.
+        .tcp_nodelay(true)
+        // Keeps a handle to drop the connection of a client that does not read.
+        .on_connect(crate::transport::socket::on_connect)
+        .shutdown_timeout(2);
+        for listener in listeners {
+            let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            server = match &tls {
+                Some(tls) => server.listen_rustls_0_23(listener, tls.clone()),
+                None => server.listen(listener),
+            }
+            .map_err(|e| listen_error(addr, &e))?;
+        }
+        let scheme = if gateway.config.tls.is_some() { "https/wss" } else { "http/ws" };
+        let addrs = server.addrs();
+        for addr in &addrs {
+            log::info!("omni-gateway listening on {addr} ({scheme})");
+            println!("omni-gateway listening on {addr}");
+        }
+        if let Some(addr) = addrs.first() {
+            let web = if gateway.config.tls.is_some() { "https" } else { "http" };
+            println!("talk to it: open {web}://{addr}/ in a browser (the console: {web}://{addr}/console)");
+            if gateway.config.tls.is_none() {
+                let me = std::env::args().next().unwrap_or_else(|| "omni-gateway".into());
+                println!("try it (Ctrl-C stops the server gracefully): {me} probe --mode audio --url ws://{addr}");
+            }
+        }
+        let server = server.run();
+        actix_web::rt::spawn(shutdown_on_signal(server.handle(), gateway.clone()));
+        actix_web::rt::spawn(reload_on_hangup(gateway));
+        server.await.map_err(|e| e.to_string())
+    })
+}

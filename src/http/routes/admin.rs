@@ -1,0 +1,232 @@
+//! The operator routes: status, metrics, recorded sessions and their files, and queue
+//! cancellation. They answer the admin key (Bearer) or, with none configured, loopback
+//! clients only; every answer carries `Cache-Control: no-store` (they hold voices, faces
+//! and client addresses, which no cache may keep).
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{HttpRequest, HttpResponse, web};
+use omni_actors::domain::Mode;
+use omni_actors::edge::coordinator::SlotState;
+use omni_actors::observe::metrics::metrics as gateway_metrics;
+use omni_actors::pool::messages::PoolSnapshot;
+use omni_actors::pool::state::WorkerState;
+use omni_actors::queue::messages::ClusterStatusQuery;
+use omni_actors::queue::messages::{Cancel, QueueSnapshot};
+use serde_json::json;
+
+use super::http_error;
+use crate::http::Gateway;
+use crate::http::auth::{self, Denied};
+use crate::observe::recordings;
+
+/// Marks an operator answer as not to be stored by any cache.
+fn private(mut resp: HttpResponse) -> HttpResponse {
+    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// The admin check of the operator routes; `Some` is the refusal.
+fn refusal(req: &HttpRequest, gw: &Gateway) -> Option<HttpResponse> {
+    let client = auth::client_ip(req, &gw.config.trusted_proxies);
+    let denied = gw.keys.check_admin(req, client).err()?;
+    let (status, code) = match denied {
+        Denied::AdminLoopbackOnly => (StatusCode::FORBIDDEN, "forbidden"),
+        Denied::Throttled => (StatusCode::TOO_MANY_REQUESTS, "too_many_attempts"),
+        Denied::Missing(_) | Denied::Wrong(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+    };
+    Some(private(http_error(status, code, denied.message())))
+}
+
+pub async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_web::Result<HttpResponse> {
+    if let Some(refusal) = refusal(&req, &gw) {
+        return Ok(refusal);
+    }
+    let unavailable = |_| actix_web::error::ErrorServiceUnavailable("the actor system is stopping");
+    let workers = gw.pool.snapshot.send(PoolSnapshot).await.map_err(unavailable)?;
+    let tickets = gw.queue.snapshot.send(QueueSnapshot).await.map_err(unavailable)?;
+    let cluster = match &gw.cluster {
+        Some(c) => Some(c.send(ClusterStatusQuery).await.map_err(unavailable)?),
+        None => None,
+    };
+    // On a replica, the pool holds the nodes' workers it was lent (their sessions here, their
+    // failures); the store's view below has every worker of the cluster.
+    let lent: std::collections::HashMap<&str, &omni_actors::pool::state::PoolWorker> =
+        workers.iter().filter(|w| w.lendable).map(|w| (w.name.as_str(), w)).collect();
+    let mut workers: Vec<_> = workers
+        .iter()
+        .filter(|w| !w.lendable)
+        .map(|w| {
+            let (session, mode, dialect) = match &w.state {
+                WorkerState::Busy { session, mode, dialect, .. } => {
+                    (Some(session.as_str()), Some(mode.as_str()), *dialect)
+                }
+                _ => (None, None, None),
+            };
+            let reason = match &w.state {
+                WorkerState::Failed { reason, .. } => Some(reason.as_str()),
+                _ => None,
+            };
+            json!({
+                "name": w.name,
+                "backend": w.backend,
+                "node": w.node,
+                "modes": w.modes.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
+                "state": w.state.name(),
+                "failure": reason,
+                "session": session,
+                "mode": mode,
+                "dialect": dialect,
+                "sessions_served": w.sessions_served,
+                "restarts": w.restarts,
+                "process_id": w.process_id,
+                "last_error": w.last_error,
+            })
+        })
+        .collect();
+    let tickets: Vec<_> = tickets
+        .iter()
+        .map(|t| {
+            json!({
+                "ticket_id": format!("ticket_{}", t.ticket),
+                "mode": t.mode.as_str(),
+                "position": t.position,
+                "waited_s": t.waited.as_secs_f64(),
+                "estimated_wait_s": t.estimated_wait_s,
+            })
+        })
+        .collect();
+    // A replica of a cluster serves the nodes' workers: every one of them, as the store has them.
+    let cluster = cluster.map(|c| {
+        workers.extend(c.view.slots.iter().map(|s| {
+            let state = match s.state {
+                SlotState::Free => "idle",
+                SlotState::Assigned => "reserved",
+                SlotState::Busy => "busy",
+                SlotState::Down => "failed",
+            };
+            let here = lent.get(s.slot.as_str());
+            let failure = match here.map(|w| &w.state) {
+                Some(WorkerState::Failed { reason, .. }) if state == "failed" => Some(reason.as_str()),
+                _ => (state == "failed").then_some("its backend is not open on its node"),
+            };
+            let (session, dialect) = match here.map(|w| &w.state) {
+                Some(WorkerState::Busy { session, dialect, .. }) => (Some(session.as_str()), *dialect),
+                _ => (None, None),
+            };
+            json!({
+                "name": s.slot,
+                "node": s.node,
+                "modes": s.modes.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
+                "state": state,
+                "failure": failure,
+                "session": session,
+                "mode": s.busy.map(|(m, _)| m.as_str()),
+                "dialect": dialect,
+                "sessions_served": here.map(|w| w.sessions_served),
+                "last_error": here.and_then(|w| w.last_error.as_deref()),
+            })
+        }));
+        json!({"replica": c.replica, "store": if c.store_up { "up" } else { "unreachable" }})
+    });
+    let active: serde_json::Map<String, serde_json::Value> =
+        Mode::ALL.iter().map(|m| (m.as_str().to_string(), json!(gw.registry.active(*m)))).collect();
+    Ok(private(HttpResponse::Ok().json(json!({
+        "workers": workers,
+        "queue": {"length": tickets.len(), "tickets": tickets},
+        "sessions": {"open": gw.registry.len(), "active": active},
+        "cluster": cluster,
+    }))))
+}
+
+pub async fn metrics(req: HttpRequest, gw: web::Data<Gateway>) -> HttpResponse {
+    if let Some(refusal) = refusal(&req, &gw) {
+        return refusal;
+    }
+    private(HttpResponse::Ok().content_type("text/plain; version=0.0.4").body(gateway_metrics().render()))
+}
+
+// An early-return HTTP answer; boxing it would only move the allocation.
+#[allow(clippy::result_large_err)]
+fn recording_root(gw: &Gateway) -> Result<std::path::PathBuf, HttpResponse> {
+    match &gw.recorder {
+        Some(r) => Ok(r.root().to_path_buf()),
+        None => Err(private(http_error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "recording is disabled ([recording] enabled = false)",
+        ))),
+    }
+}
+
+#[derive(serde::Deserialize)]
+pub struct Page {
+    page: Option<usize>,
+    per_page: Option<usize>,
+}
+
+pub async fn sessions(req: HttpRequest, gw: web::Data<Gateway>, page: web::Query<Page>) -> HttpResponse {
+    if let Some(refusal) = refusal(&req, &gw) {
+        return refusal;
+    }
+    let root = match recording_root(&gw) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let (number, per_page) = (page.page.unwrap_or(1).max(1), page.per_page.unwrap_or(50).clamp(1, 1000));
+    private(match web::block(move || recordings::list(&root, number, per_page)).await {
+        Ok(Ok((total, items))) => {
+            HttpResponse::Ok().json(json!({"page": number, "per_page": per_page, "total": total, "sessions": items}))
+        }
+        _ => http_error(StatusCode::INTERNAL_SERVER_ERROR, "internal", "cannot list the recordings"),
+    })
+}
+
+pub async fn session_meta(req: HttpRequest, gw: web::Data<Gateway>, id: web::Path<String>) -> HttpResponse {
+    serve_file(&req, &gw, &id, "meta.json").await
+}
+
+pub async fn session_file(req: HttpRequest, gw: web::Data<Gateway>, path: web::Path<(String, String)>) -> HttpResponse {
+    let (id, file) = path.into_inner();
+    serve_file(&req, &gw, &id, &file).await
+}
+
+async fn serve_file(req: &HttpRequest, gw: &Gateway, id: &str, file: &str) -> HttpResponse {
+    if let Some(refusal) = refusal(req, gw) {
+        return refusal;
+    }
+    let root = match recording_root(gw) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    if !recordings::valid_session_id(id) || !recordings::valid_file(file) {
+        return private(http_error(
+            StatusCode::BAD_REQUEST,
+            "invalid_payload",
+            "not a session id and file of a recording",
+        ));
+    }
+    let (id, name) = (id.to_string(), file.to_string());
+    let path = match web::block(move || recordings::find(&root, &id).map(|dir| dir.join(name))).await {
+        Ok(Some(path)) if path.is_file() => path,
+        _ => return private(http_error(StatusCode::NOT_FOUND, "not_found", "no such recorded session or file")),
+    };
+    private(match actix_files::NamedFile::open_async(&path).await {
+        Ok(f) => f.into_response(req),
+        Err(_) => http_error(StatusCode::NOT_FOUND, "not_found", "no such file"),
+    })
+}
+
+pub async fn cancel_ticket(req: HttpRequest, gw: web::Data<Gateway>, ticket: web::Path<String>) -> HttpResponse {
+    if let Some(refusal) = refusal(&req, &gw) {
+        return refusal;
+    }
+    let Some(number) = ticket.strip_prefix("ticket_").and_then(|n| n.parse::<u64>().ok()) else {
+        return private(http_error(StatusCode::BAD_REQUEST, "invalid_payload", "a ticket id looks like ticket_12"));
+    };
+    private(match gw.queue.cancel.send(Cancel { ticket: number }).await {
+        Ok(true) => HttpResponse::Ok().json(json!({"cancelled": ticket.as_str()})),
+        Ok(false) => http_error(StatusCode::NOT_FOUND, "not_found", "no such waiting ticket"),
+        Err(_) => http_error(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "the server is stopping"),
+    })
+}

@@ -1,0 +1,69 @@
+//! HTTP routes: the realtime WebSocket endpoints (`realtime.rs`), health, the operator
+//! routes (`admin.rs`: status, metrics, recordings, queue cancellation), and the pages
+//! (`pages.rs`: the client and the console).
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, web};
+use omni_actors::observe::metrics::metrics as gateway_metrics;
+use omni_actors::pool::messages::PoolSnapshot;
+use omni_actors::pool::state::WorkerState;
+use serde_json::json;
+
+use crate::http::Gateway;
+
+mod admin;
+mod pages;
+mod realtime;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/v1/realtime", web::get().to(realtime::realtime))
+        .route("/api-ws/v1/realtime", web::get().to(realtime::qwen_realtime))
+        .route("/healthz", web::get().to(healthz))
+        .route("/readyz", web::get().to(readyz))
+        .route("/status", web::get().to(admin::status))
+        .route("/metrics", web::get().to(admin::metrics))
+        .route("/sessions", web::get().to(admin::sessions))
+        .route("/sessions/{id}", web::get().to(admin::session_meta))
+        .route("/sessions/{id}/{file:.*}", web::get().to(admin::session_file))
+        .route("/queue/{ticket}", web::delete().to(admin::cancel_ticket))
+        .route("/", web::get().to(pages::client))
+        .route("/console", web::get().to(pages::console))
+        .route("/app/{name}", web::get().to(pages::app));
+}
+
+/// An HTTP error with the same JSON shape as the WebSocket `error` event.
+pub fn http_error(status: StatusCode, code: &str, message: impl Into<String>) -> HttpResponse {
+    let kind = if status.is_client_error() { "client_error" } else { "server_error" };
+    HttpResponse::build(status).json(json!({"error": {"code": code, "message": message.into(), "type": kind}}))
+}
+
+/// A connection refused before the upgrade, counted by `reason`.
+fn refuse(reason: &str, status: StatusCode, code: &str, message: impl Into<String>) -> HttpResponse {
+    gateway_metrics().connections_refused.with_label_values(&[reason]).inc();
+    http_error(status, code, message)
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(json!({"status": "ok"}))
+}
+
+async fn readyz(gw: web::Data<Gateway>) -> HttpResponse {
+    let ready = match &gw.cluster {
+        // A replica: it reaches the store, and some node's worker can serve.
+        Some(cluster) => match cluster.send(omni_actors::queue::messages::ClusterStatusQuery).await {
+            Ok(c) => {
+                c.store_up && c.view.slots.iter().any(|s| s.state != omni_actors::edge::coordinator::SlotState::Down)
+            }
+            Err(_) => false,
+        },
+        None => match gw.pool.snapshot.send(PoolSnapshot).await {
+            Ok(workers) => workers.iter().any(|w| !matches!(w.state, WorkerState::Failed { .. })),
+            Err(_) => false,
+        },
+    };
+    if ready && !gw.registry.shutting_down() {
+        HttpResponse::Ok().json(json!({"status": "ready"}))
+    } else {
+        http_error(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "no worker can serve")
+    }
+}

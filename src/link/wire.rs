@@ -1,0 +1,243 @@
+//! What a gateway and a node say to each other over TCP (or TLS): the frames of the
+//! `worker-host` protocol ([`crate::backend::ipc`]: a little-endian `u32` length, then the
+//! message in postcard), wrapped in a hello, a heartbeat and the node's answers.
+//!
+//! A connection is one of two kinds, chosen by its first frame:
+//! - discovery: [`ToNode::Discover`], answered with [`FromNode::Workers`] (or
+//!   [`FromNode::Refused`]), then closed;
+//! - a link kept open for grants (a replica of a cluster keeps a few to each node):
+//!   [`ToNode::Standby`], answered [`FromNode::Ready`]; each [`ToNode::Ping`] on it is
+//!   answered with [`FromNode::Ping`] until the node grants a worker to one of that replica's
+//!   tickets: it attaches the worker to the link itself and says so with [`FromNode::Granted`],
+//!   and the link goes on as a worker link (the replica never sends an `Attach` on it);
+//! - a worker link: [`ToNode::Attach`], answered with [`FromNode::Attached`] (the worker's
+//!   backend info) or [`FromNode::Refused`]; then [`ToNode::Call`]s answered in order by
+//!   [`FromNode::Reply`], the any-thread calls applied at once, and [`ToNode::Ping`] /
+//!   [`FromNode::Ping`] whenever a side has had nothing else to say for a heartbeat interval.
+
+use std::io;
+
+use futures_util::StreamExt;
+use omni_actors::domain::{BackendInfo, Mode};
+use omni_actors::edge::backend::BackendError;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
+
+use crate::backend::ipc::{MAX_FRAME_BYTES, ToHost, Value};
+
+/// The version of this protocol; a node refuses another.
+pub const PROTOCOL: u32 = 3;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ToNode {
+    /// A discovery connection's first frame.
+    Discover {
+        protocol: u32,
+        token: String,
+    },
+    /// A worker link's first frame. `gateway` names the gateway in the node's logs. A node
+    /// of a cluster admits it only with the grant it offered the worker under.
+    Attach {
+        protocol: u32,
+        token: String,
+        worker: String,
+        gateway: String,
+        grant: Option<AttachGrant>,
+    },
+    /// An owner-thread call (answered by one `Reply`, in order), or an any-thread call
+    /// (interrupt, force-listen: applied at once, not answered).
+    Call(ToHost),
+    /// The gateway gave up on the call in flight (its step watchdog fired): end the
+    /// backend at once; the node opens it again.
+    Terminate,
+    Ping,
+    // New variants go last: postcard numbers them in order.
+    /// A link opened ahead of grants (a replica of a cluster keeps a few per node): answered
+    /// [`FromNode::Ready`], then pinged (each ping answered) until the node pushes a grant on
+    /// it ([`FromNode::Granted`]). `gateway` is the replica's name in the cluster's store.
+    Standby {
+        protocol: u32,
+        token: String,
+        gateway: String,
+    },
+}
+
+/// The grant a gateway of a cluster attaches with: the ticket it is for, and the nonce the
+/// node offered the worker under (one use: the node draws a new one for its next offer).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttachGrant {
+    pub ticket: u64,
+    pub nonce: String,
+    pub mode: Mode,
+}
+
+/// One of a node's workers, as discovery reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeWorker {
+    pub name: String,
+    pub modes: Vec<Mode>,
+    /// Where its backend comes from on the node ("builtin", a library path).
+    pub backend: String,
+    /// "starting", "ready", "attached" or "failed".
+    pub state: String,
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum FromNode {
+    Workers(Vec<NodeWorker>),
+    Attached(BackendInfo),
+    Refused(String),
+    Reply {
+        kv_length: u64,
+        value: Result<Value, BackendError>,
+    },
+    Ping,
+    /// The answer to [`ToNode::Standby`]: the token and protocol were accepted.
+    Ready,
+    /// On a link kept open for grants: the node granted `grant.slot` to one of the replica's
+    /// tickets and attached it to this link, which is now that worker's link.
+    Granted {
+        grant: PushedGrant,
+        info: BackendInfo,
+    },
+}
+
+/// A grant a node pushes to the replica of its ticket (as the store records it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PushedGrant {
+    pub ticket: u64,
+    /// `NODE/WORKER`.
+    pub slot: String,
+    /// The node's advertised address.
+    pub addr: String,
+    pub nonce: String,
+    pub mode: Mode,
+}
+
+impl From<PushedGrant> for omni_actors::edge::coordinator::Grant {
+    fn from(g: PushedGrant) -> Self {
+        omni_actors::edge::coordinator::Grant {
+            ticket: g.ticket,
+            slot: g.slot,
+            addr: g.addr,
+            nonce: g.nonce,
+            mode: g.mode,
+        }
+    }
+}
+
+/// The largest first frame a node reads from a peer that has not shown its token yet (a hello,
+/// and the pings of a link kept open): a stranger cannot make it buffer a worker link's
+/// largest frame.
+pub const MAX_HELLO_BYTES: usize = 4096;
+
+/// The frames read from a stream, one at a time and cancel safe: a frame half read when a
+/// `select!` takes another branch stays buffered for the next [`next_frame`].
+pub type Frames<R> = FramedRead<R, LengthDelimitedCodec>;
+
+/// Reads the frames [`write_frame`] writes (a little-endian `u32` length, then the body), each
+/// at most `max` bytes (a longer one is an error before any of it is buffered).
+pub fn frames_up_to<R: AsyncRead>(input: R, max: usize) -> Frames<R> {
+    let codec =
+        LengthDelimitedCodec::builder().little_endian().length_field_length(4).max_frame_length(max).new_codec();
+    FramedRead::new(input, codec)
+}
+
+/// [`frames_up_to`] a worker link's largest frame.
+pub fn frames<R: AsyncRead>(input: R) -> Frames<R> {
+    frames_up_to(input, MAX_FRAME_BYTES)
+}
+
+/// The next frame; `Ok(None)` at a clean end of the stream (between frames).
+pub async fn next_frame<T: DeserializeOwned, R: AsyncRead + Unpin>(frames: &mut Frames<R>) -> io::Result<Option<T>> {
+    match frames.next().await {
+        None => Ok(None),
+        Some(body) => {
+            let body = body?;
+            postcard::from_bytes(&body).map(Some).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        }
+    }
+}
+
+/// Writes one frame.
+pub async fn write_frame<T: Serialize>(out: &mut (impl AsyncWrite + Unpin), message: &T) -> io::Result<()> {
+    let body = postcard::to_stdvec(message).map_err(io::Error::other)?;
+    let len = u32::try_from(body.len()).map_err(|_| io::Error::other("frame over 4 GiB"))?;
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&len.to_le_bytes());
+    frame.extend_from_slice(&body);
+    out.write_all(&frame).await?;
+    out.flush().await
+}
+
+/// Reads one frame; `Ok(None)` at a clean end of the stream (between frames).
+pub async fn read_frame<T: DeserializeOwned>(
+    input: &mut (impl AsyncRead + Unpin),
+    buf: &mut Vec<u8>,
+) -> io::Result<Option<T>> {
+    let mut len = [0u8; 4];
+    match input.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_FRAME_BYTES {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("frame of {len} bytes")));
+    }
+    buf.resize(len, 0);
+    input.read_exact(buf).await?;
+    postcard::from_bytes(buf).map(Some).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frames_round_trip_over_a_stream() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 20);
+        let chunk = omni_actors::domain::DuplexChunk { audio: vec![0.25; 16000], ..Default::default() };
+        write_frame(&mut a, &ToNode::Call(ToHost::DuplexStep(chunk.clone()))).await.unwrap();
+        write_frame(&mut a, &ToNode::Ping).await.unwrap();
+        drop(a);
+        let mut buf = Vec::new();
+        match read_frame::<ToNode>(&mut b, &mut buf).await.unwrap() {
+            Some(ToNode::Call(ToHost::DuplexStep(c))) => assert_eq!(c, chunk),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(read_frame::<ToNode>(&mut b, &mut buf).await.unwrap(), Some(ToNode::Ping)));
+        assert!(read_frame::<ToNode>(&mut b, &mut buf).await.unwrap().is_none(), "a clean end");
+    }
+
+    #[tokio::test]
+    async fn a_frame_half_read_when_a_select_moves_on_is_read_whole_next_time() {
+        let (mut a, b) = tokio::io::duplex(1 << 20);
+        let mut frames = frames(b);
+        let body = postcard::to_stdvec(&ToNode::Ping).unwrap();
+        let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+        frame.extend_from_slice(&body);
+        // Two bytes of the length arrive; the read is given up (a select's other branch).
+        a.write_all(&frame[..2]).await.unwrap();
+        let gave_up = tokio::time::timeout(std::time::Duration::from_millis(50), next_frame::<ToNode, _>(&mut frames));
+        assert!(gave_up.await.is_err());
+        a.write_all(&frame[2..]).await.unwrap();
+        write_frame(&mut a, &ToNode::Terminate).await.unwrap();
+        assert!(matches!(next_frame::<ToNode, _>(&mut frames).await.unwrap(), Some(ToNode::Ping)));
+        assert!(matches!(next_frame::<ToNode, _>(&mut frames).await.unwrap(), Some(ToNode::Terminate)));
+        drop(a);
+        assert!(next_frame::<ToNode, _>(&mut frames).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_frame_over_the_limit_is_an_error() {
+        let (mut a, b) = tokio::io::duplex(64);
+        let mut frames = frames(b);
+        a.write_all(&((MAX_FRAME_BYTES + 1) as u32).to_le_bytes()).await.unwrap();
+        let e = next_frame::<ToNode, _>(&mut frames).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+    }
+}

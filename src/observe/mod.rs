@@ -1,0 +1,32 @@
+//! What observes sessions and workers in the server: every subscriber of session and worker
+//! events, registered in one place ([`register`]): the recorder,
+//! usage accounting and webhooks, each when the config turns it on. A new actor that
+//! observes sessions is one more line here (docs/extending.md).
+
+use std::sync::Arc;
+
+use omni_actors::observe::events::{Subscriber, Subscribers};
+use omni_actors::observe::recording::{Recorder, RecorderSpawner};
+use omni_actors::observe::usage::Usage;
+
+use crate::config::Config;
+use webhooks::WebhookSubscriber;
+
+pub mod recordings;
+pub mod webhooks;
+
+/// The subscribers of this configuration. Must run inside an actix system (they start
+/// their actors).
+pub fn register(config: &Config, recorder: Option<&RecorderSpawner>) -> Subscribers {
+    let mut list: Vec<Arc<dyn Subscriber>> = Vec::new();
+    if let Some(spawner) = recorder {
+        list.push(Arc::new(Recorder::new(spawner.clone())));
+    }
+    if let Some(dir) = &config.usage {
+        list.push(Arc::new(Usage::start(dir.clone())));
+    }
+    for spec in &config.webhooks {
+        list.push(Arc::new(WebhookSubscriber::new(spec.clone())));
+    }
+    Subscribers::new(list)
+}

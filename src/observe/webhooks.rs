@@ -1,0 +1,272 @@
+//! Webhooks (`[[webhooks]]`): a signed JSON POST per chosen event.
+//!
+//! Events: `session.queued`, `session.assigned`, `session.started`, `session.error`,
+//! `session.closed`, `worker.changed` (any state change), `worker.failed`, `worker.recovered`
+//! (failed, then idle again). Each delivery is signed with HMAC-SHA256 of
+//! `TIMESTAMP.BODY` under the webhook's secret, in `X-Omni-Signature: sha256=HEX`, with the
+//! timestamp (Unix seconds) in `X-Omni-Timestamp`; `X-Omni-Event` names the event and
+//! `X-Omni-Delivery` is unique per delivery (the same on its retries).
+//!
+//! A session's sink builds the payload and puts it on the webhook's queue without waiting;
+//! when the queue (`queue_size`) is full the delivery is dropped and counted. One thread per
+//! webhook sends them in order, retrying a failed attempt (an error or a status other than
+//! 2xx) with backoff, up to `max_attempts`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hmac::{Hmac, Mac};
+use omni_actors::observe::events::{Interest, SessionEvent, SessionInfo, SessionSink, Subscriber, WorkerChange};
+use omni_actors::observe::metrics::metrics;
+use omni_actors::observe::recording::timestamp;
+use serde_json::{Value, json};
+
+use crate::config::WebhookSpec;
+
+/// Every event a webhook may ask for.
+pub const EVENTS: [&str; 8] = [
+    "session.queued",
+    "session.assigned",
+    "session.started",
+    "session.error",
+    "session.closed",
+    "worker.changed",
+    "worker.failed",
+    "worker.recovered",
+];
+
+struct Delivery {
+    id: String,
+    event: &'static str,
+    body: String,
+}
+
+/// One configured webhook.
+pub struct Webhook {
+    spec: WebhookSpec,
+    queue: SyncSender<Delivery>,
+    sent: AtomicU64,
+    dropped: AtomicU64,
+}
+
+impl Webhook {
+    /// Starts its sending thread.
+    pub fn start(spec: WebhookSpec) -> Arc<Webhook> {
+        let (queue, rx) = sync_channel(spec.queue_size);
+        let hook = Arc::new(Webhook { spec, queue, sent: AtomicU64::new(0), dropped: AtomicU64::new(0) });
+        let sender = hook.clone();
+        let spawned =
+            std::thread::Builder::new().name(format!("webhook-{}", hook.spec.name)).spawn(move || sender.send_loop(rx));
+        if let Err(e) = spawned {
+            log::error!("webhook {}: cannot start its thread: {e}", hook.spec.name);
+        }
+        hook
+    }
+
+    fn wants(&self, event: &str) -> bool {
+        self.spec.events.iter().any(|e| e == event)
+    }
+
+    /// Queues a delivery of `event` with `data`; never waits.
+    fn post(&self, event: &'static str, data: Value) {
+        let n = self.sent.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = format!("{}-{}-{n}", self.spec.name, std::process::id());
+        let (at, _) = timestamp(SystemTime::now());
+        let body = json!({"event": event, "delivery": id, "at": at, "data": data}).to_string();
+        match self.queue.try_send(Delivery { id, event, body }) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                metrics().webhook_deliveries.with_label_values(&[self.spec.name.as_str(), "dropped"]).inc();
+                let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                if dropped == 1 || dropped.is_multiple_of(1000) {
+                    log::warn!(
+                        "webhook {}: its queue is full ({} deliveries waiting for {}); {dropped} dropped so far",
+                        self.spec.name,
+                        self.spec.queue_size,
+                        self.spec.url
+                    );
+                }
+            }
+        }
+    }
+
+    fn send_loop(&self, rx: Receiver<Delivery>) {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(self.spec.timeout))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let name = self.spec.name.as_str();
+        for delivery in rx {
+            let mut attempt = 1;
+            loop {
+                match self.attempt(&agent, &delivery) {
+                    Ok(()) => {
+                        metrics().webhook_deliveries.with_label_values(&[name, "delivered"]).inc();
+                        break;
+                    }
+                    Err(why) if attempt < self.spec.max_attempts => {
+                        metrics().webhook_deliveries.with_label_values(&[name, "retried"]).inc();
+                        let wait = self.spec.retry_base * 2u32.saturating_pow(attempt - 1).min(64);
+                        log::warn!(
+                            "webhook {name}: {} {} (attempt {attempt}): {why}; again in {} ms",
+                            delivery.event,
+                            delivery.id,
+                            wait.as_millis()
+                        );
+                        std::thread::sleep(wait);
+                        attempt += 1;
+                    }
+                    Err(why) => {
+                        metrics().webhook_deliveries.with_label_values(&[name, "failed"]).inc();
+                        log::error!(
+                            "webhook {name}: {} {} failed after {attempt} attempt(s): {why}",
+                            delivery.event,
+                            delivery.id
+                        );
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    fn attempt(&self, agent: &ureq::Agent, d: &Delivery) -> Result<(), String> {
+        let stamp = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs().to_string();
+        let response = agent
+            .post(&self.spec.url)
+            .header("Content-Type", "application/json")
+            .header("X-Omni-Event", d.event)
+            .header("X-Omni-Delivery", &d.id)
+            .header("X-Omni-Timestamp", &stamp)
+            .header("X-Omni-Signature", &format!("sha256={}", sign(&self.spec.secret, &stamp, &d.body)))
+            .send(d.body.as_str())
+            .map_err(|e| e.to_string())?;
+        let status = response.status();
+        if status.is_success() { Ok(()) } else { Err(format!("answered {status}")) }
+    }
+}
+
+/// HMAC-SHA256 of `TIMESTAMP.BODY` under `secret`, in hex.
+pub fn sign(secret: &str, stamp: &str, body: &str) -> String {
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes a key of any length");
+    mac.update(stamp.as_bytes());
+    mac.update(b".");
+    mac.update(body.as_bytes());
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// The webhook as a subscriber.
+pub struct WebhookSubscriber {
+    hook: Arc<Webhook>,
+    /// Workers that failed and are not idle again yet (for `worker.recovered`).
+    failed: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+impl WebhookSubscriber {
+    pub fn new(spec: WebhookSpec) -> WebhookSubscriber {
+        WebhookSubscriber { hook: Webhook::start(spec), failed: Default::default() }
+    }
+}
+
+impl Subscriber for WebhookSubscriber {
+    fn name(&self) -> &str {
+        &self.hook.spec.name
+    }
+
+    fn interest(&self) -> Interest {
+        let mut interest = Interest::NONE;
+        for e in &self.hook.spec.events {
+            interest = interest
+                | match e.as_str() {
+                    "session.error" => Interest::ERRORS,
+                    e if e.starts_with("worker.") => Interest::WORKERS,
+                    _ => Interest::LIFECYCLE,
+                };
+        }
+        interest
+    }
+
+    fn session(&self, info: &SessionInfo) -> Option<Box<dyn SessionSink>> {
+        let session = json!({
+            "connection": info.conn,
+            "mode": info.mode.as_str(),
+            "client_addr": info.client_addr,
+            "key": info.key_id,
+        });
+        Some(Box::new(WebhookSink { hook: self.hook.clone(), session }))
+    }
+
+    fn worker(&self, change: &WorkerChange) {
+        let data = || json!({"worker": change.worker, "node": change.node, "from": change.from, "to": change.to, "reason": change.reason});
+        let hook = &self.hook;
+        if hook.wants("worker.changed") {
+            hook.post("worker.changed", data());
+        }
+        let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        if change.to == "failed" {
+            // Once per failure: a worker that keeps failing to open is told once.
+            if failed.insert(change.worker.clone()) && hook.wants("worker.failed") {
+                hook.post("worker.failed", data());
+            }
+        } else if change.to == "idle" && failed.remove(&change.worker) && hook.wants("worker.recovered") {
+            hook.post("worker.recovered", data());
+        }
+    }
+}
+
+/// One session's deliveries.
+struct WebhookSink {
+    hook: Arc<Webhook>,
+    /// What every delivery says of the session (its id added once it has one).
+    session: Value,
+}
+
+impl SessionSink for WebhookSink {
+    fn event(&mut self, event: &SessionEvent<'_>) {
+        let (name, extra) = match *event {
+            SessionEvent::Queued { position } => ("session.queued", json!({"position": position})),
+            SessionEvent::Assigned { worker, waited } => {
+                ("session.assigned", json!({"worker": worker, "waited_s": waited.as_secs_f64()}))
+            }
+            SessionEvent::Started { session_id, dialect, .. } => {
+                self.session["session_id"] = json!(session_id);
+                ("session.started", json!({"dialect": dialect}))
+            }
+            SessionEvent::Error { code, message } => ("session.error", json!({"code": code, "message": message})),
+            SessionEvent::Closed { meta } => (
+                "session.closed",
+                json!({
+                    "reason": meta.close_reason, "worker": meta.worker, "dialect": meta.dialect,
+                    "start": meta.start, "end": meta.end, "duration_s": meta.duration_s,
+                    "chunks_received": meta.chunks_received, "chunks_dropped": meta.chunks_dropped,
+                    "chunks_answered": meta.chunks_answered, "turns": meta.turns,
+                }),
+            ),
+            _ => return,
+        };
+        if self.hook.wants(name) {
+            let mut data = self.session.clone();
+            if let (Value::Object(d), Value::Object(e)) = (&mut data, extra) {
+                d.extend(e);
+            }
+            self.hook.post(name, data);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_signature_is_hmac_sha256_of_timestamp_dot_body() {
+        // Computed independently: Python's hmac.new(secret, b"1700000000." + body, sha256).
+        assert_eq!(
+            sign("0123456789abcdef", "1700000000", "{\"event\":\"session.closed\"}"),
+            "e9d160abe775b05f6f4ca29789375adde72182dde99a16c9f9672985029082da"
+        );
+    }
+}

@@ -1,0 +1,93 @@
+//! A single gateway: its queue in memory ([`QueueActor`]), its workers here and on the nodes
+//! it lists (`[[nodes]]`, joined once reached), all in one [`WorkerPoolActor`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use omni_actors::domain::Mode;
+use omni_actors::pool::WorkerPoolActor;
+use omni_actors::pool::messages::{JoinWorkers, PoolPort, WorkerSetup};
+use omni_actors::queue::local::QueueActor;
+use omni_actors::queue::messages::{QueuePort, WorkerFeed};
+
+use super::{Common, Serving, backend_limits};
+use crate::backend;
+use crate::config::{Config, NodeLink};
+
+/// Starts the queue and the pool (which starts one BackendActor per worker). Must run inside
+/// an actix system.
+pub fn start(config: Arc<Config>) -> Serving {
+    let common = Common::start(&config);
+    let modes: Vec<Vec<Mode>> = config.workers.iter().map(|w| w.modes.clone()).collect();
+    // Until sessions have ended, a waiting client's ETA assumes the typical length of a
+    // session of each mode; the lengths measured as sessions end are blended in.
+    let average = Mode::ALL.map(|m| config.queue.typical(m));
+    let update = Duration::from_secs_f64(config.queue.update_interval_s);
+    let queue = QueueActor::new(&modes, config.queue.max_waiting, average, update).start();
+    let open_timeout = Duration::from_secs_f64(config.limits.open_timeout_s);
+    let setups = config
+        .workers
+        .iter()
+        .map(|w| WorkerSetup {
+            name: w.name.clone(),
+            backend: w.source.label(),
+            modes: w.modes.clone(),
+            factory: backend::factory(w, open_timeout),
+            node: None,
+        })
+        .collect();
+    let start = omni_actors::worker::starter(backend_limits(&config));
+    let pool = WorkerPoolActor::new(setups, WorkerFeed::of(&queue), start, common.subscribers.clone()).start();
+    for link in &config.nodes {
+        join_node(link.clone(), pool.clone().recipient());
+    }
+    common.serving(config, QueuePort::of(&queue), PoolPort::of(&pool), None)
+}
+
+/// Reaches a node (`[[nodes]]`), trying again with backoff while it is down, and adds its
+/// workers to the pool as `NODE/WORKER`. From then on each worker keeps its own link (and
+/// reconnects by itself when the node comes back).
+fn join_node(link: NodeLink, pool: Recipient<JoinWorkers>) {
+    let gateway = format!("omni-gateway {} (pid {})", env!("CARGO_PKG_VERSION"), std::process::id());
+    actix::spawn(async move {
+        let mut failures = 0;
+        loop {
+            let attempt = {
+                let link = link.clone();
+                actix_web::rt::task::spawn_blocking(move || backend::remote::discover(&link)).await
+            };
+            match attempt {
+                Ok(Ok(workers)) => {
+                    let names: Vec<&str> = workers.iter().map(|w| w.name.as_str()).collect();
+                    log::info!(
+                        "node {} ({}): {} worker(s): {}",
+                        link.name,
+                        link.address,
+                        workers.len(),
+                        names.join(", ")
+                    );
+                    let setups = workers
+                        .into_iter()
+                        .map(|w| WorkerSetup {
+                            name: format!("{}/{}", link.name, w.name),
+                            backend: format!("node {} ({}): {}", link.name, link.address, w.backend),
+                            modes: w.modes,
+                            factory: backend::node_factory(link.clone(), w.name, gateway.clone()),
+                            node: Some(link.name.clone()),
+                        })
+                        .collect();
+                    pool.do_send(JoinWorkers(setups));
+                    return;
+                }
+                Ok(Err(e)) => {
+                    failures += 1;
+                    let wait = omni_actors::pool::state::backoff(failures);
+                    log::warn!("node {} ({}): {e}; trying again in {} ms", link.name, link.address, wait.as_millis());
+                    actix::clock::sleep(wait).await;
+                }
+                Err(e) => return log::error!("node {}: cannot reach it: {e}", link.name),
+            }
+        }
+    });
+}

@@ -1,0 +1,112 @@
+//! The roles one binary plays, each over the same actors (a queue, the pool and its
+//! BackendActors, one SessionActor per client):
+//!
+//! - [`gateway`]: one gateway on its own: its queue in memory, its workers here and on the
+//!   nodes it lists (`[[nodes]]`);
+//! - [`replica`]: one of several gateways sharing a queue and their nodes' workers through a
+//!   store (`[cluster]`);
+//! - [`node`]: a host serving its workers to gateways (`omni-gateway node`).
+//!
+//! A gateway and a replica both serve clients over HTTP ([`crate::http`]); what they hand it
+//! is a [`Serving`].
+
+pub mod gateway;
+pub mod node;
+pub mod replica;
+
+use std::sync::Arc;
+
+use omni_actors::observe::events::Subscribers;
+use omni_actors::observe::recording::{RecorderSpawner, RecordingLimits};
+use omni_actors::pool::messages::PoolPort;
+use omni_actors::queue::messages::{ClusterStatusQuery, QueuePort};
+use omni_actors::session::registry::Registry;
+use omni_actors::worker::BackendLimits;
+
+use crate::config::Config;
+use crate::http::auth::Keys;
+use crate::transport::limits::FragmentBudget;
+
+/// What a role that serves clients gives the HTTP server: its actors, and what every
+/// connection shares. Cheap to clone.
+#[derive(Clone)]
+pub struct Serving {
+    pub config: Arc<Config>,
+    /// The queue sessions and routes reach: this process's, or the cluster's.
+    pub queue: QueuePort,
+    /// A replica of a cluster: its view of the whole cluster, for `/status`.
+    pub cluster: Option<actix::Recipient<ClusterStatusQuery>>,
+    pub pool: PoolPort,
+    pub registry: Arc<Registry>,
+    pub recorder: Option<RecorderSpawner>,
+    /// Every subscriber of session and worker events (the recorder among them).
+    pub subscribers: Subscribers,
+    pub keys: Keys,
+    /// What every connection's unfinished fragmented messages may hold together.
+    pub fragments: Arc<FragmentBudget>,
+}
+
+/// Starts the actors of the role the configuration names: a replica with `[cluster]`, else a
+/// single gateway. Must run inside an actix system.
+pub fn serve(config: Arc<Config>) -> Serving {
+    match &config.cluster {
+        Some(_) => replica::start(config),
+        None => gateway::start(config),
+    }
+}
+
+/// What every serving role shares: the recorder, the subscribers, the keys, the registry.
+struct Common {
+    recorder: Option<RecorderSpawner>,
+    subscribers: Subscribers,
+    keys: Keys,
+    fragments: Arc<FragmentBudget>,
+    registry: Arc<Registry>,
+}
+
+impl Common {
+    fn start(config: &Config) -> Common {
+        let recorder = config.recording.enabled.then(|| {
+            let r = &config.recording;
+            let limits = RecordingLimits {
+                max_lag: (r.max_lag_mb * 1048576.0) as usize,
+                max_total_lag: (r.max_total_lag_mb * 1048576.0) as usize,
+                max_session: (r.max_session_mb * 1048576.0) as u64,
+            };
+            RecorderSpawner::new(r.dir.clone(), limits)
+        });
+        let subscribers = crate::observe::register(config, recorder.as_ref());
+        let keys = Keys::new(config.api_keys.clone(), config.admin_key.clone());
+        let fragments = FragmentBudget::new((config.server.max_fragment_buffer_mb * 1048576.0) as usize);
+        Common { recorder, subscribers, keys, fragments, registry: Registry::new() }
+    }
+
+    fn serving(
+        self,
+        config: Arc<Config>,
+        queue: QueuePort,
+        pool: PoolPort,
+        cluster: Option<actix::Recipient<ClusterStatusQuery>>,
+    ) -> Serving {
+        Serving {
+            config,
+            queue,
+            cluster,
+            pool,
+            registry: self.registry,
+            recorder: self.recorder,
+            subscribers: self.subscribers,
+            keys: self.keys,
+            fragments: self.fragments,
+        }
+    }
+}
+
+/// The limits every BackendActor runs under.
+pub fn backend_limits(config: &Config) -> BackendLimits {
+    BackendLimits {
+        max_pending_chunks: config.limits.max_pending_chunks,
+        step_timeout: config.step_timeout(),
+        open_timeout: std::time::Duration::from_secs_f64(config.limits.open_timeout_s),
+    }
+}

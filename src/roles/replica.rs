@@ -1,0 +1,71 @@
+//! A replica of a cluster: its queue is the store's ([`ClusterQueueActor`]), its workers the
+//! nodes', each lent to it for one session by its [`WorkerPoolActor`] (a BackendActor on a
+//! link attached with the store's grant). It keeps a few links open to each node
+//! ([`crate::link::standby`]), on which the nodes push grants already attached.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use omni_actors::domain::Mode;
+use omni_actors::pool::WorkerPoolActor;
+use omni_actors::pool::messages::PoolPort;
+use omni_actors::queue::cluster::{ClusterQueueActor, ClusterSetup, GrantOpener};
+use omni_actors::queue::messages::{GrantPushed, QueuePort, WorkerFeed};
+
+use super::{Common, Serving, backend_limits};
+use crate::backend;
+use crate::config::{Config, NodeLink};
+use crate::link::standby::Standby;
+use crate::store::redis::RedisStore;
+
+/// Starts the cluster's queue and the pool that lends it the nodes' workers. Must run inside
+/// an actix system.
+pub fn start(config: Arc<Config>) -> Serving {
+    let spec = config.cluster.as_ref().expect("a replica's config has a [cluster] section");
+    let common = Common::start(&config);
+    let store = match RedisStore::from_spec(spec) {
+        Ok(store) => store,
+        // The section was checked when the config was loaded; what is left is the store's own.
+        Err(e) => panic!("cluster: cannot open the store: {e}"),
+    };
+    let template = NodeLink {
+        name: String::new(),
+        address: String::new(),
+        token: spec.token.clone(),
+        ca: spec.ca.clone(),
+        server_name: spec.server_name.clone(),
+        heartbeat_interval: Duration::from_secs(1),
+        heartbeat_timeout: Duration::from_secs(5),
+    };
+    let replica = spec.name.clone();
+    let standby = Standby::new(spec.standby_links, replica.clone());
+    let kept = standby.clone();
+    let opener: GrantOpener =
+        Arc::new(move |grant| backend::grant_opener(template.clone(), grant, replica.clone(), kept.clone()));
+    log::info!(
+        "replica {} of the cluster at {} (lease {:.1} s)",
+        spec.name,
+        spec.redacted_url(),
+        spec.lease.as_secs_f64()
+    );
+    let pool_context = Context::<WorkerPoolActor>::new();
+    let pool = PoolPort::of(&pool_context.address());
+    let setup = ClusterSetup {
+        coordinator: store,
+        opener,
+        pool: pool.clone(),
+        max_waiting: config.queue.max_waiting,
+        typical: Mode::ALL.map(|m| config.queue.typical(m)),
+        update_interval: Duration::from_secs_f64(config.queue.update_interval_s),
+        lease: spec.lease,
+    };
+    let queue = ClusterQueueActor::new(setup).start();
+    let start = omni_actors::worker::starter(backend_limits(&config));
+    pool_context.run(WorkerPoolActor::new(Vec::new(), WorkerFeed::of(&queue), start, common.subscribers.clone()));
+    // Grants nodes push on the links kept open to them reach the queue as the store's do.
+    let to = queue.clone();
+    standby.deliver_to(Box::new(move |grant| to.do_send(GrantPushed(grant))));
+    let status = queue.clone().recipient();
+    common.serving(config, QueuePort::of(&queue), pool, Some(status))
+}

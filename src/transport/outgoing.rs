@@ -1,0 +1,96 @@
+//! A connection's outgoing buffer, bounded.
+//!
+//! A WebSocket actor writes frames into its context at once; they leave as fast as the
+//! client reads them. A client that never reads would make that buffer grow for as long as
+//! the model talks. [`Metered`] wraps the response body and counts the bytes the HTTP layer
+//! takes; [`OutgoingMeter`] compares them with what the session wrote. Over the limit the
+//! session ends with `slow_consumer` and the edge's [`Disconnect`] drops the connection
+//! (the buffer cannot drain, so no close frame would ever leave).
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+
+use actix::prelude::Stream;
+use actix_web::web::Bytes;
+
+/// Bytes written by the session and bytes taken by the connection.
+#[derive(Debug, Default)]
+pub struct OutgoingMeter {
+    written: AtomicU64,
+    pulled: AtomicU64,
+}
+
+impl OutgoingMeter {
+    /// The session wrote a frame of `bytes`; returns what now waits to be sent.
+    pub fn wrote(&self, bytes: usize) -> u64 {
+        let written = self.written.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
+        written.saturating_sub(self.pulled.load(Ordering::Relaxed))
+    }
+
+    /// What waits to be sent (frame headers make it a slight underestimate).
+    pub fn backlog(&self) -> u64 {
+        self.written.load(Ordering::Relaxed).saturating_sub(self.pulled.load(Ordering::Relaxed))
+    }
+}
+
+/// Drops a client's connection at once, whatever is buffered (implemented at the edge,
+/// which owns the socket).
+pub trait Disconnect: Send + Sync {
+    fn disconnect(&self);
+}
+
+/// A session's outgoing limit: the meter, the bound, and how to cut the connection.
+pub struct OutgoingLimit {
+    pub meter: Arc<OutgoingMeter>,
+    pub max_bytes: u64,
+    pub disconnect: Box<dyn Disconnect>,
+}
+
+/// A response body that counts the bytes taken from it.
+pub struct Metered<S> {
+    inner: Pin<Box<S>>,
+    meter: Arc<OutgoingMeter>,
+}
+
+impl<S> Metered<S> {
+    pub fn new(inner: S, meter: Arc<OutgoingMeter>) -> Metered<S> {
+        Metered { inner: Box::pin(inner), meter }
+    }
+}
+
+impl<S, E> Stream for Metered<S>
+where
+    S: Stream<Item = Result<Bytes, E>>,
+{
+    type Item = Result<Bytes, E>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let polled = self.inner.as_mut().poll_next(cx);
+        if let Poll::Ready(Some(Ok(bytes))) = &polled {
+            self.meter.pulled.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backlog_is_written_minus_taken() {
+        let meter = Arc::new(OutgoingMeter::default());
+        assert_eq!(meter.wrote(100), 100);
+        assert_eq!(meter.wrote(50), 150);
+        let chunks: Vec<Result<Bytes, ()>> = vec![Ok(Bytes::from_static(&[0; 120])), Err(())];
+        let mut body = Metered::new(futures_util::stream::iter(chunks), meter.clone());
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        assert!(matches!(Pin::new(&mut body).poll_next(&mut cx), Poll::Ready(Some(Ok(_)))));
+        assert_eq!(meter.backlog(), 30);
+        assert!(matches!(Pin::new(&mut body).poll_next(&mut cx), Poll::Ready(Some(Err(())))));
+        assert_eq!(meter.backlog(), 30, "errors take nothing");
+    }
+}

@@ -1,0 +1,347 @@
+//! The WebSocket edge: one actor per connection (on `actix-web-actors`) between the socket and
+//! its [`SessionActor`]. It owns what is the socket's: frames and their fragments, pings and
+//! the heartbeat, the message rate, the outgoing bound, and close codes. It hands the session
+//! whole text messages ([`FromClient`]) and carries out what the session says ([`ToClient`]).
+//!
+//! The edge ends the connection itself when the client breaks the WebSocket's rules (a binary
+//! frame, a message too big, a fragmented message never finished, too fast for too long), stops
+//! answering pings, or does not read; the session then hears why ([`FromClient::Ended`]) and
+//! ends untold. The session ends it for everything else ([`ToClient::Close`]).
+
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use actix_http::ws::Item;
+use actix_web::web::Bytes;
+use actix_web_actors::ws;
+use bytestring::ByteString;
+use omni_actors::observe::metrics::metrics;
+use omni_actors::protocol::{CloseReason, ProtocolError, Violation};
+use omni_actors::session::SessionActor;
+use omni_actors::session::messages::{FromClient, ToClient};
+
+use super::limits::{FragmentBudget, FragmentRefusal, Fragments, MessageRate, RateLimit, Verdict};
+use super::outgoing::OutgoingLimit;
+
+/// What a connection may do, from `[server]`.
+#[derive(Debug, Clone)]
+pub struct EdgeSettings {
+    /// Largest message, also across continuation frames.
+    pub max_frame_bytes: usize,
+    /// How often the server pings.
+    pub heartbeat_interval: Duration,
+    /// Silence from the client (no frame, no pong) after which it is considered gone.
+    pub heartbeat_timeout: Duration,
+    /// A fragmented message must be finished this long after its first frame.
+    pub message_timeout: Duration,
+    /// Messages per second the client may send; `None`: no limit.
+    pub rate: Option<RateLimit>,
+}
+
+/// Starts the connection's session, given where it reaches its edge.
+pub type StartSession = Box<dyn FnOnce(Recipient<ToClient>) -> Addr<SessionActor>>;
+
+pub struct WebSocketEdge {
+    settings: EdgeSettings,
+    /// Names the connection in logs (`c12`).
+    label: String,
+    start: Option<StartSession>,
+    session: Option<Addr<SessionActor>>,
+    fragments: Fragments,
+    rate: Option<MessageRate>,
+    last_heard: Instant,
+    /// The bound on what waits to be sent to a client that does not read; `None`: unbounded.
+    outgoing: Option<OutgoingLimit>,
+    /// Why the edge ended the connection (the session is told when the edge stops).
+    ended: Option<CloseReason>,
+    /// The session asked for the close: it needs no telling.
+    closed_by_session: bool,
+}
+
+/// Cuts `text` to at most `max` bytes, at a character boundary.
+fn bounded(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+impl WebSocketEdge {
+    pub fn new(
+        settings: EdgeSettings,
+        conn: u64,
+        fragments: std::sync::Arc<FragmentBudget>,
+        outgoing: Option<OutgoingLimit>,
+        start: StartSession,
+    ) -> WebSocketEdge {
+        let now = Instant::now();
+        WebSocketEdge {
+            fragments: Fragments::new(fragments, settings.max_frame_bytes, settings.message_timeout),
+            rate: settings.rate.map(|limit| MessageRate::new(limit, now)),
+            settings,
+            label: format!("c{conn}"),
+            start: Some(start),
+            session: None,
+            last_heard: now,
+            outgoing,
+            ended: None,
+            closed_by_session: false,
+        }
+    }
+
+    fn tell(&self, msg: FromClient) {
+        if let Some(s) = &self.session {
+            s.do_send(msg);
+        }
+    }
+
+    /// The edge ends the connection: its close code goes to the client, the reason to the
+    /// session (when the edge stops).
+    fn end(&mut self, ctx: &mut ws::WebsocketContext<Self>, reason: CloseReason) {
+        if self.ended.is_some() || self.closed_by_session {
+            return;
+        }
+        let description = bounded(reason.as_str(), 123).to_string();
+        ctx.close(Some(ws::CloseReason {
+            code: ws::CloseCode::from(reason.close_code()),
+            description: Some(description),
+        }));
+        self.ended = Some(reason);
+        ctx.stop();
+    }
+
+    fn violation(&mut self, ctx: &mut ws::WebsocketContext<Self>, v: Violation) {
+        self.end(ctx, CloseReason::ProtocolViolation(v));
+    }
+
+    /// Pings the client; ends the connection when it has been silent too long, or when a
+    /// fragmented message stays unfinished past its deadline (pings do not extend it).
+    fn heartbeat(&self, ctx: &mut ws::WebsocketContext<Self>) {
+        ctx.run_interval(self.settings.heartbeat_interval, |act, ctx| {
+            if act.session.as_ref().is_some_and(|s| !s.connected()) {
+                // The session is gone without a close (it cannot be: a bug); so is the connection.
+                return ctx.stop();
+            }
+            let now = Instant::now();
+            if now.saturating_duration_since(act.last_heard) > act.settings.heartbeat_timeout {
+                log::info!(
+                    "session {}: nothing heard for {:?}; the client is gone",
+                    act.label,
+                    act.settings.heartbeat_timeout
+                );
+                return act.end(ctx, CloseReason::HeartbeatTimeout);
+            }
+            if act.fragments.overdue(now) {
+                log::info!(
+                    "session {}: a fragmented message unfinished after {:?}; closing with 1008",
+                    act.label,
+                    act.settings.message_timeout
+                );
+                return act.violation(ctx, Violation::MessageTimeout);
+            }
+            ctx.ping(b"");
+        });
+    }
+
+    /// A complete message counts against the rate; `false` when it is not to be processed.
+    fn within_rate(&mut self, ctx: &mut ws::WebsocketContext<Self>) -> bool {
+        let Some(rate) = self.rate.as_mut() else { return true };
+        match rate.message(Instant::now()) {
+            Verdict::Take => true,
+            Verdict::Drop => {
+                metrics().rate_limited.inc();
+                false
+            }
+            Verdict::DropAndTell { dropped } => {
+                metrics().rate_limited.inc();
+                let per_s = self.settings.rate.map_or(0.0, |r| r.per_second);
+                self.tell(FromClient::Refused(ProtocolError::RateLimited(format!(
+                    "{dropped} message(s) dropped unprocessed: more than {per_s} a second (server.max_messages_per_s)"
+                ))));
+                false
+            }
+            Verdict::Close => {
+                metrics().rate_limited.inc();
+                log::warn!("session {}: over the message rate for too long; closing with 1008", self.label);
+                self.violation(ctx, Violation::RateLimited);
+                false
+            }
+        }
+    }
+
+    fn on_fragment(&mut self, item: Item, ctx: &mut ws::WebsocketContext<Self>) {
+        let result = match item {
+            Item::FirstText(data) => {
+                if !self.within_rate(ctx) {
+                    // The rest of it is refused too: nothing is started.
+                    self.fragments.clear();
+                    return;
+                }
+                self.fragments.first(data, Instant::now())
+            }
+            Item::FirstBinary(_) => return self.violation(ctx, Violation::BinaryFrame),
+            Item::Continue(data) => self.fragments.append(data),
+            Item::Last(data) => match self.fragments.finish(data) {
+                Ok(bytes) => {
+                    metrics().bytes_received.inc_by(bytes.len() as u64);
+                    return match ByteString::try_from(Bytes::from(bytes)) {
+                        Ok(text) => self.tell(FromClient::Text(text)),
+                        Err(_) => self.violation(ctx, Violation::InvalidUtf8),
+                    };
+                }
+                Err(e) => Err(e),
+            },
+        };
+        match result {
+            Ok(()) => {}
+            Err(FragmentRefusal::TooBig) => {
+                log::info!(
+                    "session {}: message over {} bytes; closing with 1009",
+                    self.label,
+                    self.settings.max_frame_bytes
+                );
+                self.violation(ctx, Violation::MessageTooBig);
+            }
+            Err(FragmentRefusal::BudgetFull) => {
+                log::warn!(
+                    "session {}: every connection's unfinished messages are at their bound \
+                     (server.max_fragment_buffer_mb); closing with 1013",
+                    self.label
+                );
+                self.violation(ctx, Violation::FragmentsFull);
+            }
+            Err(FragmentRefusal::NotStarted) => self.violation(ctx, Violation::InvalidFrame),
+        }
+    }
+
+    /// The client has not read `waiting` bytes: the connection is dropped (a close frame would
+    /// wait behind the backlog forever).
+    fn slow_consumer(&mut self, ctx: &mut ws::WebsocketContext<Self>, waiting: u64) {
+        log::warn!(
+            "session {}: the client does not read its output ({waiting} bytes waiting); dropping the connection",
+            self.label
+        );
+        metrics().slow_consumers.inc();
+        self.end(ctx, CloseReason::SlowConsumer);
+        if let Some(limit) = &self.outgoing {
+            limit.disconnect.disconnect();
+        }
+    }
+}
+
+impl Actor for WebSocketEdge {
+    type Context = ws::WebsocketContext<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        if let Some(start) = self.start.take() {
+            self.session = Some(start(ctx.address().recipient()));
+        }
+        self.heartbeat(ctx);
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        self.fragments.clear();
+        if !self.closed_by_session {
+            let reason = self.ended.take().unwrap_or(CloseReason::ClientGone);
+            self.tell(FromClient::Ended(reason));
+        }
+    }
+}
+
+impl Handler<ToClient> for WebSocketEdge {
+    type Result = ();
+
+    fn handle(&mut self, msg: ToClient, ctx: &mut Self::Context) {
+        if self.ended.is_some() || self.closed_by_session {
+            return;
+        }
+        match msg {
+            ToClient::Text(frame) => {
+                if let Some(limit) = &self.outgoing {
+                    let waiting = limit.meter.wrote(frame.len());
+                    if waiting > limit.max_bytes {
+                        return self.slow_consumer(ctx, waiting);
+                    }
+                }
+                metrics().bytes_sent.inc_by(frame.len() as u64);
+                ctx.text(frame);
+            }
+            ToClient::Close(reason) => {
+                let description = match &reason {
+                    CloseReason::BackendError(why) => bounded(why, 123).to_string(),
+                    other => bounded(other.as_str(), 123).to_string(),
+                };
+                ctx.close(Some(ws::CloseReason {
+                    code: ws::CloseCode::from(reason.close_code()),
+                    description: Some(description),
+                }));
+                self.closed_by_session = true;
+                ctx.stop();
+            }
+        }
+    }
+}
+
+impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for WebSocketEdge {
+    fn handle(&mut self, msg: Result<ws::Message, ws::ProtocolError>, ctx: &mut Self::Context) {
+        if self.ended.is_some() || self.closed_by_session {
+            return;
+        }
+        self.last_heard = Instant::now();
+        match msg {
+            Ok(ws::Message::Text(text)) => {
+                metrics().bytes_received.inc_by(text.len() as u64);
+                if self.within_rate(ctx) {
+                    self.tell(FromClient::Text(text));
+                }
+            }
+            Ok(ws::Message::Binary(data)) => {
+                metrics().bytes_received.inc_by(data.len() as u64);
+                log::info!("session {}: binary frame; closing with 1003", self.label);
+                self.violation(ctx, Violation::BinaryFrame);
+            }
+            Ok(ws::Message::Continuation(item)) => self.on_fragment(item, ctx),
+            Ok(ws::Message::Ping(payload)) => {
+                if self.within_rate(ctx) {
+                    ctx.pong(&payload);
+                }
+            }
+            Ok(ws::Message::Pong(_)) | Ok(ws::Message::Nop) => {}
+            Ok(ws::Message::Close(reason)) => {
+                log::debug!("session {}: client sent close {:?}", self.label, reason);
+                self.ended = Some(CloseReason::ClientGone);
+                ctx.close(reason);
+                ctx.stop();
+            }
+            Err(ws::ProtocolError::Overflow) => {
+                log::info!(
+                    "session {}: frame over {} bytes; closing with 1009",
+                    self.label,
+                    self.settings.max_frame_bytes
+                );
+                self.violation(ctx, Violation::MessageTooBig);
+            }
+            Err(ws::ProtocolError::Io(e)) => {
+                // The connection broke (reset, or closed mid-frame): the client is gone.
+                log::info!("session {}: connection lost: {e}", self.label);
+                self.ended = Some(CloseReason::ClientGone);
+                ctx.stop();
+            }
+            Err(e) => {
+                log::info!("session {}: WebSocket protocol error: {e}", self.label);
+                self.violation(ctx, Violation::ProtocolError);
+            }
+        }
+    }
+
+    fn finished(&mut self, ctx: &mut Self::Context) {
+        if self.ended.is_none() {
+            self.ended = Some(CloseReason::ClientGone);
+        }
+        ctx.stop();
+    }
+}
