@@ -58,7 +58,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Node => match Config::load(&cli.config) {
-            Ok(config) => report(omni_gateway::roles::node::run(config)),
+            Ok(config) => report(omni_gateway::roles::node::run(config).map_err(|e| e.to_string())),
             Err(e) => {
                 eprintln!("{e}");
                 ExitCode::FAILURE
@@ -180,7 +180,14 @@ fn check_config(path: &std::path::Path) -> ExitCode {
                 for w in &workers {
                     let modes: Vec<&str> = w.modes.iter().map(|m| m.as_str()).collect();
                     let reason = w.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
-                    println!("  {}/{} [{}; {}]: {}{reason}", link.name, w.name, w.backend, modes.join(", "), w.state);
+                    println!(
+                        "  {}/{} [{}; {}]: {}{reason}",
+                        link.name,
+                        w.name,
+                        w.backend,
+                        modes.join(", "),
+                        w.state.as_str()
+                    );
                 }
                 remote += workers.len();
             }

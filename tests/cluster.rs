@@ -663,6 +663,57 @@ async fn nemesis(seed: u64) {
     }
 }
 
+/// A node's worker that dies mid-session is a worker of the replica's pool like any other: the
+/// replica's webhooks say `worker.failed` (with the node's reason), its status shows it, and
+/// `worker.recovered` follows when the node has it open again and the next client takes it.
+#[tokio::test]
+#[ignore = "needs redis-server; ./test.sh runs it"]
+async fn a_nodes_worker_dying_mid_session_is_told_by_the_replicas_webhooks() {
+    const SECRET: &str = "webhook-secret-0123456789";
+    let redis = Redis::start();
+    let node =
+        Node::start(&format!("{}\n{}", process_workers(1, "segv_at_step = 2"), cluster(&redis, "n1", false)), "");
+    registered(&redis, &node, "n1", 1);
+    let receiver = Receiver::start();
+    let hooks = format!(
+        "[[webhooks]]\nname = \"ops\"\nurl = \"{}\"\nevents = [\"worker.failed\", \"worker.recovered\"]\nsecret = \"{SECRET}\"\nretry_base_s = 0.1\n",
+        receiver.url()
+    );
+    let g1 = Server::start(
+        Setup::default()
+            .workers(String::new())
+            .queue("update_interval_s = 1.0")
+            .extra(&format!("{}\n{hooks}", cluster(&redis, "g1", true))),
+    );
+    let mut c = active(&g1, "audio").await;
+    c.send(append(&loud())).await;
+    answer_to(&mut c, "input_1").await;
+    c.send(append(&loud())).await;
+    assert_eq!(c.until("session.closed").await["reason"], "backend_error");
+    let event = |name: &'static str| move |r: &Received| r.header("X-Omni-Event") == Some(name);
+    let failed = receiver.wait_for("worker.failed", event("worker.failed")).json();
+    assert_eq!(failed["data"]["worker"], "n1/sim-0", "{failed}");
+    assert_eq!(failed["data"]["node"], "n1", "{failed}");
+    assert!(failed["data"]["reason"].as_str().unwrap_or("").contains("SIGSEGV"), "{failed}");
+    g1.wait_status("the failure in the replica's status", WAIT, |s| {
+        s["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["name"] == "n1/sim-0" && w["last_error"].as_str().unwrap_or("").contains("SIGSEGV"))
+    });
+    // The node opens it again and offers it; the next client takes it: it has recovered.
+    let mut again = active(&g1, "audio").await;
+    again.send(append(&loud())).await;
+    answer_to(&mut again, "input_1").await;
+    let recovered = receiver.wait_for("worker.recovered", event("worker.recovered")).json();
+    assert_eq!(
+        (recovered["data"]["worker"].as_str(), recovered["data"]["to"].as_str()),
+        (Some("n1/sim-0"), Some("idle"))
+    );
+    close(again).await;
+}
+
 /// The cluster's store and a replica's rules, by the suite the in-memory store passes in the
 /// actors' unit tests: each scenario under its own prefix of one Redis.
 #[tokio::test]

@@ -28,7 +28,7 @@ use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 use crate::backend::ipc::{MAX_FRAME_BYTES, ToHost, Value};
 
 /// The version of this protocol; a node refuses another.
-pub const PROTOCOL: u32 = 3;
+pub const PROTOCOL: u32 = 4;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ToNode {
@@ -64,6 +64,20 @@ pub enum ToNode {
     },
 }
 
+impl ToNode {
+    /// The message's kind, for logs: never its fields (a hello carries the token).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ToNode::Discover { .. } => "Discover",
+            ToNode::Attach { .. } => "Attach",
+            ToNode::Call(_) => "Call",
+            ToNode::Terminate => "Terminate",
+            ToNode::Ping => "Ping",
+            ToNode::Standby { .. } => "Standby",
+        }
+    }
+}
+
 /// The grant a gateway of a cluster attaches with: the ticket it is for, and the nonce the
 /// node offered the worker under (one use: the node draws a new one for its next offer).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,9 +94,33 @@ pub struct NodeWorker {
     pub modes: Vec<Mode>,
     /// Where its backend comes from on the node ("builtin", a library path).
     pub backend: String,
-    /// "starting", "ready", "attached" or "failed".
-    pub state: String,
+    pub state: Availability,
+    /// Why it failed.
     pub reason: Option<String>,
+}
+
+/// A node's worker, as discovery reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Availability {
+    /// Its backend is opening.
+    Starting,
+    /// Free for a gateway.
+    Ready,
+    /// Lent to a gateway.
+    Attached,
+    /// Its backend failed (it is opened again with backoff).
+    Failed,
+}
+
+impl Availability {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Availability::Starting => "starting",
+            Availability::Ready => "ready",
+            Availability::Attached => "attached",
+            Availability::Failed => "failed",
+        }
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]

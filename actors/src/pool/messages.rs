@@ -62,8 +62,8 @@ pub enum WorkerEvent {
         generation: u64,
         port: WorkerPort,
         process_id: Option<u32>,
-        /// The backend accepts video frames (`info().vision`): without, the worker serves no video.
-        vision: bool,
+        /// What the backend can do (without vision, the worker serves no video).
+        info: std::sync::Arc<crate::domain::BackendInfo>,
     },
     /// `transient`: the backend is out of reach for now (a node that is down), not broken:
     /// clients waiting for its modes keep waiting.

@@ -6,11 +6,12 @@
 //! worker events every state change. A worker whose session ended is offered again only after
 //! its backend reset.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use actix::prelude::*;
 
-use crate::domain::Mode;
+use crate::domain::{BackendInfo, Mode};
 use crate::observe::events::{Subscribers, WorkerChange};
 use crate::observe::metrics::metrics;
 use crate::queue::messages::{
@@ -37,6 +38,8 @@ struct Entry {
     /// `None` for a lent worker: it is never restarted here.
     factory: Option<BackendFactory>,
     actor: Option<WorkerPort>,
+    /// What its backend can do, once open.
+    info: Option<Arc<BackendInfo>>,
 }
 
 pub struct WorkerPoolActor {
@@ -61,7 +64,7 @@ impl WorkerPoolActor {
         for (id, s) in setups.iter().enumerate() {
             state.set_node(id, s.node.clone());
         }
-        let entries = setups.into_iter().map(|s| Entry { factory: Some(s.factory), actor: None }).collect();
+        let entries = setups.into_iter().map(|s| Entry { factory: Some(s.factory), actor: None, info: None }).collect();
         WorkerPoolActor { state, entries, feed, start, subscribers, stopping: false }
     }
 
@@ -101,8 +104,8 @@ impl WorkerPoolActor {
         }
     }
 
-    fn link(&self, id: WorkerId, port: WorkerPort) -> WorkerLink {
-        WorkerLink { id, name: self.state.worker(id).name.clone(), port }
+    fn link(&self, id: WorkerId, port: WorkerPort, info: Arc<BackendInfo>) -> WorkerLink {
+        WorkerLink { id, name: self.state.worker(id).name.clone(), port, info }
     }
 
     /// A lent worker's session is over (or never came): its actor stops and its link goes
@@ -141,7 +144,7 @@ impl Handler<JoinWorkers> for WorkerPoolActor {
             metrics().workers.with_label_values(&[self.state.worker(id).state.name()]).inc();
             self.feed.joined.do_send(WorkerJoined { worker: id, modes: setup.modes.clone() });
             log::info!("worker {} joins the pool ({})", setup.name, setup.backend);
-            self.entries.push(Entry { factory: Some(setup.factory.clone()), actor: None });
+            self.entries.push(Entry { factory: Some(setup.factory.clone()), actor: None, info: None });
             self.start_backend(id, Opener::Factory(setup.factory), ctx);
         }
     }
@@ -163,7 +166,7 @@ impl Handler<Lend> for WorkerPoolActor {
         if id == known {
             lent = self.state.lend(&name, backend, node, mode, ticket);
             metrics().workers.with_label_values(&[self.state.worker(id).state.name()]).inc();
-            self.entries.push(Entry { factory: None, actor: None });
+            self.entries.push(Entry { factory: None, actor: None, info: None });
         } else {
             self.tracked(id, |act| lent = act.state.lend(&name, backend, node, mode, ticket));
         }
@@ -218,18 +221,19 @@ impl WorkerPoolActor {
     fn apply(&mut self, event: WorkerEvent, ctx: &mut Context<Self>) {
         let now = Instant::now();
         match event {
-            WorkerEvent::Opened { worker, generation, port, process_id, vision } => {
+            WorkerEvent::Opened { worker, generation, port, process_id, info } => {
                 if !self.state.opened(worker, generation) {
                     return;
                 }
                 self.state.set_process(worker, process_id);
+                self.entries[worker].info = Some(info.clone());
                 if let Some(ticket) = self.state.worker(worker).lent {
                     self.entries[worker].actor = Some(port.clone());
-                    let link = self.link(worker, port);
+                    let link = self.link(worker, port, info);
                     return self.feed.lent.do_send(LentOpened { ticket, link });
                 }
                 let name = self.state.worker(worker).name.clone();
-                if !vision && self.state.worker(worker).modes.contains(&Mode::Video) {
+                if !info.vision && self.state.worker(worker).modes.contains(&Mode::Video) {
                     let modes: Vec<Mode> =
                         self.state.worker(worker).modes.iter().copied().filter(|m| *m != Mode::Video).collect();
                     log::warn!(
@@ -239,7 +243,7 @@ impl WorkerPoolActor {
                     self.state.set_modes(worker, modes.clone());
                     self.feed.modes.do_send(WorkerModes { worker, modes });
                 }
-                self.feed.idle.do_send(WorkerIdle { link: self.link(worker, port) });
+                self.feed.idle.do_send(WorkerIdle { link: self.link(worker, port, info) });
             }
             WorkerEvent::OpenFailed { worker, generation, reason, transient } => {
                 if let Some(ticket) = self.state.worker(worker).lent {
@@ -249,11 +253,11 @@ impl WorkerPoolActor {
                     }
                     return;
                 }
-                if let Some(restart) = self.state.open_failed(worker, generation, reason, now) {
+                if let Some(restart) = self.state.open_failed(worker, generation, reason.clone(), now) {
                     if transient {
-                        self.feed.starting.do_send(WorkerStarting { worker });
+                        self.feed.starting.do_send(WorkerStarting { worker, reason: Some(reason) });
                     } else {
-                        self.feed.down.do_send(WorkerDown { worker });
+                        self.feed.down.do_send(WorkerDown { worker, reason });
                     }
                     self.schedule_restart(worker, restart.after, ctx);
                 }
@@ -283,8 +287,10 @@ impl WorkerPoolActor {
                     // Its link went back to its node with the session: the actor has nothing left.
                     return self.give_back(worker);
                 }
-                if let Some(port) = self.entries[worker].actor.clone() {
-                    self.feed.idle.do_send(WorkerIdle { link: self.link(worker, port) });
+                if let (Some(port), Some(info)) =
+                    (self.entries[worker].actor.clone(), self.entries[worker].info.clone())
+                {
+                    self.feed.idle.do_send(WorkerIdle { link: self.link(worker, port, info) });
                 }
             }
             WorkerEvent::Failed { worker, generation, reason } => {
@@ -292,14 +298,14 @@ impl WorkerPoolActor {
                     self.session_finished(worker);
                 }
                 let lent = self.state.worker(worker).lendable;
-                if let Some(restart) = self.state.failed(worker, generation, reason, now) {
+                if let Some(restart) = self.state.failed(worker, generation, reason.clone(), now) {
                     if lent {
                         // Its node restarts it, and offers it again when it is back.
                         self.entries[worker].actor = None;
                         return;
                     }
                     // It will be back: the queue keeps counting it as able to serve.
-                    self.feed.starting.do_send(WorkerStarting { worker });
+                    self.feed.starting.do_send(WorkerStarting { worker, reason: Some(reason) });
                     self.schedule_restart(worker, restart.after, ctx);
                 }
             }

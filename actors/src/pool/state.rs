@@ -180,10 +180,14 @@ impl PoolState {
         }
     }
 
-    /// Its session ended; the backend is resetting.
+    /// Its session ended (one more served); the backend is resetting.
     pub fn resetting(&mut self, id: WorkerId, generation: u64) {
         if self.current(id, generation) {
-            self.workers[id].state = WorkerState::Resetting;
+            let w = &mut self.workers[id];
+            if matches!(w.state, WorkerState::Busy { .. }) {
+                w.sessions_served += 1;
+            }
+            w.state = WorkerState::Resetting;
         }
     }
 
@@ -193,7 +197,6 @@ impl PoolState {
             return false;
         }
         let w = &mut self.workers[id];
-        w.sessions_served += 1;
         w.state = WorkerState::Idle;
         w.lent = None;
         true

@@ -94,6 +94,8 @@ pub struct WorkerIdle {
 #[rtype(result = "()")]
 pub struct WorkerStarting {
     pub worker: WorkerId,
+    /// Why it is starting again (its last failure), if it failed.
+    pub reason: Option<String>,
 }
 
 /// A worker cannot serve until it recovers (its backend does not open).
@@ -101,6 +103,7 @@ pub struct WorkerStarting {
 #[rtype(result = "()")]
 pub struct WorkerDown {
     pub worker: WorkerId,
+    pub reason: String,
 }
 
 /// A worker's backend serves only `modes` of those it was configured for (it reported no

@@ -322,7 +322,7 @@ impl Test {
     async fn active(&mut self) -> Recipient<BackendEvent> {
         self.expect("Join { front: false }").await;
         let notify = self.notify.recv().await.unwrap();
-        let worker = WorkerLink { id: 0, name: "w".into(), port: self.worker.clone() };
+        let worker = WorkerLink { id: 0, name: "w".into(), port: self.worker.clone(), info: Default::default() };
         notify.do_send(QueueNotice::Assigned { ticket: 1, worker });
         self.expect("Claim").await;
         self.expect("Attach").await;
@@ -435,7 +435,7 @@ async fn a_worker_lost_mid_session_ends_it_with_backend_error() {
     let notify = t.notify.recv().await.unwrap();
     notify.do_send(QueueNotice::Assigned {
         ticket: 1,
-        worker: WorkerLink { id: 0, name: "w".into(), port: t.worker.clone() },
+        worker: WorkerLink { id: 0, name: "w".into(), port: t.worker.clone(), info: Default::default() },
     });
     t.expect("Claim").await;
     t.expect("Attach").await;
@@ -455,7 +455,7 @@ async fn a_worker_that_cannot_be_taken_sends_the_session_back_to_the_head_once()
     let mut t = start(Options { refuse_attach: true, ..Default::default() });
     t.expect("Join { front: false }").await;
     let port = t.worker.clone();
-    let link = || WorkerLink { id: 0, name: "w".into(), port: port.clone() };
+    let link = || WorkerLink { id: 0, name: "w".into(), port: port.clone(), info: Default::default() };
     t.notify.recv().await.unwrap().do_send(QueueNotice::Assigned { ticket: 1, worker: link() });
     t.expect("Claim").await;
     t.expect("Attach").await;

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use crate::domain::{DuplexChunk, Mode, SessionSetup, TurnInput};
+use std::sync::Arc;
+
+use crate::domain::{BackendInfo, DuplexChunk, Mode, SessionSetup, TurnInput};
 use crate::edge::backend::{Backend, BackendError};
 use crate::protocol::ProtocolError;
 use crate::queue::state::WorkerId;
@@ -231,10 +233,12 @@ impl WorkerPort {
     }
 }
 
-/// A worker as handed to a session: its id in the pool, its name and its BackendActor.
+/// A worker as handed to a session: its id in the pool, its name, its BackendActor, and what
+/// its backend can do.
 #[derive(Clone)]
 pub struct WorkerLink {
     pub id: WorkerId,
     pub name: String,
     pub port: WorkerPort,
+    pub info: Arc<BackendInfo>,
 }

@@ -165,13 +165,13 @@ impl BackendActor {
             }));
         }
         let process_id = control.process_id();
-        let vision = info.vision;
+        let shared = Arc::new(info.clone());
         self.control = Some(control_thread);
         self.backend_control = Some(control);
         self.info = Some(info);
         self.policy.opened();
         let port = WorkerPort::of(&ctx.address());
-        self.event(|worker, generation| WorkerEvent::Opened { worker, generation, port, process_id, vision });
+        self.event(|worker, generation| WorkerEvent::Opened { worker, generation, port, process_id, info: shared });
     }
 
     fn tell_session(&self, event: BackendEvent) {
@@ -563,9 +563,12 @@ impl Handler<JobDone> for BackendActor {
         match msg.outcome {
             JobOutcome::Delivered => {}
             JobOutcome::Crashed(reason) => return self.fail(ctx, reason),
-            JobOutcome::Reset(Ok(())) => {
+            // Free again, unless a session took it while it reset (a node lends a worker again
+            // as soon as its link ends: the next session's work queues behind the reset).
+            JobOutcome::Reset(Ok(())) if self.session.is_none() => {
                 self.event(|worker, generation| WorkerEvent::Released { worker, generation });
             }
+            JobOutcome::Reset(Ok(())) => {}
             JobOutcome::Reset(Err(e)) => return self.fail(ctx, format!("reset failed: {e}")),
         }
         if drained {

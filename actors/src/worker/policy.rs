@@ -141,12 +141,14 @@ impl WorkerPolicy {
         self.in_flight.is_some_and(|f| f.interruptible)
     }
 
-    /// A session takes the worker.
+    /// A session takes the worker. One whose last session's reset is still queued or running
+    /// may: its work waits behind the reset (what the last session left was dropped when it
+    /// detached, and what is in flight answers the last session).
     pub fn attach(&mut self, key: u64) -> Result<(), Refusal> {
         if self.failed || !self.ready {
             return Err(Refusal::NotReady);
         }
-        if self.session.is_some() || !self.work.is_empty() || self.in_flight.is_some() {
+        if self.session.is_some() {
             return Err(Refusal::Busy);
         }
         self.session = Some(key);
@@ -295,20 +297,25 @@ mod tests {
     }
 
     #[test]
-    fn a_worker_serves_one_session_at_a_time_and_only_once_open_and_reset() {
+    fn a_worker_serves_one_session_at_a_time_and_the_next_waits_behind_the_reset() {
         let mut p = WorkerPolicy::new(2);
         assert_eq!(p.attach(1), Err(Refusal::NotReady), "not open yet");
         p.opened();
         p.attach(1).unwrap();
         assert!(p.owns(1) && !p.owns(2));
         assert_eq!(p.attach(2), Err(Refusal::Busy));
+        p.prepare(SessionSetup::new(SessionKind::Duplex));
         assert!(!p.detach(), "nothing in flight to interrupt");
-        assert_eq!(p.attach(2), Err(Refusal::Busy), "the reset is still queued");
-        let (job, work) = p.next(Instant::now()).unwrap();
-        assert_eq!(work, Work::Reset);
-        assert_eq!(p.attach(2), Err(Refusal::Busy), "the reset is in flight");
-        p.done(job).unwrap();
+        // The next session may take it now; its work runs after the reset, never before.
         p.attach(2).unwrap();
+        assert!(p.owns(2) && !p.owns(1));
+        p.chunk(1, chunk(false));
+        let (job, work) = p.next(Instant::now()).unwrap();
+        assert_eq!(work, Work::Reset, "what session 1 left was dropped; its reset comes first");
+        assert!(p.next(Instant::now()).is_none(), "one job at a time");
+        p.done(job).unwrap();
+        assert!(matches!(p.next(Instant::now()), Some((_, Work::Step(1, _)))));
+        assert_eq!(p.attach(3), Err(Refusal::Busy));
         assert!(p.fail());
         assert!(!p.fail(), "failing twice is once");
         assert_eq!(WorkerPolicy::new(1).attach(3), Err(Refusal::NotReady));
@@ -347,7 +354,10 @@ mod tests {
         p.detach();
         p.next(Instant::now()).unwrap();
         assert!(!p.in_flight().unwrap().interruptible);
-        p.attach(8).unwrap_err();
+        // The next session, attached meanwhile, cannot cut it short either.
+        p.attach(8).unwrap();
+        assert_eq!(p.chunk(1, chunk(true)), ChunkEffects { dropped: None, force_listen: true, interrupt: false });
+        assert!(!p.interrupt().interrupt);
     }
 
     #[test]

@@ -1,145 +1,190 @@
-//! A node in a cluster (`[cluster]` in its config): it offers each free worker to the
-//! cluster's store under a nonce it draws, and admits a gateway's attach only with the grant
-//! of the worker's current nonce ([`super::worker::NodeWorker::attach`]). A worker is offered
-//! when it becomes free (ready, or reset after a session); a beat every third of the lease
-//! keeps the node known and tells the store each worker's true state; the store answers
-//! which offers must be made again (a grant not taken within `attach_timeout_s`, or an offer
-//! the store lost), each under a new nonce, so a late attach with the old one is refused.
+//! A node in a cluster (`[cluster]` in its config): the [`Lender`] offers each free worker to
+//! the cluster's store under a nonce it draws, and admits a gateway's attach only with the
+//! grant of the worker's current nonce. A worker is offered when it becomes free (open, or its
+//! link ended); a beat every third of the lease keeps the node known and tells the store each
+//! worker's true state; the store answers which offers must be made again (a grant not taken
+//! within `attach_timeout_s`, or an offer the store lost), each under a new nonce, so a late
+//! attach with the old one is refused. A grant for a ticket of a replica that keeps a link open
+//! to this node is pushed on that link, the worker attached already; any other goes to the
+//! replica through the store.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use omni_actors::edge::coordinator::{NodeStore, Offer, Offered, Reported, SlotReport};
+use actix::prelude::*;
+use omni_actors::edge::coordinator::{ClusterError, Grant, NodeBeat, NodeStore, Offer, Offered, Reported, SlotReport};
 
-use super::Node;
-use super::worker::Report;
-use crate::config::ClusterSpec;
-use crate::link::wire::{AttachGrant, PushedGrant};
-use crate::store::redis::RedisStore;
+use super::lender::Lender;
+use super::messages::Push;
+use crate::link::wire::PushedGrant;
 
-/// Joins the node's workers to the cluster and serves their offers until the node stops.
-pub fn start(node: Arc<Node>, spec: &ClusterSpec, advertise: String) -> Result<(), String> {
-    let store: Arc<dyn NodeStore> = RedisStore::from_spec(spec)?;
-    let offers = Arc::new(Offers { node: node.clone(), store, advertise: advertise.clone() });
-    // Each offer runs on its own, started where the worker became free: it waits neither for
-    // another worker's offer nor for a beat (a hand-over's time is mostly this offer's).
-    let runtime = tokio::runtime::Handle::current();
-    for (i, w) in node.workers.iter().enumerate() {
-        // Weak: the workers belong to the node, which the offers hold.
-        let (offers, runtime) = (Arc::downgrade(&offers), runtime.clone());
-        w.join_cluster(Box::new(move || {
-            if let Some(offers) = offers.upgrade() {
-                runtime.spawn(async move { offers.offer(i).await });
-            }
-        }));
+/// What the offers and beats need.
+pub struct Cluster {
+    pub store: Arc<dyn NodeStore>,
+    /// Where replicas reach this node.
+    pub advertise: String,
+    pub attach_timeout: Duration,
+    /// The store knows this node (its last beat said so).
+    pub known: bool,
+}
+
+/// The node joins the store: it beats every `every` (the first at once) and offers its free
+/// workers.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct JoinCluster {
+    pub cluster: Cluster,
+    pub every: Duration,
+}
+
+impl Handler<JoinCluster> for Lender {
+    type Result = ();
+    fn handle(&mut self, msg: JoinCluster, ctx: &mut Context<Self>) {
+        self.cluster = Some(msg.cluster);
+        self.beat(ctx);
+        ctx.run_interval(msg.every, |act, ctx| act.beat(ctx));
+        for i in 0..self.workers.len() {
+            self.offer(i, ctx);
+        }
     }
-    log::info!(
-        "node {} joins the cluster at {} (lease {:.1} s), reached at {advertise}",
-        spec.name,
-        spec.redacted_url(),
-        spec.lease.as_secs_f64()
-    );
-    tokio::spawn(beats(offers, spec.lease / 3, spec.attach_timeout));
-    Ok(())
 }
 
-struct Offers {
-    node: Arc<Node>,
-    store: Arc<dyn NodeStore>,
-    advertise: String,
-}
-
-impl Offers {
+impl Lender {
     fn slot(&self, i: usize) -> String {
-        format!("{}/{}", self.store.node(), self.node.workers[i].name)
+        let node = self.cluster.as_ref().map_or("", |c| c.store.node());
+        format!("{node}/{}", self.workers[i].name)
     }
 
-    /// Offers worker `i` under a new nonce, if it is free. A grant for a ticket of a replica
-    /// that keeps a link open to this node is pushed on that link; any other goes to the
-    /// replica through the store.
-    async fn offer(&self, i: usize) {
-        let w = &self.node.workers[i];
+    /// The replicas with a link kept open to this node.
+    fn linked(&self) -> Vec<String> {
+        let mut names: Vec<String> =
+            self.standby.iter().filter(|(_, l)| !l.is_empty()).map(|(n, _)| n.clone()).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Offers worker `i` under a new nonce, if it is free.
+    pub(super) fn offer(&mut self, i: usize, ctx: &mut Context<Self>) {
+        let Some(cluster) = &self.cluster else { return };
+        let (slot, linked, store, addr) =
+            (self.slot(i), self.linked(), cluster.store.clone(), cluster.advertise.clone());
+        let w = &mut self.workers[i];
+        if !w.free() {
+            return;
+        }
         let nonce = uuid::Uuid::new_v4().simple().to_string();
-        let Some(ended) = w.offer_under(&nonce) else { return };
-        let slot = self.slot(i);
-        let linked = self.node.pushes.replicas();
-        let offer = Offer {
-            slot: slot.clone(),
-            nonce: nonce.clone(),
-            modes: w.modes.clone(),
-            addr: self.advertise.clone(),
-            ended,
-            linked,
-        };
-        let answer = self.store.offer(offer).await;
-        w.offer_answered(&nonce);
+        w.offer = Some(nonce.clone());
+        w.offering = true;
+        let offer = Offer { slot, nonce: nonce.clone(), modes: w.modes.clone(), addr, ended: w.ended.take(), linked };
+        ctx.spawn(store.offer(offer).into_actor(self).map(move |answer, act, ctx| act.offered(i, nonce, answer, ctx)));
+    }
+
+    fn offered(&mut self, i: usize, nonce: String, answer: Result<Offered, ClusterError>, ctx: &mut Context<Self>) {
+        let w = &mut self.workers[i];
+        if w.offer.as_deref() == Some(nonce.as_str()) {
+            w.offering = false;
+        }
+        let name = w.name.clone();
         match answer {
-            Ok(Offered::Assigned { ticket, push: None }) => log::info!("worker {}: granted to ticket {ticket}", w.name),
+            Ok(Offered::Assigned { ticket, push: None }) => log::info!("worker {name}: granted to ticket {ticket}"),
             Ok(Offered::Assigned { ticket, push: Some((replica, mode)) }) => {
-                log::info!("worker {}: granted to ticket {ticket} of {replica}, pushed on its link", w.name);
-                let grant = AttachGrant { ticket, nonce: nonce.clone(), mode };
-                let pushed = PushedGrant { ticket, slot, addr: self.advertise.clone(), nonce, mode };
-                if !self.node.pushes.push(&replica, w, grant, pushed.clone()).await {
-                    // Its links ended meanwhile: the replica gets the grant through the store.
-                    log::info!("worker {}: no link of {replica} took the grant; through the store", w.name);
-                    if let Err(e) = self.store.deliver(&replica, &pushed.into()).await {
-                        log::warn!("worker {}: cannot hand the grant of ticket {ticket} to the store: {e}", w.name);
-                    }
-                }
+                log::info!("worker {name}: granted to ticket {ticket} of {replica}, pushed on its link");
+                let addr = self.cluster.as_ref().map_or(String::new(), |c| c.advertise.clone());
+                let pushed = PushedGrant { ticket, slot: self.slot(i), addr, nonce, mode };
+                self.push(i, replica, pushed, ctx);
             }
-            Ok(Offered::Free) => log::debug!("worker {}: free, nobody waiting for it", w.name),
+            Ok(Offered::Free) => log::debug!("worker {name}: free, nobody waiting for it"),
             // The next beat makes the node known and hands this offer back to be made again.
-            Ok(Offered::UnknownNode) => log::info!("worker {}: the store does not know this node yet", w.name),
-            Err(e) => log::warn!("worker {}: cannot offer it: {e}", w.name),
+            Ok(Offered::UnknownNode) => log::info!("worker {name}: the store does not know this node yet"),
+            Err(e) => log::warn!("worker {name}: cannot offer it: {e}"),
         }
     }
 
-    async fn beat(&self, attach_timeout: Duration, known: &mut bool) {
-        let reports: Vec<SlotReport> = self
-            .node
-            .workers
-            .iter()
-            .enumerate()
-            .map(|(i, w)| {
-                let state = match w.report() {
-                    Report::Busy(ticket) => Reported::Busy(ticket),
-                    Report::Down => Reported::Down,
-                    Report::Offered(nonce) => Reported::Offered(nonce),
-                    Report::Pending => Reported::Pending,
+    /// Pushes a grant on the oldest link `replica` keeps open, the worker reserved for it; the
+    /// next link when one has just ended or refuses; the store when none is left.
+    fn push(&mut self, i: usize, replica: String, pushed: PushedGrant, ctx: &mut Context<Self>) {
+        let w = &mut self.workers[i];
+        let next = self.standby.get_mut(&replica).and_then(|links| (!links.is_empty()).then(|| links.remove(0)));
+        let (Some((link, to)), Some(worker)) = (next, w.worker.clone()) else {
+            let name = w.name.clone();
+            log::info!("worker {name}: no link of {replica} took the grant; through the store");
+            let Some(store) = self.cluster.as_ref().map(|c| c.store.clone()) else { return };
+            let grant: Grant = pushed.into();
+            ctx.spawn(store.deliver(&replica, &grant).into_actor(self).map(move |result, _, _| {
+                if let Err(e) = result {
+                    log::warn!("worker {name}: cannot hand the grant of ticket {} to the store: {e}", grant.ticket);
+                }
+            }));
+            return;
+        };
+        // Reserved for the link, as an attach with the grant would.
+        let offer = w.offer.take();
+        w.attached = Some(link);
+        w.session = Some((pushed.ticket, pushed.mode, Instant::now()));
+        log::info!("worker {}: attached to gateway {replica} (link {link}) for ticket {}", w.name, pushed.ticket);
+        let push = Push { worker, mode: pushed.mode, pushed: pushed.clone() };
+        ctx.spawn(to.send(push).into_actor(self).map(move |told, act, ctx| {
+            if told == Ok(true) {
+                return;
+            }
+            // The link ended, or its replica could not be told: as if never reserved.
+            let w = &mut act.workers[i];
+            if w.attached == Some(link) {
+                log::info!(
+                    "worker {}: link {link} ended (its replica was not told of the grant); the worker is free",
+                    w.name
+                );
+                w.attached = None;
+                w.session = None;
+                w.offer = offer;
+            }
+            act.push(i, replica, pushed, ctx);
+        }));
+    }
+
+    fn beat(&mut self, ctx: &mut Context<Self>) {
+        let Some(cluster) = &self.cluster else { return };
+        let (store, addr, attach_timeout) = (cluster.store.clone(), cluster.advertise.clone(), cluster.attach_timeout);
+        let reports: Vec<SlotReport> = (0..self.workers.len())
+            .map(|i| {
+                let w = &self.workers[i];
+                let state = match (&w.worker, w.attached, &w.offer) {
+                    (Some(_), Some(_), _) => Reported::Busy(w.session.map_or(0, |(ticket, ..)| ticket)),
+                    (None, ..) => Reported::Down,
+                    (Some(_), None, Some(_)) if w.offering => Reported::Pending,
+                    (Some(_), None, Some(nonce)) => Reported::Offered(nonce.clone()),
+                    (Some(_), None, None) => Reported::Pending,
                 };
                 SlotReport { slot: self.slot(i), modes: w.modes.clone(), state }
             })
             .collect();
-        match self.store.node_beat(&self.advertise, attach_timeout, &reports).await {
+        let call = async move { store.node_beat(&addr, attach_timeout, &reports).await };
+        ctx.spawn(
+            call.into_actor(self).map(|result: Result<NodeBeat, ClusterError>, act, ctx| act.beaten(result, ctx)),
+        );
+    }
+
+    fn beaten(&mut self, result: Result<NodeBeat, ClusterError>, ctx: &mut Context<Self>) {
+        let Some(cluster) = &mut self.cluster else { return };
+        match result {
             Ok(beat) => {
-                let (was_known, again) = (beat.known, beat.again);
-                if !was_known {
-                    log::info!("node {}: registered with the cluster's store", self.store.node());
+                if !beat.known {
+                    log::info!("node {}: registered with the cluster's store", cluster.store.node());
                 }
-                *known = true;
-                for slot in again {
-                    if let Some(i) = (0..self.node.workers.len()).find(|&i| self.slot(i) == slot) {
-                        log::info!("worker {}: offered again under a new nonce", self.node.workers[i].name);
-                        self.offer(i).await;
+                cluster.known = true;
+                for slot in beat.again {
+                    if let Some(i) = (0..self.workers.len()).find(|&i| self.slot(i) == slot) {
+                        log::info!("worker {}: offered again under a new nonce", self.workers[i].name);
+                        self.offer(i, ctx);
                     }
                 }
             }
             Err(e) => {
-                if *known {
-                    log::error!("node {}: cannot reach the cluster's store: {e}", self.store.node());
+                if cluster.known {
+                    log::error!("node {}: cannot reach the cluster's store: {e}", cluster.store.node());
                 }
-                *known = false;
+                cluster.known = false;
             }
         }
-    }
-}
-
-/// Beats every `every` until the node stops (the first at once).
-async fn beats(offers: Arc<Offers>, every: Duration, attach_timeout: Duration) {
-    let mut known = false;
-    let mut tick = tokio::time::interval(every);
-    loop {
-        tick.tick().await;
-        offers.beat(attach_timeout, &mut known).await;
     }
 }

@@ -1,0 +1,70 @@
+//! What the node's actors handle: the [`super::lender::Lender`] (which worker goes to which
+//! gateway link), and a [`super::link::GatewayLink`] (a grant pushed on a link a replica keeps
+//! open).
+
+use actix::prelude::*;
+use omni_actors::domain::Mode;
+use omni_actors::worker::messages::WorkerLink;
+
+use crate::link::wire::{AttachGrant, NodeWorker, PushedGrant};
+
+/// A gateway link asks for worker `worker`, for itself (`link`). In a cluster only with the
+/// grant the worker is offered under (its nonce is then spent). Answers the worker, or why not.
+#[derive(Message)]
+#[rtype(result = "Result<Lent, String>")]
+pub struct Borrow {
+    pub worker: String,
+    pub link: u64,
+    /// Names the gateway in logs.
+    pub gateway: String,
+    pub grant: Option<AttachGrant>,
+}
+
+/// Link `link` ended (`why`): its worker, reset meanwhile, is free for the next gateway.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct GiveBack {
+    pub worker: String,
+    pub link: u64,
+    pub why: String,
+}
+
+/// What discovery answers: every worker, as it is now.
+#[derive(Message)]
+#[rtype(result = "Vec<NodeWorker>")]
+pub struct Describe;
+
+/// A link replica `replica` keeps open for grants: it takes the next one pushed to that replica
+/// (on `to`), until it is gone.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Standby {
+    pub replica: String,
+    pub link: u64,
+    pub to: Recipient<Push>,
+}
+
+/// A link kept open for grants ended before it took one.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StandbyEnded {
+    pub replica: String,
+    pub link: u64,
+}
+
+/// A grant for the link that takes it: the lender reserved `worker` for it; the link attaches
+/// it and tells the replica `pushed`. Answers whether the replica was told (else the lender
+/// tries the replica's next link, then hands the grant to the store).
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct Push {
+    pub worker: WorkerLink,
+    pub mode: Mode,
+    pub pushed: PushedGrant,
+}
+
+/// What a borrowed worker is lent as: the worker, and the mode its session runs (for status).
+pub struct Lent {
+    pub worker: WorkerLink,
+    pub mode: Mode,
+}
