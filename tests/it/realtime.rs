@@ -1,9 +1,7 @@
 //! The MiniCPM-o Realtime API on /v1/realtime, over real sockets against the real server
 //! and the reference backend.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 

@@ -1,11 +1,9 @@
 //! The earlier duplex dialect (session.update / input_audio_buffer.append) on the same
 //! endpoint, over real sockets.
 
-mod common;
-
+use crate::common::*;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use common::*;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 

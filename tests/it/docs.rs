@@ -4,11 +4,9 @@
 //! what the dialects emit over real sockets, both ways (a field the server sends that the
 //! page does not show fails too).
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 fn doc(name: &str) -> String {

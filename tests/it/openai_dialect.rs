@@ -2,11 +2,9 @@
 //! turn, a server-VAD turn, barge-in, cancel, image before audio, finish; endpoint and
 //! model selection; browser authentication.
 
-mod common;
-
+use crate::common::*;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use common::*;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 

@@ -5,19 +5,17 @@
 //! Plain `cargo test` skips this test (it needs the Python package index); `./test.sh`
 //! runs it, with `--ignored`.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 #[test]
-#[ignore = "needs the official Python SDKs in .venv: ./test.sh creates it and runs this test"]
 fn the_official_openai_and_dashscope_clients_hold_voice_turns() {
-    let python = std::env::var_os("OMNI_SDK_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"));
+    if !needs(&[Need::Sdks]) {
+        return;
+    }
+    let python = sdk_python();
     assert!(
         python.exists(),
         "{} not found: run ./test.sh, which creates .venv with the official SDKs (tests/sdk/requirements.txt)",

@@ -2,11 +2,9 @@
 //! usage accounting matches what scripted sessions sent and received; webhooks arrive
 //! signed, are retried, and a receiver that never answers costs a bounded queue.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use sha2::Digest;
 

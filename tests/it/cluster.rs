@@ -5,12 +5,10 @@
 //!
 //! Ignored by plain `cargo test` (they need redis-server); `./test.sh` runs them.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 /// The cluster section of a replica (`replica`) or a node, with leases short enough for tests.
@@ -167,8 +165,10 @@ fn check_invariants(logs: &[String]) -> Vec<Held> {
 }
 
 #[tokio::test]
-#[ignore = "needs redis-server; ./test.sh runs it"]
 async fn three_replicas_share_one_fifo_and_the_nodes_workers() {
+    if !needs(&[Need::Redis]) {
+        return;
+    }
     let redis = Redis::start();
     let n1 = node(&redis, "n1", 1);
     let n2 = node(&redis, "n2", 1);
@@ -219,8 +219,10 @@ async fn three_replicas_share_one_fifo_and_the_nodes_workers() {
 }
 
 #[tokio::test]
-#[ignore = "needs redis-server; ./test.sh runs it"]
 async fn a_killed_replica_frees_its_worker_and_its_waiting_tickets_leave() {
+    if !needs(&[Need::Redis]) {
+        return;
+    }
     let redis = Redis::start();
     let n1 = node(&redis, "n1", 1);
     let mut g1 = replica(&redis, "g1");
@@ -246,8 +248,10 @@ async fn a_killed_replica_frees_its_worker_and_its_waiting_tickets_leave() {
 }
 
 #[tokio::test]
-#[ignore = "needs redis-server; ./test.sh runs it"]
 async fn a_replica_paused_past_its_lease_rejoins_and_nothing_is_assigned_twice() {
+    if !needs(&[Need::Redis]) {
+        return;
+    }
     let (_redis, n1, g1, g2) = two_replicas();
     let mut first = active(&g2, "audio").await;
     talk(&mut first, "input_1").await;
@@ -277,8 +281,10 @@ async fn a_replica_paused_past_its_lease_rejoins_and_nothing_is_assigned_twice()
 }
 
 #[tokio::test]
-#[ignore = "needs redis-server; ./test.sh runs it"]
 async fn a_killed_node_ends_its_sessions_and_waiting_clients_keep_waiting() {
+    if !needs(&[Need::Redis]) {
+        return;
+    }
     let (redis, n1, g1, g2) = two_replicas();
     let mut on_n1 = active(&g1, "audio").await;
     talk(&mut on_n1, "input_1").await;
@@ -296,8 +302,10 @@ async fn a_killed_node_ends_its_sessions_and_waiting_clients_keep_waiting() {
 }
 
 #[tokio::test]
-#[ignore = "needs redis-server; ./test.sh runs it"]
 async fn a_redis_restart_keeps_sessions_running_and_the_waiting_order() {
+    if !needs(&[Need::Redis]) {
+        return;
+    }
     let (redis, n1, g1, g2) = two_replicas();
     let mut running = active(&g1, "audio").await;
     talk(&mut running, "input_1").await;
@@ -328,8 +336,10 @@ async fn a_redis_restart_keeps_sessions_running_and_the_waiting_order() {
 }
 
 #[tokio::test]
-#[ignore = "needs redis-server; ./test.sh runs it"]
 async fn without_redis_new_clients_are_refused_and_running_sessions_go_on() {
+    if !needs(&[Need::Redis]) {
+        return;
+    }
     let redis = Redis::start();
     let _n1 = node(&redis, "n1", 2);
     let g1 = replica(&redis, "g1");
@@ -349,8 +359,10 @@ async fn without_redis_new_clients_are_refused_and_running_sessions_go_on() {
 }
 
 #[tokio::test]
-#[ignore = "needs redis-server; ./test.sh runs it"]
 async fn a_replica_cut_off_from_redis_while_others_keep_it() {
+    if !needs(&[Need::Redis]) {
+        return;
+    }
     let redis = Redis::start();
     let proxy = Proxy::start(format!("127.0.0.1:{}", redis.port).parse().unwrap());
     let n1 = node(&redis, "n1", 1);
@@ -387,8 +399,10 @@ async fn a_replica_cut_off_from_redis_while_others_keep_it() {
 }
 
 #[tokio::test]
-#[ignore = "needs redis-server; ./test.sh runs it"]
 async fn through_sentinels_a_failover_of_the_store_costs_a_pause_and_nothing_else() {
+    if !needs(&[Need::Redis]) {
+        return;
+    }
     let master = Redis::start();
     let standby = Redis::replica_of(&master);
     let sentinel = Sentinel::start("og-store", &master, "sekret");
@@ -473,8 +487,10 @@ async fn hand_overs(server: &Server, mut holder: Client, count: usize) -> Client
 }
 
 #[tokio::test]
-#[ignore = "needs redis-server; ./test.sh runs it"]
 async fn hand_overs_are_pushed_on_links_kept_open_to_their_node() {
+    if !needs(&[Need::Redis]) {
+        return;
+    }
     let redis = Redis::start();
     let n1 = node(&redis, "n1", 1);
     let g1 = replica(&redis, "g1");
@@ -576,8 +592,10 @@ async fn nemesis_client(url: String, hold: Duration, label: String) -> u32 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs redis-server; ./test.sh runs it"]
 async fn a_seeded_nemesis_never_assigns_twice_and_everyone_is_served() {
+    if !needs(&[Need::Redis]) {
+        return;
+    }
     // OMNI_NEMESIS_SEED runs that seed alone (each run prints its seed; a failure names it).
     // Seed 22 found orphan tickets (an enqueue that timed out after Redis had run it) taking
     // every worker offered to them.
@@ -667,8 +685,10 @@ async fn nemesis(seed: u64) {
 /// replica's webhooks say `worker.failed` (with the node's reason), its status shows it, and
 /// `worker.recovered` follows when the node has it open again and the next client takes it.
 #[tokio::test]
-#[ignore = "needs redis-server; ./test.sh runs it"]
 async fn a_nodes_worker_dying_mid_session_is_told_by_the_replicas_webhooks() {
+    if !needs(&[Need::Redis]) {
+        return;
+    }
     const SECRET: &str = "webhook-secret-0123456789";
     let redis = Redis::start();
     let node =
@@ -717,8 +737,10 @@ async fn a_nodes_worker_dying_mid_session_is_told_by_the_replicas_webhooks() {
 /// The cluster's store and a replica's rules, by the suite the in-memory store passes in the
 /// actors' unit tests: each scenario under its own prefix of one Redis.
 #[tokio::test]
-#[ignore = "needs redis-server; ./test.sh runs it"]
 async fn the_cluster_suite_passes_against_redis() {
+    if !needs(&[Need::Redis]) {
+        return;
+    }
     use omni_actors::edge::coordinator::{Coordinator, NodeStore};
     use omni_actors::queue::cluster::suite::{self, Cluster, Stores, Wait};
     use omni_gateway::store::redis::RedisStore;

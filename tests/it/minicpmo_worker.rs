@@ -4,9 +4,7 @@
 //! forwarding, the worker's faults (a dropped socket, loading, error, busy), the step
 //! watchdog and the context limit.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 fn gateway(worker: &MockWorker, options: &str) -> Server {

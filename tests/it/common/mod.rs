@@ -18,6 +18,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 mod browser;
 mod mock_worker;
+mod needs;
 mod node;
 mod proxy;
 mod receiver;
@@ -26,6 +27,8 @@ mod redis;
 pub use browser::*;
 #[allow(unused_imports)]
 pub use mock_worker::*;
+#[allow(unused_imports)]
+pub use needs::*;
 #[allow(unused_imports)]
 pub use node::*;
 #[allow(unused_imports)]

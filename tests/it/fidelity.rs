@@ -4,11 +4,9 @@
 //! images of any common type, and chat turns that replace the conversation instead of
 //! filling the context.
 
-mod common;
-
+use crate::common::*;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use common::*;
 use serde_json::{Value, json};
 
 async fn qwen(server: &Server) -> (Client, Value) {

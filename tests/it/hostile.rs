@@ -4,11 +4,9 @@
 //! session is served. The floods come from `omni-gateway flood`, the tool whose figures
 //! `docs/reliability.md` reports.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;

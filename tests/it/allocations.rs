@@ -1,7 +1,8 @@
 //! The hot path allocates no more than it must: decoding an `input.append` with one second
 //! of audio (85 KB of JSON) makes one allocation for the samples and never copies the
 //! base64 payload; encoding a one-second audio delta makes one allocation for its frame.
-//! Counted with a global allocator of this test binary.
+//! Counted with a global allocator of this test binary, on the test's own thread only (the
+//! other tests of the binary run beside it).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,12 +22,23 @@ static BYTES: AtomicUsize = AtomicUsize::new(0);
 /// Allocations of 16 KiB or more: a copy of the audio would be one.
 static LARGE: AtomicUsize = AtomicUsize::new(0);
 
+std::thread_local! {
+    /// Allocations are counted on this thread only while it is set.
+    static COUNTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn counting() -> bool {
+    COUNTING.try_with(|c| c.get()).unwrap_or(false)
+}
+
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
-        BYTES.fetch_add(layout.size(), Ordering::SeqCst);
-        if layout.size() >= 16 * 1024 {
-            LARGE.fetch_add(1, Ordering::SeqCst);
+        if counting() {
+            ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+            BYTES.fetch_add(layout.size(), Ordering::SeqCst);
+            if layout.size() >= 16 * 1024 {
+                LARGE.fetch_add(1, Ordering::SeqCst);
+            }
         }
         unsafe { System.alloc(layout) }
     }
@@ -34,10 +46,12 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
-        BYTES.fetch_add(new_size, Ordering::SeqCst);
-        if new_size >= 16 * 1024 {
-            LARGE.fetch_add(1, Ordering::SeqCst);
+        if counting() {
+            ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+            BYTES.fetch_add(new_size, Ordering::SeqCst);
+            if new_size >= 16 * 1024 {
+                LARGE.fetch_add(1, Ordering::SeqCst);
+            }
         }
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -50,9 +64,10 @@ fn counts() -> (usize, usize, usize) {
     (ALLOCATIONS.load(Ordering::SeqCst), BYTES.load(Ordering::SeqCst), LARGE.load(Ordering::SeqCst))
 }
 
-// One test function: the counters are process-wide and tests run in parallel.
+// One test function: the counters are the thread's, and one test runs on a thread at a time.
 #[test]
 fn decoding_a_chunk_and_encoding_a_delta_allocate_what_they_must() {
+    COUNTING.with(|c| c.set(true));
     let samples: Vec<f32> = (0..16000).map(|i| 0.3 * (i as f32 * 0.0863).sin()).collect();
     let mut b64 = String::new();
     wire::encode_pcm_f32(&samples, &mut b64);

@@ -3,13 +3,11 @@
 //! the operator routes from other hosts, headers, client-supplied close reasons, SIGHUP,
 //! and what a backend process can see.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;

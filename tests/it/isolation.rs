@@ -4,12 +4,10 @@
 //! and force-listen reach a backend in another process; open failures leave that worker
 //! failed with its reason while the rest of the pool serves.
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 /// A worker entry with its own name, modes and isolation.

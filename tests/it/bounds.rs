@@ -5,11 +5,9 @@
 //! every dialect and phase; and the worker side cannot hang a session (a backend that
 //! never opens, an any-thread call that blocks).
 
-mod common;
-
+use crate::common::*;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use common::*;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 

@@ -15,37 +15,23 @@
 // test has a runtime of its own, and the others wait on their own threads.
 #![allow(clippy::await_holding_lock)]
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
-/// One model at a time: two 2-thread workers on 2 cores slow each other several times over
-/// (docs/performance.md), so these tests hold this while they run.
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static MODEL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    MODEL.lock().unwrap_or_else(|p| p.into_inner())
+    one_model_at_a_time()
 }
 
 fn models() -> PathBuf {
-    let dir = std::env::var_os("OMNI_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/omni-gateway/models"));
-    assert!(dir.join("ggml-tiny.en.bin").is_file(), "no models in {}: run scripts/fetch-models.py", dir.display());
-    dir
+    models_dir()
 }
 
 fn libraries() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/debug");
-    assert!(
-        dir.join("libomni_cascade.so").is_file() && dir.join("libomni_asr_whisper.so").is_file(),
-        "build the backend first: cargo build -p omni-cascade -p omni-asr-whisper"
-    );
-    dir
+    target_dir()
 }
 
 /// One cascade worker, greedy decoding (the same answer every run). No `modes`: the gateway
@@ -174,8 +160,10 @@ fn text_of(events: &[Value], response: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs the models and the cascade libraries: ./test.sh fetches, builds and runs it"]
 async fn a_spoken_question_gets_a_spoken_answer_that_says_its_text() {
+    if !needs(&[Need::Models]) {
+        return;
+    }
     let _one = one_at_a_time();
     let server = server("");
     let mut c = active(&server, "audio").await;
@@ -208,8 +196,10 @@ async fn a_spoken_question_gets_a_spoken_answer_that_says_its_text() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs the models and the cascade libraries: ./test.sh fetches, builds and runs it"]
 async fn speaking_over_the_answer_and_force_listen_cut_it() {
+    if !needs(&[Need::Models]) {
+        return;
+    }
     let _one = one_at_a_time();
     let server = server("max_answer_tokens = 120");
     let mut c = active(&server, "audio").await;
@@ -252,8 +242,10 @@ async fn speaking_over_the_answer_and_force_listen_cut_it() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs the models and the cascade libraries: ./test.sh fetches, builds and runs it"]
 async fn chat_turns_stream_text_and_speech_and_video_is_refused() {
+    if !needs(&[Need::Models]) {
+        return;
+    }
     let _one = one_at_a_time();
     let server = server("");
     let mut c = active(&server, "chat").await;
@@ -289,8 +281,10 @@ async fn chat_turns_stream_text_and_speech_and_video_is_refused() {
 }
 
 #[test]
-#[ignore = "needs the cascade libraries: ./test.sh builds and runs it"]
 fn a_missing_model_fails_the_worker_with_its_path() {
+    if !needs(&[Need::CascadeLibraries]) {
+        return;
+    }
     let _one = one_at_a_time();
     let mut server = Server::start(Setup::default().workers(cascade("llm_model = \"/nowhere/model.gguf\"")));
     let s = server.wait_status("worker not failed", WAIT, |s| s["workers"][0]["state"] == "failed");
@@ -300,8 +294,10 @@ fn a_missing_model_fails_the_worker_with_its_path() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs the models and the cascade libraries: ./test.sh fetches, builds and runs it"]
 async fn a_conversation_past_the_llms_context_ends_with_context_full() {
+    if !needs(&[Need::Models]) {
+        return;
+    }
     let _one = one_at_a_time();
     let server = server("n_ctx = 512");
     let mut c = active(&server, "chat").await;
@@ -317,8 +313,10 @@ async fn a_conversation_past_the_llms_context_ends_with_context_full() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs the models, the cascade libraries, chromium and chromium-driver: ./test.sh runs it"]
 async fn the_browser_page_talks_to_the_cpu_model() {
+    if !needs(&[Need::Models, Need::Browser]) {
+        return;
+    }
     let _one = one_at_a_time();
     let server = server("");
     let dir = tempfile::tempdir().unwrap();
@@ -345,8 +343,10 @@ async fn the_browser_page_talks_to_the_cpu_model() {
 /// Through the ABI alone (the gateway's loader, no server): what `info` says, and `interrupt`
 /// from another thread cutting an answer in flight short.
 #[test]
-#[ignore = "needs the models and the cascade libraries: ./test.sh fetches, builds and runs it"]
 fn info_tells_the_truth_and_interrupt_cuts_an_answer_from_another_thread() {
+    if !needs(&[Need::Models]) {
+        return;
+    }
     let _one = one_at_a_time();
     use omni_actors::domain::{ChatMessage, Role, SessionKind, SessionSetup, TurnInput};
     use omni_actors::edge::backend::{Backend, BackendError};

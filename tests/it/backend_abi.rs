@@ -304,7 +304,7 @@ fn abort_at_step_aborts_the_hosting_process() {
     use std::os::unix::process::ExitStatusExt;
     for build in ["builtin", "library"] {
         let out = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "abort_child", "--ignored", "--nocapture", "--test-threads=1"])
+            .args(["--exact", "backend_abi::abort_child", "--ignored", "--nocapture", "--test-threads=1"])
             .env("ABORT_BUILD", build)
             .output()
             .unwrap();

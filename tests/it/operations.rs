@@ -1,8 +1,6 @@
 //! Operating the gateway: recordings, status and metrics, cancellation, graceful
 //! shutdown, access control and TLS, over real sockets against the real server.
 
-mod common;
-
 /// An admin key for the tests (keys are at least 16 bytes).
 const ADMIN: &str = "admin-key-for-tests-0";
 
@@ -10,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 fn wav_samples(path: &Path, rate: u32) -> u32 {

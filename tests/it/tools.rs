@@ -1,10 +1,8 @@
 //! The probe and the load generator, run as a user would against a server started here.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 fn gateway() -> Command {

@@ -7,17 +7,17 @@
 //! runs it with `--ignored`, and `.ci/run` installs both. Every test saves screenshots of
 //! what it saw in `target/screenshots/`.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use fantoccini::Locator;
 use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs chromium and chromium-driver: ./test.sh runs it"]
 async fn an_audio_session_in_the_browser_streams_the_microphone_and_plays_the_answer() {
+    if !needs(&[Need::Browser]) {
+        return;
+    }
     let server = Server::ready(Setup::default().auth("api_keys = [\"browser-key-0123456789\"]"));
     let dir = tempfile::tempdir().unwrap();
     let driver = driver();
@@ -74,8 +74,10 @@ async fn an_audio_session_in_the_browser_streams_the_microphone_and_plays_the_an
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs chromium and chromium-driver: ./test.sh runs it"]
 async fn interrupting_stops_playback_at_once_and_sends_force_listen() {
+    if !needs(&[Need::Browser]) {
+        return;
+    }
     // Long answers (20 steps of speech), so there is something to interrupt.
     let server = Server::ready(Setup::default().workers(workers(1, "reply_steps = 20")).recording("enabled = true"));
     let dir = tempfile::tempdir().unwrap();
@@ -114,8 +116,10 @@ async fn interrupting_stops_playback_at_once_and_sends_force_listen() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs chromium and chromium-driver: ./test.sh runs it"]
 async fn a_video_session_sends_camera_frames_and_the_console_replays_its_recording() {
+    if !needs(&[Need::Browser]) {
+        return;
+    }
     let server = Server::ready(Setup::default().recording("enabled = true").admin_key("console-admin-0123456789"));
     let dir = tempfile::tempdir().unwrap();
     let driver = driver();
@@ -179,8 +183,10 @@ async fn a_video_session_sends_camera_frames_and_the_console_replays_its_recordi
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs chromium and chromium-driver: ./test.sh runs it"]
 async fn a_chat_turn_with_an_image_streams_the_answer() {
+    if !needs(&[Need::Browser]) {
+        return;
+    }
     let server = Server::ready(Setup::default());
     let dir = tempfile::tempdir().unwrap();
     let driver = driver();
@@ -210,8 +216,10 @@ async fn a_chat_turn_with_an_image_streams_the_answer() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs chromium and chromium-driver: ./test.sh runs it"]
 async fn a_browser_in_the_queue_sees_its_position_fall() {
+    if !needs(&[Need::Browser]) {
+        return;
+    }
     let server = Server::ready(Setup::default());
     let busy = active(&server, "audio").await;
     let mut ahead = Client::connect(&server.url("/v1/realtime?mode=audio")).await;
@@ -241,8 +249,10 @@ async fn a_browser_in_the_queue_sees_its_position_fall() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs chromium and chromium-driver: ./test.sh runs it"]
 async fn a_full_queue_and_a_lost_connection_are_told_in_plain_words() {
+    if !needs(&[Need::Browser]) {
+        return;
+    }
     let mut server = Server::ready(Setup::default().queue("max_waiting = 0"));
     let busy = active(&server, "audio").await;
     let dir = tempfile::tempdir().unwrap();
@@ -269,8 +279,10 @@ async fn a_full_queue_and_a_lost_connection_are_told_in_plain_words() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs chromium and chromium-driver: ./test.sh runs it"]
 async fn a_refused_microphone_and_the_time_limit_are_told_in_plain_words() {
+    if !needs(&[Need::Browser]) {
+        return;
+    }
     let server = Server::ready(Setup::default().limits("audio_session_s = 3"));
     let dir = tempfile::tempdir().unwrap();
     let driver = driver();
@@ -296,8 +308,10 @@ async fn a_refused_microphone_and_the_time_limit_are_told_in_plain_words() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs chromium and chromium-driver: ./test.sh runs it"]
 async fn the_console_cancels_a_waiting_clients_ticket() {
+    if !needs(&[Need::Browser]) {
+        return;
+    }
     let server = Server::ready(Setup::default());
     let busy = active(&server, "audio").await;
     let mut waiting = Client::connect(&server.url("/v1/realtime?mode=audio")).await;
@@ -320,8 +334,10 @@ async fn the_console_cancels_a_waiting_clients_ticket() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs chromium and chromium-driver: ./test.sh runs it"]
 async fn over_https_the_page_connects_with_wss_and_gets_the_microphone() {
+    if !needs(&[Need::Browser]) {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     localhost_certificate(dir.path(), "cert.pem", "key.pem");
     let mut server =

@@ -3,11 +3,9 @@
 //! token, one gateway per worker, a node that dies or stops answering, a crash and a hang on
 //! the node, TLS, check-config.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 /// A gateway with no workers of its own, using the nodes `entries`.

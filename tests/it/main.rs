@@ -1,0 +1,37 @@
+//! The integration tests, one binary: the real server binary on loopback ports, real clients,
+//! and the real parts each area needs (Redis, Chromium, the CPU models, the official SDKs),
+//! started by the tests. A test whose part the machine lacks says so once and passes
+//! (`common::needs`); `./test.sh` sets `OMNI_REQUIRE_ALL=1`, which makes it fail instead.
+//!
+//! - the sessions: `realtime` (the MiniCPM-o dialect), `legacy`, `openai_dialect`,
+//!   `sdk_clients`, `fidelity` (each documented behaviour), `docs` (the docs match the server);
+//! - limits and abuse: `bounds`, `hostile`, `security`, `fuzz_decoders`, `allocations`;
+//! - operating it: `operations`, `cli`, `tools`, `extending` (subscribers, usage, webhooks);
+//! - backends: `backend_abi`, `isolation`, `minicpmo_worker`, `cascade` (the CPU model);
+//! - roles: `nodes`, `cluster` (replicas on Redis);
+//! - the pages: `browser` (Chromium).
+
+mod common;
+
+mod allocations;
+mod backend_abi;
+mod bounds;
+mod browser;
+mod cascade;
+mod cli;
+mod cluster;
+mod docs;
+mod extending;
+mod fidelity;
+mod fuzz_decoders;
+mod hostile;
+mod isolation;
+mod legacy;
+mod minicpmo_worker;
+mod nodes;
+mod openai_dialect;
+mod operations;
+mod realtime;
+mod sdk_clients;
+mod security;
+mod tools;
