@@ -16,7 +16,6 @@
 //! - [`observe`]: the subscribers of session and worker events (recorder, usage, webhooks) and
 //!   the recordings on disk.
 
-pub mod audio;
 pub mod backend;
 pub mod config;
 pub mod dialect;
@@ -25,5 +24,5 @@ pub mod link;
 pub mod observe;
 pub mod roles;
 pub mod store;
-pub mod tools;
+
 pub mod transport;

@@ -31,13 +31,13 @@ enum Command {
         path: Option<PathBuf>,
     },
     /// One session against a server, printed as it goes (see --help).
-    Probe(omni_gateway::tools::probe::ProbeArgs),
+    Probe(omni_tools::probe::ProbeArgs),
     /// Many concurrent sessions against a server, measured (see --help).
-    Loadgen(omni_gateway::tools::loadgen::LoadgenArgs),
+    Loadgen(omni_tools::loadgen::LoadgenArgs),
     /// Hostile load against a server: connection churn, chunk and tiny-frame floods, oversized frames.
-    Flood(omni_gateway::tools::flood::FloodArgs),
+    Flood(omni_tools::flood::FloodArgs),
     /// Verify every recorded session in a recordings directory; exit 0 or 1.
-    CheckRecordings(omni_gateway::tools::check_recordings::CheckRecordingsArgs),
+    CheckRecordings(omni_tools::check_recordings::CheckRecordingsArgs),
     /// Hosts one worker's backend in this process, spoken to over stdin and stdout
     /// (started by the server for workers with isolation = "process").
     #[command(hide = true)]
@@ -58,22 +58,22 @@ fn main() -> ExitCode {
             }
         },
         Command::Node => match Config::load(&cli.config) {
-            Ok(config) => report(omni_gateway::roles::node::run(config).map_err(|e| e.to_string())),
+            Ok(config) => report(omni_gateway::roles::node::run(config)),
             Err(e) => {
                 eprintln!("{e}");
                 ExitCode::FAILURE
             }
         },
         Command::CheckConfig { path } => check_config(&path.unwrap_or(cli.config)),
-        Command::Probe(args) => report(omni_gateway::tools::probe::run(args)),
-        Command::Loadgen(args) => report(omni_gateway::tools::loadgen::run(args)),
-        Command::Flood(args) => report(omni_gateway::tools::flood::run(args)),
-        Command::CheckRecordings(args) => report(omni_gateway::tools::check_recordings::run(args)),
+        Command::Probe(args) => report(omni_tools::probe::run(args)),
+        Command::Loadgen(args) => report(omni_tools::loadgen::run(args)),
+        Command::Flood(args) => report(omni_tools::flood::run(args)),
+        Command::CheckRecordings(args) => report(omni_tools::check_recordings::run(args)),
         Command::WorkerHost(args) => report(omni_gateway::backend::host::run(args)),
     }
 }
 
-fn report(result: Result<(), String>) -> ExitCode {
+fn report<E: std::fmt::Display>(result: Result<(), E>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

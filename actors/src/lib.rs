@@ -29,6 +29,7 @@
 //! through ports of recipients, so no actor imports another), its rules in a plain struct
 //! tested without a runtime (`state.rs`, `policy.rs`, `flow.rs`).
 
+pub mod audio;
 pub mod domain;
 pub mod edge;
 pub mod ids;

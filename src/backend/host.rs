@@ -31,15 +31,30 @@ pub struct HostArgs {
 
 /// Runs the host until its parent closes stdin. Errors are for the process's exit status;
 /// the parent reads the reason of a failed open from the `Opened` message.
-pub fn run(args: HostArgs) -> Result<(), String> {
+/// Why a backend host stopped on its own (its exit status says it failed).
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("cannot {0}: {1}")]
+    Stdio(&'static str, std::io::Error),
+    #[error("the gateway's first message was not Open but {0}")]
+    NotOpen(&'static str),
+    #[error("unreadable first message from the gateway: {0}")]
+    Unreadable(std::io::Error),
+    #[error("cannot answer the gateway: {0}")]
+    Answer(std::io::Error),
+    #[error("cannot start its reader thread: {0}")]
+    Thread(std::io::Error),
+}
+
+pub fn run(args: HostArgs) -> Result<(), HostError> {
     let (input, output) = take_stdio()?;
     let mut output = BufWriter::new(output);
     let mut input = BufReader::new(input);
     let open = match read_frame::<ToHost>(&mut input, &mut Vec::new()) {
         Ok(Some(ToHost::Open(open))) => open,
-        Ok(Some(other)) => return Err(format!("the gateway's first message was not Open but {other:?}")),
+        Ok(Some(other)) => return Err(HostError::NotOpen(other.kind())),
         Ok(None) => return Ok(()),
-        Err(e) => return Err(format!("unreadable first message from the gateway: {e}")),
+        Err(e) => return Err(HostError::Unreadable(e)),
     };
     let opened = match &open.library {
         None => Ok(BackendApi::builtin()),
@@ -50,17 +65,17 @@ pub fn run(args: HostArgs) -> Result<(), String> {
         Ok(b) => b,
         Err(e) => {
             log::debug!("worker {}: backend did not open: {e}", args.name);
-            return write_frame(&mut output, &FromHost::Opened(Err(e))).map_err(|e| e.to_string());
+            return write_frame(&mut output, &FromHost::Opened(Err(e))).map_err(HostError::Answer);
         }
     };
-    write_frame(&mut output, &FromHost::Opened(Ok(backend.info().clone()))).map_err(|e| e.to_string())?;
+    write_frame(&mut output, &FromHost::Opened(Ok(backend.info().clone()))).map_err(HostError::Answer)?;
     let control = backend.control();
     let (calls, rx) = mpsc::channel();
     let name = args.name.clone();
     thread::Builder::new()
         .name("host-reader".into())
         .spawn(move || read_requests(input, control, calls, &name))
-        .map_err(|e| e.to_string())?;
+        .map_err(HostError::Thread)?;
     let control = backend.control();
     for call in rx {
         let value = serve(&mut backend, call);
@@ -121,18 +136,18 @@ pub(crate) fn serve(backend: &mut dyn Backend, call: ToHost) -> Result<Value, Ba
 /// Takes stdin and stdout for the protocol and points fd 0 at /dev/null and fd 1 at
 /// stderr, so that a backend printing to stdout cannot corrupt the frames. On Linux the
 /// host also dies with the gateway's thread that spawned it.
-fn take_stdio() -> Result<(File, File), String> {
+fn take_stdio() -> Result<(File, File), HostError> {
     // SAFETY: plain descriptor calls on this process's own standard descriptors, before
     // any other thread exists; each new descriptor is owned by exactly one `File`.
     unsafe {
         let input = libc::dup(0);
         let output = libc::dup(1);
         if input < 0 || output < 0 {
-            return Err(format!("cannot duplicate stdio: {}", std::io::Error::last_os_error()));
+            return Err(HostError::Stdio("duplicate stdio", std::io::Error::last_os_error()));
         }
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
         if null < 0 || libc::dup2(null, 0) < 0 || libc::dup2(2, 1) < 0 {
-            return Err(format!("cannot redirect stdio: {}", std::io::Error::last_os_error()));
+            return Err(HostError::Stdio("redirect stdio", std::io::Error::last_os_error()));
         }
         libc::close(null);
         libc::fcntl(input, libc::F_SETFD, libc::FD_CLOEXEC);

@@ -46,6 +46,26 @@ pub enum ToHost {
     ForceListen(bool),
 }
 
+impl ToHost {
+    /// The call's name, for logs (never its data).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ToHost::Open(_) => "Open",
+            ToHost::Prepare(_) => "Prepare",
+            ToHost::Reset => "Reset",
+            ToHost::DuplexPrefill(_) => "DuplexPrefill",
+            ToHost::DuplexGenerate => "DuplexGenerate",
+            ToHost::DuplexDrain => "DuplexDrain",
+            ToHost::DuplexFinalize => "DuplexFinalize",
+            ToHost::DuplexStep(_) => "DuplexStep",
+            ToHost::TurnPrefill(_) => "TurnPrefill",
+            ToHost::TurnGenerate => "TurnGenerate",
+            ToHost::Interrupt => "Interrupt",
+            ToHost::ForceListen(_) => "ForceListen",
+        }
+    }
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 pub enum FromHost {
     Opened(Result<BackendInfo, BackendError>),

@@ -58,7 +58,7 @@ pub fn factory(worker: &WorkerSpec, open_timeout: Duration) -> BackendFactory {
                 open_timeout,
             };
             Arc::new(move || {
-                let exe = process::host_program().map_err(BackendError::Open)?;
+                let exe = process::host_program()?;
                 Ok(Box::new(ProcessBackend::spawn(&exe, &spec)?) as Box<dyn Backend>)
             })
         }

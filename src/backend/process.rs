@@ -67,12 +67,13 @@ fn kept(name: &str) -> bool {
 
 /// The program that hosts backends: this very binary, even after it was replaced on disk
 /// (`/proc/self/exe` names the running image, not the path it was started from).
-pub fn host_program() -> Result<PathBuf, String> {
+pub fn host_program() -> Result<PathBuf, BackendError> {
     let proc_exe = PathBuf::from("/proc/self/exe");
     if proc_exe.exists() {
         return Ok(proc_exe);
     }
-    std::env::current_exe().map_err(|e| format!("cannot find this program to start worker-host: {e}"))
+    std::env::current_exe()
+        .map_err(|e| BackendError::Open(format!("cannot find this program to start worker-host: {e}")))
 }
 
 struct Shared {

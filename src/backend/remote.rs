@@ -21,6 +21,7 @@ use tokio::time::{Instant, timeout};
 
 use super::ipc::{ToHost, Value};
 use crate::config::NodeLink;
+use crate::link::LinkError;
 use crate::link::standby::Standby;
 use crate::link::wire::{
     AttachGrant, Frames, FromNode, NodeWorker, PROTOCOL, ToNode, frames, next_frame, read_frame, write_frame,
@@ -46,67 +47,67 @@ pub(crate) trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
 
 /// TCP (and TLS when the link has a `ca`) to the node, with its first frame sent.
-pub(crate) async fn connect(link: &NodeLink, hello: &ToNode) -> Result<Box<dyn Stream>, String> {
-    let tcp = tokio::net::TcpStream::connect(&link.address).await.map_err(|e| format!("cannot connect: {e}"))?;
+pub(crate) async fn connect(link: &NodeLink, hello: &ToNode) -> Result<Box<dyn Stream>, LinkError> {
+    let tcp = tokio::net::TcpStream::connect(&link.address).await.map_err(LinkError::Connect)?;
     let _ = tcp.set_nodelay(true);
     let mut stream: Box<dyn Stream> = match &link.ca {
         None => Box::new(tcp),
         Some(ca) => {
             let connector = tls_connector(ca)?;
             let name = rustls::pki_types::ServerName::try_from(link.server_name.clone())
-                .map_err(|e| format!("server_name '{}': {e}", link.server_name))?;
-            Box::new(connector.connect(name, tcp).await.map_err(|e| format!("TLS: {e}"))?)
+                .map_err(|e| LinkError::ServerName { name: link.server_name.clone(), why: e.to_string() })?;
+            Box::new(connector.connect(name, tcp).await.map_err(LinkError::Tls)?)
         }
     };
-    write_frame(&mut stream, hello).await.map_err(|e| format!("cannot say hello: {e}"))?;
+    write_frame(&mut stream, hello).await.map_err(LinkError::Hello)?;
     Ok(stream)
 }
 
-fn tls_connector(ca: &std::path::Path) -> Result<tokio_rustls::TlsConnector, String> {
+fn tls_connector(ca: &std::path::Path) -> Result<tokio_rustls::TlsConnector, LinkError> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
+    let bad = |e: &dyn std::fmt::Display| LinkError::Ca { path: ca.to_path_buf(), why: e.to_string() };
     let mut roots = rustls::RootCertStore::empty();
-    let certs = CertificateDer::pem_file_iter(ca)
-        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("ca {}: {e}", ca.display()))?;
+    let certs =
+        CertificateDer::pem_file_iter(ca).and_then(|it| it.collect::<Result<Vec<_>, _>>()).map_err(|e| bad(&e))?;
     for cert in certs {
-        roots.add(cert).map_err(|e| format!("ca {}: {e}", ca.display()))?;
+        roots.add(cert).map_err(|e| bad(&e))?;
     }
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(|e| bad(&e))?
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
 }
 
 /// The node's workers, or why they cannot be known now. Blocking; not for an async thread.
-pub fn discover(link: &NodeLink) -> Result<Vec<NodeWorker>, String> {
+pub fn discover(link: &NodeLink) -> Result<Vec<NodeWorker>, LinkError> {
     let hello = ToNode::Discover { protocol: PROTOCOL, token: link.token.clone() };
     io().block_on(async {
         timeout(CONNECT_TIMEOUT, async {
             let mut stream = connect(link, &hello).await?;
             match read_frame::<FromNode>(&mut stream, &mut Vec::new()).await {
                 Ok(Some(FromNode::Workers(workers))) => Ok(workers),
-                Ok(Some(FromNode::Refused(why))) => Err(format!("refused: {why}")),
-                Ok(Some(other)) => Err(format!("unexpected answer {other:?}")),
-                Ok(None) => Err("closed without an answer".into()),
-                Err(e) => Err(format!("unreadable answer: {e}")),
+                Ok(Some(FromNode::Refused(why))) => Err(LinkError::Refused(why)),
+                Ok(Some(other)) => Err(LinkError::Unexpected(other.kind())),
+                Ok(None) => Err(LinkError::Closed),
+                Err(e) => Err(LinkError::Unreadable(e)),
             }
         })
         .await
-        .unwrap_or_else(|_| Err(format!("no answer within {} s", CONNECT_TIMEOUT.as_secs())))
+        .unwrap_or_else(|_| Err(LinkError::Timeout(CONNECT_TIMEOUT.as_secs())))
     })
 }
 
 /// The node's answer to an attach: the worker's backend info, or why not.
-async fn answer(stream: &mut Box<dyn Stream>) -> Result<BackendInfo, (&'static str, String)> {
+async fn answer(stream: &mut Box<dyn Stream>) -> Result<BackendInfo, (&'static str, LinkError)> {
     match read_frame::<FromNode>(stream, &mut Vec::new()).await {
         Ok(Some(FromNode::Attached(info))) => Ok(info),
-        Ok(Some(FromNode::Refused(why))) => Err(("refused", why)),
-        Ok(Some(other)) => Err(("refused", format!("unexpected answer {other:?}"))),
-        Ok(None) => Err(("closed", "closed without an answer".to_string())),
-        Err(e) => Err(("closed", format!("unreadable answer: {e}"))),
+        Ok(Some(FromNode::Refused(why))) => Err(("refused", LinkError::Refused(why))),
+        Ok(Some(other)) => Err(("refused", LinkError::Unexpected(other.kind()))),
+        Ok(None) => Err(("closed", LinkError::Closed)),
+        Err(e) => Err(("closed", LinkError::Unreadable(e))),
     }
 }
 
@@ -194,7 +195,7 @@ impl RemoteBackend {
         grant: Option<AttachGrant>,
     ) -> Result<RemoteBackend, BackendError> {
         let name = format!("{}/{worker}", link.name);
-        let failure = |reason: &str, why: String| {
+        let failure = |reason: &str, why: LinkError| {
             metrics().node_link_failures.with_label_values(&[link.name.as_str(), reason]).inc();
             BackendError::Unavailable(format!("node {} ({}): {why}", link.name, link.address))
         };
@@ -216,7 +217,7 @@ impl RemoteBackend {
                 Ok((stream, info))
             })
             .await
-            .unwrap_or_else(|_| Err(("unreachable", format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()))))
+            .unwrap_or_else(|_| Err(("unreachable", LinkError::Timeout(CONNECT_TIMEOUT.as_secs()))))
         });
         let (stream, info) = attached.map_err(|(reason, why)| failure(reason, why))?;
         let (rd, wr) = tokio::io::split(stream);

@@ -289,6 +289,7 @@ fn operations_sections() {
     assert!(
         c.reload_api_keys()
             .unwrap_err()
+            .to_string()
             .ends_with("keys.txt: line 1: a key must be at least 16 bytes (this one has 5)")
     );
     assert_eq!(

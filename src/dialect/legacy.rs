@@ -23,7 +23,7 @@ use super::Limits;
 use super::minicpm::{self, duplex_chunk};
 use super::record::{AudioEncoding, JsonRedactor};
 use super::wire::{self, JsonWriter, Text};
-use crate::audio::{self, AudioLimits};
+use omni_actors::audio::{self, AudioLimits};
 
 /// Samples per middle `response.output_audio.delta`: one second at 24 kHz.
 pub const DELTA_SAMPLES: usize = 24000;

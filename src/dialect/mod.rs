@@ -7,7 +7,7 @@
 //! - `settings`: generation settings by name, checked and passed to the backend.
 //! - `wire`: helpers every JSON dialect shares.
 
-use crate::audio::AudioLimits;
+use omni_actors::audio::AudioLimits;
 
 pub mod legacy;
 pub mod minicpm;

@@ -225,29 +225,44 @@ pub fn origin_allowed(req: &HttpRequest, allowed: &[String]) -> bool {
     }
 }
 
+/// Why a key (or a keys file) is refused. Never contains the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("a key must not contain spaces")]
+    Spaces,
+    #[error("a key must be at least {MIN_KEY_BYTES} bytes (this one has {0})")]
+    Short(usize),
+    #[error("line {0}: {1}")]
+    Line(usize, Box<KeyError>),
+    #[error("cannot read {}: {why}", file.display())]
+    Unreadable { file: std::path::PathBuf, why: String },
+    #[error("{}: {error}", file.display())]
+    InFile { file: std::path::PathBuf, error: Box<KeyError> },
+}
+
 /// Reads a keys file: one key per line; a line starting with `#` is a comment (a `#`
 /// anywhere else is part of the key); keys must be at least [`MIN_KEY_BYTES`] long and
 /// without spaces. Errors name the line, never the key.
-pub fn parse_keys_file(text: &str) -> Result<Vec<String>, String> {
+pub fn parse_keys_file(text: &str) -> Result<Vec<String>, KeyError> {
     let mut keys = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let key = line.trim();
         if key.is_empty() || key.starts_with('#') {
             continue;
         }
-        check_key(key).map_err(|e| format!("line {}: {e}", i + 1))?;
+        check_key(key).map_err(|e| KeyError::Line(i + 1, Box::new(e)))?;
         keys.push(key.to_string());
     }
     Ok(keys)
 }
 
 /// Checks one key's shape; the error never contains the key.
-pub fn check_key(key: &str) -> Result<(), String> {
+pub fn check_key(key: &str) -> Result<(), KeyError> {
     if key.chars().any(char::is_whitespace) {
-        return Err("a key must not contain spaces".into());
+        return Err(KeyError::Spaces);
     }
     if key.len() < MIN_KEY_BYTES {
-        return Err(format!("a key must be at least {MIN_KEY_BYTES} bytes (this one has {})", key.len()));
+        return Err(KeyError::Short(key.len()));
     }
     Ok(())
 }
@@ -363,9 +378,12 @@ mod tests {
     fn keys_files_keep_hashes_inside_keys_and_refuse_short_ones() {
         let keys = parse_keys_file("# team keys\nZq#9f8a7b6c5d4e3f2a1\n\n  second-key-0123456789  \n").unwrap();
         assert_eq!(keys, ["Zq#9f8a7b6c5d4e3f2a1", "second-key-0123456789"]);
-        assert_eq!(parse_keys_file("k2\n").unwrap_err(), "line 1: a key must be at least 16 bytes (this one has 2)");
         assert_eq!(
-            parse_keys_file("# c\nsecond-key-0123456789 # ops\n").unwrap_err(),
+            parse_keys_file("k2\n").unwrap_err().to_string(),
+            "line 1: a key must be at least 16 bytes (this one has 2)"
+        );
+        assert_eq!(
+            parse_keys_file("# c\nsecond-key-0123456789 # ops\n").unwrap_err().to_string(),
             "line 2: a key must not contain spaces"
         );
     }

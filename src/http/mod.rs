@@ -24,25 +24,38 @@ use crate::roles::Serving;
 /// What the routes share: the serving role's actors.
 pub type Gateway = Serving;
 
+/// Why the server (or a node) could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A TLS identity that does not load: its key (`server.tls.cert`...), and why.
+    #[error("{key}: {why}")]
+    Tls { key: String, why: String },
+    #[error("{0}")]
+    Listen(String),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
 /// The TLS settings from a PEM certificate chain and private key (also what
 /// `check-config` loads, so that it refuses what the server would). `section` names the
 /// keys in errors (`server.tls`, `node.tls`).
-pub fn tls_config(section: &str, cert: &Path, key: &Path) -> Result<rustls::ServerConfig, String> {
+pub fn tls_config(section: &str, cert: &Path, key: &Path) -> Result<rustls::ServerConfig, ServeError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let bad = |key: &str, why: String| ServeError::Tls { key: format!("{section}{key}"), why };
     let certs = CertificateDer::pem_file_iter(cert)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("{section}.cert: {}: {e}", cert.display()))?;
+        .map_err(|e| bad(".cert", format!("{}: {e}", cert.display())))?;
     if certs.is_empty() {
-        return Err(format!("{section}.cert: {}: no certificate in the file", cert.display()));
+        return Err(bad(".cert", format!("{}: no certificate in the file", cert.display())));
     }
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("{section}.key: {}: {e}", key.display()))?;
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| bad(".key", format!("{}: {e}", key.display())))?;
     let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(|e| bad("", e.to_string()))?
         .with_no_client_auth()
         .with_single_cert(certs, key)
-        .map_err(|e| format!("{section}: the certificate and key do not make a TLS identity: {e}"))?;
+        .map_err(|e| bad("", format!("the certificate and key do not make a TLS identity: {e}")))?;
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(tls)
 }
@@ -176,12 +189,15 @@ pub fn listen_error(addr: std::net::SocketAddr, e: &std::io::Error) -> String {
 }
 
 /// Binds every address of `server.bind` before anything else starts.
-fn listeners(config: &Config) -> Result<Vec<std::net::TcpListener>, String> {
-    config.bind.iter().map(|addr| std::net::TcpListener::bind(addr).map_err(|e| listen_error(*addr, &e))).collect()
+fn listeners(config: &Config) -> Result<Vec<std::net::TcpListener>, ServeError> {
+    let bind = |addr: &std::net::SocketAddr| {
+        std::net::TcpListener::bind(addr).map_err(|e| ServeError::Listen(listen_error(*addr, &e)))
+    };
+    config.bind.iter().map(bind).collect()
 }
 
 /// Runs the server until it is stopped. Prints `omni-gateway listening on ADDR` once bound.
-pub fn run(config: Config) -> Result<(), String> {
+pub fn run(config: Config) -> Result<(), ServeError> {
     let tls = match &config.tls {
         Some((cert, key)) => Some(tls_config("server.tls", cert, key)?),
         None => None,
@@ -209,12 +225,12 @@ pub fn run(config: Config) -> Result<(), String> {
         .on_connect(crate::transport::socket::on_connect)
         .shutdown_timeout(2);
         for listener in listeners {
-            let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            let addr = listener.local_addr()?;
             server = match &tls {
                 Some(tls) => server.listen_rustls_0_23(listener, tls.clone()),
                 None => server.listen(listener),
             }
-            .map_err(|e| listen_error(addr, &e))?;
+            .map_err(|e| ServeError::Listen(listen_error(addr, &e)))?;
         }
         let scheme = if gateway.config.tls.is_some() { "https/wss" } else { "http/ws" };
         let addrs = server.addrs();
@@ -233,6 +249,6 @@ pub fn run(config: Config) -> Result<(), String> {
         let server = server.run();
         actix_web::rt::spawn(shutdown_on_signal(server.handle(), gateway.clone()));
         actix_web::rt::spawn(reload_on_hangup(gateway));
-        server.await.map_err(|e| e.to_string())
+        Ok(server.await?)
     })
 }

@@ -5,3 +5,29 @@
 
 pub mod standby;
 pub mod wire;
+
+/// Why a link to a node could not be opened or answered.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("cannot connect: {0}")]
+    Connect(std::io::Error),
+    #[error("ca {path}: {why}")]
+    Ca { path: std::path::PathBuf, why: String },
+    #[error("server_name '{name}': {why}")]
+    ServerName { name: String, why: String },
+    #[error("TLS: {0}")]
+    Tls(std::io::Error),
+    #[error("cannot say hello: {0}")]
+    Hello(std::io::Error),
+    #[error("refused: {0}")]
+    Refused(String),
+    /// The node answered something else than the hello asks for.
+    #[error("unexpected answer {0}")]
+    Unexpected(&'static str),
+    #[error("closed without an answer")]
+    Closed,
+    #[error("unreadable answer: {0}")]
+    Unreadable(std::io::Error),
+    #[error("no answer within {0} s")]
+    Timeout(u64),
+}

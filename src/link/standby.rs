@@ -27,6 +27,7 @@ use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 
 use crate::backend::remote::{CONNECT_TIMEOUT, Stream, connect, io};
 use crate::config::NodeLink;
+use crate::link::LinkError;
 use crate::link::wire::{Frames, FromNode, PROTOCOL, ToNode, frames, next_frame, read_frame, write_frame};
 
 /// A node whose links could not be opened this many times in a row is forgotten (its
@@ -117,19 +118,19 @@ impl Standby {
     }
 
     /// Opens one link: the hello, answered `Ready` once the node checked the token.
-    async fn open(&self, link: &NodeLink) -> Result<Box<dyn Stream>, String> {
+    async fn open(&self, link: &NodeLink) -> Result<Box<dyn Stream>, LinkError> {
         let hello = ToNode::Standby { protocol: PROTOCOL, token: link.token.clone(), gateway: self.gateway.clone() };
         let opened = timeout(CONNECT_TIMEOUT, async {
             let mut stream = connect(link, &hello).await?;
             match read_frame::<FromNode>(&mut stream, &mut Vec::new()).await {
                 Ok(Some(FromNode::Ready)) => Ok(stream),
-                Ok(Some(FromNode::Refused(why))) => Err(format!("refused: {why}")),
-                Ok(Some(other)) => Err(format!("unexpected answer {other:?}")),
-                Ok(None) => Err("closed without an answer (a node of an older release?)".into()),
-                Err(e) => Err(format!("unreadable answer: {e}")),
+                Ok(Some(FromNode::Refused(why))) => Err(LinkError::Refused(why)),
+                Ok(Some(other)) => Err(LinkError::Unexpected(other.kind())),
+                Ok(None) => Err(LinkError::Closed),
+                Err(e) => Err(LinkError::Unreadable(e)),
             }
         });
-        opened.await.unwrap_or_else(|_| Err(format!("no answer within {} s", CONNECT_TIMEOUT.as_secs())))
+        opened.await.unwrap_or_else(|_| Err(LinkError::Timeout(CONNECT_TIMEOUT.as_secs())))
     }
 
     /// A grant arrived on a link: kept for its BackendActor, and handed to the queue.

@@ -143,6 +143,21 @@ pub enum FromNode {
     },
 }
 
+impl FromNode {
+    /// The message's kind, for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            FromNode::Workers(_) => "Workers",
+            FromNode::Attached(_) => "Attached",
+            FromNode::Refused(_) => "Refused",
+            FromNode::Reply { .. } => "Reply",
+            FromNode::Ping => "Ping",
+            FromNode::Ready => "Ready",
+            FromNode::Granted { .. } => "Granted",
+        }
+    }
+}
+
 /// A grant a node pushes to the replica of its ticket (as the store records it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PushedGrant {

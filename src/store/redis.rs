@@ -119,15 +119,24 @@ fn grant(fields: &[String]) -> Result<Grant, ClusterError> {
     }
 }
 
+/// Why a store could not be set up (no connection is made yet: these are its addresses).
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cluster.url: {0}")]
+    Url(redis::RedisError),
+    #[error("cluster.sentinels: {0}")]
+    Sentinels(redis::RedisError),
+}
+
 impl RedisStore {
     /// `url`: `redis://[:password@]host:port/db` or `rediss://` (TLS). Connects lazily.
-    pub fn new(url: &str, prefix: &str, name: String, lease: Duration) -> Result<Arc<RedisStore>, String> {
+    pub fn new(url: &str, prefix: &str, name: String, lease: Duration) -> Result<Arc<RedisStore>, StoreError> {
         RedisStore::open(url, &[], "", prefix, name, lease)
     }
 
     /// The store of a `[cluster]` section: at `url`, or, with `sentinels`, at the master they
     /// name `sentinel_master` (`url` then gives only the password, database and TLS).
-    pub fn from_spec(spec: &crate::config::ClusterSpec) -> Result<Arc<RedisStore>, String> {
+    pub fn from_spec(spec: &crate::config::ClusterSpec) -> Result<Arc<RedisStore>, StoreError> {
         RedisStore::open(&spec.url, &spec.sentinels, &spec.sentinel_master, &spec.prefix, spec.name.clone(), spec.lease)
     }
 
@@ -138,17 +147,17 @@ impl RedisStore {
         prefix: &str,
         name: String,
         lease: Duration,
-    ) -> Result<Arc<RedisStore>, String> {
+    ) -> Result<Arc<RedisStore>, StoreError> {
         if url.starts_with("rediss://") || sentinels.iter().any(|a| a.starts_with("rediss://")) {
             // TLS through rustls, with the provider the rest of the server uses.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
         // Small commands answered at once: without TCP_NODELAY one written while the previous is
         // unacknowledged waits for the delayed ACK (tens of milliseconds in the hand-over).
-        let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| format!("cluster.url: {e}"))?;
+        let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(StoreError::Url)?;
         let tcp = info.tcp_settings().clone().set_nodelay(true);
         let target = if sentinels.is_empty() {
-            Target::Direct(redis::Client::open(info.set_tcp_settings(tcp)).map_err(|e| format!("cluster.url: {e}"))?)
+            Target::Direct(redis::Client::open(info.set_tcp_settings(tcp)).map_err(StoreError::Url)?)
         } else {
             let mut node = SentinelNodeConnectionInfo::default()
                 .set_redis_connection_info(info.redis_settings().clone())
@@ -158,7 +167,7 @@ impl RedisStore {
             }
             let addresses: Vec<String> = sentinels.iter().map(|a| sentinel_url(a)).collect();
             let client = SentinelClient::build(addresses, master, Some(node), SentinelServerType::Master)
-                .map_err(|e| format!("cluster.sentinels: {e}"))?;
+                .map_err(StoreError::Sentinels)?;
             Target::Sentinel(Mutex::new(client))
         };
         Ok(Arc::new_cyclic(|me| RedisStore {

@@ -69,7 +69,7 @@ fn speech(text: &str) -> Vec<f32> {
     let mut reader = hound::WavReader::open(&wav).unwrap();
     let rate = reader.spec().sample_rate;
     let samples: Vec<f32> = reader.samples::<i16>().map(|s| s.unwrap() as f32 / 32768.0).collect();
-    omni_gateway::audio::resample(&samples, rate, 16000).unwrap()
+    omni_actors::audio::resample(&samples, rate, 16000).unwrap()
 }
 
 /// The backend's recogniser (libomni_asr_whisper.so with the Whisper model), in this process.
@@ -185,7 +185,7 @@ async fn a_spoken_question_gets_a_spoken_answer_that_says_its_text() {
     assert!(audio.len() as f32 / 24000.0 > 0.5, "too little speech");
     assert!(rms(&audio) > 0.01, "the speech is silence (rms {})", rms(&audio));
     // The recogniser hears in the answer's audio the words of its text.
-    let heard = transcribe(&omni_gateway::audio::resample(&audio, 24000, 16000).unwrap());
+    let heard = transcribe(&omni_actors::audio::resample(&audio, 24000, 16000).unwrap());
     let said = words(&text);
     let heard_words = words(&heard);
     let matched = said.iter().filter(|w| heard_words.contains(w)).count();

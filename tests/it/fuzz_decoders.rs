@@ -9,9 +9,9 @@
 //! `PROPTEST_CASES=100000 cargo test --release --test fuzz_decoders`.
 
 use base64::Engine;
+use omni_actors::audio::{self, AudioLimits};
 use omni_actors::domain::Mode;
 use omni_actors::edge::dialect::{DecodeError, Dialect};
-use omni_gateway::audio::{self, AudioLimits};
 use omni_gateway::dialect::Limits;
 use omni_gateway::dialect::legacy::Legacy;
 use omni_gateway::dialect::minicpm::Current;

@@ -104,7 +104,7 @@ pub(super) fn pcm_format(v: &Value, param: &str) -> Result<Option<u32>, Protocol
     if !matches!(kind, "pcm16" | "pcm" | "audio/pcm") {
         return Err(invalid(param, format!("'{kind}' is not supported (16-bit PCM only: pcm16, pcm, audio/pcm)")));
     }
-    rate.map(|r| crate::audio::check_rate(r).map_err(|e| invalid(param, e))).transpose()
+    rate.map(|r| omni_actors::audio::check_rate(r).map_err(|e| invalid(param, e))).transpose()
 }
 
 pub(super) fn turn_detection(v: &Value, param: &str, flavor: Flavor) -> Result<Option<Vad>, ProtocolError> {

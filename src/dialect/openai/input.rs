@@ -15,8 +15,8 @@ use omni_actors::observe::metrics::metrics;
 use super::conf::{invalid, modalities};
 use super::held::Weigh;
 use super::{Phase, Realtime, STEP, Turn, UserTurn, VAD_ONSET_WINDOWS, VAD_WINDOW};
-use crate::audio::StreamResampler;
 use crate::dialect::wire;
+use omni_actors::audio::StreamResampler;
 
 /// pcm16 little-endian base64 into float32 samples.
 pub(super) fn decode_pcm16(b64: &str, param: &str) -> Result<Vec<f32>, ProtocolError> {
@@ -197,7 +197,7 @@ impl Realtime {
                         .ok_or_else(|| ProtocolError::MissingField(format!("{at}.audio is required")))?;
                     let pcm = decode_pcm16(b64, &format!("{at}.audio"))?;
                     let audio =
-                        crate::audio::resample(&pcm, self.conf.input_rate, 16000).map_err(|e| invalid(&at, e))?;
+                        omni_actors::audio::resample(&pcm, self.conf.input_rate, 16000).map_err(|e| invalid(&at, e))?;
                     message.audios.push(audio);
                 }
                 Some("input_image") => {

@@ -27,9 +27,9 @@ use omni_actors::observe::metrics::metrics;
 use super::Limits;
 use super::record::{AudioEncoding, JsonRedactor};
 use super::wire;
-use crate::audio::StreamResampler;
 use conf::Conf;
 use held::Counted;
+use omni_actors::audio::StreamResampler;
 
 mod conf;
 mod held;

@@ -17,7 +17,7 @@ use tokio_util::codec::FramedRead;
 
 use super::lender::Lender;
 use super::link::{GatewayLink, Limited, LinkSettings, write_loop};
-use super::messages::{Borrow, Describe};
+use super::messages::{Borrow, Describe, Refusal};
 use crate::link::wire::{FromNode, MAX_HELLO_BYTES, PROTOCOL, ToNode, write_frame};
 
 static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
@@ -59,20 +59,18 @@ pub async fn accept_loop(listener: TcpListener, door: Door) {
 }
 
 /// Whether a hello may go on: its kind, token and protocol.
-fn admit(hello: &ToNode, token: &str) -> Result<(), String> {
+fn admit(hello: &ToNode, token: &str) -> Result<(), Refusal> {
     let (given, protocol) = match hello {
         ToNode::Discover { token, protocol }
         | ToNode::Attach { token, protocol, .. }
         | ToNode::Standby { token, protocol, .. } => (token, *protocol),
-        _ => return Err("the first message must be Discover, Attach or Standby".into()),
+        _ => return Err(Refusal::NotAHello),
     };
     if !bool::from(given.as_bytes().ct_eq(token.as_bytes())) {
-        return Err("wrong token (the gateway's [[nodes]] token must be the node's [node] token)".into());
+        return Err(Refusal::WrongToken);
     }
     if protocol != PROTOCOL {
-        return Err(format!(
-            "the gateway speaks node protocol {protocol}, this node {PROTOCOL}: run the same release on both"
-        ));
+        return Err(Refusal::Protocol { theirs: protocol, ours: PROTOCOL });
     }
     Ok(())
 }
@@ -97,7 +95,7 @@ where
     };
     if let Err(why) = admit(&first, &door.token) {
         log::warn!("node: {peer}: refused: {why}");
-        let _ = write_frame(&mut wr, &FromNode::Refused(why)).await;
+        let _ = write_frame(&mut wr, &FromNode::Refused(why.to_string())).await;
         return;
     }
     let link = NEXT_LINK.fetch_add(1, Ordering::Relaxed);
@@ -125,7 +123,7 @@ where
                 Ok(Ok(lent)) => lent,
                 Ok(Err(why)) => {
                     log::info!("node: {peer}: attach to {worker} refused: {why}");
-                    let _ = write_frame(&mut wr, &FromNode::Refused(why)).await;
+                    let _ = write_frame(&mut wr, &FromNode::Refused(why.to_string())).await;
                     return;
                 }
                 Err(_) => return,

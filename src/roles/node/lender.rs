@@ -17,7 +17,7 @@ use omni_actors::queue::messages::{
 use omni_actors::worker::messages::WorkerLink;
 
 use super::cluster::Cluster;
-use super::messages::{Borrow, Describe, GiveBack, Lent, Push, Standby, StandbyEnded};
+use super::messages::{Borrow, Describe, GiveBack, Lent, Push, Refusal, Standby, StandbyEnded};
 use crate::link::wire::{Availability, NodeWorker};
 
 /// One of the node's workers, as the lender sees it.
@@ -145,31 +145,28 @@ macro_rules! ignored {
 ignored!(WorkerModes, WorkerJoined, SessionFinished, LentOpened, LendFailed);
 
 impl Handler<Borrow> for Lender {
-    type Result = Result<Lent, String>;
+    type Result = Result<Lent, Refusal>;
     fn handle(&mut self, msg: Borrow, _: &mut Context<Self>) -> Self::Result {
         let in_cluster = self.cluster.is_some();
         let Some(w) = self.workers.iter_mut().find(|w| w.name == msg.worker) else {
-            return Err(format!("this node has no worker {}", msg.worker));
+            return Err(Refusal::NoSuchWorker(msg.worker));
         };
         if w.attached.is_some() {
-            return Err(format!("worker {} is attached to another gateway", w.name));
+            return Err(Refusal::Attached(w.name.clone()));
         }
         if in_cluster {
             match &msg.grant {
-                None => return Err(format!("worker {} serves a cluster: attach with a grant from its store", w.name)),
+                None => return Err(Refusal::NeedsGrant(w.name.clone())),
                 Some(g) if w.offer.as_deref() != Some(g.nonce.as_str()) => {
-                    return Err(format!(
-                        "stale grant for ticket {}: worker {} is no longer offered under it",
-                        g.ticket, w.name
-                    ));
+                    return Err(Refusal::StaleGrant { ticket: g.ticket, worker: w.name.clone() });
                 }
                 Some(_) => {}
             }
         }
         let Some(worker) = w.worker.clone() else {
             return Err(match &w.failure {
-                Some(reason) => format!("worker {} failed: {reason}", w.name),
-                None => format!("worker {} is starting (its backend is opening)", w.name),
+                Some(reason) => Refusal::Failed { worker: w.name.clone(), reason: reason.clone() },
+                None => Refusal::Starting(w.name.clone()),
             });
         };
         w.attached = Some(msg.link);

@@ -11,7 +11,7 @@ use crate::link::wire::{AttachGrant, NodeWorker, PushedGrant};
 /// A gateway link asks for worker `worker`, for itself (`link`). In a cluster only with the
 /// grant the worker is offered under (its nonce is then spent). Answers the worker, or why not.
 #[derive(Message)]
-#[rtype(result = "Result<Lent, String>")]
+#[rtype(result = "Result<Lent, Refusal>")]
 pub struct Borrow {
     pub worker: String,
     pub link: u64,
@@ -61,6 +61,29 @@ pub struct Push {
     pub worker: WorkerLink,
     pub mode: Mode,
     pub pushed: PushedGrant,
+}
+
+/// Why a gateway is refused a worker (or a hello). Sent to the gateway as text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("this node has no worker {0}")]
+    NoSuchWorker(String),
+    #[error("worker {0} is attached to another gateway")]
+    Attached(String),
+    #[error("worker {0} serves a cluster: attach with a grant from its store")]
+    NeedsGrant(String),
+    #[error("stale grant for ticket {ticket}: worker {worker} is no longer offered under it")]
+    StaleGrant { ticket: u64, worker: String },
+    #[error("worker {worker} failed: {reason}")]
+    Failed { worker: String, reason: String },
+    #[error("worker {0} is starting (its backend is opening)")]
+    Starting(String),
+    #[error("the first message must be Discover, Attach or Standby")]
+    NotAHello,
+    #[error("wrong token (the gateway's [[nodes]] token must be the node's [node] token)")]
+    WrongToken,
+    #[error("the gateway speaks node protocol {theirs}, this node {ours}: run the same release on both")]
+    Protocol { theirs: u32, ours: u32 },
 }
 
 /// What a borrowed worker is lent as: the worker, and the mode its session runs (for status).

@@ -41,10 +41,10 @@ pub enum NodeError {
     NoWorkers(String),
     #[error("{0}: node.bind: {1}")]
     Listen(String, String),
-    #[error("{0}")]
-    Tls(String),
+    #[error(transparent)]
+    Serve(#[from] crate::http::ServeError),
     #[error("the cluster's store: {0}")]
-    Store(String),
+    Store(#[from] crate::store::redis::StoreError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -58,7 +58,7 @@ pub fn run(config: Config) -> Result<(), NodeError> {
     }
     let tls = match &serve.tls {
         Some((cert, key)) => {
-            let config = crate::http::tls_config("node.tls", cert, key).map_err(NodeError::Tls)?;
+            let config = crate::http::tls_config("node.tls", cert, key)?;
             Some(TlsAcceptor::from(Arc::new(config)))
         }
         None => None,
@@ -71,9 +71,7 @@ pub fn run(config: Config) -> Result<(), NodeError> {
         std_listeners.push(listener);
     }
     let store = match &config.cluster {
-        Some(spec) => {
-            Some(crate::store::redis::RedisStore::from_spec(spec).map_err(|e| NodeError::Store(e.to_string()))?)
-        }
+        Some(spec) => Some(crate::store::redis::RedisStore::from_spec(spec)?),
         None => None,
     };
     System::new().block_on(async move {

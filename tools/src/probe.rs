@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
 use super::client::{self, WireDialect, next};
-use crate::audio;
+use omni_actors::audio;
 
 #[derive(Args, Debug, Clone)]
 pub struct ProbeArgs {

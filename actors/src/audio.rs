@@ -1,4 +1,5 @@
-//! Audio conversions at the edge: WAV files in any PCM format, resampling with a proper
+//! The domain's audio at the edges (16 kHz mono in, 24 kHz out, float32): WAV files in any PCM
+//! format, resampling with a proper
 //! band-limited resampler (rubato), and float32 / pcm16 sample formats.
 //!
 //! Everything here takes audio from clients, so every size a client declares (sample rate,
@@ -34,35 +35,46 @@ impl AudioLimits {
     }
 }
 
-/// Checks a client's sample rate: `Err` says why, for an `invalid_payload` naming the field.
-pub fn check_rate(rate: u64) -> Result<u32, String> {
-    if (MIN_RATE as u64..=MAX_RATE as u64).contains(&rate) {
-        Ok(rate as u32)
-    } else {
-        Err(format!("sample rate {rate} Hz is outside {MIN_RATE}..{MAX_RATE} Hz"))
-    }
+/// Why a client's audio is refused (the text goes into an `invalid_payload` naming the field).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AudioError {
+    #[error("sample rate {0} Hz is outside {MIN_RATE}..{MAX_RATE} Hz")]
+    Rate(u64),
+    #[error("not a PCM WAV file ({0})")]
+    NotWav(String),
+    #[error("{0} channels; at most {MAX_CHANNELS} are accepted")]
+    Channels(u16),
+    #[error("{seconds:.1} s of audio; at most {max} s are accepted")]
+    TooLong { seconds: f64, max: f64 },
+    #[error("cannot read the WAV samples ({0})")]
+    Samples(String),
+    #[error("sample {0} is not a finite number")]
+    NotFinite(usize),
+    #[error("resampler: {0}")]
+    Resampler(String),
+}
+
+/// Checks a client's sample rate.
+pub fn check_rate(rate: u64) -> Result<u32, AudioError> {
+    if (MIN_RATE as u64..=MAX_RATE as u64).contains(&rate) { Ok(rate as u32) } else { Err(AudioError::Rate(rate)) }
 }
 
 /// Decodes a WAV file (integer or float PCM, 8 to 192 kHz, at most 8 channels, at most
 /// `limits.max_seconds` long) into mono float32 samples (channels averaged) and its rate.
 /// The header is checked before any sample is read; the samples are read into a buffer
 /// sized by the data actually present, never by what the header claims.
-pub fn decode_wav(bytes: &[u8], limits: AudioLimits) -> Result<(Vec<f32>, u32), String> {
-    let reader = hound::WavReader::new(Cursor::new(bytes)).map_err(|e| format!("not a PCM WAV file ({e})"))?;
+pub fn decode_wav(bytes: &[u8], limits: AudioLimits) -> Result<(Vec<f32>, u32), AudioError> {
+    let reader = hound::WavReader::new(Cursor::new(bytes)).map_err(|e| AudioError::NotWav(e.to_string()))?;
     let spec = reader.spec();
     let rate = check_rate(spec.sample_rate as u64)?;
     if spec.channels > MAX_CHANNELS {
-        return Err(format!("{} channels; at most {MAX_CHANNELS} are accepted", spec.channels));
+        return Err(AudioError::Channels(spec.channels));
     }
     let channels = spec.channels.max(1) as usize;
     let frames = reader.duration() as usize;
     let limit = limits.max_samples(rate);
     if frames > limit {
-        return Err(format!(
-            "{:.1} s of audio; at most {} s are accepted",
-            frames as f64 / rate as f64,
-            limits.max_seconds
-        ));
+        return Err(AudioError::TooLong { seconds: frames as f64 / rate as f64, max: limits.max_seconds });
     }
     // What the header declares may exceed what the file holds: size by the bytes present.
     let bytes_per_sample = (spec.bits_per_sample as usize).div_ceil(8).max(1);
@@ -71,9 +83,9 @@ pub fn decode_wav(bytes: &[u8], limits: AudioLimits) -> Result<(Vec<f32>, u32), 
     match spec.sample_format {
         hound::SampleFormat::Float => {
             for s in reader.into_samples::<f32>() {
-                let v = s.map_err(|e| format!("cannot read the WAV samples ({e})"))?;
+                let v = s.map_err(|e| AudioError::Samples(e.to_string()))?;
                 if !v.is_finite() {
-                    return Err(format!("sample {} is not a finite number", interleaved.len()));
+                    return Err(AudioError::NotFinite(interleaved.len()));
                 }
                 interleaved.push(v);
             }
@@ -81,7 +93,7 @@ pub fn decode_wav(bytes: &[u8], limits: AudioLimits) -> Result<(Vec<f32>, u32), 
         hound::SampleFormat::Int => {
             let scale = 1.0 / (1u64 << (spec.bits_per_sample.clamp(1, 32) - 1)) as f32;
             for s in reader.into_samples::<i32>() {
-                interleaved.push(s.map_err(|e| format!("cannot read the WAV samples ({e})"))? as f32 * scale);
+                interleaved.push(s.map_err(|e| AudioError::Samples(e.to_string()))? as f32 * scale);
             }
         }
     }
@@ -91,6 +103,10 @@ pub fn decode_wav(bytes: &[u8], limits: AudioLimits) -> Result<(Vec<f32>, u32), 
         interleaved.chunks_exact(channels).map(|frame| frame.iter().sum::<f32>() / channels as f32).collect()
     };
     Ok((mono, rate))
+}
+
+fn resampler_error(e: impl std::fmt::Display) -> AudioError {
+    AudioError::Resampler(e.to_string())
 }
 
 /// The largest input block (`from / gcd(from, to)`) the FFT resampler is used for. Every
@@ -108,12 +124,12 @@ fn gcd(mut a: u32, mut b: u32) -> u32 {
 }
 
 /// A mono resampler from `from` to `to` Hz taking `chunk` input frames at a time.
-fn resampler(from: u32, to: u32, chunk: usize) -> Result<Box<dyn Resampler<f32>>, String> {
+fn resampler(from: u32, to: u32, chunk: usize) -> Result<Box<dyn Resampler<f32>>, AudioError> {
     check_rate(from as u64)?;
     check_rate(to as u64)?;
     let g = gcd(from, to);
     if from / g <= MAX_FFT_BLOCK && to / g <= MAX_FFT_BLOCK {
-        let fft = Fft::<f32>::new(from as usize, to as usize, chunk, 1, FixedSync::Input).map_err(|e| e.to_string())?;
+        let fft = Fft::<f32>::new(from as usize, to as usize, chunk, 1, FixedSync::Input).map_err(resampler_error)?;
         return Ok(Box::new(fft));
     }
     let sinc = SincInterpolationParameters {
@@ -124,18 +140,18 @@ fn resampler(from: u32, to: u32, chunk: usize) -> Result<Box<dyn Resampler<f32>>
         window: WindowFunction::BlackmanHarris2,
     };
     let ratio = to as f64 / from as f64;
-    let r = Async::<f32>::new_sinc(ratio, 1.0, &sinc, chunk, 1, FixedAsync::Input).map_err(|e| e.to_string())?;
+    let r = Async::<f32>::new_sinc(ratio, 1.0, &sinc, chunk, 1, FixedAsync::Input).map_err(resampler_error)?;
     Ok(Box::new(r))
 }
 
 /// Resamples a whole mono clip from `from` Hz to `to` Hz (both within the accepted range).
-pub fn resample(samples: &[f32], from: u32, to: u32) -> Result<Vec<f32>, String> {
+pub fn resample(samples: &[f32], from: u32, to: u32) -> Result<Vec<f32>, AudioError> {
     if from == to || samples.is_empty() {
         return Ok(samples.to_vec());
     }
-    let input = InterleavedSlice::new(samples, 1, samples.len()).map_err(|e| e.to_string())?;
+    let input = InterleavedSlice::new(samples, 1, samples.len()).map_err(resampler_error)?;
     let mut resampler = resampler(from, to, 1024)?;
-    let out = resampler.process_all(&input, samples.len(), None).map_err(|e| e.to_string())?;
+    let out = resampler.process_all(&input, samples.len(), None).map_err(resampler_error)?;
     Ok(out.take_data())
 }
 
@@ -148,7 +164,7 @@ pub struct StreamResampler {
 }
 
 impl StreamResampler {
-    pub fn new(from: u32, to: u32) -> Result<StreamResampler, String> {
+    pub fn new(from: u32, to: u32) -> Result<StreamResampler, AudioError> {
         check_rate(from as u64)?;
         check_rate(to as u64)?;
         let inner = if from == to { None } else { Some(resampler(from, to, 480)?) };
@@ -199,12 +215,12 @@ impl StreamResampler {
 }
 
 /// A WAV file as 16 kHz mono float32, the backend's input format.
-pub fn wav_to_16k_mono(bytes: &[u8], limits: AudioLimits) -> Result<Vec<f32>, String> {
+pub fn wav_to_16k_mono(bytes: &[u8], limits: AudioLimits) -> Result<Vec<f32>, AudioError> {
     let (mono, rate) = decode_wav(bytes, limits)?;
     resample(&mono, rate, 16000)
 }
 
-pub use omni_actors::observe::recorder::{to_i24, wav_spec};
+pub use crate::observe::recorder::{to_i24, wav_spec};
 
 /// Writes mono float32 samples as a 24-bit PCM WAV file.
 pub fn encode_wav(samples: &[f32], rate: u32) -> Vec<u8> {
@@ -334,7 +350,7 @@ mod tests {
         let input = tone(16000, 0.5, 200.0);
         let (back, rate) = decode_wav(&encode_wav_f32(&input, 16000), LIMITS).unwrap();
         assert_eq!((back, rate), (input, 16000));
-        assert!(decode_wav(b"RIFF....WAVEnope", LIMITS).unwrap_err().starts_with("not a PCM WAV file"));
+        assert!(decode_wav(b"RIFF....WAVEnope", LIMITS).unwrap_err().to_string().starts_with("not a PCM WAV file"));
     }
 
     #[test]
@@ -357,9 +373,12 @@ mod tests {
     fn a_crafted_rate_is_refused_before_anything_is_allocated() {
         // The 300-byte frame that once took the server down: 8-bit PCM at 4,294,967,291 Hz.
         let wav = crafted_wav(4_294_967_291, 1, 8, &[128; 100], None);
-        assert_eq!(decode_wav(&wav, LIMITS).unwrap_err(), "sample rate 4294967291 Hz is outside 8000..192000 Hz");
+        assert_eq!(
+            decode_wav(&wav, LIMITS).unwrap_err().to_string(),
+            "sample rate 4294967291 Hz is outside 8000..192000 Hz"
+        );
         let e = decode_wav(&crafted_wav(7999, 1, 8, &[128; 100], None), LIMITS).unwrap_err();
-        assert!(e.starts_with("sample rate 7999 Hz"), "{e}");
+        assert!(e.to_string().starts_with("sample rate 7999 Hz"), "{e}");
         assert!(decode_wav(&crafted_wav(192_000, 1, 8, &[128; 100], None), LIMITS).is_ok());
         for rate in [0u32, 1, 192_001, u32::MAX] {
             assert!(resample(&[0.0; 10], rate, 16000).is_err(), "{rate}");
@@ -384,12 +403,12 @@ mod tests {
     #[test]
     fn channels_and_length_are_bounded() {
         let e = decode_wav(&crafted_wav(16000, 9, 8, &[128; 90], None), LIMITS).unwrap_err();
-        assert_eq!(e, "9 channels; at most 8 are accepted");
+        assert_eq!(e.to_string(), "9 channels; at most 8 are accepted");
         // 31 s declared (the data need not be there for the header to be refused)
         let e = decode_wav(&crafted_wav(16000, 1, 16, &[0; 64], Some(31 * 16000 * 2)), LIMITS).unwrap_err();
-        assert_eq!(e, "31.0 s of audio; at most 30 s are accepted");
+        assert_eq!(e.to_string(), "31.0 s of audio; at most 30 s are accepted");
         // A header that declares more data than the file holds is an error, not an allocation.
         let e = decode_wav(&crafted_wav(16000, 1, 16, &[0; 64], Some(20 * 16000 * 2)), LIMITS).unwrap_err();
-        assert!(e.starts_with("cannot read the WAV samples"), "{e}");
+        assert!(e.to_string().starts_with("cannot read the WAV samples"), "{e}");
     }
 }

@@ -1,0 +1,173 @@
+//! `[cluster]`: gateway replicas (and their nodes) sharing one queue and their nodes' workers
+//! through a store. Checked here, never opened: the store is reached when a role starts.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::check::{Base, Invalid, name_ok, positive, secret};
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// "none" (one gateway, the default) or "redis".
+    pub engine: String,
+    /// `redis://[:PASSWORD@]HOST:PORT/DB`, or `rediss://` for TLS.
+    pub url: String,
+    /// Redis Sentinels, `HOST:PORT` or a URL with their password or TLS
+    /// (`redis://:PASSWORD@HOST:PORT`, `rediss://...`): the store is the master they name
+    /// `sentinel_master`, found again after a failover (`url` then gives only the master's
+    /// password, database and TLS).
+    pub sentinels: Vec<String>,
+    /// The name the Sentinels monitor the store's master under.
+    pub sentinel_master: String,
+    /// This process's name in the store (a replica's, or a node's: its workers are
+    /// `NAME/WORKER`); unique in the cluster. Default: HOSTNAME-PID.
+    pub name: String,
+    /// Every key starts with `{PREFIX}` (one hash slot): several clusters can share a Redis.
+    pub prefix: String,
+    /// A replica or node not heard from for this long is gone: its waiting tickets leave
+    /// the queue, its free workers are no longer offered.
+    pub lease_s: f64,
+    /// A node gives a granted worker to the next client when the gateway has not attached
+    /// it within this long.
+    pub attach_timeout_s: f64,
+    /// A replica's: links kept open to each node, on which the node pushes its grants attached
+    /// (0: grants come through the store and each opens its own link).
+    pub standby_links: usize,
+    /// A replica's: the nodes' `[node] token`.
+    pub token: String,
+    /// A replica's: a PEM certificate the nodes' TLS is verified against (empty: plain TCP).
+    pub ca: String,
+    /// A replica's: the name the nodes' certificates are for (default: the node's host).
+    pub server_name: String,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            engine: "none".into(),
+            url: String::new(),
+            sentinels: Vec::new(),
+            sentinel_master: "mymaster".into(),
+            name: String::new(),
+            prefix: "og".into(),
+            lease_s: 3.0,
+            attach_timeout_s: 5.0,
+            standby_links: 4,
+            token: String::new(),
+            ca: String::new(),
+            server_name: String::new(),
+        }
+    }
+}
+
+/// `[cluster]` validated, when `engine = "redis"`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterSpec {
+    pub url: String,
+    pub sentinels: Vec<String>,
+    pub sentinel_master: String,
+    pub name: String,
+    pub prefix: String,
+    pub lease: Duration,
+    pub attach_timeout: Duration,
+    pub standby_links: usize,
+    pub token: String,
+    pub ca: Option<PathBuf>,
+    pub server_name: String,
+}
+
+impl ClusterSpec {
+    /// The URL without its password, for logs.
+    pub fn redacted_url(&self) -> String {
+        match (self.url.split_once("://"), self.url.rsplit_once('@')) {
+            (Some((scheme, _)), Some((_, host))) => format!("{scheme}://***@{host}"),
+            _ => self.url.clone(),
+        }
+    }
+}
+
+/// What the rest of the configuration says about this process's part in a cluster.
+pub struct Part {
+    /// It is a node (`[node]`), not a replica.
+    pub node: bool,
+    /// It lists `[[workers]]` or `[[nodes]]` of its own.
+    pub own_workers: bool,
+}
+
+impl ClusterConfig {
+    /// `None` with `engine = "none"`.
+    pub fn validate(&self, part: Part, base: Base<'_>) -> Result<Option<ClusterSpec>, Invalid> {
+        match self.engine.as_str() {
+            "none" => return Ok(None),
+            "redis" => {}
+            other => return Err(Invalid::new("engine", format!("'{other}' is not one of: none, redis"))),
+        }
+        if !(self.url.starts_with("redis://") || self.url.starts_with("rediss://")) {
+            return Err(Invalid::new("url", "is required: redis://HOST:PORT/DB (rediss:// for TLS)"));
+        }
+        redis::IntoConnectionInfo::into_connection_info(self.url.as_str())
+            .map_err(|e| Invalid::new("url", e.to_string()))?;
+        for a in &self.sentinels {
+            let is_url = a.starts_with("redis://") || a.starts_with("rediss://");
+            let host_port =
+                a.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !(is_url || host_port) {
+                return Err(Invalid::new("sentinels", format!("'{a}' is neither HOST:PORT nor a redis:// URL")));
+            }
+            if is_url {
+                redis::IntoConnectionInfo::into_connection_info(a.as_str())
+                    .map_err(|e| Invalid::new("sentinels", e.to_string()))?;
+            }
+        }
+        if !self.sentinels.is_empty() && self.sentinel_master.is_empty() {
+            return Err(Invalid::new("sentinel_master", "names the master the Sentinels monitor"));
+        }
+        positive("lease_s", self.lease_s)?;
+        positive("attach_timeout_s", self.attach_timeout_s)?;
+        if self.standby_links > 64 {
+            return Err(Invalid::new("standby_links", format!("{} is over 64 links per node", self.standby_links)));
+        }
+        if !name_ok(&self.prefix) {
+            return Err(Invalid::new("prefix", "must be letters, digits, '_', '.' or '-'"));
+        }
+        let name = if self.name.is_empty() { default_name() } else { self.name.clone() };
+        if !name_ok(&name) {
+            return Err(Invalid::new("name", format!("'{name}' must use only letters, digits, '_', '.' and '-'")));
+        }
+        if !part.node {
+            // A replica: its workers are the nodes' (the store's), and it must reach them.
+            if part.own_workers {
+                return Err(Invalid::new(
+                    "",
+                    "a replica of a cluster serves the workers of the cluster's nodes: move [[workers]] to a node \
+                     (omni-gateway node) and drop [[nodes]]",
+                ));
+            }
+            secret("token", &self.token).map_err(|e| Invalid::new("token", format!("the nodes' token: {}", e.why)))?;
+        }
+        let ca = (!self.ca.is_empty()).then(|| base.file("ca", &self.ca)).transpose()?;
+        Ok(Some(ClusterSpec {
+            url: self.url.clone(),
+            sentinels: self.sentinels.clone(),
+            sentinel_master: self.sentinel_master.clone(),
+            name,
+            prefix: self.prefix.clone(),
+            lease: Duration::from_secs_f64(self.lease_s),
+            attach_timeout: Duration::from_secs_f64(self.attach_timeout_s),
+            standby_links: self.standby_links,
+            token: self.token.clone(),
+            ca,
+            server_name: self.server_name.clone(),
+        }))
+    }
+}
+
+/// HOSTNAME-PID: unique on a host, readable in the store and in the nodes' logs.
+fn default_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host: String = host.trim().chars().filter(|ch| ch.is_ascii_alphanumeric() || "_.-".contains(*ch)).collect();
+    format!("{}-{}", if host.is_empty() { "host" } else { &host }, std::process::id())
+}

@@ -1,0 +1,126 @@
+//! `[server]`: where the gateway listens and what one connection may do.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::check::{Base, Invalid, not_negative, positive, resolve_bind};
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub bind: String,
+    pub max_frame_bytes: usize,
+    /// Output a client has not read yet, past which its session ends (slow_consumer).
+    pub max_outgoing_bytes: u64,
+    pub heartbeat_interval_s: f64,
+    pub heartbeat_timeout_s: f64,
+    pub shutdown_grace_s: f64,
+    /// Open connections per client address (an IPv6 /64 counts as one); 0 = no cap.
+    pub max_connections_per_ip: usize,
+    /// Connections per client address waiting for a worker; 0 = no cap.
+    pub max_waiting_per_ip: usize,
+    /// Messages (and pings) per second one connection may send; past it they are dropped
+    /// and, persisting, the connection is closed (1008). 0 = no limit.
+    pub max_messages_per_s: f64,
+    /// Messages one connection may send at once beyond the rate.
+    pub max_messages_burst: f64,
+    /// A message sent in fragments must be finished this long after its first frame.
+    pub message_timeout_s: f64,
+    /// What every connection's unfinished fragmented messages may hold together.
+    pub max_fragment_buffer_mb: f64,
+    /// Reverse proxies whose `X-Forwarded-For` names the client (IP addresses).
+    pub trusted_proxies: Vec<String>,
+    pub allowed_origins: Vec<String>,
+    pub tls: TlsConfig,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            bind: "127.0.0.1:8006".into(),
+            max_frame_bytes: 4 * 1024 * 1024,
+            max_outgoing_bytes: 8 * 1024 * 1024,
+            heartbeat_interval_s: 5.0,
+            heartbeat_timeout_s: 30.0,
+            shutdown_grace_s: 10.0,
+            max_connections_per_ip: 32,
+            max_waiting_per_ip: 8,
+            max_messages_per_s: 200.0,
+            max_messages_burst: 400.0,
+            message_timeout_s: 10.0,
+            max_fragment_buffer_mb: 128.0,
+            trusted_proxies: Vec::new(),
+            allowed_origins: Vec::new(),
+            tls: TlsConfig::default(),
+        }
+    }
+}
+
+/// `[server.tls]` (and `[node.tls]`): with both set, TLS only.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    pub cert: String,
+    pub key: String,
+}
+
+/// What `[server]` settles besides its plain values.
+pub struct Checked {
+    /// `bind` resolved: every address a host name stands for.
+    pub bind: Vec<SocketAddr>,
+    pub tls: Option<(PathBuf, PathBuf)>,
+    pub trusted_proxies: Vec<IpAddr>,
+}
+
+impl ServerConfig {
+    pub fn heartbeat_interval(&self) -> Duration {
+        Duration::from_secs_f64(self.heartbeat_interval_s)
+    }
+
+    pub fn heartbeat_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.heartbeat_timeout_s)
+    }
+
+    /// Checks the section; keys in errors are its own (`bind`, `tls.cert`...).
+    pub fn validate(&self, base: Base<'_>) -> Result<Checked, Invalid> {
+        let bind = resolve_bind("bind", &self.bind)?;
+        positive("max_frame_bytes", self.max_frame_bytes as f64)?;
+        if self.max_outgoing_bytes < 65536 {
+            return Err(Invalid::new("max_outgoing_bytes", "must be at least 65536"));
+        }
+        if self.max_frame_bytes < 1024 {
+            return Err(Invalid::new("max_frame_bytes", "must be at least 1024"));
+        }
+        positive("heartbeat_interval_s", self.heartbeat_interval_s)?;
+        positive("heartbeat_timeout_s", self.heartbeat_timeout_s)?;
+        if self.heartbeat_timeout_s <= self.heartbeat_interval_s {
+            return Err(Invalid::new("heartbeat_timeout_s", "must be longer than server.heartbeat_interval_s"));
+        }
+        let tls = base.tls_pair("server", &self.tls.cert, &self.tls.key)?;
+        positive("shutdown_grace_s", self.shutdown_grace_s)?;
+        not_negative("max_messages_per_s", self.max_messages_per_s)?;
+        if self.max_messages_per_s > 0.0 && self.max_messages_burst < 1.0 {
+            return Err(Invalid::new("max_messages_burst", "must be at least 1"));
+        }
+        positive("message_timeout_s", self.message_timeout_s)?;
+        positive("max_fragment_buffer_mb", self.max_fragment_buffer_mb)?;
+        let mut trusted_proxies = Vec::new();
+        for (i, p) in self.trusted_proxies.iter().enumerate() {
+            let ip = p
+                .trim()
+                .parse()
+                .map_err(|_| Invalid::new(format!("trusted_proxies[{i}]"), format!("'{p}' is not an IP address")))?;
+            trusted_proxies.push(ip);
+        }
+        for (i, origin) in self.allowed_origins.iter().enumerate() {
+            if !(origin.starts_with("http://") || origin.starts_with("https://")) || origin.ends_with('/') {
+                let why = format!("'{origin}' is not an origin like https://example.com");
+                return Err(Invalid::new(format!("allowed_origins[{i}]"), why));
+            }
+        }
+        Ok(Checked { bind, tls, trusted_proxies })
+    }
+}

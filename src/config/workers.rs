@@ -1,0 +1,199 @@
+//! `[[workers]]`: the workers of this host, each entry standing for `count` of them.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+
+use omni_actors::domain::Mode;
+use serde::Deserialize;
+
+use super::check::{Base, Invalid, check_name};
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    Builtin,
+    Library,
+    /// A MiniCPM-o model worker (its HTTP/WebSocket protocol) at `url`.
+    #[serde(rename = "minicpmo-worker")]
+    MinicpmoWorker,
+}
+
+/// One `[[workers]]` entry as written; it stands for `count` workers.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerEntry {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default = "default_backend")]
+    pub backend: BackendKind,
+    #[serde(default)]
+    pub library: Option<PathBuf>,
+    /// `backend = "minicpmo-worker"`: the worker's base URL (`http://gpu1:22400`).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Where the backend runs; defaults to "thread" for builtin, "process" for library.
+    #[serde(default)]
+    pub isolation: Option<Isolation>,
+    #[serde(default = "default_count")]
+    pub count: usize,
+    #[serde(default = "default_modes")]
+    pub modes: Vec<String>,
+    #[serde(default)]
+    pub options: BTreeMap<String, toml::Value>,
+}
+
+/// Where a worker's backend runs: on a thread of the gateway, or in a child process of its
+/// own (a crash in the backend then takes only the child down).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    Thread,
+    Process,
+}
+
+fn default_backend() -> BackendKind {
+    BackendKind::Builtin
+}
+fn default_count() -> usize {
+    1
+}
+fn default_modes() -> Vec<String> {
+    Mode::ALL.iter().map(|m| m.as_str().to_string()).collect()
+}
+
+/// Where a worker's backend comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendSource {
+    Builtin,
+    /// A shared library, its path resolved against the config file's directory.
+    Library(PathBuf),
+    /// A MiniCPM-o model worker at this base URL (`http://host:port`).
+    MinicpmoWorker(String),
+}
+
+impl BackendSource {
+    /// For status and logs: "builtin", the library's path, or the worker's URL.
+    pub fn label(&self) -> String {
+        match self {
+            BackendSource::Builtin => "builtin".to_string(),
+            BackendSource::Library(p) => p.display().to_string(),
+            BackendSource::MinicpmoWorker(url) => format!("minicpmo-worker {url}"),
+        }
+    }
+}
+
+/// One worker of the pool, after expanding `count`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerSpec {
+    /// `NAME-i`, unique in the pool.
+    pub name: String,
+    /// Index of the `[[workers]]` entry it came from.
+    pub entry: usize,
+    pub source: BackendSource,
+    pub isolation: Isolation,
+    pub modes: Vec<Mode>,
+    /// `[workers.options]` as text, handed to the backend's open call.
+    pub options: Vec<(String, String)>,
+}
+
+/// Every entry checked and expanded into workers with unique names; errors name
+/// `workers[i].KEY`.
+pub fn validate(entries: &[WorkerEntry], base: Base<'_>) -> Result<Vec<WorkerSpec>, Invalid> {
+    let mut workers = Vec::new();
+    let mut names = HashSet::new();
+    for (i, entry) in entries.iter().enumerate() {
+        for w in entry.validate(i, base).map_err(|e| e.under(&format!("workers[{i}]")))? {
+            if !names.insert(w.name.clone()) {
+                let why = format!("worker name {} is used twice", w.name);
+                return Err(Invalid::new(format!("workers[{i}].name"), why));
+            }
+            workers.push(w);
+        }
+    }
+    Ok(workers)
+}
+
+impl WorkerEntry {
+    /// The entry checked, as its `count` workers; keys in errors are the entry's own.
+    pub fn validate(&self, i: usize, base: Base<'_>) -> Result<Vec<WorkerSpec>, Invalid> {
+        let name = self.name.clone().unwrap_or_else(|| format!("worker{i}"));
+        check_name("name", &name)?;
+        if self.count == 0 {
+            return Err(Invalid::new("count", "must be at least 1"));
+        }
+        if self.library.is_some() && self.backend != BackendKind::Library {
+            return Err(Invalid::new("library", "only allowed with backend = \"library\""));
+        }
+        if self.url.is_some() && self.backend != BackendKind::MinicpmoWorker {
+            return Err(Invalid::new("url", "only allowed with backend = \"minicpmo-worker\""));
+        }
+        let source = match (self.backend, &self.library, &self.url) {
+            (BackendKind::Builtin, _, _) => BackendSource::Builtin,
+            (BackendKind::Library, None, _) => {
+                return Err(Invalid::new("library", "required with backend = \"library\""));
+            }
+            (BackendKind::Library, Some(lib), _) => {
+                let resolved = base.resolve(lib);
+                if !resolved.is_file() {
+                    return Err(Invalid::new("library", format!("no such file: {}", resolved.display())));
+                }
+                BackendSource::Library(resolved)
+            }
+            (BackendKind::MinicpmoWorker, _, None) => {
+                let why = "required with backend = \"minicpmo-worker\" (e.g. http://gpu1:22400)";
+                return Err(Invalid::new("url", why));
+            }
+            (BackendKind::MinicpmoWorker, _, Some(url)) => BackendSource::MinicpmoWorker(worker_url(url)?),
+        };
+        let isolation = match (&source, self.isolation) {
+            (BackendSource::MinicpmoWorker(_), Some(_)) => {
+                return Err(Invalid::new("isolation", "not for a minicpmo-worker (it is a process of its own)"));
+            }
+            (_, Some(isolation)) => isolation,
+            (BackendSource::Library(_), None) => Isolation::Process,
+            (_, None) => Isolation::Thread,
+        };
+        if self.modes.is_empty() {
+            return Err(Invalid::new("modes", "must name at least one of chat, video, audio"));
+        }
+        let mut modes = Vec::new();
+        for (j, m) in self.modes.iter().enumerate() {
+            let mode: Mode = m.parse().map_err(|e| Invalid::new(format!("modes[{j}]"), e))?;
+            if !modes.contains(&mode) {
+                modes.push(mode);
+            }
+        }
+        let mut options = Vec::new();
+        for (k, v) in &self.options {
+            let text = match v {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Integer(n) => n.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                _ => return Err(Invalid::new(format!("options.{k}"), "must be a string, a number or a boolean")),
+            };
+            options.push((k.clone(), text));
+        }
+        Ok((0..self.count)
+            .map(|n| WorkerSpec {
+                name: format!("{name}-{n}"),
+                entry: i,
+                source: source.clone(),
+                isolation,
+                modes: modes.clone(),
+                options: options.clone(),
+            })
+            .collect())
+    }
+}
+
+/// A worker's base URL: `http://HOST:PORT` (no path), without the trailing slash.
+fn worker_url(url: &str) -> Result<String, Invalid> {
+    let rest =
+        url.strip_prefix("http://").ok_or_else(|| Invalid::new("url", format!("'{url}' must start with http://")))?;
+    let rest = rest.trim_end_matches('/');
+    if rest.is_empty() || rest.contains('/') || rest.contains('?') {
+        return Err(Invalid::new("url", format!("'{url}' must be http://HOST:PORT, with no path")));
+    }
+    Ok(format!("http://{rest}"))
+}
