@@ -14,6 +14,8 @@
 #    replicas' and the node's logs, how long each stage of it took (scripts/handover_stages.py).
 # 3. WAITING clients keep waiting while 8 workers hand over one 1 s session after another for
 #    80 s: the hand-over with that many waiting throughout (in 2. the queue drains).
+# SERVER_BIN runs another build as the replicas, the gateway and the node, under this build's
+# load generator.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 waiting=${1:-2000}
@@ -43,7 +45,7 @@ count = $3
 step_ms = 0
 $4
 TOML
-    RUST_LOG=$log "$bin" --config "$dir/$1.toml" node > "$dir/$1.log" 2>&1 &
+    RUST_LOG=$log "$server_bin" --config "$dir/$1.toml" node > "$dir/$1.log" 2>&1 &
     node=$!
     pids+=("$node")
 }

@@ -1,10 +1,13 @@
 # Shared by the scripts in this directory: a release build, a free port, a server started
 # on a config and waited for.
 
-# Builds the release binary; sets $bin.
+# Builds the release binary; sets $bin (the tools: loadgen, probe) and $server_bin (what runs as
+# the server, its nodes and replicas: $bin, or SERVER_BIN to measure another build, such as the
+# previous release, under the same load generator).
 build_release() {
     cargo build --release --quiet
     bin=target/release/omni-gateway
+    server_bin=${SERVER_BIN:-$bin}
 }
 
 # prepare OUT_DIR: creates it, builds the release binary, sets $port to a free port.
@@ -22,7 +25,7 @@ free_port() {
 # start_server CONFIG LOG PORT: starts the gateway in the background (log level from
 # RUST_LOG, default warn), sets $server to its pid, and waits until /readyz answers.
 start_server() {
-    RUST_LOG=${RUST_LOG:-warn} "$bin" --config "$1" > "$2" 2>&1 &
+    RUST_LOG=${RUST_LOG:-warn} "$server_bin" --config "$1" > "$2" 2>&1 &
     server=$!
     for _ in $(seq 300); do
         curl -sf "http://127.0.0.1:$3/readyz" > /dev/null && return 0

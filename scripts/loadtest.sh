@@ -9,6 +9,7 @@
 # VIA=node runs the workers in an `omni-gateway node` on the same machine instead, which the
 # gateway reaches over loopback TCP ([[nodes]]); the node's CPU is reported too.
 # EXTRA_TOML is appended to the gateway's config (e.g. [usage], [[webhooks]]).
+# SERVER_BIN runs another build as the server (and node), under this build's load generator.
 # The figures in docs/performance.md and docs/reliability.md come from this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +37,7 @@ bind = "127.0.0.1:$node_port"
 token = "$token"
 $workers_toml
 TOML
-    RUST_LOG=${RUST_LOG:-warn} "$bin" --config "$dir/node.toml" node > "$dir/node.log" 2>&1 &
+    RUST_LOG=${RUST_LOG:-warn} "$server_bin" --config "$dir/node.toml" node > "$dir/node.log" 2>&1 &
     node=$!
     nodes_toml="[[nodes]]
 name = \"node\"

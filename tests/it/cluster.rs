@@ -345,7 +345,8 @@ async fn without_redis_new_clients_are_refused_and_running_sessions_go_on() {
     let g1 = replica(&redis, "g1");
     let mut running = active(&g1, "audio").await;
     redis.signal("STOP");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The replica's beat fails: it knows the store is down.
+    g1.wait_status("the store unreachable", WAIT, |s| s["cluster"]["store"] == "unreachable");
     talk(&mut running, "input_1").await;
     let mut refused = Client::connect(&g1.url("/v1/realtime?mode=audio")).await;
     let e: Value = refused.until("error").await;

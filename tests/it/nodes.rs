@@ -79,7 +79,8 @@ async fn force_listen_reaches_the_node_mid_step() {
     c.send(append(&loud())).await;
     answer_to(&mut c, "input_1").await;
     c.send(append(&quiet())).await; // starts a reply: its step blocks on the node
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The gateway has it (and sends it to the idle worker at once): the next chunk overtakes it.
+    server.wait_metric("omni_chunks_received_total{mode=\"audio\"}", 2.0, WAIT);
     let sent = Instant::now();
     c.send(append_with(&quiet(), json!({"force_listen": true}))).await;
     let deltas = answer_to(&mut c, "input_3").await;
@@ -245,11 +246,11 @@ async fn the_link_can_be_tls() {
     c.until("session.closed").await;
     // A gateway speaking plain TCP to it gets nowhere.
     let mut plain = gateway(&node.entry("gpu2", ""));
-    plain.wait_log("node gpu2", WAIT);
-    std::thread::sleep(Duration::from_millis(500));
+    node.wait_log("TLS handshake failed", WAIT);
+    plain.wait_log("node gpu2 (", WAIT);
+    plain.wait_log("trying again", WAIT);
     assert_eq!(plain.status()["workers"].as_array().unwrap().len(), 0);
     plain.skip_invariants();
-    node.wait_log("TLS handshake failed", WAIT);
 }
 
 #[test]
