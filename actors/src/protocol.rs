@@ -258,6 +258,19 @@ impl Violation {
     }
 }
 
+/// Cuts `text` to at most `max` bytes, at a character boundary (a client's close reason, a
+/// close frame's description).
+pub fn bounded(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// A command decoded from one client event.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Inbound {

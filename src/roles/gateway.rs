@@ -25,18 +25,7 @@ pub fn start(config: Arc<Config>) -> Serving {
     let average = Mode::ALL.map(|m| config.queue.typical(m));
     let update = Duration::from_secs_f64(config.queue.update_interval_s);
     let queue = QueueActor::new(&modes, config.queue.max_waiting, average, update).start();
-    let open_timeout = Duration::from_secs_f64(config.limits.open_timeout_s);
-    let setups = config
-        .workers
-        .iter()
-        .map(|w| WorkerSetup {
-            name: w.name.clone(),
-            backend: w.source.label(),
-            modes: w.modes.clone(),
-            factory: backend::factory(w, open_timeout),
-            node: None,
-        })
-        .collect();
+    let setups = super::worker_setups(&config);
     let start = omni_actors::worker::starter(backend_limits(&config));
     let pool = WorkerPoolActor::new(setups, WorkerFeed::of(&queue), start, common.subscribers.clone()).start();
     for link in &config.nodes {

@@ -102,6 +102,22 @@ impl Common {
     }
 }
 
+/// The pool's setups of this host's `[[workers]]`.
+pub fn worker_setups(config: &Config) -> Vec<omni_actors::pool::messages::WorkerSetup> {
+    let open_timeout = std::time::Duration::from_secs_f64(config.limits.open_timeout_s);
+    config
+        .workers
+        .iter()
+        .map(|w| omni_actors::pool::messages::WorkerSetup {
+            name: w.name.clone(),
+            backend: w.source.label(),
+            modes: w.modes.clone(),
+            factory: crate::backend::factory(w, open_timeout),
+            node: None,
+        })
+        .collect()
+}
+
 /// The limits every BackendActor runs under.
 pub fn backend_limits(config: &Config) -> BackendLimits {
     BackendLimits {

@@ -16,7 +16,7 @@ use actix_web::web::Bytes;
 use actix_web_actors::ws;
 use bytestring::ByteString;
 use omni_actors::observe::metrics::metrics;
-use omni_actors::protocol::{CloseReason, ProtocolError, Violation};
+use omni_actors::protocol::{CloseReason, ProtocolError, Violation, bounded};
 use omni_actors::session::SessionActor;
 use omni_actors::session::messages::{FromClient, ToClient};
 
@@ -56,18 +56,6 @@ pub struct WebSocketEdge {
     ended: Option<CloseReason>,
     /// The session asked for the close: it needs no telling.
     closed_by_session: bool,
-}
-
-/// Cuts `text` to at most `max` bytes, at a character boundary.
-fn bounded(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 impl WebSocketEdge {

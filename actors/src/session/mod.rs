@@ -25,7 +25,7 @@ use crate::edge::dialect::{DecodeError, Dialect, RecordedMedia};
 use crate::observe::events::{Interest, SessionEvent, SessionSinks};
 use crate::observe::metrics::metrics;
 use crate::observe::recording::{RecordingSummary, SessionMeta, timestamp};
-use crate::protocol::{CloseReason, Inbound, Outbound, ProtocolError, Violation};
+use crate::protocol::{CloseReason, Inbound, Outbound, ProtocolError, Violation, bounded};
 use crate::queue::messages::{Claim, Join, Leave, QueuePort};
 use crate::worker::messages::{
     Attach, Delivery, Detach, Drain, Interrupt, Lost, Prepare, Reconfigure, SubmitChunk, SubmitTurn, WorkerLink,
@@ -106,18 +106,6 @@ pub struct SessionActor {
     /// When `end` was decided.
     ended_at: Option<Instant>,
     frames: Vec<String>,
-}
-
-/// Cuts `text` to at most `max` bytes, at a character boundary.
-fn bounded(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 impl SessionActor {

@@ -16,7 +16,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::codec::FramedRead;
 
 use super::lender::Lender;
-use super::link::{GatewayLink, Limited, LinkSettings, write_loop};
+use super::link::{GatewayLink, Limited, LinkParts, LinkSettings, write_loop};
 use super::messages::{Borrow, Describe, Refusal};
 use crate::link::wire::{FromNode, MAX_HELLO_BYTES, PROTOCOL, ToNode, write_frame};
 
@@ -29,6 +29,21 @@ pub struct Door {
     pub lender: Addr<Lender>,
     pub links: LinkSettings,
     pub tls: Option<TlsAcceptor>,
+}
+
+impl Door {
+    /// A link's parts: its writer task started on `wr`.
+    fn parts<W: AsyncWrite + Unpin + 'static>(&self, id: u64, wr: W, max_frame: Arc<AtomicUsize>) -> LinkParts {
+        let (writer, rx) = tokio::sync::mpsc::unbounded_channel();
+        actix::spawn(write_loop(wr, rx, self.links.heartbeat_interval));
+        LinkParts {
+            id,
+            lender: self.lender.clone(),
+            writer,
+            max_frame,
+            heartbeat_timeout: self.links.heartbeat_timeout,
+        }
+    }
 }
 
 /// Accepts connections until the node stops.
@@ -109,11 +124,10 @@ where
             if write_frame(&mut wr, &FromNode::Ready).await.is_err() {
                 return;
             }
-            let (writer, rx) = tokio::sync::mpsc::unbounded_channel();
-            actix::spawn(write_loop(wr, rx, door.links.heartbeat_interval));
+            let parts = door.parts(link, wr, max_frame);
             GatewayLink::create(move |ctx| {
                 ctx.add_stream(frames);
-                GatewayLink::standby(link, gateway, &peer, door.lender, writer, max_frame, &door.links)
+                GatewayLink::standby(parts, gateway, &peer)
             });
         }
         ToNode::Attach { worker, gateway, grant, .. } => {
@@ -128,12 +142,10 @@ where
                 }
                 Err(_) => return,
             };
-            let (writer, rx) = tokio::sync::mpsc::unbounded_channel();
-            actix::spawn(write_loop(wr, rx, door.links.heartbeat_interval));
+            let parts = door.parts(link, wr, max_frame);
             GatewayLink::create(move |ctx| {
                 ctx.add_stream(frames);
-                let (lender, settings) = (door.lender, &door.links);
-                GatewayLink::attach(link, gateway, lender, lent.worker, lent.mode, writer, max_frame, settings)
+                GatewayLink::attach(parts, gateway, lent.worker, lent.mode)
             });
         }
         _ => {}

@@ -92,56 +92,41 @@ pub struct LinkSettings {
     pub heartbeat_timeout: Duration,
 }
 
+/// What every link is made of: its number, the lender, its writer, its frame limit, and how long
+/// the gateway may stay silent.
+pub struct LinkParts {
+    pub id: u64,
+    pub lender: Addr<Lender>,
+    pub writer: mpsc::UnboundedSender<FromNode>,
+    pub max_frame: Arc<AtomicUsize>,
+    pub heartbeat_timeout: Duration,
+}
+
 impl GatewayLink {
-    /// A link that borrowed `worker` for gateway `gateway`: it attaches, answers the gateway,
-    /// and serves its calls.
-    #[allow(clippy::too_many_arguments)]
-    pub fn attach(
-        id: u64,
-        gateway: String,
-        lender: Addr<Lender>,
-        worker: WorkerLink,
-        mode: Mode,
-        writer: mpsc::UnboundedSender<FromNode>,
-        max_frame: Arc<AtomicUsize>,
-        settings: &LinkSettings,
-    ) -> GatewayLink {
+    fn new(parts: LinkParts, gateway: String, phase: Phase, mode: Mode) -> GatewayLink {
         GatewayLink {
-            id,
+            id: parts.id,
             gateway,
-            lender,
-            phase: Phase::Attaching { worker, pushed: None },
-            writer,
-            max_frame,
-            heartbeat_timeout: settings.heartbeat_timeout,
+            lender: parts.lender,
+            phase,
+            writer: parts.writer,
+            max_frame: parts.max_frame,
+            heartbeat_timeout: parts.heartbeat_timeout,
             last_heard: Instant::now(),
             ended: None,
             mode,
         }
     }
 
+    /// A link that borrowed `worker` for gateway `gateway`: it attaches, answers the gateway,
+    /// and serves its calls.
+    pub fn attach(parts: LinkParts, gateway: String, worker: WorkerLink, mode: Mode) -> GatewayLink {
+        GatewayLink::new(parts, gateway, Phase::Attaching { worker, pushed: None }, mode)
+    }
+
     /// A link replica `replica` keeps open for grants (it was told `Ready`).
-    pub fn standby(
-        id: u64,
-        replica: String,
-        peer: &str,
-        lender: Addr<Lender>,
-        writer: mpsc::UnboundedSender<FromNode>,
-        max_frame: Arc<AtomicUsize>,
-        settings: &LinkSettings,
-    ) -> GatewayLink {
-        GatewayLink {
-            id,
-            gateway: format!("{replica} at {peer}"),
-            lender,
-            phase: Phase::Standby { replica },
-            writer,
-            max_frame,
-            heartbeat_timeout: settings.heartbeat_timeout,
-            last_heard: Instant::now(),
-            ended: None,
-            mode: Mode::Audio,
-        }
+    pub fn standby(parts: LinkParts, replica: String, peer: &str) -> GatewayLink {
+        GatewayLink::new(parts, format!("{replica} at {peer}"), Phase::Standby { replica }, Mode::Audio)
     }
 
     fn end(&mut self, ctx: &mut Context<Self>, why: String) {

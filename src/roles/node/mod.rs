@@ -15,7 +15,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use omni_actors::observe::events::Subscribers;
 use omni_actors::pool::WorkerPoolActor;
-use omni_actors::pool::messages::{ShutdownPool, WorkerSetup};
+use omni_actors::pool::messages::ShutdownPool;
 use omni_actors::queue::messages::WorkerFeed;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
@@ -75,18 +75,7 @@ pub fn run(config: Config) -> Result<(), NodeError> {
         None => None,
     };
     System::new().block_on(async move {
-        let open_timeout = Duration::from_secs_f64(config.limits.open_timeout_s);
-        let setups: Vec<WorkerSetup> = config
-            .workers
-            .iter()
-            .map(|w| WorkerSetup {
-                name: w.name.clone(),
-                backend: w.source.label(),
-                modes: w.modes.clone(),
-                factory: crate::backend::factory(w, open_timeout),
-                node: None,
-            })
-            .collect();
+        let setups = super::worker_setups(&config);
         let lendable =
             setups.iter().map(|s| Lendable::new(s.name.clone(), s.modes.clone(), s.backend.clone())).collect();
         let lender_context = Context::<Lender>::new();
