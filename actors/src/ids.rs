@@ -3,6 +3,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// A worker's number in its pool (and in a one-process queue: they number workers alike).
+pub type WorkerId = usize;
+/// A waiting client's ticket: numbered in order by its queue (a cluster's store numbers them
+/// by its clock).
+pub type TicketId = u64;
+
 static CONNECTIONS: AtomicU64 = AtomicU64::new(1);
 static LAST_MS: AtomicU64 = AtomicU64::new(0);
 

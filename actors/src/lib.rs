@@ -25,9 +25,10 @@
 //!    recorder, usage, webhooks. When the session ends it detaches; the worker resets and is
 //!    offered again.
 //!
-//! Each part is a folder: its actor in `mod.rs`, its messages in `messages.rs` (addressed
-//! through ports of recipients, so no actor imports another), its rules in a plain struct
-//! tested without a runtime (`state.rs`, `policy.rs`, `flow.rs`).
+//! Each part is a folder: its actors (in `mod.rs`, or a file named for each), the messages they
+//! handle in `messages.rs` (addressed through ports of recipients, so no actor imports another),
+//! their rules in plain structs tested without a runtime (`state.rs`, `policy.rs`, `flow.rs`).
+//! `docs/architecture.md` has the whole picture.
 
 pub mod audio;
 pub mod domain;

@@ -1,8 +1,8 @@
 //! Backends at the edge: the C ABI (`include/omni_backend.h`) driven from Rust, on the
 //! worker's thread (`ffi.rs`) or in a child process (`process.rs` in the gateway,
 //! `host.rs` in the child, `ipc.rs` between them); a worker on a node (`remote.rs`); a
-//! MiniCPM-o model worker over its own protocol (`minicpmo.rs`); links a cluster's replica
-//! keeps open to its nodes, on which they push their grants (`standby.rs`).
+//! MiniCPM-o model worker over its own protocol (`minicpmo.rs`). (The links a cluster's replica
+//! keeps open to its nodes, on which they push their grants, are [`crate::link::standby`].)
 
 pub mod ffi;
 pub mod host;

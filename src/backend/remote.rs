@@ -1,5 +1,5 @@
 //! A worker on a node (`[[nodes]]`), driven from the gateway: the gateway's side of the
-//! node protocol ([`crate::roles::node::wire`]).
+//! node protocol ([`crate::link::wire`]).
 //!
 //! [`RemoteBackend`] is a [`Backend`] like any other behind a BackendActor. Its socket is
 //! served by two tasks on a small runtime of its own (`node-io`): a writer that sends calls,

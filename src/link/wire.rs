@@ -2,7 +2,7 @@
 //! `worker-host` protocol ([`crate::backend::ipc`]: a little-endian `u32` length, then the
 //! message in postcard), wrapped in a hello, a heartbeat and the node's answers.
 //!
-//! A connection is one of two kinds, chosen by its first frame:
+//! A connection is one of three kinds, chosen by its first frame:
 //! - discovery: [`ToNode::Discover`], answered with [`FromNode::Workers`] (or
 //!   [`FromNode::Refused`]), then closed;
 //! - a link kept open for grants (a replica of a cluster keeps a few to each node):

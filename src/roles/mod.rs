@@ -1,5 +1,6 @@
-//! The roles one binary plays, each over the same actors (a queue, the pool and its
-//! BackendActors, one SessionActor per client):
+//! The roles one binary plays. The pool and its BackendActors run in every role; a gateway and a
+//! replica add a queue and one SessionActor per client, a node a Lender (its pool's queue) and one
+//! actor per gateway link:
 //!
 //! - [`gateway`]: one gateway on its own: its queue in memory, its workers here and on the
 //!   nodes it lists (`[[nodes]]`);

@@ -3,8 +3,8 @@
 //! fake microphone that plays a WAV file this test writes (tone bursts, which the reference
 //! backend hears as speech, and silences) and a fake camera.
 //!
-//! Ignored by plain `cargo test` (it needs `chromium` and `chromium-driver`); `./test.sh`
-//! runs it with `--ignored`, and `.ci/run` installs both. Every test saves screenshots of
+//! It needs `chromium` and `chromium-driver` (`common::needs`: skipped without them by a plain
+//! `cargo test`, a failure under `./test.sh`); `.ci/run` installs both. Every test saves screenshots of
 //! what it saw in `target/screenshots/`.
 
 use std::time::Duration;

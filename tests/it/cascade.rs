@@ -7,9 +7,9 @@
 //! reason naming the path; and the browser page, with a fake microphone asking a question,
 //! plays the model's answer.
 //!
-//! Ignored by plain `cargo test`: it needs the models (`scripts/fetch-models.py`) and the
-//! backend's libraries built (`cargo build -p omni-cascade -p omni-asr-whisper`); `./test.sh`
-//! does both and runs it with `--ignored`.
+//! It needs the models (`scripts/fetch-models.py`) and the backend's libraries built (`cargo
+//! build --workspace`): skipped without them by a plain `cargo test`, a failure under `./test.sh`,
+//! which makes both.
 
 // The guard of one_at_a_time() is held on purpose for a whole test, across its awaits: each
 // test has a runtime of its own, and the others wait on their own threads.

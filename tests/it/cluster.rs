@@ -3,7 +3,8 @@
 //! test, and faults injected (SIGKILL, SIGSTOP/SIGCONT, a Redis restart). The invariants are
 //! checked from the nodes' own logs of who held each worker when.
 //!
-//! Ignored by plain `cargo test` (they need redis-server); `./test.sh` runs them.
+//! They need redis-server: skipped without it by a plain `cargo test`, a failure under
+//! `./test.sh`.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

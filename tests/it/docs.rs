@@ -34,7 +34,7 @@ fn every_metric_defined_is_documented_and_nothing_else() {
     assert_eq!(
         defined.difference(&documented).collect::<Vec<_>>(),
         Vec::<&String>::new(),
-        "defined in actors/src/metrics.rs, missing from docs/operations.md"
+        "defined in actors/src/observe/metrics.rs, missing from docs/operations.md"
     );
     assert_eq!(
         documented.difference(&defined).collect::<Vec<_>>(),

@@ -6,7 +6,7 @@
 //!
 //! Each property runs `PROPTEST_CASES` cases (proptest's default: 256) in the test suite;
 //! `.ci/run` runs them again with 4,000; longer runs:
-//! `PROPTEST_CASES=100000 cargo test --release --test fuzz_decoders`.
+//! `PROPTEST_CASES=100000 cargo test --release --test it fuzz_decoders::`.
 
 use base64::Engine;
 use omni_actors::audio::{self, AudioLimits};

@@ -2,8 +2,8 @@
 //! URL and a key, hold voice turns with the server: a manual and a server-VAD turn each,
 //! receiving audio and a transcript and ending with `response.done` status completed.
 //! The clients live in `.venv` (created by `./test.sh`), or where `OMNI_SDK_PYTHON` points.
-//! Plain `cargo test` skips this test (it needs the Python package index); `./test.sh`
-//! runs it, with `--ignored`.
+//! A plain `cargo test` skips this test without them (it needs the Python package index);
+//! `./test.sh` makes `.venv` and runs it.
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -24,6 +24,7 @@ use actix::prelude::*;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
+use crate::audio::{to_i24, wav_spec};
 use crate::edge::dialect::RecordedMedia;
 use crate::observe::messages::Record;
 use crate::observe::recording::{
@@ -38,20 +39,6 @@ pub fn private_dir(path: &Path) -> io::Result<()> {
 /// Creates (or truncates) a file readable by this user only.
 pub fn private_file(path: &Path) -> io::Result<File> {
     OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)
-}
-
-/// The WAV format of recordings (and of every WAV the gateway writes): mono 24-bit
-/// integer PCM. It keeps float32's precision for audio within [-1, 1] (24 bits, 144 dB),
-/// takes a quarter less room than float, and every common tool reads it without a warning
-/// (sox warns on a float WAV whose header lacks its extension size, which is how float
-/// WAVs are usually written).
-pub fn wav_spec(rate: u32) -> hound::WavSpec {
-    hound::WavSpec { channels: 1, sample_rate: rate, bits_per_sample: 24, sample_format: hound::SampleFormat::Int }
-}
-
-/// One float sample as 24-bit PCM (clipped to [-1, 1]).
-pub fn to_i24(s: f32) -> i32 {
-    (s.clamp(-1.0, 1.0) * 8_388_607.0).round() as i32
 }
 
 type Wav = hound::WavWriter<BufWriter<File>>;

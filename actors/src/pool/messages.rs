@@ -7,8 +7,8 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use crate::domain::Mode;
+use crate::ids::{TicketId, WorkerId};
 use crate::pool::state::PoolWorker;
-use crate::queue::state::{TicketId, WorkerId};
 use crate::worker::messages::WorkerPort;
 use crate::worker::thread::{BackendFactory, Opener};
 
@@ -157,7 +157,7 @@ impl PoolPort {
 }
 
 /// What the pool gives the function that starts a worker's BackendActor
-/// ([`crate::worker::start`] in every role; a stand-in in the pool's tests).
+/// ([`crate::worker::starter`] in every role; a stand-in in the pool's tests).
 pub struct WorkerStart {
     pub id: WorkerId,
     pub name: String,

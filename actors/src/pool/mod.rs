@@ -12,13 +12,13 @@ use std::time::Instant;
 use actix::prelude::*;
 
 use crate::domain::{BackendInfo, Mode};
+use crate::ids::WorkerId;
 use crate::observe::events::{Subscribers, WorkerChange};
 use crate::observe::metrics::metrics;
 use crate::queue::messages::{
     LendFailed, LentOpened, SessionFinished, WorkerDown, WorkerFeed, WorkerIdle, WorkerJoined, WorkerModes,
     WorkerStarting,
 };
-use crate::queue::state::WorkerId;
 use crate::worker::messages::{Stop, WorkerLink, WorkerPort};
 use crate::worker::thread::{BackendFactory, Opener};
 

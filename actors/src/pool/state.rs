@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use crate::domain::Mode;
-use crate::queue::state::WorkerId;
+use crate::ids::WorkerId;
 
 const BACKOFF_FIRST: Duration = Duration::from_millis(500);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);

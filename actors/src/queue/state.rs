@@ -1,5 +1,5 @@
 //! The queue's rules, as a plain struct: who waits, in which order, which worker takes
-//! whom, and how long each waiting client should expect to wait. [`crate::queue_actor`]
+//! whom, and how long each waiting client should expect to wait. [`crate::queue::local::QueueActor`]
 //! only delivers messages to it; everything here is tested without a runtime.
 //!
 //! - FIFO across modes: a worker that becomes idle takes the first waiting ticket whose
@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 use crate::domain::Mode;
 use crate::protocol::QueueInfo;
 
-pub type WorkerId = usize;
-pub type TicketId = u64;
+pub use crate::ids::{TicketId, WorkerId};
 
 /// The modes one worker serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]

@@ -10,8 +10,8 @@ use bytestring::ByteString;
 
 use crate::domain::{BackendInfo, StepOutcome, TurnPiece, TurnSummary};
 use crate::edge::backend::BackendError;
+use crate::ids::TicketId;
 use crate::protocol::{CloseReason, ProtocolError, QueueInfo};
-use crate::queue::state::TicketId;
 use crate::worker::messages::WorkerLink;
 
 /// What the client's transport hands its session.

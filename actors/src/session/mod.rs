@@ -79,7 +79,7 @@ pub struct SessionLinks {
     pub registry: Arc<Registry>,
     /// Its place under the per-address caps, released with the session.
     pub admission: Option<Admission>,
-    /// The subscribers' sinks for this session ([`crate::events`]).
+    /// The subscribers' sinks for this session ([`crate::observe::events`]).
     pub sinks: SessionSinks,
     pub client: ClientInfo,
 }

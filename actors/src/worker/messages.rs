@@ -1,6 +1,7 @@
 //! What a BackendActor handles: a session's messages (attach, prepare, chunks, turns,
-//! interrupt, reconfigure, drain, detach), the pool's `Stop`, and `Run` from an edge that
-//! drives the backend itself (a node's link). [`WorkerPort`] is how the others address it.
+//! interrupt, reconfigure, drain, detach), the pool's `Stop`, and `Run` (owner-thread calls) and
+//! `Control` (any-thread calls) from an edge that drives the backend itself (a node's link).
+//! [`WorkerPort`] is how the others address it.
 
 use std::time::{Duration, Instant};
 
@@ -10,8 +11,8 @@ use std::sync::Arc;
 
 use crate::domain::{BackendInfo, DuplexChunk, Mode, SessionSetup, TurnInput};
 use crate::edge::backend::{Backend, BackendError};
+use crate::ids::WorkerId;
 use crate::protocol::ProtocolError;
-use crate::queue::state::WorkerId;
 use crate::session::messages::BackendEvent;
 
 /// What a session hears when one of its messages to a worker is lost.

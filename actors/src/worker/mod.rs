@@ -21,10 +21,10 @@ use actix::prelude::*;
 
 use crate::domain::{BackendInfo, SessionSetup, StepOutcome, TurnSummary};
 use crate::edge::backend::{BackendControl, BackendError};
+use crate::ids::WorkerId;
 use crate::observe::metrics::metrics;
 use crate::pool::messages::WorkerEvent;
 use crate::protocol::ProtocolError;
-use crate::queue::state::WorkerId;
 use crate::session::messages::BackendEvent;
 
 pub mod messages;

@@ -1,6 +1,6 @@
 //! The realtime WebSocket endpoint: which dialect a connection speaks (from its URL and
 //! headers), the checks before the upgrade (origin, key, per-address caps), and the
-//! session actor it becomes.
+//! WebSocket edge it becomes, which starts the connection's SessionActor.
 
 use std::collections::HashMap;
 use std::sync::Arc;

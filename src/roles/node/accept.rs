@@ -15,9 +15,8 @@ use tokio::time::timeout;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::codec::FramedRead;
 
-use super::lender::Lender;
 use super::link::{GatewayLink, Limited, LinkParts, LinkSettings, write_loop};
-use super::messages::{Borrow, Describe, Refusal};
+use super::messages::{Borrow, Describe, LenderPort, Refusal};
 use crate::link::wire::{FromNode, MAX_HELLO_BYTES, PROTOCOL, ToNode, write_frame};
 
 static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
@@ -26,7 +25,7 @@ static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
 #[derive(Clone)]
 pub struct Door {
     pub token: Arc<str>,
-    pub lender: Addr<Lender>,
+    pub lender: LenderPort,
     pub links: LinkSettings,
     pub tls: Option<TlsAcceptor>,
 }
@@ -116,7 +115,7 @@ where
     let link = NEXT_LINK.fetch_add(1, Ordering::Relaxed);
     match first {
         ToNode::Discover { .. } => {
-            let workers = door.lender.send(Describe).await.unwrap_or_default();
+            let workers = door.lender.describe.send(Describe).await.unwrap_or_default();
             let _ = write_frame(&mut wr, &FromNode::Workers(workers)).await;
             let _ = wr.shutdown().await;
         }
@@ -133,7 +132,7 @@ where
         ToNode::Attach { worker, gateway, grant, .. } => {
             let gateway = format!("{gateway} at {peer}");
             let borrow = Borrow { worker: worker.clone(), link, gateway: gateway.clone(), grant };
-            let lent = match door.lender.send(borrow).await {
+            let lent = match door.lender.borrow.send(borrow).await {
                 Ok(Ok(lent)) => lent,
                 Ok(Err(why)) => {
                     log::info!("node: {peer}: attach to {worker} refused: {why}");

@@ -15,7 +15,7 @@ use actix::prelude::*;
 use omni_actors::edge::coordinator::{ClusterError, Grant, NodeBeat, NodeStore, Offer, Offered, Reported, SlotReport};
 
 use super::lender::Lender;
-use super::messages::Push;
+use super::messages::{JoinCluster, Push};
 use crate::link::wire::PushedGrant;
 
 /// What the offers and beats need.
@@ -26,15 +26,6 @@ pub struct Cluster {
     pub attach_timeout: Duration,
     /// The store knows this node (its last beat said so).
     pub known: bool,
-}
-
-/// The node joins the store: it beats every `every` (the first at once) and offers its free
-/// workers.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct JoinCluster {
-    pub cluster: Cluster,
-    pub every: Duration,
 }
 
 impl Handler<JoinCluster> for Lender {

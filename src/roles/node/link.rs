@@ -21,8 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::bytes::BytesMut;
 use tokio_util::codec::{Decoder, LengthDelimitedCodec};
 
-use super::lender::Lender;
-use super::messages::{GiveBack, Push, Standby, StandbyEnded};
+use super::messages::{GiveBack, LenderPort, Push, Standby, StandbyEnded};
 use crate::backend::ipc::{MAX_FRAME_BYTES, ToHost};
 use crate::link::wire::{FromNode, MAX_HELLO_BYTES, ToNode, write_frame};
 
@@ -73,7 +72,7 @@ pub struct GatewayLink {
     id: u64,
     /// Names the gateway in logs (`NAME at ADDR`).
     gateway: String,
-    lender: Addr<Lender>,
+    lender: LenderPort,
     phase: Phase,
     writer: mpsc::UnboundedSender<FromNode>,
     /// The largest frame read now.
@@ -96,7 +95,7 @@ pub struct LinkSettings {
 /// the gateway may stay silent.
 pub struct LinkParts {
     pub id: u64,
-    pub lender: Addr<Lender>,
+    pub lender: LenderPort,
     pub writer: mpsc::UnboundedSender<FromNode>,
     pub max_frame: Arc<AtomicUsize>,
     pub heartbeat_timeout: Duration,
@@ -202,7 +201,7 @@ impl Actor for GatewayLink {
         match &self.phase {
             Phase::Standby { replica } => {
                 let replica = replica.clone();
-                self.lender.do_send(Standby { replica, link: self.id, to: ctx.address().recipient() });
+                self.lender.standby.do_send(Standby { replica, link: self.id, to: ctx.address().recipient() });
             }
             Phase::Attaching { .. } => self.send_attach(ctx),
             Phase::Serving { .. } => {}
@@ -224,7 +223,7 @@ impl Actor for GatewayLink {
         let worker = match std::mem::replace(&mut self.phase, Phase::Standby { replica: String::new() }) {
             Phase::Standby { replica } => {
                 log::debug!("node: link {} kept open by {} ended: {why}", self.id, self.gateway);
-                return self.lender.do_send(StandbyEnded { replica, link: self.id });
+                return self.lender.standby_ended.do_send(StandbyEnded { replica, link: self.id });
             }
             Phase::Attaching { worker, pushed } => {
                 if let Some((_, told)) = pushed {
@@ -235,7 +234,7 @@ impl Actor for GatewayLink {
             Phase::Serving { worker } => worker,
         };
         worker.port.detach.do_send(Detach { key: self.id, ended: Instant::now() });
-        self.lender.do_send(GiveBack { worker: worker.name.clone(), link: self.id, why });
+        self.lender.give_back.do_send(GiveBack { worker: worker.name.clone(), link: self.id, why });
     }
 }
 

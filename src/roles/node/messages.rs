@@ -1,6 +1,6 @@
 //! What the node's actors handle: the [`super::lender::Lender`] (which worker goes to which
-//! gateway link), and a [`super::link::GatewayLink`] (a grant pushed on a link a replica keeps
-//! open).
+//! gateway link; reached through a [`LenderPort`]), and a [`super::link::GatewayLink`] (a grant
+//! pushed on a link a replica keeps open).
 
 use actix::prelude::*;
 use omni_actors::domain::Mode;
@@ -90,4 +90,43 @@ pub enum Refusal {
 pub struct Lent {
     pub worker: WorkerLink,
     pub mode: Mode,
+}
+
+/// The node joins its cluster's store: the lender beats every `every` (the first at once) and
+/// offers its free workers.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct JoinCluster {
+    pub cluster: super::cluster::Cluster,
+    pub every: std::time::Duration,
+}
+
+/// Where links reach the lender.
+#[derive(Clone)]
+pub struct LenderPort {
+    pub borrow: Recipient<Borrow>,
+    pub give_back: Recipient<GiveBack>,
+    pub describe: Recipient<Describe>,
+    pub standby: Recipient<Standby>,
+    pub standby_ended: Recipient<StandbyEnded>,
+}
+
+impl LenderPort {
+    pub fn of<A>(addr: &Addr<A>) -> LenderPort
+    where
+        A: Actor<Context = Context<A>>
+            + Handler<Borrow>
+            + Handler<GiveBack>
+            + Handler<Describe>
+            + Handler<Standby>
+            + Handler<StandbyEnded>,
+    {
+        LenderPort {
+            borrow: addr.clone().recipient(),
+            give_back: addr.clone().recipient(),
+            describe: addr.clone().recipient(),
+            standby: addr.clone().recipient(),
+            standby_ended: addr.clone().recipient(),
+        }
+    }
 }

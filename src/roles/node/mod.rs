@@ -87,7 +87,7 @@ pub fn run(config: Config) -> Result<(), NodeError> {
         let mut addrs = Vec::new();
         let door = Door {
             token: serve.token.as_str().into(),
-            lender: lender.clone(),
+            lender: messages::LenderPort::of(&lender),
             links: LinkSettings {
                 heartbeat_interval: serve.heartbeat_interval,
                 heartbeat_timeout: serve.heartbeat_timeout,
@@ -126,7 +126,7 @@ pub fn run(config: Config) -> Result<(), NodeError> {
                 spec.lease.as_secs_f64()
             );
             let cluster = cluster::Cluster { store, advertise, attach_timeout: spec.attach_timeout, known: false };
-            lender.do_send(cluster::JoinCluster { cluster, every: spec.lease / 3 });
+            lender.do_send(messages::JoinCluster { cluster, every: spec.lease / 3 });
         }
         shutdown_signal().await;
         log::info!("node stopping");

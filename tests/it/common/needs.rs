@@ -20,6 +20,8 @@ pub enum Need {
     Models,
     /// The official OpenAI and DashScope Python clients in `.venv` (`./test.sh` makes it).
     Sdks,
+    /// Debian's `sox` (`soxi` reads the WAVs the tools write).
+    Sox,
 }
 
 impl Need {
@@ -30,6 +32,7 @@ impl Need {
             Need::CascadeLibraries => "the CPU model backend's libraries (cargo build --workspace)",
             Need::Models => "the CPU model's files (python3 scripts/fetch-models.py)",
             Need::Sdks => "the official Python SDKs in .venv (./test.sh creates it)",
+            Need::Sox => "sox (apt-get install sox)",
         }
     }
 
@@ -48,11 +51,12 @@ impl Need {
                 .stderr(Stdio::null())
                 .status()
                 .is_ok_and(|s| s.success()),
+            Need::Sox => on_path("soxi"),
         }
     }
 
     fn once(self) -> &'static Once {
-        static ONCE: [Once; 5] = [Once::new(), Once::new(), Once::new(), Once::new(), Once::new()];
+        static ONCE: [Once; 6] = [Once::new(), Once::new(), Once::new(), Once::new(), Once::new(), Once::new()];
         &ONCE[self as usize]
     }
 }

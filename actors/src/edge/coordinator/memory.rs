@@ -18,7 +18,7 @@ use super::{
     Reported, SlotReport, SlotState, SlotView, TicketView,
 };
 use crate::domain::Mode;
-use crate::queue::state::TicketId;
+use crate::ids::TicketId;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TicketState {

@@ -19,7 +19,8 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::domain::Mode;
-use crate::queue::state::{Availability, ModeSet, QueueState, TicketId};
+use crate::ids::TicketId;
+use crate::queue::state::{Availability, ModeSet, QueueState};
 
 pub mod memory;
 
