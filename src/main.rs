@@ -49,6 +49,9 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_timestamp_micros()
         .init();
+    if matches!(cli.command, None | Some(Command::Serve | Command::Node)) {
+        raise_descriptor_limit();
+    }
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => match Config::load(&cli.config) {
             Ok(config) => report(omni_gateway::http::run(config)),
@@ -70,6 +73,15 @@ fn main() -> ExitCode {
         Command::Flood(args) => report(omni_tools::flood::run(args)),
         Command::CheckRecordings(args) => report(omni_tools::check_recordings::run(args)),
         Command::WorkerHost(args) => report(omni_gateway::backend::host::run(args)),
+    }
+}
+
+/// A server holds a descriptor per connection: the soft limit goes up to the hard one (a
+/// systemd unit's soft limit is 1,024; its hard limit, 524,288).
+fn raise_descriptor_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => log::debug!("open files: up to {n}"),
+        Err(e) => log::warn!("cannot raise the open-file limit: {e}"),
     }
 }
 

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use omni_actors::edge::backend::{Backend, BackendError};
+use omni_actors::observe::metrics::metrics;
 use omni_actors::worker::thread::{BackendFactory, Opener};
 
 pub use ffi::{BackendApi, FfiBackend, FfiControl, LoadError};
@@ -88,6 +89,16 @@ pub fn grant_opener(
         link.server_name = host.trim_start_matches('[').trim_end_matches(']').to_string();
     }
     let worker = grant.worker().to_string();
+    if !crate::link::grant::verify(&link.token, &grant.slot, &grant.addr, &grant.nonce, &grant.sig) {
+        // Whatever put it there (a forged entry in the store) learns nothing: nothing is dialled.
+        metrics().grants_refused.with_label_values(&[link.name.as_str()]).inc();
+        let why = format!(
+            "ticket {}: the grant of {} at {} is not signed by its node (the [cluster] token): not dialled",
+            grant.ticket, grant.slot, grant.addr
+        );
+        log::warn!("cluster: {why}");
+        return Opener::Factory(Arc::new(move || Err(BackendError::Unavailable(why.clone()))));
+    }
     if let Some(backend) = remote::RemoteBackend::pushed(&link, &worker, &grant.nonce, &standby) {
         return Opener::Open(Box::new(backend));
     }

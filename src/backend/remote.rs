@@ -20,11 +20,13 @@ use tokio::sync::{mpsc as tmpsc, oneshot};
 use tokio::time::{Instant, timeout};
 
 use super::ipc::{ToHost, Value};
+use crate::backend::ipc::MAX_FRAME_BYTES;
 use crate::config::NodeLink;
 use crate::link::LinkError;
+use crate::link::handshake;
 use crate::link::standby::Standby;
 use crate::link::wire::{
-    AttachGrant, Frames, FromNode, NodeWorker, PROTOCOL, ToNode, frames, next_frame, read_frame, write_frame,
+    AttachGrant, Frames, FromNode, NodeWorker, Request, ToNode, frames, next_frame, read_frame, write_frame,
 };
 
 /// How long connecting (TCP, TLS, the hello and its answer) may take.
@@ -46,9 +48,10 @@ pub(crate) fn io() -> &'static tokio::runtime::Runtime {
 pub(crate) trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
 
-/// TCP (and TLS when the link has a `ca`) to the node, with its first frame sent.
-pub(crate) async fn connect(link: &NodeLink, hello: &ToNode) -> Result<Box<dyn Stream>, LinkError> {
-    let tcp = tokio::net::TcpStream::connect(&link.address).await.map_err(LinkError::Connect)?;
+/// TCP (and TLS when the link has a `ca`) to the node, in the link's networks, and the
+/// handshake: the node proved it holds the token, and has `request` with the gateway's proof.
+pub(crate) async fn connect(link: &NodeLink, request: Request) -> Result<Box<dyn Stream>, LinkError> {
+    let tcp = dial(link).await?;
     let _ = tcp.set_nodelay(true);
     let mut stream: Box<dyn Stream> = match &link.ca {
         None => Box::new(tcp),
@@ -59,8 +62,22 @@ pub(crate) async fn connect(link: &NodeLink, hello: &ToNode) -> Result<Box<dyn S
             Box::new(connector.connect(name, tcp).await.map_err(LinkError::Tls)?)
         }
     };
-    write_frame(&mut stream, hello).await.map_err(LinkError::Hello)?;
+    handshake::open(&mut stream, &link.token, request).await?;
     Ok(stream)
+}
+
+/// TCP to the first of the addresses the node's address resolves to that is in the link's
+/// networks (any, when it names none).
+async fn dial(link: &NodeLink) -> Result<tokio::net::TcpStream, LinkError> {
+    if link.networks.is_empty() {
+        return tokio::net::TcpStream::connect(&link.address).await.map_err(LinkError::Connect);
+    }
+    let resolved = tokio::net::lookup_host(&link.address).await.map_err(LinkError::Connect)?;
+    let allowed: Vec<_> = resolved.filter(|a| link.networks.iter().any(|n| n.contains(&a.ip()))).collect();
+    if allowed.is_empty() {
+        return Err(LinkError::OutsideNetworks(link.address.clone()));
+    }
+    tokio::net::TcpStream::connect(&allowed[..]).await.map_err(LinkError::Connect)
 }
 
 fn tls_connector(ca: &std::path::Path) -> Result<tokio_rustls::TlsConnector, LinkError> {
@@ -83,11 +100,10 @@ fn tls_connector(ca: &std::path::Path) -> Result<tokio_rustls::TlsConnector, Lin
 
 /// The node's workers, or why they cannot be known now. Blocking; not for an async thread.
 pub fn discover(link: &NodeLink) -> Result<Vec<NodeWorker>, LinkError> {
-    let hello = ToNode::Discover { protocol: PROTOCOL, token: link.token.clone() };
     io().block_on(async {
         timeout(CONNECT_TIMEOUT, async {
-            let mut stream = connect(link, &hello).await?;
-            match read_frame::<FromNode>(&mut stream, &mut Vec::new()).await {
+            let mut stream = connect(link, Request::Discover).await?;
+            match read_frame::<FromNode>(&mut stream, MAX_FRAME_BYTES).await {
                 Ok(Some(FromNode::Workers(workers))) => Ok(workers),
                 Ok(Some(FromNode::Refused(why))) => Err(LinkError::Refused(why)),
                 Ok(Some(other)) => Err(LinkError::Unexpected(other.kind())),
@@ -102,7 +118,7 @@ pub fn discover(link: &NodeLink) -> Result<Vec<NodeWorker>, LinkError> {
 
 /// The node's answer to an attach: the worker's backend info, or why not.
 async fn answer(stream: &mut Box<dyn Stream>) -> Result<BackendInfo, (&'static str, LinkError)> {
-    match read_frame::<FromNode>(stream, &mut Vec::new()).await {
+    match read_frame::<FromNode>(stream, MAX_FRAME_BYTES).await {
         Ok(Some(FromNode::Attached(info))) => Ok(info),
         Ok(Some(FromNode::Refused(why))) => Err(("refused", LinkError::Refused(why))),
         Ok(Some(other)) => Err(("refused", LinkError::Unexpected(other.kind()))),
@@ -200,16 +216,10 @@ impl RemoteBackend {
             BackendError::Unavailable(format!("node {} ({}): {why}", link.name, link.address))
         };
         let one_session = grant.is_some();
-        let hello = ToNode::Attach {
-            protocol: PROTOCOL,
-            token: link.token.clone(),
-            worker: worker.to_string(),
-            gateway: gateway.to_string(),
-            grant,
-        };
+        let request = Request::Attach { worker: worker.to_string(), gateway: gateway.to_string(), grant };
         let attached = io().block_on(async {
             timeout(CONNECT_TIMEOUT, async {
-                let mut stream = connect(link, &hello).await.map_err(|e| ("unreachable", e))?;
+                let mut stream = connect(link, request).await.map_err(|e| (e.reason(), e))?;
                 let info = answer(&mut stream).await?;
                 if one_session {
                     metrics().node_attaches.with_label_values(&[link.name.as_str(), "opened"]).inc();
@@ -325,7 +335,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 }
             }
             Ok(Ok(Some(FromNode::Ping))) => {}
-            Ok(Ok(Some(other))) => break ("closed", format!("unexpected message {other:?}")),
+            Ok(Ok(Some(other))) => break ("closed", format!("unexpected message {}", other.kind())),
             Ok(Ok(None)) => break ("closed", "the node closed the link".to_string()),
             Ok(Err(e)) => break ("closed", format!("the link failed: {e}")),
             Err(_) => {

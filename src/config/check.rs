@@ -121,3 +121,12 @@ pub fn host_port(key: &str, address: &str) -> Result<(String, u16), Invalid> {
 pub fn secret(key: &str, value: &str) -> Result<(), Invalid> {
     crate::http::auth::check_key(value).map_err(|e| Invalid::new(key, e.to_string()))
 }
+
+/// One network, `ADDRESS/BITS` (`"10.0.0.0/8"`), or one address (all its bits).
+pub fn network(key: &str, entry: &str) -> Result<ipnet::IpNet, Invalid> {
+    let entry = entry.trim();
+    entry
+        .parse::<ipnet::IpNet>()
+        .or_else(|_| entry.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| Invalid::new(key, format!("'{entry}' is neither ADDRESS/BITS (\"10.0.0.0/8\") nor an address")))
+}

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::check::{Base, Invalid, name_ok, positive, secret};
+use super::check::{Base, Invalid, name_ok, network, positive, secret};
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -42,6 +42,13 @@ pub struct ClusterConfig {
     pub ca: String,
     /// A replica's: the name the nodes' certificates are for (default: the node's host).
     pub server_name: String,
+    /// A replica's: the networks nodes are reached in (CIDR, `"10.0.0.0/8"`); a grant that
+    /// names an address outside them is never dialled. Empty: any (a grant is dialled only
+    /// if its node signed it either way).
+    pub node_networks: Vec<String>,
+    /// A PEM certificate the store's TLS (`rediss://`) is verified against (a private CA).
+    /// Empty: the public CAs.
+    pub redis_ca: String,
 }
 
 impl Default for ClusterConfig {
@@ -59,6 +66,8 @@ impl Default for ClusterConfig {
             token: String::new(),
             ca: String::new(),
             server_name: String::new(),
+            node_networks: Vec::new(),
+            redis_ca: String::new(),
         }
     }
 }
@@ -77,6 +86,8 @@ pub struct ClusterSpec {
     pub token: String,
     pub ca: Option<PathBuf>,
     pub server_name: String,
+    pub node_networks: Vec<ipnet::IpNet>,
+    pub redis_ca: Option<PathBuf>,
 }
 
 impl ClusterSpec {
@@ -149,6 +160,15 @@ impl ClusterConfig {
             secret("token", &self.token).map_err(|e| Invalid::new("token", format!("the nodes' token: {}", e.why)))?;
         }
         let ca = (!self.ca.is_empty()).then(|| base.file("ca", &self.ca)).transpose()?;
+        let node_networks =
+            self.node_networks.iter().map(|n| network("node_networks", n)).collect::<Result<Vec<_>, _>>()?;
+        if !self.redis_ca.is_empty() && !self.url.starts_with("rediss://") {
+            return Err(Invalid::new("redis_ca", "verifies the store's TLS: the url must be rediss://"));
+        }
+        if !self.redis_ca.is_empty() && !self.sentinels.is_empty() {
+            return Err(Invalid::new("redis_ca", "is not supported with sentinels yet: use url alone, or a public CA"));
+        }
+        let redis_ca = (!self.redis_ca.is_empty()).then(|| base.file("redis_ca", &self.redis_ca)).transpose()?;
         Ok(Some(ClusterSpec {
             url: self.url.clone(),
             sentinels: self.sentinels.clone(),
@@ -161,6 +181,8 @@ impl ClusterConfig {
             token: self.token.clone(),
             ca,
             server_name: self.server_name.clone(),
+            node_networks,
+            redis_ca,
         }))
     }
 }

@@ -118,6 +118,9 @@ pub struct NodeLink {
     pub server_name: String,
     pub heartbeat_interval: Duration,
     pub heartbeat_timeout: Duration,
+    /// The networks the node may be reached in (empty: any): a replica's
+    /// `[cluster] node_networks`, for the addresses its grants name.
+    pub networks: Vec<ipnet::IpNet>,
 }
 
 /// Every entry checked; a node's name must not clash with another's or a worker's.
@@ -156,6 +159,7 @@ impl NodeEntry {
             server_name: if self.server_name.is_empty() { host } else { self.server_name.clone() },
             heartbeat_interval: Duration::from_secs_f64(self.heartbeat_interval_s),
             heartbeat_timeout: Duration::from_secs_f64(self.heartbeat_timeout_s),
+            networks: Vec::new(),
         })
     }
 }

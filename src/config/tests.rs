@@ -143,6 +143,14 @@ fn the_cluster_section_is_checked() {
             format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nstandby_links = 65\n"),
             "cluster.standby_links: 65 is over 64",
         ),
+        (
+            format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nnode_networks = [\"10.0.0.0/8\", \"10.1/16\"]\n"),
+            "cluster.node_networks: '10.1/16' is neither ADDRESS/BITS",
+        ),
+        (
+            format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nredis_ca = \"ca.pem\"\n"),
+            "cluster.redis_ca: verifies the store's TLS: the url must be rediss://",
+        ),
     ];
     for (text, expected) in cases {
         let e = error(&text);

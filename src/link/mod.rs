@@ -1,8 +1,12 @@
 //! The link between a gateway (or a replica of a cluster) and a node: what they say to each
-//! other ([`wire`]), and the links a replica keeps open to its nodes, on which they push the
+//! other ([`wire`]), how each proves to the other that it holds the node's token before
+//! anything else is said ([`handshake`]), how a node signs the grants a replica may dial
+//! ([`grant`]), and the links a replica keeps open to its nodes, on which they push the
 //! grants of its tickets ([`standby`]). Both roles use it: the gateway's side of a worker link
 //! is [`crate::backend::remote`], the node's is [`crate::roles::node`].
 
+pub mod grant;
+pub mod handshake;
 pub mod standby;
 pub mod wire;
 
@@ -30,4 +34,26 @@ pub enum LinkError {
     Unreadable(std::io::Error),
     #[error("no answer within {0} s")]
     Timeout(u64),
+    /// What answered could not prove it holds the token: a node with another token, or not
+    /// the node (an address a store was made to name, another host on the node's address).
+    #[error(
+        "what answered could not prove it holds the token: the node has another token, or it is not the node \
+         (it was told nothing)"
+    )]
+    NotTheNode,
+    /// None of the addresses the node's name resolves to is in `[cluster] node_networks`.
+    #[error("{0} is outside [cluster] node_networks: not dialled")]
+    OutsideNetworks(String),
+}
+
+impl LinkError {
+    /// The reason a link failed to open, as the metrics count it.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            LinkError::OutsideNetworks(_) => "outside_networks",
+            LinkError::NotTheNode => "not_the_node",
+            LinkError::Refused(_) | LinkError::Unexpected(_) => "refused",
+            _ => "unreachable",
+        }
+    }
 }

@@ -28,7 +28,9 @@ use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 use crate::backend::remote::{CONNECT_TIMEOUT, Stream, connect, io};
 use crate::config::NodeLink;
 use crate::link::LinkError;
-use crate::link::wire::{Frames, FromNode, PROTOCOL, ToNode, frames, next_frame, read_frame, write_frame};
+use crate::link::wire::{
+    Frames, FromNode, MAX_HELLO_BYTES, Request, ToNode, frames, next_frame, read_frame, write_frame,
+};
 
 /// A node whose links could not be opened this many times in a row is forgotten (its
 /// keeper ends) until a grant from it comes again.
@@ -117,12 +119,12 @@ impl Standby {
         lock(&self.pushed).remove(nonce)
     }
 
-    /// Opens one link: the hello, answered `Ready` once the node checked the token.
+    /// Opens one link: the handshake, answered `Ready`.
     async fn open(&self, link: &NodeLink) -> Result<Box<dyn Stream>, LinkError> {
-        let hello = ToNode::Standby { protocol: PROTOCOL, token: link.token.clone(), gateway: self.gateway.clone() };
+        let request = Request::Standby { gateway: self.gateway.clone() };
         let opened = timeout(CONNECT_TIMEOUT, async {
-            let mut stream = connect(link, &hello).await?;
-            match read_frame::<FromNode>(&mut stream, &mut Vec::new()).await {
+            let mut stream = connect(link, request).await?;
+            match read_frame::<FromNode>(&mut stream, MAX_HELLO_BYTES).await {
                 Ok(Some(FromNode::Ready)) => Ok(stream),
                 Ok(Some(FromNode::Refused(why))) => Err(LinkError::Refused(why)),
                 Ok(Some(other)) => Err(LinkError::Unexpected(other.kind())),
@@ -207,7 +209,7 @@ async fn hold(standby: Arc<Standby>, kept: Arc<Kept>, stream: Box<dyn Stream>) {
                     log::debug!("cluster: ticket {}: {} granted on a link kept open to it", grant.ticket, grant.slot);
                     return standby.granted(grant, Pushed { frames, wr, info });
                 }
-                Ok(Ok(Some(other))) => break format!("unexpected message {other:?}"),
+                Ok(Ok(Some(other))) => break format!("unexpected message {}", other.kind()),
                 Ok(Ok(None)) => break "the node closed it".to_string(),
                 Ok(Err(e)) => break format!("it failed: {e}"),
                 Err(_) => break format!("nothing from the node for {:.1} s", link.heartbeat_timeout.as_secs_f64()),

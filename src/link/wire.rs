@@ -1,16 +1,18 @@
 //! What a gateway and a node say to each other over TCP (or TLS): the frames of the
 //! `worker-host` protocol ([`crate::backend::ipc`]: a little-endian `u32` length, then the
-//! message in postcard), wrapped in a hello, a heartbeat and the node's answers.
+//! message in postcard), wrapped in a handshake, a heartbeat and the node's answers.
 //!
-//! A connection is one of three kinds, chosen by its first frame:
-//! - discovery: [`ToNode::Discover`], answered with [`FromNode::Workers`] (or
+//! Every connection opens with the handshake ([`crate::link::handshake`]): [`ToNode::Hello`],
+//! [`FromNode::Challenge`] (the node proves it holds the token), [`ToNode::Prove`] (the
+//! gateway proves it too, with its [`Request`]). The request chooses the connection's kind:
+//! - discovery: [`Request::Discover`], answered with [`FromNode::Workers`] (or
 //!   [`FromNode::Refused`]), then closed;
 //! - a link kept open for grants (a replica of a cluster keeps a few to each node):
-//!   [`ToNode::Standby`], answered [`FromNode::Ready`]; each [`ToNode::Ping`] on it is
+//!   [`Request::Standby`], answered [`FromNode::Ready`]; each [`ToNode::Ping`] on it is
 //!   answered with [`FromNode::Ping`] until the node grants a worker to one of that replica's
 //!   tickets: it attaches the worker to the link itself and says so with [`FromNode::Granted`],
-//!   and the link goes on as a worker link (the replica never sends an `Attach` on it);
-//! - a worker link: [`ToNode::Attach`], answered with [`FromNode::Attached`] (the worker's
+//!   and the link goes on as a worker link (the replica never sends an attach on it);
+//! - a worker link: [`Request::Attach`], answered with [`FromNode::Attached`] (the worker's
 //!   backend info) or [`FromNode::Refused`]; then [`ToNode::Call`]s answered in order by
 //!   [`FromNode::Reply`], the any-thread calls applied at once, and [`ToNode::Ping`] /
 //!   [`FromNode::Ping`] whenever a side has had nothing else to say for a heartbeat interval.
@@ -25,26 +27,24 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
-use crate::backend::ipc::{MAX_FRAME_BYTES, ToHost, Value};
+pub use crate::backend::ipc::MAX_FRAME_BYTES;
+use crate::backend::ipc::{ToHost, Value};
 
 /// The version of this protocol; a node refuses another.
-pub const PROTOCOL: u32 = 4;
+pub const PROTOCOL: u32 = 5;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ToNode {
-    /// A discovery connection's first frame.
-    Discover {
+    /// A connection's first frame: the protocol, and the gateway's nonce for the handshake.
+    /// (First in the enum: an older gateway's first frame reads as a hello of its protocol.)
+    Hello {
         protocol: u32,
-        token: String,
+        nonce: Vec<u8>,
     },
-    /// A worker link's first frame. `gateway` names the gateway in the node's logs. A node
-    /// of a cluster admits it only with the grant it offered the worker under.
-    Attach {
-        protocol: u32,
-        token: String,
-        worker: String,
-        gateway: String,
-        grant: Option<AttachGrant>,
+    /// The gateway's proof that it holds the token, over both nonces and its request.
+    Prove {
+        proof: Vec<u8>,
+        request: Request,
     },
     /// An owner-thread call (answered by one `Reply`, in order), or an any-thread call
     /// (interrupt, force-listen: applied at once, not answered).
@@ -53,29 +53,33 @@ pub enum ToNode {
     /// backend at once; the node opens it again.
     Terminate,
     Ping,
-    // New variants go last: postcard numbers them in order.
-    /// A link opened ahead of grants (a replica of a cluster keeps a few per node): answered
-    /// [`FromNode::Ready`], then pinged (each ping answered) until the node pushes a grant on
-    /// it ([`FromNode::Granted`]). `gateway` is the replica's name in the cluster's store.
-    Standby {
-        protocol: u32,
-        token: String,
-        gateway: String,
-    },
 }
 
 impl ToNode {
-    /// The message's kind, for logs: never its fields (a hello carries the token).
+    /// The message's kind, for logs: never its fields.
     pub fn kind(&self) -> &'static str {
         match self {
-            ToNode::Discover { .. } => "Discover",
-            ToNode::Attach { .. } => "Attach",
+            ToNode::Hello { .. } => "Hello",
+            ToNode::Prove { .. } => "Prove",
             ToNode::Call(_) => "Call",
             ToNode::Terminate => "Terminate",
             ToNode::Ping => "Ping",
-            ToNode::Standby { .. } => "Standby",
         }
     }
+}
+
+/// What a gateway asks of a node, once both proved they hold its token.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// The node's workers ([`FromNode::Workers`]).
+    Discover,
+    /// A worker link. `gateway` names the gateway in the node's logs. A node of a cluster
+    /// admits it only with the grant it offered the worker under.
+    Attach { worker: String, gateway: String, grant: Option<AttachGrant> },
+    /// A link opened ahead of grants (a replica of a cluster keeps a few per node): answered
+    /// [`FromNode::Ready`], then pinged (each ping answered) until the node pushes a grant on
+    /// it ([`FromNode::Granted`]). `gateway` is the replica's name in the cluster's store.
+    Standby { gateway: String },
 }
 
 /// The grant a gateway of a cluster attaches with: the ticket it is for, and the nonce the
@@ -133,13 +137,19 @@ pub enum FromNode {
         value: Result<Value, BackendError>,
     },
     Ping,
-    /// The answer to [`ToNode::Standby`]: the token and protocol were accepted.
+    /// The answer to [`Request::Standby`].
     Ready,
     /// On a link kept open for grants: the node granted `grant.slot` to one of the replica's
     /// tickets and attached it to this link, which is now that worker's link.
     Granted {
         grant: PushedGrant,
         info: BackendInfo,
+    },
+    /// The answer to a [`ToNode::Hello`]: the node's nonce, and its proof that it holds the
+    /// token over both nonces.
+    Challenge {
+        nonce: Vec<u8>,
+        proof: Vec<u8>,
     },
 }
 
@@ -154,6 +164,7 @@ impl FromNode {
             FromNode::Ping => "Ping",
             FromNode::Ready => "Ready",
             FromNode::Granted { .. } => "Granted",
+            FromNode::Challenge { .. } => "Challenge",
         }
     }
 }
@@ -168,6 +179,8 @@ pub struct PushedGrant {
     pub addr: String,
     pub nonce: String,
     pub mode: Mode,
+    /// The node's signature of the grant ([`crate::link::handshake::grant_signature`]).
+    pub sig: String,
 }
 
 impl From<PushedGrant> for omni_actors::edge::coordinator::Grant {
@@ -178,13 +191,14 @@ impl From<PushedGrant> for omni_actors::edge::coordinator::Grant {
             addr: g.addr,
             nonce: g.nonce,
             mode: g.mode,
+            sig: g.sig,
         }
     }
 }
 
-/// The largest first frame a node reads from a peer that has not shown its token yet (a hello,
-/// and the pings of a link kept open): a stranger cannot make it buffer a worker link's
-/// largest frame.
+/// The largest frame either side reads from a peer that has not proved it holds the token (the
+/// handshake), and a node reads on a link no worker is attached to (a link kept open for
+/// grants): a stranger cannot make it buffer a worker link's largest frame.
 pub const MAX_HELLO_BYTES: usize = 4096;
 
 /// The frames read from a stream, one at a time and cancel safe: a frame half read when a
@@ -226,10 +240,12 @@ pub async fn write_frame<T: Serialize>(out: &mut (impl AsyncWrite + Unpin), mess
     out.flush().await
 }
 
-/// Reads one frame; `Ok(None)` at a clean end of the stream (between frames).
+/// Reads one frame of at most `max` bytes; `Ok(None)` at a clean end of the stream (between
+/// frames). The body is buffered as its bytes arrive: a length the peer announces is checked
+/// against `max` and never sizes a buffer by itself.
 pub async fn read_frame<T: DeserializeOwned>(
     input: &mut (impl AsyncRead + Unpin),
-    buf: &mut Vec<u8>,
+    max: usize,
 ) -> io::Result<Option<T>> {
     let mut len = [0u8; 4];
     match input.read_exact(&mut len).await {
@@ -238,12 +254,18 @@ pub async fn read_frame<T: DeserializeOwned>(
         Err(e) => return Err(e),
     }
     let len = u32::from_le_bytes(len) as usize;
-    if len > MAX_FRAME_BYTES {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("frame of {len} bytes")));
+    if len > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a frame of {len} bytes, over the {max} allowed"),
+        ));
     }
-    buf.resize(len, 0);
-    input.read_exact(buf).await?;
-    postcard::from_bytes(buf).map(Some).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    let mut body = Vec::with_capacity(len.min(MAX_HELLO_BYTES));
+    (&mut *input).take(len as u64).read_to_end(&mut body).await?;
+    if body.len() < len {
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the frame ended early"));
+    }
+    postcard::from_bytes(&body).map(Some).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 #[cfg(test)]
@@ -257,13 +279,12 @@ mod tests {
         write_frame(&mut a, &ToNode::Call(ToHost::DuplexStep(chunk.clone()))).await.unwrap();
         write_frame(&mut a, &ToNode::Ping).await.unwrap();
         drop(a);
-        let mut buf = Vec::new();
-        match read_frame::<ToNode>(&mut b, &mut buf).await.unwrap() {
+        match read_frame::<ToNode>(&mut b, MAX_FRAME_BYTES).await.unwrap() {
             Some(ToNode::Call(ToHost::DuplexStep(c))) => assert_eq!(c, chunk),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(read_frame::<ToNode>(&mut b, &mut buf).await.unwrap(), Some(ToNode::Ping)));
-        assert!(read_frame::<ToNode>(&mut b, &mut buf).await.unwrap().is_none(), "a clean end");
+        assert!(matches!(read_frame::<ToNode>(&mut b, MAX_FRAME_BYTES).await.unwrap(), Some(ToNode::Ping)));
+        assert!(read_frame::<ToNode>(&mut b, MAX_FRAME_BYTES).await.unwrap().is_none(), "a clean end");
     }
 
     #[tokio::test]
@@ -292,5 +313,23 @@ mod tests {
         a.write_all(&((MAX_FRAME_BYTES + 1) as u32).to_le_bytes()).await.unwrap();
         let e = next_frame::<ToNode, _>(&mut frames).await.unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+    }
+
+    #[tokio::test]
+    async fn a_length_over_the_limit_is_refused_before_anything_is_buffered() {
+        let (mut a, mut b) = tokio::io::duplex(64);
+        a.write_all(&(256u32 << 20).to_le_bytes()).await.unwrap();
+        let e = read_frame::<FromNode>(&mut b, MAX_HELLO_BYTES).await.unwrap_err();
+        assert!(e.to_string().contains("over the 4096 allowed"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_frame_that_ends_early_is_an_error_not_a_buffer_of_its_announced_length() {
+        let (mut a, mut b) = tokio::io::duplex(64);
+        a.write_all(&(1u32 << 20).to_le_bytes()).await.unwrap();
+        a.write_all(b"short").await.unwrap();
+        drop(a);
+        let e = read_frame::<FromNode>(&mut b, MAX_FRAME_BYTES).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{e}");
     }
 }

@@ -37,6 +37,7 @@ pub fn start(config: Arc<Config>) -> Serving {
         server_name: spec.server_name.clone(),
         heartbeat_interval: Duration::from_secs(1),
         heartbeat_timeout: Duration::from_secs(5),
+        networks: spec.node_networks.clone(),
     };
     let replica = spec.name.clone();
     let standby = Standby::new(spec.standby_links, replica.clone());

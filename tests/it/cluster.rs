@@ -532,6 +532,92 @@ async fn hand_overs_are_pushed_on_links_kept_open_to_their_node() {
     g1.wait_idle();
 }
 
+#[tokio::test]
+async fn a_grant_its_node_did_not_sign_is_never_dialled() {
+    if !needs(&[Need::Redis]) {
+        return;
+    }
+    let redis = Redis::start();
+    let n1 = node(&redis, "n1", 1);
+    let g1 = replica(&redis, "g1");
+    let held = active(&g1, "audio").await;
+    let waiter = Waiter::join(&g1).await;
+    // Whoever can write to the store puts a grant for the waiting ticket on the replica's list,
+    // naming a listener of its own (where the token, then the client's audio, went before).
+    let fake = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    fake.set_nonblocking(true).unwrap();
+    let ticket = waiter.ticket.trim_start_matches("ticket_").to_string();
+    let forged = format!("{ticket} n1/sim-0 {} 0123abcd audio {}", fake.local_addr().unwrap(), "ab".repeat(32));
+    assert_eq!(redis.command(&format!("RPUSH {{og}}:g:g1 \"{forged}\"")).as_deref(), Some(":1\r\n"));
+    g1.wait_log("is not signed by its node", WAIT);
+    g1.wait_log("not taken", WAIT); // the lend failed: a dial would have come before
+    assert_eq!(g1.metric("omni_grants_refused_total{node=\"n1\"}"), 1.0);
+    let dialled = |fake: &std::net::TcpListener| fake.accept().map(|(_, peer)| peer.to_string());
+    assert_eq!(
+        dialled(&fake).map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::WouldBlock),
+        "the forged address was dialled"
+    );
+    // The ticket waits on in its place, and the real node's grant serves it.
+    close(held).await;
+    let mut served = waiter.served().await;
+    talk(&mut served, "input_1").await;
+    close(served).await;
+    assert_eq!(
+        dialled(&fake).map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::WouldBlock),
+        "the forged address was dialled"
+    );
+    check_invariants(&[n1.logs()]);
+    g1.wait_idle();
+}
+
+#[tokio::test]
+async fn a_replica_dials_no_node_outside_its_node_networks() {
+    if !needs(&[Need::Redis]) {
+        return;
+    }
+    let redis = Redis::start();
+    let n1 = node(&redis, "n1", 1);
+    let section = format!("{}node_networks = [\"10.0.0.0/8\"]\n", cluster(&redis, "g1", true));
+    let mut g1 = Server::start(Setup::default().workers(String::new()).extra(&section));
+    // The node's signed grant names 127.0.0.1: outside, so neither it nor a link kept open to
+    // it is dialled; the client is not refused.
+    let client = Client::connect(&g1.url("/v1/realtime?mode=audio")).await;
+    g1.wait_log("is outside [cluster] node_networks: not dialled", WAIT);
+    g1.wait_metric("omni_node_link_failures_total{node=\"n1\",reason=\"outside_networks\"}", 1.0, WAIT);
+    assert!(!n1.logs().contains("attached to gateway"), "{}", n1.logs());
+    drop(client);
+    g1.skip_invariants();
+}
+
+#[tokio::test]
+async fn a_store_behind_tls_is_verified_against_redis_ca() {
+    if !needs(&[Need::Redis]) {
+        return;
+    }
+    // A private CA's certificate (self-signed) on the store's TLS port.
+    let dir = tempfile::tempdir().unwrap();
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let (cert, key) = (dir.path().join("redis.pem"), dir.path().join("redis.key"));
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    let (redis, tls_port) = Redis::start_tls(&cert, &key);
+    let url = format!("rediss://127.0.0.1:{tls_port}/0");
+    let n1 = node(&redis, "n1", 1);
+    // Checked against the public CAs only, the store is not trusted: the replica cannot beat.
+    let mut untrusted = replica_at(&url, "g0");
+    untrusted.wait_log("invalid peer certificate: UnknownIssuer", WAIT);
+    untrusted.skip_invariants();
+    drop(untrusted);
+    // With redis_ca, it is.
+    let section = format!("{}redis_ca = \"{}\"\n", cluster_at(&url, "g1", true), cert.display());
+    let g1 = Server::start(Setup::default().workers(String::new()).queue("update_interval_s = 1.0").extra(&section));
+    one_session(&g1).await;
+    check_invariants(&[n1.logs()]);
+    g1.wait_idle();
+}
+
 /// A small seeded generator (xorshift): a nemesis run is repeated exactly by its seed.
 struct Dice(u64);
 

@@ -6,11 +6,34 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
+use omni_gateway::link::handshake;
+use omni_gateway::link::wire::{FromNode, MAX_FRAME_BYTES, MAX_HELLO_BYTES, Request, ToNode, read_frame, write_frame};
 use serde_json::{Value, json};
+use tokio::net::TcpStream;
 
 /// A gateway with no workers of its own, using the nodes `entries`.
 fn gateway(entries: &str) -> Server {
     Server::start(Setup::default().workers(String::new()).extra(entries))
+}
+
+/// A connection to `node` through the handshake, asking `request`.
+async fn prove(node: &Node, token: &str, request: Request) -> Result<TcpStream, omni_gateway::link::LinkError> {
+    let mut stream = TcpStream::connect(node.addr).await.unwrap();
+    handshake::open(&mut stream, token, request).await.map(|()| stream)
+}
+
+/// The node's link of `node`, as a gateway's config would give it.
+fn link_to(node: &Node) -> omni_gateway::config::NodeLink {
+    omni_gateway::config::NodeLink {
+        name: "gpu1".into(),
+        address: node.addr.to_string(),
+        token: NODE_TOKEN.into(),
+        ca: None,
+        server_name: "127.0.0.1".into(),
+        heartbeat_interval: Duration::from_secs(1),
+        heartbeat_timeout: Duration::from_secs(5),
+        networks: Vec::new(),
+    }
 }
 
 /// Waits until the gateway's pool has `count` workers, all idle.
@@ -48,6 +71,7 @@ async fn sessions_of_every_dialect_run_on_a_nodes_workers() {
     assert_eq!(chat.until("response.done").await["text"], "from the node");
     chat.send(json!({"type": "session.close"})).await;
     chat.until("session.closed").await;
+    assert!(!node.logs().contains(NODE_TOKEN) && !server.logs().contains(NODE_TOKEN), "a log shows the token");
 
     // The earlier dialect.
     let mut legacy = connected(&server, "video").await;
@@ -96,29 +120,122 @@ async fn a_wrong_token_is_refused() {
     let node = Node::start(&workers(1, ""), "");
     let entry = node.entry("gpu1", "").replace(NODE_TOKEN, "not-the-node-token-0000");
     let mut server = gateway(&entry);
-    server.wait_log("refused: wrong token", WAIT);
-    node.wait_log("refused: wrong token", WAIT);
+    // The node proves the token first: the gateway, holding another, cannot check the proof and
+    // says nothing more; the node sees a peer leave without proving the token.
+    server.wait_log("could not prove it holds the token", WAIT);
+    node.wait_log("closed without proving the token", WAIT);
     assert_eq!(server.status()["workers"].as_array().unwrap().len(), 0, "no worker joins");
     server.skip_invariants();
+    // A peer that takes the node's proof on trust and proves a token it does not hold is told.
+    let mut stream = TcpStream::connect(node.addr).await.unwrap();
+    let nonce = handshake::nonce();
+    write_frame(&mut stream, &ToNode::Hello { protocol: omni_gateway::link::wire::PROTOCOL, nonce }).await.unwrap();
+    assert!(matches!(read_frame::<FromNode>(&mut stream, MAX_HELLO_BYTES).await, Ok(Some(FromNode::Challenge { .. }))));
+    write_frame(&mut stream, &ToNode::Prove { proof: vec![7; 32], request: Request::Discover }).await.unwrap();
+    match read_frame::<FromNode>(&mut stream, MAX_HELLO_BYTES).await.unwrap() {
+        Some(FromNode::Refused(why)) => assert!(why.starts_with("wrong token"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    node.wait_log("refused: wrong token", WAIT);
 }
 
 #[tokio::test]
 async fn a_stranger_announcing_a_huge_hello_is_cut_off_before_it_is_buffered() {
-    use omni_gateway::link::wire::{FromNode, PROTOCOL, ToNode, read_frame, write_frame};
     use tokio::io::AsyncWriteExt;
     let node = Node::start(&workers(1, ""), "");
     // 100 MiB announced, before any token: the node ends the connection at once instead of
     // waiting to buffer them.
-    let mut stranger = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    let mut stranger = TcpStream::connect(node.addr).await.unwrap();
     stranger.write_all(&(100u32 << 20).to_le_bytes()).await.unwrap();
-    let mut buf = Vec::new();
-    let ended = tokio::time::timeout(Duration::from_secs(1), read_frame::<FromNode>(&mut stranger, &mut buf)).await;
+    let ended = tokio::time::timeout(WAIT, read_frame::<FromNode>(&mut stranger, MAX_FRAME_BYTES)).await;
     assert!(matches!(ended, Ok(Ok(None)) | Ok(Err(_))), "the connection is still open: {ended:?}");
-    node.wait_log("unreadable hello", WAIT);
+    node.wait_log("over the 4096 allowed", WAIT);
     // The node serves on.
-    let mut link = tokio::net::TcpStream::connect(node.addr).await.unwrap();
-    write_frame(&mut link, &ToNode::Discover { protocol: PROTOCOL, token: NODE_TOKEN.into() }).await.unwrap();
-    assert!(matches!(read_frame::<FromNode>(&mut link, &mut buf).await.unwrap(), Some(FromNode::Workers(_))));
+    let mut link = prove(&node, NODE_TOKEN, Request::Discover).await.unwrap();
+    assert!(matches!(read_frame::<FromNode>(&mut link, MAX_FRAME_BYTES).await.unwrap(), Some(FromNode::Workers(_))));
+}
+
+#[tokio::test]
+async fn a_listener_that_is_not_the_node_hears_a_hello_and_nothing_else() {
+    use std::io::{Read, Write};
+    // Something else answers on the node's address (a host that took it, an address a store was
+    // made to name): it hears the gateway's hello, then answers a 256 MiB frame.
+    let fake = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = fake.local_addr().unwrap();
+    let heard = std::thread::spawn(move || {
+        let (mut socket, _) = fake.accept().unwrap();
+        let mut len = [0u8; 4];
+        socket.read_exact(&mut len).unwrap();
+        let mut hello = vec![0u8; u32::from_le_bytes(len) as usize];
+        socket.read_exact(&mut hello).unwrap();
+        socket.write_all(&(256u32 << 20).to_le_bytes()).unwrap();
+        let mut rest = Vec::new();
+        let _ = socket.read_to_end(&mut rest);
+        (hello, rest)
+    });
+    let entry = format!("[[nodes]]\nname = \"gpu1\"\naddress = \"{address}\"\ntoken = \"{NODE_TOKEN}\"\n");
+    let mut server = gateway(&entry);
+    server.wait_log("over the 4096 allowed", WAIT);
+    let (hello, rest) = heard.join().unwrap();
+    assert!(matches!(postcard::from_bytes::<ToNode>(&hello), Ok(ToNode::Hello { .. })), "{hello:?}");
+    let token = NODE_TOKEN.as_bytes();
+    assert!(!hello.windows(token.len()).any(|w| w == token), "the hello carries the token");
+    assert!(rest.is_empty(), "{} bytes after the hello", rest.len());
+    server.skip_invariants();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strangers_idle_connections_do_not_keep_a_gateway_out() {
+    // The node runs with 1,024 descriptors (a systemd unit's default), soft and hard: raising
+    // the limit cannot help; its caps on connections still to prove the token must.
+    let node = Node::start_with_open_files(&workers(1, ""), "", 1024, 1024);
+    let _ = rlimit::increase_nofile_limit(4096); // this test's own 1,100 connections
+    // A stranger on 127.0.0.2 keeps 1,100 connections open, opening another as each ends.
+    let stop = std::sync::Arc::new(tokio::sync::Notify::new());
+    let mut strangers = tokio::task::JoinSet::new();
+    for _ in 0..1100 {
+        let (to, stop) = (node.addr, stop.clone());
+        strangers.spawn(async move {
+            use tokio::io::AsyncReadExt;
+            loop {
+                let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+                let idle = async {
+                    if let Ok(mut s) = socket.connect(to).await {
+                        let _ = s.read(&mut [0u8; 64]).await; // until the node closes it
+                    }
+                    // The stranger's own pace between attempts (not a wait for the node).
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                };
+                tokio::select! {
+                    _ = idle => {}
+                    _ = stop.notified() => return,
+                }
+            }
+        });
+    }
+    // All of them connected: 16 held, the others closed at once (and opened again).
+    node.wait_log_count("too many connections still to prove their token", 1100 - 16, WAIT);
+    // A gateway on 127.0.0.1 is served meanwhile, each time.
+    for _ in 0..3 {
+        let link = link_to(&node);
+        let found = tokio::task::spawn_blocking(move || omni_gateway::backend::remote::discover(&link)).await.unwrap();
+        assert_eq!(found.map(|w| w.len()).map_err(|e| e.to_string()), Ok(1));
+    }
+    stop.notify_waiters();
+    strangers.abort_all();
+}
+
+#[tokio::test]
+async fn a_node_raises_its_open_file_limit_and_goes_on_after_a_sighup() {
+    let node = Node::start_with_open_files(&workers(1, ""), "", 1024, 4096);
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", node.pid())).unwrap();
+    let open_files = limits.lines().find(|l| l.starts_with("Max open files")).unwrap().to_string();
+    assert_eq!(open_files.split_whitespace().collect::<Vec<_>>()[3..5], ["4096", "4096"], "{open_files}");
+    node.signal("HUP");
+    node.wait_log("SIGHUP: a node has nothing to reload; it goes on", WAIT);
+    let mut link = prove(&node, NODE_TOKEN, Request::Discover).await.unwrap();
+    assert!(matches!(read_frame::<FromNode>(&mut link, MAX_FRAME_BYTES).await.unwrap(), Some(FromNode::Workers(_))));
 }
 
 #[tokio::test]
@@ -278,44 +395,30 @@ fn check_config_reaches_each_node_and_reports_what_it_serves() {
 
 #[tokio::test]
 async fn a_link_kept_open_for_grants_checks_the_token_answers_pings_and_takes_nothing_else() {
-    use omni_gateway::link::wire::{FromNode, PROTOCOL, ToNode, read_frame, write_frame};
     let node = Node::start(&workers(1, ""), "");
-    let standby = |token: &str| ToNode::Standby { protocol: PROTOCOL, token: token.into(), gateway: "test".into() };
-    let mut buf = Vec::new();
-    // A wrong token is refused at the hello, as for any other link.
-    let mut wrong = tokio::net::TcpStream::connect(node.addr).await.unwrap();
-    write_frame(&mut wrong, &standby("not-the-node-token-0000")).await.unwrap();
-    match read_frame::<FromNode>(&mut wrong, &mut buf).await.unwrap() {
-        Some(FromNode::Refused(why)) => assert!(why.starts_with("wrong token"), "{why}"),
-        other => panic!("{other:?}"),
-    }
+    let standby = Request::Standby { gateway: "test".into() };
+    // A wrong token gets no link, as for any other.
+    let wrong = prove(&node, "not-the-node-token-0000", standby.clone()).await.unwrap_err();
+    assert!(matches!(wrong, omni_gateway::link::LinkError::NotTheNode), "{wrong}");
     // The right one: Ready, then each ping answered (grants are pushed on it only by a node
     // of a cluster: tests/cluster.rs).
-    let mut link = tokio::net::TcpStream::connect(node.addr).await.unwrap();
-    write_frame(&mut link, &standby(NODE_TOKEN)).await.unwrap();
-    assert!(matches!(read_frame::<FromNode>(&mut link, &mut buf).await.unwrap(), Some(FromNode::Ready)));
+    let mut link = prove(&node, NODE_TOKEN, standby).await.unwrap();
+    assert!(matches!(read_frame::<FromNode>(&mut link, MAX_FRAME_BYTES).await.unwrap(), Some(FromNode::Ready)));
     for _ in 0..3 {
         write_frame(&mut link, &ToNode::Ping).await.unwrap();
-        assert!(matches!(read_frame::<FromNode>(&mut link, &mut buf).await.unwrap(), Some(FromNode::Ping)));
+        assert!(matches!(read_frame::<FromNode>(&mut link, MAX_FRAME_BYTES).await.unwrap(), Some(FromNode::Ping)));
     }
-    // The replica does not attach on it: an attach (or anything but a ping) is refused, and
-    // the link ends; the worker is still free for a link of its own.
-    let attach = ToNode::Attach {
-        protocol: PROTOCOL,
-        token: NODE_TOKEN.into(),
-        worker: "sim-0".into(),
-        gateway: "test".into(),
-        grant: None,
-    };
-    write_frame(&mut link, &attach).await.unwrap();
-    match read_frame::<FromNode>(&mut link, &mut buf).await.unwrap() {
+    // The replica does not call on it: a call (anything but a ping) is refused, and the link
+    // ends; the worker is still free for a link of its own.
+    write_frame(&mut link, &ToNode::Terminate).await.unwrap();
+    match read_frame::<FromNode>(&mut link, MAX_FRAME_BYTES).await.unwrap() {
         Some(FromNode::Refused(why)) => assert!(why.contains("on a link kept open for grants"), "{why}"),
         other => panic!("{other:?}"),
     }
-    assert!(read_frame::<FromNode>(&mut link, &mut buf).await.unwrap().is_none(), "the link ends");
-    let mut own = tokio::net::TcpStream::connect(node.addr).await.unwrap();
-    write_frame(&mut own, &attach).await.unwrap();
-    match read_frame::<FromNode>(&mut own, &mut buf).await.unwrap() {
+    assert!(read_frame::<FromNode>(&mut link, MAX_FRAME_BYTES).await.unwrap().is_none(), "the link ends");
+    let attach = Request::Attach { worker: "sim-0".into(), gateway: "test".into(), grant: None };
+    let mut own = prove(&node, NODE_TOKEN, attach).await.unwrap();
+    match read_frame::<FromNode>(&mut own, MAX_FRAME_BYTES).await.unwrap() {
         Some(FromNode::Attached(info)) => assert_eq!(info.name, "omni-reference"),
         other => panic!("{other:?}"),
     }

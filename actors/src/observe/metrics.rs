@@ -68,8 +68,14 @@ pub struct Metrics {
     /// Worker links open to each node (`[[nodes]]`): as many as its workers when it is up.
     pub node_links: IntGaugeVec,
     /// Worker links to a node that failed or ended, by node and reason (`unreachable`,
-    /// `refused`, `heartbeat`, `closed`).
+    /// `outside_networks`, `not_the_node`, `refused`, `heartbeat`, `closed`).
     pub node_link_failures: IntCounterVec,
+    /// A node's new connections closed at once: too many connections from strangers (or from
+    /// the same address) had not proved the token yet.
+    pub node_connections_refused: IntCounter,
+    /// A cluster replica's grants not dialled because their node did not sign them, by node
+    /// (as the grant names it: a forged grant names what it likes).
+    pub grants_refused: IntCounterVec,
     /// A cluster replica's attaches of granted workers, by node and link: `kept` (a link
     /// opened ahead of the grant, `cluster.standby_links`) or `opened` (connected for it).
     pub node_attaches: IntCounterVec,
@@ -255,6 +261,17 @@ impl Metrics {
                 "omni_node_link_failures_total",
                 "Worker links to a node that failed or ended",
                 &["node", "reason"],
+            ),
+            node_connections_refused: counter(
+                &r,
+                "omni_node_connections_refused_total",
+                "Connections a node closed at once: too many still had to prove the token",
+            ),
+            grants_refused: counter_vec(
+                &r,
+                "omni_grants_refused_total",
+                "Grants a replica did not dial: their node did not sign them",
+                &["node"],
             ),
             node_attaches: counter_vec(
                 &r,

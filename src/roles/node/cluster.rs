@@ -26,6 +26,8 @@ pub struct Cluster {
     pub attach_timeout: Duration,
     /// The store knows this node (its last beat said so).
     pub known: bool,
+    /// The node's token: it signs its offers with it ([`crate::link::grant`]).
+    pub token: Arc<str>,
 }
 
 impl Handler<JoinCluster> for Lender {
@@ -66,7 +68,9 @@ impl Lender {
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         w.offer = Some(nonce.clone());
         w.offering = true;
-        let offer = Offer { slot, nonce: nonce.clone(), modes: w.modes.clone(), addr, ended: w.ended.take(), linked };
+        let sig = crate::link::grant::sign(&cluster.token, &slot, &addr, &nonce);
+        let offer =
+            Offer { slot, nonce: nonce.clone(), modes: w.modes.clone(), addr, sig, ended: w.ended.take(), linked };
         ctx.spawn(store.offer(offer).into_actor(self).map(move |answer, act, ctx| act.offered(i, nonce, answer, ctx)));
     }
 
@@ -80,8 +84,10 @@ impl Lender {
             Ok(Offered::Assigned { ticket, push: None }) => log::info!("worker {name}: granted to ticket {ticket}"),
             Ok(Offered::Assigned { ticket, push: Some((replica, mode)) }) => {
                 log::info!("worker {name}: granted to ticket {ticket} of {replica}, pushed on its link");
-                let addr = self.cluster.as_ref().map_or(String::new(), |c| c.advertise.clone());
-                let pushed = PushedGrant { ticket, slot: self.slot(i), addr, nonce, mode };
+                let Some(cluster) = &self.cluster else { return };
+                let (slot, addr) = (self.slot(i), cluster.advertise.clone());
+                let sig = crate::link::grant::sign(&cluster.token, &slot, &addr, &nonce);
+                let pushed = PushedGrant { ticket, slot, addr, nonce, mode, sig };
                 self.push(i, replica, pushed, ctx);
             }
             Ok(Offered::Free) => log::debug!("worker {name}: free, nobody waiting for it"),

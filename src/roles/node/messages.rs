@@ -78,12 +78,6 @@ pub enum Refusal {
     Failed { worker: String, reason: String },
     #[error("worker {0} is starting (its backend is opening)")]
     Starting(String),
-    #[error("the first message must be Discover, Attach or Standby")]
-    NotAHello,
-    #[error("wrong token (the gateway's [[nodes]] token must be the node's [node] token)")]
-    WrongToken,
-    #[error("the gateway speaks node protocol {theirs}, this node {ours}: run the same release on both")]
-    Protocol { theirs: u32, ours: u32 },
 }
 
 /// What a borrowed worker is lent as: the worker, and the mode its session runs (for status).

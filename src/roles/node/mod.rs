@@ -93,6 +93,7 @@ pub fn run(config: Config) -> Result<(), NodeError> {
                 heartbeat_timeout: serve.heartbeat_timeout,
             },
             tls: tls.clone(),
+            unproven: Default::default(),
         };
         for std in std_listeners {
             let listener = TcpListener::from_std(std)?;
@@ -125,7 +126,13 @@ pub fn run(config: Config) -> Result<(), NodeError> {
                 spec.redacted_url(),
                 spec.lease.as_secs_f64()
             );
-            let cluster = cluster::Cluster { store, advertise, attach_timeout: spec.attach_timeout, known: false };
+            let cluster = cluster::Cluster {
+                store,
+                advertise,
+                attach_timeout: spec.attach_timeout,
+                known: false,
+                token: serve.token.as_str().into(),
+            };
             lender.do_send(messages::JoinCluster { cluster, every: spec.lease / 3 });
         }
         shutdown_signal().await;

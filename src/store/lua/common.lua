@@ -48,13 +48,13 @@ end
 -- the ticket's gateway's list unless the caller returns it itself.
 local function assign(slot, seq, mode, push)
   local s, t = P .. ':slot:' .. slot, P .. ':t:' .. seq
-  local nonce, addr = unpack(redis.call('HMGET', s, 'nonce', 'addr'))
+  local nonce, addr, sig = unpack(redis.call('HMGET', s, 'nonce', 'addr', 'sig'))
   redis.call('ZREM', P .. ':q:' .. mode, seq)
   redis.call('HSET', t, 'state', 'assigned', 'slot', slot, 'nonce', nonce, 'addr', addr)
   tinfo(seq)
   redis.call('HSET', s, 'state', 'assigned', 'ticket', seq, 'since', NOW)
   unfree(slot)
-  local grant = {seq, slot, addr, nonce, mode}
+  local grant = {seq, slot, addr, nonce, mode, sig or '-'}
   if push then
     local gw = redis.call('HGET', t, 'gw')
     redis.call('RPUSH', P .. ':g:' .. gw, table.concat(grant, ' '))

@@ -1,7 +1,7 @@
 -- A client of gateway ARGV[1] asks for a worker of mode ARGV[2]. ARGV[3] is its ticket
 -- number when it already had one (a gateway re-enqueueing its waiting clients after losing
 -- the store keeps their order), else ''; ARGV[4] is max_waiting.
--- Returns {'granted', seq, slot, addr, nonce, mode}, {'waiting', seq, position, length},
+-- Returns {'granted', seq, slot, addr, nonce, mode, sig}, {'waiting', seq, position, length},
 -- {'full', length}, {'unavailable'} or {'unknown_gateway'}.
 local gw, mode, given, max_waiting = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 if not alive(':gw', gw) then return {'unknown_gateway'} end
@@ -29,6 +29,6 @@ redis.call('SADD', P .. ':gwt:' .. gw, seq)
 redis.call('ZADD', P .. ':q', seq, seq)
 local grant = place(seq, mode, false)
 if grant then
-  return {'granted', grant[1], grant[2], grant[3], grant[4], grant[5]}
+  return {'granted', grant[1], grant[2], grant[3], grant[4], grant[5], grant[6]}
 end
 return {'waiting', seq, redis.call('ZRANK', P .. ':q', seq) + 1, redis.call('ZCARD', P .. ':q')}

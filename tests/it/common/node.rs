@@ -27,20 +27,30 @@ impl Node {
     }
 
     pub fn start_in(dir: tempfile::TempDir, workers: &str, node: &str) -> Node {
+        Node::launch(dir, workers, node, None)
+    }
+
+    /// [`Node::start`] under an open-file limit (soft, hard), as a service manager sets one.
+    pub fn start_with_open_files(workers: &str, node: &str, soft: u64, hard: u64) -> Node {
+        Node::launch(tempfile::tempdir().unwrap(), workers, node, Some((soft, hard)))
+    }
+
+    fn launch(dir: tempfile::TempDir, workers: &str, node: &str, open_files: Option<(u64, u64)>) -> Node {
+        use std::os::unix::process::CommandExt;
         let bind = if node.contains("bind") { String::new() } else { "bind = \"127.0.0.1:0\"\n".to_string() };
         let token = if node.contains("token") { String::new() } else { format!("token = \"{NODE_TOKEN}\"\n") };
         let config = format!("[node]\n{bind}{token}{node}\n{workers}\n");
         let path = dir.path().join("node.toml");
         std::fs::write(&path, config).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_omni-gateway"))
-            .arg("--config")
-            .arg(&path)
-            .arg("node")
-            .env("RUST_LOG", "debug")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start omni-gateway node");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_omni-gateway"));
+        command.arg("--config").arg(&path).arg("node").env("RUST_LOG", "debug");
+        if let Some((soft, hard)) = open_files {
+            // SAFETY: between fork and exec, only setrlimit (async-signal-safe) runs.
+            unsafe {
+                command.pre_exec(move || rlimit::setrlimit(rlimit::Resource::NOFILE, soft, hard));
+            }
+        }
+        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start omni-gateway node");
         let logs = Arc::new(Mutex::new(String::new()));
         let mut stderr = child.stderr.take().unwrap();
         let sink = logs.clone();
@@ -104,9 +114,14 @@ impl Node {
 
     /// Waits until the node's log contains `needle`.
     pub fn wait_log(&self, needle: &str, within: Duration) {
+        self.wait_log_count(needle, 1, within);
+    }
+
+    /// Waits until the node's log says `needle` `count` times.
+    pub fn wait_log_count(&self, needle: &str, count: usize, within: Duration) {
         let deadline = Instant::now() + within;
-        while !self.logs().contains(needle) {
-            assert!(Instant::now() < deadline, "the node's log never said {needle:?}:\n{}", self.logs());
+        while self.logs().matches(needle).count() < count {
+            assert!(Instant::now() < deadline, "the node's log never said {needle:?} {count} times:\n{}", self.logs());
             std::thread::sleep(Duration::from_millis(10));
         }
     }

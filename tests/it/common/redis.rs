@@ -19,6 +19,26 @@ impl Redis {
         Redis::start_on(free_port(), tempfile::tempdir().unwrap(), &[])
     }
 
+    /// Redis answering TLS on a port of its own too (returned), with the certificate and key
+    /// in PEM files `cert` and `key` (clients are not asked for certificates).
+    pub fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> (Redis, u16) {
+        let tls_port = free_port();
+        let (cert, key) = (cert.display().to_string(), key.display().to_string());
+        let extra = [
+            "--tls-port".to_string(),
+            tls_port.to_string(),
+            "--tls-cert-file".into(),
+            cert.clone(),
+            "--tls-key-file".into(),
+            key,
+            "--tls-ca-cert-file".into(),
+            cert,
+            "--tls-auth-clients".into(),
+            "no".into(),
+        ];
+        (Redis::start_on(free_port(), tempfile::tempdir().unwrap(), &extra), tls_port)
+    }
+
     /// A replica of `master`, its copy in sync before this returns.
     pub fn replica_of(master: &Redis) -> Redis {
         let of = ["--replicaof".to_string(), "127.0.0.1".into(), master.port.to_string()];

@@ -42,6 +42,7 @@ struct Slot {
     modes: Vec<Mode>,
     state: SlotState,
     nonce: String,
+    sig: String,
     ticket: Option<TicketId>,
     mode: Option<Mode>,
     since: u64,
@@ -160,7 +161,7 @@ impl Inner {
     /// Gives `slot` to ticket `seq`; the grant goes to its replica's list when `push`.
     fn assign(&mut self, slot_name: &str, seq: TicketId, mode: Mode, push: bool, now: u64) -> Grant {
         let slot = self.slots.get_mut(slot_name).expect("a slot being assigned exists");
-        let (nonce, addr) = (slot.nonce.clone(), slot.addr.clone());
+        let (nonce, addr, sig) = (slot.nonce.clone(), slot.addr.clone(), slot.sig.clone());
         slot.state = SlotState::Assigned;
         slot.ticket = Some(seq);
         slot.since = now;
@@ -170,7 +171,7 @@ impl Inner {
         t.grant = Some((slot_name.to_string(), nonce.clone(), addr.clone()));
         let gw = t.gw.clone();
         self.unfree(slot_name);
-        let grant = Grant { ticket: seq, slot: slot_name.to_string(), addr, nonce, mode };
+        let grant = Grant { ticket: seq, slot: slot_name.to_string(), addr, nonce, mode, sig };
         if push {
             self.grants.entry(gw).or_default().push_back(grant.clone());
         }
@@ -469,6 +470,7 @@ impl NodeStore for MemoryNode {
                 modes: offer.modes.clone(),
                 state: SlotState::Free,
                 nonce: offer.nonce.clone(),
+                sig: offer.sig.clone(),
                 ticket: None,
                 mode: None,
                 since: now,
@@ -520,6 +522,7 @@ impl NodeStore for MemoryNode {
                         modes: r.modes.clone(),
                         state: SlotState::Busy,
                         nonce: String::new(),
+                        sig: String::new(),
                         ticket: None,
                         mode: None,
                         since: now,
@@ -564,6 +567,7 @@ impl NodeStore for MemoryNode {
                                     modes: r.modes.clone(),
                                     state: SlotState::Down,
                                     nonce: String::new(),
+                                    sig: String::new(),
                                     ticket: None,
                                     mode: None,
                                     since: now,

@@ -40,6 +40,9 @@ pub struct Grant {
     pub addr: String,
     pub nonce: String,
     pub mode: Mode,
+    /// The node's signature of its offer (slot, address, nonce): a replica dials a grant only
+    /// if it verifies (the store cannot invent one, nor change where it sends the replica).
+    pub sig: String,
 }
 
 impl Grant {
@@ -226,6 +229,8 @@ pub struct Offer {
     pub modes: Vec<Mode>,
     /// Where replicas reach the node.
     pub addr: String,
+    /// The node's signature of slot, address and nonce, carried to the grant.
+    pub sig: String,
     /// The mode and length of the session that just ended on it, once.
     pub ended: Option<(Mode, Duration)>,
     /// The replicas that keep a link open to the node: a grant for one of their tickets is
@@ -314,6 +319,7 @@ mod tests {
             addr: "10.0.0.5:7100".into(),
             nonce: "n".into(),
             mode: Mode::Chat,
+            sig: String::new(),
         };
         assert_eq!(g.worker(), "sim-0");
     }

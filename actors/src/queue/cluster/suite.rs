@@ -57,6 +57,7 @@ fn offer(slot: &str, nonce: &str, modes: &[Mode]) -> Offer {
         nonce: nonce.into(),
         modes: modes.to_vec(),
         addr: ADDR.into(),
+        sig: format!("sig-{nonce}"),
         ended: None,
         linked: Vec::new(),
     }
@@ -104,6 +105,7 @@ pub async fn the_store_keeps_one_fifo_across_modes_with_places_kept_and_leases(c
     assert_eq!(node.offer(offer("n1/v", "y1", &both)).await.unwrap(), queued(t2));
     let g1 = gw.grants(Duration::from_millis(100)).await.unwrap();
     assert_eq!((g1[0].ticket, g1[0].slot.as_str(), g1[0].nonce.as_str()), (t1, "n1/a", "x1"));
+    assert_eq!(g1[0].sig, "sig-x1", "the grant carries the node's signature of its offer");
     let g2 = if g1.len() > 1 { vec![g1[1].clone()] } else { gw.grants(Duration::from_millis(100)).await.unwrap() };
     assert_eq!((g2[0].ticket, g2[0].worker(), g2[0].mode), (t2, "v", Mode::Video));
     // Granted tickets keep their places until claimed.
@@ -133,7 +135,14 @@ pub async fn the_store_keeps_one_fifo_across_modes_with_places_kept_and_leases(c
     assert!(gw.grants(Duration::ZERO).await.unwrap().is_empty(), "a pushed grant is not listed");
     assert_eq!(gw.snapshot().await.unwrap().average_s[Mode::Video.index()], Some(30.0));
     // A grant the node could not push after all goes on the list.
-    let grant = Grant { ticket: t1, slot: "n1/v".into(), addr: ADDR.into(), nonce: "y2".into(), mode: Mode::Audio };
+    let grant = Grant {
+        ticket: t1,
+        slot: "n1/v".into(),
+        addr: ADDR.into(),
+        nonce: "y2".into(),
+        mode: Mode::Audio,
+        sig: "sig-y2".into(),
+    };
     node.deliver("g1", &grant).await.unwrap();
     assert_eq!(gw.grants(Duration::from_millis(100)).await.unwrap(), [grant]);
 
@@ -394,7 +403,14 @@ pub async fn a_grant_ahead_of_its_enqueue_answer_is_kept_for_it(c: &dyn Cluster)
     assert_eq!(a.state.lent(grant.ticket, 0).map(|(_, to)| to).ok(), Some(1));
     // A grant for a ticket no client ever holds goes back after EARLY_GRANT (at the next view
     // that reaps: the periodic one).
-    let stray = Grant { ticket: 42, slot: "n1/x".into(), addr: ADDR.into(), nonce: "s".into(), mode: Mode::Audio };
+    let stray = Grant {
+        ticket: 42,
+        slot: "n1/x".into(),
+        addr: ADDR.into(),
+        nonce: "s".into(),
+        mode: Mode::Audio,
+        sig: "sig-s".into(),
+    };
     let effects = a.state.granted(stray, a.now);
     a.apply(effects).await;
     assert!(a.lending.is_empty() && a.left.is_empty(), "kept a moment");
