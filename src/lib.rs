@@ -15,12 +15,14 @@
 //! - [`store`]: the store replicas and nodes share (Redis).
 //! - [`observe`]: the subscribers of session and worker events (recorder, usage, webhooks) and
 //!   the recordings on disk.
+//! - [`net`]: peers' addresses as limits count them (an IPv6 /64 as one), and networks.
 
 pub mod backend;
 pub mod config;
 pub mod dialect;
 pub mod http;
 pub mod link;
+pub mod net;
 pub mod observe;
 pub mod roles;
 pub mod store;

@@ -114,7 +114,7 @@ pub struct Config {
     /// `[server.tls]` paths, resolved, when both are set.
     pub tls: Option<(PathBuf, PathBuf)>,
     /// `server.trusted_proxies`, parsed.
-    pub trusted_proxies: Vec<std::net::IpAddr>,
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// `[[models]]`; empty means any model name is served by the pool (in audio mode).
     pub models: Vec<ModelSpec>,
     pub workers: Vec<WorkerSpec>,

@@ -1,12 +1,12 @@
 //! `[server]`: where the gateway listens and what one connection may do.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::check::{Base, Invalid, not_negative, positive, resolve_bind};
+use super::check::{Base, Invalid, network, not_negative, positive, resolve_bind};
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -31,7 +31,8 @@ pub struct ServerConfig {
     pub message_timeout_s: f64,
     /// What every connection's unfinished fragmented messages may hold together.
     pub max_fragment_buffer_mb: f64,
-    /// Reverse proxies whose `X-Forwarded-For` names the client (IP addresses).
+    /// Reverse proxies whose `X-Forwarded-For` names the client: addresses, or networks
+    /// (`"10.0.0.0/8"`: an ingress whose pods change addresses).
     pub trusted_proxies: Vec<String>,
     pub allowed_origins: Vec<String>,
     pub tls: TlsConfig,
@@ -72,7 +73,7 @@ pub struct Checked {
     /// `bind` resolved: every address a host name stands for.
     pub bind: Vec<SocketAddr>,
     pub tls: Option<(PathBuf, PathBuf)>,
-    pub trusted_proxies: Vec<IpAddr>,
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 impl ServerConfig {
@@ -109,11 +110,7 @@ impl ServerConfig {
         positive("max_fragment_buffer_mb", self.max_fragment_buffer_mb)?;
         let mut trusted_proxies = Vec::new();
         for (i, p) in self.trusted_proxies.iter().enumerate() {
-            let ip = p
-                .trim()
-                .parse()
-                .map_err(|_| Invalid::new(format!("trusted_proxies[{i}]"), format!("'{p}' is not an IP address")))?;
-            trusted_proxies.push(ip);
+            trusted_proxies.push(network(&format!("trusted_proxies[{i}]"), p)?);
         }
         for (i, origin) in self.allowed_origins.iter().enumerate() {
             if !(origin.starts_with("http://") || origin.starts_with("https://")) || origin.ends_with('/') {

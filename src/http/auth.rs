@@ -2,6 +2,16 @@
 //! none configured, loopback only) for the operator routes, the browser Origin allowlist,
 //! the client address behind trusted proxies, and a throttle on failed key attempts.
 //! Keys are compared in constant time and never logged or recorded.
+//!
+//! The throttle slows guessing, never a client that holds a key: a correct key is always
+//! admitted; an address (an IPv6 /64) that presented [`THROTTLE_ATTEMPTS`] wrong keys within
+//! [`THROTTLE_WINDOW`] has its further wrong keys answered 429 until the window passes.
+//!
+//! Without an admin key the operator routes answer a request only when everything about it
+//! says it was made on this host: its TCP peer is 127.0.0.1 or ::1 (not another address of
+//! 127/8, which a service mesh's sidecar uses), it names a loopback host (`localhost`,
+//! `127.0.0.1`, `[::1]`: a page of another site that had its name resolved to 127.0.0.1, DNS
+//! rebinding, names its own), and no proxy forwarded it.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -30,7 +40,7 @@ pub enum Denied {
     Missing(KeyKind),
     /// A key was presented and is not one of the configured keys (401).
     Wrong(KeyKind),
-    /// An operator route from another host while no admin key is configured (403).
+    /// An operator route not made on this host while no admin key is configured (403).
     AdminLoopbackOnly,
     /// Too many wrong keys from this address lately (429).
     Throttled,
@@ -43,12 +53,14 @@ impl Denied {
             Denied::Missing(KeyKind::Admin) => "the admin key is required: send `Authorization: Bearer KEY`".into(),
             Denied::Wrong(KeyKind::Api) => "the API key is not valid".into(),
             Denied::Wrong(KeyKind::Admin) => "the admin key is not valid".into(),
-            Denied::AdminLoopbackOnly => "the operator routes answer only loopback clients while no admin key is \
-                                          configured: set [auth] admin_key to reach them from other hosts"
+            Denied::AdminLoopbackOnly => "the operator routes answer only requests made on this host (from \
+                                          127.0.0.1 or ::1, to localhost, not forwarded) while no admin key is \
+                                          configured: set [auth] admin_key to reach them otherwise"
                 .into(),
-            Denied::Throttled => {
-                format!("too many wrong keys from this address: try again in {} s", THROTTLE_WINDOW.as_secs())
-            }
+            Denied::Throttled => format!(
+                "too many wrong keys from this address: wrong keys are refused for up to {} s",
+                THROTTLE_WINDOW.as_secs()
+            ),
         }
     }
 }
@@ -73,22 +85,24 @@ pub fn bearer(req: &HttpRequest) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-/// Wrong keys an address may present within [`THROTTLE_WINDOW`] before it is refused
-/// outright until the window has passed.
-const THROTTLE_ATTEMPTS: u32 = 10;
-const THROTTLE_WINDOW: Duration = Duration::from_secs(60);
+/// Wrong keys an address may present within [`THROTTLE_WINDOW`] before its wrong keys are
+/// answered 429 until the window has passed (a correct key is always admitted).
+pub const THROTTLE_ATTEMPTS: u32 = 10;
+pub const THROTTLE_WINDOW: Duration = Duration::from_secs(60);
 /// Addresses remembered at most (the oldest entries are forgotten first).
 const THROTTLE_ADDRESSES: usize = 100_000;
 
-/// Failed key attempts per address, as a plain struct: a fixed window per address.
+/// Failed key attempts per address (an IPv6 /64 as one), as a plain struct: a fixed window
+/// per address.
 #[derive(Debug, Default)]
 pub struct Throttle {
     failures: HashMap<IpAddr, (Instant, u32)>,
 }
 
 impl Throttle {
-    /// Whether `ip` is refused now.
+    /// Whether a wrong key from `ip` is refused now.
     pub fn refused(&mut self, ip: IpAddr, now: Instant) -> bool {
+        let ip = crate::net::counted_as(ip);
         match self.failures.get(&ip) {
             Some(&(since, n)) if now.saturating_duration_since(since) < THROTTLE_WINDOW => n >= THROTTLE_ATTEMPTS,
             Some(_) => {
@@ -101,6 +115,7 @@ impl Throttle {
 
     /// `ip` presented a wrong key.
     pub fn failed(&mut self, ip: IpAddr, now: Instant) {
+        let ip = crate::net::counted_as(ip);
         if self.failures.len() >= THROTTLE_ADDRESSES {
             self.failures.retain(|_, (since, _)| now.saturating_duration_since(*since) < THROTTLE_WINDOW);
             if self.failures.len() >= THROTTLE_ADDRESSES {
@@ -140,16 +155,16 @@ impl Keys {
         n
     }
 
+    /// A wrong key is counted against its address, and refused as [`Denied::Throttled`] once
+    /// the address is over the limit; any other verdict stands (a correct key is admitted).
     fn throttled(&self, ip: Option<IpAddr>, verdict: Result<(), Denied>) -> Result<(), Denied> {
-        let Some(ip) = ip else { return verdict };
+        let (Some(ip), Err(Denied::Wrong(_))) = (ip, verdict) else { return verdict };
         let now = Instant::now();
         let mut throttle = self.throttle.lock();
         if throttle.refused(ip, now) {
             return Err(Denied::Throttled);
         }
-        if let Err(Denied::Wrong(_)) = verdict {
-            throttle.failed(ip, now);
-        }
+        throttle.failed(ip, now);
         verdict
     }
 
@@ -174,10 +189,10 @@ impl Keys {
     }
 
     /// Checks the operator routes: the admin key (Bearer) when one is configured; without
-    /// one, only loopback clients are answered.
+    /// one, only requests made on this host ([`made_on_this_host`]).
     pub fn check_admin(&self, req: &HttpRequest, client: Option<IpAddr>) -> Result<(), Denied> {
         let Some(admin) = &self.admin else {
-            return if client.is_some_and(|ip| ip.is_loopback()) { Ok(()) } else { Err(Denied::AdminLoopbackOnly) };
+            return if made_on_this_host(req) { Ok(()) } else { Err(Denied::AdminLoopbackOnly) };
         };
         let verdict = match bearer(req) {
             None => Err(Denied::Missing(KeyKind::Admin)),
@@ -188,12 +203,39 @@ impl Keys {
     }
 }
 
-/// The client's address: the TCP peer, or, when the peer is a trusted proxy, the address
-/// that proxy appended to `X-Forwarded-For` (the last entry; earlier ones are the client's
-/// own claims and are not trusted).
-pub fn client_ip(req: &HttpRequest, trusted: &[IpAddr]) -> Option<IpAddr> {
+/// Whether a request was made on this host: its TCP peer is 127.0.0.1 or ::1, its Host a
+/// loopback name (`localhost`, `127.0.0.1`, `[::1]`, with any port), and no proxy forwarded it.
+pub fn made_on_this_host(req: &HttpRequest) -> bool {
+    let peer_ok = req.peer_addr().is_some_and(|p| match p.ip() {
+        IpAddr::V4(v4) => v4 == std::net::Ipv4Addr::LOCALHOST,
+        IpAddr::V6(v6) => {
+            v6 == std::net::Ipv6Addr::LOCALHOST || v6.to_ipv4_mapped() == Some(std::net::Ipv4Addr::LOCALHOST)
+        }
+    });
+    let host_ok = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).is_some_and(loopback_host);
+    let forwarded = ["forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip"]
+        .iter()
+        .any(|name| req.headers().contains_key(*name));
+    peer_ok && host_ok && !forwarded
+}
+
+/// Whether a Host header names this host by a loopback name.
+fn loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split_once(']').map_or("", |(name, _)| name),
+        None => {
+            host.rsplit_once(':').map_or(host, |(name, port)| if port.parse::<u16>().is_ok() { name } else { host })
+        }
+    };
+    name.eq_ignore_ascii_case("localhost") || name == "127.0.0.1" || name == "::1"
+}
+
+/// The client's address: the TCP peer, or, when the peer is a trusted proxy (in one of the
+/// `trusted` networks), the address that proxy appended to `X-Forwarded-For` (the last entry;
+/// earlier ones are the client's own claims and are not trusted).
+pub fn client_ip(req: &HttpRequest, trusted: &[ipnet::IpNet]) -> Option<IpAddr> {
     let peer = req.peer_addr()?.ip();
-    if !trusted.contains(&peer) {
+    if !crate::net::in_any(peer, trusted) {
         return Some(peer);
     }
     let forwarded = req
@@ -309,11 +351,40 @@ mod tests {
             keys.check_admin(&TestRequest::default().to_http_request(), local),
             Err(Denied::Missing(KeyKind::Admin))
         );
+    }
+
+    #[test]
+    fn without_an_admin_key_only_requests_made_on_this_host_are_answered() {
         let open = Keys::default();
-        let plain = TestRequest::default().to_http_request();
-        assert_eq!(open.check_admin(&plain, local), Ok(()));
-        assert_eq!(open.check_admin(&plain, Some("::1".parse().unwrap())), Ok(()));
-        assert_eq!(open.check_admin(&plain, remote), Err(Denied::AdminLoopbackOnly));
+        let req = |peer: &str, host: &str, extra: Option<(&str, &str)>| {
+            let mut r = TestRequest::default().peer_addr(peer.parse().unwrap()).insert_header(("Host", host));
+            if let Some(h) = extra {
+                r = r.insert_header(h);
+            }
+            r.to_http_request()
+        };
+        for (peer, host) in [
+            ("127.0.0.1:5000", "localhost:8006"),
+            ("127.0.0.1:5000", "127.0.0.1:8006"),
+            ("127.0.0.1:5000", "LOCALHOST"),
+            ("[::1]:5000", "[::1]:8006"),
+            ("[::ffff:127.0.0.1]:5000", "localhost"),
+        ] {
+            assert_eq!(open.check_admin(&req(peer, host, None), None), Ok(()), "{peer} {host}");
+        }
+        let refused = [
+            req("192.0.2.7:5000", "localhost", None),                  // another host
+            req("127.0.0.6:5000", "localhost", None),                  // a sidecar's source address
+            req("127.0.0.1:5000", "rebind.attacker.example", None),    // DNS rebinding
+            req("127.0.0.1:5000", "localhost.attacker.example", None), // a name that starts like it
+            req("127.0.0.1:5000", "localhost", Some(("X-Forwarded-For", "192.0.2.7"))),
+            req("127.0.0.1:5000", "localhost", Some(("Forwarded", "for=192.0.2.7"))),
+        ];
+        for r in refused {
+            assert_eq!(open.check_admin(&r, None), Err(Denied::AdminLoopbackOnly), "{:?}", r.headers());
+        }
+        let no_host = TestRequest::default().peer_addr("127.0.0.1:5000".parse().unwrap()).to_http_request();
+        assert_eq!(open.check_admin(&no_host, None), Err(Denied::AdminLoopbackOnly), "no Host");
     }
 
     #[test]
@@ -323,12 +394,18 @@ mod tests {
         for _ in 0..THROTTLE_ATTEMPTS {
             assert_eq!(keys.check_api(Some(ip), [Some("guess")]), Err(Denied::Wrong(KeyKind::Api)));
         }
-        assert_eq!(keys.check_api(Some(ip), [Some(A)]), Err(Denied::Throttled), "even the right key, for a while");
-        assert_eq!(
-            keys.check_api(Some("192.0.2.2".parse().unwrap()), [Some(A)]),
-            Ok(Some(key_id(A))),
-            "another address"
-        );
+        assert_eq!(keys.check_api(Some(ip), [Some("guess")]), Err(Denied::Throttled), "wrong keys, for a while");
+        assert_eq!(keys.check_api(Some(ip), [Some(A)]), Ok(Some(key_id(A))), "never the right key");
+        assert_eq!(keys.check_api(Some(ip), [None]), Err(Denied::Missing(KeyKind::Api)), "no key is no guess");
+        let other: IpAddr = "192.0.2.2".parse().unwrap();
+        assert_eq!(keys.check_api(Some(other), [Some("guess")]), Err(Denied::Wrong(KeyKind::Api)), "another address");
+        // An IPv6 host holds its /64: its addresses share one count.
+        for i in 0..THROTTLE_ATTEMPTS {
+            let ip: IpAddr = format!("2001:db8:0:1::{:x}", i + 1).parse().unwrap();
+            assert_eq!(keys.check_api(Some(ip), [Some("guess")]), Err(Denied::Wrong(KeyKind::Api)));
+        }
+        let same_64: IpAddr = "2001:db8:0:1:ffff::1".parse().unwrap();
+        assert_eq!(keys.check_api(Some(same_64), [Some("guess")]), Err(Denied::Throttled));
         let mut t = Throttle::default();
         let now = Instant::now();
         for _ in 0..THROTTLE_ATTEMPTS {
@@ -356,6 +433,7 @@ mod tests {
     #[test]
     fn the_client_is_the_peer_unless_the_peer_is_a_trusted_proxy() {
         let proxy: IpAddr = "10.0.0.9".parse().unwrap();
+        let proxies: Vec<ipnet::IpNet> = vec!["10.0.0.0/24".parse().unwrap()];
         let req = |peer: &str, xff: Option<&str>| {
             let mut r = TestRequest::default().peer_addr(format!("{peer}:4000").parse().unwrap());
             if let Some(x) = xff {
@@ -365,13 +443,15 @@ mod tests {
         };
         let spoof = req("192.0.2.5", Some("127.0.0.1"));
         assert_eq!(
-            client_ip(&spoof, &[proxy]),
+            client_ip(&spoof, &proxies),
             Some("192.0.2.5".parse().unwrap()),
             "an untrusted peer's header is ignored"
         );
         let proxied = req("10.0.0.9", Some("127.0.0.1, 198.51.100.4"));
-        assert_eq!(client_ip(&proxied, &[proxy]), Some("198.51.100.4".parse().unwrap()), "the proxy's own entry");
-        assert_eq!(client_ip(&req("10.0.0.9", None), &[proxy]), Some(proxy));
+        assert_eq!(client_ip(&proxied, &proxies), Some("198.51.100.4".parse().unwrap()), "the proxy's own entry");
+        assert_eq!(client_ip(&req("10.0.0.9", None), &proxies), Some(proxy));
+        let other_pod = req("10.0.0.77", Some("198.51.100.4"));
+        assert_eq!(client_ip(&other_pod, &proxies), Some("198.51.100.4".parse().unwrap()), "any proxy of the range");
     }
 
     #[test]

@@ -27,11 +27,27 @@ fn refusal(e: tokio_tungstenite::tungstenite::Error) -> (u16, String) {
     }
 }
 
-/// A raw HTTP GET; returns the whole response (status line, headers, body).
+/// A raw HTTP GET from this host to `localhost` (unless `headers` name another Host);
+/// returns the whole response (status line, headers, body).
 fn raw_get(server: &Server, path: &str, headers: &[(&str, &str)]) -> String {
-    let mut stream = TcpStream::connect(server.addr).unwrap();
+    raw_get_from(TcpStream::connect(server.addr).unwrap(), path, headers)
+}
+
+/// [`raw_get`] on a connection made from the source address `from` (another of 127/8).
+async fn raw_get_via(server: &Server, from: &str, path: &str) -> String {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let stream = socket.connect(server.addr).await.unwrap().into_std().unwrap();
+    stream.set_nonblocking(false).unwrap();
+    raw_get_from(stream, path, &[])
+}
+
+fn raw_get_from(mut stream: TcpStream, path: &str, headers: &[(&str, &str)]) -> String {
     stream.set_read_timeout(Some(WAIT)).unwrap();
-    let mut req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n");
+    let mut req = format!("GET {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str("Host: localhost\r\n");
+    }
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -228,29 +244,58 @@ async fn wrong_keys_are_throttled_per_address() {
         let e = tokio_tungstenite::connect_async(format!("{url}&api_key=guess{i}")).await.expect_err("wrong");
         assert_eq!(refusal(e), (401, "unauthorized".to_string()));
     }
-    let e = tokio_tungstenite::connect_async(format!("{url}&api_key={key}")).await.expect_err("throttled");
-    assert_eq!(refusal(e), (429, "too_many_attempts".to_string()), "even the right key, for a minute");
+    let e = tokio_tungstenite::connect_async(format!("{url}&api_key=guess10")).await.expect_err("throttled");
+    assert_eq!(refusal(e), (429, "too_many_attempts".to_string()), "further wrong keys, for a minute");
+    // Whoever shares the address (a NAT, an office) and holds the right key is let in.
+    let mut c = Client::connect(&format!("{url}&api_key={key}")).await;
+    c.expect("session.queue_done").await;
     assert!(!server.logs().contains(key) && !server.logs().contains("guess"), "keys are never logged");
 }
 
 #[tokio::test]
-async fn operator_routes_answer_only_loopback_without_an_admin_key() {
+async fn operator_routes_answer_only_requests_made_on_this_host_without_an_admin_key() {
     let server = Server::ready(Setup::default().server("trusted_proxies = [\"127.0.0.1\"]"));
-    // From this host: answered. From another host (through the trusted proxy): refused.
+    // From this host, to localhost: answered.
     assert!(raw_get(&server, "/status", &[]).starts_with("HTTP/1.1 200"));
+    let host = format!("127.0.0.1:{}", server.addr.port());
+    assert!(raw_get(&server, "/status", &[("Host", &host)]).starts_with("HTTP/1.1 200"));
     for path in ["/status", "/metrics", "/sessions", "/sessions/sess_x/input.wav"] {
+        // From another host (through the trusted proxy).
         let answer = raw_get(&server, path, &[("X-Forwarded-For", "192.0.2.7")]);
         assert!(answer.starts_with("HTTP/1.1 403"), "{path}: {answer}");
         assert!(answer.contains("admin_key"), "the refusal names the key to set: {answer}");
+        // A page of another site whose name was made to resolve to 127.0.0.1 (DNS rebinding).
+        let answer = raw_get(&server, path, &[("Host", "rebind.attacker.example")]);
+        assert!(answer.starts_with("HTTP/1.1 403"), "{path}: {answer}");
+        // Another address of 127/8: a service mesh's sidecar, forwarding for anyone.
+        let answer = raw_get_via(&server, "127.0.0.6", path).await;
+        assert!(answer.starts_with("HTTP/1.1 403"), "{path}: {answer}");
     }
     assert!(raw_get(&server, "/healthz", &[("X-Forwarded-For", "192.0.2.7")]).starts_with("HTTP/1.1 200"));
 }
 
 #[tokio::test]
-async fn a_forwarded_address_counts_only_from_a_trusted_proxy() {
-    // No trusted proxy: the header is the client's own claim and is ignored.
-    let server = Server::ready(Setup::default());
-    assert!(raw_get(&server, "/status", &[("X-Forwarded-For", "192.0.2.7")]).starts_with("HTTP/1.1 200"));
+async fn a_forwarded_address_counts_only_from_a_trusted_proxy_and_proxies_may_be_a_network() {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let connect = |server: &Server, forwarded_for: &'static str| {
+        let mut req = server.url("/v1/realtime?mode=audio").into_client_request().unwrap();
+        req.headers_mut().insert("X-Forwarded-For", forwarded_for.parse().unwrap());
+        tokio_tungstenite::connect_async(req)
+    };
+    // No trusted proxy: the header is the client's own claim; both connections are this host's.
+    let server = Server::ready(Setup::default().server("max_connections_per_ip = 1"));
+    let _first = connect(&server, "192.0.2.7").await.unwrap();
+    let e = connect(&server, "192.0.2.8").await.expect_err("one connection per address");
+    assert_eq!(refusal(e), (429, "too_many_connections".to_string()));
+    // Proxies anywhere in 127.0.0.0/8 (an ingress whose pods change addresses): each client
+    // counts as the address its proxy names.
+    let behind = Server::ready(
+        Setup::default().server("max_connections_per_ip = 1").server("trusted_proxies = [\"127.0.0.0/8\"]"),
+    );
+    let _a = connect(&behind, "192.0.2.7").await.unwrap();
+    let _b = connect(&behind, "192.0.2.8").await.unwrap();
+    let e = connect(&behind, "192.0.2.7").await.expect_err("a second one from 192.0.2.7");
+    assert_eq!(refusal(e), (429, "too_many_connections".to_string()));
 }
 
 #[tokio::test]

@@ -125,7 +125,8 @@ async fn upgrade(
     };
     let caps =
         AddressCaps { connections: config.server.max_connections_per_ip, waiting: config.server.max_waiting_per_ip };
-    let admission = match gw.registry.admit(client_ip, caps) {
+    // An IPv6 client counts by its /64 (one host holds the whole /64).
+    let admission = match gw.registry.admit(client_ip.map(crate::net::counted_as), caps) {
         Ok(a) => a,
         Err(Refusal::TooManyConnections) => {
             return Ok(refuse(

@@ -59,21 +59,11 @@ pub struct Place {
     address: IpAddr,
 }
 
-/// The address a peer counts under: itself, or its /64 for IPv6 (one host holds a /64).
-fn counted_as(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
-        },
-        v4 => v4,
-    }
-}
-
 impl Unproven {
-    /// A place for a connection from `ip`, unless either cap is reached.
+    /// A place for a connection from `ip` (an IPv6 /64 counts as one address), unless either
+    /// cap is reached.
     pub fn enter(self: &Arc<Self>, ip: IpAddr) -> Option<Place> {
-        let address = counted_as(ip);
+        let address = crate::net::counted_as(ip);
         let mut per = self.per_address.lock();
         let total: usize = per.values().sum();
         let here = per.get(&address).copied().unwrap_or(0);

@@ -1,0 +1,54 @@
+//! Peers' addresses as the limits count them, and the networks a config names.
+//!
+//! One host holds an IPv4 address, or a whole IPv6 /64: caps and throttles per address count
+//! an IPv6 peer by its /64, or it would pass any of them by changing its low bits.
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+/// The address a peer counts under: its IPv4 address (an IPv4-mapped IPv6 one too), or the
+/// /64 of its IPv6 address.
+pub fn counted_as(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        },
+        v4 => v4,
+    }
+}
+
+/// Whether `ip` is in any of `networks`.
+pub fn in_any(ip: IpAddr, networks: &[IpNet]) -> bool {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    networks.iter().any(|n| n.contains(&ip))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ipv6_peer_counts_by_its_64_and_a_mapped_ipv4_as_itself() {
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+        let other: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(counted_as(a), counted_as(b));
+        assert_ne!(counted_as(a), counted_as(other));
+        assert_eq!(counted_as("::ffff:10.0.0.7".parse().unwrap()), "10.0.0.7".parse::<IpAddr>().unwrap());
+        assert_eq!(counted_as("10.0.0.7".parse().unwrap()), "10.0.0.7".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn networks_contain_their_addresses_mapped_or_not() {
+        let nets: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap(), "fd00::/8".parse().unwrap()];
+        assert!(in_any("10.1.2.3".parse().unwrap(), &nets));
+        assert!(in_any("::ffff:10.1.2.3".parse().unwrap(), &nets));
+        assert!(in_any("fd12::1".parse().unwrap(), &nets));
+        assert!(!in_any("11.0.0.1".parse().unwrap(), &nets));
+    }
+}
