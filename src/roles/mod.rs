@@ -73,6 +73,8 @@ impl Common {
                 max_lag: (r.max_lag_mb * 1048576.0) as usize,
                 max_total_lag: (r.max_total_lag_mb * 1048576.0) as usize,
                 max_session: (r.max_session_mb * 1048576.0) as u64,
+                max_rate: (r.max_rate_mb_s * 1048576.0) as usize,
+                min_free: (r.min_free_gb * 1073741824.0) as u64,
             };
             RecorderSpawner::new(r.dir.clone(), limits)
         });

@@ -216,6 +216,77 @@ async fn a_recording_stops_at_its_cap_and_notes_the_truncation() {
     assert!(server.metric("omni_recording_dropped_total{reason=\"session_cap\"}") >= 1.0);
 }
 
+/// The bytes a recording takes on disk, every file of it.
+fn recorded_bytes(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let meta = entry.metadata().unwrap();
+        total += if meta.is_dir() { recorded_bytes(&entry.path()) } else { meta.len() };
+    }
+    total
+}
+
+#[tokio::test]
+async fn frames_the_server_refuses_are_recorded_as_a_stub_not_as_their_bytes() {
+    let server = Server::ready(Setup::default().recording("enabled = true"));
+    let mut c = active(&server, "audio").await;
+    let id =
+        c.seen.iter().find(|e| e["type"] == "session.created").unwrap()["session_id"].as_str().unwrap().to_string();
+    // 20 frames of 1 MB of an event type nobody knows (20 MB of junk, each answered by an error).
+    let junk = json!({"type": "no.such.event", "blob": "x".repeat(1 << 20)});
+    for _ in 0..20 {
+        c.send(junk.clone()).await;
+        assert_eq!(c.until("error").await["error"]["code"], "unknown_event");
+    }
+    c.send(json!({"type": "session.close"})).await;
+    c.until("session.closed").await;
+    let dir = server.recording(&id);
+    let bytes = recorded_bytes(&dir);
+    assert!(bytes < 64 << 10, "{bytes} bytes on disk for 20 MB of refused frames");
+    let events = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+    let stubs: Vec<Value> = events
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["event"]["type"] == "unrecorded")
+        .collect();
+    assert_eq!(stubs.len(), 20, "{events}");
+    assert_eq!(stubs[0]["event"]["bytes"].as_u64(), Some(junk.to_string().len() as u64));
+    assert_eq!(stubs[0]["event"]["refused"], "unknown_event");
+}
+
+#[tokio::test]
+async fn a_session_records_at_most_its_rate() {
+    // 0.1 MB/s: a burst of 0.4 MB, then 0.1 MB a second.
+    let server = Server::ready(Setup::default().recording("enabled = true").recording("max_rate_mb_s = 0.1"));
+    let mut c = active(&server, "audio").await;
+    let id =
+        c.seen.iter().find(|e| e["type"] == "session.created").unwrap()["session_id"].as_str().unwrap().to_string();
+    for k in 1..=8 {
+        c.send(append(&quiet())).await; // about 150 KB recorded each
+        answer_to(&mut c, &format!("input_{k}")).await;
+    }
+    c.send(json!({"type": "session.close"})).await;
+    c.until("session.closed").await;
+    assert!(server.metric("omni_recording_dropped_total{reason=\"rate\"}") >= 1.0);
+    server.wait_log("dropping records (rate): the session sends more than recording.max_rate_mb_s", WAIT);
+    let meta: Value = serde_json::from_slice(&std::fs::read(server.recording(&id).join("meta.json")).unwrap()).unwrap();
+    assert!(meta["recording"]["dropped_records"].as_u64().unwrap() >= 1, "{meta}");
+}
+
+#[tokio::test]
+async fn nothing_is_recorded_while_the_disk_is_under_its_floor() {
+    // A floor no disk has: recording pauses at once, and sessions go on unrecorded.
+    let server = Server::ready(Setup::default().recording("enabled = true").recording("min_free_gb = 1000000000"));
+    server.wait_log("(recording.min_free_gb: ", WAIT);
+    server.wait_log("recording paused", WAIT);
+    let mut c = active(&server, "audio").await;
+    c.send(append(&loud())).await;
+    answer_to(&mut c, "input_1").await;
+    c.send(json!({"type": "session.close"})).await;
+    c.until("session.closed").await;
+    assert!(server.metric("omni_recording_dropped_total{reason=\"disk_floor\"}") >= 1.0);
+}
+
 #[tokio::test]
 async fn recordings_are_readable_by_the_servers_user_only() {
     use std::os::unix::fs::PermissionsExt;

@@ -246,3 +246,44 @@ fn probe_answers_without_a_wav_and_prints_what_it_receives() {
     assert!(stdout.contains("messages sent      1") && stdout.contains("answers            1"), "{stdout}");
     assert!(!stdout.contains("chunks sent"), "{stdout}");
 }
+
+/// `scripts/fetch-models.py` checks every file it puts in the models folder on every run: a
+/// library planted there is removed, and when it cannot be fetched again (pip's index is a
+/// closed port here) the script fails and says why. A `wheels` folder beside the models folder,
+/// which the script did not create, is left alone.
+#[test]
+fn fetch_models_refuses_a_planted_library_and_keeps_a_wheels_directory_it_did_not_create() {
+    if !needs(&[Need::Models]) {
+        return;
+    }
+    let real = models_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let (models, wheels) = (dir.path().join("models"), dir.path().join("wheels"));
+    std::fs::create_dir(&models).unwrap();
+    std::fs::create_dir(&wheels).unwrap();
+    std::fs::write(wheels.join("keep-me.txt"), "mine").unwrap();
+    // The big files, which check, as links (the script removes a wrong link, never writes through it).
+    for file in ["qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "ggml-tiny.en.bin", "en_US-joe-medium.onnx"] {
+        std::os::unix::fs::symlink(real.join(file), models.join(file)).unwrap();
+    }
+    std::fs::copy(real.join("en_US-joe-medium.onnx.json"), models.join("en_US-joe-medium.onnx.json")).unwrap();
+    let planted = models.join("libonnxruntime.so.1.31.1");
+    std::fs::write(&planted, "not the library").unwrap();
+    let run = Command::new("python3")
+        .arg("scripts/fetch-models.py")
+        .arg("--dir")
+        .arg(&models)
+        .env("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+        .env("PIP_RETRIES", "0")
+        .env("PIP_CONFIG_FILE", "/dev/null")
+        .env_remove("PIP_FIND_LINKS")
+        .env_remove("PIP_EXTRA_INDEX_URL")
+        .env_remove("PIP_NO_INDEX")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{stderr}");
+    assert!(stderr.contains("libonnxruntime.so.1.31.1") && stderr.contains("sha256"), "{stderr}");
+    assert!(std::fs::symlink_metadata(&planted).is_err(), "the planted library is still there: {stderr}");
+    assert!(wheels.join("keep-me.txt").is_file(), "{stderr}");
+}

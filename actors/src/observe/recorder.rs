@@ -298,11 +298,10 @@ mod tests {
     }
 
     fn limits(max_lag: usize, max_total_lag: usize, max_session: u64) -> RecordingLimits {
-        RecordingLimits { max_lag, max_total_lag, max_session }
+        RecordingLimits::new(max_lag, max_total_lag, max_session)
     }
 
-    const ROOMY: RecordingLimits =
-        RecordingLimits { max_lag: 64 << 20, max_total_lag: 256 << 20, max_session: 1 << 30 };
+    const ROOMY: RecordingLimits = RecordingLimits::new(64 << 20, 256 << 20, 1 << 30);
 
     async fn finalized(spawner: &RecorderSpawner) {
         let deadline = Instant::now() + Duration::from_secs(10);

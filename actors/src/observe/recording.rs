@@ -11,14 +11,18 @@
 //! (`recording.max_lag_mb`, which also bounds the prelude), the lag of all recorders
 //! together (`recording.max_total_lag_mb`), and the session's whole recording
 //! (`recording.max_session_mb`, past which it notes the truncation and takes nothing more).
-//! A record over a bound is dropped at once, counted in the log, `meta.json` and metrics.
+//! Two more keep a client from turning junk into disk writes: a session records at most
+//! `recording.max_rate_mb_s` (a bucket of four seconds' worth), and nothing is recorded
+//! while the recordings' disk has less than `recording.min_free_gb` free (checked every
+//! second). A record over a bound is dropped at once, counted in the log, `meta.json` and
+//! metrics.
 //!
 //! [`RecorderActor`]: crate::observe::recorder::RecorderActor
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Instant, SystemTime};
 
 use actix::prelude::*;
@@ -101,7 +105,23 @@ pub struct RecordingLimits {
     pub max_total_lag: usize,
     /// Bytes one session's recording may take in all.
     pub max_session: u64,
+    /// Bytes per second one session may record, on average over [`RATE_BURST`] (0: no limit).
+    pub max_rate: usize,
+    /// Free bytes the recordings' disk keeps: below, nothing is recorded (0: no floor).
+    pub min_free: u64,
 }
+
+impl RecordingLimits {
+    /// Bounds with no rate limit and no disk floor.
+    pub const fn new(max_lag: usize, max_total_lag: usize, max_session: u64) -> RecordingLimits {
+        RecordingLimits { max_lag, max_total_lag, max_session, max_rate: 0, min_free: 0 }
+    }
+}
+
+/// The seconds of `max_rate` a session may record at once.
+pub const RATE_BURST: f64 = 4.0;
+/// How often the recordings' free space is checked.
+pub const DISK_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Starts recorders on the recording thread; counts those not finished yet and what all of
 /// them have still to write.
@@ -112,18 +132,32 @@ pub struct RecorderSpawner {
     limits: RecordingLimits,
     unfinished: Arc<AtomicUsize>,
     total_lag: Arc<AtomicUsize>,
+    /// The recordings' disk has less than `min_free` free.
+    disk_low: Arc<AtomicBool>,
 }
 
 impl RecorderSpawner {
-    /// Starts the recording thread. Must run inside an actix system.
+    /// Starts the recording thread (and, with a disk floor, its check of the free space).
+    /// Must run inside an actix system.
     pub fn new(root: PathBuf, limits: RecordingLimits) -> RecorderSpawner {
         let arbiter = Arbiter::new().handle();
+        let disk_low = Arc::new(AtomicBool::new(false));
+        if limits.min_free > 0 {
+            let (low, at) = (disk_low.clone(), root.clone());
+            arbiter.spawn(async move {
+                loop {
+                    check_disk(&at, limits.min_free, &low);
+                    actix::clock::sleep(DISK_CHECK).await;
+                }
+            });
+        }
         RecorderSpawner {
             root,
             arbiter,
             limits,
             unfinished: Arc::new(AtomicUsize::new(0)),
             total_lag: Arc::new(AtomicUsize::new(0)),
+            disk_low,
         }
     }
 
@@ -139,6 +173,26 @@ impl RecorderSpawner {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+}
+
+/// Sets `low` when the disk under `root` (or its closest existing parent) has less than
+/// `min_free` bytes free; says so when that changes.
+fn check_disk(root: &Path, min_free: u64, low: &AtomicBool) {
+    let existing = root.ancestors().find(|p| p.exists()).unwrap_or(root);
+    let Ok(free) = fs4::available_space(existing) else { return };
+    let now_low = free < min_free;
+    if low.swap(now_low, Ordering::Relaxed) != now_low {
+        if now_low {
+            log::warn!(
+                "recording: {} MB free under {} (recording.min_free_gb: {} MB): recording paused",
+                free >> 20,
+                root.display(),
+                min_free >> 20
+            );
+        } else {
+            log::info!("recording: {} MB free under {} again: recording resumes", free >> 20, root.display());
+        }
     }
 }
 
@@ -221,6 +275,9 @@ pub struct Recording {
     taken: u64,
     dropped: u64,
     truncated: bool,
+    /// Bytes the session may record now under `max_rate`, as of `rate_at`.
+    rate_left: f64,
+    rate_at: Instant,
 }
 
 impl Recording {
@@ -232,6 +289,8 @@ impl Recording {
             taken: 0,
             dropped: 0,
             truncated: false,
+            rate_left: f64::MAX,
+            rate_at: Instant::now(),
         }
     }
 
@@ -268,6 +327,20 @@ impl Recording {
         let limits = spawner.limits;
         if self.truncated || self.taken + size as u64 > limits.max_session {
             return Err("session_cap");
+        }
+        if spawner.disk_low.load(Ordering::Relaxed) {
+            return Err("disk_floor");
+        }
+        if limits.max_rate > 0 {
+            let (now, rate) = (Instant::now(), limits.max_rate as f64);
+            let burst = rate * RATE_BURST;
+            let refill = now.saturating_duration_since(self.rate_at).as_secs_f64() * rate;
+            self.rate_left = (self.rate_left.min(burst) + refill).min(burst);
+            self.rate_at = now;
+            if size as f64 > self.rate_left {
+                return Err("rate");
+            }
+            self.rate_left -= size as f64;
         }
         if self.lag.load(Ordering::Relaxed) + size > limits.max_lag {
             return Err(if matches!(self.state, State::Prelude(..)) { "prelude" } else { "session_lag" });
@@ -313,7 +386,12 @@ impl Recording {
             return;
         }
         if self.dropped == 0 {
-            log::warn!("recording: dropping records ({reason}): the recorder is behind or the session holds too much");
+            let why = match reason {
+                "rate" => "the session sends more than recording.max_rate_mb_s",
+                "disk_floor" => "the recordings' disk is under recording.min_free_gb",
+                _ => "the recorder is behind or the session holds too much",
+            };
+            log::warn!("recording: dropping records ({reason}): {why}");
         }
         self.dropped += 1;
     }

@@ -214,7 +214,12 @@ impl SessionActor {
                 (Ok(commands), None) => recorded_media(commands),
                 (Err(_), None) => (Vec::new(), Vec::new()),
             };
-            let frame = text.as_bytes().clone();
+            let frame = match &decoded {
+                // A frame the dialect refused is kept whole only when small: a client cannot
+                // turn junk into disk writes (what was refused is in the error sent back).
+                Err(e) if text.len() > MAX_REFUSED_RECORDED => refused_stub(text.len(), e),
+                _ => text.as_bytes().clone(),
+            };
             self.links.sinks.publish(SessionEvent::WireIn { frame: &frame, media: &media });
         }
         match decoded {
@@ -351,6 +356,20 @@ impl SessionActor {
             recording: RecordingSummary::default(),
         }
     }
+}
+
+/// The largest frame the dialect refused that the wire's subscribers (the recording) get
+/// whole; a larger one reaches them as [`refused_stub`].
+pub const MAX_REFUSED_RECORDED: usize = 1024;
+
+/// What the wire's subscribers get of a refused frame over [`MAX_REFUSED_RECORDED`]: its size
+/// and why it was refused, as an event of type `unrecorded`.
+fn refused_stub(bytes: usize, why: &DecodeError) -> bytes::Bytes {
+    let code = match why {
+        DecodeError::Unparseable(_) => "invalid_json",
+        DecodeError::Protocol(e) => e.code(),
+    };
+    serde_json::json!({"type": "unrecorded", "bytes": bytes, "refused": code}).to_string().into()
 }
 
 /// The audio and images a client event carried, for the recording.
