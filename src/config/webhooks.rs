@@ -54,6 +54,18 @@ pub struct WebhookSpec {
     pub queue_size: usize,
 }
 
+impl WebhookSpec {
+    /// The URL as logs show it: scheme, host and port only (its path, query and any user
+    /// part are often the secret).
+    pub fn redacted_url(&self) -> String {
+        let (scheme, rest) = self.url.split_once("://").unwrap_or(("", self.url.as_str()));
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+        let hidden = rest.len() > authority.len() || host.len() < authority.len();
+        format!("{scheme}://{host}{}", if hidden { "/***" } else { "" })
+    }
+}
+
 /// Every entry checked; names are unique. Errors name `webhooks[i].KEY`.
 pub fn validate(entries: &[WebhookEntry]) -> Result<Vec<WebhookSpec>, Invalid> {
     let mut webhooks: Vec<WebhookSpec> = Vec::new();
@@ -72,7 +84,8 @@ impl WebhookEntry {
         let name = self.name.clone().unwrap_or_else(|| format!("webhook{i}"));
         check_name("name", &name)?;
         if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
-            return Err(Invalid::new("url", format!("'{}' must start with http:// or https://", self.url)));
+            // Not echoed: a webhook's URL often is its secret.
+            return Err(Invalid::new("url", "must start with http:// or https://"));
         }
         let known = crate::observe::webhooks::EVENTS;
         if self.events.is_empty() {

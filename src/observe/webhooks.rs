@@ -5,7 +5,12 @@
 //! (failed, then idle again). Each delivery is signed with HMAC-SHA256 of
 //! `TIMESTAMP.BODY` under the webhook's secret, in `X-Omni-Signature: sha256=HEX`, with the
 //! timestamp (Unix seconds) in `X-Omni-Timestamp`; `X-Omni-Event` names the event and
-//! `X-Omni-Delivery` is unique per delivery (the same on its retries).
+//! `X-Omni-Delivery` is unique per delivery (a UUID, the same on its retries, never reused
+//! across restarts).
+//!
+//! Redirects are not followed (a 3xx is a failed attempt: a receiver cannot send the gateway
+//! to another address), and logs show a webhook's URL without its path or query, which are
+//! often its secret.
 //!
 //! A session's sink builds the payload and puts it on the webhook's queue without waiting;
 //! when the queue (`queue_size`) is full the delivery is dropped and counted. One thread per
@@ -47,7 +52,6 @@ struct Delivery {
 pub struct Webhook {
     spec: WebhookSpec,
     queue: SyncSender<Delivery>,
-    sent: AtomicU64,
     dropped: AtomicU64,
 }
 
@@ -55,7 +59,7 @@ impl Webhook {
     /// Starts its sending thread.
     pub fn start(spec: WebhookSpec) -> Arc<Webhook> {
         let (queue, rx) = sync_channel(spec.queue_size);
-        let hook = Arc::new(Webhook { spec, queue, sent: AtomicU64::new(0), dropped: AtomicU64::new(0) });
+        let hook = Arc::new(Webhook { spec, queue, dropped: AtomicU64::new(0) });
         let sender = hook.clone();
         let spawned =
             std::thread::Builder::new().name(format!("webhook-{}", hook.spec.name)).spawn(move || sender.send_loop(rx));
@@ -71,8 +75,7 @@ impl Webhook {
 
     /// Queues a delivery of `event` with `data`; never waits.
     fn post(&self, event: &'static str, data: Value) {
-        let n = self.sent.fetch_add(1, Ordering::Relaxed) + 1;
-        let id = format!("{}-{}-{n}", self.spec.name, std::process::id());
+        let id = uuid::Uuid::new_v4().to_string();
         let (at, _) = timestamp(SystemTime::now());
         let body = json!({"event": event, "delivery": id, "at": at, "data": data}).to_string();
         match self.queue.try_send(Delivery { id, event, body }) {
@@ -85,7 +88,7 @@ impl Webhook {
                         "webhook {}: its queue is full ({} deliveries waiting for {}); {dropped} dropped so far",
                         self.spec.name,
                         self.spec.queue_size,
-                        self.spec.url
+                        self.spec.redacted_url()
                     );
                 }
             }
@@ -96,6 +99,7 @@ impl Webhook {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(self.spec.timeout))
             .http_status_as_error(false)
+            .max_redirects(0)
             .build()
             .into();
         let name = self.spec.name.as_str();
@@ -143,7 +147,7 @@ impl Webhook {
             .header("X-Omni-Timestamp", &stamp)
             .header("X-Omni-Signature", &format!("sha256={}", sign(&self.spec.secret, &stamp, &d.body)))
             .send(d.body.as_str())
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.to_string().replace(&self.spec.url, &self.spec.redacted_url()))?;
         let status = response.status();
         if status.is_success() { Ok(()) } else { Err(format!("answered {status}")) }
     }

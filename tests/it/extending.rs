@@ -161,14 +161,31 @@ async fn a_worker_that_fails_and_comes_back_is_told() {
 }
 
 #[tokio::test]
+async fn a_webhook_follows_no_redirect_and_its_deliveries_have_ids_no_restart_repeats() {
+    // A receiver answering 302 towards another internal port.
+    let (receiver, elsewhere) = (Receiver::start(), Receiver::start());
+    receiver.with(|s| s.redirect_to = Some(elsewhere.url()));
+    let server = Server::ready(Setup::default().extra(&webhook(&receiver, &["session.closed"], "max_attempts = 2")));
+    let mut c = active(&server, "audio").await;
+    c.send(json!({"type": "session.close"})).await;
+    c.until("session.closed").await;
+    server.wait_metric("omni_webhook_deliveries_total{outcome=\"failed\",webhook=\"ops\"}", 1.0, WAIT);
+    assert_eq!(server.metric("omni_webhook_deliveries_total{outcome=\"delivered\",webhook=\"ops\"}"), 0.0);
+    assert!(elsewhere.with(|s| s.received.is_empty()), "the redirect was followed");
+    // Both attempts carried one delivery id: a UUID, not a count a restarted process repeats.
+    let ids: Vec<String> =
+        receiver.with(|s| s.received.iter().map(|r| r.header("X-Omni-Delivery").unwrap().to_string()).collect());
+    assert_eq!(ids.len(), 2);
+    assert!(ids[0] == ids[1] && uuid::Uuid::parse_str(&ids[0]).is_ok(), "{ids:?}");
+}
+
+#[tokio::test]
 async fn a_receiver_that_never_answers_costs_a_bounded_queue_and_nothing_else() {
     let receiver = Receiver::start();
     receiver.with(|s| s.hang = Some(Duration::from_secs(60)));
-    let server = Server::ready(Setup::default().extra(&webhook(
-        &receiver,
-        &["session.started", "session.closed"],
-        "queue_size = 4\ntimeout_s = 30",
-    )));
+    // Its URL carries its secret, as many services' do: logs show only its host.
+    let hook = webhook(&receiver, &["session.started", "session.closed"], "queue_size = 4\ntimeout_s = 30");
+    let server = Server::ready(Setup::default().extra(&hook.replace("/hook", "/hook/t0ken-in-the-path?sig=s3cret")));
     // 20 sessions, 40 deliveries: one in flight, four waiting, the rest dropped.
     for _ in 0..20 {
         let mut c = active(&server, "chat").await;
@@ -178,6 +195,8 @@ async fn a_receiver_that_never_answers_costs_a_bounded_queue_and_nothing_else() 
     let dropped = server.wait_metric("omni_webhook_deliveries_total{outcome=\"dropped\",webhook=\"ops\"}", 35.0, WAIT);
     assert!((35.0..=36.0).contains(&dropped), "{dropped}");
     server.wait_log("webhook ops: its queue is full", WAIT);
+    server.wait_log(&format!("waiting for http://{}/***", receiver.addr), WAIT);
+    assert!(!server.logs().contains("t0ken") && !server.logs().contains("s3cret"), "a log shows the URL");
     receiver.wait_for("the one in flight", |_| true);
     assert_eq!(receiver.with(|s| s.received.len()), 1);
 }

@@ -30,6 +30,8 @@ pub struct ReceiverState {
     pub fail_next: usize,
     /// Never answer (hold each request this long).
     pub hang: Option<Duration>,
+    /// Answer every request with a redirect (302) to this URL.
+    pub redirect_to: Option<String>,
 }
 
 pub struct Receiver {
@@ -81,13 +83,16 @@ impl Receiver {
 async fn receive(req: HttpRequest, body: web::Bytes, state: web::Data<Arc<Mutex<ReceiverState>>>) -> HttpResponse {
     let headers =
         req.headers().iter().map(|(k, v)| (k.to_string(), v.to_str().unwrap_or_default().to_string())).collect();
-    let (fail, hang) = {
+    let (fail, hang, redirect) = {
         let mut s = state.lock().unwrap();
         s.received.push(Received { headers, body: String::from_utf8_lossy(&body).into_owned() });
         let fail = s.fail_next > 0;
         s.fail_next = s.fail_next.saturating_sub(1);
-        (fail, s.hang)
+        (fail, s.hang, s.redirect_to.clone())
     };
+    if let Some(to) = redirect {
+        return HttpResponse::Found().insert_header(("Location", to)).finish();
+    }
     if let Some(hang) = hang {
         actix_web::rt::time::sleep(hang).await;
     }
