@@ -314,7 +314,9 @@ impl MinicpmoBackend {
         let mut socket = self.connect(&format!("/ws/duplex?session_id={id}"))?;
         let g = &s.generation;
         let mut config = serde_json::Map::new();
-        for (k, v) in &g.settings {
+        // Only the settings the worker documents as applied per session: a client names any
+        // setting it likes, and the worker's other settings are its operator's.
+        for (k, v) in g.settings.iter().filter(|(k, _)| APPLIED.contains(&k.as_str())) {
             // Back to JSON: numbers and booleans as such, words as text.
             let value = serde_json::from_str::<Value>(v).unwrap_or_else(|_| Value::String(v.clone()));
             config.insert(k.clone(), value);

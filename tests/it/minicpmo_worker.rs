@@ -26,17 +26,20 @@ async fn a_duplex_session_reaches_the_worker_with_its_prompt_voice_and_settings(
     let status = server.status();
     assert_eq!(status["workers"][0]["backend"], format!("minicpmo-worker {}", worker.url()));
     let mut c = connected(&server, "video").await;
-    let config = json!({"top_p": 0.7, "top_k": 10, "length_penalty": 1.2, "generate_audio": true});
+    let config = json!({"top_p": 0.7, "top_k": 10, "length_penalty": 1.2, "generate_audio": true, "model_path": "/x"});
     c.send(json!({"type": "session.init", "payload": {"system_prompt": "Be a mock.", "config": config,
         "voice": {"ref_audio_base64": b64_pcm(&[0.1; 1600])}}}))
         .await;
     let created = c.expect("session.created").await;
-    assert_eq!(created["unsupported_settings"], json!(["generate_audio"]), "fixed when the worker loads its model");
+    assert_eq!(created["unsupported_settings"], json!(["generate_audio", "model_path"]), "not applied per session");
     let prepare = worker.with(|s| s.prepares[0].clone());
     assert_eq!(prepare["system_prompt"], "Be a mock.");
     assert_eq!(prepare["config"]["top_p"], 0.7);
     assert_eq!(prepare["config"]["top_k"], 10);
     assert!((prepare["config"]["length_penalty"].as_f64().unwrap() - 1.2).abs() < 1e-6);
+    // Only the settings the worker applies per session reach it.
+    let sent: Vec<&String> = prepare["config"].as_object().unwrap().keys().collect();
+    assert_eq!(sent, ["length_penalty", "top_k", "top_p"], "{prepare}");
     assert!(prepare["ref_audio_base64"].is_string() && prepare.get("tts_ref_audio_base64").is_none());
     warm_up(&mut c, 3).await;
     c.send(append_with(&loud(), json!({"video_frames": [jpeg_b64()]}))).await;
