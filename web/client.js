@@ -303,7 +303,7 @@ async function start() {
     }
   }
   const key = $('key').value.trim();
-  localStorage.setItem('omni-key', key);
+  keepKey('omni-key', key, $('remember-key').checked);
   const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
   // A browser cannot set headers on a WebSocket: the key travels as a subprotocol.
   const protocols = key ? ['realtime', 'openai-insecure-api-key.' + key] : undefined;
@@ -490,6 +490,15 @@ $('message').addEventListener('keydown', (e) => {
 document.addEventListener('keydown', (e) => {
   if (e.key === 'Escape') interrupt();
 });
-$('key').value = localStorage.getItem('omni-key') || '';
+/// A key is kept for this tab only (sessionStorage), or on this device (localStorage) when the
+/// user asks; never in both.
+function keepKey(name, value, remember) {
+  (remember ? sessionStorage : localStorage).removeItem(name);
+  (remember ? localStorage : sessionStorage).setItem(name, value);
+}
+
+$('remember-key').checked = localStorage.getItem('omni-key') !== null;
+$('key').value = localStorage.getItem('omni-key') || sessionStorage.getItem('omni-key') || '';
+$('remember-key').addEventListener('change', () => keepKey('omni-key', $('key').value.trim(), $('remember-key').checked));
 showMode();
 listDevices();

@@ -135,11 +135,16 @@ function showRecordings() {
 // ---- the session viewer ----
 let viewer = null;
 
-/// Every medium an event refers to: {file, offset, samples} of audio, or a frame.
+/// The files the server writes into a recording: only these are ever fetched for a `$ref`.
+const MEDIA_FILE = /^(input\.wav|output\.wav|frames\/\d{6}\.jpg|attachments\/\d{6}\.b64)$/;
+
+/// Every medium an event refers to: {file, offset, samples} of audio, or a frame. The server
+/// renames a `$ref` a client sent; one naming anything but a recording's own file is ignored.
 function refs(value, out = []) {
   if (value && typeof value === 'object') {
-    if (typeof value.$ref === 'string') out.push(value);
-    else for (const v of Object.values(value)) refs(v, out);
+    if (typeof value.$ref === 'string') {
+      if (MEDIA_FILE.test(value.$ref)) out.push(value);
+    } else for (const v of Object.values(value)) refs(v, out);
   }
   return out;
 }
@@ -290,9 +295,19 @@ function stopPlayback() {
   $('pause').disabled = true;
 }
 
-$('admin').value = localStorage.getItem('omni-admin') || '';
+/// The admin key is kept for this tab only (sessionStorage), or on this device (localStorage)
+/// when the user asks; never in both.
+function keepAdmin() {
+  const remember = $('remember-admin').checked;
+  (remember ? sessionStorage : localStorage).removeItem('omni-admin');
+  (remember ? localStorage : sessionStorage).setItem('omni-admin', $('admin').value.trim());
+}
+
+$('remember-admin').checked = localStorage.getItem('omni-admin') !== null;
+$('admin').value = localStorage.getItem('omni-admin') || sessionStorage.getItem('omni-admin') || '';
+$('remember-admin').addEventListener('change', keepAdmin);
 $('admin').addEventListener('change', () => {
-  localStorage.setItem('omni-admin', $('admin').value.trim());
+  keepAdmin();
   refreshStatus();
   refreshRecordings();
 });

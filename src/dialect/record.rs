@@ -8,6 +8,9 @@
 //! `image` or a content part of type `image`; outbound model audio under `audio`, or
 //! `delta` in an `*audio.delta` event (decoded here, in the dialect's sample format). Any
 //! other string over 1 KB (a reference voice) becomes an attachment.
+//!
+//! A `$ref` is the recording's own: a key of that name in what a client sent is kept as
+//! `$client_ref`, so that a replay follows only references the server wrote.
 
 use std::io;
 use std::sync::Arc;
@@ -99,6 +102,11 @@ impl JsonRedactor {
     ) -> io::Result<()> {
         match v {
             Value::Object(map) => {
+                if dir == Direction::In
+                    && let Some(forged) = map.remove("$ref")
+                {
+                    map.insert("$client_ref".into(), forged);
+                }
                 let t = map.get("type").and_then(Value::as_str).map(str::to_owned);
                 for (k, item) in map.iter_mut() {
                     let inner = At { key: Some(k), in_frames: k == "video_frames", parent_type: t.as_deref() };
@@ -213,6 +221,18 @@ mod tests {
         let init = json!({"type": "session.init", "payload": {"voice": {"ref_audio_base64": "A".repeat(2000)}}});
         let v = event(r.redact(Direction::In, init.to_string().as_bytes(), (vec![], vec![]), &mut sink).unwrap());
         assert_eq!(v["payload"]["voice"]["ref_audio_base64"], json!({"$ref": "attachments/000001.b64", "chars": 2000}));
+    }
+
+    #[test]
+    fn a_ref_a_client_sent_is_not_the_recordings() {
+        let r = JsonRedactor { output: AudioEncoding::F32 };
+        let mut sink = Counting::default();
+        let forged = json!({"type": "x", "a": {"$ref": "../../../config.toml", "samples": 9}, "$ref": "input.wav"});
+        let v = event(r.redact(Direction::In, forged.to_string().as_bytes(), (vec![], vec![]), &mut sink).unwrap());
+        assert_eq!(
+            v,
+            json!({"type": "x", "a": {"$client_ref": "../../../config.toml", "samples": 9}, "$client_ref": "input.wav"})
+        );
     }
 
     #[test]

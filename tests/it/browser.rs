@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::common::*;
 use fantoccini::Locator;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_audio_session_in_the_browser_streams_the_microphone_and_plays_the_answer() {
@@ -146,6 +146,9 @@ async fn a_video_session_sends_camera_frames_and_the_console_replays_its_recordi
     b.find(Locator::Id("admin")).await.unwrap().send_keys("console-admin-0123456789").await.unwrap();
     click(&b, "refresh").await; // moves the focus: the key's change event
     until(&b, &server, "window.consoleStats.recordings >= 1", "recordings").await;
+    // Kept for this tab only: the user did not ask to remember it.
+    let kept = js(&b, "[localStorage.getItem('omni-admin'), sessionStorage.getItem('omni-admin')]").await;
+    assert_eq!(kept, json!([null, "console-admin-0123456789"]));
     let workers = until(
         &b,
         &server,

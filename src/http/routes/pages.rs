@@ -15,8 +15,9 @@ const ASSETS: [(&str, &str, &str); 6] = [
     ("style.css", "text/css; charset=utf-8", include_str!("../../../web/style.css")),
 ];
 
-/// The pages load only what this server serves; they talk to it over WebSocket and HTTP.
-const POLICY: &str = "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data: blob:; \
+/// The pages load only what this server serves; they talk to it alone, over WebSocket and
+/// HTTP (`'self'` covers `ws:` and `wss:` of the page's own host).
+const POLICY: &str = "default-src 'self'; connect-src 'self'; img-src 'self' data: blob:; \
                       media-src 'self' blob: mediastream:; style-src 'self'; script-src 'self'; \
                       frame-ancestors 'none'; base-uri 'none'";
 
