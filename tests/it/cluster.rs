@@ -934,6 +934,7 @@ fn the_compose_file_and_kubernetes_manifests_parse_and_their_configs_load() {
     let secrets: HashMap<String, omni_gateway::config::Config> = kind("Secret")
         .iter()
         .flat_map(|s| s["stringData"].as_object().unwrap().iter())
+        .filter(|(name, _)| name.ends_with(".toml"))
         .map(|(name, toml)| (name.clone(), load_embedded(name, toml.as_str().unwrap())))
         .collect();
     let (gateway, node) = (&secrets["gateway.toml"], &secrets["node.toml"]);
@@ -941,7 +942,7 @@ fn the_compose_file_and_kubernetes_manifests_parse_and_their_configs_load() {
         [0]["port"]
         .as_u64()
         .unwrap();
-    assert_eq!(gateway.cluster.as_ref().unwrap().url, format!("redis://omni-redis:{redis_port}/0"));
+    assert!(gateway.cluster.as_ref().unwrap().url.ends_with(&format!("@omni-redis:{redis_port}/0")));
     assert_eq!(gateway.cluster.as_ref().unwrap().url, node.cluster.as_ref().unwrap().url);
     assert_eq!(gateway.cluster.as_ref().unwrap().token, node.node.as_ref().unwrap().token);
     for (workload, config, file) in [("Deployment", gateway, "gateway.toml"), ("DaemonSet", node, "node.toml")] {
@@ -967,6 +968,37 @@ fn the_compose_file_and_kubernetes_manifests_parse_and_their_configs_load() {
         let secs: u64 = ingress[format!("nginx.ingress.kubernetes.io/{key}")].as_str().unwrap().parse().unwrap();
         assert!(secs >= 3600, "{key}: {secs}");
     }
-    let policy = &kind("NetworkPolicy")[0]["spec"]["ingress"][0];
-    assert_eq!(policy["from"][0]["podSelector"]["matchLabels"]["app"], "omni-gateway");
+    let policy = |name: &str| {
+        let p = kind("NetworkPolicy").into_iter().find(|p| p["metadata"]["name"] == name).unwrap();
+        let from = p["spec"]["ingress"][0]["from"].as_array().unwrap();
+        from.iter().map(|f| f["podSelector"]["matchLabels"]["app"].as_str().unwrap().to_string()).collect::<Vec<_>>()
+    };
+    assert_eq!(policy("omni-node"), ["omni-gateway"], "only the gateways reach a node");
+    assert_eq!(policy("omni-redis"), ["omni-gateway", "omni-node"], "only the gateways and nodes reach Redis");
+    // Redis runs behind the password its Secret holds, and both roles present it.
+    let password =
+        kind("Secret").iter().find(|s| s["metadata"]["name"] == "omni-redis").unwrap()["stringData"]["password"]
+            .as_str()
+            .unwrap()
+            .to_string();
+    let redis = &kind("StatefulSet")[0]["spec"]["template"]["spec"]["containers"][0];
+    assert!(redis["command"][2].as_str().unwrap().contains("--requirepass \"$REDIS_PASSWORD\""), "{redis}");
+    assert_eq!(redis["env"][0]["valueFrom"]["secretKeyRef"]["name"], "omni-redis");
+    for config in [gateway, node] {
+        assert!(config.cluster.as_ref().unwrap().url.starts_with(&format!("redis://:{password}@")));
+    }
+}
+
+#[test]
+fn the_compose_files_redis_needs_the_password_its_replicas_and_node_present() {
+    let compose = &yaml_documents("compose.yml")[0];
+    let command: Vec<&str> =
+        compose["services"]["redis"]["command"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let at = command.iter().position(|a| *a == "--requirepass").expect("redis runs with a password");
+    let password = command[at + 1];
+    for name in ["gateway", "node"] {
+        let config = load_embedded(&format!("{name}.toml"), compose["configs"][name]["content"].as_str().unwrap());
+        assert!(config.cluster.as_ref().unwrap().url.starts_with(&format!("redis://:{password}@")), "{name}");
+    }
+    assert!(compose["services"]["redis"]["ports"].is_null(), "redis is not published outside the compose network");
 }
