@@ -8,16 +8,8 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 /// The address a peer counts under: its IPv4 address (an IPv4-mapped IPv6 one too), or the
-/// /64 of its IPv6 address.
-pub fn counted_as(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
-        },
-        v4 => v4,
-    }
-}
+/// /64 of its IPv6 address (the rule the session registry's caps follow).
+pub use omni_actors::session::registry::address_key as counted_as;
 
 /// Whether `ip` is in any of `networks`.
 pub fn in_any(ip: IpAddr, networks: &[IpNet]) -> bool {
@@ -31,17 +23,6 @@ pub fn in_any(ip: IpAddr, networks: &[IpNet]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_ipv6_peer_counts_by_its_64_and_a_mapped_ipv4_as_itself() {
-        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
-        let b: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
-        let other: IpAddr = "2001:db8:1:3::1".parse().unwrap();
-        assert_eq!(counted_as(a), counted_as(b));
-        assert_ne!(counted_as(a), counted_as(other));
-        assert_eq!(counted_as("::ffff:10.0.0.7".parse().unwrap()), "10.0.0.7".parse::<IpAddr>().unwrap());
-        assert_eq!(counted_as("10.0.0.7".parse().unwrap()), "10.0.0.7".parse::<IpAddr>().unwrap());
-    }
 
     #[test]
     fn networks_contain_their_addresses_mapped_or_not() {

@@ -29,7 +29,7 @@ use crate::link::wire::{
     AttachGrant, Frames, FromNode, NodeWorker, Request, ToNode, frames, next_frame, read_frame, write_frame,
 };
 
-/// How long connecting (TCP, TLS, the hello and its answer) may take.
+/// How long connecting (TCP, TLS, the handshake and the answer) may take.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The runtime that serves every node link's socket.

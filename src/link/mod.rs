@@ -21,11 +21,11 @@ pub enum LinkError {
     ServerName { name: String, why: String },
     #[error("TLS: {0}")]
     Tls(std::io::Error),
-    #[error("cannot say hello: {0}")]
+    #[error("cannot send the handshake: {0}")]
     Hello(std::io::Error),
     #[error("refused: {0}")]
     Refused(String),
-    /// The node answered something else than the hello asks for.
+    /// The node answered something else than the handshake or the request asks for.
     #[error("unexpected answer {0}")]
     Unexpected(&'static str),
     #[error("closed without an answer")]

@@ -125,8 +125,7 @@ async fn upgrade(
     };
     let caps =
         AddressCaps { connections: config.server.max_connections_per_ip, waiting: config.server.max_waiting_per_ip };
-    // An IPv6 client counts by its /64 (one host holds the whole /64).
-    let admission = match gw.registry.admit(client_ip.map(crate::net::counted_as), caps) {
+    let admission = match gw.registry.admit(client_ip, caps) {
         Ok(a) => a,
         Err(Refusal::TooManyConnections) => {
             return Ok(refuse(

@@ -1,4 +1,4 @@
-//! GatewayLink: one actor per gateway link, once its hello was admitted. It is the session of
+//! GatewayLink: one actor per gateway link, once its handshake proved the token. It is the session of
 //! the worker it borrowed: it attaches to the worker's BackendActor, runs the gateway's calls on
 //! it as jobs ([`Run`]: in order, one at a time, under the step watchdog), makes the any-thread
 //! calls through it at once ([`Control`]), and detaches when the link ends. A link a replica
@@ -25,7 +25,7 @@ use super::messages::{GiveBack, LenderPort, Push, Standby, StandbyEnded};
 use crate::backend::ipc::{MAX_FRAME_BYTES, ToHost};
 use crate::link::wire::{FromNode, MAX_HELLO_BYTES, ToNode, write_frame};
 
-/// The link's frames, each at most the current limit: a hello's ([`MAX_HELLO_BYTES`]) until the
+/// The link's frames, each at most the current limit: the handshake's ([`MAX_HELLO_BYTES`]) until the
 /// link serves a worker, a worker link's after.
 pub struct Limited {
     codec: LengthDelimitedCodec,

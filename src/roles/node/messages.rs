@@ -63,7 +63,7 @@ pub struct Push {
     pub pushed: PushedGrant,
 }
 
-/// Why a gateway is refused a worker (or a hello). Sent to the gateway as text.
+/// Why a gateway is refused a worker. Sent to the gateway as text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     #[error("this node has no worker {0}")]
