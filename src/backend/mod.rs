@@ -91,10 +91,13 @@ pub fn grant_opener(
     let worker = grant.worker().to_string();
     if !crate::link::grant::verify(&link.token, &grant.slot, &grant.addr, &grant.nonce, &grant.sig) {
         // Whatever put it there (a forged entry in the store) learns nothing: nothing is dialled.
-        metrics().grants_refused.with_label_values(&[link.name.as_str()]).inc();
+        metrics().grants_refused.inc();
         let why = format!(
-            "ticket {}: the grant of {} at {} is not signed by its node (the [cluster] token): not dialled",
-            grant.ticket, grant.slot, grant.addr
+            "ticket {}: the grant of {} at {} is not signed by its node: not dialled (a node whose [node] token is \
+             not this replica's [cluster] token, or a grant someone else wrote into the store)",
+            grant.ticket,
+            grant.slot.escape_debug(),
+            grant.addr.escape_debug()
         );
         log::warn!("cluster: {why}");
         return Opener::Factory(Arc::new(move || Err(BackendError::Unavailable(why.clone()))));

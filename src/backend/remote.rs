@@ -73,7 +73,7 @@ async fn dial(link: &NodeLink) -> Result<tokio::net::TcpStream, LinkError> {
         return tokio::net::TcpStream::connect(&link.address).await.map_err(LinkError::Connect);
     }
     let resolved = tokio::net::lookup_host(&link.address).await.map_err(LinkError::Connect)?;
-    let allowed: Vec<_> = resolved.filter(|a| link.networks.iter().any(|n| n.contains(&a.ip()))).collect();
+    let allowed: Vec<_> = resolved.filter(|a| crate::net::in_any(a.ip(), &link.networks)).collect();
     if allowed.is_empty() {
         return Err(LinkError::OutsideNetworks(link.address.clone()));
     }

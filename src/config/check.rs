@@ -122,6 +122,19 @@ pub fn secret(key: &str, value: &str) -> Result<(), Invalid> {
     crate::http::auth::check_key(value).map_err(|e| Invalid::new(key, e.to_string()))
 }
 
+/// A URL as logs show it: its scheme and host, its user part as `***@` and anything after the
+/// host as `/***` (a password, a token in the path or query).
+pub fn redacted_url(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let (user, host) = match authority.rsplit_once('@') {
+        Some((_, host)) => ("***@", host),
+        None => ("", authority),
+    };
+    let after = if rest.len() > authority.len() { "/***" } else { "" };
+    format!("{scheme}://{user}{host}{after}")
+}
+
 /// One network, `ADDRESS/BITS` (`"10.0.0.0/8"`), or one address (all its bits).
 pub fn network(key: &str, entry: &str) -> Result<ipnet::IpNet, Invalid> {
     let entry = entry.trim();

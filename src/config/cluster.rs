@@ -91,12 +91,9 @@ pub struct ClusterSpec {
 }
 
 impl ClusterSpec {
-    /// The URL without its password, for logs.
+    /// The URL as logs show it (no password, no database).
     pub fn redacted_url(&self) -> String {
-        match (self.url.split_once("://"), self.url.rsplit_once('@')) {
-            (Some((scheme, _)), Some((_, host))) => format!("{scheme}://***@{host}"),
-            _ => self.url.clone(),
-        }
+        super::check::redacted_url(&self.url)
     }
 }
 

@@ -15,7 +15,7 @@ use omni_actors::domain::Mode;
 use serde::Deserialize;
 
 mod auth;
-mod check;
+pub(crate) mod check;
 mod cluster;
 mod limits;
 mod models;

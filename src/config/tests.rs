@@ -104,7 +104,9 @@ fn the_cluster_section_is_checked() {
     let c = parse(&format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nname = \"gw-a\"\n")).unwrap();
     let spec = c.cluster.unwrap();
     assert_eq!((spec.name.as_str(), spec.prefix.as_str(), spec.lease), ("gw-a", "og", Duration::from_secs(3)));
-    assert_eq!(spec.redacted_url(), "redis://***@10.0.0.2:6379/0", "no password in logs");
+    assert_eq!(spec.redacted_url(), "redis://***@10.0.0.2:6379/***", "no password in logs");
+    assert_eq!(super::check::redacted_url("https://hooks.example/t0k3n?sig=1"), "https://hooks.example/***");
+    assert_eq!(super::check::redacted_url("http://u:p@h:80"), "http://***@h:80");
     assert_eq!(spec.standby_links, 4, "links kept open to each node by default");
     assert!(c.workers.is_empty());
     // A node: its workers, its own token; none needed under [cluster].

@@ -58,11 +58,7 @@ impl WebhookSpec {
     /// The URL as logs show it: scheme, host and port only (its path, query and any user
     /// part are often the secret).
     pub fn redacted_url(&self) -> String {
-        let (scheme, rest) = self.url.split_once("://").unwrap_or(("", self.url.as_str()));
-        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-        let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
-        let hidden = rest.len() > authority.len() || host.len() < authority.len();
-        format!("{scheme}://{host}{}", if hidden { "/***" } else { "" })
+        super::check::redacted_url(&self.url)
     }
 }
 

@@ -3,9 +3,11 @@
 //! the client address behind trusted proxies, and a throttle on failed key attempts.
 //! Keys are compared in constant time and never logged or recorded.
 //!
-//! The throttle slows guessing, never a client that holds a key: a correct key is always
-//! admitted; an address (an IPv6 /64) that presented [`THROTTLE_ATTEMPTS`] wrong keys within
-//! [`THROTTLE_WINDOW`] has its further wrong keys answered 429 until the window passes.
+//! The throttle slows guessing and never refuses a key that is right: an address (an IPv6 /64)
+//! that presented [`THROTTLE_ATTEMPTS`] wrong keys within [`THROTTLE_WINDOW`] has its keys
+//! checked one at a time, each [`THROTTLE_PACE`] after it arrived or the previous one was
+//! checked (a guesser gets one try a second, however many connections it opens); a right key is
+//! admitted, a wrong one answered 429, until the window passes.
 //!
 //! Without an admin key the operator routes answer a request only when everything about it
 //! says it was made on this host: its TCP peer is 127.0.0.1 or ::1 (not another address of
@@ -89,6 +91,10 @@ pub fn bearer(req: &HttpRequest) -> Option<&str> {
 /// answered 429 until the window has passed (a correct key is always admitted).
 pub const THROTTLE_ATTEMPTS: u32 = 10;
 pub const THROTTLE_WINDOW: Duration = Duration::from_secs(60);
+/// How long each key check of a throttled address waits, one at a time.
+pub const THROTTLE_PACE: Duration = Duration::from_secs(1);
+/// Addresses with a pacing gate kept at most (idle ones are forgotten first).
+const PACED_ADDRESSES: usize = 10_000;
 /// Addresses remembered at most (the oldest entries are forgotten first).
 const THROTTLE_ADDRESSES: usize = 100_000;
 
@@ -137,11 +143,21 @@ pub struct Keys {
     api: Arc<RwLock<Arc<Vec<String>>>>,
     admin: Option<Arc<str>>,
     throttle: Arc<Mutex<Throttle>>,
+    /// One gate per throttled address: its key checks pass one at a time.
+    gates: Arc<Mutex<HashMap<IpAddr, Arc<tokio::sync::Mutex<()>>>>>,
 }
+
+/// A throttled address's turn to have a key checked; the next waits until it is dropped.
+pub type Turn = tokio::sync::OwnedMutexGuard<()>;
 
 impl Keys {
     pub fn new(api: Vec<String>, admin: Option<String>) -> Keys {
-        Keys { api: Arc::new(RwLock::new(Arc::new(api))), admin: admin.map(Into::into), throttle: Arc::default() }
+        Keys {
+            api: Arc::new(RwLock::new(Arc::new(api))),
+            admin: admin.map(Into::into),
+            throttle: Arc::default(),
+            gates: Arc::default(),
+        }
     }
 
     pub fn api_required(&self) -> bool {
@@ -153,6 +169,25 @@ impl Keys {
         let n = keys.len();
         *self.api.write() = Arc::new(keys);
         n
+    }
+
+    /// Waits for the address's turn when it is throttled: one check at a time, each
+    /// [`THROTTLE_PACE`] late. Hold the turn while checking its key.
+    pub async fn pace(&self, ip: Option<IpAddr>) -> Option<Turn> {
+        let ip = crate::net::counted_as(ip?);
+        if !self.throttle.lock().refused(ip, Instant::now()) {
+            return None;
+        }
+        let gate = {
+            let mut gates = self.gates.lock();
+            if gates.len() >= PACED_ADDRESSES {
+                gates.retain(|_, g| Arc::strong_count(g) > 1);
+            }
+            gates.entry(ip).or_default().clone()
+        };
+        let turn = gate.lock_owned().await;
+        tokio::time::sleep(THROTTLE_PACE).await;
+        Some(turn)
     }
 
     /// A wrong key is counted against its address, and refused as [`Denied::Throttled`] once
@@ -189,10 +224,16 @@ impl Keys {
     }
 
     /// Checks the operator routes: the admin key (Bearer) when one is configured; without
-    /// one, only requests made on this host ([`made_on_this_host`]).
-    pub fn check_admin(&self, req: &HttpRequest, client: Option<IpAddr>) -> Result<(), Denied> {
+    /// one, only requests made on this host ([`made_on_this_host`]), not through one of the
+    /// `proxies`.
+    pub fn check_admin(
+        &self,
+        req: &HttpRequest,
+        client: Option<IpAddr>,
+        proxies: &[ipnet::IpNet],
+    ) -> Result<(), Denied> {
         let Some(admin) = &self.admin else {
-            return if made_on_this_host(req) { Ok(()) } else { Err(Denied::AdminLoopbackOnly) };
+            return if made_on_this_host(req, proxies) { Ok(()) } else { Err(Denied::AdminLoopbackOnly) };
         };
         let verdict = match bearer(req) {
             None => Err(Denied::Missing(KeyKind::Admin)),
@@ -203,15 +244,19 @@ impl Keys {
     }
 }
 
-/// Whether a request was made on this host: its TCP peer is 127.0.0.1 or ::1, its Host a
-/// loopback name (`localhost`, `127.0.0.1`, `[::1]`, with any port), and no proxy forwarded it.
-pub fn made_on_this_host(req: &HttpRequest) -> bool {
-    let peer_ok = req.peer_addr().is_some_and(|p| match p.ip() {
-        IpAddr::V4(v4) => v4 == std::net::Ipv4Addr::LOCALHOST,
-        IpAddr::V6(v6) => {
-            v6 == std::net::Ipv6Addr::LOCALHOST || v6.to_ipv4_mapped() == Some(std::net::Ipv4Addr::LOCALHOST)
-        }
-    });
+/// Whether a request was made on this host: its TCP peer is 127.0.0.1 or ::1 and none of the
+/// trusted `proxies`, its Host a loopback name (`localhost`, `127.0.0.1`, `[::1]`, with any
+/// port), and it carries no forwarding header. (A proxy on this host that adds no forwarding
+/// header and is not listed passes: set an admin key behind one.)
+pub fn made_on_this_host(req: &HttpRequest, proxies: &[ipnet::IpNet]) -> bool {
+    let proxied = req.peer_addr().is_some_and(|p| crate::net::in_any(p.ip(), proxies));
+    let peer_ok = !proxied
+        && req.peer_addr().is_some_and(|p| match p.ip() {
+            IpAddr::V4(v4) => v4 == std::net::Ipv4Addr::LOCALHOST,
+            IpAddr::V6(v6) => {
+                v6 == std::net::Ipv6Addr::LOCALHOST || v6.to_ipv4_mapped() == Some(std::net::Ipv4Addr::LOCALHOST)
+            }
+        });
     let host_ok = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).is_some_and(loopback_host);
     let forwarded = ["forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip"]
         .iter()
@@ -344,11 +389,11 @@ mod tests {
         let local: Option<IpAddr> = Some("127.0.0.1".parse().unwrap());
         let remote: Option<IpAddr> = Some("192.0.2.7".parse().unwrap());
         let req = TestRequest::default().insert_header(("Authorization", format!("Bearer {A}"))).to_http_request();
-        assert_eq!(keys.check_admin(&req, remote), Ok(()));
+        assert_eq!(keys.check_admin(&req, remote, &[]), Ok(()));
         let req = TestRequest::default().insert_header(("Authorization", "bearer nope")).to_http_request();
-        assert_eq!(keys.check_admin(&req, remote), Err(Denied::Wrong(KeyKind::Admin)));
+        assert_eq!(keys.check_admin(&req, remote, &[]), Err(Denied::Wrong(KeyKind::Admin)));
         assert_eq!(
-            keys.check_admin(&TestRequest::default().to_http_request(), local),
+            keys.check_admin(&TestRequest::default().to_http_request(), local, &[]),
             Err(Denied::Missing(KeyKind::Admin))
         );
     }
@@ -370,7 +415,7 @@ mod tests {
             ("[::1]:5000", "[::1]:8006"),
             ("[::ffff:127.0.0.1]:5000", "localhost"),
         ] {
-            assert_eq!(open.check_admin(&req(peer, host, None), None), Ok(()), "{peer} {host}");
+            assert_eq!(open.check_admin(&req(peer, host, None), None, &[]), Ok(()), "{peer} {host}");
         }
         let refused = [
             req("192.0.2.7:5000", "localhost", None),                  // another host
@@ -381,10 +426,14 @@ mod tests {
             req("127.0.0.1:5000", "localhost", Some(("Forwarded", "for=192.0.2.7"))),
         ];
         for r in refused {
-            assert_eq!(open.check_admin(&r, None), Err(Denied::AdminLoopbackOnly), "{:?}", r.headers());
+            assert_eq!(open.check_admin(&r, None, &[]), Err(Denied::AdminLoopbackOnly), "{:?}", r.headers());
         }
         let no_host = TestRequest::default().peer_addr("127.0.0.1:5000".parse().unwrap()).to_http_request();
-        assert_eq!(open.check_admin(&no_host, None), Err(Denied::AdminLoopbackOnly), "no Host");
+        assert_eq!(open.check_admin(&no_host, None, &[]), Err(Denied::AdminLoopbackOnly), "no Host");
+        // A proxy on this host, listed as one, that adds no header: its requests are not local.
+        let proxies = ["127.0.0.1/32".parse().unwrap()];
+        let through = req("127.0.0.1:5000", "127.0.0.1:8006", None);
+        assert_eq!(open.check_admin(&through, None, &proxies), Err(Denied::AdminLoopbackOnly));
     }
 
     #[test]

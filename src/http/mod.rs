@@ -207,6 +207,12 @@ pub fn run(config: Config) -> Result<(), ServeError> {
         r if r.enabled => log::info!("recording is on: every session is recorded under {}", r.dir.display()),
         _ => log::info!("recording is off ([recording] enabled = false)"),
     }
+    if config.admin_key.is_none() && !config.trusted_proxies.is_empty() {
+        log::warn!(
+            "no [auth] admin_key, and requests through [server] trusted_proxies are not local: the operator \
+             routes (/status, /metrics, /sessions, /queue) answer only requests made on this host, not through a proxy"
+        );
+    }
     let system = actix_web::rt::System::new();
     system.block_on(async move {
         let gateway = crate::roles::serve(Arc::new(config));

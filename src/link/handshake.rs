@@ -12,7 +12,7 @@
 //!
 //! The proofs are made with distinct labels, and each side's nonce is fresh per connection: a
 //! proof seen once is no use on another connection, nor as the other side's. Every frame until
-//! then is at most [`MAX_HELLO_BYTES`], read as it arrives (a length a stranger announces
+//! then is at most [`MAX_UNPROVEN_FRAME`], read as it arrives (a length a stranger announces
 //! never sizes a buffer).
 
 use hmac::{Hmac, Mac};
@@ -20,7 +20,7 @@ use sha2::Sha256;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::LinkError;
-use super::wire::{FromNode, MAX_HELLO_BYTES, PROTOCOL, Request, ToNode, read_frame, write_frame};
+use super::wire::{FromNode, MAX_UNPROVEN_FRAME, PROTOCOL, Request, ToNode, read_frame, write_frame};
 
 /// Bytes of each side's nonce.
 pub const NONCE_BYTES: usize = 32;
@@ -72,17 +72,20 @@ pub fn gateway_proof_ok(token: &str, node_nonce: &[u8], gateway_nonce: &[u8], re
 
 /// The gateway's side: says hello, checks the node's proof, then proves itself with its
 /// request. Nothing is sent after the hello to a peer whose proof fails, and nothing it says
-/// before its proof is read past [`MAX_HELLO_BYTES`].
+/// before its proof is read past [`MAX_UNPROVEN_FRAME`].
 pub async fn open<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     token: &str,
     request: Request,
 ) -> Result<(), LinkError> {
     let ours = nonce();
-    write_frame(stream, &ToNode::Hello { protocol: PROTOCOL, nonce: ours.clone() }).await.map_err(LinkError::Hello)?;
-    let (theirs, proof) = match read_frame::<FromNode>(stream, MAX_HELLO_BYTES).await {
+    write_frame(stream, &ToNode::Hello { protocol: PROTOCOL, nonce: ours.clone() })
+        .await
+        .map_err(LinkError::Handshake)?;
+    let (theirs, proof) = match read_frame::<FromNode>(stream, MAX_UNPROVEN_FRAME).await {
         Ok(Some(FromNode::Challenge { nonce, proof })) => (nonce, proof),
-        Ok(Some(FromNode::Refused(why))) => return Err(LinkError::Refused(why)),
+        // Said before it proved anything: kept short and printable, and marked so.
+        Ok(Some(FromNode::Refused(why))) => return Err(LinkError::Refused(unproven_words(&why))),
         Ok(Some(other)) => return Err(LinkError::Unexpected(other.kind())),
         Ok(None) => return Err(LinkError::Closed),
         Err(e) => return Err(LinkError::Unreadable(e)),
@@ -91,12 +94,19 @@ pub async fn open<S: AsyncRead + AsyncWrite + Unpin>(
         return Err(LinkError::NotTheNode);
     }
     let proof = gateway_proof(token, &theirs, &ours, &request);
-    write_frame(stream, &ToNode::Prove { proof, request }).await.map_err(LinkError::Hello)
+    write_frame(stream, &ToNode::Prove { proof, request }).await.map_err(LinkError::Handshake)
+}
+
+/// What a peer that has not proved the token said, for a log: its first 200 characters, each
+/// control character as `?`, marked as unproven.
+fn unproven_words(said: &str) -> String {
+    let shown: String = said.chars().take(200).map(|c| if c.is_control() { '?' } else { c }).collect();
+    format!("{shown} (said before it proved the token)")
 }
 
 /// Why a node refuses a peer's hello.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum HelloRefused {
+pub enum HandshakeRefused {
     #[error("the first message must be a Hello")]
     NotAHello,
     #[error("the gateway speaks node protocol {theirs}, this node {ours}: run the same release on both")]
@@ -120,29 +130,32 @@ pub enum HelloRefused {
 
 /// The node's side: reads the hello, proves itself, and checks the gateway's proof. Answers the
 /// request of a peer that holds the token.
-pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, token: &str) -> Result<Request, HelloRefused> {
-    let unreadable = |e: std::io::Error| HelloRefused::Unreadable(e.to_string());
-    let theirs = match read_frame::<ToNode>(stream, MAX_HELLO_BYTES).await.map_err(unreadable)? {
+pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    token: &str,
+) -> Result<Request, HandshakeRefused> {
+    let unreadable = |e: std::io::Error| HandshakeRefused::Unreadable(e.to_string());
+    let theirs = match read_frame::<ToNode>(stream, MAX_UNPROVEN_FRAME).await.map_err(unreadable)? {
         Some(ToNode::Hello { protocol, nonce }) if protocol == PROTOCOL => nonce,
         Some(ToNode::Hello { protocol, .. }) => {
-            return Err(HelloRefused::Protocol { theirs: protocol, ours: PROTOCOL });
+            return Err(HandshakeRefused::Protocol { theirs: protocol, ours: PROTOCOL });
         }
-        Some(_) => return Err(HelloRefused::NotAHello),
-        None => return Err(HelloRefused::Closed),
+        Some(_) => return Err(HandshakeRefused::NotAHello),
+        None => return Err(HandshakeRefused::Closed),
     };
     if theirs.len() != NONCE_BYTES {
-        return Err(HelloRefused::Nonce(theirs.len()));
+        return Err(HandshakeRefused::Nonce(theirs.len()));
     }
     let ours = nonce();
     let proof = node_proof(token, &theirs, &ours);
     write_frame(stream, &FromNode::Challenge { nonce: ours.clone(), proof }).await.map_err(unreadable)?;
-    match read_frame::<ToNode>(stream, MAX_HELLO_BYTES).await.map_err(unreadable)? {
+    match read_frame::<ToNode>(stream, MAX_UNPROVEN_FRAME).await.map_err(unreadable)? {
         Some(ToNode::Prove { proof, request }) if gateway_proof_ok(token, &ours, &theirs, &request, &proof) => {
             Ok(request)
         }
-        Some(ToNode::Prove { .. }) => Err(HelloRefused::WrongToken),
-        Some(_) => Err(HelloRefused::NoProof),
-        None => Err(HelloRefused::ClosedUnproven),
+        Some(ToNode::Prove { .. }) => Err(HandshakeRefused::WrongToken),
+        Some(_) => Err(HandshakeRefused::NoProof),
+        None => Err(HandshakeRefused::ClosedUnproven),
     }
 }
 
@@ -170,21 +183,22 @@ mod tests {
         let e = open(&mut gateway, "wrong-token-0123456789", Request::Discover).await.unwrap_err();
         assert!(matches!(e, LinkError::NotTheNode), "{e}");
         drop(gateway);
-        assert_eq!(node_side.await.unwrap(), Err(HelloRefused::ClosedUnproven));
+        assert_eq!(node_side.await.unwrap(), Err(HandshakeRefused::ClosedUnproven));
         // A peer that ignores the node's proof and proves a token it does not hold: refused.
         let (mut peer, mut node) = tokio::io::duplex(1 << 16);
         let node_side = tokio::spawn(async move { accept(&mut node, "node-token-0123456789").await });
         write_frame(&mut peer, &ToNode::Hello { protocol: PROTOCOL, nonce: nonce() }).await.unwrap();
-        let Ok(Some(FromNode::Challenge { nonce: theirs, .. })) = read_frame(&mut peer, MAX_HELLO_BYTES).await else {
+        let Ok(Some(FromNode::Challenge { nonce: theirs, .. })) = read_frame(&mut peer, MAX_UNPROVEN_FRAME).await
+        else {
             panic!("no challenge")
         };
         let proof = gateway_proof("wrong-token-0123456789", &theirs, &nonce(), &Request::Discover);
         write_frame(&mut peer, &ToNode::Prove { proof, request: Request::Discover }).await.unwrap();
-        assert_eq!(node_side.await.unwrap(), Err(HelloRefused::WrongToken));
+        assert_eq!(node_side.await.unwrap(), Err(HandshakeRefused::WrongToken));
         // A listener that is not the node: the gateway sends it the hello and nothing more.
         let (mut gateway, mut fake) = tokio::io::duplex(1 << 16);
         let fake_side = tokio::spawn(async move {
-            let hello = read_frame::<ToNode>(&mut fake, MAX_HELLO_BYTES).await.unwrap();
+            let hello = read_frame::<ToNode>(&mut fake, MAX_UNPROVEN_FRAME).await.unwrap();
             assert!(matches!(hello, Some(ToNode::Hello { .. })));
             let forged = FromNode::Challenge { nonce: nonce(), proof: vec![0; 32] };
             write_frame(&mut fake, &forged).await.unwrap();

@@ -22,7 +22,7 @@ pub enum LinkError {
     #[error("TLS: {0}")]
     Tls(std::io::Error),
     #[error("cannot send the handshake: {0}")]
-    Hello(std::io::Error),
+    Handshake(std::io::Error),
     #[error("refused: {0}")]
     Refused(String),
     /// The node answered something else than the handshake or the request asks for.
@@ -38,7 +38,7 @@ pub enum LinkError {
     /// the node (an address a store was made to name, another host on the node's address).
     #[error(
         "what answered could not prove it holds the token: the node has another token, or it is not the node \
-         (it was told nothing)"
+         (it was sent only the hello)"
     )]
     NotTheNode,
     /// None of the addresses the node's name resolves to is in `[cluster] node_networks`.

@@ -1,5 +1,5 @@
 //! Links a replica of a cluster keeps open to each node, on which the node pushes the grants
-//! it makes to this replica's tickets (the replica's side of [`ToNode::Standby`]).
+//! it makes to this replica's tickets (the replica's side of [`Request::Standby`]).
 //!
 //! Without them a worker freed on a node reaches the next client through the store (the
 //! grant put on this replica's list, its `BLPOP` woken) and an attach (a new link, or one
@@ -29,7 +29,7 @@ use crate::backend::remote::{CONNECT_TIMEOUT, Stream, connect, io};
 use crate::config::NodeLink;
 use crate::link::LinkError;
 use crate::link::wire::{
-    Frames, FromNode, MAX_HELLO_BYTES, Request, ToNode, frames, next_frame, read_frame, write_frame,
+    Frames, FromNode, MAX_UNPROVEN_FRAME, Request, ToNode, frames, next_frame, read_frame, write_frame,
 };
 
 /// A node whose links could not be opened this many times in a row is forgotten (its
@@ -124,7 +124,7 @@ impl Standby {
         let request = Request::Standby { gateway: self.gateway.clone() };
         let opened = timeout(CONNECT_TIMEOUT, async {
             let mut stream = connect(link, request).await?;
-            match read_frame::<FromNode>(&mut stream, MAX_HELLO_BYTES).await {
+            match read_frame::<FromNode>(&mut stream, MAX_UNPROVEN_FRAME).await {
                 Ok(Some(FromNode::Ready)) => Ok(stream),
                 Ok(Some(FromNode::Refused(why))) => Err(LinkError::Refused(why)),
                 Ok(Some(other)) => Err(LinkError::Unexpected(other.kind())),

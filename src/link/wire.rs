@@ -36,7 +36,8 @@ pub const PROTOCOL: u32 = 5;
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ToNode {
     /// A connection's first frame: the protocol, and the gateway's nonce for the handshake.
-    /// (First in the enum: an older gateway's first frame reads as a hello of its protocol.)
+    /// (First in the enum: an older gateway's discovery reads as a hello of its protocol, and is
+    /// told which protocol this node speaks.)
     Hello {
         protocol: u32,
         nonce: Vec<u8>,
@@ -179,7 +180,7 @@ pub struct PushedGrant {
     pub addr: String,
     pub nonce: String,
     pub mode: Mode,
-    /// The node's signature of the grant ([`crate::link::handshake::grant_signature`]).
+    /// The node's signature of the grant ([`crate::link::grant::sign`]).
     pub sig: String,
 }
 
@@ -199,7 +200,7 @@ impl From<PushedGrant> for omni_actors::edge::coordinator::Grant {
 /// The largest frame either side reads from a peer that has not proved it holds the token (the
 /// handshake), and a node reads on a link no worker is attached to (a link kept open for
 /// grants): a stranger cannot make it buffer a worker link's largest frame.
-pub const MAX_HELLO_BYTES: usize = 4096;
+pub const MAX_UNPROVEN_FRAME: usize = 4096;
 
 /// The frames read from a stream, one at a time and cancel safe: a frame half read when a
 /// `select!` takes another branch stays buffered for the next [`next_frame`].
@@ -260,7 +261,7 @@ pub async fn read_frame<T: DeserializeOwned>(
             format!("a frame of {len} bytes, over the {max} allowed"),
         ));
     }
-    let mut body = Vec::with_capacity(len.min(MAX_HELLO_BYTES));
+    let mut body = Vec::with_capacity(len.min(MAX_UNPROVEN_FRAME));
     (&mut *input).take(len as u64).read_to_end(&mut body).await?;
     if body.len() < len {
         return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the frame ended early"));
@@ -319,7 +320,7 @@ mod tests {
     async fn a_length_over_the_limit_is_refused_before_anything_is_buffered() {
         let (mut a, mut b) = tokio::io::duplex(64);
         a.write_all(&(256u32 << 20).to_le_bytes()).await.unwrap();
-        let e = read_frame::<FromNode>(&mut b, MAX_HELLO_BYTES).await.unwrap_err();
+        let e = read_frame::<FromNode>(&mut b, MAX_UNPROVEN_FRAME).await.unwrap_err();
         assert!(e.to_string().contains("over the 4096 allowed"), "{e}");
     }
 

@@ -147,10 +147,27 @@ impl Webhook {
             .header("X-Omni-Timestamp", &stamp)
             .header("X-Omni-Signature", &format!("sha256={}", sign(&self.spec.secret, &stamp, &d.body)))
             .send(d.body.as_str())
-            .map_err(|e| e.to_string().replace(&self.spec.url, &self.spec.redacted_url()))?;
+            .map_err(|e| without_urls(&e.to_string()))?;
         let status = response.status();
         if status.is_success() { Ok(()) } else { Err(format!("answered {status}")) }
     }
+}
+
+/// An error's text with every URL in it redacted (the client's messages may quote the URL, in
+/// whatever form it parsed it).
+fn without_urls(text: &str) -> String {
+    text.split(' ')
+        .map(|word| match word.find("://") {
+            Some(at) => {
+                // The scheme starts after the last character before `://` that is not a letter.
+                let start = word[..at].char_indices().rev().find(|(_, c)| !c.is_ascii_alphabetic());
+                let start = start.map_or(0, |(i, c)| i + c.len_utf8());
+                format!("{}{}", &word[..start], crate::config::check::redacted_url(&word[start..]))
+            }
+            None => word.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// HMAC-SHA256 of `TIMESTAMP.BODY` under `secret`, in hex.
@@ -264,6 +281,12 @@ impl SessionSink for WebhookSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_shows_no_url_whole() {
+        let e = "http://h:9/hook/t0k3n?x=1 is missing host; see \"https://u:p@x/y\"";
+        assert_eq!(without_urls(e), "http://h:9/*** is missing host; see \"https://***@x/***");
+    }
 
     #[test]
     fn the_signature_is_hmac_sha256_of_timestamp_dot_body() {

@@ -129,8 +129,6 @@ pub enum StoreError {
     Sentinels(redis::RedisError),
     #[error("cluster.redis_ca {path}: {why}")]
     Ca { path: std::path::PathBuf, why: String },
-    #[error("cluster.redis_ca: a private CA is not supported with sentinels yet (use url alone, or a public CA)")]
-    CaWithSentinels,
 }
 
 impl RedisStore {
@@ -171,10 +169,8 @@ impl RedisStore {
         // unacknowledged waits for the delayed ACK (tens of milliseconds in the hand-over).
         let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(StoreError::Url)?;
         let tcp = info.tcp_settings().clone().set_nodelay(true);
-        let target = if let Some(path) = ca {
-            if !sentinels.is_empty() {
-                return Err(StoreError::CaWithSentinels);
-            }
+        // (A private CA with sentinels is refused when the config is checked.)
+        let target = if let Some(path) = ca.filter(|_| sentinels.is_empty()) {
             // The store's certificate is verified against this CA only.
             let bad = |why: String| StoreError::Ca { path: path.to_path_buf(), why };
             let root_cert = std::fs::read(path).map_err(|e| bad(e.to_string()))?;

@@ -73,9 +73,9 @@ pub struct Metrics {
     /// A node's new connections closed at once: too many connections from strangers (or from
     /// the same address) had not proved the token yet.
     pub node_connections_refused: IntCounter,
-    /// A cluster replica's grants not dialled because their node did not sign them, by node
-    /// (as the grant names it: a forged grant names what it likes).
-    pub grants_refused: IntCounterVec,
+    /// A cluster replica's grants not dialled because their node did not sign them (no label:
+    /// a forged grant names what it likes).
+    pub grants_refused: IntCounter,
     /// A cluster replica's attaches of granted workers, by node and link: `kept` (a link
     /// opened ahead of the grant, `cluster.standby_links`) or `opened` (connected for it).
     pub node_attaches: IntCounterVec,
@@ -267,11 +267,10 @@ impl Metrics {
                 "omni_node_connections_refused_total",
                 "Connections a node closed at once: too many still had to prove the token",
             ),
-            grants_refused: counter_vec(
+            grants_refused: counter(
                 &r,
                 "omni_grants_refused_total",
                 "Grants a replica did not dial: their node did not sign them",
-                &["node"],
             ),
             node_attaches: counter_vec(
                 &r,

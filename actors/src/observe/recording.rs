@@ -180,7 +180,15 @@ impl RecorderSpawner {
 /// `min_free` bytes free; says so when that changes.
 fn check_disk(root: &Path, min_free: u64, low: &AtomicBool) {
     let existing = root.ancestors().find(|p| p.exists()).unwrap_or(root);
-    let Ok(free) = fs4::available_space(existing) else { return };
+    let free = match fs4::available_space(existing) {
+        Ok(free) => free,
+        Err(e) => {
+            // Said once; recording goes on as the last check found it.
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| log::warn!("recording: cannot read the free space under {}: {e}", existing.display()));
+            return;
+        }
+    };
     let now_low = free < min_free;
     if low.swap(now_low, Ordering::Relaxed) != now_low {
         if now_low {
@@ -328,22 +336,24 @@ impl Recording {
         if self.truncated || self.taken + size as u64 > limits.max_session {
             return Err("session_cap");
         }
+        if self.lag.load(Ordering::Relaxed) + size > limits.max_lag {
+            return Err(if matches!(self.state, State::Prelude(..)) { "prelude" } else { "session_lag" });
+        }
         if spawner.disk_low.load(Ordering::Relaxed) {
             return Err("disk_floor");
         }
+        // Last: a record another bound refuses spends none of the rate. A record is taken while
+        // the bucket is not empty, and may overdraw it (a frame larger than the bucket is
+        // recorded when the session has been quiet long enough).
         if limits.max_rate > 0 {
             let (now, rate) = (Instant::now(), limits.max_rate as f64);
             let burst = rate * RATE_BURST;
             let refill = now.saturating_duration_since(self.rate_at).as_secs_f64() * rate;
             self.rate_left = (self.rate_left.min(burst) + refill).min(burst);
             self.rate_at = now;
-            if size as f64 > self.rate_left {
+            if self.rate_left <= 0.0 {
                 return Err("rate");
             }
-            self.rate_left -= size as f64;
-        }
-        if self.lag.load(Ordering::Relaxed) + size > limits.max_lag {
-            return Err(if matches!(self.state, State::Prelude(..)) { "prelude" } else { "session_lag" });
         }
         let total = spawner.total_lag.fetch_add(size, Ordering::Relaxed) + size;
         if total > limits.max_total_lag {
@@ -352,6 +362,9 @@ impl Recording {
         }
         self.lag.fetch_add(size, Ordering::Relaxed);
         self.taken += size as u64;
+        if limits.max_rate > 0 {
+            self.rate_left -= size as f64;
+        }
         metrics().recording_lag_bytes.add(size as i64);
         Ok(Reservation { session: self.lag.clone(), total: spawner.total_lag.clone(), size })
     }

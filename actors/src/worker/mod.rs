@@ -110,6 +110,9 @@ pub struct BackendActor {
     /// until the policy hands them out ([`Work::Run`]).
     runs: HashMap<u64, messages::RunCall>,
     next_run: u64,
+    /// The backend's death, heard while a call was in flight: that call's own failure (which
+    /// says why: a signal, an error) is awaited and this reason used only if it succeeded.
+    died: Option<String>,
 }
 
 impl BackendActor {
@@ -139,6 +142,7 @@ impl BackendActor {
             turn_cancel: Arc::new(AtomicBool::new(false)),
             runs: HashMap::new(),
             next_run: 1,
+            died: None,
         }
     }
 
@@ -156,12 +160,13 @@ impl BackendActor {
             Ok(t) => t,
             Err(e) => return self.fail(ctx, format!("cannot start the control thread: {e}")),
         };
-        // A backend process that dies while idle fails the worker at once.
+        // A backend process that dies while idle fails the worker at once; while a call is in
+        // flight, that call's failure says why (it ends when the backend does).
         if let Some(death) = control.take_death_notice() {
-            ctx.spawn(fut::wrap_future::<_, Self>(death).map(|reason, act, ctx| {
-                if let Ok(reason) = reason {
-                    act.fail(ctx, reason);
-                }
+            ctx.spawn(fut::wrap_future::<_, Self>(death).map(|reason, act, ctx| match reason {
+                Ok(reason) if act.policy.in_flight().is_some() => act.died = Some(reason),
+                Ok(reason) => act.fail(ctx, reason),
+                Err(_) => {}
             }));
         }
         let process_id = control.process_id();
@@ -560,16 +565,19 @@ impl Handler<JobDone> for BackendActor {
             ctx.cancel_future(w);
         }
         metrics().step_duration_seconds.with_label_values(&[done.kind]).observe(done.started.elapsed().as_secs_f64());
-        match msg.outcome {
-            JobOutcome::Delivered => {}
+        let reset = match msg.outcome {
+            JobOutcome::Delivered => false,
             JobOutcome::Crashed(reason) => return self.fail(ctx, reason),
-            // Free again, unless a session took it while it reset (a node lends a worker again
-            // as soon as its link ends: the next session's work queues behind the reset).
-            JobOutcome::Reset(Ok(())) if self.session.is_none() => {
-                self.event(|worker, generation| WorkerEvent::Released { worker, generation });
-            }
-            JobOutcome::Reset(Ok(())) => {}
+            JobOutcome::Reset(Ok(())) => true,
             JobOutcome::Reset(Err(e)) => return self.fail(ctx, format!("reset failed: {e}")),
+        };
+        if let Some(reason) = self.died.take() {
+            return self.fail(ctx, reason);
+        }
+        // Free again, unless a session took it while it reset (a node lends a worker again as
+        // soon as its link ends: the next session's work queues behind the reset).
+        if reset && self.session.is_none() {
+            self.event(|worker, generation| WorkerEvent::Released { worker, generation });
         }
         if drained {
             self.tell_session(BackendEvent::Drained);

@@ -27,9 +27,12 @@ fn private(mut resp: HttpResponse) -> HttpResponse {
 }
 
 /// The admin check of the operator routes; `Some` is the refusal.
-fn refusal(req: &HttpRequest, gw: &Gateway) -> Option<HttpResponse> {
+async fn refusal(req: &HttpRequest, gw: &Gateway) -> Option<HttpResponse> {
     let client = auth::client_ip(req, &gw.config.trusted_proxies);
-    let denied = gw.keys.check_admin(req, client).err()?;
+    let turn = gw.keys.pace(client).await;
+    let checked = gw.keys.check_admin(req, client, &gw.config.trusted_proxies);
+    drop(turn);
+    let denied = checked.err()?;
     let (status, code) = match denied {
         Denied::AdminLoopbackOnly => (StatusCode::FORBIDDEN, "forbidden"),
         Denied::Throttled => (StatusCode::TOO_MANY_REQUESTS, "too_many_attempts"),
@@ -39,7 +42,7 @@ fn refusal(req: &HttpRequest, gw: &Gateway) -> Option<HttpResponse> {
 }
 
 pub async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_web::Result<HttpResponse> {
-    if let Some(refusal) = refusal(&req, &gw) {
+    if let Some(refusal) = refusal(&req, &gw).await {
         return Ok(refusal);
     }
     let unavailable = |_| actix_web::error::ErrorServiceUnavailable("the actor system is stopping");
@@ -140,7 +143,7 @@ pub async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_web::Resu
 }
 
 pub async fn metrics(req: HttpRequest, gw: web::Data<Gateway>) -> HttpResponse {
-    if let Some(refusal) = refusal(&req, &gw) {
+    if let Some(refusal) = refusal(&req, &gw).await {
         return refusal;
     }
     private(HttpResponse::Ok().content_type("text/plain; version=0.0.4").body(gateway_metrics().render()))
@@ -166,7 +169,7 @@ pub struct Page {
 }
 
 pub async fn sessions(req: HttpRequest, gw: web::Data<Gateway>, page: web::Query<Page>) -> HttpResponse {
-    if let Some(refusal) = refusal(&req, &gw) {
+    if let Some(refusal) = refusal(&req, &gw).await {
         return refusal;
     }
     let root = match recording_root(&gw) {
@@ -192,7 +195,7 @@ pub async fn session_file(req: HttpRequest, gw: web::Data<Gateway>, path: web::P
 }
 
 async fn serve_file(req: &HttpRequest, gw: &Gateway, id: &str, file: &str) -> HttpResponse {
-    if let Some(refusal) = refusal(req, gw) {
+    if let Some(refusal) = refusal(req, gw).await {
         return refusal;
     }
     let root = match recording_root(gw) {
@@ -218,7 +221,7 @@ async fn serve_file(req: &HttpRequest, gw: &Gateway, id: &str, file: &str) -> Ht
 }
 
 pub async fn cancel_ticket(req: HttpRequest, gw: web::Data<Gateway>, ticket: web::Path<String>) -> HttpResponse {
-    if let Some(refusal) = refusal(&req, &gw) {
+    if let Some(refusal) = refusal(&req, &gw).await {
         return refusal;
     }
     let Some(number) = ticket.strip_prefix("ticket_").and_then(|n| n.parse::<u64>().ok()) else {

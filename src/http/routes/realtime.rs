@@ -119,7 +119,10 @@ async fn upgrade(
     let protocols = subprotocols(&req);
     let browser_key = protocols.iter().find_map(|p| p.strip_prefix("openai-insecure-api-key."));
     let presented = [auth::bearer(&req), query.get("api_key").map(String::as_str), browser_key];
-    let key_id = match gw.keys.check_api(client_ip, presented) {
+    let turn = gw.keys.pace(client_ip).await;
+    let checked = gw.keys.check_api(client_ip, presented);
+    drop(turn);
+    let key_id = match checked {
         Ok(id) => id,
         Err(denied) => return Ok(key_refusal(denied)),
     };

@@ -4,20 +4,16 @@
 //! link or a link kept open for grants becomes a [`GatewayLink`] (protocol in
 //! [`crate::link::wire`]).
 //!
-//! Until a peer has proved it holds the token it gets little: [`HELLO_TIMEOUT`] to do so,
-//! frames of [`MAX_HELLO_BYTES`], and a place among at most [`MAX_UNPROVEN`] such connections,
-//! [`MAX_UNPROVEN_PER_ADDRESS`] from one address (one /64 for IPv6). Connections over either
-//! cap are closed at once: idle connections from strangers cannot use up the descriptors a
+//! Until a peer has proved it holds the token it gets little: [`HANDSHAKE_TIMEOUT`] to do so,
+//! frames of [`MAX_UNPROVEN_FRAME`], and a place among the unproven connections
+//! ([`super::unproven`]): idle connections from strangers cannot use up the descriptors a
 //! gateway's connection needs.
 
-use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use actix::prelude::*;
-use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
@@ -25,15 +21,12 @@ use tokio_util::codec::FramedRead;
 
 use super::link::{GatewayLink, Limited, LinkParts, LinkSettings, write_loop};
 use super::messages::{Borrow, Describe, LenderPort};
-use crate::link::handshake::{self, HelloRefused};
-use crate::link::wire::{FromNode, MAX_HELLO_BYTES, Request, write_frame};
+use super::unproven::Unproven;
+use crate::link::handshake::{self, HandshakeRefused};
+use crate::link::wire::{FromNode, MAX_UNPROVEN_FRAME, Request, write_frame};
 
 /// How long a new connection has for TLS and the handshake.
-pub const HELLO_TIMEOUT: Duration = Duration::from_secs(1);
-/// Connections whose peer has not proved it holds the token yet, at most.
-pub const MAX_UNPROVEN: usize = 256;
-/// Of those, from one address (one /64 for IPv6), at most.
-pub const MAX_UNPROVEN_PER_ADDRESS: usize = 16;
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);
 
 static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
 
@@ -45,46 +38,6 @@ pub struct Door {
     pub links: LinkSettings,
     pub tls: Option<TlsAcceptor>,
     pub unproven: Arc<Unproven>,
-}
-
-/// The connections whose peer has not proved it holds the token yet, in all and per address.
-#[derive(Default)]
-pub struct Unproven {
-    per_address: Mutex<HashMap<IpAddr, usize>>,
-}
-
-/// A place among the unproven connections, given back when dropped.
-pub struct Place {
-    of: Arc<Unproven>,
-    address: IpAddr,
-}
-
-impl Unproven {
-    /// A place for a connection from `ip` (an IPv6 /64 counts as one address), unless either
-    /// cap is reached.
-    pub fn enter(self: &Arc<Self>, ip: IpAddr) -> Option<Place> {
-        let address = crate::net::counted_as(ip);
-        let mut per = self.per_address.lock();
-        let total: usize = per.values().sum();
-        let here = per.get(&address).copied().unwrap_or(0);
-        if total >= MAX_UNPROVEN || here >= MAX_UNPROVEN_PER_ADDRESS {
-            return None;
-        }
-        per.insert(address, here + 1);
-        Some(Place { of: self.clone(), address })
-    }
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        let mut per = self.of.per_address.lock();
-        if let Some(n) = per.get_mut(&self.address) {
-            *n -= 1;
-            if *n == 0 {
-                per.remove(&self.address);
-            }
-        }
-    }
 }
 
 impl Door {
@@ -115,47 +68,82 @@ pub async fn accept_loop(listener: TcpListener, door: Door) {
         };
         let Some(place) = door.unproven.enter(peer.ip()) else {
             omni_actors::observe::metrics::metrics().node_connections_refused.inc();
-            log::debug!("node: {peer}: too many connections still to prove their token; closed");
+            log::debug!("node: {peer}: closed before it proved the token (too many from its address)");
             continue; // dropped: closed at once
         };
         let _ = stream.set_nodelay(true);
         let door = door.clone();
         actix::spawn(async move {
             let peer = peer.to_string();
-            let deadline = tokio::time::Instant::now() + HELLO_TIMEOUT;
-            match door.tls.clone() {
-                None => connection(stream, peer, door, place, deadline).await,
-                Some(acceptor) => match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
-                    Ok(Ok(tls)) => connection(tls, peer, door, place, deadline).await,
-                    Ok(Err(e)) => log::warn!("node: {peer}: TLS handshake failed: {e}"),
-                    Err(_) => log::warn!("node: {peer}: TLS handshake timed out"),
-                },
+            let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
+            let proved = async {
+                match door.tls.clone() {
+                    None => {
+                        proved(stream, &peer, &door, deadline).await.map(|(s, r)| (Box::new(s) as Box<dyn Stream>, r))
+                    }
+                    Some(acceptor) => match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => {
+                            proved(tls, &peer, &door, deadline).await.map(|(s, r)| (Box::new(s) as Box<dyn Stream>, r))
+                        }
+                        Ok(Err(e)) => {
+                            log::warn!("node: {peer}: TLS handshake failed: {e}");
+                            None
+                        }
+                        Err(_) => {
+                            log::warn!("node: {peer}: TLS handshake timed out");
+                            None
+                        }
+                    },
+                }
+            };
+            let outcome = tokio::select! {
+                outcome = proved => outcome,
+                () = place.evicted() => {
+                    omni_actors::observe::metrics::metrics().node_connections_refused.inc();
+                    return log::debug!("node: {peer}: closed before it proved the token (its place went to a newer one)");
+                }
+            };
+            drop(place); // proved: it no longer counts against strangers' caps
+            if let Some((stream, request)) = outcome {
+                serve(stream, request, peer, door).await;
             }
         });
     }
 }
 
-/// Serves one connection's handshake, then what its request asks.
-async fn connection<S>(mut stream: S, peer: String, door: Door, place: Place, deadline: tokio::time::Instant)
-where
-    S: AsyncRead + AsyncWrite + Unpin + 'static,
-{
-    let request = match tokio::time::timeout_at(deadline, handshake::accept(&mut stream, &door.token)).await {
-        Ok(Ok(request)) => request,
-        Ok(Err(HelloRefused::Closed)) => return,
+/// Either side of a node's connection, plain or TLS.
+trait Stream: AsyncRead + AsyncWrite + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Unpin> Stream for T {}
+
+/// The connection's handshake: its request, once the peer proved the token.
+async fn proved<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    peer: &str,
+    door: &Door,
+    deadline: tokio::time::Instant,
+) -> Option<(S, Request)> {
+    match tokio::time::timeout_at(deadline, handshake::accept(&mut stream, &door.token)).await {
+        Ok(Ok(request)) => Some((stream, request)),
+        Ok(Err(HandshakeRefused::Closed)) => None,
         Ok(Err(why)) => {
             log::warn!("node: {peer}: refused: {why}");
-            if matches!(why, HelloRefused::Protocol { .. } | HelloRefused::WrongToken) {
+            if matches!(why, HandshakeRefused::Protocol { .. } | HandshakeRefused::WrongToken) {
                 let _ = write_frame(&mut stream, &FromNode::Refused(why.to_string())).await;
             }
-            return;
+            None
         }
-        Err(_) => return log::warn!("node: {peer}: no handshake within {HELLO_TIMEOUT:?}"),
-    };
-    drop(place); // proved: it no longer counts against strangers' caps
+        Err(_) => {
+            log::warn!("node: {peer}: no handshake within {HANDSHAKE_TIMEOUT:?}");
+            None
+        }
+    }
+}
+
+/// Serves what a proved connection's request asks.
+async fn serve(stream: Box<dyn Stream>, request: Request, peer: String, door: Door) {
     let (rd, mut wr) = tokio::io::split(stream);
     // Small frames only until a worker is attached to the link.
-    let max_frame = Arc::new(AtomicUsize::new(MAX_HELLO_BYTES));
+    let max_frame = Arc::new(AtomicUsize::new(MAX_UNPROVEN_FRAME));
     let frames = FramedRead::new(rd, Limited::new(max_frame.clone()));
     let link = NEXT_LINK.fetch_add(1, Ordering::Relaxed);
     match request {

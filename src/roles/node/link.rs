@@ -23,9 +23,9 @@ use tokio_util::codec::{Decoder, LengthDelimitedCodec};
 
 use super::messages::{GiveBack, LenderPort, Push, Standby, StandbyEnded};
 use crate::backend::ipc::{MAX_FRAME_BYTES, ToHost};
-use crate::link::wire::{FromNode, MAX_HELLO_BYTES, ToNode, write_frame};
+use crate::link::wire::{FromNode, MAX_UNPROVEN_FRAME, ToNode, write_frame};
 
-/// The link's frames, each at most the current limit: the handshake's ([`MAX_HELLO_BYTES`]) until the
+/// The link's frames, each at most the current limit: the handshake's ([`MAX_UNPROVEN_FRAME`]) until the
 /// link serves a worker, a worker link's after.
 pub struct Limited {
     codec: LengthDelimitedCodec,
@@ -37,7 +37,7 @@ impl Limited {
         let codec = LengthDelimitedCodec::builder()
             .little_endian()
             .length_field_length(4)
-            .max_frame_length(MAX_HELLO_BYTES)
+            .max_frame_length(MAX_UNPROVEN_FRAME)
             .new_codec();
         Limited { codec, max }
     }

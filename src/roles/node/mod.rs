@@ -27,6 +27,7 @@ mod cluster;
 mod lender;
 mod link;
 mod messages;
+mod unproven;
 
 use accept::Door;
 use lender::{Lendable, Lender};

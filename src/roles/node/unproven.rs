@@ -1,0 +1,173 @@
+//! The connections of a node whose peer has not proved it holds the token yet, and what
+//! keeps strangers from using them up: at most [`MAX_UNPROVEN`] in all and
+//! [`MAX_UNPROVEN_PER_ADDRESS`] from one address (an IPv6 /64 counts as one). A connection over
+//! the per-address cap is closed at once; one over the total evicts the oldest unproven
+//! connection, so that strangers on many addresses, reconnecting as they are cut off, cannot
+//! keep a gateway's new connection from its turn (it proves the token within milliseconds; a
+//! stranger's place lasts until 255 newer ones arrive, or [`super::accept::HANDSHAKE_TIMEOUT`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+/// Connections whose peer has not proved the token yet, at most.
+pub const MAX_UNPROVEN: usize = 256;
+/// Of those, from one address (one /64 for IPv6), at most: a gateway opening more links than
+/// this at once (a replica's standby links and its attaches) waits for its retries.
+pub const MAX_UNPROVEN_PER_ADDRESS: usize = 32;
+
+/// The rules, as a plain struct: who holds a place, from which address, in order of arrival.
+#[derive(Debug, Default)]
+pub struct Places {
+    per_address: HashMap<IpAddr, usize>,
+    /// By arrival: the oldest first.
+    open: BTreeMap<u64, IpAddr>,
+    next: u64,
+}
+
+/// A place given: its number, and the place it took from the oldest connection, if any.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Entered {
+    pub place: u64,
+    pub evicted: Option<u64>,
+}
+
+impl Places {
+    /// A place for a connection from `ip`, or `None` when its address holds its share.
+    pub fn enter(&mut self, ip: IpAddr) -> Option<Entered> {
+        let address = crate::net::counted_as(ip);
+        if self.per_address.get(&address).copied().unwrap_or(0) >= MAX_UNPROVEN_PER_ADDRESS {
+            return None;
+        }
+        let evicted = if self.open.len() >= MAX_UNPROVEN {
+            self.open.first_key_value().map(|(oldest, _)| *oldest).inspect(|oldest| self.leave(*oldest))
+        } else {
+            None
+        };
+        self.next += 1;
+        *self.per_address.entry(address).or_default() += 1;
+        self.open.insert(self.next, address);
+        Some(Entered { place: self.next, evicted })
+    }
+
+    /// Place `place` is given back (proved, closed, or evicted); a second time does nothing.
+    pub fn leave(&mut self, place: u64) {
+        let Some(address) = self.open.remove(&place) else { return };
+        if let Some(n) = self.per_address.get_mut(&address) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_address.remove(&address);
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+}
+
+/// The places of a node's connections, shared by its accept loops.
+#[derive(Default)]
+pub struct Unproven {
+    places: Mutex<Places>,
+    /// What tells each connection it was evicted, by place.
+    evict: Mutex<HashMap<u64, Arc<Notify>>>,
+}
+
+/// A connection's place, given back when dropped. [`Place::evicted`] ends when a newer
+/// connection took it.
+pub struct Place {
+    of: Arc<Unproven>,
+    number: u64,
+    evicted: Arc<Notify>,
+}
+
+impl Unproven {
+    /// A place for a connection from `ip`, unless its address holds its share.
+    pub fn enter(self: &Arc<Self>, ip: IpAddr) -> Option<Place> {
+        let entered = self.places.lock().enter(ip)?;
+        let evicted = Arc::new(Notify::new());
+        let mut evict = self.evict.lock();
+        if let Some(oldest) = entered.evicted.and_then(|n| evict.remove(&n)) {
+            oldest.notify_one();
+        }
+        evict.insert(entered.place, evicted.clone());
+        Some(Place { of: self.clone(), number: entered.place, evicted })
+    }
+}
+
+impl Place {
+    /// Ends when a newer connection took this place (the total cap was reached).
+    pub async fn evicted(&self) {
+        self.evicted.notified().await
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.of.places.lock().leave(self.number);
+        self.of.evict.lock().remove(&self.number);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn an_address_holds_its_share_and_no_more() {
+        let mut p = Places::default();
+        for _ in 0..MAX_UNPROVEN_PER_ADDRESS {
+            assert!(p.enter(ip("192.0.2.1")).is_some());
+        }
+        assert_eq!(p.enter(ip("192.0.2.1")), None);
+        assert_eq!(p.enter(ip("2001:db8:0:1::5")).map(|e| e.evicted), Some(None), "another address");
+        // A /64 is one address.
+        for i in 1..MAX_UNPROVEN_PER_ADDRESS {
+            assert!(p.enter(ip(&format!("2001:db8:0:1::{:x}", i + 5))).is_some());
+        }
+        assert_eq!(p.enter(ip("2001:db8:0:1:ffff::1")), None);
+    }
+
+    #[test]
+    fn past_the_total_the_oldest_place_goes_to_the_newcomer() {
+        let mut p = Places::default();
+        let mut first = None;
+        for i in 0..MAX_UNPROVEN {
+            let e = p.enter(ip(&format!("10.0.{}.{}", i / MAX_UNPROVEN_PER_ADDRESS, i % 250 + 1))).unwrap();
+            first.get_or_insert(e.place);
+            assert_eq!(e.evicted, None);
+        }
+        let gateway = p.enter(ip("192.0.2.99")).unwrap();
+        assert_eq!(gateway.evicted, first, "the oldest stranger's place");
+        assert_eq!(p.len(), MAX_UNPROVEN);
+        p.leave(first.unwrap()); // its connection ends later: nothing more happens
+        assert_eq!(p.len(), MAX_UNPROVEN);
+        p.leave(gateway.place);
+        assert_eq!(p.len(), MAX_UNPROVEN - 1);
+    }
+
+    #[test]
+    fn places_given_back_free_their_address() {
+        let mut p = Places::default();
+        let places: Vec<u64> = (0..MAX_UNPROVEN_PER_ADDRESS).map(|_| p.enter(ip("192.0.2.1")).unwrap().place).collect();
+        for place in places {
+            p.leave(place);
+        }
+        assert!(p.is_empty() && p.per_address.is_empty());
+        assert!(p.enter(ip("192.0.2.1")).is_some());
+    }
+}
