@@ -22,9 +22,25 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+# older_config CONFIG: when the server is another build (SERVER_BIN, such as the previous
+# release), removes from CONFIG each key that build's check-config calls unknown, and says so:
+# both builds then run on what they have in common.
+older_config() {
+    [ "$server_bin" = "$bin" ] && return 0
+    local out key
+    for _ in $(seq 20); do
+        out=$("$server_bin" --config "$1" check-config 2>&1) && return 0
+        key=$(printf '%s\n' "$out" | sed -n 's/.*[.]\([a-z_]*\): unknown key.*/\1/p' | head -1)
+        [ -n "$key" ] || { printf '%s\n' "$out" >&2; return 1; }
+        echo "($server_bin does not know $key: left out of its config)" >&2
+        sed -i "/^$key *=/d" "$1"
+    done
+}
+
 # start_server CONFIG LOG PORT: starts the gateway in the background (log level from
 # RUST_LOG, default warn), sets $server to its pid, and waits until /readyz answers.
 start_server() {
+    older_config "$1"
     RUST_LOG=${RUST_LOG:-warn} "$server_bin" --config "$1" > "$2" 2>&1 &
     server=$!
     for _ in $(seq 300); do

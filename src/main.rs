@@ -53,14 +53,14 @@ fn main() -> ExitCode {
         raise_descriptor_limit();
     }
     match cli.command.unwrap_or(Command::Serve) {
-        Command::Serve => match Config::load(&cli.config) {
+        Command::Serve => match load_for_this_host(&cli.config) {
             Ok(config) => report(omni_gateway::http::run(config)),
             Err(e) => {
                 eprintln!("{e}");
                 ExitCode::FAILURE
             }
         },
-        Command::Node => match Config::load(&cli.config) {
+        Command::Node => match load_for_this_host(&cli.config) {
             Ok(config) => report(omni_gateway::roles::node::run(config)),
             Err(e) => {
                 eprintln!("{e}");
@@ -74,6 +74,14 @@ fn main() -> ExitCode {
         Command::CheckRecordings(args) => report(omni_tools::check_recordings::run(args)),
         Command::WorkerHost(args) => report(omni_gateway::backend::host::run(args)),
     }
+}
+
+/// The configuration, refused when this host cannot hold its workers
+/// ([`omni_gateway::config::host`]) rather than aborting while it opens them.
+fn load_for_this_host(path: &std::path::Path) -> Result<Config, String> {
+    let config = Config::load(path).map_err(|e| e.to_string())?;
+    omni_gateway::config::host::check(&config).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(config)
 }
 
 /// A server holds a descriptor per connection: the soft limit goes up to the hard one (a
@@ -107,6 +115,10 @@ fn check_config(path: &std::path::Path) -> ExitCode {
     };
     let file = path.display();
     let mut failed = false;
+    if let Err(e) = omni_gateway::config::host::check(&config) {
+        eprintln!("{file}: {e}");
+        failed = true;
+    }
     if let Some((cert, key)) = &config.tls
         && let Err(e) = omni_gateway::http::tls_config("server.tls", cert, key)
     {
@@ -143,7 +155,7 @@ fn check_config(path: &std::path::Path) -> ExitCode {
             continue;
         }
         let factory = omni_gateway::backend::factory(w, open_timeout);
-        match factory() {
+        match factory.open() {
             Ok(backend) => {
                 let info = backend.info();
                 let serves = |ok: bool, what: &str| if ok { Some(what.to_string()) } else { None };

@@ -34,20 +34,24 @@ pub fn factory(worker: &WorkerSpec, open_timeout: Duration) -> BackendFactory {
     let options = worker.options.clone();
     if let BackendSource::MinicpmoWorker(url) = &source {
         let (url, name, options) = (url.clone(), worker.name.clone(), options.clone());
-        return Arc::new(move || {
+        return BackendFactory::new(move || {
             Ok(Box::new(minicpmo::MinicpmoBackend::open(&name, &url, &options)?) as Box<dyn Backend>)
         });
     }
     match worker.isolation {
-        Isolation::Thread => Arc::new(move || {
-            let api = match &source {
-                BackendSource::Library(path) => {
-                    BackendApi::load(path).map_err(|e| BackendError::Open(e.to_string()))?
-                }
-                _ => BackendApi::builtin(),
-            };
-            Ok(Box::new(api.open(&options)?) as Box<dyn Backend>)
-        }),
+        Isolation::Thread => {
+            let quick = on_step_threads(worker);
+            let factory = BackendFactory::new(move || {
+                let api = match &source {
+                    BackendSource::Library(path) => {
+                        BackendApi::load(path).map_err(|e| BackendError::Open(e.to_string()))?
+                    }
+                    _ => BackendApi::builtin(),
+                };
+                Ok(Box::new(api.open(&options)?) as Box<dyn Backend>)
+            });
+            if quick { factory.quick() } else { factory }
+        }
         Isolation::Process => {
             let spec = HostSpec {
                 name: worker.name.clone(),
@@ -58,7 +62,7 @@ pub fn factory(worker: &WorkerSpec, open_timeout: Duration) -> BackendFactory {
                 options,
                 open_timeout,
             };
-            Arc::new(move || {
+            BackendFactory::new(move || {
                 let exe = process::host_program()?;
                 Ok(Box::new(ProcessBackend::spawn(&exe, &spec)?) as Box<dyn Backend>)
             })
@@ -66,10 +70,26 @@ pub fn factory(worker: &WorkerSpec, open_timeout: Duration) -> BackendFactory {
     }
 }
 
+/// The built-in reference backend's options that make a call wait: pacing (`step_ms`,
+/// `token_ms`), a slow open (`open_ms`) and the hangs of fault injection. Without them every call
+/// returns in microseconds, and its workers share the step threads
+/// ([`omni_actors::worker::step_threads`]) instead of a thread each.
+const REFERENCE_WAITS: [&str; 5] = ["step_ms", "token_ms", "open_ms", "hang_at_step", "interrupt_hang_ms"];
+
+/// The worker's backend runs on the shared step threads: the built-in reference backend, on a
+/// thread, with none of the options that make it wait.
+pub fn on_step_threads(worker: &WorkerSpec) -> bool {
+    matches!(worker.source, BackendSource::Builtin)
+        && matches!(worker.isolation, Isolation::Thread)
+        && worker.options.iter().all(|(key, value)| !REFERENCE_WAITS.contains(&key.as_str()) || value.trim() == "0")
+}
+
 /// Worker `worker` of a node, attached over the network (see [`remote`]). `gateway` names
 /// this gateway in the node's logs.
 pub fn node_factory(link: NodeLink, worker: String, gateway: String) -> BackendFactory {
-    Arc::new(move || Ok(Box::new(remote::RemoteBackend::attach(&link, &worker, &gateway, None)?) as Box<dyn Backend>))
+    BackendFactory::new(move || {
+        Ok(Box::new(remote::RemoteBackend::attach(&link, &worker, &gateway, None)?) as Box<dyn Backend>)
+    })
 }
 
 /// The worker a cluster's store granted to ticket `grant.ticket`: the link the node pushed the
@@ -100,14 +120,14 @@ pub fn grant_opener(
             grant.addr.escape_debug()
         );
         log::warn!("cluster: {why}");
-        return Opener::Factory(Arc::new(move || Err(BackendError::Unavailable(why.clone()))));
+        return Opener::Factory(BackendFactory::new(move || Err(BackendError::Unavailable(why.clone()))));
     }
     if let Some(backend) = remote::RemoteBackend::pushed(&link, &worker, &grant.nonce, &standby) {
         return Opener::Open(Box::new(backend));
     }
     let attach = crate::link::wire::AttachGrant { ticket: grant.ticket, nonce: grant.nonce.clone(), mode: grant.mode };
     // Through the store: links are kept open to the node (watched above) for the next ones.
-    Opener::Factory(Arc::new(move || {
+    Opener::Factory(BackendFactory::new(move || {
         let backend = remote::RemoteBackend::attach(&link, &worker, &gateway, Some(attach.clone()))?;
         Ok(Box::new(backend) as Box<dyn Backend>)
     }))

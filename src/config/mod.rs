@@ -17,6 +17,7 @@ use serde::Deserialize;
 mod auth;
 pub(crate) mod check;
 mod cluster;
+pub mod host;
 mod limits;
 mod models;
 mod nodes;

@@ -4,7 +4,6 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use omni_actors::domain::{ChatMessage, DuplexChunk, Role, SessionKind, SessionSetup, StepKind, TurnInput};
@@ -158,7 +157,7 @@ fn any_thread_calls_reach_a_step_in_flight_on_the_worker_thread() {
     for (build, api) in builds() {
         let factory = {
             let api = api.clone();
-            Arc::new(move || {
+            omni_actors::BackendFactory::new(move || {
                 let mut b = api.open(&opts(&[("step_ms", "60000")]))?;
                 b.prepare(&SessionSetup::new(SessionKind::Duplex))?;
                 Ok(Box::new(b) as Box<dyn Backend>)

@@ -156,3 +156,31 @@ fn the_config_path_comes_from_the_flag_or_the_environment() {
     assert_eq!(out.status.code(), Some(1), "serving with a missing config fails");
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.toml: cannot read"));
 }
+
+/// Workers with threads of their own past what `vm.max_map_count` allows are refused by
+/// check-config and by the server, with the limit named, instead of aborting while they open;
+/// as many unpaced reference workers (on the step threads) need no mapping and are accepted.
+#[test]
+fn workers_past_the_hosts_mapping_limit_are_refused_before_anything_opens() {
+    let max: usize = std::fs::read_to_string("/proc/sys/vm/max_map_count").unwrap().trim().parse().unwrap();
+    let count = max / 8 + 100;
+    if count > 100_000 {
+        eprintln!("vm.max_map_count is {max} here: a configuration past it would be too large to try");
+        return;
+    }
+    let paced = format!("[[workers]]\nname = \"w\"\ncount = {count}\n[workers.options]\nstep_ms = 1\n");
+    let (code, _, stderr) = check(&paced);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("{count} workers with threads of their own")), "{stderr}");
+    assert!(stderr.contains(&format!("vm.max_map_count = {max}")), "{stderr}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, format!("[server]\nbind = \"127.0.0.1:0\"\n{paced}")).unwrap();
+    let out = gateway().arg("--config").arg(&path).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("vm.max_map_count"), "{stderr}");
+    let unpaced = format!("[[workers]]\nname = \"w\"\ncount = {count}\n");
+    let (code, stdout, stderr) = check(&unpaced);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+}

@@ -32,6 +32,7 @@ mod nodes;
 mod openai_dialect;
 mod operations;
 mod realtime;
+mod scale;
 mod sdk_clients;
 mod security;
 mod tools;

@@ -31,6 +31,7 @@ pub mod messages;
 pub mod pending;
 pub mod policy;
 pub mod spare_threads;
+pub mod step_threads;
 pub mod thread;
 
 use crate::pool::messages::{StartWorker, WorkerStart};
@@ -156,9 +157,12 @@ impl BackendActor {
             info.turn,
             info.context_size
         );
-        let control_thread = match ControlThread::spawn(&self.name, control.clone()) {
-            Ok(t) => t,
-            Err(e) => return self.fail(ctx, format!("cannot start the control thread: {e}")),
+        let control_thread = match &self.thread {
+            Some(thread) if thread.is_shared() => ControlThread::inline(control.clone()),
+            _ => match ControlThread::spawn(&self.name, control.clone()) {
+                Ok(t) => t,
+                Err(e) => return self.fail(ctx, format!("cannot start the control thread: {e}")),
+            },
         };
         // A backend process that dies while idle fails the worker at once; while a call is in
         // flight, that call's failure says why (it ends when the backend does).
@@ -737,7 +741,7 @@ mod tests {
             step_timeout: Duration::from_secs(1),
             open_timeout: Duration::from_secs(10),
         };
-        let factory: crate::worker::thread::BackendFactory = Arc::new(|| Err(BackendError::Open("no model".into())));
+        let factory = crate::worker::thread::BackendFactory::new(|| Err(BackendError::Open("no model".into())));
         let worker = BackendActor::new(0, "gone".into(), 1, factory, limits, Pool.start().recipient()).start();
         // Its backend does not open: the actor stops.
         let deadline = Instant::now() + Duration::from_secs(10);

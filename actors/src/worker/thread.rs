@@ -10,7 +10,9 @@
 //! calls never block (they queue a frame, or set a flag) has them made at once, with no thread.
 //!
 //! Both run on threads from [`crate::worker::spare_threads`]: a thread whose backend closed waits
-//! for the next one instead of exiting, so a BackendActor starts without spawning any.
+//! for the next one instead of exiting, so a BackendActor starts without spawning any. A backend
+//! whose calls are all quick ([`BackendFactory::quick`]) has neither: it lives on one of the
+//! [`crate::worker::step_threads`], and its any-thread calls are made at once.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -18,15 +20,45 @@ use std::sync::mpsc;
 
 use crate::domain::BackendInfo;
 use crate::edge::backend::{Backend, BackendControl, BackendError};
-use crate::worker::spare_threads;
+use crate::worker::{spare_threads, step_threads};
 
-/// Opens a backend instance. Called on the worker thread, which becomes its owner.
-pub type BackendFactory = Arc<dyn Fn() -> Result<Box<dyn Backend>, BackendError> + Send + Sync>;
+type OpenFn = dyn Fn() -> Result<Box<dyn Backend>, BackendError> + Send + Sync;
+
+/// Opens a backend instance. Called on the thread that becomes its owner: a thread of the
+/// worker's own, or a shared step thread for a backend whose calls are all quick.
+#[derive(Clone)]
+pub struct BackendFactory {
+    open: Arc<OpenFn>,
+    quick: bool,
+}
+
+impl BackendFactory {
+    pub fn new(open: impl Fn() -> Result<Box<dyn Backend>, BackendError> + Send + Sync + 'static) -> BackendFactory {
+        BackendFactory { open: Arc::new(open), quick: false }
+    }
+
+    /// Every owner-thread call of this backend returns within microseconds and never waits (no
+    /// model compute, no sleep, no I/O; the built-in reference backend when nothing paces it), and
+    /// its any-thread calls return at once: it is opened and driven on a shared step thread
+    /// ([`step_threads`]), with no thread of its own.
+    pub fn quick(self) -> BackendFactory {
+        BackendFactory { quick: true, ..self }
+    }
+
+    pub fn is_quick(&self) -> bool {
+        self.quick
+    }
+
+    /// Opens an instance on the calling thread, which becomes its owner.
+    pub fn open(&self) -> Result<Box<dyn Backend>, BackendError> {
+        (self.open)()
+    }
+}
 
 /// Work for the owner thread.
 pub type Job = Box<dyn FnOnce(&mut dyn Backend) + Send>;
 
-struct ExitSignal(Option<tokio::sync::oneshot::Sender<()>>);
+pub(super) struct ExitSignal(Option<tokio::sync::oneshot::Sender<()>>);
 
 impl Drop for ExitSignal {
     fn drop(&mut self) {
@@ -42,8 +74,14 @@ pub type Opened = Result<(BackendInfo, Arc<dyn BackendControl>), BackendError>;
 /// A handle to a worker thread. Dropping it lets the thread finish its queued jobs,
 /// close the backend and exit; nothing ever waits for (joins) the thread.
 pub struct WorkerThread {
-    jobs: mpsc::Sender<Job>,
+    jobs: Jobs,
     exited: tokio::sync::oneshot::Receiver<()>,
+}
+
+/// Where a worker's jobs go: a thread of its own, or its place on a step thread.
+enum Jobs {
+    Own(mpsc::Sender<Job>),
+    Shared(step_threads::Slot),
 }
 
 /// A backend opened before its thread started, on the caller's thread: a node's worker whose
@@ -62,7 +100,7 @@ impl From<BackendFactory> for Opener {
     }
 }
 
-type OpenOnce = Box<dyn FnOnce() -> Result<Box<dyn Backend>, BackendError> + Send>;
+pub(super) type OpenOnce = Box<dyn FnOnce() -> Result<Box<dyn Backend>, BackendError> + Send>;
 
 impl WorkerThread {
     /// Starts the thread; `on_open` is called on it once the backend is open or failed.
@@ -71,7 +109,18 @@ impl WorkerThread {
         factory: BackendFactory,
         on_open: impl FnOnce(Opened) + Send + 'static,
     ) -> std::io::Result<WorkerThread> {
-        WorkerThread::start(name, Box::new(move || factory()), on_open)
+        if factory.is_quick() {
+            let (exit_tx, exited) = tokio::sync::oneshot::channel();
+            let open: OpenOnce = Box::new(move || factory.open());
+            let slot = step_threads::open(name, open, Box::new(on_open), ExitSignal(Some(exit_tx)))?;
+            return Ok(WorkerThread { jobs: Jobs::Shared(slot), exited });
+        }
+        WorkerThread::start(name, Box::new(move || factory.open()), on_open)
+    }
+
+    /// On a shared step thread: its backend's any-thread calls are quick too, and made at once.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.jobs, Jobs::Shared(_))
     }
 
     /// Starts the thread with a backend open already: its info and control are known at once,
@@ -117,7 +166,7 @@ impl WorkerThread {
             drop(backend);
             log::debug!("worker {log_name}: thread exits, backend closed");
         })?;
-        Ok(WorkerThread { jobs, exited })
+        Ok(WorkerThread { jobs: Jobs::Own(jobs), exited })
     }
 
     /// Lets the thread finish its queued jobs, close the backend and exit; the receiver
@@ -144,7 +193,10 @@ impl WorkerThread {
 
     /// Queues a job. Fails when the thread has ended (open failed, or a job panicked).
     pub fn submit(&self, job: Job) -> Result<(), BackendError> {
-        self.jobs.send(job).map_err(|_| BackendError::Internal("the worker thread has ended".into()))
+        match &self.jobs {
+            Jobs::Own(jobs) => jobs.send(job).map_err(|_| BackendError::Internal("the worker thread has ended".into())),
+            Jobs::Shared(slot) => slot.submit(job),
+        }
     }
 
     /// Runs `f` on the owner thread and waits for its result. For tools and tests.
@@ -191,6 +243,12 @@ enum Calls {
 }
 
 impl ControlThread {
+    /// Calls made at once on the caller's thread: for a backend whose any-thread calls are
+    /// quick (one on a step thread).
+    pub fn inline(control: Arc<dyn BackendControl>) -> ControlThread {
+        ControlThread(Calls::Inline(control))
+    }
+
     pub fn spawn(name: &str, control: Arc<dyn BackendControl>) -> std::io::Result<ControlThread> {
         if control.never_blocks() {
             return Ok(ControlThread(Calls::Inline(control)));
@@ -336,6 +394,82 @@ mod tests {
         fn control(&self) -> Arc<dyn BackendControl> {
             self.control.clone()
         }
+    }
+
+    fn quick_factory(name: &'static str) -> BackendFactory {
+        BackendFactory::new(move || {
+            let (control, _made) = recorder(true);
+            let info = BackendInfo { name: name.into(), duplex: true, ..BackendInfo::default() };
+            Ok(Box::new(Here { info, control }) as Box<dyn Backend>)
+        })
+        .quick()
+    }
+
+    fn wait(exited: tokio::sync::oneshot::Receiver<()>) {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(async { tokio::time::timeout(Duration::from_secs(5), exited).await })
+            .expect("the backend was closed")
+            .expect("told");
+    }
+
+    #[test]
+    fn quick_backends_share_the_step_threads_and_each_keeps_its_owner() {
+        // More backends than step threads: they share them.
+        let n = step_threads::count() + 2;
+        let workers: Vec<_> =
+            (0..n).map(|_| WorkerThread::spawn_and_wait("quick", quick_factory("quick")).expect("opened").0).collect();
+        assert!(workers.iter().all(WorkerThread::is_shared));
+        let mut threads = std::collections::HashSet::new();
+        for worker in &workers {
+            let (first, name) =
+                worker.call(|_| (thread::current().id(), thread::current().name().map(String::from))).unwrap();
+            let again = worker.call(|_| thread::current().id()).unwrap();
+            assert_eq!(first, again, "a backend's calls always run on the thread that opened it");
+            assert_ne!(first, thread::current().id());
+            assert!(name.unwrap_or_default().starts_with("step-"));
+            threads.insert(first);
+        }
+        assert!(threads.len() <= step_threads::count(), "no backend got a thread of its own");
+        // Jobs run in the order they were submitted.
+        let (tx, rx) = mpsc::channel();
+        for i in 0..100 {
+            let tx = tx.clone();
+            workers[0].submit(Box::new(move |_| tx.send(i).unwrap())).unwrap();
+        }
+        assert_eq!(rx.iter().take(100).collect::<Vec<_>>(), (0..100).collect::<Vec<_>>());
+        for worker in workers {
+            wait(worker.stop());
+        }
+    }
+
+    #[test]
+    fn a_quick_backend_whose_job_panics_is_closed_alone() {
+        let n = step_threads::count() + 1;
+        let workers: Vec<_> =
+            (0..n).map(|_| WorkerThread::spawn_and_wait("quick", quick_factory("quick")).expect("opened").0).collect();
+        let (tx, rx) = mpsc::channel::<()>();
+        workers[0]
+            .submit(Box::new(move |_| {
+                let _told = tx; // dropped as the job unwinds
+                panic!("a bug in the job");
+            }))
+            .unwrap();
+        assert!(rx.recv().is_err(), "the job ran and unwound");
+        // Refused at once, or dropped unrun if it was queued before the thread closed the backend.
+        assert!(workers[0].call(|_| ()).is_err(), "its backend is closed");
+        for other in &workers[1..] {
+            assert_eq!(other.call(|b| b.info().name.clone()).unwrap(), "quick", "its neighbours go on");
+        }
+    }
+
+    #[test]
+    fn a_quick_backend_that_fails_to_open_says_why_and_takes_no_job() {
+        let factory = BackendFactory::new(|| Err(BackendError::Open("no such model".into()))).quick();
+        let err = WorkerThread::spawn_and_wait("broken", factory).err().expect("failed");
+        assert!(err.to_string().contains("no such model"), "{err}");
     }
 
     #[test]

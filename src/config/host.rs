@@ -1,0 +1,116 @@
+//! What this host allows, against what a configuration asks of it: a worker with a thread of
+//! its own costs memory mappings (each thread has a stack, a signal stack and a guard page
+//! for each) and a task. Past `vm.max_map_count` the process aborts while opening workers
+//! and past the tasks its cgroup allows (systemd's `TasksMax`) a thread cannot start, so
+//! both are checked before anything opens, by the server, the node and `check-config` alike.
+//! Workers on the step threads (unpaced reference workers) cost neither.
+
+use std::path::Path;
+
+use super::{Config, WorkerSpec};
+
+/// Threads a worker with threads of its own runs in this process: its backend's and the one
+/// that makes its any-thread calls.
+pub const THREADS_PER_WORKER: usize = 2;
+/// Memory mappings per thread, measured (1,000 paced reference workers: 8,020 more mappings).
+pub const MAPPINGS_PER_THREAD: usize = 4;
+/// Mappings and tasks for everything else: the binary and its libraries, malloc's arenas, the
+/// runtime's threads, large buffers.
+pub const HEADROOM: usize = 2_000;
+
+/// What the workers need of the host, and what it allows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostNeeds {
+    /// Workers with threads of their own.
+    pub own_threads: usize,
+    pub mappings: usize,
+    pub tasks: usize,
+}
+
+impl HostNeeds {
+    pub fn of(workers: &[WorkerSpec]) -> HostNeeds {
+        let own_threads = workers.iter().filter(|w| !crate::backend::on_step_threads(w)).count();
+        let threads = own_threads * THREADS_PER_WORKER;
+        HostNeeds { own_threads, mappings: threads * MAPPINGS_PER_THREAD + HEADROOM, tasks: threads + HEADROOM }
+    }
+
+    /// Refuses what the limits cannot hold, saying which limit and how to raise it.
+    pub fn check(&self, max_map_count: Option<usize>, max_tasks: Option<usize>) -> Result<(), String> {
+        if let Some(max) = max_map_count
+            && self.mappings > max
+        {
+            return Err(format!(
+                "workers: {} workers with threads of their own need about {} memory mappings ({} per worker: {} \
+                 threads, each with a stack, a signal stack and their guard pages), and this host allows \
+                 vm.max_map_count = {max}. Raise it (sysctl -w vm.max_map_count={}) or run fewer workers \
+                 (unpaced reference workers need none: they share the step threads)",
+                self.own_threads,
+                self.mappings,
+                THREADS_PER_WORKER * MAPPINGS_PER_THREAD,
+                THREADS_PER_WORKER,
+                self.mappings.next_power_of_two()
+            ));
+        }
+        if let Some(max) = max_tasks
+            && self.tasks > max
+        {
+            return Err(format!(
+                "workers: {} workers with threads of their own need about {} threads, and this process may run \
+                 {max} (its cgroup's pids.max: TasksMax= in a systemd unit, pids_limit in compose). Raise it or \
+                 run fewer workers",
+                self.own_threads, self.tasks
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The configuration's workers against this host's limits.
+pub fn check(config: &Config) -> Result<(), String> {
+    HostNeeds::of(&config.workers).check(max_map_count(), max_tasks())
+}
+
+fn read_number(path: &Path) -> Option<usize> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn max_map_count() -> Option<usize> {
+    read_number(Path::new("/proc/sys/vm/max_map_count"))
+}
+
+/// The tasks this process's cgroup (v2) may run, when it is limited.
+fn max_tasks() -> Option<usize> {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
+    read_number(&Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/')).join("pids.max"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn needs(own_threads: usize) -> HostNeeds {
+        let threads = own_threads * THREADS_PER_WORKER;
+        HostNeeds { own_threads, mappings: threads * MAPPINGS_PER_THREAD + HEADROOM, tasks: threads + HEADROOM }
+    }
+
+    #[test]
+    fn workers_past_the_mapping_limit_are_refused_with_the_limit_named() {
+        assert_eq!(needs(7_000).check(Some(65_530), None), Ok(()));
+        let e = needs(10_000).check(Some(65_530), None).unwrap_err();
+        assert!(e.contains("10000 workers") && e.contains("82000 memory mappings"), "{e}");
+        assert!(e.contains("vm.max_map_count = 65530") && e.contains("sysctl -w vm.max_map_count=131072"), "{e}");
+    }
+
+    #[test]
+    fn workers_past_the_cgroup_task_limit_are_refused() {
+        assert_eq!(needs(1_000).check(None, Some(15_000)), Ok(()));
+        let e = needs(7_000).check(None, Some(15_000)).unwrap_err();
+        assert!(e.contains("16000 threads") && e.contains("pids.max"), "{e}");
+    }
+
+    #[test]
+    fn limits_the_host_does_not_say_are_not_checked() {
+        assert_eq!(needs(1_000_000).check(None, None), Ok(()));
+    }
+}
