@@ -1,5 +1,6 @@
 //! The hot path of a duplex session: decoding an `input.append` with one second of audio
-//! (about 85 KB of JSON) into float32 samples, and encoding a one-second audio delta.
+//! (about 85 KB of JSON) into float32 samples, encoding a one-second audio delta, and writing a
+//! chunk for a MiniCPM-o worker.
 
 use std::hint::black_box;
 
@@ -19,7 +20,7 @@ fn append_event() -> String {
 }
 
 fn decode(c: &mut Criterion) {
-    let text = append_event();
+    let text: bytestring::ByteString = append_event().into();
     let mut dialect = Current::new(Mode::Audio, Limits::default());
     let mut group = c.benchmark_group("decode");
     group.throughput(Throughput::Bytes(text.len() as u64));
@@ -111,5 +112,35 @@ fn base64_crates(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, decode, encode, base64_crates);
+/// A chunk as a MiniCPM-o worker's `audio_chunk`: the client's base64 forwarded (the MiniCPM-o
+/// dialects), encoded from samples (the OpenAI dialect's pcm16), and, for comparison, the way
+/// the release before wrote it (a `serde_json::Value` with the `base64` crate's text, escaped
+/// byte by byte when serialized).
+fn worker_chunk(c: &mut Criterion) {
+    use base64::Engine;
+    let text: bytestring::ByteString = append_event().into();
+    let mut dialect = Current::new(Mode::Audio, Limits::default());
+    let Ok(Inbound::Chunk(forwarded)) = dialect.decode(&text, &mut Vec::new()).map(|mut c| c.remove(0)) else {
+        unreachable!()
+    };
+    assert!(forwarded.audio_base64.is_some());
+    let encoded = omni_actors::domain::DuplexChunk { audio_base64: None, ..forwarded.clone() };
+    let mut group = c.benchmark_group("worker chunk");
+    group.bench_function("audio_chunk 1 s: the client's base64 forwarded", |b| {
+        b.iter(|| omni_gateway::backend::minicpmo::audio_chunk(black_box(&forwarded), false).len())
+    });
+    group.bench_function("audio_chunk 1 s: encoded from samples", |b| {
+        b.iter(|| omni_gateway::backend::minicpmo::audio_chunk(black_box(&encoded), false).len())
+    });
+    group.bench_function("audio_chunk 1 s: serde_json Value and base64 (the release before)", |b| {
+        b.iter(|| {
+            let audio =
+                base64::engine::general_purpose::STANDARD.encode(bytemuck::cast_slice::<f32, u8>(&encoded.audio));
+            serde_json::json!({"type": "audio_chunk", "audio_base64": audio, "force_listen": false}).to_string().len()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, decode, encode, base64_crates, worker_chunk);
 criterion_main!(benches);

@@ -120,6 +120,11 @@ impl SessionSetup {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DuplexChunk {
     pub audio: Vec<f32>,
+    /// `audio` as the client wrote it (base64 of little-endian float32 at 16 kHz), a slice of
+    /// its frame: a backend that takes that format forwards it instead of encoding `audio`
+    /// again. Not carried across a process or a node.
+    #[serde(skip)]
+    pub audio_base64: Option<bytes::Bytes>,
     pub frames: Vec<Vec<u8>>,
     pub force_listen: bool,
     pub max_slice_nums: Option<u32>,

@@ -284,7 +284,11 @@ impl MinicpmoBackend {
     }
 
     fn send(&self, socket: &mut Socket, what: &str, v: &Value) -> Result<(), BackendError> {
-        socket.send(Message::text(v.to_string())).map_err(|e| self.lost(what, e))
+        self.send_text(socket, what, v.to_string())
+    }
+
+    fn send_text(&self, socket: &mut Socket, what: &str, text: String) -> Result<(), BackendError> {
+        socket.send(Message::text(text)).map_err(|e| self.lost(what, e))
     }
 
     fn close_duplex(&mut self) {
@@ -393,8 +397,41 @@ fn poll_health(
     }
 }
 
+/// The `audio_chunk` message, written as text: base64 needs no JSON escaping (serde_json would
+/// look at each of its 85,000 bytes for one), and the client's own base64 of the audio is
+/// forwarded when it has it (it was checked when the chunk was decoded), else encoded once.
+pub fn audio_chunk(c: &DuplexChunk, force_listen: bool) -> String {
+    let simd = base64_simd::STANDARD;
+    let audio_len = c.audio_base64.as_ref().map_or_else(|| simd.encoded_length(c.audio.len() * 4), |b| b.len());
+    let frames_len: usize = c.frames.iter().map(|f| simd.encoded_length(f.len()) + 3).sum();
+    let mut m = String::with_capacity(128 + audio_len + frames_len);
+    m.push_str(r#"{"type":"audio_chunk","force_listen":"#);
+    m.push_str(if force_listen { "true" } else { "false" });
+    if let Some(n) = c.max_slice_nums {
+        m.push_str(&format!(r#","max_slice_nums":{n}"#));
+    }
+    if !c.frames.is_empty() {
+        m.push_str(r#","frame_base64_list":["#);
+        for (i, frame) in c.frames.iter().enumerate() {
+            m.push_str(if i == 0 { "\"" } else { ",\"" });
+            simd.encode_append(frame, &mut m);
+            m.push('"');
+        }
+        m.push(']');
+    }
+    m.push_str(r#","audio_base64":""#);
+    match c.audio_base64.as_deref().map(std::str::from_utf8) {
+        Some(Ok(b64)) => m.push_str(b64),
+        _ => crate::dialect::wire::encode_pcm_f32(&c.audio, &mut m),
+    }
+    m.push_str("\"}");
+    m
+}
+
 fn f32_base64(samples: &[f32]) -> String {
-    STANDARD.encode(bytemuck::cast_slice::<f32, u8>(samples))
+    let mut out = String::new();
+    crate::dialect::wire::encode_pcm_f32(samples, &mut out);
+    out
 }
 
 /// f32 PCM from base64 (the worker's `audio_data`); a broken field is the worker's fault.
@@ -463,16 +500,10 @@ impl Backend for MinicpmoBackend {
         // the next chunk).
         let pending = self.control.force_listen.swap(false, Ordering::Relaxed);
         let force = c.force_listen || pending;
-        let mut chunk = json!({"type": "audio_chunk", "audio_base64": f32_base64(&c.audio), "force_listen": force});
-        if !c.frames.is_empty() {
-            chunk["frame_base64_list"] = json!(c.frames.iter().map(|f| STANDARD.encode(f)).collect::<Vec<_>>());
-        }
-        if let Some(n) = c.max_slice_nums {
-            chunk["max_slice_nums"] = json!(n);
-        }
+        let chunk = audio_chunk(c, force);
         let mut socket =
             self.duplex.take().ok_or_else(|| BackendError::BadState("no duplex session is prepared".into()))?;
-        let sent = self.send(&mut socket, "audio_chunk", &chunk);
+        let sent = self.send_text(&mut socket, "audio_chunk", chunk);
         self.duplex = Some(socket);
         sent?;
         self.pending = true;
@@ -614,5 +645,32 @@ impl Backend for MinicpmoBackend {
 impl Drop for MinicpmoBackend {
     fn drop(&mut self) {
         self.close_duplex();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunk_forwards_the_clients_base64_and_encodes_only_without_it() {
+        let chunk = DuplexChunk {
+            audio: vec![1.0],
+            // Not the base64 of `audio`: what is sent shows which one was used.
+            audio_base64: Some(bytes::Bytes::from_static(b"AAAAAA==")),
+            frames: vec![vec![0xFF, 0xD8]],
+            max_slice_nums: Some(2),
+            ..DuplexChunk::default()
+        };
+        let forwarded: Value = serde_json::from_str(&audio_chunk(&chunk, true)).unwrap();
+        assert_eq!(
+            forwarded,
+            json!({"type": "audio_chunk", "force_listen": true, "max_slice_nums": 2,
+                   "frame_base64_list": ["/9g="], "audio_base64": "AAAAAA=="})
+        );
+        let encoded: Value =
+            serde_json::from_str(&audio_chunk(&DuplexChunk { audio_base64: None, ..chunk }, false)).unwrap();
+        assert_eq!(encoded["audio_base64"], STANDARD.encode(1.0f32.to_le_bytes()));
+        assert_eq!(encoded["force_listen"], false);
     }
 }

@@ -97,9 +97,10 @@ impl Legacy {
         Ok(Inbound::Init(setup))
     }
 
-    fn append(&self, text: &str) -> Result<Inbound, DecodeError> {
+    fn append(&self, text: &bytestring::ByteString) -> Result<Inbound, DecodeError> {
         let e: AppendEvent = wire::parse_event(text, &[])?;
         let chunk = duplex_chunk(
+            text,
             e.audio.as_deref(),
             e.video_frames.as_deref(),
             e.force_listen,
@@ -138,7 +139,11 @@ impl Dialect for Legacy {
         "minicpm-legacy"
     }
 
-    fn decode(&mut self, text: &str, _replies: &mut Vec<String>) -> Result<Vec<Inbound>, DecodeError> {
+    fn decode(
+        &mut self,
+        text: &bytestring::ByteString,
+        _replies: &mut Vec<String>,
+    ) -> Result<Vec<Inbound>, DecodeError> {
         let kind = wire::event_type(text)?;
         let cmd = match kind.as_ref() {
             "session.update" => self.update(text)?,

@@ -3,6 +3,7 @@
 //! `response.output.delta` (listen / text / audio), `response.done`, `session.closed` and
 //! `error` out.
 
+use bytestring::ByteString;
 use omni_actors::domain::{
     BackendInfo, ChatMessage, DuplexChunk, Generation, Mode, Role, SessionSetup, StepKind, StepOutcome, TurnInput,
 };
@@ -130,6 +131,7 @@ struct CloseEvent<'a> {
 /// A duplex chunk from its wire fields, validated as the spec says. `at` prefixes field
 /// names in errors (`input.` here, nothing in the legacy dialect).
 pub(crate) fn duplex_chunk(
+    frame: &ByteString,
     audio: Option<&str>,
     frames: Option<&[Text<'_>]>,
     force_listen: Option<bool>,
@@ -157,6 +159,7 @@ pub(crate) fn duplex_chunk(
         _ => Vec::new(),
     };
     Ok(DuplexChunk {
+        audio_base64: wire::slice_of(frame, b64),
         audio: samples,
         frames,
         force_listen: force_listen.unwrap_or(false),
@@ -287,13 +290,14 @@ impl Current {
         Ok(Inbound::Init(setup))
     }
 
-    fn append(&self, text: &str) -> Result<Inbound, DecodeError> {
+    fn append(&self, text: &ByteString) -> Result<Inbound, DecodeError> {
         if self.mode == Mode::Chat {
             return self.turn(text);
         }
         let event: AppendEvent<DuplexInput> = wire::parse_event(text, &["input"])?;
         let input = event.input.ok_or_else(|| ProtocolError::MissingField("input is required (an object)".into()))?;
         let chunk = duplex_chunk(
+            text,
             input.audio.as_deref(),
             input.video_frames.as_deref(),
             input.force_listen,
@@ -364,7 +368,7 @@ impl Dialect for Current {
         "minicpm"
     }
 
-    fn decode(&mut self, text: &str, _replies: &mut Vec<String>) -> Result<Vec<Inbound>, DecodeError> {
+    fn decode(&mut self, text: &ByteString, _replies: &mut Vec<String>) -> Result<Vec<Inbound>, DecodeError> {
         let kind = wire::event_type(text)?;
         let cmd = match kind.as_ref() {
             "session.init" => self.init(text)?,
@@ -578,7 +582,7 @@ mod tests {
     }
 
     fn decode(d: &mut Current, v: Value) -> Result<Inbound, DecodeError> {
-        d.decode(&v.to_string(), &mut Vec::new()).map(|mut c| c.remove(0))
+        d.decode(&bytestring::ByteString::from(String::from(&v.to_string())), &mut Vec::new()).map(|mut c| c.remove(0))
     }
 
     fn code(r: Result<Inbound, DecodeError>) -> String {
@@ -587,6 +591,23 @@ mod tests {
             Err(DecodeError::Unparseable(_)) => "unparseable".into(),
             Ok(_) => "ok".into(),
         }
+    }
+
+    #[test]
+    fn a_chunk_keeps_the_clients_base64_unless_the_json_escaped_it() {
+        let mut d = Current::new(Mode::Audio, Limits::default());
+        let samples: Vec<f32> = (0..16000).map(|i| ((i * 7919) % 2001) as f32 / 1000.0 - 1.0).collect();
+        let audio = b64(&samples);
+        let Ok(Inbound::Chunk(c)) = decode(&mut d, json!({"type": "input.append", "input": {"audio": audio}})) else {
+            panic!("a chunk")
+        };
+        assert_eq!(c.audio_base64.as_deref(), Some(audio.as_bytes()));
+        let escaped = format!(r#"{{"type":"input.append","input":{{"audio":"{}"}}}}"#, audio.replace('/', "\\/"));
+        assert!(escaped.contains("\\/"), "the audio has a slash to escape");
+        let decoded = d.decode(&escaped.into(), &mut Vec::new());
+        let Ok([Inbound::Chunk(c)]) = decoded.as_deref() else { panic!("a chunk") };
+        assert_eq!(c.audio_base64, None, "the parser unescaped a copy: encoded again when needed");
+        assert_eq!(c.audio, samples);
     }
 
     #[test]
@@ -765,11 +786,26 @@ mod tests {
             code(decode(&mut d, json!({"type": "session.dance"}))),
             "unknown_event: unknown event type 'session.dance'"
         );
-        assert_eq!(code(d.decode("{not json", &mut Vec::new()).map(|mut c| c.remove(0))), "unparseable");
-        assert_eq!(code(d.decode("[]", &mut Vec::new()).map(|mut c| c.remove(0))), "unparseable");
+        assert_eq!(
+            code(
+                d.decode(&bytestring::ByteString::from(String::from("{not json")), &mut Vec::new())
+                    .map(|mut c| c.remove(0))
+            ),
+            "unparseable"
+        );
+        assert_eq!(
+            code(d.decode(&bytestring::ByteString::from(String::from("[]")), &mut Vec::new()).map(|mut c| c.remove(0))),
+            "unparseable"
+        );
         // The type is read from the prefix, but the rest must still be JSON.
         let truncated = r#"{"type":"input.append","input":{"audio":"AAAA"#;
-        assert_eq!(code(d.decode(truncated, &mut Vec::new()).map(|mut c| c.remove(0))), "unparseable");
+        assert_eq!(
+            code(
+                d.decode(&bytestring::ByteString::from(String::from(truncated)), &mut Vec::new())
+                    .map(|mut c| c.remove(0))
+            ),
+            "unparseable"
+        );
         assert_eq!(code(decode(&mut d, json!({"type": "session.close", "reason": "bye"}))), "ok");
     }
 

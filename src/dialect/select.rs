@@ -56,7 +56,11 @@ impl Dialect for MiniCpmEndpoint {
         }
     }
 
-    fn decode(&mut self, text: &str, replies: &mut Vec<String>) -> Result<Vec<Inbound>, DecodeError> {
+    fn decode(
+        &mut self,
+        text: &bytestring::ByteString,
+        replies: &mut Vec<String>,
+    ) -> Result<Vec<Inbound>, DecodeError> {
         if self.chosen.is_some() {
             return self.active().decode(text, replies);
         }
@@ -103,7 +107,7 @@ mod tests {
     use serde_json::json;
 
     fn decode(d: &mut MiniCpmEndpoint, v: serde_json::Value) -> Result<Vec<Inbound>, DecodeError> {
-        d.decode(&v.to_string(), &mut Vec::new())
+        d.decode(&bytestring::ByteString::from(String::from(&v.to_string())), &mut Vec::new())
     }
 
     #[test]

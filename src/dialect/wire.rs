@@ -131,6 +131,14 @@ pub fn decode_pcm_f32_max(b64: &str, field: &str, max_samples: usize, rate: u32)
     Ok(samples)
 }
 
+/// `part` (a string borrowed from `frame`'s parsed JSON) as a slice of the frame, without a copy;
+/// `None` when it is not inside the frame (JSON escapes made the parser copy it).
+pub fn slice_of(frame: &bytestring::ByteString, part: &str) -> Option<bytes::Bytes> {
+    let whole = frame.as_bytes();
+    let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
+    (start + part.len() <= whole.len()).then(|| whole.slice(start..start + part.len()))
+}
+
 /// Appends the base64 of `samples` as little-endian float32 to `out`.
 pub fn encode_pcm_f32(samples: &[f32], out: &mut String) {
     let simd = base64_simd::STANDARD;
@@ -261,6 +269,17 @@ pub fn pcm_b64_len(samples: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_string_borrowed_from_a_frame_is_sliced_without_a_copy_and_one_copied_is_not() {
+        let frame = bytestring::ByteString::from(r#"{"audio":"QUJD"}"#);
+        let borrowed = &frame[10..14];
+        let slice = slice_of(&frame, borrowed).expect("inside the frame");
+        assert_eq!(&slice[..], b"QUJD");
+        assert_eq!(slice.as_ptr(), borrowed.as_ptr(), "the frame's own bytes");
+        let copied = String::from("QUJD");
+        assert_eq!(slice_of(&frame, &copied), None);
+    }
 
     #[test]
     fn pcm_round_trips() {

@@ -74,6 +74,7 @@ fn decoding_a_chunk_and_encoding_a_delta_allocate_what_they_must() {
     let text =
         format!(r#"{{"type":"input.append","input":{{"audio":"{b64}","force_listen":false,"max_slice_nums":1}}}}"#);
     assert!(text.len() > 85_000);
+    let text = bytestring::ByteString::from(text);
     let mut dialect = Current::new(Mode::Audio, Limits::default());
     let mut replies = Vec::new();
     let _ = dialect.decode(&text, &mut replies); // warm up lazily initialised state
@@ -126,6 +127,7 @@ fn decoding_a_chunk_and_encoding_a_delta_allocate_what_they_must() {
     wav.extend_from_slice(&[128u8; 100]);
     let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &wav);
     let update = format!(r#"{{"type":"session.update","session":{{"instructions":"x","ref_audio":"{b64}"}}}}"#);
+    let update = bytestring::ByteString::from(update);
     let mut legacy = Legacy::new(Mode::Video, Limits::default());
     let (_, b0, _) = counts();
     let refused = legacy.decode(&update, &mut replies).expect_err("refused");

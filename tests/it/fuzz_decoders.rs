@@ -46,7 +46,7 @@ fn decode_all(frames: &[String]) -> Result<(), TestCaseError> {
     for mut d in dialects() {
         let mut replies = Vec::new();
         for frame in frames {
-            match d.decode(frame, &mut replies) {
+            match d.decode(&bytestring::ByteString::from(String::from(frame)), &mut replies) {
                 Ok(_) | Err(DecodeError::Unparseable(_)) => {}
                 Err(DecodeError::Protocol(e)) => prop_assert!(
                     CLIENT_ERRORS.contains(&e.code()),
@@ -245,7 +245,7 @@ proptest! {
             "audio": base64::engine::general_purpose::STANDARD.encode(bytes)});
         for flavor in [Flavor::Ga, Flavor::Beta, Flavor::Qwen] {
             let mut d = Realtime::new(flavor, "omni", limits());
-            match d.decode(&format.to_string(), &mut Vec::new()) {
+            match d.decode(&bytestring::ByteString::from(String::from(&format.to_string())), &mut Vec::new()) {
                 Ok(_) => prop_assert!((8000..=192_000).contains(&rate), "{rate} accepted"),
                 Err(DecodeError::Protocol(e)) => {
                     prop_assert_eq!(e.code(), "invalid_payload");
@@ -253,7 +253,7 @@ proptest! {
                 }
                 Err(other) => prop_assert!(false, "{other:?}"),
             }
-            let _ = d.decode(&append.to_string(), &mut Vec::new());
+            let _ = d.decode(&bytestring::ByteString::from(String::from(&append.to_string())), &mut Vec::new());
         }
     }
 

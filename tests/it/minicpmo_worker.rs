@@ -58,6 +58,42 @@ async fn a_duplex_session_reaches_the_worker_with_its_prompt_voice_and_settings(
     server.wait_idle();
 }
 
+/// A chunk's audio reaches the worker as the client wrote it when the client wrote the worker's
+/// format (the MiniCPM-o dialects: base64 of float32 at 16 kHz), with no second encoding; written
+/// with JSON escapes, or in another format (the OpenAI dialect's pcm16), it is encoded once, to
+/// the same samples.
+#[tokio::test]
+async fn chunk_audio_reaches_the_worker_as_the_client_wrote_it() {
+    let worker = MockWorker::start();
+    let server = gateway(&worker, "");
+    let mut c = active(&server, "audio").await;
+    let audio: Vec<f32> = (0..16000).map(|i| ((i * 7919) % 2001) as f32 / 1000.0 - 1.0).collect();
+    let written = b64_pcm(&audio);
+    assert!(written.contains('/'), "the test's audio has a slash to escape");
+    c.send(append(&audio)).await;
+    answer_to(&mut c, "input_1").await;
+    // The same audio with its slashes escaped, as some JSON encoders write them.
+    let escaped = json!({"type": "input.append", "input": {"audio": written}}).to_string().replace('/', "\\/");
+    c.send_raw(tokio_tungstenite::tungstenite::Message::text(escaped)).await;
+    answer_to(&mut c, "input_2").await;
+    let got = worker.with(|s| s.audio.clone());
+    assert_eq!(got[0], written, "forwarded as written");
+    assert_eq!(pcm_of(&json!(got[1])), audio, "encoded again, the same samples");
+    c.send(json!({"type": "session.close"})).await;
+    c.until("session.closed").await;
+    server.wait_idle();
+
+    let mut openai = Client::connect(&server.url("/v1/realtime?model=omni")).await;
+    openai.until("session.created").await;
+    openai.send(json!({"type": "input_audio_buffer.append", "audio": pcm16(1.0, 24000, 0.5)})).await;
+    let sent = worker.wait_for(|s| s.audio.len() > 2, |s| s.audio[2].clone());
+    let samples = pcm_of(&json!(sent));
+    assert_eq!(samples.len(), 16000, "1 s of pcm16 at 24 kHz, as float32 at 16 kHz");
+    assert!(samples.iter().any(|s| s.abs() > 0.4), "the tone, not silence");
+    drop(openai);
+    server.wait_idle();
+}
+
 #[tokio::test]
 async fn chat_and_the_other_dialects_run_through_the_worker() {
     let worker = MockWorker::start();

@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytestring::ByteString;
+
 use crate::ids;
 use crate::observe::recording::Redact;
 use crate::protocol::{Inbound, Outbound, ProtocolError};
@@ -34,8 +36,10 @@ pub trait Dialect {
     fn name(&self) -> &'static str;
 
     /// Decodes one text frame into zero or more commands. Frames the dialect answers by
-    /// itself (acknowledgements that need no actor) are pushed onto `replies`.
-    fn decode(&mut self, text: &str, replies: &mut Vec<String>) -> Result<Vec<Inbound>, DecodeError>;
+    /// itself (acknowledgements that need no actor) are pushed onto `replies`. The frame is
+    /// shared: a command may keep a slice of it without a copy (a chunk's audio as the client
+    /// wrote it, for a backend that takes the same format).
+    fn decode(&mut self, text: &ByteString, replies: &mut Vec<String>) -> Result<Vec<Inbound>, DecodeError>;
 
     /// Encodes one event into zero or more text frames.
     fn encode(&mut self, event: Outbound<'_>, out: &mut Vec<String>);

@@ -36,10 +36,10 @@ impl Dialect for Words {
         "words"
     }
 
-    fn decode(&mut self, text: &str, _: &mut Vec<String>) -> Result<Vec<Inbound>, DecodeError> {
+    fn decode(&mut self, text: &bytestring::ByteString, _: &mut Vec<String>) -> Result<Vec<Inbound>, DecodeError> {
         let chunk =
             |force_listen| Inbound::Chunk(DuplexChunk { audio: vec![0.0; 16], force_listen, ..Default::default() });
-        match text {
+        match &**text {
             "init" => Ok(vec![Inbound::Init(SessionSetup::new(SessionKind::Duplex))]),
             "chunk" => Ok(vec![chunk(false)]),
             "force" => Ok(vec![chunk(true)]),

@@ -405,6 +405,7 @@ impl Realtime {
             frames,
             force_listen,
             max_slice_nums: None,
+            audio_base64: None,
         }));
     }
 
@@ -430,7 +431,11 @@ impl Dialect for Realtime {
         JsonRedactor::shared(AudioEncoding::Pcm16)
     }
 
-    fn decode(&mut self, text: &str, replies: &mut Vec<String>) -> Result<Vec<Inbound>, DecodeError> {
+    fn decode(
+        &mut self,
+        text: &bytestring::ByteString,
+        replies: &mut Vec<String>,
+    ) -> Result<Vec<Inbound>, DecodeError> {
         let kind = wire::event_type(text)?.into_owned();
         let v: Value = serde_json::from_str(text).map_err(|e| DecodeError::Unparseable(e.to_string()))?;
         self.client_event_id = v.get("event_id").and_then(Value::as_str).map(String::from);

@@ -86,8 +86,14 @@ fn frame(f: &str) -> Value {
 fn nothing_but_queue_events_before_created_then_updates_in_order() {
     let mut d = Realtime::new(Flavor::Beta, "m", Limits::default());
     let mut out = Vec::new();
-    let cmds =
-        d.decode(&json!({"type": "session.update", "session": {"instructions": "x"}}).to_string(), &mut out).unwrap();
+    let cmds = d
+        .decode(
+            &bytestring::ByteString::from(String::from(
+                &json!({"type": "session.update", "session": {"instructions": "x"}}).to_string(),
+            )),
+            &mut out,
+        )
+        .unwrap();
     assert!(cmds.is_empty() && out.is_empty(), "a waiting client hears nothing");
     d.encode(Outbound::QueueDone, &mut out);
     let Inbound::Init(setup) = d.take_commands().remove(0) else { panic!() };
@@ -117,7 +123,13 @@ fn appended_audio_of_any_size_is_gathered_into_steps() {
     let mut chunks = Vec::new();
     for _ in 0..25 {
         chunks.extend(
-            d.decode(&json!({"type": "input_audio_buffer.append", "audio": piece}).to_string(), &mut out).unwrap(),
+            d.decode(
+                &bytestring::ByteString::from(String::from(
+                    &json!({"type": "input_audio_buffer.append", "audio": piece}).to_string(),
+                )),
+                &mut out,
+            )
+            .unwrap(),
         );
     }
     assert_eq!(chunks.len(), 2, "2.5 s of audio is 2 one-second steps");
@@ -129,7 +141,8 @@ fn the_duplex_models_speech_becomes_a_response() {
     let (mut d, _) = active(Flavor::Qwen);
     let mut out = Vec::new();
     let loud: Vec<f32> = (0..16000).map(|i| 0.3 * (i as f32 * 0.1).sin()).collect();
-    d.decode(&json!({"type": "input_audio_buffer.append", "audio": pcm16_b64(&loud)}).to_string(), &mut out).unwrap();
+    d.decode(&json!({"type": "input_audio_buffer.append", "audio": pcm16_b64(&loud)}).to_string().into(), &mut out)
+        .unwrap();
     assert_eq!(types(&out), ["input_audio_buffer.speech_started"]);
     out.clear();
     let speak = |text: &str, eot| StepOutcome {
@@ -200,7 +213,7 @@ fn openai_keeps_its_own_names_and_a_model_without_transcripts_says_so() {
     let (mut d, _) = active_with(Flavor::Beta, &silent);
     let mut out = Vec::new();
     let update = json!({"type": "session.update", "session": {"input_audio_transcription": {"model": "whisper-1"}}});
-    d.decode(&update.to_string(), &mut out).unwrap();
+    d.decode(&bytestring::ByteString::from(String::from(&update.to_string())), &mut out).unwrap();
     assert_eq!(frame(&out[0])["session"]["input_audio_transcription"], json!({"model": "whisper-1"}));
     out.clear();
     let speak = StepOutcome {
@@ -241,7 +254,7 @@ fn qwen_session_fields_settings_and_errors() {
     let mut out = Vec::new();
     let update = json!({"type": "session.update", "session": {"temperature": 0.8, "top_p": 0.9, "top_k": 50,
         "repetition_penalty": 1.05, "presence_penalty": 0.0, "seed": -1, "enable_search": false, "search_options": {}}});
-    let cmds = d.decode(&update.to_string(), &mut out).unwrap();
+    let cmds = d.decode(&bytestring::ByteString::from(String::from(&update.to_string())), &mut out).unwrap();
     let updated = frame(&out[0]);
     assert_eq!(updated["session"]["temperature"].to_string(), "0.8", "no float32 artefacts");
     assert_eq!((updated["session"]["top_k"].clone(), updated["session"]["seed"].clone()), (json!(50), json!(-1)));
@@ -263,7 +276,14 @@ fn qwen_session_fields_settings_and_errors() {
         (json!({"seed": "x"}), "session.seed"),
         (json!({"temperature": 3}), "session.temperature"),
     ] {
-        let e = d.decode(&json!({"type": "session.update", "session": session}).to_string(), &mut out).unwrap_err();
+        let e = d
+            .decode(
+                &bytestring::ByteString::from(String::from(
+                    &json!({"type": "session.update", "session": session}).to_string(),
+                )),
+                &mut out,
+            )
+            .unwrap_err();
         let DecodeError::Protocol(e) = e else { panic!() };
         let mut o = Vec::new();
         d.encode(Outbound::Error(&e), &mut o);
@@ -278,13 +298,21 @@ fn a_cut_short_response_is_incomplete_in_qwen_and_cancelled_in_openai() {
         let (mut d, _) = active(flavor);
         let mut out = Vec::new();
         let update = json!({"type": "session.update", "session": {"turn_detection": null}});
-        d.decode(&update.to_string(), &mut out).unwrap();
+        d.decode(&bytestring::ByteString::from(String::from(&update.to_string())), &mut out).unwrap();
         let item = json!({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
                           "content": [{"type": "input_text", "text": "hi"}]}});
-        d.decode(&item.to_string(), &mut out).unwrap();
-        d.decode(&json!({"type": "response.create"}).to_string(), &mut out).unwrap();
+        d.decode(&bytestring::ByteString::from(String::from(&item.to_string())), &mut out).unwrap();
+        d.decode(
+            &bytestring::ByteString::from(String::from(&json!({"type": "response.create"}).to_string())),
+            &mut out,
+        )
+        .unwrap();
         out.clear();
-        d.decode(&json!({"type": "response.cancel"}).to_string(), &mut out).unwrap();
+        d.decode(
+            &bytestring::ByteString::from(String::from(&json!({"type": "response.cancel"}).to_string())),
+            &mut out,
+        )
+        .unwrap();
         let done = frame(out.last().unwrap());
         assert_eq!(done["response"]["status"], status, "{flavor:?}");
     }
@@ -295,20 +323,31 @@ fn manual_turn_commit_and_create() {
     let (mut d, _) = active(Flavor::Ga);
     let mut out = Vec::new();
     let cmds = d
-        .decode(&json!({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": null, "transcription": {"model": "any"}}}}}).to_string(), &mut out)
+        .decode(&bytestring::ByteString::from(String::from(&json!({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": null, "transcription": {"model": "any"}}}}}).to_string())), &mut out)
         .unwrap();
     assert!(matches!(cmds[..], [Inbound::Reconfigure(ref s)] if s.kind == SessionKind::Turn));
     assert_eq!(types(&out), ["session.updated"]);
     out.clear();
-    let e = d.decode(&json!({"type": "input_audio_buffer.commit"}).to_string(), &mut out).unwrap_err();
+    let e = d
+        .decode(
+            &bytestring::ByteString::from(String::from(&json!({"type": "input_audio_buffer.commit"}).to_string())),
+            &mut out,
+        )
+        .unwrap_err();
     assert!(matches!(e, DecodeError::Protocol(ProtocolError::InvalidPayload(_))));
     d.decode(
-        &json!({"type": "input_audio_buffer.append", "audio": pcm16_b64(&vec![0.2; 24000])}).to_string(),
+        &json!({"type": "input_audio_buffer.append", "audio": pcm16_b64(&vec![0.2; 24000])}).to_string().into(),
         &mut out,
     )
     .unwrap();
-    d.decode(&json!({"type": "input_audio_buffer.commit"}).to_string(), &mut out).unwrap();
-    let cmds = d.decode(&json!({"type": "response.create"}).to_string(), &mut out).unwrap();
+    d.decode(
+        &bytestring::ByteString::from(String::from(&json!({"type": "input_audio_buffer.commit"}).to_string())),
+        &mut out,
+    )
+    .unwrap();
+    let cmds = d
+        .decode(&bytestring::ByteString::from(String::from(&json!({"type": "response.create"}).to_string())), &mut out)
+        .unwrap();
     let [Inbound::Turn { input, streaming: true }] = &cmds[..] else { panic!("{cmds:?}") };
     assert!((input.messages[0].audios[0].len() as i64 - 16000).abs() < 400);
     assert_eq!(types(&out), ["input_audio_buffer.committed", "conversation.item.added", "response.created"]);
@@ -367,7 +406,7 @@ fn images_need_audio_first_and_errors_have_the_openai_shape() {
     let mut out = Vec::new();
     let e = d
         .decode(
-            &json!({"type": "input_image_buffer.append", "image": "/9j/4AAQ", "event_id": "c1"}).to_string(),
+            &json!({"type": "input_image_buffer.append", "image": "/9j/4AAQ", "event_id": "c1"}).to_string().into(),
             &mut out,
         )
         .unwrap_err();

@@ -34,6 +34,8 @@ pub struct MockState {
     pub chats: Vec<Value>,
     /// Chunks received, and of those with force_listen.
     pub chunks: usize,
+    /// Every chunk's `audio_base64`, as it arrived.
+    pub audio: Vec<String>,
     pub forced: usize,
     /// Seconds a step takes.
     pub step_delay: f64,
@@ -55,6 +57,7 @@ impl MockWorker {
             prepares: Vec::new(),
             chats: Vec::new(),
             chunks: 0,
+            audio: Vec::new(),
             forced: 0,
             step_delay: 0.0,
         }));
@@ -94,6 +97,25 @@ impl MockWorker {
 
     pub fn with<T>(&self, f: impl FnOnce(&mut MockState) -> T) -> T {
         f(&mut self.state.lock().unwrap())
+    }
+
+    /// Looks at the state until `ready` holds (within 10 s), then takes `f` of it.
+    pub fn wait_for<T>(&self, ready: impl Fn(&MockState) -> bool, f: impl FnOnce(&MockState) -> T) -> T {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            {
+                let s = self.state.lock().unwrap();
+                if ready(&s) {
+                    return f(&s);
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the worker never got there: {:?}",
+                self.state.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
@@ -195,6 +217,7 @@ async fn duplex(req: HttpRequest, body: web::Payload, state: Shared) -> actix_we
                             session.text(json!({"type": "error", "error": "Missing audio_base64"}).to_string()).await;
                         continue;
                     };
+                    state.lock().unwrap().audio.push(b64.to_string());
                     if delay > 0.0 {
                         tokio::time::sleep(Duration::from_secs_f64(delay)).await;
                     }
