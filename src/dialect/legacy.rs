@@ -100,8 +100,7 @@ impl Legacy {
     fn append(&self, text: &bytestring::ByteString) -> Result<Inbound, DecodeError> {
         let e: AppendEvent = wire::parse_event(text, &[])?;
         let chunk = duplex_chunk(
-            text,
-            e.audio.as_deref(),
+            (text, e.audio.as_deref()),
             e.video_frames.as_deref(),
             e.force_listen,
             e.max_slice_nums,

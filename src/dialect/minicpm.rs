@@ -128,11 +128,11 @@ struct CloseEvent<'a> {
     reason: Option<Text<'a>>,
 }
 
-/// A duplex chunk from its wire fields, validated as the spec says. `at` prefixes field
-/// names in errors (`input.` here, nothing in the legacy dialect).
+/// A duplex chunk from its wire fields, validated as the spec says: the frame and the audio
+/// borrowed from it (kept as a slice of the frame, for a backend that takes it as written).
+/// `at` prefixes field names in errors (`input.` here, nothing in the legacy dialect).
 pub(crate) fn duplex_chunk(
-    frame: &ByteString,
-    audio: Option<&str>,
+    (frame, audio): (&ByteString, Option<&str>),
     frames: Option<&[Text<'_>]>,
     force_listen: Option<bool>,
     max_slice_nums: Option<i64>,
@@ -297,8 +297,7 @@ impl Current {
         let event: AppendEvent<DuplexInput> = wire::parse_event(text, &["input"])?;
         let input = event.input.ok_or_else(|| ProtocolError::MissingField("input is required (an object)".into()))?;
         let chunk = duplex_chunk(
-            text,
-            input.audio.as_deref(),
+            (text, input.audio.as_deref()),
             input.video_frames.as_deref(),
             input.force_listen,
             input.max_slice_nums,

@@ -163,7 +163,7 @@ fn any_thread_calls_reach_a_step_in_flight_on_the_worker_thread() {
                 Ok(Box::new(b) as Box<dyn Backend>)
             })
         };
-        let (worker, _, control) = WorkerThread::spawn_and_wait(build, factory).unwrap();
+        let (mut worker, _, control) = WorkerThread::spawn_and_wait(build, factory).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         worker
             .submit(Box::new(move |b| {

@@ -31,7 +31,6 @@ pub mod messages;
 pub mod pending;
 pub mod policy;
 pub mod spare_threads;
-pub mod step_threads;
 pub mod thread;
 
 use crate::pool::messages::{StartWorker, WorkerStart};
@@ -158,7 +157,7 @@ impl BackendActor {
             info.context_size
         );
         let control_thread = match &self.thread {
-            Some(thread) if thread.is_shared() => ControlThread::inline(control.clone()),
+            Some(thread) if thread.is_here() => ControlThread::inline(control.clone()),
             _ => match ControlThread::spawn(&self.name, control.clone()) {
                 Ok(t) => t,
                 Err(e) => return self.fail(ctx, format!("cannot start the control thread: {e}")),
@@ -233,7 +232,7 @@ impl BackendActor {
         };
         let Some((job, work)) = self.policy.next(Instant::now()) else { return };
         let closure = self.job(job, work, control, ctx.address());
-        let Some(thread) = &self.thread else { return };
+        let Some(thread) = &mut self.thread else { return };
         if let Err(e) = thread.submit(closure) {
             self.fail(ctx, e.to_string());
             return;
@@ -360,6 +359,11 @@ impl Actor for BackendActor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         let addr = ctx.address();
         let started = match self.opener.take() {
+            // Quick: opened here, on this arbiter, which runs its calls (no thread, no hop).
+            Some(Opener::Factory(factory)) if factory.is_quick() => match WorkerThread::here(&self.name, &factory) {
+                Ok((thread, info, control)) => Ok((thread, Some((info, control)))),
+                Err(e) => return self.open_failed(e, ctx),
+            },
             Some(Opener::Factory(factory)) => {
                 WorkerThread::spawn(&self.name, factory, move |opened| addr.do_send(OpenedMsg(opened)))
                     .map(|t| (t, None))
@@ -421,20 +425,25 @@ impl Handler<OpenedMsg> for BackendActor {
         }
         match msg.0 {
             Ok((info, control)) => self.opened(info, control, ctx),
-            Err(e) => {
-                let reason = e.to_string();
-                let transient = matches!(e, BackendError::Unavailable(_));
-                if transient {
-                    log::warn!("worker {}: {reason}", self.name);
-                } else {
-                    log::error!("worker {}: {reason}", self.name);
-                }
-                self.policy.fail();
-                self.event(|worker, generation| WorkerEvent::OpenFailed { worker, generation, reason, transient });
-                self.thread = None;
-                ctx.stop();
-            }
+            Err(e) => self.open_failed(e, ctx),
         }
+    }
+}
+
+impl BackendActor {
+    /// The backend did not open: the pool hears why (and retries a transient failure).
+    fn open_failed(&mut self, e: BackendError, ctx: &mut Context<Self>) {
+        let reason = e.to_string();
+        let transient = matches!(e, BackendError::Unavailable(_));
+        if transient {
+            log::warn!("worker {}: {reason}", self.name);
+        } else {
+            log::error!("worker {}: {reason}", self.name);
+        }
+        self.policy.fail();
+        self.event(|worker, generation| WorkerEvent::OpenFailed { worker, generation, reason, transient });
+        self.thread = None;
+        ctx.stop();
     }
 }
 

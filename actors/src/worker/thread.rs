@@ -20,7 +20,7 @@ use std::sync::mpsc;
 
 use crate::domain::BackendInfo;
 use crate::edge::backend::{Backend, BackendControl, BackendError};
-use crate::worker::{spare_threads, step_threads};
+use crate::worker::spare_threads;
 
 type OpenFn = dyn Fn() -> Result<Box<dyn Backend>, BackendError> + Send + Sync;
 
@@ -39,8 +39,8 @@ impl BackendFactory {
 
     /// Every owner-thread call of this backend returns within microseconds and never waits (no
     /// model compute, no sleep, no I/O; the built-in reference backend when nothing paces it), and
-    /// its any-thread calls return at once: it is opened and driven on a shared step thread
-    /// ([`step_threads`]), with no thread of its own.
+    /// its any-thread calls return at once: its BackendActor opens it and runs its calls itself
+    /// ([`WorkerThread::here`]), with no thread of its own.
     pub fn quick(self) -> BackendFactory {
         BackendFactory { quick: true, ..self }
     }
@@ -58,7 +58,7 @@ impl BackendFactory {
 /// Work for the owner thread.
 pub type Job = Box<dyn FnOnce(&mut dyn Backend) + Send>;
 
-pub(super) struct ExitSignal(Option<tokio::sync::oneshot::Sender<()>>);
+struct ExitSignal(Option<tokio::sync::oneshot::Sender<()>>);
 
 impl Drop for ExitSignal {
     fn drop(&mut self) {
@@ -78,10 +78,18 @@ pub struct WorkerThread {
     exited: tokio::sync::oneshot::Receiver<()>,
 }
 
-/// Where a worker's jobs go: a thread of its own, or its place on a step thread.
+/// Where a worker's jobs go: a thread of its own, or the backend itself, on the caller's thread.
 enum Jobs {
     Own(mpsc::Sender<Job>),
-    Shared(step_threads::Slot),
+    Here(Here),
+}
+
+/// A quick backend, owned by the thread that opened it (the BackendActor's arbiter). Fields drop
+/// in order: the backend is closed before the exit signal fires.
+struct Here {
+    backend: Option<Box<dyn Backend>>,
+    name: String,
+    _exit: ExitSignal,
 }
 
 /// A backend opened before its thread started, on the caller's thread: a node's worker whose
@@ -100,7 +108,7 @@ impl From<BackendFactory> for Opener {
     }
 }
 
-pub(super) type OpenOnce = Box<dyn FnOnce() -> Result<Box<dyn Backend>, BackendError> + Send>;
+type OpenOnce = Box<dyn FnOnce() -> Result<Box<dyn Backend>, BackendError> + Send>;
 
 impl WorkerThread {
     /// Starts the thread; `on_open` is called on it once the backend is open or failed.
@@ -109,18 +117,27 @@ impl WorkerThread {
         factory: BackendFactory,
         on_open: impl FnOnce(Opened) + Send + 'static,
     ) -> std::io::Result<WorkerThread> {
-        if factory.is_quick() {
-            let (exit_tx, exited) = tokio::sync::oneshot::channel();
-            let open: OpenOnce = Box::new(move || factory.open());
-            let slot = step_threads::open(name, open, Box::new(on_open), ExitSignal(Some(exit_tx)))?;
-            return Ok(WorkerThread { jobs: Jobs::Shared(slot), exited });
-        }
         WorkerThread::start(name, Box::new(move || factory.open()), on_open)
     }
 
-    /// On a shared step thread: its backend's any-thread calls are quick too, and made at once.
-    pub fn is_shared(&self) -> bool {
-        matches!(self.jobs, Jobs::Shared(_))
+    /// Opens a quick backend ([`BackendFactory::quick`]) on the calling thread, which owns it
+    /// from then on: its jobs run there, inline, when submitted.
+    pub fn here(
+        name: &str,
+        factory: &BackendFactory,
+    ) -> Result<(WorkerThread, BackendInfo, Arc<dyn BackendControl>), BackendError> {
+        let backend = catch_unwind(AssertUnwindSafe(|| factory.open()))
+            .unwrap_or_else(|_| Err(BackendError::Internal("the backend panicked while opening".into())))?;
+        let (info, control) = (backend.info().clone(), backend.control());
+        let (exit_tx, exited) = tokio::sync::oneshot::channel();
+        let here = Here { backend: Some(backend), name: name.to_string(), _exit: ExitSignal(Some(exit_tx)) };
+        Ok((WorkerThread { jobs: Jobs::Here(here), exited }, info, control))
+    }
+
+    /// Its jobs run inline on the thread that owns it: its backend's any-thread calls are quick
+    /// too, and made at once.
+    pub fn is_here(&self) -> bool {
+        matches!(self.jobs, Jobs::Here(_))
     }
 
     /// Starts the thread with a backend open already: its info and control are known at once,
@@ -192,16 +209,28 @@ impl WorkerThread {
     }
 
     /// Queues a job. Fails when the thread has ended (open failed, or a job panicked).
-    pub fn submit(&self, job: Job) -> Result<(), BackendError> {
-        match &self.jobs {
+    /// A quick backend's job runs now, on this thread; a job that panics closes it.
+    pub fn submit(&mut self, job: Job) -> Result<(), BackendError> {
+        match &mut self.jobs {
             Jobs::Own(jobs) => jobs.send(job).map_err(|_| BackendError::Internal("the worker thread has ended".into())),
-            Jobs::Shared(slot) => slot.submit(job),
+            Jobs::Here(here) => {
+                let backend = here
+                    .backend
+                    .as_mut()
+                    .ok_or_else(|| BackendError::Internal("the backend is closed: an earlier job panicked".into()))?;
+                if catch_unwind(AssertUnwindSafe(|| job(backend.as_mut()))).is_err() {
+                    log::error!("worker {}: a job panicked; closing the backend", here.name);
+                    here.backend = None;
+                    return Err(BackendError::Internal("a job panicked; the backend is closed".into()));
+                }
+                Ok(())
+            }
         }
     }
 
     /// Runs `f` on the owner thread and waits for its result. For tools and tests.
     pub fn call<T: Send + 'static>(
-        &self,
+        &mut self,
         f: impl FnOnce(&mut dyn Backend) -> T + Send + 'static,
     ) -> Result<T, BackendError> {
         let (tx, rx) = mpsc::channel();
@@ -416,60 +445,40 @@ mod tests {
     }
 
     #[test]
-    fn quick_backends_share_the_step_threads_and_each_keeps_its_owner() {
-        // More backends than step threads: they share them.
-        let n = step_threads::count() + 2;
-        let workers: Vec<_> =
-            (0..n).map(|_| WorkerThread::spawn_and_wait("quick", quick_factory("quick")).expect("opened").0).collect();
-        assert!(workers.iter().all(WorkerThread::is_shared));
-        let mut threads = std::collections::HashSet::new();
-        for worker in &workers {
-            let (first, name) =
-                worker.call(|_| (thread::current().id(), thread::current().name().map(String::from))).unwrap();
-            let again = worker.call(|_| thread::current().id()).unwrap();
-            assert_eq!(first, again, "a backend's calls always run on the thread that opened it");
-            assert_ne!(first, thread::current().id());
-            assert!(name.unwrap_or_default().starts_with("step-"));
-            threads.insert(first);
-        }
-        assert!(threads.len() <= step_threads::count(), "no backend got a thread of its own");
-        // Jobs run in the order they were submitted.
+    fn a_quick_backend_is_opened_and_driven_on_the_callers_thread() {
+        let (mut worker, info, _) = WorkerThread::here("quick", &quick_factory("quick")).expect("opened");
+        assert!(worker.is_here());
+        assert_eq!(info.name, "quick");
+        let me = thread::current().id();
+        assert_eq!(worker.call(|_| thread::current().id()).unwrap(), me, "no thread of its own");
+        // Jobs run as they are submitted, in order.
         let (tx, rx) = mpsc::channel();
         for i in 0..100 {
             let tx = tx.clone();
-            workers[0].submit(Box::new(move |_| tx.send(i).unwrap())).unwrap();
+            worker.submit(Box::new(move |_| tx.send(i).unwrap())).unwrap();
         }
-        assert_eq!(rx.iter().take(100).collect::<Vec<_>>(), (0..100).collect::<Vec<_>>());
-        for worker in workers {
-            wait(worker.stop());
-        }
+        assert_eq!(rx.try_iter().collect::<Vec<_>>(), (0..100).collect::<Vec<_>>());
+        wait(worker.stop());
     }
 
     #[test]
-    fn a_quick_backend_whose_job_panics_is_closed_alone() {
-        let n = step_threads::count() + 1;
-        let workers: Vec<_> =
-            (0..n).map(|_| WorkerThread::spawn_and_wait("quick", quick_factory("quick")).expect("opened").0).collect();
-        let (tx, rx) = mpsc::channel::<()>();
-        workers[0]
-            .submit(Box::new(move |_| {
-                let _told = tx; // dropped as the job unwinds
-                panic!("a bug in the job");
-            }))
-            .unwrap();
-        assert!(rx.recv().is_err(), "the job ran and unwound");
-        // Refused at once, or dropped unrun if it was queued before the thread closed the backend.
-        assert!(workers[0].call(|_| ()).is_err(), "its backend is closed");
-        for other in &workers[1..] {
-            assert_eq!(other.call(|b| b.info().name.clone()).unwrap(), "quick", "its neighbours go on");
-        }
+    fn a_quick_backend_whose_job_panics_is_closed_and_says_so() {
+        let (mut worker, _, _) = WorkerThread::here("quick", &quick_factory("quick")).expect("opened");
+        let err = worker.submit(Box::new(|_| panic!("a bug in the job"))).unwrap_err();
+        assert!(err.to_string().contains("panicked"), "{err}");
+        let err = worker.call(|_| ()).unwrap_err();
+        assert!(err.to_string().contains("closed"), "{err}");
+        wait(worker.stop());
     }
 
     #[test]
-    fn a_quick_backend_that_fails_to_open_says_why_and_takes_no_job() {
+    fn a_quick_backend_that_fails_to_open_says_why() {
         let factory = BackendFactory::new(|| Err(BackendError::Open("no such model".into()))).quick();
-        let err = WorkerThread::spawn_and_wait("broken", factory).err().expect("failed");
+        let err = WorkerThread::here("broken", &factory).err().expect("failed");
         assert!(err.to_string().contains("no such model"), "{err}");
+        let panics = BackendFactory::new(|| panic!("a bug while opening")).quick();
+        let err = WorkerThread::here("broken", &panics).err().expect("failed");
+        assert!(err.to_string().contains("panicked while opening"), "{err}");
     }
 
     #[test]
@@ -477,7 +486,7 @@ mod tests {
         let (control, _made) = recorder(true);
         let info = BackendInfo { name: "open-already".into(), duplex: true, ..BackendInfo::default() };
         let backend = Here { info: info.clone(), control: control.clone() };
-        let (thread, got, got_control) = WorkerThread::adopt("w", Box::new(backend)).unwrap();
+        let (mut thread, got, got_control) = WorkerThread::adopt("w", Box::new(backend)).unwrap();
         assert_eq!(got, info);
         got_control.interrupt();
         assert_eq!(control.calls.lock().unwrap().len(), 1, "its control is the backend's own");
