@@ -40,7 +40,7 @@ pub fn factory(worker: &WorkerSpec, open_timeout: Duration) -> BackendFactory {
     }
     match worker.isolation {
         Isolation::Thread => {
-            let quick = on_step_threads(worker);
+            let quick = runs_inline(worker);
             let factory = BackendFactory::new(move || {
                 let api = match &source {
                     BackendSource::Library(path) => {
@@ -72,13 +72,13 @@ pub fn factory(worker: &WorkerSpec, open_timeout: Duration) -> BackendFactory {
 
 /// The built-in reference backend's options that make a call wait: pacing (`step_ms`,
 /// `token_ms`), a slow open (`open_ms`) and the hangs of fault injection. Without them every call
-/// returns in microseconds, and its workers share the step threads
-/// ([`omni_actors::worker::step_threads`]) instead of a thread each.
+/// returns in microseconds, and its BackendActor runs them itself
+/// ([`omni_actors::worker::thread::WorkerThread::here`]) instead of two threads per worker.
 const REFERENCE_WAITS: [&str; 5] = ["step_ms", "token_ms", "open_ms", "hang_at_step", "interrupt_hang_ms"];
 
-/// The worker's backend runs on the shared step threads: the built-in reference backend, on a
-/// thread, with none of the options that make it wait.
-pub fn on_step_threads(worker: &WorkerSpec) -> bool {
+/// The worker's backend is quick: the built-in reference backend, on a thread, with none of the
+/// options that make it wait. Its BackendActor opens it and runs its calls inline.
+pub fn runs_inline(worker: &WorkerSpec) -> bool {
     matches!(worker.source, BackendSource::Builtin)
         && matches!(worker.isolation, Isolation::Thread)
         && worker.options.iter().all(|(key, value)| !REFERENCE_WAITS.contains(&key.as_str()) || value.trim() == "0")

@@ -3,7 +3,8 @@
 //! for each) and a task. Past `vm.max_map_count` the process aborts while opening workers
 //! and past the tasks its cgroup allows (systemd's `TasksMax`) a thread cannot start, so
 //! both are checked before anything opens, by the server, the node and `check-config` alike.
-//! Workers on the step threads (unpaced reference workers) cost neither.
+//! Workers whose calls are quick (unpaced reference workers: their BackendActor runs them) cost
+//! neither.
 
 use std::path::Path;
 
@@ -29,7 +30,7 @@ pub struct HostNeeds {
 
 impl HostNeeds {
     pub fn of(workers: &[WorkerSpec]) -> HostNeeds {
-        let own_threads = workers.iter().filter(|w| !crate::backend::on_step_threads(w)).count();
+        let own_threads = workers.iter().filter(|w| !crate::backend::runs_inline(w)).count();
         let threads = own_threads * THREADS_PER_WORKER;
         HostNeeds { own_threads, mappings: threads * MAPPINGS_PER_THREAD + HEADROOM, tasks: threads + HEADROOM }
     }
@@ -43,7 +44,7 @@ impl HostNeeds {
                 "workers: {} workers with threads of their own need about {} memory mappings ({} per worker: {} \
                  threads, each with a stack, a signal stack and their guard pages), and this host allows \
                  vm.max_map_count = {max}. Raise it (sysctl -w vm.max_map_count={}) or run fewer workers \
-                 (unpaced reference workers need none: they share the step threads)",
+                 (unpaced reference workers need none: they have no thread)",
                 self.own_threads,
                 self.mappings,
                 THREADS_PER_WORKER * MAPPINGS_PER_THREAD,

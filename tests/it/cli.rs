@@ -159,7 +159,7 @@ fn the_config_path_comes_from_the_flag_or_the_environment() {
 
 /// Workers with threads of their own past what `vm.max_map_count` allows are refused by
 /// check-config and by the server, with the limit named, instead of aborting while they open;
-/// as many unpaced reference workers (on the step threads) need no mapping and are accepted.
+/// as many unpaced reference workers (no thread of their own) need no mapping and are accepted.
 #[test]
 fn workers_past_the_hosts_mapping_limit_are_refused_before_anything_opens() {
     let max: usize = std::fs::read_to_string("/proc/sys/vm/max_map_count").unwrap().trim().parse().unwrap();

@@ -1,5 +1,5 @@
-//! What one gateway holds: unpaced reference workers (the load tests' and the soak's) share the
-//! step threads, one per core, instead of two threads each; a paced one still gets its own.
+//! What one gateway holds: unpaced reference workers (the load tests' and the soak's) have no
+//! thread (their BackendActors run them) instead of two each; a paced one still has its own.
 
 use crate::common::*;
 use serde_json::json;
@@ -13,8 +13,8 @@ async fn a_thousand_unpaced_reference_workers_open_on_a_few_threads_and_serve() 
     let server = Server::ready(Setup::default().workers(workers(1000, "")));
     let cores = std::thread::available_parallelism().unwrap().get();
     let n = threads(&server);
-    // The runtime's threads (main, HTTP workers, accept loop, signal and log helpers) and the
-    // step threads: nothing per worker.
+    // The runtime's threads (main, HTTP workers, accept loop, signal and log helpers): nothing
+    // per worker.
     assert!(n < 16 + 2 * cores, "{n} threads for 1,000 workers");
     // They serve: the reference backend hears a tone, then answers the silence after it.
     let mut c = active(&server, "audio").await;

@@ -1,7 +1,8 @@
 //! OS threads kept for the next backend, so that a worker's threads start without a spawn.
 //!
 //! A backend instance whose calls take time has two threads of its own for as long as it is open
-//! ([`crate::worker::thread`]; quick ones share the [`crate::worker::step_threads`]). A cluster's replica opens a BackendActor per grant, so each hand-over
+//! ([`crate::worker::thread`]; quick ones have none). A cluster's replica opens a BackendActor per
+//! grant, so each hand-over
 //! started two threads: 0.2 ms at the median and up to 2 to 4 ms on a busy 2-CPU host
 //! (docs/performance.md, "Replicas on Redis"). A thread whose work ended waits here
 //! [`KEEP_IDLE`] for the next, and is handed it through a channel instead.

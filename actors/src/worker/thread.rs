@@ -11,8 +11,8 @@
 //!
 //! Both run on threads from [`crate::worker::spare_threads`]: a thread whose backend closed waits
 //! for the next one instead of exiting, so a BackendActor starts without spawning any. A backend
-//! whose calls are all quick ([`BackendFactory::quick`]) has neither: it lives on one of the
-//! [`crate::worker::step_threads`], and its any-thread calls are made at once.
+//! whose calls are all quick ([`BackendFactory::quick`]) has neither: its BackendActor opens it
+//! and makes its calls itself ([`WorkerThread::here`]).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -25,7 +25,7 @@ use crate::worker::spare_threads;
 type OpenFn = dyn Fn() -> Result<Box<dyn Backend>, BackendError> + Send + Sync;
 
 /// Opens a backend instance. Called on the thread that becomes its owner: a thread of the
-/// worker's own, or a shared step thread for a backend whose calls are all quick.
+/// worker's own, or its BackendActor's arbiter for a backend whose calls are all quick.
 #[derive(Clone)]
 pub struct BackendFactory {
     open: Arc<OpenFn>,
@@ -273,7 +273,7 @@ enum Calls {
 
 impl ControlThread {
     /// Calls made at once on the caller's thread: for a backend whose any-thread calls are
-    /// quick (one on a step thread).
+    /// quick (one run [`WorkerThread::here`]).
     pub fn inline(control: Arc<dyn BackendControl>) -> ControlThread {
         ControlThread(Calls::Inline(control))
     }
