@@ -35,6 +35,8 @@ older_config() {
         echo "($server_bin does not know $key: left out of its config)" >&2
         sed -i "/^$key *=/d" "$1"
     done
+    echo "$server_bin still refuses $1: $out" >&2
+    return 1
 }
 
 # start_server CONFIG LOG PORT: starts the gateway in the background (log level from

@@ -21,7 +21,8 @@ sizes=("$@")
 rounds=${ROUNDS:-1}
 duration=${DURATION:-60}
 out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+# Kept when a run fails: its log says why.
+trap 'if [ $? -eq 0 ]; then rm -rf "$out"; else echo "runs kept in $out" >&2; fi' EXIT
 
 rev=$(git rev-parse --short "$base")
 tree=target/perfcheck/$rev

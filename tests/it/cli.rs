@@ -176,9 +176,28 @@ fn workers_past_the_hosts_mapping_limit_are_refused_before_anything_opens() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gw.toml");
     std::fs::write(&path, format!("[server]\nbind = \"127.0.0.1:0\"\n{paced}")).unwrap();
-    let out = gateway().arg("--config").arg(&path).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    // Refused at once: a server that started instead (and opened its workers) is killed after 60 s.
+    let mut server = gateway()
+        .arg("--config")
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = server.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = server.kill();
+            panic!("the server started with {count} paced workers instead of refusing them");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut server.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("vm.max_map_count"), "{stderr}");
     let unpaced = format!("[[workers]]\nname = \"w\"\ncount = {count}\n");
     let (code, stdout, stderr) = check(&unpaced);

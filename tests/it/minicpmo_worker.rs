@@ -59,9 +59,11 @@ async fn a_duplex_session_reaches_the_worker_with_its_prompt_voice_and_settings(
 }
 
 /// A chunk's audio reaches the worker as the client wrote it when the client wrote the worker's
-/// format (the MiniCPM-o dialects: base64 of float32 at 16 kHz), with no second encoding; written
-/// with JSON escapes, or in another format (the OpenAI dialect's pcm16), it is encoded once, to
-/// the same samples.
+/// format (the MiniCPM-o dialects: base64 of float32 at 16 kHz); written with JSON escapes, or in
+/// another format (the OpenAI dialect's pcm16), it is encoded once, to the same samples. (That
+/// the text is forwarded, not encoded again to the same text, the unit tests show:
+/// `a_chunk_keeps_the_clients_base64_unless_the_json_escaped_it`,
+/// `a_chunk_forwards_the_clients_base64_and_encodes_only_without_it`.)
 #[tokio::test]
 async fn chunk_audio_reaches_the_worker_as_the_client_wrote_it() {
     let worker = MockWorker::start();
