@@ -59,6 +59,8 @@ const KEPT_ENV: &[&str] = &[
     "CUDA_VISIBLE_DEVICES",
     "NVIDIA_VISIBLE_DEVICES",
     "HIP_VISIBLE_DEVICES",
+    // Where the models are (scripts/fetch-models.py, the CPU model's `$OMNI_MODELS/...` paths).
+    "OMNI_MODELS",
 ];
 
 fn kept(name: &str) -> bool {

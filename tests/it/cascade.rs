@@ -45,6 +45,27 @@ fn cascade(options: &str) -> String {
     )
 }
 
+/// `$OMNI_MODELS` reaches the backend's own process (process isolation clears the rest of the
+/// environment): a model path under it names the folder the operator set, in check-config's
+/// error and its hint alike.
+#[test]
+fn omni_models_reaches_the_worker_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gw.toml");
+    std::fs::write(&config, cascade("llm_model = \"$OMNI_MODELS/absent.gguf\"")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_omni-gateway"))
+        .arg("check-config")
+        .arg(&config)
+        .env("OMNI_MODELS", dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let folder = dir.path().display();
+    assert!(stderr.contains(&format!("llm_model: no such file: {folder}/absent.gguf")), "{stderr}");
+    assert!(stderr.contains(&format!("fetches the models into {folder}")), "{stderr}");
+}
+
 fn server(options: &str) -> Server {
     let _ = models();
     // A backlog rather than silent drops: on a machine busy with something else the model falls
