@@ -194,9 +194,12 @@ impl Settings {
     }
 }
 
+/// A value that asks for nothing: search off, no search options, `seed: -1` (no fixed seed: the
+/// backend's own, as Qwen documents it). It is not sent to the backend, nor reported unsupported.
 fn neutral(name: &str, v: &Value) -> bool {
     match name {
         "enable_search" => v == &Value::Bool(false),
+        "seed" => v.as_i64() == Some(-1),
         "search_options" => v.as_object().is_some_and(|o| o.is_empty()),
         _ => false,
     }

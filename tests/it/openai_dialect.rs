@@ -220,6 +220,23 @@ async fn qwen_vad_turn_with_16k_input() {
     assert!(done["response"]["id"].as_str().unwrap().starts_with("resp_"));
 }
 
+/// The documents' own example, `seed: -1` (no fixed seed), is accepted by the reference backend
+/// (which refuses negative seeds): the session is confirmed and answers, with no error.
+#[tokio::test]
+async fn qwen_seed_minus_one_is_no_fixed_seed_and_the_session_answers() {
+    let server = Server::ready(Setup::default());
+    let mut c = qwen(&server).await;
+    c.send(json!({"type": "session.update", "session": {"seed": -1, "top_k": 50,
+        "turn_detection": {"type": "server_vad", "threshold": 0.2}, "input_audio_format": "pcm16"}}))
+        .await;
+    let updated = c.expect("session.updated").await;
+    assert_eq!((updated["session"]["seed"].clone(), updated["session"]["top_p"].clone()), (json!(-1), json!(1.0)));
+    c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16(1.5, 16000, 0.3)})).await;
+    let (types, done) = until_done(&mut c).await;
+    assert!(!types.contains(&"error".to_string()), "{types:?}");
+    assert_eq!(done["response"]["status"], "completed");
+}
+
 #[tokio::test]
 async fn text_only_modality_sends_text_deltas() {
     let server = Server::ready(Setup::default());

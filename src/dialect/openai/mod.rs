@@ -52,6 +52,20 @@ const VAD_WINDOW: usize = 320;
 const VAD_ONSET_WINDOWS: u32 = 5;
 /// Model output rate (the backend's 24 kHz).
 const OUTPUT_RATE: u32 = 24000;
+/// The token limit a Qwen session object shows when the client set none (Qwen's document).
+const QWEN_MAX_TOKENS: u32 = 16384;
+
+/// What a Qwen session object shows for the sampling settings a client did not set: the values
+/// Qwen's `session.updated` documents (`seed: -1`: no fixed seed). A client's own replace them.
+fn qwen_defaults() -> [(&'static str, Value); 5] {
+    [
+        ("top_p", json!(1.0)),
+        ("top_k", json!(50)),
+        ("repetition_penalty", json!(1.05)),
+        ("presence_penalty", json!(0.0)),
+        ("seed", json!(-1)),
+    ]
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flavor {
@@ -350,12 +364,15 @@ impl Realtime {
                     "tools": [], "tool_choice": "auto", "temperature": c.temperature.unwrap_or(0.8),
                 });
                 if self.flavor == Flavor::Qwen {
-                    // Qwen's session objects always show search, and spell the token limit so.
+                    // Qwen's session objects always show search and the sampling settings (the
+                    // values in force: the client's, else the document's defaults), and spell the
+                    // token limit so.
                     session["enable_search"] = json!(false);
                     session["search_options"] = json!({});
                     session["max_response_output_token"] = tokens;
-                    if let Some(n) = c.max_tokens {
-                        session["max_tokens"] = json!(n);
+                    session["max_tokens"] = json!(c.max_tokens.unwrap_or(QWEN_MAX_TOKENS));
+                    for (name, value) in qwen_defaults() {
+                        session[name] = value;
                     }
                 } else {
                     session["max_response_output_tokens"] = tokens;

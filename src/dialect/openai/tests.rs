@@ -251,6 +251,16 @@ fn qwen_session_fields_settings_and_errors() {
     assert_eq!(s["turn_detection"]["silence_duration_ms"], 800);
     assert_eq!(s["input_audio_transcription"], json!({"model": "gummy-realtime-v1"}));
     assert_eq!(s["temperature"], json!(0.8));
+    // The sampling settings in force, as Qwen's document shows them, before any are set.
+    for (name, value) in [
+        ("top_p", json!(1.0)),
+        ("top_k", json!(50)),
+        ("repetition_penalty", json!(1.05)),
+        ("presence_penalty", json!(0.0)),
+    ] {
+        assert_eq!(s[name], value, "{name}");
+    }
+    assert_eq!((s["seed"].clone(), s["max_tokens"].clone()), (json!(-1), json!(16384)));
     let mut out = Vec::new();
     let update = json!({"type": "session.update", "session": {"temperature": 0.8, "top_p": 0.9, "top_k": 50,
         "repetition_penalty": 1.05, "presence_penalty": 0.0, "seed": -1, "enable_search": false, "search_options": {}}});
@@ -258,16 +268,15 @@ fn qwen_session_fields_settings_and_errors() {
     let updated = frame(&out[0]);
     assert_eq!(updated["session"]["temperature"].to_string(), "0.8", "no float32 artefacts");
     assert_eq!((updated["session"]["top_k"].clone(), updated["session"]["seed"].clone()), (json!(50), json!(-1)));
-    // The settings reach the backend; the capable test backend applies only top_k.
+    assert_eq!(updated["session"]["top_p"], json!(0.9), "the client's value replaces the default");
+    // The settings reach the backend; the capable test backend applies only top_k. `seed: -1`
+    // asks for no fixed seed: nothing to send, nothing unsupported.
     let [Inbound::Reconfigure(setup)] = &cmds[..] else { panic!("{cmds:?}") };
     let names: Vec<&str> = setup.generation.settings.iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(names, ["presence_penalty", "repetition_penalty", "seed", "top_k", "top_p"]);
+    assert_eq!(names, ["presence_penalty", "repetition_penalty", "top_k", "top_p"]);
     let unsupported: Vec<String> =
         out[1..].iter().map(|f| frame(f)["error"]["param"].as_str().unwrap().to_string()).collect();
-    assert_eq!(
-        unsupported,
-        ["session.presence_penalty", "session.repetition_penalty", "session.seed", "session.top_p"]
-    );
+    assert_eq!(unsupported, ["session.presence_penalty", "session.repetition_penalty", "session.top_p"]);
     assert_eq!(frame(&out[1])["error"]["code"], "unsupported_setting");
     // Refusals with Qwen's codes.
     for (session, param) in [
