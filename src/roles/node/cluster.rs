@@ -62,7 +62,9 @@ impl Lender {
         let (slot, linked, store, addr) =
             (self.slot(i), self.linked(), cluster.store.clone(), cluster.advertise.clone());
         let w = &mut self.workers[i];
-        if !w.free() {
+        // One offer at a time: two in flight could both come back assigned, and the grant would
+        // be pushed twice (a worker opening as the node joins the cluster offered it twice).
+        if !w.free() || w.offering {
             return;
         }
         let nonce = uuid::Uuid::new_v4().simple().to_string();
