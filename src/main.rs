@@ -53,14 +53,14 @@ fn main() -> ExitCode {
         raise_descriptor_limit();
     }
     match cli.command.unwrap_or(Command::Serve) {
-        Command::Serve => match load_for_this_host(&cli.config) {
+        Command::Serve => match load_for_this_host(&cli.config, true) {
             Ok(config) => report(omni_gateway::http::run(config)),
             Err(e) => {
                 eprintln!("{e}");
                 ExitCode::FAILURE
             }
         },
-        Command::Node => match load_for_this_host(&cli.config) {
+        Command::Node => match load_for_this_host(&cli.config, false) {
             Ok(config) => report(omni_gateway::roles::node::run(config)),
             Err(e) => {
                 eprintln!("{e}");
@@ -78,9 +78,9 @@ fn main() -> ExitCode {
 
 /// The configuration, refused when this host cannot hold its workers
 /// ([`omni_gateway::config::host`]) rather than aborting while it opens them.
-fn load_for_this_host(path: &std::path::Path) -> Result<Config, String> {
+fn load_for_this_host(path: &std::path::Path, inline: bool) -> Result<Config, String> {
     let config = Config::load(path).map_err(|e| e.to_string())?;
-    omni_gateway::config::host::check(&config).map_err(|e| format!("{}: {e}", path.display()))?;
+    omni_gateway::config::host::check(&config, inline).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(config)
 }
 
@@ -115,7 +115,7 @@ fn check_config(path: &std::path::Path) -> ExitCode {
     };
     let file = path.display();
     let mut failed = false;
-    if let Err(e) = omni_gateway::config::host::check(&config) {
+    if let Err(e) = omni_gateway::config::host::check(&config, config.node.is_none()) {
         eprintln!("{file}: {e}");
         failed = true;
     }

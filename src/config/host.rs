@@ -31,8 +31,8 @@ pub struct HostNeeds {
 }
 
 impl HostNeeds {
-    pub fn of(workers: &[WorkerSpec]) -> HostNeeds {
-        let own_threads = workers.iter().filter(|w| !crate::backend::runs_inline(w)).count();
+    pub fn of(workers: &[WorkerSpec], inline: bool) -> HostNeeds {
+        let own_threads = workers.iter().filter(|w| !(inline && crate::backend::runs_inline(w))).count();
         let threads = own_threads * THREADS_PER_WORKER;
         HostNeeds { own_threads, mappings: threads * MAPPINGS_PER_THREAD + HEADROOM, tasks: threads + TASK_HEADROOM }
     }
@@ -68,9 +68,10 @@ impl HostNeeds {
     }
 }
 
-/// The configuration's workers against this host's limits.
-pub fn check(config: &Config) -> Result<(), String> {
-    HostNeeds::of(&config.workers).check(max_map_count(), max_tasks())
+/// The configuration's workers against this host's limits. `inline`: quick workers run on
+/// their BackendActor's arbiter (a gateway); a node gives every worker its threads.
+pub fn check(config: &Config, inline: bool) -> Result<(), String> {
+    HostNeeds::of(&config.workers, inline).check(max_map_count(), max_tasks())
 }
 
 fn read_number(path: &Path) -> Option<usize> {

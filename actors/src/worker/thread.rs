@@ -45,6 +45,11 @@ impl BackendFactory {
         BackendFactory { quick: true, ..self }
     }
 
+    /// Opened on a thread of its own however quick it is.
+    pub fn threaded(self) -> BackendFactory {
+        BackendFactory { quick: false, ..self }
+    }
+
     pub fn is_quick(&self) -> bool {
         self.quick
     }
