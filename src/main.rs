@@ -53,7 +53,10 @@ fn main() -> ExitCode {
         raise_descriptor_limit();
     }
     match cli.command.unwrap_or(Command::Serve) {
-        Command::Serve => match load_for_this_host(&cli.config, true) {
+        Command::Serve => match load_for_this_host(&cli.config, true).and_then(|config| {
+            omni_gateway::vad::check(&config.vad).map_err(|e| format!("{}: {e}", cli.config.display()))?;
+            Ok(config)
+        }) {
             Ok(config) => report(omni_gateway::http::run(config)),
             Err(e) => {
                 eprintln!("{e}");
@@ -124,6 +127,16 @@ fn check_config(path: &std::path::Path) -> ExitCode {
     {
         eprintln!("{file}: {e}");
         failed = true;
+    }
+    match omni_gateway::vad::check(&config.vad) {
+        Ok(()) if config.vad != omni_gateway::config::VadSpec::Energy => {
+            println!("{file}: vad: Silero VAD loads and runs")
+        }
+        Ok(()) => {}
+        Err(e) => {
+            eprintln!("{file}: {e}");
+            failed = true;
+        }
     }
     for addr in &config.bind {
         match std::net::TcpListener::bind(addr) {

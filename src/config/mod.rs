@@ -26,6 +26,7 @@ mod recording;
 mod server;
 #[cfg(test)]
 mod tests;
+mod vad;
 mod webhooks;
 mod workers;
 
@@ -38,6 +39,7 @@ pub use nodes::{NodeConfig, NodeEntry, NodeLink, NodeServe};
 pub use queue::QueueConfig;
 pub use recording::{RecordingConfig, UsageConfig};
 pub use server::{ServerConfig, TlsConfig};
+pub use vad::{VadConfig, VadEngine, VadSpec};
 pub use webhooks::{WebhookEntry, WebhookSpec};
 pub use workers::{BackendKind, BackendSource, Isolation, WorkerEntry, WorkerSpec};
 
@@ -76,6 +78,8 @@ struct RawConfig {
     recording: RecordingConfig,
     #[serde(default)]
     auth: AuthConfig,
+    #[serde(default)]
+    vad: VadConfig,
     #[serde(default)]
     models: Vec<ModelEntry>,
     #[serde(default)]
@@ -116,6 +120,8 @@ pub struct Config {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// `server.trusted_proxies`, parsed.
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// `[vad]`: the detector of the OpenAI-shaped dialects' server VAD.
+    pub vad: VadSpec,
     /// `[[models]]`; empty means any model name is served by the pool (in audio mode).
     pub models: Vec<ModelSpec>,
     pub workers: Vec<WorkerSpec>,
@@ -253,6 +259,7 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
     let recording = raw.recording.validate(base).map_err(|e| e.under("recording"))?;
     let auth = raw.auth.validate(base).map_err(|e| e.under("auth"))?;
     let models = models::validate(&raw.models, &workers)?;
+    let vad = raw.vad.validate(base).map_err(|e| e.under("vad"))?;
     let node = raw.node.as_ref().map(|n| n.validate(base).map_err(|e| e.under("node"))).transpose()?;
     let names: Vec<&str> = workers.iter().map(|w| w.name.as_str()).collect();
     let nodes = nodes::validate(&raw.nodes, &names, base)?;
@@ -270,6 +277,7 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
         inline_api_keys: raw.auth.api_keys.clone(),
         api_keys_file: auth.api_keys_file,
         admin_key: auth.admin_key,
+        vad,
         models,
         workers,
         node,

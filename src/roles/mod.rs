@@ -45,6 +45,8 @@ pub struct Serving {
     pub keys: Keys,
     /// What every connection's unfinished fragmented messages may hold together.
     pub fragments: Arc<FragmentBudget>,
+    /// The voice activity detectors of the OpenAI-shaped dialects' sessions (`[vad]`).
+    pub voice: omni_actors::edge::vad::SharedDetectors,
 }
 
 /// Starts the actors of the role the configuration names: a replica with `[cluster]`, else a
@@ -63,6 +65,7 @@ struct Common {
     keys: Keys,
     fragments: Arc<FragmentBudget>,
     registry: Arc<Registry>,
+    voice: omni_actors::edge::vad::SharedDetectors,
 }
 
 impl Common {
@@ -81,7 +84,8 @@ impl Common {
         let subscribers = crate::observe::register(config, recorder.as_ref());
         let keys = Keys::new(config.api_keys.clone(), config.admin_key.clone());
         let fragments = FragmentBudget::new((config.server.max_fragment_buffer_mb * 1048576.0) as usize);
-        Common { recorder, subscribers, keys, fragments, registry: Registry::new() }
+        let voice = crate::vad::detectors(&config.vad);
+        Common { recorder, subscribers, keys, fragments, registry: Registry::new(), voice }
     }
 
     fn serving(
@@ -101,6 +105,7 @@ impl Common {
             subscribers: self.subscribers,
             keys: self.keys,
             fragments: self.fragments,
+            voice: self.voice,
         }
     }
 }

@@ -76,23 +76,6 @@ fn server(options: &str) -> Server {
     )
 }
 
-/// `text` spoken by espeak-ng, as 16 kHz float samples.
-fn speech(text: &str) -> Vec<f32> {
-    let dir = tempfile::tempdir().unwrap();
-    let wav = dir.path().join("speech.wav");
-    let out = Command::new("espeak-ng")
-        .args(["-v", "en-us", "-s", "150", "-w"])
-        .arg(&wav)
-        .args(["--", text])
-        .output()
-        .expect("espeak-ng (apt-get install espeak-ng)");
-    assert!(out.status.success());
-    let mut reader = hound::WavReader::open(&wav).unwrap();
-    let rate = reader.spec().sample_rate;
-    let samples: Vec<f32> = reader.samples::<i16>().map(|s| s.unwrap() as f32 / 32768.0).collect();
-    omni_actors::audio::resample(&samples, rate, 16000).unwrap()
-}
-
 /// The backend's recogniser (libomni_asr_whisper.so with the Whisper model), in this process.
 fn transcribe(audio_16k: &[f32]) -> String {
     type Open = unsafe extern "C" fn(*const u8, usize, i32, *mut u8, usize) -> *mut std::ffi::c_void;

@@ -36,7 +36,7 @@ fn dialects() -> Vec<Box<dyn Dialect>> {
         all.push(Box::new(MiniCpmEndpoint::new(mode, limits())));
     }
     for flavor in [Flavor::Ga, Flavor::Beta, Flavor::Qwen] {
-        all.push(Box::new(Realtime::new(flavor, "omni", limits())));
+        all.push(Box::new(Realtime::new(flavor, "omni", limits(), &omni_gateway::vad::energy())));
     }
     all
 }
@@ -244,7 +244,7 @@ proptest! {
         let append = serde_json::json!({"type": "input_audio_buffer.append",
             "audio": base64::engine::general_purpose::STANDARD.encode(bytes)});
         for flavor in [Flavor::Ga, Flavor::Beta, Flavor::Qwen] {
-            let mut d = Realtime::new(flavor, "omni", limits());
+            let mut d = Realtime::new(flavor, "omni", limits(), &omni_gateway::vad::energy());
             match d.decode(&bytestring::ByteString::from(String::from(&format.to_string())), &mut Vec::new()) {
                 Ok(_) => prop_assert!((8000..=192_000).contains(&rate), "{rate} accepted"),
                 Err(DecodeError::Protocol(e)) => {

@@ -36,3 +36,4 @@ mod scale;
 mod sdk_clients;
 mod security;
 mod tools;
+mod vad;

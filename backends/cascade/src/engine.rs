@@ -13,8 +13,9 @@ use std::time::Instant;
 use crate::asr::{Asr, Heard};
 use crate::llm::{Llm, LlmError, Sampling};
 use crate::options::Options;
+use crate::options::VadEngine;
 use crate::tts::{OUT_RATE, Voice};
-use crate::vad::{RATE, Vad, VadConfig};
+use crate::vad::{Detector, RATE, Vad, VadConfig};
 
 /// What every thread may touch: the interrupt epoch, a pending force-listen, the KV length.
 pub struct Shared {
@@ -128,6 +129,20 @@ impl Engine {
         let asr = Arc::new(Asr::open(&opt.asr_library, &opt.asr_model, opt.threads)?);
         let llm = Llm::open(&opt.llm_model, opt.n_ctx, opt.threads, &sampling(&opt, None))?;
         let voice = Voice::open(&opt.onnxruntime_library, &opt.voice, opt.threads as usize, &opt.espeak)?;
+        let detector = match opt.vad {
+            VadEngine::Energy => Detector::Energy { threshold: opt.vad_threshold },
+            VadEngine::Silero => {
+                let model = omni_vad_silero::Model {
+                    path: opt.vad_model.clone(),
+                    onnxruntime_library: opt.onnxruntime_library.clone(),
+                };
+                model.check()?;
+                Detector::Silero {
+                    silero: Box::new(omni_vad_silero::Silero::new(model)),
+                    probability: opt.vad_probability,
+                }
+            }
+        };
         let shared = Arc::new(Shared {
             interrupts: AtomicU64::new(0),
             force_listen: AtomicBool::new(false),
@@ -139,7 +154,7 @@ impl Engine {
             shared,
             llm,
             voice,
-            vad: Vad::default(),
+            vad: Vad::new(detector),
             session: None,
             utterance: Vec::new(),
             preroll: VecDeque::new(),
@@ -156,11 +171,7 @@ impl Engine {
     }
 
     fn vad_config(&self) -> VadConfig {
-        VadConfig {
-            threshold: self.opt.vad_threshold,
-            min_speech_ms: self.opt.speech_min_ms,
-            silence_ms: self.opt.silence_ms,
-        }
+        VadConfig { min_speech_ms: self.opt.speech_min_ms, silence_ms: self.opt.silence_ms }
     }
 
     fn sync_kv(&self) {
@@ -257,7 +268,7 @@ impl Engine {
         }
         let config = self.vad_config();
         let was_speaking = self.vad.in_speech();
-        let endpoint = self.vad.push(&config, audio);
+        let endpoint = self.vad.push(&config, audio).map_err(Error::Inference)?;
         if self.answer.is_some() && self.vad.chunk_voiced_ms >= self.opt.barge_in_ms {
             // Barge-in: the user talks over the answer; it stops here.
             self.cut_answer();

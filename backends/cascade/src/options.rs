@@ -4,6 +4,13 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+/// Which detector finds the user's speech (`vad.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VadEngine {
+    Silero,
+    Energy,
+}
+
 #[derive(Debug, Clone)]
 pub struct Options {
     pub llm_model: PathBuf,
@@ -15,6 +22,9 @@ pub struct Options {
     pub threads: i32,
     pub n_ctx: u32,
     pub max_answer_tokens: u32,
+    pub vad: VadEngine,
+    pub vad_model: PathBuf,
+    pub vad_probability: f32,
     pub vad_threshold: f32,
     pub speech_min_ms: u32,
     pub silence_ms: u32,
@@ -36,6 +46,9 @@ pub const KNOWN: &[&str] = &[
     "threads",
     "n_ctx",
     "max_answer_tokens",
+    "vad",
+    "vad_model",
+    "vad_probability",
     "vad_threshold",
     "speech_min_ms",
     "silence_ms",
@@ -113,7 +126,16 @@ impl Options {
             Some(v) => expand(v),
             None => beside,
         };
-        Ok(Options {
+        let vad = match map.get("vad").map(String::as_str) {
+            None | Some("silero") => VadEngine::Silero,
+            Some("energy") => VadEngine::Energy,
+            Some(other) => return Err(format!("vad: {other:?} is not a detector (silero, energy)")),
+        };
+        let vad_model = path("vad_model", "$OMNI_MODELS/silero_vad.onnx");
+        let options = Options {
+            vad,
+            vad_model,
+            vad_probability: number(map, "vad_probability", 0.5, 0.05, 0.95)?,
             llm_model: file("llm_model", path("llm_model", "$OMNI_MODELS/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"))?,
             asr_model: file("asr_model", path("asr_model", "$OMNI_MODELS/ggml-tiny.en.bin"))?,
             voice: file("voice", path("voice", "$OMNI_MODELS/en_US-joe-medium.onnx"))?,
@@ -135,7 +157,11 @@ impl Options {
             top_k: number(map, "top_k", 40, 1, 1000)?,
             top_p: number(map, "top_p", 0.9, 0.01, 1.0)?,
             seed: number(map, "seed", 42, 0, u32::MAX)?,
-        })
+        };
+        if options.vad == VadEngine::Silero {
+            file("vad_model", options.vad_model.clone())?;
+        }
+        Ok(options)
     }
 }
 
@@ -161,7 +187,14 @@ mod tests {
         let f = dir.join("omni-cascade-options-test");
         std::fs::write(&f, b"x").unwrap();
         let p = f.to_str().unwrap();
-        let all = [("llm_model", p), ("asr_model", p), ("voice", p), ("onnxruntime_library", p), ("asr_library", p)];
+        let all = [
+            ("llm_model", p),
+            ("asr_model", p),
+            ("voice", p),
+            ("onnxruntime_library", p),
+            ("asr_library", p),
+            ("vad_model", p),
+        ];
         let mut m = map(&all);
         m.insert("threads".into(), "0".into());
         let err = Options::parse(&m, None).unwrap_err();

@@ -7,7 +7,6 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
-use std::sync::OnceLock;
 
 use ort::environment::Environment;
 use ort::session::Session;
@@ -25,16 +24,9 @@ pub struct Voice {
     espeak: String,
 }
 
-static ORT: OnceLock<Result<Environment, String>> = OnceLock::new();
-
-/// Loads ONNX Runtime once per process (every handle shares it).
+/// ONNX Runtime, loaded once per process and shared with the voice activity detector.
 fn runtime(library: &Path) -> Result<&'static Environment, String> {
-    ORT.get_or_init(|| {
-        let builder = ort::init_from(library).map_err(|e| format!("onnxruntime_library {}: {e}", library.display()))?;
-        builder.with_name("omni-cascade").build().map_err(|e| format!("ONNX Runtime: {e}"))
-    })
-    .as_ref()
-    .map_err(|e| e.clone())
+    omni_vad_silero::runtime(library)
 }
 
 impl Voice {

@@ -2,6 +2,7 @@
 //! flavor's shape (beta, GA, Qwen), validated field by field.
 
 use omni_actors::domain::{Generation, SessionKind, SessionSetup};
+use omni_actors::edge::vad::EdgeRules;
 use omni_actors::protocol::ProtocolError;
 use serde_json::{Value, json};
 
@@ -78,9 +79,13 @@ impl Conf {
         s
     }
 
-    /// The RMS that counts as speech for the input detector: 0.02 at threshold 0.5.
-    pub(super) fn rms_threshold(&self) -> f32 {
-        self.vad.as_ref().map_or(0.02, |v| (v.threshold * 0.04).clamp(0.004, 0.2) as f32)
+    /// Server VAD's settings, as the detector's rules take them.
+    pub(super) fn edge_rules(&self) -> Option<EdgeRules> {
+        self.vad.as_ref().map(|v| EdgeRules {
+            threshold: v.threshold as f32,
+            prefix_padding_ms: v.prefix_padding_ms.min(u32::MAX as u64) as u32,
+            silence_duration_ms: v.silence_duration_ms.min(u32::MAX as u64) as u32,
+        })
     }
 }
 

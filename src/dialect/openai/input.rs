@@ -14,9 +14,10 @@ use omni_actors::observe::metrics::metrics;
 
 use super::conf::{invalid, modalities};
 use super::held::Weigh;
-use super::{Phase, Realtime, STEP, Turn, UserTurn, VAD_ONSET_WINDOWS, VAD_WINDOW};
+use super::{Phase, Realtime, STEP, Turn, UserTurn};
 use crate::dialect::wire;
 use omni_actors::audio::StreamResampler;
+use omni_actors::edge::vad::Edge;
 
 /// pcm16 little-endian base64 into float32 samples.
 pub(super) fn decode_pcm16(b64: &str, param: &str) -> Result<Vec<f32>, ProtocolError> {
@@ -99,44 +100,60 @@ impl Realtime {
         Ok(())
     }
 
-    /// Energy detector on the 16 kHz input: speech onset is `speech_started`, and while
-    /// the model speaks it is a barge-in.
+    /// The voice activity detector on the 16 kHz input, window by window: the edges of the
+    /// user's speech become its events.
     pub(super) fn detect_speech(&mut self, samples: &[f32], out: &mut Vec<String>) {
-        let threshold = self.conf.rms_threshold();
-        let pause_windows = self.conf.vad.as_ref().map_or(25, |v| (v.silence_duration_ms / 20).max(1)) as u32;
-        for window in samples.chunks(VAD_WINDOW) {
-            self.received_samples += window.len() as u64;
-            let rms = (window.iter().map(|s| s * s).sum::<f32>() / window.len() as f32).sqrt();
-            if rms >= threshold {
-                self.voiced_run += 1;
-                self.silent_run = 0;
-            } else {
-                self.silent_run += 1;
-                self.voiced_run = 0;
+        self.received_samples += samples.len() as u64;
+        let Some(rules) = self.conf.edge_rules() else { return };
+        let size = self.detector.window();
+        self.window.extend_from_slice(samples);
+        let mut at = 0;
+        while self.window.len() - at >= size {
+            let p = self.detector.probability(&self.window[at..at + size]);
+            at += size;
+            match self.edges.push(&rules, p, size) {
+                Some(Edge::Started { audio_start_ms }) => self.speech_started(audio_start_ms, out),
+                Some(Edge::Stopped { audio_end_ms }) => self.speech_stopped(audio_end_ms, out),
+                None => {}
             }
-            if self.in_speech && self.silent_run >= pause_windows {
-                self.in_speech = false;
-            }
-            if self.in_speech || self.voiced_run < VAD_ONSET_WINDOWS {
-                continue;
-            }
-            self.in_speech = true;
-            if self.user.is_none() {
-                let start_ms = self.received_ms().saturating_sub(100);
-                if self.response.as_ref().is_some_and(|r| r.duplex) {
-                    // Barge-in: the answer in flight is cancelled, the backend listens.
-                    self.finish_response(out, "cancelled", Some("turn_detected"));
-                    self.commands.push(Inbound::Interrupt);
-                }
-                let item_id = self.new_item();
-                self.user = Some(UserTurn { item_id: item_id.clone(), start_ms, announced: true, committed: false });
-                self.pads = 0;
-                self.reply(
-                    out,
-                    "input_audio_buffer.speech_started",
-                    json!({"audio_start_ms": start_ms, "item_id": item_id}),
-                );
-            }
+        }
+        self.window.drain(..at);
+    }
+
+    /// Speech starts: a new user turn; over the model's answer, a barge-in.
+    fn speech_started(&mut self, start_ms: u64, out: &mut Vec<String>) {
+        if self.user.is_some() {
+            return;
+        }
+        if self.response.as_ref().is_some_and(|r| r.duplex) {
+            // Barge-in: the answer in flight is cancelled, the backend listens.
+            self.finish_response(out, "cancelled", Some("turn_detected"));
+            self.commands.push(Inbound::Interrupt);
+        }
+        let item_id = self.new_item();
+        self.user = Some(UserTurn { item_id: item_id.clone(), start_ms, announced: true });
+        self.unanswered = true;
+        self.pads = 0;
+        self.reply(out, "input_audio_buffer.speech_started", json!({"audio_start_ms": start_ms, "item_id": item_id}));
+    }
+
+    /// Speech stops: the user's turn is committed as an item, whether or not the model answers.
+    fn speech_stopped(&mut self, end_ms: u64, out: &mut Vec<String>) {
+        let Some(user) = self.user.take() else { return };
+        let item_id = user.item_id;
+        self.reply(out, "input_audio_buffer.speech_stopped", json!({"audio_end_ms": end_ms, "item_id": item_id}));
+        let previous = self.last_item.replace(item_id.clone());
+        self.reply(out, "input_audio_buffer.committed", json!({"item_id": item_id, "previous_item_id": previous}));
+        let item = json!({"id": item_id, "object": "realtime.item", "type": "message", "status": "completed",
+                          "role": "user", "content": [{"type": "input_audio", "transcript": null}]});
+        self.reply(out, self.flavor.item_created(), json!({"previous_item_id": previous, "item": item}));
+        if self.backend.as_ref().is_some_and(|b| !b.transcripts) {
+            // Nothing will come: says so now.
+            self.transcribed(out, &item_id, None);
+        } else if let Some(older) = self.awaiting_transcript.replace(item_id) {
+            // Two turns before an answer: the older one gets what was heard so far.
+            let heard = self.heard.take();
+            self.transcribed(out, &older, heard.as_deref());
         }
     }
 

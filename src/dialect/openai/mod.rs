@@ -4,8 +4,11 @@
 //! steps or turn-mode answers and back.
 //!
 //! - `turn_detection: server_vad` (default): appended pcm16 audio, resampled to 16 kHz, is
-//!   gathered into one-second duplex steps. The model's listen/speak decisions drive the
-//!   turn events; an energy detector on the input gives `speech_started` and barge-in.
+//!   gathered into one-second duplex steps. The gateway's voice activity detector (`[vad]`:
+//!   loudness or Silero VAD) decides the user's turn events at the speech's own edges:
+//!   `speech_started` (and barge-in over an answer), then `speech_stopped`, `committed` and the
+//!   user item once `silence_duration_ms` of silence follow the speech; the model's decisions
+//!   drive the responses.
 //!   While a response is in progress and the client has stopped sending, the codec keeps
 //!   stepping the backend with silence at the backend's own pace.
 //! - `turn_detection: null`: `input_audio_buffer.commit` and `conversation.item.create`
@@ -18,6 +21,7 @@ use std::sync::Arc;
 
 use omni_actors::domain::{BackendInfo, ChatMessage, Mode, SessionSetup};
 use omni_actors::edge::dialect::{DecodeError, Dialect, RecordedMedia};
+use omni_actors::edge::vad::{SharedDetectors, SpeechEdges, VoiceDetector};
 use omni_actors::observe::recording::Redact;
 use omni_actors::protocol::{CloseReason, Inbound, Outbound, ProtocolError, QueueInfo};
 use serde_json::{Map, Value, json};
@@ -47,9 +51,6 @@ const PAD_EVERY: Duration = Duration::from_millis(1000);
 const MAX_PADS: u32 = 5;
 /// Audio held while the session is being created: at most this many steps.
 const MAX_HELD_STEPS: usize = 30;
-/// VAD: 20 ms windows, 100 ms of voice make an onset.
-const VAD_WINDOW: usize = 320;
-const VAD_ONSET_WINDOWS: u32 = 5;
 /// Model output rate (the backend's 24 kHz).
 const OUTPUT_RATE: u32 = 24000;
 /// The token limit a Qwen session object shows when the client set none (Qwen's document).
@@ -134,7 +135,6 @@ struct UserTurn {
     item_id: String,
     start_ms: u64,
     announced: bool,
-    committed: bool,
 }
 
 /// A response in progress.
@@ -197,11 +197,18 @@ pub struct Realtime {
     heard_audio: bool,
     last_append: Option<Instant>,
     received_samples: u64,
-    voiced_run: u32,
-    silent_run: u32,
-    /// The input detector hears the user speaking.
-    in_speech: bool,
+    /// Server VAD: this session's detector, the input not yet a whole window of it, and the
+    /// edges of speech it found.
+    detector: Box<dyn VoiceDetector>,
+    window: Vec<f32>,
+    edges: SpeechEdges,
+    /// The user's speech in progress (started, not yet stopped or answered).
     user: Option<UserTurn>,
+    /// The user spoke and the model has not answered since.
+    unanswered: bool,
+    /// The newest user item committed at the end of its speech, waiting for what the model
+    /// heard (it says so when it answers).
+    awaiting_transcript: Option<String>,
     /// Manual mode: audio (16 kHz) not yet committed, and items not yet answered.
     buffer: Vec<f32>,
     items_pending: Counted<ChatMessage>,
@@ -229,7 +236,7 @@ pub struct Realtime {
 }
 
 impl Realtime {
-    pub fn new(flavor: Flavor, model: &str, limits: Limits) -> Realtime {
+    pub fn new(flavor: Flavor, model: &str, limits: Limits, voice: &SharedDetectors) -> Realtime {
         let conf = Conf::new(flavor);
         let rate = conf.input_rate;
         Realtime {
@@ -252,10 +259,12 @@ impl Realtime {
             heard_audio: false,
             last_append: None,
             received_samples: 0,
-            voiced_run: 0,
-            silent_run: 0,
-            in_speech: false,
+            detector: voice.detector(),
+            window: Vec::new(),
+            edges: SpeechEdges::default(),
             user: None,
+            unanswered: false,
+            awaiting_transcript: None,
             buffer: Vec::new(),
             items_pending: Counted::default(),
             frames: Counted::default(),
@@ -603,7 +612,7 @@ impl Dialect for Realtime {
             Some(r) if r.duplex && now.duration_since(r.last_step) >= PAD_EVERY && due => self.pad_step(now),
             Some(_) => {}
             // The user spoke and went quiet before a full step: let the model hear the pause.
-            None if self.user.is_some() && due && self.pads < MAX_PADS => {
+            None if (self.user.is_some() || self.unanswered) && due && self.pads < MAX_PADS => {
                 self.pads += 1;
                 self.pad_step(now);
             }

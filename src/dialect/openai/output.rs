@@ -113,42 +113,57 @@ impl Realtime {
         self.reply(out, kind, body);
     }
 
+    /// The user's turn ends as the model answers: its events, with what the model heard.
+    fn close_user_turn(&mut self, out: &mut Vec<String>, mut user: UserTurn, end_ms: u64) {
+        let item_id = user.item_id.clone();
+        if !user.announced {
+            user.announced = true;
+            self.reply(
+                out,
+                "input_audio_buffer.speech_started",
+                json!({"audio_start_ms": user.start_ms, "item_id": item_id}),
+            );
+        }
+        self.reply(out, "input_audio_buffer.speech_stopped", json!({"audio_end_ms": end_ms, "item_id": item_id}));
+        let previous = self.last_item.replace(item_id.clone());
+        self.reply(out, "input_audio_buffer.committed", json!({"item_id": item_id, "previous_item_id": previous}));
+        // What the model heard of this turn, when it says.
+        let heard = self.heard.take().filter(|_| self.conf.transcription.is_some());
+        let item = json!({"id": item_id, "object": "realtime.item", "type": "message", "status": "completed",
+                          "role": "user", "content": [{"type": "input_audio", "transcript": heard}]});
+        self.reply(out, self.flavor.item_created(), json!({"previous_item_id": previous, "item": item}));
+        self.transcribed(out, &item_id, heard.as_deref());
+    }
+
     /// Opens a response: for the duplex model, first closes the user's turn.
     pub(super) fn start_response(&mut self, out: &mut Vec<String>, duplex: bool, audio: bool) {
         if duplex {
             // The model takes the floor: whatever the user says from now on is a new turn.
-            self.in_speech = false;
-            self.voiced_run = 0;
-            let end_ms = self.received_ms();
-            let mut user = self.user.take().unwrap_or_else(|| UserTurn {
-                item_id: self.new_item(),
-                start_ms: end_ms.saturating_sub(1000),
-                announced: false,
-                committed: false,
-            });
-            let item_id = user.item_id.clone();
-            if !user.announced {
-                user.announced = true;
-                self.reply(
-                    out,
-                    "input_audio_buffer.speech_started",
-                    json!({"audio_start_ms": user.start_ms, "item_id": item_id}),
-                );
-            }
-            self.reply(out, "input_audio_buffer.speech_stopped", json!({"audio_end_ms": end_ms, "item_id": item_id}));
-            if !user.committed {
-                let previous = self.last_item.replace(item_id.clone());
-                self.reply(
-                    out,
-                    "input_audio_buffer.committed",
-                    json!({"item_id": item_id, "previous_item_id": previous}),
-                );
-                // What the model heard of this turn, when it says.
-                let heard = self.heard.take().filter(|_| self.conf.transcription.is_some());
-                let item = json!({"id": item_id, "object": "realtime.item", "type": "message", "status": "completed",
-                                  "role": "user", "content": [{"type": "input_audio", "transcript": heard}]});
-                self.reply(out, self.flavor.item_created(), json!({"previous_item_id": previous, "item": item}));
-                self.transcribed(out, &item_id, heard.as_deref());
+            let in_speech = self.edges.in_speech();
+            self.edges.end();
+            self.unanswered = false;
+            let awaiting = self.awaiting_transcript.take();
+            match (self.user.take(), awaiting) {
+                (None, Some(item_id)) => {
+                    // The turn was committed at the end of its speech; this is what was heard.
+                    let heard = self.heard.take();
+                    self.transcribed(out, &item_id, heard.as_deref());
+                }
+                (user, awaiting) => {
+                    if let Some(older) = awaiting {
+                        self.transcribed(out, &older, None);
+                    }
+                    // Speech in progress ends at its last voiced window; a turn the detector
+                    // did not hear (the model answered a sound it took for speech) ends now.
+                    let received = self.received_ms();
+                    let end_ms = if in_speech { self.edges.speech_end_ms() } else { received };
+                    let user = user.unwrap_or_else(|| UserTurn {
+                        item_id: self.new_item(),
+                        start_ms: received.saturating_sub(1000),
+                        announced: false,
+                    });
+                    self.close_user_turn(out, user, end_ms);
+                }
             }
         }
         self.responses += 1;

@@ -69,7 +69,7 @@ fn active(flavor: Flavor) -> (Realtime, Vec<String>) {
 }
 
 fn active_with(flavor: Flavor, backend: &BackendInfo) -> (Realtime, Vec<String>) {
-    let mut d = Realtime::new(flavor, "m", Limits::default());
+    let mut d = Realtime::new(flavor, "m", Limits::default(), &crate::vad::energy());
     let mut out = Vec::new();
     d.encode(Outbound::QueueDone, &mut out);
     assert!(matches!(d.take_commands()[..], [Inbound::Init(_)]));
@@ -84,7 +84,7 @@ fn frame(f: &str) -> Value {
 
 #[test]
 fn nothing_but_queue_events_before_created_then_updates_in_order() {
-    let mut d = Realtime::new(Flavor::Beta, "m", Limits::default());
+    let mut d = Realtime::new(Flavor::Beta, "m", Limits::default(), &crate::vad::energy());
     let mut out = Vec::new();
     let cmds = d
         .decode(
@@ -134,6 +134,82 @@ fn appended_audio_of_any_size_is_gathered_into_steps() {
     }
     assert_eq!(chunks.len(), 2, "2.5 s of audio is 2 one-second steps");
     assert!(chunks.iter().all(|c| matches!(c, Inbound::Chunk(ch) if ch.audio.len() == STEP)));
+}
+
+fn append(d: &mut Realtime, samples: &[f32], out: &mut Vec<String>) {
+    let frame = json!({"type": "input_audio_buffer.append", "audio": pcm16_b64(samples)}).to_string();
+    d.decode(&frame.into(), out).unwrap();
+}
+
+/// `seconds` of a loud tone (speech to the energy detector) at 16 kHz.
+fn tone(seconds: f32) -> Vec<f32> {
+    (0..(16000.0 * seconds) as usize).map(|i| 0.3 * (i as f32 * 0.1).sin()).collect()
+}
+
+#[test]
+fn speech_stops_at_its_own_end_and_the_answer_brings_the_transcript() {
+    // Qwen's input is 16 kHz, and its default silence is 800 ms.
+    let (mut d, _) = active(Flavor::Qwen);
+    let mut out = Vec::new();
+    append(&mut d, &vec![0.0; 8000], &mut out);
+    append(&mut d, &tone(1.0), &mut out);
+    assert_eq!(types(&out), ["input_audio_buffer.speech_started"]);
+    // Speech began at 500 ms: its start, less the 300 ms of padding.
+    assert_eq!(frame(&out[0])["audio_start_ms"], 200);
+    out.clear();
+    // 2 s of silence, sent in 100 ms pieces: the stop comes after 800 ms of them.
+    let mut at_stop = None;
+    for i in 0..20 {
+        append(&mut d, &vec![0.0; 1600], &mut out);
+        if at_stop.is_none() && !out.is_empty() {
+            at_stop = Some(i + 1);
+        }
+    }
+    assert_eq!(at_stop, Some(8), "stopped after 800 ms of silence, not before and not later");
+    assert_eq!(
+        types(&out),
+        ["input_audio_buffer.speech_stopped", "input_audio_buffer.committed", "conversation.item.created"]
+    );
+    let stopped = frame(&out[0]);
+    assert_eq!(stopped["audio_end_ms"], 1500, "the end of the speech, not of the audio (2500 ms)");
+    let item = frame(&out[2]);
+    assert_eq!(item["item"]["id"], stopped["item_id"]);
+    assert_eq!(item["item"]["content"][0]["transcript"], Value::Null);
+    out.clear();
+    // The model answers: what it heard goes to the committed item, and no second stop.
+    d.encode(Outbound::Transcript { session_id: "s", input_id: "input_3", response_id: None, text: "Hi" }, &mut out);
+    let speak =
+        StepOutcome { kind: StepKind::Speak, text: "Hello".into(), end_of_turn: true, ..StepOutcome::default() };
+    d.encode(
+        Outbound::Step { session_id: "s", response_id: Some("r"), input_id: "input_3", outcome: &speak },
+        &mut out,
+    );
+    let kinds = types(&out);
+    assert_eq!(kinds[..2], ["conversation.item.input_audio_transcription.completed", "response.created"]);
+    assert_eq!(frame(&out[0])["item_id"], stopped["item_id"]);
+    assert_eq!(frame(&out[0])["transcript"], "Hi");
+    assert!(!kinds.iter().any(|k| k.starts_with("input_audio_buffer")), "{kinds:?}");
+}
+
+#[test]
+fn a_short_utterance_then_silence_gets_its_stop_and_a_model_without_transcripts_says_so_at_once() {
+    let backend = BackendInfo { transcripts: false, ..capable() };
+    let (mut d, _) = active_with(Flavor::Qwen, &backend);
+    let mut out = Vec::new();
+    append(&mut d, &tone(0.3), &mut out);
+    append(&mut d, &vec![0.0; 48000], &mut out);
+    assert_eq!(
+        types(&out),
+        [
+            "input_audio_buffer.speech_started",
+            "input_audio_buffer.speech_stopped",
+            "input_audio_buffer.committed",
+            "conversation.item.created",
+            "conversation.item.input_audio_transcription.failed",
+        ]
+    );
+    assert_eq!(frame(&out[1])["audio_end_ms"], 300);
+    assert_eq!(frame(&out[4])["error"]["code"], "transcription_unavailable");
 }
 
 #[test]

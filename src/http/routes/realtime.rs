@@ -161,14 +161,14 @@ async fn upgrade(
     let (mode, dialect, reject): (Mode, Box<dyn Dialect>, Option<ProtocolError>) = match &endpoint {
         Endpoint::MiniCpm(mode) => (*mode, Box::new(MiniCpmEndpoint::new(*mode, config.dialect_limits())), None),
         Endpoint::Realtime(flavor, model) => match config.model_mode(model) {
-            Some(mode) => (mode, Box::new(Realtime::new(*flavor, model, config.dialect_limits())), None),
+            Some(mode) => (mode, Box::new(Realtime::new(*flavor, model, config.dialect_limits(), &gw.voice)), None),
             None => {
                 let known: Vec<&str> = config.models.iter().map(|m| m.name.as_str()).collect();
                 let e = ProtocolError::ModelNotFound(format!(
                     "model '{model}' is not served here (known: {})",
                     known.join(", ")
                 ));
-                (Mode::Audio, Box::new(Realtime::new(*flavor, model, config.dialect_limits())), Some(e))
+                (Mode::Audio, Box::new(Realtime::new(*flavor, model, config.dialect_limits(), &gw.voice)), Some(e))
             }
         },
     };

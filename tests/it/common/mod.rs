@@ -580,6 +580,23 @@ pub async fn active(server: &Server, mode: &str) -> Client {
 }
 
 /// One second of a 220 Hz tone: speech to the reference backend.
+/// `text` spoken by espeak-ng, as 16 kHz float samples.
+pub fn speech(text: &str) -> Vec<f32> {
+    let dir = tempfile::tempdir().unwrap();
+    let wav = dir.path().join("speech.wav");
+    let out = std::process::Command::new("espeak-ng")
+        .args(["-v", "en-us", "-s", "150", "-w"])
+        .arg(&wav)
+        .args(["--", text])
+        .output()
+        .expect("espeak-ng (apt-get install espeak-ng)");
+    assert!(out.status.success());
+    let mut reader = hound::WavReader::open(&wav).unwrap();
+    let rate = reader.spec().sample_rate;
+    let samples: Vec<f32> = reader.samples::<i16>().map(|s| s.unwrap() as f32 / 32768.0).collect();
+    omni_actors::audio::resample(&samples, rate, 16000).unwrap()
+}
+
 pub fn loud() -> Vec<f32> {
     (0..16000).map(|i| 0.3 * (2.0 * std::f32::consts::PI * 220.0 * i as f32 / 16000.0).sin()).collect()
 }

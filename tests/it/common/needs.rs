@@ -44,7 +44,10 @@ impl Need {
                 let dir = target_dir();
                 dir.join("libomni_cascade.so").is_file() && dir.join("libomni_asr_whisper.so").is_file()
             }
-            Need::Models => models_dir().join("ggml-tiny.en.bin").is_file() && Need::CascadeLibraries.met(),
+            Need::Models => {
+                ["ggml-tiny.en.bin", "silero_vad.onnx"].iter().all(|f| models_dir().join(f).is_file())
+                    && Need::CascadeLibraries.met()
+            }
             Need::Sdks => Command::new(sdk_python())
                 .args(["-c", "import openai, dashscope, websockets"])
                 .stdout(Stdio::null())

@@ -1,0 +1,179 @@
+//! The gateway's voice activity detection (`[vad]`): Silero VAD finds the edges of spoken
+//! sentences where they are, tells speech from noise, and drives the OpenAI-shaped dialects'
+//! speech events over a real socket.
+
+use std::time::Duration;
+
+use crate::common::*;
+use omni_actors::edge::vad::{Edge, EdgeRules, SpeechEdges, VoiceDetector};
+use omni_gateway::config::VadSpec;
+use serde_json::{Value, json};
+
+const SENTENCES: [&str; 3] =
+    ["What is the capital of France?", "Tell me a short story.", "How many legs does a spider have?"];
+
+fn silero() -> Box<dyn VoiceDetector> {
+    let model = omni_vad_silero::Model {
+        path: models_dir().join("silero_vad.onnx"),
+        onnxruntime_library: models_dir().join("libonnxruntime.so.1.31.1"),
+    };
+    omni_gateway::vad::detectors(&VadSpec::Silero(model)).detector()
+}
+
+/// Where a clean recording's speech starts and ends (samples louder than -40 dBFS).
+fn bounds(speech: &[f32]) -> (usize, usize) {
+    let loud = |s: &&f32| s.abs() > 0.01;
+    let first = speech.iter().position(|s| loud(&s)).unwrap();
+    let last = speech.len() - speech.iter().rev().position(|s| loud(&s)).unwrap();
+    (first, last)
+}
+
+/// Sentences with silences of known length between them; the true edges in milliseconds.
+fn conversation() -> (Vec<f32>, Vec<(u64, u64)>) {
+    let mut audio = vec![0.0; 8000];
+    let mut truth = Vec::new();
+    for (i, text) in SENTENCES.iter().enumerate() {
+        let speech = speech(text);
+        let (first, last) = bounds(&speech);
+        let at = audio.len();
+        truth.push((((at + first) / 16) as u64, ((at + last) / 16) as u64));
+        audio.extend_from_slice(&speech);
+        audio.resize(audio.len() + 16 * [1200, 1800, 2500][i], 0.0);
+    }
+    (audio, truth)
+}
+
+fn edges(detector: &mut dyn VoiceDetector, audio: &[f32], rules: &EdgeRules) -> Vec<Edge> {
+    let mut edges = SpeechEdges::default();
+    let size = detector.window();
+    audio.chunks(size).filter_map(|w| edges.push(rules, detector.probability(w), w.len())).collect()
+}
+
+#[test]
+fn silero_finds_each_sentence_and_its_end_within_a_window() {
+    if !needs(&[Need::Models]) {
+        return;
+    }
+    let (audio, truth) = conversation();
+    let rules = EdgeRules { threshold: 0.5, prefix_padding_ms: 0, silence_duration_ms: 500 };
+    let found = edges(silero().as_mut(), &audio, &rules);
+    assert_eq!(found.len(), 2 * truth.len(), "one start and one stop per sentence: {found:?} for {truth:?}");
+    for (pair, (start, end)) in found.chunks(2).zip(&truth) {
+        let [Edge::Started { audio_start_ms }, Edge::Stopped { audio_end_ms }] = pair else { panic!("{pair:?}") };
+        // (`cargo test --test it vad:: -- --nocapture` shows the errors docs/performance.md reports.)
+        println!(
+            "silero edges: start {:+} ms, end {:+} ms",
+            *audio_start_ms as i64 - *start as i64,
+            *audio_end_ms as i64 - *end as i64
+        );
+        // The onset needs 90 ms of voiced windows; a window is 32 ms.
+        assert!(audio_start_ms.abs_diff(*start) <= 130, "started at {audio_start_ms} ms, speech at {start} ms");
+        assert!(audio_end_ms.abs_diff(*end) <= 96, "stopped at {audio_end_ms} ms, speech ended at {end} ms");
+    }
+}
+
+#[test]
+fn silero_does_not_take_noise_for_speech_where_loudness_does() {
+    if !needs(&[Need::Models]) {
+        return;
+    }
+    // Two seconds of loud hiss (a fan, a street), then silence.
+    let mut seed = 12345u32;
+    let mut audio: Vec<f32> = (0..32000)
+        .map(|_| {
+            seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
+            ((seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * 0.2
+        })
+        .collect();
+    audio.resize(48000, 0.0);
+    let rules = EdgeRules { threshold: 0.5, prefix_padding_ms: 0, silence_duration_ms: 500 };
+    assert_eq!(edges(silero().as_mut(), &audio, &rules), []);
+    let loudness = edges(omni_gateway::vad::energy().detector().as_mut(), &audio, &rules);
+    assert_eq!(loudness.len(), 2, "the energy detector calls the hiss speech: {loudness:?}");
+}
+
+fn pcm16_b64(samples: &[f32]) -> String {
+    use base64::Engine;
+    let bytes: Vec<u8> = samples.iter().flat_map(|s| ((s.clamp(-1.0, 1.0) * 32767.0) as i16).to_le_bytes()).collect();
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Over a socket, with `[vad] engine = "silero"`: each sentence gets `speech_started`, then
+/// `speech_stopped` at the end of its speech (not of the audio), `committed` and the user item,
+/// whatever the backend does (the reference backend here, told never to hear speech, so that
+/// no answer takes the floor).
+#[tokio::test]
+async fn a_qwen_client_gets_speech_events_at_the_speechs_own_edges() {
+    if !needs(&[Need::Models]) {
+        return;
+    }
+    let vad = format!(
+        "[vad]\nengine = \"silero\"\nmodel = \"{}\"\nonnxruntime_library = \"{}\"\n",
+        models_dir().join("silero_vad.onnx").display(),
+        models_dir().join("libonnxruntime.so.1.31.1").display()
+    );
+    let server = Server::ready(Setup::default().workers(workers(1, "vad_threshold = 0.9")).extra(&vad));
+    let mut c = Client::connect(&server.url("/api-ws/v1/realtime?model=qwen-omni")).await;
+    c.expect("session.created").await;
+    // Qwen's documented 800 ms of silence.
+    c.send(json!({"type": "session.update", "session": {"modalities": ["text"], "input_audio_format": "pcm16",
+        "turn_detection": {"type": "server_vad", "threshold": 0.5, "silence_duration_ms": 800}}}))
+        .await;
+    c.expect("session.updated").await;
+    let (audio, truth) = conversation();
+    for piece in audio.chunks(1600) {
+        c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16_b64(piece)})).await;
+    }
+    let mut seen: Vec<Value> = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while seen.iter().filter(|e| e["type"] == "conversation.item.created" && e["item"]["role"] == "user").count()
+        < truth.len()
+    {
+        let e = tokio::time::timeout_at(deadline, c.event()).await.expect("every sentence committed within 60 s");
+        seen.push(e);
+    }
+    let of = |kind: &str| -> Vec<&Value> { seen.iter().filter(|e| e["type"] == kind).collect() };
+    let started = of("input_audio_buffer.speech_started");
+    let stopped = of("input_audio_buffer.speech_stopped");
+    let committed = of("input_audio_buffer.committed");
+    assert_eq!((started.len(), stopped.len(), committed.len()), (3, 3, 3), "{:?}", kinds(&seen));
+    for (i, (start, end)) in truth.iter().enumerate() {
+        let s = started[i]["audio_start_ms"].as_u64().unwrap();
+        let e = stopped[i]["audio_end_ms"].as_u64().unwrap();
+        // Qwen's default padding is 300 ms before the speech.
+        assert!((s + 300).abs_diff(*start) <= 130, "sentence {i}: started at {s} (+300), speech at {start}");
+        assert!(e.abs_diff(*end) <= 96, "sentence {i}: stopped at {e}, speech ended at {end}");
+        assert_eq!(started[i]["item_id"], stopped[i]["item_id"]);
+        assert_eq!(committed[i]["item_id"], stopped[i]["item_id"]);
+    }
+}
+
+/// check-config loads the Silero model and says so; a missing model is named with its key.
+#[test]
+fn check_config_loads_silero_and_names_a_missing_model() {
+    if !needs(&[Need::Models]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gw.toml");
+    let base = format!("[server]\nbind = \"127.0.0.1:0\"\n{}", workers(1, ""));
+    std::fs::write(&config, format!("{base}[vad]\nengine = \"silero\"\n")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_omni-gateway"))
+        .arg("check-config")
+        .arg(&config)
+        .env("OMNI_MODELS", models_dir())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("vad: Silero VAD loads and runs"), "{stdout}");
+    std::fs::write(&config, format!("{base}[vad]\nengine = \"silero\"\nmodel = \"absent.onnx\"\n")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_omni-gateway"))
+        .arg("check-config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("vad.model: no such file:") && stderr.contains("absent.onnx"), "{stderr}");
+}
