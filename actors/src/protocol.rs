@@ -363,6 +363,8 @@ pub enum Outbound<'a> {
         prompt_length: u64,
         backend: &'a BackendInfo,
     },
+    /// A `Reconfigure` the backend refused: the session goes on with the settings it had.
+    ReconfigureFailed(&'a ProtocolError),
     Error(&'a ProtocolError),
     Closed {
         session_id: Option<&'a str>,

@@ -30,7 +30,8 @@
  *          settings: applies top_p, top_k, repetition_penalty, presence_penalty and seed
  *          (listed in info); a reply says which it holds: a duplex reply's first text names
  *          them in brackets, and the turn question "What are your settings?" is answered
- *          with them. Other settings are ignored, as the header allows.
+ *          with them. Other settings are ignored, as the header allows. A top_k above
+ *          max_top_k [1000] is refused (OMNI_ERR_INVALID_ARGUMENT), as a model's own limit.
  *          transcripts: a deterministic stand-in for speech recognition. A duplex reply
  *          reports "(N.N seconds of speech)" for the speech it answers, on its first step;
  *          a turn reports the same for the audio of the newest user message.
@@ -85,6 +86,7 @@ struct options {
     long open_ms, interrupt_hang_ms;
     long revision;
     long vision;
+    long max_top_k;
 };
 
 /* The generation settings this backend applies (reported by info). */
@@ -241,12 +243,12 @@ static omni_status parse_options(struct options *opt, const omni_option *options
     static const char *names[] = {"vad_threshold", "speech_min_ms", "reply_steps",  "n_ctx",
                                   "step_ms",       "token_ms",      "fail_at_step", "hang_at_step",
                                   "hang_ms",       "abort_at_step", "segv_at_step", "open_ms",
-                                  "interrupt_hang_ms", "revision", "vision"};
+                                  "interrupt_hang_ms", "revision", "vision", "max_top_k"};
     long *ints[] = {NULL,           &opt->speech_min_ms, &opt->reply_steps,  &opt->n_ctx,
                     &opt->step_ms,  &opt->token_ms,      &opt->fail_at_step, &opt->hang_at_step,
                     &opt->hang_ms,  &opt->abort_at_step, &opt->segv_at_step, &opt->open_ms,
-                    &opt->interrupt_hang_ms, &opt->revision, &opt->vision};
-    *opt = (struct options){0.02, 500, 3, 8192, 0, 0, 0, 0, 60000, 0, 0, 0, 0, 1, 1};
+                    &opt->interrupt_hang_ms, &opt->revision, &opt->vision, &opt->max_top_k};
+    *opt = (struct options){0.02, 500, 3, 8192, 0, 0, 0, 0, 60000, 0, 0, 0, 0, 1, 1, 1000};
     if (n > 0 && !options) {
         snprintf(err, cap, "options is NULL with n_options %zu", n);
         return OMNI_ERR_INVALID_ARGUMENT;
@@ -262,7 +264,7 @@ static omni_status parse_options(struct options *opt, const omni_option *options
         if (k == sizeof names / sizeof names[0]) {
             snprintf(err, cap, "unknown option '%.*s' (known: vad_threshold, speech_min_ms, reply_steps, n_ctx, "
                      "step_ms, token_ms, fail_at_step, hang_at_step, hang_ms, abort_at_step, segv_at_step, "
-                     "open_ms, interrupt_hang_ms, revision, vision)",
+                     "open_ms, interrupt_hang_ms, revision, vision, max_top_k)",
                      (int)(o->key.len > 64 ? 64 : o->key.len), o->key.ptr ? o->key.ptr : "");
             return OMNI_ERR_OPEN_FAILED;
         }
@@ -312,6 +314,7 @@ static omni_status apply_settings(omni_backend *b, const omni_option *s, size_t 
         int ok = parse_num(o, &v);
         if (ok && key_is(o, "top_p")) ok = v > 0 && v <= 1;
         if (ok && (key_is(o, "top_k") || key_is(o, "seed"))) ok = v >= 0 && v == floor(v);
+        if (ok && key_is(o, "top_k")) ok = v <= b->opt.max_top_k;
         if (ok && key_is(o, "repetition_penalty")) ok = v > 0;
         if (ok && key_is(o, "presence_penalty")) ok = v >= -2 && v <= 2;
         if (!ok)

@@ -411,7 +411,7 @@ pub(crate) fn encode_common(event: &Outbound<'_>, closed_reason: &str) -> Option
         Outbound::Queued(q) => queue_event("session.queued", *q),
         Outbound::QueueUpdate(q) => queue_event("session.queue_update", *q),
         Outbound::QueueDone => json!({"type": "session.queue_done"}).to_string(),
-        Outbound::Error(e) => json!({
+        Outbound::Error(e) | Outbound::ReconfigureFailed(e) => json!({
             "type": "error",
             "error": {"code": e.code(), "message": e.to_string(), "type": e.kind().as_str()},
         })
@@ -562,6 +562,7 @@ fn encode(event: Outbound<'_>, out: &mut Vec<String>) {
         | Outbound::QueueUpdate(_)
         | Outbound::QueueDone
         | Outbound::Error(_)
+        | Outbound::ReconfigureFailed(_)
         | Outbound::Closed { .. }
         | Outbound::Created { .. }
         | Outbound::Transcript { .. }

@@ -323,3 +323,31 @@ async fn errors_have_the_openai_shape() {
         assert!(e["error"].get("param").is_some() && e["error"]["message"].is_string());
     }
 }
+
+/// A setting the backend refuses on a reconfigure (the reference backend allows `top_k` up to
+/// `max_top_k`): one error, no `session.updated`, and the session goes on answering with the
+/// configuration it had, which the next `session.updated` shows.
+#[tokio::test]
+async fn a_reconfigure_the_backend_refuses_keeps_the_previous_configuration() {
+    let server = Server::ready(Setup::default().workers(workers(1, "max_top_k = 20")));
+    let mut c = qwen(&server).await;
+    c.send(json!({"type": "session.update", "session": {"top_k": 10, "input_audio_format": "pcm16",
+        "turn_detection": {"type": "server_vad", "threshold": 0.2}}}))
+        .await;
+    assert_eq!(c.expect("session.updated").await["session"]["top_k"], 10);
+    c.send(json!({"type": "session.update", "session": {"top_k": 50, "instructions": "Be verbose."}})).await;
+    let e = c.event().await;
+    assert_eq!(e["type"], "error", "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("top_k"), "{e}");
+    // It still answers, and nothing else comes first: no session.updated, no second error.
+    c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16(1.5, 16000, 0.3)})).await;
+    let (types, done) = until_done(&mut c).await;
+    assert!(!types.iter().any(|t| t == "session.updated"), "{types:?}");
+    assert_eq!(done["response"]["status"], "completed");
+    // The reference backend names the settings it holds in its reply's first text.
+    let text = done["response"]["output"][0]["content"][0]["transcript"].as_str().unwrap().to_string();
+    assert!(text.contains("top_k=10"), "{text}");
+    c.send(json!({"type": "session.update", "session": {}})).await;
+    let shown = c.expect("session.updated").await;
+    assert_eq!((shown["session"]["top_k"].clone(), shown["session"]["instructions"].clone()), (json!(10), json!("")));
+}

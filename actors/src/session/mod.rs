@@ -35,6 +35,7 @@ pub mod flow;
 pub mod messages;
 mod output;
 pub mod registry;
+pub mod setups;
 pub mod state;
 #[cfg(test)]
 mod tests;
@@ -43,6 +44,7 @@ use flow::Flow;
 pub use flow::SessionCounters;
 use messages::{BackendEvent, FromClient, QueueNotice, Shutdown, ToClient};
 use registry::{Admission, Registry};
+use setups::Setups;
 use state::{Phase, SessionState};
 
 /// A client's reason for closing is echoed and recorded up to this many bytes.
@@ -90,6 +92,8 @@ pub struct SessionActor {
     links: SessionLinks,
     conn: u64,
     state: SessionState,
+    /// The setups asked of the backend, and the last it took.
+    setups: Setups,
     flow: Flow,
     upgraded: Instant,
     upgraded_at: SystemTime,
@@ -118,6 +122,7 @@ impl SessionActor {
             conn: links.conn,
             links,
             state: SessionState::default(),
+            setups: Setups::default(),
             upgraded: now,
             upgraded_at: SystemTime::now(),
             worker: None,
@@ -243,6 +248,16 @@ impl SessionActor {
         self.dialect_commands(ctx);
     }
 
+    /// Asks the backend again for the setup it had, after it refused a new one.
+    fn restore(&mut self, setup: crate::domain::SessionSetup, ctx: &mut Context<Self>) {
+        let Some(port) = self.worker.as_ref().map(|w| w.port.clone()) else {
+            return;
+        };
+        self.flow.cut();
+        let reply = Delivery::new(ctx.address().recipient(), Lost::Work);
+        port.reconfigure.do_send(Reconfigure { key: self.conn, setup, reply });
+    }
+
     fn command(&mut self, cmd: Inbound, ctx: &mut Context<Self>) {
         if let Err(e) = self.state.admit(&cmd) {
             return self.send_error(ctx, &e);
@@ -280,6 +295,7 @@ impl SessionActor {
                 });
                 self.session_id = Some(session_id.clone());
                 self.state.initializing();
+                self.setups.asked(setup.clone());
                 port.prepare.do_send(Prepare { key, session_id, dialect, setup, reply: reply(Lost::Work) });
             }
             Inbound::Chunk(chunk) => {
@@ -308,6 +324,7 @@ impl SessionActor {
             Inbound::Reconfigure(setup) => {
                 // Output of everything sent so far is void.
                 self.flow.cut();
+                self.setups.asked(setup.clone());
                 port.reconfigure.do_send(Reconfigure { key, setup, reply: reply(Lost::Work) });
             }
             Inbound::Interrupt => {

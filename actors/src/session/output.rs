@@ -23,11 +23,19 @@ impl SessionActor {
         }
         match event {
             BackendEvent::Prepared { prompt_length, backend } if self.state.phase() == Phase::Active => {
+                self.setups.took();
                 self.emit(Outbound::Reconfigured { prompt_length, backend: &backend })
             }
-            BackendEvent::Prepared { prompt_length, backend } => self.created(prompt_length, &backend),
+            BackendEvent::Prepared { prompt_length, backend } => {
+                self.setups.took();
+                self.created(prompt_length, &backend)
+            }
+            BackendEvent::PrepareFailed(e) if self.state.phase() == Phase::Active => {
+                self.reconfigure_failed(e, ctx)
+            }
             BackendEvent::PrepareFailed(e) => {
                 self.state.init_failed();
+                self.setups.refused();
                 match e {
                     BackendError::ContextFull(_) => self.finish(ctx, CloseReason::ContextFull),
                     BackendError::InvalidArgument(why) => self.send_error(ctx, &ProtocolError::InvalidPayload(why)),
@@ -51,6 +59,33 @@ impl SessionActor {
             BackendEvent::Drained => self.finish(ctx, CloseReason::ServerShutdown),
             BackendEvent::Attached(Ok(())) => self.attached(),
             BackendEvent::Attached(Err(e)) => self.attach_failed(e, ctx),
+        }
+    }
+
+    /// The backend refused new settings: one error, and the settings it had are asked again
+    /// (the session goes on as it was; the dialect keeps its previous configuration).
+    fn reconfigure_failed(&mut self, e: BackendError, ctx: &mut Context<Self>) {
+        if let BackendError::ContextFull(_) = e {
+            return self.finish(ctx, CloseReason::ContextFull);
+        }
+        let error = match e {
+            BackendError::InvalidArgument(why) => ProtocolError::InvalidPayload(why),
+            BackendError::Unsupported(why) => ProtocolError::ServiceUnavailable(why),
+            other => ProtocolError::Inference(other.to_string()),
+        };
+        log::warn!(
+            "session {}: worker {} refused new settings ({error}); going on with the previous ones",
+            self.who(),
+            self.worker_name()
+        );
+        metrics().errors.with_label_values(&[error.code()]).inc();
+        if self.links.sinks.wants(crate::observe::events::Interest::ERRORS) {
+            let message = error.to_string();
+            self.links.sinks.publish(SessionEvent::Error { code: error.code(), message: &message });
+        }
+        self.emit(Outbound::ReconfigureFailed(&error));
+        if let Some(previous) = self.setups.refused() {
+            self.restore(previous, ctx);
         }
     }
 

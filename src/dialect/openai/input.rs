@@ -46,31 +46,57 @@ impl Realtime {
     pub(super) fn update(&mut self, v: &Value, out: &mut Vec<String>) -> Result<(), ProtocolError> {
         let session = v.get("session").ok_or_else(|| ProtocolError::MissingField("session is required".into()))?;
         self.conf.apply(session)?;
-        if self.conf.input_rate != self.resampler_rate {
-            self.resampler = StreamResampler::new(self.conf.input_rate, 16000).map_err(|e| invalid("session", e))?;
-            self.resampler_rate = self.conf.input_rate;
-        }
-        match self.phase {
-            Phase::Active => {
-                let body = json!({"session": self.session_object()});
-                self.reply(out, "session.updated", body);
-                self.report_unsupported(out);
-                self.reconfigure_if_changed();
-            }
-            _ => self.update_pending = true,
+        self.follow_input_rate()?;
+        if self.phase != Phase::Active {
+            self.update_pending = true;
+        } else if !self.reconfigure_if_changed(true) {
+            // Nothing the backend holds changed: confirmed now (else once the backend took it).
+            let body = json!({"session": self.session_object()});
+            self.reply(out, "session.updated", body);
+            self.report_unsupported(out);
         }
         Ok(())
     }
 
-    /// The backend follows the configuration (mode, instructions, voice...).
-    pub(super) fn reconfigure_if_changed(&mut self) {
-        let setup = self.conf.setup();
-        if self.prepared.as_ref() != Some(&setup) {
-            self.prepared = Some(setup.clone());
-            self.response = None;
-            self.step.clear();
-            self.commands.push(Inbound::Reconfigure(setup));
+    /// The resampler follows the input format.
+    pub(super) fn follow_input_rate(&mut self) -> Result<(), ProtocolError> {
+        if self.conf.input_rate != self.resampler_rate {
+            self.resampler = StreamResampler::new(self.conf.input_rate, 16000).map_err(|e| invalid("session", e))?;
+            self.resampler_rate = self.conf.input_rate;
         }
+        Ok(())
+    }
+
+    /// The backend follows the configuration (mode, instructions, voice...): when it changed,
+    /// a reconfigure goes out; `announce` owes the client a `session.updated` once it took.
+    pub(super) fn reconfigure_if_changed(&mut self, announce: bool) -> bool {
+        let setup = self.conf.setup();
+        if self.prepared.as_ref() == Some(&setup) {
+            return false;
+        }
+        self.prepared = Some(setup.clone());
+        self.response = None;
+        self.step.clear();
+        self.reconfigures.push_back((announce, self.conf.clone()));
+        self.commands.push(Inbound::Reconfigure(setup));
+        true
+    }
+
+    /// The backend refused the oldest reconfigure; the session asks it again for the settings
+    /// it had, unless a newer reconfigure is on its way. The client hears the error (the
+    /// session's), no `session.updated`, and the configuration in force is the previous one.
+    pub(super) fn reconfigure_refused(&mut self) {
+        self.reconfigures.pop_front();
+        if !self.reconfigures.is_empty() {
+            return;
+        }
+        self.conf = self.in_force.clone();
+        self.prepared = Some(self.conf.setup());
+        if self.follow_input_rate().is_err() {
+            log::warn!("openai dialect: the previous input format has no resampler");
+        }
+        // The session's restore answers like any reconfigure.
+        self.reconfigures.push_back((false, self.conf.clone()));
     }
 
     pub(super) fn append(&mut self, v: &Value, now: Instant, out: &mut Vec<String>) -> Result<(), ProtocolError> {

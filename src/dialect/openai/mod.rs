@@ -178,8 +178,13 @@ pub struct Realtime {
     flavor: Flavor,
     model: String,
     conf: Conf,
-    /// The setup the backend was last prepared with.
+    /// The setup the backend was last asked to take.
     prepared: Option<SessionSetup>,
+    /// The configuration the backend last took (what a refused reconfigure goes back to), and
+    /// the reconfigures in flight, oldest first: whether each owes the client a
+    /// `session.updated`, and the configuration it carries.
+    in_force: Conf,
+    reconfigures: VecDeque<(bool, Conf)>,
     phase: Phase,
     session_id: Option<String>,
     update_pending: bool,
@@ -242,8 +247,10 @@ impl Realtime {
         Realtime {
             flavor,
             model: model.to_string(),
+            in_force: conf.clone(),
             conf,
             prepared: None,
+            reconfigures: VecDeque::new(),
             phase: Phase::Waiting,
             session_id: None,
             update_pending: false,
@@ -520,9 +527,25 @@ impl Dialect for Realtime {
                 out.extend(self.deferred.take());
                 let held = self.held.take();
                 self.commands.extend(held);
-                self.reconfigure_if_changed();
+                self.in_force = self.conf.clone();
+                self.reconfigure_if_changed(false);
             }
-            Outbound::Reconfigured { backend, .. } => self.backend = Some(backend.clone()),
+            Outbound::Reconfigured { backend, .. } => {
+                self.backend = Some(backend.clone());
+                if let Some((announce, conf)) = self.reconfigures.pop_front() {
+                    self.in_force = conf;
+                    if announce {
+                        let body = json!({"session": self.session_object()});
+                        out.push(self.event("session.updated", body));
+                        self.report_unsupported(out);
+                    }
+                }
+            }
+            Outbound::ReconfigureFailed(e) => {
+                let frame = self.error_event(e);
+                out.push(frame);
+                self.reconfigure_refused();
+            }
             Outbound::Transcript { response_id: None, text, .. } => {
                 // The duplex model's: it belongs to the user item the next response commits.
                 let heard = self.heard.get_or_insert_with(String::new);

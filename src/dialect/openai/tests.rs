@@ -78,6 +78,42 @@ fn active_with(flavor: Flavor, backend: &BackendInfo) -> (Realtime, Vec<String>)
     (d, out)
 }
 
+/// The backend took the settings of the oldest reconfigure.
+fn reconfigured(d: &mut Realtime, out: &mut Vec<String>) {
+    d.encode(Outbound::Reconfigured { prompt_length: 0, backend: &capable() }, out);
+}
+
+fn update(d: &mut Realtime, session: Value, out: &mut Vec<String>) -> Vec<Inbound> {
+    let frame = json!({"type": "session.update", "session": session}).to_string();
+    d.decode(&frame.into(), out).unwrap()
+}
+
+#[test]
+fn a_reconfigure_the_backend_refuses_is_one_error_and_the_previous_configuration_stays() {
+    let (mut d, _) = active(Flavor::Qwen);
+    let mut out = Vec::new();
+    let cmds = update(&mut d, json!({"instructions": "Be brief.", "top_k": 5}), &mut out);
+    assert!(matches!(&cmds[..], [Inbound::Reconfigure(s)] if s.system_prompt == "Be brief."));
+    reconfigured(&mut d, &mut out);
+    assert_eq!(types(&out), ["session.updated"]);
+    out.clear();
+    // The backend refuses the next settings.
+    let cmds = update(&mut d, json!({"instructions": "Be verbose.", "top_k": 7}), &mut out);
+    assert_eq!(cmds.len(), 1);
+    let refusal = ProtocolError::InvalidPayload("setting top_k has an invalid value '7'".into());
+    d.encode(Outbound::ReconfigureFailed(&refusal), &mut out);
+    assert_eq!(types(&out), ["error"], "one error, no session.updated");
+    assert!(frame(&out[0])["error"]["message"].as_str().unwrap().contains("top_k"));
+    out.clear();
+    // The session restores the previous settings; the dialect shows them, and asks for no more.
+    reconfigured(&mut d, &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    let cmds = update(&mut d, json!({}), &mut out);
+    assert!(cmds.is_empty(), "nothing changed: {cmds:?}");
+    let shown = frame(&out[0]);
+    assert_eq!((shown["session"]["instructions"].clone(), shown["session"]["top_k"].clone()), (json!("Be brief."), json!(5)));
+}
+
 fn frame(f: &str) -> Value {
     serde_json::from_str(f).unwrap()
 }
@@ -341,6 +377,8 @@ fn qwen_session_fields_settings_and_errors() {
     let update = json!({"type": "session.update", "session": {"temperature": 0.8, "top_p": 0.9, "top_k": 50,
         "repetition_penalty": 1.05, "presence_penalty": 0.0, "seed": -1, "enable_search": false, "search_options": {}}});
     let cmds = d.decode(&bytestring::ByteString::from(String::from(&update.to_string())), &mut out).unwrap();
+    assert!(out.is_empty(), "session.updated waits for the backend to take the settings: {out:?}");
+    reconfigured(&mut d, &mut out);
     let updated = frame(&out[0]);
     assert_eq!(updated["session"]["temperature"].to_string(), "0.8", "no float32 artefacts");
     assert_eq!((updated["session"]["top_k"].clone(), updated["session"]["seed"].clone()), (json!(50), json!(-1)));
@@ -411,6 +449,7 @@ fn manual_turn_commit_and_create() {
         .decode(&bytestring::ByteString::from(String::from(&json!({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": null, "transcription": {"model": "any"}}}}}).to_string())), &mut out)
         .unwrap();
     assert!(matches!(cmds[..], [Inbound::Reconfigure(ref s)] if s.kind == SessionKind::Turn));
+    reconfigured(&mut d, &mut out);
     assert_eq!(types(&out), ["session.updated"]);
     out.clear();
     let e = d
