@@ -11,6 +11,8 @@
 //! - [`dialect`]: the wire formats clients speak (MiniCPM-o, its earlier dialect, OpenAI/Qwen).
 //! - [`vad`]: the voice activity detectors the OpenAI-shaped dialects' server VAD runs on
 //!   every session's input (loudness, or Silero VAD).
+//! - [`transcription`]: the gateway's own speech recogniser (Whisper), for backends that do not
+//!   transcribe the user.
 //! - [`backend`]: what a worker runs: the C ABI in a thread or a child process, a node's worker,
 //!   a MiniCPM-o worker.
 //! - [`link`]: the protocol between a gateway and a node, used by both.
@@ -29,5 +31,6 @@ pub mod observe;
 pub mod roles;
 pub mod store;
 
+pub mod transcription;
 pub mod transport;
 pub mod vad;

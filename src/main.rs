@@ -54,7 +54,11 @@ fn main() -> ExitCode {
     }
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => match load_for_this_host(&cli.config, true).and_then(|config| {
-            omni_gateway::vad::check(&config.vad).map_err(|e| format!("{}: {e}", cli.config.display()))?;
+            let file = cli.config.display();
+            omni_gateway::vad::check(&config.vad).map_err(|e| format!("{file}: {e}"))?;
+            if let Some(t) = &config.transcription {
+                omni_gateway::transcription::check(t).map_err(|e| format!("{file}: {e}"))?;
+            }
             Ok(config)
         }) {
             Ok(config) => report(omni_gateway::http::run(config)),
@@ -136,6 +140,15 @@ fn check_config(path: &std::path::Path) -> ExitCode {
         Err(e) => {
             eprintln!("{file}: {e}");
             failed = true;
+        }
+    }
+    if let Some(t) = &config.transcription {
+        match omni_gateway::transcription::check(t) {
+            Ok(()) => println!("{file}: transcription: Whisper ({}) loads and runs", t.model.display()),
+            Err(e) => {
+                eprintln!("{file}: {e}");
+                failed = true;
+            }
         }
     }
     for addr in &config.bind {

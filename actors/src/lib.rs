@@ -21,7 +21,11 @@
 //!    oldest chunk when the client runs ahead, let force-listen overtake the backlog, and fail a
 //!    step past its deadline; its thread ([`worker::thread`]) calls the [`edge::backend::Backend`].
 //!    Results go straight to the session ([`session::messages::BackendEvent`]).
-//! 5. Everything that happens is published to the subscribers ([`observe::events`]): the
+//! 5. The session's dialect decides the user's turns (for the OpenAI shapes, with an
+//!    [`edge::vad::VoiceDetector`] and [`edge::vad::SpeechEdges`]); when the backend does not
+//!    transcribe, each turn's audio goes to the [`transcribe::TranscriptionActor`], whose answer
+//!    comes back to the session ([`transcribe::messages::Transcribed`]).
+//! 6. Everything that happens is published to the subscribers ([`observe::events`]): the
 //!    recorder, usage, webhooks. When the session ends it detaches; the worker resets and is
 //!    offered again.
 //!
@@ -39,6 +43,7 @@ pub mod pool;
 pub mod protocol;
 pub mod queue;
 pub mod session;
+pub mod transcribe;
 pub mod worker;
 
 pub use edge::backend::{Backend, BackendControl, BackendError, run_duplex_step};

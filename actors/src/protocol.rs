@@ -288,6 +288,9 @@ pub enum Inbound {
     /// Cut the current output short: in duplex mode the backend is force-listened (speech
     /// of earlier input is void), in turn mode the answer in flight is cancelled.
     Interrupt,
+    /// Transcribe a user item's audio (16 kHz) with the gateway's recogniser: for a backend that
+    /// reports no transcript. The answer comes as [`Outbound::UserTranscript`].
+    Transcribe { item_id: String, audio: Vec<f32> },
 }
 
 /// Queue position as told to a waiting client.
@@ -362,6 +365,12 @@ pub enum Outbound<'a> {
     Reconfigured {
         prompt_length: u64,
         backend: &'a BackendInfo,
+    },
+    /// The gateway's transcript of a user item (asked with [`Inbound::Transcribe`]): the words,
+    /// or why there are none.
+    UserTranscript {
+        item_id: &'a str,
+        result: Result<&'a str, &'a str>,
     },
     /// A `Reconfigure` the backend refused: the session goes on with the settings it had.
     ReconfigureFailed(&'a ProtocolError),

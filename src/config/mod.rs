@@ -26,6 +26,7 @@ mod recording;
 mod server;
 #[cfg(test)]
 mod tests;
+mod transcription;
 mod vad;
 mod webhooks;
 mod workers;
@@ -39,6 +40,7 @@ pub use nodes::{NodeConfig, NodeEntry, NodeLink, NodeServe};
 pub use queue::QueueConfig;
 pub use recording::{RecordingConfig, UsageConfig};
 pub use server::{ServerConfig, TlsConfig};
+pub use transcription::{TranscriptionConfig, TranscriptionSpec};
 pub use vad::{VadConfig, VadEngine, VadSpec};
 pub use webhooks::{WebhookEntry, WebhookSpec};
 pub use workers::{BackendKind, BackendSource, Isolation, WorkerEntry, WorkerSpec};
@@ -81,6 +83,8 @@ struct RawConfig {
     #[serde(default)]
     vad: VadConfig,
     #[serde(default)]
+    transcription: TranscriptionConfig,
+    #[serde(default)]
     models: Vec<ModelEntry>,
     #[serde(default)]
     workers: Vec<WorkerEntry>,
@@ -122,6 +126,8 @@ pub struct Config {
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// `[vad]`: the detector of the OpenAI-shaped dialects' server VAD.
     pub vad: VadSpec,
+    /// `[transcription]`, when on: the gateway's own recogniser.
+    pub transcription: Option<TranscriptionSpec>,
     /// `[[models]]`; empty means any model name is served by the pool (in audio mode).
     pub models: Vec<ModelSpec>,
     pub workers: Vec<WorkerSpec>,
@@ -260,6 +266,7 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
     let auth = raw.auth.validate(base).map_err(|e| e.under("auth"))?;
     let models = models::validate(&raw.models, &workers)?;
     let vad = raw.vad.validate(base).map_err(|e| e.under("vad"))?;
+    let transcription = raw.transcription.validate(base).map_err(|e| e.under("transcription"))?;
     let node = raw.node.as_ref().map(|n| n.validate(base).map_err(|e| e.under("node"))).transpose()?;
     let names: Vec<&str> = workers.iter().map(|w| w.name.as_str()).collect();
     let nodes = nodes::validate(&raw.nodes, &names, base)?;
@@ -278,6 +285,7 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
         api_keys_file: auth.api_keys_file,
         admin_key: auth.admin_key,
         vad,
+        transcription,
         models,
         workers,
         node,

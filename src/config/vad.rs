@@ -59,19 +59,25 @@ fn home() -> PathBuf {
     std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"))
 }
 
+/// A path as the model sections write it: `$OMNI_MODELS/x`, `~/x`, or relative to the config
+/// file.
+pub fn expand_models_path(value: &str, base: Base<'_>) -> PathBuf {
+    if let Some(rest) = value.strip_prefix("$OMNI_MODELS/") {
+        models_dir().join(rest)
+    } else if let Some(rest) = value.strip_prefix("~/") {
+        home().join(rest)
+    } else {
+        base.resolve(Path::new(value))
+    }
+}
+
 impl VadConfig {
     pub fn validate(&self, base: Base<'_>) -> Result<VadSpec, Invalid> {
         if self.engine == VadEngine::Energy {
             return Ok(VadSpec::Energy);
         }
         let file = |key: &str, value: &str| -> Result<PathBuf, Invalid> {
-            let path = if let Some(rest) = value.strip_prefix("$OMNI_MODELS/") {
-                models_dir().join(rest)
-            } else if let Some(rest) = value.strip_prefix("~/") {
-                home().join(rest)
-            } else {
-                base.resolve(Path::new(value))
-            };
+            let path = expand_models_path(value, base);
             if path.is_file() {
                 return Ok(path);
             }

@@ -563,6 +563,7 @@ fn encode(event: Outbound<'_>, out: &mut Vec<String>) {
         | Outbound::QueueDone
         | Outbound::Error(_)
         | Outbound::ReconfigureFailed(_)
+        | Outbound::UserTranscript { .. }
         | Outbound::Closed { .. }
         | Outbound::Created { .. }
         | Outbound::Transcript { .. }

@@ -47,6 +47,8 @@ pub struct Serving {
     pub fragments: Arc<FragmentBudget>,
     /// The voice activity detectors of the OpenAI-shaped dialects' sessions (`[vad]`).
     pub voice: omni_actors::edge::vad::SharedDetectors,
+    /// The gateway's recogniser (`[transcription]`), when on.
+    pub transcription: Option<omni_actors::transcribe::TranscriptionPort>,
 }
 
 /// Starts the actors of the role the configuration names: a replica with `[cluster]`, else a
@@ -66,6 +68,7 @@ struct Common {
     fragments: Arc<FragmentBudget>,
     registry: Arc<Registry>,
     voice: omni_actors::edge::vad::SharedDetectors,
+    transcription: Option<omni_actors::transcribe::TranscriptionPort>,
 }
 
 impl Common {
@@ -85,7 +88,8 @@ impl Common {
         let keys = Keys::new(config.api_keys.clone(), config.admin_key.clone());
         let fragments = FragmentBudget::new((config.server.max_fragment_buffer_mb * 1048576.0) as usize);
         let voice = crate::vad::detectors(&config.vad);
-        Common { recorder, subscribers, keys, fragments, registry: Registry::new(), voice }
+        let transcription = config.transcription.as_ref().map(crate::transcription::start);
+        Common { recorder, subscribers, keys, fragments, registry: Registry::new(), voice, transcription }
     }
 
     fn serving(
@@ -106,6 +110,7 @@ impl Common {
             keys: self.keys,
             fragments: self.fragments,
             voice: self.voice,
+            transcription: self.transcription,
         }
     }
 }

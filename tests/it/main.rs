@@ -36,4 +36,5 @@ mod scale;
 mod sdk_clients;
 mod security;
 mod tools;
+mod transcription;
 mod vad;

@@ -40,6 +40,7 @@ pub mod state;
 #[cfg(test)]
 mod tests;
 
+use crate::transcribe::messages::{Transcribe, Transcribed};
 use flow::Flow;
 pub use flow::SessionCounters;
 use messages::{BackendEvent, FromClient, QueueNotice, Shutdown, ToClient};
@@ -84,6 +85,8 @@ pub struct SessionLinks {
     /// The subscribers' sinks for this session ([`crate::observe::events`]).
     pub sinks: SessionSinks,
     pub client: ClientInfo,
+    /// The gateway's recogniser, when `[transcription]` is on.
+    pub transcription: Option<crate::transcribe::TranscriptionPort>,
 }
 
 pub struct SessionActor {
@@ -248,6 +251,20 @@ impl SessionActor {
         self.dialect_commands(ctx);
     }
 
+    /// A user item's audio to the gateway's recogniser; without one, the client hears why.
+    fn transcribe(&mut self, item_id: String, audio: Vec<f32>, ctx: &mut Context<Self>) {
+        match &self.links.transcription {
+            Some(port) => {
+                port.submit(Transcribe { session: self.who(), item_id, audio, reply: ctx.address().recipient() })
+            }
+            None => {
+                let why =
+                    "the model does not transcribe speech and the gateway's transcription is off ([transcription])";
+                self.emit(Outbound::UserTranscript { item_id: &item_id, result: Err(why) });
+            }
+        }
+    }
+
     /// Asks the backend again for the setup it had, after it refused a new one.
     fn restore(&mut self, setup: crate::domain::SessionSetup, ctx: &mut Context<Self>) {
         let Some(port) = self.worker.as_ref().map(|w| w.port.clone()) else {
@@ -331,6 +348,7 @@ impl SessionActor {
                 self.flow.cut();
                 port.interrupt.do_send(Interrupt { key });
             }
+            Inbound::Transcribe { item_id, audio } => self.transcribe(item_id, audio, ctx),
         }
     }
 
@@ -404,7 +422,11 @@ fn recorded_media(commands: &[Inbound]) -> RecordedMedia {
                     frames.extend(m.images.iter().cloned());
                 }
             }
-            Inbound::Init(_) | Inbound::Close { .. } | Inbound::Reconfigure(_) | Inbound::Interrupt => {}
+            Inbound::Init(_)
+            | Inbound::Close { .. }
+            | Inbound::Reconfigure(_)
+            | Inbound::Interrupt
+            | Inbound::Transcribe { .. } => {}
         }
     }
     (audio, frames)
@@ -577,6 +599,19 @@ impl Handler<BackendEvent> for SessionActor {
 
     fn handle(&mut self, event: BackendEvent, ctx: &mut Self::Context) {
         self.on_backend_event(event, ctx);
+        self.dialect_commands(ctx);
+    }
+}
+
+impl Handler<Transcribed> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, t: Transcribed, ctx: &mut Self::Context) {
+        if self.end.is_some() {
+            return;
+        }
+        let result = t.result.as_deref().map_err(String::as_str);
+        self.emit(Outbound::UserTranscript { item_id: &t.item_id, result });
         self.dialect_commands(ctx);
     }
 }

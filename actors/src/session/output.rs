@@ -30,9 +30,7 @@ impl SessionActor {
                 self.setups.took();
                 self.created(prompt_length, &backend)
             }
-            BackendEvent::PrepareFailed(e) if self.state.phase() == Phase::Active => {
-                self.reconfigure_failed(e, ctx)
-            }
+            BackendEvent::PrepareFailed(e) if self.state.phase() == Phase::Active => self.reconfigure_failed(e, ctx),
             BackendEvent::PrepareFailed(e) => {
                 self.state.init_failed();
                 self.setups.refused();

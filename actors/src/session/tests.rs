@@ -279,6 +279,7 @@ fn start(o: Options) -> Test {
         admission: None,
         sinks: subscribers.session(&info),
         client: ClientInfo::default(),
+        transcription: None,
     };
     let session = SessionActor::new(settings(&o), Box::new(Words), links).start();
     Test { seen, ended, notify, events, session, worker: WorkerPort::of(&stand) }

@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
-use crate::asr::{Asr, Heard};
 use crate::llm::{Llm, LlmError, Sampling};
 use crate::options::Options;
 use crate::options::VadEngine;
 use crate::tts::{OUT_RATE, Voice};
 use crate::vad::{Detector, RATE, Vad, VadConfig};
+use omni_asr_client::{Asr, Heard};
 
 /// What every thread may touch: the interrupt epoch, a pending force-listen, the KV length.
 pub struct Shared {

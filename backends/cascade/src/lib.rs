@@ -1,11 +1,10 @@
 //! omni-cascade: a real speech-in, speech-out backend on CPU, behind `include/omni_backend.h`
 //! and nothing else. Voice activity detection (`vad.rs`), speech recognition with Whisper
-//! (`asr.rs`, through its own library), a small instruction-tuned LLM (`llm.rs`, llama.cpp)
+//! (`omni-asr-client`, through its own library), a small instruction-tuned LLM (`llm.rs`, llama.cpp)
 //! and Piper speech synthesis (`tts.rs`, ONNX Runtime), driven by `engine.rs`. This file is
 //! the C ABI: the function table, the handle, and the copying into the caller's buffers. No
 //! panic crosses it.
 
-mod asr;
 mod engine;
 mod llm;
 mod options;

@@ -131,6 +131,7 @@ impl Realtime {
     pub(super) fn detect_speech(&mut self, samples: &[f32], out: &mut Vec<String>) {
         self.received_samples += samples.len() as u64;
         let Some(rules) = self.conf.edge_rules() else { return };
+        self.keep_spoken(samples);
         let size = self.detector.window();
         self.window.extend_from_slice(samples);
         let mut at = 0;
@@ -144,6 +145,44 @@ impl Realtime {
             }
         }
         self.window.drain(..at);
+        self.trim_spoken(rules.prefix_padding_ms);
+    }
+
+    /// The gateway transcribes this session's user turns (its backend does not).
+    pub(super) fn gateway_transcribes(&self) -> bool {
+        self.gateway_asr && self.conf.transcription.is_some() && self.backend.as_ref().is_some_and(|b| !b.transcripts)
+    }
+
+    /// Keeps the input for the gateway's transcription (before the detector sees it, so that a
+    /// turn that ends in this piece has all of it).
+    fn keep_spoken(&mut self, samples: &[f32]) {
+        if self.gateway_transcribes() {
+            self.spoken.extend(samples);
+        } else {
+            self.spoken.clear();
+        }
+        self.spoken_from = self.received_samples - self.spoken.len() as u64;
+    }
+
+    /// What the transcription needs of it: outside speech, the padding and the onset (speech
+    /// is found after it began); in speech, up to [`omni_actors::transcribe::MAX_SECONDS`].
+    fn trim_spoken(&mut self, prefix_padding_ms: u32) {
+        let keep = if self.user.is_some() {
+            omni_actors::transcribe::MAX_SECONDS * 16000
+        } else {
+            (prefix_padding_ms as usize + 500) * 16
+        };
+        let excess = self.spoken.len().saturating_sub(keep);
+        self.spoken.drain(..excess);
+        self.spoken_from += excess as u64;
+    }
+
+    /// The user's speech from `start_ms` to `end_ms` (and a little after), to transcribe.
+    pub(super) fn transcribe_turn(&mut self, item_id: &str, start_ms: u64, end_ms: u64) {
+        let from = (start_ms * 16).saturating_sub(self.spoken_from) as usize;
+        let to = ((end_ms + 200) * 16).saturating_sub(self.spoken_from) as usize;
+        let audio: Vec<f32> = self.spoken.iter().skip(from).take(to.saturating_sub(from)).copied().collect();
+        self.commands.push(Inbound::Transcribe { item_id: item_id.to_string(), audio });
     }
 
     /// Speech starts: a new user turn; over the model's answer, a barge-in.
@@ -166,6 +205,7 @@ impl Realtime {
     /// Speech stops: the user's turn is committed as an item, whether or not the model answers.
     fn speech_stopped(&mut self, end_ms: u64, out: &mut Vec<String>) {
         let Some(user) = self.user.take() else { return };
+        let start_ms = user.start_ms;
         let item_id = user.item_id;
         self.reply(out, "input_audio_buffer.speech_stopped", json!({"audio_end_ms": end_ms, "item_id": item_id}));
         let previous = self.last_item.replace(item_id.clone());
@@ -173,7 +213,9 @@ impl Realtime {
         let item = json!({"id": item_id, "object": "realtime.item", "type": "message", "status": "completed",
                           "role": "user", "content": [{"type": "input_audio", "transcript": null}]});
         self.reply(out, self.flavor.item_created(), json!({"previous_item_id": previous, "item": item}));
-        if self.backend.as_ref().is_some_and(|b| !b.transcripts) {
+        if self.gateway_transcribes() {
+            self.transcribe_turn(&item_id, start_ms, end_ms);
+        } else if self.backend.as_ref().is_some_and(|b| !b.transcripts) {
             // Nothing will come: says so now.
             self.transcribed(out, &item_id, None);
         } else if let Some(older) = self.awaiting_transcript.replace(item_id) {

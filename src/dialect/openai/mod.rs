@@ -214,6 +214,13 @@ pub struct Realtime {
     /// The newest user item committed at the end of its speech, waiting for what the model
     /// heard (it says so when it answers).
     awaiting_transcript: Option<String>,
+    /// For the gateway's transcription (a backend that does not transcribe): the input from
+    /// `spoken_from` (a 16 kHz sample index) on, bounded: the padding before speech, then the
+    /// speech (at most 30 s).
+    spoken: VecDeque<f32>,
+    spoken_from: u64,
+    /// The gateway runs a recogniser (`[transcription]`).
+    gateway_asr: bool,
     /// Manual mode: audio (16 kHz) not yet committed, and items not yet answered.
     buffer: Vec<f32>,
     items_pending: Counted<ChatMessage>,
@@ -272,6 +279,9 @@ impl Realtime {
             user: None,
             unanswered: false,
             awaiting_transcript: None,
+            spoken: VecDeque::new(),
+            spoken_from: 0,
+            gateway_asr: false,
             buffer: Vec::new(),
             items_pending: Counted::default(),
             frames: Counted::default(),
@@ -288,6 +298,12 @@ impl Realtime {
             reported: Vec::new(),
             audio_item: None,
         }
+    }
+
+    /// The gateway transcribes user turns for backends that do not (`[transcription]` is on).
+    pub fn with_gateway_transcription(mut self, on: bool) -> Realtime {
+        self.gateway_asr = on;
+        self
     }
 
     /// The public mode sessions of this dialect queue for.
@@ -541,6 +557,7 @@ impl Dialect for Realtime {
                     }
                 }
             }
+            Outbound::UserTranscript { item_id, result } => self.gateway_transcribed(out, item_id, result),
             Outbound::ReconfigureFailed(e) => {
                 let frame = self.error_event(e);
                 out.push(frame);

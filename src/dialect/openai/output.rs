@@ -102,7 +102,11 @@ impl Realtime {
             None => {
                 let (code, message) = match &self.backend {
                     Some(b) if !b.transcripts => {
-                        ("transcription_unavailable", format!("the model ({}) does not transcribe speech", b.name))
+                        let message = format!(
+                            "the model ({}) does not transcribe speech, and the gateway's own transcription is off",
+                            b.name
+                        );
+                        ("transcription_unavailable", message)
                     }
                     _ => ("transcription_failed", "the model reported no transcript of this audio".to_string()),
                 };
@@ -132,7 +136,38 @@ impl Realtime {
         let item = json!({"id": item_id, "object": "realtime.item", "type": "message", "status": "completed",
                           "role": "user", "content": [{"type": "input_audio", "transcript": heard}]});
         self.reply(out, self.flavor.item_created(), json!({"previous_item_id": previous, "item": item}));
-        self.transcribed(out, &item_id, heard.as_deref());
+        if self.gateway_transcribes() {
+            self.transcribe_turn(&item_id, user.start_ms, end_ms);
+        } else {
+            self.transcribed(out, &item_id, heard.as_deref());
+        }
+    }
+
+    /// The gateway's own transcript of a user item (its backend does not transcribe): a delta
+    /// (OpenAI's flavors) and `completed`, or `failed` with the reason.
+    pub(super) fn gateway_transcribed(&mut self, out: &mut Vec<String>, item_id: &str, result: Result<&str, &str>) {
+        if self.conf.transcription.is_none() {
+            return;
+        }
+        let at = json!({"item_id": item_id, "content_index": 0});
+        match result {
+            Ok(text) => {
+                if self.flavor != Flavor::Qwen {
+                    let mut delta = at.clone();
+                    delta["delta"] = json!(text);
+                    self.reply(out, "conversation.item.input_audio_transcription.delta", delta);
+                }
+                let mut done = at;
+                done["transcript"] = json!(text);
+                self.reply(out, "conversation.item.input_audio_transcription.completed", done);
+            }
+            Err(why) => {
+                let mut failed = at;
+                failed["error"] = json!({"code": "transcription_failed", "message": why,
+                                         "param": "session.input_audio_transcription"});
+                self.reply(out, "conversation.item.input_audio_transcription.failed", failed);
+            }
+        }
     }
 
     /// Opens a response: for the duplex model, first closes the user's turn.

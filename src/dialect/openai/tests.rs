@@ -111,7 +111,10 @@ fn a_reconfigure_the_backend_refuses_is_one_error_and_the_previous_configuration
     let cmds = update(&mut d, json!({}), &mut out);
     assert!(cmds.is_empty(), "nothing changed: {cmds:?}");
     let shown = frame(&out[0]);
-    assert_eq!((shown["session"]["instructions"].clone(), shown["session"]["top_k"].clone()), (json!("Be brief."), json!(5)));
+    assert_eq!(
+        (shown["session"]["instructions"].clone(), shown["session"]["top_k"].clone()),
+        (json!("Be brief."), json!(5))
+    );
 }
 
 fn frame(f: &str) -> Value {

@@ -161,14 +161,28 @@ async fn upgrade(
     let (mode, dialect, reject): (Mode, Box<dyn Dialect>, Option<ProtocolError>) = match &endpoint {
         Endpoint::MiniCpm(mode) => (*mode, Box::new(MiniCpmEndpoint::new(*mode, config.dialect_limits())), None),
         Endpoint::Realtime(flavor, model) => match config.model_mode(model) {
-            Some(mode) => (mode, Box::new(Realtime::new(*flavor, model, config.dialect_limits(), &gw.voice)), None),
+            Some(mode) => (
+                mode,
+                Box::new(
+                    Realtime::new(*flavor, model, config.dialect_limits(), &gw.voice)
+                        .with_gateway_transcription(gw.transcription.is_some()),
+                ),
+                None,
+            ),
             None => {
                 let known: Vec<&str> = config.models.iter().map(|m| m.name.as_str()).collect();
                 let e = ProtocolError::ModelNotFound(format!(
                     "model '{model}' is not served here (known: {})",
                     known.join(", ")
                 ));
-                (Mode::Audio, Box::new(Realtime::new(*flavor, model, config.dialect_limits(), &gw.voice)), Some(e))
+                (
+                    Mode::Audio,
+                    Box::new(
+                        Realtime::new(*flavor, model, config.dialect_limits(), &gw.voice)
+                            .with_gateway_transcription(gw.transcription.is_some()),
+                    ),
+                    Some(e),
+                )
             }
         },
     };
@@ -213,9 +227,10 @@ async fn upgrade(
         max_bytes: config.server.max_outgoing_bytes,
         disconnect: Box::new(socket.cutter()),
     });
-    let (queue, registry) = (gw.queue.clone(), gw.registry.clone());
+    let (queue, registry, transcription) = (gw.queue.clone(), gw.registry.clone(), gw.transcription.clone());
     let start = Box::new(move |edge| {
-        let links = SessionLinks { edge, conn, queue, registry, admission: Some(admission), sinks, client };
+        let links =
+            SessionLinks { edge, conn, queue, registry, admission: Some(admission), sinks, client, transcription };
         SessionActor::new(settings, dialect, links).start()
     });
     let edge = WebSocketEdge::new(edge_settings, conn, gw.fragments.clone(), outgoing, start);

@@ -1,5 +1,6 @@
 //! Speech recognition through `libomni_asr_whisper.so` (backends/asr-whisper), loaded with
-//! dlopen: whisper.cpp's ggml lives in that library and never meets llama.cpp's.
+//! dlopen: whisper.cpp's ggml lives in that library and never meets llama.cpp's (the CPU model
+//! backend's), nor links into the gateway (its transcription actor). Used by both.
 
 use std::ffi::c_void;
 use std::os::raw::c_char;

@@ -1,0 +1,52 @@
+//! How many transcriptions wait or run, bounded: a job over the bound is refused at once
+//! (the session tells its client the transcription failed, and why) rather than queued
+//! without limit behind the recognisers. Plain data, tested without a runtime.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+#[derive(Debug)]
+pub struct Backlog {
+    taken: AtomicUsize,
+    max: usize,
+}
+
+impl Backlog {
+    /// At most `max` jobs waiting or running.
+    pub fn new(max: usize) -> Backlog {
+        Backlog { taken: AtomicUsize::new(0), max }
+    }
+
+    /// A place for one more job, or the number taken when there is none.
+    pub fn admit(&self) -> Result<(), usize> {
+        self.taken.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.max).then_some(n + 1)).map(|_| ())
+    }
+
+    /// A job is done: its place is free.
+    pub fn done(&self) {
+        let _ = self.taken.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+
+    pub fn taken(&self) -> usize {
+        self.taken.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admits_up_to_the_bound_and_frees_a_place_per_job_done() {
+        let b = Backlog::new(2);
+        assert_eq!(b.admit(), Ok(()));
+        assert_eq!(b.admit(), Ok(()));
+        assert_eq!(b.admit(), Err(2));
+        b.done();
+        assert_eq!(b.taken(), 1);
+        assert_eq!(b.admit(), Ok(()));
+        b.done();
+        b.done();
+        b.done();
+        assert_eq!(b.taken(), 0, "never below zero");
+    }
+}

@@ -1,0 +1,23 @@
+//! What sessions ask of the transcription actor, and what it answers.
+
+use actix::prelude::*;
+
+/// Transcribe a user item's audio; the answer goes to `reply`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Transcribe {
+    /// The session, for logs.
+    pub session: String,
+    pub item_id: String,
+    /// 16 kHz mono.
+    pub audio: Vec<f32>,
+    pub reply: Recipient<Transcribed>,
+}
+
+/// The words of an item's audio, or why there are none.
+#[derive(Message, Debug, Clone, PartialEq)]
+#[rtype(result = "()")]
+pub struct Transcribed {
+    pub item_id: String,
+    pub result: Result<String, String>,
+}
