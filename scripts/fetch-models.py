@@ -458,6 +458,10 @@ def main():
     text = ("\n".join(lines) + "\n").encode()
     write_checked(models / "PROVENANCE.md", hashlib.sha256(text).hexdigest(), lambda out: out.write(text))
     print(text.decode(), end="")
+    for name, what, source, licence in table:
+        if "NO licence" in licence:
+            print(f"\nwarning: {name}: its package carries no licence file ({source}); {licence.split(';')[0]}. "
+                  "Check the terms before you ship it.")
     if wheels.scratch is not None and args.keep_wheels:
         print(f"\nwheels kept in {wheels.scratch} (later runs reuse them; remove it when done)")
     if shutil.which("espeak-ng") is None:

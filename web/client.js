@@ -9,7 +9,7 @@ const $ = (id) => document.getElementById(id);
 const stats = (window.omniStats = {
   state: 'idle', sessionId: null, positions: [], chunksSent: 0, framesSent: 0, deltas: 0,
   audioScheduled: 0, text: '', lastKv: null, interrupts: 0, playbackStopped: 0, errors: [],
-  endReason: null, answers: 0, listenKv: [], playingNow: 0,
+  endReason: null, answers: 0, listenKv: [], playingNow: 0, heard: [], droppedWhileWaiting: 0, promptLength: null,
 });
 
 const ERRORS = {
@@ -143,6 +143,10 @@ class Player {
     this.next = 0;
     stats.playbackStopped++;
   }
+  /// Seconds of the model's voice still to play.
+  left() {
+    return this.ctx ? Math.max(0, this.next - this.ctx.currentTime) : 0;
+  }
 }
 
 // ---- the session ----
@@ -157,6 +161,27 @@ let cutResponse = null;
 let history = [];
 let answerNode = null;
 let opened = false;
+/// The microphone's audio is kept for the model only once the session is ready: what is said
+/// while waiting in the queue is dropped (and the page says so), never sent as one late chunk.
+let capturing = false;
+let heardWhileWaiting = 0;
+let settleTimer = null;
+
+/// The model has finished its turn: "Speaking" until its voice has played out, then "Listening".
+function listenAfterPlayback(detail) {
+  clearTimeout(settleTimer);
+  settleTimer = null;
+  const left = player.left();
+  if (left <= 0.05) {
+    setState('listening', detail);
+    return;
+  }
+  setState('speaking');
+  settleTimer = setTimeout(() => {
+    settleTimer = null;
+    if (stats.state === 'speaking') setState('listening', detail);
+  }, left * 1000);
+}
 
 function line(who, text) {
   const p = document.createElement('p');
@@ -198,7 +223,9 @@ async function startCapture(withVideo) {
     let sum = 0;
     for (let i = 0; i < block.length; i++) sum += block[i] * block[i];
     $('level').value = Math.min(1, Math.sqrt(sum / block.length) * 4);
-    pending.push(resampler.push(block));
+    const samples = resampler.push(block);
+    if (capturing) pending.push(samples);
+    else heardWhileWaiting += samples.length;
   };
   const silent = ctx.createGain();
   silent.gain.value = 0;
@@ -280,6 +307,8 @@ function sendChunk(force) {
 function interrupt() {
   if (!ws || mode === 'chat') return;
   cutResponse = currentResponse;
+  clearTimeout(settleTimer);
+  settleTimer = null;
   player.stop();
   stats.interrupts++;
   sendChunk(true);
@@ -292,6 +321,9 @@ async function start() {
   stats.endReason = null;
   $('transcript').replaceChildren();
   history = [];
+  capturing = false;
+  heardWhileWaiting = 0;
+  pending = [];
   setState('connecting', '');
   player.ensure();
   if (mode !== 'chat') {
@@ -327,18 +359,24 @@ function onEvent(ev) {
     case 'session.queued':
     case 'session.queue_update':
       stats.positions.push(ev.position);
-      setState('queued', `Position ${ev.position} of ${ev.queue_length}; ${wait(ev.estimated_wait_s)}.`);
+      setState('queued', queueDetail(ev));
+      loadModes();
       break;
     case 'session.queue_done':
       setState('starting', '');
       ws.send(JSON.stringify({
         type: 'session.init',
-        payload: mode === 'chat' ? {} : { system_prompt: $('prompt').value },
+        payload: mode === 'chat' ? { transcripts: true } : { system_prompt: $('prompt').value, transcripts: true },
       }));
       break;
     case 'session.created':
       stats.sessionId = ev.session_id;
-      setState('listening', mode === 'chat' ? 'Type a message.' : 'Talk whenever you like.');
+      stats.promptLength = ev.metrics ? ev.metrics.prompt_length : null;
+      capturing = true;
+      stats.droppedWhileWaiting = heardWhileWaiting / 16000;
+      setState('listening', mode === 'chat' ? 'Type a message.' : heardWhileWaiting >= 16000
+        ? `Talk now (the ${Math.round(heardWhileWaiting / 16000)} s before the session was ready were not sent).`
+        : 'Talk whenever you like.');
       if (mode === 'chat') $('send').disabled = false;
       else {
         $('interrupt').disabled = false;
@@ -350,6 +388,11 @@ function onEvent(ev) {
       break;
     case 'response.done':
       onDone(ev);
+      break;
+    case 'input.transcript':
+      // What the model heard you say (a backend that transcribes, or the gateway's recogniser).
+      if (ev.text) line('user', ev.text);
+      stats.heard.push(ev.text);
       break;
     case 'session.closed':
       stats.endReason = ev.reason;
@@ -366,7 +409,7 @@ function onDelta(ev) {
   if (ev.metrics && ev.metrics.kv_cache_length != null) stats.lastKv = ev.metrics.kv_cache_length;
   if (ev.kind === 'listen') {
     if (stats.lastKv != null) stats.listenKv.push(stats.lastKv);
-    if (stats.state !== 'listening') setState('listening');
+    if (stats.state !== 'listening' && !settleTimer) listenAfterPlayback();
     return;
   }
   if (ev.response_id && ev.response_id === cutResponse) return; // interrupted: nothing more of it
@@ -383,7 +426,7 @@ function onDelta(ev) {
   }
   if (ev.end_of_turn) {
     stats.answers++;
-    setState('listening');
+    listenAfterPlayback();
   }
 }
 
@@ -394,7 +437,7 @@ function onDone(ev) {
   if (ev.audio) player.play(base64ToF32(ev.audio));
   history.push({ role: 'assistant', content: ev.text });
   currentResponse = null;
-  setState('listening');
+  listenAfterPlayback();
   $('send').disabled = false;
 }
 
@@ -476,6 +519,35 @@ function showMode() {
   document.body.dataset.mode = $('mode').value;
 }
 
+/// The modes the server serves, and whether a worker of each is up (`GET /v1/modes`).
+let served = null;
+async function loadModes() {
+  try {
+    const r = await fetch('/v1/modes');
+    if (!r.ok) return;
+    served = (await r.json()).modes;
+  } catch (e) {
+    return;
+  }
+  stats.served = served;
+  for (const option of $('mode').options) {
+    const m = served[option.value];
+    option.hidden = option.disabled = !!m && !m.served;
+  }
+  if ($('mode').selectedOptions[0] && $('mode').selectedOptions[0].disabled) {
+    const first = [...$('mode').options].find((o) => !o.disabled);
+    if (first) $('mode').value = first.value;
+    showMode();
+  }
+}
+
+/// Said while waiting: the position and wait, or plainly that no worker is up.
+function queueDetail(ev) {
+  const m = served && served[mode];
+  if (m && !m.up) return `Position ${ev.position} of ${ev.queue_length}. No worker is up right now; you keep your place until one is.`;
+  return `Position ${ev.position} of ${ev.queue_length}; ${wait(ev.estimated_wait_s)}.`;
+}
+
 $('mode').addEventListener('change', showMode);
 $('start').addEventListener('click', start);
 $('stop').addEventListener('click', stop);
@@ -502,3 +574,4 @@ $('key').value = localStorage.getItem('omni-key') || sessionStorage.getItem('omn
 $('remember-key').addEventListener('change', () => keepKey('omni-key', $('key').value.trim(), $('remember-key').checked));
 showMode();
 listDevices();
+loadModes();

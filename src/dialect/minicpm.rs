@@ -29,11 +29,13 @@ pub struct Current {
     config: Map<String, Value>,
     /// The settings of `config` beyond the ABI's own fields.
     settings: Settings,
+    /// The client asked for `input.transcript` events (`payload.transcripts`).
+    transcripts: bool,
 }
 
 impl Current {
     pub fn new(mode: Mode, limits: Limits) -> Current {
-        Current { mode, limits, config: Map::new(), settings: Settings::default() }
+        Current { mode, limits, config: Map::new(), settings: Settings::default(), transcripts: false }
     }
 
     /// A reference voice sent as raw 16 kHz float32 PCM, within the reference limit.
@@ -58,6 +60,9 @@ struct InitPayload<'a> {
     config: Option<Map<String, Value>>,
     #[serde(borrow, default)]
     voice: Option<Voice<'a>>,
+    /// An addition: `true` asks for `input.transcript` events.
+    #[serde(default)]
+    transcripts: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -287,6 +292,7 @@ impl Current {
         };
         self.config = config;
         self.settings = settings;
+        self.transcripts = p.transcripts.unwrap_or(false);
         Ok(Inbound::Init(setup))
     }
 
@@ -384,6 +390,16 @@ impl Dialect for Current {
         match event {
             Outbound::Created { session_id, kind, prompt_length, queue_wait_ms, backend } => {
                 out.push(self.created(session_id, kind, prompt_length, queue_wait_ms, backend))
+            }
+            // What the model heard the user say, when the backend reports it and the client
+            // asked (`payload.transcripts`).
+            Outbound::Transcript { session_id, input_id, response_id, text } if self.transcripts => {
+                let mut v =
+                    json!({"type": "input.transcript", "session_id": session_id, "input_id": input_id, "text": text});
+                if let Some(r) = response_id {
+                    v["response_id"] = json!(r);
+                }
+                out.push(v.to_string());
             }
             other => encode(other, out),
         }

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant, SystemTime};
 use actix_web::{App, HttpServer, web};
 use omni_actors::pool::messages::ShutdownPool;
 
+use crate::config::BackendSource;
 use crate::config::Config;
 use crate::observe::recordings;
 use crate::roles::Serving;
@@ -249,7 +250,12 @@ pub fn run(config: Config) -> Result<(), ServeError> {
             println!("talk to it: open {web}://{addr}/ in a browser (the console: {web}://{addr}/console)");
             if gateway.config.tls.is_none() {
                 let me = std::env::args().next().unwrap_or_else(|| "omni-gateway".into());
-                println!("try it (Ctrl-C stops the server gracefully): {me} probe --mode audio --url ws://{addr}");
+                // The reference backend answers a tone (the probe's default); a real model
+                // answers words: a spoken question (espeak-ng, on the probe's side).
+                let model = gateway.config.workers.iter().any(|w| !matches!(w.source, BackendSource::Builtin))
+                    || !gateway.config.nodes.is_empty();
+                let say = if model { " --say \"What is the capital of France?\"" } else { "" };
+                println!("try it (Ctrl-C stops the server gracefully): {me} probe --mode audio --url ws://{addr}{say}");
             }
         }
         let server = server.run();

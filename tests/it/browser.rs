@@ -54,6 +54,10 @@ async fn an_audio_session_in_the_browser_streams_the_microphone_and_plays_the_an
     .await;
     screenshot(&b, "client-speaking").await;
     until(&b, &server, "window.omniStats.answers >= 1", "answer done").await;
+    // "Speaking" lasts until the answer has played out, then "Listening".
+    until(&b, &server, "window.omniStats.state === 'listening'", "listening again").await;
+    let left = js(&b, "player.left()").await.as_f64().unwrap();
+    assert!(left < 0.1, "the page said Listening with {left} s of the answer still to play");
     let s = stats(&b).await;
     let transcript = js(&b, "document.getElementById('transcript').textContent").await;
     assert!(transcript.as_str().unwrap().contains("I heard"), "{transcript}");
@@ -279,6 +283,74 @@ async fn a_full_queue_and_a_lost_connection_are_told_in_plain_words() {
     assert_eq!(js(&b, "document.getElementById('detail').textContent").await, "The connection to the server was lost.");
     screenshot(&b, "client-lost").await;
     b.close().await.unwrap();
+}
+
+/// What is said while waiting in the queue is not sent when the session starts (the page says
+/// so): no late chunk of the whole wait, and the chunks stay about a second long.
+#[tokio::test(flavor = "multi_thread")]
+async fn speech_while_waiting_in_the_queue_is_dropped_visibly_not_sent_late() {
+    if !needs(&[Need::Browser]) {
+        return;
+    }
+    let server = Server::ready(Setup::default().queue("update_interval_s = 0.5"));
+    let busy = active(&server, "audio").await;
+    let dir = tempfile::tempdir().unwrap();
+    let driver = driver();
+    let b = browser(&driver, &microphone_wav(dir.path(), &[(0.5, 3.0)])).await;
+    open_client(&b, &server, "audio").await;
+    click(&b, "start").await;
+    // At least four position updates: two seconds in the queue with the microphone open.
+    until(&b, &server, "window.omniStats.positions.length >= 4", "waited").await;
+    busy.close_socket().await;
+    until(&b, &server, "window.omniStats.sessionId", "served").await;
+    let dropped = js(&b, "window.omniStats.droppedWhileWaiting").await.as_f64().unwrap();
+    assert!(dropped >= 1.5, "{dropped} s heard while waiting");
+    let detail = js(&b, "document.getElementById('detail').textContent").await;
+    assert!(detail.as_str().unwrap().contains("were not sent"), "{detail}");
+    until(&b, &server, "window.omniStats.listenKv.length >= 3", "listened").await;
+    // The reference backend's KV grows by 1 + 25 a second of audio: no step heard the wait.
+    let kv: Vec<i64> = serde_json::from_value(stats(&b).await["listenKv"].clone()).unwrap();
+    assert!(kv.windows(2).all(|w| w[1] - w[0] <= 34), "a chunk longer than a second was sent: KV {kv:?}");
+    let prompt = js(&b, "window.omniStats.promptLength").await.as_i64().unwrap();
+    assert!(kv[0] - prompt <= 34, "the first step heard more than a second: KV {kv:?} after a prompt of {prompt}");
+    click(&b, "stop").await;
+    until(&b, &server, "window.omniStats.state === 'ended'", "stopped").await;
+    b.close().await.unwrap();
+}
+
+/// The page offers only the modes some worker serves (`GET /v1/modes`), and while no worker is
+/// up it says so plainly instead of a wait.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_page_offers_only_the_modes_served_and_says_when_no_worker_is_up() {
+    if !needs(&[Need::Browser]) {
+        return;
+    }
+    // One audio worker, still opening (a model loading for a minute).
+    let server = Server::start(
+        Setup::default()
+            .workers("[[workers]]\nname = \"slow\"\nmodes = [\"audio\"]\n[workers.options]\nopen_ms = 60000\n".into()),
+    );
+    let (code, body) = server.get("/v1/modes");
+    assert_eq!(code, 200, "{body}");
+    let modes: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(modes["modes"]["audio"], json!({"served": true, "up": false}), "{modes}");
+    assert_eq!(modes["modes"]["video"]["served"], false, "{modes}");
+    let dir = tempfile::tempdir().unwrap();
+    let driver = driver();
+    let b = browser(&driver, &microphone_wav(dir.path(), &[(0.5, 3.0)])).await;
+    open_client(&b, &server, "audio").await;
+    until(&b, &server, "window.omniStats.served", "modes").await;
+    assert_eq!(js(&b, "document.querySelector('#mode option[value=video]').disabled").await, true);
+    assert_eq!(js(&b, "document.querySelector('#mode option[value=chat]').disabled").await, true);
+    click(&b, "start").await;
+    until(&b, &server, "window.omniStats.state === 'queued'", "queued").await;
+    let detail = js(&b, "document.getElementById('detail').textContent").await;
+    assert!(detail.as_str().unwrap().contains("No worker is up right now"), "{detail}");
+    screenshot(&b, "client-no-worker").await;
+    b.close().await.unwrap();
+    // The worker is still opening when the test ends.
+    let mut server = server;
+    server.skip_invariants();
 }
 
 #[tokio::test(flavor = "multi_thread")]

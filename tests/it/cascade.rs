@@ -325,7 +325,10 @@ async fn the_browser_page_talks_to_the_cpu_model() {
     let server = server("");
     let dir = tempfile::tempdir().unwrap();
     let driver = driver();
-    let mic = microphone_speech(dir.path(), &speech("What is the capital of France?"), 12.0);
+    // The page sends nothing before the session is ready (what is said while waiting is
+    // dropped): the question comes after 4 s of silence, as a user waits for "Listening".
+    let question: Vec<f32> = std::iter::repeat_n(0.0, 64000).chain(speech("What is the capital of France?")).collect();
+    let mic = microphone_speech(dir.path(), &question, 12.0);
     let b = browser(&driver, &mic).await;
     open_client(&b, &server, "audio").await;
     click(&b, "start").await;
@@ -337,6 +340,13 @@ async fn the_browser_page_talks_to_the_cpu_model() {
     let text = s["text"].as_str().unwrap_or_default().to_lowercase();
     assert!(["paris", "france", "capital"].iter().any(|w| text.contains(w)), "not about the question: {s}");
     assert!(s["audioScheduled"].as_i64().unwrap() > 24000, "{s}");
+    // What the model heard is shown as the user's line ("You: ...").
+    let heard = js(
+        &b,
+        "document.querySelector('#transcript .user') && document.querySelector('#transcript .user').textContent",
+    )
+    .await;
+    assert!(heard.as_str().is_some_and(|t| !t.trim().is_empty()), "no user line on the page: {heard} {s}");
     screenshot(&b, "client-cpu-model").await;
     click(&b, "stop").await;
     until(&b, &server, "window.omniStats.state === 'ended'", "stopped").await;

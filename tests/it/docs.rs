@@ -116,7 +116,8 @@ async fn every_event_and_field_in_the_protocol_page_is_what_the_server_emits() {
     c.send(json!({"type": "input.append", "input": {"audio": b64_pcm(&quiet())}})).await;
     c.expect_error("not_ready").await;
     let config = json!({"top_p": 0.8, "decode_mode": "sampling"});
-    c.send(json!({"type": "session.init", "payload": {"system_prompt": "x", "config": config}})).await;
+    c.send(json!({"type": "session.init", "payload": {"system_prompt": "x", "config": config, "transcripts": true}}))
+        .await;
     c.until("session.created").await;
     c.send(append_with(&loud(), json!({"video_frames": [jpeg_b64()]}))).await;
     answer_to(&mut c, "input_1").await;

@@ -163,9 +163,12 @@ async fn qwen_vad_turn_transcribes_the_user_and_counts_text_and_audio() {
     c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16(1.0, 16000, 0.0)})).await;
     let (events, done) = until_done(&mut c).await;
     assert!(of_type(&events, "error").is_empty(), "{events:?}");
+    // The item is added when the speech stops (800 ms of silence), before the model answers:
+    // its transcript comes with the answer.
     let created_item = of_type(&events, "conversation.item.created")[0];
     let item_id = created_item["item"]["id"].clone();
-    assert_eq!(created_item["item"]["content"][0]["transcript"], "(1.0 seconds of speech)");
+    assert_eq!(created_item["item"]["content"][0]["transcript"], Value::Null);
+    assert_eq!(of_type(&events, "input_audio_buffer.speech_stopped")[0]["audio_end_ms"], 1000);
     let completed = of_type(&events, "conversation.item.input_audio_transcription.completed");
     assert_eq!(completed.len(), 1, "{events:?}");
     assert_eq!(

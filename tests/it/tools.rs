@@ -287,3 +287,57 @@ fn fetch_models_refuses_a_planted_library_and_keeps_a_wheels_directory_it_did_no
     assert!(std::fs::symlink_metadata(&planted).is_err(), "the planted library is still there: {stderr}");
     assert!(wheels.join("keep-me.txt").is_file(), "{stderr}");
 }
+
+/// The try-it command the server prints fits its backend: the probe's tone for the reference
+/// backend, a spoken question for a model (a library, a MiniCPM-o worker, a node's workers).
+#[test]
+fn the_printed_try_it_command_speaks_words_to_a_model() {
+    let reference = Server::ready(Setup::default());
+    let logs = reference.logs();
+    let line = logs.lines().find(|l| l.starts_with("try it")).unwrap_or_else(|| panic!("{logs}"));
+    assert!(line.contains("probe --mode audio --url ws://") && !line.contains("--say"), "{line}");
+    let model = Server::ready(
+        Setup::default()
+            .workers(format!("[[workers]]\nbackend = \"library\"\nlibrary = \"{}\"\n", env!("OMNI_REFERENCE_LIB"))),
+    );
+    let logs = model.logs();
+    let line = logs.lines().find(|l| l.starts_with("try it")).unwrap_or_else(|| panic!("{logs}"));
+    assert!(line.contains("--say \"What is the capital of France?\""), "{line}");
+}
+
+/// `--say` speaks a question with espeak-ng; the probe shows what the model heard (`input.transcript`,
+/// the reference backend's stand-in) and, when the model said nothing, says so and how to fix it.
+#[test]
+fn probe_says_words_and_tells_what_was_heard_or_that_nothing_was() {
+    if !needs(&[Need::Models]) {
+        return;
+    }
+    let server = Server::ready(Setup::default());
+    let url = format!("ws://{}", server.addr);
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_omni-gateway"))
+        .args(["probe", "--mode", "audio", "--speed", "20", "--json", "--say", "What is the capital of France?"])
+        .args(["--url", &url, "--out"])
+        .arg(dir.path().join("reply.wav"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("saying \"What is the capital of France?\""), "{stdout}");
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let heard = summary["heard"][0].as_str().unwrap_or_default();
+    assert!(heard.contains("seconds of speech"), "{summary}");
+    assert!(stdout.contains("  heard "), "{stdout}");
+    assert!(!stdout.contains("note: the model said nothing"), "{stdout}");
+
+    // A model that hears nothing in it (the reference backend told so): the summary says so.
+    let deaf = Server::ready(Setup::default().workers(workers(1, "vad_threshold = 0.9")));
+    let out = Command::new(env!("CARGO_BIN_EXE_omni-gateway"))
+        .args(["probe", "--mode", "audio", "--speed", "20", "--say", "Hello there."])
+        .args(["--url", &format!("ws://{}", deaf.addr), "--out"])
+        .arg(dir.path().join("reply2.wav"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("note: the model said nothing and reported hearing nothing"), "{stdout}");
+}

@@ -65,6 +65,17 @@ pub fn init_event(dialect: WireDialect, instructions: &str) -> String {
     .to_string()
 }
 
+/// The same, asking for `input.transcript` events (what the model heard) where the dialect has them.
+pub fn init_event_with_transcripts(dialect: WireDialect, instructions: &str) -> String {
+    match dialect {
+        WireDialect::Current => {
+            json!({"type": "session.init", "payload": {"system_prompt": instructions, "transcripts": true}})
+        }
+        WireDialect::Legacy => json!({"type": "session.update", "session": {"instructions": instructions}}),
+    }
+    .to_string()
+}
+
 /// One duplex chunk event.
 pub fn chunk_event(dialect: WireDialect, samples: &[f32], frames: &[String], force_listen: bool) -> String {
     let audio = b64_f32(samples);

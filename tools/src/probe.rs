@@ -29,8 +29,11 @@ pub struct ProbeArgs {
     pub dialect: WireDialect,
     /// A WAV file (any rate and channel count; resampled to 16 kHz mono) to stream. Without
     /// it, 2 s of a synthetic voice (a tone the reference backend hears as speech) are sent.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "say")]
     pub wav: Option<PathBuf>,
+    /// Speak TEXT with espeak-ng (run here) and stream it: a spoken question for a real model.
+    #[arg(long)]
+    pub say: Option<String>,
     /// JPEG frames: a file, or a folder whose .jpg files are sent in name order, one per chunk.
     #[arg(long)]
     pub frames: Option<PathBuf>,
@@ -77,6 +80,8 @@ struct Summary {
     listens: usize,
     errors: Vec<String>,
     closed: Option<String>,
+    /// What the model heard (`input.transcript`).
+    heard: Vec<String>,
 }
 
 fn load_frames(path: &Path) -> Result<Vec<String>, String> {
@@ -121,6 +126,11 @@ async fn probe(args: ProbeArgs) -> Result<(), String> {
                 .map_err(|e| format!("{}: {e}", path.display()))?
         }
         None if chat => Vec::new(),
+        None if args.say.is_some() => {
+            let text = args.say.as_deref().unwrap_or_default();
+            println!("saying {text:?} (espeak-ng), then silence");
+            spoken(text)?
+        }
         None => {
             println!("no --wav given: sending 2 s of a synthetic voice (a 220 Hz tone), then silence");
             synthetic_voice()
@@ -172,9 +182,12 @@ async fn probe(args: ProbeArgs) -> Result<(), String> {
             other => println!("{} {other}", stamp()),
         }
     }
-    futures_util::SinkExt::send(&mut sink, Message::text(client::init_event(args.dialect, &args.instructions)))
-        .await
-        .map_err(|e| e.to_string())?;
+    futures_util::SinkExt::send(
+        &mut sink,
+        Message::text(client::init_event_with_transcripts(args.dialect, &args.instructions)),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
 
     let mut chunks = samples.chunks(16000).map(|c| {
         let mut c = c.to_vec();
@@ -300,6 +313,11 @@ async fn probe(args: ProbeArgs) -> Result<(), String> {
                         println!("{} error    {code}: {}", stamp(), v["error"]["message"].as_str().unwrap_or_default());
                         s.errors.push(code);
                     }
+                    "input.transcript" => {
+                        let text = v["text"].as_str().unwrap_or_default().to_string();
+                        println!("{} heard    {text:?}", stamp());
+                        s.heard.push(text);
+                    }
                     "session.closed" => {
                         s.closed = v["reason"].as_str().map(String::from);
                         println!("{} session.closed ({})", stamp(), s.closed.as_deref().unwrap_or(""));
@@ -321,6 +339,9 @@ async fn probe(args: ProbeArgs) -> Result<(), String> {
     println!("  to queue_done      {}", fmt(s.queue_done_ms));
     println!("  to session.created {}", fmt(s.created_ms));
     println!("  to first audio     {}", fmt(s.first_audio_ms));
+    if !s.heard.is_empty() {
+        println!("  heard              {:?}", s.heard.join(" "));
+    }
     println!("  text received      {:?}", s.text);
     println!(
         "  audio received     {} samples ({:.2} s) saved to {}",
@@ -337,8 +358,16 @@ async fn probe(args: ProbeArgs) -> Result<(), String> {
     }
     println!("  errors             {}", if s.errors.is_empty() { "none".to_string() } else { s.errors.join(", ") });
     println!("  closed             {}", s.closed.as_deref().unwrap_or("-"));
+    if !chat && s.text.is_empty() && s.audio_samples == 0 {
+        println!(
+            "  note: the model said nothing{}. A real model answers words, not a tone: \
+             --say \"What is the capital of France?\" (espeak-ng) or --wav speech.wav",
+            if s.heard.is_empty() { " and reported hearing nothing" } else { "" }
+        );
+    }
     if args.json {
         let summary = json!({
+            "heard": s.heard,
             "session_id": s.session_id, "queued_at": s.queued_at, "queue_done_ms": s.queue_done_ms,
             "created_ms": s.created_ms, "first_audio_ms": s.first_audio_ms, "text": s.text,
             "audio_samples": s.audio_samples, "chunks_sent": s.chunks_sent, "chunks_answered": s.answers,
@@ -347,6 +376,27 @@ async fn probe(args: ProbeArgs) -> Result<(), String> {
         println!("{summary}");
     }
     Ok(())
+}
+
+/// `text` spoken by espeak-ng, at 16 kHz (written to a file of its own: a WAV on stdout has no
+/// length in its header).
+fn spoken(text: &str) -> Result<Vec<f32>, String> {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let wav = std::env::temp_dir().join(format!("omni-probe-say-{}-{nanos}.wav", std::process::id()));
+    let out = std::process::Command::new("espeak-ng")
+        .args(["-v", "en-us", "-s", "150", "-w"])
+        .arg(&wav)
+        .args(["--", text])
+        .output()
+        .map_err(|e| format!("--say needs espeak-ng (apt-get install espeak-ng): {e}"))?;
+    let bytes = std::fs::read(&wav);
+    let _ = std::fs::remove_file(&wav);
+    if !out.status.success() {
+        return Err(format!("espeak-ng failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    let bytes = bytes.map_err(|e| format!("espeak-ng's WAV: {e}"))?;
+    audio::wav_to_16k_mono(&bytes, audio::AudioLimits { max_seconds: 600.0 })
+        .map_err(|e| format!("espeak-ng's WAV: {e}"))
 }
 
 /// Two seconds of a 220 Hz tone with a syllable-like loudness contour: what the reference

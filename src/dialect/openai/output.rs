@@ -176,7 +176,7 @@ impl Realtime {
             // The model takes the floor: whatever the user says from now on is a new turn.
             let in_speech = self.edges.in_speech();
             self.edges.end();
-            self.unanswered = false;
+            let answered_a_turn = std::mem::take(&mut self.unanswered);
             let awaiting = self.awaiting_transcript.take();
             match (self.user.take(), awaiting) {
                 (None, Some(item_id)) => {
@@ -184,6 +184,9 @@ impl Realtime {
                     let heard = self.heard.take();
                     self.transcribed(out, &item_id, heard.as_deref());
                 }
+                // The turn was committed at the end of its speech, and its transcript is
+                // settled (the gateway's, or none from this model).
+                (None, None) if answered_a_turn => {}
                 (user, awaiting) => {
                     if let Some(older) = awaiting {
                         self.transcribed(out, &older, None);

@@ -20,6 +20,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/api-ws/v1/realtime", web::get().to(realtime::qwen_realtime))
         .route("/healthz", web::get().to(healthz))
         .route("/readyz", web::get().to(readyz))
+        .route("/v1/modes", web::get().to(modes))
         .route("/status", web::get().to(admin::status))
         .route("/metrics", web::get().to(admin::metrics))
         .route("/sessions", web::get().to(admin::sessions))
@@ -45,6 +46,37 @@ fn refuse(reason: &str, status: StatusCode, code: &str, message: impl Into<Strin
 
 async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
+}
+
+/// The modes served, and whether a worker of each is up now: the client page offers only
+/// those, and says plainly when none is up. Public, as `/healthz` (it names no worker).
+async fn modes(gw: web::Data<Gateway>) -> HttpResponse {
+    use omni_actors::domain::Mode;
+    // Each worker's modes, and whether it is up (opened and not failed).
+    let workers: Vec<(Vec<Mode>, bool)> = match &gw.cluster {
+        Some(cluster) => match cluster.send(omni_actors::queue::messages::ClusterStatusQuery).await {
+            Ok(c) => c
+                .view
+                .slots
+                .iter()
+                .map(|s| (s.modes.clone(), s.state != omni_actors::edge::coordinator::SlotState::Down))
+                .collect(),
+            Err(_) => Vec::new(),
+        },
+        None => match gw.pool.snapshot.send(PoolSnapshot).await {
+            Ok(ws) => ws
+                .iter()
+                .map(|w| (w.modes.clone(), !matches!(w.state, WorkerState::Failed { .. } | WorkerState::Starting)))
+                .collect(),
+            Err(_) => Vec::new(),
+        },
+    };
+    let mut out = serde_json::Map::new();
+    for mode in Mode::ALL {
+        let of_mode: Vec<bool> = workers.iter().filter(|(m, _)| m.contains(&mode)).map(|(_, up)| *up).collect();
+        out.insert(mode.as_str().to_string(), json!({"served": !of_mode.is_empty(), "up": of_mode.iter().any(|u| *u)}));
+    }
+    HttpResponse::Ok().json(json!({"modes": out}))
 }
 
 async fn readyz(gw: web::Data<Gateway>) -> HttpResponse {

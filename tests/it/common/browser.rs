@@ -175,9 +175,15 @@ pub async fn until(b: &Browser, server: &Server, expr: &str, shot: &str) -> Valu
     }
 }
 
+/// Opens the client page in `mode`. Echo cancellation, noise suppression and auto gain are on
+/// by default (checked here); the tests switch them off, since the fake microphone plays tones
+/// and espeak-ng's voice, which noise suppression would treat as noise.
 pub async fn open_client(b: &Browser, server: &Server, mode: &str) {
     b.goto(&format!("http://{}/", server.addr)).await.unwrap();
     b.find(Locator::Id("mode")).await.unwrap().select_by_value(mode).await.unwrap();
+    let on = b.execute("return document.getElementById('processing').checked", vec![]).await.unwrap();
+    assert_eq!(on, serde_json::Value::Bool(true), "echo cancellation is on by default");
+    b.execute("document.getElementById('processing').checked = false", vec![]).await.unwrap();
 }
 
 pub async fn click(b: &Browser, id: &str) {

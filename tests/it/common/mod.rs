@@ -191,8 +191,11 @@ impl Server {
         });
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
+        let printed = logs.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                // What the server prints for people (the page, the try-it command) joins its log.
+                printed.lock().unwrap().push_str(&format!("{line}\n"));
                 if let Some(addr) = line.strip_prefix("omni-gateway listening on ") {
                     let _ = tx.send(addr.trim().parse::<SocketAddr>().unwrap());
                 }
