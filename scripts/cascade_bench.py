@@ -10,7 +10,18 @@ silence until the answer has ended. Measured per answer, from the events the ser
     audio they produced (the first step, which also transcribes and prefills, apart);
   - listen-step cost: prefill_ms + generate_ms of every listen step.
 
+  - with --facts, whether each answer is right: ten short factual questions whose answers hold
+    a known word ("What colour is grass?" -> green), scored on the answer's text, beside what the
+    model heard (its transcript, `input.transcript`);
+  - session start: from session.init sent to session.created.
+
     python3 scripts/cascade_bench.py URL SESSIONS [QUESTIONS_PER_SESSION] [--json FILE]
+        [--facts] [--chunk-ms MS] [--prompt TEXT]
+
+--facts asks the ten factual questions (QUESTIONS_PER_SESSION of them, 10 by default with it),
+each in a fresh session, one after another.
+
+--chunk-ms sends chunks of MS milliseconds (default 1000), each when its audio has been "recorded".
 
 Needs `websockets` (the .venv that ./test.sh creates has it) and espeak-ng for the questions.
 """
@@ -25,6 +36,20 @@ import sys
 import tempfile
 import time
 import wave
+
+# Short factual questions and the words a right answer holds (any of them).
+FACTS = [
+    ("What is the capital of France?", ["paris"]),
+    ("How many days are there in a week?", ["seven", "7"]),
+    ("What color is grass?", ["green"]),
+    ("Is fire hot or cold?", ["hot"]),
+    ("How many legs does a spider have?", ["eight", "8"]),
+    ("What do bees make?", ["honey"]),
+    ("How many hours are in a day?", ["24", "twenty-four", "twenty four"]),
+    ("What is the opposite of up?", ["down"]),
+    ("What planet do we live on?", ["earth"]),
+    ("What color is the sky on a clear day?", ["blue"]),
+]
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -66,15 +91,18 @@ def pct(values, p):
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
-async def session(url, questions, results):
+async def session(url, questions, results, chunk_ms=1000, prompt=""):
     import websockets
 
+    n = 16 * chunk_ms
     async with websockets.connect(url, max_size=None) as ws:
         while json.loads(await ws.recv())["type"] != "session.queue_done":
             pass
-        await ws.send(json.dumps({"type": "session.init", "payload": {"system_prompt": "You are a helpful assistant."}}))
+        init = time.monotonic()
+        await ws.send(json.dumps({"type": "session.init", "payload": {"system_prompt": prompt, "transcripts": True}}))
         while json.loads(await ws.recv())["type"] != "session.created":
             pass
+        results["created_ms"].append((time.monotonic() - init) * 1000)
         events = asyncio.Queue()
 
         async def reader():
@@ -83,6 +111,9 @@ async def session(url, questions, results):
 
         task = asyncio.create_task(reader())
         for q in questions:
+            expected = None
+            if isinstance(q, tuple):
+                q, expected = q
             audio = speech(q)
             spoken = len(audio) / 16000
             start = time.monotonic()
@@ -90,15 +121,16 @@ async def session(url, questions, results):
             ended = False
             steps = {}  # input_id -> [generate_ms, audio seconds, first?]
             text = ""
+            heard = []
             k = 0
-            while not ended and k < 60:
-                chunk = audio[k * 16000:(k + 1) * 16000]
-                chunk = chunk + [0.0] * (16000 - len(chunk))
-                # the chunk is sent once its second has been "recorded"
-                await asyncio.sleep(max(0, start + (k + 1) - time.monotonic()))
+            while not ended and k < 60000 // chunk_ms:
+                chunk = audio[k * n:(k + 1) * n]
+                chunk = chunk + [0.0] * (n - len(chunk))
+                # the chunk is sent once its audio has been "recorded"
+                await asyncio.sleep(max(0, start + (k + 1) * chunk_ms / 1000 - time.monotonic()))
                 await ws.send(json.dumps({"type": "input.append", "input": {"audio": b64(chunk)}}))
                 k += 1
-                deadline = start + k + 1
+                deadline = start + (k + 1) * chunk_ms / 1000
                 while time.monotonic() < deadline and not ended:
                     try:
                         t, e = await asyncio.wait_for(events.get(), max(0.01, deadline - time.monotonic()))
@@ -106,6 +138,9 @@ async def session(url, questions, results):
                         break
                     if e.get("type") == "error":
                         results["errors"].append(e["error"]["code"])
+                        continue
+                    if e.get("type") == "input.transcript":
+                        heard.append(e.get("text", ""))
                         continue
                     if e.get("type") != "response.output.delta":
                         continue
@@ -128,29 +163,45 @@ async def session(url, questions, results):
                 if not first and secs > 0:
                     results["compute_per_s"].append(gen / 1000 / secs)
             results["answers"] += 1 if ended else 0
-            results["log"].append({"question": q, "answer": text, "latency_s": (first_audio or 0) - (start + spoken),
+            right = None
+            if expected is not None:
+                right = any(w in text.lower() for w in expected)
+                results["right"] += 1 if right else 0
+            results["log"].append({"question": q, "heard": " ".join(heard), "answer": text, "right": right,
+                                   "latency_s": (first_audio or 0) - (start + spoken),
                                    "steps": [[round(g), round(a, 2)] for g, a, _ in steps.values()]})
             results["questions"] += 1
             # a pause before the next question
-            for _ in range(2):
-                await ws.send(json.dumps({"type": "input.append", "input": {"audio": b64([0.0] * 16000)}}))
-                await asyncio.sleep(1)
+            for _ in range(2000 // chunk_ms):
+                await ws.send(json.dumps({"type": "input.append", "input": {"audio": b64([0.0] * n)}}))
+                await asyncio.sleep(chunk_ms / 1000)
         task.cancel()
         await ws.send(json.dumps({"type": "session.close", "reason": "user_stop"}))
 
 
 async def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    out = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
-    if out in args:
-        args.remove(out)
+    def option(name, default):
+        return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+    out = option("--json", None)
+    chunk_ms = int(option("--chunk-ms", "1000"))
+    prompt = option("--prompt", "")
+    values = {out, str(chunk_ms), prompt} if "--prompt" in sys.argv else {out, str(chunk_ms)}
+    args = [a for a in sys.argv[1:] if not a.startswith("--") and a not in values]
+    facts = "--facts" in sys.argv
     url, sessions = args[0], int(args[1])
-    per = int(args[2]) if len(args) > 2 else 4
+    per = int(args[2]) if len(args) > 2 else (10 if facts else 4)
     results = {"latency_s": [], "first_step_ms": [], "compute_per_s": [], "listen_ms": [], "errors": [],
-               "answers": 0, "questions": 0, "log": []}
-    await asyncio.gather(*(session(f"{url}/v1/realtime?mode=audio",
-                                   [QUESTIONS[(i + j) % len(QUESTIONS)] for j in range(per)], results)
-                           for i in range(sessions)))
+               "answers": 0, "questions": 0, "log": [], "created_ms": [], "right": 0}
+    if facts:
+        # A fresh session for each question, one after another, as a new user would ask.
+        for q in FACTS[:per] if per < len(FACTS) else FACTS:
+            await session(f"{url}/v1/realtime?mode=audio", [q], results, chunk_ms, prompt)
+    else:
+        await asyncio.gather(*(session(f"{url}/v1/realtime?mode=audio",
+                                       [QUESTIONS[(i + j) % len(QUESTIONS)] for j in range(per)], results,
+                                       chunk_ms, prompt)
+                               for i in range(sessions)))
     summary = {
         "sessions": sessions,
         "questions": results["questions"],
@@ -165,7 +216,12 @@ async def main():
         "listen_ms_p50": pct(results["listen_ms"], 50),
         "listen_ms_p99": pct(results["listen_ms"], 99),
         "listen_steps": len(results["listen_ms"]),
+        "created_ms_p50": pct(results["created_ms"], 50),
+        "right": results["right"] if facts else None,
     }
+    for entry in results["log"]:
+        print(f"{entry['latency_s']:5.2f} s  {'right' if entry['right'] else 'WRONG' if entry['right'] is False else '':5}  "
+              f"{entry['question']!r} heard {entry['heard']!r}: {entry['answer']!r}", file=sys.stderr)
     print(json.dumps(summary, indent=1))
     if out:
         with open(out, "w") as f:

@@ -7,6 +7,10 @@
 #
 #   scripts/cascade_bench.sh [WORKERS] [SESSIONS] [QUESTIONS] [OUT_DIR]
 #
+# CASCADE_LIB=PATH runs another build of the backend (an earlier release's, for a side-by-side
+# run), OPTIONS='key = value\n...' adds worker options, BENCH_ARGS='--facts --chunk-ms 250' is
+# handed to the Python client (scripts/cascade_bench.py).
+#
 # Needs the models (scripts/fetch-models.py), espeak-ng, and .venv (./test.sh creates it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,8 +24,8 @@ cargo build --release --quiet -p omni-cascade -p omni-asr-whisper
 if [ "${BACKEND:-cascade}" = reference ]; then
   worker=$(printf '[[workers]]\nname = "ref"\ncount = %s\nisolation = "process"\nmodes = ["audio", "chat"]\n' "$workers")
 else
-  worker=$(printf '[[workers]]\nname = "cpu"\nbackend = "library"\nlibrary = "%s/target/release/libomni_cascade.so"\ncount = %s\nmodes = ["audio", "chat"]\n[workers.options]\ntemperature = 0\nthreads = %s\n' \
-    "$PWD" "$workers" "${THREADS:-2}")
+  worker=$(printf '[[workers]]\nname = "cpu"\nbackend = "library"\nlibrary = "%s"\ncount = %s\nmodes = ["audio", "chat"]\n[workers.options]\ntemperature = 0\nthreads = %s\n%b\n' \
+    "${CASCADE_LIB:-$PWD/target/release/libomni_cascade.so}" "$workers" "${THREADS:-2}" "${OPTIONS:-}")
 fi
 printf '[server]\nbind = "127.0.0.1:%s"\n[limits]\nstep_timeout_ms = 60000\n%s\n' "$port" "$worker" > "$out/config.toml"
 start_server "$out/config.toml" "$out/server.log" "$port"
@@ -30,7 +34,7 @@ for _ in $(seq 600); do
   curl -sf "http://127.0.0.1:$port/status" | python3 -c 'import json,sys; s=json.load(sys.stdin); sys.exit(0 if all(w["state"]=="idle" for w in s["workers"]) else 1)' && break
   sleep 0.2
 done
-.venv/bin/python scripts/cascade_bench.py "ws://127.0.0.1:$port" "$sessions" "$questions" --json "$out/bench.json"
+.venv/bin/python scripts/cascade_bench.py "ws://127.0.0.1:$port" "$sessions" "$questions" --json "$out/bench.json" ${BENCH_ARGS:-}
 curl -sf "http://127.0.0.1:$port/status" | python3 -c '
 import json, sys
 def mb(pid, key):

@@ -52,7 +52,9 @@ pub struct ProbeArgs {
     /// Where to save the model's audio (24 kHz WAV).
     #[arg(long, default_value = "probe-reply.wav")]
     pub out: PathBuf,
-    #[arg(long, default_value = "You are a helpful assistant.")]
+    /// The system prompt; empty: the model's own (a backend may have it ready, so the session
+    /// starts sooner).
+    #[arg(long, default_value = "")]
     pub instructions: String,
     /// Seconds of silence streamed after the WAV, so that the model can answer.
     #[arg(long, default_value_t = 3.0)]

@@ -149,7 +149,7 @@ impl Engine {
             kv: AtomicU64::new(0),
             asr,
         });
-        Ok(Engine {
+        let mut engine = Engine {
             opt,
             shared,
             llm,
@@ -163,7 +163,12 @@ impl Engine {
             step: Step::default(),
             held: None,
             turn_first: None,
-        })
+        };
+        // The default system block, computed once here: a session with the default prompt
+        // starts from it (`Llm::start`) instead of computing it.
+        engine.start_conversation().map_err(|e| format!("the LLM could not start a conversation: {e:?}"))?;
+        engine.reset();
+        Ok(engine)
     }
 
     pub fn n_ctx(&self) -> u32 {
@@ -228,7 +233,7 @@ impl Engine {
         } else {
             format!("{prompt} {SPOKEN}")
         };
-        let r = self.llm.feed(&format!("<|im_start|>system\n{system}<|im_end|>\n"), 0, &|| false);
+        let r = self.llm.start(&format!("<|im_start|>system\n{system}<|im_end|>\n"), &|| false);
         self.sync_kv();
         r.map(|_| ()).map_err(Error::from)
     }

@@ -46,6 +46,11 @@ pub struct Llm {
     partial: Vec<u8>,
     /// Index of the logits to sample from in the last decoded batch.
     last: i32,
+    /// The tokens the last conversation started with (its system block), and whether the KV
+    /// cache still holds them at positions 0.. after `clear`: a conversation that starts the
+    /// same way reuses them instead of computing them again (most sessions share a prompt).
+    prefix: Vec<LlamaToken>,
+    kept: bool,
 }
 
 fn backend() -> Result<&'static LlamaBackend, String> {
@@ -98,6 +103,8 @@ impl Llm {
             n_ctx,
             partial: Vec::new(),
             last: 0,
+            prefix: Vec::new(),
+            kept: false,
         })
     }
 
@@ -113,17 +120,53 @@ impl Llm {
         self.sampler = sampler(sampling);
     }
 
-    /// Forgets the conversation.
+    /// Forgets the conversation. Its start stays in the KV cache, for `start` to reuse.
     pub fn clear(&mut self) {
-        self.ctx.clear_kv_cache();
+        let len = self.prefix.len() as u32;
+        self.kept = len > 0
+            && (self.kept || self.n_past >= len)
+            && self.ctx.clear_kv_cache_seq(Some(0), Some(len), None).unwrap_or(false);
+        if !self.kept {
+            self.ctx.clear_kv_cache();
+            self.prefix.clear();
+        }
         self.n_past = 0;
         self.partial.clear();
+    }
+
+    /// Starts a conversation with `text` (its system block): reused from the last conversation
+    /// when it started the same way, else computed. Returns its tokens.
+    pub fn start(&mut self, text: &str, cancelled: &dyn Fn() -> bool) -> Result<u32, LlmError> {
+        let tokens = self.model.vocab().tokenize(text.as_bytes(), false, true);
+        if self.kept && self.n_past == 0 && tokens == self.prefix {
+            self.kept = false;
+            self.n_past = tokens.len() as u32;
+            return Ok(self.n_past);
+        }
+        self.forget_kept();
+        self.prefix.clear();
+        let n = self.feed_tokens(&tokens, 0, cancelled)?;
+        self.prefix = tokens;
+        Ok(n)
+    }
+
+    /// The kept start is not wanted: the cache is emptied before anything else goes in.
+    fn forget_kept(&mut self) {
+        if self.kept {
+            self.ctx.clear_kv_cache();
+            self.kept = false;
+        }
     }
 
     /// Appends text (with ChatML's special tokens) to the conversation; returns its tokens.
     /// `reserve` tokens must stay free after it (room for an answer).
     pub fn feed(&mut self, text: &str, reserve: u32, cancelled: &dyn Fn() -> bool) -> Result<u32, LlmError> {
         let tokens = self.model.vocab().tokenize(text.as_bytes(), false, true);
+        self.forget_kept();
+        self.feed_tokens(&tokens, reserve, cancelled)
+    }
+
+    fn feed_tokens(&mut self, tokens: &[LlamaToken], reserve: u32, cancelled: &dyn Fn() -> bool) -> Result<u32, LlmError> {
         let needed = self.n_past as usize + tokens.len() + reserve as usize;
         if needed > self.n_ctx as usize {
             return Err(LlmError::ContextFull(format!(
