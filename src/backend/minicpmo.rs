@@ -36,8 +36,10 @@ use tungstenite::client::IntoClientRequest;
 use tungstenite::{Message, WebSocket};
 
 /// The DuplexConfig settings the worker applies per session (its other settings are fixed
-/// when it loads the model).
-const APPLIED: [&str; 7] = [
+/// when it loads the model), and `repetition_penalty`, the Realtime API's name for its
+/// `text_repetition_penalty` ([`worker_name`]).
+const APPLIED: [&str; 8] = [
+    "repetition_penalty",
     "decode_mode",
     "top_k",
     "top_p",
@@ -46,6 +48,20 @@ const APPLIED: [&str; 7] = [
     "text_repetition_penalty",
     "text_repetition_window_size",
 ];
+
+/// The worker's own name of a setting a client gave under the Realtime API's.
+fn worker_name(setting: &str) -> &str {
+    match setting {
+        "repetition_penalty" => "text_repetition_penalty",
+        other => other,
+    }
+}
+
+/// A number the client wrote as decimal (carried as `f32`), in JSON as it was written: 1.2, not
+/// the 1.2000000476837158 of its widening to `f64`.
+fn decimal(x: f32) -> Value {
+    x.to_string().parse::<f64>().map_or(Value::Null, |v| json!(v))
+}
 
 /// The worker's options (`[workers.options]`).
 #[derive(Debug, Clone)]
@@ -178,6 +194,9 @@ pub struct MinicpmoBackend {
     conversation: Vec<ChatMessage>,
     answer: Option<Answer>,
     sessions: u64,
+    /// The KV length after the last duplex step: its growth, less what the model said, is what
+    /// the step heard (the worker counts no input tokens itself).
+    last_kv: u64,
 }
 
 impl MinicpmoBackend {
@@ -232,6 +251,7 @@ impl MinicpmoBackend {
             conversation: Vec::new(),
             answer: None,
             sessions: 0,
+            last_kv: 0,
         })
     }
 
@@ -314,6 +334,7 @@ impl MinicpmoBackend {
     /// `prepare` for a duplex session: the prompt, the voices and the settings.
     fn prepare_duplex(&mut self, s: &SessionSetup) -> Result<(), BackendError> {
         self.sessions += 1;
+        self.last_kv = 0;
         let id = format!("omni_{}_{}", std::process::id(), self.sessions);
         let mut socket = self.connect(&format!("/ws/duplex?session_id={id}"))?;
         let g = &s.generation;
@@ -321,15 +342,15 @@ impl MinicpmoBackend {
         // Only the settings the worker documents as applied per session: a client names any
         // setting it likes, and the worker's other settings are its operator's.
         for (k, v) in g.settings.iter().filter(|(k, _)| APPLIED.contains(&k.as_str())) {
-            // Back to JSON: numbers and booleans as such, words as text.
+            // Back to JSON: numbers and booleans as such (as written), words as text.
             let value = serde_json::from_str::<Value>(v).unwrap_or_else(|_| Value::String(v.clone()));
-            config.insert(k.clone(), value);
+            config.insert(worker_name(k).to_string(), value);
         }
         if let Some(t) = g.temperature {
-            config.insert("temperature".into(), json!(t));
+            config.insert("temperature".into(), decimal(t));
         }
         if let Some(p) = g.length_penalty {
-            config.insert("length_penalty".into(), json!(p));
+            config.insert("length_penalty".into(), decimal(p));
         }
         if let Some(n) = g.force_listen_count {
             config.insert("force_listen_count".into(), json!(n));
@@ -527,9 +548,13 @@ impl Backend for MinicpmoBackend {
         let kv_length = v["kv_cache_length"].as_u64().unwrap_or(0);
         self.control.kv_length.store(kv_length, Ordering::Relaxed);
         let ms = |k: &str| (v[k].as_f64().unwrap_or(0.0) * 1000.0) as u32;
+        let output_tokens = v["n_tokens"].as_u64().unwrap_or(0);
+        let heard = kv_length.saturating_sub(self.last_kv).saturating_sub(output_tokens);
+        self.last_kv = kv_length;
         let mut piece = StepPiece {
             kv_length,
-            output_tokens: v["n_tokens"].as_u64().unwrap_or(0) as u32,
+            input_tokens: heard.min(u32::MAX as u64) as u32,
+            output_tokens: output_tokens as u32,
             output_audio_tokens: v["n_tts_tokens"].as_u64().unwrap_or(0) as u32,
             generate_us: ms("cost_all_ms"),
             ..StepPiece::default()

@@ -12,6 +12,7 @@ use omni_actors::protocol::{Inbound, Outbound, ProtocolError, QueueInfo};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use omni_actors::observe::recording::Redact;
@@ -31,11 +32,26 @@ pub struct Current {
     settings: Settings,
     /// The client asked for `input.transcript` events (`payload.transcripts`).
     transcripts: bool,
+    /// Chat: the settings the backend applies (known once the session is created), and for
+    /// each turn the session took and has not answered, in order, the settings of its
+    /// `generation` the backend does not apply (told in its `response.done`). A turn the
+    /// session refuses (`limits.max_turns` outstanding, or before the session is created) is
+    /// not counted, by the same rule.
+    applied: Option<Vec<String>>,
+    turns: VecDeque<Vec<String>>,
 }
 
 impl Current {
     pub fn new(mode: Mode, limits: Limits) -> Current {
-        Current { mode, limits, config: Map::new(), settings: Settings::default(), transcripts: false }
+        Current {
+            mode,
+            limits,
+            config: Map::new(),
+            settings: Settings::default(),
+            transcripts: false,
+            applied: None,
+            turns: VecDeque::new(),
+        }
     }
 
     /// A reference voice sent as raw 16 kHz float32 PCM, within the reference limit.
@@ -96,7 +112,7 @@ struct ChatInput {
     #[serde(default)]
     streaming: Option<bool>,
     #[serde(default)]
-    generation: Option<ChatGeneration>,
+    generation: Option<Map<String, Value>>,
     #[serde(default)]
     image: Option<ChatImage>,
     #[serde(default)]
@@ -107,13 +123,6 @@ struct ChatInput {
     use_tts_template: Option<bool>,
     #[serde(default)]
     enable_thinking: Option<bool>,
-}
-
-#[derive(Deserialize)]
-struct ChatGeneration {
-    max_new_tokens: Option<u32>,
-    length_penalty: Option<f32>,
-    temperature: Option<f32>,
 }
 
 #[derive(Deserialize)]
@@ -234,7 +243,13 @@ fn chat_message(v: &Value, i: usize) -> Result<ChatMessage, ProtocolError> {
 /// `payload.config`: the ABI's own fields typed, every other setting by name (checked
 /// when the documents name it).
 fn duplex_config(config: &Map<String, Value>) -> Result<(Generation, Settings), ProtocolError> {
-    let at = "payload.config.";
+    generation_settings(config, "payload.config.")
+}
+
+/// Generation settings as a client gives them (`payload.config`, a chat turn's
+/// `input.generation`): the ABI's own fields, and every other setting by name, checked where
+/// documented; `at` prefixes names in errors.
+fn generation_settings(config: &Map<String, Value>, at: &str) -> Result<(Generation, Settings), ProtocolError> {
     let invalid = |name: &str, why: &str| ProtocolError::InvalidPayload(format!("{at}{name}: {why}"));
     let whole = |name: &str, min: u64, max: u64| -> Result<Option<u32>, ProtocolError> {
         match config.get(name) {
@@ -296,7 +311,7 @@ impl Current {
         Ok(Inbound::Init(setup))
     }
 
-    fn append(&self, text: &ByteString) -> Result<Inbound, DecodeError> {
+    fn append(&mut self, text: &ByteString) -> Result<Inbound, DecodeError> {
         if self.mode == Mode::Chat {
             return self.turn(text);
         }
@@ -314,7 +329,7 @@ impl Current {
         Ok(Inbound::Chunk(chunk))
     }
 
-    fn turn(&self, text: &str) -> Result<Inbound, DecodeError> {
+    fn turn(&mut self, text: &str) -> Result<Inbound, DecodeError> {
         let event: AppendEvent<ChatInput> =
             wire::parse_event(text, &["input", "input.generation", "input.image", "input.tts"])?;
         let input = event.input.ok_or_else(|| ProtocolError::MissingField("input is required (an object)".into()))?;
@@ -327,16 +342,16 @@ impl Current {
         if !messages.iter().any(|m| m.role == Role::User) {
             return Err(ProtocolError::InvalidPayload("input.messages: needs at least one user message".into()).into());
         }
-        let generation = input.generation.map_or(Generation::default(), |g| Generation {
-            max_new_tokens: g.max_new_tokens,
-            length_penalty: g.length_penalty,
-            temperature: g.temperature,
-            ..Generation::default()
-        });
-        if generation.max_new_tokens == Some(0) {
-            return Err(
-                ProtocolError::InvalidPayload("input.generation.max_new_tokens: must be at least 1".into()).into()
-            );
+        let (generation, settings) = match &input.generation {
+            Some(g) => generation_settings(g, "input.generation.")?,
+            None => (Generation::default(), Settings::default()),
+        };
+        // The session takes the turn unless it is not created yet or has too many outstanding.
+        if let Some(applied) = &self.applied
+            && self.turns.len() < self.limits.max_turns
+        {
+            let backend = omni_actors::domain::BackendInfo { settings: applied.clone(), ..Default::default() };
+            self.turns.push_back(settings.unsupported(&backend));
         }
         let max_slice_nums =
             wire::slice_nums(input.image.and_then(|i| i.max_slice_nums), "input.image.max_slice_nums")?;
@@ -389,7 +404,22 @@ impl Dialect for Current {
     fn encode(&mut self, event: Outbound<'_>, out: &mut Vec<String>) {
         match event {
             Outbound::Created { session_id, kind, prompt_length, queue_wait_ms, backend } => {
+                self.applied = Some(backend.settings.clone());
                 out.push(self.created(session_id, kind, prompt_length, queue_wait_ms, backend))
+            }
+            Outbound::TurnDone { .. } => {
+                let unsupported = self.turns.pop_front().unwrap_or_default();
+                let at = out.len();
+                encode(event, out);
+                // The settings of the turn's `generation` the backend does not apply.
+                if !unsupported.is_empty()
+                    && let Some(frame) = out.get_mut(at)
+                    && let Ok(Value::Object(mut done)) = serde_json::from_str::<Value>(frame)
+                {
+                    let names: Vec<String> = unsupported.into_iter().map(|n| format!("generation.{n}")).collect();
+                    done.insert("unsupported_settings".into(), json!(names));
+                    *frame = Value::Object(done).to_string();
+                }
             }
             // What the model heard the user say, when the backend reports it and the client
             // asked (`payload.transcripts`).
@@ -600,6 +630,57 @@ mod tests {
 
     fn decode(d: &mut Current, v: Value) -> Result<Inbound, DecodeError> {
         d.decode(&bytestring::ByteString::from(String::from(&v.to_string())), &mut Vec::new()).map(|mut c| c.remove(0))
+    }
+
+    #[test]
+    fn chat_generation_settings_travel_by_name_and_those_not_applied_are_told_in_response_done() {
+        let mut d = Current::new(Mode::Chat, Limits::default());
+        let backend = BackendInfo { settings: vec!["top_k".into()], ..BackendInfo::default() };
+        let mut out = Vec::new();
+        let kind = SessionKind::Turn;
+        d.encode(
+            Outbound::Created { session_id: "s", kind, prompt_length: 0, queue_wait_ms: 0, backend: &backend },
+            &mut out,
+        );
+        let turn = |generation: Value| {
+            json!({"type": "input.append", "input": {"generation": generation,
+                "messages": [{"role": "user", "content": "hi"}]}})
+        };
+        let Ok(Inbound::Turn { input, .. }) =
+            decode(&mut d, turn(json!({"top_k": 5, "mystery": 1, "temperature": 0.5})))
+        else {
+            panic!()
+        };
+        assert_eq!(input.generation.temperature, Some(0.5));
+        let sent: Vec<&str> = input.generation.settings.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(sent, ["mystery", "top_k"], "every setting travels by name");
+        decode(&mut d, turn(json!({"top_k": 5}))).unwrap();
+        assert_eq!(
+            code(decode(&mut d, turn(json!({"top_k": "x"})))),
+            "invalid_payload: input.generation.top_k: must be a whole number"
+        );
+        let done = |d: &mut Current| {
+            let mut out = Vec::new();
+            d.encode(
+                Outbound::TurnDone {
+                    session_id: "s",
+                    response_id: "r",
+                    text: "ok",
+                    audio: None,
+                    input_tokens: 1,
+                    output_tokens: 1,
+                    input_audio_tokens: 0,
+                    output_audio_tokens: 0,
+                    kv_length: 2,
+                    duration_ms: 1,
+                    cancelled: false,
+                },
+                &mut out,
+            );
+            serde_json::from_str::<Value>(&out[0]).unwrap()
+        };
+        assert_eq!(done(&mut d)["unsupported_settings"], json!(["generation.mystery"]));
+        assert!(done(&mut d).get("unsupported_settings").is_none(), "the second turn asked for none");
     }
 
     fn code(r: Result<Inbound, DecodeError>) -> String {

@@ -36,7 +36,7 @@ async fn a_duplex_session_reaches_the_worker_with_its_prompt_voice_and_settings(
     assert_eq!(prepare["system_prompt"], "Be a mock.");
     assert_eq!(prepare["config"]["top_p"], 0.7);
     assert_eq!(prepare["config"]["top_k"], 10);
-    assert!((prepare["config"]["length_penalty"].as_f64().unwrap() - 1.2).abs() < 1e-6);
+    assert_eq!(prepare["config"]["length_penalty"], json!(1.2), "as written, not widened from f32");
     // Only the settings the worker applies per session reach it.
     let sent: Vec<&String> = prepare["config"].as_object().unwrap().keys().collect();
     assert_eq!(sent, ["length_penalty", "top_k", "top_p"], "{prepare}");
@@ -289,4 +289,61 @@ fn check_config_says_when_the_worker_cannot_serve() {
     let out =
         std::process::Command::new(env!("CARGO_BIN_EXE_omni-gateway")).arg("check-config").arg(&path).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Through the OpenAI-shaped dialects: settings under the Realtime API's names reach the worker
+/// under its own (`repetition_penalty`) with their values as written, responses count what the
+/// worker heard (its KV growth), and with the gateway's transcription the user's item gets the
+/// spoken words (the worker transcribes nothing).
+#[tokio::test]
+async fn a_qwen_session_through_the_worker_gets_its_settings_usage_and_transcript() {
+    if !needs(&[Need::Models]) {
+        return;
+    }
+    let worker = MockWorker::start();
+    let transcription = format!(
+        "[transcription]\nenabled = true\nlibrary = \"{}\"\nmodel = \"{}\"\n",
+        target_dir().join("libomni_asr_whisper.so").display(),
+        models_dir().join("ggml-tiny.en.bin").display()
+    );
+    let server = Server::ready(Setup::default().workers(worker.entry("gpu", "")).extra(&transcription));
+    let mut c = Client::connect(&server.url("/api-ws/v1/realtime?model=qwen-omni")).await;
+    c.expect("session.created").await;
+    c.send(json!({"type": "session.update", "session": {"temperature": 1.2, "repetition_penalty": 1.05, "top_k": 10,
+        "input_audio_format": "pcm16"}}))
+        .await;
+    let updated = c.expect("session.updated").await;
+    assert_eq!(updated["session"]["repetition_penalty"], json!(1.05));
+    let prepare = worker.with(|s| s.prepares.last().unwrap().clone());
+    assert_eq!(prepare["config"]["temperature"], json!(1.2), "{prepare}");
+    assert_eq!(prepare["config"]["text_repetition_penalty"], json!(1.05), "{prepare}");
+    assert!(prepare["config"].get("repetition_penalty").is_none(), "{prepare}");
+    // A spoken question, then silence, as a microphone sends it (100 ms pieces of pcm16); the
+    // mock worker's first three steps only listen, so the question comes after 3.5 s.
+    let mut audio = vec![0.0; 56000];
+    audio.extend(speech("What is the capital of France?"));
+    audio.extend(vec![0.0; 64000]);
+    for piece in audio.chunks(1600) {
+        let bytes: Vec<u8> = piece.iter().flat_map(|s| ((s * 32767.0) as i16).to_le_bytes()).collect();
+        let b64 = {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.encode(bytes)
+        };
+        c.send(json!({"type": "input_audio_buffer.append", "audio": b64})).await;
+    }
+    let (mut done, mut heard) = (None, None);
+    while done.is_none() || heard.is_none() {
+        let e = c.event().await;
+        assert_ne!(e["type"], "error", "{e}");
+        match e["type"].as_str().unwrap() {
+            "response.done" => done = Some(e),
+            "conversation.item.input_audio_transcription.completed" => heard = Some(e),
+            "conversation.item.input_audio_transcription.failed" => panic!("{e}"),
+            _ => {}
+        }
+    }
+    let words = heard.unwrap()["transcript"].as_str().unwrap().to_lowercase();
+    assert!(words.contains("capital") && words.contains("france"), "{words}");
+    let usage = &done.unwrap()["response"]["usage"];
+    assert!(usage["input_tokens"].as_u64().unwrap() > 0, "what the worker heard counts: {usage}");
 }

@@ -177,3 +177,52 @@ fn check_config_loads_silero_and_names_a_missing_model() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("vad.model: no such file:") && stderr.contains("absent.onnx"), "{stderr}");
 }
+
+/// `speech_stopped.audio_end_ms` within 100 ms of the end of speech, for utterances of about a
+/// third of a second, one second and three seconds (espeak-ng), each followed by two seconds of
+/// silence, over a socket with Silero.
+#[tokio::test]
+async fn utterances_from_a_third_of_a_second_to_three_seconds_stop_within_100_ms() {
+    if !needs(&[Need::Models]) {
+        return;
+    }
+    let vad = format!(
+        "[vad]\nengine = \"silero\"\nmodel = \"{}\"\nonnxruntime_library = \"{}\"\n",
+        models_dir().join("silero_vad.onnx").display(),
+        models_dir().join("libonnxruntime.so.1.31.1").display()
+    );
+    let server = Server::ready(Setup::default().workers(workers(1, "vad_threshold = 0.9")).extra(&vad));
+    let mut c = Client::connect(&server.url("/api-ws/v1/realtime?model=qwen-omni")).await;
+    c.expect("session.created").await;
+    c.send(json!({"type": "session.update", "session": {"input_audio_format": "pcm16",
+        "turn_detection": {"type": "server_vad", "threshold": 0.5, "silence_duration_ms": 500}}}))
+        .await;
+    c.expect("session.updated").await;
+    let mut audio = vec![0.0; 8000];
+    let mut truth = Vec::new();
+    for (text, about) in [("Yes.", 0.3), ("Good morning.", 1.0), ("The quick brown fox jumps over the lazy dog.", 3.0)]
+    {
+        let s = speech(text);
+        let (first, last) = bounds(&s);
+        let seconds = (last - first) as f64 / 16000.0;
+        assert!((seconds - about).abs() < about * 0.5 + 0.1, "{text:?} lasts {seconds:.2} s, not about {about} s");
+        truth.push(((audio.len() + last) / 16) as u64);
+        audio.extend_from_slice(&s);
+        audio.resize(audio.len() + 32000, 0.0);
+    }
+    for piece in audio.chunks(1600) {
+        c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16_b64(piece)})).await;
+    }
+    let mut stops = Vec::new();
+    while stops.len() < truth.len() {
+        let e = c.event().await;
+        assert_ne!(e["type"], "error", "{e}");
+        if e["type"] == "input_audio_buffer.speech_stopped" {
+            stops.push(e["audio_end_ms"].as_u64().unwrap());
+        }
+    }
+    for (stop, end) in stops.iter().zip(&truth) {
+        println!("speech ended at {end} ms, speech_stopped at {stop} ms");
+        assert!(stop.abs_diff(*end) <= 100, "speech_stopped at {stop} ms, speech ended at {end} ms");
+    }
+}

@@ -101,8 +101,10 @@ struct Step {
 }
 
 /// Appended to the system prompt: the answer is heard, not read.
-const SPOKEN: &str = "Your answers are spoken aloud: answer in one to three short, plain sentences, \
-                      without lists, markdown or emoji.";
+const SPOKEN: &str = "Your answers are spoken aloud: answer the question directly and correctly in the first \
+                      sentence, in one to three short, plain sentences, without lists, markdown or emoji. \
+                      The question comes from speech recognition and may have a misheard word: answer what \
+                      was most likely asked, and if you cannot tell, ask the user politely to repeat it.";
 const PREROLL: usize = RATE * 3 / 10;
 const MAX_UTTERANCE: usize = RATE * 30;
 
@@ -306,17 +308,33 @@ impl Engine {
         } else if self.step.endpoint {
             self.step.endpoint = false;
             let audio = std::mem::take(&mut self.utterance);
+            let ta = Instant::now();
             let heard = self.hear(&audio)?;
+            let asr_ms = ta.elapsed().as_millis();
             if heard.is_empty() {
                 Piece { listen: true, ..Piece::default() }
             } else {
                 let max = self.session(Kind::Duplex)?.max_tokens;
                 let turn = format!("<|im_start|>user\n{heard}<|im_end|>\n<|im_start|>assistant\n");
+                let tf = Instant::now();
                 let tokens = self.feed_cancellable(&turn, max)?;
+                let feed_ms = tf.elapsed().as_millis();
                 self.answer =
                     Some(Answer { text: String::new(), done: false, tokens: 0, reported: 0, limit: max, speech: true });
                 self.step.began = true;
+                let tp = Instant::now();
                 let mut p = self.next_piece()?;
+                // The terms of the first audio's delay (docs/performance.md), on stderr (the
+                // gateway's log) when asked: OMNI_BACKEND_TIMING=1 (kept for a worker's process).
+                if std::env::var_os("OMNI_BACKEND_TIMING").is_some() {
+                    eprintln!(
+                        "TIMING audio {:.2}s asr {asr_ms} ms, feed {tokens} tokens {feed_ms} ms, first piece {} ms ({} bytes, {:.2}s audio)",
+                        audio.len() as f32 / 16000.0,
+                        tp.elapsed().as_millis(),
+                        p.text.len(),
+                        p.audio.len() as f32 / 24000.0
+                    );
+                }
                 p.transcript = heard;
                 p.input_tokens = tokens;
                 p

@@ -166,7 +166,12 @@ impl Llm {
         self.feed_tokens(&tokens, reserve, cancelled)
     }
 
-    fn feed_tokens(&mut self, tokens: &[LlamaToken], reserve: u32, cancelled: &dyn Fn() -> bool) -> Result<u32, LlmError> {
+    fn feed_tokens(
+        &mut self,
+        tokens: &[LlamaToken],
+        reserve: u32,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<u32, LlmError> {
         let needed = self.n_past as usize + tokens.len() + reserve as usize;
         if needed > self.n_ctx as usize {
             return Err(LlmError::ContextFull(format!(
