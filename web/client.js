@@ -225,7 +225,10 @@ async function startCapture(withVideo) {
     $('level').value = Math.min(1, Math.sqrt(sum / block.length) * 4);
     const samples = resampler.push(block);
     if (capturing) pending.push(samples);
-    else heardWhileWaiting += samples.length;
+    else {
+      heardWhileWaiting += samples.length;
+      stats.droppedWhileWaiting = heardWhileWaiting / 16000;
+    }
   };
   const silent = ctx.createGain();
   silent.gain.value = 0;
