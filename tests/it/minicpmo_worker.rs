@@ -301,12 +301,7 @@ async fn a_qwen_session_through_the_worker_gets_its_settings_usage_and_transcrip
         return;
     }
     let worker = MockWorker::start();
-    let transcription = format!(
-        "[transcription]\nenabled = true\nlibrary = \"{}\"\nmodel = \"{}\"\n",
-        target_dir().join("libomni_asr_whisper.so").display(),
-        models_dir().join("ggml-tiny.en.bin").display()
-    );
-    let server = Server::ready(Setup::default().workers(worker.entry("gpu", "")).extra(&transcription));
+    let server = Server::ready(Setup::default().workers(worker.entry("gpu", "")).extra(&transcription_section()));
     let mut c = Client::connect(&server.url("/api-ws/v1/realtime?model=qwen-omni")).await;
     c.expect("session.created").await;
     c.send(json!({"type": "session.update", "session": {"temperature": 1.2, "repetition_penalty": 1.05, "top_k": 10,
@@ -324,12 +319,7 @@ async fn a_qwen_session_through_the_worker_gets_its_settings_usage_and_transcrip
     audio.extend(speech("What is the capital of France?"));
     audio.extend(vec![0.0; 64000]);
     for piece in audio.chunks(1600) {
-        let bytes: Vec<u8> = piece.iter().flat_map(|s| ((s * 32767.0) as i16).to_le_bytes()).collect();
-        let b64 = {
-            use base64::Engine;
-            base64::engine::general_purpose::STANDARD.encode(bytes)
-        };
-        c.send(json!({"type": "input_audio_buffer.append", "audio": b64})).await;
+        c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16_of(piece)})).await;
     }
     let (mut done, mut heard) = (None, None);
     while done.is_none() || heard.is_none() {

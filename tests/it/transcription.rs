@@ -7,13 +7,13 @@ use std::time::Duration;
 use crate::common::*;
 use serde_json::{Value, json};
 
-fn pcm16_b64(samples: &[f32]) -> String {
+fn pcm16_of(samples: &[f32]) -> String {
     use base64::Engine;
     let bytes: Vec<u8> = samples.iter().flat_map(|s| ((s.clamp(-1.0, 1.0) * 32767.0) as i16).to_le_bytes()).collect();
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-fn transcription() -> String {
+fn transcription_section() -> String {
     format!(
         "[transcription]\nenabled = true\nlibrary = \"{}\"\nmodel = \"{}\"\n",
         target_dir().join("libomni_asr_whisper.so").display(),
@@ -41,7 +41,7 @@ async fn a_backend_without_transcripts_gets_the_gateways_whisper() {
     // revision 0: the reference backend as an ABI 1.0 backend, which reports no transcripts; it
     // never hears speech (vad_threshold 0.9), so the turn ends at the speech's own end.
     let server = Server::ready(
-        Setup::default().workers(workers(1, "revision = 0\nvad_threshold = 0.9")).extra(&transcription()),
+        Setup::default().workers(workers(1, "revision = 0\nvad_threshold = 0.9")).extra(&transcription_section()),
     );
     let mut c = Client::connect(&server.url("/v1/realtime?model=omni")).await;
     c.expect("session.created").await;
@@ -54,7 +54,7 @@ async fn a_backend_without_transcripts_gets_the_gateways_whisper() {
     audio.extend(speech("What is the capital of France?"));
     audio.extend(vec![0.0; 24000]);
     for piece in audio.chunks(3200) {
-        c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16_b64(piece)})).await;
+        c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16_of(piece)})).await;
     }
     let mut seen = Vec::new();
     let item = until(&mut c, "conversation.item.added", &mut seen).await;
@@ -74,7 +74,7 @@ async fn without_the_gateways_transcription_the_item_fails_at_once_with_the_reas
     let mut c = Client::connect(&server.url("/api-ws/v1/realtime?model=qwen-omni")).await;
     c.expect("session.created").await;
     let tone: Vec<f32> = (0..8000).map(|i| 0.3 * (i as f32 * 0.1).sin()).chain(vec![0.0; 24000]).collect();
-    c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16_b64(&tone)})).await;
+    c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16_of(&tone)})).await;
     let mut seen = Vec::new();
     let failed = until(&mut c, "conversation.item.input_audio_transcription.failed", &mut seen).await;
     assert_eq!(failed["error"]["code"], "transcription_unavailable", "{failed}");
@@ -86,25 +86,12 @@ fn check_config_loads_whisper_and_names_a_missing_library() {
     if !needs(&[Need::Models]) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("gw.toml");
     let base = format!("[server]\nbind = \"127.0.0.1:0\"\n{}", workers(1, ""));
-    std::fs::write(&config, format!("{base}{}", transcription())).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_omni-gateway"))
-        .arg("check-config")
-        .arg(&config)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+    let (code, stdout, stderr) = check_config(&format!("{base}{}", transcription_section()));
+    assert_eq!(code, Some(0), "{stdout} {stderr}");
     assert!(stdout.contains("transcription: Whisper"), "{stdout}");
-    std::fs::write(&config, format!("{base}[transcription]\nenabled = true\nlibrary = \"nowhere.so\"\n")).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_omni-gateway"))
-        .arg("check-config")
-        .arg(&config)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("transcription.library: no such file:") && stderr.contains("nowhere.so"), "{stderr}");
+    let (code, _, stderr) =
+        check_config(&format!("{base}[transcription]\nenabled = true\nlibrary = \"/nowhere/lib.so\"\n"));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("transcription.library: no such file: /nowhere/lib.so"), "{stderr}");
 }

@@ -92,12 +92,6 @@ fn silero_does_not_take_noise_for_speech_where_loudness_does() {
     assert_eq!(loudness.len(), 2, "the energy detector calls the hiss speech: {loudness:?}");
 }
 
-fn pcm16_b64(samples: &[f32]) -> String {
-    use base64::Engine;
-    let bytes: Vec<u8> = samples.iter().flat_map(|s| ((s.clamp(-1.0, 1.0) * 32767.0) as i16).to_le_bytes()).collect();
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
 /// Over a socket, with `[vad] engine = "silero"`: each sentence gets `speech_started`, then
 /// `speech_stopped` at the end of its speech (not of the audio), `committed` and the user item,
 /// whatever the backend does (the reference backend here, told never to hear speech, so that
@@ -107,12 +101,7 @@ async fn a_qwen_client_gets_speech_events_at_the_speechs_own_edges() {
     if !needs(&[Need::Models]) {
         return;
     }
-    let vad = format!(
-        "[vad]\nengine = \"silero\"\nmodel = \"{}\"\nonnxruntime_library = \"{}\"\n",
-        models_dir().join("silero_vad.onnx").display(),
-        models_dir().join("libonnxruntime.so.1.31.1").display()
-    );
-    let server = Server::ready(Setup::default().workers(workers(1, "vad_threshold = 0.9")).extra(&vad));
+    let server = Server::ready(Setup::default().workers(workers(1, "vad_threshold = 0.9")).extra(&silero_section()));
     let mut c = Client::connect(&server.url("/api-ws/v1/realtime?model=qwen-omni")).await;
     c.expect("session.created").await;
     // Qwen's documented 800 ms of silence.
@@ -122,7 +111,7 @@ async fn a_qwen_client_gets_speech_events_at_the_speechs_own_edges() {
     c.expect("session.updated").await;
     let (audio, truth) = conversation();
     for piece in audio.chunks(1600) {
-        c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16_b64(piece)})).await;
+        c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16_of(piece)})).await;
     }
     let mut seen: Vec<Value> = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -154,28 +143,14 @@ fn check_config_loads_silero_and_names_a_missing_model() {
     if !needs(&[Need::Models]) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("gw.toml");
     let base = format!("[server]\nbind = \"127.0.0.1:0\"\n{}", workers(1, ""));
-    std::fs::write(&config, format!("{base}[vad]\nengine = \"silero\"\n")).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_omni-gateway"))
-        .arg("check-config")
-        .arg(&config)
-        .env("OMNI_MODELS", models_dir())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+    let (code, stdout, stderr) = check_config(&format!("{base}[vad]\nengine = \"silero\"\n"));
+    assert_eq!(code, Some(0), "{stdout} {stderr}");
     assert!(stdout.contains("vad: Silero VAD loads and runs"), "{stdout}");
-    std::fs::write(&config, format!("{base}[vad]\nengine = \"silero\"\nmodel = \"absent.onnx\"\n")).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_omni-gateway"))
-        .arg("check-config")
-        .arg(&config)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("vad.model: no such file:") && stderr.contains("absent.onnx"), "{stderr}");
+    let (code, _, stderr) =
+        check_config(&format!("{base}[vad]\nengine = \"silero\"\nmodel = \"/nowhere/absent.onnx\"\n"));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("vad.model: no such file: /nowhere/absent.onnx"), "{stderr}");
 }
 
 /// `speech_stopped.audio_end_ms` within 100 ms of the end of speech, for utterances of about a
@@ -186,12 +161,7 @@ async fn utterances_from_a_third_of_a_second_to_three_seconds_stop_within_100_ms
     if !needs(&[Need::Models]) {
         return;
     }
-    let vad = format!(
-        "[vad]\nengine = \"silero\"\nmodel = \"{}\"\nonnxruntime_library = \"{}\"\n",
-        models_dir().join("silero_vad.onnx").display(),
-        models_dir().join("libonnxruntime.so.1.31.1").display()
-    );
-    let server = Server::ready(Setup::default().workers(workers(1, "vad_threshold = 0.9")).extra(&vad));
+    let server = Server::ready(Setup::default().workers(workers(1, "vad_threshold = 0.9")).extra(&silero_section()));
     let mut c = Client::connect(&server.url("/api-ws/v1/realtime?model=qwen-omni")).await;
     c.expect("session.created").await;
     c.send(json!({"type": "session.update", "session": {"input_audio_format": "pcm16",
@@ -211,7 +181,7 @@ async fn utterances_from_a_third_of_a_second_to_three_seconds_stop_within_100_ms
         audio.resize(audio.len() + 32000, 0.0);
     }
     for piece in audio.chunks(1600) {
-        c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16_b64(piece)})).await;
+        c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16_of(piece)})).await;
     }
     let mut stops = Vec::new();
     while stops.len() < truth.len() {

@@ -611,6 +611,45 @@ pub fn quiet() -> Vec<f32> {
 
 /// pcm16 little-endian base64 (the OpenAI and Qwen dialects' audio): a 220 Hz tone at
 /// `amplitude` (speech to the reference backend), or silence at 0.
+/// `samples` as base64 pcm16 (the OpenAI and Qwen dialects' audio).
+pub fn pcm16_of(samples: &[f32]) -> String {
+    let bytes: Vec<u8> = samples.iter().flat_map(|s| ((s.clamp(-1.0, 1.0) * 32767.0) as i16).to_le_bytes()).collect();
+    STANDARD.encode(bytes)
+}
+
+/// A `[vad]` section that runs Silero VAD from the models folder.
+pub fn silero_section() -> String {
+    format!(
+        "[vad]\nengine = \"silero\"\nmodel = \"{}\"\nonnxruntime_library = \"{}\"\n",
+        models_dir().join("silero_vad.onnx").display(),
+        models_dir().join("libonnxruntime.so.1.31.1").display()
+    )
+}
+
+/// A `[transcription]` section that runs Whisper tiny.en with the workspace's library.
+pub fn transcription_section() -> String {
+    format!(
+        "[transcription]\nenabled = true\nlibrary = \"{}\"\nmodel = \"{}\"\n",
+        target_dir().join("libomni_asr_whisper.so").display(),
+        models_dir().join("ggml-tiny.en.bin").display()
+    )
+}
+
+/// `omni-gateway check-config` on a file holding `config`: its exit code, stdout and stderr.
+pub fn check_config(config: &str) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, config).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_omni-gateway"))
+        .arg("check-config")
+        .arg(&path)
+        .env("OMNI_MODELS", models_dir())
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
 pub fn pcm16(seconds: f32, rate: u32, amplitude: f32) -> String {
     let n = (seconds * rate as f32) as usize;
     let bytes: Vec<u8> = (0..n)
