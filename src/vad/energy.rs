@@ -13,10 +13,6 @@ const FULL_SCALE_RMS: f32 = 0.04;
 pub struct EnergyDetector;
 
 impl VoiceDetector for EnergyDetector {
-    fn name(&self) -> &'static str {
-        "energy"
-    }
-
     fn window(&self) -> usize {
         WINDOW
     }
@@ -28,8 +24,6 @@ impl VoiceDetector for EnergyDetector {
         let rms = (window.iter().map(|s| s * s).sum::<f32>() / window.len() as f32).sqrt();
         (rms / FULL_SCALE_RMS).min(1.0)
     }
-
-    fn reset(&mut self) {}
 }
 
 #[cfg(test)]

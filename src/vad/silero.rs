@@ -31,10 +31,6 @@ struct SileroDetector {
 }
 
 impl VoiceDetector for SileroDetector {
-    fn name(&self) -> &'static str {
-        if self.failed.is_some() { "energy" } else { "silero" }
-    }
-
     fn window(&self) -> usize {
         WINDOW
     }
@@ -53,9 +49,5 @@ impl VoiceDetector for SileroDetector {
                 p
             }
         }
-    }
-
-    fn reset(&mut self) {
-        self.silero.reset();
     }
 }

@@ -15,15 +15,11 @@ use std::sync::Arc;
 /// A voice activity detector over 16 kHz mono audio: one per audio stream (it may keep state
 /// from window to window).
 pub trait VoiceDetector: Send {
-    /// The engine's name, for logs.
-    fn name(&self) -> &'static str;
     /// Samples per window.
     fn window(&self) -> usize;
     /// The probability, 0 to 1, that the next window (`window()` samples, or fewer at the end
     /// of a stream) is speech.
     fn probability(&mut self, window: &[f32]) -> f32;
-    /// Forgets the stream so far.
-    fn reset(&mut self);
 }
 
 /// Makes a detector for each new audio stream.
@@ -112,11 +108,6 @@ impl SpeechEdges {
     /// Speech has started and not stopped.
     pub fn in_speech(&self) -> bool {
         self.in_speech
-    }
-
-    /// Milliseconds of audio heard.
-    pub fn heard_ms(&self) -> u64 {
-        ms(self.at)
     }
 
     /// The end of the last voiced window of the speech in progress (or of the last speech).
@@ -216,6 +207,5 @@ mod tests {
         assert!(!e.in_speech());
         assert_eq!(e.speech_end_ms(), 160);
         assert_eq!(run(&mut e, &[(0.9, 3)]), [Edge::Started { audio_start_ms: 0 }]);
-        assert_eq!(e.heard_ms(), 256);
     }
 }
