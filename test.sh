@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Runs every test of the workspace. The end-to-end test of the official OpenAI and DashScope
-# Python clients needs them in .venv: created here on first run from tests/sdk/requirements.txt.
+# Runs every test of the workspace. The end-to-end tests of the official OpenAI and DashScope
+# Python clients, and of WebRTC calls from aiortc, need them in .venv: created here on first
+# run from tests/sdk/requirements.txt.
 # The pages' tests need chromium and chromium-driver, the CPU model backend cmake, g++, libclang
 # and espeak-ng, the replicas' tests redis-server, the tools' tests sox (apt-get install chromium
 # chromium-driver cmake g++ libclang-dev espeak-ng redis-server sox).
 set -euo pipefail
 cd "$(dirname "$0")"
-if ! .venv/bin/python -c "import openai, dashscope, websockets" 2>/dev/null; then
+if ! .venv/bin/python -c "import openai, dashscope, websockets, aiortc" 2>/dev/null; then
   python3 -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check -r tests/sdk/requirements.txt
 fi

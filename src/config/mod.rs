@@ -29,6 +29,7 @@ mod tests;
 mod transcription;
 mod vad;
 mod webhooks;
+pub mod webrtc;
 mod workers;
 
 pub use auth::{AuthConfig, read_keys_file};
@@ -43,6 +44,7 @@ pub use server::{ServerConfig, TlsConfig};
 pub use transcription::{TranscriptionConfig, TranscriptionSpec};
 pub use vad::{VadConfig, VadEngine, VadSpec};
 pub use webhooks::{WebhookEntry, WebhookSpec};
+pub use webrtc::{WebRtcConfig, WebRtcSpec};
 pub use workers::{BackendKind, BackendSource, Isolation, WorkerEntry, WorkerSpec};
 
 use check::Base;
@@ -84,6 +86,8 @@ struct RawConfig {
     vad: VadConfig,
     #[serde(default)]
     transcription: TranscriptionConfig,
+    #[serde(default)]
+    webrtc: WebRtcConfig,
     #[serde(default)]
     models: Vec<ModelEntry>,
     #[serde(default)]
@@ -128,6 +132,8 @@ pub struct Config {
     pub vad: VadSpec,
     /// `[transcription]`, when on: the gateway's own recogniser.
     pub transcription: Option<TranscriptionSpec>,
+    /// `[webrtc]`: calls over WebRTC.
+    pub webrtc: WebRtcSpec,
     /// `[[models]]`; empty means any model name is served by the pool (in audio mode).
     pub models: Vec<ModelSpec>,
     pub workers: Vec<WorkerSpec>,
@@ -267,6 +273,7 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
     let models = models::validate(&raw.models, &workers)?;
     let vad = raw.vad.validate(base).map_err(|e| e.under("vad"))?;
     let transcription = raw.transcription.validate(base).map_err(|e| e.under("transcription"))?;
+    let webrtc = raw.webrtc.validate().map_err(|e| e.under("webrtc"))?;
     let node = raw.node.as_ref().map(|n| n.validate(base).map_err(|e| e.under("node"))).transpose()?;
     let names: Vec<&str> = workers.iter().map(|w| w.name.as_str()).collect();
     let nodes = nodes::validate(&raw.nodes, &names, base)?;
@@ -286,6 +293,7 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
         admin_key: auth.admin_key,
         vad,
         transcription,
+        webrtc,
         models,
         workers,
         node,

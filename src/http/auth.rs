@@ -25,6 +25,8 @@ use actix_web::http::header;
 use parking_lot::{Mutex, RwLock};
 use subtle::ConstantTimeEq;
 
+use super::client_secrets::{self, ClientSecrets};
+
 /// The shortest key accepted at load: shorter ones are guessable.
 pub const MIN_KEY_BYTES: usize = 16;
 
@@ -145,6 +147,17 @@ pub struct Keys {
     throttle: Arc<Mutex<Throttle>>,
     /// One gate per throttled address: its key checks pass one at a time.
     gates: Arc<Mutex<HashMap<IpAddr, Arc<tokio::sync::Mutex<()>>>>>,
+    /// Client secrets minted and not yet used ([`crate::http::client_secrets`]).
+    pub secrets: Arc<Mutex<ClientSecrets>>,
+}
+
+/// Who a realtime client is, once its key or client secret is checked.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Admitted {
+    /// The API key's id (for a client secret: the id of the key that minted it).
+    pub key_id: Option<String>,
+    /// The session settings a client secret was minted with.
+    pub session: Option<serde_json::Value>,
 }
 
 /// A throttled address's turn to have a key checked; the next waits until it is dropped.
@@ -157,7 +170,14 @@ impl Keys {
             admin: admin.map(Into::into),
             throttle: Arc::default(),
             gates: Arc::default(),
+            secrets: Arc::default(),
         }
+    }
+
+    /// The same keys, holding at most `max` client secrets.
+    pub fn with_client_secrets(mut self, max: usize) -> Keys {
+        self.secrets = Arc::new(Mutex::new(ClientSecrets::new(max)));
+        self
     }
 
     pub fn api_required(&self) -> bool {
@@ -221,6 +241,24 @@ impl Keys {
         };
         self.throttled(client, verdict)?;
         Ok(key.map(key_id))
+    }
+
+    /// Checks a realtime client: a client secret (`ek_...`, taken: it is good once) or an API
+    /// key ([`Keys::check_api`]). A secret that is unknown, used or expired is refused like a
+    /// wrong key, also when no API keys are configured.
+    pub fn check_realtime<'a>(
+        &self,
+        client: Option<IpAddr>,
+        candidates: impl IntoIterator<Item = Option<&'a str>>,
+    ) -> Result<Admitted, Denied> {
+        let first = candidates.into_iter().flatten().next();
+        if let Some(secret) = first.filter(|k| k.starts_with(client_secrets::PREFIX)) {
+            let grant = self.secrets.lock().redeem(secret, Instant::now());
+            let verdict = if grant.is_some() { Ok(()) } else { Err(Denied::Wrong(KeyKind::Api)) };
+            self.throttled(client, verdict)?;
+            return Ok(grant.map(|g| Admitted { key_id: g.key_id, session: g.session }).unwrap_or_default());
+        }
+        self.check_api(client, [first]).map(|key_id| Admitted { key_id, session: None })
     }
 
     /// Checks the operator routes: the admin key (Bearer) when one is configured; without

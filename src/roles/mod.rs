@@ -49,6 +49,8 @@ pub struct Serving {
     pub voice: omni_actors::edge::vad::SharedDetectors,
     /// The gateway's recogniser (`[transcription]`), when on.
     pub transcription: Option<omni_actors::transcribe::TranscriptionPort>,
+    /// WebRTC calls in progress (`[webrtc]`), when on.
+    pub calls: Option<Arc<crate::transport::webrtc::Calls>>,
 }
 
 /// Starts the actors of the role the configuration names: a replica with `[cluster]`, else a
@@ -85,7 +87,8 @@ impl Common {
             RecorderSpawner::new(r.dir.clone(), limits)
         });
         let subscribers = crate::observe::register(config, recorder.as_ref());
-        let keys = Keys::new(config.api_keys.clone(), config.admin_key.clone());
+        let keys = Keys::new(config.api_keys.clone(), config.admin_key.clone())
+            .with_client_secrets(config.webrtc.max_client_secrets);
         let fragments = FragmentBudget::new((config.server.max_fragment_buffer_mb * 1048576.0) as usize);
         let voice = crate::vad::detectors(&config.vad);
         let transcription = config.transcription.as_ref().map(crate::transcription::start);
@@ -100,7 +103,6 @@ impl Common {
         cluster: Option<actix::Recipient<ClusterStatusQuery>>,
     ) -> Serving {
         Serving {
-            config,
             queue,
             cluster,
             pool,
@@ -111,6 +113,8 @@ impl Common {
             fragments: self.fragments,
             voice: self.voice,
             transcription: self.transcription,
+            calls: config.webrtc.enabled.then(|| crate::transport::webrtc::Calls::new(config.webrtc.clone())),
+            config,
         }
     }
 }

@@ -46,6 +46,8 @@ pub struct WebSocketEdge {
     /// Names the connection in logs (`c12`).
     label: String,
     start: Option<StartSession>,
+    /// An event the session gets before the client's own (a client secret's settings).
+    first: Option<String>,
     session: Option<Addr<SessionActor>>,
     fragments: Fragments,
     rate: Option<MessageRate>,
@@ -73,12 +75,19 @@ impl WebSocketEdge {
             settings,
             label: format!("c{conn}"),
             start: Some(start),
+            first: None,
             session: None,
             last_heard: now,
             outgoing,
             ended: None,
             closed_by_session: false,
         }
+    }
+
+    /// The session gets `first` before the client's own events.
+    pub fn with_first(mut self, first: Option<String>) -> WebSocketEdge {
+        self.first = first;
+        self
     }
 
     fn tell(&self, msg: FromClient) {
@@ -227,6 +236,9 @@ impl Actor for WebSocketEdge {
     fn started(&mut self, ctx: &mut Self::Context) {
         if let Some(start) = self.start.take() {
             self.session = Some(start(ctx.address().recipient()));
+        }
+        if let Some(first) = self.first.take() {
+            self.tell(FromClient::Text(ByteString::from(first)));
         }
         self.heartbeat(ctx);
     }

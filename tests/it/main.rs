@@ -9,6 +9,7 @@
 //! - operating it: `operations`, `cli`, `tools`, `extending` (subscribers, usage, webhooks);
 //! - backends: `backend_abi`, `isolation`, `minicpmo_worker`, `cascade` (the CPU model);
 //! - roles: `nodes`, `cluster` (replicas on Redis);
+//! - WebRTC calls: `webrtc` (aiortc);
 //! - the pages: `browser` (Chromium).
 
 mod common;
@@ -38,3 +39,4 @@ mod security;
 mod tools;
 mod transcription;
 mod vad;
+mod webrtc;

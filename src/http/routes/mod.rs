@@ -1,4 +1,4 @@
-//! HTTP routes: the realtime WebSocket endpoints (`realtime.rs`), health, the operator
+//! HTTP routes: the realtime endpoints (`realtime/`: WebSocket, WebRTC calls, client secrets), health, the operator
 //! routes (`admin.rs`: status, metrics, recordings, queue cancellation), and the pages
 //! (`pages.rs`: the client and the console).
 
@@ -16,8 +16,12 @@ mod pages;
 mod realtime;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/v1/realtime", web::get().to(realtime::realtime))
-        .route("/api-ws/v1/realtime", web::get().to(realtime::qwen_realtime))
+    cfg.route("/v1/realtime", web::get().to(realtime::websocket::realtime))
+        .route("/api-ws/v1/realtime", web::get().to(realtime::websocket::qwen_realtime))
+        .route("/v1/realtime/calls", web::post().to(realtime::calls::create))
+        .route("/v1/realtime/calls/{id}/hangup", web::post().to(realtime::calls::hang_up))
+        .route("/v1/realtime/calls/{id}", web::delete().to(realtime::calls::hang_up))
+        .route("/v1/realtime/client_secrets", web::post().to(realtime::client_secrets::mint))
         .route("/healthz", web::get().to(healthz))
         .route("/readyz", web::get().to(readyz))
         .route("/v1/modes", web::get().to(modes))

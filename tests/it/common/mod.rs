@@ -172,7 +172,7 @@ impl Server {
         let mut child = Command::new(exe)
             .arg("--config")
             .arg(&path)
-            .env("RUST_LOG", "debug,actix_server=warn,actix_http=warn")
+            .env("RUST_LOG", "debug,actix_server=warn,actix_http=warn,str0m=info,sctp_proto=info,is=info,dimpl=info")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

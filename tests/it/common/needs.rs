@@ -18,7 +18,8 @@ pub enum Need {
     CascadeLibraries,
     /// The CPU model's files (`scripts/fetch-models.py`), and its libraries.
     Models,
-    /// The official OpenAI and DashScope Python clients in `.venv` (`./test.sh` makes it).
+    /// The official OpenAI and DashScope Python clients, and aiortc, in `.venv` (`./test.sh`
+    /// makes it).
     Sdks,
     /// Debian's `sox` (`soxi` reads the WAVs the tools write).
     Sox,
@@ -31,7 +32,7 @@ impl Need {
             Need::Browser => "chromium and chromedriver (apt-get install chromium chromium-driver)",
             Need::CascadeLibraries => "the CPU model backend's libraries (cargo build --workspace)",
             Need::Models => "the CPU model's files (python3 scripts/fetch-models.py)",
-            Need::Sdks => "the official Python SDKs in .venv (./test.sh creates it)",
+            Need::Sdks => "the official Python SDKs and aiortc in .venv (./test.sh creates it)",
             Need::Sox => "sox (apt-get install sox)",
         }
     }
@@ -49,7 +50,7 @@ impl Need {
                     && Need::CascadeLibraries.met()
             }
             Need::Sdks => Command::new(sdk_python())
-                .args(["-c", "import openai, dashscope, websockets"])
+                .args(["-c", "import openai, dashscope, websockets, aiortc"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status()

@@ -1,0 +1,187 @@
+//! WebRTC signalling, as the OpenAI Realtime API has it: `POST /v1/realtime/calls` takes an SDP
+//! offer (the body, `application/sdp`, or a multipart form with `sdp` and an optional `session`
+//! object) and answers `201 Created` with the SDP answer and `Location:
+//! /v1/realtime/calls/{call_id}`; `POST /v1/realtime/calls/{call_id}/hangup` (or `DELETE
+//! /v1/realtime/calls/{call_id}`) ends the call.
+//!
+//! The client is checked like a WebSocket client ([`super::admit`]) before its offer is read;
+//! the session behind the call is an ordinary one of the OpenAI dialect.
+
+use actix::Actor;
+use actix_web::http::StatusCode;
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse, web};
+use futures_util::StreamExt;
+use serde_json::Value;
+
+use super::{Endpoint, admit, authenticate, query_of};
+use crate::dialect::openai::Flavor;
+use crate::http::routes::http_error;
+use crate::http::{Gateway, auth, client_secrets};
+use crate::transport::webrtc::AnswerError;
+use crate::transport::webrtc::call::{CallEdge, CallParts, CallSettings};
+use crate::transport::webrtc::events::{self, Incoming};
+
+/// The largest offer, and the largest `session` part, read.
+const MAX_PART_BYTES: usize = 64 * 1024;
+
+fn bad_request(message: impl Into<String>) -> HttpResponse {
+    http_error(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+}
+
+/// The offer and the session settings of a request's body.
+struct Offer {
+    sdp: String,
+    session: Option<Value>,
+}
+
+/// Reads the body, at most `limit` bytes.
+async fn read_limited(
+    mut body: impl futures_util::Stream<Item = Result<web::Bytes, String>> + Unpin,
+    what: &str,
+) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| format!("{what}: {e}"))?;
+        if bytes.len() + chunk.len() > MAX_PART_BYTES {
+            return Err(format!("{what} is over {MAX_PART_BYTES} bytes"));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
+fn text(bytes: Vec<u8>, what: &str) -> Result<String, String> {
+    String::from_utf8(bytes).map_err(|_| format!("{what} is not UTF-8"))
+}
+
+async fn offer_of(req: &HttpRequest, payload: web::Payload) -> Result<Offer, String> {
+    let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !content_type.starts_with("multipart/form-data") {
+        let body = read_limited(payload.map(|c| c.map_err(|e| e.to_string())), "the offer").await?;
+        return Ok(Offer { sdp: text(body, "the offer")?, session: None });
+    }
+    let mut form = actix_multipart::Multipart::new(req.headers(), payload);
+    let (mut sdp, mut session) = (None, None);
+    while let Some(field) = form.next().await {
+        let field = field.map_err(|e| format!("the form: {e}"))?;
+        let name = field.name().unwrap_or("").to_string();
+        let bytes = read_limited(field.map(|c| c.map_err(|e| e.to_string())), &format!("the form's '{name}'")).await?;
+        match name.as_str() {
+            "sdp" => sdp = Some(text(bytes, "sdp")?),
+            "session" => {
+                let value: Value =
+                    serde_json::from_slice(&bytes).map_err(|e| format!("session is not a JSON object: {e}"))?;
+                if !value.is_object() {
+                    return Err("session is not a JSON object".into());
+                }
+                session = Some(value);
+            }
+            _ => {}
+        }
+    }
+    Ok(Offer { sdp: sdp.ok_or("the form has no 'sdp' part")?, session })
+}
+
+/// The model a call asks for: `?model=`, else the form's session's, else the client secret's,
+/// else the first one served.
+fn model_of(gw: &Gateway, query: Option<&String>, sessions: [Option<&Value>; 2]) -> String {
+    query
+        .cloned()
+        .or_else(|| sessions.iter().flatten().find_map(|s| s.get("model").and_then(Value::as_str).map(String::from)))
+        .or_else(|| gw.config.models.first().map(|m| m.name.clone()))
+        .unwrap_or_default()
+}
+
+/// A session's settings as the call's first event: the audio formats are the call's own.
+fn first_update(session: &Value) -> String {
+    let update = client_secrets::session_update(session);
+    match events::incoming(&update) {
+        Incoming::Rewritten(text) => text,
+        _ => update,
+    }
+}
+
+pub async fn create(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>) -> HttpResponse {
+    let Some(calls) = gw.calls.clone() else {
+        return http_error(StatusCode::NOT_FOUND, "not_found", "WebRTC calls are off here ([webrtc] enabled = false)");
+    };
+    let query = match query_of(&req) {
+        Ok(q) => q,
+        Err(refusal) => return refusal,
+    };
+    // The key is checked before a byte of the offer is read.
+    let key = match authenticate(&req, &gw, [auth::bearer(&req), None, None]).await {
+        Ok(key) => key,
+        Err(refusal) => return refusal,
+    };
+    let offer = match offer_of(&req, payload).await {
+        Ok(o) => o,
+        Err(why) => return bad_request(why),
+    };
+    let model = model_of(&gw, query.get("model"), [offer.session.as_ref(), key.session.as_ref()]);
+    let admitted = match admit(&req, &gw, Endpoint::Realtime(Flavor::Ga, model), key) {
+        Ok(a) => a,
+        Err(refusal) => return refusal,
+    };
+    let answered = match calls.answer(&offer.sdp) {
+        Ok(a) => a,
+        Err(AnswerError::Offer(why)) => return bad_request(format!("the offer cannot be answered: {why}")),
+        Err(e @ AnswerError::NoPort { .. }) => {
+            log::warn!("a call was refused: {e}");
+            return http_error(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", e.to_string());
+        }
+        Err(AnswerError::Io(e)) => {
+            log::error!("a call was refused: cannot bind its UDP socket: {e}");
+            return http_error(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "cannot open a UDP port");
+        }
+    };
+    let first: Vec<String> =
+        [admitted.session.as_ref(), offer.session.as_ref()].into_iter().flatten().map(first_update).collect();
+    let id = format!("rtc_{}", uuid::Uuid::new_v4().simple());
+    let config = &gw.config;
+    let settings = CallSettings {
+        connect_timeout: calls.spec().connect_timeout,
+        rate: config.message_rate(),
+        max_outgoing_bytes: config.server.max_outgoing_bytes as usize,
+    };
+    let conn = admitted.conn;
+    let parts = CallParts {
+        id: id.clone(),
+        rtc: answered.rtc,
+        socket: answered.socket,
+        settings,
+        start: admitted.starter(&gw),
+        first,
+        calls: calls.clone(),
+    };
+    match CallEdge::new(parts) {
+        Ok(edge) => {
+            edge.start();
+        }
+        Err(e) => {
+            log::error!("a call was refused: {e}");
+            return http_error(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "cannot start the call");
+        }
+    }
+    log::info!("call {id}: answered (connection c{conn})");
+    HttpResponse::Created()
+        .insert_header((header::LOCATION, format!("/v1/realtime/calls/{id}")))
+        .content_type("application/sdp")
+        .body(answered.sdp)
+}
+
+pub async fn hang_up(req: HttpRequest, path: web::Path<String>, gw: web::Data<Gateway>) -> HttpResponse {
+    let Some(calls) = gw.calls.clone() else {
+        return http_error(StatusCode::NOT_FOUND, "not_found", "WebRTC calls are off here ([webrtc] enabled = false)");
+    };
+    let client_ip = auth::client_ip(&req, &gw.config.trusted_proxies);
+    if let Err(denied) = gw.keys.check_api(client_ip, [auth::bearer(&req)]) {
+        return http_error(StatusCode::UNAUTHORIZED, "unauthorized", denied.message());
+    }
+    if calls.hang_up(&path) {
+        HttpResponse::Ok().json(serde_json::json!({}))
+    } else {
+        http_error(StatusCode::NOT_FOUND, "not_found", format!("no call '{}' here", path.as_str()))
+    }
+}

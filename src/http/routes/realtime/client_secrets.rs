@@ -1,0 +1,109 @@
+//! `POST /v1/realtime/client_secrets`: a server holding an API key mints a short-lived secret
+//! for a browser (see `crate::http::client_secrets`). The body is optional JSON:
+//! `{"expires_after": {"anchor": "created_at", "seconds": 600}, "session": {...}}`; the answer
+//! is `{"value", "expires_at", "session"}`.
+
+use std::time::{Duration, Instant};
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::config::webrtc::CLIENT_SECRET_TTL;
+use crate::http::client_secrets::{Grant, MintRefusal};
+use crate::http::routes::http_error;
+use crate::http::{Gateway, auth};
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct MintRequest {
+    #[serde(default)]
+    expires_after: Option<ExpiresAfter>,
+    #[serde(default)]
+    session: Option<serde_json::Map<String, Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpiresAfter {
+    #[serde(default)]
+    anchor: Option<String>,
+    seconds: u64,
+}
+
+pub async fn mint(req: HttpRequest, body: web::Bytes, gw: web::Data<Gateway>) -> HttpResponse {
+    let client_ip = auth::client_ip(&req, &gw.config.trusted_proxies);
+    let turn = gw.keys.pace(client_ip).await;
+    // An API key, not a client secret: a secret cannot mint another.
+    let checked = gw.keys.check_api(client_ip, [auth::bearer(&req)]);
+    drop(turn);
+    let key_id = match checked {
+        Ok(id) => id,
+        Err(denied) => {
+            let status = if denied == auth::Denied::Throttled {
+                StatusCode::TOO_MANY_REQUESTS
+            } else {
+                StatusCode::UNAUTHORIZED
+            };
+            return http_error(status, "unauthorized", denied.message());
+        }
+    };
+    let request: MintRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        MintRequest::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(r) => r,
+            Err(e) => return http_error(StatusCode::BAD_REQUEST, "invalid_request_error", format!("the body: {e}")),
+        }
+    };
+    let ttl = match &request.expires_after {
+        None => gw.config.webrtc.client_secret_ttl,
+        Some(ExpiresAfter { anchor, seconds }) => {
+            if anchor.as_deref().is_some_and(|a| a != "created_at") {
+                return http_error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    "expires_after.anchor: only \"created_at\" is supported",
+                );
+            }
+            if !CLIENT_SECRET_TTL.contains(seconds) {
+                return http_error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    "expires_after.seconds: must be from 10 to 7200",
+                );
+            }
+            Duration::from_secs(*seconds)
+        }
+    };
+    let session = request.session.map(Value::Object);
+    if let Some(model) = session.as_ref().and_then(|s| s.get("model")).and_then(Value::as_str)
+        && gw.config.model_mode(model).is_none()
+    {
+        return http_error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            format!("session.model: '{model}' is not served here"),
+        );
+    }
+    let grant = Grant { key_id: key_id.clone(), session: session.clone() };
+    let minted = gw.keys.secrets.lock().mint(grant, ttl, Instant::now());
+    match minted {
+        Ok(m) => {
+            log::info!(
+                "a client secret was minted for {} ({} s)",
+                key_id.as_deref().unwrap_or("an open gateway"),
+                ttl.as_secs()
+            );
+            let mut session = session.unwrap_or_else(|| json!({}));
+            session["type"] = json!("realtime");
+            HttpResponse::Ok().json(json!({"value": m.value, "expires_at": m.expires_at, "session": session}))
+        }
+        Err(MintRefusal::Full { max }) => http_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_client_secrets",
+            format!("{max} client secrets are outstanding (webrtc.max_client_secrets)"),
+        ),
+    }
+}

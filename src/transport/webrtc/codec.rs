@@ -1,0 +1,120 @@
+//! Opus both ways, through libopus. The OpenAI dialect's audio is 16-bit PCM at 24 kHz, a rate
+//! libopus decodes to and encodes from natively, so no resampler stands between them; RTP still
+//! counts Opus at 48 kHz (RFC 7587), whatever the rate of the PCM.
+
+use opus::{Application, Bitrate, Channels, Decoder, Encoder};
+
+/// The dialect's sample rate.
+pub const RATE: u32 = 24_000;
+/// One 20 ms frame at [`RATE`].
+pub const FRAME_SAMPLES: usize = (RATE / 50) as usize;
+/// One frame on the RTP clock (48 kHz).
+pub const RTP_TICKS_PER_FRAME: u64 = 960;
+/// The longest Opus packet, 120 ms, at [`RATE`].
+const MAX_PACKET_SAMPLES: usize = FRAME_SAMPLES * 6;
+/// The bit rate of the model's voice: wideband speech needs no more.
+const BITRATE: i32 = 32_000;
+/// Bytes of an encoded frame at most (RFC 6716 allows 1275 per frame).
+const MAX_FRAME_BYTES: usize = 1275;
+
+/// The client's voice: Opus packets in, PCM at [`RATE`] out.
+pub struct Uplink {
+    decoder: Decoder,
+    scratch: Vec<i16>,
+}
+
+impl Uplink {
+    pub fn new() -> Result<Uplink, opus::Error> {
+        Ok(Uplink { decoder: Decoder::new(RATE, Channels::Mono)?, scratch: vec![0; MAX_PACKET_SAMPLES] })
+    }
+
+    /// Decodes one packet, appending its samples to `out`.
+    pub fn decode(&mut self, packet: &[u8], out: &mut Vec<i16>) -> Result<usize, opus::Error> {
+        let n = self.decoder.decode(packet, &mut self.scratch, false)?;
+        out.extend_from_slice(&self.scratch[..n]);
+        Ok(n)
+    }
+}
+
+/// The model's voice: PCM at [`RATE`] in, 20 ms Opus frames out.
+pub struct Downlink {
+    encoder: Encoder,
+    pending: Vec<i16>,
+}
+
+impl Downlink {
+    pub fn new() -> Result<Downlink, opus::Error> {
+        let mut encoder = Encoder::new(RATE, Channels::Mono, Application::Voip)?;
+        encoder.set_bitrate(Bitrate::Bits(BITRATE))?;
+        Ok(Downlink { encoder, pending: Vec::with_capacity(FRAME_SAMPLES) })
+    }
+
+    /// Encodes what makes whole frames; the rest waits for more (or [`Downlink::flush`]).
+    pub fn encode(&mut self, pcm: &[i16]) -> Vec<Vec<u8>> {
+        self.pending.extend_from_slice(pcm);
+        let whole = self.pending.len() / FRAME_SAMPLES * FRAME_SAMPLES;
+        let pending = std::mem::take(&mut self.pending);
+        let frames = pending[..whole].chunks_exact(FRAME_SAMPLES).filter_map(|f| self.frame(f)).collect();
+        self.pending = pending;
+        self.pending.drain(..whole);
+        frames
+    }
+
+    /// The rest, padded with silence to a frame.
+    pub fn flush(&mut self) -> Option<Vec<u8>> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let mut last = std::mem::take(&mut self.pending);
+        last.resize(FRAME_SAMPLES, 0);
+        self.frame(&last)
+    }
+
+    /// Forgets a partial frame (the audio was cleared).
+    pub fn drop_pending(&mut self) {
+        self.pending.clear();
+    }
+
+    fn frame(&mut self, pcm: &[i16]) -> Option<Vec<u8>> {
+        match self.encoder.encode_vec(pcm, MAX_FRAME_BYTES) {
+            Ok(frame) => Some(frame),
+            Err(e) => {
+                log::error!("opus: cannot encode a frame: {e}");
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tone(ms: usize) -> Vec<i16> {
+        let n = RATE as usize * ms / 1000;
+        (0..n).map(|i| ((i as f32 * 440.0 * std::f32::consts::TAU / RATE as f32).sin() * 8000.0) as i16).collect()
+    }
+
+    #[test]
+    fn the_models_voice_leaves_in_20_ms_frames_and_decodes_back() {
+        let mut down = Downlink::new().unwrap();
+        let frames = down.encode(&tone(50));
+        assert_eq!(frames.len(), 2, "two whole frames; 10 ms wait");
+        let last = down.flush().expect("the rest, padded");
+        let mut up = Uplink::new().unwrap();
+        let mut pcm = Vec::new();
+        for f in frames.iter().chain([&last]) {
+            assert_eq!(up.decode(f, &mut pcm).unwrap(), FRAME_SAMPLES);
+        }
+        let energy = pcm[FRAME_SAMPLES..2 * FRAME_SAMPLES].iter().map(|s| (*s as f64).powi(2)).sum::<f64>();
+        assert!(energy > 1e9, "the tone survives the round trip (energy {energy})");
+        assert!(down.flush().is_none());
+    }
+
+    #[test]
+    fn a_corrupt_packet_is_an_error_not_a_panic() {
+        let mut up = Uplink::new().unwrap();
+        let mut pcm = Vec::new();
+        assert!(up.decode(&[0xff; 3], &mut pcm).is_err());
+    }
+}

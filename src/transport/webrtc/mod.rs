@@ -1,0 +1,147 @@
+//! WebRTC calls, as the OpenAI Realtime API has them: a client posts an SDP offer to
+//! `POST /v1/realtime/calls` and gets the answer; its voice and the model's travel as Opus on
+//! one audio track, every other event as JSON on the `oai-events` data channel. The session
+//! behind a call is an ordinary session of the OpenAI dialect.
+//!
+//! - [`answer`]: an offer in, a negotiated `Rtc` on its own UDP port and the answer out
+//!   (ICE-lite with host candidates, DTLS-SRTP, Opus only), on `str0m`, a sans-IO stack;
+//! - [`call`]: the edge actor between a call's socket and its session;
+//! - [`codec`]: Opus both ways (libopus);
+//! - [`events`]: which events become audio and which travel on the data channel;
+//! - [`playout`]: the model's voice, 20 ms at a time, and the `output_audio_buffer.*` rules;
+//! - [`Calls`]: the calls in progress, by id, for hanging up.
+
+pub mod call;
+pub mod codec;
+pub mod events;
+pub mod playout;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Instant;
+
+use actix::Addr;
+use parking_lot::Mutex;
+use str0m::change::SdpOffer;
+use str0m::{Candidate, Rtc, RtcConfig};
+
+use crate::config::WebRtcSpec;
+use call::{CallEdge, Hangup};
+
+/// Why an offer got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    /// The offer is not SDP, or not one this server can answer (400).
+    #[error("{0}")]
+    Offer(String),
+    /// No UDP port of `webrtc.ports` is free (503).
+    #[error("no free UDP port in webrtc.ports ({first}-{last})")]
+    NoPort { first: u16, last: u16 },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A negotiated call, before its actor starts.
+pub struct Answered {
+    pub rtc: Rtc,
+    pub socket: UdpSocket,
+    pub sdp: String,
+}
+
+/// The calls in progress, and the UDP ports they take.
+pub struct Calls {
+    spec: WebRtcSpec,
+    live: Mutex<HashMap<String, Addr<CallEdge>>>,
+    /// Where the next port search starts, so that a port just freed is not taken again at once.
+    cursor: AtomicU32,
+    crypto: Arc<str0m::config::CryptoProvider>,
+}
+
+impl Calls {
+    pub fn new(spec: WebRtcSpec) -> Arc<Calls> {
+        Arc::new(Calls {
+            spec,
+            live: Mutex::new(HashMap::new()),
+            cursor: AtomicU32::new(0),
+            crypto: Arc::new(str0m::crypto::from_feature_flags()),
+        })
+    }
+
+    pub fn spec(&self) -> &WebRtcSpec {
+        &self.spec
+    }
+
+    pub fn insert(&self, id: String, call: Addr<CallEdge>) {
+        self.live.lock().insert(id, call);
+    }
+
+    pub fn remove(&self, id: &str) {
+        self.live.lock().remove(id);
+    }
+
+    /// Hangs a call up; `false` when there is no such call.
+    pub fn hang_up(&self, id: &str) -> bool {
+        match self.live.lock().get(id) {
+            Some(call) => {
+                call.do_send(Hangup);
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.live.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A UDP socket on `webrtc.bind`, on the first free port of the range from the cursor.
+    fn bind(&self) -> Result<UdpSocket, AnswerError> {
+        let range: &RangeInclusive<u16> = &self.spec.ports;
+        let (first, last) = (*range.start(), *range.end());
+        let size = u32::from(last - first) + 1;
+        let start = self.cursor.fetch_add(1, Ordering::Relaxed) % size;
+        for i in 0..size {
+            let port = first + ((start + i) % size) as u16;
+            match UdpSocket::bind(SocketAddr::new(self.spec.bind, port)) {
+                Ok(socket) => return Ok(socket),
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(AnswerError::NoPort { first, last })
+    }
+
+    /// Answers an offer: a new `Rtc` (ICE-lite, Opus only) on its own port, with one host
+    /// candidate per advertised address.
+    pub fn answer(&self, offer: &str) -> Result<Answered, AnswerError> {
+        let offer =
+            SdpOffer::from_sdp_string(offer).map_err(|e| AnswerError::Offer(format!("not an SDP offer: {e}")))?;
+        let socket = self.bind()?;
+        let port = socket.local_addr()?.port();
+        let mut rtc = RtcConfig::new()
+            .set_crypto_provider(self.crypto.clone())
+            .set_ice_lite(true)
+            .clear_codecs()
+            .enable_opus(true, false)
+            .build(Instant::now());
+        for ip in &self.spec.public_ips {
+            let candidate = Candidate::host(SocketAddr::new(*ip, port), "udp")
+                .map_err(|e| AnswerError::Offer(format!("cannot advertise {ip}: {e}")))?;
+            rtc.add_local_candidate(candidate);
+        }
+        let answer = rtc.sdp_api().accept_offer(offer).map_err(|e| AnswerError::Offer(e.to_string()))?;
+        Ok(Answered { rtc, socket, sdp: answer.to_sdp_string() })
+    }
+
+    /// The addresses advertised.
+    pub fn public_ips(&self) -> &[IpAddr] {
+        &self.spec.public_ips
+    }
+}

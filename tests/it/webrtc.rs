@@ -1,0 +1,191 @@
+//! WebRTC calls (`POST /v1/realtime/calls`): an independent WebRTC stack (Python's aiortc, in
+//! `.venv`) mints a client secret, makes a call, waits in the queue, speaks Opus, hears the
+//! model's voice on its track, clears it, and hangs up; the session is recorded and accounted
+//! as a WebSocket session is. Then what the signalling refuses, and a call that never
+//! connects.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+const KEY: &str = "rtc-test-key-0123456789";
+
+/// An SDP offer from str0m acting as a browser: an audio track and the events' data channel.
+fn offer() -> String {
+    let crypto = std::sync::Arc::new(str0m::crypto::from_feature_flags());
+    let mut rtc = str0m::RtcConfig::new().set_crypto_provider(crypto).build(std::time::Instant::now());
+    let mut change = rtc.sdp_api();
+    change.add_media(str0m::media::MediaKind::Audio, str0m::media::Direction::SendRecv, None, None, None);
+    change.add_channel("oai-events".into());
+    let (offer, _pending) = change.apply().expect("an offer");
+    offer.to_sdp_string()
+}
+
+/// A POST with a body; the status, the headers (lower-cased names) and the body.
+fn post(server: &Server, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    let mut req = format!(
+        "POST {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        server.addr,
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    stream.write_all(req.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (code, head.to_lowercase(), body.to_string())
+}
+
+fn bearer(key: &str) -> String {
+    format!("Bearer {key}")
+}
+
+#[tokio::test]
+async fn an_independent_webrtc_stack_queues_talks_clears_and_hangs_up() {
+    if !needs(&[Need::Sdks]) {
+        return;
+    }
+    let server = Server::ready(
+        Setup::default()
+            .auth(&format!("api_keys = [\"{KEY}\"]"))
+            .recording("enabled = true\ndir = \"recordings\"")
+            .extra("[usage]\nenabled = true\ndir = \"usage\""),
+    );
+    // The only worker is busy: the call waits.
+    let mut holder = Client::connect(&server.url(&format!("/v1/realtime?model=omni&api_key={KEY}"))).await;
+    holder.expect("session.created").await;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/webrtc_call.py");
+    let mut child = Command::new(sdk_python())
+        .arg(script)
+        .arg(server.addr.port().to_string())
+        .arg(KEY)
+        .arg("--queued")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the aiortc script");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let queued = lines.next().expect("a line").unwrap();
+    assert_eq!(queued, "queued 1", "the call waits first in line");
+    holder.close_socket().await;
+    let last = lines.next().expect("the summary").unwrap();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "the call failed:\n{last}\n{stderr}\n{}", server.logs());
+    let seen: Value = serde_json::from_str(&last).unwrap();
+    println!("{seen}");
+    assert_eq!(seen["secret_reused"], 401, "a client secret is good once");
+    assert!(seen["turn1_heard_ms"].as_u64().unwrap() >= 1000, "the model's voice on the track: {seen}");
+    assert_eq!(seen["audio_deltas_on_channel"], 0, "audio travels on the track only");
+    assert_eq!(seen["turn2_end"], "output_audio_buffer.cleared");
+    assert_eq!(seen["turn2_cleared_id_matches"], true);
+    assert_eq!(seen["loud_after_clear_ms"], 0, "nothing of a cleared answer plays on: {seen}");
+    assert_eq!((seen["hangup"].as_u64(), seen["hangup_again"].as_u64()), (Some(200), Some(404)));
+    assert!(seen["turn1_usage"]["input_token_details"]["audio_tokens"].as_u64().unwrap() > 0, "{seen}");
+
+    // Recorded and accounted as any session: the user's voice, the model's, the close reason.
+    let session_id = seen["session_id"].as_str().unwrap();
+    let dir = server.recording(session_id);
+    let meta: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+    assert_eq!(meta["close_reason"], "hangup", "{meta}");
+    let input = hound::WavReader::open(dir.join("input.wav")).unwrap();
+    let heard_s = input.duration() as f64 / input.spec().sample_rate as f64;
+    assert!(heard_s >= 3.0, "the user's voice recorded: {heard_s} s");
+    let usage = std::fs::read_dir(server.dir().join("usage")).unwrap().flatten().next().unwrap().path();
+    let usage = std::fs::read_to_string(usage).unwrap();
+    let line: Value = usage
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|l| l["session_id"] == session_id)
+        .unwrap();
+    assert!(line["audio_in_s"].as_f64().unwrap() >= 3.0, "{line}");
+    assert!(line["audio_out_s"].as_f64().unwrap() > 0.0, "{line}");
+    assert!(!usage.contains("ek_"), "a client secret is never written down");
+    assert!(!server.logs().contains("ek_"), "nor logged");
+    server.wait_idle();
+}
+
+#[test]
+fn the_signalling_refuses_with_reasons() {
+    let server = Server::ready(Setup::default().auth(&format!("api_keys = [\"{KEY}\"]")));
+    let auth = bearer(KEY);
+    let sdp = [("Authorization", auth.as_str()), ("Content-Type", "application/sdp")];
+    let (code, _, body) =
+        post(&server, "/v1/realtime/calls", &[("Content-Type", "application/sdp")], offer().as_bytes());
+    assert_eq!(code, 401, "no key: {body}");
+    let (code, _, body) = post(&server, "/v1/realtime/calls", &sdp, b"v=0\r\nnot an offer");
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("SDP"), "the reason: {body}");
+    let (code, _, body) = post(&server, "/v1/realtime/calls", &sdp, &vec![b'a'; 70_000]);
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("over 65536 bytes"), "{body}");
+    let form = "multipart/form-data; boundary=XyZ";
+    let (code, _, body) = post(
+        &server,
+        "/v1/realtime/calls",
+        &[("Authorization", auth.as_str()), ("Content-Type", form)],
+        b"--XyZ\r\nContent-Disposition: form-data; name=\"session\"\r\n\r\n{}\r\n--XyZ--\r\n",
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("no 'sdp' part"), "{body}");
+    let (code, _, body) = post(
+        &server,
+        "/v1/realtime/client_secrets",
+        &[("Authorization", auth.as_str())],
+        b"{\"expires_after\": {\"seconds\": 5}}",
+    );
+    assert_eq!(code, 400, "{body}");
+    let (code, _, _) = post(&server, "/v1/realtime/client_secrets", &[], b"");
+    assert_eq!(code, 401, "minting needs the API key");
+    let (code, _, _) = post(&server, "/v1/realtime/calls/rtc_nope/hangup", &[("Authorization", auth.as_str())], b"");
+    assert_eq!(code, 404);
+    server.wait_idle();
+}
+
+#[test]
+fn a_call_that_never_connects_frees_everything() {
+    let server = Server::ready(
+        Setup::default()
+            .server("max_connections_per_ip = 1")
+            .extra("[webrtc]\nconnect_timeout_s = 1\nports = [41000, 41009]"),
+    );
+    // A multipart offer with a session, from a client that never sends a datagram.
+    let form = format!(
+        "--XyZ\r\nContent-Disposition: form-data; name=\"sdp\"\r\n\r\n{}\r\n--XyZ\r\nContent-Disposition: form-data; name=\"session\"\r\n\r\n{}\r\n--XyZ--\r\n",
+        offer(),
+        json!({"instructions": "Be brief."})
+    );
+    let (code, head, answer) = post(
+        &server,
+        "/v1/realtime/calls?model=omni",
+        &[("Content-Type", "multipart/form-data; boundary=XyZ")],
+        form.as_bytes(),
+    );
+    assert_eq!(code, 201, "{answer}");
+    assert!(head.contains("location: /v1/realtime/calls/rtc_"), "{head}");
+    assert!(head.contains("content-type: application/sdp"), "{head}");
+    assert!(answer.contains("a=ice-lite") && answer.contains("opus/48000"), "{answer}");
+    assert!(answer.contains("127.0.0.1 4100"), "a host candidate in the port range: {answer}");
+    // The address's one connection is the call's.
+    let (code, _, _) = post(&server, "/v1/realtime/calls", &[("Content-Type", "application/sdp")], offer().as_bytes());
+    assert_eq!(code, 429, "the call counts against the per-address cap");
+    server.wait_log("ICE and DTLS not done within", WAIT);
+    server.wait_idle();
+    let (code, _, body) =
+        post(&server, "/v1/realtime/calls", &[("Content-Type", "application/sdp")], offer().as_bytes());
+    assert_eq!(code, 201, "the cap is free again: {body}");
+}
