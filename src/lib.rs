@@ -7,7 +7,8 @@
 //!   cluster, or a [`roles::node`] serving its workers to gateways. Each starts the same actors.
 //! - [`http`]: the HTTP server of a gateway or replica: the realtime endpoints, the operator
 //!   routes and the pages, API keys and TLS, graceful shutdown.
-//! - [`transport`]: the edges between a client's connection and its session (the WebSocket's).
+//! - [`transport`]: the edges between a client's connection and its session (a WebSocket, a
+//!   WebRTC call).
 //! - [`dialect`]: the wire formats clients speak (MiniCPM-o, its earlier dialect, OpenAI/Qwen).
 //! - [`vad`]: the voice activity detectors the OpenAI-shaped dialects' server VAD runs on
 //!   every session's input (loudness, or Silero VAD).

@@ -189,3 +189,34 @@ fn a_call_that_never_connects_frees_everything() {
         post(&server, "/v1/realtime/calls", &[("Content-Type", "application/sdp")], offer().as_bytes());
     assert_eq!(code, 201, "the cap is free again: {body}");
 }
+
+#[tokio::test]
+async fn a_client_secret_opens_one_websocket_session_with_its_settings() {
+    let server = Server::ready(Setup::default().auth(&format!("api_keys = [\"{KEY}\"]")));
+    let auth = bearer(KEY);
+    let body = json!({"expires_after": {"anchor": "created_at", "seconds": 30},
+        "session": {"type": "realtime", "model": "omni", "instructions": "Answer in French."}});
+    let (code, _, minted) =
+        post(&server, "/v1/realtime/client_secrets", &[("Authorization", auth.as_str())], body.to_string().as_bytes());
+    assert_eq!(code, 200, "{minted}");
+    let minted: Value = serde_json::from_str(&minted).unwrap();
+    let secret = minted["value"].as_str().unwrap();
+    assert_eq!(minted["session"]["instructions"], "Answer in French.");
+    let url = server.url(&format!("/v1/realtime?model=omni&api_key={secret}"));
+    let mut c = Client::connect(&url).await;
+    c.expect("session.created").await;
+    let updated = c.expect("session.updated").await;
+    assert_eq!(updated["session"]["instructions"], "Answer in French.", "the secret's settings apply");
+    // Good once: a second connection with it is refused before the upgrade.
+    let req = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(url.as_str()).unwrap();
+    match tokio_tungstenite::connect_async(req).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status(), 401),
+        other => panic!("a used secret was not refused: {:?}", other.map(|_| ())),
+    }
+    // A secret cannot mint another.
+    let (code, _, _) = post(&server, "/v1/realtime/client_secrets", &[("Authorization", &format!("Bearer {secret}"))], b"");
+    assert_eq!(code, 401);
+    c.close_socket().await;
+    assert!(!server.logs().contains(secret), "a client secret is never logged");
+    server.wait_idle();
+}
