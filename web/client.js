@@ -2,6 +2,8 @@
 // The client page: talks to /v1/realtime (the MiniCPM-o Realtime API) in audio, video or
 // chat mode. Audio is captured at the device's rate, resampled to 16 kHz float32 and sent
 // as one input.append a second; the model's 24 kHz audio is scheduled gaplessly.
+// Audio sessions are WebRTC calls instead when the browser and the server can (call.js): the
+// browser sends the microphone as Opus and plays the model's voice from the call's track.
 
 const $ = (id) => document.getElementById(id);
 
@@ -10,6 +12,7 @@ const stats = (window.omniStats = {
   state: 'idle', sessionId: null, positions: [], chunksSent: 0, framesSent: 0, deltas: 0,
   audioScheduled: 0, text: '', lastKv: null, interrupts: 0, playbackStopped: 0, errors: [],
   endReason: null, answers: 0, listenKv: [], playingNow: 0, heard: [], droppedWhileWaiting: 0, promptLength: null,
+  transport: null, voiceStarted: 0, voiceStopped: 0, voiceCleared: 0,
 });
 
 const ERRORS = {
@@ -28,6 +31,7 @@ const ERRORS = {
 };
 const ENDINGS = {
   user_stop: 'You ended the session.',
+  hangup: 'You ended the session.',
   timeout: 'The session reached its time limit.',
   context_full: "The conversation filled the model's memory. Start a new session to go on.",
   backend_error: 'The model stopped working. Start a new session.',
@@ -152,6 +156,8 @@ class Player {
 // ---- the session ----
 const player = new Player();
 let ws = null;
+/// The WebRTC call of an audio session, when it is one.
+let call = null;
 let mode = 'audio';
 let capture = null;
 let pending = [];
@@ -308,6 +314,14 @@ function sendChunk(force) {
 }
 
 function interrupt() {
+  if (call) {
+    // The server cuts the model's voice on the call's track.
+    call.send({ type: 'response.cancel' });
+    call.send({ type: 'output_audio_buffer.clear' });
+    stats.interrupts++;
+    setState('listening', 'Interrupted: the model listens.');
+    return;
+  }
   if (!ws || mode === 'chat') return;
   cutResponse = currentResponse;
   clearTimeout(settleTimer);
@@ -328,6 +342,11 @@ async function start() {
   heardWhileWaiting = 0;
   pending = [];
   setState('connecting', '');
+  if (mode === 'audio' && $('transport').value !== 'websocket' && webrtcOn && window.Call && Call.supported()) {
+    return startCall();
+  }
+  stats.transport = 'websocket';
+  $('transport-used').textContent = 'Connected over WebSocket.';
   player.ensure();
   if (mode !== 'chat') {
     try {
@@ -353,6 +372,7 @@ async function start() {
 }
 
 function stop() {
+  if (call) return call.hangUp();
   if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: 'session.close', reason: 'user_stop' }));
   else if (ws) ws.close();
 }
@@ -405,6 +425,122 @@ function onEvent(ev) {
       say(ERRORS[ev.error.code] || ev.error.message);
       break;
   }
+}
+
+// ---- an audio session as a WebRTC call (the OpenAI Realtime events on its data channel) ----
+async function startCall() {
+  stats.transport = 'webrtc';
+  currentResponse = null;
+  $('transport-used').textContent = 'Connected over WebRTC.';
+  const key = $('key').value.trim();
+  keepKey('omni-key', key, $('remember-key').checked);
+  $('start').disabled = true;
+  $('mode').disabled = true;
+  call = new Call({ onEvent: onCallEvent, onEnd: onCallEnd });
+  try {
+    await call.open({ key, microphone: $('mic').value, processing: $('processing').checked, remote: $('remote') });
+  } catch (e) {
+    const refused = e && e.code;
+    if (refused) stats.errors.push(e.code);
+    call = null;
+    endSession(refused ? (ERRORS[e.code] || e.message) : permissionMessage(e));
+    return;
+  }
+  stats.audioSettings = call.settings();
+  $('stop').disabled = false;
+  showLevel(call.stream);
+  listDevices();
+}
+
+/// The microphone's level on the meter, while the call lasts.
+function showLevel(stream) {
+  const ctx = new AudioContext();
+  const analyser = ctx.createAnalyser();
+  ctx.createMediaStreamSource(stream).connect(analyser);
+  const block = new Float32Array(analyser.fftSize);
+  const timer = setInterval(() => {
+    if (!call) {
+      clearInterval(timer);
+      ctx.close();
+      $('level').value = 0;
+      return;
+    }
+    analyser.getFloatTimeDomainData(block);
+    let sum = 0;
+    for (let i = 0; i < block.length; i++) sum += block[i] * block[i];
+    $('level').value = Math.min(1, Math.sqrt(sum / block.length) * 4);
+  }, 100);
+}
+
+function onCallEvent(ev) {
+  switch (ev.type) {
+    case 'session.queued':
+    case 'session.queue_update':
+      stats.positions.push(ev.position);
+      setState('queued', queueDetail(ev));
+      loadModes();
+      break;
+    case 'session.created': {
+      stats.sessionId = ev.session.id;
+      const prompt = $('prompt').value.trim();
+      if (prompt) call.send({ type: 'session.update', session: { type: 'realtime', instructions: prompt } });
+      $('interrupt').disabled = false;
+      setState('listening', 'Talk whenever you like.');
+      break;
+    }
+    case 'conversation.item.input_audio_transcription.completed':
+      if (ev.transcript) line('user', ev.transcript);
+      stats.heard.push(ev.transcript);
+      break;
+    case 'response.output_audio_transcript.delta':
+    case 'response.output_text.delta':
+      stats.deltas++;
+      if (ev.response_id !== currentResponse) {
+        currentResponse = ev.response_id;
+        answerNode = line('model', '');
+      }
+      stats.text += ev.delta;
+      answerNode.textContent += ev.delta;
+      break;
+    case 'output_audio_buffer.started':
+      stats.voiceStarted++;
+      setState('speaking');
+      break;
+    case 'output_audio_buffer.stopped':
+      stats.voiceStopped++;
+      if (stats.state === 'speaking') setState('listening');
+      break;
+    case 'output_audio_buffer.cleared':
+      stats.voiceCleared++;
+      setState('listening', 'Interrupted: the model listens.');
+      break;
+    case 'response.done':
+      stats.answers++;
+      currentResponse = null;
+      break;
+    case 'error':
+      stats.errors.push(ev.error.code);
+      say(ERRORS[ev.error.code] || ev.error.message);
+      break;
+  }
+}
+
+function onCallEnd(why) {
+  stats.endReason = why;
+  call = null;
+  let message = ENDINGS[why];
+  if (!message && stats.errors.length) message = ERRORS[stats.errors[stats.errors.length - 1]];
+  endSession(message || 'The connection to the server was lost.');
+}
+
+/// The controls after a session, whichever its transport.
+function endSession(message) {
+  setState('ended', message);
+  $('start').disabled = false;
+  $('stop').disabled = true;
+  $('interrupt').disabled = true;
+  $('send').disabled = true;
+  $('mode').disabled = false;
 }
 
 function onDelta(ev) {
@@ -470,12 +606,7 @@ async function onClose(e) {
   if (!message && stats.errors.length) message = ERRORS[stats.errors[stats.errors.length - 1]];
   if (!message && e.code === 1006) message = 'The connection to the server was lost.';
   if (!message && e.code !== 1000) message = `The server closed the connection (${e.code}${e.reason ? ': ' + e.reason : ''}).`;
-  setState('ended', message || 'The session ended.');
-  $('start').disabled = false;
-  $('stop').disabled = true;
-  $('interrupt').disabled = true;
-  $('send').disabled = true;
-  $('mode').disabled = false;
+  endSession(message || 'The session ended.');
 }
 
 async function attachment() {
@@ -524,11 +655,15 @@ function showMode() {
 
 /// The modes the server serves, and whether a worker of each is up (`GET /v1/modes`).
 let served = null;
+/// Whether the server answers WebRTC calls.
+let webrtcOn = false;
 async function loadModes() {
   try {
     const r = await fetch('/v1/modes');
     if (!r.ok) return;
-    served = (await r.json()).modes;
+    const body = await r.json();
+    served = body.modes;
+    webrtcOn = !!body.webrtc;
   } catch (e) {
     return;
   }

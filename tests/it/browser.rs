@@ -424,8 +424,15 @@ async fn over_https_the_page_connects_with_wss_and_gets_the_microphone() {
     let b = browser_with(&driver, &microphone_wav(mic.path(), &[(2.0, 5.0)]), &["--ignore-certificate-errors"]).await;
     b.goto(&format!("https://localhost:{}/", server.addr.port())).await.unwrap();
     assert_eq!(js(&b, "window.isSecureContext").await, true);
+    b.find(Locator::Id("transport")).await.unwrap().select_by_value("websocket").await.unwrap();
     click(&b, "start").await;
     until(&b, &server, "window.omniStats.sessionId && window.omniStats.chunksSent >= 2", "wss").await;
+    click(&b, "stop").await;
+    until(&b, &server, "window.omniStats.state === 'ended'", "wss-stopped").await;
+    // An audio session calls over WebRTC by default, also from an https page.
+    b.find(Locator::Id("transport")).await.unwrap().select_by_value("auto").await.unwrap();
+    click(&b, "start").await;
+    until(&b, &server, "window.omniStats.transport === 'webrtc' && window.omniStats.voiceStarted >= 1", "https-rtc").await;
     b.close().await.unwrap();
 }
 
@@ -437,6 +444,7 @@ async fn the_pages_are_served_from_the_binary_with_a_strict_policy() {
         ("/", "text/html"),
         ("/console", "text/html"),
         ("/app/client.js", "text/javascript"),
+        ("/app/call.js", "text/javascript"),
         ("/app/console.js", "text/javascript"),
         ("/app/worklet.js", "text/javascript"),
         ("/app/style.css", "text/css"),
@@ -468,4 +476,65 @@ fn http_head(server: &Server, path: &str) -> (u16, String) {
     let head = text.split("\r\n\r\n").next().unwrap_or_default().to_lowercase();
     let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
     (code, head)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_audio_session_over_webrtc_queues_speaks_hears_interrupts_and_hangs_up() {
+    if !needs(&[Need::Browser]) {
+        return;
+    }
+    // Long answers (20 steps of speech), so there is something to interrupt.
+    let server = Server::ready(
+        Setup::default()
+            .workers(workers(1, "reply_steps = 20"))
+            .auth("api_keys = [\"browser-key-0123456789\"]")
+            .recording("enabled = true"),
+    );
+    // The only worker is busy: the call waits in the queue.
+    let mut busy = Client::connect(&server.url("/v1/realtime?model=omni&api_key=browser-key-0123456789")).await;
+    busy.expect("session.created").await;
+    let dir = tempfile::tempdir().unwrap();
+    let driver = driver();
+    let b = browser(&driver, &microphone_wav(dir.path(), &[(2.0, 30.0)])).await;
+    open_client_over(&b, &server, "audio", "auto").await;
+    b.find(Locator::Id("key")).await.unwrap().send_keys("browser-key-0123456789").await.unwrap();
+    click(&b, "start").await;
+    until(&b, &server, "window.omniStats.positions.includes(1)", "rtc-queued").await;
+    assert_eq!(js(&b, "window.omniStats.transport").await, "webrtc");
+    let said = js(&b, "document.getElementById('transport-used').textContent").await;
+    assert_eq!(said, "Connected over WebRTC.");
+    busy.close_socket().await;
+    until(&b, &server, "window.omniStats.sessionId", "rtc-created").await;
+    // The browser's echo cancellation is what the checkbox says (off in the tests).
+    let settings = js(&b, "window.omniStats.audioSettings").await;
+    assert_eq!(settings["echoCancellation"], false, "{settings}");
+    until(&b, &server, "document.getElementById('level').value > 0.05", "rtc-level").await;
+    // The tone is heard as speech; the model's voice plays from the call's track.
+    until(&b, &server, "window.omniStats.voiceStarted >= 1", "rtc-speaking").await;
+    until(
+        &b,
+        &server,
+        "(async () => { let e = 0; (await call.pc.getStats()).forEach((r) => { if (r.type === 'inbound-rtp' && r.kind === 'audio') e = r.totalAudioEnergy; }); return e > 0.01; })()",
+        "rtc-heard",
+    )
+    .await;
+    screenshot(&b, "client-webrtc-speaking").await;
+    click(&b, "interrupt").await;
+    until(&b, &server, "window.omniStats.voiceCleared >= 1", "rtc-cleared").await;
+    let s = stats(&b).await;
+    assert_eq!(s["state"], "listening", "{s}");
+    let id = s["sessionId"].as_str().unwrap().to_string();
+    click(&b, "stop").await;
+    until(&b, &server, "window.omniStats.state === 'ended'", "rtc-stopped").await;
+    assert_eq!(js(&b, "document.getElementById('detail').textContent").await, "You ended the session.");
+    b.close().await.unwrap();
+    // Recorded as a WebSocket session is: the user's voice, the model's, why it ended.
+    let dir = server.recording(&id);
+    let meta: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+    assert_eq!(meta["close_reason"], "hangup", "{meta}");
+    for wav in ["input.wav", "output.wav"] {
+        let r = hound::WavReader::open(dir.join(wav)).unwrap();
+        assert!(r.duration() > r.spec().sample_rate / 2, "{wav}: {} samples", r.duration());
+    }
+    server.wait_idle();
 }

@@ -80,7 +80,8 @@ async fn modes(gw: web::Data<Gateway>) -> HttpResponse {
         let of_mode: Vec<bool> = workers.iter().filter(|(m, _)| m.contains(&mode)).map(|(_, up)| *up).collect();
         out.insert(mode.as_str().to_string(), json!({"served": !of_mode.is_empty(), "up": of_mode.iter().any(|u| *u)}));
     }
-    HttpResponse::Ok().json(json!({"modes": out}))
+    // Whether the page may call over WebRTC (`[webrtc] enabled`).
+    HttpResponse::Ok().json(json!({"modes": out, "webrtc": gw.calls.is_some()}))
 }
 
 async fn readyz(gw: web::Data<Gateway>) -> HttpResponse {

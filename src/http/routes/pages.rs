@@ -6,17 +6,18 @@ use actix_web::http::header;
 use actix_web::{HttpResponse, web};
 
 /// `web/`'s files: name, content type, content.
-const ASSETS: [(&str, &str, &str); 6] = [
+const ASSETS: [(&str, &str, &str); 7] = [
     ("index.html", "text/html; charset=utf-8", include_str!("../../../web/index.html")),
     ("console.html", "text/html; charset=utf-8", include_str!("../../../web/console.html")),
     ("client.js", "text/javascript; charset=utf-8", include_str!("../../../web/client.js")),
+    ("call.js", "text/javascript; charset=utf-8", include_str!("../../../web/call.js")),
     ("console.js", "text/javascript; charset=utf-8", include_str!("../../../web/console.js")),
     ("worklet.js", "text/javascript; charset=utf-8", include_str!("../../../web/worklet.js")),
     ("style.css", "text/css; charset=utf-8", include_str!("../../../web/style.css")),
 ];
 
-/// The pages load only what this server serves; they talk to it alone, over WebSocket and
-/// HTTP (`'self'` covers `ws:` and `wss:` of the page's own host).
+/// The pages load only what this server serves; they talk to it alone, over WebSocket, HTTP
+/// (`'self'` covers `ws:` and `wss:` of the page's own host) and WebRTC calls it answers.
 const POLICY: &str = "default-src 'self'; connect-src 'self'; img-src 'self' data: blob:; \
                       media-src 'self' blob: mediastream:; style-src 'self'; script-src 'self'; \
                       frame-ancestors 'none'; base-uri 'none'";

@@ -175,11 +175,21 @@ pub async fn until(b: &Browser, server: &Server, expr: &str, shot: &str) -> Valu
     }
 }
 
-/// Opens the client page in `mode`. Echo cancellation, noise suppression and auto gain are on
-/// by default (checked here); the tests switch them off, since the fake microphone plays tones
-/// and espeak-ng's voice, which noise suppression would treat as noise.
+/// Opens the client page in `mode`, over WebSocket (`open_client_over` chooses). Echo
+/// cancellation, noise suppression and auto gain are on by default (checked here); the tests
+/// switch them off, since the fake microphone plays tones and espeak-ng's voice, which noise
+/// suppression would treat as noise.
 pub async fn open_client(b: &Browser, server: &Server, mode: &str) {
+    open_client_over(b, server, mode, "websocket").await;
+}
+
+/// The same, with the page's transport for audio sessions: `"auto"` (WebRTC when it can) or
+/// `"websocket"`.
+pub async fn open_client_over(b: &Browser, server: &Server, mode: &str, transport: &str) {
     b.goto(&format!("http://{}/", server.addr)).await.unwrap();
+    let default = b.execute("return document.getElementById('transport').value", vec![]).await.unwrap();
+    assert_eq!(default, serde_json::Value::from("auto"), "WebRTC when it can, by default");
+    b.find(Locator::Id("transport")).await.unwrap().select_by_value(transport).await.unwrap();
     b.find(Locator::Id("mode")).await.unwrap().select_by_value(mode).await.unwrap();
     let on = b.execute("return document.getElementById('processing').checked", vec![]).await.unwrap();
     assert_eq!(on, serde_json::Value::Bool(true), "echo cancellation is on by default");
