@@ -63,6 +63,7 @@ async function refreshStatus() {
         cell(r, w.session);
         cell(r, w.mode);
         cell(r, w.dialect);
+        cell(r, w.transport);
         cell(r, w.name);
       }
     }

@@ -432,7 +432,8 @@ async fn over_https_the_page_connects_with_wss_and_gets_the_microphone() {
     // An audio session calls over WebRTC by default, also from an https page.
     b.find(Locator::Id("transport")).await.unwrap().select_by_value("auto").await.unwrap();
     click(&b, "start").await;
-    until(&b, &server, "window.omniStats.transport === 'webrtc' && window.omniStats.voiceStarted >= 1", "https-rtc").await;
+    until(&b, &server, "window.omniStats.transport === 'webrtc' && window.omniStats.voiceStarted >= 1", "https-rtc")
+        .await;
     b.close().await.unwrap();
 }
 
@@ -519,6 +520,8 @@ async fn an_audio_session_over_webrtc_queues_speaks_hears_interrupts_and_hangs_u
     )
     .await;
     screenshot(&b, "client-webrtc-speaking").await;
+    let status = server.status();
+    assert_eq!(status["workers"][0]["transport"], "webrtc", "{status}");
     click(&b, "interrupt").await;
     until(&b, &server, "window.omniStats.voiceCleared >= 1", "rtc-cleared").await;
     let s = stats(&b).await;
@@ -532,6 +535,7 @@ async fn an_audio_session_over_webrtc_queues_speaks_hears_interrupts_and_hangs_u
     let dir = server.recording(&id);
     let meta: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
     assert_eq!(meta["close_reason"], "hangup", "{meta}");
+    assert_eq!(meta["transport"], "webrtc", "{meta}");
     for wav in ["input.wav", "output.wav"] {
         let r = hound::WavReader::open(dir.join(wav)).unwrap();
         assert!(r.duration() > r.spec().sample_rate / 2, "{wav}: {} samples", r.duration());

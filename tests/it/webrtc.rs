@@ -214,7 +214,8 @@ async fn a_client_secret_opens_one_websocket_session_with_its_settings() {
         other => panic!("a used secret was not refused: {:?}", other.map(|_| ())),
     }
     // A secret cannot mint another.
-    let (code, _, _) = post(&server, "/v1/realtime/client_secrets", &[("Authorization", &format!("Bearer {secret}"))], b"");
+    let (code, _, _) =
+        post(&server, "/v1/realtime/client_secrets", &[("Authorization", &format!("Bearer {secret}"))], b"");
     assert_eq!(code, 401);
     c.close_socket().await;
     assert!(!server.logs().contains(secret), "a client secret is never logged");

@@ -282,6 +282,7 @@ mod tests {
             session_id: id.into(),
             mode: "video".into(),
             dialect: "minicpm".into(),
+            transport: "websocket".into(),
             worker: Some("sim-0".into()),
             client_addr: "127.0.0.1:1".into(),
             user_agent: None,

@@ -225,6 +225,9 @@ pub struct SessionMeta {
     pub session_id: String,
     pub mode: String,
     pub dialect: String,
+    /// `websocket` or `webrtc` (empty in recordings made before it was kept).
+    #[serde(default)]
+    pub transport: String,
     pub worker: Option<String>,
     pub client_addr: String,
     pub user_agent: Option<String>,

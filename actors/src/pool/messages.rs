@@ -84,6 +84,7 @@ pub enum WorkerEvent {
         generation: u64,
         session: String,
         dialect: &'static str,
+        transport: &'static str,
     },
     Resetting {
         worker: WorkerId,

@@ -267,9 +267,9 @@ impl WorkerPoolActor {
                     self.state.assigned(worker, session, mode, now);
                 }
             }
-            WorkerEvent::Identified { worker, generation, session, dialect } => {
+            WorkerEvent::Identified { worker, generation, session, dialect, transport } => {
                 if self.state.worker(worker).generation == generation {
-                    self.state.identified(worker, session, dialect);
+                    self.state.identified(worker, session, dialect, transport);
                 }
             }
             WorkerEvent::Resetting { worker, generation } => {

@@ -33,6 +33,8 @@ pub enum WorkerState {
         session: String,
         mode: Mode,
         dialect: Option<&'static str>,
+        /// How its client reaches the gateway, known with the dialect.
+        transport: Option<&'static str>,
         since: Instant,
     },
     /// Its session ended; the backend is being reset before it is offered again.
@@ -169,12 +171,13 @@ impl PoolState {
 
     /// The queue gave it to a session.
     pub fn assigned(&mut self, id: WorkerId, session: String, mode: Mode, now: Instant) {
-        self.workers[id].state = WorkerState::Busy { session, mode, dialect: None, since: now };
+        self.workers[id].state = WorkerState::Busy { session, mode, dialect: None, transport: None, since: now };
     }
 
     /// Its session initialised: it has an id and a dialect.
-    pub fn identified(&mut self, id: WorkerId, session_id: String, wire: &'static str) {
-        if let WorkerState::Busy { session, dialect, .. } = &mut self.workers[id].state {
+    pub fn identified(&mut self, id: WorkerId, session_id: String, wire: &'static str, how: &'static str) {
+        if let WorkerState::Busy { session, dialect, transport, .. } = &mut self.workers[id].state {
+            *transport = Some(how);
             *session = session_id;
             *dialect = Some(wire);
         }
@@ -318,10 +321,16 @@ mod tests {
         assert!(p.opened(0, 1));
         p.assigned(0, "c1".into(), Mode::Video, t);
         assert_eq!(p.worker(0).state.name(), "busy");
-        p.identified(0, "sess_1".into(), "minicpm");
+        p.identified(0, "sess_1".into(), "minicpm", "websocket");
         assert_eq!(
             p.worker(0).state,
-            WorkerState::Busy { session: "sess_1".into(), mode: Mode::Video, dialect: Some("minicpm"), since: t }
+            WorkerState::Busy {
+                session: "sess_1".into(),
+                mode: Mode::Video,
+                dialect: Some("minicpm"),
+                transport: Some("websocket"),
+                since: t
+            }
         );
         p.resetting(0, 1);
         assert_eq!(p.worker(0).state, WorkerState::Resetting);

@@ -70,6 +70,8 @@ pub struct SessionSettings {
 pub struct ClientInfo {
     pub addr: String,
     pub user_agent: Option<String>,
+    /// How it reaches the gateway (`websocket`, `webrtc`), for status and recordings.
+    pub transport: &'static str,
 }
 
 /// What a session is connected to.
@@ -313,7 +315,8 @@ impl SessionActor {
                 self.session_id = Some(session_id.clone());
                 self.state.initializing();
                 self.setups.asked(setup.clone());
-                port.prepare.do_send(Prepare { key, session_id, dialect, setup, reply: reply(Lost::Work) });
+                let transport = self.links.client.transport;
+                port.prepare.do_send(Prepare { key, session_id, dialect, transport, setup, reply: reply(Lost::Work) });
             }
             Inbound::Chunk(chunk) => {
                 let seq = self.flow.chunk(chunk.force_listen, Instant::now());
@@ -377,6 +380,7 @@ impl SessionActor {
             session_id: self.session_id.clone().unwrap_or_default(),
             mode: self.settings.mode.as_str().into(),
             dialect: self.dialect.name().into(),
+            transport: self.links.client.transport.into(),
             worker: self.worker.as_ref().map(|w| w.name.clone()),
             client_addr: self.links.client.addr.clone(),
             user_agent: self.links.client.user_agent.clone(),

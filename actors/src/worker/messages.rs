@@ -77,8 +77,9 @@ pub struct Attach {
 pub struct Prepare {
     pub key: u64,
     pub session_id: String,
-    /// The session's wire dialect, for status.
+    /// The session's wire dialect and transport, for status.
     pub dialect: &'static str,
+    pub transport: &'static str,
     pub setup: SessionSetup,
     pub reply: Delivery,
 }

@@ -492,8 +492,8 @@ impl Handler<Prepare> for BackendActor {
         if !self.policy.owns(msg.key) || !self.supports(&msg.setup) {
             return;
         }
-        let (session, dialect) = (msg.session_id, msg.dialect);
-        self.event(|worker, generation| WorkerEvent::Identified { worker, generation, session, dialect });
+        let (session, dialect, transport) = (msg.session_id, msg.dialect, msg.transport);
+        self.event(|worker, generation| WorkerEvent::Identified { worker, generation, session, dialect, transport });
         self.policy.prepare(msg.setup);
         self.dispatch_next(ctx);
     }
@@ -767,6 +767,7 @@ mod tests {
             key: 1,
             session_id: "s".into(),
             dialect: "minicpm",
+            transport: "websocket",
             setup: SessionSetup::new(crate::domain::SessionKind::Duplex),
             reply: Delivery::new(ear.clone(), Lost::Work),
         });

@@ -60,11 +60,11 @@ pub async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_web::Resu
         .iter()
         .filter(|w| !w.lendable)
         .map(|w| {
-            let (session, mode, dialect) = match &w.state {
-                WorkerState::Busy { session, mode, dialect, .. } => {
-                    (Some(session.as_str()), Some(mode.as_str()), *dialect)
+            let (session, mode, dialect, transport) = match &w.state {
+                WorkerState::Busy { session, mode, dialect, transport, .. } => {
+                    (Some(session.as_str()), Some(mode.as_str()), *dialect, *transport)
                 }
-                _ => (None, None, None),
+                _ => (None, None, None, None),
             };
             let reason = match &w.state {
                 WorkerState::Failed { reason, .. } => Some(reason.as_str()),
@@ -80,6 +80,7 @@ pub async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_web::Resu
                 "session": session,
                 "mode": mode,
                 "dialect": dialect,
+                "transport": transport,
                 "sessions_served": w.sessions_served,
                 "restarts": w.restarts,
                 "process_id": w.process_id,
@@ -113,9 +114,11 @@ pub async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_web::Resu
                 Some(WorkerState::Failed { reason, .. }) if state == "failed" => Some(reason.as_str()),
                 _ => (state == "failed").then_some("its backend is not open on its node"),
             };
-            let (session, dialect) = match here.map(|w| &w.state) {
-                Some(WorkerState::Busy { session, dialect, .. }) => (Some(session.as_str()), *dialect),
-                _ => (None, None),
+            let (session, dialect, transport) = match here.map(|w| &w.state) {
+                Some(WorkerState::Busy { session, dialect, transport, .. }) => {
+                    (Some(session.as_str()), *dialect, *transport)
+                }
+                _ => (None, None, None),
             };
             json!({
                 "name": s.slot,
@@ -126,6 +129,7 @@ pub async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_web::Resu
                 "session": session,
                 "mode": s.busy.map(|(m, _)| m.as_str()),
                 "dialect": dialect,
+                "transport": transport,
                 "sessions_served": here.map(|w| w.sessions_served),
                 "last_error": here.and_then(|w| w.last_error.as_deref()),
             })

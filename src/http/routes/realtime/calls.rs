@@ -120,7 +120,7 @@ pub async fn create(req: HttpRequest, payload: web::Payload, gw: web::Data<Gatew
         Err(why) => return bad_request(why),
     };
     let model = model_of(&gw, query.get("model"), [offer.session.as_ref(), key.session.as_ref()]);
-    let admitted = match admit(&req, &gw, Endpoint::Realtime(Flavor::Ga, model), key) {
+    let admitted = match admit(&req, &gw, Endpoint::Realtime(Flavor::Ga, model), key, "webrtc") {
         Ok(a) => a,
         Err(refusal) => return refusal,
     };

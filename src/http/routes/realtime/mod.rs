@@ -111,6 +111,7 @@ pub fn admit(
     gw: &Gateway,
     endpoint: Endpoint,
     key: auth::Admitted,
+    transport: &'static str,
 ) -> Result<Admitted, HttpResponse> {
     let config = &gw.config;
     let client_ip = auth::client_ip(req, &config.trusted_proxies);
@@ -168,6 +169,7 @@ pub fn admit(
         addr: client_ip
             .map_or_else(|| "unknown".to_string(), |ip| std::net::SocketAddr::new(ip, peer_port).to_string()),
         user_agent: req.headers().get(header::USER_AGENT).and_then(|v| v.to_str().ok()).map(String::from),
+        transport,
     };
     let conn = omni_actors::ids::connection();
     let info = SessionInfo {

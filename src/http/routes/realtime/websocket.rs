@@ -89,7 +89,7 @@ async fn upgrade(
         Ok(key) => key,
         Err(refusal) => return Ok(refusal),
     };
-    let admitted = match admit(&req, &gw, endpoint, key) {
+    let admitted = match admit(&req, &gw, endpoint, key, "websocket") {
         Ok(a) => a,
         Err(refusal) => return Ok(refusal),
     };
