@@ -34,6 +34,8 @@ enum Command {
     Probe(omni_tools::probe::ProbeArgs),
     /// Many concurrent sessions against a server, measured (see --help).
     Loadgen(omni_tools::loadgen::LoadgenArgs),
+    /// Voice sessions over WebRTC calls or WebSockets, measured side by side (bytes, delays).
+    Callload(omni_tools::callload::CallloadArgs),
     /// Hostile load against a server: connection churn, chunk and tiny-frame floods, oversized frames.
     Flood(omni_tools::flood::FloodArgs),
     /// Verify every recorded session in a recordings directory; exit 0 or 1.
@@ -77,6 +79,7 @@ fn main() -> ExitCode {
         Command::CheckConfig { path } => check_config(&path.unwrap_or(cli.config)),
         Command::Probe(args) => report(omni_tools::probe::run(args)),
         Command::Loadgen(args) => report(omni_tools::loadgen::run(args)),
+        Command::Callload(args) => report(omni_tools::callload::run(args)),
         Command::Flood(args) => report(omni_tools::flood::run(args)),
         Command::CheckRecordings(args) => report(omni_tools::check_recordings::run(args)),
         Command::WorkerHost(args) => report(omni_gateway::backend::host::run(args)),

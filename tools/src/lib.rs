@@ -1,8 +1,9 @@
 //! Client tools in the same binary: `probe` (one session, readable), `loadgen` (many
-//! sessions, measured), `flood` (hostile load) and `check-recordings` (are the recordings
-//! intact).
+//! sessions, measured), `callload` (voice sessions over WebRTC calls or WebSockets, side by
+//! side), `flood` (hostile load) and `check-recordings` (are the recordings intact).
 
 mod attack;
+pub mod callload;
 pub mod check_recordings;
 pub mod client;
 pub mod flood;

@@ -75,6 +75,11 @@ pub struct CallEdge {
     downlink: Downlink,
     playout: Playout<Vec<u8>>,
     rtp_time: u64,
+    /// When the last frame left, and whether the pacer was idle since: after a pause the RTP
+    /// clock jumps by the pause, as a microphone's would, so the client's jitter buffer sees
+    /// the silence (while the pacer runs, its ticks keep the clock).
+    last_frame_at: Option<Instant>,
+    resumed: bool,
     pacer: Option<SpawnHandle>,
     timer: Option<(Instant, SpawnHandle)>,
     rate: Option<MessageRate>,
@@ -120,6 +125,8 @@ impl CallEdge {
             downlink: Downlink::new().map_err(codec)?,
             playout: Playout::default(),
             rtp_time: 0,
+            last_frame_at: None,
+            resumed: false,
             pacer: None,
             timer: None,
             ended: None,
@@ -355,6 +362,7 @@ impl CallEdge {
         if self.pacer.is_some() {
             return;
         }
+        self.resumed = true;
         self.pacer = Some(ctx.run_interval(Duration::from_millis(FRAME_MS), |act, ctx| act.tick(ctx)));
     }
 
@@ -375,13 +383,19 @@ impl CallEdge {
 
     fn write_frame(&mut self, frame: Vec<u8>, ctx: &mut Context<Self>) {
         let Some(mid) = self.audio else { return };
+        let now = Instant::now();
+        if let Some(last) = self.last_frame_at.filter(|_| std::mem::take(&mut self.resumed)) {
+            let skipped = (now.saturating_duration_since(last).as_millis() as u64 / FRAME_MS).saturating_sub(1);
+            self.rtp_time += skipped * RTP_TICKS_PER_FRAME;
+        }
+        self.last_frame_at = Some(now);
         let time = MediaTime::new(self.rtp_time, Frequency::FORTY_EIGHT_KHZ);
         self.rtp_time += RTP_TICKS_PER_FRAME;
         let Some(writer) = self.rtc.writer(mid) else { return };
         let Some(pt) = writer.payload_params().find(|p| p.spec().codec == Codec::Opus).map(|p| p.pt()) else {
             return;
         };
-        if let Err(e) = writer.write(pt, Instant::now(), time, frame) {
+        if let Err(e) = writer.write(pt, now, time, frame) {
             log::debug!("call {}: an audio frame was not sent: {e}", self.id);
         }
         self.drive(ctx);

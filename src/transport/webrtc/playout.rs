@@ -102,7 +102,9 @@ impl<F> Playout<F> {
         self.finished = false;
         let id = self.playing.take().or_else(|| self.current.clone());
         self.current = None;
-        self.muted = id.clone();
+        if id.is_some() {
+            self.muted = id.clone();
+        }
         if had { id.map(|response_id| Notice::Cleared { response_id }) } else { None }
     }
 
