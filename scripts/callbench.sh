@@ -7,6 +7,7 @@
 #
 #   scripts/callbench.sh SESSIONS [DURATION]
 #   scripts/callbench.sh 50 30
+#   TRANSPORTS=webrtc scripts/callbench.sh 300 30     # one transport only
 #
 # The figures in docs/performance.md ("WebRTC calls") come from this script.
 set -euo pipefail
@@ -18,7 +19,7 @@ build_release
 ulimit -n 65536 2>/dev/null || true
 dir=$(mktemp -d)
 trap 'kill "${server:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"' EXIT
-for transport in webrtc websocket; do
+for transport in ${TRANSPORTS:-webrtc websocket}; do
     port=$(free_port)
     cat > "$dir/config.toml" <<TOML
 [server]
