@@ -180,6 +180,23 @@ fn a_call_that_never_connects_frees_everything() {
     assert!(head.contains("content-type: application/sdp"), "{head}");
     assert!(answer.contains("a=ice-lite") && answer.contains("opus/48000"), "{answer}");
     assert!(answer.contains("127.0.0.1 4100"), "a host candidate in the port range: {answer}");
+    // Datagrams from a stranger (noise, and a STUN request without the call's credentials) are
+    // dropped: the call neither answers nor counts them as its client.
+    let port: u16 = answer
+        .lines()
+        .find(|l| l.starts_with("a=candidate"))
+        .and_then(|l| l.split_whitespace().nth(5))
+        .and_then(|p| p.parse().ok())
+        .expect("the candidate's port");
+    let stranger = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let stun = [0u8, 1, 0, 0, 0x21, 0x12, 0xa4, 0x42, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+    for i in 0..2000u32 {
+        let junk: Vec<u8> = (0..(i % 1200) as usize).map(|j| (i as usize * 31 + j) as u8).collect();
+        stranger.send_to(if i % 2 == 0 { &stun } else { &junk }, ("127.0.0.1", port)).unwrap();
+    }
+    stranger.set_read_timeout(Some(std::time::Duration::from_millis(300))).unwrap();
+    let mut buf = [0u8; 1500];
+    assert!(stranger.recv_from(&mut buf).is_err(), "the call answered a stranger");
     // The address's one connection is the call's.
     let (code, _, _) = post(&server, "/v1/realtime/calls", &[("Content-Type", "application/sdp")], offer().as_bytes());
     assert_eq!(code, 429, "the call counts against the per-address cap");
