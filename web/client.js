@@ -381,9 +381,7 @@ function onEvent(ev) {
   switch (ev.type) {
     case 'session.queued':
     case 'session.queue_update':
-      stats.positions.push(ev.position);
-      setState('queued', queueDetail(ev));
-      loadModes();
+      waiting(ev);
       break;
     case 'session.queue_done':
       setState('starting', '');
@@ -476,9 +474,7 @@ function onCallEvent(ev) {
   switch (ev.type) {
     case 'session.queued':
     case 'session.queue_update':
-      stats.positions.push(ev.position);
-      setState('queued', queueDetail(ev));
-      loadModes();
+      waiting(ev);
       break;
     case 'session.created': {
       stats.sessionId = ev.session.id;
@@ -677,6 +673,13 @@ async function loadModes() {
     if (first) $('mode').value = first.value;
     showMode();
   }
+}
+
+/// A queue event, whichever the transport: the position, and whether a worker is up.
+function waiting(ev) {
+  stats.positions.push(ev.position);
+  setState('queued', queueDetail(ev));
+  loadModes();
 }
 
 /// Said while waiting: the position and wait, or plainly that no worker is up.

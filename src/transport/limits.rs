@@ -92,6 +92,40 @@ impl MessageRate {
     }
 }
 
+/// What an edge does with a message under the rate ([`MessageRate::admit`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admit {
+    Process,
+    /// Drop it unprocessed.
+    Drop,
+    /// Drop it, and hand the session this error for the client.
+    Tell(omni_actors::protocol::ProtocolError),
+    /// End the connection: over the rate too long.
+    End,
+}
+
+impl MessageRate {
+    /// [`MessageRate::message`] as an edge acts on it: what is refused counted
+    /// (`omni_rate_limited_total`), with the words the client hears.
+    pub fn admit(&mut self, now: Instant) -> Admit {
+        let verdict = self.message(now);
+        if verdict != Verdict::Take {
+            omni_actors::observe::metrics::metrics().rate_limited.inc();
+        }
+        match verdict {
+            Verdict::Take => Admit::Process,
+            Verdict::Drop => Admit::Drop,
+            Verdict::DropAndTell { dropped } => {
+                Admit::Tell(omni_actors::protocol::ProtocolError::RateLimited(format!(
+                    "{dropped} message(s) dropped unprocessed: more than {} a second (server.max_messages_per_s)",
+                    self.limit.per_second
+                )))
+            }
+            Verdict::Close => Admit::End,
+        }
+    }
+}
+
 /// Bytes held by every connection's unfinished fragmented messages, and the bound.
 #[derive(Debug)]
 pub struct FragmentBudget {

@@ -16,11 +16,11 @@ use actix_web::web::Bytes;
 use actix_web_actors::ws;
 use bytestring::ByteString;
 use omni_actors::observe::metrics::metrics;
-use omni_actors::protocol::{CloseReason, ProtocolError, Violation, bounded};
+use omni_actors::protocol::{CloseReason, Violation, bounded};
 use omni_actors::session::SessionActor;
 use omni_actors::session::messages::{FromClient, ToClient};
 
-use super::limits::{FragmentBudget, FragmentRefusal, Fragments, MessageRate, RateLimit, Verdict};
+use super::limits::{Admit, FragmentBudget, FragmentRefusal, Fragments, MessageRate, RateLimit};
 use super::outgoing::OutgoingLimit;
 
 /// What a connection may do, from `[server]`.
@@ -147,22 +147,14 @@ impl WebSocketEdge {
     /// A complete message counts against the rate; `false` when it is not to be processed.
     fn within_rate(&mut self, ctx: &mut ws::WebsocketContext<Self>) -> bool {
         let Some(rate) = self.rate.as_mut() else { return true };
-        match rate.message(Instant::now()) {
-            Verdict::Take => true,
-            Verdict::Drop => {
-                metrics().rate_limited.inc();
+        match rate.admit(Instant::now()) {
+            Admit::Process => true,
+            Admit::Drop => false,
+            Admit::Tell(error) => {
+                self.tell(FromClient::Refused(error));
                 false
             }
-            Verdict::DropAndTell { dropped } => {
-                metrics().rate_limited.inc();
-                let per_s = self.settings.rate.map_or(0.0, |r| r.per_second);
-                self.tell(FromClient::Refused(ProtocolError::RateLimited(format!(
-                    "{dropped} message(s) dropped unprocessed: more than {per_s} a second (server.max_messages_per_s)"
-                ))));
-                false
-            }
-            Verdict::Close => {
-                metrics().rate_limited.inc();
+            Admit::End => {
                 log::warn!("session {}: over the message rate for too long; closing with 1008", self.label);
                 self.violation(ctx, Violation::RateLimited);
                 false

@@ -121,7 +121,8 @@ fn cycle(tone: f64, silence: f64) -> (Vec<Vec<i16>>, usize) {
 
 pub fn run(args: CallloadArgs) -> Result<(), String> {
     let (pcm, tone_frames) = cycle(args.tone, args.silence);
-    let mut encoder = opus::Encoder::new(RATE, opus::Channels::Mono, opus::Application::Voip).map_err(|e| e.to_string())?;
+    let mut encoder =
+        opus::Encoder::new(RATE, opus::Channels::Mono, opus::Application::Voip).map_err(|e| e.to_string())?;
     let opus = pcm.iter().map(|f| encoder.encode_vec(f, 1275).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
     let shared = Arc::new(Shared {
         args: args.clone(),
@@ -270,7 +271,8 @@ async fn call(shared: &Shared) -> Result<(), String> {
     let local = socket.local_addr().map_err(|e| e.to_string())?;
     let socket = tokio::net::UdpSocket::from_std(socket).map_err(|e| e.to_string())?;
     let crypto = Arc::new(str0m::crypto::from_feature_flags());
-    let mut rtc: Rtc = RtcConfig::new().set_crypto_provider(crypto).clear_codecs().enable_opus(true, false).build(Instant::now());
+    let mut rtc: Rtc =
+        RtcConfig::new().set_crypto_provider(crypto).clear_codecs().enable_opus(true, false).build(Instant::now());
     rtc.add_local_candidate(Candidate::host(local, "udp").map_err(|e| e.to_string())?);
     let mut change = rtc.sdp_api();
     let mid = change.add_media(MediaKind::Audio, Direction::SendRecv, None, None, None);

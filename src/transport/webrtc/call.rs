@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use bytestring::ByteString;
 use omni_actors::observe::metrics::metrics;
-use omni_actors::protocol::{CloseReason, ProtocolError, Violation};
+use omni_actors::protocol::{CloseReason, Violation};
 use omni_actors::session::SessionActor;
 use omni_actors::session::messages::{FromClient, ToClient};
 use str0m::channel::ChannelId;
@@ -29,7 +29,7 @@ use super::Calls;
 use super::codec::{Downlink, FRAME_SAMPLES, RTP_TICKS_PER_FRAME, Uplink};
 use super::events::{self, Incoming, Outgoing};
 use super::playout::{FRAME_MS, Notice, Playout};
-use crate::transport::limits::{MessageRate, RateLimit, Verdict};
+use crate::transport::limits::{Admit, MessageRate, RateLimit};
 use crate::transport::websocket::StartSession;
 
 /// The data channel the events travel on, as the OpenAI Realtime API names it.
@@ -282,22 +282,14 @@ impl CallEdge {
 
     fn within_rate(&mut self, ctx: &mut Context<Self>) -> bool {
         let Some(rate) = self.rate.as_mut() else { return true };
-        match rate.message(Instant::now()) {
-            Verdict::Take => true,
-            Verdict::Drop => {
-                metrics().rate_limited.inc();
+        match rate.admit(Instant::now()) {
+            Admit::Process => true,
+            Admit::Drop => false,
+            Admit::Tell(error) => {
+                self.tell(FromClient::Refused(error));
                 false
             }
-            Verdict::DropAndTell { dropped } => {
-                metrics().rate_limited.inc();
-                let per_s = self.settings.rate.map_or(0.0, |r| r.per_second);
-                self.tell(FromClient::Refused(ProtocolError::RateLimited(format!(
-                    "{dropped} message(s) dropped unprocessed: more than {per_s} a second (server.max_messages_per_s)"
-                ))));
-                false
-            }
-            Verdict::Close => {
-                metrics().rate_limited.inc();
+            Admit::End => {
                 log::warn!("call {}: over the message rate for too long; ending the call", self.id);
                 self.end(ctx, CloseReason::ProtocolViolation(Violation::RateLimited));
                 false
