@@ -29,6 +29,8 @@ pub struct WebRtcConfig {
     pub client_secret_ttl_s: u64,
     /// Client secrets minted and not yet used, at most (past it minting answers 429).
     pub max_client_secrets: usize,
+    /// ... of them minted by one API key.
+    pub max_client_secrets_per_key: usize,
 }
 
 impl Default for WebRtcConfig {
@@ -41,6 +43,7 @@ impl Default for WebRtcConfig {
             connect_timeout_s: 5.0,
             client_secret_ttl_s: 60,
             max_client_secrets: 10_000,
+            max_client_secrets_per_key: 1_000,
         }
     }
 }
@@ -55,6 +58,7 @@ pub struct WebRtcSpec {
     pub connect_timeout: Duration,
     pub client_secret_ttl: Duration,
     pub max_client_secrets: usize,
+    pub max_client_secrets_per_key: usize,
 }
 
 /// Limits of a client secret's lifetime, as the OpenAI Realtime API has them.
@@ -92,6 +96,9 @@ impl WebRtcConfig {
         if self.max_client_secrets == 0 {
             return Err(Invalid::new("max_client_secrets", "must be at least 1"));
         }
+        if self.max_client_secrets_per_key == 0 {
+            return Err(Invalid::new("max_client_secrets_per_key", "must be at least 1"));
+        }
         Ok(WebRtcSpec {
             enabled: self.enabled,
             bind,
@@ -100,6 +107,7 @@ impl WebRtcConfig {
             connect_timeout: Duration::from_secs_f64(self.connect_timeout_s),
             client_secret_ttl: Duration::from_secs(self.client_secret_ttl_s),
             max_client_secrets: self.max_client_secrets,
+            max_client_secrets_per_key: self.max_client_secrets_per_key,
         })
     }
 }

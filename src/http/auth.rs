@@ -153,11 +153,21 @@ pub struct Keys {
 
 /// Who a realtime client is, once its key or client secret is checked.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Admitted {
+pub struct Credential {
     /// The API key's id (for a client secret: the id of the key that minted it).
     pub key_id: Option<String>,
     /// The session settings a client secret was minted with.
     pub session: Option<serde_json::Value>,
+    /// The client secret presented, not yet taken ([`Keys::check_realtime`] with
+    /// `take: false`): the caller takes it once what it opens has started. Never logged.
+    pub untaken_secret: Option<String>,
+}
+
+impl Credential {
+    /// The model a client secret was minted for, if it names one.
+    pub fn model(&self) -> Option<&str> {
+        self.session.as_ref()?.get("model")?.as_str()
+    }
 }
 
 /// A throttled address's turn to have a key checked; the next waits until it is dropped.
@@ -174,9 +184,9 @@ impl Keys {
         }
     }
 
-    /// The same keys, holding at most `max` client secrets.
-    pub fn with_client_secrets(mut self, max: usize) -> Keys {
-        self.secrets = Arc::new(Mutex::new(ClientSecrets::new(max)));
+    /// The same keys, holding at most `max` client secrets, `max_per_key` of each key.
+    pub fn with_client_secrets(mut self, max: usize, max_per_key: usize) -> Keys {
+        self.secrets = Arc::new(Mutex::new(ClientSecrets::new(max, max_per_key)));
         self
     }
 
@@ -243,22 +253,35 @@ impl Keys {
         Ok(key.map(key_id))
     }
 
-    /// Checks a realtime client: a client secret (`ek_...`, taken: it is good once) or an API
-    /// key ([`Keys::check_api`]). A secret that is unknown, used or expired is refused like a
-    /// wrong key, also when no API keys are configured.
+    /// Checks a realtime client: a client secret (`ek_...`, good once) or an API key
+    /// ([`Keys::check_api`]). With `take`, a secret is used up now; without, it is only
+    /// checked, and left in [`Credential::untaken_secret`] for the caller to take. A secret that
+    /// is unknown, used or expired is refused like a wrong key, also when no API keys are
+    /// configured.
     pub fn check_realtime<'a>(
         &self,
         client: Option<IpAddr>,
         candidates: impl IntoIterator<Item = Option<&'a str>>,
-    ) -> Result<Admitted, Denied> {
+        take: bool,
+    ) -> Result<Credential, Denied> {
         let first = candidates.into_iter().flatten().next();
         if let Some(secret) = first.filter(|k| k.starts_with(client_secrets::PREFIX)) {
-            let grant = self.secrets.lock().redeem(secret, Instant::now());
+            let mut secrets = self.secrets.lock();
+            let now = Instant::now();
+            let grant = if take { secrets.redeem(secret, now) } else { secrets.peek(secret, now) };
+            drop(secrets);
             let verdict = if grant.is_some() { Ok(()) } else { Err(Denied::Wrong(KeyKind::Api)) };
             self.throttled(client, verdict)?;
-            return Ok(grant.map(|g| Admitted { key_id: g.key_id, session: g.session }).unwrap_or_default());
+            let grant = grant.unwrap_or(client_secrets::Grant { key_id: None, session: None });
+            let untaken_secret = (!take).then(|| secret.to_string());
+            return Ok(Credential { key_id: grant.key_id, session: grant.session, untaken_secret });
         }
-        self.check_api(client, [first]).map(|key_id| Admitted { key_id, session: None })
+        self.check_api(client, [first]).map(|key_id| Credential { key_id, session: None, untaken_secret: None })
+    }
+
+    /// Takes a client secret checked earlier; `false` when it was used meanwhile, or expired.
+    pub fn take_secret(&self, secret: &str) -> bool {
+        self.secrets.lock().redeem(secret, Instant::now()).is_some()
     }
 
     /// Checks the operator routes: the admin key (Bearer) when one is configured; without

@@ -88,7 +88,7 @@ impl Common {
         });
         let subscribers = crate::observe::register(config, recorder.as_ref());
         let keys = Keys::new(config.api_keys.clone(), config.admin_key.clone())
-            .with_client_secrets(config.webrtc.max_client_secrets);
+            .with_client_secrets(config.webrtc.max_client_secrets, config.webrtc.max_client_secrets_per_key);
         let fragments = FragmentBudget::new((config.server.max_fragment_buffer_mb * 1048576.0) as usize);
         let voice = crate::vad::detectors(&config.vad);
         let transcription = config.transcription.as_ref().map(crate::transcription::start);

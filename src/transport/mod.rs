@@ -10,8 +10,15 @@
 //! - [`outgoing`] and [`socket`]: the bound on what a client has not read, and dropping its
 //!   connection when it is over it.
 
+use actix::{Addr, Recipient};
+use omni_actors::session::SessionActor;
+use omni_actors::session::messages::ToClient;
+
 pub mod limits;
 pub mod outgoing;
 pub mod socket;
 pub mod webrtc;
 pub mod websocket;
+
+/// Starts a client's session, given where it reaches its edge (the edge calls it once started).
+pub type StartSession = Box<dyn FnOnce(Recipient<ToClient>) -> Addr<SessionActor>>;

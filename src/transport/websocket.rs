@@ -20,6 +20,7 @@ use omni_actors::protocol::{CloseReason, Violation, bounded};
 use omni_actors::session::SessionActor;
 use omni_actors::session::messages::{FromClient, ToClient};
 
+use super::StartSession;
 use super::limits::{Admit, FragmentBudget, FragmentRefusal, Fragments, MessageRate, RateLimit};
 use super::outgoing::OutgoingLimit;
 
@@ -37,9 +38,6 @@ pub struct EdgeSettings {
     /// Messages per second the client may send; `None`: no limit.
     pub rate: Option<RateLimit>,
 }
-
-/// Starts the connection's session, given where it reaches its edge.
-pub type StartSession = Box<dyn FnOnce(Recipient<ToClient>) -> Addr<SessionActor>>;
 
 pub struct WebSocketEdge {
     settings: EdgeSettings,

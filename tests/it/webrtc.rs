@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use crate::common::*;
 
 const KEY: &str = "rtc-test-key-0123456789";
+const OTHER_KEY: &str = "rtc-other-key-0123456789";
 
 /// An SDP offer from str0m acting as a browser: an audio track and the events' data channel.
 fn offer() -> String {
@@ -121,7 +122,7 @@ async fn an_independent_webrtc_stack_queues_talks_clears_and_hangs_up() {
 
 #[test]
 fn the_signalling_refuses_with_reasons() {
-    let server = Server::ready(Setup::default().auth(&format!("api_keys = [\"{KEY}\"]")));
+    let server = Server::ready(Setup::default().auth(&format!("api_keys = [\"{KEY}\", \"{OTHER_KEY}\"]")));
     let auth = bearer(KEY);
     let sdp = [("Authorization", auth.as_str()), ("Content-Type", "application/sdp")];
     let (code, _, body) =
@@ -153,6 +154,33 @@ fn the_signalling_refuses_with_reasons() {
     assert_eq!(code, 401, "minting needs the API key");
     let (code, _, _) = post(&server, "/v1/realtime/calls/rtc_nope/hangup", &[("Authorization", auth.as_str())], b"");
     assert_eq!(code, 404);
+    let (code, _, body) = post(
+        &server,
+        "/v1/realtime/client_secrets",
+        &[("Authorization", auth.as_str())],
+        json!({"session": {"instructions": "x".repeat(20_000)}}).to_string().as_bytes(),
+    );
+    assert_eq!(code, 400, "a secret holds at most 16 KiB of session: {body}");
+
+    // A refused call does not use up its client secret; an answered one does.
+    let (_, _, minted) = post(&server, "/v1/realtime/client_secrets", &[("Authorization", auth.as_str())], b"");
+    let secret: Value = serde_json::from_str(&minted).unwrap();
+    let with_secret = format!("Bearer {}", secret["value"].as_str().unwrap());
+    let sdp_secret = [("Authorization", with_secret.as_str()), ("Content-Type", "application/sdp")];
+    let (code, _, _) = post(&server, "/v1/realtime/calls", &sdp_secret, b"not an offer");
+    assert_eq!(code, 400);
+    let (code, head, body) = post(&server, "/v1/realtime/calls", &sdp_secret, offer().as_bytes());
+    assert_eq!(code, 201, "the secret is still good: {body}");
+    assert!(body.contains("a=max-message-size:262144"), "the answer says what the channel takes: {body}");
+    let (code, _, _) = post(&server, "/v1/realtime/calls", &sdp_secret, offer().as_bytes());
+    assert_eq!(code, 401, "and now used up");
+    // Only the key that opened a call (here: minted its secret) hangs it up.
+    let location = head.lines().find_map(|l| l.strip_prefix("location: ")).unwrap().trim().to_string();
+    let other = bearer(OTHER_KEY);
+    let (code, _, _) = post(&server, &format!("{location}/hangup"), &[("Authorization", other.as_str())], b"");
+    assert_eq!(code, 404, "another key's call is not found");
+    let (code, _, _) = post(&server, &format!("{location}/hangup"), &[("Authorization", auth.as_str())], b"");
+    assert_eq!(code, 200);
     server.wait_idle();
 }
 
@@ -219,6 +247,13 @@ async fn a_client_secret_opens_one_websocket_session_with_its_settings() {
     let minted: Value = serde_json::from_str(&minted).unwrap();
     let secret = minted["value"].as_str().unwrap();
     assert_eq!(minted["session"]["instructions"], "Answer in French.");
+    // Minted for "omni": another model is refused, and the secret stays good.
+    let other = server.url(&format!("/v1/realtime?model=other&api_key={secret}"));
+    let req = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(other.as_str()).unwrap();
+    match tokio_tungstenite::connect_async(req).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status(), 400),
+        other => panic!("another model was not refused: {:?}", other.map(|_| ())),
+    }
     let url = server.url(&format!("/v1/realtime?model=omni&api_key={secret}"));
     let mut c = Client::connect(&url).await;
     c.expect("session.created").await;

@@ -4,10 +4,13 @@
 //! from the `oai-events` data channel and the client's voice as `input_audio_buffer.append`
 //! events; it plays the model's voice on the audio track, one Opus frame every 20 ms.
 //!
-//! The call ends when the client hangs up (`/hangup`, or ICE gives up on it), when ICE and
-//! DTLS are not done within `webrtc.connect_timeout_s`, when the client does not read its data
-//! channel, or when the session ends.
+//! The call ends when the client hangs up (`/hangup`, closing its connection, or ICE hearing
+//! nothing from it for 15 s), when ICE and DTLS are not done within
+//! `webrtc.connect_timeout_s`, when the client does not read its data channel, or when the
+//! session ends. Ending, the call tells the client (RTCP BYE, SCTP shutdown, DTLS
+//! close_notify) and lingers [`CLOSE_GRACE`] for those to leave.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,18 +29,24 @@ use str0m::{Event, IceConnectionState, Input, Output, Rtc};
 use tokio::net::UdpSocket;
 
 use super::Calls;
-use super::codec::{Downlink, FRAME_SAMPLES, RTP_TICKS_PER_FRAME, Uplink};
+use super::codec::{Downlink, FRAME_SAMPLES, RTP_TICKS_PER_FRAME, Refused, Uplink};
 use super::events::{self, Incoming, Outgoing};
 use super::playout::{FRAME_MS, Notice, Playout};
+use crate::transport::StartSession;
 use crate::transport::limits::{Admit, MessageRate, RateLimit};
-use crate::transport::websocket::StartSession;
 
 /// The data channel the events travel on, as the OpenAI Realtime API names it.
 pub const EVENTS_CHANNEL: &str = "oai-events";
-/// The client's voice goes to the session in pieces this long.
+/// The client's voice goes to the session in pieces of at least this much.
 const UPLINK_SAMPLES: usize = FRAME_SAMPLES * 2;
 /// The largest datagram read.
 const DATAGRAM_BYTES: usize = 2048;
+/// What the data channel itself holds for a client that has not acknowledged it; more waits in
+/// the call (up to `max_outgoing_bytes`) until the channel drains below [`CHANNEL_LOW`].
+pub const CHANNEL_BUFFER: usize = 1 << 20;
+const CHANNEL_LOW: usize = CHANNEL_BUFFER / 4;
+/// How long an ended call lingers for its goodbyes (BYE, SCTP shutdown, close_notify) to leave.
+pub const CLOSE_GRACE: Duration = Duration::from_millis(200);
 
 /// What a call may do, from `[server]` and `[webrtc]`.
 #[derive(Debug, Clone)]
@@ -45,7 +54,8 @@ pub struct CallSettings {
     pub connect_timeout: Duration,
     /// Events the client may send per second; `None`: no limit.
     pub rate: Option<RateLimit>,
-    /// What may wait for the client on the data channel (and before it opens).
+    /// Events that may wait for the client: before the data channel opens, and while the
+    /// channel's own buffer is full. Past it the client is dropped (`slow_consumer`).
     pub max_outgoing_bytes: usize,
 }
 
@@ -53,6 +63,14 @@ pub struct CallSettings {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Hangup;
+
+/// Where a call is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Live,
+    /// Ended: its goodbyes are leaving; the session knows.
+    Closing,
+}
 
 pub struct CallEdge {
     id: String,
@@ -65,26 +83,26 @@ pub struct CallEdge {
     first: Vec<String>,
     session: Option<Addr<SessionActor>>,
     calls: Arc<Calls>,
+    phase: Phase,
+    /// The session was told the call ended (or ended it).
+    session_told: bool,
     audio: Option<Mid>,
     channel: Option<ChannelId>,
-    /// Events waiting for the data channel to open, and their bytes.
-    unsent: Vec<String>,
+    /// Events waiting for the data channel (not open yet, or its buffer full), and their bytes.
+    unsent: VecDeque<String>,
     unsent_bytes: usize,
     uplink: Uplink,
-    heard: Vec<i16>,
+    /// The client's voice decoded and not yet handed to the session.
+    voice: Vec<i16>,
     downlink: Downlink,
     playout: Playout<Vec<u8>>,
+    /// The RTP clock of the model's voice: it advances every tick of the pacer, frame or not,
+    /// and jumps over the pauses between the pacer's runs, as a microphone's would.
     rtp_time: u64,
-    /// When the last frame left, and whether the pacer was idle since: after a pause the RTP
-    /// clock jumps by the pause, as a microphone's would, so the client's jitter buffer sees
-    /// the silence (while the pacer runs, its ticks keep the clock).
-    last_frame_at: Option<Instant>,
-    resumed: bool,
+    paced_until: Option<Instant>,
     pacer: Option<SpawnHandle>,
     timer: Option<(Instant, SpawnHandle)>,
     rate: Option<MessageRate>,
-    ended: Option<CloseReason>,
-    closed_by_session: bool,
 }
 
 /// What a call starts from: its negotiated `Rtc` and socket, and how it reaches the rest.
@@ -116,21 +134,20 @@ impl CallEdge {
             first: parts.first,
             session: None,
             calls: parts.calls,
+            phase: Phase::Live,
+            session_told: false,
             audio: None,
             channel: None,
-            unsent: Vec::new(),
+            unsent: VecDeque::new(),
             unsent_bytes: 0,
             uplink: Uplink::new().map_err(codec)?,
-            heard: Vec::with_capacity(UPLINK_SAMPLES * 2),
+            voice: Vec::with_capacity(UPLINK_SAMPLES * 2),
             downlink: Downlink::new().map_err(codec)?,
             playout: Playout::default(),
             rtp_time: 0,
-            last_frame_at: None,
-            resumed: false,
+            paced_until: None,
             pacer: None,
             timer: None,
-            ended: None,
-            closed_by_session: false,
         })
     }
 
@@ -140,21 +157,36 @@ impl CallEdge {
         }
     }
 
-    /// The edge ends the call; the session hears why when the actor stops.
-    fn end(&mut self, ctx: &mut Context<Self>, reason: CloseReason) {
-        if self.ended.is_some() || self.closed_by_session {
+    /// Ends the call: the session hears `reason` now (unless it ended the call), the client
+    /// gets its goodbyes, and the actor stops once they have left.
+    fn end(&mut self, ctx: &mut Context<Self>, reason: Option<CloseReason>) {
+        if self.phase == Phase::Closing {
             return;
         }
-        log::info!("call {}: ended ({})", self.id, reason.as_str());
-        self.ended = Some(reason);
-        self.rtc.disconnect();
-        ctx.stop();
+        self.phase = Phase::Closing;
+        // Gone for hangups at once, while its goodbyes leave.
+        self.calls.remove(&self.id);
+        if let Some(reason) = reason {
+            log::info!("call {}: ended ({})", self.id, reason.as_str());
+            if !self.session_told {
+                self.session_told = true;
+                self.tell(FromClient::Ended(reason));
+            }
+        }
+        if let Some(handle) = self.pacer.take() {
+            ctx.cancel_future(handle);
+        }
+        if self.rtc.close().is_err() {
+            self.rtc.disconnect();
+        }
+        self.drive(ctx);
+        ctx.run_later(CLOSE_GRACE, |_, ctx| ctx.stop());
     }
 
     /// Drains the `Rtc`: sends its datagrams, handles its events, and sets the timer for its
     /// next deadline.
     fn drive(&mut self, ctx: &mut Context<Self>) {
-        loop {
+        while self.rtc.is_alive() {
             match self.rtc.poll_output() {
                 Ok(Output::Transmit(t)) => {
                     metrics().bytes_sent.inc_by(t.contents.len() as u64);
@@ -162,28 +194,19 @@ impl CallEdge {
                     let _ = self.socket.try_send_to(&t.contents, t.destination);
                 }
                 Ok(Output::Event(e)) => self.on_event(e, ctx),
-                Ok(Output::Timeout(at)) => {
-                    self.arm(at, ctx);
-                    return;
-                }
+                Ok(Output::Timeout(at)) => return self.arm(at, ctx),
                 Err(e) => {
                     log::info!("call {}: WebRTC error: {e}", self.id);
-                    return self.end(ctx, CloseReason::ClientGone);
+                    return self.end(ctx, Some(CloseReason::ClientGone));
                 }
             }
-            if !self.rtc.is_alive() {
-                if self.ended.is_none() && !self.closed_by_session {
-                    self.end(ctx, CloseReason::ClientGone);
-                }
-                return;
-            }
+        }
+        if self.phase == Phase::Live {
+            self.end(ctx, Some(CloseReason::ClientGone));
         }
     }
 
     fn arm(&mut self, at: Instant, ctx: &mut Context<Self>) {
-        if self.ended.is_some() || self.closed_by_session {
-            return;
-        }
         if let Some((when, handle)) = self.timer.take() {
             if when == at {
                 self.timer = Some((when, handle));
@@ -194,9 +217,11 @@ impl CallEdge {
         let wait = at.saturating_duration_since(Instant::now());
         let handle = ctx.run_later(wait, |act, ctx| {
             act.timer = None;
-            if act.rtc.handle_input(Input::Timeout(Instant::now())).is_ok() {
-                act.drive(ctx);
+            if let Err(e) = act.rtc.handle_input(Input::Timeout(Instant::now())) {
+                log::info!("call {}: WebRTC error: {e}", act.id);
+                return act.end(ctx, Some(CloseReason::ClientGone));
             }
+            act.drive(ctx);
         });
         self.timer = Some((at, handle));
     }
@@ -206,53 +231,65 @@ impl CallEdge {
             Event::Connected => log::info!("call {}: connected (ICE and DTLS done)", self.id),
             Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
                 log::info!("call {}: ICE lost the client", self.id);
-                self.end(ctx, CloseReason::ClientGone);
+                self.end(ctx, Some(CloseReason::ClientGone));
+            }
+            Event::Closed => {
+                log::info!("call {}: the client closed the connection", self.id);
+                self.end(ctx, Some(CloseReason::ClientGone));
             }
             Event::MediaAdded(m) if m.kind == MediaKind::Audio && self.audio.is_none() => self.audio = Some(m.mid),
-            Event::MediaData(data) if Some(data.mid) == self.audio => self.heard(&data.data),
+            Event::MediaData(data) if Some(data.mid) == self.audio => self.on_voice(&data.data),
             Event::ChannelOpen(id, label) => {
                 if label != EVENTS_CHANNEL {
                     log::info!(
-                        "call {}: a data channel '{label}' is not used (events travel on {EVENTS_CHANNEL})",
-                        self.id
+                        "call {}: a data channel {:?} is not used (events travel on {EVENTS_CHANNEL})",
+                        self.id,
+                        label
                     );
                     return;
                 }
                 self.channel = Some(id);
-                for text in std::mem::take(&mut self.unsent) {
-                    self.send(&text, ctx);
+                if let Some(mut channel) = self.rtc.channel(id) {
+                    channel.set_buffered_amount_low_threshold(CHANNEL_LOW);
                 }
-                self.unsent_bytes = 0;
+                self.flush(ctx);
             }
+            Event::ChannelBufferedAmountLow(id) if Some(id) == self.channel => self.flush(ctx),
             Event::ChannelData(data) if Some(data.id) == self.channel => {
-                metrics().bytes_received.inc_by(data.data.len() as u64);
                 if data.binary {
                     log::info!("call {}: binary message on {EVENTS_CHANNEL}; ending the call", self.id);
-                    return self.end(ctx, CloseReason::ProtocolViolation(Violation::BinaryFrame));
+                    return self.end(ctx, Some(CloseReason::ProtocolViolation(Violation::BinaryFrame)));
                 }
                 match String::from_utf8(data.data) {
                     Ok(text) => self.on_client_event(text, ctx),
-                    Err(_) => self.end(ctx, CloseReason::ProtocolViolation(Violation::InvalidUtf8)),
+                    Err(_) => self.end(ctx, Some(CloseReason::ProtocolViolation(Violation::InvalidUtf8))),
                 }
             }
             Event::ChannelClose(id) if Some(id) == self.channel => {
                 log::info!("call {}: the client closed {EVENTS_CHANNEL}", self.id);
-                self.end(ctx, CloseReason::ClientGone);
+                self.end(ctx, Some(CloseReason::ClientGone));
             }
             _ => {}
         }
     }
 
-    /// The client's voice: decoded, and handed on in pieces of [`UPLINK_SAMPLES`].
-    fn heard(&mut self, packet: &[u8]) {
-        metrics().bytes_received.inc_by(packet.len() as u64);
-        if let Err(e) = self.uplink.decode(packet, &mut self.heard) {
-            log::debug!("call {}: an Opus packet does not decode: {e}", self.id);
-            return;
+    /// The client's voice: decoded (at most real time and a half), and handed on in pieces of
+    /// at least [`UPLINK_SAMPLES`].
+    fn on_voice(&mut self, packet: &[u8]) {
+        match self.uplink.decode(Instant::now(), packet, &mut self.voice) {
+            Ok(_) => {}
+            Err(Refused::TooFast) => {
+                log::debug!("call {}: voice faster than real time and a half; a packet dropped", self.id);
+                return;
+            }
+            Err(Refused::Malformed(why)) => {
+                log::debug!("call {}: an Opus packet does not decode: {why}", self.id);
+                return;
+            }
         }
-        if self.heard.len() >= UPLINK_SAMPLES {
-            let text = events::append(&self.heard);
-            self.heard.clear();
+        if self.voice.len() >= UPLINK_SAMPLES {
+            let text = events::append(&self.voice);
+            self.voice.clear();
             self.tell(FromClient::Text(ByteString::from(text)));
         }
     }
@@ -291,42 +328,49 @@ impl CallEdge {
             }
             Admit::End => {
                 log::warn!("call {}: over the message rate for too long; ending the call", self.id);
-                self.end(ctx, CloseReason::ProtocolViolation(Violation::RateLimited));
+                self.end(ctx, Some(CloseReason::ProtocolViolation(Violation::RateLimited)));
                 false
             }
         }
     }
 
-    /// Sends an event on the data channel (held until it opens); a client that does not read
-    /// it is dropped.
-    fn send(&mut self, text: &str, ctx: &mut Context<Self>) {
-        let Some(id) = self.channel else {
-            self.unsent_bytes += text.len();
-            if self.unsent_bytes > self.settings.max_outgoing_bytes {
-                return self.slow_consumer(ctx);
-            }
-            self.unsent.push(text.to_string());
-            return;
-        };
-        let accepted = match self.rtc.channel(id) {
-            Some(mut channel) => channel.write(false, text.as_bytes()),
-            None => return,
-        };
-        match accepted {
-            Ok(true) => metrics().bytes_sent.inc_by(text.len() as u64),
-            Ok(false) => self.slow_consumer(ctx),
-            Err(e) => {
-                log::info!("call {}: cannot write to {EVENTS_CHANNEL}: {e}", self.id);
-                self.end(ctx, CloseReason::ClientGone);
+    /// Sends an event on the data channel, after those waiting; it waits too while the channel
+    /// is not open or its buffer is full. A client that lets more than
+    /// `max_outgoing_bytes` wait is dropped.
+    fn send(&mut self, text: String, ctx: &mut Context<Self>) {
+        self.unsent_bytes += text.len();
+        self.unsent.push_back(text);
+        if self.unsent_bytes > self.settings.max_outgoing_bytes {
+            log::warn!(
+                "call {}: the client does not read {EVENTS_CHANNEL} ({} bytes waiting); ending the call",
+                self.id,
+                self.unsent_bytes
+            );
+            metrics().slow_consumers.inc();
+            return self.end(ctx, Some(CloseReason::SlowConsumer));
+        }
+        self.flush(ctx);
+    }
+
+    /// Writes what waits, in order, until the channel's buffer is full.
+    fn flush(&mut self, ctx: &mut Context<Self>) {
+        let Some(id) = self.channel else { return };
+        while let Some(text) = self.unsent.front() {
+            let Some(mut channel) = self.rtc.channel(id) else { return };
+            match channel.write(false, text.as_bytes()) {
+                Ok(true) => {
+                    self.unsent_bytes -= text.len();
+                    self.unsent.pop_front();
+                }
+                // Full: the rest waits for ChannelBufferedAmountLow.
+                Ok(false) => break,
+                Err(e) => {
+                    log::info!("call {}: cannot write to {EVENTS_CHANNEL}: {e}", self.id);
+                    return self.end(ctx, Some(CloseReason::ClientGone));
+                }
             }
         }
         self.drive(ctx);
-    }
-
-    fn slow_consumer(&mut self, ctx: &mut Context<Self>) {
-        log::warn!("call {}: the client does not read {EVENTS_CHANNEL}; ending the call", self.id);
-        metrics().slow_consumers.inc();
-        self.end(ctx, CloseReason::SlowConsumer);
     }
 
     fn clear(&mut self) -> Option<Notice> {
@@ -334,60 +378,55 @@ impl CallEdge {
         self.playout.clear()
     }
 
-    fn notify(&mut self, notice: Notice, event_id: Option<&str>, ctx: &mut Context<Self>) {
+    fn notify(&mut self, notice: Notice, client_event_id: Option<&str>, ctx: &mut Context<Self>) {
         let (kind, id) = match &notice {
             Notice::Started { response_id } => ("started", response_id),
             Notice::Stopped { response_id } => ("stopped", response_id),
             Notice::Cleared { response_id } => ("cleared", response_id),
         };
         log::debug!("call {}: output_audio_buffer.{kind} ({id})", self.id);
-        let mut text = events::buffer_event(kind, id);
-        if let Some(event_id) = event_id {
-            // The answer to the client's clear names it.
-            text = text.replacen('{', &format!("{{\"client_event_id\":{},", serde_json::json!(event_id)), 1);
-        }
-        self.send(&text, ctx);
+        let text = events::buffer_event(kind, id, client_event_id);
+        self.send(text, ctx);
     }
 
-    /// Starts the 20 ms pacer if it is not running.
+    /// Starts the 20 ms pacer if it is not running; the RTP clock jumps over the pause.
     fn pace(&mut self, ctx: &mut Context<Self>) {
-        if self.pacer.is_some() {
+        if self.pacer.is_some() || self.phase != Phase::Live {
             return;
         }
-        self.resumed = true;
+        let now = Instant::now();
+        if let Some(until) = self.paced_until {
+            let paused = now.saturating_duration_since(until).as_millis() as u64 / FRAME_MS;
+            self.rtp_time += paused * RTP_TICKS_PER_FRAME;
+        }
         self.pacer = Some(ctx.run_interval(Duration::from_millis(FRAME_MS), |act, ctx| act.tick(ctx)));
     }
 
     fn tick(&mut self, ctx: &mut Context<Self>) {
-        let (frame, notice) = self.playout.tick();
-        if let Some(notice) = notice {
+        let (frame, notices) = self.playout.tick();
+        for notice in notices {
             self.notify(notice, None, ctx);
         }
+        let time = MediaTime::new(self.rtp_time, Frequency::FORTY_EIGHT_KHZ);
+        self.rtp_time += RTP_TICKS_PER_FRAME;
         if let Some(frame) = frame {
-            self.write_frame(frame, ctx);
+            self.write_frame(frame, time, ctx);
         }
         if !self.playout.busy()
             && let Some(handle) = self.pacer.take()
         {
             ctx.cancel_future(handle);
+            self.paced_until = Some(Instant::now());
         }
     }
 
-    fn write_frame(&mut self, frame: Vec<u8>, ctx: &mut Context<Self>) {
+    fn write_frame(&mut self, frame: Vec<u8>, time: MediaTime, ctx: &mut Context<Self>) {
         let Some(mid) = self.audio else { return };
-        let now = Instant::now();
-        if let Some(last) = self.last_frame_at.filter(|_| std::mem::take(&mut self.resumed)) {
-            let skipped = (now.saturating_duration_since(last).as_millis() as u64 / FRAME_MS).saturating_sub(1);
-            self.rtp_time += skipped * RTP_TICKS_PER_FRAME;
-        }
-        self.last_frame_at = Some(now);
-        let time = MediaTime::new(self.rtp_time, Frequency::FORTY_EIGHT_KHZ);
-        self.rtp_time += RTP_TICKS_PER_FRAME;
         let Some(writer) = self.rtc.writer(mid) else { return };
         let Some(pt) = writer.payload_params().find(|p| p.spec().codec == Codec::Opus).map(|p| p.pt()) else {
             return;
         };
-        if let Err(e) = writer.write(pt, now, time, frame) {
+        if let Err(e) = writer.write(pt, Instant::now(), time, frame) {
             log::debug!("call {}: an audio frame was not sent: {e}", self.id);
         }
         self.drive(ctx);
@@ -396,13 +435,18 @@ impl CallEdge {
     fn on_session_event(&mut self, text: ByteString, ctx: &mut Context<Self>) {
         match events::outgoing(&text) {
             Outgoing::Audio { response_id, pcm } => {
+                if self.playout.muted(&response_id) {
+                    return;
+                }
                 let frames = self.downlink.encode(&pcm);
                 self.playout.push(&response_id, frames);
                 self.pace(ctx);
                 return;
             }
             Outgoing::AudioDone { response_id } => {
-                if let Some(last) = self.downlink.flush() {
+                if !self.playout.muted(&response_id)
+                    && let Some(last) = self.downlink.flush()
+                {
                     self.playout.push(&response_id, [last]);
                 }
                 if let Some(notice) = self.playout.finish(&response_id) {
@@ -416,7 +460,7 @@ impl CallEdge {
             }
             Outgoing::Other => {}
         }
-        self.send(&text, ctx);
+        self.send(text.to_string(), ctx);
     }
 }
 
@@ -424,7 +468,6 @@ impl Actor for CallEdge {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        self.calls.insert(self.id.clone(), ctx.address());
         if let Some(start) = self.start.take() {
             let session = start(ctx.address().recipient());
             for text in self.first.drain(..) {
@@ -443,13 +486,13 @@ impl Actor for CallEdge {
         });
         ctx.add_stream(datagrams);
         ctx.run_later(self.settings.connect_timeout, |act, ctx| {
-            if !act.rtc.is_connected() {
+            if act.phase == Phase::Live && !act.rtc.is_connected() {
                 log::info!(
                     "call {}: ICE and DTLS not done within {:?}; dropping the call",
                     act.id,
                     act.settings.connect_timeout
                 );
-                act.end(ctx, CloseReason::HeartbeatTimeout);
+                act.end(ctx, Some(CloseReason::HeartbeatTimeout));
             }
         });
         self.drive(ctx);
@@ -457,9 +500,11 @@ impl Actor for CallEdge {
 
     fn stopped(&mut self, _: &mut Self::Context) {
         self.calls.remove(&self.id);
-        if !self.closed_by_session {
-            let reason = self.ended.take().unwrap_or(CloseReason::ClientGone);
-            self.tell(FromClient::Ended(reason));
+        if self.playout.dropped > 0 {
+            log::warn!("call {}: {} frames of the model's voice dropped over the bound", self.id, self.playout.dropped);
+        }
+        if !self.session_told {
+            self.tell(FromClient::Ended(CloseReason::ClientGone));
         }
     }
 }
@@ -474,12 +519,16 @@ impl StreamHandler<std::io::Result<(Vec<u8>, SocketAddr)>> for CallEdge {
                 return;
             }
         };
+        if !self.rtc.is_alive() {
+            return;
+        }
         // What does not parse as STUN, DTLS or SRTP is dropped before anything else.
         let Ok(receive) = Receive::new(Protocol::Udp, source, self.local, &buf) else { return };
         let input = Input::Receive(Instant::now(), receive);
         if !self.rtc.accepts(&input) {
             return;
         }
+        metrics().bytes_received.inc_by(buf.len() as u64);
         if let Err(e) = self.rtc.handle_input(input) {
             log::debug!("call {}: a datagram from {source} was refused: {e}", self.id);
             return;
@@ -494,16 +543,17 @@ impl Handler<ToClient> for CallEdge {
     type Result = ();
 
     fn handle(&mut self, msg: ToClient, ctx: &mut Self::Context) {
-        if self.ended.is_some() || self.closed_by_session {
+        if self.phase != Phase::Live {
             return;
         }
         match msg {
             ToClient::Text(text) => self.on_session_event(text, ctx),
             ToClient::Close(reason) => {
                 log::info!("call {}: the session ended ({}); hanging up", self.id, reason.as_str());
-                self.closed_by_session = true;
-                self.rtc.disconnect();
-                ctx.stop();
+                self.session_told = true;
+                // What the session said last leaves before the goodbyes.
+                self.flush(ctx);
+                self.end(ctx, None);
             }
         }
     }
@@ -513,6 +563,6 @@ impl Handler<Hangup> for CallEdge {
     type Result = ();
 
     fn handle(&mut self, _: Hangup, ctx: &mut Self::Context) {
-        self.end(ctx, CloseReason::Client("hangup".into()));
+        self.end(ctx, Some(CloseReason::Client("hangup".into())));
     }
 }

@@ -2,6 +2,8 @@
 //! libopus decodes to and encodes from natively, so no resampler stands between them; RTP still
 //! counts Opus at 48 kHz (RFC 7587), whatever the rate of the PCM.
 
+use std::time::Instant;
+
 use opus::{Application, Bitrate, Channels, Decoder, Encoder};
 
 /// The dialect's sample rate.
@@ -19,20 +21,54 @@ const COMPLEXITY: i32 = 5;
 /// Bytes of an encoded frame at most (RFC 6716 allows 1275 per frame).
 const MAX_FRAME_BYTES: usize = 1275;
 
-/// The client's voice: Opus packets in, PCM at [`RATE`] out.
+/// How much faster than real time a client's voice may arrive, and the slack at the start:
+/// a peer cannot make the gateway decode (or the model hear) more than this.
+const UPLINK_PACE: f64 = 1.5;
+const UPLINK_SLACK_S: f64 = 1.0;
+
+/// Why a packet of the client's voice was not decoded.
+#[derive(Debug, PartialEq)]
+pub enum Refused {
+    /// Empty, or not Opus.
+    Malformed(String),
+    /// Over real time and a half since the first packet: dropped undecoded.
+    TooFast,
+}
+
+/// The client's voice: Opus packets in, PCM at [`RATE`] out, at most [`UPLINK_PACE`] times
+/// real time.
 pub struct Uplink {
     decoder: Decoder,
     scratch: Vec<i16>,
+    first: Option<Instant>,
+    samples: u64,
 }
 
 impl Uplink {
     pub fn new() -> Result<Uplink, opus::Error> {
-        Ok(Uplink { decoder: Decoder::new(RATE, Channels::Mono)?, scratch: vec![0; MAX_PACKET_SAMPLES] })
+        Ok(Uplink {
+            decoder: Decoder::new(RATE, Channels::Mono)?,
+            scratch: vec![0; MAX_PACKET_SAMPLES],
+            first: None,
+            samples: 0,
+        })
     }
 
-    /// Decodes one packet, appending its samples to `out`.
-    pub fn decode(&mut self, packet: &[u8], out: &mut Vec<i16>) -> Result<usize, opus::Error> {
-        let n = self.decoder.decode(packet, &mut self.scratch, false)?;
+    /// Decodes one packet that arrived at `now`, appending its samples to `out`.
+    pub fn decode(&mut self, now: Instant, packet: &[u8], out: &mut Vec<i16>) -> Result<usize, Refused> {
+        let malformed = |e: opus::Error| Refused::Malformed(e.to_string());
+        // An empty packet would make libopus conceal a lost one: nothing was sent, nothing is heard.
+        if packet.is_empty() {
+            return Err(Refused::Malformed("an empty packet".into()));
+        }
+        let n = opus::packet::get_nb_samples(packet, RATE).map_err(malformed)?;
+        let first = *self.first.get_or_insert(now);
+        let allowed = (now.saturating_duration_since(first).as_secs_f64() * UPLINK_PACE + UPLINK_SLACK_S) * RATE as f64;
+        if (self.samples + n as u64) as f64 > allowed {
+            return Err(Refused::TooFast);
+        }
+        let n = self.decoder.decode(packet, &mut self.scratch, false).map_err(malformed)?;
+        self.samples += n as u64;
         out.extend_from_slice(&self.scratch[..n]);
         Ok(n)
     }
@@ -108,7 +144,7 @@ mod tests {
         let mut up = Uplink::new().unwrap();
         let mut pcm = Vec::new();
         for f in frames.iter().chain([&last]) {
-            assert_eq!(up.decode(f, &mut pcm).unwrap(), FRAME_SAMPLES);
+            assert_eq!(up.decode(Instant::now(), f, &mut pcm).unwrap(), FRAME_SAMPLES);
         }
         let energy = pcm[FRAME_SAMPLES..2 * FRAME_SAMPLES].iter().map(|s| (*s as f64).powi(2)).sum::<f64>();
         assert!(energy > 1e9, "the tone survives the round trip (energy {energy})");
@@ -116,9 +152,31 @@ mod tests {
     }
 
     #[test]
-    fn a_corrupt_packet_is_an_error_not_a_panic() {
+    fn a_corrupt_or_empty_packet_is_an_error_not_a_panic() {
         let mut up = Uplink::new().unwrap();
         let mut pcm = Vec::new();
-        assert!(up.decode(&[0xff; 3], &mut pcm).is_err());
+        assert!(matches!(up.decode(Instant::now(), &[0xff; 3], &mut pcm), Err(Refused::Malformed(_))));
+        assert!(matches!(up.decode(Instant::now(), &[], &mut pcm), Err(Refused::Malformed(_))));
+        assert!(pcm.is_empty());
+    }
+
+    #[test]
+    fn voice_faster_than_real_time_and_a_half_is_dropped_undecoded() {
+        let frame = Downlink::new().unwrap().encode(&tone(20)).remove(0);
+        let mut up = Uplink::new().unwrap();
+        let mut pcm = Vec::new();
+        let t0 = Instant::now();
+        // A second's slack at once: 50 frames; the 51st is too early.
+        for _ in 0..50 {
+            up.decode(t0, &frame, &mut pcm).unwrap();
+        }
+        assert_eq!(up.decode(t0, &frame, &mut pcm), Err(Refused::TooFast));
+        // Two seconds on, 1.5 x 2 s more are allowed: 150 frames, not 151.
+        let later = t0 + std::time::Duration::from_secs(2);
+        for _ in 0..150 {
+            up.decode(later, &frame, &mut pcm).unwrap();
+        }
+        assert_eq!(up.decode(later, &frame, &mut pcm), Err(Refused::TooFast));
+        assert_eq!(pcm.len(), 200 * FRAME_SAMPLES);
     }
 }

@@ -112,14 +112,17 @@ pub fn append(pcm: &[i16]) -> String {
     format!(r#"{{"type":"input_audio_buffer.append","audio":"{audio}"}}"#)
 }
 
-/// An `output_audio_buffer.*` event.
-pub fn buffer_event(kind: &str, response_id: &str) -> String {
-    serde_json::json!({
+/// An `output_audio_buffer.*` event; the answer to a client's clear names its event.
+pub fn buffer_event(kind: &str, response_id: &str, client_event_id: Option<&str>) -> String {
+    let mut event = serde_json::json!({
         "type": format!("output_audio_buffer.{kind}"),
         "event_id": format!("event_{}", uuid::Uuid::new_v4().simple()),
         "response_id": response_id,
-    })
-    .to_string()
+    });
+    if let Some(id) = client_event_id {
+        event["client_event_id"] = id.into();
+    }
+    event.to_string()
 }
 
 #[cfg(test)]

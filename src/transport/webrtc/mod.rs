@@ -3,13 +3,13 @@
 //! one audio track, every other event as JSON on the `oai-events` data channel. The session
 //! behind a call is an ordinary session of the OpenAI dialect.
 //!
-//! - [`answer`]: an offer in, a negotiated `Rtc` on its own UDP port and the answer out
+//! - [`Calls`]: the calls in progress, by id (for hanging up), their UDP ports, and
+//!   [`Calls::answer`]: an offer in, a negotiated `Rtc` on its own port and the answer out
 //!   (ICE-lite with host candidates, DTLS-SRTP, Opus only), on `str0m`, a sans-IO stack;
 //! - [`call`]: the edge actor between a call's socket and its session;
 //! - [`codec`]: Opus both ways (libopus);
 //! - [`events`]: which events become audio and which travel on the data channel;
-//! - [`playout`]: the model's voice, 20 ms at a time, and the `output_audio_buffer.*` rules;
-//! - [`Calls`]: the calls in progress, by id, for hanging up.
+//! - [`playout`]: the model's voice, 20 ms at a time, and the `output_audio_buffer.*` rules.
 
 pub mod call;
 pub mod codec;
@@ -17,7 +17,7 @@ pub mod events;
 pub mod playout;
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -51,10 +51,23 @@ pub struct Answered {
     pub sdp: String,
 }
 
-/// The calls in progress, and the UDP ports they take.
+/// A call in progress, and the id of the API key that opened it.
+type Live = (Addr<CallEdge>, Option<String>);
+
+/// What a hangup found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HangUp {
+    Done,
+    NoSuchCall,
+    /// The call was opened with another API key.
+    NotYours,
+}
+
+/// The calls in progress (each with the id of the API key that opened it), and the UDP ports
+/// they take.
 pub struct Calls {
     spec: WebRtcSpec,
-    live: Mutex<HashMap<String, Addr<CallEdge>>>,
+    live: Mutex<HashMap<String, Live>>,
     /// Where the next port search starts, so that a port just freed is not taken again at once.
     cursor: AtomicU32,
     crypto: Arc<str0m::config::CryptoProvider>,
@@ -74,31 +87,24 @@ impl Calls {
         &self.spec
     }
 
-    pub fn insert(&self, id: String, call: Addr<CallEdge>) {
-        self.live.lock().insert(id, call);
+    pub fn insert(&self, id: String, call: Addr<CallEdge>, key_id: Option<String>) {
+        self.live.lock().insert(id, (call, key_id));
     }
 
     pub fn remove(&self, id: &str) {
         self.live.lock().remove(id);
     }
 
-    /// Hangs a call up; `false` when there is no such call.
-    pub fn hang_up(&self, id: &str) -> bool {
+    /// Hangs a call up for the API key `key_id` (none: no keys are configured).
+    pub fn hang_up(&self, id: &str, key_id: Option<&str>) -> HangUp {
         match self.live.lock().get(id) {
-            Some(call) => {
+            Some((call, owner)) if owner.as_deref() == key_id => {
                 call.do_send(Hangup);
-                true
+                HangUp::Done
             }
-            None => false,
+            Some(_) => HangUp::NotYours,
+            None => HangUp::NoSuchCall,
         }
-    }
-
-    pub fn len(&self) -> usize {
-        self.live.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// A UDP socket on `webrtc.bind`, on the first free port of the range from the cursor.
@@ -128,6 +134,7 @@ impl Calls {
         let mut rtc = RtcConfig::new()
             .set_crypto_provider(self.crypto.clone())
             .set_ice_lite(true)
+            .set_sctp_max_buffered_amount(call::CHANNEL_BUFFER)
             .clear_codecs()
             .enable_opus(true, false)
             .build(Instant::now());
@@ -138,10 +145,5 @@ impl Calls {
         }
         let answer = rtc.sdp_api().accept_offer(offer).map_err(|e| AnswerError::Offer(e.to_string()))?;
         Ok(Answered { rtc, socket, sdp: answer.to_sdp_string() })
-    }
-
-    /// The addresses advertised.
-    pub fn public_ips(&self) -> &[IpAddr] {
-        &self.spec.public_ips
     }
 }

@@ -1,11 +1,13 @@
 //! The model's voice on its way out of a call, as rules without a runtime: frames wait here
-//! (already encoded) until the call's pacer takes one every 20 ms, and the rules say when to
-//! tell the client `output_audio_buffer.started`, `.stopped` and `.cleared`.
+//! (already encoded), each with the response it belongs to, until the call's pacer takes one
+//! every 20 ms; the rules say when to tell the client `output_audio_buffer.started`,
+//! `.stopped` and `.cleared`.
 //!
 //! A response's audio starts playing with its first frame. It has stopped when its audio is
-//! done and every frame has left. A clear (the user spoke over it, or the client asked)
-//! drops every frame at once, so nothing more of it leaves after the current 20 ms, and
-//! whatever more of that response arrives afterwards.
+//! done and every frame of it has left, or when the next response's first frame leaves. A
+//! clear (the user spoke over it, or the client asked) drops every frame at once, so nothing
+//! more of it leaves after the current 20 ms, and whatever more of that response arrives
+//! afterwards is not played either.
 
 use std::collections::VecDeque;
 
@@ -25,13 +27,15 @@ pub enum Notice {
 
 #[derive(Debug)]
 pub struct Playout<F> {
-    frames: VecDeque<F>,
-    /// The response whose audio is queued or playing, once its first frame left.
-    playing: Option<String>,
-    /// The response whose frames are queued (it may not have started).
-    current: Option<String>,
-    /// The current response's audio is all here.
-    finished: bool,
+    /// Frames, each with the number of its response in `responses`.
+    frames: VecDeque<(u64, F)>,
+    /// The responses with frames queued or playing, oldest first, by number.
+    responses: VecDeque<(u64, String)>,
+    next_number: u64,
+    /// The response playing (its first frame has left), by number.
+    playing: Option<u64>,
+    /// Responses whose audio is all here, by number.
+    finished: Vec<u64>,
     /// The response last cleared: the rest of its audio is not played.
     muted: Option<String>,
     /// Frames dropped over [`MAX_FRAMES`].
@@ -40,72 +44,111 @@ pub struct Playout<F> {
 
 impl<F> Default for Playout<F> {
     fn default() -> Self {
-        Playout { frames: VecDeque::new(), playing: None, current: None, finished: false, muted: None, dropped: 0 }
+        Playout {
+            frames: VecDeque::new(),
+            responses: VecDeque::new(),
+            next_number: 0,
+            playing: None,
+            finished: Vec::new(),
+            muted: None,
+            dropped: 0,
+        }
     }
 }
 
 impl<F> Playout<F> {
+    /// Whether the rest of `response_id`'s audio is to be dropped (it was cleared).
+    pub fn muted(&self, response_id: &str) -> bool {
+        self.muted.as_deref() == Some(response_id)
+    }
+
+    fn number(&mut self, response_id: &str) -> u64 {
+        if let Some((n, _)) = self.responses.iter().find(|(_, id)| id == response_id) {
+            return *n;
+        }
+        let n = self.next_number;
+        self.next_number += 1;
+        self.responses.push_back((n, response_id.to_string()));
+        n
+    }
+
+    fn id(&self, number: u64) -> String {
+        self.responses.iter().find(|(n, _)| *n == number).map(|(_, id)| id.clone()).unwrap_or_default()
+    }
+
+    fn forget(&mut self, number: u64) {
+        self.responses.retain(|(n, _)| *n != number);
+        self.finished.retain(|n| *n != number);
+    }
+
     /// Frames of `response_id` arrive.
     pub fn push(&mut self, response_id: &str, frames: impl IntoIterator<Item = F>) {
-        if self.muted.as_deref() == Some(response_id) {
+        if self.muted(response_id) {
             return;
         }
-        if self.current.as_deref() != Some(response_id) {
-            self.current = Some(response_id.to_string());
-            self.finished = false;
-        }
+        let n = self.number(response_id);
         for frame in frames {
             if self.frames.len() >= MAX_FRAMES {
                 self.dropped += 1;
                 continue;
             }
-            self.frames.push_back(frame);
+            self.frames.push_back((n, frame));
         }
     }
 
-    /// The response's audio is complete: once the queue drains it has stopped.
+    /// The response's audio is complete: once its frames have left it has stopped.
     pub fn finish(&mut self, response_id: &str) -> Option<Notice> {
-        if self.current.as_deref() == Some(response_id) {
-            self.finished = true;
+        let n = self.responses.iter().find(|(_, id)| id == response_id).map(|(n, _)| *n)?;
+        if !self.finished.contains(&n) {
+            self.finished.push(n);
         }
-        self.stopped_if_drained()
+        self.stopped_if_done()
     }
 
-    /// The pacer's tick: the frame to send, and what to tell the client.
-    pub fn tick(&mut self) -> (Option<F>, Option<Notice>) {
-        let Some(frame) = self.frames.pop_front() else {
-            return (None, self.stopped_if_drained());
+    /// The playing response has stopped if it is finished and none of its frames wait.
+    fn stopped_if_done(&mut self) -> Option<Notice> {
+        let n = self.playing?;
+        if !self.finished.contains(&n) || self.frames.iter().any(|(f, _)| *f == n) {
+            return None;
+        }
+        let response_id = self.id(n);
+        self.forget(n);
+        self.playing = None;
+        Some(Notice::Stopped { response_id })
+    }
+
+    /// The pacer's tick: the frame to send, and what to tell the client (a response that
+    /// stopped, then one that started).
+    pub fn tick(&mut self) -> (Option<F>, Vec<Notice>) {
+        let mut notices = Vec::new();
+        let Some((n, frame)) = self.frames.pop_front() else {
+            notices.extend(self.stopped_if_done());
+            return (None, notices);
         };
-        let started = match (&self.playing, &self.current) {
-            (None, Some(id)) => {
-                self.playing = Some(id.clone());
-                Some(Notice::Started { response_id: id.clone() })
+        if self.playing != Some(n) {
+            if let Some(old) = self.playing.take() {
+                // The next response plays: the previous one is over, whatever it said.
+                notices.push(Notice::Stopped { response_id: self.id(old) });
+                self.forget(old);
             }
-            _ => None,
-        };
-        (Some(frame), started)
-    }
-
-    fn stopped_if_drained(&mut self) -> Option<Notice> {
-        if self.frames.is_empty() && self.finished && self.playing.is_some() {
-            self.finished = false;
-            self.current = None;
-            return self.playing.take().map(|response_id| Notice::Stopped { response_id });
+            self.playing = Some(n);
+            notices.push(Notice::Started { response_id: self.id(n) });
         }
-        None
+        notices.extend(self.stopped_if_done());
+        (Some(frame), notices)
     }
 
-    /// Drops every frame: `Cleared` when some audio was playing or queued.
+    /// Drops every frame: `Cleared` for the response playing (or the first queued).
     pub fn clear(&mut self) -> Option<Notice> {
-        let had = !self.frames.is_empty() || self.playing.is_some();
+        let cut = self.playing.or_else(|| self.frames.front().map(|(n, _)| *n));
         self.frames.clear();
-        self.finished = false;
-        let id = self.playing.take().or_else(|| self.current.clone());
-        self.current = None;
-        if id.is_some() {
-            self.muted = id.clone();
-        }
-        if had { id.map(|response_id| Notice::Cleared { response_id }) } else { None }
+        self.playing = None;
+        let response_id = cut.map(|n| self.id(n));
+        self.responses.clear();
+        self.finished.clear();
+        let response_id = response_id?;
+        self.muted = Some(response_id.clone());
+        Some(Notice::Cleared { response_id })
     }
 
     /// Whether the pacer has anything to do.
@@ -122,19 +165,22 @@ impl<F> Playout<F> {
 mod tests {
     use super::*;
 
-    fn started(id: &str) -> Option<Notice> {
-        Some(Notice::Started { response_id: id.into() })
+    fn started(id: &str) -> Notice {
+        Notice::Started { response_id: id.into() }
+    }
+
+    fn stopped(id: &str) -> Notice {
+        Notice::Stopped { response_id: id.into() }
     }
 
     #[test]
     fn started_with_the_first_frame_and_stopped_when_done_and_drained() {
         let mut p = Playout::default();
         p.push("r1", [1, 2]);
-        assert_eq!(p.tick(), (Some(1), started("r1")));
+        assert_eq!(p.tick(), (Some(1), vec![started("r1")]));
         assert_eq!(p.finish("r1"), None, "a frame is still queued");
-        assert_eq!(p.tick(), (Some(2), None));
-        assert_eq!(p.tick(), (None, Some(Notice::Stopped { response_id: "r1".into() })));
-        assert_eq!(p.tick(), (None, None));
+        assert_eq!(p.tick(), (Some(2), vec![stopped("r1")]), "its last frame left");
+        assert_eq!(p.tick(), (None, vec![]));
         assert!(!p.busy());
     }
 
@@ -143,8 +189,18 @@ mod tests {
         let mut p = Playout::default();
         p.push("r1", [1]);
         p.tick();
-        assert_eq!(p.tick(), (None, None), "more audio may come");
-        assert_eq!(p.finish("r1"), Some(Notice::Stopped { response_id: "r1".into() }));
+        assert_eq!(p.tick(), (None, vec![]), "more audio may come");
+        assert_eq!(p.finish("r1"), Some(stopped("r1")));
+    }
+
+    #[test]
+    fn the_next_responses_first_frame_stops_the_previous_one() {
+        let mut p = Playout::default();
+        p.push("r1", [1]);
+        p.push("r2", [2]);
+        assert_eq!(p.tick(), (Some(1), vec![started("r1")]));
+        assert_eq!(p.tick(), (Some(2), vec![stopped("r1"), started("r2")]));
+        assert_eq!(p.finish("r2"), Some(stopped("r2")));
     }
 
     #[test]
@@ -153,12 +209,13 @@ mod tests {
         p.push("r1", [1, 2, 3]);
         p.tick();
         assert_eq!(p.clear(), Some(Notice::Cleared { response_id: "r1".into() }));
-        assert_eq!(p.tick(), (None, None), "nothing leaves after the clear");
+        assert_eq!(p.tick(), (None, vec![]), "nothing leaves after the clear");
         assert_eq!(p.clear(), None, "nothing to clear");
+        assert!(p.muted("r1"));
         p.push("r1", [5]);
-        assert_eq!(p.tick(), (None, None), "the rest of the cleared response is not played");
+        assert_eq!(p.tick(), (None, vec![]), "the rest of the cleared response is not played");
         p.push("r2", [4]);
-        assert_eq!(p.tick(), (Some(4), started("r2")), "the next response starts afresh");
+        assert_eq!(p.tick(), (Some(4), vec![started("r2")]), "the next response starts afresh");
     }
 
     #[test]

@@ -16,11 +16,12 @@ use serde_json::Value;
 
 use super::{Endpoint, admit, authenticate, query_of};
 use crate::dialect::openai::Flavor;
+use crate::http::auth::Denied;
 use crate::http::routes::http_error;
 use crate::http::{Gateway, auth, client_secrets};
-use crate::transport::webrtc::AnswerError;
 use crate::transport::webrtc::call::{CallEdge, CallParts, CallSettings};
 use crate::transport::webrtc::events::{self, Incoming};
+use crate::transport::webrtc::{AnswerError, HangUp};
 
 /// The largest offer, and the largest `session` part, read.
 const MAX_PART_BYTES: usize = 64 * 1024;
@@ -110,8 +111,9 @@ pub async fn create(req: HttpRequest, payload: web::Payload, gw: web::Data<Gatew
         Ok(q) => q,
         Err(refusal) => return refusal,
     };
-    // The key is checked before a byte of the offer is read.
-    let key = match authenticate(&req, &gw, [auth::bearer(&req), None, None]).await {
+    // The key is checked before a byte of the offer is read; a client secret is taken only
+    // once the call is answered (a refused call leaves it good).
+    let key = match authenticate(&req, &gw, [auth::bearer(&req), None, None], false).await {
         Ok(key) => key,
         Err(refusal) => return refusal,
     };
@@ -119,6 +121,7 @@ pub async fn create(req: HttpRequest, payload: web::Payload, gw: web::Data<Gatew
         Ok(o) => o,
         Err(why) => return bad_request(why),
     };
+    let secret = key.untaken_secret.clone();
     let model = model_of(&gw, query.get("model"), [offer.session.as_ref(), key.session.as_ref()]);
     let admitted = match admit(&req, &gw, Endpoint::Realtime(Flavor::Ga, model), key, "webrtc") {
         Ok(a) => a,
@@ -136,6 +139,12 @@ pub async fn create(req: HttpRequest, payload: web::Payload, gw: web::Data<Gatew
             return http_error(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "cannot open a UDP port");
         }
     };
+    if let Some(secret) = &secret
+        && !gw.keys.take_secret(secret)
+    {
+        // Used by another request meanwhile (or just expired).
+        return http_error(StatusCode::UNAUTHORIZED, "unauthorized", Denied::Wrong(auth::KeyKind::Api).message());
+    }
     let first: Vec<String> =
         [admitted.session.as_ref(), offer.session.as_ref()].into_iter().flatten().map(first_update).collect();
     let id = format!("rtc_{}", uuid::Uuid::new_v4().simple());
@@ -145,7 +154,7 @@ pub async fn create(req: HttpRequest, payload: web::Payload, gw: web::Data<Gatew
         rate: config.message_rate(),
         max_outgoing_bytes: config.server.max_outgoing_bytes as usize,
     };
-    let conn = admitted.conn;
+    let (conn, key_id) = (admitted.conn, admitted.key_id.clone());
     let parts = CallParts {
         id: id.clone(),
         rtc: answered.rtc,
@@ -156,9 +165,8 @@ pub async fn create(req: HttpRequest, payload: web::Payload, gw: web::Data<Gatew
         calls: calls.clone(),
     };
     match CallEdge::new(parts) {
-        Ok(edge) => {
-            edge.start();
-        }
+        // Known by its id before the answer leaves: a hangup right after it finds the call.
+        Ok(edge) => calls.insert(id.clone(), edge.start(), key_id),
         Err(e) => {
             log::error!("a call was refused: {e}");
             return http_error(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "cannot start the call");
@@ -171,17 +179,28 @@ pub async fn create(req: HttpRequest, payload: web::Payload, gw: web::Data<Gatew
         .body(answered.sdp)
 }
 
+/// Hangs a call up, for the API key that opened it (or minted the secret it was opened with);
+/// on a gateway without API keys, for anyone who knows its id.
 pub async fn hang_up(req: HttpRequest, path: web::Path<String>, gw: web::Data<Gateway>) -> HttpResponse {
     let Some(calls) = gw.calls.clone() else {
         return http_error(StatusCode::NOT_FOUND, "not_found", "WebRTC calls are off here ([webrtc] enabled = false)");
     };
     let client_ip = auth::client_ip(&req, &gw.config.trusted_proxies);
-    if let Err(denied) = gw.keys.check_api(client_ip, [auth::bearer(&req)]) {
-        return http_error(StatusCode::UNAUTHORIZED, "unauthorized", denied.message());
-    }
-    if calls.hang_up(&path) {
-        HttpResponse::Ok().json(serde_json::json!({}))
-    } else {
-        http_error(StatusCode::NOT_FOUND, "not_found", format!("no call '{}' here", path.as_str()))
+    let turn = gw.keys.pace(client_ip).await;
+    let checked = gw.keys.check_api(client_ip, [auth::bearer(&req)]);
+    drop(turn);
+    let key_id = match checked {
+        Ok(id) => id,
+        Err(Denied::Throttled) => {
+            return http_error(StatusCode::TOO_MANY_REQUESTS, "too_many_attempts", Denied::Throttled.message());
+        }
+        Err(denied) => return http_error(StatusCode::UNAUTHORIZED, "unauthorized", denied.message()),
+    };
+    match calls.hang_up(&path, key_id.as_deref()) {
+        HangUp::Done => HttpResponse::Ok().json(serde_json::json!({})),
+        // Another key's call is answered as no call at all: its existence is not told.
+        HangUp::NoSuchCall | HangUp::NotYours => {
+            http_error(StatusCode::NOT_FOUND, "not_found", format!("no call '{}' of this key here", path.as_str()))
+        }
     }
 }

@@ -11,6 +11,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::config::webrtc::CLIENT_SECRET_TTL;
+
+/// The largest `session` a secret holds: every outstanding secret keeps its own in memory.
+const MAX_SESSION_BYTES: usize = 16 * 1024;
 use crate::http::client_secrets::{Grant, MintRefusal};
 use crate::http::routes::http_error;
 use crate::http::{Gateway, auth};
@@ -78,6 +81,13 @@ pub async fn mint(req: HttpRequest, body: web::Bytes, gw: web::Data<Gateway>) ->
         }
     };
     let session = request.session.map(Value::Object);
+    if session.as_ref().is_some_and(|s| s.to_string().len() > MAX_SESSION_BYTES) {
+        return http_error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            format!("session: over {MAX_SESSION_BYTES} bytes"),
+        );
+    }
     if let Some(model) = session.as_ref().and_then(|s| s.get("model")).and_then(Value::as_str)
         && gw.config.model_mode(model).is_none()
     {
@@ -104,6 +114,11 @@ pub async fn mint(req: HttpRequest, body: web::Bytes, gw: web::Data<Gateway>) ->
             StatusCode::TOO_MANY_REQUESTS,
             "too_many_client_secrets",
             format!("{max} client secrets are outstanding (webrtc.max_client_secrets)"),
+        ),
+        Err(MintRefusal::FullForKey { max }) => http_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_client_secrets",
+            format!("this key has {max} client secrets outstanding (webrtc.max_client_secrets_per_key)"),
         ),
     }
 }

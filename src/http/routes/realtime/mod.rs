@@ -26,7 +26,7 @@ use crate::dialect::openai::{Flavor, Realtime};
 use crate::dialect::select::MiniCpmEndpoint;
 use crate::http::Gateway;
 use crate::http::auth::{self, Denied};
-use crate::transport::websocket::StartSession;
+use crate::transport::StartSession;
 
 /// Which wire dialect a client speaks, from its URL and headers.
 pub enum Endpoint {
@@ -63,6 +63,8 @@ pub struct Admitted {
     admission: omni_actors::session::registry::Admission,
     /// The session settings of the client secret it presented, if any.
     pub session: Option<serde_json::Value>,
+    /// Its API key's id (a client secret's: the minting key's).
+    pub key_id: Option<String>,
 }
 
 impl Admitted {
@@ -80,14 +82,15 @@ impl Admitted {
 }
 
 /// The first checks of every realtime client: the Origin, then a key or client secret (the
-/// first of `presented`).
+/// first of `presented`; `take` uses a secret up now, else the caller takes it).
 // An early-return HTTP answer; boxing it would only move the allocation.
 #[allow(clippy::result_large_err)]
 pub async fn authenticate(
     req: &HttpRequest,
     gw: &Gateway,
     presented: [Option<&str>; 3],
-) -> Result<auth::Admitted, HttpResponse> {
+    take: bool,
+) -> Result<auth::Credential, HttpResponse> {
     if !auth::origin_allowed(req, &gw.config.server.allowed_origins) {
         return Err(refuse(
             "forbidden_origin",
@@ -98,22 +101,32 @@ pub async fn authenticate(
     }
     let client_ip = auth::client_ip(req, &gw.config.trusted_proxies);
     let turn = gw.keys.pace(client_ip).await;
-    let checked = gw.keys.check_realtime(client_ip, presented);
+    let checked = gw.keys.check_realtime(client_ip, presented, take);
     drop(turn);
     checked.map_err(key_refusal)
 }
 
-/// The rest: the per-address caps, then the dialect the client speaks.
+/// The rest: a client secret's model, the per-address caps, then the dialect the client speaks.
 // An early-return HTTP answer; boxing it would only move the allocation.
 #[allow(clippy::result_large_err)]
 pub fn admit(
     req: &HttpRequest,
     gw: &Gateway,
     endpoint: Endpoint,
-    key: auth::Admitted,
+    key: auth::Credential,
     transport: &'static str,
 ) -> Result<Admitted, HttpResponse> {
     let config = &gw.config;
+    if let (Some(minted_for), Endpoint::Realtime(_, model)) = (key.model(), &endpoint)
+        && minted_for != model
+    {
+        return Err(refuse(
+            "wrong_model",
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            format!("this client secret is for model '{minted_for}', not '{model}'"),
+        ));
+    }
     let client_ip = auth::client_ip(req, &config.trusted_proxies);
     let caps =
         AddressCaps { connections: config.server.max_connections_per_ip, waiting: config.server.max_waiting_per_ip };
@@ -181,5 +194,6 @@ pub fn admit(
         upgraded: Instant::now(),
         upgraded_at: std::time::SystemTime::now(),
     };
-    Ok(Admitted { conn, settings, dialect, client, info, admission, session: key.session })
+    let key_id = info.key_id.clone();
+    Ok(Admitted { conn, settings, dialect, client, info, admission, session: key.session, key_id })
 }

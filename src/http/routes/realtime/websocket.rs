@@ -85,14 +85,25 @@ async fn upgrade(
     let browser_key = protocols.iter().find_map(|p| p.strip_prefix("openai-insecure-api-key."));
     let presented = [auth::bearer(&req), query.get("api_key").map(String::as_str), browser_key];
     let openai = matches!(endpoint, Endpoint::Realtime(..));
-    let key = match authenticate(&req, &gw, presented).await {
+    let key = match authenticate(&req, &gw, presented, false).await {
         Ok(key) => key,
         Err(refusal) => return Ok(refusal),
     };
+    let secret = key.untaken_secret.clone();
     let admitted = match admit(&req, &gw, endpoint, key, "websocket") {
         Ok(a) => a,
         Err(refusal) => return Ok(refusal),
     };
+    // A client secret is used up once the connection is admitted (a refusal leaves it good).
+    if let Some(secret) = &secret
+        && !gw.keys.take_secret(secret)
+    {
+        return Ok(http_error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            auth::Denied::Wrong(auth::KeyKind::Api).message(),
+        ));
+    }
     let edge_settings = EdgeSettings {
         max_frame_bytes: config.server.max_frame_bytes,
         heartbeat_interval: config.server.heartbeat_interval(),
