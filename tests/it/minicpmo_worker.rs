@@ -301,7 +301,14 @@ async fn a_qwen_session_through_the_worker_gets_its_settings_usage_and_transcrip
         return;
     }
     let worker = MockWorker::start();
-    let server = Server::ready(Setup::default().workers(worker.entry("gpu", "")).extra(&transcription_section()));
+    // The client sends its audio faster than real time: every chunk waits its turn (none is
+    // dropped as ahead of the worker, which would drop the question, however fast it steps).
+    let server = Server::ready(
+        Setup::default()
+            .workers(worker.entry("gpu", ""))
+            .limits("max_pending_chunks = 100")
+            .extra(&transcription_section()),
+    );
     let mut c = Client::connect(&server.url("/api-ws/v1/realtime?model=qwen-omni")).await;
     c.expect("session.created").await;
     c.send(json!({"type": "session.update", "session": {"temperature": 1.2, "repetition_penalty": 1.05, "top_k": 10,
@@ -313,8 +320,8 @@ async fn a_qwen_session_through_the_worker_gets_its_settings_usage_and_transcrip
     assert_eq!(prepare["config"]["temperature"], json!(1.2), "{prepare}");
     assert_eq!(prepare["config"]["text_repetition_penalty"], json!(1.05), "{prepare}");
     assert!(prepare["config"].get("repetition_penalty").is_none(), "{prepare}");
-    // A spoken question, then silence, as a microphone sends it (100 ms pieces of pcm16); the
-    // mock worker's first three steps only listen, so the question comes after 3.5 s.
+    // A spoken question, then silence, in 100 ms pieces of pcm16; the mock worker's first three
+    // steps only listen, so the question comes after 3.5 s.
     let mut audio = vec![0.0; 56000];
     audio.extend(speech("What is the capital of France?"));
     audio.extend(vec![0.0; 64000]);
