@@ -220,6 +220,14 @@ impl Keys {
         Some(turn)
     }
 
+    /// `check` in the address's turn when it is throttled ([`Keys::pace`]).
+    pub async fn paced<T>(&self, client: Option<IpAddr>, check: impl FnOnce(&Keys) -> T) -> T {
+        let turn = self.pace(client).await;
+        let verdict = check(self);
+        drop(turn);
+        verdict
+    }
+
     /// A wrong key is counted against its address, and refused as [`Denied::Throttled`] once
     /// the address is over the limit; any other verdict stands (a correct key is admitted).
     fn throttled(&self, ip: Option<IpAddr>, verdict: Result<(), Denied>) -> Result<(), Denied> {

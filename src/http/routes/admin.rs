@@ -29,9 +29,7 @@ fn private(mut resp: HttpResponse) -> HttpResponse {
 /// The admin check of the operator routes; `Some` is the refusal.
 async fn refusal(req: &HttpRequest, gw: &Gateway) -> Option<HttpResponse> {
     let client = auth::client_ip(req, &gw.config.trusted_proxies);
-    let turn = gw.keys.pace(client).await;
-    let checked = gw.keys.check_admin(req, client, &gw.config.trusted_proxies);
-    drop(turn);
+    let checked = gw.keys.paced(client, |k| k.check_admin(req, client, &gw.config.trusted_proxies)).await;
     let denied = checked.err()?;
     let (status, code) = match denied {
         Denied::AdminLoopbackOnly => (StatusCode::FORBIDDEN, "forbidden"),

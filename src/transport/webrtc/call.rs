@@ -89,7 +89,7 @@ pub struct CallEdge {
     audio: Option<Mid>,
     channel: Option<ChannelId>,
     /// Events waiting for the data channel (not open yet, or its buffer full), and their bytes.
-    unsent: VecDeque<String>,
+    unsent: VecDeque<ByteString>,
     unsent_bytes: usize,
     uplink: Uplink,
     /// The client's voice decoded and not yet handed to the session.
@@ -337,7 +337,7 @@ impl CallEdge {
     /// Sends an event on the data channel, after those waiting; it waits too while the channel
     /// is not open or its buffer is full. A client that lets more than
     /// `max_outgoing_bytes` wait is dropped.
-    fn send(&mut self, text: String, ctx: &mut Context<Self>) {
+    fn send(&mut self, text: ByteString, ctx: &mut Context<Self>) {
         self.unsent_bytes += text.len();
         self.unsent.push_back(text);
         if self.unsent_bytes > self.settings.max_outgoing_bytes {
@@ -386,7 +386,7 @@ impl CallEdge {
         };
         log::debug!("call {}: output_audio_buffer.{kind} ({id})", self.id);
         let text = events::buffer_event(kind, id, client_event_id);
-        self.send(text, ctx);
+        self.send(ByteString::from(text), ctx);
     }
 
     /// Starts the 20 ms pacer if it is not running; the RTP clock jumps over the pause.
@@ -460,7 +460,8 @@ impl CallEdge {
             }
             Outgoing::Other => {}
         }
-        self.send(text.to_string(), ctx);
+        // The session's frame itself waits, not a copy.
+        self.send(text, ctx);
     }
 }
 

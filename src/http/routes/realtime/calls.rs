@@ -14,7 +14,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use futures_util::StreamExt;
 use serde_json::Value;
 
-use super::{Endpoint, admit, authenticate, query_of};
+use super::{Endpoint, admit, api_key, authenticate, query_of};
 use crate::dialect::openai::Flavor;
 use crate::http::auth::Denied;
 use crate::http::routes::http_error;
@@ -25,6 +25,8 @@ use crate::transport::webrtc::{AnswerError, HangUp};
 
 /// The largest offer, and the largest `session` part, read.
 const MAX_PART_BYTES: usize = 64 * 1024;
+/// The parts of a form read at most (`sdp`, `session`, and a few a client may add).
+const MAX_PARTS: usize = 8;
 
 fn bad_request(message: impl Into<String>) -> HttpResponse {
     http_error(StatusCode::BAD_REQUEST, "invalid_request_error", message)
@@ -64,7 +66,12 @@ async fn offer_of(req: &HttpRequest, payload: web::Payload) -> Result<Offer, Str
     }
     let mut form = actix_multipart::Multipart::new(req.headers(), payload);
     let (mut sdp, mut session) = (None, None);
+    let mut parts = 0;
     while let Some(field) = form.next().await {
+        parts += 1;
+        if parts > MAX_PARTS {
+            return Err(format!("the form has more than {MAX_PARTS} parts"));
+        }
         let field = field.map_err(|e| format!("the form: {e}"))?;
         let name = field.name().unwrap_or("").to_string();
         let bytes = read_limited(field.map(|c| c.map_err(|e| e.to_string())), &format!("the form's '{name}'")).await?;
@@ -185,16 +192,9 @@ pub async fn hang_up(req: HttpRequest, path: web::Path<String>, gw: web::Data<Ga
     let Some(calls) = gw.calls.clone() else {
         return http_error(StatusCode::NOT_FOUND, "not_found", "WebRTC calls are off here ([webrtc] enabled = false)");
     };
-    let client_ip = auth::client_ip(&req, &gw.config.trusted_proxies);
-    let turn = gw.keys.pace(client_ip).await;
-    let checked = gw.keys.check_api(client_ip, [auth::bearer(&req)]);
-    drop(turn);
-    let key_id = match checked {
+    let key_id = match api_key(&req, &gw).await {
         Ok(id) => id,
-        Err(Denied::Throttled) => {
-            return http_error(StatusCode::TOO_MANY_REQUESTS, "too_many_attempts", Denied::Throttled.message());
-        }
-        Err(denied) => return http_error(StatusCode::UNAUTHORIZED, "unauthorized", denied.message()),
+        Err(refusal) => return refusal,
     };
     match calls.hang_up(&path, key_id.as_deref()) {
         HangUp::Done => HttpResponse::Ok().json(serde_json::json!({})),

@@ -14,9 +14,9 @@ use crate::config::webrtc::CLIENT_SECRET_TTL;
 
 /// The largest `session` a secret holds: every outstanding secret keeps its own in memory.
 const MAX_SESSION_BYTES: usize = 16 * 1024;
+use crate::http::Gateway;
 use crate::http::client_secrets::{Grant, MintRefusal};
 use crate::http::routes::http_error;
-use crate::http::{Gateway, auth};
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -36,21 +36,10 @@ struct ExpiresAfter {
 }
 
 pub async fn mint(req: HttpRequest, body: web::Bytes, gw: web::Data<Gateway>) -> HttpResponse {
-    let client_ip = auth::client_ip(&req, &gw.config.trusted_proxies);
-    let turn = gw.keys.pace(client_ip).await;
     // An API key, not a client secret: a secret cannot mint another.
-    let checked = gw.keys.check_api(client_ip, [auth::bearer(&req)]);
-    drop(turn);
-    let key_id = match checked {
+    let key_id = match super::api_key(&req, &gw).await {
         Ok(id) => id,
-        Err(denied) => {
-            let status = if denied == auth::Denied::Throttled {
-                StatusCode::TOO_MANY_REQUESTS
-            } else {
-                StatusCode::UNAUTHORIZED
-            };
-            return http_error(status, "unauthorized", denied.message());
-        }
+        Err(refusal) => return refusal,
     };
     let request: MintRequest = if body.iter().all(u8::is_ascii_whitespace) {
         MintRequest::default()

@@ -100,10 +100,20 @@ pub async fn authenticate(
         ));
     }
     let client_ip = auth::client_ip(req, &gw.config.trusted_proxies);
-    let turn = gw.keys.pace(client_ip).await;
-    let checked = gw.keys.check_realtime(client_ip, presented, take);
-    drop(turn);
-    checked.map_err(key_refusal)
+    gw.keys.paced(client_ip, |k| k.check_realtime(client_ip, presented, take)).await.map_err(key_refusal)
+}
+
+/// An API key (not a client secret) in `Authorization`, for the routes around the sessions
+/// (minting a secret, hanging up): its id, or the answer to a refused key.
+// An early-return HTTP answer; boxing it would only move the allocation.
+#[allow(clippy::result_large_err)]
+pub async fn api_key(req: &HttpRequest, gw: &Gateway) -> Result<Option<String>, HttpResponse> {
+    let client_ip = auth::client_ip(req, &gw.config.trusted_proxies);
+    let checked = gw.keys.paced(client_ip, |k| k.check_api(client_ip, [auth::bearer(req)])).await;
+    checked.map_err(|denied| match denied {
+        Denied::Throttled => http_error(StatusCode::TOO_MANY_REQUESTS, "too_many_attempts", denied.message()),
+        _ => http_error(StatusCode::UNAUTHORIZED, "unauthorized", denied.message()),
+    })
 }
 
 /// The rest: a client secret's model, the per-address caps, then the dialect the client speaks.
