@@ -1,12 +1,14 @@
 //! The connections of a node whose peer has not proved it holds the token yet, and what
 //! keeps strangers from using them up: at most [`MAX_UNPROVEN`] in all and
 //! [`MAX_UNPROVEN_PER_ADDRESS`] from one address (an IPv6 /64 counts as one). A connection over
-//! the per-address cap is closed at once; one over the total evicts the oldest unproven
-//! connection, so that strangers on many addresses, reconnecting as they are cut off, cannot
-//! keep a gateway's new connection from its turn (it proves the token within milliseconds; a
-//! stranger's place lasts until 255 newer ones arrive, or [`super::accept::HANDSHAKE_TIMEOUT`]).
+//! the per-address cap is closed at once; one over the total takes the place of the oldest
+//! unproven connection *of the address holding the most places*. Strangers on many addresses,
+//! reconnecting as they are cut off, evict each other: a gateway, which opens one or two links at
+//! a time and proves the token within milliseconds, is never the address holding the most, so
+//! its connection keeps its place however fast strangers churn (until
+//! [`super::accept::HANDSHAKE_TIMEOUT`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -22,13 +24,14 @@ pub const MAX_UNPROVEN_PER_ADDRESS: usize = 32;
 /// The rules, as a plain struct: who holds a place, from which address, in order of arrival.
 #[derive(Debug, Default)]
 pub struct Places {
-    per_address: HashMap<IpAddr, usize>,
-    /// By arrival: the oldest first.
-    open: BTreeMap<u64, IpAddr>,
+    /// Each address's places, the oldest first.
+    per_address: HashMap<IpAddr, BTreeSet<u64>>,
+    /// Each place's address.
+    open: HashMap<u64, IpAddr>,
     next: u64,
 }
 
-/// A place given: its number, and the place it took from the oldest connection, if any.
+/// A place given: its number, and the place it took from another connection, if any.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Entered {
     pub place: u64,
@@ -39,26 +42,35 @@ impl Places {
     /// A place for a connection from `ip`, or `None` when its address holds its share.
     pub fn enter(&mut self, ip: IpAddr) -> Option<Entered> {
         let address = crate::net::counted_as(ip);
-        if self.per_address.get(&address).copied().unwrap_or(0) >= MAX_UNPROVEN_PER_ADDRESS {
+        if self.per_address.get(&address).map_or(0, BTreeSet::len) >= MAX_UNPROVEN_PER_ADDRESS {
             return None;
         }
-        let evicted = if self.open.len() >= MAX_UNPROVEN {
-            self.open.first_key_value().map(|(oldest, _)| *oldest).inspect(|oldest| self.leave(*oldest))
-        } else {
-            None
-        };
+        let evicted = if self.open.len() >= MAX_UNPROVEN { self.evict() } else { None };
         self.next += 1;
-        *self.per_address.entry(address).or_default() += 1;
+        self.per_address.entry(address).or_default().insert(self.next);
         self.open.insert(self.next, address);
         Some(Entered { place: self.next, evicted })
+    }
+
+    /// Frees the oldest place of the address holding the most (of those, the one whose oldest
+    /// place is oldest), and says which it was. At most 256 addresses to look through.
+    fn evict(&mut self) -> Option<u64> {
+        let oldest = self
+            .per_address
+            .values()
+            .filter_map(|places| Some((places.len(), std::cmp::Reverse(*places.first()?))))
+            .max()
+            .map(|(_, std::cmp::Reverse(place))| place)?;
+        self.leave(oldest);
+        Some(oldest)
     }
 
     /// Place `place` is given back (proved, closed, or evicted); a second time does nothing.
     pub fn leave(&mut self, place: u64) {
         let Some(address) = self.open.remove(&place) else { return };
-        if let Some(n) = self.per_address.get_mut(&address) {
-            *n -= 1;
-            if *n == 0 {
+        if let Some(places) = self.per_address.get_mut(&address) {
+            places.remove(&place);
+            if places.is_empty() {
                 self.per_address.remove(&address);
             }
         }
@@ -143,18 +155,27 @@ mod tests {
     }
 
     #[test]
-    fn past_the_total_the_oldest_place_goes_to_the_newcomer() {
+    fn past_the_total_the_newcomer_takes_the_oldest_place_of_the_busiest_address() {
         let mut p = Places::default();
-        let mut first = None;
-        for i in 0..MAX_UNPROVEN {
-            let e = p.enter(ip(&format!("10.0.{}.{}", i / MAX_UNPROVEN_PER_ADDRESS, i % 250 + 1))).unwrap();
-            first.get_or_insert(e.place);
-            assert_eq!(e.evicted, None);
+        // 200 places from 10.0.0.x (one per address), then 56 from 198.51.100.7 and .8 (28 each).
+        for i in 0..200 {
+            assert_eq!(p.enter(ip(&format!("10.0.{}.{}", i / 200, i % 200 + 1))).unwrap().evicted, None);
         }
-        let gateway = p.enter(ip("192.0.2.99")).unwrap();
-        assert_eq!(gateway.evicted, first, "the oldest stranger's place");
+        let busiest: Vec<u64> = (0..28).map(|_| p.enter(ip("198.51.100.7")).unwrap().place).collect();
+        let second: Vec<u64> = (0..28).map(|_| p.enter(ip("198.51.100.8")).unwrap().place).collect();
         assert_eq!(p.len(), MAX_UNPROVEN);
-        p.leave(first.unwrap()); // its connection ends later: nothing more happens
+        // A gateway's connection takes .7's oldest (28 places, its oldest older than .8's).
+        let gateway = p.enter(ip("192.0.2.99")).unwrap();
+        assert_eq!(gateway.evicted, Some(busiest[0]));
+        // Then .8 holds the most.
+        assert_eq!(p.enter(ip("198.51.100.7")).unwrap().evicted, Some(second[0]));
+        // However fast strangers churn, the gateway's one place is never the one taken.
+        for round in 0..10_000 {
+            let e = p.enter(ip(&format!("203.0.113.{}", round % 20 + 1))).unwrap();
+            assert_ne!(e.evicted, Some(gateway.place), "round {round}");
+            assert_eq!(p.len(), MAX_UNPROVEN);
+        }
+        p.leave(busiest[0]); // its connection ends later: nothing more happens
         assert_eq!(p.len(), MAX_UNPROVEN);
         p.leave(gateway.place);
         assert_eq!(p.len(), MAX_UNPROVEN - 1);
