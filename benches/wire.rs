@@ -21,7 +21,7 @@ fn append_event() -> String {
 
 fn decode(c: &mut Criterion) {
     let text: bytestring::ByteString = append_event().into();
-    let mut dialect = Current::new(Mode::Audio, Limits::default());
+    let mut dialect = Current::new(Mode::Audio, Limits::default(), &omni_gateway::vad::energy());
     let mut group = c.benchmark_group("decode");
     group.throughput(Throughput::Bytes(text.len() as u64));
     group.bench_function("input.append 1 s (85 KB) to samples", |b| {
@@ -50,7 +50,7 @@ fn encode(c: &mut Criterion) {
         generate_us: 20,
         ..StepOutcome::default()
     };
-    let mut dialect = Current::new(Mode::Audio, Limits::default());
+    let mut dialect = Current::new(Mode::Audio, Limits::default(), &omni_gateway::vad::energy());
     let mut out = Vec::new();
     let mut group = c.benchmark_group("encode");
     group.throughput(Throughput::Bytes(24000 * 4));
@@ -119,7 +119,7 @@ fn base64_crates(c: &mut Criterion) {
 fn worker_chunk(c: &mut Criterion) {
     use base64::Engine;
     let text: bytestring::ByteString = append_event().into();
-    let mut dialect = Current::new(Mode::Audio, Limits::default());
+    let mut dialect = Current::new(Mode::Audio, Limits::default(), &omni_gateway::vad::energy());
     let Ok(Inbound::Chunk(forwarded)) = dialect.decode(&text, &mut Vec::new()).map(|mut c| c.remove(0)) else {
         unreachable!()
     };

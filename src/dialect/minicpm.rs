@@ -20,7 +20,9 @@ use omni_actors::observe::recording::Redact;
 use super::Limits;
 use super::record::{AudioEncoding, JsonRedactor};
 use super::settings::{self, DUPLEX_CONFIG, Settings};
+use super::speech::SpeechFinder;
 use super::wire::{self, JsonWriter, Text};
+use omni_actors::edge::vad::{Edge, EdgeRules, SharedDetectors};
 
 /// The current dialect for one connection of a given public mode.
 pub struct Current {
@@ -32,6 +34,8 @@ pub struct Current {
     settings: Settings,
     /// The client asked for `input.transcript` events (`payload.transcripts`).
     transcripts: bool,
+    /// Once created.
+    session_id: String,
     /// Chat: the settings the backend applies (known once the session is created), and for
     /// each turn the session took and has not answered, in order, the settings of its
     /// `generation` the backend does not apply (told in its `response.done`). A turn the
@@ -39,19 +43,75 @@ pub struct Current {
     /// not counted, by the same rule.
     applied: Option<Vec<String>>,
     turns: VecDeque<Vec<String>>,
+    /// Full duplex, for a backend that reports no transcripts while the gateway runs a
+    /// recogniser: the user's turns, found by the gateway's detector, to transcribe.
+    heard: Heard,
 }
 
+/// What the gateway transcribes for a backend that does not.
+struct Heard {
+    speech: SpeechFinder,
+    /// `[transcription]` is on.
+    gateway_asr: bool,
+    /// Once the session is created: the gateway transcribes its turns.
+    on: bool,
+    /// Appends since the session was created (the session's own `input_N` numbering).
+    inputs: u64,
+    /// The user's speech in progress: where it started.
+    started_ms: Option<u64>,
+}
+
+/// The gateway's detector's rules for MiniCPM-o sessions: the defaults of the Realtime API's
+/// `server_vad` (the dialect has no setting for them).
+const TURN_RULES: EdgeRules = EdgeRules { threshold: 0.5, prefix_padding_ms: 300, silence_duration_ms: 500 };
+
 impl Current {
-    pub fn new(mode: Mode, limits: Limits) -> Current {
+    pub fn new(mode: Mode, limits: Limits, voice: &SharedDetectors) -> Current {
         Current {
             mode,
             limits,
             config: Map::new(),
             settings: Settings::default(),
             transcripts: false,
+            session_id: String::new(),
             applied: None,
             turns: VecDeque::new(),
+            heard: Heard {
+                speech: SpeechFinder::new(voice),
+                gateway_asr: false,
+                on: false,
+                inputs: 0,
+                started_ms: None,
+            },
         }
+    }
+
+    /// The gateway transcribes the user's turns for backends that do not (`[transcription]`
+    /// is on), for clients that ask (`payload.transcripts`).
+    pub fn with_gateway_transcription(mut self, on: bool) -> Current {
+        self.heard.gateway_asr = on;
+        self
+    }
+
+    /// A duplex append's audio, once the session is created: when it ends the user's speech,
+    /// the speech goes to the gateway's transcription, named by this append.
+    fn hear(&mut self, audio: &[f32], commands: &mut Vec<Inbound>) {
+        let heard = &mut self.heard;
+        if !heard.on {
+            return;
+        }
+        heard.inputs += 1;
+        for edge in heard.speech.hear(audio, &TURN_RULES, true) {
+            match edge {
+                Edge::Started { audio_start_ms } => heard.started_ms = Some(audio_start_ms),
+                Edge::Stopped { audio_end_ms } => {
+                    let start = heard.started_ms.take().unwrap_or(0);
+                    let audio = heard.speech.speech(start, audio_end_ms);
+                    commands.push(Inbound::Transcribe { item_id: format!("input_{}", heard.inputs), audio });
+                }
+            }
+        }
+        heard.speech.trim(heard.speech.in_speech(), TURN_RULES.prefix_padding_ms);
     }
 
     /// A reference voice sent as raw 16 kHz float32 PCM, within the reference limit.
@@ -311,9 +371,9 @@ impl Current {
         Ok(Inbound::Init(setup))
     }
 
-    fn append(&mut self, text: &ByteString) -> Result<Inbound, DecodeError> {
+    fn append(&mut self, text: &ByteString) -> Result<Vec<Inbound>, DecodeError> {
         if self.mode == Mode::Chat {
-            return self.turn(text);
+            return Ok(vec![self.turn(text)?]);
         }
         let event: AppendEvent<DuplexInput> = wire::parse_event(text, &["input"])?;
         let input = event.input.ok_or_else(|| ProtocolError::MissingField("input is required (an object)".into()))?;
@@ -326,7 +386,10 @@ impl Current {
             self.limits.min_audio_samples,
             "input.",
         )?;
-        Ok(Inbound::Chunk(chunk))
+        let mut commands = Vec::with_capacity(1);
+        self.hear(&chunk.audio, &mut commands);
+        commands.insert(0, Inbound::Chunk(chunk));
+        Ok(commands)
     }
 
     fn turn(&mut self, text: &str) -> Result<Inbound, DecodeError> {
@@ -390,21 +453,23 @@ impl Dialect for Current {
 
     fn decode(&mut self, text: &ByteString, _replies: &mut Vec<String>) -> Result<Vec<Inbound>, DecodeError> {
         let kind = wire::event_type(text)?;
-        let cmd = match kind.as_ref() {
-            "session.init" => self.init(text)?,
+        Ok(match kind.as_ref() {
+            "session.init" => vec![self.init(text)?],
             "input.append" => self.append(text)?,
-            "session.close" => close(text)?,
+            "session.close" => vec![close(text)?],
             other => {
                 return Err(ProtocolError::UnknownEvent(format!("unknown event type '{other}'")).into());
             }
-        };
-        Ok(vec![cmd])
+        })
     }
 
     fn encode(&mut self, event: Outbound<'_>, out: &mut Vec<String>) {
         match event {
             Outbound::Created { session_id, kind, prompt_length, queue_wait_ms, backend } => {
                 self.applied = Some(backend.settings.clone());
+                self.heard.on =
+                    self.heard.gateway_asr && self.transcripts && !backend.transcripts && self.mode != Mode::Chat;
+                self.session_id = session_id.to_string();
                 out.push(self.created(session_id, kind, prompt_length, queue_wait_ms, backend))
             }
             Outbound::TurnDone { .. } => {
@@ -429,6 +494,13 @@ impl Dialect for Current {
                 if let Some(r) = response_id {
                     v["response_id"] = json!(r);
                 }
+                out.push(v.to_string());
+            }
+            // The gateway's transcript of a turn its detector found (a failure is logged where
+            // it happened; the client hears nothing of a turn it could not transcribe).
+            Outbound::UserTranscript { item_id, result: Ok(text) } if self.transcripts && !text.is_empty() => {
+                let v = json!({"type": "input.transcript", "session_id": self.session_id, "input_id": item_id,
+                               "text": text});
                 out.push(v.to_string());
             }
             other => encode(other, out),
@@ -634,7 +706,7 @@ mod tests {
 
     #[test]
     fn chat_generation_settings_travel_by_name_and_those_not_applied_are_told_in_response_done() {
-        let mut d = Current::new(Mode::Chat, Limits::default());
+        let mut d = Current::new(Mode::Chat, Limits::default(), &crate::vad::energy());
         let backend = BackendInfo { settings: vec!["top_k".into()], ..BackendInfo::default() };
         let mut out = Vec::new();
         let kind = SessionKind::Turn;
@@ -683,6 +755,70 @@ mod tests {
         assert!(done(&mut d).get("unsupported_settings").is_none(), "the second turn asked for none");
     }
 
+    /// A session created on a backend that reports no transcripts, for a client that asked.
+    fn created_without_transcripts(gateway_asr: bool, asked: bool) -> Current {
+        let mut d =
+            Current::new(Mode::Audio, Limits::default(), &crate::vad::energy()).with_gateway_transcription(gateway_asr);
+        let init = json!({"type": "session.init", "payload": {"transcripts": asked}});
+        decode(&mut d, init).unwrap();
+        let backend = BackendInfo { transcripts: false, ..BackendInfo::default() };
+        let created = Outbound::Created {
+            session_id: "sess_1",
+            kind: SessionKind::Duplex,
+            prompt_length: 0,
+            queue_wait_ms: 0,
+            backend: &backend,
+        };
+        d.encode(created, &mut Vec::new());
+        d
+    }
+
+    fn append_all(d: &mut Current, samples: &[f32]) -> Vec<Inbound> {
+        let v = json!({"type": "input.append", "input": {"audio": b64(samples)}});
+        d.decode(&bytestring::ByteString::from(v.to_string()), &mut Vec::new()).unwrap()
+    }
+
+    #[test]
+    fn the_gateway_transcribes_the_users_turns_for_a_backend_that_does_not() {
+        let mut d = created_without_transcripts(true, true);
+        let tone: Vec<f32> = (0..16000).map(|i| 0.3 * (i as f32 * 0.157).sin()).collect();
+        let silence = vec![0.0f32; 16000];
+        // input_1 silence, input_2 the speech, input_3 silence: its end is found in input_3.
+        assert!(matches!(&append_all(&mut d, &silence)[..], [Inbound::Chunk(_)]));
+        assert!(matches!(&append_all(&mut d, &tone)[..], [Inbound::Chunk(_)]));
+        let cmds = append_all(&mut d, &silence);
+        let [Inbound::Chunk(_), Inbound::Transcribe { item_id, audio }] = &cmds[..] else { panic!("{cmds:?}") };
+        assert_eq!(item_id, "input_3");
+        // All of the speech, with the padding before it (300 ms) and a tail after it (200 ms).
+        let loud = |s: &[f32]| s.iter().filter(|s| s.abs() > 0.05).count();
+        assert_eq!(loud(audio), loud(&tone));
+        assert_eq!(audio.len(), (300 + 1000 + 200) * 16);
+        let mut out = Vec::new();
+        d.encode(Outbound::UserTranscript { item_id: "input_3", result: Ok("What is two plus two?") }, &mut out);
+        let v: Value = serde_json::from_str(&out[0]).unwrap();
+        assert_eq!(
+            v,
+            json!({"type": "input.transcript", "session_id": "sess_1", "input_id": "input_3",
+                   "text": "What is two plus two?"})
+        );
+        // A turn it could not transcribe, or heard as nothing, says nothing.
+        out.clear();
+        d.encode(Outbound::UserTranscript { item_id: "input_3", result: Err("too many waiting") }, &mut out);
+        d.encode(Outbound::UserTranscript { item_id: "input_3", result: Ok("") }, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn no_transcription_unless_the_client_asked_and_the_gateway_runs_one() {
+        let tone: Vec<f32> = (0..16000).map(|i| 0.3 * (i as f32 * 0.157).sin()).collect();
+        for (gateway_asr, asked) in [(false, true), (true, false)] {
+            let mut d = created_without_transcripts(gateway_asr, asked);
+            for samples in [&tone, &vec![0.0; 16000]] {
+                assert!(matches!(&append_all(&mut d, samples)[..], [Inbound::Chunk(_)]));
+            }
+        }
+    }
+
     fn code(r: Result<Inbound, DecodeError>) -> String {
         match r {
             Err(DecodeError::Protocol(e)) => format!("{}: {e}", e.code()),
@@ -693,7 +829,7 @@ mod tests {
 
     #[test]
     fn a_chunk_keeps_the_clients_base64_unless_the_json_escaped_it() {
-        let mut d = Current::new(Mode::Audio, Limits::default());
+        let mut d = Current::new(Mode::Audio, Limits::default(), &crate::vad::energy());
         let samples: Vec<f32> = (0..16000).map(|i| ((i * 7919) % 2001) as f32 / 1000.0 - 1.0).collect();
         let audio = b64(&samples);
         let Ok(Inbound::Chunk(c)) = decode(&mut d, json!({"type": "input.append", "input": {"audio": audio}})) else {
@@ -710,7 +846,7 @@ mod tests {
 
     #[test]
     fn init_reaches_the_backend_setup() {
-        let mut d = Current::new(Mode::Video, Limits::default());
+        let mut d = Current::new(Mode::Video, Limits::default(), &crate::vad::energy());
         let cmd = decode(
             &mut d,
             json!({"type": "session.init", "payload": {
@@ -728,7 +864,7 @@ mod tests {
 
     #[test]
     fn the_reference_voice_speaks_too_unless_another_is_given_and_settings_pass_by_name() {
-        let mut d = Current::new(Mode::Audio, Limits::default());
+        let mut d = Current::new(Mode::Audio, Limits::default(), &crate::vad::energy());
         let cmd = decode(
             &mut d,
             json!({"type": "session.init", "payload": {"config": {"top_p": 0.8, "listen_top_k": null, "temperature": 0.7},
@@ -743,7 +879,7 @@ mod tests {
 
     #[test]
     fn init_errors() {
-        let mut d = Current::new(Mode::Video, Limits::default());
+        let mut d = Current::new(Mode::Video, Limits::default(), &crate::vad::energy());
         assert_eq!(
             code(decode(&mut d, json!({"type": "session.init"}))),
             "missing_field: payload is required (an object)"
@@ -764,7 +900,7 @@ mod tests {
 
     #[test]
     fn duplex_append_is_validated() {
-        let mut d = Current::new(Mode::Video, Limits::default());
+        let mut d = Current::new(Mode::Video, Limits::default(), &crate::vad::energy());
         let jpeg = wire::decode_base64("/9j/4AAQ", "x").unwrap();
         assert!(wire::is_jpeg(&jpeg));
         let ok = decode(
@@ -811,7 +947,7 @@ mod tests {
 
     #[test]
     fn audio_mode_ignores_frames() {
-        let mut d = Current::new(Mode::Audio, Limits::default());
+        let mut d = Current::new(Mode::Audio, Limits::default(), &crate::vad::energy());
         let cmd = decode(
             &mut d,
             json!({"type": "input.append", "input": {"audio": b64(&[0.0; 4000]), "video_frames": ["not even base64"]}}),
@@ -822,7 +958,7 @@ mod tests {
 
     #[test]
     fn chat_append() {
-        let mut d = Current::new(Mode::Chat, Limits::default());
+        let mut d = Current::new(Mode::Chat, Limits::default(), &crate::vad::energy());
         let cmd = decode(
             &mut d,
             json!({"type": "input.append", "input": {
@@ -879,7 +1015,7 @@ mod tests {
 
     #[test]
     fn unknown_and_unparseable() {
-        let mut d = Current::new(Mode::Video, Limits::default());
+        let mut d = Current::new(Mode::Video, Limits::default(), &crate::vad::energy());
         assert_eq!(
             code(decode(&mut d, json!({"type": "session.dance"}))),
             "unknown_event: unknown event type 'session.dance'"

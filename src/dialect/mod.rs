@@ -5,6 +5,7 @@
 //! - `openai`: the OpenAI Realtime API shape (GA, beta) and Qwen-Omni-Realtime.
 //! - `select`: which dialect a connection speaks.
 //! - `settings`: generation settings by name, checked and passed to the backend.
+//! - `speech`: the user's speech in the input, as the gateway's voice activity detector finds it.
 //! - `wire`: helpers every JSON dialect shares.
 
 use omni_actors::audio::AudioLimits;
@@ -15,6 +16,7 @@ pub mod openai;
 pub mod record;
 pub mod select;
 pub mod settings;
+pub mod speech;
 pub mod wire;
 
 /// What a client may send, and make a dialect hold on its behalf, from `[limits]`.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use omni_actors::domain::Mode;
 use omni_actors::edge::dialect::{DecodeError, Dialect};
+use omni_actors::edge::vad::SharedDetectors;
 use omni_actors::observe::recording::Redact;
 use omni_actors::protocol::{Inbound, Outbound};
 
@@ -31,13 +32,20 @@ pub struct MiniCpmEndpoint {
 }
 
 impl MiniCpmEndpoint {
-    pub fn new(mode: Mode, limits: Limits) -> MiniCpmEndpoint {
+    pub fn new(mode: Mode, limits: Limits, voice: &SharedDetectors) -> MiniCpmEndpoint {
         MiniCpmEndpoint {
-            current: Current::new(mode, limits),
+            current: Current::new(mode, limits, voice),
             legacy: (mode != Mode::Chat).then(|| Legacy::new(mode, limits)),
             chosen: if mode == Mode::Chat { Some(Chosen::Current) } else { None },
             queue_done: false,
         }
+    }
+
+    /// The current dialect's transcripts come from the gateway for backends that report none
+    /// (`[transcription]` is on).
+    pub fn with_gateway_transcription(mut self, on: bool) -> MiniCpmEndpoint {
+        self.current = self.current.with_gateway_transcription(on);
+        self
     }
 
     fn active(&mut self) -> &mut dyn Dialect {
@@ -112,7 +120,7 @@ mod tests {
 
     #[test]
     fn session_update_after_queue_done_chooses_the_earlier_dialect() {
-        let mut d = MiniCpmEndpoint::new(Mode::Video, Limits::default());
+        let mut d = MiniCpmEndpoint::new(Mode::Video, Limits::default(), &crate::vad::energy());
         assert_eq!(d.name(), "minicpm");
         // before queue_done nothing is fixed
         assert!(decode(&mut d, json!({"type": "session.update", "session": {"instructions": "x"}})).is_ok());
@@ -128,7 +136,7 @@ mod tests {
 
     #[test]
     fn session_init_after_queue_done_chooses_the_current_dialect() {
-        let mut d = MiniCpmEndpoint::new(Mode::Audio, Limits::default());
+        let mut d = MiniCpmEndpoint::new(Mode::Audio, Limits::default(), &crate::vad::energy());
         d.encode(Outbound::QueueDone, &mut Vec::new());
         decode(&mut d, json!({"type": "session.init", "payload": {}})).unwrap();
         assert_eq!(d.name(), "minicpm");
@@ -139,7 +147,7 @@ mod tests {
 
     #[test]
     fn chat_has_no_earlier_dialect() {
-        let mut d = MiniCpmEndpoint::new(Mode::Chat, Limits::default());
+        let mut d = MiniCpmEndpoint::new(Mode::Chat, Limits::default(), &crate::vad::energy());
         d.encode(Outbound::QueueDone, &mut Vec::new());
         let e = decode(&mut d, json!({"type": "session.update", "session": {"instructions": "x"}})).unwrap_err();
         assert!(matches!(e, DecodeError::Protocol(ref p) if p.code() == "unknown_event"));

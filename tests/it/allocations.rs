@@ -75,7 +75,7 @@ fn decoding_a_chunk_and_encoding_a_delta_allocate_what_they_must() {
         format!(r#"{{"type":"input.append","input":{{"audio":"{b64}","force_listen":false,"max_slice_nums":1}}}}"#);
     assert!(text.len() > 85_000);
     let text = bytestring::ByteString::from(text);
-    let mut dialect = Current::new(Mode::Audio, Limits::default());
+    let mut dialect = Current::new(Mode::Audio, Limits::default(), &omni_gateway::vad::energy());
     let mut replies = Vec::new();
     let _ = dialect.decode(&text, &mut replies); // warm up lazily initialised state
 

@@ -31,9 +31,10 @@ fn limits() -> Limits {
 fn dialects() -> Vec<Box<dyn Dialect>> {
     let mut all: Vec<Box<dyn Dialect>> = Vec::new();
     for mode in [Mode::Chat, Mode::Video, Mode::Audio] {
-        all.push(Box::new(Current::new(mode, limits())));
+        let voice = omni_gateway::vad::energy();
+        all.push(Box::new(Current::new(mode, limits(), &voice).with_gateway_transcription(true)));
         all.push(Box::new(Legacy::new(mode, limits())));
-        all.push(Box::new(MiniCpmEndpoint::new(mode, limits())));
+        all.push(Box::new(MiniCpmEndpoint::new(mode, limits(), &voice)));
     }
     for flavor in [Flavor::Ga, Flavor::Beta, Flavor::Qwen] {
         all.push(Box::new(Realtime::new(flavor, "omni", limits(), &omni_gateway::vad::energy())));

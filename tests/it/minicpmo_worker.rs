@@ -344,3 +344,40 @@ async fn a_qwen_session_through_the_worker_gets_its_settings_usage_and_transcrip
     let usage = &done.unwrap()["response"]["usage"];
     assert!(usage["input_tokens"].as_u64().unwrap() > 0, "what the worker heard counts: {usage}");
 }
+
+/// The MiniCPM-o dialect through the worker, which transcribes nothing: with the gateway's
+/// transcription and `payload.transcripts`, the user's turn, found by the gateway's detector at
+/// the end of the speech, comes back as `input.transcript`, named by the append that ended it.
+#[tokio::test]
+async fn a_minicpm_session_through_the_worker_gets_the_gateways_transcript() {
+    if !needs(&[Need::Models]) {
+        return;
+    }
+    let worker = MockWorker::start();
+    let server = Server::ready(
+        Setup::default()
+            .workers(worker.entry("gpu", ""))
+            .limits("max_pending_chunks = 100")
+            .extra(&transcription_section()),
+    );
+    let mut c = connected(&server, "audio").await;
+    c.send(json!({"type": "session.init", "payload": {"transcripts": true}})).await;
+    c.expect("session.created").await;
+    // Half a second of silence, the question, then silence, in whole 1 s appends.
+    let mut audio = vec![0.0; 8000];
+    audio.extend(speech("What is the capital of France?"));
+    // Where the speech ends: its last sample over -40 dBFS.
+    let spoken_until = audio.iter().rposition(|s| s.abs() > 0.01).unwrap();
+    audio.resize((spoken_until / 16000 + 3) * 16000, 0.0);
+    for piece in audio.chunks(16000) {
+        c.send(append(piece)).await;
+    }
+    let heard = c.until("input.transcript").await;
+    let words = heard["text"].as_str().unwrap().to_lowercase();
+    assert!(words.contains("capital") && words.contains("france"), "{heard}");
+    assert_eq!(heard["session_id"].as_str().map(|s| s.starts_with("sess_")), Some(true), "{heard}");
+    // Named by the append that held the end of the speech or its 500 ms of silence after.
+    let named: Vec<String> =
+        (spoken_until / 16000 + 1..=(spoken_until + 500 * 16) / 16000 + 1).map(|n| format!("input_{n}")).collect();
+    assert!(named.iter().any(|n| heard["input_id"] == *n), "{heard} not one of {named:?}");
+}

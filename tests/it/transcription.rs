@@ -7,20 +7,6 @@ use std::time::Duration;
 use crate::common::*;
 use serde_json::{Value, json};
 
-fn pcm16_of(samples: &[f32]) -> String {
-    use base64::Engine;
-    let bytes: Vec<u8> = samples.iter().flat_map(|s| ((s.clamp(-1.0, 1.0) * 32767.0) as i16).to_le_bytes()).collect();
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-fn transcription_section() -> String {
-    format!(
-        "[transcription]\nenabled = true\nlibrary = \"{}\"\nmodel = \"{}\"\n",
-        target_dir().join("libomni_asr_whisper.so").display(),
-        models_dir().join("ggml-tiny.en.bin").display()
-    )
-}
-
 /// Reads events until one of `kind` (60 s at most).
 async fn until(c: &mut Client, kind: &str, seen: &mut Vec<Value>) -> Value {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);

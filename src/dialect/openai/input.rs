@@ -126,26 +126,17 @@ impl Realtime {
         Ok(())
     }
 
-    /// The voice activity detector on the 16 kHz input, window by window: the edges of the
-    /// user's speech become its events.
+    /// The voice activity detector on the 16 kHz input: the edges of the user's speech.
     pub(super) fn detect_speech(&mut self, samples: &[f32], out: &mut Vec<String>) {
-        self.received_samples += samples.len() as u64;
         let Some(rules) = self.conf.edge_rules() else { return };
-        self.keep_spoken(samples);
-        let size = self.detector.window();
-        self.window.extend_from_slice(samples);
-        let mut at = 0;
-        while self.window.len() - at >= size {
-            let p = self.detector.probability(&self.window[at..at + size]);
-            at += size;
-            match self.edges.push(&rules, p, size) {
-                Some(Edge::Started { audio_start_ms }) => self.speech_started(audio_start_ms, out),
-                Some(Edge::Stopped { audio_end_ms }) => self.speech_stopped(audio_end_ms, out),
-                None => {}
+        let keep = self.gateway_transcribes();
+        for edge in self.speech.hear(samples, &rules, keep) {
+            match edge {
+                Edge::Started { audio_start_ms } => self.speech_started(audio_start_ms, out),
+                Edge::Stopped { audio_end_ms } => self.speech_stopped(audio_end_ms, out),
             }
         }
-        self.window.drain(..at);
-        self.trim_spoken(rules.prefix_padding_ms);
+        self.speech.trim(self.user.is_some(), rules.prefix_padding_ms);
     }
 
     /// The gateway transcribes this session's user turns (its backend does not).
@@ -153,35 +144,9 @@ impl Realtime {
         self.gateway_asr && self.conf.transcription.is_some() && self.backend.as_ref().is_some_and(|b| !b.transcripts)
     }
 
-    /// Keeps the input for the gateway's transcription (before the detector sees it, so that a
-    /// turn that ends in this piece has all of it).
-    fn keep_spoken(&mut self, samples: &[f32]) {
-        if self.gateway_transcribes() {
-            self.spoken.extend(samples);
-        } else {
-            self.spoken.clear();
-        }
-        self.spoken_from = self.received_samples - self.spoken.len() as u64;
-    }
-
-    /// What the transcription needs of it: outside speech, the padding and the onset (speech
-    /// is found after it began); in speech, up to [`omni_actors::transcribe::MAX_SECONDS`].
-    fn trim_spoken(&mut self, prefix_padding_ms: u32) {
-        let keep = if self.user.is_some() {
-            omni_actors::transcribe::MAX_SECONDS * 16000
-        } else {
-            (prefix_padding_ms as usize + 500) * 16
-        };
-        let excess = self.spoken.len().saturating_sub(keep);
-        self.spoken.drain(..excess);
-        self.spoken_from += excess as u64;
-    }
-
-    /// The user's speech from `start_ms` to `end_ms` (and a little after), to transcribe.
+    /// The user's speech from `start_ms` to `end_ms`, to the gateway's transcription.
     pub(super) fn transcribe_turn(&mut self, item_id: &str, start_ms: u64, end_ms: u64) {
-        let from = (start_ms * 16).saturating_sub(self.spoken_from) as usize;
-        let to = ((end_ms + 200) * 16).saturating_sub(self.spoken_from) as usize;
-        let audio: Vec<f32> = self.spoken.iter().skip(from).take(to.saturating_sub(from)).copied().collect();
+        let audio = self.speech.speech(start_ms, end_ms);
         self.commands.push(Inbound::Transcribe { item_id: item_id.to_string(), audio });
     }
 

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use omni_actors::domain::{BackendInfo, ChatMessage, Mode, SessionSetup};
 use omni_actors::edge::dialect::{DecodeError, Dialect, RecordedMedia};
-use omni_actors::edge::vad::{SharedDetectors, SpeechEdges, VoiceDetector};
+use omni_actors::edge::vad::SharedDetectors;
 use omni_actors::observe::recording::Redact;
 use omni_actors::protocol::{CloseReason, Inbound, Outbound, ProtocolError, QueueInfo};
 use serde_json::{Map, Value, json};
@@ -30,6 +30,7 @@ use omni_actors::observe::metrics::metrics;
 
 use super::Limits;
 use super::record::{AudioEncoding, JsonRedactor};
+use super::speech::SpeechFinder;
 use super::wire;
 use conf::Conf;
 use held::Counted;
@@ -201,12 +202,9 @@ pub struct Realtime {
     step: Vec<f32>,
     heard_audio: bool,
     last_append: Option<Instant>,
-    received_samples: u64,
-    /// Server VAD: this session's detector, the input not yet a whole window of it, and the
-    /// edges of speech it found.
-    detector: Box<dyn VoiceDetector>,
-    window: Vec<f32>,
-    edges: SpeechEdges,
+    /// Server VAD: the user's speech in the input, and for the gateway's transcription (a
+    /// backend that does not transcribe) the speech itself.
+    speech: SpeechFinder,
     /// The user's speech in progress (started, not yet stopped or answered).
     user: Option<UserTurn>,
     /// The user spoke and the model has not answered since.
@@ -214,11 +212,6 @@ pub struct Realtime {
     /// The newest user item committed at the end of its speech, waiting for what the model
     /// heard (it says so when it answers).
     awaiting_transcript: Option<String>,
-    /// For the gateway's transcription (a backend that does not transcribe): the input from
-    /// `spoken_from` (a 16 kHz sample index) on, bounded: the padding before speech, then the
-    /// speech (at most 30 s).
-    spoken: VecDeque<f32>,
-    spoken_from: u64,
     /// The gateway runs a recogniser (`[transcription]`).
     gateway_asr: bool,
     /// Manual mode: audio (16 kHz) not yet committed, and items not yet answered.
@@ -272,15 +265,10 @@ impl Realtime {
             step: Vec::new(),
             heard_audio: false,
             last_append: None,
-            received_samples: 0,
-            detector: voice.detector(),
-            window: Vec::new(),
-            edges: SpeechEdges::default(),
+            speech: SpeechFinder::new(voice),
             user: None,
             unanswered: false,
             awaiting_transcript: None,
-            spoken: VecDeque::new(),
-            spoken_from: 0,
             gateway_asr: false,
             buffer: Vec::new(),
             items_pending: Counted::default(),
@@ -362,7 +350,7 @@ impl Realtime {
     }
 
     fn received_ms(&self) -> u64 {
-        self.received_samples * 1000 / 16000
+        self.speech.received_ms()
     }
 
     fn session_object(&self) -> Value {

@@ -174,8 +174,8 @@ impl Realtime {
     pub(super) fn start_response(&mut self, out: &mut Vec<String>, duplex: bool, audio: bool) {
         if duplex {
             // The model takes the floor: whatever the user says from now on is a new turn.
-            let in_speech = self.edges.in_speech();
-            self.edges.end();
+            let in_speech = self.speech.in_speech();
+            self.speech.end();
             let answered_a_turn = std::mem::take(&mut self.unanswered);
             let awaiting = self.awaiting_transcript.take();
             match (self.user.take(), awaiting) {
@@ -194,7 +194,7 @@ impl Realtime {
                     // Speech in progress ends at its last voiced window; a turn the detector
                     // did not hear (the model answered a sound it took for speech) ends now.
                     let received = self.received_ms();
-                    let end_ms = if in_speech { self.edges.speech_end_ms() } else { received };
+                    let end_ms = if in_speech { self.speech.speech_end_ms() } else { received };
                     let user = user.unwrap_or_else(|| UserTurn {
                         item_id: self.new_item(),
                         start_ms: received.saturating_sub(1000),

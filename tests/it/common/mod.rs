@@ -582,7 +582,6 @@ pub async fn active(server: &Server, mode: &str) -> Client {
     c
 }
 
-/// One second of a 220 Hz tone: speech to the reference backend.
 /// `text` spoken by espeak-ng, as 16 kHz float samples.
 pub fn speech(text: &str) -> Vec<f32> {
     let dir = tempfile::tempdir().unwrap();
@@ -600,6 +599,7 @@ pub fn speech(text: &str) -> Vec<f32> {
     omni_actors::audio::resample(&samples, rate, 16000).unwrap()
 }
 
+/// One second of a 220 Hz tone: speech to the reference backend.
 pub fn loud() -> Vec<f32> {
     (0..16000).map(|i| 0.3 * (2.0 * std::f32::consts::PI * 220.0 * i as f32 / 16000.0).sin()).collect()
 }
@@ -609,8 +609,6 @@ pub fn quiet() -> Vec<f32> {
     vec![0.0; 16000]
 }
 
-/// pcm16 little-endian base64 (the OpenAI and Qwen dialects' audio): a 220 Hz tone at
-/// `amplitude` (speech to the reference backend), or silence at 0.
 /// `samples` as base64 pcm16 (the OpenAI and Qwen dialects' audio).
 pub fn pcm16_of(samples: &[f32]) -> String {
     let bytes: Vec<u8> = samples.iter().flat_map(|s| ((s.clamp(-1.0, 1.0) * 32767.0) as i16).to_le_bytes()).collect();

@@ -161,7 +161,11 @@ pub fn admit(
         }
     })?;
     let (mode, dialect, reject): (Mode, Box<dyn Dialect>, Option<ProtocolError>) = match &endpoint {
-        Endpoint::MiniCpm(mode) => (*mode, Box::new(MiniCpmEndpoint::new(*mode, config.dialect_limits())), None),
+        Endpoint::MiniCpm(mode) => {
+            let dialect = MiniCpmEndpoint::new(*mode, config.dialect_limits(), &gw.voice)
+                .with_gateway_transcription(gw.transcription.is_some());
+            (*mode, Box::new(dialect), None)
+        }
         Endpoint::Realtime(flavor, model) => {
             let dialect = Box::new(
                 Realtime::new(*flavor, model, config.dialect_limits(), &gw.voice)
