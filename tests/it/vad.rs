@@ -28,12 +28,23 @@ fn bounds(speech: &[f32]) -> (usize, usize) {
     (first, last)
 }
 
-/// Sentences with silences of known length between them; the true edges in milliseconds.
-fn conversation() -> (Vec<f32>, Vec<(u64, u64)>) {
+/// `text` in the CPU model backend's voice (Piper), as 16 kHz float samples (the workspace's
+/// `speak` example).
+fn piper(text: &str) -> Vec<f32> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("speech.f32");
+    let run = std::process::Command::new(target_dir().join("examples/speak")).arg(&out).arg(text).output().unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    std::fs::read(&out).unwrap().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+}
+
+/// Sentences in a voice, with silences of known length between them; the true edges in
+/// milliseconds.
+fn conversation_in(voice: fn(&str) -> Vec<f32>) -> (Vec<f32>, Vec<(u64, u64)>) {
     let mut audio = vec![0.0; 8000];
     let mut truth = Vec::new();
     for (i, text) in SENTENCES.iter().enumerate() {
-        let speech = speech(text);
+        let speech = voice(text);
         let (first, last) = bounds(&speech);
         let at = audio.len();
         truth.push((((at + first) / 16) as u64, ((at + last) / 16) as u64));
@@ -41,6 +52,11 @@ fn conversation() -> (Vec<f32>, Vec<(u64, u64)>) {
         audio.resize(audio.len() + 16 * [1200, 1800, 2500][i], 0.0);
     }
     (audio, truth)
+}
+
+/// The sentences spoken by espeak-ng.
+fn conversation() -> (Vec<f32>, Vec<(u64, u64)>) {
+    conversation_in(speech)
 }
 
 fn edges(detector: &mut dyn VoiceDetector, audio: &[f32], rules: &EdgeRules) -> Vec<Edge> {
@@ -54,21 +70,34 @@ fn silero_finds_each_sentence_and_its_end_within_a_window() {
     if !needs(&[Need::Models]) {
         return;
     }
-    let (audio, truth) = conversation();
-    let rules = EdgeRules { threshold: 0.5, prefix_padding_ms: 0, silence_duration_ms: 500 };
-    let found = edges(silero().as_mut(), &audio, &rules);
-    assert_eq!(found.len(), 2 * truth.len(), "one start and one stop per sentence: {found:?} for {truth:?}");
-    for (pair, (start, end)) in found.chunks(2).zip(&truth) {
-        let [Edge::Started { audio_start_ms }, Edge::Stopped { audio_end_ms }] = pair else { panic!("{pair:?}") };
-        // (`cargo test --test it vad:: -- --nocapture` shows the errors docs/performance.md reports.)
-        println!(
-            "silero edges: start {:+} ms, end {:+} ms",
-            *audio_start_ms as i64 - *start as i64,
-            *audio_end_ms as i64 - *end as i64
+    // espeak-ng's voice, and the CPU model backend's (Piper), which breathes between words.
+    for (name, voice) in [("espeak-ng", speech as fn(&str) -> Vec<f32>), ("piper", piper)] {
+        let (audio, truth) = conversation_in(voice);
+        let rules = EdgeRules { threshold: 0.5, prefix_padding_ms: 0, silence_duration_ms: 500 };
+        let found = edges(silero().as_mut(), &audio, &rules);
+        assert_eq!(
+            found.len(),
+            2 * truth.len(),
+            "{name}: one start and one stop per sentence: {found:?} for {truth:?}"
         );
-        // The onset needs 90 ms of voiced windows; a window is 32 ms.
-        assert!(audio_start_ms.abs_diff(*start) <= 130, "started at {audio_start_ms} ms, speech at {start} ms");
-        assert!(audio_end_ms.abs_diff(*end) <= 96, "stopped at {audio_end_ms} ms, speech ended at {end} ms");
+        for (pair, (start, end)) in found.chunks(2).zip(&truth) {
+            let [Edge::Started { audio_start_ms }, Edge::Stopped { audio_end_ms }] = pair else { panic!("{pair:?}") };
+            // (`cargo test --test it vad:: -- --nocapture` shows the errors docs/performance.md reports.)
+            println!(
+                "silero edges, {name}: start {:+} ms, end {:+} ms",
+                *audio_start_ms as i64 - *start as i64,
+                *audio_end_ms as i64 - *end as i64
+            );
+            // The onset needs 90 ms of voiced windows; a window is 32 ms.
+            assert!(
+                audio_start_ms.abs_diff(*start) <= 130,
+                "{name}: started at {audio_start_ms} ms, speech at {start} ms"
+            );
+            assert!(
+                audio_end_ms.abs_diff(*end) <= 96,
+                "{name}: stopped at {audio_end_ms} ms, speech ended at {end} ms"
+            );
+        }
     }
 }
 

@@ -8,7 +8,7 @@
 mod engine;
 mod llm;
 mod options;
-mod tts;
+pub mod tts;
 mod vad;
 
 use std::cell::UnsafeCell;

@@ -46,8 +46,11 @@ impl Need {
                 dir.join("libomni_cascade.so").is_file() && dir.join("libomni_asr_whisper.so").is_file()
             }
             Need::Models => {
-                ["ggml-tiny.en.bin", "silero_vad.onnx"].iter().all(|f| models_dir().join(f).is_file())
+                ["ggml-tiny.en.bin", "silero_vad.onnx", "en_US-joe-medium.onnx"]
+                    .iter()
+                    .all(|f| models_dir().join(f).is_file())
                     && Need::CascadeLibraries.met()
+                    && target_dir().join("examples/speak").is_file()
             }
             Need::Sdks => Command::new(sdk_python())
                 .args(["-c", "import openai, dashscope, websockets, aiortc"])
