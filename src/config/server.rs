@@ -15,6 +15,9 @@ pub struct ServerConfig {
     pub max_frame_bytes: usize,
     /// Output a client has not read yet, past which its session ends (slow_consumer).
     pub max_outgoing_bytes: u64,
+    /// A client's messages read and not yet handled by its session, past which the server
+    /// stops reading the connection until the session catches up.
+    pub max_incoming_bytes: u64,
     pub heartbeat_interval_s: f64,
     pub heartbeat_timeout_s: f64,
     pub shutdown_grace_s: f64,
@@ -44,6 +47,7 @@ impl Default for ServerConfig {
             bind: "127.0.0.1:8006".into(),
             max_frame_bytes: 4 * 1024 * 1024,
             max_outgoing_bytes: 8 * 1024 * 1024,
+            max_incoming_bytes: 256 * 1024,
             heartbeat_interval_s: 5.0,
             heartbeat_timeout_s: 30.0,
             shutdown_grace_s: 10.0,
@@ -91,6 +95,9 @@ impl ServerConfig {
         positive("max_frame_bytes", self.max_frame_bytes as f64)?;
         if self.max_outgoing_bytes < 65536 {
             return Err(Invalid::new("max_outgoing_bytes", "must be at least 65536"));
+        }
+        if self.max_incoming_bytes < 65536 {
+            return Err(Invalid::new("max_incoming_bytes", "must be at least 65536"));
         }
         if self.max_frame_bytes < 1024 {
             return Err(Invalid::new("max_frame_bytes", "must be at least 1024"));

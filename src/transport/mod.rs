@@ -8,12 +8,15 @@
 //!   data channel);
 //! - [`limits`]: what one connection may send (the message rate, unfinished fragments);
 //! - [`outgoing`] and [`socket`]: the bound on what a client has not read, and dropping its
-//!   connection when it is over it.
+//!   connection when it is over it;
+//! - [`incoming`]: the bound on what a client sent and its session has not handled (the
+//!   connection is not read past it).
 
 use actix::{Addr, Recipient};
 use omni_actors::session::SessionActor;
 use omni_actors::session::messages::ToClient;
 
+pub mod incoming;
 pub mod limits;
 pub mod outgoing;
 pub mod socket;

@@ -8,6 +8,7 @@
 //! answering pings, or does not read; the session then hears why ([`FromClient::Ended`]) and
 //! ends untold. The session ends it for everything else ([`ToClient::Close`]).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -21,6 +22,7 @@ use omni_actors::session::SessionActor;
 use omni_actors::session::messages::{FromClient, ToClient};
 
 use super::StartSession;
+use super::incoming::Backlog;
 use super::limits::{Admit, FragmentBudget, FragmentRefusal, Fragments, MessageRate, RateLimit};
 use super::outgoing::OutgoingLimit;
 
@@ -52,6 +54,8 @@ pub struct WebSocketEdge {
     last_heard: Instant,
     /// The bound on what waits to be sent to a client that does not read; `None`: unbounded.
     outgoing: Option<OutgoingLimit>,
+    /// What the session has been handed and not handled yet (the request body waits on it).
+    incoming: Arc<Backlog>,
     /// Why the edge ended the connection (the session is told when the edge stops).
     ended: Option<CloseReason>,
     /// The session asked for the close: it needs no telling.
@@ -64,6 +68,7 @@ impl WebSocketEdge {
         conn: u64,
         fragments: std::sync::Arc<FragmentBudget>,
         outgoing: Option<OutgoingLimit>,
+        incoming: Arc<Backlog>,
         start: StartSession,
     ) -> WebSocketEdge {
         let now = Instant::now();
@@ -77,6 +82,7 @@ impl WebSocketEdge {
             session: None,
             last_heard: now,
             outgoing,
+            incoming,
             ended: None,
             closed_by_session: false,
         }
@@ -91,6 +97,12 @@ impl WebSocketEdge {
     fn tell(&self, msg: FromClient) {
         if let Some(s) = &self.session {
             s.do_send(msg);
+        }
+    }
+
+    fn hand(&self, text: ByteString) {
+        if let Some(s) = &self.session {
+            self.incoming.hand(s, text);
         }
     }
 
@@ -176,7 +188,7 @@ impl WebSocketEdge {
                 Ok(bytes) => {
                     metrics().bytes_received.inc_by(bytes.len() as u64);
                     return match ByteString::try_from(Bytes::from(bytes)) {
-                        Ok(text) => self.tell(FromClient::Text(text)),
+                        Ok(text) => self.hand(text),
                         Err(_) => self.violation(ctx, Violation::InvalidUtf8),
                     };
                 }
@@ -286,7 +298,7 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for WebSocketEdge {
             Ok(ws::Message::Text(text)) => {
                 metrics().bytes_received.inc_by(text.len() as u64);
                 if self.within_rate(ctx) {
-                    self.tell(FromClient::Text(text));
+                    self.hand(text);
                 }
             }
             Ok(ws::Message::Binary(data)) => {

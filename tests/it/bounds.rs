@@ -302,3 +302,39 @@ async fn an_any_thread_call_that_blocks_stalls_only_its_own_worker() {
     let events = answer_to(&mut stuck, "input_3").await;
     assert_eq!(kinds(&events), ["listen", "listen"]);
 }
+
+/// A client that sends faster than its session handles them: past `max_incoming_bytes` of its
+/// messages unhandled the server stops reading its connection (TCP makes the client's sends
+/// wait), so what the server holds for it stays bounded; once the client is gone, nothing of
+/// it is left counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_sending_faster_than_its_session_handles_is_read_no_faster() {
+    use tokio_tungstenite::tungstenite::Message;
+    const MAX: f64 = 65536.0;
+    let server = Server::ready(Setup::default().server("max_incoming_bytes = 65536").server("max_messages_per_s = 0"));
+    let mut c = openai(&server).await;
+    c.expect("session.created").await;
+    // 400 seconds of audio, 64 KB a message, sent as fast as the connection takes them.
+    let append = json!({"type": "input_audio_buffer.append", "audio": pcm16_silence(1.0, 24000)}).to_string();
+    let size = append.len() as f64;
+    let sender = tokio::spawn(async move {
+        for _ in 0..400 {
+            c.send_raw(Message::text(append.clone())).await;
+        }
+        c
+    });
+    let mut most = 0.0f64;
+    while !sender.is_finished() {
+        most = most.max(server.metric("omni_incoming_bytes_waiting"));
+    }
+    // The bound, the message that crossed it, and what the HTTP layer and the WebSocket codec
+    // had already read when the reading stopped (it reads on in pieces of up to 32 KB).
+    assert!(most <= MAX + 4.0 * size, "{most} bytes waited unhandled (bound {MAX}, a message {size})");
+    let c = sender.await.unwrap();
+    drop(c); // gone without a close
+    let deadline = std::time::Instant::now() + WAIT;
+    while server.metric("omni_incoming_bytes_waiting") > 0.0 {
+        assert!(std::time::Instant::now() < deadline, "bytes still counted after the client left");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}

@@ -47,6 +47,8 @@ pub struct Metrics {
     pub sessions_closed: IntCounterVec,
     pub bytes_received: IntCounter,
     pub bytes_sent: IntCounter,
+    /// Bytes of clients' messages read and not yet handled by their sessions.
+    pub incoming_bytes_waiting: IntGauge,
     /// Workers per state.
     pub workers: IntGaugeVec,
     pub worker_restarts: IntCounterVec,
@@ -230,6 +232,11 @@ impl Metrics {
             sessions_closed: counter_vec(&r, "omni_sessions_closed_total", "Sessions ended", &["reason"]),
             bytes_received: counter(&r, "omni_bytes_received_total", "WebSocket message bytes received"),
             bytes_sent: counter(&r, "omni_bytes_sent_total", "WebSocket message bytes sent"),
+            incoming_bytes_waiting: gauge(
+                &r,
+                "omni_incoming_bytes_waiting",
+                "Bytes of clients' messages read and not yet handled by their sessions",
+            ),
             workers: gauge_vec(&r, "omni_workers", "Workers per state", &["state"]),
             worker_restarts: counter_vec(&r, "omni_worker_restarts_total", "Worker restarts", &["worker"]),
             recording_lag_bytes: gauge(&r, "omni_recording_lag_bytes", "Bytes handed to recorders and not yet written"),

@@ -150,6 +150,16 @@ impl SessionActor {
         }
     }
 
+    /// Starts the session with a mailbox of no fixed capacity: its edge bounds what it hands
+    /// the session by the bytes not yet handled (and waits for each message's handling), and a
+    /// `send` into a full mailbox would wait and could overtake a client's earlier message.
+    pub fn start_for_edge(self) -> Addr<SessionActor> {
+        SessionActor::create(move |ctx| {
+            ctx.set_mailbox_capacity(0);
+            self
+        })
+    }
+
     fn worker_name(&self) -> &str {
         self.worker.as_ref().map_or("-", |w| w.name.as_str())
     }

@@ -33,6 +33,7 @@ use super::codec::{Downlink, FRAME_SAMPLES, RTP_TICKS_PER_FRAME, Refused, Uplink
 use super::events::{self, Incoming, Outgoing};
 use super::playout::{FRAME_MS, Notice, Playout};
 use crate::transport::StartSession;
+use crate::transport::incoming::Backlog;
 use crate::transport::limits::{Admit, MessageRate, RateLimit};
 
 /// The data channel the events travel on, as the OpenAI Realtime API names it.
@@ -57,6 +58,9 @@ pub struct CallSettings {
     /// Events that may wait for the client: before the data channel opens, and while the
     /// channel's own buffer is full. Past it the client is dropped (`slow_consumer`).
     pub max_outgoing_bytes: usize,
+    /// The client's events and voice its session has not handled yet, past which its voice is
+    /// dropped (UDP cannot be told to wait) until the session catches up.
+    pub max_incoming_bytes: usize,
 }
 
 /// Hang up: the client asked (`POST /v1/realtime/calls/{id}/hangup`).
@@ -103,6 +107,8 @@ pub struct CallEdge {
     pacer: Option<SpawnHandle>,
     timer: Option<(Instant, SpawnHandle)>,
     rate: Option<MessageRate>,
+    /// What the session has been handed and not handled yet.
+    incoming: Arc<Backlog>,
 }
 
 /// What a call starts from: its negotiated `Rtc` and socket, and how it reaches the rest.
@@ -129,6 +135,7 @@ impl CallEdge {
             socket,
             local,
             rate: parts.settings.rate.map(|l| MessageRate::new(l, now)),
+            incoming: Backlog::new(parts.settings.max_incoming_bytes),
             settings: parts.settings,
             start: Some(parts.start),
             first: parts.first,
@@ -288,9 +295,16 @@ impl CallEdge {
             }
         }
         if self.voice.len() >= UPLINK_SAMPLES {
+            if self.incoming.full() {
+                // The session is behind by `max_incoming_bytes`: this voice is dropped.
+                metrics().chunks_dropped.with_label_values(&["audio"]).inc();
+                log::debug!("call {}: its session is behind; {} samples of voice dropped", self.id, self.voice.len());
+                self.voice.clear();
+                return;
+            }
             let text = events::append(&self.voice);
             self.voice.clear();
-            self.tell(FromClient::Text(ByteString::from(text)));
+            self.hand(ByteString::from(text));
         }
     }
 
@@ -314,7 +328,14 @@ impl CallEdge {
             Incoming::Rewritten(rewritten) => rewritten,
             Incoming::Forward => text,
         };
-        self.tell(FromClient::Text(ByteString::from(text)));
+        self.hand(ByteString::from(text));
+    }
+
+    /// Hands the session a client's event, counted until it is handled.
+    fn hand(&self, text: ByteString) {
+        if let Some(s) = &self.session {
+            self.incoming.hand(s, text);
+        }
     }
 
     fn within_rate(&mut self, ctx: &mut Context<Self>) -> bool {

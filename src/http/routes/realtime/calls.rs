@@ -160,6 +160,7 @@ pub async fn create(req: HttpRequest, payload: web::Payload, gw: web::Data<Gatew
         connect_timeout: calls.spec().connect_timeout,
         rate: config.message_rate(),
         max_outgoing_bytes: config.server.max_outgoing_bytes as usize,
+        max_incoming_bytes: config.server.max_incoming_bytes as usize,
     };
     let (conn, key_id) = (admitted.conn, admitted.key_id.clone());
     let parts = CallParts {

@@ -10,7 +10,6 @@ pub mod websocket;
 use std::collections::HashMap;
 use std::time::Instant;
 
-use actix::prelude::*;
 use actix_web::http::StatusCode;
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -76,7 +75,7 @@ impl Admitted {
         Box::new(move |edge| {
             let links =
                 SessionLinks { edge, conn, queue, registry, admission: Some(admission), sinks, client, transcription };
-            SessionActor::new(settings, dialect, links).start()
+            SessionActor::new(settings, dialect, links).start_for_edge()
         })
     }
 }

@@ -17,6 +17,7 @@ use crate::dialect::openai::Flavor;
 use crate::http::Gateway;
 use crate::http::routes::http_error;
 use crate::http::{auth, client_secrets};
+use crate::transport::incoming::{Backlog, Gated};
 use crate::transport::outgoing::{Metered, OutgoingLimit, OutgoingMeter};
 use crate::transport::socket::ConnSocket;
 use crate::transport::websocket::{EdgeSettings, WebSocketEdge};
@@ -125,7 +126,9 @@ async fn upgrade(
     // A client secret's settings, for the OpenAI-shaped dialects (the MiniCPM-o ones have none).
     let first = admitted.session.as_ref().filter(|_| openai).map(client_secrets::session_update);
     let start = admitted.starter(&gw);
-    let edge = WebSocketEdge::new(edge_settings, conn, gw.fragments.clone(), outgoing, start).with_first(first);
+    let incoming = Backlog::new(config.server.max_incoming_bytes as usize);
+    let edge = WebSocketEdge::new(edge_settings, conn, gw.fragments.clone(), outgoing, incoming.clone(), start)
+        .with_first(first);
     // Browsers offer `realtime` (with their key as a subprotocol): the server selects it.
     let mut response = if protocols.is_empty() {
         ws::handshake(&req)?
@@ -133,5 +136,7 @@ async fn upgrade(
         ws::handshake_with_protocols(&req, &["realtime", "openai-beta.realtime-v1"])?
     };
     let codec = actix_http::ws::Codec::new().max_size(config.server.max_frame_bytes);
+    // The request body is read only while the session keeps up with it.
+    let payload = Gated::new(payload, incoming);
     Ok(response.streaming(Metered::new(ws::WebsocketContext::with_codec(edge, payload, codec), meter)))
 }

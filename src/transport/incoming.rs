@@ -1,0 +1,152 @@
+//! A connection's incoming messages, bounded by what its session has handled.
+//!
+//! The edge reads a client's messages as they arrive and hands them to its session, whose
+//! work on each (parsing, decoding the audio, the dialect) costs more than reading it. A gateway
+//! past its ceiling would read on while every session falls behind, holding what clients sent in
+//! memory without a bound: at 10,000 sessions on two cores, 5 GB of unhandled messages in 30 s.
+//! [`Backlog`] counts the bytes handed to the session and not yet handled by it; past
+//! `max_bytes` the [`Gated`] request body stops yielding, so the HTTP layer stops reading the
+//! socket (it buffers a few KB at most) and TCP's flow control makes the client wait. Nothing is
+//! dropped; the client's sends slow down to what its session handles.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+
+use actix::Addr;
+use actix::prelude::Stream;
+use bytestring::ByteString;
+use futures_util::task::AtomicWaker;
+use omni_actors::observe::metrics::metrics;
+use omni_actors::session::SessionActor;
+use omni_actors::session::messages::FromClient;
+
+/// What one connection's session has been handed and has not handled yet.
+#[derive(Debug)]
+pub struct Backlog {
+    waiting: AtomicUsize,
+    max_bytes: usize,
+    /// The request body waiting for room.
+    reader: AtomicWaker,
+}
+
+impl Backlog {
+    pub fn new(max_bytes: usize) -> Arc<Backlog> {
+        Arc::new(Backlog { waiting: AtomicUsize::new(0), max_bytes, reader: AtomicWaker::new() })
+    }
+
+    /// Hands `session` a client's message, counted until the session handled it (or is gone
+    /// and its mailbox dropped it).
+    pub fn hand(self: &Arc<Self>, session: &Addr<SessionActor>, text: ByteString) {
+        let handing = Handing { backlog: self.clone(), bytes: text.len() };
+        self.handed(handing.bytes);
+        let handled = session.send(FromClient::Text(text));
+        actix::spawn(async move {
+            let _ = handled.await;
+            drop(handing);
+        });
+    }
+
+    /// A message of `bytes` goes to the session.
+    fn handed(&self, bytes: usize) {
+        self.waiting.fetch_add(bytes, Ordering::AcqRel);
+        metrics().incoming_bytes_waiting.add(bytes as i64);
+    }
+
+    /// The session handled a message of `bytes` (or is gone and never will).
+    fn handled(&self, bytes: usize) {
+        let before = self.waiting.fetch_sub(bytes, Ordering::AcqRel);
+        metrics().incoming_bytes_waiting.sub(bytes as i64);
+        if before >= self.max_bytes && before - bytes < self.max_bytes {
+            self.reader.wake();
+        }
+    }
+
+    /// Bytes handed and not handled.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Acquire)
+    }
+
+    /// The session is `max_bytes` or more behind.
+    pub fn full(&self) -> bool {
+        self.waiting() >= self.max_bytes
+    }
+}
+
+/// A message in a session's mailbox: out of the backlog once handled, or dropped unhandled.
+struct Handing {
+    backlog: Arc<Backlog>,
+    bytes: usize,
+}
+
+impl Drop for Handing {
+    fn drop(&mut self) {
+        self.backlog.handled(self.bytes);
+    }
+}
+
+/// A request body read only while its connection's [`Backlog`] has room: one message may
+/// take it past `max_bytes`, the next waits.
+pub struct Gated<S> {
+    inner: Pin<Box<S>>,
+    backlog: Arc<Backlog>,
+}
+
+impl<S> Gated<S> {
+    pub fn new(inner: S, backlog: Arc<Backlog>) -> Gated<S> {
+        Gated { inner: Box::pin(inner), backlog }
+    }
+}
+
+impl<S: Stream> Stream for Gated<S> {
+    type Item = S::Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.backlog.full() {
+            self.backlog.reader.register(cx.waker());
+            // The session may have caught up in between.
+            if self.backlog.full() {
+                return Poll::Pending;
+            }
+        }
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::task::Wake;
+
+    struct Flag(AtomicBool);
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn the_body_waits_while_the_session_is_behind_and_goes_on_when_it_catches_up() {
+        let backlog = Backlog::new(1000);
+        let mut body = Gated::new(futures_util::stream::iter(0..3), backlog.clone());
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        let waker = std::task::Waker::from(flag.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert_eq!(Pin::new(&mut body).poll_next(&mut cx), Poll::Ready(Some(0)));
+        // One message may take it past the bound...
+        backlog.handed(600);
+        assert_eq!(Pin::new(&mut body).poll_next(&mut cx), Poll::Ready(Some(1)));
+        backlog.handed(600);
+        // ...the next waits, and is woken when the session is back under it.
+        assert_eq!(Pin::new(&mut body).poll_next(&mut cx), Poll::Pending);
+        backlog.handled(100);
+        assert!(!flag.0.load(Ordering::SeqCst), "still 1,100 bytes behind");
+        assert_eq!(Pin::new(&mut body).poll_next(&mut cx), Poll::Pending);
+        backlog.handled(600);
+        assert!(flag.0.load(Ordering::SeqCst), "woken");
+        assert_eq!(Pin::new(&mut body).poll_next(&mut cx), Poll::Ready(Some(2)));
+        assert_eq!(backlog.waiting(), 500);
+    }
+}
