@@ -18,6 +18,9 @@ pub struct ServerConfig {
     /// A client's messages read and not yet handled by its session, past which the server
     /// stops reading the connection until the session catches up.
     pub max_incoming_bytes: u64,
+    /// What every connection's session may have read and not handled, together: past it a
+    /// connection with a message of its own waiting is not read until it is handled.
+    pub max_incoming_total_mb: f64,
     pub heartbeat_interval_s: f64,
     pub heartbeat_timeout_s: f64,
     pub shutdown_grace_s: f64,
@@ -48,6 +51,7 @@ impl Default for ServerConfig {
             max_frame_bytes: 4 * 1024 * 1024,
             max_outgoing_bytes: 8 * 1024 * 1024,
             max_incoming_bytes: 256 * 1024,
+            max_incoming_total_mb: 64.0,
             heartbeat_interval_s: 5.0,
             heartbeat_timeout_s: 30.0,
             shutdown_grace_s: 10.0,
@@ -99,6 +103,7 @@ impl ServerConfig {
         if self.max_incoming_bytes < 65536 {
             return Err(Invalid::new("max_incoming_bytes", "must be at least 65536"));
         }
+        positive("max_incoming_total_mb", self.max_incoming_total_mb)?;
         if self.max_frame_bytes < 1024 {
             return Err(Invalid::new("max_frame_bytes", "must be at least 1024"));
         }

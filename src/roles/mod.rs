@@ -26,6 +26,7 @@ use omni_actors::worker::BackendLimits;
 
 use crate::config::Config;
 use crate::http::auth::Keys;
+use crate::transport::incoming::IncomingBudget;
 use crate::transport::limits::FragmentBudget;
 
 /// What a role that serves clients gives the HTTP server: its actors, and what every
@@ -45,6 +46,8 @@ pub struct Serving {
     pub keys: Keys,
     /// What every connection's unfinished fragmented messages may hold together.
     pub fragments: Arc<FragmentBudget>,
+    /// What every connection's session may have read and not handled, together.
+    pub incoming: Arc<IncomingBudget>,
     /// The voice activity detectors of the OpenAI-shaped dialects' sessions (`[vad]`).
     pub voice: omni_actors::edge::vad::SharedDetectors,
     /// The gateway's recogniser (`[transcription]`), when on.
@@ -68,6 +71,7 @@ struct Common {
     subscribers: Subscribers,
     keys: Keys,
     fragments: Arc<FragmentBudget>,
+    incoming: Arc<IncomingBudget>,
     registry: Arc<Registry>,
     voice: omni_actors::edge::vad::SharedDetectors,
     transcription: Option<omni_actors::transcribe::TranscriptionPort>,
@@ -90,9 +94,11 @@ impl Common {
         let keys = Keys::new(config.api_keys.clone(), config.admin_key.clone())
             .with_client_secrets(config.webrtc.max_client_secrets, config.webrtc.max_client_secrets_per_key);
         let fragments = FragmentBudget::new((config.server.max_fragment_buffer_mb * 1048576.0) as usize);
+        let incoming = IncomingBudget::new((config.server.max_incoming_total_mb * 1048576.0) as usize);
         let voice = crate::vad::detectors(&config.vad);
         let transcription = config.transcription.as_ref().map(crate::transcription::start);
-        Common { recorder, subscribers, keys, fragments, registry: Registry::new(), voice, transcription }
+        let registry = Registry::new();
+        Common { recorder, subscribers, keys, fragments, incoming, registry, voice, transcription }
     }
 
     fn serving(
@@ -111,6 +117,7 @@ impl Common {
             subscribers: self.subscribers,
             keys: self.keys,
             fragments: self.fragments,
+            incoming: self.incoming,
             voice: self.voice,
             transcription: self.transcription,
             calls: config.webrtc.enabled.then(|| crate::transport::webrtc::Calls::new(config.webrtc.clone())),

@@ -22,18 +22,38 @@ use omni_actors::observe::metrics::metrics;
 use omni_actors::session::SessionActor;
 use omni_actors::session::messages::FromClient;
 
+/// What every connection's sessions have been handed and have not handled yet, together: past
+/// `max_bytes` a connection with a message of its own waiting reads no more until it is handled
+/// (one with none may always hand one, so that every session goes on).
+#[derive(Debug)]
+pub struct IncomingBudget {
+    waiting: AtomicUsize,
+    max_bytes: usize,
+}
+
+impl IncomingBudget {
+    pub fn new(max_bytes: usize) -> Arc<IncomingBudget> {
+        Arc::new(IncomingBudget { waiting: AtomicUsize::new(0), max_bytes })
+    }
+
+    fn full(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) >= self.max_bytes
+    }
+}
+
 /// What one connection's session has been handed and has not handled yet.
 #[derive(Debug)]
 pub struct Backlog {
     waiting: AtomicUsize,
     max_bytes: usize,
+    all: Arc<IncomingBudget>,
     /// The request body waiting for room.
     reader: AtomicWaker,
 }
 
 impl Backlog {
-    pub fn new(max_bytes: usize) -> Arc<Backlog> {
-        Arc::new(Backlog { waiting: AtomicUsize::new(0), max_bytes, reader: AtomicWaker::new() })
+    pub fn new(max_bytes: usize, all: Arc<IncomingBudget>) -> Arc<Backlog> {
+        Arc::new(Backlog { waiting: AtomicUsize::new(0), max_bytes, all, reader: AtomicWaker::new() })
     }
 
     /// Hands `session` a client's message, counted until the session handled it (or is gone
@@ -51,16 +71,17 @@ impl Backlog {
     /// A message of `bytes` goes to the session.
     fn handed(&self, bytes: usize) {
         self.waiting.fetch_add(bytes, Ordering::AcqRel);
+        self.all.waiting.fetch_add(bytes, Ordering::AcqRel);
         metrics().incoming_bytes_waiting.add(bytes as i64);
     }
 
-    /// The session handled a message of `bytes` (or is gone and never will).
+    /// The session handled a message of `bytes` (or is gone and never will): the body may
+    /// read again.
     fn handled(&self, bytes: usize) {
-        let before = self.waiting.fetch_sub(bytes, Ordering::AcqRel);
+        self.waiting.fetch_sub(bytes, Ordering::AcqRel);
+        self.all.waiting.fetch_sub(bytes, Ordering::AcqRel);
         metrics().incoming_bytes_waiting.sub(bytes as i64);
-        if before >= self.max_bytes && before - bytes < self.max_bytes {
-            self.reader.wake();
-        }
+        self.reader.wake();
     }
 
     /// Bytes handed and not handled.
@@ -68,9 +89,11 @@ impl Backlog {
         self.waiting.load(Ordering::Acquire)
     }
 
-    /// The session is `max_bytes` or more behind.
+    /// No more is read: this session is `max_bytes` behind, or every session together is past
+    /// their budget and this one has a message of its own waiting.
     pub fn full(&self) -> bool {
-        self.waiting() >= self.max_bytes
+        let waiting = self.waiting();
+        waiting >= self.max_bytes || (waiting > 0 && self.all.full())
     }
 }
 
@@ -129,7 +152,7 @@ mod tests {
 
     #[test]
     fn the_body_waits_while_the_session_is_behind_and_goes_on_when_it_catches_up() {
-        let backlog = Backlog::new(1000);
+        let backlog = Backlog::new(1000, IncomingBudget::new(1 << 20));
         let mut body = Gated::new(futures_util::stream::iter(0..3), backlog.clone());
         let flag = Arc::new(Flag(AtomicBool::new(false)));
         let waker = std::task::Waker::from(flag.clone());
@@ -142,11 +165,25 @@ mod tests {
         // ...the next waits, and is woken when the session is back under it.
         assert_eq!(Pin::new(&mut body).poll_next(&mut cx), Poll::Pending);
         backlog.handled(100);
-        assert!(!flag.0.load(Ordering::SeqCst), "still 1,100 bytes behind");
-        assert_eq!(Pin::new(&mut body).poll_next(&mut cx), Poll::Pending);
+        assert_eq!(Pin::new(&mut body).poll_next(&mut cx), Poll::Pending, "still 1,100 bytes behind");
         backlog.handled(600);
         assert!(flag.0.load(Ordering::SeqCst), "woken");
         assert_eq!(Pin::new(&mut body).poll_next(&mut cx), Poll::Ready(Some(2)));
         assert_eq!(backlog.waiting(), 500);
+    }
+
+    #[test]
+    fn past_the_total_a_session_with_a_message_waiting_reads_no_more_and_one_without_may() {
+        let all = IncomingBudget::new(1000);
+        let (a, b) = (Backlog::new(800, all.clone()), Backlog::new(800, all.clone()));
+        a.handed(700);
+        assert!(!a.full() && !b.full());
+        b.handed(400); // 1,100 of 1,000 together
+        assert!(a.full() && b.full(), "each has a message of its own waiting");
+        let c = Backlog::new(800, all.clone());
+        assert!(!c.full(), "a session with nothing waiting may always hand one");
+        a.handled(700);
+        assert!(!a.full() && !b.full(), "back under the total");
+        assert_eq!(all.waiting.load(Ordering::SeqCst), 400);
     }
 }

@@ -33,7 +33,7 @@ use super::codec::{Downlink, FRAME_SAMPLES, RTP_TICKS_PER_FRAME, Refused, Uplink
 use super::events::{self, Incoming, Outgoing};
 use super::playout::{FRAME_MS, Notice, Playout};
 use crate::transport::StartSession;
-use crate::transport::incoming::Backlog;
+use crate::transport::incoming::{Backlog, IncomingBudget};
 use crate::transport::limits::{Admit, MessageRate, RateLimit};
 
 /// The data channel the events travel on, as the OpenAI Realtime API names it.
@@ -120,6 +120,8 @@ pub struct CallParts {
     pub start: StartSession,
     pub first: Vec<String>,
     pub calls: Arc<Calls>,
+    /// What every session may have read and not handled, together.
+    pub incoming: Arc<IncomingBudget>,
 }
 
 impl CallEdge {
@@ -135,7 +137,7 @@ impl CallEdge {
             socket,
             local,
             rate: parts.settings.rate.map(|l| MessageRate::new(l, now)),
-            incoming: Backlog::new(parts.settings.max_incoming_bytes),
+            incoming: Backlog::new(parts.settings.max_incoming_bytes, parts.incoming),
             settings: parts.settings,
             start: Some(parts.start),
             first: parts.first,

@@ -171,6 +171,7 @@ pub async fn create(req: HttpRequest, payload: web::Payload, gw: web::Data<Gatew
         start: admitted.starter(&gw),
         first,
         calls: calls.clone(),
+        incoming: gw.incoming.clone(),
     };
     match CallEdge::new(parts) {
         // Known by its id before the answer leaves: a hangup right after it finds the call.

@@ -126,7 +126,7 @@ async fn upgrade(
     // A client secret's settings, for the OpenAI-shaped dialects (the MiniCPM-o ones have none).
     let first = admitted.session.as_ref().filter(|_| openai).map(client_secrets::session_update);
     let start = admitted.starter(&gw);
-    let incoming = Backlog::new(config.server.max_incoming_bytes as usize);
+    let incoming = Backlog::new(config.server.max_incoming_bytes as usize, gw.incoming.clone());
     let edge = WebSocketEdge::new(edge_settings, conn, gw.fragments.clone(), outgoing, incoming.clone(), start)
         .with_first(first);
     // Browsers offer `realtime` (with their key as a subprotocol): the server selects it.
