@@ -14,19 +14,30 @@ use std::task::{Context, Poll};
 
 use actix::prelude::Stream;
 use actix_web::web::Bytes;
+use omni_actors::observe::metrics::metrics;
 
-/// Bytes written by the session and bytes taken by the connection.
+/// Bytes written by the session and bytes taken by the connection, and what of the backlog
+/// is counted in `omni_outgoing_bytes_waiting`.
 #[derive(Debug, Default)]
 pub struct OutgoingMeter {
     written: AtomicU64,
     pulled: AtomicU64,
+    counted: AtomicU64,
 }
 
 impl OutgoingMeter {
     /// The session wrote a frame of `bytes`; returns what now waits to be sent.
     pub fn wrote(&self, bytes: usize) -> u64 {
-        let written = self.written.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
-        written.saturating_sub(self.pulled.load(Ordering::Relaxed))
+        self.written.fetch_add(bytes as u64, Ordering::Relaxed);
+        self.count()
+    }
+
+    /// Brings the gauge to this connection's backlog; returns the backlog.
+    fn count(&self) -> u64 {
+        let backlog = self.backlog();
+        let before = self.counted.swap(backlog, Ordering::Relaxed);
+        metrics().outgoing_bytes_waiting.add(backlog as i64 - before as i64);
+        backlog
     }
 
     /// What waits to be sent (frame headers make it a slight underestimate).
@@ -70,8 +81,17 @@ where
         let polled = self.inner.as_mut().poll_next(cx);
         if let Poll::Ready(Some(Ok(bytes))) = &polled {
             self.meter.pulled.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            self.meter.count();
         }
         polled
+    }
+}
+
+impl<S> Drop for Metered<S> {
+    /// The connection is gone: what waited for it is no longer held.
+    fn drop(&mut self) {
+        let counted = self.meter.counted.swap(0, Ordering::Relaxed);
+        metrics().outgoing_bytes_waiting.sub(counted as i64);
     }
 }
 

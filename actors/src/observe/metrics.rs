@@ -49,6 +49,8 @@ pub struct Metrics {
     pub bytes_sent: IntCounter,
     /// Bytes of clients' messages read and not yet handled by their sessions.
     pub incoming_bytes_waiting: IntGauge,
+    /// Bytes sessions wrote that their clients have not taken yet.
+    pub outgoing_bytes_waiting: IntGauge,
     /// Workers per state.
     pub workers: IntGaugeVec,
     pub worker_restarts: IntCounterVec,
@@ -236,6 +238,11 @@ impl Metrics {
                 &r,
                 "omni_incoming_bytes_waiting",
                 "Bytes of clients' messages read and not yet handled by their sessions",
+            ),
+            outgoing_bytes_waiting: gauge(
+                &r,
+                "omni_outgoing_bytes_waiting",
+                "Bytes sessions wrote that their clients have not taken yet",
             ),
             workers: gauge_vec(&r, "omni_workers", "Workers per state", &["state"]),
             worker_restarts: counter_vec(&r, "omni_worker_restarts_total", "Worker restarts", &["worker"]),
