@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
+use crate::early::EarlyAsr;
 use crate::llm::{Llm, LlmError, Sampling};
 use crate::options::Options;
 use crate::options::VadEngine;
@@ -98,6 +99,25 @@ struct Step {
     /// This step began the answer: its first clause goes out alone, at once (the gateway
     /// sends a step's outputs when the step ends).
     began: bool,
+    /// At the endpoint: the utterance and its voiced milliseconds.
+    heard_at: (u64, u32),
+}
+
+/// What Whisper heard, without its non-speech tags ("[BLANK_AUDIO]", "(music)"); empty when no
+/// word is left.
+fn words(heard: &str) -> String {
+    let mut out = String::new();
+    let mut depth = 0;
+    for c in heard.chars() {
+        match c {
+            '[' | '(' => depth += 1,
+            ']' | ')' if depth > 0 => depth -= 1,
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    let out = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    if out.chars().any(|c| c.is_alphanumeric()) { out } else { String::new() }
 }
 
 /// Appended to the system prompt: the answer is heard, not read.
@@ -116,11 +136,15 @@ pub struct Engine {
     vad: Vad,
     session: Option<Session>,
     utterance: Vec<f32>,
+    /// Utterances begun (names the one an early transcription heard).
+    utterances: u64,
     preroll: VecDeque<f32>,
     answer: Option<Answer>,
     /// Seconds of speech sent ahead of real time in the current answer.
     ahead: f32,
     step: Step,
+    /// Whisper on the utterance so far, started during the endpoint's hang-over.
+    early: EarlyAsr,
     /// An output that did not fit the caller's buffers, handed out again.
     pub held: Option<Piece>,
     turn_first: Option<(u32, String)>,
@@ -159,10 +183,12 @@ impl Engine {
             vad: Vad::new(detector),
             session: None,
             utterance: Vec::new(),
+            utterances: 0,
             preroll: VecDeque::new(),
             answer: None,
             ahead: 0.0,
             step: Step::default(),
+            early: EarlyAsr::default(),
             held: None,
             turn_first: None,
         };
@@ -186,6 +212,7 @@ impl Engine {
     }
 
     pub fn reset(&mut self) {
+        self.early.discard();
         self.llm.clear();
         self.vad.clear();
         self.session = None;
@@ -282,6 +309,7 @@ impl Engine {
         }
         if self.vad.in_speech() || endpoint {
             if !was_speaking && self.utterance.is_empty() {
+                self.utterances += 1;
                 self.utterance.extend(self.preroll.drain(..));
             }
             self.utterance.extend_from_slice(audio);
@@ -292,7 +320,14 @@ impl Engine {
         }
         if endpoint || self.utterance.len() >= MAX_UTTERANCE {
             self.step.endpoint = true;
+            self.step.heard_at = (self.utterances, self.vad.speech_ms);
             self.vad.clear();
+        } else if self.opt.early_asr_ms > 0
+            && self.answer.is_none()
+            && self.vad.speech_ms >= self.opt.speech_min_ms
+            && self.vad.silence_ms >= self.opt.early_asr_ms
+        {
+            self.early.start(&self.shared.asr, &self.utterance, (self.utterances, self.vad.speech_ms));
         }
         self.step.prefill_us = t0.elapsed().as_micros() as u32;
         Ok(())
@@ -309,7 +344,10 @@ impl Engine {
             self.step.endpoint = false;
             let audio = std::mem::take(&mut self.utterance);
             let ta = Instant::now();
-            let heard = self.hear(&audio)?;
+            let heard = match self.early.take(self.step.heard_at) {
+                Some(text) => words(&text),
+                None => self.hear(&audio)?,
+            };
             let asr_ms = ta.elapsed().as_millis();
             if heard.is_empty() {
                 Piece { listen: true, ..Piece::default() }
@@ -378,27 +416,15 @@ impl Engine {
         r.map_err(Error::from)
     }
 
-    /// The words of an utterance, without Whisper's non-speech tags ("[BLANK_AUDIO]", "(music)").
+    /// The words of an utterance (see [`words`]).
     fn hear(&mut self, audio: &[f32]) -> Result<String, Error> {
         if self.cancelled() {
             return Err(Error::Interrupted);
         }
+        self.early.discard();
         match self.shared.asr.transcribe(audio).map_err(Error::Inference)? {
             Heard::Aborted => Err(Error::Interrupted),
-            Heard::Text(t) => {
-                let mut out = String::new();
-                let mut depth = 0;
-                for c in t.chars() {
-                    match c {
-                        '[' | '(' => depth += 1,
-                        ']' | ')' if depth > 0 => depth -= 1,
-                        _ if depth == 0 => out.push(c),
-                        _ => {}
-                    }
-                }
-                let out = out.split_whitespace().collect::<Vec<_>>().join(" ");
-                Ok(if out.chars().any(|c| c.is_alphanumeric()) { out } else { String::new() })
-            }
+            Heard::Text(t) => Ok(words(&t)),
         }
     }
 
@@ -572,7 +598,14 @@ pub fn clause_end(text: &str) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::clause_end;
+    use super::{clause_end, words};
+
+    #[test]
+    fn whispers_non_speech_tags_are_not_words() {
+        assert_eq!(words(" [BLANK_AUDIO]"), "");
+        assert_eq!(words(" What (music) is  it?"), "What is it?");
+        assert_eq!(words("(sighs) ..."), "", "no word left");
+    }
 
     #[test]
     fn clauses_end_at_sentence_ends_and_long_pauses() {

@@ -5,6 +5,7 @@
 //! the C ABI: the function table, the handle, and the copying into the caller's buffers. No
 //! panic crosses it.
 
+mod early;
 mod engine;
 mod llm;
 mod options;

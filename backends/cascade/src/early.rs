@@ -1,0 +1,61 @@
+//! Early transcription: once the user has been silent for `early_asr_ms`, Whisper starts on the
+//! utterance so far, on a thread of its own, while the rest of the endpoint's hang-over
+//! (`silence_ms`) runs. At the endpoint its words are used if the user said nothing more since
+//! it started (the rest of the utterance is the silence that ended it); otherwise the utterance
+//! is transcribed again, after the early job has ended (the recogniser runs one job at a time).
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use omni_asr_client::{Asr, Heard};
+
+/// Which utterance, and how much of its speech: the engine's count of utterances begun, and
+/// the voiced milliseconds in it.
+pub type Point = (u64, u32);
+
+struct Job {
+    /// The utterance and its voiced milliseconds when the job started.
+    at: Point,
+    handle: JoinHandle<Result<Heard, String>>,
+}
+
+#[derive(Default)]
+pub struct EarlyAsr {
+    job: Option<Job>,
+}
+
+impl EarlyAsr {
+    /// Starts a job on `audio` (the utterance as of `at`), unless one is running; a finished
+    /// job of an utterance that went on since is replaced.
+    pub fn start(&mut self, asr: &Arc<Asr>, audio: &[f32], at: Point) {
+        if let Some(job) = &self.job
+            && (job.at == at || !job.handle.is_finished())
+        {
+            return;
+        }
+        self.discard();
+        let (asr, audio) = (asr.clone(), audio.to_vec());
+        match std::thread::Builder::new().name("early-asr".into()).spawn(move || asr.transcribe(&audio)) {
+            Ok(handle) => self.job = Some(Job { at, handle }),
+            Err(e) => eprintln!("omni-cascade: no thread for the early transcription ({e}); it waits for the endpoint"),
+        }
+    }
+
+    /// The early job's words, when it heard the whole utterance (the same one, with as much
+    /// speech as when it started: `at`) and was not cut short; waits for it to end either way.
+    pub fn take(&mut self, at: Point) -> Option<String> {
+        let job = self.job.take()?;
+        let result = job.handle.join().ok()?;
+        match result {
+            Ok(Heard::Text(text)) if job.at == at => Some(text),
+            _ => None,
+        }
+    }
+
+    /// Ends with any job in flight (waits for it: the recogniser is then free).
+    pub fn discard(&mut self) {
+        if let Some(job) = self.job.take() {
+            let _ = job.handle.join();
+        }
+    }
+}
