@@ -199,6 +199,44 @@ async fn a_spoken_question_gets_a_spoken_answer_that_says_its_text() {
     server.wait_idle();
 }
 
+/// Whisper starts during the endpoint's hang-over (`early_asr_ms`): with 250 ms chunks the
+/// question is transcribed before its endpoint, and those words are answered.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_question_is_transcribed_during_the_hang_over() {
+    if !needs(&[Need::Models]) {
+        return;
+    }
+    let _one = one_at_a_time();
+    let _ = models();
+    let server = Server::ready(
+        Setup::default()
+            .workers(cascade(""))
+            .limits("step_timeout_ms = 60000")
+            .limits("max_pending_chunks = 64")
+            .env("OMNI_BACKEND_TIMING", "1"),
+    );
+    let mut c = active(&server, "audio").await;
+    let mut audio = speech("What is the capital of France?");
+    audio.resize(audio.len() + 16000 * 20, 0.0);
+    let mut events = Vec::new();
+    // 250 ms chunks, at real time, until the answer speaks.
+    for chunk in audio.chunks(4000) {
+        let mut chunk = chunk.to_vec();
+        chunk.resize(4000, 0.0);
+        c.send(append(&chunk)).await;
+        events.extend(events_for(&mut c, Duration::from_millis(250)).await);
+        if events.iter().any(|e| e["kind"] == "audio") {
+            break;
+        }
+    }
+    let text: String = events.iter().filter(|e| e["kind"] == "text").filter_map(|e| e["text"].as_str()).collect();
+    assert!(text.to_lowercase().contains("paris"), "not an answer to the question: {text:?}");
+    server.wait_log("(early)", WAIT);
+    assert!(!server.logs().contains("(at the endpoint)"), "{}", server.logs());
+    c.close_socket().await;
+    server.wait_idle();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn speaking_over_the_answer_and_force_listen_cut_it() {
     if !needs(&[Need::Models]) {

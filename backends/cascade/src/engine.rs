@@ -344,9 +344,9 @@ impl Engine {
             self.step.endpoint = false;
             let audio = std::mem::take(&mut self.utterance);
             let ta = Instant::now();
-            let heard = match self.early.take(self.step.heard_at) {
-                Some(text) => words(&text),
-                None => self.hear(&audio)?,
+            let (heard, when) = match self.early.take(self.step.heard_at) {
+                Some(text) => (words(&text), "early"),
+                None => (self.hear(&audio)?, "at the endpoint"),
             };
             let asr_ms = ta.elapsed().as_millis();
             if heard.is_empty() {
@@ -366,7 +366,7 @@ impl Engine {
                 // gateway's log) when asked: OMNI_BACKEND_TIMING=1 (kept for a worker's process).
                 if std::env::var_os("OMNI_BACKEND_TIMING").is_some() {
                     eprintln!(
-                        "TIMING audio {:.2}s asr {asr_ms} ms, feed {tokens} tokens {feed_ms} ms, first piece {} ms ({} bytes, {:.2}s audio)",
+                        "TIMING audio {:.2}s asr {asr_ms} ms ({when}), feed {tokens} tokens {feed_ms} ms, first piece {} ms ({} bytes, {:.2}s audio)",
                         audio.len() as f32 / 16000.0,
                         tp.elapsed().as_millis(),
                         p.text.len(),

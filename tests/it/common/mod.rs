@@ -54,6 +54,8 @@ pub struct Setup {
     pub extra: Vec<String>,
     /// Run this executable instead of the one cargo built.
     pub binary: Option<std::path::PathBuf>,
+    /// Environment variables of the server process.
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for Setup {
@@ -68,6 +70,7 @@ impl Default for Setup {
             workers: workers(1, ""),
             extra: vec![],
             binary: None,
+            env: vec![],
         }
     }
 }
@@ -105,6 +108,10 @@ impl Setup {
     }
     pub fn binary(mut self, path: &std::path::Path) -> Self {
         self.binary = Some(path.to_path_buf());
+        self
+    }
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
         self
     }
     pub fn extra(mut self, section: &str) -> Self {
@@ -173,6 +180,7 @@ impl Server {
             .arg("--config")
             .arg(&path)
             .env("RUST_LOG", "debug,actix_server=warn,actix_http=warn,str0m=info,sctp_proto=info,is=info,dimpl=info")
+            .envs(setup.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
