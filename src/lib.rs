@@ -10,8 +10,8 @@
 //! - [`transport`]: the edges between a client's connection and its session (a WebSocket, a
 //!   WebRTC call).
 //! - [`dialect`]: the wire formats clients speak (MiniCPM-o, its earlier dialect, OpenAI/Qwen).
-//! - [`vad`]: the voice activity detectors the OpenAI-shaped dialects' server VAD runs on
-//!   every session's input (loudness, or Silero VAD).
+//! - [`vad`]: the voice activity detectors the dialects run on a session's input (the OpenAI
+//!   shapes' server VAD; a MiniCPM-o session the gateway transcribes): loudness, or Silero VAD.
 //! - [`transcription`]: the gateway's own speech recogniser (Whisper), for backends that do not
 //!   transcribe the user.
 //! - [`backend`]: what a worker runs: the C ABI in a thread or a child process, a node's worker,
