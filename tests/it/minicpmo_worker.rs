@@ -11,6 +11,18 @@ fn gateway(worker: &MockWorker, options: &str) -> Server {
     Server::ready(Setup::default().workers(worker.entry("gpu", options)))
 }
 
+/// A gateway in front of `worker` with its own transcription. Clients may send their audio
+/// faster than real time: every chunk waits its turn (none is dropped as ahead of the worker,
+/// which would drop the question, however fast it steps).
+fn transcribing_gateway(worker: &MockWorker) -> Server {
+    Server::ready(
+        Setup::default()
+            .workers(worker.entry("gpu", ""))
+            .limits("max_pending_chunks = 100")
+            .extra(&transcription_section()),
+    )
+}
+
 /// Sends `n` quiet chunks answered by listens (the worker's first three steps always listen).
 async fn warm_up(c: &mut Client, n: usize) {
     for i in 1..=n {
@@ -301,14 +313,7 @@ async fn a_qwen_session_through_the_worker_gets_its_settings_usage_and_transcrip
         return;
     }
     let worker = MockWorker::start();
-    // The client sends its audio faster than real time: every chunk waits its turn (none is
-    // dropped as ahead of the worker, which would drop the question, however fast it steps).
-    let server = Server::ready(
-        Setup::default()
-            .workers(worker.entry("gpu", ""))
-            .limits("max_pending_chunks = 100")
-            .extra(&transcription_section()),
-    );
+    let server = transcribing_gateway(&worker);
     let mut c = Client::connect(&server.url("/api-ws/v1/realtime?model=qwen-omni")).await;
     c.expect("session.created").await;
     c.send(json!({"type": "session.update", "session": {"temperature": 1.2, "repetition_penalty": 1.05, "top_k": 10,
@@ -354,12 +359,7 @@ async fn a_minicpm_session_through_the_worker_gets_the_gateways_transcript() {
         return;
     }
     let worker = MockWorker::start();
-    let server = Server::ready(
-        Setup::default()
-            .workers(worker.entry("gpu", ""))
-            .limits("max_pending_chunks = 100")
-            .extra(&transcription_section()),
-    );
+    let server = transcribing_gateway(&worker);
     let mut c = connected(&server, "audio").await;
     c.send(json!({"type": "session.init", "payload": {"transcripts": true}})).await;
     c.expect("session.created").await;

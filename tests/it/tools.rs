@@ -91,6 +91,37 @@ fn probe_streams_a_wav_and_saves_the_reply() {
     }
 }
 
+/// `--chunk-ms 250` streams quarter-second chunks, each answered; less than the gateway's
+/// smallest chunk is refused before anything is sent.
+#[test]
+fn probe_sends_smaller_chunks() {
+    let server = Server::ready(Setup::default());
+    let dir = tempfile::tempdir().unwrap();
+    let (wav, out) = (dir.path().join("in.wav"), dir.path().join("reply.wav"));
+    write_wav(&wav);
+    let probe = |chunk_ms: &str| {
+        gateway()
+            .args(["probe", "--mode", "audio", "--speed", "20", "--json", "--chunk-ms", chunk_ms, "--url"])
+            .arg(format!("ws://{}", server.addr))
+            .arg("--wav")
+            .arg(&wav)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap()
+    };
+    let run = probe("250");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}{}", String::from_utf8_lossy(&run.stderr));
+    let s = last_json(&stdout);
+    // 2.5 s of WAV and 3 s of tail: 22 chunks, each answered.
+    assert_eq!((s["chunks_sent"].as_u64(), s["chunks_answered"].as_u64()), (Some(22), Some(22)), "{s}");
+    assert_eq!(s["errors"].as_array().unwrap().len(), 0, "{s}");
+    let run = probe("100");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success() && stderr.contains("--chunk-ms"), "{stderr}");
+}
+
 #[test]
 fn probe_speaks_the_earlier_dialect_and_chat() {
     let server = Server::ready(Setup::default());

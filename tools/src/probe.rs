@@ -1,5 +1,6 @@
 //! `omni-gateway probe`: one session against a server speaking the current or the earlier
-//! MiniCPM-o dialect. Streams a WAV file in one-second chunks (real time, or `--speed N`),
+//! MiniCPM-o dialect. Streams a WAV file in one-second chunks (or `--chunk-ms`; real time, or
+//! `--speed N`),
 //! optional JPEG frames, a force-listen at a chosen second; or, in chat mode, one message.
 //! Prints events as they arrive, saves the model's audio, and ends with a summary.
 
@@ -40,6 +41,10 @@ pub struct ProbeArgs {
     /// Stream N times faster than real time.
     #[arg(long, default_value_t = 1.0)]
     pub speed: f64,
+    /// Milliseconds of audio per chunk: at least 250 (the gateway's smallest); a model that
+    /// steps on every chunk (the CPU model) hears the end of a question sooner with 250.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(250..=10000))]
+    pub chunk_ms: u32,
     /// Send force_listen with the chunk that starts at this second.
     #[arg(long)]
     pub force_listen_at: Option<f64>,
@@ -191,13 +196,15 @@ async fn probe(args: ProbeArgs) -> Result<(), String> {
     .await
     .map_err(|e| e.to_string())?;
 
-    let mut chunks = samples.chunks(16000).map(|c| {
+    let chunk_len = 16 * args.chunk_ms as usize;
+    let chunk_s = args.chunk_ms as f64 / 1000.0;
+    let mut chunks = samples.chunks(chunk_len).map(|c| {
         let mut c = c.to_vec();
-        c.resize(16000, 0.0);
+        c.resize(chunk_len, 0.0);
         c
     });
-    let total_chunks = samples.len().div_ceil(16000);
-    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / speed));
+    let total_chunks = samples.len().div_ceil(chunk_len);
+    let mut ticker = tokio::time::interval(Duration::from_secs_f64(chunk_s / speed));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut created = false;
     let mut sent_all_at: Option<Instant> = None;
@@ -210,8 +217,8 @@ async fn probe(args: ProbeArgs) -> Result<(), String> {
                 match chunks.next() {
                     Some(chunk) => {
                         let i = s.chunks_sent;
-                        let at = i as f64; // seconds of audio before this chunk
-                        let force = args.force_listen_at.is_some_and(|f| at >= f && at < f + 1.0);
+                        let at = i as f64 * chunk_s; // seconds of audio before this chunk
+                        let force = args.force_listen_at.is_some_and(|f| at >= f && at < f + chunk_s);
                         let frame: Vec<String> = if frames.is_empty() { vec![] } else { vec![frames[i % frames.len()].clone()] };
                         let event = client::chunk_event(args.dialect, &chunk, &frame, force);
                         futures_util::SinkExt::send(&mut sink, Message::text(event)).await.map_err(|e| e.to_string())?;
