@@ -61,13 +61,14 @@ pub struct OutgoingLimit {
 
 /// A response body that counts the bytes taken from it.
 pub struct Metered<S> {
-    inner: Pin<Box<S>>,
+    /// `None` once dropped (see `Drop`).
+    inner: Option<Pin<Box<S>>>,
     meter: Arc<OutgoingMeter>,
 }
 
 impl<S> Metered<S> {
     pub fn new(inner: S, meter: Arc<OutgoingMeter>) -> Metered<S> {
-        Metered { inner: Box::pin(inner), meter }
+        Metered { inner: Some(Box::pin(inner)), meter }
     }
 }
 
@@ -78,7 +79,8 @@ where
     type Item = Result<Bytes, E>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let polled = self.inner.as_mut().poll_next(cx);
+        let Some(inner) = self.inner.as_mut() else { return Poll::Ready(None) };
+        let polled = inner.as_mut().poll_next(cx);
         if let Poll::Ready(Some(Ok(bytes))) = &polled {
             self.meter.pulled.fetch_add(bytes.len() as u64, Ordering::Relaxed);
             self.meter.count();
@@ -88,8 +90,10 @@ where
 }
 
 impl<S> Drop for Metered<S> {
-    /// The connection is gone: what waited for it is no longer held.
+    /// The connection is gone: what waited for it is no longer held. The body goes first: its
+    /// actor, stopping, may still write what it was told (and count it).
     fn drop(&mut self) {
+        drop(self.inner.take());
         let counted = self.meter.counted.swap(0, Ordering::Relaxed);
         metrics().outgoing_bytes_waiting.sub(counted as i64);
     }

@@ -134,6 +134,12 @@ impl WebSocketEdge {
                 return ctx.stop();
             }
             let now = Instant::now();
+            if act.incoming.waiting() > 0 {
+                // The session is behind on this client's messages, and the connection may be
+                // held unread (`incoming`): its pongs and fragments wait there; it is not silent.
+                act.last_heard = now;
+                return ctx.ping(b"");
+            }
             if now.saturating_duration_since(act.last_heard) > act.settings.heartbeat_timeout {
                 log::info!(
                     "session {}: nothing heard for {:?}; the client is gone",

@@ -77,6 +77,11 @@ async fn a_client_that_never_reads_is_cut_off_at_the_outgoing_limit() {
     // Its recording is finalized with the reason.
     let meta: Value = serde_json::from_slice(&std::fs::read(server.recording(&id).join("meta.json")).unwrap()).unwrap();
     assert_eq!(meta["close_reason"], "slow_consumer");
+    // What waited for it is no longer counted as waiting.
+    while server.metric("omni_outgoing_bytes_waiting") > 0.0 {
+        assert!(Instant::now() < deadline, "{} bytes still counted", server.metric("omni_outgoing_bytes_waiting"));
+        std::thread::sleep(Duration::from_millis(10));
+    }
 
     let mut next = active(&server, "audio").await;
     next.send(append(&loud())).await;

@@ -352,7 +352,8 @@ async fn a_qwen_session_through_the_worker_gets_its_settings_usage_and_transcrip
 
 /// The MiniCPM-o dialect through the worker, which transcribes nothing: with the gateway's
 /// transcription and `payload.transcripts`, the user's turn, found by the gateway's detector at
-/// the end of the speech, comes back as `input.transcript`, named by the append that ended it.
+/// the end of the speech, comes back as `input.transcript`, named by the append in which its end
+/// was found.
 #[tokio::test]
 async fn a_minicpm_session_through_the_worker_gets_the_gateways_transcript() {
     if !needs(&[Need::Models]) {

@@ -17,6 +17,7 @@ struct Job {
     /// The utterance and its voiced milliseconds when the job started.
     at: Point,
     handle: JoinHandle<Result<Heard, String>>,
+    asr: Arc<Asr>,
 }
 
 #[derive(Default)]
@@ -34,9 +35,9 @@ impl EarlyAsr {
             return;
         }
         self.discard();
-        let (asr, audio) = (asr.clone(), audio.to_vec());
-        match std::thread::Builder::new().name("early-asr".into()).spawn(move || asr.transcribe(&audio)) {
-            Ok(handle) => self.job = Some(Job { at, handle }),
+        let (job_asr, audio) = (asr.clone(), audio.to_vec());
+        match std::thread::Builder::new().name("early-asr".into()).spawn(move || job_asr.transcribe(&audio)) {
+            Ok(handle) => self.job = Some(Job { at, handle, asr: asr.clone() }),
             Err(e) => eprintln!("omni-cascade: no thread for the early transcription ({e}); it waits for the endpoint"),
         }
     }
@@ -45,6 +46,9 @@ impl EarlyAsr {
     /// speech as when it started: `at`) and was not cut short; waits for it to end either way.
     pub fn take(&mut self, at: Point) -> Option<String> {
         let job = self.job.take()?;
+        if job.at != at {
+            job.asr.abort(); // its words are of no use: the sooner it ends, the better
+        }
         let result = job.handle.join().ok()?;
         match result {
             Ok(Heard::Text(text)) if job.at == at => Some(text),
@@ -52,10 +56,18 @@ impl EarlyAsr {
         }
     }
 
-    /// Ends with any job in flight (waits for it: the recogniser is then free).
+    /// Ends any job in flight (cuts it short and waits for it: the recogniser is then free).
     pub fn discard(&mut self) {
         if let Some(job) = self.job.take() {
+            job.asr.abort();
             let _ = job.handle.join();
         }
+    }
+}
+
+impl Drop for EarlyAsr {
+    /// A job never outlives its engine (nor the library it runs in, once the worker closes).
+    fn drop(&mut self) {
+        self.discard();
     }
 }

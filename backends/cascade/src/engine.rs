@@ -418,10 +418,11 @@ impl Engine {
 
     /// The words of an utterance (see [`words`]).
     fn hear(&mut self, audio: &[f32]) -> Result<String, Error> {
+        self.early.discard();
+        // (checked after the early job ended: an interrupt meanwhile only cut that job short)
         if self.cancelled() {
             return Err(Error::Interrupted);
         }
-        self.early.discard();
         match self.shared.asr.transcribe(audio).map_err(Error::Inference)? {
             Heard::Aborted => Err(Error::Interrupted),
             Heard::Text(t) => Ok(words(&t)),

@@ -2,11 +2,13 @@
 //! keeps strangers from using them up: at most [`MAX_UNPROVEN`] in all and
 //! [`MAX_UNPROVEN_PER_ADDRESS`] from one address (an IPv6 /64 counts as one). A connection over
 //! the per-address cap is closed at once; one over the total takes the place of the oldest
-//! unproven connection *of the address holding the most places*. Strangers on many addresses,
-//! reconnecting as they are cut off, evict each other: a gateway, which opens one or two links at
-//! a time and proves the token within milliseconds, is never the address holding the most, so
-//! its connection keeps its place however fast strangers churn (until
-//! [`super::accept::HANDSHAKE_TIMEOUT`]).
+//! unproven connection *of the address holding the most places*, when one holds more than
+//! [`SMALL_SHARE`], else of the oldest connection. Strangers on a few dozen addresses, reconnecting
+//! as they are cut off, evict each other: a gateway, which opens one or two links at a time and
+//! proves the token within milliseconds, does not hold the most, so its connection keeps its
+//! place however fast they churn. Strangers spread one or two to an address over more than a
+//! hundred addresses are evicted oldest first (a gateway's new connection is the newest); a
+//! stranger's place lasts until [`super::accept::HANDSHAKE_TIMEOUT`] at most.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -20,6 +22,8 @@ pub const MAX_UNPROVEN: usize = 256;
 /// Of those, from one address (one /64 for IPv6), at most: a gateway opening more links than
 /// this at once (a replica's standby links and its attaches) waits for its retries.
 pub const MAX_UNPROVEN_PER_ADDRESS: usize = 32;
+/// Places an address may hold and still not be the one evicted from: a gateway's links at once.
+pub const SMALL_SHARE: usize = 2;
 
 /// The rules, as a plain struct: who holds a place, from which address, in order of arrival.
 #[derive(Debug, Default)]
@@ -53,16 +57,17 @@ impl Places {
     }
 
     /// Frees the oldest place of the address holding the most (of those, the one whose oldest
-    /// place is oldest), and says which it was. At most 256 addresses to look through.
+    /// place is oldest) when it holds more than [`SMALL_SHARE`], else the oldest place of all,
+    /// and says which it was. At most 256 addresses to look through.
     fn evict(&mut self) -> Option<u64> {
-        let oldest = self
+        let (held, std::cmp::Reverse(oldest)) = self
             .per_address
             .values()
             .filter_map(|places| Some((places.len(), std::cmp::Reverse(*places.first()?))))
-            .max()
-            .map(|(_, std::cmp::Reverse(place))| place)?;
-        self.leave(oldest);
-        Some(oldest)
+            .max()?;
+        let victim = if held > SMALL_SHARE { oldest } else { *self.open.keys().min()? };
+        self.leave(victim);
+        Some(victim)
     }
 
     /// Place `place` is given back (proved, closed, or evicted); a second time does nothing.
@@ -179,6 +184,20 @@ mod tests {
         assert_eq!(p.len(), MAX_UNPROVEN);
         p.leave(gateway.place);
         assert_eq!(p.len(), MAX_UNPROVEN - 1);
+    }
+
+    #[test]
+    fn strangers_one_to_an_address_are_evicted_oldest_first() {
+        let mut p = Places::default();
+        let gateway = p.enter(ip("192.0.2.99")).unwrap().place;
+        let second_link = p.enter(ip("192.0.2.99")).unwrap().place;
+        for i in 0..MAX_UNPROVEN - 2 {
+            p.enter(ip(&format!("10.{}.{}.1", i / 250, i % 250))).unwrap();
+        }
+        // The gateway's address holds the most (2), but no more than a gateway's share: the
+        // oldest place goes, and the gateway's links were the first.
+        assert_eq!(p.enter(ip("203.0.113.1")).unwrap().evicted, Some(gateway));
+        assert_eq!(p.enter(ip("203.0.113.2")).unwrap().evicted, Some(second_link));
     }
 
     #[test]
