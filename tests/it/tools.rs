@@ -1,5 +1,6 @@
 //! The probe and the load generator, run as a user would against a server started here.
 
+use std::path::Path;
 use std::process::Command;
 
 use crate::common::*;
@@ -34,37 +35,36 @@ fn last_json(stdout: &str) -> Value {
     serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_else(|e| panic!("{e}:\n{stdout}"))
 }
 
+/// The probe against `server`, streaming `wav` 20 times faster than real time, the reply saved
+/// to `out`, the summary printed as JSON too.
+fn probe_wav(server: &Server, wav: &Path, out: &Path, args: &[&str]) -> std::process::Output {
+    gateway()
+        .args(["probe", "--speed", "20", "--json"])
+        .args(args)
+        .arg("--url")
+        .arg(format!("ws://{}", server.addr))
+        .arg("--wav")
+        .arg(wav)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn probe_streams_a_wav_and_saves_the_reply() {
     let server = Server::ready(Setup::default());
     let dir = tempfile::tempdir().unwrap();
     let (wav, out) = (dir.path().join("in.wav"), dir.path().join("reply.wav"));
     write_wav(&wav);
-    let run = gateway()
-        .args(["probe", "--mode", "video", "--speed", "20", "--frames", "tests/c/abi_test.c", "--json"])
-        .arg("--url")
-        .arg(format!("ws://{}", server.addr))
-        .arg("--wav")
-        .arg(&wav)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let run = probe_wav(&server, &wav, &out, &["--mode", "video", "--frames", "tests/c/abi_test.c"]);
     let stdout = String::from_utf8_lossy(&run.stdout);
     // A frame that is not a JPEG is refused by the server, chunk by chunk: the probe reports it.
     assert!(run.status.success(), "{stdout}{}", String::from_utf8_lossy(&run.stderr));
     let s = last_json(&stdout);
     assert!(s["errors"].as_array().unwrap().iter().all(|e| e == "invalid_payload"), "{s}");
 
-    let run = gateway()
-        .args(["probe", "--mode", "audio", "--speed", "20", "--json", "--url"])
-        .arg(format!("ws://{}", server.addr))
-        .arg("--wav")
-        .arg(&wav)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let run = probe_wav(&server, &wav, &out, &["--mode", "audio"]);
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "{stdout}");
     for line in
@@ -99,17 +99,7 @@ fn probe_sends_smaller_chunks() {
     let dir = tempfile::tempdir().unwrap();
     let (wav, out) = (dir.path().join("in.wav"), dir.path().join("reply.wav"));
     write_wav(&wav);
-    let probe = |chunk_ms: &str| {
-        gateway()
-            .args(["probe", "--mode", "audio", "--speed", "20", "--json", "--chunk-ms", chunk_ms, "--url"])
-            .arg(format!("ws://{}", server.addr))
-            .arg("--wav")
-            .arg(&wav)
-            .arg("--out")
-            .arg(&out)
-            .output()
-            .unwrap()
-    };
+    let probe = |chunk_ms: &str| probe_wav(&server, &wav, &out, &["--mode", "audio", "--chunk-ms", chunk_ms]);
     let run = probe("250");
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "{stdout}{}", String::from_utf8_lossy(&run.stderr));
