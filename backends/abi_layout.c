@@ -21,6 +21,8 @@ static const size_t LAYOUT[] = {
     offsetof(omni_step_output, transcript_buf), offsetof(omni_step_output, output_audio_tokens),
     offsetof(omni_turn_input, settings), offsetof(omni_turn_output, transcript_buf),
     offsetof(omni_turn_output, output_audio_tokens),
+    /* since 1.2 */
+    offsetof(omni_backend_info, step_samples),
 };
 
 size_t omni_abi_layout(size_t i) { return i < sizeof LAYOUT / sizeof LAYOUT[0] ? LAYOUT[i] : (size_t)-1; }

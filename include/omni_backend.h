@@ -1,5 +1,5 @@
 /*
- * omni_backend.h - the omni-gateway backend ABI, version 1 (revision 1.1).
+ * omni_backend.h - the omni-gateway backend ABI, version 1 (revision 1.2).
  *
  * A backend is a shared library (or a statically linked object) that exports
  *
@@ -29,6 +29,7 @@
  * name, transcripts of the user's speech, audio token counts, and the rule of a chat turn's
  * context. A 1.0 backend works unchanged: it ignores what its struct_size does not cover,
  * the gateway zeroes output fields before a call, and zero means "not reported".
+ * Revision 1.2 added one field to the info: the duplex chunk a backend answers best on.
  *
  * Threads: a handle is owned by the thread that opened it. Functions marked
  * OWNER THREAD ONLY may be called only from that thread, one at a time.
@@ -46,7 +47,7 @@ extern "C" {
 #endif
 
 #define OMNI_BACKEND_ABI_VERSION 1u
-#define OMNI_BACKEND_ABI_REVISION 1u /* 1.1: the "since 1.1" fields below */
+#define OMNI_BACKEND_ABI_REVISION 2u /* 1.2: the "since 1.1" and "since 1.2" fields below */
 
 #if defined(_WIN32)
 #define OMNI_EXPORT __declspec(dllexport)
@@ -109,12 +110,20 @@ typedef struct {
     uint32_t name_len;              /* bytes used in name */
     char name[64];                  /* UTF-8, not NUL-terminated */
     /* since 1.1 */
-    uint32_t abi_revision;          /* the revision this backend implements: 1 for 1.1 (a 1.0
-                                     * backend leaves it 0) */
+    uint32_t abi_revision;          /* the revision this backend implements: 2 for 1.2, 1 for 1.1
+                                     * (a 1.0 backend leaves it 0) */
     uint32_t settings_len;          /* bytes used in settings */
     char settings[512];             /* the names of the generation settings this backend applies
                                      * from omni_session_config.settings and
                                      * omni_turn_input.settings, comma-separated ("top_p,top_k,seed") */
+    /* since 1.2 */
+    uint32_t step_samples;          /* the duplex chunk this backend answers best on, in input
+                                     * samples: a backend that decides on every chunk (it has its
+                                     * own voice activity detection) says 3200 (200 ms) and hears
+                                     * the end of speech sooner. The gateway gathers audio from
+                                     * clients that do not chunk it themselves (the OpenAI/Qwen
+                                     * dialects, WebRTC calls) into chunks of this size, clamped to
+                                     * 1600..16000. 0: one second (16000), as before 1.2. */
 } omni_backend_info;
 
 /* ---- sessions ---------------------------------------------------------- */

@@ -290,11 +290,15 @@ function frame() {
   return canvas.toDataURL('image/jpeg', 0.7).split(',')[1];
 }
 
-/// One input.append of what was captured; `force` sends at once (at least 4000 samples).
+/// Samples per `input.append` (16 kHz): the session's `input_chunk_ms`.
+let chunkSamples = 16000;
+
+/// One input.append of what was captured once a chunk's worth is there; `force` sends at once
+/// (at least 4000 samples).
 function sendChunk(force) {
   if (!ws || ws.readyState !== WebSocket.OPEN) return;
   let samples = takeAudio();
-  if (samples.length < 4000) {
+  if (samples.length < (force ? 4000 : chunkSamples)) {
     if (!force) {
       pending.unshift(samples);
       return;
@@ -401,7 +405,10 @@ function onEvent(ev) {
       if (mode === 'chat') $('send').disabled = false;
       else {
         $('interrupt').disabled = false;
-        clock = setInterval(() => sendChunk(false), 1000);
+        // Chunks as short as the model answers best on (`input_chunk_ms`: a model that decides
+        // on every chunk hears the end of speech within a quarter of a second), else a second.
+        chunkSamples = Math.max(4000, Math.round((ev.input_chunk_ms || 1000) * 16));
+        clock = setInterval(() => sendChunk(false), 50);
       }
       break;
     case 'response.output.delta':

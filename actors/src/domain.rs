@@ -313,9 +313,21 @@ pub struct BackendInfo {
     pub token_details: bool,
     /// The further generation settings it applies (by name).
     pub settings: Vec<String>,
+    /// The duplex chunk it answers best on, in 16 kHz samples (0: one second).
+    #[serde(default)]
+    pub step_samples: u32,
 }
 
 impl BackendInfo {
+    /// Samples per duplex step for clients that do not chunk their audio themselves: the
+    /// backend's preferred chunk, 100 ms to one second, else one second.
+    pub fn duplex_step(&self) -> usize {
+        match self.step_samples {
+            0 => 16000,
+            n => n.clamp(1600, 16000) as usize,
+        }
+    }
+
     /// Whether this backend can run sessions of `kind`.
     pub fn supports(&self, kind: SessionKind) -> bool {
         match kind {

@@ -372,6 +372,7 @@ impl FfiBackend {
             transcripts: cap & sys::CAP_TRANSCRIPTS != 0,
             token_details: cap & sys::CAP_TOKEN_DETAILS != 0,
             settings: names(&raw.settings, raw.settings_len),
+            step_samples: if raw.abi_revision >= 2 { raw.step_samples } else { 0 },
         })
     }
 
@@ -481,7 +482,8 @@ impl Backend for FfiBackend {
         // SAFETY: owner-thread call; `config` and what it points to outlive the call.
         let st = unsafe { fn_of(self.t().prepare)(self.handle, &config) };
         self.check(st, "prepare")?;
-        let turns_append = self.info.abi_revision < sys::ABI_REVISION && s.kind == SessionKind::Turn;
+        // Before 1.1 every turn appends to the conversation.
+        let turns_append = self.info.abi_revision < 1 && s.kind == SessionKind::Turn;
         self.replay = turns_append.then(|| (s.clone(), false));
         Ok(())
     }

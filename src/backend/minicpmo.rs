@@ -237,6 +237,8 @@ impl MinicpmoBackend {
             transcripts: false,
             token_details: false,
             settings: APPLIED.iter().map(|s| s.to_string()).collect(),
+            // The model's own unit: one-second chunks.
+            step_samples: 0,
         };
         log::info!("worker {name}: MiniCPM-o worker at {url} is healthy");
         Ok(MinicpmoBackend {

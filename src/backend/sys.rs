@@ -56,6 +56,7 @@ mod tests {
             offset_of!(omni_turn_input, settings),
             offset_of!(omni_turn_output, transcript_buf),
             offset_of!(omni_turn_output, output_audio_tokens),
+            offset_of!(omni_backend_info, step_samples),
         ];
         for (i, &r) in rust.iter().enumerate() {
             let c = unsafe { omni_abi_layout(i) };

@@ -556,15 +556,20 @@ impl Current {
         queue_wait_ms: u64,
         backend: &BackendInfo,
     ) -> String {
-        json!({
+        let mut created = json!({
             "type": "session.created",
             "session_id": session_id,
             "mode": kind.runtime_name(),
             "config": self.config,
             "unsupported_settings": self.settings.unsupported(backend),
             "metrics": {"prompt_length": prompt_length, "queue_wait_ms": queue_wait_ms},
-        })
-        .to_string()
+        });
+        if kind == omni_actors::domain::SessionKind::Duplex {
+            // The chunk the model answers best on, from a quarter of a second (the smallest
+            // `input.append` takes) to one: a client may send chunks this short.
+            created["input_chunk_ms"] = json!((backend.duplex_step() * 1000 / 16000).max(250));
+        }
+        created.to_string()
     }
 }
 

@@ -312,7 +312,7 @@ int main(int argc, char **argv) {
     memset(&info, 0, sizeof info);
     info.struct_size = sizeof info;
     CHECK(api->info(b, &info) == OMNI_OK && (info.capabilities & OMNI_CAP_TRANSCRIPTS) &&
-              (info.capabilities & OMNI_CAP_TOKEN_DETAILS) && info.settings_len > 0 && info.abi_revision == 1 &&
+              (info.capabilities & OMNI_CAP_TOKEN_DETAILS) && info.settings_len > 0 && info.abi_revision == 2 &&
               strncmp(info.settings, "top_p,", 6) == 0,
           "1.1 info: transcripts, token details, settings '%.*s'", (int)info.settings_len, info.settings);
     omni_option session_settings[2] = {{S("top_k"), S("20")}, {S("listen_prob_scale"), S("0.5")}};
@@ -386,6 +386,20 @@ int main(int argc, char **argv) {
     CHECK(api->info(b, &info) == OMNI_OK && !(info.capabilities & OMNI_CAP_TRANSCRIPTS) && info.settings_len == 0 &&
               info.abi_revision == 0,
           "revision=0 reports no 1.1 capability");
+    api->close(b);
+
+    /* revision 1.2: the preferred duplex chunk, 0 (one second) unless set */
+    b = open_with("preferred_chunk_ms", "200");
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    CHECK(api->info(b, &info) == OMNI_OK && info.abi_revision == 2 && info.step_samples == 3200,
+          "1.2 info: step_samples %u for preferred_chunk_ms=200", info.step_samples);
+    api->close(b);
+    b = open_with("revision", "1");
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    CHECK(api->info(b, &info) == OMNI_OK && info.abi_revision == 1 && info.step_samples == 0,
+          "revision=1 reports a 1.1 backend with no preferred chunk");
     api->close(b);
 
     printf("1..%d\n", count);

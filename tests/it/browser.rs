@@ -18,7 +18,12 @@ async fn an_audio_session_in_the_browser_streams_the_microphone_and_plays_the_an
     if !needs(&[Need::Browser]) {
         return;
     }
-    let server = Server::ready(Setup::default().auth("api_keys = [\"browser-key-0123456789\"]"));
+    // A backend that answers best on chunks of a quarter of a second (ABI 1.2 `step_samples`).
+    let server = Server::ready(
+        Setup::default()
+            .workers(workers(1, "preferred_chunk_ms = 250"))
+            .auth("api_keys = [\"browser-key-0123456789\"]"),
+    );
     let dir = tempfile::tempdir().unwrap();
     let driver = driver();
     let b = browser(&driver, &microphone_wav(dir.path(), &[(2.0, 5.0)])).await;
@@ -61,11 +66,11 @@ async fn an_audio_session_in_the_browser_streams_the_microphone_and_plays_the_an
     let s = stats(&b).await;
     let transcript = js(&b, "document.getElementById('transcript').textContent").await;
     assert!(transcript.as_str().unwrap().contains("I heard"), "{transcript}");
-    // The chunks are about one second of 16 kHz audio each (the resampler's output):
-    // the reference backend's KV grows by 1 + 25 tokens per second of audio.
+    // The chunks are about a quarter of a second of 16 kHz audio each, as `session.created`
+    // said (`input_chunk_ms`): the reference backend's KV grows by 1 + 25 tokens per second.
     let kv: Vec<i64> = serde_json::from_value(s["listenKv"].clone()).unwrap();
     let steps: Vec<i64> = kv.windows(2).map(|w| w[1] - w[0]).filter(|d| *d > 0).collect();
-    assert!(steps.iter().any(|d| (20..=34).contains(d)), "KV steps {steps:?}: chunks are not ~1 s of 16 kHz audio");
+    assert!(steps.iter().any(|d| (6..=9).contains(d)), "KV steps {steps:?}: chunks are not ~250 ms of 16 kHz audio");
 
     click(&b, "stop").await;
     until(&b, &server, "window.omniStats.state === 'ended'", "stopped").await;

@@ -351,3 +351,24 @@ async fn a_reconfigure_the_backend_refuses_keeps_the_previous_configuration() {
     let shown = c.expect("session.updated").await;
     assert_eq!((shown["session"]["top_k"].clone(), shown["session"]["instructions"].clone()), (json!(10), json!("")));
 }
+
+/// A backend that decides on every chunk names its preferred chunk (ABI 1.2 `step_samples`):
+/// audio is gathered into 200 ms steps, so the quiet after a short utterance reaches it at once,
+/// not with the next full second.
+#[tokio::test]
+async fn audio_is_stepped_in_the_chunk_the_backend_prefers() {
+    let server = Server::ready(Setup::default().workers(workers(1, "preferred_chunk_ms = 200\nreply_steps = 1")));
+    let mut c = openai(&server, true).await;
+    let at_24k = |samples: &[f32]| -> Vec<f32> { (0..samples.len() * 3 / 2).map(|i| samples[i * 2 / 3]).collect() };
+    // 0.6 s of speech, then 0.4 s of quiet.
+    let speech: Vec<f32> = loud().into_iter().take(9600).collect();
+    c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16_of(&at_24k(&speech))})).await;
+    c.until("input_audio_buffer.speech_started").await;
+    c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16_of(&at_24k(&[0.0; 6400]))})).await;
+    // The backend answered a step of at most the 0.4 s of quiet (25 audio tokens a second),
+    // not a padded second (25 tokens).
+    let (_, done) = until_done(&mut c).await;
+    assert_eq!(done["response"]["status"], "completed", "{done}");
+    let audio = done["response"]["usage"]["input_token_details"]["audio_tokens"].as_u64().unwrap();
+    assert!((1..=10).contains(&audio), "{done}");
+}

@@ -16,6 +16,7 @@ async fn video_full_lifecycle() {
     let session_id = created["session_id"].as_str().unwrap().to_string();
     assert!(!session_id.is_empty());
     assert_eq!(created["metrics"]["prompt_length"], 4, "the system prompt occupies the context");
+    assert_eq!(created["input_chunk_ms"], 1000, "the reference backend answers best on one-second chunks");
 
     c.send(append_with(&loud(), json!({"video_frames": [jpeg_b64()], "max_slice_nums": 1}))).await;
     let listen = answer_to(&mut c, "input_1").await;

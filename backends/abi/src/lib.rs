@@ -47,8 +47,8 @@ pub const TURN_THINKING: u32 = 1 << 1;
 pub const TURN_TTS_TEMPLATE: u32 = 1 << 2;
 pub const TURN_OMNI: u32 = 1 << 3;
 pub const TURN_CONTINUE: u32 = 1 << 4;
-/// The revision of ABI version 1 this server speaks (1.1).
-pub const ABI_REVISION: u32 = 1;
+/// The revision of ABI version 1 this server speaks (1.2).
+pub const ABI_REVISION: u32 = 2;
 
 #[repr(C)]
 pub struct omni_backend {
@@ -98,6 +98,8 @@ pub struct omni_backend_info {
     pub abi_revision: u32,
     pub settings_len: u32,
     pub settings: [c_char; 512],
+    // since 1.2
+    pub step_samples: u32,
 }
 
 #[repr(C)]

@@ -28,6 +28,8 @@ const NAME: &str = "omni-cascade";
 const SETTINGS: &str = "top_k,top_p,seed";
 const MAX_TEXT: usize = 4096;
 const MAX_SAMPLES: usize = 24000 * 30;
+/// The chunk it asks clients' audio to be gathered into: 200 ms at 16 kHz.
+const STEP_SAMPLES: u32 = 3200;
 
 /// What a handle pointer points to: the part any thread may use, and the engine the owner
 /// thread drives (never touched from another thread).
@@ -187,12 +189,18 @@ unsafe extern "C" fn info(b: B, out: *mut omni_backend_info) -> omni_status {
         for (i, c) in NAME.bytes().enumerate() {
             out.name[i] = c as c_char;
         }
-        if out.struct_size as usize >= std::mem::size_of::<omni_backend_info>() {
+        if out.struct_size as usize >= std::mem::offset_of!(omni_backend_info, step_samples) {
             out.abi_revision = 1;
             out.settings_len = SETTINGS.len() as u32;
             for (i, c) in SETTINGS.bytes().enumerate() {
                 out.settings[i] = c as c_char;
             }
+        }
+        if out.struct_size as usize >= std::mem::size_of::<omni_backend_info>() {
+            // It decides on every chunk (its own voice activity detection): small chunks
+            // let it hear the end of speech within a window of it.
+            out.abi_revision = 2;
+            out.step_samples = STEP_SAMPLES;
         }
         OK
     })

@@ -14,7 +14,7 @@ use omni_actors::observe::metrics::metrics;
 
 use super::conf::{invalid, modalities};
 use super::held::Weigh;
-use super::{Phase, Realtime, STEP, Turn, UserTurn};
+use super::{Phase, Realtime, Turn, UserTurn};
 use crate::dialect::wire;
 use omni_actors::audio::StreamResampler;
 use omni_actors::edge::vad::Edge;
@@ -118,10 +118,15 @@ impl Realtime {
         }
         self.detect_speech(&samples, out);
         self.step.extend_from_slice(&samples);
-        while self.step.len() >= STEP {
-            let rest = self.step.split_off(STEP);
-            let step = std::mem::replace(&mut self.step, rest);
-            self.send_step(step, false);
+        // Whole steps go as one chunk of at most a second (or one step): a large append to a
+        // backend with small steps is not a burst of chunks its backlog would drop.
+        let step = self.step_len();
+        let most = step.max(16000) / step * step;
+        while self.step.len() >= step {
+            let whole = (self.step.len() / step * step).min(most);
+            let rest = self.step.split_off(whole);
+            let chunk = std::mem::replace(&mut self.step, rest);
+            self.send_step(chunk, false);
         }
         Ok(())
     }

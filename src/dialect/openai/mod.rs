@@ -4,7 +4,7 @@
 //! steps or turn-mode answers and back.
 //!
 //! - `turn_detection: server_vad` (default): appended pcm16 audio, resampled to 16 kHz, is
-//!   gathered into one-second duplex steps. The gateway's voice activity detector (`[vad]`:
+//!   gathered into duplex steps (one second, or the backend's `step_samples`). The gateway's voice activity detector (`[vad]`:
 //!   loudness or Silero VAD) decides the user's turn events at the speech's own edges:
 //!   `speech_started` (and barge-in over an answer), then `speech_stopped`, `committed` and the
 //!   user item once `silence_duration_ms` of silence follow the speech; the model's decisions
@@ -43,13 +43,16 @@ mod output;
 #[cfg(test)]
 mod tests;
 
-/// Samples per duplex step: one second at 16 kHz.
+/// Samples per duplex step until the backend names its own (`BackendInfo::duplex_step`): one
+/// second at 16 kHz.
 const STEP: usize = 16000;
 /// The client counts as idle (it stopped sending) after this long without audio.
 const IDLE: Duration = Duration::from_millis(300);
-/// A stalled turn is prompted with silent steps this far apart, this many times.
-const PAD_EVERY: Duration = Duration::from_millis(1000);
-const MAX_PADS: u32 = 5;
+/// A stalled turn is prompted with silent steps, one step's length apart, up to this much
+/// silence in all.
+const MAX_PADDING: Duration = Duration::from_secs(5);
+/// A speaking model whose steps stopped coming this long ago is stepped with silence.
+const STALLED: Duration = Duration::from_millis(1000);
 /// Audio held while the session is being created: at most this many steps.
 const MAX_HELD_STEPS: usize = 30;
 /// Model output rate (the backend's 24 kHz).
@@ -449,9 +452,19 @@ impl Realtime {
     /// Fills the step with silence and sends it (the client stopped sending).
     fn pad_step(&mut self, now: Instant) {
         let mut samples = std::mem::take(&mut self.step);
-        samples.resize(STEP, 0.0);
+        samples.resize(self.step_len(), 0.0);
         self.last_pad = Some(now);
         self.send_step(samples, false);
+    }
+
+    /// Samples per duplex step: the backend's preferred chunk once the session is created.
+    fn step_len(&self) -> usize {
+        self.backend.as_ref().map_or(STEP, BackendInfo::duplex_step)
+    }
+
+    /// One step's length of audio: how often the backend is stepped with silence.
+    fn step_duration(&self) -> Duration {
+        Duration::from_millis(self.step_len() as u64 * 1000 / 16000)
     }
 
     fn client_idle(&self, now: Instant) -> bool {
@@ -634,13 +647,15 @@ impl Dialect for Realtime {
         if self.phase != Phase::Active || self.conf.vad.is_none() || !self.client_idle(now) {
             return;
         }
-        let due = self.last_pad.is_none_or(|t| now.duration_since(t) >= PAD_EVERY);
+        let every = self.step_duration();
+        let due = self.last_pad.is_none_or(|t| now.duration_since(t) >= every);
+        let max_pads = (MAX_PADDING.as_millis() / every.as_millis().max(1)) as u32;
         match &self.response {
             // A speaking model whose steps stopped coming (one was dropped): keep it going.
-            Some(r) if r.duplex && now.duration_since(r.last_step) >= PAD_EVERY && due => self.pad_step(now),
+            Some(r) if r.duplex && now.duration_since(r.last_step) >= every.max(STALLED) && due => self.pad_step(now),
             Some(_) => {}
             // The user spoke and went quiet before a full step: let the model hear the pause.
-            None if (self.user.is_some() || self.unanswered) && due && self.pads < MAX_PADS => {
+            None if (self.user.is_some() || self.unanswered) && due && self.pads < max_pads => {
                 self.pads += 1;
                 self.pad_step(now);
             }

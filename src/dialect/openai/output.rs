@@ -292,6 +292,7 @@ impl Realtime {
     }
 
     pub(super) fn on_step(&mut self, outcome: &omni_actors::domain::StepOutcome, out: &mut Vec<String>) {
+        let step = self.step_len();
         match outcome.kind {
             StepKind::Listen => {
                 if self.response.as_ref().is_some_and(|r| r.duplex) {
@@ -308,8 +309,8 @@ impl Realtime {
                     r.usage.output += outcome.output_tokens as u64;
                     r.usage.input_audio += outcome.input_audio_tokens as u64;
                     r.usage.output_audio += outcome.output_audio_tokens as u64;
-                    // Each step is one second of input.
-                    r.usage.input_samples += super::STEP as u64;
+                    // Each step is one step's length of input.
+                    r.usage.input_samples += step as u64;
                     r.last_step = Instant::now();
                 }
                 self.delta(out, &outcome.text, &outcome.audio);

@@ -175,6 +175,31 @@ fn appended_audio_of_any_size_is_gathered_into_steps() {
     assert!(chunks.iter().all(|c| matches!(c, Inbound::Chunk(ch) if ch.audio.len() == STEP)));
 }
 
+#[test]
+fn audio_is_gathered_into_the_chunk_the_backend_prefers() {
+    let mut out = Vec::new();
+    for (preferred, step) in [(3200, 3200), (800, 1600), (64000, 16000), (0, STEP)] {
+        let backend = BackendInfo { step_samples: preferred, ..capable() };
+        let (mut d, _) = active_with(Flavor::Beta, &backend);
+        let mut chunks = Vec::new();
+        for _ in 0..20 {
+            // 100 ms at 24 kHz each, 2 s in all.
+            let frame = json!({"type": "input_audio_buffer.append", "audio": pcm16_b64(&[0.0; 2400])}).to_string();
+            chunks.extend(d.decode(&frame.into(), &mut out).unwrap());
+        }
+        assert_eq!(chunks.len(), 32000 / step, "{preferred}: {} steps", chunks.len());
+        assert!(chunks.iter().all(|c| matches!(c, Inbound::Chunk(ch) if ch.audio.len() == step)), "{preferred}");
+    }
+    // One append of 2.5 s to a backend of 200 ms steps: chunks of whole steps, at most a
+    // second each, the rest kept for the next append.
+    let (mut d, _) = active_with(Flavor::Beta, &BackendInfo { step_samples: 3200, ..capable() });
+    let frame = json!({"type": "input_audio_buffer.append", "audio": pcm16_b64(&[0.0; 60000])}).to_string();
+    let chunks = d.decode(&frame.into(), &mut out).unwrap();
+    let sizes: Vec<usize> =
+        chunks.iter().filter_map(|c| if let Inbound::Chunk(ch) = c { Some(ch.audio.len()) } else { None }).collect();
+    assert_eq!(sizes, [16000, 16000, 6400]);
+}
+
 fn append(d: &mut Realtime, samples: &[f32], out: &mut Vec<String>) {
     let frame = json!({"type": "input_audio_buffer.append", "audio": pcm16_b64(samples)}).to_string();
     d.decode(&frame.into(), out).unwrap();
