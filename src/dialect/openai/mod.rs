@@ -4,9 +4,9 @@
 //! steps or turn-mode answers and back.
 //!
 //! - `turn_detection: server_vad` (default): appended pcm16 audio, resampled to 16 kHz, is
-//!   gathered into duplex steps (one second, or the backend's `step_samples`). The gateway's voice activity detector (`[vad]`:
-//!   loudness or Silero VAD) decides the user's turn events at the speech's own edges:
-//!   `speech_started` (and barge-in over an answer), then `speech_stopped`, `committed` and the
+//!   gathered into duplex steps (one second, or the backend's `step_samples`). The gateway's
+//!   voice activity detector (`[vad]`: loudness or Silero VAD) decides the user's turn events
+//!   at the speech's own edges: `speech_started` (and barge-in over an answer), then `speech_stopped`, `committed` and the
 //!   user item once `silence_duration_ms` of silence follow the speech; the model's decisions
 //!   drive the responses.
 //!   While a response is in progress and the client has stopped sending, the codec keeps
