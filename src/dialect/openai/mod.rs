@@ -6,9 +6,9 @@
 //! - `turn_detection: server_vad` (default): appended pcm16 audio, resampled to 16 kHz, is
 //!   gathered into duplex steps (one second, or the backend's `step_samples`). The gateway's
 //!   voice activity detector (`[vad]`: loudness or Silero VAD) decides the user's turn events
-//!   at the speech's own edges: `speech_started` (and barge-in over an answer), then `speech_stopped`, `committed` and the
-//!   user item once `silence_duration_ms` of silence follow the speech; the model's decisions
-//!   drive the responses.
+//!   at the speech's own edges: `speech_started` (and barge-in over an answer), then
+//!   `speech_stopped`, `committed` and the user item once `silence_duration_ms` of silence
+//!   follow the speech; the model's decisions drive the responses.
 //!   While a response is in progress and the client has stopped sending, the codec keeps
 //!   stepping the backend with silence at the backend's own pace.
 //! - `turn_detection: null`: `input_audio_buffer.commit` and `conversation.item.create`
