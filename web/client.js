@@ -1,7 +1,7 @@
 'use strict';
 // The client page: talks to /v1/realtime (the MiniCPM-o Realtime API) in audio, video or
 // chat mode. Audio is captured at the device's rate, resampled to 16 kHz float32 and sent
-// as one input.append a second; the model's 24 kHz audio is scheduled gaplessly.
+// in chunks of the session's `input_chunk_ms`; the model's 24 kHz audio is scheduled gaplessly.
 // Audio sessions are WebRTC calls instead when the browser and the server can (call.js): the
 // browser sends the microphone as Opus and plays the model's voice from the call's track.
 
@@ -12,8 +12,36 @@ const stats = (window.omniStats = {
   state: 'idle', sessionId: null, positions: [], chunksSent: 0, framesSent: 0, deltas: 0,
   audioScheduled: 0, text: '', lastKv: null, interrupts: 0, playbackStopped: 0, errors: [],
   endReason: null, answers: 0, listenKv: [], playingNow: 0, heard: [], droppedWhileWaiting: 0, promptLength: null,
-  transport: null, voiceStarted: 0, voiceStopped: 0, voiceCleared: 0,
+  transport: null, voiceStarted: 0, voiceStopped: 0, voiceCleared: 0, replySeconds: [],
 });
+
+// ---- how long the model took to answer ----
+/// A microphone block this loud (RMS) is the user talking.
+const VOICE_RMS = 0.01;
+/// When the microphone last heard the user (performance.now()), and whether the answer after
+/// it has been timed.
+let lastVoiceAt = null;
+let replyTimed = true;
+
+function heardLevel(rms) {
+  if (rms < VOICE_RMS || !capturingVoice()) return;
+  lastVoiceAt = performance.now();
+  replyTimed = false;
+}
+
+/// The model's voice starts playing at `at` (performance.now() time): the first time after the
+/// user last spoke, the wait is shown ("answered 0.84 s after you stopped talking").
+function voiceStartsAt(at) {
+  if (replyTimed || lastVoiceAt == null || typeof at !== 'number' || at < lastVoiceAt) return;
+  replyTimed = true;
+  const seconds = (at - lastVoiceAt) / 1000;
+  stats.replySeconds.push(seconds);
+  $('reply-time').textContent = `The model answered ${seconds.toFixed(2)} s after you stopped talking.`;
+}
+
+function capturingVoice() {
+  return (capturing && ws) || call;
+}
 
 const ERRORS = {
   queue_full: 'The queue is full. Please try again in a few minutes.',
@@ -130,6 +158,7 @@ class Player {
     const at = Math.max(this.ctx.currentTime + 0.05, this.next);
     source.start(at);
     this.next = at + buffer.duration;
+    const startsAt = performance.now() + (at - this.ctx.currentTime) * 1000;
     this.sources.add(source);
     stats.playingNow = this.sources.size;
     source.onended = () => {
@@ -137,6 +166,7 @@ class Player {
       stats.playingNow = this.sources.size;
     };
     stats.audioScheduled += samples.length;
+    return startsAt;
   }
   stop() {
     for (const s of this.sources) {
@@ -229,6 +259,7 @@ async function startCapture(withVideo) {
     let sum = 0;
     for (let i = 0; i < block.length; i++) sum += block[i] * block[i];
     $('level').value = Math.min(1, Math.sqrt(sum / block.length) * 4);
+    heardLevel(Math.sqrt(sum / block.length));
     const samples = resampler.push(block);
     if (capturing) pending.push(samples);
     else {
@@ -345,6 +376,9 @@ async function start() {
   capturing = false;
   heardWhileWaiting = 0;
   pending = [];
+  lastVoiceAt = null;
+  replyTimed = true;
+  $('reply-time').textContent = '';
   setState('connecting', '');
   if (mode === 'audio' && $('transport').value !== 'websocket' && webrtcOn && window.Call && Call.supported()) {
     return startCall();
@@ -474,7 +508,8 @@ function showLevel(stream) {
     let sum = 0;
     for (let i = 0; i < block.length; i++) sum += block[i] * block[i];
     $('level').value = Math.min(1, Math.sqrt(sum / block.length) * 4);
-  }, 100);
+    heardLevel(Math.sqrt(sum / block.length));
+  }, 20);
 }
 
 function onCallEvent(ev) {
@@ -507,6 +542,7 @@ function onCallEvent(ev) {
       break;
     case 'output_audio_buffer.started':
       stats.voiceStarted++;
+      voiceStartsAt(performance.now());
       setState('speaking');
       break;
     case 'output_audio_buffer.stopped':
@@ -564,7 +600,7 @@ function onDelta(ev) {
     stats.text += ev.text;
     answerNode.textContent += ev.text;
   } else if (ev.kind === 'audio') {
-    player.play(base64ToF32(ev.audio));
+    voiceStartsAt(player.play(base64ToF32(ev.audio)));
   }
   if (ev.end_of_turn) {
     stats.answers++;

@@ -64,6 +64,11 @@ async fn an_audio_session_in_the_browser_streams_the_microphone_and_plays_the_an
     let left = js(&b, "player.left()").await.as_f64().unwrap();
     assert!(left < 0.1, "the page said Listening with {left} s of the answer still to play");
     let s = stats(&b).await;
+    // The wait from the end of the tone to the answer's voice is timed and shown.
+    let waited = s["replySeconds"][0].as_f64().unwrap_or(-1.0);
+    assert!(waited > 0.0 && waited < 5.0, "reply time {waited} s: {s}");
+    let shown = js(&b, "document.getElementById('reply-time').textContent").await;
+    assert!(shown.as_str().unwrap().starts_with("The model answered "), "{shown}");
     let transcript = js(&b, "document.getElementById('transcript').textContent").await;
     assert!(transcript.as_str().unwrap().contains("I heard"), "{transcript}");
     // The chunks are about a quarter of a second of 16 kHz audio each, as `session.created`
@@ -517,6 +522,8 @@ async fn an_audio_session_over_webrtc_queues_speaks_hears_interrupts_and_hangs_u
     until(&b, &server, "document.getElementById('level').value > 0.05", "rtc-level").await;
     // The tone is heard as speech; the model's voice plays from the call's track.
     until(&b, &server, "window.omniStats.voiceStarted >= 1", "rtc-speaking").await;
+    let waited = js(&b, "window.omniStats.replySeconds[0]").await.as_f64().unwrap_or(-1.0);
+    assert!(waited > 0.0 && waited < 5.0, "reply time over the call: {waited} s");
     until(
         &b,
         &server,
