@@ -9,7 +9,8 @@
 #
 # CASCADE_LIB=PATH runs another build of the backend (an earlier release's, for a side-by-side
 # run), OPTIONS='key = value\n...' adds worker options, BENCH_ARGS='--facts --chunk-ms 250' is
-# handed to the Python client (scripts/cascade_bench.py).
+# handed to the Python client (scripts/cascade_bench.py). CLIENT=page asks through the page in
+# Chromium instead (scripts/page_bench.py; BENCH_ARGS='--transport websocket' for the WebSocket).
 #
 # Needs the models (scripts/fetch-models.py), espeak-ng, and .venv (./test.sh creates it).
 set -euo pipefail
@@ -34,7 +35,12 @@ for _ in $(seq 600); do
   curl -sf "http://127.0.0.1:$port/status" | python3 -c 'import json,sys; s=json.load(sys.stdin); sys.exit(0 if all(w["state"]=="idle" for w in s["workers"]) else 1)' && break
   sleep 0.2
 done
-.venv/bin/python scripts/cascade_bench.py "ws://127.0.0.1:$port" "$sessions" "$questions" --json "$out/bench.json" ${BENCH_ARGS:-}
+if [ "${CLIENT:-probe}" = page ]; then
+  # The page in Chromium: one fresh session per factual question (scripts/page_bench.py).
+  python3 scripts/page_bench.py "http://127.0.0.1:$port" --json "$out/bench.json" ${BENCH_ARGS:-}
+else
+  .venv/bin/python scripts/cascade_bench.py "ws://127.0.0.1:$port" "$sessions" "$questions" --json "$out/bench.json" ${BENCH_ARGS:-}
+fi
 curl -sf "http://127.0.0.1:$port/status" | python3 -c '
 import json, sys
 def mb(pid, key):

@@ -303,7 +303,7 @@ impl Engine {
         let config = self.vad_config();
         let was_speaking = self.vad.in_speech();
         let endpoint = self.vad.push(&config, audio).map_err(Error::Inference)?;
-        if self.answer.is_some() && self.vad.chunk_voiced_ms >= self.opt.barge_in_ms {
+        if self.answer.is_some() && self.vad.recent_voiced_ms() >= self.opt.barge_in_ms {
             // Barge-in: the user talks over the answer; it stops here.
             self.cut_answer();
         }

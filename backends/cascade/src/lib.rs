@@ -28,8 +28,6 @@ const NAME: &str = "omni-cascade";
 const SETTINGS: &str = "top_k,top_p,seed";
 const MAX_TEXT: usize = 4096;
 const MAX_SAMPLES: usize = 24000 * 30;
-/// The chunk it asks clients' audio to be gathered into: 200 ms at 16 kHz.
-const STEP_SAMPLES: u32 = 3200;
 
 /// What a handle pointer points to: the part any thread may use, and the engine the owner
 /// thread drives (never touched from another thread).
@@ -200,7 +198,7 @@ unsafe extern "C" fn info(b: B, out: *mut omni_backend_info) -> omni_status {
             // It decides on every chunk (its own voice activity detection): small chunks
             // let it hear the end of speech within a window of it.
             out.abi_revision = 2;
-            out.step_samples = STEP_SAMPLES;
+            out.step_samples = engine.opt.chunk_ms * 16;
         }
         OK
     })

@@ -6,8 +6,11 @@
 //! loudness (`vad = "energy"`: 20 ms windows, voiced from RMS `vad_threshold`, silent below it).
 //! An utterance starts with the first voiced window and ends (the endpoint) when at least
 //! `min_speech_ms` of it was voiced and the last `silence_ms` were silent; windows in between
-//! neither add to the speech nor to the silence. Plain data over the detector, tested without a
-//! model.
+//! neither add to the speech nor to the silence. For barge-in, it also counts the voiced
+//! milliseconds of the last second since the last endpoint, whatever the chunk size. Plain data
+//! over the detector, tested without a model.
+
+use std::collections::VecDeque;
 
 use omni_vad_silero::Silero;
 
@@ -74,18 +77,41 @@ pub struct Vad {
     pub speech_ms: u32,
     /// Silent milliseconds since the last voiced window of the utterance.
     pub silence_ms: u32,
-    /// Voiced milliseconds in the last chunk (for barge-in).
-    pub chunk_voiced_ms: u32,
+    /// The last second's windows since the last endpoint: the voiced milliseconds of each (0
+    /// for the others), for barge-in.
+    recent: VecDeque<u32>,
+    /// Their sum.
+    recent_voiced_ms: u32,
 }
+
+/// How far back barge-in counts voiced windows.
+const RECENT_MS: usize = 1000;
 
 impl Vad {
     pub fn new(detector: Detector) -> Vad {
-        Vad { detector, pending: Vec::new(), speech_ms: 0, silence_ms: 0, chunk_voiced_ms: 0 }
+        Vad { detector, pending: Vec::new(), speech_ms: 0, silence_ms: 0, recent: VecDeque::new(), recent_voiced_ms: 0 }
+    }
+
+    /// Voiced milliseconds in the last second, since the last endpoint (for barge-in).
+    pub fn recent_voiced_ms(&self) -> u32 {
+        self.recent_voiced_ms
+    }
+
+    fn remember(&mut self, voiced_ms: u32, window_ms: u32) {
+        self.recent.push_back(voiced_ms);
+        self.recent_voiced_ms += voiced_ms;
+        while self.recent.len() * window_ms as usize > RECENT_MS {
+            self.recent_voiced_ms -= self.recent.pop_front().unwrap_or(0);
+        }
+    }
+
+    fn forget_recent(&mut self) {
+        self.recent.clear();
+        self.recent_voiced_ms = 0;
     }
 
     /// Feeds one chunk; returns true when the utterance has just ended (the endpoint).
     pub fn push(&mut self, config: &VadConfig, audio: &[f32]) -> Result<bool, String> {
-        self.chunk_voiced_ms = 0;
         let size = self.detector.size();
         self.pending.extend_from_slice(audio);
         let mut ended = false;
@@ -94,16 +120,19 @@ impl Vad {
             let window = &self.pending[at..at + size];
             at += size;
             let ms = (size * 1000 / RATE) as u32;
-            match self.detector.classify(window)? {
+            let class = self.detector.classify(window)?;
+            self.remember(if class == Window::Voiced { ms } else { 0 }, ms);
+            match class {
                 Window::Voiced => {
                     self.speech_ms += ms;
                     self.silence_ms = 0;
-                    self.chunk_voiced_ms += ms;
                 }
                 Window::Silent if self.speech_ms > 0 => {
                     self.silence_ms += ms;
                     if self.speech_ms >= config.min_speech_ms && self.silence_ms >= config.silence_ms {
                         ended = true;
+                        // The utterance's own speech is no barge-in over its answer.
+                        self.forget_recent();
                     }
                 }
                 _ => {}
@@ -122,7 +151,7 @@ impl Vad {
         self.pending.clear();
         self.speech_ms = 0;
         self.silence_ms = 0;
-        self.chunk_voiced_ms = 0;
+        self.forget_recent();
         self.detector.reset();
     }
 }
@@ -159,7 +188,30 @@ mod tests {
         let mut chunk = tone(100);
         chunk.extend(vec![0.0; 15000]);
         assert!(!v.push(&CONFIG, &chunk).unwrap(), "100 ms of sound is below min_speech_ms");
-        assert_eq!(v.chunk_voiced_ms, 100);
+        // 1,037 ms in all: the last second holds the click's last 80 ms.
+        assert_eq!(v.recent_voiced_ms(), 80);
+    }
+
+    #[test]
+    fn barge_in_counts_the_last_second_whatever_the_chunks() {
+        let mut v = energy();
+        // An utterance that ends: its speech does not count afterwards.
+        v.push(&CONFIG, &tone(600)).unwrap();
+        assert_eq!(v.recent_voiced_ms(), 600);
+        assert!(v.push(&CONFIG, &vec![0.0; 500 * 16]).unwrap());
+        assert_eq!(v.recent_voiced_ms(), 0);
+        // Then 400 ms of speech in 200 ms chunks, as in 1 s chunks.
+        v.push(&CONFIG, &tone(200)).unwrap();
+        v.push(&CONFIG, &tone(200)).unwrap();
+        assert_eq!(v.recent_voiced_ms(), 400);
+        let mut second = tone(400);
+        second.extend(vec![0.0; 400 * 16]);
+        let mut w = energy();
+        w.push(&CONFIG, &second).unwrap();
+        assert_eq!(w.recent_voiced_ms(), 400);
+        // A second later, it has gone by.
+        v.push(&CONFIG, &vec![0.0; 16000]).unwrap();
+        assert_eq!(v.recent_voiced_ms(), 0);
     }
 
     #[test]
