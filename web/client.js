@@ -520,8 +520,11 @@ function onCallEvent(ev) {
       break;
     case 'session.created': {
       stats.sessionId = ev.session.id;
+      // The prompt, and transcripts of the user's turns (what the model heard: "You: ...").
+      const session = { type: 'realtime', audio: { input: { transcription: { model: 'whisper-1' } } } };
       const prompt = $('prompt').value.trim();
-      if (prompt) call.send({ type: 'session.update', session: { type: 'realtime', instructions: prompt } });
+      if (prompt) session.instructions = prompt;
+      call.send({ type: 'session.update', session });
       $('interrupt').disabled = false;
       setState('listening', 'Talk whenever you like.');
       break;

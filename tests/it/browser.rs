@@ -524,6 +524,10 @@ async fn an_audio_session_over_webrtc_queues_speaks_hears_interrupts_and_hangs_u
     until(&b, &server, "window.omniStats.voiceStarted >= 1", "rtc-speaking").await;
     let waited = js(&b, "window.omniStats.replySeconds[0]").await.as_f64().unwrap_or(-1.0);
     assert!(waited > 0.0 && waited < 5.0, "reply time over the call: {waited} s");
+    // What the model heard is shown as the user's line (the page asks for transcripts).
+    until(&b, &server, "window.omniStats.heard.some((h) => h && h.includes('seconds of speech'))", "rtc-you").await;
+    let you = js(&b, "document.querySelector('#transcript .user').textContent").await;
+    assert!(you.as_str().unwrap().contains("seconds of speech"), "{you}");
     until(
         &b,
         &server,

@@ -231,8 +231,69 @@ async fn the_question_is_transcribed_during_the_hang_over() {
     }
     let text: String = events.iter().filter(|e| e["kind"] == "text").filter_map(|e| e["text"].as_str()).collect();
     assert!(text.to_lowercase().contains("paris"), "not an answer to the question: {text:?}");
-    server.wait_log("(early)", WAIT);
+    // Early: in the rest of the hang-over, either transcribed or also fed to the LLM.
+    server.wait_log("(early", WAIT);
     assert!(!server.logs().contains("(at the endpoint)"), "{}", server.logs());
+    c.close_socket().await;
+    server.wait_idle();
+}
+
+/// The early transcription's words go into the LLM during the rest of the hang-over; a user who
+/// goes on after them has the turn taken back and the whole question answered. (A long
+/// hang-over, 2 s, leaves the early transcription time to end before the endpoint.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_fed_ahead_is_taken_back_when_the_user_goes_on() {
+    if !needs(&[Need::Models]) {
+        return;
+    }
+    let _one = one_at_a_time();
+    let _ = models();
+    let server = Server::ready(
+        Setup::default()
+            .workers(cascade("silence_ms = 2000"))
+            .limits("step_timeout_ms = 60000")
+            .limits("max_pending_chunks = 64")
+            .env("OMNI_BACKEND_TIMING", "1"),
+    );
+    let mut c = connected(&server, "audio").await;
+    c.send(json!({"type": "session.init", "payload": {"transcripts": true}})).await;
+    c.expect("session.created").await;
+    let mut events = Vec::new();
+    // "How many legs", then quiet in 250 ms chunks at real time until the turn is fed.
+    let mut first = speech("How many legs");
+    first.resize(first.len().div_ceil(4000) * 4000, 0.0);
+    for chunk in first.chunks(4000) {
+        c.send(append(chunk)).await;
+        events.extend(events_for(&mut c, Duration::from_millis(250)).await);
+    }
+    for _ in 0..7 {
+        if server.logs().contains("TIMING fed ahead") {
+            break;
+        }
+        c.send(append(&[0.0; 4000])).await;
+        events.extend(events_for(&mut c, Duration::from_millis(250)).await);
+    }
+    assert!(server.logs().contains("TIMING fed ahead"), "not fed ahead within 1.75 s of quiet:\n{}", server.logs());
+    // The rest of the question: the turn is taken back, and the whole of it answered (the
+    // answer's end awaited).
+    let mut rest = speech("does a spider have?");
+    rest.resize(rest.len() + 16000 * 20, 0.0);
+    for chunk in rest.chunks(4000) {
+        let mut chunk = chunk.to_vec();
+        chunk.resize(4000, 0.0);
+        c.send(append(&chunk)).await;
+        events.extend(events_for(&mut c, Duration::from_millis(250)).await);
+        if events.iter().any(|e| e["end_of_turn"] == true) {
+            break;
+        }
+    }
+    server.wait_log("the turn fed ahead was taken back", WAIT);
+    let text: String = events.iter().filter(|e| e["kind"] == "text").filter_map(|e| e["text"].as_str()).collect();
+    let heard: Vec<&Value> = events.iter().filter(|e| e["type"] == "input.transcript").collect();
+    let text = text.to_lowercase();
+    // (Whether it is right is the model's business: that it speaks of spiders shows it heard
+    // the whole question, not only "How many legs".)
+    assert!(text.contains("spider"), "not an answer to the whole question: {text:?} (heard {heard:?})");
     c.close_socket().await;
     server.wait_idle();
 }

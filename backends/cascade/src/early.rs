@@ -56,6 +56,11 @@ impl EarlyAsr {
         }
     }
 
+    /// Whether a job on the utterance as of `at` has ended (its words can be taken at once).
+    pub fn finished(&self, at: Point) -> bool {
+        self.job.as_ref().is_some_and(|job| job.at == at && job.handle.is_finished())
+    }
+
     /// Ends any job in flight (cuts it short and waits for it: the recogniser is then free).
     pub fn discard(&mut self) {
         if let Some(job) = self.job.take() {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
-use crate::early::EarlyAsr;
+use crate::early::{EarlyAsr, Point};
 use crate::llm::{Llm, LlmError, Sampling};
 use crate::options::Options;
 use crate::options::VadEngine;
@@ -120,13 +120,34 @@ fn words(heard: &str) -> String {
     if out.chars().any(|c| c.is_alphanumeric()) { out } else { String::new() }
 }
 
+/// Whether to print the terms of the first audio's delay (`OMNI_BACKEND_TIMING=1`).
+fn timing() -> bool {
+    std::env::var_os("OMNI_BACKEND_TIMING").is_some()
+}
+
+/// A user turn in ChatML, with the start of the assistant's.
+fn user_turn(heard: &str) -> String {
+    format!("<|im_start|>user\n{heard}<|im_end|>\n<|im_start|>assistant\n")
+}
+
 /// Appended to the system prompt: the answer is heard, not read.
 const SPOKEN: &str = "Your answers are spoken aloud: answer the question directly and correctly in the first \
                       sentence, in one to three short, plain sentences, without lists, markdown or emoji. \
-                      The question comes from speech recognition and may have a misheard word: answer what \
-                      was most likely asked, and if you cannot tell, ask the user politely to repeat it.";
+                      The question comes from speech recognition and may have a misheard word: answer the \
+                      question that was most likely meant without remarking on it, and if you cannot tell \
+                      what was meant, ask the user politely to repeat it.";
 const PREROLL: usize = RATE * 3 / 10;
 const MAX_UTTERANCE: usize = RATE * 30;
+
+/// A user turn in the LLM before its endpoint.
+struct FedAhead {
+    /// The utterance, and its voiced milliseconds, that was heard.
+    at: Point,
+    heard: String,
+    /// The LLM's length before it, and the turn's tokens.
+    before: u32,
+    tokens: u32,
+}
 
 pub struct Engine {
     pub opt: Options,
@@ -145,6 +166,9 @@ pub struct Engine {
     step: Step,
     /// Whisper on the utterance so far, started during the endpoint's hang-over.
     early: EarlyAsr,
+    /// The user's turn, fed to the LLM ahead of the endpoint once the early transcription had
+    /// it (the rest of the hang-over): taken back if the user goes on.
+    fed_ahead: Option<FedAhead>,
     /// An output that did not fit the caller's buffers, handed out again.
     pub held: Option<Piece>,
     turn_first: Option<(u32, String)>,
@@ -189,6 +213,7 @@ impl Engine {
             ahead: 0.0,
             step: Step::default(),
             early: EarlyAsr::default(),
+            fed_ahead: None,
             held: None,
             turn_first: None,
         };
@@ -213,6 +238,7 @@ impl Engine {
 
     pub fn reset(&mut self) {
         self.early.discard();
+        self.fed_ahead = None;
         self.llm.clear();
         self.vad.clear();
         self.session = None;
@@ -295,6 +321,7 @@ impl Engine {
         self.ahead = (self.ahead - audio.len() as f32 / RATE as f32).max(0.0);
         if force || pending {
             self.step.forced = true;
+            self.take_back_ahead();
             self.cut_answer();
             self.vad.clear();
             self.utterance.clear();
@@ -303,6 +330,10 @@ impl Engine {
         let config = self.vad_config();
         let was_speaking = self.vad.in_speech();
         let endpoint = self.vad.push(&config, audio).map_err(Error::Inference)?;
+        if self.fed_ahead.as_ref().is_some_and(|a| a.at != (self.utterances, self.vad.speech_ms)) {
+            // The user went on: the turn fed ahead was not the whole of it.
+            self.take_back_ahead();
+        }
         if self.answer.is_some() && self.vad.recent_voiced_ms() >= self.opt.barge_in_ms {
             // Barge-in: the user talks over the answer; it stops here.
             self.cut_answer();
@@ -327,7 +358,12 @@ impl Engine {
             && self.vad.speech_ms >= self.opt.speech_min_ms
             && self.vad.silence_ms >= self.opt.early_asr_ms
         {
-            self.early.start(&self.shared.asr, &self.utterance, (self.utterances, self.vad.speech_ms));
+            let at = (self.utterances, self.vad.speech_ms);
+            if self.early.finished(at) && self.fed_ahead.is_none() {
+                self.feed_ahead(at)?;
+            } else {
+                self.early.start(&self.shared.asr, &self.utterance, at);
+            }
         }
         self.step.prefill_us = t0.elapsed().as_micros() as u32;
         Ok(())
@@ -344,18 +380,32 @@ impl Engine {
             self.step.endpoint = false;
             let audio = std::mem::take(&mut self.utterance);
             let ta = Instant::now();
-            let (heard, when) = match self.early.take(self.step.heard_at) {
-                Some(text) => (words(&text), "early"),
-                None => (self.hear(&audio)?, "at the endpoint"),
+            let ahead = match self.fed_ahead.take() {
+                Some(a) if a.at == self.step.heard_at => Some(a),
+                Some(a) => {
+                    self.fed_ahead = Some(a);
+                    self.take_back_ahead();
+                    None
+                }
+                None => None,
+            };
+            let (heard, when) = match &ahead {
+                Some(a) => (a.heard.clone(), "early, fed ahead"),
+                None => match self.early.take(self.step.heard_at) {
+                    Some(text) => (words(&text), "early"),
+                    None => (self.hear(&audio)?, "at the endpoint"),
+                },
             };
             let asr_ms = ta.elapsed().as_millis();
             if heard.is_empty() {
                 Piece { listen: true, ..Piece::default() }
             } else {
                 let max = self.session(Kind::Duplex)?.max_tokens;
-                let turn = format!("<|im_start|>user\n{heard}<|im_end|>\n<|im_start|>assistant\n");
                 let tf = Instant::now();
-                let tokens = self.feed_cancellable(&turn, max)?;
+                let tokens = match &ahead {
+                    Some(a) => a.tokens,
+                    None => self.feed_cancellable(&user_turn(&heard), max)?,
+                };
                 let feed_ms = tf.elapsed().as_millis();
                 self.answer =
                     Some(Answer { text: String::new(), done: false, tokens: 0, reported: 0, limit: max, speech: true });
@@ -364,7 +414,7 @@ impl Engine {
                 let mut p = self.next_piece()?;
                 // The terms of the first audio's delay (docs/performance.md), on stderr (the
                 // gateway's log) when asked: OMNI_BACKEND_TIMING=1 (kept for a worker's process).
-                if std::env::var_os("OMNI_BACKEND_TIMING").is_some() {
+                if timing() {
                     eprintln!(
                         "TIMING audio {:.2}s asr {asr_ms} ms ({when}), feed {tokens} tokens {feed_ms} ms, first piece {} ms ({} bytes, {:.2}s audio)",
                         audio.len() as f32 / 16000.0,
@@ -406,6 +456,49 @@ impl Engine {
 
     fn cancelled(&self) -> bool {
         self.shared.interrupts.load(Ordering::SeqCst) != self.step.epoch
+    }
+
+    /// The early transcription has the utterance: its turn goes into the LLM now, during the
+    /// rest of the hang-over, so that the endpoint's step starts on the answer at once.
+    fn feed_ahead(&mut self, at: Point) -> Result<(), Error> {
+        let Some(text) = self.early.take(at) else { return Ok(()) };
+        let heard = words(&text);
+        let before = self.llm.n_past();
+        let t0 = Instant::now();
+        let tokens = if heard.is_empty() {
+            0
+        } else {
+            let max = self.session(Kind::Duplex)?.max_tokens;
+            match self.feed_cancellable(&user_turn(&heard), max) {
+                Ok(tokens) => tokens,
+                // Not fed after all: the endpoint's step feeds it, or tells what is wrong.
+                Err(Error::Interrupted | Error::ContextFull(_)) => {
+                    self.llm.rewind(before);
+                    self.sync_kv();
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        if timing() {
+            eprintln!("TIMING fed ahead: {tokens} tokens in {} ms", t0.elapsed().as_millis());
+        }
+        self.fed_ahead = Some(FedAhead { at, heard, before, tokens });
+        Ok(())
+    }
+
+    /// Takes the turn fed ahead back out of the LLM.
+    fn take_back_ahead(&mut self) {
+        let Some(a) = self.fed_ahead.take() else { return };
+        if !self.llm.rewind(a.before) {
+            // llama.cpp would not: the conversation starts over from its system prompt.
+            eprintln!("omni-cascade: a turn fed ahead could not be taken back; the conversation is cleared");
+            self.llm.clear();
+        }
+        if timing() {
+            eprintln!("TIMING the turn fed ahead was taken back: the user went on");
+        }
+        self.sync_kv();
     }
 
     fn feed_cancellable(&mut self, text: &str, reserve: u32) -> Result<u32, Error> {

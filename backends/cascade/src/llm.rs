@@ -134,6 +134,20 @@ impl Llm {
         self.partial.clear();
     }
 
+    /// Takes back what was fed after the first `to` tokens (a user turn fed ahead that the
+    /// user went on from). False when llama.cpp could not, and the conversation is as it was.
+    pub fn rewind(&mut self, to: u32) -> bool {
+        if to >= self.n_past {
+            return true;
+        }
+        if !self.ctx.clear_kv_cache_seq(Some(0), Some(to), None).unwrap_or(false) {
+            return false;
+        }
+        self.n_past = to;
+        self.partial.clear();
+        true
+    }
+
     /// Starts a conversation with `text` (its system block): reused from the last conversation
     /// when it started the same way, else computed. Returns its tokens.
     pub fn start(&mut self, text: &str, cancelled: &dyn Fn() -> bool) -> Result<u32, LlmError> {
