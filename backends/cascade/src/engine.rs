@@ -133,9 +133,8 @@ fn user_turn(heard: &str) -> String {
 /// Appended to the system prompt: the answer is heard, not read.
 const SPOKEN: &str = "Your answers are spoken aloud: answer the question directly and correctly in the first \
                       sentence, in one to three short, plain sentences, without lists, markdown or emoji. \
-                      The question comes from speech recognition and may have a misheard word: answer the \
-                      question that was most likely meant without remarking on it, and if you cannot tell \
-                      what was meant, ask the user politely to repeat it.";
+                      The question comes from speech recognition and may have a misheard word: answer what \
+                      was most likely asked, and if you cannot tell, ask the user politely to repeat it.";
 const PREROLL: usize = RATE * 3 / 10;
 const MAX_UTTERANCE: usize = RATE * 30;
 
