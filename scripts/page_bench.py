@@ -111,7 +111,9 @@ def ask(driver, url, transport, question, words):
             stats = {}
             while time.time() < deadline:
                 stats = driver.js(sid, "return window.omniStats;")
-                if stats["answers"] >= 1 and stats["state"] == "listening" or stats["state"] == "ended":
+                # Answered and timed (over WebRTC, response.done may come before the voice
+                # starts playing), or ended.
+                if stats["answers"] >= 1 and stats["replySeconds"] or stats["state"] == "ended":
                     break
                 time.sleep(0.2)
             driver.js(sid, "document.getElementById('stop').click();")
