@@ -122,8 +122,11 @@ typedef struct {
                                      * own voice activity detection) says 3200 (200 ms) and hears
                                      * the end of speech sooner. The gateway gathers audio from
                                      * clients that do not chunk it themselves (the OpenAI/Qwen
-                                     * dialects, WebRTC calls) into chunks of this size, clamped to
-                                     * 1600..16000. 0: one second (16000), as before 1.2. */
+                                     * dialects, WebRTC calls) into whole multiples of it (clamped
+                                     * to 1600..16000), at most a second a chunk; MiniCPM-o
+                                     * clients are told it and may send any chunk of at least
+                                     * 4000. A backend still takes any chunk size. 0: one second
+                                     * (16000), as before 1.2. */
 } omni_backend_info;
 
 /* ---- sessions ---------------------------------------------------------- */

@@ -37,7 +37,7 @@ for _ in $(seq 600); do
 done
 if [ "${CLIENT:-probe}" = page ]; then
   # The page in Chromium: one fresh session per factual question (scripts/page_bench.py).
-  python3 scripts/page_bench.py "http://127.0.0.1:$port" --json "$out/bench.json" ${BENCH_ARGS:-}
+  python3 scripts/page_bench.py "http://127.0.0.1:$port" --questions "$questions" --json "$out/bench.json" ${BENCH_ARGS:-}
 else
   .venv/bin/python scripts/cascade_bench.py "ws://127.0.0.1:$port" "$sessions" "$questions" --json "$out/bench.json" ${BENCH_ARGS:-}
 fi

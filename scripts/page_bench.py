@@ -105,7 +105,7 @@ def ask(driver, url, transport, question, words):
             driver.js(sid, f"""
                 document.getElementById('mode').value = 'audio';
                 document.getElementById('mode').dispatchEvent(new Event('change'));
-                document.getElementById('transport').value = '{transport}';
+                document.getElementById('transport').value = '{'websocket' if transport == 'websocket' else 'auto'}';
                 document.getElementById('start').click();""")
             deadline = time.time() + QUESTION_S
             stats = {}
@@ -151,6 +151,9 @@ def main():
     finally:
         driver.close()
     times = sorted(r["reply_s"] for r in results if r["reply_s"] is not None)
+    used = sorted({r["transport"] for r in results if r["transport"]})
+    if used != [opt["--transport"]]:
+        print(f"(asked for {opt['--transport']}, the page used {', '.join(used) or 'none'})")
     summary = {
         "transport": opt["--transport"],
         "questions": len(results),

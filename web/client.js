@@ -22,6 +22,8 @@ const VOICE_RMS = 0.01;
 /// it has been timed.
 let lastVoiceAt = null;
 let replyTimed = true;
+/// The answer whose voice was last timed (WebSocket sessions).
+let voicedResponse = null;
 
 function heardLevel(rms) {
   if (rms < VOICE_RMS || !capturingVoice()) return;
@@ -603,7 +605,12 @@ function onDelta(ev) {
     stats.text += ev.text;
     answerNode.textContent += ev.text;
   } else if (ev.kind === 'audio') {
-    voiceStartsAt(player.play(base64ToF32(ev.audio)));
+    const startsAt = player.play(base64ToF32(ev.audio));
+    // Timed on an answer's first audio only (a cough during it re-arms nothing).
+    if (ev.response_id !== voicedResponse) {
+      voicedResponse = ev.response_id;
+      voiceStartsAt(startsAt);
+    }
   }
   if (ev.end_of_turn) {
     stats.answers++;

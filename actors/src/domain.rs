@@ -314,14 +314,13 @@ pub struct BackendInfo {
     /// The further generation settings it applies (by name).
     pub settings: Vec<String>,
     /// The duplex chunk it answers best on, in 16 kHz samples (0: one second).
-    #[serde(default)]
     pub step_samples: u32,
 }
 
 impl BackendInfo {
     /// Samples per duplex step for clients that do not chunk their audio themselves: the
     /// backend's preferred chunk, 100 ms to one second, else one second.
-    pub fn duplex_step(&self) -> usize {
+    pub fn duplex_chunk_samples(&self) -> usize {
         match self.step_samples {
             0 => 16000,
             n => n.clamp(1600, 16000) as usize,

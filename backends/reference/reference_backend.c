@@ -26,7 +26,7 @@
  *          through a NULL pointer: SIGSEGV). Steps count duplex chunks and turn
  *          answers from 1 in each session. open_ms=N: open takes N ms (a model
  *          loading). interrupt_hang_ms=N: interrupt() blocks N ms (a broken backend).
- *  1.1     (revision [2]; revision=0 behaves as a 1.0 backend: none of the below)
+ *  1.1     (revision >= 1, default 2; revision=0 behaves as a 1.0 backend: none of the below)
  *          settings: applies top_p, top_k, repetition_penalty, presence_penalty and seed
  *          (listed in info); a reply says which it holds: a duplex reply's first text names
  *          them in brackets, and the turn question "What are your settings?" is answered
@@ -39,7 +39,7 @@
  *          speech produced.
  *          turns: without OMNI_TURN_CONTINUE the messages replace the conversation (kv
  *          restarts from the system prompt); with it they are appended.
- *  1.2     (revision [2]) info reports step_samples: preferred_chunk_ms [0] at 16 kHz.
+ *  1.2     (revision 2, the default) info reports step_samples: chunk_ms [0] at 16 kHz.
  *
  * Build as a shared library:  cc -O2 -shared -fPIC -Iinclude reference_backend.c -lm
  * Define OMNI_REFERENCE_STATIC to rename the two entry points to
@@ -88,7 +88,7 @@ struct options {
     long revision;
     long vision;
     long max_top_k;
-    long preferred_chunk_ms;
+    long chunk_ms;
 };
 
 /* The generation settings this backend applies (reported by info). */
@@ -246,12 +246,12 @@ static omni_status parse_options(struct options *opt, const omni_option *options
                                   "step_ms",       "token_ms",      "fail_at_step", "hang_at_step",
                                   "hang_ms",       "abort_at_step", "segv_at_step", "open_ms",
                                   "interrupt_hang_ms", "revision", "vision", "max_top_k",
-                                  "preferred_chunk_ms"};
+                                  "chunk_ms"};
     long *ints[] = {NULL,           &opt->speech_min_ms, &opt->reply_steps,  &opt->n_ctx,
                     &opt->step_ms,  &opt->token_ms,      &opt->fail_at_step, &opt->hang_at_step,
                     &opt->hang_ms,  &opt->abort_at_step, &opt->segv_at_step, &opt->open_ms,
                     &opt->interrupt_hang_ms, &opt->revision, &opt->vision, &opt->max_top_k,
-                    &opt->preferred_chunk_ms};
+                    &opt->chunk_ms};
     *opt = (struct options){0.02, 500, 3, 8192, 0, 0, 0, 0, 60000, 0, 0, 0, 0, 2, 1, 1000, 0};
     if (n > 0 && !options) {
         snprintf(err, cap, "options is NULL with n_options %zu", n);
@@ -268,7 +268,7 @@ static omni_status parse_options(struct options *opt, const omni_option *options
         if (k == sizeof names / sizeof names[0]) {
             snprintf(err, cap, "unknown option '%.*s' (known: vad_threshold, speech_min_ms, reply_steps, n_ctx, "
                      "step_ms, token_ms, fail_at_step, hang_at_step, hang_ms, abort_at_step, segv_at_step, "
-                     "open_ms, interrupt_hang_ms, revision, vision, max_top_k, preferred_chunk_ms)",
+                     "open_ms, interrupt_hang_ms, revision, vision, max_top_k, chunk_ms)",
                      (int)(o->key.len > 64 ? 64 : o->key.len), o->key.ptr ? o->key.ptr : "");
             return OMNI_ERR_OPEN_FAILED;
         }
@@ -293,8 +293,8 @@ static omni_status parse_options(struct options *opt, const omni_option *options
         snprintf(err, cap, "option revision: 0 (a 1.0 backend), 1 (1.1) or 2");
         return OMNI_ERR_OPEN_FAILED;
     }
-    if (opt->preferred_chunk_ms > 10000) {
-        snprintf(err, cap, "option preferred_chunk_ms: at most 10000");
+    if (opt->chunk_ms > 10000) {
+        snprintf(err, cap, "option chunk_ms: at most 10000");
         return OMNI_ERR_OPEN_FAILED;
     }
     if (opt->vision > 1) {
@@ -406,7 +406,7 @@ static omni_status ref_info(omni_backend *b, omni_backend_info *out) {
         out->settings_len = sizeof SETTINGS - 1;
     }
     if (b->opt.revision >= 2 && out->struct_size >= MIN_SIZE(omni_backend_info, step_samples))
-        out->step_samples = (uint32_t)(b->opt.preferred_chunk_ms * IN_RATE / 1000);
+        out->step_samples = (uint32_t)(b->opt.chunk_ms * IN_RATE / 1000);
     out->input_sample_rate = IN_RATE;
     out->output_sample_rate = OUT_RATE;
     out->context_size = (uint32_t)b->opt.n_ctx;

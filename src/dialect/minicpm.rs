@@ -565,9 +565,11 @@ impl Current {
             "metrics": {"prompt_length": prompt_length, "queue_wait_ms": queue_wait_ms},
         });
         if kind == omni_actors::domain::SessionKind::Duplex {
-            // The chunk the model answers best on, from a quarter of a second (the smallest
-            // `input.append` takes) to one: a client may send chunks this short.
-            created["input_chunk_ms"] = json!((backend.duplex_step() * 1000 / 16000).max(250));
+            // The chunk the model answers best on, from the smallest `input.append` takes
+            // (`limits.min_audio_samples`, 250 ms by default) to one second: a client may send
+            // chunks this short.
+            let smallest = (self.limits.min_audio_samples * 1000).div_ceil(16000);
+            created["input_chunk_ms"] = json!((backend.duplex_chunk_samples() * 1000 / 16000).max(smallest));
         }
         created.to_string()
     }

@@ -31,7 +31,7 @@ pub use crate::backend::ipc::MAX_FRAME_BYTES;
 use crate::backend::ipc::{ToHost, Value};
 
 /// The version of this protocol; a node refuses another.
-pub const PROTOCOL: u32 = 5;
+pub const PROTOCOL: u32 = 6;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ToNode {

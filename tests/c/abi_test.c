@@ -314,7 +314,7 @@ int main(int argc, char **argv) {
     CHECK(api->info(b, &info) == OMNI_OK && (info.capabilities & OMNI_CAP_TRANSCRIPTS) &&
               (info.capabilities & OMNI_CAP_TOKEN_DETAILS) && info.settings_len > 0 && info.abi_revision == 2 &&
               strncmp(info.settings, "top_p,", 6) == 0,
-          "1.1 info: transcripts, token details, settings '%.*s'", (int)info.settings_len, info.settings);
+          "1.2 info (revision 2): transcripts, token details, settings '%.*s'", (int)info.settings_len, info.settings);
     omni_option session_settings[2] = {{S("top_k"), S("20")}, {S("listen_prob_scale"), S("0.5")}};
     memset(&c, 0, sizeof c);
     c.struct_size = sizeof c;
@@ -389,17 +389,30 @@ int main(int argc, char **argv) {
     api->close(b);
 
     /* revision 1.2: the preferred duplex chunk, 0 (one second) unless set */
-    b = open_with("preferred_chunk_ms", "200");
+    b = open_with("chunk_ms", "200");
     memset(&info, 0, sizeof info);
     info.struct_size = sizeof info;
     CHECK(api->info(b, &info) == OMNI_OK && info.abi_revision == 2 && info.step_samples == 3200,
-          "1.2 info: step_samples %u for preferred_chunk_ms=200", info.step_samples);
+          "1.2 info: step_samples %u for chunk_ms=200", info.step_samples);
     api->close(b);
-    b = open_with("revision", "1");
+    {
+        omni_option both[2] = {{S("revision"), S("1")}, {S("chunk_ms"), S("200")}};
+        b = NULL;
+        char err[256];
+        CHECK(api->open(both, 2, &b, err, sizeof err) == OMNI_OK, "open as a 1.1 backend with a preferred chunk");
+        memset(&info, 0, sizeof info);
+        info.struct_size = sizeof info;
+        CHECK(api->info(b, &info) == OMNI_OK && info.abi_revision == 1 && info.step_samples == 0,
+              "revision=1 reports a 1.1 backend, with no preferred chunk (%u)", info.step_samples);
+        api->close(b);
+    }
+    /* a caller of revision 1.1: the info struct ends before step_samples, which stays untouched */
+    b = open_with("chunk_ms", "200");
     memset(&info, 0, sizeof info);
-    info.struct_size = sizeof info;
-    CHECK(api->info(b, &info) == OMNI_OK && info.abi_revision == 1 && info.step_samples == 0,
-          "revision=1 reports a 1.1 backend with no preferred chunk");
+    info.step_samples = 7;
+    info.struct_size = (uint32_t)offsetof(omni_backend_info, step_samples);
+    CHECK(api->info(b, &info) == OMNI_OK && info.step_samples == 7 && info.settings_len > 0,
+          "a 1.1-sized info is filled up to its size (step_samples %u)", info.step_samples);
     api->close(b);
 
     printf("1..%d\n", count);

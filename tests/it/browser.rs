@@ -20,9 +20,7 @@ async fn an_audio_session_in_the_browser_streams_the_microphone_and_plays_the_an
     }
     // A backend that answers best on chunks of a quarter of a second (ABI 1.2 `step_samples`).
     let server = Server::ready(
-        Setup::default()
-            .workers(workers(1, "preferred_chunk_ms = 250"))
-            .auth("api_keys = [\"browser-key-0123456789\"]"),
+        Setup::default().workers(workers(1, "chunk_ms = 250")).auth("api_keys = [\"browser-key-0123456789\"]"),
     );
     let dir = tempfile::tempdir().unwrap();
     let driver = driver();

@@ -288,6 +288,16 @@ async fn a_turn_fed_ahead_is_taken_back_when_the_user_goes_on() {
         }
     }
     server.wait_log("the turn fed ahead was taken back", WAIT);
+    // The LLM's length, as the listen steps report it: the prompt, the prompt and the turn fed
+    // ahead, then the prompt again once it was taken back.
+    let kv: Vec<u64> = events
+        .iter()
+        .filter(|e| e["kind"] == "listen")
+        .filter_map(|e| e["metrics"]["kv_cache_length"].as_u64())
+        .collect();
+    let prompt = kv[0];
+    let fed = kv.iter().position(|&k| k > prompt).unwrap_or_else(|| panic!("never fed: {kv:?}"));
+    assert!(kv[fed..].contains(&prompt), "the turn fed ahead stayed in the LLM: {kv:?}");
     let text: String = events.iter().filter(|e| e["kind"] == "text").filter_map(|e| e["text"].as_str()).collect();
     let heard: Vec<&Value> = events.iter().filter(|e| e["type"] == "input.transcript").collect();
     let text = text.to_lowercase();

@@ -357,7 +357,7 @@ async fn a_reconfigure_the_backend_refuses_keeps_the_previous_configuration() {
 /// not with the next full second.
 #[tokio::test]
 async fn audio_is_stepped_in_the_chunk_the_backend_prefers() {
-    let server = Server::ready(Setup::default().workers(workers(1, "preferred_chunk_ms = 200\nreply_steps = 1")));
+    let server = Server::ready(Setup::default().workers(workers(1, "chunk_ms = 200\nreply_steps = 1")));
     let mut c = openai(&server, true).await;
     let at_24k = |samples: &[f32]| -> Vec<f32> { (0..samples.len() * 3 / 2).map(|i| samples[i * 2 / 3]).collect() };
     // 0.6 s of speech, then 0.4 s of quiet.

@@ -516,7 +516,7 @@ impl Handler<SubmitChunk> for BackendActor {
                 control.interrupt();
             }
         }
-        if let Some(seq) = fx.dropped {
+        for &seq in &fx.dropped {
             self.tell_session(BackendEvent::Dropped { seq });
         }
         self.dispatch_next(ctx);

@@ -3,7 +3,9 @@
 //!
 //! - One job on the backend thread at a time. Queued work (prepare, reset, turn-mode
 //!   answers, in order) goes before pending duplex chunks.
-//! - Silent drop: at most `max_pending_chunks` unprocessed chunks; the oldest is dropped.
+//! - Silent drop: at most `max_pending_chunks` seconds of unprocessed audio (that many
+//!   one-second chunks, or four times as many of 250 ms); past it the oldest chunks are
+//!   dropped, the newest always kept.
 //! - A force-listen chunk overtakes the backlog: the backend is force-listened at once and
 //!   an interruptible job in flight is cut short, without waiting behind pending chunks.
 //! - The watchdog: every job has a deadline; progress of a turn-mode answer (a piece)
@@ -66,11 +68,14 @@ pub enum Refusal {
     Busy,
 }
 
+/// The audio one pending "chunk" of `max_pending_chunks` stands for: a second at 16 kHz.
+const PENDING_SAMPLES_PER_CHUNK: usize = 16000;
+
 /// What a duplex chunk's arrival asks of the actor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ChunkEffects {
-    /// This older chunk was dropped unprocessed: the session is told.
-    pub dropped: Option<u64>,
+    /// These older chunks were dropped unprocessed: the session is told.
+    pub dropped: Vec<u64>,
     /// Force-listen the backend now (any-thread call).
     pub force_listen: bool,
     /// Interrupt the job in flight now (any-thread call).
@@ -108,7 +113,7 @@ impl WorkerPolicy {
             ready: false,
             failed: false,
             work: VecDeque::new(),
-            pending: Pending::new(max_pending_chunks),
+            pending: Pending::new(max_pending_chunks * PENDING_SAMPLES_PER_CHUNK),
             in_flight: None,
             next_job: 1,
             drain: false,
@@ -173,7 +178,8 @@ impl WorkerPolicy {
     pub fn chunk(&mut self, seq: u64, chunk: DuplexChunk) -> ChunkEffects {
         let force_listen = chunk.force_listen;
         let interrupt = force_listen && self.interruptible_in_flight();
-        let dropped = self.pending.push((seq, chunk)).map(|(seq, _)| seq);
+        let weight = chunk.audio.len();
+        let dropped = self.pending.push((seq, chunk), weight).into_iter().map(|(seq, _)| seq).collect();
         ChunkEffects { dropped, force_listen, interrupt }
     }
 
@@ -281,8 +287,9 @@ mod tests {
     use super::*;
     use crate::domain::SessionKind;
 
+    /// One second of audio.
     fn chunk(force_listen: bool) -> DuplexChunk {
-        DuplexChunk { audio: vec![0.0; 4], force_listen, ..DuplexChunk::default() }
+        DuplexChunk { audio: vec![0.0; 16000], force_listen, ..DuplexChunk::default() }
     }
 
     fn ready(max_pending: usize) -> WorkerPolicy {
@@ -327,12 +334,25 @@ mod tests {
         let t = Instant::now();
         assert_eq!(p.chunk(1, chunk(false)), ChunkEffects::default());
         let (job, _) = p.next(t).unwrap(); // chunk 1 in flight
-        assert_eq!(p.chunk(2, chunk(false)).dropped, None);
-        assert_eq!(p.chunk(3, chunk(false)).dropped, None);
-        assert_eq!(p.chunk(4, chunk(false)).dropped, Some(2), "the oldest pending goes");
+        assert_eq!(p.chunk(2, chunk(false)).dropped, Vec::<u64>::new());
+        assert_eq!(p.chunk(3, chunk(false)).dropped, Vec::<u64>::new());
+        assert_eq!(p.chunk(4, chunk(false)).dropped, vec![2], "the oldest pending goes");
         assert!(p.next(t).is_none(), "one job at a time");
         p.done(job).unwrap();
         assert!(matches!(p.next(t), Some((_, Work::Step(3, _)))));
+    }
+
+    #[test]
+    fn the_backlog_is_seconds_of_audio_whatever_the_chunk_size() {
+        // max_pending_chunks 2: two seconds; of 200 ms steps, ten wait.
+        let mut p = ready(2);
+        let t = Instant::now();
+        let short = || DuplexChunk { audio: vec![0.0; 3200], ..DuplexChunk::default() };
+        let _ = p.chunk(1, short());
+        let _in_flight = p.next(t).unwrap();
+        assert!((2..=11).all(|seq| p.chunk(seq, short()).dropped.is_empty()));
+        assert_eq!(p.chunk(12, short()).dropped, vec![2]);
+        assert_eq!(p.chunk(13, chunk(false)).dropped, vec![3, 4, 5, 6, 7]);
     }
 
     #[test]
@@ -342,10 +362,10 @@ mod tests {
         p.next(Instant::now()).unwrap();
         p.chunk(2, chunk(false));
         let fx = p.chunk(3, chunk(true));
-        assert_eq!(fx, ChunkEffects { dropped: None, force_listen: true, interrupt: true });
+        assert_eq!(fx, ChunkEffects { dropped: vec![], force_listen: true, interrupt: true });
         // Nothing in flight: the backend is force-listened, nothing to interrupt.
         let mut idle = ready(2);
-        assert_eq!(idle.chunk(1, chunk(true)), ChunkEffects { dropped: None, force_listen: true, interrupt: false });
+        assert_eq!(idle.chunk(1, chunk(true)), ChunkEffects { dropped: vec![], force_listen: true, interrupt: false });
     }
 
     #[test]
@@ -356,7 +376,7 @@ mod tests {
         assert!(!p.in_flight().unwrap().interruptible);
         // The next session, attached meanwhile, cannot cut it short either.
         p.attach(8).unwrap();
-        assert_eq!(p.chunk(1, chunk(true)), ChunkEffects { dropped: None, force_listen: true, interrupt: false });
+        assert_eq!(p.chunk(1, chunk(true)), ChunkEffects { dropped: vec![], force_listen: true, interrupt: false });
         assert!(!p.interrupt().interrupt);
     }
 

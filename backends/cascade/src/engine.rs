@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::early::{EarlyAsr, Point};
+use crate::heard::words;
 use crate::llm::{Llm, LlmError, Sampling};
 use crate::options::Options;
 use crate::options::VadEngine;
@@ -101,46 +102,6 @@ struct Step {
     began: bool,
     /// At the endpoint: the utterance and its voiced milliseconds.
     heard_at: (u64, u32),
-}
-
-/// What Whisper heard, without its non-speech tags ("[BLANK_AUDIO]", "(music)") and without a
-/// sentence repeated right after itself (Whisper's repetition on short audio: "What do bees
-/// make? What do bees make?"); empty when no word is left.
-fn words(heard: &str) -> String {
-    let mut out = String::new();
-    let mut depth = 0;
-    for c in heard.chars() {
-        match c {
-            '[' | '(' => depth += 1,
-            ']' | ')' if depth > 0 => depth -= 1,
-            _ if depth == 0 => out.push(c),
-            _ => {}
-        }
-    }
-    let out = once(&out.split_whitespace().collect::<Vec<_>>().join(" "));
-    if out.chars().any(|c| c.is_alphanumeric()) { out } else { String::new() }
-}
-
-/// `text` with each sentence that repeats the one before it (letters and digits compared,
-/// case aside) left out.
-fn once(text: &str) -> String {
-    let key = |s: &str| s.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect::<String>();
-    let mut out = String::new();
-    let mut last = String::new();
-    let mut rest = text;
-    while !rest.is_empty() {
-        let end = rest.find(['.', '?', '!']).map_or(rest.len(), |i| i + 1);
-        let (sentence, after) = rest.split_at(end);
-        let k = key(sentence);
-        if k.is_empty() || k != last {
-            out.push_str(sentence);
-        }
-        if !k.is_empty() {
-            last = k;
-        }
-        rest = after;
-    }
-    out.trim().to_string()
 }
 
 /// Whether to print the terms of the first audio's delay (`OMNI_BACKEND_TIMING=1`).
@@ -343,7 +304,7 @@ impl Engine {
         self.ahead = (self.ahead - audio.len() as f32 / RATE as f32).max(0.0);
         if force || pending {
             self.step.forced = true;
-            self.take_back_ahead();
+            self.take_back_ahead()?;
             self.cut_answer();
             self.vad.clear();
             self.utterance.clear();
@@ -354,7 +315,7 @@ impl Engine {
         let endpoint = self.vad.push(&config, audio).map_err(Error::Inference)?;
         if self.fed_ahead.as_ref().is_some_and(|a| a.at != (self.utterances, self.vad.speech_ms)) {
             // The user went on: the turn fed ahead was not the whole of it.
-            self.take_back_ahead();
+            self.take_back_ahead()?;
         }
         if self.answer.is_some() && self.vad.recent_voiced_ms() >= self.opt.barge_in_ms {
             // Barge-in: the user talks over the answer; it stops here.
@@ -380,8 +341,11 @@ impl Engine {
             && self.vad.speech_ms >= self.opt.speech_min_ms
             && self.vad.silence_ms >= self.opt.early_asr_ms
         {
+            // (A turn fed ahead is of this very utterance: one of another was taken back above.)
             let at = (self.utterances, self.vad.speech_ms);
-            if self.early.finished(at) && self.fed_ahead.is_none() {
+            if self.fed_ahead.is_some() {
+                // Fed: nothing more to do before the endpoint.
+            } else if self.early.finished(at) {
                 self.feed_ahead(at)?;
             } else {
                 self.early.start(&self.shared.asr, &self.utterance, at);
@@ -406,13 +370,16 @@ impl Engine {
                 Some(a) if a.at == self.step.heard_at => Some(a),
                 Some(a) => {
                     self.fed_ahead = Some(a);
-                    self.take_back_ahead();
+                    self.take_back_ahead()?;
                     None
                 }
                 None => None,
             };
             let (heard, when) = match &ahead {
-                Some(a) => (a.heard.clone(), "early, fed ahead"),
+                Some(a) => {
+                    self.early.discard();
+                    (a.heard.clone(), "early, fed ahead")
+                }
                 None => match self.early.take(self.step.heard_at) {
                     Some(text) => (words(&text), "early"),
                     None => (self.hear(&audio)?, "at the endpoint"),
@@ -494,11 +461,7 @@ impl Engine {
             match self.feed_cancellable(&user_turn(&heard), max) {
                 Ok(tokens) => tokens,
                 // Not fed after all: the endpoint's step feeds it, or tells what is wrong.
-                Err(Error::Interrupted | Error::ContextFull(_)) => {
-                    self.llm.rewind(before);
-                    self.sync_kv();
-                    return Ok(());
-                }
+                Err(Error::Interrupted | Error::ContextFull(_)) => return self.rewind_to(before),
                 Err(e) => return Err(e),
             }
         };
@@ -510,17 +473,23 @@ impl Engine {
     }
 
     /// Takes the turn fed ahead back out of the LLM.
-    fn take_back_ahead(&mut self) {
-        let Some(a) = self.fed_ahead.take() else { return };
-        if !self.llm.rewind(a.before) {
-            // llama.cpp would not: the conversation starts over from its system prompt.
-            eprintln!("omni-cascade: a turn fed ahead could not be taken back; the conversation is cleared");
-            self.llm.clear();
-        }
+    fn take_back_ahead(&mut self) -> Result<(), Error> {
+        let Some(a) = self.fed_ahead.take() else { return Ok(()) };
         if timing() {
             eprintln!("TIMING the turn fed ahead was taken back: the user went on");
         }
+        self.rewind_to(a.before)
+    }
+
+    /// The LLM back to its first `before` tokens; should llama.cpp refuse, the conversation
+    /// starts over from its system prompt (what was fed must not stay half in).
+    fn rewind_to(&mut self, before: u32) -> Result<(), Error> {
+        if !self.llm.rewind(before) {
+            eprintln!("omni-cascade: a turn fed ahead could not be taken back; the conversation starts over");
+            return self.start_conversation();
+        }
         self.sync_kv();
+        Ok(())
     }
 
     fn feed_cancellable(&mut self, text: &str, reserve: u32) -> Result<u32, Error> {
@@ -714,17 +683,7 @@ pub fn clause_end(text: &str) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::{clause_end, words};
-
-    #[test]
-    fn whispers_non_speech_tags_are_not_words() {
-        assert_eq!(words(" [BLANK_AUDIO]"), "");
-        assert_eq!(words(" What (music) is  it?"), "What is it?");
-        assert_eq!(words("(sighs) ..."), "", "no word left");
-        assert_eq!(words(" What do bees make? What do bees make?"), "What do bees make?");
-        assert_eq!(words("Yes. No. Yes."), "Yes. No. Yes.", "only a sentence right after itself");
-        assert_eq!(words("What color is it? what colour is it"), "What color is it? what colour is it");
-    }
+    use super::clause_end;
 
     #[test]
     fn clauses_end_at_sentence_ends_and_long_pauses() {

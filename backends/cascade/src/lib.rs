@@ -7,6 +7,7 @@
 
 mod early;
 mod engine;
+mod heard;
 mod llm;
 mod options;
 pub mod tts;
@@ -188,7 +189,8 @@ unsafe extern "C" fn info(b: B, out: *mut omni_backend_info) -> omni_status {
             out.name[i] = c as c_char;
         }
         if out.struct_size as usize >= std::mem::offset_of!(omni_backend_info, step_samples) {
-            out.abi_revision = 1;
+            // The revision it implements (the header's rule), whatever the caller's size.
+            out.abi_revision = 2;
             out.settings_len = SETTINGS.len() as u32;
             for (i, c) in SETTINGS.bytes().enumerate() {
                 out.settings[i] = c as c_char;
@@ -196,8 +198,7 @@ unsafe extern "C" fn info(b: B, out: *mut omni_backend_info) -> omni_status {
         }
         if out.struct_size as usize >= std::mem::size_of::<omni_backend_info>() {
             // It decides on every chunk (its own voice activity detection): small chunks
-            // let it hear the end of speech within a window of it.
-            out.abi_revision = 2;
+            // let it hear the end of speech within one of them.
             out.step_samples = engine.opt.chunk_ms * 16;
         }
         OK

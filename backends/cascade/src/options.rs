@@ -158,7 +158,8 @@ impl Options {
             speech_min_ms: number(map, "speech_min_ms", 250, 20, 10000)?,
             silence_ms: number(map, "silence_ms", 500, 100, 10000)?,
             early_asr_ms: number(map, "early_asr_ms", 150, 0, 10000)?,
-            barge_in_ms: number(map, "barge_in_ms", 300, 20, 10000)?,
+            // Counted over the last second (vad.rs): at most 1000.
+            barge_in_ms: number(map, "barge_in_ms", 300, 20, 1000)?,
             lead_ms: number(map, "lead_ms", 1500, 0, 60000)?,
             chunk_ms: number(map, "chunk_ms", 200, 100, 1000)?,
             temperature: number(map, "temperature", 0.2, 0.0, 2.0)?,

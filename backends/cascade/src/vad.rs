@@ -100,7 +100,8 @@ impl Vad {
     fn remember(&mut self, voiced_ms: u32, window_ms: u32) {
         self.recent.push_back(voiced_ms);
         self.recent_voiced_ms += voiced_ms;
-        while self.recent.len() * window_ms as usize > RECENT_MS {
+        // At least a second: the windows that reach a second back (32 of Silero's 32 ms).
+        while (self.recent.len() - 1) * window_ms as usize >= RECENT_MS {
             self.recent_voiced_ms -= self.recent.pop_front().unwrap_or(0);
         }
     }

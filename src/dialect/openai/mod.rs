@@ -43,9 +43,9 @@ mod output;
 #[cfg(test)]
 mod tests;
 
-/// Samples per duplex step until the backend names its own (`BackendInfo::duplex_step`): one
+/// Samples per duplex step until the backend names its own (`BackendInfo::step_samples`): one
 /// second at 16 kHz.
-const STEP: usize = 16000;
+const DEFAULT_STEP: usize = 16000;
 /// The client counts as idle (it stopped sending) after this long without audio.
 const IDLE: Duration = Duration::from_millis(300);
 /// A stalled turn is prompted with silent steps, one step's length apart, up to this much
@@ -227,6 +227,9 @@ pub struct Realtime {
     limits: Limits,
     commands: Vec<Inbound>,
     last_pad: Option<Instant>,
+    /// Samples sent to the backend since its last step's outcome: the input a speaking step
+    /// answered (usage, for a backend that does not count audio tokens).
+    sent_since_step: u64,
     pads: u32,
     response: Option<Response>,
     /// Turn-mode answers asked for and not yet done, oldest first (the backend answers in
@@ -280,6 +283,7 @@ impl Realtime {
             limits,
             commands: Vec::new(),
             last_pad: None,
+            sent_since_step: 0,
             pads: 0,
             response: None,
             turns: VecDeque::new(),
@@ -439,6 +443,7 @@ impl Realtime {
     }
 
     fn send_step(&mut self, samples: Vec<f32>, force_listen: bool) {
+        self.sent_since_step += samples.len() as u64;
         let frames = self.frames.take();
         self.command(Inbound::Chunk(omni_actors::domain::DuplexChunk {
             audio: samples,
@@ -451,15 +456,22 @@ impl Realtime {
 
     /// Fills the step with silence and sends it (the client stopped sending).
     fn pad_step(&mut self, now: Instant) {
+        // Whole steps: audio gathered before the backend named its step may be more than one.
         let mut samples = std::mem::take(&mut self.step);
-        samples.resize(self.step_len(), 0.0);
-        self.last_pad = Some(now);
+        let step = self.step_len();
+        samples.resize(samples.len().div_ceil(step).max(1) * step, 0.0);
+        // One step's length apart on average, whatever the tick's phase.
+        let every = self.step_duration();
+        self.last_pad = Some(match self.last_pad {
+            Some(t) if now.duration_since(t) < every * 2 => t + every,
+            _ => now,
+        });
         self.send_step(samples, false);
     }
 
     /// Samples per duplex step: the backend's preferred chunk once the session is created.
     fn step_len(&self) -> usize {
-        self.backend.as_ref().map_or(STEP, BackendInfo::duplex_step)
+        self.backend.as_ref().map_or(DEFAULT_STEP, BackendInfo::duplex_chunk_samples)
     }
 
     /// One step's length of audio: how often the backend is stepped with silence.

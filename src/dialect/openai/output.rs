@@ -292,7 +292,7 @@ impl Realtime {
     }
 
     pub(super) fn on_step(&mut self, outcome: &omni_actors::domain::StepOutcome, out: &mut Vec<String>) {
-        let step = self.step_len();
+        let heard = std::mem::take(&mut self.sent_since_step);
         match outcome.kind {
             StepKind::Listen => {
                 if self.response.as_ref().is_some_and(|r| r.duplex) {
@@ -309,8 +309,8 @@ impl Realtime {
                     r.usage.output += outcome.output_tokens as u64;
                     r.usage.input_audio += outcome.input_audio_tokens as u64;
                     r.usage.output_audio += outcome.output_audio_tokens as u64;
-                    // Each step is one step's length of input.
-                    r.usage.input_samples += step as u64;
+                    // The audio this step answered: what was sent since the step before.
+                    r.usage.input_samples += heard;
                     r.last_step = Instant::now();
                 }
                 self.delta(out, &outcome.text, &outcome.audio);

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::conf::Conf;
 use super::input::{decode_pcm16, encode_pcm16};
-use super::{Flavor, Realtime, STEP};
+use super::{DEFAULT_STEP, Flavor, Realtime};
 use crate::dialect::Limits;
 
 fn pcm16_b64(samples: &[f32]) -> String {
@@ -172,13 +172,13 @@ fn appended_audio_of_any_size_is_gathered_into_steps() {
         );
     }
     assert_eq!(chunks.len(), 2, "2.5 s of audio is 2 one-second steps");
-    assert!(chunks.iter().all(|c| matches!(c, Inbound::Chunk(ch) if ch.audio.len() == STEP)));
+    assert!(chunks.iter().all(|c| matches!(c, Inbound::Chunk(ch) if ch.audio.len() == DEFAULT_STEP)));
 }
 
 #[test]
 fn audio_is_gathered_into_the_chunk_the_backend_prefers() {
     let mut out = Vec::new();
-    for (preferred, step) in [(3200, 3200), (800, 1600), (64000, 16000), (0, STEP)] {
+    for (preferred, step) in [(3200, 3200), (800, 1600), (64000, 16000), (0, DEFAULT_STEP)] {
         let backend = BackendInfo { step_samples: preferred, ..capable() };
         let (mut d, _) = active_with(Flavor::Beta, &backend);
         let mut chunks = Vec::new();
@@ -355,6 +355,8 @@ fn openai_keeps_its_own_names_and_a_model_without_transcripts_says_so() {
     let update = json!({"type": "session.update", "session": {"input_audio_transcription": {"model": "whisper-1"}}});
     d.decode(&bytestring::ByteString::from(String::from(&update.to_string())), &mut out).unwrap();
     assert_eq!(frame(&out[0])["session"]["input_audio_transcription"], json!({"model": "whisper-1"}));
+    // A second of audio goes to the backend (1.1 s at 24 kHz: the resampler holds a little back).
+    append(&mut d, &[0.0; 26400], &mut out);
     out.clear();
     let speak = StepOutcome {
         kind: StepKind::Speak,
