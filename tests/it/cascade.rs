@@ -107,6 +107,32 @@ fn rms(samples: &[f32]) -> f32 {
     (samples.iter().map(|s| s * s).sum::<f32>() / samples.len().max(1) as f32).sqrt()
 }
 
+/// A server with one cascade worker (`options`) that prints its timings, with room for a
+/// backlog of 250 ms chunks and slow steps.
+fn timed_cascade(options: &str) -> Server {
+    Server::ready(
+        Setup::default()
+            .workers(cascade(options))
+            .limits("step_timeout_ms = 60000")
+            .limits("max_pending_chunks = 64")
+            .env("OMNI_BACKEND_TIMING", "1"),
+    )
+}
+
+/// Streams `audio` in 250 ms chunks at real time, gathering the events, until one satisfies
+/// `done` (or the audio ends).
+async fn in_quarter_seconds(c: &mut Client, audio: &[f32], events: &mut Vec<Value>, done: impl Fn(&Value) -> bool) {
+    for chunk in audio.chunks(4000) {
+        let mut chunk = chunk.to_vec();
+        chunk.resize(4000, 0.0);
+        c.send(append(&chunk)).await;
+        events.extend(events_for(c, Duration::from_millis(250)).await);
+        if events.iter().any(&done) {
+            return;
+        }
+    }
+}
+
 /// Events that arrive within `d`.
 async fn events_for(c: &mut Client, d: Duration) -> Vec<Value> {
     let until = tokio::time::Instant::now() + d;
@@ -208,27 +234,13 @@ async fn the_question_is_transcribed_during_the_hang_over() {
     }
     let _one = one_at_a_time();
     let _ = models();
-    let server = Server::ready(
-        Setup::default()
-            .workers(cascade(""))
-            .limits("step_timeout_ms = 60000")
-            .limits("max_pending_chunks = 64")
-            .env("OMNI_BACKEND_TIMING", "1"),
-    );
+    let server = timed_cascade("");
     let mut c = active(&server, "audio").await;
     let mut audio = speech("What is the capital of France?");
     audio.resize(audio.len() + 16000 * 20, 0.0);
     let mut events = Vec::new();
-    // 250 ms chunks, at real time, until the answer speaks.
-    for chunk in audio.chunks(4000) {
-        let mut chunk = chunk.to_vec();
-        chunk.resize(4000, 0.0);
-        c.send(append(&chunk)).await;
-        events.extend(events_for(&mut c, Duration::from_millis(250)).await);
-        if events.iter().any(|e| e["kind"] == "audio") {
-            break;
-        }
-    }
+    // Until the answer speaks.
+    in_quarter_seconds(&mut c, &audio, &mut events, |e| e["kind"] == "audio").await;
     let text: String = events.iter().filter(|e| e["kind"] == "text").filter_map(|e| e["text"].as_str()).collect();
     assert!(text.to_lowercase().contains("paris"), "not an answer to the question: {text:?}");
     // Early: in the rest of the hang-over, either transcribed or also fed to the LLM.
@@ -248,24 +260,13 @@ async fn a_turn_fed_ahead_is_taken_back_when_the_user_goes_on() {
     }
     let _one = one_at_a_time();
     let _ = models();
-    let server = Server::ready(
-        Setup::default()
-            .workers(cascade("silence_ms = 2000"))
-            .limits("step_timeout_ms = 60000")
-            .limits("max_pending_chunks = 64")
-            .env("OMNI_BACKEND_TIMING", "1"),
-    );
+    let server = timed_cascade("silence_ms = 2000");
     let mut c = connected(&server, "audio").await;
     c.send(json!({"type": "session.init", "payload": {"transcripts": true}})).await;
     c.expect("session.created").await;
     let mut events = Vec::new();
     // "How many legs", then quiet in 250 ms chunks at real time until the turn is fed.
-    let mut first = speech("How many legs");
-    first.resize(first.len().div_ceil(4000) * 4000, 0.0);
-    for chunk in first.chunks(4000) {
-        c.send(append(chunk)).await;
-        events.extend(events_for(&mut c, Duration::from_millis(250)).await);
-    }
+    in_quarter_seconds(&mut c, &speech("How many legs"), &mut events, |_| false).await;
     for _ in 0..7 {
         if server.logs().contains("TIMING fed ahead") {
             break;
@@ -278,15 +279,7 @@ async fn a_turn_fed_ahead_is_taken_back_when_the_user_goes_on() {
     // answer's end awaited).
     let mut rest = speech("does a spider have?");
     rest.resize(rest.len() + 16000 * 20, 0.0);
-    for chunk in rest.chunks(4000) {
-        let mut chunk = chunk.to_vec();
-        chunk.resize(4000, 0.0);
-        c.send(append(&chunk)).await;
-        events.extend(events_for(&mut c, Duration::from_millis(250)).await);
-        if events.iter().any(|e| e["end_of_turn"] == true) {
-            break;
-        }
-    }
+    in_quarter_seconds(&mut c, &rest, &mut events, |e| e["end_of_turn"] == true).await;
     server.wait_log("the turn fed ahead was taken back", WAIT);
     // The LLM's length, as the listen steps report it: the prompt, the prompt and the turn fed
     // ahead, then the prompt again once it was taken back.
@@ -299,11 +292,12 @@ async fn a_turn_fed_ahead_is_taken_back_when_the_user_goes_on() {
     let fed = kv.iter().position(|&k| k > prompt).unwrap_or_else(|| panic!("never fed: {kv:?}"));
     assert!(kv[fed..].contains(&prompt), "the turn fed ahead stayed in the LLM: {kv:?}");
     let text: String = events.iter().filter(|e| e["kind"] == "text").filter_map(|e| e["text"].as_str()).collect();
-    let heard: Vec<&Value> = events.iter().filter(|e| e["type"] == "input.transcript").collect();
-    let text = text.to_lowercase();
-    // (Whether it is right is the model's business: that it speaks of spiders shows it heard
-    // the whole question, not only "How many legs".)
-    assert!(text.contains("spider"), "not an answer to the whole question: {text:?} (heard {heard:?})");
+    // The whole question was heard and answered (what the answer says is the model's
+    // business).
+    let heard: Vec<&str> =
+        events.iter().filter(|e| e["type"] == "input.transcript").filter_map(|e| e["text"].as_str()).collect();
+    assert!(heard.iter().any(|h| h.to_lowercase().contains("spider")), "not the whole question: {heard:?}");
+    assert!(!text.is_empty(), "no answer");
     c.close_socket().await;
     server.wait_idle();
 }
