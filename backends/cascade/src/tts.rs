@@ -69,6 +69,13 @@ impl Voice {
         Ok(voice)
     }
 
+    /// Without the voice's random variation (its noise scales at 0): the same text gives the
+    /// same audio, for measurements that must repeat.
+    pub fn steady(&mut self) {
+        self.scales[0] = 0.0;
+        self.scales[2] = 0.0;
+    }
+
     /// IPA phonemes of `text`, as Piper's voices were trained on (espeak-ng's).
     fn phonemes(&self, text: &str) -> Result<String, String> {
         let out = Command::new(&self.espeak)
