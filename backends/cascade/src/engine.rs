@@ -366,15 +366,10 @@ impl Engine {
             self.step.endpoint = false;
             let audio = std::mem::take(&mut self.utterance);
             let ta = Instant::now();
-            let ahead = match self.fed_ahead.take() {
-                Some(a) if a.at == self.step.heard_at => Some(a),
-                Some(a) => {
-                    self.fed_ahead = Some(a);
-                    self.take_back_ahead()?;
-                    None
-                }
-                None => None,
-            };
+            if self.fed_ahead.as_ref().is_some_and(|a| a.at != self.step.heard_at) {
+                self.take_back_ahead()?;
+            }
+            let ahead = self.fed_ahead.take();
             let (heard, when) = match &ahead {
                 Some(a) => {
                     self.early.discard();
