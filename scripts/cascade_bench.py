@@ -5,7 +5,10 @@ Each session asks the questions one after another, as a person would: every 1 s 
 when it has been "recorded" (at the end of its second), the question's speech followed by
 silence until the answer has ended. Measured per answer, from the events the server sends:
 
-  - latency: from the end of the user's speech (wall clock) to the first audio delta;
+  - latency: from the end of the user's speech (wall clock) to the first audio delta. The end
+    of speech is the end of the last 10 ms of the question's audio as loud as the page's
+    microphone counts as talking (RMS 0.01), not the end of its clip: espeak-ng ends a clip with
+    some 0.4 s of silence;
   - compute per second of spoken answer: the speaking steps' generate_ms over the seconds of
     audio they produced (the first step, which also transcribes and prefills, apart);
   - listen-step cost: prefill_ms + generate_ms of every listen step.
@@ -80,6 +83,15 @@ def speech(text):
     return out
 
 
+def voiced_end(samples, window=160, rms=0.01):
+    """Seconds from the clip's start to the end of its last `window` samples with this RMS."""
+    for end in range(len(samples) - len(samples) % window, 0, -window):
+        block = samples[end - window:end]
+        if (sum(x * x for x in block) / window) ** 0.5 >= rms:
+            return end / 16000
+    return len(samples) / 16000
+
+
 def b64(samples):
     return base64.b64encode(struct.pack(f"<{len(samples)}f", *samples)).decode()
 
@@ -115,7 +127,7 @@ async def session(url, questions, results, chunk_ms=1000, prompt=""):
             if isinstance(q, tuple):
                 q, expected = q
             audio = speech(q)
-            spoken = len(audio) / 16000
+            spoken = voiced_end(audio)
             start = time.monotonic()
             first_audio = None
             ended = False

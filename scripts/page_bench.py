@@ -14,6 +14,10 @@ microphone plays 1.5 s of silence, the question (espeak-ng) and silence. Read fr
   - what the model heard (the user's transcript) and whether the answer holds a right word.
 
     python3 scripts/page_bench.py URL [--transport webrtc|websocket] [--questions N] [--json FILE]
+        [--processing on|off]
+
+--processing off unticks the page's echo cancellation, noise suppression and auto gain (on by
+default, as for a user).
 
 Needs chromium and chromium-driver (Debian's), and espeak-ng.
 """
@@ -95,7 +99,7 @@ def microphone(path, text):
                                for s in samples))
 
 
-def ask(driver, url, transport, question, words):
+def ask(driver, url, transport, question, words, processing=True):
     with tempfile.TemporaryDirectory() as tmp:
         wav = os.path.join(tmp, "question.wav")
         microphone(wav, question)
@@ -106,6 +110,7 @@ def ask(driver, url, transport, question, words):
                 document.getElementById('mode').value = 'audio';
                 document.getElementById('mode').dispatchEvent(new Event('change'));
                 document.getElementById('transport').value = '{'websocket' if transport == 'websocket' else 'auto'}';
+                document.getElementById('processing').checked = {'true' if processing else 'false'};
                 document.getElementById('start').click();""")
             deadline = time.time() + QUESTION_S
             stats = {}
@@ -126,6 +131,8 @@ def ask(driver, url, transport, question, words):
         "answer": text,
         "right": any(w in text.lower() for w in words),
         "reply_s": (stats.get("replySeconds") or [None])[0],
+        # (WebSocket: when the first audio arrived, before the player scheduled it)
+        "arrival_s": (stats.get("replyArrivalSeconds") or [None])[0],
         "transport": stats.get("transport"),
         "errors": stats.get("errors", []),
     }
@@ -136,14 +143,14 @@ def main():
     if not args:
         raise SystemExit(__doc__)
     url = args[0].rstrip("/") + "/"
-    opt = {"--transport": "webrtc", "--questions": str(len(FACTS)), "--json": None}
+    opt = {"--transport": "webrtc", "--questions": str(len(FACTS)), "--json": None, "--processing": "on"}
     for i in range(1, len(args) - 1, 2):
         opt[args[i]] = args[i + 1]
     driver = WebDriver()
     results = []
     try:
         for question, words in FACTS[: int(opt["--questions"])]:
-            r = ask(driver, url, opt["--transport"], question, words)
+            r = ask(driver, url, opt["--transport"], question, words, opt["--processing"] != "off")
             results.append(r)
             reply = "-" if r["reply_s"] is None else f"{r['reply_s']:.2f} s"
             print(f"{reply:>8}  {'right' if r['right'] else 'WRONG':5}  heard {r['heard']!r}  said {r['answer'][:70]!r}",
@@ -154,6 +161,7 @@ def main():
     used = sorted({r["transport"] for r in results if r["transport"]})
     if used != [opt["--transport"]]:
         print(f"(asked for {opt['--transport']}, the page used {', '.join(used) or 'none'})")
+    arrivals = sorted(r["arrival_s"] for r in results if r["arrival_s"] is not None)
     summary = {
         "transport": opt["--transport"],
         "questions": len(results),
@@ -162,11 +170,13 @@ def main():
         "reply_p50_s": statistics.median(times) if times else None,
         "reply_min_s": times[0] if times else None,
         "reply_max_s": times[-1] if times else None,
+        "arrival_p50_s": statistics.median(arrivals) if arrivals else None,
         "results": results,
     }
     print(f"{opt['--transport']}: {summary['right']} of {len(results)} right; reply time p50 "
           f"{summary['reply_p50_s'] or float('nan'):.2f} s ({summary['reply_min_s'] or float('nan'):.2f} to "
-          f"{summary['reply_max_s'] or float('nan'):.2f} s), {len(times)} timed")
+          f"{summary['reply_max_s'] or float('nan'):.2f} s), {len(times)} timed"
+          + (f"; the first audio arrived {summary['arrival_p50_s']:.2f} s p50" if arrivals else ""))
     if opt["--json"]:
         with open(opt["--json"], "w") as f:
             json.dump(summary, f, indent=1)

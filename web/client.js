@@ -12,7 +12,7 @@ const stats = (window.omniStats = {
   state: 'idle', sessionId: null, positions: [], chunksSent: 0, framesSent: 0, deltas: 0,
   audioScheduled: 0, text: '', lastKv: null, interrupts: 0, playbackStopped: 0, errors: [],
   endReason: null, answers: 0, listenKv: [], playingNow: 0, heard: [], droppedWhileWaiting: 0, promptLength: null,
-  transport: null, voiceStarted: 0, voiceStopped: 0, voiceCleared: 0, replySeconds: [],
+  transport: null, voiceStarted: 0, voiceStopped: 0, voiceCleared: 0, replySeconds: [], replyArrivalSeconds: [],
 });
 
 // ---- how long the model took to answer ----
@@ -139,6 +139,10 @@ class Resampler {
 }
 
 // ---- playback ----
+/// How far ahead of the audio clock a piece that does not follow on another is scheduled:
+/// enough for the render thread to take it (a render quantum is 5.3 ms at 24 kHz).
+const START_LEAD = 0.02;
+
 class Player {
   constructor() {
     this.ctx = null;
@@ -157,7 +161,7 @@ class Player {
     const source = this.ctx.createBufferSource();
     source.buffer = buffer;
     source.connect(this.ctx.destination);
-    const at = Math.max(this.ctx.currentTime + 0.05, this.next);
+    const at = Math.max(this.ctx.currentTime + START_LEAD, this.next);
     source.start(at);
     this.next = at + buffer.duration;
     const startsAt = performance.now() + (at - this.ctx.currentTime) * 1000;
@@ -605,10 +609,13 @@ function onDelta(ev) {
     stats.text += ev.text;
     answerNode.textContent += ev.text;
   } else if (ev.kind === 'audio') {
+    const arrived = performance.now();
     const startsAt = player.play(base64ToF32(ev.audio));
     // Timed on an answer's first audio only (a cough during it re-arms nothing).
     if (ev.response_id !== voicedResponse) {
       voicedResponse = ev.response_id;
+      // (and when it arrived, for a benchmark to tell the network's part from the player's)
+      if (!replyTimed && lastVoiceAt != null) stats.replyArrivalSeconds.push((arrived - lastVoiceAt) / 1000);
       voiceStartsAt(startsAt);
     }
   }

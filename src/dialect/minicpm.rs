@@ -617,7 +617,10 @@ fn encode(event: Outbound<'_>, out: &mut Vec<String>) {
                             .finish(),
                     );
                 }
-                if !outcome.audio.is_empty() {
+                // The turn's end rides on an audio delta, one with no audio when the step that
+                // ends it said nothing more (a model that did not know the answer was over when
+                // it sent its last words).
+                if !outcome.audio.is_empty() || outcome.end_of_turn {
                     out.push(
                         delta("audio", session_id, 256 + wire::pcm_b64_len(outcome.audio.len()))
                             .field("response_id", response_id)
@@ -1078,5 +1081,27 @@ mod tests {
         );
         assert_eq!(wire::decode_pcm_f32(v[1]["audio"].as_str().unwrap(), "a").unwrap().len(), 24000);
         assert_eq!(v[1]["metrics"]["kv_cache_length"], 77);
+    }
+
+    #[test]
+    fn a_turn_that_ends_in_a_silent_step_still_ends() {
+        let outcome = StepOutcome { kind: StepKind::Speak, end_of_turn: true, ..StepOutcome::default() };
+        let mut out = Vec::new();
+        encode(
+            Outbound::Step { session_id: "s", response_id: Some("r"), input_id: "input_4", outcome: &outcome },
+            &mut out,
+        );
+        let v: Vec<Value> = out.iter().map(|f| serde_json::from_str(f).unwrap()).collect();
+        assert_eq!(v.len(), 1, "{out:?}");
+        assert_eq!((v[0]["kind"].as_str(), v[0]["end_of_turn"].as_bool()), (Some("audio"), Some(true)));
+        assert_eq!(v[0]["audio"], "");
+        // A silent step that does not end the turn says nothing.
+        let quiet = StepOutcome { kind: StepKind::Speak, ..StepOutcome::default() };
+        out.clear();
+        encode(
+            Outbound::Step { session_id: "s", response_id: Some("r"), input_id: "input_5", outcome: &quiet },
+            &mut out,
+        );
+        assert!(out.is_empty(), "{out:?}");
     }
 }

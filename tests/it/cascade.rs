@@ -243,8 +243,10 @@ async fn the_question_is_transcribed_during_the_hang_over() {
     in_quarter_seconds(&mut c, &audio, &mut events, |e| e["kind"] == "audio").await;
     let text: String = events.iter().filter(|e| e["kind"] == "text").filter_map(|e| e["text"].as_str()).collect();
     assert!(text.to_lowercase().contains("paris"), "not an answer to the question: {text:?}");
-    // Early: in the rest of the hang-over, either transcribed or also fed to the LLM.
-    server.wait_log("(early", WAIT);
+    // Early: in the rest of the hang-over, transcribed, also fed to the LLM, or answered.
+    server.wait_log("TIMING audio", WAIT);
+    let logs = server.logs();
+    assert!(logs.contains("(early") || logs.contains("begun ahead"), "{logs}");
     assert!(!server.logs().contains("(at the endpoint)"), "{}", server.logs());
     c.close_socket().await;
     server.wait_idle();
@@ -298,6 +300,50 @@ async fn a_turn_fed_ahead_is_taken_back_when_the_user_goes_on() {
         events.iter().filter(|e| e["type"] == "input.transcript").filter_map(|e| e["text"].as_str()).collect();
     assert!(heard.iter().any(|h| h.to_lowercase().contains("spider")), "not the whole question: {heard:?}");
     assert!(!text.is_empty(), "no answer");
+    c.close_socket().await;
+    server.wait_idle();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_question_heard_whole_is_answered_during_the_hang_over_and_spoken_at_its_end() {
+    if !needs(&[Need::Models]) {
+        return;
+    }
+    let _one = one_at_a_time();
+    let _ = models();
+    // A long hang-over, so that the answer's first piece is ready well before the endpoint.
+    let server = timed_cascade("silence_ms = 2000");
+    let mut c = connected(&server, "audio").await;
+    c.send(json!({"type": "session.init", "payload": {"transcripts": true}})).await;
+    c.expect("session.created").await;
+    let mut events = Vec::new();
+    in_quarter_seconds(&mut c, &speech("What color is the sky?"), &mut events, |_| false).await;
+    // Quiet, a quarter second at a time, until the answer is begun (at most 1.5 s of the 2 s).
+    for _ in 0..6 {
+        if server.logs().contains("TIMING begun ahead: first piece") {
+            break;
+        }
+        c.send(append(&[0.0; 4000])).await;
+        events.extend(events_for(&mut c, Duration::from_millis(250)).await);
+    }
+    assert!(
+        server.logs().contains("TIMING begun ahead: first piece"),
+        "not begun within 1.5 s of quiet:\n{}",
+        server.logs()
+    );
+    // Begun, and not spoken: the user may still go on until the hang-over ends.
+    assert!(
+        !events.iter().any(|e| e["kind"] == "audio" || e["kind"] == "text"),
+        "spoken before the endpoint: {events:?}"
+    );
+    let quiet = vec![0.0; 16000 * 20];
+    in_quarter_seconds(&mut c, &quiet, &mut events, |e| e["end_of_turn"] == true).await;
+    server.wait_log("ms before the endpoint", WAIT);
+    let audio: Vec<&Value> = events.iter().filter(|e| e["kind"] == "audio").collect();
+    assert!(audio.first().is_some_and(|a| !a["audio"].as_str().unwrap_or("").is_empty()), "no voice: {events:?}");
+    assert_eq!(audio.last().map(|a| a["end_of_turn"].clone()), Some(json!(true)), "the turn did not end: {events:?}");
+    let text: String = events.iter().filter(|e| e["kind"] == "text").filter_map(|e| e["text"].as_str()).collect();
+    assert!(!text.trim().is_empty(), "no answer");
     c.close_socket().await;
     server.wait_idle();
 }

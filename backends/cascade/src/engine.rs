@@ -65,6 +65,8 @@ pub struct Piece {
     pub transcript: String,
     pub prefill_us: u32,
     pub generate_us: u32,
+    /// Of `generate_us`, the voice's part (the rest is the LLM's).
+    pub voice_us: u32,
 }
 
 struct Answer {
@@ -130,6 +132,11 @@ struct FedAhead {
     /// The LLM's length before it, and the turn's tokens.
     before: u32,
     tokens: u32,
+    /// The answer begun ahead (`answer_ahead`): its first piece, spoken at the endpoint, and
+    /// the rest of it (none when that piece ended it).
+    begun: Option<(Piece, Option<Answer>)>,
+    /// When it was fed (and begun).
+    ready: Instant,
 }
 
 pub struct Engine {
@@ -349,6 +356,11 @@ impl Engine {
                 self.feed_ahead(at)?;
             } else {
                 self.early.start(&self.shared.asr, &self.utterance, at);
+                if self.opt.answer_ahead {
+                    // This step waits for Whisper and begins the answer: the chunks that
+                    // arrive meanwhile wait in the worker's backlog, and the hang-over goes on.
+                    self.feed_ahead(at)?;
+                }
             }
         }
         self.step.prefill_us = t0.elapsed().as_micros() as u32;
@@ -369,7 +381,30 @@ impl Engine {
             if self.fed_ahead.as_ref().is_some_and(|a| a.at != self.step.heard_at) {
                 self.take_back_ahead()?;
             }
-            let ahead = self.fed_ahead.take();
+            let mut ahead = self.fed_ahead.take();
+            if let Some((mut p, answer)) = ahead.as_mut().and_then(|a| a.begun.take()) {
+                // The answer was begun during the hang-over: its first piece goes out now.
+                let a = ahead.take().expect("begun ahead");
+                self.answer = answer;
+                self.ahead = p.audio.len() as f32 / OUT_RATE as f32;
+                self.step.began = true;
+                if timing() {
+                    eprintln!(
+                        "TIMING audio {:.2}s begun ahead: {} tokens, first piece ({} bytes, {:.2}s audio) ready {} ms before the endpoint",
+                        audio.len() as f32 / 16000.0,
+                        a.tokens,
+                        p.text.len(),
+                        p.audio.len() as f32 / 24000.0,
+                        a.ready.elapsed().as_millis()
+                    );
+                }
+                p.transcript = a.heard;
+                p.input_tokens = a.tokens;
+                p.prefill_us = self.step.prefill_us;
+                p.generate_us = t0.elapsed().as_micros() as u32;
+                self.step.outputs += 1;
+                return Ok(p);
+            }
             let (heard, when) = match &ahead {
                 Some(a) => {
                     self.early.discard();
@@ -400,9 +435,10 @@ impl Engine {
                 // gateway's log) when asked: OMNI_BACKEND_TIMING=1 (kept for a worker's process).
                 if timing() {
                     eprintln!(
-                        "TIMING audio {:.2}s asr {asr_ms} ms ({when}), feed {tokens} tokens {feed_ms} ms, first piece {} ms ({} bytes, {:.2}s audio)",
+                        "TIMING audio {:.2}s asr {asr_ms} ms ({when}), feed {tokens} tokens {feed_ms} ms, first piece {} ms (voice {} ms; {} bytes, {:.2}s audio)",
                         audio.len() as f32 / 16000.0,
                         tp.elapsed().as_millis(),
+                        p.voice_us / 1000,
                         p.text.len(),
                         p.audio.len() as f32 / 24000.0
                     );
@@ -445,7 +481,9 @@ impl Engine {
     /// The early transcription has the utterance: its turn goes into the LLM now, during the
     /// rest of the hang-over, so that the endpoint's step starts on the answer at once.
     fn feed_ahead(&mut self, at: Point) -> Result<(), Error> {
+        let tw = Instant::now();
         let Some(text) = self.early.take(at) else { return Ok(()) };
+        let waited = tw.elapsed();
         let heard = words(&text);
         let before = self.llm.n_past();
         let t0 = Instant::now();
@@ -461,9 +499,41 @@ impl Engine {
             }
         };
         if timing() {
-            eprintln!("TIMING fed ahead: {tokens} tokens in {} ms", t0.elapsed().as_millis());
+            eprintln!(
+                "TIMING fed ahead: waited {} ms for the early words, {tokens} tokens in {} ms",
+                waited.as_millis(),
+                t0.elapsed().as_millis()
+            );
         }
-        self.fed_ahead = Some(FedAhead { at, heard, before, tokens });
+        let begun = if self.opt.answer_ahead && tokens > 0 && heard.trim_end().ends_with(['.', '?', '!']) {
+            // Its first piece too, kept for the endpoint, when the words heard end a sentence
+            // (Whisper marks the end of one it heard whole; a pause mid-question rarely has
+            // it); the whole of it is taken back (`before`) if the user goes on.
+            let max = self.session(Kind::Duplex)?.max_tokens;
+            self.answer =
+                Some(Answer { text: String::new(), done: false, tokens: 0, reported: 0, limit: max, speech: true });
+            let tp = Instant::now();
+            let piece = self.next_piece();
+            let answer = self.answer.take();
+            self.ahead = 0.0;
+            match piece {
+                Ok(piece) => {
+                    if timing() {
+                        eprintln!(
+                            "TIMING begun ahead: first piece {} ms (voice {} ms)",
+                            tp.elapsed().as_millis(),
+                            piece.voice_us / 1000
+                        );
+                    }
+                    Some((piece, answer))
+                }
+                Err(Error::Interrupted | Error::ContextFull(_)) => return self.rewind_to(before),
+                Err(e) => return Err(e),
+            }
+        } else {
+            None
+        };
+        self.fed_ahead = Some(FedAhead { at, heard, before, tokens, begun, ready: Instant::now() });
         Ok(())
     }
 
@@ -534,13 +604,22 @@ impl Engine {
     }
 
     /// The next clause of the answer in progress, with its speech.
+    ///
+    /// The answer's first clause goes out as soon as its sentence has ended, without waiting
+    /// for the next token to show whether more follows: that costs a token's time (some 40 ms
+    /// on 2 cores) before the first sound; the end of the answer then comes as a piece of its own.
     fn next_piece(&mut self) -> Result<Piece, Error> {
+        let first = self.answer()?.tokens == 0;
         let clause;
         loop {
             let answer = self.answer()?;
             if let Some(end) = clause_end(&answer.text) {
                 clause = answer.text[..end].to_string();
                 answer.text.drain(..end);
+                break;
+            }
+            if first && answer.tokens > 0 && sentence_ended(&answer.text) {
+                clause = std::mem::take(&mut answer.text);
                 break;
             }
             if answer.done {
@@ -553,10 +632,10 @@ impl Engine {
             }
             self.pull()?;
         }
-        // Look ahead to the next word: whether this clause ends the answer.
+        // Look ahead to the next word: whether this clause ends the answer (not for the first).
         loop {
             let answer = self.answer()?;
-            if answer.done || !answer.text.trim().is_empty() {
+            if first || answer.done || !answer.text.trim().is_empty() {
                 break;
             }
             self.pull()?;
@@ -568,6 +647,7 @@ impl Engine {
         let tokens = answer.tokens - answer.reported;
         answer.reported = answer.tokens;
         let text = clause;
+        let tv = Instant::now();
         let audio = if speech {
             let epoch = self.step.epoch;
             let shared = self.shared.clone();
@@ -577,6 +657,7 @@ impl Engine {
         } else {
             Vec::new()
         };
+        let voice_us = tv.elapsed().as_micros() as u32;
         if self.cancelled() {
             self.cut_answer();
             return Err(Error::Interrupted);
@@ -587,7 +668,7 @@ impl Engine {
             let _ = self.llm.feed("<|im_end|>\n", 0, &|| false);
             self.sync_kv();
         }
-        Ok(Piece { text, audio, last, tokens, ..Piece::default() })
+        Ok(Piece { text, audio, last, tokens, voice_us, ..Piece::default() })
     }
 
     // ---- turn mode ----
@@ -676,9 +757,33 @@ pub fn clause_end(text: &str) -> Option<usize> {
     None
 }
 
+/// Whether `text` ends a sentence as it stands: a full stop, question or exclamation mark right
+/// after a word of two letters or more ("Paris.", not "3." of "3.5" nor "Dr." or "e.g.").
+pub fn sentence_ended(text: &str) -> bool {
+    let text = text.trim_end_matches(['"', '\'', ')']);
+    let Some(body) = text.strip_suffix(['.', '!', '?']) else { return false };
+    let word: String = body.chars().rev().take_while(|c| c.is_alphanumeric() || *c == '.').collect();
+    let word: String = word.chars().rev().collect();
+    let letters = word.chars().filter(|c| c.is_alphabetic()).count();
+    let abbreviation = ["Mr", "Mrs", "Ms", "Dr", "St", "vs", "etc", "Prof", "Jr", "Sr", "No"].contains(&word.as_str());
+    letters >= 2 && word.chars().all(char::is_alphabetic) && !abbreviation
+}
+
 #[cfg(test)]
 mod tests {
-    use super::clause_end;
+    use super::{clause_end, sentence_ended};
+
+    #[test]
+    fn a_sentence_ends_at_its_mark_after_a_word() {
+        assert!(sentence_ended("The capital of France is Paris."));
+        assert!(sentence_ended("Is it hot?"));
+        assert!(sentence_ended("He said \"yes.\""));
+        assert!(!sentence_ended("It costs 3."), "3.5 may follow");
+        assert!(!sentence_ended("Ask Dr."));
+        assert!(!sentence_ended("Fruit, e.g."));
+        assert!(!sentence_ended("Paris"));
+        assert!(!sentence_ended("The letter A."), "one letter: an initial, perhaps");
+    }
 
     #[test]
     fn clauses_end_at_sentence_ends_and_long_pauses() {

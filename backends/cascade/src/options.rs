@@ -30,6 +30,9 @@ pub struct Options {
     pub silence_ms: u32,
     /// Silence after which the utterance so far is transcribed early (0: at the endpoint only).
     pub early_asr_ms: u32,
+    /// Once the early transcription has the utterance, its answer's first piece is made during
+    /// the rest of the hang-over, and spoken at the endpoint (taken back if the user goes on).
+    pub answer_ahead: bool,
     pub barge_in_ms: u32,
     pub lead_ms: u32,
     /// The duplex chunk it asks for (`info`'s `step_samples`), in milliseconds.
@@ -57,6 +60,7 @@ pub const KNOWN: &[&str] = &[
     "speech_min_ms",
     "silence_ms",
     "early_asr_ms",
+    "answer_ahead",
     "barge_in_ms",
     "lead_ms",
     "chunk_ms",
@@ -158,6 +162,11 @@ impl Options {
             speech_min_ms: number(map, "speech_min_ms", 250, 20, 10000)?,
             silence_ms: number(map, "silence_ms", 500, 100, 10000)?,
             early_asr_ms: number(map, "early_asr_ms", 150, 0, 10000)?,
+            answer_ahead: match map.get("answer_ahead").map(String::as_str) {
+                None | Some("true") => true,
+                Some("false") => false,
+                Some(other) => return Err(format!("answer_ahead: {other:?} is not true or false")),
+            },
             // Counted over the last second (vad.rs): at most 1000.
             barge_in_ms: number(map, "barge_in_ms", 300, 20, 1000)?,
             lead_ms: number(map, "lead_ms", 1500, 0, 60000)?,
