@@ -176,7 +176,8 @@ def main():
     print(f"{opt['--transport']}: {summary['right']} of {len(results)} right; reply time p50 "
           f"{summary['reply_p50_s'] or float('nan'):.2f} s ({summary['reply_min_s'] or float('nan'):.2f} to "
           f"{summary['reply_max_s'] or float('nan'):.2f} s), {len(times)} timed"
-          + (f"; the first audio arrived {summary['arrival_p50_s']:.2f} s p50" if arrivals else ""))
+          + (f"; the first audio arrived {summary['arrival_p50_s']:.2f} s p50"
+             if arrivals and opt["--transport"] == "websocket" else ""))
     if opt["--json"]:
         with open(opt["--json"], "w") as f:
             json.dump(summary, f, indent=1)
