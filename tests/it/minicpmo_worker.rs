@@ -382,3 +382,18 @@ async fn a_minicpm_session_through_the_worker_gets_the_gateways_transcript() {
         (spoken_until / 16000 + 1..=(spoken_until + 500 * 16) / 16000 + 1).map(|n| format!("input_{n}")).collect();
     assert!(named.iter().any(|n| heard["input_id"] == *n), "{heard} not one of {named:?}");
 }
+
+/// An idle worker link costs one thread (the one its blocking calls run on), not two: a single
+/// thread polls the health of every idle MiniCPM-o worker (`an_idle_worker_in_error_is_noticed_
+/// and_rejoins_when_healthy` shows the poll still notices).
+#[tokio::test]
+async fn idle_worker_links_share_one_health_poll() {
+    let threads = |server: &Server| std::fs::read_dir(format!("/proc/{}/task", server.pid())).unwrap().count();
+    let worker = MockWorker::start();
+    let one = Server::ready(Setup::default().workers(worker.entry("gpu", "")));
+    let entries: String = (0..20).map(|i| worker.entry(&format!("gpu{i}"), "")).collect();
+    let twenty = Server::ready(Setup::default().workers(entries));
+    let (a, b) = (threads(&one), threads(&twenty));
+    // 19 more links: 19 more threads (and a spare or two), where they used to cost 38.
+    assert!(b >= a + 19 && b <= a + 19 + 4, "{a} threads with one link, {b} with twenty");
+}

@@ -12,14 +12,16 @@
 //!   sends one step at a time, and force-listen rides on the next chunk.
 //! - Chat: `WS /ws/chat`, one connection per answer: the whole conversation (the worker
 //!   keeps none), streamed `chunk`s, then `done`.
-//! - While no session runs, `/health` is polled; a worker that goes offline or into error is
-//!   reported (the BackendActor's death notice), and reopened when it is healthy again.
+//! - While no session runs, `/health` is polled ([`health`]: one thread for all the workers); a
+//!   worker that goes offline or into error is reported (the BackendActor's death notice), and
+//!   reopened when it is healthy again.
+
+mod health;
 
 use std::io::ErrorKind;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-use std::thread;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -203,8 +205,7 @@ impl MinicpmoBackend {
     /// Checks the worker is healthy and idle, and starts its health poll.
     pub fn open(name: &str, url: &str, options: &[(String, String)]) -> Result<MinicpmoBackend, BackendError> {
         let options = Options::parse(options)?;
-        let agent = agent(options.connect_timeout);
-        if let Health::Not(_, why) = health(&agent, name, url) {
+        if let Health::Not(_, why) = health(&agent(options.connect_timeout), name, url) {
             return Err(BackendError::Unavailable(why));
         }
         let (death_tx, death) = oneshot::channel();
@@ -214,14 +215,14 @@ impl MinicpmoBackend {
             active: AtomicBool::new(false),
             death: Mutex::new(Some(death)),
         });
-        poll_health(
-            Arc::downgrade(&control),
-            agent,
-            name.to_string(),
-            url.to_string(),
-            options.health_interval,
-            death_tx,
-        );
+        health::watch(health::Watch {
+            control: Arc::downgrade(&control),
+            name: name.to_string(),
+            url: url.to_string(),
+            interval: options.health_interval,
+            timeout: options.connect_timeout,
+            death: death_tx,
+        });
         let info = BackendInfo {
             name: "minicpmo-worker".into(),
             vision: true,
@@ -383,41 +384,6 @@ impl MinicpmoBackend {
 
 fn agent(timeout: Duration) -> ureq::Agent {
     ureq::Agent::config_builder().timeout_global(Some(timeout)).http_status_as_error(false).build().into()
-}
-
-/// Polls `/health` every `interval` while no session runs; tells the BackendActor (once)
-/// when the worker went offline or into error. Ends with the backend.
-fn poll_health(
-    control: Weak<Control>,
-    agent: ureq::Agent,
-    name: String,
-    url: String,
-    interval: Duration,
-    death: oneshot::Sender<String>,
-) {
-    let spawned = thread::Builder::new().name(format!("health-{name}")).spawn(move || {
-        loop {
-            thread::sleep(interval);
-            let Some(control) = control.upgrade() else { return };
-            if control.active.load(Ordering::Relaxed) {
-                continue;
-            }
-            match health(&agent, &name, &url) {
-                Health::Healthy => {}
-                // Someone else's job on it; it is not ours to take now, but not broken.
-                Health::Not("busy", _) => {}
-                Health::Not(_, why) => {
-                    if !control.active.load(Ordering::Relaxed) {
-                        let _ = death.send(why);
-                        return;
-                    }
-                }
-            }
-        }
-    });
-    if let Err(e) = spawned {
-        log::warn!("worker {}: no health poll: {e}", "minicpmo");
-    }
 }
 
 /// The `audio_chunk` message, written as text: base64 needs no JSON escaping (serde_json would
