@@ -29,7 +29,11 @@ class Health(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
-http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+class Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, address):
+        pass  # a client that hung up after its answer
+
+Server(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
 PY
 worker=$!
 trap 'kill $worker ${server:-} 2>/dev/null || true' EXIT
