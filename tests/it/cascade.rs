@@ -133,6 +133,29 @@ async fn in_quarter_seconds(c: &mut Client, audio: &[f32], events: &mut Vec<Valu
     }
 }
 
+/// A cascade with a long hang-over (`silence_ms` 2000, which leaves the early transcription and
+/// what follows it time to end before the endpoint) and an audio session on it with transcripts.
+async fn long_hang_over() -> (Server, Client) {
+    let server = timed_cascade("silence_ms = 2000");
+    let mut c = connected(&server, "audio").await;
+    c.send(json!({"type": "session.init", "payload": {"transcripts": true}})).await;
+    c.expect("session.created").await;
+    (server, c)
+}
+
+/// Quiet quarter seconds at real time, gathering the events, until the log says `needle`;
+/// fails after `n` of them.
+async fn quiet_until_logged(server: &Server, c: &mut Client, events: &mut Vec<Value>, needle: &str, n: usize) {
+    for _ in 0..n {
+        if server.logs().contains(needle) {
+            return;
+        }
+        c.send(append(&[0.0; 4000])).await;
+        events.extend(events_for(c, Duration::from_millis(250)).await);
+    }
+    assert!(server.logs().contains(needle), "not {needle:?} within {n} quiet quarter seconds:\n{}", server.logs());
+}
+
 /// Events that arrive within `d`.
 async fn events_for(c: &mut Client, d: Duration) -> Vec<Value> {
     let until = tokio::time::Instant::now() + d;
@@ -262,21 +285,11 @@ async fn a_turn_fed_ahead_is_taken_back_when_the_user_goes_on() {
     }
     let _one = one_at_a_time();
     let _ = models();
-    let server = timed_cascade("silence_ms = 2000");
-    let mut c = connected(&server, "audio").await;
-    c.send(json!({"type": "session.init", "payload": {"transcripts": true}})).await;
-    c.expect("session.created").await;
+    let (server, mut c) = long_hang_over().await;
     let mut events = Vec::new();
     // "How many legs", then quiet in 250 ms chunks at real time until the turn is fed.
     in_quarter_seconds(&mut c, &speech("How many legs"), &mut events, |_| false).await;
-    for _ in 0..7 {
-        if server.logs().contains("TIMING fed ahead") {
-            break;
-        }
-        c.send(append(&[0.0; 4000])).await;
-        events.extend(events_for(&mut c, Duration::from_millis(250)).await);
-    }
-    assert!(server.logs().contains("TIMING fed ahead"), "not fed ahead within 1.75 s of quiet:\n{}", server.logs());
+    quiet_until_logged(&server, &mut c, &mut events, "TIMING fed ahead", 7).await;
     // The rest of the question: the turn is taken back, and the whole of it answered (the
     // answer's end awaited).
     let mut rest = speech("does a spider have?");
@@ -304,6 +317,9 @@ async fn a_turn_fed_ahead_is_taken_back_when_the_user_goes_on() {
     server.wait_idle();
 }
 
+/// A question whose early transcription ends a sentence has its answer's first piece made during
+/// the rest of the hang-over (`answer_ahead`), kept until the endpoint, and sent then, with the
+/// turn's end after it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_question_heard_whole_is_answered_during_the_hang_over_and_spoken_at_its_end() {
     if !needs(&[Need::Models]) {
@@ -311,26 +327,11 @@ async fn a_question_heard_whole_is_answered_during_the_hang_over_and_spoken_at_i
     }
     let _one = one_at_a_time();
     let _ = models();
-    // A long hang-over, so that the answer's first piece is ready well before the endpoint.
-    let server = timed_cascade("silence_ms = 2000");
-    let mut c = connected(&server, "audio").await;
-    c.send(json!({"type": "session.init", "payload": {"transcripts": true}})).await;
-    c.expect("session.created").await;
+    let (server, mut c) = long_hang_over().await;
     let mut events = Vec::new();
     in_quarter_seconds(&mut c, &speech("What color is the sky?"), &mut events, |_| false).await;
-    // Quiet, a quarter second at a time, until the answer is begun (at most 1.5 s of the 2 s).
-    for _ in 0..6 {
-        if server.logs().contains("TIMING begun ahead: first piece") {
-            break;
-        }
-        c.send(append(&[0.0; 4000])).await;
-        events.extend(events_for(&mut c, Duration::from_millis(250)).await);
-    }
-    assert!(
-        server.logs().contains("TIMING begun ahead: first piece"),
-        "not begun within 1.5 s of quiet:\n{}",
-        server.logs()
-    );
+    // Begun within 1.5 s of the 2 s hang-over.
+    quiet_until_logged(&server, &mut c, &mut events, "TIMING begun ahead: first piece", 6).await;
     // Begun, and not spoken: the user may still go on until the hang-over ends.
     assert!(
         !events.iter().any(|e| e["kind"] == "audio" || e["kind"] == "text"),
