@@ -495,7 +495,11 @@ impl Engine {
                 Ok(tokens) => tokens,
                 // Not fed after all: the endpoint's step feeds it, or tells what is wrong.
                 Err(Error::Interrupted | Error::ContextFull(_)) => return self.rewind_to(before),
-                Err(e) => return Err(e),
+                // Whatever was fed of it goes too: nothing else knows it is there.
+                Err(e) => {
+                    self.rewind_to(before)?;
+                    return Err(e);
+                }
             }
         };
         if timing() {
@@ -528,7 +532,10 @@ impl Engine {
                     Some((piece, answer))
                 }
                 Err(Error::Interrupted | Error::ContextFull(_)) => return self.rewind_to(before),
-                Err(e) => return Err(e),
+                Err(e) => {
+                    self.rewind_to(before)?;
+                    return Err(e);
+                }
             }
         } else {
             None

@@ -4,11 +4,13 @@
 //! connection with its buffers; now it has an entry in a list, and a connection only while it is
 //! asked.
 //!
-//! The workers due at one time are asked together, up to [`AT_ONCE`] at a time, each on a
-//! short-lived thread, so that one worker that does not answer (up to its `connect_timeout_s`)
-//! does not hold up the others' polls for long.
+//! The workers due at one time are asked by up to [`AT_ONCE`] short-lived threads, each taking
+//! the next worker as soon as it is done with one: a worker that does not answer (for up to its
+//! `connect_timeout_s`) holds up one of them, not the others' polls. Should no thread start, the
+//! poll asks them itself, one after another; a poll that panics keeps its worker's watch.
 
-use std::sync::atomic::Ordering;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -28,7 +30,8 @@ pub(super) struct Watch {
     pub url: String,
     pub interval: Duration,
     pub timeout: Duration,
-    pub death: oneshot::Sender<String>,
+    /// Told once, when the worker is found offline or in error.
+    pub death: Mutex<Option<oneshot::Sender<String>>>,
 }
 
 struct Due {
@@ -84,44 +87,52 @@ fn run(p: &Poller) {
             *watches = later;
             due
         };
-        let mut kept = Vec::with_capacity(due.len());
-        for batch in chunks(due, AT_ONCE) {
-            thread::scope(|s| {
-                let asked: Vec<_> = batch.into_iter().map(|d| s.spawn(move || ask(d.watch))).collect();
-                kept.extend(asked.into_iter().filter_map(|h| h.join().ok().flatten()));
-            });
-        }
+        let alive: Vec<AtomicBool> = due.iter().map(|_| AtomicBool::new(true)).collect();
+        let next = AtomicUsize::new(0);
+        let work = || {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(d) = due.get(i) else { return };
+                if let Ok(false) = catch_unwind(AssertUnwindSafe(|| ask(&d.watch))) {
+                    alive[i].store(false, Ordering::Relaxed);
+                }
+            }
+        };
+        thread::scope(|s| {
+            let started = (0..AT_ONCE.min(due.len()))
+                .filter(|_| thread::Builder::new().name("minicpmo-health-ask".into()).spawn_scoped(s, work).is_ok())
+                .count();
+            if started == 0 {
+                work();
+            }
+        });
         let mut watches = p.watches.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
-        watches.extend(kept.into_iter().map(|watch| Due { at: now + watch.interval, watch }));
+        watches.extend(
+            due.into_iter()
+                .zip(alive)
+                .filter(|(_, alive)| alive.load(Ordering::Relaxed))
+                .map(|(d, _)| Due { at: now + d.watch.interval, watch: d.watch }),
+        );
     }
 }
 
-fn chunks(mut due: Vec<Due>, n: usize) -> Vec<Vec<Due>> {
-    let mut out = Vec::new();
-    while !due.is_empty() {
-        let rest = due.split_off(due.len().min(n));
-        out.push(due);
-        due = rest;
-    }
-    out
-}
-
-/// Asks one worker; the watch goes on (`Some`) unless its backend closed or its death was told.
-fn ask(watch: Watch) -> Option<Watch> {
-    let control = watch.control.upgrade()?;
+/// Asks one worker: whether its watch goes on (false once its death was told).
+fn ask(watch: &Watch) -> bool {
+    let Some(control) = watch.control.upgrade() else { return true }; // pruned at the next round
     if control.active.load(Ordering::Relaxed) {
-        return Some(watch); // a session runs: the worker's own answers tell its health
+        return true; // a session runs: the worker's own answers tell its health
     }
     match health(&agent(watch.timeout), &watch.name, &watch.url) {
         // Busy: someone else's job on it, not ours to take now, but not broken.
-        Health::Healthy | Health::Not("busy", _) => Some(watch),
+        Health::Healthy | Health::Not("busy", _) => true,
+        // A session began meanwhile: it will tell.
+        Health::Not(..) if control.active.load(Ordering::Relaxed) => true,
         Health::Not(_, why) => {
-            if control.active.load(Ordering::Relaxed) {
-                return Some(watch); // a session began meanwhile: it will tell
+            if let Some(death) = watch.death.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                let _ = death.send(why);
             }
-            let _ = watch.death.send(why);
-            None
+            false
         }
     }
 }

@@ -221,7 +221,7 @@ impl MinicpmoBackend {
             url: url.to_string(),
             interval: options.health_interval,
             timeout: options.connect_timeout,
-            death: death_tx,
+            death: Mutex::new(Some(death_tx)),
         });
         let info = BackendInfo {
             name: "minicpmo-worker".into(),
