@@ -11,8 +11,8 @@ use std::path::Path;
 use super::{Config, WorkerSpec};
 
 /// Threads a worker with threads of its own runs in this process, at most: its backend's and the
-/// one that makes its any-thread calls (a MiniCPM-o worker's health poller instead; a node's
-/// worker has one).
+/// one that makes its any-thread calls (a MiniCPM-o worker has only the first; a node's worker
+/// has one).
 pub const THREADS_PER_WORKER: usize = 2;
 /// Memory mappings per thread, measured (1,000 paced reference workers: 8,020 more mappings).
 pub const MAPPINGS_PER_THREAD: usize = 4;

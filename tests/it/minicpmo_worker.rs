@@ -383,11 +383,11 @@ async fn a_minicpm_session_through_the_worker_gets_the_gateways_transcript() {
     assert!(named.iter().any(|n| heard["input_id"] == *n), "{heard} not one of {named:?}");
 }
 
-/// An idle worker link costs one thread (the one its blocking calls run on), not two: a single
-/// thread polls the health of every idle MiniCPM-o worker (`an_idle_worker_in_error_is_noticed_
-/// and_rejoins_when_healthy` shows the poll still notices).
+/// An idle worker link costs one thread, the one its blocking calls run on, which also asks
+/// the worker's health while no session runs (`an_idle_worker_in_error_is_noticed_and_rejoins_
+/// when_healthy` shows it notices); links used to cost two each.
 #[tokio::test]
-async fn idle_worker_links_share_one_health_poll() {
+async fn an_idle_worker_link_holds_one_thread() {
     let threads = |server: &Server| std::fs::read_dir(format!("/proc/{}/task", server.pid())).unwrap().count();
     let worker = MockWorker::start();
     let one = Server::ready(Setup::default().workers(worker.entry("gpu", "")));
@@ -396,4 +396,37 @@ async fn idle_worker_links_share_one_health_poll() {
     let (a, b) = (threads(&one), threads(&twenty));
     // 19 more links: 19 more threads (and a spare or two), where they used to cost 38.
     assert!(b >= a + 19 && b <= a + 19 + 4, "{a} threads with one link, {b} with twenty");
+}
+
+/// The health check is the BackendActor's, run only while no session has the worker: while a
+/// session holds one worker (idle between its steps), the other, idle, worker is asked five
+/// times and the first not once; a worker gone into error meanwhile is noticed once the
+/// session has ended.
+#[tokio::test]
+async fn the_health_is_asked_only_while_no_session_runs() {
+    let workers = [MockWorker::start(), MockWorker::start()];
+    let options = "health_interval_s = 0.1";
+    let server =
+        Server::ready(Setup::default().workers(workers[0].entry("gpu", options) + &workers[1].entry("spare", options)));
+    let mut c = active(&server, "audio").await;
+    c.send(append(&quiet())).await;
+    answer_to(&mut c, "input_1").await;
+    let busy = server.status()["workers"].as_array().unwrap().iter().position(|w| w["state"] == "busy").unwrap();
+    let (held, spare) = (&workers[busy], &workers[1 - busy]);
+    assert_eq!(server.status()["workers"][busy]["backend"], format!("minicpmo-worker {}", held.url()));
+    let asked = held.with(|s| {
+        s.status = "error".into();
+        s.health_asks
+    });
+    let clock = spare.with(|s| s.health_asks);
+    spare.wait_for(|s| s.health_asks >= clock + 5, |_| ());
+    assert_eq!(held.with(|s| s.health_asks), asked, "asked while its session was idle");
+    c.send(append(&quiet())).await;
+    answer_to(&mut c, "input_2").await;
+    c.send(json!({"type": "session.close"})).await;
+    c.until("session.closed").await;
+    server.wait_status("the check after the session notices", WAIT, |s| {
+        s["workers"][busy]["state"] == "failed"
+            && s["workers"][busy]["failure"].as_str().unwrap_or("").contains("error")
+    });
 }

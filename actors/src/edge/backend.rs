@@ -5,6 +5,7 @@
 //! any-thread half (interrupt, force-listen, KV length), reachable while a step runs.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -84,6 +85,13 @@ pub trait Backend {
     fn duplex_step(&mut self, chunk: &DuplexChunk) -> Result<StepOutcome, BackendError> {
         run_duplex_step(self, chunk)
     }
+    /// Checks, while no session runs, that the backend can still serve one (a remote worker
+    /// asks its own health). Run by the BackendActor as a job on the backend's thread, every
+    /// [`BackendControl::idle_check_every`]; an error fails the worker, which the pool then
+    /// reopens. The default has nothing to check.
+    fn check_idle(&mut self) -> Result<(), BackendError> {
+        Ok(())
+    }
     /// The any-thread half, shared with whoever needs to interrupt this backend.
     fn control(&self) -> Arc<dyn BackendControl>;
 }
@@ -101,6 +109,11 @@ pub trait BackendControl: Send + Sync {
     /// Resolves with a reason if the backend dies on its own (its process exited) while
     /// nothing is calling it. Taken once, by the BackendActor; the default never dies.
     fn take_death_notice(&self) -> Option<tokio::sync::oneshot::Receiver<String>> {
+        None
+    }
+    /// How often [`Backend::check_idle`] is worth running while no session has the worker;
+    /// `None` (the default): never.
+    fn idle_check_every(&self) -> Option<Duration> {
         None
     }
     /// The session ended with nothing in flight. A backend lent for one session only gives

@@ -85,7 +85,7 @@ pub struct Metrics {
     pub node_attaches: IntCounterVec,
     /// A cluster replica's links kept open ahead of grants, ready now, by node address.
     pub node_standby_links: IntGaugeVec,
-    /// Remote MiniCPM-o workers' answers to the health poll, by worker and status
+    /// Remote MiniCPM-o workers' answers to `/health` (at open and idle checks), by worker and status
     /// (`healthy`, `loading`, `busy`, `error`, `offline`).
     pub remote_worker_health: IntCounterVec,
     /// Session events a subscriber's actor could not take (its mailbox full), by subscriber.

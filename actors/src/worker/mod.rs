@@ -11,6 +11,10 @@
 //! carries a [`messages::Delivery`], which tells the session if the message is never handled (the
 //! actor stopped and its mailbox dropped it). A backend that does not open within
 //! `open_timeout` fails the worker, like a step past `step_timeout`.
+//!
+//! A backend that asks for it ([`BackendControl::idle_check_every`]) has its health checked
+//! while no session has the worker: a job on its own thread, like any other, whose failure
+//! fails the worker (the pool reopens it when it can).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -77,7 +81,7 @@ struct TurnProgress {
 enum JobOutcome {
     /// The result went to the session.
     Delivered,
-    /// The backend crashed: the worker fails.
+    /// The backend crashed, or its idle health check failed: the worker fails.
     Crashed(String),
     Reset(Result<(), BackendError>),
 }
@@ -171,6 +175,14 @@ impl BackendActor {
                 Ok(reason) => act.fail(ctx, reason),
                 Err(_) => {}
             }));
+        }
+        // While no session has it, its backend's health is checked on its own thread.
+        if let Some(every) = control.idle_check_every() {
+            ctx.run_interval(every, |act, ctx| {
+                if act.policy.check() {
+                    act.dispatch_next(ctx);
+                }
+            });
         }
         let process_id = control.process_id();
         let shared = Arc::new(info.clone());
@@ -302,6 +314,13 @@ impl BackendActor {
                     addr.do_send(JobDone { job, outcome: JobOutcome::Delivered });
                 })
             }
+            Work::Check => Box::new(move |b| {
+                let outcome = match b.check_idle() {
+                    Ok(()) => JobOutcome::Delivered,
+                    Err(e) => JobOutcome::Crashed(e.to_string()),
+                };
+                addr.do_send(JobDone { job, outcome });
+            }),
             Work::Reset => Box::new(move |b| {
                 let result = b.release();
                 addr.do_send(JobDone { job, outcome: JobOutcome::Reset(result) });

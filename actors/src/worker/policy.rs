@@ -11,6 +11,9 @@
 //! - The watchdog: every job has a deadline; progress of a turn-mode answer (a piece)
 //!   renews it; a deadline that passes with the same job in flight fails the worker.
 //! - Queued answers are bounded (`max_turns`); the session refuses more before they come.
+//! - An idle worker's health check runs only while no session has the worker and its backend
+//!   has nothing else to do; a session that takes the worker meanwhile drops a check not yet
+//!   begun (its own calls tell the backend's health), and waits behind one in flight.
 //!
 //! [`crate::worker::BackendActor`] delivers messages here and carries out what the
 //! answers say (telling the session, calling the backend's any-thread control, arming
@@ -34,6 +37,8 @@ pub enum Work {
     /// An owner-thread call of an edge that drives the backend itself (a node's link), by
     /// the number the actor gave it.
     Run(u64),
+    /// The idle backend's health check ([`crate::edge::backend::Backend::check_idle`]).
+    Check,
 }
 
 impl Work {
@@ -45,6 +50,7 @@ impl Work {
             Work::Turn(..) => "turn",
             Work::Reset => "reset",
             Work::Run(_) => "call",
+            Work::Check => "check",
         }
     }
 }
@@ -55,7 +61,7 @@ pub struct InFlight {
     pub job: u64,
     pub kind: &'static str,
     pub started: Instant,
-    /// An interrupt may cut it short (everything but a reset).
+    /// An interrupt may cut it short (everything but a reset and a health check).
     pub interruptible: bool,
 }
 
@@ -157,7 +163,19 @@ impl WorkerPolicy {
             return Err(Refusal::Busy);
         }
         self.session = Some(key);
+        self.work.retain(|w| !matches!(w, Work::Check));
         Ok(())
+    }
+
+    /// The idle backend's health check is due: queued when no session has the worker and its
+    /// backend has nothing else to do. Returns whether it was queued.
+    pub fn check(&mut self) -> bool {
+        let idle = self.session.is_none() && self.in_flight.is_none() && self.work.is_empty();
+        if self.failed || !self.ready || !idle {
+            return false;
+        }
+        self.work.push_back(Work::Check);
+        true
     }
 
     /// The session's backend is to be prepared.
@@ -258,7 +276,7 @@ impl WorkerPolicy {
         };
         let job = self.next_job;
         self.next_job += 1;
-        let interruptible = !matches!(work, Work::Reset);
+        let interruptible = !matches!(work, Work::Reset | Work::Check);
         self.in_flight = Some(InFlight { job, kind: work.kind(), started: now, interruptible });
         Some((job, work))
     }
@@ -444,5 +462,38 @@ mod tests {
         p.fail();
         p.chunk(2, chunk(false));
         assert!(p.next(Instant::now()).is_none(), "a failed worker runs nothing more");
+    }
+
+    #[test]
+    fn a_health_check_runs_only_on_an_idle_worker_and_a_session_overtakes_one_not_begun() {
+        let mut p = WorkerPolicy::new(2);
+        assert!(!p.check(), "not open yet");
+        p.opened();
+        assert!(p.check());
+        assert!(!p.check(), "one check at a time");
+        let t = Instant::now();
+        let (job, work) = p.next(t).unwrap();
+        assert_eq!(work, Work::Check);
+        assert!(!p.in_flight().unwrap().interruptible);
+        // A session taken meanwhile waits behind the check in flight.
+        p.attach(1).unwrap();
+        p.prepare(setup());
+        assert!(!p.check(), "a session has the worker");
+        p.done(job).unwrap();
+        assert!(matches!(p.next(t), Some((_, Work::Prepare(_)))));
+        // A check not begun when a session takes the worker is dropped.
+        let mut q = WorkerPolicy::new(2);
+        q.opened();
+        q.detach();
+        let (reset, _) = q.next(t).unwrap();
+        assert!(!q.check(), "the reset is in flight");
+        q.done(reset).unwrap();
+        assert!(q.check());
+        q.attach(2).unwrap();
+        q.prepare(setup());
+        assert!(matches!(q.next(t), Some((_, Work::Prepare(_)))), "the session's work, not the check");
+        // A failed worker is not checked.
+        q.fail();
+        assert!(!WorkerPolicy::new(2).check() && !q.check());
     }
 }

@@ -39,6 +39,8 @@ pub struct MockState {
     pub forced: usize,
     /// Seconds a step takes.
     pub step_delay: f64,
+    /// `GET /health` requests received.
+    pub health_asks: usize,
 }
 
 pub struct MockWorker {
@@ -60,6 +62,7 @@ impl MockWorker {
             audio: Vec::new(),
             forced: 0,
             step_delay: 0.0,
+            health_asks: 0,
         }));
         let shared = state.clone();
         std::thread::spawn(move || {
@@ -122,7 +125,11 @@ impl MockWorker {
 type Shared = web::Data<Arc<Mutex<MockState>>>;
 
 async fn health(state: Shared) -> HttpResponse {
-    let s = state.lock().unwrap().clone();
+    let s = {
+        let mut s = state.lock().unwrap();
+        s.health_asks += 1;
+        s.clone()
+    };
     let worker_status = if s.busy { "duplex_active" } else { s.status.as_str() };
     let status = match worker_status {
         "loading" => "initializing",

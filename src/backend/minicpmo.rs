@@ -12,16 +12,15 @@
 //!   sends one step at a time, and force-listen rides on the next chunk.
 //! - Chat: `WS /ws/chat`, one connection per answer: the whole conversation (the worker
 //!   keeps none), streamed `chunk`s, then `done`.
-//! - While no session runs, `/health` is polled ([`health`]: one thread for all the workers); a
-//!   worker that goes offline or into error is reported (the BackendActor's death notice), and
-//!   reopened when it is healthy again.
-
-mod health;
+//! - While no session runs, `/health` is asked every `health_interval_s`
+//!   ([`Backend::check_idle`], a job the BackendActor runs on the link's own thread): a worker
+//!   that went offline or into error fails its link, which the pool reopens when the worker is
+//!   healthy again. A link has no thread or connection besides.
 
 use std::io::ErrorKind;
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -33,7 +32,6 @@ use omni_actors::domain::{
 use omni_actors::edge::backend::{Backend, BackendControl, BackendError};
 use omni_actors::observe::metrics::metrics;
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 use tungstenite::client::IntoClientRequest;
 use tungstenite::{Message, WebSocket};
 
@@ -149,9 +147,8 @@ type Socket = WebSocket<TcpStream>;
 struct Control {
     force_listen: AtomicBool,
     kv_length: AtomicU64,
-    /// A session runs: the health poll waits.
-    active: AtomicBool,
-    death: Mutex<Option<oneshot::Receiver<String>>>,
+    /// How often an idle worker's `/health` is asked.
+    health_interval: Duration,
 }
 
 impl BackendControl for Control {
@@ -168,8 +165,8 @@ impl BackendControl for Control {
     fn never_blocks(&self) -> bool {
         true // flags only
     }
-    fn take_death_notice(&self) -> Option<oneshot::Receiver<String>> {
-        self.death.lock().unwrap_or_else(|p| p.into_inner()).take()
+    fn idle_check_every(&self) -> Option<Duration> {
+        Some(self.health_interval)
     }
 }
 
@@ -202,26 +199,16 @@ pub struct MinicpmoBackend {
 }
 
 impl MinicpmoBackend {
-    /// Checks the worker is healthy and idle, and starts its health poll.
+    /// Checks the worker is healthy and idle.
     pub fn open(name: &str, url: &str, options: &[(String, String)]) -> Result<MinicpmoBackend, BackendError> {
         let options = Options::parse(options)?;
         if let Health::Not(_, why) = health(&agent(options.connect_timeout), name, url) {
             return Err(BackendError::Unavailable(why));
         }
-        let (death_tx, death) = oneshot::channel();
         let control = Arc::new(Control {
             force_listen: AtomicBool::new(false),
             kv_length: AtomicU64::new(0),
-            active: AtomicBool::new(false),
-            death: Mutex::new(Some(death)),
-        });
-        health::watch(health::Watch {
-            control: Arc::downgrade(&control),
-            name: name.to_string(),
-            url: url.to_string(),
-            interval: options.health_interval,
-            timeout: options.connect_timeout,
-            death: Mutex::new(Some(death_tx)),
+            health_interval: options.health_interval,
         });
         let info = BackendInfo {
             name: "minicpmo-worker".into(),
@@ -464,7 +451,6 @@ impl Backend for MinicpmoBackend {
         self.close_duplex();
         self.answer = None;
         self.conversation.clear();
-        self.control.active.store(true, Ordering::Relaxed);
         self.control.kv_length.store(0, Ordering::Relaxed);
         self.control.force_listen.store(false, Ordering::Relaxed);
         if setup.kind == SessionKind::Duplex {
@@ -480,7 +466,6 @@ impl Backend for MinicpmoBackend {
         self.conversation.clear();
         self.setup = None;
         self.control.kv_length.store(0, Ordering::Relaxed);
-        self.control.active.store(false, Ordering::Relaxed);
         Ok(())
     }
 
@@ -628,6 +613,15 @@ impl Backend for MinicpmoBackend {
             other => return Err(self.lost("chat", format!("answered {other:?}"))),
         }
         Ok(piece)
+    }
+
+    /// Asked only while no session runs (a session's own answers tell the worker's health).
+    fn check_idle(&mut self) -> Result<(), BackendError> {
+        match health(&agent(self.options.connect_timeout), &self.name, &self.url) {
+            // Busy with someone else's job: not ours to take now, but not broken.
+            Health::Healthy | Health::Not("busy", _) => Ok(()),
+            Health::Not(_, why) => Err(BackendError::Unavailable(why)),
+        }
     }
 
     fn control(&self) -> Arc<dyn BackendControl> {
