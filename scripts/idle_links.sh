@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What an idle MiniCPM-o worker link costs the gateway: resident memory and threads with one
 # link and with N (`backend = "minicpmo-worker"`), to a stand-in worker that answers only
-# /health (healthy, idle), read once every link is open and again after a health poll round
+# /health (healthy, idle), read once every link is open and again after a round of health checks
 # (12 s). SERVER_BIN=PATH measures another build (the previous release's) the same way.
 #
 #   scripts/idle_links.sh [N] [OUT_DIR]
@@ -43,7 +43,7 @@ status() { # FIELD: VmRSS in MB, or Threads
     awk -v f="$1:" '$1 == f { print ($1 == "VmRSS:" ? $2 / 1024 : $2) }' "/proc/$server/status"
 }
 
-echo "| links | resident memory, open | threads, open | resident memory, after a poll round | threads, after |"
+echo "| links | resident memory, open | threads, open | resident memory, after a round of checks | threads, after |"
 echo "|---|---|---|---|---|"
 for links in 1 "$n"; do
     port=$(free_port)
@@ -59,7 +59,7 @@ for links in 1 "$n"; do
         sleep 0.2
     done
     open_rss=$(status VmRSS) open_threads=$(status Threads)
-    sleep 12 # one round of health polls (every 10 s)
+    sleep 12 # one round of health checks (every 10 s)
     printf '| %s | %.1f MB | %s | %.1f MB | %s |\n' "$links" "$open_rss" "$open_threads" "$(status VmRSS)" "$(status Threads)"
     kill "$server"
     wait "$server" 2>/dev/null || true
