@@ -104,6 +104,29 @@ pub fn chunk_event(dialect: WireDialect, samples: &[f32], frames: &[String], for
     .to_string()
 }
 
+/// A MiniCPM-o model worker's own `prepare` (its `/ws/duplex`, no gateway between).
+pub fn worker_prepare_event(instructions: &str) -> String {
+    json!({"type": "prepare", "system_prompt": instructions}).to_string()
+}
+
+/// A MiniCPM-o model worker's own `audio_chunk`: float32 at 16 kHz, as the gateway forwards it.
+pub fn worker_chunk_event(samples: &[f32], frames: &[String], force_listen: bool) -> String {
+    let mut event = json!({"type": "audio_chunk", "audio_base64": b64_f32(samples), "force_listen": force_listen});
+    if !frames.is_empty() {
+        event["frame_base64_list"] = json!(frames);
+    }
+    event.to_string()
+}
+
+/// Connects to a MiniCPM-o model worker's `/ws/duplex` (`base`: `ws://host:port`).
+pub async fn connect_worker(base: &str) -> Result<Ws, String> {
+    let url = format!("{}/ws/duplex", base.trim_end_matches('/'));
+    let (ws, _) = tokio_tungstenite::connect_async_with_config(url.as_str(), None, true)
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    Ok(ws)
+}
+
 pub fn close_event() -> String {
     json!({"type": "session.close", "reason": "user_stop"}).to_string()
 }

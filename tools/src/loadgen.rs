@@ -43,6 +43,11 @@ pub struct LoadgenArgs {
     pub mode: String,
     #[arg(long, value_enum, default_value = "current")]
     pub dialect: WireDialect,
+    /// What --url names: a gateway, or MiniCPM-o model workers spoken to directly (their own
+    /// `prepare` and `audio_chunk` on `/ws/duplex`, one session per worker in turn): the path the
+    /// gateway's `minicpmo-worker` backend is measured against.
+    #[arg(long, value_enum, default_value = "gateway")]
+    pub target: Target,
     /// Send a small JPEG frame with every chunk.
     #[arg(long)]
     pub frames: bool,
@@ -81,6 +86,13 @@ pub struct LoadgenArgs {
     /// No live progress line.
     #[arg(long)]
     pub quiet: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Target {
+    Gateway,
+    /// MiniCPM-o model workers, no gateway between.
+    Worker,
 }
 
 /// Prepared events, shared by every session.
@@ -192,14 +204,26 @@ async fn loadgen(args: LoadgenArgs) -> Result<(), String> {
     let frame = vec![client::TINY_JPEG.to_string()];
     let frames: &[String] = if args.frames { &frame } else { &[] };
     let (loud, quiet) = (client::second(true), client::second(false));
-    let ev = |samples: &[f32], force: bool| Utf8Bytes::from(client::chunk_event(args.dialect, samples, frames, force));
+    let worker = args.target == Target::Worker;
+    let ev = |samples: &[f32], force: bool| {
+        Utf8Bytes::from(match worker {
+            true => client::worker_chunk_event(samples, frames, force),
+            false => client::chunk_event(args.dialect, samples, frames, force),
+        })
+    };
     let events = Events {
-        init: Utf8Bytes::from(client::init_event(args.dialect, "You are a test.")),
+        init: Utf8Bytes::from(match worker {
+            true => client::worker_prepare_event("You are a test."),
+            false => client::init_event(args.dialect, "You are a test."),
+        }),
         loud: ev(&loud, false),
         quiet: ev(&quiet, false),
         loud_forced: ev(&loud, true),
         quiet_forced: ev(&quiet, true),
-        close: Utf8Bytes::from(client::close_event()),
+        close: Utf8Bytes::from(match worker {
+            true => json!({"type": "stop"}).to_string(),
+            false => client::close_event(),
+        }),
     };
     let lifetime = match (args.rejoin, args.run_time > 0.0) {
         (_, true) => args.run_time,
@@ -401,9 +425,14 @@ async fn session(shared: Arc<Shared>) {
     let began = Instant::now();
     let urls: Vec<&str> = a.url.split(',').collect();
     let url = urls[(nth - 1) % urls.len()];
-    let ws = match tokio::time::timeout(Duration::from_secs(30), client::connect(url, &a.mode, a.api_key.as_deref()))
-        .await
-    {
+    let worker = a.target == Target::Worker;
+    let connect = async {
+        match worker {
+            true => client::connect_worker(url).await,
+            false => client::connect(url, &a.mode, a.api_key.as_deref()).await,
+        }
+    };
+    let ws = match tokio::time::timeout(Duration::from_secs(30), connect).await {
         Ok(Ok(ws)) => ws,
         _ => {
             c.connect_failures.fetch_add(1, Ordering::Relaxed);
@@ -424,7 +453,8 @@ async fn session(shared: Arc<Shared>) {
     let mut measured_release: Option<Instant> = None;
     let max_wait = Instant::now() + Duration::from_secs_f64(a.max_wait);
     let deadline = shared.run_end.map_or(max_wait, |end| end.min(max_wait));
-    loop {
+    // A worker spoken to directly has no queue: it is prepared at once.
+    while !worker {
         let left = deadline.saturating_duration_since(Instant::now());
         let text = match next(&mut stream, left).await {
             Ok(Some(t)) => t,
@@ -510,7 +540,8 @@ async fn session(shared: Arc<Shared>) {
     let sent_at: Arc<Mutex<HashMap<u64, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
     let fifo: Arc<Mutex<VecDeque<Instant>>> = Arc::new(Mutex::new(VecDeque::new()));
     let created = Arc::new(tokio::sync::Notify::new());
-    let legacy = a.dialect == WireDialect::Legacy;
+    // Answers in order, with no ids: the earlier dialect, and a worker's own `result`s.
+    let in_order = worker || a.dialect == WireDialect::Legacy;
     let reader = {
         let sent_at = sent_at.clone();
         let fifo = fifo.clone();
@@ -521,7 +552,7 @@ async fn session(shared: Arc<Shared>) {
             let mut answered = 0u64;
             while let Ok(Some(text)) = next(&mut stream, Duration::from_secs(120)).await {
                 match client::event_type(&text).as_deref() {
-                    Some("session.created") => created.notify_one(),
+                    Some("session.created") | Some("prepared") => created.notify_one(),
                     Some("response.output.delta") => {
                         if let Some(id) = client::early_field(&text, "input_id")
                             .and_then(|i| i.strip_prefix("input_"))
@@ -533,7 +564,7 @@ async fn session(shared: Arc<Shared>) {
                             shared.counters.answered.fetch_add(1, Ordering::Relaxed);
                         }
                     }
-                    Some("response.listen") | Some("response.output_audio.delta") if legacy => {
+                    Some("response.listen") | Some("response.output_audio.delta") | Some("result") if in_order => {
                         if let Some(at) = fifo.lock().pop_front() {
                             record(&shared.rtt_us, at.elapsed().as_micros() as u64);
                             answered += 1;
@@ -544,7 +575,7 @@ async fn session(shared: Arc<Shared>) {
                         let v: Value = serde_json::from_str(&text).unwrap_or_default();
                         error(shared, v["error"]["code"].as_str().unwrap_or("error"));
                     }
-                    Some("session.closed") => break,
+                    Some("session.closed") | Some("stopped") => break,
                     _ => {}
                 }
             }
@@ -581,7 +612,7 @@ async fn session(shared: Arc<Shared>) {
             (false, true) => shared.events.quiet_forced.clone(),
         };
         let now = Instant::now();
-        if legacy {
+        if in_order {
             fifo.lock().push_back(now);
         } else {
             sent_at.lock().insert(k, now);
