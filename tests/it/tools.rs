@@ -214,6 +214,31 @@ fn r_queue_wait_is_measured_below_a_millisecond(out: &std::path::Path) -> bool {
     r["queue_wait_ms"]["p50"].as_f64().unwrap() > 0.0
 }
 
+/// `--target worker`: the same load straight to MiniCPM-o model workers (their own `prepare`
+/// and `audio_chunk`), one session per worker in turn, the path the gateway is measured against.
+#[test]
+fn loadgen_speaks_to_model_workers_directly() {
+    let workers = [MockWorker::start(), MockWorker::start()];
+    let urls: Vec<String> = workers.iter().map(|w| format!("ws://{}", w.addr)).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("load.json");
+    let run = gateway()
+        .args(["loadgen", "--target", "worker", "--sessions", "2", "--duration", "3", "--ramp", "0.2", "--quiet"])
+        .args(["--url", &urls.join(","), "--json-out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    let r: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(r["errors"], serde_json::json!({}), "{r}");
+    assert_eq!((r["chunks"]["sent"].as_u64(), r["chunks"]["answered"].as_u64()), (Some(6), Some(6)), "{r}");
+    for w in &workers {
+        let (prompt, chunks, busy) =
+            w.wait_for(|s| !s.busy, |s| (s.prepares[0]["system_prompt"].clone(), s.chunks, s.busy));
+        assert_eq!((prompt.as_str(), chunks, busy), (Some("You are a test."), 3, false), "each worker had one session");
+    }
+}
+
 #[test]
 fn loadgen_says_why_when_sessions_cannot_all_be_served() {
     let server = Server::ready(Setup::default().workers(workers(1, "")));

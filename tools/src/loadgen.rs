@@ -6,7 +6,8 @@
 //! from a worker's release (a session's close sent) to the next waiting client's
 //! `session.queue_done`, how fast position updates reach waiting clients after a change,
 //! connect failures, errors by code and dropped chunks. Prints a live progress line and
-//! p50/p90/p99/max, and writes everything as JSON.
+//! p50/p90/p99/max, and writes everything as JSON. `--target worker` sends the same load
+//! straight to MiniCPM-o model workers, in their own protocol (answers in order, no queue).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
