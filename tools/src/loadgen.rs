@@ -454,8 +454,11 @@ async fn session(shared: Arc<Shared>) {
     let mut measured_release: Option<Instant> = None;
     let max_wait = Instant::now() + Duration::from_secs_f64(a.max_wait);
     let deadline = shared.run_end.map_or(max_wait, |end| end.min(max_wait));
-    // A worker spoken to directly has no queue: it is prepared at once.
-    while !worker {
+    loop {
+        // A worker spoken to directly has no queue: it is prepared at once.
+        if worker {
+            break;
+        }
         let left = deadline.saturating_duration_since(Instant::now());
         let text = match next(&mut stream, left).await {
             Ok(Some(t)) => t,
