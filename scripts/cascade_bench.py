@@ -19,10 +19,11 @@ silence until the answer has ended. Measured per answer, from the events the ser
   - session start: from session.init sent to session.created.
 
     python3 scripts/cascade_bench.py URL SESSIONS [QUESTIONS_PER_SESSION] [--json FILE]
-        [--facts] [--chunk-ms MS] [--prompt TEXT]
+        [--facts | --held-out] [--chunk-ms MS] [--prompt TEXT]
 
 --facts asks the ten factual questions (QUESTIONS_PER_SESSION of them, 10 by default with it),
-each in a fresh session, one after another.
+each in a fresh session, one after another; --held-out asks twenty others the same way (20 by
+default), which no prompt or setting was chosen on.
 
 --chunk-ms sends chunks of MS milliseconds (default 1000), each when its audio has been "recorded".
 
@@ -52,6 +53,31 @@ FACTS = [
     ("What is the opposite of up?", ["down"]),
     ("What planet do we live on?", ["earth"]),
     ("What color is the sky on a clear day?", ["blue"]),
+]
+
+# Twenty more, never used to choose a prompt or a setting (--held-out): a check that what helps
+# the ten above is not tuned to them.
+HELD_OUT = [
+    ("How many wheels does a bicycle have?", ["two", "2"]),
+    ("What animal says moo?", ["cow"]),
+    ("What is frozen water called?", ["ice"]),
+    ("What color is a banana?", ["yellow"]),
+    ("How many months are in a year?", ["twelve", "12"]),
+    ("What is the capital of Japan?", ["tokyo"]),
+    ("How many minutes are in an hour?", ["sixty", "60"]),
+    ("What season comes after winter?", ["spring"]),
+    ("How many sides does a triangle have?", ["three", "3"]),
+    ("What is two plus two?", ["four", "4"]),
+    ("Where do fish live?", ["water", "sea", "ocean", "river", "lake"]),
+    ("What do we use to see?", ["eye"]),
+    ("What is the largest ocean on Earth?", ["pacific"]),
+    ("Which is bigger, the sun or the moon?", ["sun"]),
+    ("What do you call a baby dog?", ["puppy", "puppies", "pup"]),
+    ("What gas do we breathe in to live?", ["oxygen"]),
+    ("What color are ripe strawberries?", ["red"]),
+    ("Is ice cream hot or cold?", ["cold"]),
+    ("What is the capital of England?", ["london"]),
+    ("How many legs does a cat have?", ["four", "4"]),
 ]
 
 QUESTIONS = [
@@ -202,12 +228,15 @@ async def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--") and a not in values]
     facts = "--facts" in sys.argv
     url, sessions = args[0], int(args[1])
-    per = int(args[2]) if len(args) > 2 else (10 if facts else 4)
+    per = int(args[2]) if len(args) > 2 else (10 if facts else 20 if "--held-out" in sys.argv else 4)
     results = {"latency_s": [], "first_step_ms": [], "compute_per_s": [], "listen_ms": [], "errors": [],
                "answers": 0, "questions": 0, "log": [], "created_ms": [], "right": 0}
+    held_out = "--held-out" in sys.argv
+    facts = facts or held_out
     if facts:
         # A fresh session for each question, one after another, as a new user would ask.
-        for q in FACTS[:per] if per < len(FACTS) else FACTS:
+        pool = HELD_OUT if held_out else FACTS
+        for q in pool[:per] if per < len(pool) else pool:
             await session(f"{url}/v1/realtime?mode=audio", [q], results, chunk_ms, prompt)
     else:
         await asyncio.gather(*(session(f"{url}/v1/realtime?mode=audio",
