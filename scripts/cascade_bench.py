@@ -55,8 +55,9 @@ FACTS = [
     ("What color is the sky on a clear day?", ["blue"]),
 ]
 
-# Twenty more, never used to choose a prompt or a setting (--held-out): a check that what helps
-# the ten above is not tuned to them.
+# Twenty more (--held-out), written to see whether what helps the ten above is tuned to them.
+# The score is a word the answer holds: an answer that only repeats the question's own words
+# ("Which is bigger, the sun or the moon?") can score; read the log beside the count.
 HELD_OUT = [
     ("How many wheels does a bicycle have?", ["two", "2"]),
     ("What animal says moo?", ["cow"]),
@@ -228,10 +229,10 @@ async def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--") and a not in values]
     facts = "--facts" in sys.argv
     url, sessions = args[0], int(args[1])
-    per = int(args[2]) if len(args) > 2 else (10 if facts else 20 if "--held-out" in sys.argv else 4)
+    held_out = "--held-out" in sys.argv  # the twenty others, with or without --facts
+    per = int(args[2]) if len(args) > 2 else (20 if held_out else 10 if facts else 4)
     results = {"latency_s": [], "first_step_ms": [], "compute_per_s": [], "listen_ms": [], "errors": [],
                "answers": 0, "questions": 0, "log": [], "created_ms": [], "right": 0}
-    held_out = "--held-out" in sys.argv
     facts = facts or held_out
     if facts:
         # A fresh session for each question, one after another, as a new user would ask.

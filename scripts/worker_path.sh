@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 n=${1:-300}
 rounds=${2:-2}
 duration=${3:-30}
+[ -x .venv/bin/python ] || { echo "needs .venv with websockets: run ./test.sh once first" >&2; exit 1; }
 . scripts/lib.sh
 build_release
 dir=$(mktemp -d)
@@ -56,6 +57,7 @@ for round in $(seq "$rounds"); do
         [ "${idle:-0}" = "$n" ] && break
         sleep 0.1
     done
+    [ "${idle:-0}" = "$n" ] || { echo "only ${idle:-0} of $n workers idle; see $dir/server-$round.log" >&2; KEEP=1; exit 1; }
     "$bin" loadgen --url "ws://127.0.0.1:$port" --server-pid "$server" "${load[@]}" \
         --json-out "$dir/gateway-$round.json" > /dev/null
     row "gateway" "$dir/gateway-$round.json"

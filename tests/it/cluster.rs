@@ -43,6 +43,16 @@ fn registered(redis: &Redis, node: &Node, name: &str, count: usize) {
     }
 }
 
+/// Waits until the store has forgotten replica `name` (its lease ran out and another replica's
+/// beat removed it, with its tickets).
+async fn forgotten(redis: &Redis, name: &str) {
+    let deadline = Instant::now() + WAIT;
+    while redis.command(&format!("ZSCORE {{og}}:gw {name}")).as_deref() != Some("$-1\r\n") {
+        assert!(Instant::now() < deadline, "the store never forgot replica {name}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A replica named `name`: no workers of its own.
 fn replica(redis: &Redis, name: &str) -> Server {
     replica_at(&redis.url(), name)
@@ -253,7 +263,7 @@ async fn a_replica_paused_past_its_lease_rejoins_and_nothing_is_assigned_twice()
     if !needs(&[Need::Redis]) {
         return;
     }
-    let (_redis, n1, g1, g2) = two_replicas();
+    let (redis, n1, g1, g2) = two_replicas();
     let mut first = active(&g2, "audio").await;
     talk(&mut first, "input_1").await;
     let mut paused = Waiter::join(&g1).await; // position 1
@@ -261,7 +271,7 @@ async fn a_replica_paused_past_its_lease_rejoins_and_nothing_is_assigned_twice()
     assert_eq!((paused.positions[0], second.positions[0]), (1, 2));
 
     g1.signal("STOP");
-    tokio::time::sleep(Duration::from_millis(2500)).await; // past the 1 s lease
+    forgotten(&redis, "g1").await; // past its 1 s lease
     // Meanwhile the worker is freed: the paused replica's ticket is gone, so g2's client
     // is served.
     close(first).await;

@@ -256,7 +256,7 @@ async fn an_idle_worker_in_error_is_noticed_and_rejoins_when_healthy() {
     let worker = MockWorker::start();
     let server = gateway(&worker, "health_interval_s = 0.2");
     worker.with(|s| s.status = "error".into());
-    server.wait_status("the health poll notices", WAIT, |s| {
+    server.wait_status("the health check notices", WAIT, |s| {
         s["workers"][0]["state"] == "failed" && s["workers"][0]["failure"].as_str().unwrap_or("").contains("error")
     });
     worker.with(|s| s.status = "idle".into());
@@ -384,15 +384,19 @@ async fn a_minicpm_session_through_the_worker_gets_the_gateways_transcript() {
 }
 
 /// An idle worker link costs one thread, the one its blocking calls run on, which also asks
-/// the worker's health while no session runs (`an_idle_worker_in_error_is_noticed_and_rejoins_
-/// when_healthy` shows it notices); links used to cost two each.
+/// the worker's health while no session runs (counted here after every link has been asked
+/// again; `an_idle_worker_in_error_is_noticed_and_rejoins_when_healthy` shows it notices);
+/// links used to cost two each.
 #[tokio::test]
 async fn an_idle_worker_link_holds_one_thread() {
     let threads = |server: &Server| std::fs::read_dir(format!("/proc/{}/task", server.pid())).unwrap().count();
     let worker = MockWorker::start();
-    let one = Server::ready(Setup::default().workers(worker.entry("gpu", "")));
-    let entries: String = (0..20).map(|i| worker.entry(&format!("gpu{i}"), "")).collect();
+    let options = "health_interval_s = 0.1";
+    let one = Server::ready(Setup::default().workers(worker.entry("gpu", options)));
+    let entries: String = (0..20).map(|i| worker.entry(&format!("gpu{i}"), options)).collect();
     let twenty = Server::ready(Setup::default().workers(entries));
+    // Each link asked at its open and twice since (one link of the first gateway among them).
+    worker.wait_for(|s| s.health_asks >= 21 * 3, |_| ());
     let (a, b) = (threads(&one), threads(&twenty));
     // 19 more links: 19 more threads (and a spare or two), where they used to cost 38.
     assert!(b >= a + 19 && b <= a + 19 + 4, "{a} threads with one link, {b} with twenty");
@@ -429,4 +433,26 @@ async fn the_health_is_asked_only_while_no_session_runs() {
         s["workers"][busy]["state"] == "failed"
             && s["workers"][busy]["failure"].as_str().unwrap_or("").contains("error")
     });
+}
+
+/// A check that fails while a session takes the worker (the check was in flight when it was
+/// assigned) does not fail the worker under that session: the session's own calls tell, and
+/// this one is served.
+#[tokio::test]
+async fn a_check_that_fails_as_a_session_takes_the_worker_spares_that_session() {
+    let worker = MockWorker::start();
+    let server = gateway(&worker, "health_interval_s = 0.2\nconnect_timeout_s = 1.0");
+    let asked = worker.with(|s| {
+        s.health_delay = 2.0; // past connect_timeout_s: the check in flight fails
+        s.health_asks
+    });
+    worker.wait_for(|s| s.health_asks > asked, |_| ());
+    let mut c = active(&server, "audio").await;
+    server.wait_log("its idle health check failed", WAIT);
+    worker.with(|s| s.health_delay = 0.0);
+    c.send(append(&quiet())).await;
+    answer_to(&mut c, "input_1").await;
+    c.send(json!({"type": "session.close", "reason": "user_stop"})).await;
+    assert_eq!(c.until("session.closed").await["reason"], "user_stop");
+    server.wait_idle();
 }

@@ -46,7 +46,9 @@ pub struct LoadgenArgs {
     pub dialect: WireDialect,
     /// What --url names: a gateway, or MiniCPM-o model workers spoken to directly (their own
     /// `prepare` and `audio_chunk` on `/ws/duplex`, one session per worker in turn): the path the
-    /// gateway's `minicpmo-worker` backend is measured against.
+    /// gateway's `minicpmo-worker` backend is measured against. Its `prepare` carries the system
+    /// prompt only (the gateway's also carries the session's settings), which a mock ignores and
+    /// a real worker may not.
     #[arg(long, value_enum, default_value = "gateway")]
     pub target: Target,
     /// Send a small JPEG frame with every chunk.
@@ -454,83 +456,86 @@ async fn session(shared: Arc<Shared>) {
     let mut measured_release: Option<Instant> = None;
     let max_wait = Instant::now() + Duration::from_secs_f64(a.max_wait);
     let deadline = shared.run_end.map_or(max_wait, |end| end.min(max_wait));
-    loop {
-        // A worker spoken to directly has no queue: it is prepared at once.
-        if worker {
-            break;
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        let text = match next(&mut stream, left).await {
-            Ok(Some(t)) => t,
-            Ok(None) => {
-                error(&shared, "closed_while_waiting");
-                leave(c);
-                return;
-            }
-            Err(_) => {
-                if waited {
-                    c.waiting.fetch_sub(1, Ordering::Relaxed);
+    // A worker spoken to directly has no queue: it is prepared at once.
+    if !worker {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let text = match next(&mut stream, left).await {
+                Ok(Some(t)) => t,
+                Ok(None) => {
+                    error(&shared, "closed_while_waiting");
+                    leave(c);
+                    return;
                 }
-                // The run's end (--run-time) is not giving up: it is the end.
-                if shared.run_end.is_some_and(|end| Instant::now() >= end) {
-                    c.left_at_end.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    c.gave_up.fetch_add(1, Ordering::Relaxed);
-                }
-                c.connected.fetch_sub(1, Ordering::Relaxed);
-                return;
-            }
-        };
-        match client::event_type(&text).as_deref() {
-            Some("session.queued") => {
-                waited = true;
-                if !c.warned_waiting.swap(true, Ordering::Relaxed) && !a.rejoin {
-                    eprintln!(
-                        "\nwarning: sessions wait in the server's queue: it has fewer free workers than --sessions ({}); \
-                         each waits up to --max-wait {} s, and round trips measure only sessions that got a worker",
-                        a.sessions, a.max_wait
-                    );
-                }
-                c.waiting.fetch_add(1, Ordering::Relaxed);
-                c.told_position.fetch_add(1, Ordering::Relaxed);
-                position =
-                    serde_json::from_str::<Value>(&text).ok().and_then(|v| v["position"].as_u64()).unwrap_or(u64::MAX);
-            }
-            Some("session.queue_update") => {
-                let p =
-                    serde_json::from_str::<Value>(&text).ok().and_then(|v| v["position"].as_u64()).unwrap_or(u64::MAX);
-                // The first lower position after a worker's release: how long that change
-                // took to reach this client (one sample per client per release).
-                let release = *shared.last_release.lock();
-                if p < position
-                    && let Some(at) = release
-                    && measured_release != release
-                {
-                    measured_release = release;
-                    record(&shared.update_latency_us, at.elapsed().as_micros() as u64);
-                }
-                position = p;
-            }
-            Some("session.queue_done") => {
-                record(&shared.queue_wait_us, began.elapsed().as_micros() as u64);
-                if waited {
-                    c.waiting.fetch_sub(1, Ordering::Relaxed);
-                    if let Some(at) = shared.releases.lock().pop_front() {
-                        record(&shared.release_to_done_us, at.elapsed().as_micros() as u64);
+                Err(_) => {
+                    if waited {
+                        c.waiting.fetch_sub(1, Ordering::Relaxed);
                     }
+                    // The run's end (--run-time) is not giving up: it is the end.
+                    if shared.run_end.is_some_and(|end| Instant::now() >= end) {
+                        c.left_at_end.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        c.gave_up.fetch_add(1, Ordering::Relaxed);
+                    }
+                    c.connected.fetch_sub(1, Ordering::Relaxed);
+                    return;
                 }
-                break;
-            }
-            Some("error") => {
-                let v: Value = serde_json::from_str(&text).unwrap_or_default();
-                error(&shared, v["error"]["code"].as_str().unwrap_or("error"));
-                if waited {
-                    c.waiting.fetch_sub(1, Ordering::Relaxed);
+            };
+            match client::event_type(&text).as_deref() {
+                Some("session.queued") => {
+                    waited = true;
+                    if !c.warned_waiting.swap(true, Ordering::Relaxed) && !a.rejoin {
+                        eprintln!(
+                            "\nwarning: sessions wait in the server's queue: it has fewer free workers than --sessions ({}); \
+                         each waits up to --max-wait {} s, and round trips measure only sessions that got a worker",
+                            a.sessions, a.max_wait
+                        );
+                    }
+                    c.waiting.fetch_add(1, Ordering::Relaxed);
+                    c.told_position.fetch_add(1, Ordering::Relaxed);
+                    position = serde_json::from_str::<Value>(&text)
+                        .ok()
+                        .and_then(|v| v["position"].as_u64())
+                        .unwrap_or(u64::MAX);
                 }
-                leave(c);
-                return;
+                Some("session.queue_update") => {
+                    let p = serde_json::from_str::<Value>(&text)
+                        .ok()
+                        .and_then(|v| v["position"].as_u64())
+                        .unwrap_or(u64::MAX);
+                    // The first lower position after a worker's release: how long that change
+                    // took to reach this client (one sample per client per release).
+                    let release = *shared.last_release.lock();
+                    if p < position
+                        && let Some(at) = release
+                        && measured_release != release
+                    {
+                        measured_release = release;
+                        record(&shared.update_latency_us, at.elapsed().as_micros() as u64);
+                    }
+                    position = p;
+                }
+                Some("session.queue_done") => {
+                    record(&shared.queue_wait_us, began.elapsed().as_micros() as u64);
+                    if waited {
+                        c.waiting.fetch_sub(1, Ordering::Relaxed);
+                        if let Some(at) = shared.releases.lock().pop_front() {
+                            record(&shared.release_to_done_us, at.elapsed().as_micros() as u64);
+                        }
+                    }
+                    break;
+                }
+                Some("error") => {
+                    let v: Value = serde_json::from_str(&text).unwrap_or_default();
+                    error(&shared, v["error"]["code"].as_str().unwrap_or("error"));
+                    if waited {
+                        c.waiting.fetch_sub(1, Ordering::Relaxed);
+                    }
+                    leave(c);
+                    return;
+                }
+                _ => {}
             }
-            _ => {}
         }
     }
     if sink.send(Message::Text(shared.events.init.clone())).await.is_err() {
@@ -574,6 +579,11 @@ async fn session(shared: Arc<Shared>) {
                             answered += 1;
                             shared.counters.answered.fetch_add(1, Ordering::Relaxed);
                         }
+                    }
+                    // A worker's own error (its text in `error`) answers the chunk it was sent for.
+                    Some("error") if worker => {
+                        fifo.lock().pop_front();
+                        error(shared, "worker_error");
                     }
                     Some("error") => {
                         let v: Value = serde_json::from_str(&text).unwrap_or_default();

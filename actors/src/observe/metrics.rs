@@ -301,7 +301,7 @@ impl Metrics {
             remote_worker_health: counter_vec(
                 &r,
                 "omni_remote_worker_health_total",
-                "Health polls of remote MiniCPM-o workers, by their answer",
+                "Health checks of remote MiniCPM-o workers, by their answer",
                 &["worker", "status"],
             ),
             subscriber_dropped: counter_vec(

@@ -52,6 +52,9 @@ pub fn starter(limits: BackendLimits) -> StartWorker {
     })
 }
 
+/// The least time an idle health check has before its watchdog fails the worker.
+pub const IDLE_CHECK_TIMEOUT: Duration = Duration::from_secs(60);
+
 #[derive(Debug, Clone, Copy)]
 pub struct BackendLimits {
     pub max_pending_chunks: usize,
@@ -81,8 +84,11 @@ struct TurnProgress {
 enum JobOutcome {
     /// The result went to the session.
     Delivered,
-    /// The backend crashed, or its idle health check failed: the worker fails.
+    /// The backend crashed: the worker fails.
     Crashed(String),
+    /// The idle backend's health check failed: the worker fails, unless a session took it while
+    /// the check ran (that session's own calls tell).
+    Unhealthy(String),
     Reset(Result<(), BackendError>),
 }
 
@@ -150,7 +156,8 @@ impl BackendActor {
         }
     }
 
-    /// The backend is open: its control thread, a watch for its death, and the pool told.
+    /// The backend is open: its control thread, a watch for its death, the timer of its idle
+    /// health check (if it asks for one), and the pool told.
     fn opened(&mut self, info: BackendInfo, control: Arc<dyn BackendControl>, ctx: &mut Context<Self>) {
         log::info!(
             "worker {}: backend {} open (duplex {}, turn {}, context {})",
@@ -243,13 +250,14 @@ impl BackendActor {
             return;
         };
         let Some((job, work)) = self.policy.next(Instant::now()) else { return };
+        let check = matches!(work, Work::Check);
         let closure = self.job(job, work, control, ctx.address());
         let Some(thread) = &mut self.thread else { return };
         if let Err(e) = thread.submit(closure) {
             self.fail(ctx, e.to_string());
             return;
         }
-        self.arm_watchdog(job, ctx);
+        self.arm_watchdog(job, check, ctx);
     }
 
     /// The closure that runs `work` on the backend thread. Results go from the thread
@@ -317,7 +325,7 @@ impl BackendActor {
             Work::Check => Box::new(move |b| {
                 let outcome = match b.check_idle() {
                     Ok(()) => JobOutcome::Delivered,
-                    Err(e) => JobOutcome::Crashed(e.to_string()),
+                    Err(e) => JobOutcome::Unhealthy(e.to_string()),
                 };
                 addr.do_send(JobDone { job, outcome });
             }),
@@ -338,15 +346,23 @@ impl BackendActor {
         }
     }
 
-    /// The watchdog of `job`: still in flight after `step_timeout`, the worker fails.
-    fn arm_watchdog(&mut self, job: u64, ctx: &mut Context<Self>) {
+    /// The watchdog of `job`: still in flight after `step_timeout`, the worker fails. An idle
+    /// health check (`check`) has at least [`IDLE_CHECK_TIMEOUT`]: its backend bounds it itself
+    /// (a MiniCPM-o worker's `connect_timeout_s`), and a short step timeout must not fail an idle
+    /// worker whose answer is merely slow.
+    fn arm_watchdog(&mut self, job: u64, check: bool, ctx: &mut Context<Self>) {
         if let Some(old) = self.watchdog.take() {
             ctx.cancel_future(old);
         }
-        let timeout = self.limits.step_timeout;
+        let step_timeout = self.limits.step_timeout;
+        let timeout = if check { step_timeout.max(IDLE_CHECK_TIMEOUT) } else { step_timeout };
         self.watchdog = Some(ctx.run_later(timeout, move |act, ctx| {
             if act.policy.is_current(job) {
-                act.fail(ctx, format!("a backend call took longer than step_timeout_ms ({} ms)", timeout.as_millis()));
+                let reason = match check {
+                    true => format!("its idle health check took longer than {} s", timeout.as_secs_f64()),
+                    false => format!("a backend call took longer than step_timeout_ms ({} ms)", timeout.as_millis()),
+                };
+                act.fail(ctx, reason);
             }
         }));
     }
@@ -567,7 +583,7 @@ impl Handler<Detach> for BackendActor {
             if let Some(c) = &self.control {
                 c.interrupt();
             }
-        } else if let Some(b) = &self.backend_control {
+        } else if let (None, Some(b)) = (self.policy.in_flight(), &self.backend_control) {
             // Idle: a worker lent for one session goes back to its node at once (one thread hop
             // fewer than the reset job below).
             b.release_now();
@@ -582,7 +598,7 @@ impl Handler<TurnProgress> for BackendActor {
     fn handle(&mut self, msg: TurnProgress, ctx: &mut Context<Self>) {
         // Progress renews the watchdog: the timeout bounds each piece, not the answer.
         if self.policy.is_current(msg.job) {
-            self.arm_watchdog(msg.job, ctx);
+            self.arm_watchdog(msg.job, false, ctx);
         }
     }
 }
@@ -596,10 +612,25 @@ impl Handler<JobDone> for BackendActor {
         if let Some(w) = self.watchdog.take() {
             ctx.cancel_future(w);
         }
-        metrics().step_duration_seconds.with_label_values(&[done.kind]).observe(done.started.elapsed().as_secs_f64());
+        // An idle health check is no session's work: not a step's duration.
+        if done.kind != "check" {
+            metrics()
+                .step_duration_seconds
+                .with_label_values(&[done.kind])
+                .observe(done.started.elapsed().as_secs_f64());
+        }
         let reset = match msg.outcome {
             JobOutcome::Delivered => false,
             JobOutcome::Crashed(reason) => return self.fail(ctx, reason),
+            JobOutcome::Unhealthy(reason) if self.session.is_some() => {
+                log::warn!(
+                    "worker {}: its idle health check failed ({reason}) as a session took it: that session's own \
+                     calls will tell",
+                    self.name
+                );
+                false
+            }
+            JobOutcome::Unhealthy(reason) => return self.fail(ctx, format!("idle health check: {reason}")),
             JobOutcome::Reset(Ok(())) => true,
             JobOutcome::Reset(Err(e)) => return self.fail(ctx, format!("reset failed: {e}")),
         };

@@ -12,8 +12,9 @@
 //!   renews it; a deadline that passes with the same job in flight fails the worker.
 //! - Queued answers are bounded (`max_turns`); the session refuses more before they come.
 //! - An idle worker's health check runs only while no session has the worker and its backend
-//!   has nothing else to do; a session that takes the worker meanwhile drops a check not yet
-//!   begun (its own calls tell the backend's health), and waits behind one in flight.
+//!   has nothing else to do; a session that takes the worker meanwhile waits behind the check in
+//!   flight (the actor starts a check as soon as it is queued; one still queued would be
+//!   dropped, the session's own calls telling the backend's health).
 //!
 //! [`crate::worker::BackendActor`] delivers messages here and carries out what the
 //! answers say (telling the session, calling the backend's any-thread control, arming

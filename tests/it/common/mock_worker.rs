@@ -41,6 +41,8 @@ pub struct MockState {
     pub step_delay: f64,
     /// `GET /health` requests received.
     pub health_asks: usize,
+    /// Seconds `/health` takes to answer.
+    pub health_delay: f64,
 }
 
 pub struct MockWorker {
@@ -63,6 +65,7 @@ impl MockWorker {
             forced: 0,
             step_delay: 0.0,
             health_asks: 0,
+            health_delay: 0.0,
         }));
         let shared = state.clone();
         std::thread::spawn(move || {
@@ -125,11 +128,15 @@ impl MockWorker {
 type Shared = web::Data<Arc<Mutex<MockState>>>;
 
 async fn health(state: Shared) -> HttpResponse {
-    let s = {
+    let delay = {
         let mut s = state.lock().unwrap();
         s.health_asks += 1;
-        s.clone()
+        s.health_delay
     };
+    if delay > 0.0 {
+        tokio::time::sleep(Duration::from_secs_f64(delay)).await;
+    }
+    let s = state.lock().unwrap().clone();
     let worker_status = if s.busy { "duplex_active" } else { s.status.as_str() };
     let status = match worker_status {
         "loading" => "initializing",
