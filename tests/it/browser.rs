@@ -7,7 +7,6 @@
 //! `cargo test`, a failure under `./test.sh`); `.ci/run` installs both. Every test saves screenshots of
 //! what it saw in `target/screenshots/`.
 
-use std::time::Duration;
 
 use crate::common::*;
 use fantoccini::Locator;
@@ -105,8 +104,11 @@ async fn interrupting_stops_playback_at_once_and_sends_force_listen() {
     assert_eq!(s["playbackStopped"], 1, "{s}");
     assert_eq!(s["playingNow"], 0, "playback still going after the interrupt: {s}");
     let scheduled = s["audioScheduled"].as_i64().unwrap();
-    // Nothing more of the interrupted answer is played: the server cut it.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Nothing more of the interrupted answer is played: the server cut it. Four steps answered
+    // with a listen since (the microphone is silent now), each of which would have carried the
+    // answer's next piece had it gone on.
+    let listens = s["listenKv"].as_array().unwrap().len() + 4;
+    until(&b, &server, &format!("window.omniStats.listenKv.length >= {listens}"), "after-the-cut").await;
     let s = stats(&b).await;
     assert_eq!(s["audioScheduled"].as_i64().unwrap(), scheduled, "the interrupted answer went on playing: {s}");
     assert_eq!(s["playingNow"], 0, "{s}");
