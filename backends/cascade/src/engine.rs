@@ -118,13 +118,15 @@ fn user_turn(heard: &str) -> String {
 
 /// Appended to the system prompt: the answer is heard, not read. The one before asked the model,
 /// when it could not tell what was meant, to "ask the user politely to repeat it"; the 0.5B model
-/// recited that instead of answering questions it had heard right. Thirty spoken questions
-/// (`scripts/cascade_bench.py --facts`, then `--held-out`): 6 + 12 right with that one, 4 + 16
-/// with this; worked examples after it (3 + 14, 3 + 16) and a set phrase for asking again
-/// (4 + 13) did no better (docs/performance.md).
-const SPOKEN: &str = "Your answers are spoken aloud: answer the question directly and correctly in one or two \
-                      short, plain sentences, without lists, markdown or emoji. The question comes from speech \
-                      recognition and a word may be misheard: answer the question most likely meant.";
+/// recited that (and "answer what was most likely asked") instead of answering questions it had
+/// heard right. Thirty spoken questions (`scripts/cascade_bench.py --facts`, then `--held-out`):
+/// 6 + 12 right with that one, 4 + 16 with this; worked examples after it (3 + 14, 3 + 16), a set
+/// phrase for asking again (4 + 13) and "one or two sentences" (4 + 16, with longer first
+/// sentences) did no better (docs/performance.md).
+const SPOKEN: &str = "Your answers are spoken aloud: answer the question directly and correctly in the first \
+                      sentence, in one to three short, plain sentences, without lists, markdown or emoji. \
+                      The question comes from speech recognition and a word may be misheard: answer the \
+                      question most likely meant.";
 const PREROLL: usize = RATE * 3 / 10;
 const MAX_UTTERANCE: usize = RATE * 30;
 
