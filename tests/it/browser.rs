@@ -7,7 +7,6 @@
 //! `cargo test`, a failure under `./test.sh`); `.ci/run` installs both. Every test saves screenshots of
 //! what it saw in `target/screenshots/`.
 
-
 use crate::common::*;
 use fantoccini::Locator;
 use serde_json::{Value, json};
