@@ -53,6 +53,19 @@ start_server() {
     return 1
 }
 
+# wait_idle PORT N: waits (up to 60 s) until the server on PORT has N workers open and idle
+# (a node's join after the gateway reaches it); fails if it never has.
+wait_idle() {
+    local idle=0
+    for _ in $(seq 600); do
+        idle=$(curl -s "http://127.0.0.1:$1/metrics" | awk '/^omni_workers\{state="idle"\}/ {print $2}')
+        [ "${idle:-0}" = "$2" ] && return 0
+        sleep 0.1
+    done
+    echo "only ${idle:-0} of $2 workers idle after 60 s" >&2
+    return 1
+}
+
 # cpu_seconds PID...: the CPU time (user + system, seconds) of each process and all its
 # descendants (worker-host children included), space-separated.
 cpu_seconds() {

@@ -52,12 +52,7 @@ for round in $(seq "$rounds"); do
     "$bin" loadgen --target worker --url "${urls%,}" "${load[@]}" --json-out "$dir/direct-$round.json" > /dev/null
     row "direct" "$dir/direct-$round.json"
     start_server "$dir/config.toml" "$dir/server-$round.log" "$port"
-    for _ in $(seq 600); do
-        idle=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^omni_workers\{state="idle"\}/ {print $2}')
-        [ "${idle:-0}" = "$n" ] && break
-        sleep 0.1
-    done
-    [ "${idle:-0}" = "$n" ] || { echo "only ${idle:-0} of $n workers idle; see $dir/server-$round.log" >&2; KEEP=1; exit 1; }
+    wait_idle "$port" "$n" || { echo "see $dir/server-$round.log" >&2; KEEP=1; exit 1; }
     "$bin" loadgen --url "ws://127.0.0.1:$port" --server-pid "$server" "${load[@]}" \
         --json-out "$dir/gateway-$round.json" > /dev/null
     row "gateway" "$dir/gateway-$round.json"
