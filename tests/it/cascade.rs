@@ -134,13 +134,19 @@ async fn in_quarter_seconds(c: &mut Client, audio: &[f32], events: &mut Vec<Valu
 }
 
 /// A cascade with a long hang-over (`silence_ms` 2000, which leaves the early transcription and
-/// what follows it time to end before the endpoint) and an audio session on it with transcripts.
-async fn long_hang_over() -> (Server, Client) {
+/// what follows it time to end before the endpoint) and an audio session on it with transcripts,
+/// holding the models for this test alone; `None` (the test is skipped) without the models.
+async fn long_hang_over() -> Option<(std::sync::MutexGuard<'static, ()>, Server, Client)> {
+    if !needs(&[Need::Models]) {
+        return None;
+    }
+    let one = one_at_a_time();
+    let _ = models();
     let server = timed_cascade("silence_ms = 2000");
     let mut c = connected(&server, "audio").await;
     c.send(json!({"type": "session.init", "payload": {"transcripts": true}})).await;
     c.expect("session.created").await;
-    (server, c)
+    Some((one, server, c))
 }
 
 /// Quiet quarter seconds at real time, gathering the events, until the log says `needle`;
@@ -280,12 +286,7 @@ async fn the_question_is_transcribed_during_the_hang_over() {
 /// hang-over, 2 s, leaves the early transcription time to end before the endpoint.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_turn_fed_ahead_is_taken_back_when_the_user_goes_on() {
-    if !needs(&[Need::Models]) {
-        return;
-    }
-    let _one = one_at_a_time();
-    let _ = models();
-    let (server, mut c) = long_hang_over().await;
+    let Some((_one, server, mut c)) = long_hang_over().await else { return };
     let mut events = Vec::new();
     // "How many legs", then quiet in 250 ms chunks at real time until the turn is fed.
     in_quarter_seconds(&mut c, &speech("How many legs"), &mut events, |_| false).await;
@@ -322,12 +323,7 @@ async fn a_turn_fed_ahead_is_taken_back_when_the_user_goes_on() {
 /// turn's end after it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_question_heard_whole_is_answered_during_the_hang_over_and_spoken_at_its_end() {
-    if !needs(&[Need::Models]) {
-        return;
-    }
-    let _one = one_at_a_time();
-    let _ = models();
-    let (server, mut c) = long_hang_over().await;
+    let Some((_one, server, mut c)) = long_hang_over().await else { return };
     let mut events = Vec::new();
     in_quarter_seconds(&mut c, &speech("What color is the sky?"), &mut events, |_| false).await;
     // Begun within 1.5 s of the 2 s hang-over.

@@ -499,13 +499,7 @@ impl Engine {
             let max = self.session(Kind::Duplex)?.max_tokens;
             match self.feed_cancellable(&user_turn(&heard), max) {
                 Ok(tokens) => tokens,
-                // Not fed after all: the endpoint's step feeds it, or tells what is wrong.
-                Err(Error::Interrupted | Error::ContextFull(_)) => return self.rewind_to(before),
-                // Whatever was fed of it goes too: nothing else knows it is there.
-                Err(e) => {
-                    self.rewind_to(before)?;
-                    return Err(e);
-                }
+                Err(e) => return self.abandon_ahead(before, e),
             }
         };
         if timing() {
@@ -537,11 +531,7 @@ impl Engine {
                     }
                     Some((piece, answer))
                 }
-                Err(Error::Interrupted | Error::ContextFull(_)) => return self.rewind_to(before),
-                Err(e) => {
-                    self.rewind_to(before)?;
-                    return Err(e);
-                }
+                Err(e) => return self.abandon_ahead(before, e),
             }
         } else {
             None
@@ -561,6 +551,17 @@ impl Engine {
 
     /// The LLM back to its first `before` tokens; should llama.cpp refuse, the conversation
     /// starts over from its system prompt (what was fed must not stay half in).
+    /// What was fed or begun ahead failed with `e`: all of it is taken back out of the LLM
+    /// (nothing else knows it is there). Interrupted or out of room, it was only not done ahead:
+    /// the endpoint's step feeds it, or tells what is wrong; any other error is the step's.
+    fn abandon_ahead(&mut self, before: u32, e: Error) -> Result<(), Error> {
+        self.rewind_to(before)?;
+        match e {
+            Error::Interrupted | Error::ContextFull(_) => Ok(()),
+            e => Err(e),
+        }
+    }
+
     fn rewind_to(&mut self, before: u32) -> Result<(), Error> {
         if !self.llm.rewind(before) {
             eprintln!("omni-cascade: a turn fed ahead could not be taken back; the conversation starts over");
