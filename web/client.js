@@ -612,7 +612,8 @@ function onDelta(ev) {
     const arrived = performance.now();
     const startsAt = player.play(base64ToF32(ev.audio));
     // Timed on an answer's first audio only (a cough during it re-arms nothing).
-    if (ev.response_id !== voicedResponse) {
+    // (an empty delta that only ends the turn is no voice)
+    if (startsAt != null && ev.response_id !== voicedResponse) {
       voicedResponse = ev.response_id;
       // (and when it arrived, for a benchmark to tell the network's part from the player's)
       if (!replyTimed && lastVoiceAt != null) stats.replyArrivalSeconds.push((arrived - lastVoiceAt) / 1000);
