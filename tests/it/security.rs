@@ -98,6 +98,20 @@ async fn unfinished(
     ws.send(Message::Frame(Frame::message(Bytes::from(chunk), OpCode::Data(Data::Text), false))).await.unwrap();
 }
 
+/// Waits until the server has read everything sent on `ws` so far (its pong to a ping sent now).
+async fn read_so_far(
+    ws: &mut tokio_tungstenite::WebSocketStream<impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>,
+) {
+    ws.send(Message::Ping(Bytes::from_static(b"read so far?"))).await.unwrap();
+    loop {
+        match tokio::time::timeout(WAIT, ws.next()).await.expect("a pong") {
+            Some(Ok(Message::Pong(p))) if &p[..] == b"read so far?" => return,
+            Some(Ok(_)) => {} // the server's own pings
+            other => panic!("no pong: {other:?}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn unfinished_fragmented_messages_are_bounded_together_and_in_time() {
     let server = Server::ready(
@@ -113,6 +127,10 @@ async fn unfinished_fragmented_messages_are_bounded_together_and_in_time() {
     let (mut b, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
     unfinished(&mut a, 900_000).await;
     unfinished(&mut b, 900_000).await;
+    // Both counted before the third begins: the server answers a ping only once it has read
+    // what came before it on that connection.
+    read_so_far(&mut a).await;
+    read_so_far(&mut b).await;
     let (mut c, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
     unfinished(&mut c, 900_000).await;
     let code = loop {
