@@ -33,14 +33,8 @@ struct Envelope<'a> {
 
 /// Reads an event's `type`. Not JSON, or JSON that is not an object: `Unparseable`.
 pub fn event_type(text: &str) -> Result<Cow<'_, str>, DecodeError> {
-    // Fast path: clients put `type` first; a large event is then not scanned twice. The
-    // whole frame is still parsed (and refused if it is not JSON) by `parse_event`.
-    if let Some(rest) = text.strip_prefix("{\"type\":\"")
-        // (bytes: 64 may fall inside a character; a quote is always a boundary)
-        && let Some(end) = rest.as_bytes()[..rest.len().min(64)].iter().position(|&b| b == b'"')
-        && !rest[..end].contains('\\')
-    {
-        return Ok(Cow::Borrowed(&rest[..end]));
+    if let Some(kind) = leading_type(text) {
+        return Ok(Cow::Borrowed(kind));
     }
     let is_object = text.trim_start().starts_with('{');
     match serde_json::from_str::<Envelope>(text) {
@@ -54,6 +48,18 @@ pub fn event_type(text: &str) -> Result<Cow<'_, str>, DecodeError> {
         Err(e) if e.is_data() => Err(DecodeError::Unparseable("the message is JSON but not an object".into())),
         Err(e) => Err(DecodeError::Unparseable(format!("not JSON: {}", strip_position(&e.to_string())))),
     }
+}
+
+/// Fast path of [`event_type`]: the `type` when it is the object's first member and a short
+/// string without escapes, as clients write it (`{"type":"x",` from JavaScript, `{"type": "x",`
+/// from Python's `json.dumps`): a large event is then not scanned twice. The whole frame is
+/// still parsed (and refused if it is not JSON) by [`parse_event`].
+fn leading_type(text: &str) -> Option<&str> {
+    let rest = text.trim_start().strip_prefix('{')?.trim_start().strip_prefix("\"type\"")?;
+    let rest = rest.trim_start().strip_prefix(':')?.trim_start().strip_prefix('"')?;
+    // (bytes: 64 may fall inside a character; a quote is always a boundary)
+    let end = rest.as_bytes()[..rest.len().min(64)].iter().position(|&b| b == b'"')?;
+    (!rest[..end].contains('\\')).then(|| &rest[..end])
 }
 
 /// Parses a whole event into `T`. Errors name the field: a missing field or a container
@@ -117,9 +123,19 @@ pub fn decode_pcm_f32_max(b64: &str, field: &str, max_samples: usize, rate: u32)
             max_samples as f64 / rate as f64
         )));
     }
-    let mut samples = vec![0f32; n / 4];
-    let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut samples);
-    simd.decode(b64.as_bytes(), base64_simd::Out::from_slice(bytes)).map_err(|_| invalid())?;
+    // Decoded straight into the samples' memory, which is not zeroed first (64 KB a chunk).
+    let mut samples: Vec<f32> = Vec::with_capacity(n / 4);
+    let spare = samples.spare_capacity_mut();
+    // SAFETY: the spare capacity is at least `n` bytes (n / 4 float32s); viewing uninitialised
+    // float32s as uninitialised bytes is sound (same memory, looser alignment).
+    let bytes = unsafe { std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<std::mem::MaybeUninit<u8>>(), n) };
+    let written = simd.decode(b64.as_bytes(), base64_simd::Out::from_uninit_slice(bytes)).map_err(|_| invalid())?.len();
+    if written != n {
+        return Err(invalid());
+    }
+    // SAFETY: the decoder wrote all `n` bytes, so the first n / 4 samples are initialised, and
+    // every bit pattern is a float32.
+    unsafe { samples.set_len(n / 4) };
     if cfg!(target_endian = "big") {
         for s in &mut samples {
             *s = f32::from_bits(u32::from_le(s.to_bits()));
@@ -324,6 +340,13 @@ mod tests {
     #[test]
     fn event_type_classifies_what_is_not_an_event() {
         assert_eq!(event_type(r#"{"type":"a"}"#).unwrap(), "a");
+        // Python's json.dumps, and the type elsewhere
+        assert!(matches!(event_type(" {\n \"type\" : \"a\", \"b\": 1}"), Ok(Cow::Borrowed("a"))));
+        assert_eq!(leading_type(r#"{"type": "a", "audio": "AAAA"}"#), Some("a"));
+        assert_eq!(leading_type(r#"{"audio": "AAAA", "type": "a"}"#), None);
+        assert_eq!(event_type(r#"{"audio": "AAAA", "type": "a"}"#).unwrap(), "a");
+        assert_eq!(leading_type(r#"{"type": "a\"b"}"#), None);
+        assert_eq!(event_type(r#"{"type": "a\u0062"}"#).unwrap(), "ab");
         // Found by the fuzzer: the 64-byte window of the fast path ending inside a character.
         let long = format!("{{\"type\":\"{}\u{10b9b}\"}}", "x".repeat(61));
         assert!(event_type(&long).is_ok());

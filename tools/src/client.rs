@@ -88,20 +88,28 @@ pub fn chunk_event(dialect: WireDialect, samples: &[f32], frames: &[String], for
             if force_listen {
                 input["force_listen"] = json!(true);
             }
-            json!({"type": "input.append", "input": input})
+            typed("input.append", json!({"input": input}))
         }
         WireDialect::Legacy => {
-            let mut event = json!({"type": "input_audio_buffer.append", "audio": audio});
+            let mut event = json!({"audio": audio});
             if !frames.is_empty() {
                 event["video_frames"] = json!(frames);
             }
             if force_listen {
                 event["force_listen"] = json!(true);
             }
-            event
+            typed("input_audio_buffer.append", event)
         }
     }
-    .to_string()
+}
+
+/// `body`'s members after a leading `"type"`, as the page, the SDKs and most clients write
+/// events (`json!` sorts keys, which would put `type` after `audio` and `input`).
+fn typed(kind: &str, body: Value) -> String {
+    let body = body.to_string();
+    let rest = body.strip_prefix('{').unwrap_or(&body);
+    let sep = if rest == "}" { "" } else { "," };
+    format!("{{\"type\":{}{sep}{rest}", json!(kind))
 }
 
 /// A MiniCPM-o model worker's own `prepare` (its `/ws/duplex`, no gateway between).
@@ -111,11 +119,11 @@ pub fn worker_prepare_event(instructions: &str) -> String {
 
 /// A MiniCPM-o model worker's own `audio_chunk`: float32 at 16 kHz, as the gateway forwards it.
 pub fn worker_chunk_event(samples: &[f32], frames: &[String], force_listen: bool) -> String {
-    let mut event = json!({"type": "audio_chunk", "audio_base64": b64_f32(samples), "force_listen": force_listen});
+    let mut event = json!({"audio_base64": b64_f32(samples), "force_listen": force_listen});
     if !frames.is_empty() {
         event["frame_base64_list"] = json!(frames);
     }
-    event.to_string()
+    typed("audio_chunk", event)
 }
 
 /// Connects to a MiniCPM-o model worker's `/ws/duplex` (`base`: `ws://host:port`).
@@ -201,5 +209,17 @@ mod tests {
         assert_eq!(early_field(e, "input_id"), Some("input_12"));
         assert_eq!(early_field(e, "kind"), Some("audio"));
         assert_eq!(event_type(r#"{"kind":1,"type":"x"}"#).as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn events_are_sent_with_their_type_first() {
+        let e = chunk_event(WireDialect::Current, &[0.0], &[], true);
+        assert!(e.starts_with(r#"{"type":"input.append","input":{"#), "{e}");
+        let v: Value = serde_json::from_str(&e).unwrap();
+        assert_eq!(v["input"]["force_listen"], true);
+        assert_eq!(v["input"]["audio"], "AAAAAA==");
+        assert_eq!(typed("x", json!({})), r#"{"type":"x"}"#);
+        let w: Value = serde_json::from_str(&worker_chunk_event(&[0.0], &[], false)).unwrap();
+        assert_eq!(w, json!({"type": "audio_chunk", "audio_base64": "AAAAAA==", "force_listen": false}));
     }
 }

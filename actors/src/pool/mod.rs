@@ -105,7 +105,7 @@ impl WorkerPoolActor {
     }
 
     fn link(&self, id: WorkerId, port: WorkerPort, info: Arc<BackendInfo>) -> WorkerLink {
-        WorkerLink { id, name: self.state.worker(id).name.clone(), port, info }
+        WorkerLink { id, name: self.state.worker(id).name.clone(), port: Arc::new(port), info }
     }
 
     /// A lent worker's session is over (or never came): its actor stops and its link goes

@@ -323,7 +323,8 @@ impl Test {
     async fn active(&mut self) -> Recipient<BackendEvent> {
         self.expect("Join { front: false }").await;
         let notify = self.notify.recv().await.unwrap();
-        let worker = WorkerLink { id: 0, name: "w".into(), port: self.worker.clone(), info: Default::default() };
+        let worker =
+            WorkerLink { id: 0, name: "w".into(), port: Arc::new(self.worker.clone()), info: Default::default() };
         notify.do_send(QueueNotice::Assigned { ticket: 1, worker });
         self.expect("Claim").await;
         self.expect("Attach").await;
@@ -436,7 +437,7 @@ async fn a_worker_lost_mid_session_ends_it_with_backend_error() {
     let notify = t.notify.recv().await.unwrap();
     notify.do_send(QueueNotice::Assigned {
         ticket: 1,
-        worker: WorkerLink { id: 0, name: "w".into(), port: t.worker.clone(), info: Default::default() },
+        worker: WorkerLink { id: 0, name: "w".into(), port: Arc::new(t.worker.clone()), info: Default::default() },
     });
     t.expect("Claim").await;
     t.expect("Attach").await;
@@ -456,7 +457,7 @@ async fn a_worker_that_cannot_be_taken_sends_the_session_back_to_the_head_once()
     let mut t = start(Options { refuse_attach: true, ..Default::default() });
     t.expect("Join { front: false }").await;
     let port = t.worker.clone();
-    let link = || WorkerLink { id: 0, name: "w".into(), port: port.clone(), info: Default::default() };
+    let link = || WorkerLink { id: 0, name: "w".into(), port: Arc::new(port.clone()), info: Default::default() };
     t.notify.recv().await.unwrap().do_send(QueueNotice::Assigned { ticket: 1, worker: link() });
     t.expect("Claim").await;
     t.expect("Attach").await;

@@ -241,6 +241,8 @@ impl WorkerPort {
 pub struct WorkerLink {
     pub id: WorkerId,
     pub name: String,
-    pub port: WorkerPort,
+    /// Shared: a session reaches its worker through it on every chunk, and a clone of the
+    /// recipients themselves would allocate each time.
+    pub port: Arc<WorkerPort>,
     pub info: Arc<BackendInfo>,
 }
