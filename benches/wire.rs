@@ -34,6 +34,24 @@ fn decode(c: &mut Criterion) {
             }
         })
     });
+    // Python's json.dumps spaces its members; a client may also put `type` last, and then the
+    // frame is scanned twice (once for the type, once for the event).
+    for (name, event) in [
+        (
+            "input.append 1 s, json.dumps spacing",
+            text.replace(r#"{"type":"input.append","#, r#"{"type": "input.append", "#),
+        ),
+        (
+            "input.append 1 s, type last",
+            text.replace(r#"{"type":"input.append","input""#, r#"{"input""#)
+                .replace("}}", r#"},"type":"input.append"}"#),
+        ),
+    ] {
+        let event: bytestring::ByteString = event.into();
+        group.bench_function(name, |b| {
+            b.iter(|| black_box(dialect.decode(black_box(&event), &mut Vec::new()).expect("valid event").len()))
+        });
+    }
     group.finish();
 }
 

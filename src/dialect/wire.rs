@@ -55,8 +55,11 @@ pub fn event_type(text: &str) -> Result<Cow<'_, str>, DecodeError> {
 /// from Python's `json.dumps`): a large event is then not scanned twice. The whole frame is
 /// still parsed (and refused if it is not JSON) by [`parse_event`].
 fn leading_type(text: &str) -> Option<&str> {
-    let rest = text.trim_start().strip_prefix('{')?.trim_start().strip_prefix("\"type\"")?;
-    let rest = rest.trim_start().strip_prefix(':')?.trim_start().strip_prefix('"')?;
+    fn ws(s: &str) -> &str {
+        s.trim_start_matches([' ', '\t', '\n', '\r'])
+    }
+    let rest = ws(ws(text).strip_prefix('{')?).strip_prefix("\"type\"")?;
+    let rest = ws(ws(rest).strip_prefix(':')?).strip_prefix('"')?;
     // (bytes: 64 may fall inside a character; a quote is always a boundary)
     let end = rest.as_bytes()[..rest.len().min(64)].iter().position(|&b| b == b'"')?;
     (!rest[..end].contains('\\')).then(|| &rest[..end])
@@ -141,7 +144,10 @@ pub fn decode_pcm_f32_max(b64: &str, field: &str, max_samples: usize, rate: u32)
             *s = f32::from_bits(u32::from_le(s.to_bits()));
         }
     }
-    if let Some(i) = samples.iter().position(|s| !s.is_finite()) {
+    // Checked in blocks without an early exit (the compiler vectorises it); the position is
+    // looked for only when there is one.
+    if samples.chunks(1024).any(|block| block.iter().fold(false, |bad, s| bad | !s.is_finite())) {
+        let i = samples.iter().position(|s| !s.is_finite()).unwrap_or_default();
         return Err(ProtocolError::InvalidPayload(format!("{field}: sample {i} is not a finite number")));
     }
     Ok(samples)
@@ -317,6 +323,15 @@ mod tests {
         assert_eq!(e.to_string(), "input.audio: 10 bytes is not a whole number of float32 samples (a multiple of 4)");
         let e = decode_pcm_f32(&STANDARD.encode(f32::NAN.to_le_bytes()), "a").unwrap_err();
         assert_eq!(e.to_string(), "a: sample 0 is not a finite number");
+        let mut samples = vec![0.5f32; 3000];
+        samples[2500] = f32::INFINITY;
+        let mut b64 = String::new();
+        encode_pcm_f32(&samples, &mut b64);
+        assert_eq!(decode_pcm_f32(&b64, "a").unwrap_err().to_string(), "a: sample 2500 is not a finite number");
+        samples[2500] = -1.0;
+        b64.clear();
+        encode_pcm_f32(&samples, &mut b64);
+        assert_eq!(decode_pcm_f32(&b64, "a").unwrap(), samples);
     }
 
     #[test]
@@ -346,6 +361,8 @@ mod tests {
         assert_eq!(leading_type(r#"{"audio": "AAAA", "type": "a"}"#), None);
         assert_eq!(event_type(r#"{"audio": "AAAA", "type": "a"}"#).unwrap(), "a");
         assert_eq!(leading_type(r#"{"type": "a\"b"}"#), None);
+        assert_eq!(leading_type("\u{a0}{\"type\":\"a\"}"), None, "JSON's whitespace only");
+        assert!(matches!(event_type("\u{a0}{\"type\":\"a\"}"), Err(DecodeError::Unparseable(_))));
         assert_eq!(event_type(r#"{"type": "a\u0062"}"#).unwrap(), "ab");
         // Found by the fuzzer: the 64-byte window of the fast path ending inside a character.
         let long = format!("{{\"type\":\"{}\u{10b9b}\"}}", "x".repeat(61));
