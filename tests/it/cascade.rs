@@ -239,6 +239,10 @@ async fn a_spoken_question_gets_a_spoken_answer_that_says_its_text() {
     let text = text_of(&events, &response);
     let audio = audio_of(&events, &response);
     println!("answer: {text:?}, {:.2} s of speech", audio.len() as f32 / 24000.0);
+    // The first piece holds at most `first_piece_words` (4) words; the rest follows it.
+    let first = events.iter().find(|e| e["kind"] == "text" && e["response_id"] == response.as_str());
+    let first = first.and_then(|e| e["text"].as_str()).unwrap_or_default();
+    assert!((1..=4).contains(&words(first).len()), "first piece {first:?} of {text:?}");
     assert!(events.iter().any(|e| e["kind"] == "audio" && e["end_of_turn"] == true), "the answer never ended");
     assert!(text.to_lowercase().contains("paris"), "not an answer to the question: {text:?}");
     assert!(audio.len() as f32 / 24000.0 > 0.5, "too little speech");

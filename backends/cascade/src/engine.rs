@@ -626,8 +626,13 @@ impl Engine {
         let first = self.answer()?.tokens == 0;
         let clause;
         loop {
+            let words = if first { self.opt.first_piece_words } else { 0 };
             let answer = self.answer()?;
-            if let Some(end) = clause_end(&answer.text) {
+            let end = match (clause_end(&answer.text), words_end(&answer.text, words)) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            if let Some(end) = end {
                 clause = answer.text[..end].to_string();
                 answer.text.drain(..end);
                 break;
@@ -771,6 +776,31 @@ pub fn clause_end(text: &str) -> Option<usize> {
     None
 }
 
+/// Where the first `n` words of `text` end, once the word after them has begun (before it;
+/// the space stays with them): `None` before that, or when `n` is 0. A word holds a letter or
+/// a digit ("-" and "—" are not words).
+pub fn words_end(text: &str, n: u32) -> Option<usize> {
+    if n == 0 {
+        return None;
+    }
+    let mut seen = 0;
+    let mut in_word = false;
+    for (i, c) in text.char_indices() {
+        if c.is_whitespace() {
+            in_word = false;
+        } else if !in_word
+            && text[i..].split(char::is_whitespace).next().is_some_and(|w| w.chars().any(char::is_alphanumeric))
+        {
+            if seen == n {
+                return Some(i);
+            }
+            seen += 1;
+            in_word = true;
+        }
+    }
+    None
+}
+
 /// Whether `text` ends a sentence as it stands: a full stop, question or exclamation mark right
 /// after a word of two letters or more ("Paris.", not "3." of "3.5" nor "Dr." or "e.g.").
 pub fn sentence_ended(text: &str) -> bool {
@@ -785,7 +815,18 @@ pub fn sentence_ended(text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{clause_end, sentence_ended};
+    use super::{clause_end, sentence_ended, words_end};
+
+    #[test]
+    fn the_first_words_end_once_the_next_word_begins() {
+        assert_eq!(words_end("The capital of France is", 4), Some(22));
+        assert_eq!(&"The capital of France is"[..22], "The capital of France ");
+        assert_eq!(words_end("The capital of France", 4), None, "France may go on");
+        assert_eq!(words_end("The capital of France ", 4), None);
+        assert_eq!(words_end("One - two three four five", 4), Some(21), "a dash is not a word");
+        assert_eq!(words_end("One two three four five", 0), None);
+        assert_eq!(words_end("", 4), None);
+    }
 
     #[test]
     fn a_sentence_ends_at_its_mark_after_a_word() {

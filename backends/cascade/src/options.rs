@@ -34,6 +34,9 @@ pub struct Options {
     /// the rest of the hang-over, and spoken at the endpoint (taken back if the user goes on).
     pub answer_ahead: bool,
     pub barge_in_ms: u32,
+    /// The answer's first piece ends after this many words when its first clause is longer
+    /// (0: the first clause): the first sound waits for fewer tokens and less speech.
+    pub first_piece_words: u32,
     pub lead_ms: u32,
     /// The duplex chunk it asks for (`info`'s `step_samples`), in milliseconds.
     pub chunk_ms: u32,
@@ -62,6 +65,7 @@ pub const KNOWN: &[&str] = &[
     "early_asr_ms",
     "answer_ahead",
     "barge_in_ms",
+    "first_piece_words",
     "lead_ms",
     "chunk_ms",
     "temperature",
@@ -169,6 +173,7 @@ impl Options {
             },
             // Counted over the last second (vad.rs): at most 1000.
             barge_in_ms: number(map, "barge_in_ms", 300, 20, 1000)?,
+            first_piece_words: number(map, "first_piece_words", 4, 0, 100)?,
             lead_ms: number(map, "lead_ms", 1500, 0, 60000)?,
             chunk_ms: number(map, "chunk_ms", 200, 100, 1000)?,
             temperature: number(map, "temperature", 0.2, 0.0, 2.0)?,
