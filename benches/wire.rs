@@ -34,7 +34,7 @@ fn decode(c: &mut Criterion) {
             }
         })
     });
-    // Python's json.dumps spaces its members; a client may also put `type` last, and then the
+    // Python's json.dumps spaces its members (here the leading type's); a client may also put `type` last, and then the
     // frame is scanned twice (once for the type, once for the event).
     for (name, event) in [
         (
@@ -47,6 +47,7 @@ fn decode(c: &mut Criterion) {
                 .replace("}}", r#"},"type":"input.append"}"#),
         ),
     ] {
+        assert_ne!(event, text.to_string(), "{name}: the event was not rewritten");
         let event: bytestring::ByteString = event.into();
         group.bench_function(name, |b| {
             b.iter(|| black_box(dialect.decode(black_box(&event), &mut Vec::new()).expect("valid event").len()))

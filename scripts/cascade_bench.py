@@ -11,7 +11,10 @@ silence until the answer has ended. Measured per answer, from the events the ser
     some 0.4 s of silence;
   - compute per second of spoken answer: the speaking steps' generate_ms over the seconds of
     audio they produced (the first step, which also transcribes and prefills, apart);
-  - listen-step cost: prefill_ms + generate_ms of every listen step.
+  - listen-step cost: prefill_ms + generate_ms of every listen step;
+  - silence inside an answer: played from its first audio delta on, the time a piece of the
+    answer arrived after everything before it had been played (answers_with_silence counts the
+    answers with more than 20 ms of it).
 
   - with --facts, whether each answer is right: ten short factual questions whose answers hold
     a known word ("What colour is grass?" -> green), scored on the answer's text, beside what the
@@ -157,6 +160,7 @@ async def session(url, questions, results, chunk_ms=1000, prompt=""):
             spoken = voiced_end(audio)
             start = time.monotonic()
             first_audio = None
+            play_end, gap = None, 0.0
             ended = False
             steps = {}  # input_id -> [generate_ms, audio seconds, first?]
             text = ""
@@ -195,19 +199,27 @@ async def session(url, questions, results, chunk_ms=1000, prompt=""):
                             first_audio = t
                             results["latency_s"].append(t - (start + spoken))
                             results["first_step_ms"].append(m.get("generate_ms") or 0)
-                        s[1] += len(base64.b64decode(e["audio"])) / 4 / 24000
+                        secs = len(base64.b64decode(e["audio"])) / 4 / 24000
+                        s[1] += secs
+                        # A player that starts with the first audio: a piece that arrives after
+                        # what came before it has been played leaves a silence in the answer.
+                        if secs > 0:
+                            play_end = t if play_end is None else play_end
+                            gap += max(0.0, t - play_end)
+                            play_end = max(play_end, t) + secs
                         if e.get("end_of_turn"):
                             ended = True
             for gen, secs, first in steps.values():
                 if not first and secs > 0:
                     results["compute_per_s"].append(gen / 1000 / secs)
             results["answers"] += 1 if ended else 0
+            results["gap_s"].append(gap)
             right = None
             if expected is not None:
                 right = any(w in text.lower() for w in expected)
                 results["right"] += 1 if right else 0
             results["log"].append({"question": q, "heard": " ".join(heard), "answer": text, "right": right,
-                                   "latency_s": (first_audio or 0) - (start + spoken),
+                                   "latency_s": (first_audio or 0) - (start + spoken), "gap_s": gap,
                                    "steps": [[round(g), round(a, 2)] for g, a, _ in steps.values()]})
             results["questions"] += 1
             # a pause before the next question
@@ -231,7 +243,7 @@ async def main():
     url, sessions = args[0], int(args[1])
     held_out = "--held-out" in sys.argv  # the twenty others, with or without --facts
     per = int(args[2]) if len(args) > 2 else (20 if held_out else 10 if facts else 4)
-    results = {"latency_s": [], "first_step_ms": [], "compute_per_s": [], "listen_ms": [], "errors": [],
+    results = {"latency_s": [], "first_step_ms": [], "compute_per_s": [], "listen_ms": [], "errors": [], "gap_s": [],
                "answers": 0, "questions": 0, "log": [], "created_ms": [], "right": 0}
     facts = facts or held_out
     if facts:
@@ -259,6 +271,8 @@ async def main():
         "listen_ms_p99": pct(results["listen_ms"], 99),
         "listen_steps": len(results["listen_ms"]),
         "created_ms_p50": pct(results["created_ms"], 50),
+        "answers_with_silence": sum(1 for g in results["gap_s"] if g > 0.02),
+        "silence_s_max": max(results["gap_s"], default=0.0),
         "right": results["right"] if facts else None,
     }
     for entry in results["log"]:

@@ -75,17 +75,20 @@ impl Dialect for MiniCpmEndpoint {
         let kind = wire::event_type(text)?;
         let legacy_kind = matches!(kind.as_ref(), "session.update" | "input_audio_buffer.append");
         match (legacy_kind, self.legacy.as_mut()) {
+            // A dialect is chosen by a first event it accepts: one it refuses chooses nothing.
             (true, Some(legacy)) => {
+                let inbound = legacy.decode(text, replies)?;
                 if kind == "session.update" && self.queue_done {
                     self.chosen = Some(Chosen::Legacy);
                 }
-                legacy.decode(text, replies)
+                Ok(inbound)
             }
             _ => {
+                let inbound = self.current.decode(text, replies)?;
                 if kind == "session.init" && self.queue_done {
                     self.chosen = Some(Chosen::Current);
                 }
-                self.current.decode(text, replies)
+                Ok(inbound)
             }
         }
     }
@@ -132,6 +135,17 @@ mod tests {
         // the current dialect's events are now unknown
         let e = decode(&mut d, json!({"type": "session.init", "payload": {}})).unwrap_err();
         assert!(matches!(e, DecodeError::Protocol(ref p) if p.code() == "unknown_event"), "{e:?}");
+    }
+
+    #[test]
+    fn a_first_event_refused_chooses_no_dialect() {
+        let mut d = MiniCpmEndpoint::new(Mode::Audio, Limits::default(), &crate::vad::energy());
+        d.encode(Outbound::QueueDone, &mut Vec::new());
+        let broken = bytestring::ByteString::from_static(r#"{"type": "session.update", "session": 3"#);
+        assert!(d.decode(&broken, &mut Vec::new()).is_err());
+        assert_eq!(d.name(), "minicpm");
+        decode(&mut d, json!({"type": "session.init", "payload": {}})).unwrap();
+        assert!(d.new_session_id().starts_with("sess_"));
     }
 
     #[test]

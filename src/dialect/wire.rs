@@ -129,14 +129,17 @@ pub fn decode_pcm_f32_max(b64: &str, field: &str, max_samples: usize, rate: u32)
     // Decoded straight into the samples' memory, which is not zeroed first (64 KB a chunk).
     let mut samples: Vec<f32> = Vec::with_capacity(n / 4);
     let spare = samples.spare_capacity_mut();
-    // SAFETY: the spare capacity is at least `n` bytes (n / 4 float32s); viewing uninitialised
-    // float32s as uninitialised bytes is sound (same memory, looser alignment).
-    let bytes = unsafe { std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<std::mem::MaybeUninit<u8>>(), n) };
-    let written = simd.decode(b64.as_bytes(), base64_simd::Out::from_uninit_slice(bytes)).map_err(|_| invalid())?.len();
-    if written != n {
+    let len = spare.len() * 4;
+    // SAFETY: `len` bytes are the spare capacity of at least n / 4 float32s, viewed as bytes
+    // (the same memory, a looser alignment, nothing read).
+    let bytes = unsafe { std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<std::mem::MaybeUninit<u8>>(), len) };
+    let start = bytes.as_ptr() as usize;
+    let written = simd.decode(b64.as_bytes(), base64_simd::Out::from_uninit_slice(bytes)).map_err(|_| invalid())?;
+    // The decoder hands back the bytes it initialised: all `n` of them, from the start.
+    if written.len() != n || written.as_ptr() as usize != start || n % 4 != 0 {
         return Err(invalid());
     }
-    // SAFETY: the decoder wrote all `n` bytes, so the first n / 4 samples are initialised, and
+    // SAFETY: the first `n` bytes, n / 4 float32s, are initialised (checked just above), and
     // every bit pattern is a float32.
     unsafe { samples.set_len(n / 4) };
     if cfg!(target_endian = "big") {
@@ -147,7 +150,7 @@ pub fn decode_pcm_f32_max(b64: &str, field: &str, max_samples: usize, rate: u32)
     // Checked in blocks without an early exit (the compiler vectorises it); the position is
     // looked for only when there is one.
     if samples.chunks(1024).any(|block| block.iter().fold(false, |bad, s| bad | !s.is_finite())) {
-        let i = samples.iter().position(|s| !s.is_finite()).unwrap_or_default();
+        let i = samples.iter().position(|s| !s.is_finite()).expect("a block holds one");
         return Err(ProtocolError::InvalidPayload(format!("{field}: sample {i} is not a finite number")));
     }
     Ok(samples)

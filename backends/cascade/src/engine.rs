@@ -99,7 +99,7 @@ struct Step {
     epoch: u64,
     outputs: u32,
     prefill_us: u32,
-    /// This step began the answer: its first clause goes out alone, at once (the gateway
+    /// This step began the answer: its first piece goes out alone, at once (the gateway
     /// sends a step's outputs when the step ends).
     began: bool,
     /// At the endpoint: the utterance and its voiced milliseconds.
@@ -619,9 +619,11 @@ impl Engine {
 
     /// The next clause of the answer in progress, with its speech.
     ///
-    /// The answer's first clause goes out as soon as its sentence has ended, without waiting
-    /// for the next token to show whether more follows: that costs a token's time (some 40 ms
-    /// on 2 cores) before the first sound; the end of the answer then comes as a piece of its own.
+    /// The answer's first piece is its first clause, or its first `first_piece_words` words when
+    /// the clause is longer ([`words_end`]). A first clause goes out as soon as its sentence has
+    /// ended, without waiting for the next token to show whether more follows: that costs a
+    /// token's time (some 40 ms on 2 cores) before the first sound; the end of the answer then
+    /// comes as a piece of its own.
     fn next_piece(&mut self) -> Result<Piece, Error> {
         let first = self.answer()?.tokens == 0;
         let clause;
@@ -776,27 +778,42 @@ pub fn clause_end(text: &str) -> Option<usize> {
     None
 }
 
-/// Where the first `n` words of `text` end, once the word after them has begun (before it;
-/// the space stays with them): `None` before that, or when `n` is 0. A word holds a letter or
-/// a digit ("-" and "—" are not words).
+/// Where the answer's first piece of about `n` words ends in `text`: before the word that
+/// follows its `n`th word, once that word has begun (the space stays with the piece), or `None`
+/// before that, or when `n` is 0. A piece does not end on a short function word ("The capital
+/// of" goes on to "France"), for at most `n` more words. A word holds a letter or a digit ("-"
+/// is not one); text without spaces is never cut.
 pub fn words_end(text: &str, n: u32) -> Option<usize> {
+    const FUNCTION: &[&str] = &[
+        "a", "an", "the", "of", "to", "in", "on", "at", "for", "with", "and", "or", "but", "from", "by", "as", "into",
+        "than", "that", "my", "your", "its", "their", "our", "his", "her",
+    ];
     if n == 0 {
         return None;
     }
-    let mut seen = 0;
+    let n = n as usize;
+    let mut words: Vec<&str> = Vec::new();
     let mut in_word = false;
     for (i, c) in text.char_indices() {
         if c.is_whitespace() {
             in_word = false;
-        } else if !in_word
-            && text[i..].split(char::is_whitespace).next().is_some_and(|w| w.chars().any(char::is_alphanumeric))
-        {
-            if seen == n {
+            continue;
+        }
+        if in_word {
+            continue;
+        }
+        let word = text[i..].split(char::is_whitespace).next().unwrap_or_default();
+        if !word.chars().any(char::is_alphanumeric) {
+            continue;
+        }
+        if let Some(last) = words.last().filter(|_| words.len() >= n) {
+            let bare: String = last.chars().filter(|c| c.is_alphanumeric()).collect::<String>().to_lowercase();
+            if !FUNCTION.contains(&bare.as_str()) || words.len() >= 2 * n {
                 return Some(i);
             }
-            seen += 1;
-            in_word = true;
         }
+        words.push(word);
+        in_word = true;
     }
     None
 }
@@ -826,6 +843,20 @@ mod tests {
         assert_eq!(words_end("One - two three four five", 4), Some(21), "a dash is not a word");
         assert_eq!(words_end("One two three four five", 0), None);
         assert_eq!(words_end("", 4), None);
+        assert_eq!(words_end(" Paris is", 1), Some(7), "leading space");
+        assert_eq!(words_end("... It is 3.5 km", 3), Some(14), "numbers are words");
+        assert_eq!(words_end("Été est chaud ici", 3), Some(16), "letters beyond ASCII");
+        assert_eq!(words_end("巴黎是法国的首都", 1), None, "no spaces: never cut");
+    }
+
+    #[test]
+    fn the_first_piece_does_not_end_on_a_function_word() {
+        let t = "Yes, the capital of France is Paris.";
+        assert_eq!(&t[..words_end(t, 4).unwrap()], "Yes, the capital of France ");
+        assert_eq!(words_end("Yes, the capital of", 4), None);
+        // At most n more words: "of the" twice, then cut anyway.
+        let t = "one two of the of the of the";
+        assert_eq!(&t[..words_end(t, 3).unwrap()], "one two of the of the ");
     }
 
     #[test]
