@@ -106,10 +106,13 @@ pub fn chunk_event(dialect: WireDialect, samples: &[f32], frames: &[String], for
 /// `body`'s members after a leading `"type"`, as the page, the SDKs and most clients write
 /// events (`json!` sorts keys, which would put `type` after `audio` and `input`).
 fn typed(kind: &str, body: Value) -> String {
-    let body = body.to_string();
-    let rest = body.strip_prefix('{').unwrap_or(&body);
-    let sep = if rest == "}" { "" } else { "," };
-    format!("{{\"type\":{}{sep}{rest}", json!(kind))
+    #[derive(serde::Serialize)]
+    struct Typed<'a> {
+        r#type: &'a str,
+        #[serde(flatten)]
+        body: Value,
+    }
+    serde_json::to_string(&Typed { r#type: kind, body }).expect("a JSON value serialises")
 }
 
 /// A MiniCPM-o model worker's own `prepare` (its `/ws/duplex`, no gateway between).

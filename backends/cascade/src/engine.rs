@@ -549,8 +549,6 @@ impl Engine {
         self.rewind_to(a.before)
     }
 
-    /// The LLM back to its first `before` tokens; should llama.cpp refuse, the conversation
-    /// starts over from its system prompt (what was fed must not stay half in).
     /// What was fed or begun ahead failed with `e`: all of it is taken back out of the LLM
     /// (nothing else knows it is there). Interrupted or out of room, it was only not done ahead:
     /// the endpoint's step feeds it, or tells what is wrong; any other error is the step's.
@@ -562,6 +560,8 @@ impl Engine {
         }
     }
 
+    /// The LLM back to its first `before` tokens; should llama.cpp refuse, the conversation
+    /// starts over from its system prompt (what was fed must not stay half in).
     fn rewind_to(&mut self, before: u32) -> Result<(), Error> {
         if !self.llm.rewind(before) {
             eprintln!("omni-cascade: a turn fed ahead could not be taken back; the conversation starts over");
@@ -630,11 +630,7 @@ impl Engine {
         loop {
             let words = if first { self.opt.first_piece_words } else { 0 };
             let answer = self.answer()?;
-            let end = match (clause_end(&answer.text), words_end(&answer.text, words)) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            if let Some(end) = end {
+            if let Some(end) = [clause_end(&answer.text), words_end(&answer.text, words)].into_iter().flatten().min() {
                 clause = answer.text[..end].to_string();
                 answer.text.drain(..end);
                 break;
@@ -788,32 +784,17 @@ pub fn words_end(text: &str, n: u32) -> Option<usize> {
         "a", "an", "the", "of", "to", "in", "on", "at", "for", "with", "and", "or", "but", "from", "by", "as", "into",
         "than", "that", "my", "your", "its", "their", "our", "his", "her",
     ];
+    let n = n as usize;
     if n == 0 {
         return None;
     }
-    let n = n as usize;
-    let mut words: Vec<&str> = Vec::new();
-    let mut in_word = false;
-    for (i, c) in text.char_indices() {
-        if c.is_whitespace() {
-            in_word = false;
-            continue;
+    let (mut count, mut last) = (0, String::new());
+    for word in text.split_whitespace().filter(|w| w.chars().any(char::is_alphanumeric)) {
+        if count >= n && (!FUNCTION.contains(&last.as_str()) || count >= 2 * n) {
+            return Some(word.as_ptr() as usize - text.as_ptr() as usize);
         }
-        if in_word {
-            continue;
-        }
-        let word = text[i..].split(char::is_whitespace).next().unwrap_or_default();
-        if !word.chars().any(char::is_alphanumeric) {
-            continue;
-        }
-        if let Some(last) = words.last().filter(|_| words.len() >= n) {
-            let bare: String = last.chars().filter(|c| c.is_alphanumeric()).collect::<String>().to_lowercase();
-            if !FUNCTION.contains(&bare.as_str()) || words.len() >= 2 * n {
-                return Some(i);
-            }
-        }
-        words.push(word);
-        in_word = true;
+        count += 1;
+        last = word.chars().filter(|c| c.is_alphanumeric()).collect::<String>().to_lowercase();
     }
     None
 }
