@@ -114,7 +114,8 @@ pub struct BackendActor {
     watchdog: Option<SpawnHandle>,
     /// When its last session detached, while it waits to be handed over.
     released_at: Option<Instant>,
-    /// Set by `Interrupt`: the turn-mode answer in flight stops before its next piece.
+    /// Set whenever the job in flight is cut short ([`Self::cut_in_flight`]): a turn-mode
+    /// answer stops before its next piece.
     turn_cancel: Arc<AtomicBool>,
     /// The owner-thread calls of an edge that drives the backend itself ([`Run`]), by number,
     /// until the policy hands them out ([`Work::Run`]).
@@ -219,8 +220,8 @@ impl BackendActor {
         log::error!("worker {}: failed: {reason}", self.name);
         self.tell_session(BackendEvent::Failed { reason: reason.clone() });
         self.event(|worker, generation| WorkerEvent::Failed { worker, generation, reason });
+        self.cut_in_flight();
         if let Some(c) = &self.control {
-            c.interrupt();
             // A backend in a child process is killed; a thread is abandoned.
             c.terminate();
         }
@@ -238,9 +239,19 @@ impl BackendActor {
         for seq in cut.cancelled {
             self.tell_session(BackendEvent::TurnDone { seq, result: Err(BackendError::Interrupted) });
         }
-        if cut.interrupt
-            && let Some(c) = &self.control
-        {
+        if cut.interrupt {
+            self.cut_in_flight();
+        }
+    }
+
+    /// Cuts the job in flight short. The backend's interrupt stops the call it is in; an
+    /// answer between two pieces has no call in flight, and a backend forgets an interrupt
+    /// that came between calls (each call starts afresh), so the answer's loop also checks
+    /// `turn_cancel` before asking for the next piece. Across a process or a network the time
+    /// between two calls is a round trip, long enough for a departing client to fall into it.
+    fn cut_in_flight(&self) {
+        self.turn_cancel.store(true, Ordering::SeqCst);
+        if let Some(c) = &self.control {
             c.interrupt();
         }
     }
@@ -547,9 +558,9 @@ impl Handler<SubmitChunk> for BackendActor {
             if fx.force_listen {
                 control.set_force_listen(true);
             }
-            if fx.interrupt {
-                control.interrupt();
-            }
+        }
+        if fx.interrupt {
+            self.cut_in_flight();
         }
         for &seq in &fx.dropped {
             self.tell_session(BackendEvent::Dropped { seq });
@@ -580,9 +591,7 @@ impl Handler<Detach> for BackendActor {
         self.runs.clear();
         self.released_at = Some(msg.ended);
         if self.policy.detach() {
-            if let Some(c) = &self.control {
-                c.interrupt();
-            }
+            self.cut_in_flight();
         } else if let (None, Some(b)) = (self.policy.in_flight(), &self.backend_control) {
             // Idle: a worker lent for one session goes back to its node at once (one thread hop
             // fewer than the reset job below).
@@ -668,7 +677,6 @@ impl Handler<Interrupt> for BackendActor {
         if !self.policy.owns(msg.key) {
             return;
         }
-        self.turn_cancel.store(true, Ordering::SeqCst);
         let cut = self.policy.interrupt();
         if let Some(c) = &self.control {
             c.set_force_listen(true);
@@ -716,11 +724,7 @@ impl Handler<Control> for BackendActor {
             return;
         }
         match msg {
-            Control::Interrupt { .. } => {
-                if let Some(c) = &self.control {
-                    c.interrupt();
-                }
-            }
+            Control::Interrupt { .. } => self.cut_in_flight(),
             Control::ForceListen { on, .. } => {
                 if let Some(c) = &self.control {
                     c.set_force_listen(on);
@@ -737,9 +741,7 @@ impl Handler<Stop> for BackendActor {
     type Result = ResponseActFuture<Self, bool>;
     fn handle(&mut self, msg: Stop, _: &mut Context<Self>) -> Self::Result {
         self.policy.fail();
-        if let Some(c) = &self.control {
-            c.interrupt();
-        }
+        self.cut_in_flight();
         let exited = self.thread.take().map(WorkerThread::stop);
         let name = self.name.clone();
         Box::pin(
@@ -765,6 +767,7 @@ impl Handler<Stop> for BackendActor {
 mod tests {
     use super::*;
     use crate::domain::Mode;
+    use crate::edge::backend::Backend;
     use messages::{Delivery, Lost};
 
     /// Collects what a session would hear.
@@ -791,6 +794,104 @@ mod tests {
     impl Handler<WorkerEvent> for Pool {
         type Result = ();
         fn handle(&mut self, _: WorkerEvent, _: &mut Context<Self>) {}
+    }
+
+    /// A turn backend that hands out one piece per permit from the test, never a last one,
+    /// and ignores interrupts, as a backend does with one that came between two of its
+    /// calls. It says which calls it took.
+    struct Gated {
+        info: BackendInfo,
+        permits: tokio::sync::mpsc::UnboundedReceiver<()>,
+        calls: tokio::sync::mpsc::UnboundedSender<&'static str>,
+    }
+    struct Deaf;
+    impl BackendControl for Deaf {
+        fn interrupt(&self) {}
+        fn set_force_listen(&self, _: bool) {}
+        fn kv_length(&self) -> u64 {
+            0
+        }
+        fn never_blocks(&self) -> bool {
+            true
+        }
+    }
+    impl Backend for Gated {
+        fn info(&self) -> &BackendInfo {
+            &self.info
+        }
+        fn prepare(&mut self, _: &SessionSetup) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn reset(&mut self) -> Result<(), BackendError> {
+            let _ = self.calls.send("reset");
+            Ok(())
+        }
+        fn duplex_prefill(&mut self, _: &crate::domain::DuplexChunk) -> Result<(), BackendError> {
+            Err(BackendError::Internal("a turn backend".into()))
+        }
+        fn duplex_generate(&mut self) -> Result<crate::domain::StepPiece, BackendError> {
+            Err(BackendError::Internal("a turn backend".into()))
+        }
+        fn duplex_drain(&mut self) -> Result<Option<crate::domain::StepPiece>, BackendError> {
+            Ok(None)
+        }
+        fn duplex_finalize(&mut self) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn turn_prefill(&mut self, _: &crate::domain::TurnInput) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn turn_generate(&mut self) -> Result<crate::domain::TurnPiece, BackendError> {
+            let _ = self.calls.send("turn_generate");
+            match self.permits.blocking_recv() {
+                Some(()) => Ok(crate::domain::TurnPiece { text: "w ".into(), ..Default::default() }),
+                None => Err(BackendError::Inference("the test let no more pieces out".into())),
+            }
+        }
+        fn control(&self) -> Arc<dyn BackendControl> {
+            Arc::new(Deaf)
+        }
+    }
+
+    #[actix::test]
+    async fn a_client_leaving_between_two_pieces_ends_the_answer_there() {
+        let limits = BackendLimits {
+            max_pending_chunks: 2,
+            step_timeout: Duration::from_secs(30),
+            open_timeout: Duration::from_secs(10),
+        };
+        let (permit, permits) = tokio::sync::mpsc::unbounded_channel();
+        let (said, mut calls) = tokio::sync::mpsc::unbounded_channel();
+        let info = BackendInfo { name: "gated".into(), turn: true, ..BackendInfo::default() };
+        // Open already: the worker takes a session at once.
+        let open = Opener::Open(Box::new(Gated { info, permits, calls: said }));
+        let worker = BackendActor::new(0, "gated".into(), 1, open, limits, Pool.start().recipient()).start();
+        let (tx, _heard) = std::sync::mpsc::channel();
+        let ear = Ear(tx).start().recipient();
+        let reply = || Delivery::new(ear.clone(), Lost::Work);
+        worker.do_send(Attach { key: 1, label: "c1".into(), mode: Mode::Chat, reply: reply() });
+        worker.do_send(Prepare {
+            key: 1,
+            session_id: "s".into(),
+            dialect: "minicpm",
+            transport: "websocket",
+            setup: SessionSetup::new(crate::domain::SessionKind::Turn),
+            reply: reply(),
+        });
+        worker.do_send(SubmitTurn { key: 1, seq: 1, input: Default::default(), reply: reply() });
+        let mut next = async || {
+            actix::clock::timeout(Duration::from_secs(10), calls.recv()).await.expect("the backend was called").unwrap()
+        };
+        // The first piece is asked for and given; the client leaves while the second is asked
+        // for (or about to be), and that one is let out after the worker heard it leave.
+        assert_eq!(next().await, "turn_generate");
+        permit.send(()).unwrap();
+        assert_eq!(next().await, "turn_generate");
+        worker.send(Detach { key: 1, ended: Instant::now() }).await.unwrap();
+        permit.send(()).unwrap();
+        drop(permit);
+        // No third piece is asked for: the answer ended between the two, and the reset follows.
+        assert_eq!(next().await, "reset");
     }
 
     #[actix::test]
