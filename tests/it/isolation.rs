@@ -161,8 +161,9 @@ async fn chat_turns_and_a_mid_answer_disconnect_across_the_process_boundary() {
         .await;
     let done = c.until("response.done").await;
     assert_eq!(done["text"], "one two");
-    // A 40 s answer (200 words, 200 ms each), cut short by the client going away: only an
-    // interrupt that crossed the pipe frees the worker within wait_idle's 20 s.
+    // A 40 s answer (200 words, 200 ms each), cut short by the client going away: only a cut
+    // that reached the answer (an interrupt across the pipe during a piece, or the worker's
+    // own stop between two pieces) frees the worker within wait_idle's 20 s.
     let words: Vec<String> = (0..200).map(|i| format!("w{i}")).collect();
     c.send(json!({"type": "input.append", "input": {
         "messages": [{"role": "user", "content": format!("Reply with exactly: {}", words.join(" "))}],

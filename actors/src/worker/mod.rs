@@ -115,7 +115,8 @@ pub struct BackendActor {
     /// When its last session detached, while it waits to be handed over.
     released_at: Option<Instant>,
     /// Set whenever the job in flight is cut short ([`Self::cut_in_flight`]): a turn-mode
-    /// answer stops before its next piece.
+    /// answer stops before its next piece. Cleared as each answer is handed to the thread, so
+    /// a cut never reaches a later answer.
     turn_cancel: Arc<AtomicBool>,
     /// The owner-thread calls of an edge that drives the backend itself ([`Run`]), by number,
     /// until the policy hands them out ([`Work::Run`]).
@@ -306,8 +307,8 @@ impl BackendActor {
                         b.turn_prefill(&input)?;
                         let mut summary = TurnSummary::default();
                         loop {
-                            // An interrupt between pieces (no call in flight) ends the answer here;
-                            // the next turn_prefill abandons the rest.
+                            // A cut between pieces (no call in flight for the backend's interrupt
+                            // to stop) ends the answer here; the next turn_prefill abandons the rest.
                             if cancel.load(Ordering::SeqCst) {
                                 return Err(BackendError::Interrupted);
                             }
@@ -854,22 +855,23 @@ mod tests {
     }
 
     #[actix::test]
-    async fn a_client_leaving_between_two_pieces_ends_the_answer_there() {
+    async fn a_client_leaving_mid_answer_ends_it_before_the_next_piece_whatever_the_backend_heard() {
         let limits = BackendLimits {
             max_pending_chunks: 2,
             step_timeout: Duration::from_secs(30),
             open_timeout: Duration::from_secs(10),
         };
         let (permit, permits) = tokio::sync::mpsc::unbounded_channel();
-        let (said, mut calls) = tokio::sync::mpsc::unbounded_channel();
+        let (calls_tx, mut calls) = tokio::sync::mpsc::unbounded_channel();
         let info = BackendInfo { name: "gated".into(), turn: true, ..BackendInfo::default() };
         // Open already: the worker takes a session at once.
-        let open = Opener::Open(Box::new(Gated { info, permits, calls: said }));
+        let open = Opener::Open(Box::new(Gated { info, permits, calls: calls_tx }));
         let worker = BackendActor::new(0, "gated".into(), 1, open, limits, Pool.start().recipient()).start();
         let (tx, _heard) = std::sync::mpsc::channel();
         let ear = Ear(tx).start().recipient();
         let reply = || Delivery::new(ear.clone(), Lost::Work);
-        worker.do_send(Attach { key: 1, label: "c1".into(), mode: Mode::Chat, reply: reply() });
+        let attach = Delivery::new(ear.clone(), Lost::Attach);
+        worker.do_send(Attach { key: 1, label: "c1".into(), mode: Mode::Chat, reply: attach });
         worker.do_send(Prepare {
             key: 1,
             session_id: "s".into(),
@@ -882,8 +884,9 @@ mod tests {
         let mut next = async || {
             actix::clock::timeout(Duration::from_secs(10), calls.recv()).await.expect("the backend was called").unwrap()
         };
-        // The first piece is asked for and given; the client leaves while the second is asked
-        // for (or about to be), and that one is let out after the worker heard it leave.
+        // The first piece is asked for and given. The client leaves during the second call,
+        // whose backend ignores the interrupt, as every backend does with one that comes
+        // between two calls; that piece is let out after the worker heard the client leave.
         assert_eq!(next().await, "turn_generate");
         permit.send(()).unwrap();
         assert_eq!(next().await, "turn_generate");
