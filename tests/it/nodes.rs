@@ -423,6 +423,8 @@ async fn a_link_kept_open_for_grants_checks_the_token_answers_pings_and_takes_no
         other => panic!("{other:?}"),
     }
     assert!(read_frame::<FromNode>(&mut link, MAX_FRAME_BYTES).await.unwrap().is_none(), "the link ends");
+    // The node listens before its workers are open, and refuses one still opening.
+    node.wait_log("worker sim-0: backend omni-reference open", WAIT);
     let attach = Request::Attach { worker: "sim-0".into(), gateway: "test".into(), grant: None };
     let mut own = prove(&node, NODE_TOKEN, attach).await.unwrap();
     match read_frame::<FromNode>(&mut own, MAX_FRAME_BYTES).await.unwrap() {
