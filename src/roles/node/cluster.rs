@@ -30,6 +30,46 @@ pub struct Cluster {
     pub token: Arc<str>,
 }
 
+/// A worker's offers to the store: the nonce it is offered under, and the offer the store has
+/// not answered yet. One offer awaits its answer at a time: two in flight could both come back
+/// assigned, and the grant would be pushed twice.
+#[derive(Debug, Default)]
+pub struct Offers {
+    /// The nonce it is offered under now; an attach with its grant takes it.
+    pub current: Option<String>,
+    /// The nonce of the offer the store has not answered yet.
+    awaiting: Option<String>,
+}
+
+impl Offers {
+    /// An offer under `nonce` goes to the store; false (and nothing changes) while another
+    /// awaits its answer.
+    pub fn make(&mut self, nonce: String) -> bool {
+        if self.awaiting.is_some() {
+            return false;
+        }
+        self.current = Some(nonce.clone());
+        self.awaiting = Some(nonce);
+        true
+    }
+
+    /// The store has not answered the last offer yet.
+    pub fn awaiting(&self) -> bool {
+        self.awaiting.is_some()
+    }
+
+    /// The store answered the offer under `nonce`. True when no offer stands any more: a
+    /// replica attached with its grant before the answer reached the node (or the worker
+    /// closed), and the offer the worker tried when it was free again waited for this answer,
+    /// so the worker is offered again now if it is free.
+    pub fn answered(&mut self, nonce: &str) -> bool {
+        if self.awaiting.as_deref() == Some(nonce) {
+            self.awaiting = None;
+        }
+        self.awaiting.is_none() && self.current.is_none()
+    }
+}
+
 impl Handler<JoinCluster> for Lender {
     type Result = ();
     fn handle(&mut self, msg: JoinCluster, ctx: &mut Context<Self>) {
@@ -62,14 +102,11 @@ impl Lender {
         let (slot, linked, store, addr) =
             (self.slot(i), self.linked(), cluster.store.clone(), cluster.advertise.clone());
         let w = &mut self.workers[i];
-        // One offer at a time: two in flight could both come back assigned, and the grant would
-        // be pushed twice (a worker opening as the node joins the cluster offered it twice).
-        if !w.free() || w.offering {
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        // One offer at a time (a worker opening as the node joins the cluster is offered twice).
+        if !w.free() || !w.offer.make(nonce.clone()) {
             return;
         }
-        let nonce = uuid::Uuid::new_v4().simple().to_string();
-        w.offer = Some(nonce.clone());
-        w.offering = true;
         let sig = crate::link::grant::sign(&cluster.token, &slot, &addr, &nonce);
         let offer =
             Offer { slot, nonce: nonce.clone(), modes: w.modes.clone(), addr, sig, ended: w.ended.take(), linked };
@@ -78,9 +115,7 @@ impl Lender {
 
     fn offered(&mut self, i: usize, nonce: String, answer: Result<Offered, ClusterError>, ctx: &mut Context<Self>) {
         let w = &mut self.workers[i];
-        if w.offer.as_deref() == Some(nonce.as_str()) {
-            w.offering = false;
-        }
+        let again = w.offer.answered(&nonce);
         let name = w.name.clone();
         match answer {
             Ok(Offered::Assigned { ticket, push: None }) => log::info!("worker {name}: granted to ticket {ticket}"),
@@ -96,6 +131,9 @@ impl Lender {
             // The next beat makes the node known and hands this offer back to be made again.
             Ok(Offered::UnknownNode) => log::info!("worker {name}: the store does not know this node yet"),
             Err(e) => log::warn!("worker {name}: cannot offer it: {e}"),
+        }
+        if again {
+            self.offer(i, ctx);
         }
     }
 
@@ -117,7 +155,7 @@ impl Lender {
             return;
         };
         // Reserved for the link, as an attach with the grant would.
-        let offer = w.offer.take();
+        let offer = w.offer.current.take();
         w.attached = Some(link);
         w.session = Some((pushed.ticket, pushed.mode, Instant::now()));
         log::info!("worker {}: attached to gateway {replica} (link {link}) for ticket {}", w.name, pushed.ticket);
@@ -135,7 +173,7 @@ impl Lender {
                 );
                 w.attached = None;
                 w.session = None;
-                w.offer = offer;
+                w.offer.current = offer;
             }
             act.push(i, replica, pushed, ctx);
         }));
@@ -147,10 +185,10 @@ impl Lender {
         let reports: Vec<SlotReport> = (0..self.workers.len())
             .map(|i| {
                 let w = &self.workers[i];
-                let state = match (&w.worker, w.attached, &w.offer) {
+                let state = match (&w.worker, w.attached, &w.offer.current) {
                     (Some(_), Some(_), _) => Reported::Busy(w.session.map_or(0, |(ticket, ..)| ticket)),
                     (None, ..) => Reported::Down,
-                    (Some(_), None, Some(_)) if w.offering => Reported::Pending,
+                    (Some(_), None, Some(_)) if w.offer.awaiting() => Reported::Pending,
                     (Some(_), None, Some(nonce)) => Reported::Offered(nonce.clone()),
                     (Some(_), None, None) => Reported::Pending,
                 };
@@ -185,5 +223,38 @@ impl Lender {
                 cluster.known = false;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Offers;
+
+    #[test]
+    fn an_offer_taken_before_the_store_answered_is_made_again_when_the_answer_comes() {
+        let mut offers = Offers::default();
+        assert!(offers.make("a".into()));
+        // A replica attaches with a's grant before the store's answer reaches the node...
+        assert_eq!(offers.current.take().as_deref(), Some("a"));
+        // ...and its link ends: the offer the free worker tries now waits for that answer.
+        assert!(!offers.make("b".into()));
+        assert!(offers.awaiting());
+        // The answer comes and no offer stands: the worker is offered again, under a new nonce.
+        assert!(offers.answered("a"));
+        assert!(offers.make("b".into()));
+        assert_eq!(offers.current.as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn an_answered_offer_that_stands_is_not_made_again() {
+        let mut offers = Offers::default();
+        assert!(offers.make("a".into()));
+        assert!(!offers.answered("a"), "the worker is offered under a until a grant of it is used");
+        assert!(!offers.awaiting());
+        assert_eq!(offers.current.as_deref(), Some("a"));
+        // An answer to an older offer changes nothing.
+        assert!(offers.make("b".into()));
+        assert!(!offers.answered("a"));
+        assert!(offers.awaiting());
     }
 }

@@ -16,7 +16,7 @@ use omni_actors::queue::messages::{
 };
 use omni_actors::worker::messages::WorkerLink;
 
-use super::cluster::Cluster;
+use super::cluster::{Cluster, Offers};
 use super::messages::{Borrow, Describe, GiveBack, Lent, Push, Refusal, Standby, StandbyEnded};
 use crate::link::wire::{Availability, NodeWorker};
 
@@ -32,10 +32,8 @@ pub(super) struct Lendable {
     pub failure: Option<String>,
     /// The link it is lent to.
     pub attached: Option<u64>,
-    /// In a cluster: the nonce it is offered under now, and whether the store has answered
-    /// that offer (a beat run before the offer would have it offered again under a new nonce).
-    pub offer: Option<String>,
-    pub offering: bool,
+    /// In a cluster: its offers to the store.
+    pub offer: Offers,
     /// In a cluster: the ticket, mode and start of the session attached.
     pub session: Option<(u64, Mode, Instant)>,
     /// The mode and length of the last session, until the next offer reports it.
@@ -51,8 +49,7 @@ impl Lendable {
             worker: None,
             failure: None,
             attached: None,
-            offer: None,
-            offering: false,
+            offer: Offers::default(),
             session: None,
             ended: None,
         }
@@ -101,7 +98,7 @@ impl Handler<WorkerIdle> for Lender {
             log::info!("worker {}: ready", w.name);
         }
         // Offered already when its last link ended (its reset ran meanwhile).
-        if w.attached.is_none() && w.offer.is_none() {
+        if w.attached.is_none() && w.offer.current.is_none() {
             self.freed(i, ctx);
         }
     }
@@ -112,8 +109,8 @@ impl Lender {
         if let Some(w) = self.workers.get_mut(i) {
             w.worker = None;
             w.failure = failure;
-            w.offer = None;
-            w.offering = false;
+            // An offer still awaiting the store's answer keeps the next one waiting for it.
+            w.offer.current = None;
         }
     }
 }
@@ -157,7 +154,7 @@ impl Handler<Borrow> for Lender {
         if in_cluster {
             match &msg.grant {
                 None => return Err(Refusal::NeedsGrant(w.name.clone())),
-                Some(g) if w.offer.as_deref() != Some(g.nonce.as_str()) => {
+                Some(g) if w.offer.current.as_deref() != Some(g.nonce.as_str()) => {
                     return Err(Refusal::StaleGrant { ticket: g.ticket, worker: w.name.clone() });
                 }
                 Some(_) => {}
@@ -170,7 +167,7 @@ impl Handler<Borrow> for Lender {
             });
         };
         w.attached = Some(msg.link);
-        w.offer = None;
+        w.offer.current = None;
         w.session = msg.grant.as_ref().map(|g| (g.ticket, g.mode, Instant::now()));
         match &msg.grant {
             Some(g) => log::info!(
