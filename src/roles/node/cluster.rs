@@ -58,6 +58,17 @@ impl Offers {
         self.awaiting.is_some()
     }
 
+    /// It is offered under `nonce` now: a grant with it may reserve the worker.
+    pub fn stands(&self, nonce: &str) -> bool {
+        self.current.as_deref() == Some(nonce)
+    }
+
+    /// No offer stands and none awaits an answer: a free worker in this state is offered by
+    /// nobody, so the beat offers it (a grant pushed for an offer the worker had outlived).
+    pub fn lapsed(&self) -> bool {
+        self.current.is_none() && self.awaiting.is_none()
+    }
+
     /// The store answered the offer under `nonce`. True when no offer stands any more: a
     /// replica attached with its grant before the answer reached the node (or the worker
     /// closed), and the offer the worker tried when it was free again waited for this answer,
@@ -132,19 +143,35 @@ impl Lender {
             Ok(Offered::UnknownNode) => log::info!("worker {name}: the store does not know this node yet"),
             Err(e) => log::warn!("worker {name}: cannot offer it: {e}"),
         }
-        if again {
+        if again && self.workers[i].free() {
+            log::info!(
+                "worker {name}: offered again (a grant of its last offer was used before the store answered it)"
+            );
             self.offer(i, ctx);
         }
     }
 
     /// Pushes a grant on the oldest link `replica` keeps open, the worker reserved for it; the
-    /// next link when one has just ended or refuses; the store when none is left.
+    /// next link when one has just ended or refuses; the store when none is left, or when the
+    /// worker is no longer free under the grant's offer (a link that ended was given back and
+    /// the worker offered again meanwhile): the replica's attach is then refused as stale, and
+    /// it asks again, rather than the worker being reserved twice.
     fn push(&mut self, i: usize, replica: String, pushed: PushedGrant, ctx: &mut Context<Self>) {
         let w = &mut self.workers[i];
-        let next = self.standby.get_mut(&replica).and_then(|links| (!links.is_empty()).then(|| links.remove(0)));
+        let stands = w.free() && w.offer.stands(&pushed.nonce);
+        let next = match stands {
+            true => self.standby.get_mut(&replica).and_then(|links| (!links.is_empty()).then(|| links.remove(0))),
+            false => None,
+        };
         let (Some((link, to)), Some(worker)) = (next, w.worker.clone()) else {
             let name = w.name.clone();
-            log::info!("worker {name}: no link of {replica} took the grant; through the store");
+            match stands {
+                true => log::info!("worker {name}: no link of {replica} took the grant; through the store"),
+                false => log::info!(
+                    "worker {name}: the grant of ticket {} is no longer its offer; through the store",
+                    pushed.ticket
+                ),
+            }
             let Some(store) = self.cluster.as_ref().map(|c| c.store.clone()) else { return };
             let grant: Grant = pushed.into();
             ctx.spawn(store.deliver(&replica, &grant).into_actor(self).map(move |result, _, _| {
@@ -180,6 +207,18 @@ impl Lender {
     }
 
     fn beat(&mut self, ctx: &mut Context<Self>) {
+        if self.cluster.is_none() {
+            return;
+        }
+        // Every free worker stands offered or awaits the store's answer; one that does neither
+        // is offered now.
+        for i in 0..self.workers.len() {
+            let w = &self.workers[i];
+            if w.free() && w.offer.lapsed() {
+                log::info!("worker {}: free with no offer standing; offered again", w.name);
+                self.offer(i, ctx);
+            }
+        }
         let Some(cluster) = &self.cluster else { return };
         let (store, addr, attach_timeout) = (cluster.store.clone(), cluster.advertise.clone(), cluster.attach_timeout);
         let reports: Vec<SlotReport> = (0..self.workers.len())
@@ -252,9 +291,19 @@ mod tests {
         assert!(!offers.answered("a"), "the worker is offered under a until a grant of it is used");
         assert!(!offers.awaiting());
         assert_eq!(offers.current.as_deref(), Some("a"));
-        // An answer to an older offer changes nothing.
-        assert!(offers.make("b".into()));
-        assert!(!offers.answered("a"));
-        assert!(offers.awaiting());
+        assert!(offers.stands("a") && !offers.lapsed());
+    }
+
+    #[test]
+    fn an_offer_lost_with_its_worker_leaves_it_lapsed_once_answered() {
+        let mut offers = Offers::default();
+        assert!(offers.make("a".into()));
+        // The worker closes while the store has the offer: the offer no longer stands, and
+        // none is made until the answer comes.
+        offers.current = None;
+        assert!(!offers.lapsed(), "an offer still awaits its answer");
+        assert!(!offers.stands("a"), "a grant of a is stale");
+        assert!(offers.answered("a"));
+        assert!(offers.lapsed(), "the beat offers it, if nothing else did");
     }
 }
