@@ -21,6 +21,7 @@
 //! - [`observe`]: the subscribers of session and worker events (recorder, usage, webhooks) and
 //!   the recordings on disk.
 //! - [`net`]: peers' addresses as limits count them (an IPv6 /64 as one), and networks.
+//! - [`signals`]: SIGTERM, SIGINT and SIGHUP, registered before a server says it listens.
 
 pub mod backend;
 pub mod config;
@@ -30,6 +31,7 @@ pub mod link;
 pub mod net;
 pub mod observe;
 pub mod roles;
+pub mod signals;
 pub mod store;
 
 pub mod transcription;

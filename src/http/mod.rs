@@ -99,24 +99,9 @@ fn schedule_sweep(gw: &Gateway) {
     });
 }
 
-async fn first_signal() -> std::io::Result<&'static str> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    })
-}
-
 /// SIGHUP reloads the API keys (`auth.api_keys` and the keys file, read again); a file
 /// that cannot be read or holds a bad key leaves the keys as they were.
-async fn reload_on_hangup(gw: Gateway) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut hup = match signal(SignalKind::hangup()) {
-        Ok(s) => s,
-        Err(e) => return log::error!("cannot listen for SIGHUP: {e}"),
-    };
+async fn reload_on_hangup(mut hup: tokio::signal::unix::Signal, gw: Gateway) {
     while hup.recv().await.is_some() {
         let config = gw.config.clone();
         match web::block(move || config.reload_api_keys()).await {
@@ -141,21 +126,14 @@ async fn wait_until(deadline: Instant, done: impl Fn() -> bool) -> bool {
     true
 }
 
-async fn shutdown_on_signal(server: actix_web::dev::ServerHandle, gw: Gateway) {
-    let signal = match first_signal().await {
-        Ok(s) => s,
-        Err(e) => {
-            log::error!("cannot listen for signals: {e}");
-            return;
-        }
-    };
+async fn shutdown_on_signal(mut stop: crate::signals::Stop, server: actix_web::dev::ServerHandle, gw: Gateway) {
+    let signal = stop.next().await;
     let grace = Duration::from_secs_f64(gw.config.server.shutdown_grace_s);
     log::info!("{signal}: shutting down (grace {grace:?}); a second signal exits at once");
-    actix_web::rt::spawn(async {
-        if let Ok(again) = first_signal().await {
-            log::warn!("{again}: exiting now");
-            std::process::exit(130);
-        }
+    actix_web::rt::spawn(async move {
+        let again = stop.next().await;
+        log::warn!("{again}: exiting now");
+        std::process::exit(130);
     });
     server.pause().await;
     let started = Instant::now();
@@ -240,6 +218,7 @@ pub fn run(config: Config) -> Result<(), ServeError> {
             }
             .map_err(|e| ServeError::Listen(listen_error(addr, &e)))?;
         }
+        let signals = crate::signals::register()?;
         let scheme = if gateway.config.tls.is_some() { "https/wss" } else { "http/ws" };
         let addrs = server.addrs();
         for addr in &addrs {
@@ -260,8 +239,8 @@ pub fn run(config: Config) -> Result<(), ServeError> {
             }
         }
         let server = server.run();
-        actix_web::rt::spawn(shutdown_on_signal(server.handle(), gateway.clone()));
-        actix_web::rt::spawn(reload_on_hangup(gateway));
+        actix_web::rt::spawn(shutdown_on_signal(signals.stop, server.handle(), gateway.clone()));
+        actix_web::rt::spawn(reload_on_hangup(signals.hangup, gateway));
         Ok(server.await?)
     })
 }

@@ -107,6 +107,7 @@ pub fn run(config: Config) -> Result<(), NodeError> {
             addrs.push(listener.local_addr()?);
             actix::spawn(accept::accept_loop(listener, door.clone()));
         }
+        let signals = crate::signals::register()?;
         let names: Vec<&str> = config.workers.iter().map(|w| w.name.as_str()).collect();
         let shown: Vec<String> = addrs.iter().map(SocketAddr::to_string).collect();
         for addr in &shown {
@@ -142,7 +143,7 @@ pub fn run(config: Config) -> Result<(), NodeError> {
             };
             lender.do_send(messages::JoinCluster { cluster, every: spec.lease / 3 });
         }
-        shutdown_signal().await;
+        shutdown_signal(signals).await;
         log::info!("node stopping");
         let _ = pool.send(ShutdownPool { within: Duration::from_secs(1) }).await;
         System::current().stop();
@@ -152,19 +153,11 @@ pub fn run(config: Config) -> Result<(), NodeError> {
 
 /// Waits for SIGTERM or SIGINT. SIGHUP (which a gateway takes to reload its keys) changes
 /// nothing on a node: it is logged, and the node goes on.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
-        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
-    else {
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
+async fn shutdown_signal(mut signals: crate::signals::Signals) {
     loop {
         tokio::select! {
-            _ = term.recv() => return,
-            _ = int.recv() => return,
-            _ = hup.recv() => log::info!("SIGHUP: a node has nothing to reload; it goes on"),
+            _ = signals.stop.next() => return,
+            _ = signals.hangup.recv() => log::info!("SIGHUP: a node has nothing to reload; it goes on"),
         }
     }
 }
