@@ -788,13 +788,13 @@ pub fn words_end(text: &str, n: u32) -> Option<usize> {
     if n == 0 {
         return None;
     }
-    let (mut count, mut last) = (0, String::new());
+    let (mut count, mut last) = (0, "");
     for word in text.split_whitespace().filter(|w| w.chars().any(char::is_alphanumeric)) {
-        if count >= n && (!FUNCTION.contains(&last.as_str()) || count >= 2 * n) {
+        if count >= n && (!FUNCTION.iter().any(|f| f.eq_ignore_ascii_case(last)) || count >= 2 * n) {
             return Some(word.as_ptr() as usize - text.as_ptr() as usize);
         }
         count += 1;
-        last = word.chars().filter(|c| c.is_alphanumeric()).collect::<String>().to_lowercase();
+        last = word.trim_matches(|c: char| !c.is_alphanumeric());
     }
     None
 }

@@ -63,21 +63,20 @@ impl Offers {
         self.current.as_deref() == Some(nonce)
     }
 
-    /// No offer stands and none awaits an answer: a free worker in this state is offered by
-    /// nobody, so the beat offers it (a grant pushed for an offer the worker had outlived).
+    /// No offer stands and none awaits an answer: nobody offers a free worker in this state.
+    /// Seen when an answer comes after a replica attached with that offer's grant (or the
+    /// worker closed): the offer the worker tried when it was free again waited for this
+    /// answer, so it is offered now; the beat offers any other (a grant pushed for an offer the
+    /// worker had outlived).
     pub fn lapsed(&self) -> bool {
         self.current.is_none() && self.awaiting.is_none()
     }
 
-    /// The store answered the offer under `nonce`. True when no offer stands any more: a
-    /// replica attached with its grant before the answer reached the node (or the worker
-    /// closed), and the offer the worker tried when it was free again waited for this answer,
-    /// so the worker is offered again now if it is free.
-    pub fn answered(&mut self, nonce: &str) -> bool {
+    /// The store answered the offer under `nonce`.
+    pub fn answered(&mut self, nonce: &str) {
         if self.awaiting.as_deref() == Some(nonce) {
             self.awaiting = None;
         }
-        self.awaiting.is_none() && self.current.is_none()
     }
 }
 
@@ -126,7 +125,8 @@ impl Lender {
 
     fn offered(&mut self, i: usize, nonce: String, answer: Result<Offered, ClusterError>, ctx: &mut Context<Self>) {
         let w = &mut self.workers[i];
-        let again = w.offer.answered(&nonce);
+        w.offer.answered(&nonce);
+        let again = w.offer.lapsed();
         let name = w.name.clone();
         match answer {
             Ok(Offered::Assigned { ticket, push: None }) => log::info!("worker {name}: granted to ticket {ticket}"),
@@ -159,10 +159,8 @@ impl Lender {
     fn push(&mut self, i: usize, replica: String, pushed: PushedGrant, ctx: &mut Context<Self>) {
         let w = &mut self.workers[i];
         let stands = w.free() && w.offer.stands(&pushed.nonce);
-        let next = match stands {
-            true => self.standby.get_mut(&replica).and_then(|links| (!links.is_empty()).then(|| links.remove(0))),
-            false => None,
-        };
+        let links = self.standby.get_mut(&replica).filter(|links| stands && !links.is_empty());
+        let next = links.map(|links| links.remove(0));
         let (Some((link, to)), Some(worker)) = (next, w.worker.clone()) else {
             let name = w.name.clone();
             match stands {
@@ -279,7 +277,8 @@ mod tests {
         assert!(!offers.make("b".into()));
         assert!(offers.awaiting());
         // The answer comes and no offer stands: the worker is offered again, under a new nonce.
-        assert!(offers.answered("a"));
+        offers.answered("a");
+        assert!(offers.lapsed());
         assert!(offers.make("b".into()));
         assert_eq!(offers.current.as_deref(), Some("b"));
     }
@@ -288,7 +287,8 @@ mod tests {
     fn an_answered_offer_that_stands_is_not_made_again() {
         let mut offers = Offers::default();
         assert!(offers.make("a".into()));
-        assert!(!offers.answered("a"), "the worker is offered under a until a grant of it is used");
+        offers.answered("a");
+        assert!(!offers.lapsed(), "the worker is offered under a until a grant of it is used");
         assert!(!offers.awaiting());
         assert_eq!(offers.current.as_deref(), Some("a"));
         assert!(offers.stands("a") && !offers.lapsed());
@@ -303,7 +303,7 @@ mod tests {
         offers.current = None;
         assert!(!offers.lapsed(), "an offer still awaits its answer");
         assert!(!offers.stands("a"), "a grant of a is stale");
-        assert!(offers.answered("a"));
+        offers.answered("a");
         assert!(offers.lapsed(), "the beat offers it, if nothing else did");
     }
 }
