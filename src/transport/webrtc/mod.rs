@@ -95,11 +95,16 @@ impl Calls {
         self.live.lock().remove(id);
     }
 
-    /// Hangs a call up for the API key `key_id` (none: no keys are configured).
+    /// Hangs a call up for the API key `key_id` (none: no keys are configured). The call is
+    /// gone for hangups at once: a second one finds no call, even before the call's actor has
+    /// handled the first.
     pub fn hang_up(&self, id: &str, key_id: Option<&str>) -> HangUp {
-        match self.live.lock().get(id) {
-            Some((call, owner)) if owner.as_deref() == key_id => {
-                call.do_send(Hangup);
+        let mut live = self.live.lock();
+        match live.get(id) {
+            Some((_, owner)) if owner.as_deref() == key_id => {
+                if let Some((call, _)) = live.remove(id) {
+                    call.do_send(Hangup);
+                }
                 HangUp::Done
             }
             Some(_) => HangUp::NotYours,
