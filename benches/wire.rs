@@ -6,7 +6,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use omni_actors::domain::{Mode, StepKind, StepOutcome};
-use omni_actors::edge::dialect::Dialect;
+use omni_actors::edge::dialect::{Dialect, Outbox};
 use omni_actors::protocol::{Inbound, Outbound};
 use omni_gateway::dialect::Limits;
 use omni_gateway::dialect::minicpm::Current;
@@ -26,7 +26,7 @@ fn decode(c: &mut Criterion) {
     group.throughput(Throughput::Bytes(text.len() as u64));
     group.bench_function("input.append 1 s (85 KB) to samples", |b| {
         b.iter(|| {
-            let mut replies = Vec::new();
+            let mut replies = Outbox::default();
             let cmds = dialect.decode(black_box(&text), &mut replies).expect("valid event");
             match &cmds[..] {
                 [Inbound::Chunk(c)] => black_box(c.audio.len()),
@@ -50,7 +50,7 @@ fn decode(c: &mut Criterion) {
         assert_ne!(event, text.to_string(), "{name}: the event was not rewritten");
         let event: bytestring::ByteString = event.into();
         group.bench_function(name, |b| {
-            b.iter(|| black_box(dialect.decode(black_box(&event), &mut Vec::new()).expect("valid event").len()))
+            b.iter(|| black_box(dialect.decode(black_box(&event), &mut Outbox::default()).expect("valid event").len()))
         });
     }
     group.finish();
@@ -70,7 +70,7 @@ fn encode(c: &mut Criterion) {
         ..StepOutcome::default()
     };
     let mut dialect = Current::new(Mode::Audio, Limits::default(), &omni_gateway::vad::energy());
-    let mut out = Vec::new();
+    let mut out = Outbox::default();
     let mut group = c.benchmark_group("encode");
     group.throughput(Throughput::Bytes(24000 * 4));
     group.bench_function("audio delta 1 s (24000 samples)", |b| {
@@ -83,7 +83,7 @@ fn encode(c: &mut Criterion) {
                 outcome: &outcome,
             };
             dialect.encode(black_box(event), &mut out);
-            black_box(out[0].len())
+            black_box(out.texts()[0].len())
         })
     });
     group.finish();
@@ -139,7 +139,7 @@ fn worker_chunk(c: &mut Criterion) {
     use base64::Engine;
     let text: bytestring::ByteString = append_event().into();
     let mut dialect = Current::new(Mode::Audio, Limits::default(), &omni_gateway::vad::energy());
-    let Ok(Inbound::Chunk(forwarded)) = dialect.decode(&text, &mut Vec::new()).map(|mut c| c.remove(0)) else {
+    let Ok(Inbound::Chunk(forwarded)) = dialect.decode(&text, &mut Outbox::default()).map(|mut c| c.remove(0)) else {
         unreachable!()
     };
     assert!(forwarded.audio_base64.is_some());

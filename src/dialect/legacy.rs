@@ -9,7 +9,7 @@
 //! the rest in a shorter last delta.
 
 use omni_actors::domain::{Mode, SessionKind, SessionSetup, StepKind};
-use omni_actors::edge::dialect::{DecodeError, Dialect};
+use omni_actors::edge::dialect::{DecodeError, Dialect, Outbox};
 use omni_actors::ids;
 use omni_actors::protocol::{CloseReason, Inbound, Outbound, ProtocolError};
 use serde::Deserialize;
@@ -138,11 +138,7 @@ impl Dialect for Legacy {
         "minicpm-legacy"
     }
 
-    fn decode(
-        &mut self,
-        text: &bytestring::ByteString,
-        _replies: &mut Vec<String>,
-    ) -> Result<Vec<Inbound>, DecodeError> {
+    fn decode(&mut self, text: &bytestring::ByteString, _replies: &mut Outbox) -> Result<Vec<Inbound>, DecodeError> {
         let kind = wire::event_type(text)?;
         let cmd = match kind.as_ref() {
             "session.update" => self.update(text)?,
@@ -155,7 +151,7 @@ impl Dialect for Legacy {
         Ok(vec![cmd])
     }
 
-    fn encode(&mut self, event: Outbound<'_>, out: &mut Vec<String>) {
+    fn encode(&mut self, event: Outbound<'_>, out: &mut Outbox) {
         let reason = match &event {
             Outbound::Closed { reason, .. } => closed_reason(reason),
             _ => "",
@@ -235,12 +231,13 @@ mod tests {
     }
 
     fn encode(l: &mut Legacy, o: &StepOutcome) -> Vec<(String, usize, bool)> {
-        let mut out = Vec::new();
+        let mut out = Outbox::default();
         l.encode(
             Outbound::Step { session_id: "rt_1", response_id: Some("r"), input_id: "input_1", outcome: o },
             &mut out,
         );
-        out.iter()
+        out.texts()
+            .into_iter()
             .map(|f| {
                 let v: Value = serde_json::from_str(f).unwrap();
                 let n = wire::decode_pcm_f32(v["audio"].as_str().unwrap(), "a").unwrap().len();
@@ -298,9 +295,9 @@ mod tests {
             (CloseReason::ServerShutdown, "server_shutdown"),
             (CloseReason::BackendError("hang".into()), "error"),
         ] {
-            let mut out = Vec::new();
+            let mut out = Outbox::default();
             l.encode(Outbound::Closed { session_id: Some("rt_1"), reason: &reason }, &mut out);
-            assert_eq!(out, vec![json!({"type": "session.closed", "reason": expected}).to_string()]);
+            assert_eq!(out.texts(), vec![json!({"type": "session.closed", "reason": expected}).to_string()]);
         }
     }
 

@@ -7,7 +7,7 @@ use bytestring::ByteString;
 use omni_actors::domain::{
     BackendInfo, ChatMessage, DuplexChunk, Generation, Mode, Role, SessionSetup, StepKind, StepOutcome, TurnInput,
 };
-use omni_actors::edge::dialect::{DecodeError, Dialect};
+use omni_actors::edge::dialect::{DecodeError, Dialect, Outbox};
 use omni_actors::protocol::{Inbound, Outbound, ProtocolError, QueueInfo};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -451,7 +451,7 @@ impl Dialect for Current {
         "minicpm"
     }
 
-    fn decode(&mut self, text: &ByteString, _replies: &mut Vec<String>) -> Result<Vec<Inbound>, DecodeError> {
+    fn decode(&mut self, text: &ByteString, _replies: &mut Outbox) -> Result<Vec<Inbound>, DecodeError> {
         let kind = wire::event_type(text)?;
         Ok(match kind.as_ref() {
             "session.init" => vec![self.init(text)?],
@@ -463,7 +463,7 @@ impl Dialect for Current {
         })
     }
 
-    fn encode(&mut self, event: Outbound<'_>, out: &mut Vec<String>) {
+    fn encode(&mut self, event: Outbound<'_>, out: &mut Outbox) {
         match event {
             Outbound::Created { session_id, kind, prompt_length, queue_wait_ms, backend } => {
                 self.applied = Some(backend.settings.clone());
@@ -478,7 +478,7 @@ impl Dialect for Current {
                 encode(event, out);
                 // The settings of the turn's `generation` the backend does not apply.
                 if !unsupported.is_empty()
-                    && let Some(frame) = out.get_mut(at)
+                    && let Some(frame) = out.text_mut(at)
                     && let Ok(Value::Object(mut done)) = serde_json::from_str::<Value>(frame)
                 {
                     let names: Vec<String> = unsupported.into_iter().map(|n| format!("generation.{n}")).collect();
@@ -583,7 +583,7 @@ fn step_metrics(o: &StepOutcome) -> Value {
     })
 }
 
-fn encode(event: Outbound<'_>, out: &mut Vec<String>) {
+fn encode(event: Outbound<'_>, out: &mut Outbox) {
     let reason = match &event {
         Outbound::Closed { reason, .. } => reason.as_str(),
         _ => "",
@@ -711,14 +711,15 @@ mod tests {
     }
 
     fn decode(d: &mut Current, v: Value) -> Result<Inbound, DecodeError> {
-        d.decode(&bytestring::ByteString::from(String::from(&v.to_string())), &mut Vec::new()).map(|mut c| c.remove(0))
+        d.decode(&bytestring::ByteString::from(String::from(&v.to_string())), &mut Outbox::default())
+            .map(|mut c| c.remove(0))
     }
 
     #[test]
     fn chat_generation_settings_travel_by_name_and_those_not_applied_are_told_in_response_done() {
         let mut d = Current::new(Mode::Chat, Limits::default(), &crate::vad::energy());
         let backend = BackendInfo { settings: vec!["top_k".into()], ..BackendInfo::default() };
-        let mut out = Vec::new();
+        let mut out = Outbox::default();
         let kind = SessionKind::Turn;
         d.encode(
             Outbound::Created { session_id: "s", kind, prompt_length: 0, queue_wait_ms: 0, backend: &backend },
@@ -742,7 +743,7 @@ mod tests {
             "invalid_payload: input.generation.top_k: must be a whole number"
         );
         let done = |d: &mut Current| {
-            let mut out = Vec::new();
+            let mut out = Outbox::default();
             d.encode(
                 Outbound::TurnDone {
                     session_id: "s",
@@ -759,7 +760,7 @@ mod tests {
                 },
                 &mut out,
             );
-            serde_json::from_str::<Value>(&out[0]).unwrap()
+            serde_json::from_str::<Value>(out.texts()[0]).unwrap()
         };
         assert_eq!(done(&mut d)["unsupported_settings"], json!(["generation.mystery"]));
         assert!(done(&mut d).get("unsupported_settings").is_none(), "the second turn asked for none");
@@ -779,13 +780,13 @@ mod tests {
             queue_wait_ms: 0,
             backend: &backend,
         };
-        d.encode(created, &mut Vec::new());
+        d.encode(created, &mut Outbox::default());
         d
     }
 
     fn append_all(d: &mut Current, samples: &[f32]) -> Vec<Inbound> {
         let v = json!({"type": "input.append", "input": {"audio": b64(samples)}});
-        d.decode(&bytestring::ByteString::from(v.to_string()), &mut Vec::new()).unwrap()
+        d.decode(&bytestring::ByteString::from(v.to_string()), &mut Outbox::default()).unwrap()
     }
 
     #[test]
@@ -803,9 +804,9 @@ mod tests {
         let loud = |s: &[f32]| s.iter().filter(|s| s.abs() > 0.05).count();
         assert_eq!(loud(audio), loud(&tone));
         assert_eq!(audio.len(), (300 + 1000 + 200) * 16);
-        let mut out = Vec::new();
+        let mut out = Outbox::default();
         d.encode(Outbound::UserTranscript { item_id: "input_3", result: Ok("What is two plus two?") }, &mut out);
-        let v: Value = serde_json::from_str(&out[0]).unwrap();
+        let v: Value = serde_json::from_str(out.texts()[0]).unwrap();
         assert_eq!(
             v,
             json!({"type": "input.transcript", "session_id": "sess_1", "input_id": "input_3",
@@ -848,7 +849,7 @@ mod tests {
         assert_eq!(c.audio_base64.as_deref(), Some(audio.as_bytes()));
         let escaped = format!(r#"{{"type":"input.append","input":{{"audio":"{}"}}}}"#, audio.replace('/', "\\/"));
         assert!(escaped.contains("\\/"), "the audio has a slash to escape");
-        let decoded = d.decode(&escaped.into(), &mut Vec::new());
+        let decoded = d.decode(&escaped.into(), &mut Outbox::default());
         let Ok([Inbound::Chunk(c)]) = decoded.as_deref() else { panic!("a chunk") };
         assert_eq!(c.audio_base64, None, "the parser unescaped a copy: encoded again when needed");
         assert_eq!(c.audio, samples);
@@ -1032,20 +1033,23 @@ mod tests {
         );
         assert_eq!(
             code(
-                d.decode(&bytestring::ByteString::from(String::from("{not json")), &mut Vec::new())
+                d.decode(&bytestring::ByteString::from(String::from("{not json")), &mut Outbox::default())
                     .map(|mut c| c.remove(0))
             ),
             "unparseable"
         );
         assert_eq!(
-            code(d.decode(&bytestring::ByteString::from(String::from("[]")), &mut Vec::new()).map(|mut c| c.remove(0))),
+            code(
+                d.decode(&bytestring::ByteString::from(String::from("[]")), &mut Outbox::default())
+                    .map(|mut c| c.remove(0))
+            ),
             "unparseable"
         );
         // The type is read from the prefix, but the rest must still be JSON.
         let truncated = r#"{"type":"input.append","input":{"audio":"AAAA"#;
         assert_eq!(
             code(
-                d.decode(&bytestring::ByteString::from(String::from(truncated)), &mut Vec::new())
+                d.decode(&bytestring::ByteString::from(String::from(truncated)), &mut Outbox::default())
                     .map(|mut c| c.remove(0))
             ),
             "unparseable"
@@ -1064,12 +1068,12 @@ mod tests {
             output_tokens: 1,
             ..StepOutcome::default()
         };
-        let mut out = Vec::new();
+        let mut out = Outbox::default();
         encode(
             Outbound::Step { session_id: "s", response_id: Some("r"), input_id: "input_3", outcome: &outcome },
             &mut out,
         );
-        let v: Vec<Value> = out.iter().map(|f| serde_json::from_str(f).unwrap()).collect();
+        let v: Vec<Value> = out.texts().into_iter().map(|f| serde_json::from_str(f).unwrap()).collect();
         assert_eq!(v.len(), 2);
         assert_eq!(
             (v[0]["kind"].as_str(), v[0]["text"].as_str(), v[0]["response_id"].as_str()),
@@ -1086,12 +1090,12 @@ mod tests {
     #[test]
     fn a_turn_that_ends_in_a_silent_step_still_ends() {
         let outcome = StepOutcome { kind: StepKind::Speak, end_of_turn: true, ..StepOutcome::default() };
-        let mut out = Vec::new();
+        let mut out = Outbox::default();
         encode(
             Outbound::Step { session_id: "s", response_id: Some("r"), input_id: "input_4", outcome: &outcome },
             &mut out,
         );
-        let v: Vec<Value> = out.iter().map(|f| serde_json::from_str(f).unwrap()).collect();
+        let v: Vec<Value> = out.texts().into_iter().map(|f| serde_json::from_str(f).unwrap()).collect();
         assert_eq!(v.len(), 1, "{out:?}");
         assert_eq!((v[0]["kind"].as_str(), v[0]["end_of_turn"].as_bool()), (Some("audio"), Some(true)));
         assert_eq!(v[0]["audio"], "");

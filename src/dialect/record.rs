@@ -148,7 +148,10 @@ impl JsonRedactor {
         let reference = match (dir, is_frame, is_audio) {
             (Direction::In, true, _) => media.frames.next().map(|f| sink.frame(&f)).transpose()?,
             (Direction::In, false, true) => media.audio.next().map(|a| sink.input_audio(&a)).transpose()?,
-            (Direction::Out, false, true) => self.decode_output(s).map(|a| sink.output_audio(&a)).transpose()?,
+            (Direction::Out, false, true) => {
+                // The voice an edge played itself comes decoded; a dialect's event has it in base64.
+                media.audio.next().or_else(|| self.decode_output(s)).map(|a| sink.output_audio(&a)).transpose()?
+            }
             _ => None,
         };
         Ok(match reference {
@@ -249,6 +252,23 @@ mod tests {
         let text = json!({"type": "response.text.delta", "delta": "hello"});
         let v = event(pcm16.redact(Direction::Out, text.to_string().as_bytes(), (vec![], vec![]), &mut sink).unwrap());
         assert_eq!(v["delta"], "hello", "a text delta stays text");
+    }
+
+    #[test]
+    fn audio_an_edge_carried_as_samples_is_recorded_from_the_samples() {
+        let mut sink = Counting::default();
+        let r = JsonRedactor { output: AudioEncoding::Pcm16 };
+        let heard = json!({"type": "caller.audio", "rate": 24000, "audio": ""});
+        let v = event(
+            r.redact(Direction::In, heard.to_string().as_bytes(), (vec![vec![0.1; 320]], vec![]), &mut sink).unwrap(),
+        );
+        assert_eq!(v["audio"], json!({"$ref": "input.wav", "offset": 0, "samples": 320}));
+        let said = json!({"type": "model.audio", "response_id": "resp_1", "rate": 24000, "audio": ""});
+        let v = event(
+            r.redact(Direction::Out, said.to_string().as_bytes(), (vec![vec![0.2; 480]], vec![]), &mut sink).unwrap(),
+        );
+        assert_eq!(v["audio"], json!({"$ref": "output.wav", "offset": 0, "samples": 480}));
+        assert_eq!(v["response_id"], "resp_1");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use omni_actors::domain::Mode;
-use omni_actors::edge::dialect::{DecodeError, Dialect};
+use omni_actors::edge::dialect::{DecodeError, Dialect, Outbox};
 use omni_actors::edge::vad::SharedDetectors;
 use omni_actors::observe::recording::Redact;
 use omni_actors::protocol::{Inbound, Outbound};
@@ -64,11 +64,7 @@ impl Dialect for MiniCpmEndpoint {
         }
     }
 
-    fn decode(
-        &mut self,
-        text: &bytestring::ByteString,
-        replies: &mut Vec<String>,
-    ) -> Result<Vec<Inbound>, DecodeError> {
+    fn decode(&mut self, text: &bytestring::ByteString, replies: &mut Outbox) -> Result<Vec<Inbound>, DecodeError> {
         if self.chosen.is_some() {
             return self.active().decode(text, replies);
         }
@@ -93,7 +89,7 @@ impl Dialect for MiniCpmEndpoint {
         }
     }
 
-    fn encode(&mut self, event: Outbound<'_>, out: &mut Vec<String>) {
+    fn encode(&mut self, event: Outbound<'_>, out: &mut Outbox) {
         if let Outbound::QueueDone = event {
             self.queue_done = true;
         }
@@ -118,7 +114,7 @@ mod tests {
     use serde_json::json;
 
     fn decode(d: &mut MiniCpmEndpoint, v: serde_json::Value) -> Result<Vec<Inbound>, DecodeError> {
-        d.decode(&bytestring::ByteString::from(String::from(&v.to_string())), &mut Vec::new())
+        d.decode(&bytestring::ByteString::from(String::from(&v.to_string())), &mut Outbox::default())
     }
 
     #[test]
@@ -128,7 +124,7 @@ mod tests {
         // before queue_done nothing is fixed
         assert!(decode(&mut d, json!({"type": "session.update", "session": {"instructions": "x"}})).is_ok());
         assert_eq!(d.name(), "minicpm");
-        d.encode(Outbound::QueueDone, &mut Vec::new());
+        d.encode(Outbound::QueueDone, &mut Outbox::default());
         decode(&mut d, json!({"type": "session.update", "session": {"instructions": "x"}})).unwrap();
         assert_eq!(d.name(), "minicpm-legacy");
         assert!(d.new_session_id().starts_with("rt_"));
@@ -140,9 +136,9 @@ mod tests {
     #[test]
     fn a_first_event_refused_chooses_no_dialect() {
         let mut d = MiniCpmEndpoint::new(Mode::Audio, Limits::default(), &crate::vad::energy());
-        d.encode(Outbound::QueueDone, &mut Vec::new());
+        d.encode(Outbound::QueueDone, &mut Outbox::default());
         let broken = bytestring::ByteString::from_static(r#"{"type": "session.update", "session": 3"#);
-        assert!(d.decode(&broken, &mut Vec::new()).is_err());
+        assert!(d.decode(&broken, &mut Outbox::default()).is_err());
         assert_eq!(d.name(), "minicpm");
         decode(&mut d, json!({"type": "session.init", "payload": {}})).unwrap();
         assert!(d.new_session_id().starts_with("sess_"));
@@ -151,7 +147,7 @@ mod tests {
     #[test]
     fn session_init_after_queue_done_chooses_the_current_dialect() {
         let mut d = MiniCpmEndpoint::new(Mode::Audio, Limits::default(), &crate::vad::energy());
-        d.encode(Outbound::QueueDone, &mut Vec::new());
+        d.encode(Outbound::QueueDone, &mut Outbox::default());
         decode(&mut d, json!({"type": "session.init", "payload": {}})).unwrap();
         assert_eq!(d.name(), "minicpm");
         assert!(d.new_session_id().starts_with("sess_"));
@@ -162,7 +158,7 @@ mod tests {
     #[test]
     fn chat_has_no_earlier_dialect() {
         let mut d = MiniCpmEndpoint::new(Mode::Chat, Limits::default(), &crate::vad::energy());
-        d.encode(Outbound::QueueDone, &mut Vec::new());
+        d.encode(Outbound::QueueDone, &mut Outbox::default());
         let e = decode(&mut d, json!({"type": "session.update", "session": {"instructions": "x"}})).unwrap_err();
         assert!(matches!(e, DecodeError::Protocol(ref p) if p.code() == "unknown_event"));
     }

@@ -26,6 +26,7 @@ use parking_lot::{Mutex, RwLock};
 use subtle::ConstantTimeEq;
 
 use super::client_secrets::{self, ClientSecrets};
+use crate::transport::admission::Origin;
 
 /// The shortest key accepted at load: shorter ones are guessable.
 pub const MIN_KEY_BYTES: usize = 16;
@@ -366,17 +367,13 @@ pub fn client_ip(req: &HttpRequest, trusted: &[ipnet::IpNet]) -> Option<IpAddr> 
     }
 }
 
-/// Whether a request's Origin is allowed (no Origin header: not a browser, allowed; an
-/// Origin that is not valid text is never allowed when there is an allowlist).
-pub fn origin_allowed(req: &HttpRequest, allowed: &[String]) -> bool {
-    if allowed.is_empty() {
-        return true;
-    }
+/// A request's Origin, as admission checks it ([`crate::transport::admission::Origin`]).
+pub fn origin_of(req: &HttpRequest) -> Origin {
     match req.headers().get(header::ORIGIN) {
-        None => true,
+        None => Origin::Absent,
         Some(origin) => match origin.to_str() {
-            Ok(origin) => allowed.iter().any(|a| a.eq_ignore_ascii_case(origin)),
-            Err(_) => false,
+            Ok(origin) => Origin::Given(origin.to_string()),
+            Err(_) => Origin::Unreadable,
         },
     }
 }
@@ -541,11 +538,12 @@ mod tests {
                 .insert_header((header::ORIGIN, header::HeaderValue::from_bytes(o).unwrap()))
                 .to_http_request()
         };
-        assert!(origin_allowed(&req(b"https://app.example"), &allowed));
-        assert!(!origin_allowed(&req(b"https://evil.example"), &allowed));
-        assert!(!origin_allowed(&req(b"https://app.example\xff"), &allowed), "not text: not allowed");
-        assert!(origin_allowed(&TestRequest::default().to_http_request(), &allowed));
-        assert!(origin_allowed(&req(b"https://evil.example"), &[]));
+        assert!(origin_of(&req(b"https://app.example")).allowed(&allowed));
+        assert!(!origin_of(&req(b"https://evil.example")).allowed(&allowed));
+        assert_eq!(origin_of(&req(b"https://app.example\xff")), Origin::Unreadable, "not text");
+        assert!(!origin_of(&req(b"https://app.example\xff")).allowed(&allowed), "not text: not allowed");
+        assert_eq!(origin_of(&TestRequest::default().to_http_request()), Origin::Absent);
+        assert!(origin_of(&req(b"https://evil.example")).allowed(&[]));
     }
 
     #[test]

@@ -16,7 +16,6 @@ use std::task::{Context, Poll};
 
 use actix::Addr;
 use actix::prelude::Stream;
-use bytestring::ByteString;
 use futures_util::task::AtomicWaker;
 use omni_actors::observe::metrics::metrics;
 use omni_actors::session::SessionActor;
@@ -56,12 +55,17 @@ impl Backlog {
         Arc::new(Backlog { waiting: AtomicUsize::new(0), max_bytes, all, reader: AtomicWaker::new() })
     }
 
-    /// Hands `session` a client's message, counted until the session handled it (or is gone
-    /// and its mailbox dropped it).
-    pub fn hand(self: &Arc<Self>, session: &Addr<SessionActor>, text: ByteString) {
-        let handing = Handing { backlog: self.clone(), bytes: text.len() };
+    /// Hands `session` a client's message (its text, or its voice as samples), counted until
+    /// the session handled it (or is gone and its mailbox dropped it).
+    pub fn hand(self: &Arc<Self>, session: &Addr<SessionActor>, message: FromClient) {
+        let bytes = match &message {
+            FromClient::Text(text) => text.len(),
+            FromClient::Audio(audio) => audio.bytes(),
+            FromClient::Refused(_) | FromClient::Ended(_) => 0,
+        };
+        let handing = Handing { backlog: self.clone(), bytes };
         self.handed(handing.bytes);
-        let handled = session.send(FromClient::Text(text));
+        let handled = session.send(message);
         actix::spawn(async move {
             let _ = handled.await;
             drop(handing);

@@ -3,6 +3,8 @@
 //! out what the session tells it (`omni_actors::session::messages`). A new transport is one
 //! more edge here.
 //!
+//! - [`admission`]: the checks every transport's caller passes before its session starts,
+//!   on a transport-neutral description of the caller;
 //! - [`websocket`]: the WebSocket edge (frames, fragments, pings, rate, close codes);
 //! - [`webrtc`]: WebRTC calls (an SDP offer and answer, Opus on an audio track, events on a
 //!   data channel);
@@ -16,6 +18,7 @@ use actix::{Addr, Recipient};
 use omni_actors::session::SessionActor;
 use omni_actors::session::messages::ToClient;
 
+pub mod admission;
 pub mod incoming;
 pub mod limits;
 pub mod outgoing;

@@ -102,7 +102,7 @@ impl WebSocketEdge {
 
     fn hand(&self, text: ByteString) {
         if let Some(s) = &self.session {
-            self.incoming.hand(s, text);
+            self.incoming.hand(s, FromClient::Text(text));
         }
     }
 
@@ -277,6 +277,10 @@ impl Handler<ToClient> for WebSocketEdge {
                 }
                 metrics().bytes_sent.inc_by(frame.len() as u64);
                 ctx.text(frame);
+            }
+            // This edge carries no audio of its own: its sessions' dialects send it in events.
+            ToClient::Audio(_) => {
+                log::debug!("session {}: model audio for an edge that does not carry audio", self.label)
             }
             ToClient::Close(reason) => {
                 let description = match &reason {

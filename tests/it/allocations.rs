@@ -8,7 +8,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use omni_actors::domain::{Mode, StepKind, StepOutcome};
-use omni_actors::edge::dialect::Dialect;
+use omni_actors::edge::dialect::{Dialect, Outbox};
 use omni_actors::protocol::{Inbound, Outbound};
 use omni_gateway::dialect::Limits;
 use omni_gateway::dialect::legacy::Legacy;
@@ -76,7 +76,7 @@ fn decoding_a_chunk_and_encoding_a_delta_allocate_what_they_must() {
     assert!(text.len() > 85_000);
     let text = bytestring::ByteString::from(text);
     let mut dialect = Current::new(Mode::Audio, Limits::default(), &omni_gateway::vad::energy());
-    let mut replies = Vec::new();
+    let mut replies = Outbox::default();
     let _ = dialect.decode(&text, &mut replies); // warm up lazily initialised state
 
     let (a0, b0, l0) = counts();
@@ -97,7 +97,7 @@ fn decoding_a_chunk_and_encoding_a_delta_allocate_what_they_must() {
         kv_length: 1,
         ..StepOutcome::default()
     };
-    let mut frames = Vec::with_capacity(4);
+    let mut frames = Outbox::with_capacity(4);
     let (a0, b0, l0) = counts();
     dialect.encode(
         Outbound::Step { session_id: "s", response_id: Some("r"), input_id: "input_1", outcome: &outcome },

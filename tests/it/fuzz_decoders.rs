@@ -11,7 +11,7 @@
 use base64::Engine;
 use omni_actors::audio::{self, AudioLimits};
 use omni_actors::domain::Mode;
-use omni_actors::edge::dialect::{DecodeError, Dialect};
+use omni_actors::edge::dialect::{DecodeError, Dialect, Outbox};
 use omni_gateway::dialect::Limits;
 use omni_gateway::dialect::legacy::Legacy;
 use omni_gateway::dialect::minicpm::Current;
@@ -45,7 +45,7 @@ fn dialects() -> Vec<Box<dyn Dialect>> {
 /// Decodes every frame through every dialect, in order, checking the outcome of each.
 fn decode_all(frames: &[String]) -> Result<(), TestCaseError> {
     for mut d in dialects() {
-        let mut replies = Vec::new();
+        let mut replies = Outbox::default();
         for frame in frames {
             match d.decode(&bytestring::ByteString::from(String::from(frame)), &mut replies) {
                 Ok(_) | Err(DecodeError::Unparseable(_)) => {}
@@ -58,7 +58,7 @@ fn decode_all(frames: &[String]) -> Result<(), TestCaseError> {
             }
             d.take_commands();
             d.take_recorded_media();
-            prop_assert!(replies.iter().all(|r| serde_json::from_str::<Value>(r).is_ok()), "replies are JSON");
+            prop_assert!(replies.texts().iter().all(|r| serde_json::from_str::<Value>(r).is_ok()), "replies are JSON");
             replies.clear();
         }
     }
@@ -246,7 +246,7 @@ proptest! {
             "audio": base64::engine::general_purpose::STANDARD.encode(bytes)});
         for flavor in [Flavor::Ga, Flavor::Beta, Flavor::Qwen] {
             let mut d = Realtime::new(flavor, "omni", limits(), &omni_gateway::vad::energy());
-            match d.decode(&bytestring::ByteString::from(String::from(&format.to_string())), &mut Vec::new()) {
+            match d.decode(&bytestring::ByteString::from(String::from(&format.to_string())), &mut Outbox::default()) {
                 Ok(_) => prop_assert!((8000..=192_000).contains(&rate), "{rate} accepted"),
                 Err(DecodeError::Protocol(e)) => {
                     prop_assert_eq!(e.code(), "invalid_payload");
@@ -254,7 +254,7 @@ proptest! {
                 }
                 Err(other) => prop_assert!(false, "{other:?}"),
             }
-            let _ = d.decode(&bytestring::ByteString::from(String::from(&append.to_string())), &mut Vec::new());
+            let _ = d.decode(&bytestring::ByteString::from(String::from(&append.to_string())), &mut Outbox::default());
         }
     }
 

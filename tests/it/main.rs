@@ -9,7 +9,7 @@
 //! - operating it: `operations`, `cli`, `tools`, `extending` (subscribers, usage, webhooks);
 //! - backends: `backend_abi`, `isolation`, `minicpmo_worker`, `cascade` (the CPU model);
 //! - roles: `nodes`, `cluster` (replicas on Redis);
-//! - WebRTC calls: `webrtc` (aiortc);
+//! - WebRTC calls: `webrtc` (aiortc); a second audio edge written in the test: `pcm_edge`;
 //! - the pages: `browser` (Chromium).
 
 mod common;
@@ -32,6 +32,7 @@ mod minicpmo_worker;
 mod nodes;
 mod openai_dialect;
 mod operations;
+mod pcm_edge;
 mod realtime;
 mod scale;
 mod sdk_clients;

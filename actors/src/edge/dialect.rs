@@ -1,6 +1,8 @@
-//! The edge between a session and its wire format. A dialect is a codec: it decodes a
-//! client's text frames into [`Inbound`] commands and encodes [`Outbound`] events into
-//! text frames. The session's state machine, limits and routing stay in the actors.
+//! The edge between a session and its wire format. A dialect decodes a client's text frames
+//! (and, from an edge that carries audio itself, its voice as samples) into [`Inbound`]
+//! commands, and encodes [`Outbound`] events into what the session hands its edge: text
+//! frames and, to an edge that carries audio, the model's voice as samples ([`Outbox`]). The
+//! session's state machine, limits and routing stay in the actors.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,6 +12,7 @@ use bytestring::ByteString;
 use crate::ids;
 use crate::observe::recording::Redact;
 use crate::protocol::{Inbound, Outbound, ProtocolError};
+use crate::session::messages::{CallerAudio, ModelAudio};
 
 /// Why a frame could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -31,6 +34,85 @@ impl From<ProtocolError> for DecodeError {
 /// The audio segments (16 kHz) and images a client event carried, for the recording.
 pub type RecordedMedia = (Vec<Vec<f32>>, Vec<Vec<u8>>);
 
+/// One thing a dialect hands its session for the client, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Emit {
+    /// A text frame of the dialect.
+    Text(String),
+    /// The model's voice as samples, for an edge that carries audio itself.
+    Audio(ModelAudio),
+}
+
+/// What a dialect hands its session for the client: text frames, and the model's voice as
+/// samples when its edge carries audio, in the order they are to reach the client.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    items: Vec<Emit>,
+}
+
+impl Outbox {
+    /// An outbox with room for `n` items.
+    pub fn with_capacity(n: usize) -> Outbox {
+        Outbox { items: Vec::with_capacity(n) }
+    }
+
+    /// A text frame.
+    pub fn push(&mut self, text: String) {
+        self.items.push(Emit::Text(text));
+    }
+
+    /// Text frames, in order.
+    pub fn extend(&mut self, texts: impl IntoIterator<Item = String>) {
+        self.items.extend(texts.into_iter().map(Emit::Text));
+    }
+
+    /// The model's voice, for an edge that carries audio.
+    pub fn audio(&mut self, audio: ModelAudio) {
+        self.items.push(Emit::Audio(audio));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn clear(&mut self) {
+        self.items.clear();
+    }
+
+    /// Everything, in order; the outbox is empty afterwards (and keeps its capacity).
+    pub fn drain(&mut self) -> std::vec::Drain<'_, Emit> {
+        self.items.drain(..)
+    }
+
+    /// The text frame at `at` (as [`Outbox::len`] counted before it was pushed), to amend.
+    pub fn text_mut(&mut self, at: usize) -> Option<&mut String> {
+        match self.items.get_mut(at) {
+            Some(Emit::Text(t)) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// Everything, in order.
+    pub fn items(&self) -> &[Emit] {
+        &self.items
+    }
+
+    /// The text frames, in order (what a test of a dialect reads).
+    pub fn texts(&self) -> Vec<&str> {
+        self.items
+            .iter()
+            .filter_map(|e| match e {
+                Emit::Text(t) => Some(t.as_str()),
+                Emit::Audio(_) => None,
+            })
+            .collect()
+    }
+}
+
 pub trait Dialect {
     /// The dialect's name in logs, metrics and recordings.
     fn name(&self) -> &'static str;
@@ -39,10 +121,28 @@ pub trait Dialect {
     /// itself (acknowledgements that need no actor) are pushed onto `replies`. The frame is
     /// shared: a command may keep a slice of it without a copy (a chunk's audio as the client
     /// wrote it, for a backend that takes the same format).
-    fn decode(&mut self, text: &ByteString, replies: &mut Vec<String>) -> Result<Vec<Inbound>, DecodeError>;
+    fn decode(&mut self, text: &ByteString, replies: &mut Outbox) -> Result<Vec<Inbound>, DecodeError>;
 
-    /// Encodes one event into zero or more text frames.
-    fn encode(&mut self, event: Outbound<'_>, out: &mut Vec<String>);
+    /// The session's edge carries audio itself (a WebRTC call's tracks, a raw PCM socket):
+    /// from now on the caller's voice comes as samples ([`Dialect::hear`]) and the model's is
+    /// sent as [`Emit::Audio`], not in the dialect's events. Answers whether the dialect can
+    /// (the MiniCPM-o dialects cannot: their audio is in their events).
+    fn carry_audio(&mut self) -> bool {
+        false
+    }
+
+    /// The caller's voice from an edge that carries audio ([`Dialect::carry_audio`]), as
+    /// [`Dialect::decode`] takes a frame.
+    fn hear(&mut self, _audio: CallerAudio, _replies: &mut Outbox) -> Result<Vec<Inbound>, DecodeError> {
+        Err(DecodeError::Protocol(ProtocolError::InvalidPayload(format!(
+            "the {} dialect takes audio only in its events",
+            self.name()
+        ))))
+    }
+
+    /// Encodes one event into zero or more text frames (and, for an edge that carries
+    /// audio, the model's voice).
+    fn encode(&mut self, event: Outbound<'_>, out: &mut Outbox);
 
     /// What the recording keeps of this dialect's frames (run on the recorder's thread).
     fn redactor(&self) -> Arc<dyn Redact>;
@@ -71,5 +171,5 @@ pub trait Dialect {
     }
 
     /// Time passes: the dialect may push frames onto `out` and queue commands.
-    fn tick(&mut self, _now: Instant, _out: &mut Vec<String>) {}
+    fn tick(&mut self, _now: Instant, _out: &mut Outbox) {}
 }

@@ -131,9 +131,11 @@ pub enum SessionEvent<'a> {
         frame: &'a Bytes,
         media: &'a RecordedMedia,
     },
-    /// A frame to the client, as sent.
+    /// A frame to the client, as sent; or the model's voice sent as samples to an edge that
+    /// carries audio (`audio`, at 24 kHz, with a `model.audio` frame naming its response).
     WireOut {
         frame: &'a Bytes,
+        audio: Option<&'a [f32]>,
     },
     /// The last event of every connection: how it ended and its totals.
     Closed {
@@ -354,7 +356,7 @@ mod tests {
         sinks.publish(SessionEvent::Queued { position: 1 });
         sinks.publish(SessionEvent::ChunkReceived { seq: 1, samples: 16000, frames: 0 });
         sinks.publish(SessionEvent::Error { code: "not_ready", message: "x" });
-        sinks.publish(SessionEvent::WireOut { frame: &Bytes::from_static(b"{}") });
+        sinks.publish(SessionEvent::WireOut { frame: &Bytes::from_static(b"{}"), audio: None });
         assert_eq!(*a.lock().unwrap(), ["queued"]);
         assert_eq!(*b.lock().unwrap(), ["chunk_received", "error"]);
     }

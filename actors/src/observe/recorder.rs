@@ -325,11 +325,11 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let spawner = RecorderSpawner::new(root.path().join("rec"), ROOMY);
         let mut rec = Recording::new(spawner.clone(), Instant::now());
-        rec.outbound(Bytes::from_static(b"queue_done"));
+        rec.outbound(Bytes::from_static(b"queue_done"), None);
         rec.inbound(Bytes::from_static(b"init"), (vec![], vec![]));
         rec.start("sess_x", Arc::new(Plain), SystemTime::now());
         rec.inbound(Bytes::from_static(b"append"), (vec![vec![0.25; 16000]], vec![vec![0xFF, 0xD8, 0xFF, 1]]));
-        rec.outbound(Bytes::from_static(b"raw: not an event"));
+        rec.outbound(Bytes::from_static(b"raw: not an event"), None);
         rec.finish(meta("sess_x"));
         finalized(&spawner).await;
         assert_eq!(spawner.total_lag(), 0, "every reservation given back");
@@ -372,7 +372,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let spawner = RecorderSpawner::new(root.path().to_path_buf(), ROOMY);
         let mut rec = Recording::new(spawner.clone(), Instant::now());
-        rec.outbound(Bytes::from_static(b"queued"));
+        rec.outbound(Bytes::from_static(b"queued"), None);
         assert!(spawner.total_lag() > 0);
         rec.finish(meta("never"));
         drop(rec);
@@ -405,8 +405,8 @@ mod tests {
         let spawner = RecorderSpawner::new(root.path().to_path_buf(), limits(1000, 1 << 20, 1 << 30));
         let mut rec = Recording::new(spawner.clone(), Instant::now());
         rec.start("sess_lag", Arc::new(Plain), SystemTime::now());
-        rec.outbound(Bytes::from(vec![b'x'; 600]));
-        rec.outbound(Bytes::from(vec![b'y'; 1200]));
+        rec.outbound(Bytes::from(vec![b'x'; 600]), None);
+        rec.outbound(Bytes::from(vec![b'y'; 1200]), None);
         assert_eq!(rec_dropped(&rec), 1, "a record over the bound is dropped at once, without waiting");
         rec.finish(meta("sess_lag"));
         finalized(&spawner).await;
@@ -423,7 +423,7 @@ mod tests {
         let spawner = RecorderSpawner::new(root.path().to_path_buf(), limits(1000, 2500, 1 << 30));
         let mut sessions: Vec<Recording> = (0..5).map(|_| Recording::new(spawner.clone(), Instant::now())).collect();
         for rec in &mut sessions {
-            rec.outbound(Bytes::from(vec![b'z'; 900]));
+            rec.outbound(Bytes::from(vec![b'z'; 900]), None);
         }
         assert_eq!(spawner.total_lag(), 1800, "two of five fit under the total bound");
         assert_eq!(sessions.iter().map(rec_dropped).sum::<u64>(), 3);
@@ -438,7 +438,7 @@ mod tests {
         let mut rec = Recording::new(spawner.clone(), Instant::now());
         rec.start("sess_cap", Arc::new(Plain), SystemTime::now());
         for _ in 0..10 {
-            rec.outbound(Bytes::from(vec![b'w'; 500]));
+            rec.outbound(Bytes::from(vec![b'w'; 500]), None);
         }
         rec.finish(meta("sess_cap"));
         finalized(&spawner).await;

@@ -327,10 +327,11 @@ impl Recording {
         self.push(Direction::In, text, media, size);
     }
 
-    /// A frame to the client, as sent.
-    pub fn outbound(&mut self, text: Bytes) {
-        let size = text.len();
-        self.push(Direction::Out, text, (Vec::new(), Vec::new()), size);
+    /// A frame to the client, as sent, with the model's voice it stands for when that went to
+    /// the edge as samples.
+    pub fn outbound(&mut self, text: Bytes, audio: Option<Vec<f32>>) {
+        let size = text.len() + audio.as_ref().map_or(0, |a| a.len() * 4);
+        self.push(Direction::Out, text, (audio.into_iter().collect(), Vec::new()), size);
     }
 
     /// Takes a share of every bound, or says which one is reached.
@@ -478,7 +479,9 @@ impl SessionSink for RecordingSink {
                 self.recording.start(session_id, redactor.clone(), self.upgraded_at)
             }
             SessionEvent::WireIn { frame, media } => self.recording.inbound(frame.clone(), media.clone()),
-            SessionEvent::WireOut { frame } => self.recording.outbound(frame.clone()),
+            SessionEvent::WireOut { frame, audio } => {
+                self.recording.outbound(frame.clone(), audio.map(<[f32]>::to_vec))
+            }
             SessionEvent::Closed { meta } => self.recording.finish(meta.clone()),
             _ => {}
         }

@@ -1,7 +1,12 @@
 //! What a SessionActor handles: its client, through the transport's edge ([`FromClient`]);
 //! its queue ([`QueueNotice`]); its worker's BackendActor ([`BackendEvent`]); the server
 //! stopping ([`Shutdown`]). And what it says to its edge ([`ToClient`]): the one seam a
-//! transport (a WebSocket, a WebRTC data channel, a test) implements.
+//! transport (a WebSocket, a WebRTC call, a phone line, a test) implements.
+//!
+//! The seam is typed: text messages are a dialect's own, but audio crosses it as samples
+//! ([`CallerAudio`] in, [`ModelAudio`] out) for an edge that carries audio itself (a WebRTC
+//! call's tracks, a raw PCM socket), so that no such edge writes or parses a dialect's JSON
+//! to move a voice.
 
 use std::time::Duration;
 
@@ -20,6 +25,9 @@ use crate::worker::messages::WorkerLink;
 pub enum FromClient {
     /// One whole text message (the edge put fragments together and applied the rate).
     Text(ByteString),
+    /// The caller's voice, from an edge that carries audio itself (its session's dialect
+    /// agreed to take it so: [`crate::edge::dialect::Dialect::carry_audio`]).
+    Audio(CallerAudio),
     /// The edge refused something of the client's without ending the connection (messages
     /// over the rate): the client is told with this error.
     Refused(ProtocolError),
@@ -35,9 +43,38 @@ pub enum FromClient {
 pub enum ToClient {
     /// One text message for the client.
     Text(ByteString),
+    /// The model's voice, for an edge that carries audio itself (the dialect sends it as
+    /// samples rather than in its events).
+    Audio(ModelAudio),
     /// The session is over: close the connection for this reason (its close code and
     /// description), after what was sent before.
     Close(CloseReason),
+}
+
+/// A piece of the caller's voice: mono samples in -1..1 at `rate` Hz.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallerAudio {
+    pub samples: Vec<f32>,
+    pub rate: u32,
+}
+
+impl CallerAudio {
+    /// What the piece weighs in memory, as the edge's incoming bound counts it.
+    pub fn bytes(&self) -> usize {
+        self.samples.len() * std::mem::size_of::<f32>()
+    }
+}
+
+/// The model's voice, response by response, for an edge that plays it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelAudio {
+    /// A piece of response `response`'s voice: mono samples in -1..1 at `rate` Hz.
+    Delta { response: String, samples: Vec<f32>, rate: u32 },
+    /// Response `response` has no more voice (complete, cut short, or had none).
+    Done { response: String },
+    /// Stop playing at once and drop what is queued: the user spoke over the answer, or the
+    /// client cancelled it.
+    Clear,
 }
 
 /// What the queue tells a session.

@@ -21,7 +21,7 @@ use actix::prelude::*;
 use bytestring::ByteString;
 
 use crate::domain::Mode;
-use crate::edge::dialect::{DecodeError, Dialect, RecordedMedia};
+use crate::edge::dialect::{DecodeError, Dialect, Emit, Outbox, RecordedMedia};
 use crate::observe::events::{Interest, SessionEvent, SessionSinks};
 use crate::observe::metrics::metrics;
 use crate::observe::recording::{RecordingSummary, SessionMeta, timestamp};
@@ -43,7 +43,7 @@ mod tests;
 use crate::transcribe::messages::{Transcribe, Transcribed};
 use flow::Flow;
 pub use flow::SessionCounters;
-use messages::{BackendEvent, FromClient, QueueNotice, Shutdown, ToClient};
+use messages::{BackendEvent, CallerAudio, FromClient, ModelAudio, QueueNotice, Shutdown, ToClient};
 use registry::{Admission, Registry};
 use setups::Setups;
 use state::{Phase, SessionState};
@@ -72,6 +72,9 @@ pub struct ClientInfo {
     pub user_agent: Option<String>,
     /// How it reaches the gateway (`websocket`, `webrtc`), for status and recordings.
     pub transport: &'static str,
+    /// Its edge carries audio itself, as samples ([`messages::CallerAudio`],
+    /// [`messages::ModelAudio`]), rather than in the dialect's events.
+    pub carries_audio: bool,
 }
 
 /// What a session is connected to.
@@ -114,7 +117,8 @@ pub struct SessionActor {
     end: Option<CloseReason>,
     /// When `end` was decided.
     ended_at: Option<Instant>,
-    frames: Vec<String>,
+    /// What the dialect hands the client, reused from one message to the next.
+    outbox: Outbox,
 }
 
 impl SessionActor {
@@ -138,7 +142,7 @@ impl SessionActor {
             draining: false,
             end: None,
             ended_at: None,
-            frames: Vec::new(),
+            outbox: Outbox::default(),
         }
     }
 
@@ -168,22 +172,42 @@ impl SessionActor {
         [self.settings.mode.as_str()]
     }
 
-    /// Encodes an event, sends its frames, and records them as sent.
+    /// Encodes an event, sends what the dialect made of it, and records it as sent.
     fn emit(&mut self, event: Outbound<'_>) {
-        let mut frames = std::mem::take(&mut self.frames);
-        self.dialect.encode(event, &mut frames);
-        for frame in frames.drain(..) {
-            self.send_frame(ByteString::from(frame));
+        let mut out = std::mem::take(&mut self.outbox);
+        self.dialect.encode(event, &mut out);
+        self.send_all(&mut out);
+        self.outbox = out;
+    }
+
+    /// Sends everything in `out`, in order; `out` is empty afterwards.
+    fn send_all(&mut self, out: &mut Outbox) {
+        for item in out.drain() {
+            match item {
+                Emit::Text(frame) => self.send_frame(ByteString::from(frame)),
+                Emit::Audio(audio) => self.send_audio(audio),
+            }
         }
-        self.frames = frames;
     }
 
     fn send_frame(&mut self, frame: ByteString) {
         if self.links.sinks.wants(Interest::WIRE) {
             let bytes = frame.as_bytes().clone();
-            self.links.sinks.publish(SessionEvent::WireOut { frame: &bytes });
+            self.links.sinks.publish(SessionEvent::WireOut { frame: &bytes, audio: None });
         }
         self.links.edge.do_send(ToClient::Text(frame));
+    }
+
+    /// The model's voice to an edge that carries audio; recorded as a `model.audio` event.
+    fn send_audio(&mut self, audio: ModelAudio) {
+        if self.links.sinks.wants(Interest::WIRE)
+            && let ModelAudio::Delta { response, samples, rate } = &audio
+        {
+            let frame = serde_json::json!({"type": "model.audio", "response_id": response, "rate": rate, "audio": ""});
+            let bytes = bytes::Bytes::from(frame.to_string());
+            self.links.sinks.publish(SessionEvent::WireOut { frame: &bytes, audio: Some(samples) });
+        }
+        self.links.edge.do_send(ToClient::Audio(audio));
     }
 
     fn send_error(&mut self, ctx: &mut Context<Self>, e: &ProtocolError) {
@@ -217,9 +241,58 @@ impl SessionActor {
         ctx.stop();
     }
 
+    /// The caller's voice, from an edge that carries audio.
+    fn handle_audio(&mut self, audio: CallerAudio, ctx: &mut Context<Self>) {
+        let mut replies = std::mem::take(&mut self.outbox);
+        let rate = audio.rate;
+        let decoded = match catch_unwind(AssertUnwindSafe(|| self.dialect.hear(audio, &mut replies))) {
+            Ok(decoded) => decoded,
+            Err(_) => {
+                log::error!("session {}: the {} dialect panicked on audio; closing", self.who(), self.dialect.name());
+                return self.finish(ctx, CloseReason::ProtocolViolation(Violation::InternalError));
+            }
+        };
+        if self.links.sinks.wants(Interest::WIRE) {
+            let media = match (&decoded, self.dialect.take_recorded_media()) {
+                (_, Some(media)) => media,
+                (Ok(commands), None) => recorded_media(commands),
+                (Err(_), None) => (Vec::new(), Vec::new()),
+            };
+            let frame = serde_json::json!({"type": "caller.audio", "rate": rate, "audio": ""});
+            let frame = bytes::Bytes::from(frame.to_string());
+            self.links.sinks.publish(SessionEvent::WireIn { frame: &frame, media: &media });
+        }
+        self.carry_out(decoded, &mut replies, ctx);
+        self.outbox = replies;
+    }
+
+    /// Sends what a decode answered, then carries out its commands (or tells its error).
+    fn carry_out(&mut self, decoded: Result<Vec<Inbound>, DecodeError>, replies: &mut Outbox, ctx: &mut Context<Self>) {
+        match decoded {
+            Err(DecodeError::Unparseable(why)) => {
+                log::info!("session {}: unparseable frame ({why}); closing with 1003", self.who());
+                self.finish(ctx, CloseReason::ProtocolViolation(Violation::InvalidJson));
+            }
+            Err(DecodeError::Protocol(e)) => {
+                replies.clear();
+                self.send_error(ctx, &e)
+            }
+            Ok(commands) => {
+                self.send_all(replies);
+                for cmd in commands {
+                    if self.end.is_some() {
+                        break;
+                    }
+                    self.command(cmd, ctx);
+                }
+            }
+        }
+        self.dialect_commands(ctx);
+    }
+
     /// A whole message from the client.
     fn handle_text(&mut self, text: ByteString, ctx: &mut Context<Self>) {
-        let mut replies = Vec::new();
+        let mut replies = std::mem::take(&mut self.outbox);
         // A decoder bug must cost this session only, not the arbiter thread it shares.
         let decoded = match catch_unwind(AssertUnwindSafe(|| self.dialect.decode(&text, &mut replies))) {
             Ok(decoded) => decoded,
@@ -242,25 +315,8 @@ impl SessionActor {
             };
             self.links.sinks.publish(SessionEvent::WireIn { frame: &frame, media: &media });
         }
-        match decoded {
-            Err(DecodeError::Unparseable(why)) => {
-                log::info!("session {}: unparseable frame ({why}); closing with 1003", self.who());
-                self.finish(ctx, CloseReason::ProtocolViolation(Violation::InvalidJson));
-            }
-            Err(DecodeError::Protocol(e)) => self.send_error(ctx, &e),
-            Ok(commands) => {
-                for frame in replies {
-                    self.send_frame(ByteString::from(frame));
-                }
-                for cmd in commands {
-                    if self.end.is_some() {
-                        break;
-                    }
-                    self.command(cmd, ctx);
-                }
-            }
-        }
-        self.dialect_commands(ctx);
+        self.carry_out(decoded, &mut replies, ctx);
+        self.outbox = replies;
     }
 
     /// A user item's audio to the gateway's recogniser; without one, the client hears why.
@@ -457,16 +513,23 @@ impl Actor for SessionActor {
         if let Some(e) = self.settings.reject.clone() {
             return self.send_error(ctx, &e);
         }
+        if self.links.client.carries_audio && !self.dialect.carry_audio() {
+            log::warn!(
+                "session c{}: its {} edge carries audio, which the {} dialect cannot take as samples",
+                self.conn,
+                self.links.client.transport,
+                self.dialect.name()
+            );
+        }
         if let Some(every) = self.dialect.tick_interval() {
             ctx.run_interval(every, |act, ctx| {
                 if act.end.is_some() {
                     return;
                 }
-                let mut frames = Vec::new();
-                act.dialect.tick(Instant::now(), &mut frames);
-                for frame in frames {
-                    act.send_frame(ByteString::from(frame));
-                }
+                let mut out = std::mem::take(&mut act.outbox);
+                act.dialect.tick(Instant::now(), &mut out);
+                act.send_all(&mut out);
+                act.outbox = out;
                 act.dialect_commands(ctx);
             });
         }
@@ -521,6 +584,7 @@ impl Handler<FromClient> for SessionActor {
         }
         match msg {
             FromClient::Text(text) => self.handle_text(text, ctx),
+            FromClient::Audio(audio) => self.handle_audio(audio, ctx),
             FromClient::Refused(e) => self.send_error(ctx, &e),
             FromClient::Ended(reason) => {
                 // The edge has closed (or lost) the connection: nothing more reaches the client.

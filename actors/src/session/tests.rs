@@ -8,12 +8,12 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use super::messages::{BackendEvent, FromClient, QueueNotice, Shutdown, ToClient};
+use super::messages::{BackendEvent, CallerAudio, FromClient, ModelAudio, QueueNotice, Shutdown, ToClient};
 use super::registry::Registry;
 use super::{ClientInfo, SessionActor, SessionLinks, SessionSettings};
 use crate::domain::{DuplexChunk, Mode, SessionKind, SessionSetup, StepKind, StepOutcome};
 use crate::edge::backend::BackendError;
-use crate::edge::dialect::{DecodeError, Dialect};
+use crate::edge::dialect::{DecodeError, Dialect, Outbox};
 use crate::observe::events::{Interest, SessionEvent, SessionInfo, SessionSink, Subscriber, Subscribers};
 use crate::observe::recording::{Direction, MediaSink, Recorded, Redact};
 use crate::protocol::{CloseReason, Inbound, Outbound, ProtocolError, QueueInfo, Violation};
@@ -36,7 +36,7 @@ impl Dialect for Words {
         "words"
     }
 
-    fn decode(&mut self, text: &bytestring::ByteString, _: &mut Vec<String>) -> Result<Vec<Inbound>, DecodeError> {
+    fn decode(&mut self, text: &bytestring::ByteString, _: &mut Outbox) -> Result<Vec<Inbound>, DecodeError> {
         let chunk =
             |force_listen| Inbound::Chunk(DuplexChunk { audio: vec![0.0; 16], force_listen, ..Default::default() });
         match &**text {
@@ -49,7 +49,22 @@ impl Dialect for Words {
         }
     }
 
-    fn encode(&mut self, event: Outbound<'_>, out: &mut Vec<String>) {
+    fn carry_audio(&mut self) -> bool {
+        true
+    }
+
+    /// The caller's voice as one chunk of its samples, at whatever rate.
+    fn hear(&mut self, audio: CallerAudio, _: &mut Outbox) -> Result<Vec<Inbound>, DecodeError> {
+        Ok(vec![Inbound::Chunk(DuplexChunk { audio: audio.samples, ..Default::default() })])
+    }
+
+    fn encode(&mut self, event: Outbound<'_>, out: &mut Outbox) {
+        if let Outbound::Step { outcome, response_id: Some(response), .. } = &event
+            && !outcome.audio.is_empty()
+        {
+            let (response, samples) = (response.to_string(), outcome.audio.clone());
+            out.audio(ModelAudio::Delta { response, samples, rate: 24000 });
+        }
         out.push(match event {
             Outbound::Queued(i) => format!("queued {}", i.position),
             Outbound::QueueUpdate(i) => format!("update {}", i.position),
@@ -87,6 +102,8 @@ enum Seen {
     Text(String),
     /// The edge was told to close.
     Close(CloseReason),
+    /// The edge was handed the model's voice.
+    Audio(ModelAudio),
     Join {
         front: bool,
     },
@@ -141,6 +158,7 @@ stand! {
     ToClient => |s, m| {
         let _ = s.seen.send(match m {
             ToClient::Text(t) => Seen::Text(t.to_string()),
+            ToClient::Audio(a) => Seen::Audio(a),
             ToClient::Close(r) => Seen::Close(r),
         });
     };
@@ -236,6 +254,8 @@ struct Options {
     time_limit: Option<Duration>,
     refuse_attach: bool,
     lose_prepare: bool,
+    /// The edge carries audio as samples.
+    carries_audio: bool,
 }
 
 fn settings(o: &Options) -> SessionSettings {
@@ -278,7 +298,7 @@ fn start(o: Options) -> Test {
         registry: Registry::new(),
         admission: None,
         sinks: subscribers.session(&info),
-        client: ClientInfo::default(),
+        client: ClientInfo { carries_audio: o.carries_audio, ..ClientInfo::default() },
         transcription: None,
     };
     let session = SessionActor::new(settings(&o), Box::new(Words), links).start();
@@ -383,6 +403,22 @@ async fn input_before_the_worker_is_refused_as_not_ready() {
     assert_eq!(t.text().await, "error not_ready");
     t.client("chunk");
     assert_eq!(t.text().await, "error not_ready");
+}
+
+#[actix::test]
+async fn an_edge_that_carries_audio_hands_its_session_samples_and_is_handed_the_models() {
+    let mut t = start(Options { carries_audio: true, ..Default::default() });
+    let events = t.active().await;
+    t.session.do_send(FromClient::Audio(CallerAudio { samples: vec![0.5; 320], rate: 16000 }));
+    t.expect("Chunk { seq: 1, force_listen: false }").await;
+    // The worker speaks: its voice reaches the edge as samples, in order with the step's text.
+    let outcome = StepOutcome { kind: StepKind::Speak, audio: vec![0.25; 480], ..StepOutcome::listen(5) };
+    events.do_send(BackendEvent::Step { seq: 1, result: Ok(outcome), elapsed: Duration::ZERO });
+    match t.next().await {
+        Seen::Audio(ModelAudio::Delta { samples, rate: 24000, .. }) => assert_eq!(samples, vec![0.25; 480]),
+        other => panic!("expected the voice, got {other:?}"),
+    }
+    assert_eq!(t.text().await, "step input_1 Speak");
 }
 
 #[actix::test]

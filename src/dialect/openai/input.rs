@@ -7,7 +7,9 @@ use std::time::Instant;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use omni_actors::domain::{ChatMessage, Generation, Role, TurnInput};
+use omni_actors::edge::dialect::Outbox;
 use omni_actors::protocol::{Inbound, ProtocolError};
+use omni_actors::session::messages::ModelAudio;
 use serde_json::{Value, json};
 
 use omni_actors::observe::metrics::metrics;
@@ -43,10 +45,16 @@ fn field_str<'a>(v: &'a Value, key: &str) -> Result<&'a str, ProtocolError> {
 }
 
 impl Realtime {
-    pub(super) fn update(&mut self, v: &Value, out: &mut Vec<String>) -> Result<(), ProtocolError> {
+    pub(super) fn update(&mut self, v: &Value, out: &mut Outbox) -> Result<(), ProtocolError> {
         let session = v.get("session").ok_or_else(|| ProtocolError::MissingField("session is required".into()))?;
-        self.conf.apply(session)?;
-        self.follow_input_rate()?;
+        if self.carries_audio {
+            // The edge carries the audio in formats of its own (a call's Opus): the session's
+            // formats are not the client's to set.
+            self.conf.apply(&without_formats(session))?;
+        } else {
+            self.conf.apply(session)?;
+            self.follow_input_rate()?;
+        }
         if self.phase != Phase::Active {
             self.update_pending = true;
         } else if !self.reconfigure_if_changed(true) {
@@ -60,9 +68,14 @@ impl Realtime {
 
     /// The resampler follows the input format.
     pub(super) fn follow_input_rate(&mut self) -> Result<(), ProtocolError> {
-        if self.conf.input_rate != self.resampler_rate {
-            self.resampler = StreamResampler::new(self.conf.input_rate, 16000).map_err(|e| invalid("session", e))?;
-            self.resampler_rate = self.conf.input_rate;
+        self.follow_rate(self.conf.input_rate, "session")
+    }
+
+    /// The resampler takes audio at `rate` from now on.
+    fn follow_rate(&mut self, rate: u32, param: &str) -> Result<(), ProtocolError> {
+        if rate != self.resampler_rate {
+            self.resampler = StreamResampler::new(rate, 16000).map_err(|e| invalid(param, e))?;
+            self.resampler_rate = rate;
         }
         Ok(())
     }
@@ -99,7 +112,13 @@ impl Realtime {
         self.reconfigures.push_back((false, self.conf.clone()));
     }
 
-    pub(super) fn append(&mut self, v: &Value, now: Instant, out: &mut Vec<String>) -> Result<(), ProtocolError> {
+    pub(super) fn append(&mut self, v: &Value, now: Instant, out: &mut Outbox) -> Result<(), ProtocolError> {
+        if self.carries_audio {
+            return Err(invalid(
+                "input_audio_buffer.append",
+                "this session's audio travels on its call's own track, not in events",
+            ));
+        }
         let b64 = field_str(v, "audio")?;
         if self.conf.vad.is_none() {
             // About 16000 / rate samples of 4 bytes per 2 bytes of pcm16 sent.
@@ -107,8 +126,30 @@ impl Realtime {
             self.admit("input_audio_buffer.append", "audio_buffer", estimate)?;
         }
         let pcm = decode_pcm16(b64, "audio")?;
-        let mut samples = Vec::with_capacity(pcm.len() * 16000 / self.conf.input_rate as usize + 1);
-        self.resampler.push(&pcm, &mut samples);
+        self.take_audio(&pcm, now, out)
+    }
+
+    /// The caller's voice as samples at `rate`, from an edge that carries audio.
+    pub(super) fn hear_samples(
+        &mut self,
+        pcm: &[f32],
+        rate: u32,
+        now: Instant,
+        out: &mut Outbox,
+    ) -> Result<(), ProtocolError> {
+        omni_actors::audio::check_rate(rate as u64).map_err(|e| invalid("audio", e))?;
+        if self.conf.vad.is_none() {
+            self.admit("audio", "audio_buffer", pcm.len() * 16000 / rate as usize * 4)?;
+        }
+        self.follow_rate(rate, "audio")?;
+        self.take_audio(pcm, now, out)
+    }
+
+    /// The caller's voice at the resampler's rate, however it came: gathered into steps
+    /// (server VAD) or buffered until a commit.
+    fn take_audio(&mut self, pcm: &[f32], now: Instant, out: &mut Outbox) -> Result<(), ProtocolError> {
+        let mut samples = Vec::with_capacity(pcm.len() * 16000 / self.resampler_rate as usize + 1);
+        self.resampler.push(pcm, &mut samples);
         self.heard_audio = true;
         self.last_append = Some(now);
         self.recorded = Some((vec![samples.clone()], Vec::new()));
@@ -132,7 +173,7 @@ impl Realtime {
     }
 
     /// The voice activity detector on the 16 kHz input: the edges of the user's speech.
-    pub(super) fn detect_speech(&mut self, samples: &[f32], out: &mut Vec<String>) {
+    pub(super) fn detect_speech(&mut self, samples: &[f32], out: &mut Outbox) {
         let Some(rules) = self.conf.edge_rules() else { return };
         let keep = self.gateway_transcribes();
         for edge in self.speech.hear(samples, &rules, keep) {
@@ -156,7 +197,7 @@ impl Realtime {
     }
 
     /// Speech starts: a new user turn; over the model's answer, a barge-in.
-    fn speech_started(&mut self, start_ms: u64, out: &mut Vec<String>) {
+    fn speech_started(&mut self, start_ms: u64, out: &mut Outbox) {
         if self.user.is_some() {
             return;
         }
@@ -164,6 +205,10 @@ impl Realtime {
             // Barge-in: the answer in flight is cancelled, the backend listens.
             self.finish_response(out, "cancelled", Some("turn_detected"));
             self.commands.push(Inbound::Interrupt);
+        }
+        if self.carries_audio {
+            // Whatever of the model's voice the edge still plays stops now.
+            out.audio(ModelAudio::Clear);
         }
         let item_id = self.new_item();
         self.user = Some(UserTurn { item_id: item_id.clone(), start_ms, announced: true });
@@ -173,7 +218,7 @@ impl Realtime {
     }
 
     /// Speech stops: the user's turn is committed as an item, whether or not the model answers.
-    fn speech_stopped(&mut self, end_ms: u64, out: &mut Vec<String>) {
+    fn speech_stopped(&mut self, end_ms: u64, out: &mut Outbox) {
         let Some(user) = self.user.take() else { return };
         let start_ms = user.start_ms;
         let item_id = user.item_id;
@@ -195,7 +240,7 @@ impl Realtime {
         }
     }
 
-    pub(super) fn commit(&mut self, now: Instant, out: &mut Vec<String>) -> Result<(), ProtocolError> {
+    pub(super) fn commit(&mut self, now: Instant, out: &mut Outbox) -> Result<(), ProtocolError> {
         if self.conf.vad.is_some() {
             // With server VAD the model decides; a commit only flushes what is gathered.
             if !self.step.is_empty() {
@@ -222,7 +267,7 @@ impl Realtime {
         Ok(())
     }
 
-    pub(super) fn create_item(&mut self, v: &Value, out: &mut Vec<String>) -> Result<(), ProtocolError> {
+    pub(super) fn create_item(&mut self, v: &Value, out: &mut Outbox) -> Result<(), ProtocolError> {
         let item = v.get("item").ok_or_else(|| ProtocolError::MissingField("item is required".into()))?;
         if item.get("type").and_then(Value::as_str).unwrap_or("message") != "message" {
             return Err(invalid("item.type", "only message items are supported"));
@@ -297,12 +342,7 @@ impl Realtime {
             .sum()
     }
 
-    pub(super) fn create_response(
-        &mut self,
-        v: &Value,
-        now: Instant,
-        out: &mut Vec<String>,
-    ) -> Result<(), ProtocolError> {
+    pub(super) fn create_response(&mut self, v: &Value, now: Instant, out: &mut Outbox) -> Result<(), ProtocolError> {
         if self.response.is_some() {
             return Err(ProtocolError::NotReady(
                 "a response is already in progress (conversation_already_has_active_response)".into(),
@@ -359,7 +399,7 @@ impl Realtime {
         Ok(())
     }
 
-    pub(super) fn cancel(&mut self, out: &mut Vec<String>) -> Result<(), ProtocolError> {
+    pub(super) fn cancel(&mut self, out: &mut Outbox) -> Result<(), ProtocolError> {
         if self.response.is_none() {
             return Err(ProtocolError::NotReady(
                 "there is no response in progress to cancel (response_cancel_not_active)".into(),
@@ -373,6 +413,9 @@ impl Realtime {
         }
         self.finish_response(out, "cancelled", Some("client_cancelled"));
         self.commands.push(Inbound::Interrupt);
+        if self.carries_audio {
+            out.audio(ModelAudio::Clear);
+        }
         Ok(())
     }
 
@@ -387,6 +430,24 @@ impl Realtime {
         self.frames.push(image);
         Ok(())
     }
+}
+
+/// A `session` object without its audio formats (`input_audio_format`,
+/// `output_audio_format`, `audio.input.format`, `audio.output.format`).
+fn without_formats(session: &Value) -> Value {
+    let mut session = session.clone();
+    if let Some(s) = session.as_object_mut() {
+        s.remove("input_audio_format");
+        s.remove("output_audio_format");
+        if let Some(audio) = s.get_mut("audio").and_then(Value::as_object_mut) {
+            for side in ["input", "output"] {
+                if let Some(side) = audio.get_mut(side).and_then(Value::as_object_mut) {
+                    side.remove("format");
+                }
+            }
+        }
+    }
+    session
 }
 
 /// The item as echoed in `conversation.item.created` / `.added`: the client's own fields,

@@ -20,10 +20,11 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use omni_actors::domain::{BackendInfo, ChatMessage, Mode, SessionSetup};
-use omni_actors::edge::dialect::{DecodeError, Dialect, RecordedMedia};
+use omni_actors::edge::dialect::{DecodeError, Dialect, Outbox, RecordedMedia};
 use omni_actors::edge::vad::SharedDetectors;
 use omni_actors::observe::recording::Redact;
 use omni_actors::protocol::{CloseReason, Inbound, Outbound, ProtocolError, QueueInfo};
+use omni_actors::session::messages::CallerAudio;
 use serde_json::{Map, Value, json};
 
 use omni_actors::observe::metrics::metrics;
@@ -244,6 +245,9 @@ pub struct Realtime {
     reported: Vec<String>,
     /// Manual mode: the newest user item with audio not yet answered.
     audio_item: Option<String>,
+    /// The session's edge carries audio itself: the caller's voice comes as samples, the
+    /// model's goes as samples, and the audio formats are the edge's.
+    carries_audio: bool,
 }
 
 impl Realtime {
@@ -292,6 +296,7 @@ impl Realtime {
             heard: None,
             reported: Vec::new(),
             audio_item: None,
+            carries_audio: false,
         }
     }
 
@@ -318,7 +323,7 @@ impl Realtime {
     }
 
     /// Sends now, or holds until the session is created.
-    fn reply(&mut self, out: &mut Vec<String>, kind: &str, fields: Value) {
+    fn reply(&mut self, out: &mut Outbox, kind: &str, fields: Value) {
         let frame = self.event(kind, fields);
         if self.phase == Phase::Active {
             out.push(frame);
@@ -416,7 +421,7 @@ impl Realtime {
 
     /// Tells the client, once per setting, which of its settings the model does not apply
     /// (they are passed on, and the model ignores them).
-    pub(super) fn report_unsupported(&mut self, out: &mut Vec<String>) {
+    pub(super) fn report_unsupported(&mut self, out: &mut Outbox) {
         let Some(backend) = &self.backend else { return };
         let name = backend.name.clone();
         let fresh: Vec<String> =
@@ -493,11 +498,7 @@ impl Dialect for Realtime {
         JsonRedactor::shared(AudioEncoding::Pcm16)
     }
 
-    fn decode(
-        &mut self,
-        text: &bytestring::ByteString,
-        replies: &mut Vec<String>,
-    ) -> Result<Vec<Inbound>, DecodeError> {
+    fn decode(&mut self, text: &bytestring::ByteString, replies: &mut Outbox) -> Result<Vec<Inbound>, DecodeError> {
         let kind = wire::event_type(text)?.into_owned();
         let v: Value = serde_json::from_str(text).map_err(|e| DecodeError::Unparseable(e.to_string()))?;
         self.client_event_id = v.get("event_id").and_then(Value::as_str).map(String::from);
@@ -526,7 +527,21 @@ impl Dialect for Realtime {
         Ok(std::mem::take(&mut self.commands))
     }
 
-    fn encode(&mut self, event: Outbound<'_>, out: &mut Vec<String>) {
+    fn carry_audio(&mut self) -> bool {
+        self.carries_audio = true;
+        true
+    }
+
+    fn hear(&mut self, audio: CallerAudio, replies: &mut Outbox) -> Result<Vec<Inbound>, DecodeError> {
+        self.recorded = None;
+        if self.phase != Phase::Active {
+            self.admit("audio", "replies", 1)?;
+        }
+        self.hear_samples(&audio.samples, audio.rate, Instant::now(), replies)?;
+        Ok(std::mem::take(&mut self.commands))
+    }
+
+    fn encode(&mut self, event: Outbound<'_>, out: &mut Outbox) {
         match event {
             Outbound::Queued(q) | Outbound::QueueUpdate(q) => {
                 let kind = if matches!(event, Outbound::Queued(_)) { "session.queued" } else { "session.queue_update" };
@@ -655,7 +670,7 @@ impl Dialect for Realtime {
         Some(Duration::from_millis(100))
     }
 
-    fn tick(&mut self, now: Instant, _out: &mut Vec<String>) {
+    fn tick(&mut self, now: Instant, _out: &mut Outbox) {
         if self.phase != Phase::Active || self.conf.vad.is_none() || !self.client_idle(now) {
             return;
         }

@@ -4,7 +4,9 @@
 use std::time::Instant;
 
 use omni_actors::domain::StepKind;
+use omni_actors::edge::dialect::Outbox;
 use omni_actors::protocol::{ErrorKind, ProtocolError};
+use omni_actors::session::messages::ModelAudio;
 use serde_json::{Value, json};
 
 use super::input::encode_pcm16;
@@ -88,7 +90,7 @@ impl Realtime {
 
     /// What became of the transcription of a user item's audio: `completed` with the text,
     /// or `failed` saying why (the model does not transcribe, or reported nothing).
-    pub(super) fn transcribed(&mut self, out: &mut Vec<String>, item_id: &str, text: Option<&str>) {
+    pub(super) fn transcribed(&mut self, out: &mut Outbox, item_id: &str, text: Option<&str>) {
         if self.conf.transcription.is_none() {
             return;
         }
@@ -118,7 +120,7 @@ impl Realtime {
     }
 
     /// The user's turn ends as the model answers: its events, with what the model heard.
-    fn close_user_turn(&mut self, out: &mut Vec<String>, mut user: UserTurn, end_ms: u64) {
+    fn close_user_turn(&mut self, out: &mut Outbox, mut user: UserTurn, end_ms: u64) {
         let item_id = user.item_id.clone();
         if !user.announced {
             user.announced = true;
@@ -145,7 +147,7 @@ impl Realtime {
 
     /// The gateway's own transcript of a user item (its backend does not transcribe): a delta
     /// (OpenAI's flavors) and `completed`, or `failed` with the reason.
-    pub(super) fn gateway_transcribed(&mut self, out: &mut Vec<String>, item_id: &str, result: Result<&str, &str>) {
+    pub(super) fn gateway_transcribed(&mut self, out: &mut Outbox, item_id: &str, result: Result<&str, &str>) {
         if self.conf.transcription.is_none() {
             return;
         }
@@ -171,7 +173,7 @@ impl Realtime {
     }
 
     /// Opens a response: for the duplex model, first closes the user's turn.
-    pub(super) fn start_response(&mut self, out: &mut Vec<String>, duplex: bool, audio: bool) {
+    pub(super) fn start_response(&mut self, out: &mut Outbox, duplex: bool, audio: bool) {
         if duplex {
             // The model takes the floor: whatever the user says from now on is a new turn.
             let in_speech = self.speech.in_speech();
@@ -221,7 +223,7 @@ impl Realtime {
     }
 
     /// Output item, conversation item and content part, before the first delta.
-    pub(super) fn open_response(&mut self, out: &mut Vec<String>) {
+    pub(super) fn open_response(&mut self, out: &mut Outbox) {
         let Some(r) = self.response.as_mut() else { return };
         if r.opened {
             return;
@@ -241,7 +243,7 @@ impl Realtime {
         );
     }
 
-    pub(super) fn delta(&mut self, out: &mut Vec<String>, text: &str, audio: &[f32]) {
+    pub(super) fn delta(&mut self, out: &mut Outbox, text: &str, audio: &[f32]) {
         self.open_response(out);
         let Some(r) = self.response.as_mut() else { return };
         r.text.push_str(text);
@@ -257,12 +259,17 @@ impl Realtime {
             self.reply(out, kind, with(at.clone(), "delta", json!(text)));
         }
         if with_audio && !audio.is_empty() {
-            self.reply(out, self.flavor.audio_delta(), with(at, "delta", json!(encode_pcm16(audio))));
+            if self.carries_audio {
+                let samples = audio.to_vec();
+                out.audio(ModelAudio::Delta { response: id, samples, rate: OUTPUT_RATE });
+            } else {
+                self.reply(out, self.flavor.audio_delta(), with(at, "delta", json!(encode_pcm16(audio))));
+            }
         }
     }
 
     /// Closes the response in progress with its done events.
-    pub(super) fn finish_response(&mut self, out: &mut Vec<String>, status: &str, reason: Option<&str>) {
+    pub(super) fn finish_response(&mut self, out: &mut Outbox, status: &str, reason: Option<&str>) {
         let Some(r) = self.response.take() else { return };
         let item_status = if status == "completed" { "completed" } else { "incomplete" };
         let mut output = Vec::new();
@@ -273,6 +280,9 @@ impl Realtime {
                 v
             };
             if r.audio {
+                if self.carries_audio {
+                    out.audio(ModelAudio::Done { response: r.id.clone() });
+                }
                 self.reply(out, self.flavor.audio_done(), at.clone());
                 self.reply(out, self.flavor.transcript_done(), with(at.clone(), "transcript", json!(r.text)));
             } else {
@@ -286,12 +296,14 @@ impl Realtime {
                 self.reply(out, "conversation.item.done", json!({"item": item}));
             }
             output.push(self.assistant_item(&r, item_status, true));
+        } else if self.carries_audio {
+            out.audio(ModelAudio::Done { response: r.id.clone() });
         }
         let body = json!({"response": self.response_object(&r, status, reason, output)});
         self.reply(out, "response.done", body);
     }
 
-    pub(super) fn on_step(&mut self, outcome: &omni_actors::domain::StepOutcome, out: &mut Vec<String>) {
+    pub(super) fn on_step(&mut self, outcome: &omni_actors::domain::StepOutcome, out: &mut Outbox) {
         let heard = std::mem::take(&mut self.sent_since_step);
         match outcome.kind {
             StepKind::Listen => {

@@ -1,7 +1,7 @@
 //! The OpenAI-shaped dialects as codecs, without a server.
 
 use omni_actors::domain::{BackendInfo, SessionKind, StepKind, StepOutcome};
-use omni_actors::edge::dialect::{DecodeError, Dialect};
+use omni_actors::edge::dialect::{DecodeError, Dialect, Outbox};
 use omni_actors::protocol::{Inbound, Outbound, ProtocolError};
 use serde_json::{Value, json};
 
@@ -14,8 +14,11 @@ fn pcm16_b64(samples: &[f32]) -> String {
     encode_pcm16(samples)
 }
 
-fn types(frames: &[String]) -> Vec<String> {
-    frames.iter().map(|f| serde_json::from_str::<Value>(f).unwrap()["type"].as_str().unwrap().to_string()).collect()
+fn types(out: &Outbox) -> Vec<String> {
+    out.texts()
+        .iter()
+        .map(|f| serde_json::from_str::<Value>(f).unwrap()["type"].as_str().unwrap().to_string())
+        .collect()
 }
 
 #[test]
@@ -64,13 +67,13 @@ fn capable() -> BackendInfo {
     }
 }
 
-fn active(flavor: Flavor) -> (Realtime, Vec<String>) {
+fn active(flavor: Flavor) -> (Realtime, Outbox) {
     active_with(flavor, &capable())
 }
 
-fn active_with(flavor: Flavor, backend: &BackendInfo) -> (Realtime, Vec<String>) {
+fn active_with(flavor: Flavor, backend: &BackendInfo) -> (Realtime, Outbox) {
     let mut d = Realtime::new(flavor, "m", Limits::default(), &crate::vad::energy());
-    let mut out = Vec::new();
+    let mut out = Outbox::default();
     d.encode(Outbound::QueueDone, &mut out);
     assert!(matches!(d.take_commands()[..], [Inbound::Init(_)]));
     let kind = SessionKind::Duplex;
@@ -79,11 +82,11 @@ fn active_with(flavor: Flavor, backend: &BackendInfo) -> (Realtime, Vec<String>)
 }
 
 /// The backend took the settings of the oldest reconfigure.
-fn reconfigured(d: &mut Realtime, out: &mut Vec<String>) {
+fn reconfigured(d: &mut Realtime, out: &mut Outbox) {
     d.encode(Outbound::Reconfigured { prompt_length: 0, backend: &capable() }, out);
 }
 
-fn update(d: &mut Realtime, session: Value, out: &mut Vec<String>) -> Vec<Inbound> {
+fn update(d: &mut Realtime, session: Value, out: &mut Outbox) -> Vec<Inbound> {
     let frame = json!({"type": "session.update", "session": session}).to_string();
     d.decode(&frame.into(), out).unwrap()
 }
@@ -91,7 +94,7 @@ fn update(d: &mut Realtime, session: Value, out: &mut Vec<String>) -> Vec<Inboun
 #[test]
 fn a_reconfigure_the_backend_refuses_is_one_error_and_the_previous_configuration_stays() {
     let (mut d, _) = active(Flavor::Qwen);
-    let mut out = Vec::new();
+    let mut out = Outbox::default();
     let cmds = update(&mut d, json!({"instructions": "Be brief.", "top_k": 5}), &mut out);
     assert!(matches!(&cmds[..], [Inbound::Reconfigure(s)] if s.system_prompt == "Be brief."));
     reconfigured(&mut d, &mut out);
@@ -103,14 +106,14 @@ fn a_reconfigure_the_backend_refuses_is_one_error_and_the_previous_configuration
     let refusal = ProtocolError::InvalidPayload("setting top_k has an invalid value '7'".into());
     d.encode(Outbound::ReconfigureFailed(&refusal), &mut out);
     assert_eq!(types(&out), ["error"], "one error, no session.updated");
-    assert!(frame(&out[0])["error"]["message"].as_str().unwrap().contains("top_k"));
+    assert!(frame(out.texts()[0])["error"]["message"].as_str().unwrap().contains("top_k"));
     out.clear();
     // The session restores the previous settings; the dialect shows them, and asks for no more.
     reconfigured(&mut d, &mut out);
     assert!(out.is_empty(), "{out:?}");
     let cmds = update(&mut d, json!({}), &mut out);
     assert!(cmds.is_empty(), "nothing changed: {cmds:?}");
-    let shown = frame(&out[0]);
+    let shown = frame(out.texts()[0]);
     assert_eq!(
         (shown["session"]["instructions"].clone(), shown["session"]["top_k"].clone()),
         (json!("Be brief."), json!(5))
@@ -124,7 +127,7 @@ fn frame(f: &str) -> Value {
 #[test]
 fn nothing_but_queue_events_before_created_then_updates_in_order() {
     let mut d = Realtime::new(Flavor::Beta, "m", Limits::default(), &crate::vad::energy());
-    let mut out = Vec::new();
+    let mut out = Outbox::default();
     let cmds = d
         .decode(
             &bytestring::ByteString::from(String::from(
@@ -149,7 +152,7 @@ fn nothing_but_queue_events_before_created_then_updates_in_order() {
         &mut out,
     );
     assert_eq!(types(&out), ["session.created", "session.updated"]);
-    let created: Value = serde_json::from_str(&out[0]).unwrap();
+    let created: Value = serde_json::from_str(out.texts()[0]).unwrap();
     assert_eq!(created["session"]["id"], "sess_9");
     assert!(d.take_commands().is_empty(), "prepared as configured: no reconfigure");
 }
@@ -157,7 +160,7 @@ fn nothing_but_queue_events_before_created_then_updates_in_order() {
 #[test]
 fn appended_audio_of_any_size_is_gathered_into_steps() {
     let (mut d, _) = active(Flavor::Beta);
-    let mut out = Vec::new();
+    let mut out = Outbox::default();
     let piece = pcm16_b64(&vec![0.0; 2400]); // 100 ms at 24 kHz
     let mut chunks = Vec::new();
     for _ in 0..25 {
@@ -177,7 +180,7 @@ fn appended_audio_of_any_size_is_gathered_into_steps() {
 
 #[test]
 fn audio_is_gathered_into_the_chunk_the_backend_prefers() {
-    let mut out = Vec::new();
+    let mut out = Outbox::default();
     for (preferred, step) in [(3200, 3200), (800, 1600), (64000, 16000), (0, DEFAULT_STEP)] {
         let backend = BackendInfo { step_samples: preferred, ..capable() };
         let (mut d, _) = active_with(Flavor::Beta, &backend);
@@ -200,7 +203,7 @@ fn audio_is_gathered_into_the_chunk_the_backend_prefers() {
     assert_eq!(sizes, [16000, 16000, 6400]);
 }
 
-fn append(d: &mut Realtime, samples: &[f32], out: &mut Vec<String>) {
+fn append(d: &mut Realtime, samples: &[f32], out: &mut Outbox) {
     let frame = json!({"type": "input_audio_buffer.append", "audio": pcm16_b64(samples)}).to_string();
     d.decode(&frame.into(), out).unwrap();
 }
@@ -214,12 +217,12 @@ fn tone(seconds: f32) -> Vec<f32> {
 fn speech_stops_at_its_own_end_and_the_answer_brings_the_transcript() {
     // Qwen's input is 16 kHz, and its default silence is 800 ms.
     let (mut d, _) = active(Flavor::Qwen);
-    let mut out = Vec::new();
+    let mut out = Outbox::default();
     append(&mut d, &vec![0.0; 8000], &mut out);
     append(&mut d, &tone(1.0), &mut out);
     assert_eq!(types(&out), ["input_audio_buffer.speech_started"]);
     // Speech began at 500 ms: its start, less the 300 ms of padding.
-    assert_eq!(frame(&out[0])["audio_start_ms"], 200);
+    assert_eq!(frame(out.texts()[0])["audio_start_ms"], 200);
     out.clear();
     // 2 s of silence, sent in 100 ms pieces: the stop comes after 800 ms of them.
     let mut at_stop = None;
@@ -234,9 +237,9 @@ fn speech_stops_at_its_own_end_and_the_answer_brings_the_transcript() {
         types(&out),
         ["input_audio_buffer.speech_stopped", "input_audio_buffer.committed", "conversation.item.created"]
     );
-    let stopped = frame(&out[0]);
+    let stopped = frame(out.texts()[0]);
     assert_eq!(stopped["audio_end_ms"], 1500, "the end of the speech, not of the audio (2500 ms)");
-    let item = frame(&out[2]);
+    let item = frame(out.texts()[2]);
     assert_eq!(item["item"]["id"], stopped["item_id"]);
     assert_eq!(item["item"]["content"][0]["transcript"], Value::Null);
     out.clear();
@@ -250,8 +253,8 @@ fn speech_stops_at_its_own_end_and_the_answer_brings_the_transcript() {
     );
     let kinds = types(&out);
     assert_eq!(kinds[..2], ["conversation.item.input_audio_transcription.completed", "response.created"]);
-    assert_eq!(frame(&out[0])["item_id"], stopped["item_id"]);
-    assert_eq!(frame(&out[0])["transcript"], "Hi");
+    assert_eq!(frame(out.texts()[0])["item_id"], stopped["item_id"]);
+    assert_eq!(frame(out.texts()[0])["transcript"], "Hi");
     assert!(!kinds.iter().any(|k| k.starts_with("input_audio_buffer")), "{kinds:?}");
 }
 
@@ -259,7 +262,7 @@ fn speech_stops_at_its_own_end_and_the_answer_brings_the_transcript() {
 fn a_short_utterance_then_silence_gets_its_stop_and_a_model_without_transcripts_says_so_at_once() {
     let backend = BackendInfo { transcripts: false, ..capable() };
     let (mut d, _) = active_with(Flavor::Qwen, &backend);
-    let mut out = Vec::new();
+    let mut out = Outbox::default();
     append(&mut d, &tone(0.3), &mut out);
     append(&mut d, &vec![0.0; 48000], &mut out);
     assert_eq!(
@@ -272,14 +275,14 @@ fn a_short_utterance_then_silence_gets_its_stop_and_a_model_without_transcripts_
             "conversation.item.input_audio_transcription.failed",
         ]
     );
-    assert_eq!(frame(&out[1])["audio_end_ms"], 300);
-    assert_eq!(frame(&out[4])["error"]["code"], "transcription_unavailable");
+    assert_eq!(frame(out.texts()[1])["audio_end_ms"], 300);
+    assert_eq!(frame(out.texts()[4])["error"]["code"], "transcription_unavailable");
 }
 
 #[test]
 fn the_duplex_models_speech_becomes_a_response() {
     let (mut d, _) = active(Flavor::Qwen);
-    let mut out = Vec::new();
+    let mut out = Outbox::default();
     let loud: Vec<f32> = (0..16000).map(|i| 0.3 * (i as f32 * 0.1).sin()).collect();
     d.decode(&json!({"type": "input_audio_buffer.append", "audio": pcm16_b64(&loud)}).to_string().into(), &mut out)
         .unwrap();
@@ -324,11 +327,11 @@ fn the_duplex_models_speech_becomes_a_response() {
             "response.done",
         ]
     );
-    let user = frame(&out[2]);
+    let user = frame(out.texts()[2]);
     assert_eq!(user["item"]["content"][0]["transcript"], "Hi", "the user item carries what was heard");
-    let heard = frame(&out[3]);
+    let heard = frame(out.texts()[3]);
     assert_eq!((heard["item_id"].clone(), heard["transcript"].clone()), (user["item"]["id"].clone(), json!("Hi")));
-    let done = frame(out.last().unwrap());
+    let done = frame(out.texts().last().unwrap());
     assert_eq!(done["response"]["status"], "completed");
     // Qwen's spelling; 2 x (5 in, 4 of them audio; 2 text and 25 speech out).
     let usage = &done["response"]["usage"];
@@ -339,11 +342,11 @@ fn the_duplex_models_speech_becomes_a_response() {
     // Qwen shows the content part's text as `text`; response.done keeps `transcript`.
     assert_eq!(done["response"]["output"][0]["content"][0], json!({"type": "audio", "transcript": "Hello there"}));
     let kinds = types(&out);
-    let at = |kind: &str| frame(&out[kinds.iter().position(|k| k == kind).unwrap()]);
+    let at = |kind: &str| frame(out.texts()[kinds.iter().position(|k| k == kind).unwrap()]);
     assert_eq!(at("response.content_part.added")["part"], json!({"type": "audio", "text": ""}));
     assert_eq!(at("response.content_part.done")["part"], json!({"type": "audio", "text": "Hello there"}));
     assert_eq!(at("response.output_item.done")["item"]["content"][0]["text"], "Hello there");
-    let audio = frame(&out[9]);
+    let audio = frame(out.texts()[9]);
     assert_eq!(decode_pcm16(audio["delta"].as_str().unwrap(), "d").unwrap().len(), 24000);
 }
 
@@ -351,10 +354,10 @@ fn the_duplex_models_speech_becomes_a_response() {
 fn openai_keeps_its_own_names_and_a_model_without_transcripts_says_so() {
     let silent = BackendInfo { name: "plain".into(), ..BackendInfo::default() };
     let (mut d, _) = active_with(Flavor::Beta, &silent);
-    let mut out = Vec::new();
+    let mut out = Outbox::default();
     let update = json!({"type": "session.update", "session": {"input_audio_transcription": {"model": "whisper-1"}}});
     d.decode(&bytestring::ByteString::from(String::from(&update.to_string())), &mut out).unwrap();
-    assert_eq!(frame(&out[0])["session"]["input_audio_transcription"], json!({"model": "whisper-1"}));
+    assert_eq!(frame(out.texts()[0])["session"]["input_audio_transcription"], json!({"model": "whisper-1"}));
     // A second of audio goes to the backend (1.1 s at 24 kHz: the resampler holds a little back).
     append(&mut d, &[0.0; 26400], &mut out);
     out.clear();
@@ -372,11 +375,12 @@ fn openai_keeps_its_own_names_and_a_model_without_transcripts_says_so() {
         &mut out,
     );
     let kinds = types(&out);
-    let failed =
-        frame(&out[kinds.iter().position(|k| k == "conversation.item.input_audio_transcription.failed").unwrap()]);
+    let failed = frame(
+        out.texts()[kinds.iter().position(|k| k == "conversation.item.input_audio_transcription.failed").unwrap()],
+    );
     assert_eq!(failed["error"]["code"], "transcription_unavailable");
     assert_eq!(failed["error"]["param"], "session.input_audio_transcription");
-    let done = frame(out.last().unwrap());
+    let done = frame(out.texts().last().unwrap());
     let usage = &done["response"]["usage"];
     // No audio counts from this model: 25 tokens per second of audio, the step's second heard
     // and the second spoken.
@@ -388,7 +392,7 @@ fn openai_keeps_its_own_names_and_a_model_without_transcripts_says_so() {
 #[test]
 fn qwen_session_fields_settings_and_errors() {
     let (mut d, created) = active(Flavor::Qwen);
-    let s = &frame(&created[0])["session"];
+    let s = &frame(created.texts()[0])["session"];
     assert_eq!((s["enable_search"].clone(), s["search_options"].clone()), (json!(false), json!({})));
     assert_eq!(s["turn_detection"]["silence_duration_ms"], 800);
     assert_eq!(s["input_audio_transcription"], json!({"model": "gummy-realtime-v1"}));
@@ -403,13 +407,13 @@ fn qwen_session_fields_settings_and_errors() {
         assert_eq!(s[name], value, "{name}");
     }
     assert_eq!((s["seed"].clone(), s["max_tokens"].clone()), (json!(-1), json!(16384)));
-    let mut out = Vec::new();
+    let mut out = Outbox::default();
     let update = json!({"type": "session.update", "session": {"temperature": 0.8, "top_p": 0.9, "top_k": 50,
         "repetition_penalty": 1.05, "presence_penalty": 0.0, "seed": -1, "enable_search": false, "search_options": {}}});
     let cmds = d.decode(&bytestring::ByteString::from(String::from(&update.to_string())), &mut out).unwrap();
     assert!(out.is_empty(), "session.updated waits for the backend to take the settings: {out:?}");
     reconfigured(&mut d, &mut out);
-    let updated = frame(&out[0]);
+    let updated = frame(out.texts()[0]);
     assert_eq!(updated["session"]["temperature"].to_string(), "0.8", "no float32 artefacts");
     assert_eq!((updated["session"]["top_k"].clone(), updated["session"]["seed"].clone()), (json!(50), json!(-1)));
     assert_eq!(updated["session"]["top_p"], json!(0.9), "the client's value replaces the default");
@@ -419,9 +423,9 @@ fn qwen_session_fields_settings_and_errors() {
     let names: Vec<&str> = setup.generation.settings.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(names, ["presence_penalty", "repetition_penalty", "top_k", "top_p"]);
     let unsupported: Vec<String> =
-        out[1..].iter().map(|f| frame(f)["error"]["param"].as_str().unwrap().to_string()).collect();
+        out.texts()[1..].iter().map(|f| frame(f)["error"]["param"].as_str().unwrap().to_string()).collect();
     assert_eq!(unsupported, ["session.presence_penalty", "session.repetition_penalty", "session.top_p"]);
-    assert_eq!(frame(&out[1])["error"]["code"], "unsupported_setting");
+    assert_eq!(frame(out.texts()[1])["error"]["code"], "unsupported_setting");
     // Refusals with Qwen's codes.
     for (session, param) in [
         (json!({"modalities": ["audio"]}), "session.modalities"),
@@ -438,9 +442,9 @@ fn qwen_session_fields_settings_and_errors() {
             )
             .unwrap_err();
         let DecodeError::Protocol(e) = e else { panic!() };
-        let mut o = Vec::new();
+        let mut o = Outbox::default();
         d.encode(Outbound::Error(&e), &mut o);
-        let error = &frame(&o[0])["error"];
+        let error = &frame(o.texts()[0])["error"];
         assert_eq!((error["code"].as_str(), error["param"].as_str()), (Some("invalid_value"), Some(param)), "{error}");
     }
 }
@@ -449,7 +453,7 @@ fn qwen_session_fields_settings_and_errors() {
 fn a_cut_short_response_is_incomplete_in_qwen_and_cancelled_in_openai() {
     for (flavor, status) in [(Flavor::Qwen, "incomplete"), (Flavor::Beta, "cancelled")] {
         let (mut d, _) = active(flavor);
-        let mut out = Vec::new();
+        let mut out = Outbox::default();
         let update = json!({"type": "session.update", "session": {"turn_detection": null}});
         d.decode(&bytestring::ByteString::from(String::from(&update.to_string())), &mut out).unwrap();
         let item = json!({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
@@ -466,7 +470,7 @@ fn a_cut_short_response_is_incomplete_in_qwen_and_cancelled_in_openai() {
             &mut out,
         )
         .unwrap();
-        let done = frame(out.last().unwrap());
+        let done = frame(out.texts().last().unwrap());
         assert_eq!(done["response"]["status"], status, "{flavor:?}");
     }
 }
@@ -474,7 +478,7 @@ fn a_cut_short_response_is_incomplete_in_qwen_and_cancelled_in_openai() {
 #[test]
 fn manual_turn_commit_and_create() {
     let (mut d, _) = active(Flavor::Ga);
-    let mut out = Vec::new();
+    let mut out = Outbox::default();
     let cmds = d
         .decode(&bytestring::ByteString::from(String::from(&json!({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": null, "transcription": {"model": "any"}}}}}).to_string())), &mut out)
         .unwrap();
@@ -557,7 +561,7 @@ fn manual_turn_commit_and_create() {
 #[test]
 fn images_need_audio_first_and_errors_have_the_openai_shape() {
     let (mut d, _) = active(Flavor::Qwen);
-    let mut out = Vec::new();
+    let mut out = Outbox::default();
     let e = d
         .decode(
             &json!({"type": "input_image_buffer.append", "image": "/9j/4AAQ", "event_id": "c1"}).to_string().into(),
@@ -567,9 +571,9 @@ fn images_need_audio_first_and_errors_have_the_openai_shape() {
     let DecodeError::Protocol(e) = e else { panic!() };
     assert_eq!(e.code(), "not_ready");
     let frame: Value = serde_json::from_str(&{
-        let mut o = Vec::new();
+        let mut o = Outbox::default();
         d.encode(Outbound::Error(&e), &mut o);
-        o.remove(0)
+        o.texts()[0].to_string()
     })
     .unwrap();
     assert_eq!(frame["type"], "error");

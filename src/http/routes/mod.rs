@@ -4,7 +4,6 @@
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
-use omni_actors::observe::metrics::metrics as gateway_metrics;
 use omni_actors::pool::messages::PoolSnapshot;
 use omni_actors::pool::state::WorkerState;
 use serde_json::json;
@@ -40,12 +39,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 pub fn http_error(status: StatusCode, code: &str, message: impl Into<String>) -> HttpResponse {
     let kind = if status.is_client_error() { "client_error" } else { "server_error" };
     HttpResponse::build(status).json(json!({"error": {"code": code, "message": message.into(), "type": kind}}))
-}
-
-/// A connection refused before the upgrade, counted by `reason`.
-fn refuse(reason: &str, status: StatusCode, code: &str, message: impl Into<String>) -> HttpResponse {
-    gateway_metrics().connections_refused.with_label_values(&[reason]).inc();
-    http_error(status, code, message)
 }
 
 async fn healthz() -> HttpResponse {

@@ -1,8 +1,9 @@
 //! The WebRTC edge: one actor per call between its UDP socket and its [`SessionActor`], as
 //! the WebSocket edge is for a connection. It drives a sans-IO [`Rtc`] (ICE-lite, DTLS-SRTP,
 //! SCTP) with the socket's datagrams and its timers; it hands the session the client's events
-//! from the `oai-events` data channel and the client's voice as `input_audio_buffer.append`
-//! events; it plays the model's voice on the audio track, one Opus frame every 20 ms.
+//! from the `oai-events` data channel, and the client's voice as samples ([`CallerAudio`]); it
+//! plays the model's voice, which the session hands it as samples ([`ModelAudio`]), on the
+//! audio track, one Opus frame every 20 ms.
 //!
 //! The call ends when the client hangs up (`/hangup`, closing its connection, or ICE hearing
 //! nothing from it for 15 s), when ICE and DTLS are not done within
@@ -20,7 +21,7 @@ use bytestring::ByteString;
 use omni_actors::observe::metrics::metrics;
 use omni_actors::protocol::{CloseReason, Violation};
 use omni_actors::session::SessionActor;
-use omni_actors::session::messages::{FromClient, ToClient};
+use omni_actors::session::messages::{CallerAudio, FromClient, ModelAudio, ToClient};
 use str0m::channel::ChannelId;
 use str0m::format::Codec;
 use str0m::media::{Frequency, MediaKind, MediaTime, Mid};
@@ -29,8 +30,8 @@ use str0m::{Event, IceConnectionState, Input, Output, Rtc};
 use tokio::net::UdpSocket;
 
 use super::Calls;
-use super::codec::{Downlink, FRAME_SAMPLES, RTP_TICKS_PER_FRAME, Refused, Uplink};
-use super::events::{self, Incoming, Outgoing};
+use super::codec::{Downlink, FRAME_SAMPLES, RATE, RTP_TICKS_PER_FRAME, Refused, Uplink};
+use super::events::{self, Incoming};
 use super::playout::{FRAME_MS, Notice, Playout};
 use crate::transport::StartSession;
 use crate::transport::incoming::{Backlog, IncomingBudget};
@@ -97,7 +98,7 @@ pub struct CallEdge {
     unsent_bytes: usize,
     uplink: Uplink,
     /// The client's voice decoded and not yet handed to the session.
-    voice: Vec<i16>,
+    voice: Vec<f32>,
     downlink: Downlink,
     playout: Playout<Vec<u8>>,
     /// The RTP clock of the model's voice: it advances every tick of the pacer, frame or not,
@@ -304,9 +305,8 @@ impl CallEdge {
                 self.voice.clear();
                 return;
             }
-            let text = events::append(&self.voice);
-            self.voice.clear();
-            self.hand(ByteString::from(text));
+            let samples = std::mem::replace(&mut self.voice, Vec::with_capacity(UPLINK_SAMPLES * 2));
+            self.hand(FromClient::Audio(CallerAudio { samples, rate: RATE }));
         }
     }
 
@@ -314,29 +314,20 @@ impl CallEdge {
         if !self.within_rate(ctx) {
             return;
         }
-        let text = match events::incoming(&text) {
+        match events::incoming(&text) {
             Incoming::Clear { event_id } => {
                 if let Some(notice) = self.clear() {
                     self.notify(notice, event_id.as_deref(), ctx);
                 }
-                return;
             }
-            Incoming::Cancel => {
-                if let Some(notice) = self.clear() {
-                    self.notify(notice, None, ctx);
-                }
-                text
-            }
-            Incoming::Rewritten(rewritten) => rewritten,
-            Incoming::Forward => text,
-        };
-        self.hand(ByteString::from(text));
+            Incoming::Forward => self.hand(FromClient::Text(ByteString::from(text))),
+        }
     }
 
-    /// Hands the session a client's event, counted until it is handled.
-    fn hand(&self, text: ByteString) {
+    /// Hands the session a client's event or voice, counted until it is handled.
+    fn hand(&self, message: FromClient) {
         if let Some(s) = &self.session {
-            self.incoming.hand(s, text);
+            self.incoming.hand(s, message);
         }
     }
 
@@ -455,36 +446,43 @@ impl CallEdge {
         self.drive(ctx);
     }
 
-    fn on_session_event(&mut self, text: ByteString, ctx: &mut Context<Self>) {
-        match events::outgoing(&text) {
-            Outgoing::Audio { response_id, pcm } => {
-                if self.playout.muted(&response_id) {
+    /// The model's voice, as the session hands it: encoded and queued for the pacer.
+    fn on_model_audio(&mut self, audio: ModelAudio, ctx: &mut Context<Self>) {
+        match audio {
+            ModelAudio::Delta { response, samples, rate } => {
+                if self.playout.muted(&response) {
                     return;
                 }
-                let frames = self.downlink.encode(&pcm);
-                self.playout.push(&response_id, frames);
+                let samples = if rate == RATE {
+                    samples
+                } else {
+                    match omni_actors::audio::resample(&samples, rate, RATE) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            return log::warn!("call {}: the model's voice at {rate} Hz is not played: {e}", self.id);
+                        }
+                    }
+                };
+                let frames = self.downlink.encode(&samples);
+                self.playout.push(&response, frames);
                 self.pace(ctx);
-                return;
             }
-            Outgoing::AudioDone { response_id } => {
-                if !self.playout.muted(&response_id)
+            ModelAudio::Done { response } => {
+                if !self.playout.muted(&response)
                     && let Some(last) = self.downlink.flush()
                 {
-                    self.playout.push(&response_id, [last]);
+                    self.playout.push(&response, [last]);
                 }
-                if let Some(notice) = self.playout.finish(&response_id) {
+                if let Some(notice) = self.playout.finish(&response) {
                     self.notify(notice, None, ctx);
                 }
             }
-            Outgoing::SpeechStarted => {
+            ModelAudio::Clear => {
                 if let Some(notice) = self.clear() {
                     self.notify(notice, None, ctx);
                 }
             }
-            Outgoing::Other => {}
         }
-        // The session's frame itself waits, not a copy.
-        self.send(text, ctx);
     }
 }
 
@@ -571,7 +569,9 @@ impl Handler<ToClient> for CallEdge {
             return;
         }
         match msg {
-            ToClient::Text(text) => self.on_session_event(text, ctx),
+            // The session's frame itself waits, not a copy.
+            ToClient::Text(text) => self.send(text, ctx),
+            ToClient::Audio(audio) => self.on_model_audio(audio, ctx),
             ToClient::Close(reason) => {
                 log::info!("call {}: the session ended ({}); hanging up", self.id, reason.as_str());
                 self.session_told = true;

@@ -1,12 +1,13 @@
-//! Opus both ways, through libopus. The OpenAI dialect's audio is 16-bit PCM at 24 kHz, a rate
-//! libopus decodes to and encodes from natively, so no resampler stands between them; RTP still
-//! counts Opus at 48 kHz (RFC 7587), whatever the rate of the PCM.
+//! Opus both ways, through libopus, on float samples as the session takes and gives them. The
+//! model's voice is 24 kHz, a rate libopus decodes to and encodes from natively, so no
+//! resampler stands between them; RTP still counts Opus at 48 kHz (RFC 7587), whatever the
+//! rate of the PCM.
 
 use std::time::Instant;
 
 use opus::{Application, Bitrate, Channels, Decoder, Encoder};
 
-/// The dialect's sample rate.
+/// The call's sample rate, both ways: the model's voice's.
 pub const RATE: u32 = 24_000;
 /// One 20 ms frame at [`RATE`].
 pub const FRAME_SAMPLES: usize = (RATE / 50) as usize;
@@ -39,7 +40,7 @@ pub enum Refused {
 /// real time.
 pub struct Uplink {
     decoder: Decoder,
-    scratch: Vec<i16>,
+    scratch: Vec<f32>,
     first: Option<Instant>,
     samples: u64,
 }
@@ -48,14 +49,14 @@ impl Uplink {
     pub fn new() -> Result<Uplink, opus::Error> {
         Ok(Uplink {
             decoder: Decoder::new(RATE, Channels::Mono)?,
-            scratch: vec![0; MAX_PACKET_SAMPLES],
+            scratch: vec![0.0; MAX_PACKET_SAMPLES],
             first: None,
             samples: 0,
         })
     }
 
     /// Decodes one packet that arrived at `now`, appending its samples to `out`.
-    pub fn decode(&mut self, now: Instant, packet: &[u8], out: &mut Vec<i16>) -> Result<usize, Refused> {
+    pub fn decode(&mut self, now: Instant, packet: &[u8], out: &mut Vec<f32>) -> Result<usize, Refused> {
         let malformed = |e: opus::Error| Refused::Malformed(e.to_string());
         // An empty packet would make libopus conceal a lost one: nothing was sent, nothing is heard.
         if packet.is_empty() {
@@ -67,7 +68,7 @@ impl Uplink {
         if (self.samples + n as u64) as f64 > allowed {
             return Err(Refused::TooFast);
         }
-        let n = self.decoder.decode(packet, &mut self.scratch, false).map_err(malformed)?;
+        let n = self.decoder.decode_float(packet, &mut self.scratch, false).map_err(malformed)?;
         self.samples += n as u64;
         out.extend_from_slice(&self.scratch[..n]);
         Ok(n)
@@ -77,7 +78,7 @@ impl Uplink {
 /// The model's voice: PCM at [`RATE`] in, 20 ms Opus frames out.
 pub struct Downlink {
     encoder: Encoder,
-    pending: Vec<i16>,
+    pending: Vec<f32>,
 }
 
 impl Downlink {
@@ -90,7 +91,7 @@ impl Downlink {
     }
 
     /// Encodes what makes whole frames; the rest waits for more (or [`Downlink::flush`]).
-    pub fn encode(&mut self, pcm: &[i16]) -> Vec<Vec<u8>> {
+    pub fn encode(&mut self, pcm: &[f32]) -> Vec<Vec<u8>> {
         self.pending.extend_from_slice(pcm);
         let whole = self.pending.len() / FRAME_SAMPLES * FRAME_SAMPLES;
         let pending = std::mem::take(&mut self.pending);
@@ -106,7 +107,7 @@ impl Downlink {
             return None;
         }
         let mut last = std::mem::take(&mut self.pending);
-        last.resize(FRAME_SAMPLES, 0);
+        last.resize(FRAME_SAMPLES, 0.0);
         self.frame(&last)
     }
 
@@ -115,8 +116,8 @@ impl Downlink {
         self.pending.clear();
     }
 
-    fn frame(&mut self, pcm: &[i16]) -> Option<Vec<u8>> {
-        match self.encoder.encode_vec(pcm, MAX_FRAME_BYTES) {
+    fn frame(&mut self, pcm: &[f32]) -> Option<Vec<u8>> {
+        match self.encoder.encode_vec_float(pcm, MAX_FRAME_BYTES) {
             Ok(frame) => Some(frame),
             Err(e) => {
                 log::error!("opus: cannot encode a frame: {e}");
@@ -130,9 +131,9 @@ impl Downlink {
 mod tests {
     use super::*;
 
-    fn tone(ms: usize) -> Vec<i16> {
+    fn tone(ms: usize) -> Vec<f32> {
         let n = RATE as usize * ms / 1000;
-        (0..n).map(|i| ((i as f32 * 440.0 * std::f32::consts::TAU / RATE as f32).sin() * 8000.0) as i16).collect()
+        (0..n).map(|i| (i as f32 * 440.0 * std::f32::consts::TAU / RATE as f32).sin() * 0.25).collect()
     }
 
     #[test]
@@ -147,7 +148,8 @@ mod tests {
             assert_eq!(up.decode(Instant::now(), f, &mut pcm).unwrap(), FRAME_SAMPLES);
         }
         let energy = pcm[FRAME_SAMPLES..2 * FRAME_SAMPLES].iter().map(|s| (*s as f64).powi(2)).sum::<f64>();
-        assert!(energy > 1e9, "the tone survives the round trip (energy {energy})");
+        // A sine of amplitude 0.25 over a frame: 480 x 0.25^2 / 2 = 15.
+        assert!(energy > 5.0, "the tone survives the round trip (energy {energy})");
         assert!(down.flush().is_none());
     }
 

@@ -14,13 +14,13 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use futures_util::StreamExt;
 use serde_json::Value;
 
-use super::{Endpoint, admit, api_key, authenticate, query_of};
+use super::{api_key, caller, query_of, refused};
 use crate::dialect::openai::Flavor;
 use crate::http::auth::Denied;
 use crate::http::routes::http_error;
 use crate::http::{Gateway, auth, client_secrets};
+use crate::transport::admission::{Endpoint, Transport, admit, authenticate};
 use crate::transport::webrtc::call::{CallEdge, CallParts, CallSettings};
-use crate::transport::webrtc::events::{self, Incoming};
 use crate::transport::webrtc::{AnswerError, HangUp};
 
 /// The largest offer, and the largest `session` part, read.
@@ -101,15 +101,6 @@ fn model_of(gw: &Gateway, query: Option<&String>, sessions: [Option<&Value>; 2])
         .unwrap_or_default()
 }
 
-/// A session's settings as the call's first event: the audio formats are the call's own.
-fn first_update(session: &Value) -> String {
-    let update = client_secrets::session_update(session);
-    match events::incoming(&update) {
-        Incoming::Rewritten(text) => text,
-        _ => update,
-    }
-}
-
 pub async fn create(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>) -> HttpResponse {
     let Some(calls) = gw.calls.clone() else {
         return http_error(StatusCode::NOT_FOUND, "not_found", "WebRTC calls are off here ([webrtc] enabled = false)");
@@ -120,9 +111,10 @@ pub async fn create(req: HttpRequest, payload: web::Payload, gw: web::Data<Gatew
     };
     // The key is checked before a byte of the offer is read; a client secret is taken only
     // once the call is answered (a refused call leaves it good).
-    let key = match authenticate(&req, &gw, [auth::bearer(&req), None, None], false).await {
+    let caller = caller(&req, &gw);
+    let key = match authenticate(&caller, &gw, [auth::bearer(&req), None, None], false).await {
         Ok(key) => key,
-        Err(refusal) => return refusal,
+        Err(refusal) => return refused(refusal),
     };
     let offer = match offer_of(&req, payload).await {
         Ok(o) => o,
@@ -130,9 +122,11 @@ pub async fn create(req: HttpRequest, payload: web::Payload, gw: web::Data<Gatew
     };
     let secret = key.untaken_secret.clone();
     let model = model_of(&gw, query.get("model"), [offer.session.as_ref(), key.session.as_ref()]);
-    let admitted = match admit(&req, &gw, Endpoint::Realtime(Flavor::Ga, model), key, "webrtc") {
+    // The call carries the voice on its tracks: its session's dialect takes and gives samples.
+    let transport = Transport { name: "webrtc", carries_audio: true };
+    let admitted = match admit(&caller, &gw, Endpoint::Realtime(Flavor::Ga, model), key, transport) {
         Ok(a) => a,
-        Err(refusal) => return refusal,
+        Err(refusal) => return refused(refusal),
     };
     let answered = match calls.answer(&offer.sdp) {
         Ok(a) => a,
@@ -152,8 +146,13 @@ pub async fn create(req: HttpRequest, payload: web::Payload, gw: web::Data<Gatew
         // Used by another request meanwhile (or just expired).
         return http_error(StatusCode::UNAUTHORIZED, "unauthorized", Denied::Wrong(auth::KeyKind::Api).message());
     }
-    let first: Vec<String> =
-        [admitted.session.as_ref(), offer.session.as_ref()].into_iter().flatten().map(first_update).collect();
+    // The settings the call was made with come first (its session's dialect leaves their audio
+    // formats to the call).
+    let first: Vec<String> = [admitted.session.as_ref(), offer.session.as_ref()]
+        .into_iter()
+        .flatten()
+        .map(client_secrets::session_update)
+        .collect();
     let id = format!("rtc_{}", uuid::Uuid::new_v4().simple());
     let config = &gw.config;
     let settings = CallSettings {

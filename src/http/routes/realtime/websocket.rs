@@ -12,11 +12,12 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use actix_web_actors::ws;
 use omni_actors::domain::Mode;
 
-use super::{Endpoint, admit, authenticate, query_of};
+use super::{caller, query_of, refused};
 use crate::dialect::openai::Flavor;
 use crate::http::Gateway;
 use crate::http::routes::http_error;
 use crate::http::{auth, client_secrets};
+use crate::transport::admission::{Endpoint, Transport, admit, authenticate};
 use crate::transport::incoming::{Backlog, Gated};
 use crate::transport::outgoing::{Metered, OutgoingLimit, OutgoingMeter};
 use crate::transport::socket::ConnSocket;
@@ -86,14 +87,16 @@ async fn upgrade(
     let browser_key = protocols.iter().find_map(|p| p.strip_prefix("openai-insecure-api-key."));
     let presented = [auth::bearer(&req), query.get("api_key").map(String::as_str), browser_key];
     let openai = matches!(endpoint, Endpoint::Realtime(..));
-    let key = match authenticate(&req, &gw, presented, false).await {
+    let caller = caller(&req, &gw);
+    let key = match authenticate(&caller, &gw, presented, false).await {
         Ok(key) => key,
-        Err(refusal) => return Ok(refusal),
+        Err(refusal) => return Ok(refused(refusal)),
     };
     let secret = key.untaken_secret.clone();
-    let admitted = match admit(&req, &gw, endpoint, key, "websocket") {
+    let transport = Transport { name: "websocket", carries_audio: false };
+    let admitted = match admit(&caller, &gw, endpoint, key, transport) {
         Ok(a) => a,
-        Err(refusal) => return Ok(refusal),
+        Err(refusal) => return Ok(refused(refusal)),
     };
     // A client secret is used up once the connection is admitted (a refusal leaves it good).
     if let Some(secret) = &secret

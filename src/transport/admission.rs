@@ -1,0 +1,261 @@
+//! Who may start a session, whatever carries it: every transport's caller passes the same
+//! checks before its session starts, described by a [`Caller`] rather than an HTTP request,
+//! so that an edge that is not HTTP-hosted (a raw socket, a phone line) checks its callers as
+//! the WebSocket and WebRTC routes do.
+//!
+//! 1. [`authenticate`]: the Origin (when the transport has one), then an API key or a client
+//!    secret, paced per address;
+//! 2. [`admit`]: a client secret's model, the per-address caps, the dialect the caller speaks
+//!    ([`Endpoint`]); the [`Admitted`] caller's edge then starts its session
+//!    ([`Admitted::starter`]).
+//!
+//! A refusal is a [`Refusal`]: counted in `omni_connections_refused_total` by its reason, and
+//! told to the caller in whatever way its transport has (an HTTP route answers its status).
+
+use std::net::IpAddr;
+use std::time::Instant;
+
+use omni_actors::domain::Mode;
+use omni_actors::edge::dialect::Dialect;
+use omni_actors::observe::events::SessionInfo;
+use omni_actors::observe::metrics::metrics;
+use omni_actors::protocol::ProtocolError;
+use omni_actors::session::registry::{AddressCaps, Admission, Refusal as CapRefusal};
+use omni_actors::session::{ClientInfo, SessionActor, SessionLinks, SessionSettings};
+
+use crate::dialect::openai::{Flavor, Realtime};
+use crate::dialect::select::MiniCpmEndpoint;
+use crate::http::auth::{self, Denied};
+use crate::roles::Serving;
+use crate::transport::StartSession;
+
+/// A caller as every transport can describe it.
+#[derive(Debug, Clone, Default)]
+pub struct Caller {
+    /// Its address as the limits count it (behind a trusted proxy, the one the proxy names),
+    /// when known.
+    pub ip: Option<IpAddr>,
+    /// Its port, for logs.
+    pub port: u16,
+    pub user_agent: Option<String>,
+    pub origin: Origin,
+}
+
+/// A browser caller's Origin.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Origin {
+    /// None given: not a browser (or a transport without origins).
+    #[default]
+    Absent,
+    Given(String),
+    /// Given, but not text: never allowed where there is an allowlist.
+    Unreadable,
+}
+
+impl Origin {
+    /// Whether `allowed` (empty: any) lets this origin in.
+    pub fn allowed(&self, allowed: &[String]) -> bool {
+        if allowed.is_empty() {
+            return true;
+        }
+        match self {
+            Origin::Absent => true,
+            Origin::Given(origin) => allowed.iter().any(|a| a.eq_ignore_ascii_case(origin)),
+            Origin::Unreadable => false,
+        }
+    }
+}
+
+/// Why a caller is not let in: its reason (the metric's label), the HTTP status an
+/// HTTP-hosted edge answers with, the error code and what the caller is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: &'static str,
+    pub status: u16,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl Refusal {
+    /// A refusal, counted as it is made.
+    pub fn new(reason: &'static str, status: u16, code: &'static str, message: impl Into<String>) -> Refusal {
+        metrics().connections_refused.with_label_values(&[reason]).inc();
+        Refusal { reason, status, code, message: message.into() }
+    }
+
+    fn of_key(denied: Denied) -> Refusal {
+        match denied {
+            Denied::Throttled => Refusal::new("too_many_attempts", 429, "too_many_attempts", denied.message()),
+            _ => Refusal::new("unauthorized", 401, "unauthorized", denied.message()),
+        }
+    }
+}
+
+/// Which dialect a caller speaks.
+pub enum Endpoint {
+    /// `/v1/realtime?mode=`: MiniCPM-o, current or earlier dialect.
+    MiniCpm(Mode),
+    /// The OpenAI shape, in one of its flavors, for a model name (`/v1/realtime?model=`,
+    /// `/api-ws/v1/realtime`, a call, an edge of its own).
+    Realtime(Flavor, String),
+}
+
+/// How a caller reaches its session: the transport's name (for status, logs and
+/// recordings), and whether its edge carries audio itself, as samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transport {
+    pub name: &'static str,
+    pub carries_audio: bool,
+}
+
+/// The first checks of every caller: the Origin, then a key or client secret (the first of
+/// `presented`; `take` uses a secret up now, else the caller takes it with
+/// [`auth::Keys::take_secret`] once its session is sure to start).
+pub async fn authenticate(
+    caller: &Caller,
+    gw: &Serving,
+    presented: [Option<&str>; 3],
+    take: bool,
+) -> Result<auth::Credential, Refusal> {
+    if !caller.origin.allowed(&gw.config.server.allowed_origins) {
+        return Err(Refusal::new("forbidden_origin", 403, "forbidden_origin", "this Origin is not allowed"));
+    }
+    let ip = caller.ip;
+    gw.keys.paced(ip, |k| k.check_realtime(ip, presented, take)).await.map_err(Refusal::of_key)
+}
+
+/// A caller that passed the checks: what its session starts with.
+pub struct Admitted {
+    pub conn: u64,
+    settings: SessionSettings,
+    dialect: Box<dyn Dialect>,
+    client: ClientInfo,
+    info: SessionInfo,
+    admission: Admission,
+    /// The session settings of the client secret it presented, if any.
+    pub session: Option<serde_json::Value>,
+    /// Its API key's id (a client secret's: the minting key's).
+    pub key_id: Option<String>,
+}
+
+impl Admitted {
+    /// How the transport's edge starts the session, once it has an address.
+    pub fn starter(self, gw: &Serving) -> StartSession {
+        let sinks = gw.subscribers.session(&self.info);
+        let (queue, registry, transcription) = (gw.queue.clone(), gw.registry.clone(), gw.transcription.clone());
+        let Admitted { conn, settings, dialect, client, admission, .. } = self;
+        Box::new(move |edge| {
+            let links =
+                SessionLinks { edge, conn, queue, registry, admission: Some(admission), sinks, client, transcription };
+            SessionActor::new(settings, dialect, links).start_for_edge()
+        })
+    }
+}
+
+/// The rest of the checks: a client secret's model, the per-address caps, then the dialect
+/// the caller speaks.
+pub fn admit(
+    caller: &Caller,
+    gw: &Serving,
+    endpoint: Endpoint,
+    key: auth::Credential,
+    transport: Transport,
+) -> Result<Admitted, Refusal> {
+    let config = &gw.config;
+    if let (Some(minted_for), Endpoint::Realtime(_, model)) = (key.model(), &endpoint)
+        && minted_for != model
+    {
+        return Err(Refusal::new(
+            "wrong_model",
+            400,
+            "invalid_request_error",
+            format!("this client secret is for model '{minted_for}', not '{model}'"),
+        ));
+    }
+    let caps =
+        AddressCaps { connections: config.server.max_connections_per_ip, waiting: config.server.max_waiting_per_ip };
+    let admission = gw.registry.admit(caller.ip, caps).map_err(|refusal| match refusal {
+        CapRefusal::TooManyConnections => Refusal::new(
+            "too_many_connections",
+            429,
+            "too_many_connections",
+            format!("at most {} connections per address (server.max_connections_per_ip)", caps.connections),
+        ),
+        CapRefusal::TooManyWaiting => Refusal::new(
+            "too_many_waiting",
+            429,
+            "too_many_waiting",
+            format!(
+                "at most {} connections per address may wait for a worker (server.max_waiting_per_ip)",
+                caps.waiting
+            ),
+        ),
+        CapRefusal::ShuttingDown => Refusal::new("shutting_down", 503, "service_unavailable", "the server is stopping"),
+    })?;
+    let (mode, dialect, reject): (Mode, Box<dyn Dialect>, Option<ProtocolError>) = match &endpoint {
+        Endpoint::MiniCpm(mode) => {
+            let dialect = MiniCpmEndpoint::new(*mode, config.dialect_limits(), &gw.voice)
+                .with_gateway_transcription(gw.transcription.is_some());
+            (*mode, Box::new(dialect), None)
+        }
+        Endpoint::Realtime(flavor, model) => {
+            let dialect = Box::new(
+                Realtime::new(*flavor, model, config.dialect_limits(), &gw.voice)
+                    .with_gateway_transcription(gw.transcription.is_some()),
+            );
+            match config.model_mode(model) {
+                Some(mode) => (mode, dialect, None),
+                None => {
+                    let known: Vec<&str> = config.models.iter().map(|m| m.name.as_str()).collect();
+                    let e = ProtocolError::ModelNotFound(format!(
+                        "model '{model}' is not served here (known: {})",
+                        known.join(", ")
+                    ));
+                    (Mode::Audio, dialect, Some(e))
+                }
+            }
+        }
+    };
+    let settings = SessionSettings {
+        mode,
+        time_limit: config.limits.session_limit(mode),
+        context_tokens: config.limits.context_tokens,
+        max_turns: config.limits.max_pending_turns + 1,
+        reject,
+    };
+    let client = ClientInfo {
+        addr: caller
+            .ip
+            .map_or_else(|| "unknown".to_string(), |ip| std::net::SocketAddr::new(ip, caller.port).to_string()),
+        user_agent: caller.user_agent.clone(),
+        transport: transport.name,
+        carries_audio: transport.carries_audio,
+    };
+    let conn = omni_actors::ids::connection();
+    let info = SessionInfo {
+        conn,
+        mode,
+        client_addr: client.addr.clone(),
+        user_agent: client.user_agent.clone(),
+        key_id: key.key_id,
+        upgraded: Instant::now(),
+        upgraded_at: std::time::SystemTime::now(),
+    };
+    let key_id = info.key_id.clone();
+    Ok(Admitted { conn, settings, dialect, client, info, admission, session: key.session, key_id })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_origin_is_allowed_by_an_empty_list_or_by_name_and_never_when_unreadable() {
+        let allowed = vec!["https://app.example".to_string()];
+        assert!(Origin::Given("https://APP.example".into()).allowed(&allowed));
+        assert!(!Origin::Given("https://evil.example".into()).allowed(&allowed));
+        assert!(!Origin::Unreadable.allowed(&allowed));
+        assert!(Origin::Absent.allowed(&allowed), "not a browser");
+        assert!(Origin::Unreadable.allowed(&[]), "no list: any");
+    }
+}
