@@ -2,7 +2,9 @@
 //!
 //! - `minicpm`: the MiniCPM-o Realtime API (`session.init`, `input.append`, ...).
 //! - `legacy`: the earlier MiniCPM-o duplex dialect (`session.update`, `input_audio_buffer.append`).
-//! - `openai`: the OpenAI Realtime API shape (GA, beta) and Qwen-Omni-Realtime.
+//! - `openai`: the OpenAI Realtime API shape (GA, beta) and Qwen-Omni-Realtime: a codec over
+//! - `conversation`: the conversation driver those flavors share (items, turns, responses,
+//!   pacing, input held before the session is created), on typed commands and events.
 //! - `select`: which dialect a connection speaks.
 //! - `settings`: generation settings by name, checked and passed to the backend.
 //! - `speech`: the user's speech in the input, as the gateway's voice activity detector finds it.
@@ -10,6 +12,7 @@
 
 use omni_actors::audio::AudioLimits;
 
+pub mod conversation;
 pub mod legacy;
 pub mod minicpm;
 pub mod openai;

@@ -1,91 +1,37 @@
-//! The session configuration of the OpenAI-shaped dialects: `session.update` in any
-//! flavor's shape (beta, GA, Qwen), validated field by field.
+//! The session configuration on the wire: `session.update` in any flavor's shape (beta, GA,
+//! Qwen), validated field by field into the driver's typed [`Conf`], and each flavor's
+//! defaults.
 
-use omni_actors::domain::{Generation, SessionKind, SessionSetup};
-use omni_actors::edge::vad::EdgeRules;
 use omni_actors::protocol::ProtocolError;
 use serde_json::{Value, json};
 
-use super::{Flavor, OUTPUT_RATE};
+use super::Flavor;
+use crate::dialect::conversation::{Conf, OUTPUT_RATE, Vad};
 use crate::dialect::settings::{self, QWEN_SESSION, Settings};
-
-/// Server VAD settings as the client gave them.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct Vad {
-    pub(super) kind: String,
-    pub(super) threshold: f64,
-    pub(super) prefix_padding_ms: u64,
-    pub(super) silence_duration_ms: u64,
-}
-
-impl Vad {
-    /// The defaults each flavor's documents show (Qwen waits 800 ms of silence, OpenAI 500).
-    pub(super) fn of(flavor: Flavor) -> Vad {
-        let silence_duration_ms = if flavor == Flavor::Qwen { 800 } else { 500 };
-        Vad { kind: "server_vad".into(), threshold: 0.5, prefix_padding_ms: 300, silence_duration_ms }
-    }
-}
-
-/// The session configuration (`session.update`).
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct Conf {
-    flavor: Flavor,
-    pub(super) instructions: String,
-    pub(super) voice: String,
-    pub(super) audio_out: bool,
-    pub(super) vad: Option<Vad>,
-    /// As the client gave it (a float32 would echo 0.8 as 0.800000011920929).
-    pub(super) temperature: Option<f64>,
-    pub(super) max_tokens: Option<u32>,
-    pub(super) input_rate: u32,
-    /// `input_audio_transcription` as the client gave it; `None`: no transcripts.
-    pub(super) transcription: Option<Value>,
-    /// top_p, top_k, repetition_penalty, presence_penalty, seed, enable_search,
-    /// search_options, and whatever else a model may know.
-    pub(super) settings: Settings,
-}
 
 /// The settings `session.update` takes by name rather than as fields of its own.
 const BY_NAME: [&str; 7] =
     ["top_p", "top_k", "repetition_penalty", "presence_penalty", "seed", "enable_search", "search_options"];
 
-impl Conf {
-    pub(super) fn new(flavor: Flavor) -> Conf {
-        Conf {
-            flavor,
-            instructions: String::new(),
-            voice: if flavor == Flavor::Qwen { "Cherry".into() } else { "alloy".into() },
-            audio_out: true,
-            vad: Some(Vad::of(flavor)),
-            temperature: None,
-            max_tokens: None,
-            input_rate: flavor.default_input_rate(),
-            // Qwen's document shows transcription on by default; OpenAI's is off.
-            transcription: (flavor == Flavor::Qwen).then(|| json!({"model": "gummy-realtime-v1"})),
-            settings: Settings::default(),
-        }
-    }
+/// Server VAD as each flavor's documents show it (Qwen waits 800 ms of silence, OpenAI 500).
+fn vad_of(flavor: Flavor) -> Vad {
+    let silence_duration_ms = if flavor == Flavor::Qwen { 800 } else { 500 };
+    Vad { kind: "server_vad".into(), threshold: 0.5, prefix_padding_ms: 300, silence_duration_ms }
+}
 
-    pub(super) fn setup(&self) -> SessionSetup {
-        let mut s = SessionSetup::new(if self.vad.is_some() { SessionKind::Duplex } else { SessionKind::Turn });
-        s.system_prompt = self.instructions.clone();
-        s.voice = self.voice.clone();
-        s.generation = Generation {
-            max_new_tokens: self.max_tokens,
-            temperature: self.temperature.map(|t| t as f32),
-            settings: self.settings.for_backend(),
-            ..Generation::default()
-        };
-        s
-    }
-
-    /// Server VAD's settings, as the detector's rules take them.
-    pub(super) fn edge_rules(&self) -> Option<EdgeRules> {
-        self.vad.as_ref().map(|v| EdgeRules {
-            threshold: v.threshold as f32,
-            prefix_padding_ms: v.prefix_padding_ms.min(u32::MAX as u64) as u32,
-            silence_duration_ms: v.silence_duration_ms.min(u32::MAX as u64) as u32,
-        })
+/// A session's configuration before the client changes any of it.
+pub(super) fn defaults(flavor: Flavor) -> Conf {
+    Conf {
+        instructions: String::new(),
+        voice: if flavor == Flavor::Qwen { "Cherry".into() } else { "alloy".into() },
+        audio_out: true,
+        vad: Some(vad_of(flavor)),
+        temperature: None,
+        max_tokens: None,
+        input_rate: flavor.default_input_rate(),
+        // Qwen's document shows transcription on by default; OpenAI's is off.
+        transcription: (flavor == Flavor::Qwen).then(|| json!({"model": "gummy-realtime-v1"})),
+        settings: Settings::default(),
     }
 }
 
@@ -116,7 +62,7 @@ pub(super) fn turn_detection(v: &Value, param: &str, flavor: Flavor) -> Result<O
     match v {
         Value::Null => Ok(None),
         Value::Object(o) => {
-            let mut vad = Vad::of(flavor);
+            let mut vad = vad_of(flavor);
             if let Some(kind) = o.get("type").and_then(Value::as_str) {
                 if !matches!(kind, "server_vad" | "semantic_vad") {
                     return Err(invalid(param, format!("type '{kind}' is not supported (server_vad, semantic_vad)")));
@@ -181,93 +127,106 @@ pub(super) fn max_tokens(v: &Value, param: &str) -> Result<Option<u32>, Protocol
     }
 }
 
-impl Conf {
-    /// Applies a `session` object in any flavor's shape (beta, GA, Qwen).
-    pub(super) fn apply(&mut self, s: &Value) -> Result<(), ProtocolError> {
-        let s = s.as_object().ok_or_else(|| ProtocolError::MissingField("session must be an object".into()))?;
-        let mut next = self.clone();
-        let text = |key: &str| -> Result<Option<String>, ProtocolError> {
-            match s.get(key) {
-                None | Some(Value::Null) => Ok(None),
-                Some(Value::String(v)) => Ok(Some(v.clone())),
-                Some(_) => Err(invalid(&format!("session.{key}"), "must be a string")),
-            }
-        };
-        if let Some(i) = text("instructions")? {
-            next.instructions = i;
+/// `conf` with a `session` object in any flavor's shape (beta, GA, Qwen) applied; nothing of
+/// it applies if any of it is refused.
+pub(super) fn apply(conf: &Conf, s: &Value, flavor: Flavor) -> Result<Conf, ProtocolError> {
+    let s = s.as_object().ok_or_else(|| ProtocolError::MissingField("session must be an object".into()))?;
+    let mut next = conf.clone();
+    let text = |key: &str| -> Result<Option<String>, ProtocolError> {
+        match s.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(v)) => Ok(Some(v.clone())),
+            Some(_) => Err(invalid(&format!("session.{key}"), "must be a string")),
         }
-        if let Some(v) = text("voice")? {
-            next.voice = v;
+    };
+    if let Some(i) = text("instructions")? {
+        next.instructions = i;
+    }
+    if let Some(v) = text("voice")? {
+        next.voice = v;
+    }
+    if let Some(m) = s.get("modalities") {
+        next.audio_out = modalities(m, "session.modalities", flavor)?;
+    }
+    if let Some(m) = s.get("output_modalities") {
+        next.audio_out = modalities(m, "session.output_modalities", flavor)?;
+    }
+    if let Some(td) = s.get("turn_detection") {
+        next.vad = turn_detection(td, "session.turn_detection", flavor)?;
+    }
+    if let Some(t) = s.get("input_audio_transcription") {
+        next.transcription = transcription(t, "session.input_audio_transcription")?;
+    }
+    for name in BY_NAME {
+        if let Some(v) = s.get(name) {
+            next.settings.set(QWEN_SESSION, name, v, "session.")?;
         }
-        let flavor = self.flavor;
-        if let Some(m) = s.get("modalities") {
-            next.audio_out = modalities(m, "session.modalities", flavor)?;
+    }
+    if let Some(f) = s.get("input_audio_format")
+        && let Some(rate) = pcm_format(f, "session.input_audio_format")?
+    {
+        next.input_rate = rate;
+    }
+    if let Some(f) = s.get("output_audio_format")
+        && let Some(rate) = pcm_format(f, "session.output_audio_format")?
+        && rate != OUTPUT_RATE
+    {
+        return Err(invalid("session.output_audio_format", format!("output audio is {OUTPUT_RATE} Hz, not {rate}")));
+    }
+    if let Some(t) = s.get("temperature") {
+        next.temperature = Some(settings::temperature(t, "session.temperature")?);
+    }
+    for key in ["max_response_output_tokens", "max_output_tokens", "max_tokens"] {
+        if let Some(v) = s.get(key) {
+            next.max_tokens = max_tokens(v, &format!("session.{key}"))?;
         }
-        if let Some(m) = s.get("output_modalities") {
-            next.audio_out = modalities(m, "session.output_modalities", flavor)?;
-        }
-        if let Some(td) = s.get("turn_detection") {
-            next.vad = turn_detection(td, "session.turn_detection", flavor)?;
-        }
-        if let Some(t) = s.get("input_audio_transcription") {
-            next.transcription = transcription(t, "session.input_audio_transcription")?;
-        }
-        for name in BY_NAME {
-            if let Some(v) = s.get(name) {
-                next.settings.set(QWEN_SESSION, name, v, "session.")?;
-            }
-        }
-        if let Some(f) = s.get("input_audio_format")
-            && let Some(rate) = pcm_format(f, "session.input_audio_format")?
+    }
+    // GA: audio.input.{format, turn_detection, transcription}, audio.output.{format, voice}
+    if let Some(audio) = s.get("audio") {
+        let input = &audio["input"];
+        if let Some(f) = input.get("format")
+            && let Some(rate) = pcm_format(f, "session.audio.input.format")?
         {
             next.input_rate = rate;
         }
-        if let Some(f) = s.get("output_audio_format")
-            && let Some(rate) = pcm_format(f, "session.output_audio_format")?
+        if let Some(td) = input.get("turn_detection") {
+            next.vad = turn_detection(td, "session.audio.input.turn_detection", flavor)?;
+        }
+        if let Some(t) = input.get("transcription") {
+            next.transcription = transcription(t, "session.audio.input.transcription")?;
+        }
+        let output = &audio["output"];
+        if let Some(v) = output.get("voice").and_then(Value::as_str) {
+            next.voice = v.to_string();
+        }
+        if let Some(f) = output.get("format")
+            && let Some(rate) = pcm_format(f, "session.audio.output.format")?
             && rate != OUTPUT_RATE
         {
             return Err(invalid(
-                "session.output_audio_format",
+                "session.audio.output.format",
                 format!("output audio is {OUTPUT_RATE} Hz, not {rate}"),
             ));
         }
-        if let Some(t) = s.get("temperature") {
-            next.temperature = Some(settings::temperature(t, "session.temperature")?);
-        }
-        for key in ["max_response_output_tokens", "max_output_tokens", "max_tokens"] {
-            if let Some(v) = s.get(key) {
-                next.max_tokens = max_tokens(v, &format!("session.{key}"))?;
-            }
-        }
-        // GA: audio.input.{format, turn_detection}, audio.output.{format, voice}
-        if let Some(audio) = s.get("audio") {
-            let input = &audio["input"];
-            if let Some(f) = input.get("format")
-                && let Some(rate) = pcm_format(f, "session.audio.input.format")?
-            {
-                next.input_rate = rate;
-            }
-            if let Some(td) = input.get("turn_detection") {
-                next.vad = turn_detection(td, "session.audio.input.turn_detection", flavor)?;
-            }
-            if let Some(t) = input.get("transcription") {
-                next.transcription = transcription(t, "session.audio.input.transcription")?;
-            }
-            let output = &audio["output"];
-            if let Some(v) = output.get("voice").and_then(Value::as_str) {
-                next.voice = v.to_string();
-            }
-            if let Some(f) = output.get("format")
-                && let Some(rate) = pcm_format(f, "session.audio.output.format")?
-                && rate != OUTPUT_RATE
-            {
-                return Err(invalid(
-                    "session.audio.output.format",
-                    format!("output audio is {OUTPUT_RATE} Hz, not {rate}"),
-                ));
-            }
-        }
-        *self = next;
-        Ok(())
     }
+    Ok(next)
+}
+
+/// A `session` object without its audio formats (`input_audio_format`,
+/// `output_audio_format`, `audio.input.format`, `audio.output.format`): for a session whose
+/// edge carries the audio in formats of its own.
+pub(super) fn without_formats(session: &Value) -> Value {
+    let mut session = session.clone();
+    if let Some(s) = session.as_object_mut() {
+        s.remove("input_audio_format");
+        s.remove("output_audio_format");
+        if let Some(audio) = s.get_mut("audio").and_then(Value::as_object_mut) {
+            for side in ["input", "output"] {
+                if let Some(side) = audio.get_mut(side).and_then(Value::as_object_mut) {
+                    side.remove("format");
+                }
+            }
+        }
+    }
+    session
 }

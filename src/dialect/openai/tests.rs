@@ -5,10 +5,12 @@ use omni_actors::edge::dialect::{DecodeError, Dialect, Outbox};
 use omni_actors::protocol::{Inbound, Outbound, ProtocolError};
 use serde_json::{Value, json};
 
-use super::conf::Conf;
-use super::input::{decode_pcm16, encode_pcm16};
-use super::{DEFAULT_STEP, Flavor, Realtime};
+use super::conf::{apply, defaults};
+use super::decode::decode_pcm16;
+use super::encode::encode_pcm16;
+use super::{Flavor, Realtime};
 use crate::dialect::Limits;
+use crate::dialect::conversation::DEFAULT_STEP;
 
 fn pcm16_b64(samples: &[f32]) -> String {
     encode_pcm16(samples)
@@ -23,23 +25,22 @@ fn types(out: &Outbox) -> Vec<String> {
 
 #[test]
 fn session_update_in_every_shape() {
-    let mut c = Conf::new(Flavor::Beta);
-    c.apply(&json!({"instructions": "hi", "voice": "echo", "modalities": ["text"], "turn_detection": null,
+    let beta = |session: Value| apply(&defaults(Flavor::Beta), &session, Flavor::Beta);
+    let c = beta(json!({"instructions": "hi", "voice": "echo", "modalities": ["text"], "turn_detection": null,
                      "input_audio_format": "pcm16", "max_response_output_tokens": 64}))
-        .unwrap();
+    .unwrap();
     assert_eq!(
         (c.instructions.as_str(), c.voice.as_str(), c.audio_out, c.vad.is_none(), c.max_tokens),
         ("hi", "echo", false, true, Some(64))
     );
     assert_eq!(c.setup().kind, SessionKind::Turn);
-    let mut g = Conf::new(Flavor::Ga);
-    g.apply(&json!({"type": "realtime", "output_modalities": ["audio"],
+    let g = apply(&defaults(Flavor::Ga), &json!({"type": "realtime", "output_modalities": ["audio"],
                      "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000}, "turn_detection": {"type": "server_vad", "threshold": 0.7}},
-                               "output": {"voice": "marin"}}}))
+                               "output": {"voice": "marin"}}}), Flavor::Ga)
         .unwrap();
     assert_eq!((g.voice.as_str(), g.audio_out, g.vad.as_ref().unwrap().threshold), ("marin", true, 0.7));
-    let mut q = Conf::new(Flavor::Qwen);
-    q.apply(&json!({"modalities": ["text", "audio"], "voice": "Chelsie", "input_audio_format": "pcm", "output_audio_format": "pcm",
+    let qwen = |session: Value| apply(&defaults(Flavor::Qwen), &session, Flavor::Qwen);
+    let q = qwen(json!({"modalities": ["text", "audio"], "voice": "Chelsie", "input_audio_format": "pcm", "output_audio_format": "pcm",
                      "audio": {"input": {"format": {"type": "pcm", "sample_rate": 16000}}}}))
         .unwrap();
     assert_eq!(q.input_rate, 16000);
@@ -51,7 +52,7 @@ fn session_update_in_every_shape() {
         (json!({"max_response_output_tokens": 0}), "session.max_response_output_tokens"),
         (json!({"output_audio_format": {"type": "pcm", "sample_rate": 16000}}), "session.output_audio_format"),
     ] {
-        let e = Conf::new(Flavor::Qwen).apply(&bad).unwrap_err();
+        let e = qwen(bad.clone()).unwrap_err();
         assert!(e.to_string().starts_with(param), "{bad}: {e}");
     }
 }

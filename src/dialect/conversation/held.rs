@@ -1,7 +1,7 @@
-//! What the OpenAI-shaped dialects hold for a client, counted in bytes.
+//! What the conversation holds for a client, counted in bytes.
 //!
-//! A client of these dialects can make the server hold data before anything reaches a
-//! backend: replies while it waits in the queue, audio not yet committed, conversation
+//! A client of the OpenAI-shaped dialects can make the server hold data before anything
+//! reaches a backend: replies while it waits in the queue, audio not yet committed, conversation
 //! items and images not yet answered, input held while the session is being created. Each
 //! container is a [`Counted`] so that the total is known at every moment, and an event
 //! that would take it past `limits.max_buffered_bytes` is refused before anything is kept.
@@ -11,9 +11,11 @@ use std::collections::VecDeque;
 use omni_actors::domain::{ChatMessage, DuplexChunk, TurnInput};
 use omni_actors::protocol::Inbound;
 
+use super::events::Event;
+
 /// Bytes a held value accounts for (its data plus a fixed overhead, so that a flood of
 /// empty items is bounded too).
-pub(super) trait Weigh {
+pub trait Weigh {
     fn weight(&self) -> usize;
 }
 
@@ -22,6 +24,12 @@ const OVERHEAD: usize = 64;
 impl Weigh for String {
     fn weight(&self) -> usize {
         self.len() + OVERHEAD
+    }
+}
+
+impl Weigh for Event {
+    fn weight(&self) -> usize {
+        Event::weight(self)
     }
 }
 
@@ -65,7 +73,7 @@ impl Weigh for Inbound {
 }
 
 /// A queue of held values and their total weight.
-pub(super) struct Counted<T> {
+pub struct Counted<T> {
     items: VecDeque<T>,
     bytes: usize,
 }
@@ -77,32 +85,36 @@ impl<T> Default for Counted<T> {
 }
 
 impl<T: Weigh> Counted<T> {
-    pub(super) fn push(&mut self, item: T) {
+    pub fn push(&mut self, item: T) {
         self.bytes += item.weight();
         self.items.push_back(item);
     }
 
-    pub(super) fn pop_front(&mut self) -> Option<T> {
+    pub fn pop_front(&mut self) -> Option<T> {
         let item = self.items.pop_front()?;
         self.bytes -= item.weight();
         Some(item)
     }
 
     /// Everything held, oldest first; the queue is empty afterwards.
-    pub(super) fn take(&mut self) -> Vec<T> {
+    pub fn take(&mut self) -> Vec<T> {
         self.bytes = 0;
         self.items.drain(..).collect()
     }
 
-    pub(super) fn bytes(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         self.bytes
     }
 
-    pub(super) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.items.len()
     }
 
-    pub(super) fn iter(&self) -> impl Iterator<Item = &T> {
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
         self.items.iter()
     }
 }

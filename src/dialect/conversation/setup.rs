@@ -1,0 +1,158 @@
+//! The session's configuration over its life: what the client asked, what the backend was
+//! last asked to take, what it took (what a refused reconfigure goes back to), the
+//! reconfigures on their way, and which settings the client was told the model ignores.
+
+use std::collections::VecDeque;
+
+use omni_actors::domain::{BackendInfo, SessionSetup};
+use omni_actors::protocol::{Inbound, ProtocolError};
+
+use super::events::{Event, SessionView};
+use super::{Conf, Driver, Phase};
+
+pub struct Setup {
+    /// The configuration asked for last.
+    pub conf: Conf,
+    /// The setup the backend was last asked to take.
+    prepared: Option<SessionSetup>,
+    /// The configuration the backend last took.
+    in_force: Conf,
+    /// The reconfigures in flight, oldest first: whether each owes the client a
+    /// `session.updated`, and the configuration it carries.
+    reconfigures: VecDeque<(bool, Conf)>,
+    /// An update came before the session was created: `session.updated` follows `created`.
+    update_pending: bool,
+    /// Settings already reported to the client as not applied.
+    reported: Vec<String>,
+}
+
+impl Setup {
+    pub fn new(conf: Conf) -> Setup {
+        Setup {
+            in_force: conf.clone(),
+            conf,
+            prepared: None,
+            reconfigures: VecDeque::new(),
+            update_pending: false,
+            reported: Vec::new(),
+        }
+    }
+
+    /// The backend must take a new setup: it differs from what it was last asked. Answers it.
+    fn changed(&mut self) -> Option<SessionSetup> {
+        let setup = self.conf.setup();
+        if self.prepared.as_ref() == Some(&setup) {
+            return None;
+        }
+        self.prepared = Some(setup.clone());
+        Some(setup)
+    }
+
+    /// Settings of the configuration the backend does not apply and the client was not told of.
+    fn unreported(&mut self, backend: &BackendInfo) -> Vec<String> {
+        let fresh: Vec<String> =
+            self.conf.settings.unsupported(backend).into_iter().filter(|s| !self.reported.contains(s)).collect();
+        self.reported.extend(fresh.iter().cloned());
+        fresh
+    }
+}
+
+impl Driver {
+    fn session_view(&self) -> Box<SessionView> {
+        let id = self.life.session_id.clone().unwrap_or_default();
+        Box::new(SessionView { id, conf: self.setup.conf.clone() })
+    }
+
+    /// The configuration from now on. The backend follows it if it must know (a reconfigure,
+    /// and `session.updated` once it took it); else it is confirmed at once.
+    pub(super) fn update(&mut self, conf: Conf) -> Result<(), ProtocolError> {
+        self.setup.conf = conf;
+        if self.life.phase != Phase::Active {
+            self.setup.update_pending = true;
+        } else if !self.reconfigure_if_changed(true) {
+            let view = self.session_view();
+            self.say(Event::SessionUpdated(view));
+            self.report_unsupported();
+        }
+        Ok(())
+    }
+
+    /// The backend follows the configuration (mode, instructions, voice...): when it changed,
+    /// a reconfigure goes out; `announce` owes the client a `session.updated` once it took.
+    pub(super) fn reconfigure_if_changed(&mut self, announce: bool) -> bool {
+        let Some(setup) = self.setup.changed() else { return false };
+        self.responses.current = None;
+        self.intake.drop_step();
+        self.setup.reconfigures.push_back((announce, self.setup.conf.clone()));
+        self.commands.push(Inbound::Reconfigure(setup));
+        true
+    }
+
+    /// Tells the client, once per setting, which of its settings the model does not apply
+    /// (they are passed on, and the model ignores them).
+    pub(super) fn report_unsupported(&mut self) {
+        let Some(backend) = self.life.backend.clone() else { return };
+        for setting in self.setup.unreported(&backend) {
+            self.say(Event::Unsupported { setting, model: backend.name.clone() });
+        }
+    }
+
+    /// The session has a worker: the backend is prepared with the configuration so far (its
+    /// clients never initialise).
+    pub fn queue_done(&mut self) {
+        self.life.phase = Phase::Preparing;
+        let setup = self.setup.conf.setup();
+        self.setup.prepared = Some(setup.clone());
+        self.commands.push(Inbound::Init(setup));
+    }
+
+    /// The session is created: `session.created` (and `session.updated` for an update that came
+    /// before), then everything held, in order.
+    pub fn created(&mut self, session_id: &str, backend: &BackendInfo) {
+        self.life.session_id = Some(session_id.to_string());
+        self.life.backend = Some(backend.clone());
+        self.life.phase = Phase::Active;
+        let view = self.session_view();
+        self.events.push(Event::SessionCreated(view));
+        if std::mem::take(&mut self.setup.update_pending) {
+            let view = self.session_view();
+            self.events.push(Event::SessionUpdated(view));
+        }
+        self.report_unsupported();
+        let held = self.held.events.take();
+        self.events.extend(held);
+        let held = self.held.commands.take();
+        self.commands.extend(held);
+        self.setup.in_force = self.setup.conf.clone();
+        self.reconfigure_if_changed(false);
+    }
+
+    /// The backend took the oldest reconfigure.
+    pub fn reconfigured(&mut self, backend: &BackendInfo) {
+        self.life.backend = Some(backend.clone());
+        if let Some((announce, conf)) = self.setup.reconfigures.pop_front() {
+            self.setup.in_force = conf;
+            if announce {
+                let view = self.session_view();
+                self.events.push(Event::SessionUpdated(view));
+                self.report_unsupported();
+            }
+        }
+    }
+
+    /// The backend refused the oldest reconfigure: the client hears the error, no
+    /// `session.updated`, and the configuration in force is the previous one, which the session
+    /// asks the backend for again (unless a newer reconfigure is on its way).
+    pub fn reconfigure_failed(&mut self, e: &ProtocolError) {
+        self.events.push(Event::Error(e.clone()));
+        self.setup.reconfigures.pop_front();
+        if !self.setup.reconfigures.is_empty() {
+            return;
+        }
+        self.setup.conf = self.setup.in_force.clone();
+        self.setup.prepared = Some(self.setup.conf.setup());
+        // The session's restore answers like any reconfigure.
+        let conf = self.setup.conf.clone();
+        self.setup.reconfigures.push_back((false, conf));
+    }
+}

@@ -1,0 +1,378 @@
+//! The driver's events as the OpenAI-shaped dialects' JSON, in each flavor's names and shapes:
+//! GA (`response.output_audio.delta`, `conversation.item.added`, `output_modalities`), beta
+//! (`response.audio.delta`, `conversation.item.created`, `modalities`) and Qwen (beta's names,
+//! its own session fields, usage spelling and statuses).
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use omni_actors::domain::Role;
+use omni_actors::protocol::{CloseReason, ErrorKind, ProtocolError, QueueInfo};
+use serde_json::{Map, Value, json};
+
+use super::Flavor;
+use crate::dialect::conversation::events::TranscriptionFailure;
+use crate::dialect::conversation::items::{Item, ItemBody, Part};
+use crate::dialect::conversation::{Event, OUTPUT_RATE, ResponseStatus, ResponseView, SessionView, Usage};
+
+/// The token limit a Qwen session object shows when the client set none (Qwen's document).
+const QWEN_MAX_TOKENS: u32 = 16384;
+
+/// What a Qwen session object shows for the sampling settings a client did not set: the values
+/// Qwen's `session.updated` documents (`seed: -1`: no fixed seed). A client's own replace them.
+fn qwen_defaults() -> [(&'static str, Value); 5] {
+    [
+        ("top_p", json!(1.0)),
+        ("top_k", json!(50)),
+        ("repetition_penalty", json!(1.05)),
+        ("presence_penalty", json!(0.0)),
+        ("seed", json!(-1)),
+    ]
+}
+
+/// Float samples as base64 pcm16 little-endian.
+pub(super) fn encode_pcm16(samples: &[f32]) -> String {
+    let bytes: Vec<u8> =
+        samples.iter().flat_map(|s| ((s.clamp(-1.0, 1.0) * 32767.0).round() as i16).to_le_bytes()).collect();
+    STANDARD.encode(bytes)
+}
+
+/// Renders events in one flavor, numbering them.
+pub(super) struct Encoder {
+    pub flavor: Flavor,
+    pub model: String,
+    /// Events sent so far (their ids are `event_N`).
+    events: u64,
+    /// The `event_id` of the client's last event, named in errors.
+    pub client_event_id: Option<String>,
+}
+
+impl Encoder {
+    pub fn new(flavor: Flavor, model: &str) -> Encoder {
+        Encoder { flavor, model: model.to_string(), events: 0, client_event_id: None }
+    }
+
+    fn event(&mut self, kind: &str, fields: Value) -> String {
+        self.events += 1;
+        let mut obj = Map::new();
+        obj.insert("type".into(), json!(kind));
+        obj.insert("event_id".into(), json!(format!("event_{}", self.events)));
+        if let Value::Object(f) = fields {
+            obj.extend(f);
+        }
+        Value::Object(obj).to_string()
+    }
+
+    /// The event's JSON, or `None` for one this flavor does not send. The voice's own events
+    /// (`AudioDelta` for an edge that plays it, `VoiceDone`, `VoiceCleared`) are its caller's.
+    pub fn encode(&mut self, event: Event) -> Option<String> {
+        let f = self.flavor;
+        let at = |response_id: &str, item_id: &str| json!({"response_id": response_id, "item_id": item_id, "output_index": 0, "content_index": 0});
+        let with = |mut v: Value, k: &str, x: Value| {
+            v[k] = x;
+            v
+        };
+        Some(match event {
+            Event::Queued(q) => self.queue_event("session.queued", q),
+            Event::QueueUpdate(q) => self.queue_event("session.queue_update", q),
+            Event::SessionCreated(view) => {
+                let session = self.session_object(&view);
+                self.event("session.created", json!({"session": session}))
+            }
+            Event::SessionUpdated(view) => {
+                let session = self.session_object(&view);
+                self.event("session.updated", json!({"session": session}))
+            }
+            Event::Unsupported { setting, model } => {
+                let message =
+                    format!("session.{setting}: the model ({model}) does not apply this setting; it is ignored");
+                let error = json!({"type": "invalid_request_error", "code": "unsupported_setting", "message": message,
+                                   "param": format!("session.{setting}"), "event_id": self.client_event_id});
+                self.event("error", json!({"error": error}))
+            }
+            Event::Error(e) => self.error_event(&e),
+            Event::SpeechStarted { audio_start_ms, item_id } => self.event(
+                "input_audio_buffer.speech_started",
+                json!({"audio_start_ms": audio_start_ms, "item_id": item_id}),
+            ),
+            Event::SpeechStopped { audio_end_ms, item_id } => self
+                .event("input_audio_buffer.speech_stopped", json!({"audio_end_ms": audio_end_ms, "item_id": item_id})),
+            Event::Committed { item_id, previous_item_id } => self.event(
+                "input_audio_buffer.committed",
+                json!({"item_id": item_id, "previous_item_id": previous_item_id}),
+            ),
+            Event::Cleared => self.event("input_audio_buffer.cleared", json!({})),
+            Event::ItemAdded { previous_item_id, item } => {
+                let item = self.item(&item, false);
+                self.event(f.item_created(), json!({"previous_item_id": previous_item_id, "item": item}))
+            }
+            // GA only.
+            Event::ItemDone { item } => {
+                if !f.ga() {
+                    return None;
+                }
+                let item = self.item(&item, false);
+                self.event("conversation.item.done", json!({"item": item}))
+            }
+            // Qwen documents no delta.
+            Event::TranscriptionDelta { item_id, delta } => {
+                if f == Flavor::Qwen {
+                    return None;
+                }
+                self.event(
+                    "conversation.item.input_audio_transcription.delta",
+                    json!({"item_id": item_id, "content_index": 0, "delta": delta}),
+                )
+            }
+            Event::TranscriptionCompleted { item_id, transcript } => self.event(
+                "conversation.item.input_audio_transcription.completed",
+                json!({"item_id": item_id, "content_index": 0, "transcript": transcript}),
+            ),
+            Event::TranscriptionFailed { item_id, failure, message } => {
+                let code = match failure {
+                    TranscriptionFailure::Unavailable => "transcription_unavailable",
+                    TranscriptionFailure::Failed => "transcription_failed",
+                };
+                let error = json!({"code": code, "message": message, "param": "session.input_audio_transcription"});
+                self.event(
+                    "conversation.item.input_audio_transcription.failed",
+                    json!({"item_id": item_id, "content_index": 0, "error": error}),
+                )
+            }
+            Event::ResponseCreated(view) => {
+                let response = self.response_object(&view);
+                self.event("response.created", json!({"response": response}))
+            }
+            Event::OutputItemAdded { response_id, item } => {
+                let item = self.item(&item, false);
+                self.event(
+                    "response.output_item.added",
+                    json!({"response_id": response_id, "output_index": 0, "item": item}),
+                )
+            }
+            Event::ContentPartAdded { response_id, item_id, audio } => {
+                let part = self.answer_part(audio, "", false);
+                self.event("response.content_part.added", with(at(&response_id, &item_id), "part", part))
+            }
+            Event::TextDelta { response_id, item_id, audio, delta } => {
+                let kind = if audio { f.transcript_delta() } else { f.text_delta() };
+                self.event(kind, with(at(&response_id, &item_id), "delta", json!(delta)))
+            }
+            Event::AudioDelta { response_id, item_id, samples } => {
+                self.event(f.audio_delta(), with(at(&response_id, &item_id), "delta", json!(encode_pcm16(&samples))))
+            }
+            Event::AudioDone { response_id, item_id } => self.event(f.audio_done(), at(&response_id, &item_id)),
+            Event::TextDone { response_id, item_id, audio, text } => {
+                if audio {
+                    self.event(f.transcript_done(), with(at(&response_id, &item_id), "transcript", json!(text)))
+                } else {
+                    self.event(f.text_done(), with(at(&response_id, &item_id), "text", json!(text)))
+                }
+            }
+            Event::ContentPartDone { response_id, item_id, part } => {
+                let part = self.part(&part, false);
+                self.event("response.content_part.done", with(at(&response_id, &item_id), "part", part))
+            }
+            Event::OutputItemDone { response_id, item } => {
+                let item = self.item(&item, false);
+                self.event(
+                    "response.output_item.done",
+                    json!({"response_id": response_id, "output_index": 0, "item": item}),
+                )
+            }
+            Event::ResponseDone(view) => {
+                let response = self.response_object(&view);
+                self.event("response.done", json!({"response": response}))
+            }
+            Event::Finished => self.event("session.finished", json!({})),
+            Event::Ended(reason) => {
+                let code = if reason == CloseReason::Timeout { "session_expired" } else { reason.as_str() };
+                let message = format!("the session ended: {}", reason.as_str());
+                self.event("error", json!({"error": {"type": "server_error", "code": code, "message": message, "param": null, "event_id": null}}))
+            }
+            Event::VoiceDone { .. } | Event::VoiceCleared => return None,
+        })
+    }
+
+    fn queue_event(&mut self, kind: &str, q: QueueInfo) -> String {
+        let QueueInfo { ticket, position, estimated_wait_s, queue_length } = q;
+        self.event(
+            kind,
+            json!({"position": position, "estimated_wait_s": (estimated_wait_s * 10.0).round() / 10.0,
+                   "ticket_id": format!("ticket_{ticket}"), "queue_length": queue_length}),
+        )
+    }
+
+    fn session_object(&self, view: &SessionView) -> Value {
+        let c = &view.conf;
+        let vad = c.vad.as_ref().map(|v| {
+            json!({"type": v.kind, "threshold": v.threshold, "prefix_padding_ms": v.prefix_padding_ms,
+                   "silence_duration_ms": v.silence_duration_ms, "create_response": true, "interrupt_response": true})
+        });
+        let id = &view.id;
+        let tokens = c.max_tokens.map_or(json!("inf"), |n| json!(n));
+        let mut session = match self.flavor {
+            Flavor::Ga => json!({
+                "type": "realtime", "object": "realtime.session", "id": id, "model": self.model,
+                "output_modalities": if c.audio_out { vec!["audio"] } else { vec!["text"] },
+                "instructions": c.instructions,
+                "audio": {
+                    "input": {"format": {"type": "audio/pcm", "rate": c.input_rate}, "turn_detection": vad,
+                              "transcription": c.transcription, "noise_reduction": null},
+                    "output": {"format": {"type": "audio/pcm", "rate": OUTPUT_RATE}, "voice": c.voice, "speed": 1.0},
+                },
+                "tools": [], "tool_choice": "auto", "max_output_tokens": tokens,
+            }),
+            Flavor::Beta | Flavor::Qwen => {
+                let format = if self.flavor == Flavor::Qwen { "pcm" } else { "pcm16" };
+                let mut session = json!({
+                    "id": id, "object": "realtime.session", "model": self.model,
+                    "modalities": if c.audio_out { vec!["text", "audio"] } else { vec!["text"] },
+                    "instructions": c.instructions, "voice": c.voice,
+                    "input_audio_format": format, "output_audio_format": format,
+                    "input_audio_transcription": c.transcription, "turn_detection": vad,
+                    "tools": [], "tool_choice": "auto", "temperature": c.temperature.unwrap_or(0.8),
+                });
+                if self.flavor == Flavor::Qwen {
+                    // Qwen's session objects always show search and the sampling settings (the
+                    // values in force: the client's, else the document's defaults), and spell the
+                    // token limit so.
+                    session["enable_search"] = json!(false);
+                    session["search_options"] = json!({});
+                    session["max_response_output_token"] = tokens;
+                    session["max_tokens"] = json!(c.max_tokens.unwrap_or(QWEN_MAX_TOKENS));
+                    for (name, value) in qwen_defaults() {
+                        session[name] = value;
+                    }
+                } else {
+                    session["max_response_output_tokens"] = tokens;
+                }
+                session
+            }
+        };
+        // The settings given by name, as given.
+        for (name, value) in c.settings.iter() {
+            session[name] = value.clone();
+        }
+        session
+    }
+
+    /// An assistant's answer as a content part. Its text is `transcript` for audio in OpenAI's
+    /// flavors and in Qwen's `response.done`; Qwen's content part and output item events show
+    /// it as `text` (`in_done` false).
+    fn answer_part(&self, audio: bool, text: &str, in_done: bool) -> Value {
+        let key = if audio && (self.flavor != Flavor::Qwen || in_done) { "transcript" } else { "text" };
+        let mut part = json!({"type": self.flavor.part_type(audio)});
+        part[key] = json!(text);
+        part
+    }
+
+    fn part(&self, part: &Part, in_done: bool) -> Value {
+        match part {
+            Part::Text { kind, text } => json!({"type": kind.as_str(), "text": text}),
+            Part::InputAudio { transcript } => json!({"type": "input_audio", "transcript": transcript}),
+            Part::InputImage => json!({"type": "input_image"}),
+            Part::Answer { audio, text } => self.answer_part(*audio, text, in_done),
+        }
+    }
+
+    /// An item as the flavor shows it (`in_done`: in `response.done`'s output).
+    fn item(&self, item: &Item, in_done: bool) -> Value {
+        let status = item.status.as_str();
+        match &item.body {
+            ItemBody::Message { role, parts } => {
+                let role = match role {
+                    Role::System => "system",
+                    Role::User => "user",
+                    Role::Assistant => "assistant",
+                };
+                let content: Vec<Value> = parts.iter().map(|p| self.part(p, in_done)).collect();
+                json!({"id": item.id, "object": "realtime.item", "type": "message", "status": status,
+                       "role": role, "content": content})
+            }
+            ItemBody::FunctionCall { call_id, name, arguments } => json!({
+                "id": item.id, "object": "realtime.item", "type": "function_call", "status": status,
+                "call_id": call_id, "name": name, "arguments": arguments,
+            }),
+            ItemBody::FunctionCallOutput { call_id, output } => json!({
+                "id": item.id, "object": "realtime.item", "type": "function_call_output", "status": status,
+                "call_id": call_id, "output": output,
+            }),
+        }
+    }
+
+    /// A response's status as the flavor names it: Qwen lists completed, failed, in_progress
+    /// and incomplete, so a response cut short (barge-in, `response.cancel`) is `incomplete`
+    /// there and `cancelled` in OpenAI's.
+    fn status(&self, status: ResponseStatus) -> &'static str {
+        match status {
+            ResponseStatus::InProgress => "in_progress",
+            ResponseStatus::Completed => "completed",
+            ResponseStatus::Failed => "failed",
+            ResponseStatus::Cancelled if self.flavor == Flavor::Qwen => "incomplete",
+            ResponseStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// `usage` of `response.done`, in the flavor's spelling.
+    fn usage(&self, u: &Usage) -> Value {
+        let mut usage = json!({"total_tokens": u.input + u.output, "input_tokens": u.input, "output_tokens": u.output});
+        let (input_details, output_details) = if self.flavor == Flavor::Qwen {
+            // Qwen's spelling.
+            ("input_tokens_details", "output_tokens_details")
+        } else {
+            ("input_token_details", "output_token_details")
+        };
+        usage[input_details] =
+            json!({"text_tokens": u.input.saturating_sub(u.input_audio), "audio_tokens": u.input_audio});
+        if self.flavor != Flavor::Qwen {
+            usage[input_details]["cached_tokens"] = json!(0);
+        }
+        usage[output_details] = json!({"text_tokens": u.output_text, "audio_tokens": u.output_audio});
+        usage
+    }
+
+    fn response_object(&self, r: &ResponseView) -> Value {
+        let status = self.status(r.status);
+        let output: Vec<Value> = r.output.iter().map(|i| self.item(i, true)).collect();
+        let mut obj = json!({
+            "id": r.id, "object": "realtime.response", "status": status,
+            "status_details": r.reason.map(|reason| json!({"type": status, "reason": reason})),
+            "output": output, "conversation_id": r.conversation_id, "voice": r.voice,
+            "usage": r.usage.as_ref().map_or(Value::Null, |u| self.usage(u)),
+        });
+        if self.flavor.ga() {
+            obj["output_modalities"] = json!(if r.audio { vec!["audio"] } else { vec!["text"] });
+        } else {
+            obj["modalities"] = json!(if r.audio { vec!["text", "audio"] } else { vec!["text"] });
+            obj["output_audio_format"] = json!(if self.flavor == Flavor::Qwen { "pcm" } else { "pcm16" });
+        }
+        obj
+    }
+
+    /// An error in the OpenAI shape, its `param` taken from the message, its code in the
+    /// flavor's names.
+    pub fn error_event(&mut self, e: &ProtocolError) -> String {
+        let message = e.to_string();
+        let param = message
+            .split_once(": ")
+            .map(|(p, _)| p)
+            .or_else(|| message.strip_suffix(" is required"))
+            .filter(|p| !p.contains(' '))
+            .map(String::from);
+        let kind = match e.kind() {
+            ErrorKind::Client => "invalid_request_error",
+            ErrorKind::Server => "server_error",
+        };
+        let client_event = self.client_event_id.clone();
+        let code = match (self.flavor, e.code()) {
+            // The names Qwen's document uses.
+            (Flavor::Qwen, "invalid_payload") => "invalid_value",
+            (Flavor::Qwen, "missing_field") => "missing_required_parameter",
+            (_, code) => code,
+        };
+        self.event(
+            "error",
+            json!({"error": {"type": kind, "code": code, "message": message, "param": param, "event_id": client_event}}),
+        )
+    }
+}
