@@ -9,7 +9,7 @@ use ipnet::IpNet;
 
 /// The address a peer counts under: its IPv4 address (an IPv4-mapped IPv6 one too), or the
 /// /64 of its IPv6 address (the rule the session registry's caps follow).
-pub use omni_actors::session::registry::address_key as counted_as;
+pub use omni_actors::session::address_key as counted_as;
 
 /// Whether `ip` is in any of `networks`.
 pub fn in_any(ip: IpAddr, networks: &[IpNet]) -> bool {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use omni_actors::domain::Mode;
-use omni_actors::queue::state::{JoinOutcome, ModeSet, QueueState};
+use omni_actors::queue::{JoinOutcome, ModeSet, QueueState};
 
 const TICKETS: usize = 10_000;
 

@@ -47,4 +47,4 @@ pub mod transcribe;
 pub mod worker;
 
 pub use edge::backend::{Backend, BackendControl, BackendError, run_duplex_step};
-pub use worker::thread::{BackendFactory, WorkerThread};
+pub use worker::{BackendFactory, WorkerThread};

@@ -67,7 +67,7 @@ impl ToHost {
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-pub enum FromHost {
+pub(crate) enum FromHost {
     Opened(Result<BackendInfo, BackendError>),
     /// The answer to the oldest unanswered call, with the backend's KV length after it.
     Reply {
@@ -86,7 +86,7 @@ pub enum Value {
 }
 
 /// Writes one frame and flushes it.
-pub fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> io::Result<()> {
+pub(crate) fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> io::Result<()> {
     let body = postcard::to_stdvec(message).map_err(io::Error::other)?;
     let len = u32::try_from(body.len()).map_err(|_| io::Error::other("frame over 4 GiB"))?;
     let mut frame = Vec::with_capacity(4 + body.len());
@@ -97,7 +97,7 @@ pub fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> io::Resul
 }
 
 /// Reads one frame; `Ok(None)` at a clean end of the stream (between frames).
-pub fn read_frame<T: DeserializeOwned>(input: &mut impl Read, buf: &mut Vec<u8>) -> io::Result<Option<T>> {
+pub(crate) fn read_frame<T: DeserializeOwned>(input: &mut impl Read, buf: &mut Vec<u8>) -> io::Result<Option<T>> {
     let mut len = [0u8; 4];
     match input.read_exact(&mut len) {
         Ok(()) => {}

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use omni_actors::edge::backend::{Backend, BackendError};
 use omni_actors::observe::metrics::metrics;
-use omni_actors::worker::thread::{BackendFactory, Opener};
+use omni_actors::worker::{BackendFactory, Opener};
 
 pub use ffi::{BackendApi, FfiBackend, FfiControl, LoadError};
 pub use process::{HostSpec, ProcessBackend};
@@ -73,7 +73,7 @@ pub fn factory(worker: &WorkerSpec, open_timeout: Duration) -> BackendFactory {
 /// The built-in reference backend's options that make a call wait: pacing (`step_ms`,
 /// `token_ms`), a slow open (`open_ms`) and the hangs of fault injection. Without them every call
 /// returns in microseconds, and its BackendActor runs them itself
-/// ([`omni_actors::worker::thread::WorkerThread::here`]) instead of two threads per worker.
+/// ([`omni_actors::worker::WorkerThread::here`]) instead of two threads per worker.
 const REFERENCE_WAITS: [&str; 5] = ["step_ms", "token_ms", "open_ms", "hang_at_step", "interrupt_hang_ms"];
 
 /// The worker's backend is quick: the built-in reference backend, on a thread, with none of the

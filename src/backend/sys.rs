@@ -1,15 +1,15 @@
 //! The backend ABI's Rust mirror (the `omni-backend-abi` crate, `backends/abi/`), the
 //! built-in reference backend's entry points, and the test that the mirror matches C's layout.
 
-pub use omni_backend_abi::*;
+pub(super) use omni_backend_abi::*;
 
 unsafe extern "C" {
     /// The built-in reference backend, linked statically (see build.rs).
-    pub fn omni_reference_abi_version() -> u32;
-    pub fn omni_reference_get_api(abi_version: u32) -> *const omni_backend_api;
+    pub(super) fn omni_reference_abi_version() -> u32;
+    pub(super) fn omni_reference_get_api(abi_version: u32) -> *const omni_backend_api;
     /// Sizes and offsets of the structs as C laid them out (backends/abi_layout.c).
     #[cfg(test)]
-    pub fn omni_abi_layout(i: usize) -> usize;
+    pub(super) fn omni_abi_layout(i: usize) -> usize;
 }
 
 #[cfg(test)]

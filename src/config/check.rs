@@ -24,20 +24,20 @@ impl Invalid {
     }
 }
 
-pub fn positive(key: &str, v: f64) -> Result<(), Invalid> {
+pub(crate) fn positive(key: &str, v: f64) -> Result<(), Invalid> {
     if v > 0.0 && v.is_finite() { Ok(()) } else { Err(Invalid::new(key, "must be greater than 0")) }
 }
 
-pub fn not_negative(key: &str, v: f64) -> Result<(), Invalid> {
+pub(crate) fn not_negative(key: &str, v: f64) -> Result<(), Invalid> {
     if v >= 0.0 && v.is_finite() { Ok(()) } else { Err(Invalid::new(key, "must not be negative")) }
 }
 
 /// A name that appears in logs, status and keys: letters, digits, `_`, `.` and `-`.
-pub fn name_ok(name: &str) -> bool {
+pub(crate) fn name_ok(name: &str) -> bool {
     !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
 }
 
-pub fn check_name(key: &str, name: &str) -> Result<(), Invalid> {
+pub(crate) fn check_name(key: &str, name: &str) -> Result<(), Invalid> {
     if name_ok(name) {
         return Ok(());
     }
@@ -77,7 +77,7 @@ impl Base<'_> {
 }
 
 /// `HOST:PORT` with an IP address or a host name that resolves (the address to listen on).
-pub fn resolve_bind(key: &str, bind: &str) -> Result<Vec<SocketAddr>, Invalid> {
+pub(crate) fn resolve_bind(key: &str, bind: &str) -> Result<Vec<SocketAddr>, Invalid> {
     use std::net::ToSocketAddrs;
     if let Ok(addr) = bind.parse::<SocketAddr>() {
         return Ok(vec![addr]);
@@ -104,7 +104,7 @@ pub fn resolve_bind(key: &str, bind: &str) -> Result<Vec<SocketAddr>, Invalid> {
 
 /// `HOST:PORT` split, for addresses resolved when they are used (a node may be down, or its
 /// name not resolvable yet, when the gateway starts).
-pub fn host_port(key: &str, address: &str) -> Result<(String, u16), Invalid> {
+pub(crate) fn host_port(key: &str, address: &str) -> Result<(String, u16), Invalid> {
     let bad = |why: String| Invalid::new(key, why);
     let (host, port) =
         address.rsplit_once(':').ok_or_else(|| bad(format!("'{address}' is not HOST:PORT (e.g. gpu1:7100)")))?;
@@ -118,13 +118,13 @@ pub fn host_port(key: &str, address: &str) -> Result<(String, u16), Invalid> {
 
 /// A key a peer presents (an API key, a token, a webhook secret): see
 /// [`crate::http::auth::check_key`].
-pub fn secret(key: &str, value: &str) -> Result<(), Invalid> {
+pub(crate) fn secret(key: &str, value: &str) -> Result<(), Invalid> {
     crate::http::auth::check_key(value).map_err(|e| Invalid::new(key, e.to_string()))
 }
 
 /// A URL as logs show it: its scheme and host, its user part as `***@` and anything after the
 /// host as `/***` (a password, a token in the path or query).
-pub fn redacted_url(url: &str) -> String {
+pub(crate) fn redacted_url(url: &str) -> String {
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
     let (user, host) = match authority.rsplit_once('@') {
@@ -136,7 +136,7 @@ pub fn redacted_url(url: &str) -> String {
 }
 
 /// One network, `ADDRESS/BITS` (`"10.0.0.0/8"`), or one address (all its bits).
-pub fn network(key: &str, entry: &str) -> Result<ipnet::IpNet, Invalid> {
+pub(crate) fn network(key: &str, entry: &str) -> Result<ipnet::IpNet, Invalid> {
     let entry = entry.trim();
     entry
         .parse::<ipnet::IpNet>()

@@ -27,7 +27,7 @@ pub struct ModelSpec {
 }
 
 /// Every entry checked against the workers that would serve it; errors name `models[i].KEY`.
-pub fn validate(entries: &[ModelEntry], workers: &[WorkerSpec]) -> Result<Vec<ModelSpec>, Invalid> {
+pub(super) fn validate(entries: &[ModelEntry], workers: &[WorkerSpec]) -> Result<Vec<ModelSpec>, Invalid> {
     let mut models: Vec<ModelSpec> = Vec::new();
     for (i, m) in entries.iter().enumerate() {
         let spec = m.validate(workers).map_err(|e| e.under(&format!("models[{i}]")))?;

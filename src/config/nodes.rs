@@ -124,7 +124,7 @@ pub struct NodeLink {
 }
 
 /// Every entry checked; a node's name must not clash with another's or a worker's.
-pub fn validate(entries: &[NodeEntry], worker_names: &[&str], base: Base<'_>) -> Result<Vec<NodeLink>, Invalid> {
+pub(super) fn validate(entries: &[NodeEntry], worker_names: &[&str], base: Base<'_>) -> Result<Vec<NodeLink>, Invalid> {
     let mut nodes: Vec<NodeLink> = Vec::new();
     for (i, n) in entries.iter().enumerate() {
         let at = |key: &str| format!("nodes[{i}].{key}");

@@ -48,7 +48,7 @@ pub enum VadSpec {
 }
 
 /// The models folder: `$OMNI_MODELS`, or `~/.cache/omni-gateway/models` (the fetch script's).
-pub fn models_dir() -> PathBuf {
+pub(super) fn models_dir() -> PathBuf {
     match std::env::var_os("OMNI_MODELS") {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
         _ => home().join(".cache/omni-gateway/models"),
@@ -61,7 +61,7 @@ fn home() -> PathBuf {
 
 /// A path as the model sections write it: `$OMNI_MODELS/x`, `~/x`, or relative to the config
 /// file.
-pub fn expand_models_path(value: &str, base: Base<'_>) -> PathBuf {
+pub(super) fn expand_models_path(value: &str, base: Base<'_>) -> PathBuf {
     if let Some(rest) = value.strip_prefix("$OMNI_MODELS/") {
         models_dir().join(rest)
     } else if let Some(rest) = value.strip_prefix("~/") {

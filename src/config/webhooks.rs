@@ -63,7 +63,7 @@ impl WebhookSpec {
 }
 
 /// Every entry checked; names are unique. Errors name `webhooks[i].KEY`.
-pub fn validate(entries: &[WebhookEntry]) -> Result<Vec<WebhookSpec>, Invalid> {
+pub(super) fn validate(entries: &[WebhookEntry]) -> Result<Vec<WebhookSpec>, Invalid> {
     let mut webhooks: Vec<WebhookSpec> = Vec::new();
     for (i, w) in entries.iter().enumerate() {
         let spec = w.validate(i).map_err(|e| e.under(&format!("webhooks[{i}]")))?;

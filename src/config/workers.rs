@@ -98,7 +98,7 @@ pub struct WorkerSpec {
 
 /// Every entry checked and expanded into workers with unique names; errors name
 /// `workers[i].KEY`.
-pub fn validate(entries: &[WorkerEntry], base: Base<'_>) -> Result<Vec<WorkerSpec>, Invalid> {
+pub(super) fn validate(entries: &[WorkerEntry], base: Base<'_>) -> Result<Vec<WorkerSpec>, Invalid> {
     let mut workers = Vec::new();
     let mut names = HashSet::new();
     for (i, entry) in entries.iter().enumerate() {

@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
+use omni_actors::observe::Usage;
 use omni_actors::observe::events::{Subscriber, Subscribers};
 use omni_actors::observe::recording::{Recorder, RecorderSpawner};
-use omni_actors::observe::usage::Usage;
 
 use crate::config::Config;
 use webhooks::WebhookSubscriber;

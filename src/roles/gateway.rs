@@ -8,7 +8,7 @@ use actix::prelude::*;
 use omni_actors::domain::Mode;
 use omni_actors::pool::WorkerPoolActor;
 use omni_actors::pool::messages::{JoinWorkers, PoolPort, WorkerSetup};
-use omni_actors::queue::local::QueueActor;
+use omni_actors::queue::QueueActor;
 use omni_actors::queue::messages::{QueuePort, WorkerFeed};
 
 use super::{Common, Serving, backend_limits};
@@ -71,7 +71,7 @@ fn join_node(link: NodeLink, pool: Recipient<JoinWorkers>) {
                 }
                 Ok(Err(e)) => {
                     failures += 1;
-                    let wait = omni_actors::pool::state::backoff(failures);
+                    let wait = omni_actors::pool::backoff(failures);
                     log::warn!("node {} ({}): {e}; trying again in {} ms", link.name, link.address, wait.as_millis());
                     actix::clock::sleep(wait).await;
                 }

@@ -21,7 +21,7 @@ use omni_actors::observe::events::Subscribers;
 use omni_actors::observe::recording::{RecorderSpawner, RecordingLimits};
 use omni_actors::pool::messages::PoolPort;
 use omni_actors::queue::messages::{ClusterStatusQuery, QueuePort};
-use omni_actors::session::registry::Registry;
+use omni_actors::session::Registry;
 use omni_actors::worker::BackendLimits;
 
 use crate::config::Config;

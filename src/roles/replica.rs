@@ -10,8 +10,8 @@ use actix::prelude::*;
 use omni_actors::domain::Mode;
 use omni_actors::pool::WorkerPoolActor;
 use omni_actors::pool::messages::PoolPort;
-use omni_actors::queue::cluster::{ClusterQueueActor, ClusterSetup, GrantOpener};
 use omni_actors::queue::messages::{GrantPushed, QueuePort, WorkerFeed};
+use omni_actors::queue::{ClusterQueueActor, ClusterSetup, GrantOpener};
 
 use super::{Common, Serving, backend_limits};
 use crate::backend;

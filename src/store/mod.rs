@@ -1,6 +1,6 @@
 //! The stores a cluster's replicas and nodes share, behind
 //! `omni_actors::edge::coordinator::{Coordinator, NodeStore}`: [`redis`] (every decision one Lua
 //! script). A new store implements both traits and passes the same suite
-//! (`omni_actors::queue::cluster::suite`).
+//! (`omni_actors::queue::suite`).
 
 pub mod redis;

@@ -14,7 +14,7 @@ use omni_actors::edge::coordinator::{
     Beat, ClusterError, ClusterFuture, ClusterView, Coordinator, Enqueued, Grant, NodeBeat, NodeStore, Offer, Offered,
     Reported, SlotReport, SlotState, SlotView, TicketView,
 };
-use omni_actors::queue::state::TicketId;
+use omni_actors::ids::TicketId;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{AsyncConnectionConfig, ErrorKind, Script, ServerErrorKind};

@@ -850,7 +850,7 @@ async fn the_cluster_suite_passes_against_redis() {
         return;
     }
     use omni_actors::edge::coordinator::{Coordinator, NodeStore};
-    use omni_actors::queue::cluster::suite::{self, Cluster, Stores, Wait};
+    use omni_actors::queue::suite::{self, Cluster, Stores, Wait};
     use omni_gateway::store::redis::RedisStore;
 
     struct OnRedis(std::sync::Arc<Redis>);

@@ -110,7 +110,7 @@ fn crafted_wav() -> Vec<u8> {
     w
 }
 
-pub async fn run(kind: FloodKind, args: &FloodArgs) -> Result<Value, String> {
+pub(crate) async fn run(kind: FloodKind, args: &FloodArgs) -> Result<Value, String> {
     if kind == FloodKind::Fragments {
         return fragments(args).await;
     }

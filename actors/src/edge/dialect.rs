@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytestring::ByteString;
 
 use crate::ids;
-use crate::observe::recording::Redact;
+use crate::observe::Redact;
 use crate::protocol::{Inbound, Outbound, ProtocolError};
 use crate::session::messages::{CallerAudio, ModelAudio};
 

@@ -1,11 +1,19 @@
 //! What observes sessions and workers: typed [`events`] and their subscribers, the
-//! [`metrics`], [`usage`] accounting, and [`recording`] (a session's side of its recording,
-//! and the [`recorder`]'s actor that writes it). The observers' actors' messages are in
-//! [`messages`].
+//! [`metrics`], usage accounting, and [`recording`] (a session's side of its recording, and the
+//! recorder's actor that writes it). The observers' actors' messages are in [`messages`]. The
+//! other parts reach it through what this module re-exports: the events and sinks a session or
+//! a pool publishes to, the metrics, and what a recording keeps.
 
 pub mod events;
 pub mod messages;
 pub mod metrics;
-pub mod recorder;
+mod recorder;
 pub mod recording;
-pub mod usage;
+mod usage;
+
+pub use events::{
+    Interest, Output, SessionEvent, SessionInfo, SessionSink, SessionSinks, Subscriber, Subscribers, WorkerChange,
+};
+pub use metrics::metrics;
+pub use recording::{Direction, MediaSink, Recorded, RecordingSummary, Redact, SessionMeta, timestamp};
+pub use usage::Usage;

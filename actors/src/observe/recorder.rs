@@ -32,12 +32,12 @@ use crate::observe::recording::{
 };
 
 /// Creates a directory (and its parents) readable by this user only.
-pub fn private_dir(path: &Path) -> io::Result<()> {
+pub(super) fn private_dir(path: &Path) -> io::Result<()> {
     DirBuilder::new().recursive(true).mode(0o700).create(path)
 }
 
 /// Creates (or truncates) a file readable by this user only.
-pub fn private_file(path: &Path) -> io::Result<File> {
+pub(super) fn private_file(path: &Path) -> io::Result<File> {
     OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)
 }
 
@@ -103,7 +103,7 @@ struct Line<'a> {
     raw: Option<&'a str>,
 }
 
-pub struct RecorderActor {
+pub(super) struct RecorderActor {
     dir: PathBuf,
     root: PathBuf,
     redactor: Arc<dyn Redact>,

@@ -26,7 +26,7 @@ const MAILBOX: usize = 10_000;
 
 /// One session's usage: a line of the day's file.
 /// Writes the day files.
-pub struct UsageActor {
+pub(super) struct UsageActor {
     dir: PathBuf,
     open: Option<(String, File)>,
 }

@@ -8,9 +8,11 @@ use actix::prelude::*;
 
 use crate::domain::Mode;
 use crate::ids::{TicketId, WorkerId};
-use crate::pool::state::PoolWorker;
+
 use crate::worker::messages::WorkerPort;
-use crate::worker::thread::{BackendFactory, Opener};
+use crate::worker::{BackendFactory, Opener};
+
+pub use super::state::{PoolWorker, WorkerState};
 
 /// One configured worker (or one of a node's, once the gateway has reached it).
 pub struct WorkerSetup {

@@ -13,17 +13,19 @@ use actix::prelude::*;
 
 use crate::domain::{BackendInfo, Mode};
 use crate::ids::WorkerId;
-use crate::observe::events::{Subscribers, WorkerChange};
-use crate::observe::metrics::metrics;
+use crate::observe::metrics;
+use crate::observe::{Subscribers, WorkerChange};
 use crate::queue::messages::{
     LendFailed, LentOpened, SessionFinished, WorkerDown, WorkerFeed, WorkerIdle, WorkerJoined, WorkerModes,
     WorkerStarting,
 };
 use crate::worker::messages::{Stop, WorkerLink, WorkerPort};
-use crate::worker::thread::{BackendFactory, Opener};
+use crate::worker::{BackendFactory, Opener};
 
 pub mod messages;
-pub mod state;
+mod state;
+
+pub use state::backoff;
 
 use messages::{
     GiveBack, JoinWorkers, Lend, PoolSnapshot, ShutdownPool, StartWorker, WorkerEvent, WorkerSetup, WorkerStart,

@@ -105,36 +105,36 @@ impl PoolWorker {
 }
 
 #[derive(Debug, Clone)]
-pub struct PoolState {
+pub(super) struct PoolState {
     workers: Vec<PoolWorker>,
 }
 
 /// What the actor must do after a failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Restart {
+pub(super) struct Restart {
     pub worker: WorkerId,
     pub after: Duration,
 }
 
 impl PoolState {
     /// Every worker starts in `Starting`, generation 1.
-    pub fn new(workers: impl IntoIterator<Item = (String, String, Vec<Mode>)>) -> PoolState {
+    pub(super) fn new(workers: impl IntoIterator<Item = (String, String, Vec<Mode>)>) -> PoolState {
         PoolState {
             workers: workers.into_iter().map(|(name, backend, modes)| PoolWorker::new(name, backend, modes)).collect(),
         }
     }
 
     /// A worker joins after start (one of a node's): `Starting`, generation 1. Returns its id.
-    pub fn add(&mut self, name: String, backend: String, modes: Vec<Mode>) -> WorkerId {
+    pub(super) fn add(&mut self, name: String, backend: String, modes: Vec<Mode>) -> WorkerId {
         self.workers.push(PoolWorker::new(name, backend, modes));
         self.workers.len() - 1
     }
 
-    pub fn workers(&self) -> &[PoolWorker] {
+    pub(super) fn workers(&self) -> &[PoolWorker] {
         &self.workers
     }
 
-    pub fn worker(&self, id: WorkerId) -> &PoolWorker {
+    pub(super) fn worker(&self, id: WorkerId) -> &PoolWorker {
         &self.workers[id]
     }
 
@@ -143,7 +143,7 @@ impl PoolState {
     }
 
     /// Its backend opened. Returns false for a stale generation.
-    pub fn opened(&mut self, id: WorkerId, generation: u64) -> bool {
+    pub(super) fn opened(&mut self, id: WorkerId, generation: u64) -> bool {
         if !self.current(id, generation) {
             return false;
         }
@@ -155,27 +155,27 @@ impl PoolState {
     }
 
     /// The node it runs on.
-    pub fn set_node(&mut self, id: WorkerId, node: Option<String>) {
+    pub(super) fn set_node(&mut self, id: WorkerId, node: Option<String>) {
         self.workers[id].node = node;
     }
 
     /// The process hosting its backend (none: a thread of the gateway).
     /// The modes it serves, narrowed to what its backend can do.
-    pub fn set_modes(&mut self, id: WorkerId, modes: Vec<Mode>) {
+    pub(super) fn set_modes(&mut self, id: WorkerId, modes: Vec<Mode>) {
         self.workers[id].modes = modes;
     }
 
-    pub fn set_process(&mut self, id: WorkerId, pid: Option<u32>) {
+    pub(super) fn set_process(&mut self, id: WorkerId, pid: Option<u32>) {
         self.workers[id].process_id = pid;
     }
 
     /// The queue gave it to a session.
-    pub fn assigned(&mut self, id: WorkerId, session: String, mode: Mode, now: Instant) {
+    pub(super) fn assigned(&mut self, id: WorkerId, session: String, mode: Mode, now: Instant) {
         self.workers[id].state = WorkerState::Busy { session, mode, dialect: None, transport: None, since: now };
     }
 
     /// Its session initialised: it has an id and a dialect.
-    pub fn identified(&mut self, id: WorkerId, session_id: String, wire: &'static str, how: &'static str) {
+    pub(super) fn identified(&mut self, id: WorkerId, session_id: String, wire: &'static str, how: &'static str) {
         if let WorkerState::Busy { session, dialect, transport, .. } = &mut self.workers[id].state {
             *transport = Some(how);
             *session = session_id;
@@ -184,7 +184,7 @@ impl PoolState {
     }
 
     /// Its session ended (one more served); the backend is resetting.
-    pub fn resetting(&mut self, id: WorkerId, generation: u64) {
+    pub(super) fn resetting(&mut self, id: WorkerId, generation: u64) {
         if self.current(id, generation) {
             let w = &mut self.workers[id];
             if matches!(w.state, WorkerState::Busy { .. }) {
@@ -195,7 +195,7 @@ impl PoolState {
     }
 
     /// Its backend was reset after a session: idle again. Returns false when stale.
-    pub fn released(&mut self, id: WorkerId, generation: u64) -> bool {
+    pub(super) fn released(&mut self, id: WorkerId, generation: u64) -> bool {
         if !self.current(id, generation) {
             return false;
         }
@@ -207,7 +207,7 @@ impl PoolState {
 
     /// Its backend failed (did not open, hung, crashed). Returns when to restart it,
     /// or `None` for a stale generation.
-    pub fn failed(&mut self, id: WorkerId, generation: u64, reason: String, now: Instant) -> Option<Restart> {
+    pub(super) fn failed(&mut self, id: WorkerId, generation: u64, reason: String, now: Instant) -> Option<Restart> {
         if !self.current(id, generation) {
             return None;
         }
@@ -225,7 +225,13 @@ impl PoolState {
     }
 
     /// Its backend did not open: failed until a later attempt opens it.
-    pub fn open_failed(&mut self, id: WorkerId, generation: u64, reason: String, now: Instant) -> Option<Restart> {
+    pub(super) fn open_failed(
+        &mut self,
+        id: WorkerId,
+        generation: u64,
+        reason: String,
+        now: Instant,
+    ) -> Option<Restart> {
         let restart = self.failed(id, generation, reason, now)?;
         self.workers[id].open_failed = true;
         Some(restart)
@@ -233,7 +239,7 @@ impl PoolState {
 
     /// Starts a new incarnation; returns its generation. A worker whose backend did not
     /// open stays failed while it tries again; one that failed at work is starting.
-    pub fn restart(&mut self, id: WorkerId) -> u64 {
+    pub(super) fn restart(&mut self, id: WorkerId) -> u64 {
         let w = &mut self.workers[id];
         w.generation += 1;
         w.restarts += 1;
@@ -246,7 +252,14 @@ impl PoolState {
     /// A cluster lends worker `name` (of `node`) to `ticket` for one session: its entry (made
     /// the first time) gets a new generation. A worker failed before is starting again; an
     /// idle one stays idle until its session takes it. Returns its id and generation.
-    pub fn lend(&mut self, name: &str, backend: String, node: String, mode: Mode, ticket: u64) -> (WorkerId, u64) {
+    pub(super) fn lend(
+        &mut self,
+        name: &str,
+        backend: String,
+        node: String,
+        mode: Mode,
+        ticket: u64,
+    ) -> (WorkerId, u64) {
         let id = match self.workers.iter().position(|w| w.lendable && w.name == name) {
             Some(id) => id,
             None => {
@@ -271,7 +284,7 @@ impl PoolState {
 
     /// A lent worker could not be taken (its node refused the grant, or is out of reach): it is
     /// its node's again, as far as this pool knows. False when stale.
-    pub fn lend_failed(&mut self, id: WorkerId, generation: u64) -> bool {
+    pub(super) fn lend_failed(&mut self, id: WorkerId, generation: u64) -> bool {
         if !self.current(id, generation) {
             return false;
         }
@@ -284,14 +297,15 @@ impl PoolState {
     }
 
     /// A lent worker went back to its node before a session took it.
-    pub fn given_back(&mut self, id: WorkerId) {
+    pub(super) fn given_back(&mut self, id: WorkerId) {
         let w = &mut self.workers[id];
         w.lent = None;
         w.state = WorkerState::Idle;
     }
 
+    #[cfg(test)]
     /// Workers that are not failed.
-    pub fn ready_count(&self) -> usize {
+    pub(crate) fn ready_count(&self) -> usize {
         self.workers.iter().filter(|w| !matches!(w.state, WorkerState::Failed { .. })).count()
     }
 }

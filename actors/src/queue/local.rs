@@ -14,7 +14,7 @@ use super::messages::{
 use super::pacer::Fanout;
 use super::state::{Assignment, JoinOutcome, LeaveOutcome, ModeSet, QueueState, TicketId, WorkerId};
 use crate::domain::Mode;
-use crate::observe::metrics::metrics;
+use crate::observe::metrics;
 use crate::protocol::ProtocolError;
 use crate::session::messages::QueueNotice;
 use crate::worker::messages::WorkerLink;

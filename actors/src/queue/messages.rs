@@ -9,7 +9,8 @@ use actix::prelude::*;
 
 use crate::domain::Mode;
 use crate::edge::coordinator::{ClusterView, Grant};
-use crate::queue::state::{TicketId, TicketStatus, WorkerId};
+pub use crate::queue::state::TicketStatus;
+use crate::queue::state::{TicketId, WorkerId};
 use crate::session::messages::QueueNotice;
 use crate::worker::messages::WorkerLink;
 

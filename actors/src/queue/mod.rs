@@ -9,8 +9,17 @@
 //! - [`messages`]: what a queue handles, from sessions ([`messages::QueuePort`]) and from the
 //!   pool ([`messages::WorkerFeed`]). Either queue fits both ports.
 
-pub mod cluster;
-pub mod local;
+mod cluster;
+mod local;
 pub mod messages;
-pub mod pacer;
-pub mod state;
+mod pacer;
+mod state;
+
+/// The rules every cluster store must pass (a store's own tests run them).
+#[cfg(any(test, feature = "testing"))]
+pub use cluster::suite;
+pub use cluster::{ClusterQueueActor, ClusterSetup, GrantOpener};
+pub use local::QueueActor;
+/// The queue's rules, for the queue's benchmark.
+#[cfg(feature = "testing")]
+pub use state::{JoinOutcome, ModeSet, QueueState};

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 /// How many updates go out a tick.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Batch {
+pub(super) enum Batch {
     Fixed(usize),
     /// All that is pending within `over` (ticking every pause), at least `min` a tick.
     Spread {
@@ -37,13 +37,13 @@ enum Phase {
 
 /// What to do on a tick: send `send` of what is pending, then tick again after `next`.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Tick {
+pub(super) struct Tick {
     pub send: usize,
     pub next: Option<Duration>,
 }
 
 #[derive(Debug)]
-pub struct Pacer {
+pub(super) struct Pacer {
     phase: Phase,
     /// A change the wave in progress does not cover: another wave follows it.
     again: bool,
@@ -55,7 +55,7 @@ pub struct Pacer {
 }
 
 impl Pacer {
-    pub fn new(coalesce: Duration, pause: Duration, batch: Batch) -> Pacer {
+    pub(super) fn new(coalesce: Duration, pause: Duration, batch: Batch) -> Pacer {
         let size = match batch {
             Batch::Fixed(n) => n.max(1),
             Batch::Spread { min, .. } => min.max(1),
@@ -65,7 +65,7 @@ impl Pacer {
 
     /// Something changed and `pending` updates wait; `covered`: the wave in progress (if any)
     /// will tell it. Answers when to tick, if no tick is due.
-    pub fn changed(&mut self, pending: usize, covered: bool) -> Option<Duration> {
+    pub(super) fn changed(&mut self, pending: usize, covered: bool) -> Option<Duration> {
         if let Batch::Spread { over, min } = self.batch {
             self.size = paced_batch(pending, over, self.pause, min);
         }
@@ -84,7 +84,7 @@ impl Pacer {
 
     /// The tick is due and `pending` updates wait: how many to send now, and when to tick
     /// again.
-    pub fn tick(&mut self, pending: usize) -> Tick {
+    pub(super) fn tick(&mut self, pending: usize) -> Tick {
         if self.phase == Phase::Idle {
             return Tick { send: 0, next: None };
         }
@@ -102,7 +102,7 @@ impl Pacer {
     }
 
     /// Whether a wave is being sent.
-    pub fn sending(&self) -> bool {
+    pub(super) fn sending(&self) -> bool {
         self.phase == Phase::Sending
     }
 }
@@ -112,14 +112,14 @@ impl Pacer {
 /// tells its share of the queue after each view: spread out, its fan-out takes a fraction of
 /// a core while it lasts, so the CPUs that a hand-over crosses (several processes on a
 /// host) are never all busy writing updates at once (docs/performance.md).
-pub fn paced_batch(pending: usize, spread: Duration, pause: Duration, min: usize) -> usize {
+pub(super) fn paced_batch(pending: usize, spread: Duration, pause: Duration, min: usize) -> usize {
     let ticks = (spread.as_micros() / pause.as_micros().max(1)).max(1) as usize;
     pending.div_ceil(ticks).max(min.max(1))
 }
 
 /// The tickets of a one-process queue to tell, by index: from the lowest that moved.
 #[derive(Debug)]
-pub struct Fanout {
+pub(super) struct Fanout {
     pacer: Pacer,
     /// The next index told in the wave in progress.
     cursor: Option<usize>,
@@ -129,18 +129,18 @@ pub struct Fanout {
 
 /// What a tick of the fan-out tells: the tickets in `send`, then tick again after `next`.
 #[derive(Debug, PartialEq, Eq)]
-pub struct FanoutTick {
+pub(super) struct FanoutTick {
     pub send: Option<Range<usize>>,
     pub next: Option<Duration>,
 }
 
 impl Fanout {
-    pub fn new(coalesce: Duration, batch: usize, pause: Duration) -> Fanout {
+    pub(super) fn new(coalesce: Duration, batch: usize, pause: Duration) -> Fanout {
         Fanout { pacer: Pacer::new(coalesce, pause, Batch::Fixed(batch)), cursor: None, lowest: None }
     }
 
     /// Every ticket from `index` on moved. Answers when to tick, if no tick is due.
-    pub fn moved(&mut self, index: usize) -> Option<Duration> {
+    pub(super) fn moved(&mut self, index: usize) -> Option<Duration> {
         let covered = self.cursor.is_some_and(|c| index >= c);
         if !covered {
             self.lowest = Some(self.lowest.map_or(index, |l| l.min(index)));
@@ -149,7 +149,7 @@ impl Fanout {
     }
 
     /// The tick is due; `len` tickets wait now.
-    pub fn tick(&mut self, len: usize) -> FanoutTick {
+    pub(super) fn tick(&mut self, len: usize) -> FanoutTick {
         let cursor = match self.cursor.take() {
             Some(c) if self.pacer.sending() => c,
             _ => self.lowest.take().unwrap_or(len),

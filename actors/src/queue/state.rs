@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crate::domain::Mode;
 use crate::protocol::QueueInfo;
 
-pub use crate::ids::{TicketId, WorkerId};
+pub(super) use crate::ids::{TicketId, WorkerId};
 
 /// The modes one worker serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -31,9 +31,6 @@ impl ModeSet {
     }
     pub fn len(self) -> u32 {
         self.0.count_ones()
-    }
-    pub fn is_empty(self) -> bool {
-        self.0 == 0
     }
 }
 
@@ -198,6 +195,7 @@ impl QueueState {
         self.waiting.is_empty()
     }
 
+    #[cfg(test)]
     pub fn availability(&self, worker: WorkerId) -> Option<Availability> {
         self.workers.get(worker).map(|s| s.state)
     }
@@ -330,6 +328,7 @@ impl QueueState {
         self.sim = None;
     }
 
+    #[cfg(test)]
     pub fn average_session(&self, mode: Mode) -> Duration {
         Duration::from_secs_f64(self.average_s[mode.index()])
     }
@@ -373,11 +372,6 @@ impl QueueState {
                 estimated_wait_s: eta,
             })
             .collect()
-    }
-
-    /// How long the ticket has waited, if it is waiting.
-    pub fn waited(&self, ticket: TicketId, now: Instant) -> Option<Duration> {
-        self.waiting.iter().find(|w| w.ticket == ticket).map(|w| now.saturating_duration_since(w.since))
     }
 
     /// ETAs of the first `n` waiting tickets, in seconds.
@@ -711,6 +705,5 @@ mod tests {
         let s = q.tickets(later);
         assert_eq!(s.len(), 1);
         assert_eq!((s[0].ticket, s[0].mode, s[0].position, s[0].waited), (a, Mode::Chat, 1, secs(5)));
-        assert_eq!(q.waited(a, later), Some(secs(5)));
     }
 }

@@ -24,7 +24,7 @@ const MAX_ARRIVALS: usize = 1024;
 
 /// Counts for logs, metrics and the recording.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SessionCounters {
+pub(super) struct SessionCounters {
     pub chunks_received: u64,
     pub chunks_dropped: u64,
     pub chunks_answered: u64,
@@ -34,7 +34,7 @@ pub struct SessionCounters {
 
 /// Where a step's output goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StepRoute {
+pub(super) struct StepRoute {
     /// The model turn a speaking step belongs to; `None` for a listen.
     pub response_id: Option<String>,
     /// This step starts the turn (its first audio counts for the first-audio latency).
@@ -45,7 +45,7 @@ pub struct StepRoute {
 
 /// A turn-mode answer in progress.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TurnAnswer {
+pub(super) struct TurnAnswer {
     pub response_id: String,
     pub streaming: bool,
     pub submitted: Instant,
@@ -56,7 +56,7 @@ pub struct TurnAnswer {
 }
 
 #[derive(Debug)]
-pub struct Flow {
+pub(super) struct Flow {
     next_seq: u64,
     /// Speech answering inputs numbered below this is void.
     cancel_below: u64,
@@ -70,7 +70,7 @@ pub struct Flow {
 }
 
 impl Flow {
-    pub fn new(max_turns: usize) -> Flow {
+    pub(super) fn new(max_turns: usize) -> Flow {
         Flow {
             next_seq: 0,
             cancel_below: 0,
@@ -83,7 +83,7 @@ impl Flow {
         }
     }
 
-    pub fn counters(&self) -> SessionCounters {
+    pub(super) fn counters(&self) -> SessionCounters {
         self.counters
     }
 
@@ -94,7 +94,7 @@ impl Flow {
 
     /// A duplex chunk is accepted: its number. A force-listen voids the speech of every
     /// earlier input and ends the current turn.
-    pub fn chunk(&mut self, force_listen: bool, now: Instant) -> u64 {
+    pub(super) fn chunk(&mut self, force_listen: bool, now: Instant) -> u64 {
         self.next_seq += 1;
         let seq = self.next_seq;
         if force_listen {
@@ -110,13 +110,13 @@ impl Flow {
     }
 
     /// The output of everything sent so far is void (an interrupt, a reconfiguration).
-    pub fn cut(&mut self) {
+    pub(super) fn cut(&mut self) {
         self.cancel_below = self.next_seq + 1;
         self.response = None;
     }
 
     /// Input `seq` was dropped unprocessed.
-    pub fn dropped(&mut self, _seq: u64) {
+    pub(super) fn dropped(&mut self, _seq: u64) {
         self.counters.chunks_dropped += 1;
     }
 
@@ -136,7 +136,7 @@ impl Flow {
 
     /// The step answering input `seq` came back: where its output goes, or `None` when it
     /// is void speech (never sent).
-    pub fn step(&mut self, seq: u64, kind: StepKind, end_of_turn: bool) -> Option<StepRoute> {
+    pub(super) fn step(&mut self, seq: u64, kind: StepKind, end_of_turn: bool) -> Option<StepRoute> {
         let arrived = self.arrival_of(seq);
         if kind == StepKind::Speak && seq < self.cancel_below {
             return None;
@@ -165,7 +165,7 @@ impl Flow {
 
     /// A turn-mode answer is asked for: its number and response id, or `buffer_full`
     /// when `max_turns` are outstanding.
-    pub fn turn(&mut self, streaming: bool, now: Instant) -> Result<(u64, String), ProtocolError> {
+    pub(super) fn turn(&mut self, streaming: bool, now: Instant) -> Result<(u64, String), ProtocolError> {
         if self.turns.len() >= self.max_turns {
             return Err(ProtocolError::BufferFull(format!(
                 "input.append: {} answers are already in progress or waiting (at most {}, \
@@ -191,12 +191,12 @@ impl Flow {
     }
 
     /// The answer of `seq`, to add a piece to.
-    pub fn turn_answer(&mut self, seq: u64) -> Option<&mut TurnAnswer> {
+    pub(super) fn turn_answer(&mut self, seq: u64) -> Option<&mut TurnAnswer> {
         self.turns.get_mut(&seq)
     }
 
     /// The answer of `seq` is done.
-    pub fn turn_done(&mut self, seq: u64) -> Option<TurnAnswer> {
+    pub(super) fn turn_done(&mut self, seq: u64) -> Option<TurnAnswer> {
         self.turns.remove(&seq)
     }
 }

@@ -22,29 +22,29 @@ use bytestring::ByteString;
 
 use crate::domain::Mode;
 use crate::edge::dialect::{DecodeError, Dialect, Emit, Outbox, RecordedMedia};
-use crate::observe::events::{Interest, SessionEvent, SessionSinks};
-use crate::observe::metrics::metrics;
-use crate::observe::recording::{RecordingSummary, SessionMeta, timestamp};
+use crate::observe::metrics;
+use crate::observe::{Interest, SessionEvent, SessionSinks};
+use crate::observe::{RecordingSummary, SessionMeta, timestamp};
 use crate::protocol::{CloseReason, Inbound, Outbound, ProtocolError, Violation, bounded};
 use crate::queue::messages::{Claim, Join, Leave, QueuePort};
 use crate::worker::messages::{
     Attach, Delivery, Detach, Drain, Interrupt, Lost, Prepare, Reconfigure, SubmitChunk, SubmitTurn, WorkerLink,
 };
 
-pub mod flow;
+mod flow;
 pub mod messages;
 mod output;
-pub mod registry;
-pub mod setups;
-pub mod state;
+mod registry;
+mod setups;
+mod state;
 #[cfg(test)]
 mod tests;
 
+pub use registry::{AddressCaps, Admission, Refusal, Registry, address_key};
+
 use crate::transcribe::messages::{Transcribe, Transcribed};
 use flow::Flow;
-pub use flow::SessionCounters;
 use messages::{BackendEvent, CallerAudio, FromClient, ModelAudio, QueueNotice, Shutdown, ToClient};
-use registry::{Admission, Registry};
 use setups::Setups;
 use state::{Phase, SessionState};
 

@@ -12,8 +12,8 @@ use super::messages::BackendEvent;
 use super::state::Phase;
 use crate::domain::{BackendInfo, StepOutcome, TurnPiece, TurnSummary};
 use crate::edge::backend::BackendError;
-use crate::observe::events::{Output, SessionEvent};
-use crate::observe::metrics::metrics;
+use crate::observe::metrics;
+use crate::observe::{Output, SessionEvent};
 use crate::protocol::{CloseReason, Outbound, ProtocolError};
 
 impl SessionActor {
@@ -77,7 +77,7 @@ impl SessionActor {
             self.worker_name()
         );
         metrics().errors.with_label_values(&[error.code()]).inc();
-        if self.links.sinks.wants(crate::observe::events::Interest::ERRORS) {
+        if self.links.sinks.wants(crate::observe::Interest::ERRORS) {
             let message = error.to_string();
             self.links.sinks.publish(SessionEvent::Error { code: error.code(), message: &message });
         }

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use crate::domain::SessionSetup;
 
 #[derive(Debug, Default)]
-pub struct Setups {
+pub(super) struct Setups {
     /// Asked and not yet answered, oldest first.
     asked: VecDeque<SessionSetup>,
     /// The last the backend took.
@@ -16,12 +16,12 @@ pub struct Setups {
 
 impl Setups {
     /// A setup is asked of the backend (the first prepare, or a reconfigure).
-    pub fn asked(&mut self, setup: SessionSetup) {
+    pub(super) fn asked(&mut self, setup: SessionSetup) {
         self.asked.push_back(setup);
     }
 
     /// The backend took the oldest setup asked.
-    pub fn took(&mut self) {
+    pub(super) fn took(&mut self) {
         if let Some(setup) = self.asked.pop_front() {
             self.taken = Some(setup);
         }
@@ -30,7 +30,7 @@ impl Setups {
     /// The backend refused the oldest setup asked, and holds none now. Returns the setup to
     /// ask again: the last it took, unless a newer setup is already on its way (it decides)
     /// or it never took one (the first prepare failed: the client may try again).
-    pub fn refused(&mut self) -> Option<SessionSetup> {
+    pub(super) fn refused(&mut self) -> Option<SessionSetup> {
         self.asked.pop_front();
         if !self.asked.is_empty() {
             return None;

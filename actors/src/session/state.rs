@@ -5,7 +5,7 @@
 use crate::protocol::{Inbound, ProtocolError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub(super) enum Phase {
     /// Waiting for a worker; `session.queue_done` not sent yet.
     Queued,
     /// A worker is attached; the client must initialise.
@@ -17,20 +17,8 @@ pub enum Phase {
     Closed,
 }
 
-impl Phase {
-    pub fn name(self) -> &'static str {
-        match self {
-            Phase::Queued => "queued",
-            Phase::Connected => "connected",
-            Phase::Initializing => "initializing",
-            Phase::Active => "active",
-            Phase::Closed => "closed",
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SessionState {
+pub(super) struct SessionState {
     phase: Phase,
 }
 
@@ -41,12 +29,12 @@ impl Default for SessionState {
 }
 
 impl SessionState {
-    pub fn phase(&self) -> Phase {
+    pub(super) fn phase(&self) -> Phase {
         self.phase
     }
 
     /// Whether `cmd` is allowed now; the error tells the client why not.
-    pub fn admit(&self, cmd: &Inbound) -> Result<(), ProtocolError> {
+    pub(super) fn admit(&self, cmd: &Inbound) -> Result<(), ProtocolError> {
         let not_ready = |why: &str| Err(ProtocolError::NotReady(why.to_string()));
         match (cmd, self.phase) {
             (Inbound::Close { .. }, _) => Ok(()),
@@ -62,34 +50,34 @@ impl SessionState {
     }
 
     /// A worker is attached (`session.queue_done` goes out).
-    pub fn connected(&mut self) {
+    pub(super) fn connected(&mut self) {
         if self.phase == Phase::Queued {
             self.phase = Phase::Connected;
         }
     }
 
     /// Initialisation was handed to the backend.
-    pub fn initializing(&mut self) {
+    pub(super) fn initializing(&mut self) {
         if self.phase == Phase::Connected {
             self.phase = Phase::Initializing;
         }
     }
 
     /// The backend refused the initialisation: the client may try again.
-    pub fn init_failed(&mut self) {
+    pub(super) fn init_failed(&mut self) {
         if self.phase == Phase::Initializing {
             self.phase = Phase::Connected;
         }
     }
 
     /// The backend prepared the session (`session.created` goes out).
-    pub fn created(&mut self) {
+    pub(super) fn created(&mut self) {
         if self.phase == Phase::Initializing {
             self.phase = Phase::Active;
         }
     }
 
-    pub fn close(&mut self) {
+    pub(super) fn close(&mut self) {
         self.phase = Phase::Closed;
     }
 }

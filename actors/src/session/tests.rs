@@ -14,11 +14,11 @@ use super::{ClientInfo, SessionActor, SessionLinks, SessionSettings};
 use crate::domain::{DuplexChunk, Mode, SessionKind, SessionSetup, StepKind, StepOutcome};
 use crate::edge::backend::BackendError;
 use crate::edge::dialect::{DecodeError, Dialect, Outbox};
-use crate::observe::events::{Interest, SessionEvent, SessionInfo, SessionSink, Subscriber, Subscribers};
-use crate::observe::recording::{Direction, MediaSink, Recorded, Redact};
+use crate::observe::{Direction, MediaSink, Recorded, Redact};
+use crate::observe::{Interest, SessionEvent, SessionInfo, SessionSink, Subscriber, Subscribers};
 use crate::protocol::{CloseReason, Inbound, Outbound, ProtocolError, QueueInfo, Violation};
+use crate::queue::messages::TicketStatus;
 use crate::queue::messages::{Cancel, Claim, Join, Leave, QueuePort, QueueSnapshot};
-use crate::queue::state::TicketStatus;
 use crate::worker::messages::{
     Attach, Control, Detach, Drain, Interrupt, Prepare, Reconfigure, Run, Stop, SubmitChunk, SubmitTurn, WorkerLink,
     WorkerPort,

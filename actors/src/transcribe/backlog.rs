@@ -5,24 +5,24 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 #[derive(Debug)]
-pub struct Backlog {
+pub(super) struct Backlog {
     taken: AtomicUsize,
     max: usize,
 }
 
 impl Backlog {
     /// At most `max` jobs waiting or running.
-    pub fn new(max: usize) -> Backlog {
+    pub(super) fn new(max: usize) -> Backlog {
         Backlog { taken: AtomicUsize::new(0), max }
     }
 
     /// A place for one more job, or the number taken when there is none.
-    pub fn admit(&self) -> Result<(), usize> {
+    pub(super) fn admit(&self) -> Result<(), usize> {
         self.taken.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.max).then_some(n + 1)).map(|_| ())
     }
 
     /// A job is done: its place is free.
-    pub fn done(&self) {
+    pub(super) fn done(&self) {
         let _ = self.taken.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
     }
 }

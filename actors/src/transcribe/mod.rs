@@ -13,7 +13,7 @@ use actix::prelude::*;
 
 use crate::edge::transcriber::{OpenTranscriber, Transcriber};
 
-pub mod backlog;
+mod backlog;
 pub mod messages;
 
 use backlog::Backlog;

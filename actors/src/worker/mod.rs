@@ -26,23 +26,25 @@ use actix::prelude::*;
 use crate::domain::{BackendInfo, SessionSetup, StepOutcome, TurnSummary};
 use crate::edge::backend::{BackendControl, BackendError};
 use crate::ids::WorkerId;
-use crate::observe::metrics::metrics;
+use crate::observe::metrics;
 use crate::pool::messages::WorkerEvent;
 use crate::protocol::ProtocolError;
 use crate::session::messages::BackendEvent;
 
 pub mod messages;
-pub mod pending;
-pub mod policy;
-pub mod spare_threads;
-pub mod thread;
+mod pending;
+mod policy;
+mod spare_threads;
+mod thread;
+
+pub use thread::{BackendFactory, Opener, WorkerThread};
 
 use crate::pool::messages::{StartWorker, WorkerStart};
 use messages::{
     Attach, Control, Detach, Drain, Interrupt, Prepare, Reconfigure, Run, Stop, SubmitChunk, SubmitTurn, WorkerPort,
 };
 use policy::{Cut, Refusal, Work, WorkerPolicy};
-use thread::{ControlThread, Job, Opened, Opener, WorkerThread};
+use thread::{ControlThread, Job, Opened};
 
 /// Starts BackendActors with these limits: the pool's [`StartWorker`], in every role.
 pub fn starter(limits: BackendLimits) -> StartWorker {

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 #[derive(Debug)]
-pub struct Pending<T> {
+pub(super) struct Pending<T> {
     capacity: usize,
     items: VecDeque<(T, usize)>,
     total: usize,
@@ -12,14 +12,14 @@ pub struct Pending<T> {
 
 impl<T> Pending<T> {
     /// `capacity` (a total weight) is at least 1.
-    pub fn new(capacity: usize) -> Pending<T> {
+    pub(super) fn new(capacity: usize) -> Pending<T> {
         Pending { capacity: capacity.max(1), items: VecDeque::new(), total: 0 }
     }
 
     /// Queues `item` of `weight` (at least 1); returns the oldest items dropped to make room
     /// (the new one stays, even alone over the capacity).
     #[must_use = "a dropped item must be accounted for"]
-    pub fn push(&mut self, item: T, weight: usize) -> Vec<T> {
+    pub(super) fn push(&mut self, item: T, weight: usize) -> Vec<T> {
         let weight = weight.max(1);
         let mut dropped = Vec::new();
         while !self.items.is_empty() && self.total + weight > self.capacity {
@@ -33,23 +33,25 @@ impl<T> Pending<T> {
         dropped
     }
 
-    pub fn pop(&mut self) -> Option<T> {
+    pub(super) fn pop(&mut self) -> Option<T> {
         let (item, w) = self.items.pop_front()?;
         self.total -= w;
         Some(item)
     }
 
     /// Empties the queue, returning what was in it.
-    pub fn clear(&mut self) -> Vec<T> {
+    pub(super) fn clear(&mut self) -> Vec<T> {
         self.total = 0;
         self.items.drain(..).map(|(item, _)| item).collect()
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.items.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
 }

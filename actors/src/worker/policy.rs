@@ -28,7 +28,7 @@ use crate::domain::{DuplexChunk, SessionSetup, TurnInput};
 
 /// Work for the backend thread.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Work {
+pub(super) enum Work {
     Prepare(SessionSetup),
     /// Reset, then prepare with new settings, keeping the session attached.
     Restart(SessionSetup),
@@ -44,7 +44,7 @@ pub enum Work {
 
 impl Work {
     /// The metric label of a job of this kind.
-    pub fn kind(&self) -> &'static str {
+    pub(super) fn kind(&self) -> &'static str {
         match self {
             Work::Prepare(_) | Work::Restart(_) => "prepare",
             Work::Step(..) => "step",
@@ -58,7 +58,7 @@ impl Work {
 
 /// The job on the backend thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct InFlight {
+pub(super) struct InFlight {
     pub job: u64,
     pub kind: &'static str,
     pub started: Instant,
@@ -68,7 +68,7 @@ pub struct InFlight {
 
 /// Why a session cannot have this worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(super) enum Refusal {
     /// Failed, stopping, or its backend is not open.
     NotReady,
     /// Another session has it, or its last session's reset is not done.
@@ -80,7 +80,7 @@ const PENDING_SAMPLES_PER_CHUNK: usize = 16000;
 
 /// What a duplex chunk's arrival asks of the actor.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ChunkEffects {
+pub(super) struct ChunkEffects {
     /// These older chunks were dropped unprocessed: the session is told.
     pub dropped: Vec<u64>,
     /// Force-listen the backend now (any-thread call).
@@ -91,7 +91,7 @@ pub struct ChunkEffects {
 
 /// What cutting the session's output short asks of the actor.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Cut {
+pub(super) struct Cut {
     /// Chunks dropped unprocessed.
     pub dropped: Vec<u64>,
     /// Answers that were waiting and end as interrupted.
@@ -101,7 +101,7 @@ pub struct Cut {
 }
 
 #[derive(Debug)]
-pub struct WorkerPolicy {
+pub(super) struct WorkerPolicy {
     session: Option<u64>,
     ready: bool,
     failed: bool,
@@ -114,7 +114,7 @@ pub struct WorkerPolicy {
 }
 
 impl WorkerPolicy {
-    pub fn new(max_pending_chunks: usize) -> WorkerPolicy {
+    pub(super) fn new(max_pending_chunks: usize) -> WorkerPolicy {
         WorkerPolicy {
             session: None,
             ready: false,
@@ -128,24 +128,24 @@ impl WorkerPolicy {
     }
 
     /// The backend is open: the worker can take sessions.
-    pub fn opened(&mut self) {
+    pub(super) fn opened(&mut self) {
         self.ready = true;
     }
 
     /// The worker is unusable (failed, or stopping). Returns false when it already was.
-    pub fn fail(&mut self) -> bool {
+    pub(super) fn fail(&mut self) -> bool {
         !std::mem::replace(&mut self.failed, true)
     }
 
-    pub fn failed(&self) -> bool {
+    pub(super) fn failed(&self) -> bool {
         self.failed
     }
 
-    pub fn owns(&self, key: u64) -> bool {
+    pub(super) fn owns(&self, key: u64) -> bool {
         self.session == Some(key)
     }
 
-    pub fn in_flight(&self) -> Option<&InFlight> {
+    pub(super) fn in_flight(&self) -> Option<&InFlight> {
         self.in_flight.as_ref()
     }
 
@@ -156,7 +156,7 @@ impl WorkerPolicy {
     /// A session takes the worker. One whose last session's reset is still queued or running
     /// may: its work waits behind the reset (what the last session left was dropped when it
     /// detached, and what is in flight answers the last session).
-    pub fn attach(&mut self, key: u64) -> Result<(), Refusal> {
+    pub(super) fn attach(&mut self, key: u64) -> Result<(), Refusal> {
         if self.failed || !self.ready {
             return Err(Refusal::NotReady);
         }
@@ -170,7 +170,7 @@ impl WorkerPolicy {
 
     /// The idle backend's health check is due: queued when no session has the worker and its
     /// backend has nothing else to do. Returns whether it was queued.
-    pub fn check(&mut self) -> bool {
+    pub(super) fn check(&mut self) -> bool {
         let idle = self.session.is_none() && self.in_flight.is_none() && self.work.is_empty();
         if self.failed || !self.ready || !idle {
             return false;
@@ -180,13 +180,13 @@ impl WorkerPolicy {
     }
 
     /// The session's backend is to be prepared.
-    pub fn prepare(&mut self, setup: SessionSetup) {
+    pub(super) fn prepare(&mut self, setup: SessionSetup) {
         self.work.push_back(Work::Prepare(setup));
     }
 
     /// The session starts over with new settings: its backlog goes, the job in flight is
     /// cut short, and the backend is reset and prepared again.
-    pub fn restart(&mut self, setup: SessionSetup) -> Cut {
+    pub(super) fn restart(&mut self, setup: SessionSetup) -> Cut {
         let mut cut = self.drop_backlog();
         cut.interrupt = self.interruptible_in_flight();
         self.work.push_back(Work::Restart(setup));
@@ -194,7 +194,7 @@ impl WorkerPolicy {
     }
 
     /// A duplex chunk arrives.
-    pub fn chunk(&mut self, seq: u64, chunk: DuplexChunk) -> ChunkEffects {
+    pub(super) fn chunk(&mut self, seq: u64, chunk: DuplexChunk) -> ChunkEffects {
         let force_listen = chunk.force_listen;
         let interrupt = force_listen && self.interruptible_in_flight();
         let weight = chunk.audio.len();
@@ -203,24 +203,25 @@ impl WorkerPolicy {
     }
 
     /// A turn-mode answer is asked for; answered after those before it.
-    pub fn turn(&mut self, seq: u64, input: TurnInput) {
+    pub(super) fn turn(&mut self, seq: u64, input: TurnInput) {
         self.work.push_back(Work::Turn(seq, input));
     }
 
     /// An owner-thread call of an edge that drives the backend itself: in order with the
     /// rest of the queued work.
-    pub fn run(&mut self, run: u64) {
+    pub(super) fn run(&mut self, run: u64) {
         self.work.push_back(Work::Run(run));
     }
 
+    #[cfg(test)]
     /// Answers still waiting (not the one in flight).
-    pub fn queued_turns(&self) -> usize {
+    pub(crate) fn queued_turns(&self) -> usize {
         self.work.iter().filter(|w| matches!(w, Work::Turn(..))).count()
     }
 
     /// The session cuts its output short: waiting answers end as interrupted, the job in
     /// flight is cut short; the backend is force-listened (by the actor).
-    pub fn interrupt(&mut self) -> Cut {
+    pub(super) fn interrupt(&mut self) -> Cut {
         let mut cancelled = Vec::new();
         self.work.retain(|w| match w {
             Work::Turn(seq, _) => {
@@ -234,7 +235,7 @@ impl WorkerPolicy {
 
     /// The session is ending (server shutdown): its backlog goes; it is told once the job
     /// in flight is done. Returns whether it can be told at once (nothing in flight).
-    pub fn drain(&mut self) -> (Cut, bool) {
+    pub(super) fn drain(&mut self) -> (Cut, bool) {
         let cut = self.drop_backlog();
         let now = self.in_flight.is_none();
         self.drain = !now;
@@ -244,7 +245,7 @@ impl WorkerPolicy {
     /// The session left: everything it queued goes, the job in flight is cut short, and
     /// the backend is reset before the worker is offered again. Returns whether to
     /// interrupt the job in flight.
-    pub fn detach(&mut self) -> bool {
+    pub(super) fn detach(&mut self) -> bool {
         self.session = None;
         self.work.clear();
         self.pending.clear();
@@ -267,7 +268,7 @@ impl WorkerPolicy {
 
     /// The next job for the backend thread, when it is free: queued work first, then the
     /// oldest pending chunk. The job is in flight from `now`.
-    pub fn next(&mut self, now: Instant) -> Option<(u64, Work)> {
+    pub(super) fn next(&mut self, now: Instant) -> Option<(u64, Work)> {
         if self.in_flight.is_some() || self.failed || !self.ready {
             return None;
         }
@@ -284,7 +285,7 @@ impl WorkerPolicy {
 
     /// The backend thread finished `job`. Returns it, or `None` for a job that is not the
     /// one in flight (stale). The second value says to tell the session it is drained.
-    pub fn done(&mut self, job: u64) -> Option<(InFlight, bool)> {
+    pub(super) fn done(&mut self, job: u64) -> Option<(InFlight, bool)> {
         match self.in_flight {
             Some(f) if f.job == job => {
                 self.in_flight = None;
@@ -296,7 +297,7 @@ impl WorkerPolicy {
 
     /// Whether `job` is still the one in flight: a watchdog for it that fires fails the
     /// worker, and its progress renews the watchdog.
-    pub fn is_current(&self, job: u64) -> bool {
+    pub(super) fn is_current(&self, job: u64) -> bool {
         self.in_flight.is_some_and(|f| f.job == job)
     }
 }

@@ -19,9 +19,9 @@ use std::thread;
 use std::time::Duration;
 
 /// How long a thread whose work ended waits for the next before it exits.
-pub const KEEP_IDLE: Duration = Duration::from_secs(30);
+pub(super) const KEEP_IDLE: Duration = Duration::from_secs(30);
 /// At most this many threads wait (the rest exit at once).
-pub const MAX_SPARE: usize = 64;
+pub(super) const MAX_SPARE: usize = 64;
 /// Every thread's stack: a backend's calls (the C ABI, a child's pipe) run on it.
 const STACK_BYTES: usize = 1 << 20;
 
@@ -39,7 +39,7 @@ struct Waiting {
 }
 
 /// Threads waiting for work. The process has one ([`run`]); tests have their own.
-pub struct SpareThreads {
+pub(super) struct SpareThreads {
     waiting: Mutex<Waiting>,
     keep_idle: Duration,
     max_spare: usize,
@@ -54,13 +54,13 @@ impl Default for SpareThreads {
 static SPARES: LazyLock<Arc<SpareThreads>> = LazyLock::new(Arc::default);
 
 /// Runs `task` on a thread of its own, from the process's spares ([`SpareThreads::run`]).
-pub fn run(name: &str, task: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+pub(super) fn run(name: &str, task: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
     SpareThreads::run(&SPARES, name, task)
 }
 
 impl SpareThreads {
     /// Threads wait `keep_idle` for work, at most `max_spare` of them.
-    pub fn new(keep_idle: Duration, max_spare: usize) -> SpareThreads {
+    pub(super) fn new(keep_idle: Duration, max_spare: usize) -> SpareThreads {
         SpareThreads { waiting: Mutex::default(), keep_idle, max_spare }
     }
 
@@ -71,7 +71,7 @@ impl SpareThreads {
     /// Runs `task` on a thread of its own: one that waits for work if there is one, else a
     /// new one (named `name`). The task may run for as long as it likes; a panic in it ends
     /// the task, not the thread.
-    pub fn run(this: &Arc<Self>, name: &str, task: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+    pub(super) fn run(this: &Arc<Self>, name: &str, task: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
         let mut task: Task = Box::new(task);
         {
             let mut waiting = this.lock();
@@ -91,8 +91,9 @@ impl SpareThreads {
         Ok(())
     }
 
+    #[cfg(test)]
     /// How many threads wait for work now.
-    pub fn waiting(&self) -> usize {
+    pub(crate) fn waiting(&self) -> usize {
         self.lock().spares.len()
     }
 

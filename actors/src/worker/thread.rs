@@ -61,7 +61,7 @@ impl BackendFactory {
 }
 
 /// Work for the owner thread.
-pub type Job = Box<dyn FnOnce(&mut dyn Backend) + Send>;
+pub(super) type Job = Box<dyn FnOnce(&mut dyn Backend) + Send>;
 
 struct ExitSignal(Option<tokio::sync::oneshot::Sender<()>>);
 
@@ -74,7 +74,7 @@ impl Drop for ExitSignal {
 }
 
 /// What the thread reports once the backend is open (or failed to open).
-pub type Opened = Result<(BackendInfo, Arc<dyn BackendControl>), BackendError>;
+pub(super) type Opened = Result<(BackendInfo, Arc<dyn BackendControl>), BackendError>;
 
 /// A handle to a worker thread. Dropping it lets the thread finish its queued jobs,
 /// close the backend and exit; nothing ever waits for (joins) the thread.
@@ -99,7 +99,7 @@ struct Here {
 
 /// A backend opened before its thread started, on the caller's thread: a node's worker whose
 /// grant came on a link already attached has nothing to wait for. Its thread owns it from then on.
-pub type OpenBackend = Box<dyn Backend + Send>;
+pub(super) type OpenBackend = Box<dyn Backend + Send>;
 
 /// How a BackendActor gets its backend: opened on its thread by a factory, or open already.
 pub enum Opener {
@@ -269,7 +269,7 @@ const CONTROL_BACKLOG: usize = 64;
 /// Makes a backend's any-thread calls without ever blocking the caller: posted to a thread of
 /// their own, or made at once when the backend says they never block
 /// ([`BackendControl::never_blocks`]: no thread, and no thread to wake on the way).
-pub struct ControlThread(Calls);
+pub(super) struct ControlThread(Calls);
 
 enum Calls {
     Posted { calls: mpsc::SyncSender<ControlCall>, name: Arc<str> },
@@ -279,11 +279,11 @@ enum Calls {
 impl ControlThread {
     /// Calls made at once on the caller's thread: for a backend whose any-thread calls are
     /// quick (one run [`WorkerThread::here`]).
-    pub fn inline(control: Arc<dyn BackendControl>) -> ControlThread {
+    pub(super) fn inline(control: Arc<dyn BackendControl>) -> ControlThread {
         ControlThread(Calls::Inline(control))
     }
 
-    pub fn spawn(name: &str, control: Arc<dyn BackendControl>) -> std::io::Result<ControlThread> {
+    pub(super) fn spawn(name: &str, control: Arc<dyn BackendControl>) -> std::io::Result<ControlThread> {
         if control.never_blocks() {
             return Ok(ControlThread(Calls::Inline(control)));
         }
@@ -316,17 +316,17 @@ impl ControlThread {
     }
 
     /// Cuts the call in flight short.
-    pub fn interrupt(&self) {
+    pub(super) fn interrupt(&self) {
         self.post(ControlCall::Interrupt);
     }
 
     /// Ends the current speech; the next duplex step listens.
-    pub fn set_force_listen(&self, on: bool) {
+    pub(super) fn set_force_listen(&self, on: bool) {
         self.post(ControlCall::ForceListen(on));
     }
 
     /// Ends the backend at once (a child process is killed).
-    pub fn terminate(&self) {
+    pub(super) fn terminate(&self) {
         self.post(ControlCall::Terminate);
     }
 }

@@ -11,7 +11,7 @@ use omni_asr_client::{Asr, Heard};
 
 /// Which utterance, and how much of its speech: the engine's count of utterances begun, and
 /// the voiced milliseconds in it.
-pub type Point = (u64, u32);
+pub(crate) type Point = (u64, u32);
 
 struct Job {
     /// The utterance and its voiced milliseconds when the job started.
@@ -21,14 +21,14 @@ struct Job {
 }
 
 #[derive(Default)]
-pub struct EarlyAsr {
+pub(crate) struct EarlyAsr {
     job: Option<Job>,
 }
 
 impl EarlyAsr {
     /// Starts a job on `audio` (the utterance as of `at`), unless one is running; a finished
     /// job of an utterance that went on since is replaced.
-    pub fn start(&mut self, asr: &Arc<Asr>, audio: &[f32], at: Point) {
+    pub(crate) fn start(&mut self, asr: &Arc<Asr>, audio: &[f32], at: Point) {
         if let Some(job) = &self.job
             && (job.at == at || !job.handle.is_finished())
         {
@@ -44,7 +44,7 @@ impl EarlyAsr {
 
     /// The early job's words, when it heard the whole utterance (the same one, with as much
     /// speech as when it started: `at`) and was not cut short; waits for it to end either way.
-    pub fn take(&mut self, at: Point) -> Option<String> {
+    pub(crate) fn take(&mut self, at: Point) -> Option<String> {
         let job = self.job.take()?;
         if job.at != at {
             job.asr.abort(); // its words are of no use: the sooner it ends, the better
@@ -57,12 +57,12 @@ impl EarlyAsr {
     }
 
     /// Whether a job on the utterance as of `at` has ended (its words can be taken at once).
-    pub fn finished(&self, at: Point) -> bool {
+    pub(crate) fn finished(&self, at: Point) -> bool {
         self.job.as_ref().is_some_and(|job| job.at == at && job.handle.is_finished())
     }
 
     /// Ends any job in flight (cuts it short and waits for it: the recogniser is then free).
-    pub fn discard(&mut self) {
+    pub(crate) fn discard(&mut self) {
         if let Some(job) = self.job.take() {
             job.asr.abort();
             let _ = job.handle.join();

@@ -20,7 +20,7 @@ use crate::vad::{Detector, RATE, Vad, VadConfig};
 use omni_asr_client::{Asr, Heard};
 
 /// What every thread may touch: the interrupt epoch, a pending force-listen, the KV length.
-pub struct Shared {
+pub(crate) struct Shared {
     pub interrupts: AtomicU64,
     pub force_listen: AtomicBool,
     pub kv: AtomicU64,
@@ -28,14 +28,14 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn interrupt(&self) {
+    pub(crate) fn interrupt(&self) {
         self.interrupts.fetch_add(1, Ordering::SeqCst);
         self.asr.abort();
     }
 }
 
 #[derive(Debug)]
-pub enum Error {
+pub(crate) enum Error {
     BadState(String),
     Unsupported(String),
     ContextFull(String),
@@ -55,7 +55,7 @@ impl From<LlmError> for Error {
 
 /// One output: a clause of the answer and its speech.
 #[derive(Default)]
-pub struct Piece {
+pub(crate) struct Piece {
     pub listen: bool,
     pub text: String,
     pub audio: Vec<f32>,
@@ -80,7 +80,7 @@ struct Answer {
 }
 
 #[derive(Clone, Copy, PartialEq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Duplex,
     Turn,
 }
@@ -145,7 +145,7 @@ struct FedAhead {
     ready: Instant,
 }
 
-pub struct Engine {
+pub(crate) struct Engine {
     pub opt: Options,
     pub shared: Arc<Shared>,
     llm: Llm,
@@ -171,7 +171,7 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn open(opt: Options) -> Result<Engine, String> {
+    pub(crate) fn open(opt: Options) -> Result<Engine, String> {
         let asr = Arc::new(Asr::open(&opt.asr_library, &opt.asr_model, opt.threads)?);
         let llm = Llm::open(&opt.llm_model, opt.n_ctx, opt.threads, &sampling(&opt, None))?;
         let voice = Voice::open(&opt.onnxruntime_library, &opt.voice, opt.threads as usize, &opt.espeak)?;
@@ -220,7 +220,7 @@ impl Engine {
         Ok(engine)
     }
 
-    pub fn n_ctx(&self) -> u32 {
+    pub(crate) fn n_ctx(&self) -> u32 {
         self.llm.n_ctx()
     }
 
@@ -232,7 +232,7 @@ impl Engine {
         self.shared.kv.store(self.llm.n_past() as u64, Ordering::SeqCst);
     }
 
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.early.discard();
         self.fed_ahead = None;
         self.llm.clear();
@@ -249,7 +249,7 @@ impl Engine {
     }
 
     /// Starts a session; `settings` are the client's generation settings by name.
-    pub fn prepare(
+    pub(crate) fn prepare(
         &mut self,
         kind: Kind,
         prompt: &str,
@@ -308,7 +308,7 @@ impl Engine {
 
     // ---- duplex ----
 
-    pub fn duplex_prefill(&mut self, audio: &[f32], force: bool) -> Result<(), Error> {
+    pub(crate) fn duplex_prefill(&mut self, audio: &[f32], force: bool) -> Result<(), Error> {
         self.session(Kind::Duplex)?;
         let t0 = Instant::now();
         self.held = None;
@@ -373,7 +373,7 @@ impl Engine {
         Ok(())
     }
 
-    pub fn duplex_generate(&mut self) -> Result<Piece, Error> {
+    pub(crate) fn duplex_generate(&mut self) -> Result<Piece, Error> {
         self.session(Kind::Duplex)?;
         let t0 = Instant::now();
         let mut piece = if self.step.forced {
@@ -463,7 +463,7 @@ impl Engine {
     }
 
     /// More of the answer in this step, while the speech sent is less than `lead_ms` ahead.
-    pub fn duplex_drain(&mut self) -> Result<Option<Piece>, Error> {
+    pub(crate) fn duplex_drain(&mut self) -> Result<Option<Piece>, Error> {
         self.session(Kind::Duplex)?;
         if self.answer.is_none()
             || self.step.forced
@@ -692,7 +692,7 @@ impl Engine {
 
     /// A conversation to answer: `continues` appends it to the one held, otherwise it
     /// replaces it. Messages: (role, text, audio clips, number of images).
-    pub fn turn_prefill(
+    pub(crate) fn turn_prefill(
         &mut self,
         messages: &[(u32, String, Vec<Vec<f32>>, usize)],
         continues: bool,
@@ -738,7 +738,7 @@ impl Engine {
         Ok(())
     }
 
-    pub fn turn_generate(&mut self) -> Result<Piece, Error> {
+    pub(crate) fn turn_generate(&mut self) -> Result<Piece, Error> {
         self.session(Kind::Turn)?;
         if self.answer.is_none() {
             return Err(Error::BadState("no answer in progress: turn_prefill first".into()));
@@ -760,7 +760,7 @@ fn sampling(opt: &Options, temperature: Option<f32>) -> Sampling {
 
 /// Where the first clause of `text` ends (after its punctuation and the space that follows),
 /// if it is complete: a sentence end or a line break, or a comma-like pause after 40 bytes.
-pub fn clause_end(text: &str) -> Option<usize> {
+pub(crate) fn clause_end(text: &str) -> Option<usize> {
     let mut chars = text.char_indices().peekable();
     while let Some((i, c)) = chars.next() {
         let next = chars.peek().map(|(_, n)| *n);
@@ -779,7 +779,7 @@ pub fn clause_end(text: &str) -> Option<usize> {
 /// before that, or when `n` is 0. A piece does not end on a short function word ("The capital
 /// of" goes on to "France"), for at most `n` more words. A word holds a letter or a digit ("-"
 /// is not one); text without spaces is never cut.
-pub fn words_end(text: &str, n: u32) -> Option<usize> {
+pub(crate) fn words_end(text: &str, n: u32) -> Option<usize> {
     const FUNCTION: &[&str] = &[
         "a", "an", "the", "of", "to", "in", "on", "at", "for", "with", "and", "or", "but", "from", "by", "as", "into",
         "than", "that", "my", "your", "its", "their", "our", "his", "her",
@@ -801,7 +801,7 @@ pub fn words_end(text: &str, n: u32) -> Option<usize> {
 
 /// Whether `text` ends a sentence as it stands: a full stop, question or exclamation mark right
 /// after a word of two letters or more ("Paris.", not "3." of "3.5" nor "Dr." or "e.g.").
-pub fn sentence_ended(text: &str) -> bool {
+pub(crate) fn sentence_ended(text: &str) -> bool {
     let text = text.trim_end_matches(['"', '\'', ')']);
     let Some(body) = text.strip_suffix(['.', '!', '?']) else { return false };
     let word: String = body.chars().rev().take_while(|c| c.is_alphanumeric() || *c == '.').collect();

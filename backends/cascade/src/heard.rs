@@ -4,7 +4,7 @@
 /// What Whisper heard, without its non-speech tags ("[BLANK_AUDIO]", "(music)") and without a
 /// sentence repeated right after itself (Whisper's repetition on short audio: "What do bees
 /// make? What do bees make?"); empty when no word is left.
-pub fn words(heard: &str) -> String {
+pub(crate) fn words(heard: &str) -> String {
     let mut out = String::new();
     let mut depth = 0;
     for c in heard.chars() {

@@ -22,20 +22,20 @@ use llama_cpp_2::token::LlamaToken;
 
 const BATCH: usize = 256;
 
-pub enum LlmError {
+pub(crate) enum LlmError {
     ContextFull(String),
     Interrupted,
     Failed(String),
 }
 
-pub struct Sampling {
+pub(crate) struct Sampling {
     pub temperature: f32,
     pub top_k: i32,
     pub top_p: f32,
     pub seed: u32,
 }
 
-pub struct Llm {
+pub(crate) struct Llm {
     model: &'static LlamaModel,
     ctx: LlamaContext<'static>,
     batch: LlamaBatch<'static>,
@@ -81,7 +81,7 @@ fn model(path: &Path) -> Result<&'static LlamaModel, String> {
 }
 
 impl Llm {
-    pub fn open(path: &Path, n_ctx: u32, threads: i32, sampling: &Sampling) -> Result<Llm, String> {
+    pub(crate) fn open(path: &Path, n_ctx: u32, threads: i32, sampling: &Sampling) -> Result<Llm, String> {
         let model = model(path)?;
         let template = model.chat_template(None).ok().and_then(|t| t.to_string().ok()).unwrap_or_default();
         if !template.contains("<|im_start|>") {
@@ -108,20 +108,20 @@ impl Llm {
         })
     }
 
-    pub fn n_past(&self) -> u32 {
+    pub(crate) fn n_past(&self) -> u32 {
         self.n_past
     }
 
-    pub fn n_ctx(&self) -> u32 {
+    pub(crate) fn n_ctx(&self) -> u32 {
         self.n_ctx
     }
 
-    pub fn set_sampling(&mut self, sampling: &Sampling) {
+    pub(crate) fn set_sampling(&mut self, sampling: &Sampling) {
         self.sampler = sampler(sampling);
     }
 
     /// Forgets the conversation. Its start stays in the KV cache, for `start` to reuse.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         let len = self.prefix.len() as u32;
         self.kept = len > 0
             && (self.kept || self.n_past >= len)
@@ -136,7 +136,7 @@ impl Llm {
 
     /// Takes back what was fed after the first `to` tokens (a user turn fed ahead that the
     /// user went on from). False when llama.cpp could not, and the conversation is as it was.
-    pub fn rewind(&mut self, to: u32) -> bool {
+    pub(crate) fn rewind(&mut self, to: u32) -> bool {
         if to >= self.n_past {
             return true;
         }
@@ -150,7 +150,7 @@ impl Llm {
 
     /// Starts a conversation with `text` (its system block): reused from the last conversation
     /// when it started the same way, else computed. Returns its tokens.
-    pub fn start(&mut self, text: &str, cancelled: &dyn Fn() -> bool) -> Result<u32, LlmError> {
+    pub(crate) fn start(&mut self, text: &str, cancelled: &dyn Fn() -> bool) -> Result<u32, LlmError> {
         let tokens = self.model.vocab().tokenize(text.as_bytes(), false, true);
         if self.kept && self.n_past == 0 && tokens == self.prefix {
             self.kept = false;
@@ -174,7 +174,7 @@ impl Llm {
 
     /// Appends text (with ChatML's special tokens) to the conversation; returns its tokens.
     /// `reserve` tokens must stay free after it (room for an answer).
-    pub fn feed(&mut self, text: &str, reserve: u32, cancelled: &dyn Fn() -> bool) -> Result<u32, LlmError> {
+    pub(crate) fn feed(&mut self, text: &str, reserve: u32, cancelled: &dyn Fn() -> bool) -> Result<u32, LlmError> {
         let tokens = self.model.vocab().tokenize(text.as_bytes(), false, true);
         self.forget_kept();
         self.feed_tokens(&tokens, reserve, cancelled)
@@ -223,7 +223,7 @@ impl Llm {
     }
 
     /// The next piece of the answer: `None` at the end of the model's turn.
-    pub fn next(&mut self) -> Result<Option<String>, LlmError> {
+    pub(crate) fn next(&mut self) -> Result<Option<String>, LlmError> {
         let token = self.sampler.sample(&self.ctx, self.last);
         self.sampler.accept(token);
         if self.model.vocab().is_eog(token) {

@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 
 /// Which detector finds the user's speech (`vad.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VadEngine {
+pub(crate) enum VadEngine {
     Silero,
     Energy,
 }
 
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     pub llm_model: PathBuf,
     pub asr_model: PathBuf,
     pub voice: PathBuf,
@@ -46,7 +46,7 @@ pub struct Options {
     pub seed: u32,
 }
 
-pub const KNOWN: &[&str] = &[
+pub(crate) const KNOWN: &[&str] = &[
     "llm_model",
     "asr_model",
     "voice",
@@ -75,7 +75,7 @@ pub const KNOWN: &[&str] = &[
 ];
 
 /// The models folder: `$OMNI_MODELS`, or `~/.cache/omni-gateway/models` (the fetch script's).
-pub fn models_dir() -> PathBuf {
+pub(crate) fn models_dir() -> PathBuf {
     match std::env::var_os("OMNI_MODELS") {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
         _ => home().join(".cache/omni-gateway/models"),
@@ -127,7 +127,7 @@ fn number<T: std::str::FromStr + PartialOrd + std::fmt::Display>(
 
 impl Options {
     /// `this_library`: where the cascade library itself is (the ASR library is beside it).
-    pub fn parse(map: &HashMap<String, String>, this_library: Option<&Path>) -> Result<Options, String> {
+    pub(crate) fn parse(map: &HashMap<String, String>, this_library: Option<&Path>) -> Result<Options, String> {
         if let Some(unknown) = map.keys().find(|k| !KNOWN.contains(&k.as_str())) {
             return Err(format!("unknown option {unknown:?} (known: {})", KNOWN.join(", ")));
         }

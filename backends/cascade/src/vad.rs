@@ -14,16 +14,16 @@ use std::collections::VecDeque;
 
 use omni_vad_silero::Silero;
 
-pub const RATE: usize = 16000;
+pub(crate) const RATE: usize = 16000;
 
 #[derive(Debug, Clone, Copy)]
-pub struct VadConfig {
+pub(crate) struct VadConfig {
     pub min_speech_ms: u32,
     pub silence_ms: u32,
 }
 
 /// What says whether a window is speech.
-pub enum Detector {
+pub(crate) enum Detector {
     Energy { threshold: f32 },
     Silero { silero: Box<Silero>, probability: f32 },
 }
@@ -69,7 +69,7 @@ impl Detector {
     }
 }
 
-pub struct Vad {
+pub(crate) struct Vad {
     detector: Detector,
     /// Input not yet a whole window.
     pending: Vec<f32>,
@@ -88,12 +88,12 @@ pub struct Vad {
 const RECENT_MS: usize = 1000;
 
 impl Vad {
-    pub fn new(detector: Detector) -> Vad {
+    pub(crate) fn new(detector: Detector) -> Vad {
         Vad { detector, pending: Vec::new(), speech_ms: 0, silence_ms: 0, recent: VecDeque::new(), recent_voiced_ms: 0 }
     }
 
     /// Voiced milliseconds in the last second, since the last endpoint (for barge-in).
-    pub fn recent_voiced_ms(&self) -> u32 {
+    pub(crate) fn recent_voiced_ms(&self) -> u32 {
         self.recent_voiced_ms
     }
 
@@ -112,7 +112,7 @@ impl Vad {
     }
 
     /// Feeds one chunk; returns true when the utterance has just ended (the endpoint).
-    pub fn push(&mut self, config: &VadConfig, audio: &[f32]) -> Result<bool, String> {
+    pub(crate) fn push(&mut self, config: &VadConfig, audio: &[f32]) -> Result<bool, String> {
         let size = self.detector.size();
         self.pending.extend_from_slice(audio);
         let mut ended = false;
@@ -144,11 +144,11 @@ impl Vad {
     }
 
     /// Someone is speaking (an utterance has started and not ended).
-    pub fn in_speech(&self) -> bool {
+    pub(crate) fn in_speech(&self) -> bool {
         self.speech_ms > 0
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.pending.clear();
         self.speech_ms = 0;
         self.silence_ms = 0;

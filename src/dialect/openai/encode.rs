@@ -47,7 +47,7 @@ pub(super) struct Encoder {
 }
 
 impl Encoder {
-    pub fn new(flavor: Flavor, model: &str) -> Encoder {
+    pub(super) fn new(flavor: Flavor, model: &str) -> Encoder {
         Encoder { flavor, model: model.to_string(), events: 0, client_event_id: None }
     }
 
@@ -64,7 +64,7 @@ impl Encoder {
 
     /// The event's JSON, or `None` for one this flavor does not send. The voice's own events
     /// (`AudioDelta` for an edge that plays it, `VoiceDone`, `VoiceCleared`) are its caller's.
-    pub fn encode(&mut self, event: Event) -> Option<String> {
+    pub(super) fn encode(&mut self, event: Event) -> Option<String> {
         let f = self.flavor;
         let at = |response_id: &str, item_id: &str| json!({"response_id": response_id, "item_id": item_id, "output_index": 0, "content_index": 0});
         let with = |mut v: Value, k: &str, x: Value| {
@@ -351,7 +351,7 @@ impl Encoder {
 
     /// An error in the OpenAI shape, its `param` taken from the message, its code in the
     /// flavor's names.
-    pub fn error_event(&mut self, e: &ProtocolError) -> String {
+    pub(super) fn error_event(&mut self, e: &ProtocolError) -> String {
         let message = e.to_string();
         let param = message
             .split_once(": ")

@@ -10,7 +10,7 @@ use omni_actors::domain::Mode;
 use omni_actors::edge::coordinator::SlotState;
 use omni_actors::observe::metrics::metrics as gateway_metrics;
 use omni_actors::pool::messages::PoolSnapshot;
-use omni_actors::pool::state::WorkerState;
+use omni_actors::pool::messages::WorkerState;
 use omni_actors::queue::messages::ClusterStatusQuery;
 use omni_actors::queue::messages::{Cancel, QueueSnapshot};
 use serde_json::json;
@@ -39,7 +39,7 @@ async fn refusal(req: &HttpRequest, gw: &Gateway) -> Option<HttpResponse> {
     Some(private(http_error(status, code, denied.message())))
 }
 
-pub async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_web::Result<HttpResponse> {
+pub(super) async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_web::Result<HttpResponse> {
     if let Some(refusal) = refusal(&req, &gw).await {
         return Ok(refusal);
     }
@@ -52,7 +52,7 @@ pub async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_web::Resu
     };
     // On a replica, the pool holds the nodes' workers it was lent (their sessions here, their
     // failures); the store's view below has every worker of the cluster.
-    let lent: std::collections::HashMap<&str, &omni_actors::pool::state::PoolWorker> =
+    let lent: std::collections::HashMap<&str, &omni_actors::pool::messages::PoolWorker> =
         workers.iter().filter(|w| w.lendable).map(|w| (w.name.as_str(), w)).collect();
     let mut workers: Vec<_> = workers
         .iter()
@@ -144,7 +144,7 @@ pub async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_web::Resu
     }))))
 }
 
-pub async fn metrics(req: HttpRequest, gw: web::Data<Gateway>) -> HttpResponse {
+pub(super) async fn metrics(req: HttpRequest, gw: web::Data<Gateway>) -> HttpResponse {
     if let Some(refusal) = refusal(&req, &gw).await {
         return refusal;
     }
@@ -165,12 +165,12 @@ fn recording_root(gw: &Gateway) -> Result<std::path::PathBuf, HttpResponse> {
 }
 
 #[derive(serde::Deserialize)]
-pub struct Page {
+pub(super) struct Page {
     page: Option<usize>,
     per_page: Option<usize>,
 }
 
-pub async fn sessions(req: HttpRequest, gw: web::Data<Gateway>, page: web::Query<Page>) -> HttpResponse {
+pub(super) async fn sessions(req: HttpRequest, gw: web::Data<Gateway>, page: web::Query<Page>) -> HttpResponse {
     if let Some(refusal) = refusal(&req, &gw).await {
         return refusal;
     }
@@ -187,11 +187,15 @@ pub async fn sessions(req: HttpRequest, gw: web::Data<Gateway>, page: web::Query
     })
 }
 
-pub async fn session_meta(req: HttpRequest, gw: web::Data<Gateway>, id: web::Path<String>) -> HttpResponse {
+pub(super) async fn session_meta(req: HttpRequest, gw: web::Data<Gateway>, id: web::Path<String>) -> HttpResponse {
     serve_file(&req, &gw, &id, "meta.json").await
 }
 
-pub async fn session_file(req: HttpRequest, gw: web::Data<Gateway>, path: web::Path<(String, String)>) -> HttpResponse {
+pub(super) async fn session_file(
+    req: HttpRequest,
+    gw: web::Data<Gateway>,
+    path: web::Path<(String, String)>,
+) -> HttpResponse {
     let (id, file) = path.into_inner();
     serve_file(&req, &gw, &id, &file).await
 }
@@ -222,7 +226,7 @@ async fn serve_file(req: &HttpRequest, gw: &Gateway, id: &str, file: &str) -> Ht
     })
 }
 
-pub async fn cancel_ticket(req: HttpRequest, gw: web::Data<Gateway>, ticket: web::Path<String>) -> HttpResponse {
+pub(super) async fn cancel_ticket(req: HttpRequest, gw: web::Data<Gateway>, ticket: web::Path<String>) -> HttpResponse {
     if let Some(refusal) = refusal(&req, &gw).await {
         return refusal;
     }

@@ -5,7 +5,7 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use omni_actors::pool::messages::PoolSnapshot;
-use omni_actors::pool::state::WorkerState;
+use omni_actors::pool::messages::WorkerState;
 use serde_json::json;
 
 use crate::http::Gateway;

@@ -33,14 +33,14 @@ fn asset(name: &str) -> HttpResponse {
     }
 }
 
-pub async fn client() -> HttpResponse {
+pub(super) async fn client() -> HttpResponse {
     asset("index.html")
 }
 
-pub async fn console() -> HttpResponse {
+pub(super) async fn console() -> HttpResponse {
     asset("console.html")
 }
 
-pub async fn app(name: web::Path<String>) -> HttpResponse {
+pub(super) async fn app(name: web::Path<String>) -> HttpResponse {
     asset(&name)
 }

@@ -26,13 +26,13 @@ use crate::link::handshake::{self, HandshakeRefused};
 use crate::link::wire::{FromNode, MAX_UNPROVEN_FRAME, Request, write_frame};
 
 /// How long a new connection has for TLS and the handshake.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);
+pub(super) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);
 
 static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
 
 /// What every connection of a node shares.
 #[derive(Clone)]
-pub struct Door {
+pub(super) struct Door {
     pub token: Arc<str>,
     pub lender: LenderPort,
     pub links: LinkSettings,
@@ -56,7 +56,7 @@ impl Door {
 }
 
 /// Accepts connections until the node stops.
-pub async fn accept_loop(listener: TcpListener, door: Door) {
+pub(super) async fn accept_loop(listener: TcpListener, door: Door) {
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,

@@ -19,7 +19,7 @@ use super::messages::{JoinCluster, Push};
 use crate::link::wire::PushedGrant;
 
 /// What the offers and beats need.
-pub struct Cluster {
+pub(super) struct Cluster {
     pub store: Arc<dyn NodeStore>,
     /// Where replicas reach this node.
     pub advertise: String,
@@ -34,7 +34,7 @@ pub struct Cluster {
 /// not answered yet. One offer awaits its answer at a time: two in flight could both come back
 /// assigned, and the grant would be pushed twice.
 #[derive(Debug, Default)]
-pub struct Offers {
+pub(super) struct Offers {
     /// The nonce it is offered under now; an attach with its grant takes it.
     pub current: Option<String>,
     /// The nonce of the offer the store has not answered yet.
@@ -44,7 +44,7 @@ pub struct Offers {
 impl Offers {
     /// An offer under `nonce` goes to the store; false (and nothing changes) while another
     /// awaits its answer.
-    pub fn make(&mut self, nonce: String) -> bool {
+    pub(super) fn make(&mut self, nonce: String) -> bool {
         if self.awaiting.is_some() {
             return false;
         }
@@ -54,12 +54,12 @@ impl Offers {
     }
 
     /// The store has not answered the last offer yet.
-    pub fn awaiting(&self) -> bool {
+    pub(super) fn awaiting(&self) -> bool {
         self.awaiting.is_some()
     }
 
     /// It is offered under `nonce` now: a grant with it may reserve the worker.
-    pub fn stands(&self, nonce: &str) -> bool {
+    pub(super) fn stands(&self, nonce: &str) -> bool {
         self.current.as_deref() == Some(nonce)
     }
 
@@ -68,12 +68,12 @@ impl Offers {
     /// worker closed): the offer the worker tried when it was free again waited for this
     /// answer, so it is offered now; the beat offers any other (a grant pushed for an offer the
     /// worker had outlived).
-    pub fn lapsed(&self) -> bool {
+    pub(super) fn lapsed(&self) -> bool {
         self.current.is_none() && self.awaiting.is_none()
     }
 
     /// The store answered the offer under `nonce`.
-    pub fn answered(&mut self, nonce: &str) {
+    pub(super) fn answered(&mut self, nonce: &str) {
         if self.awaiting.as_deref() == Some(nonce) {
             self.awaiting = None;
         }

@@ -41,7 +41,7 @@ pub(super) struct Lendable {
 }
 
 impl Lendable {
-    pub fn new(name: String, modes: Vec<Mode>, backend: String) -> Lendable {
+    pub(super) fn new(name: String, modes: Vec<Mode>, backend: String) -> Lendable {
         Lendable {
             name,
             modes,
@@ -56,12 +56,12 @@ impl Lendable {
     }
 
     /// Open and lent to nobody.
-    pub fn free(&self) -> bool {
+    pub(super) fn free(&self) -> bool {
         self.worker.is_some() && self.attached.is_none()
     }
 }
 
-pub struct Lender {
+pub(super) struct Lender {
     pub(super) workers: Vec<Lendable>,
     /// In a cluster: the store and what the offers need.
     pub(super) cluster: Option<Cluster>,
@@ -70,7 +70,7 @@ pub struct Lender {
 }
 
 impl Lender {
-    pub fn new(workers: Vec<Lendable>) -> Lender {
+    pub(super) fn new(workers: Vec<Lendable>) -> Lender {
         Lender { workers, cluster: None, standby: HashMap::new() }
     }
 

@@ -27,13 +27,13 @@ use crate::link::wire::{FromNode, MAX_UNPROVEN_FRAME, ToNode, write_frame};
 
 /// The link's frames, each at most the current limit: the handshake's ([`MAX_UNPROVEN_FRAME`]) until the
 /// link serves a worker, a worker link's after.
-pub struct Limited {
+pub(super) struct Limited {
     codec: LengthDelimitedCodec,
     max: Arc<AtomicUsize>,
 }
 
 impl Limited {
-    pub fn new(max: Arc<AtomicUsize>) -> Limited {
+    pub(super) fn new(max: Arc<AtomicUsize>) -> Limited {
         let codec = LengthDelimitedCodec::builder()
             .little_endian()
             .length_field_length(4)
@@ -68,7 +68,7 @@ enum Phase {
     },
 }
 
-pub struct GatewayLink {
+pub(super) struct GatewayLink {
     id: u64,
     /// Names the gateway in logs (`NAME at ADDR`).
     gateway: String,
@@ -86,14 +86,14 @@ pub struct GatewayLink {
 
 /// What every link of a node shares.
 #[derive(Clone)]
-pub struct LinkSettings {
+pub(super) struct LinkSettings {
     pub heartbeat_interval: Duration,
     pub heartbeat_timeout: Duration,
 }
 
 /// What every link is made of: its number, the lender, its writer, its frame limit, and how long
 /// the gateway may stay silent.
-pub struct LinkParts {
+pub(super) struct LinkParts {
     pub id: u64,
     pub lender: LenderPort,
     pub writer: mpsc::UnboundedSender<FromNode>,
@@ -119,12 +119,12 @@ impl GatewayLink {
 
     /// A link that borrowed `worker` for gateway `gateway`: it attaches, answers the gateway,
     /// and serves its calls.
-    pub fn attach(parts: LinkParts, gateway: String, worker: WorkerLink, mode: Mode) -> GatewayLink {
+    pub(super) fn attach(parts: LinkParts, gateway: String, worker: WorkerLink, mode: Mode) -> GatewayLink {
         GatewayLink::new(parts, gateway, Phase::Attaching { worker, pushed: None }, mode)
     }
 
     /// A link replica `replica` keeps open for grants (it was told `Ready`).
-    pub fn standby(parts: LinkParts, replica: String, peer: &str) -> GatewayLink {
+    pub(super) fn standby(parts: LinkParts, replica: String, peer: &str) -> GatewayLink {
         GatewayLink::new(parts, format!("{replica} at {peer}"), Phase::Standby { replica }, Mode::Audio)
     }
 
@@ -307,7 +307,7 @@ impl Handler<Push> for GatewayLink {
 
 /// Writes what `rx` carries, and a ping whenever nothing was written for `interval`; shuts the
 /// connection down when the link's actor is gone.
-pub async fn write_loop<W: AsyncWrite + Unpin>(
+pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
     mut wr: W,
     mut rx: mpsc::UnboundedReceiver<FromNode>,
     interval: Duration,

@@ -12,7 +12,7 @@ use crate::link::wire::{AttachGrant, NodeWorker, PushedGrant};
 /// grant the worker is offered under (its nonce is then spent). Answers the worker, or why not.
 #[derive(Message)]
 #[rtype(result = "Result<Lent, Refusal>")]
-pub struct Borrow {
+pub(super) struct Borrow {
     pub worker: String,
     pub link: u64,
     /// Names the gateway in logs.
@@ -23,7 +23,7 @@ pub struct Borrow {
 /// Link `link` ended (`why`): its worker, reset meanwhile, is free for the next gateway.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct GiveBack {
+pub(super) struct GiveBack {
     pub worker: String,
     pub link: u64,
     pub why: String,
@@ -32,13 +32,13 @@ pub struct GiveBack {
 /// What discovery answers: every worker, as it is now.
 #[derive(Message)]
 #[rtype(result = "Vec<NodeWorker>")]
-pub struct Describe;
+pub(super) struct Describe;
 
 /// A link replica `replica` keeps open for grants: it takes the next one pushed to that replica
 /// (on `to`), until it is gone.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Standby {
+pub(super) struct Standby {
     pub replica: String,
     pub link: u64,
     pub to: Recipient<Push>,
@@ -47,7 +47,7 @@ pub struct Standby {
 /// A link kept open for grants ended before it took one.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct StandbyEnded {
+pub(super) struct StandbyEnded {
     pub replica: String,
     pub link: u64,
 }
@@ -57,7 +57,7 @@ pub struct StandbyEnded {
 /// tries the replica's next link, then hands the grant to the store).
 #[derive(Message)]
 #[rtype(result = "bool")]
-pub struct Push {
+pub(super) struct Push {
     pub worker: WorkerLink,
     pub mode: Mode,
     pub pushed: PushedGrant,
@@ -65,7 +65,7 @@ pub struct Push {
 
 /// Why a gateway is refused a worker. Sent to the gateway as text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub(super) enum Refusal {
     #[error("this node has no worker {0}")]
     NoSuchWorker(String),
     #[error("worker {0} is attached to another gateway")]
@@ -81,7 +81,7 @@ pub enum Refusal {
 }
 
 /// What a borrowed worker is lent as: the worker, and the mode its session runs (for status).
-pub struct Lent {
+pub(super) struct Lent {
     pub worker: WorkerLink,
     pub mode: Mode,
 }
@@ -90,14 +90,14 @@ pub struct Lent {
 /// offers its free workers.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct JoinCluster {
+pub(super) struct JoinCluster {
     pub cluster: super::cluster::Cluster,
     pub every: std::time::Duration,
 }
 
 /// Where links reach the lender.
 #[derive(Clone)]
-pub struct LenderPort {
+pub(super) struct LenderPort {
     pub borrow: Recipient<Borrow>,
     pub give_back: Recipient<GiveBack>,
     pub describe: Recipient<Describe>,
@@ -106,7 +106,7 @@ pub struct LenderPort {
 }
 
 impl LenderPort {
-    pub fn of<A>(addr: &Addr<A>) -> LenderPort
+    pub(super) fn of<A>(addr: &Addr<A>) -> LenderPort
     where
         A: Actor<Context = Context<A>>
             + Handler<Borrow>

@@ -18,16 +18,16 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 /// Connections whose peer has not proved the token yet, at most.
-pub const MAX_UNPROVEN: usize = 256;
+pub(super) const MAX_UNPROVEN: usize = 256;
 /// Of those, from one address (one /64 for IPv6), at most: a gateway opening more links than
 /// this at once (a replica's standby links and its attaches) waits for its retries.
-pub const MAX_UNPROVEN_PER_ADDRESS: usize = 32;
+pub(super) const MAX_UNPROVEN_PER_ADDRESS: usize = 32;
 /// Places an address may hold and still not be the one evicted from: a gateway's links at once.
-pub const SMALL_SHARE: usize = 2;
+pub(super) const SMALL_SHARE: usize = 2;
 
 /// The rules, as a plain struct: who holds a place, from which address, in order of arrival.
 #[derive(Debug, Default)]
-pub struct Places {
+pub(super) struct Places {
     /// Each address's places, the oldest first.
     per_address: HashMap<IpAddr, BTreeSet<u64>>,
     /// Each place's address.
@@ -37,14 +37,14 @@ pub struct Places {
 
 /// A place given: its number, and the place it took from another connection, if any.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Entered {
+pub(super) struct Entered {
     pub place: u64,
     pub evicted: Option<u64>,
 }
 
 impl Places {
     /// A place for a connection from `ip`, or `None` when its address holds its share.
-    pub fn enter(&mut self, ip: IpAddr) -> Option<Entered> {
+    pub(super) fn enter(&mut self, ip: IpAddr) -> Option<Entered> {
         let address = crate::net::counted_as(ip);
         if self.per_address.get(&address).map_or(0, BTreeSet::len) >= MAX_UNPROVEN_PER_ADDRESS {
             return None;
@@ -71,7 +71,7 @@ impl Places {
     }
 
     /// Place `place` is given back (proved, closed, or evicted); a second time does nothing.
-    pub fn leave(&mut self, place: u64) {
+    pub(super) fn leave(&mut self, place: u64) {
         let Some(address) = self.open.remove(&place) else { return };
         if let Some(places) = self.per_address.get_mut(&address) {
             places.remove(&place);
@@ -94,7 +94,7 @@ impl Places {
 
 /// The places of a node's connections, shared by its accept loops.
 #[derive(Default)]
-pub struct Unproven {
+pub(super) struct Unproven {
     places: Mutex<Places>,
     /// What tells each connection it was evicted, by place.
     evict: Mutex<HashMap<u64, Arc<Notify>>>,
@@ -102,7 +102,7 @@ pub struct Unproven {
 
 /// A connection's place, given back when dropped. [`Place::evicted`] ends when a newer
 /// connection took it.
-pub struct Place {
+pub(super) struct Place {
     of: Arc<Unproven>,
     number: u64,
     evicted: Arc<Notify>,
@@ -110,7 +110,7 @@ pub struct Place {
 
 impl Unproven {
     /// A place for a connection from `ip`, unless its address holds its share.
-    pub fn enter(self: &Arc<Self>, ip: IpAddr) -> Option<Place> {
+    pub(super) fn enter(self: &Arc<Self>, ip: IpAddr) -> Option<Place> {
         let entered = self.places.lock().enter(ip)?;
         let evicted = Arc::new(Notify::new());
         let mut evict = self.evict.lock();
@@ -124,7 +124,7 @@ impl Unproven {
 
 impl Place {
     /// Ends when a newer connection took this place (the total cap was reached).
-    pub async fn evicted(&self) {
+    pub(super) async fn evicted(&self) {
         self.evicted.notified().await
     }
 }

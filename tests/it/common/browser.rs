@@ -14,13 +14,13 @@ use serde_json::{Value, json};
 
 use super::{Server, WAIT};
 
-pub const CHROMIUM: &str = "/usr/bin/chromium";
-pub const CHROMEDRIVER: &str = "chromedriver";
+pub(crate) const CHROMIUM: &str = "/usr/bin/chromium";
+pub(crate) const CHROMEDRIVER: &str = "chromedriver";
 /// How long the page may take to reach a state (sessions run in real time).
-pub const PAGE_WAIT: Duration = Duration::from_secs(40);
+pub(crate) const PAGE_WAIT: Duration = Duration::from_secs(40);
 
 /// A chromedriver process on a free port, killed when dropped.
-pub struct Driver {
+pub(crate) struct Driver {
     child: Child,
     pub url: String,
 }
@@ -35,11 +35,11 @@ impl Drop for Driver {
     }
 }
 
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-pub fn driver() -> Driver {
+pub(crate) fn driver() -> Driver {
     assert!(
         Path::new(CHROMIUM).exists(),
         "{CHROMIUM} not found: install Debian's chromium and chromium-driver (.ci/run does)"
@@ -64,7 +64,7 @@ pub fn driver() -> Driver {
 
 /// A 48 kHz mono WAV for the fake microphone: `bursts` of (tone seconds, silence seconds).
 /// Chromium loops it.
-pub fn microphone_wav(dir: &Path, bursts: &[(f32, f32)]) -> PathBuf {
+pub(crate) fn microphone_wav(dir: &Path, bursts: &[(f32, f32)]) -> PathBuf {
     let path = dir.join("microphone.wav");
     let spec = hound::WavSpec {
         channels: 1,
@@ -88,7 +88,7 @@ pub fn microphone_wav(dir: &Path, bursts: &[(f32, f32)]) -> PathBuf {
 
 /// A 16 kHz mono WAV for the fake microphone: `speech` (16 kHz samples), then `silence_s` of
 /// silence. Chromium loops it.
-pub fn microphone_speech(dir: &Path, speech: &[f32], silence_s: f32) -> PathBuf {
+pub(crate) fn microphone_speech(dir: &Path, speech: &[f32], silence_s: f32) -> PathBuf {
     let path = dir.join("speech.wav");
     let spec = hound::WavSpec {
         channels: 1,
@@ -104,12 +104,12 @@ pub fn microphone_speech(dir: &Path, speech: &[f32], silence_s: f32) -> PathBuf 
     path
 }
 
-pub async fn browser(driver: &Driver, microphone: &Path) -> Browser {
+pub(crate) async fn browser(driver: &Driver, microphone: &Path) -> Browser {
     browser_with(driver, microphone, &[]).await
 }
 
 /// A browser with more command-line switches (`--ignore-certificate-errors`...).
-pub async fn browser_with(driver: &Driver, microphone: &Path, extra: &[&str]) -> Browser {
+pub(crate) async fn browser_with(driver: &Driver, microphone: &Path, extra: &[&str]) -> Browser {
     let mut args = json!([
         "--headless=new",
         "--no-sandbox",
@@ -138,7 +138,7 @@ pub async fn browser_with(driver: &Driver, microphone: &Path, extra: &[&str]) ->
 }
 
 /// Saves what the page shows to `target/screenshots/NAME.png`.
-pub async fn screenshot(b: &Browser, name: &str) {
+pub(crate) async fn screenshot(b: &Browser, name: &str) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
     std::fs::create_dir_all(&dir).unwrap();
     if let Ok(png) = b.screenshot().await {
@@ -147,12 +147,12 @@ pub async fn screenshot(b: &Browser, name: &str) {
 }
 
 /// The value of a JavaScript expression on the page.
-pub async fn js(b: &Browser, expr: &str) -> Value {
+pub(crate) async fn js(b: &Browser, expr: &str) -> Value {
     b.execute(&format!("return ({expr});"), vec![]).await.unwrap_or_else(|e| panic!("{expr}: {e}"))
 }
 
 /// Waits until `expr` is truthy on the page; fails with what the page shows and the server's log.
-pub async fn until(b: &Browser, server: &Server, expr: &str, shot: &str) -> Value {
+pub(crate) async fn until(b: &Browser, server: &Server, expr: &str, shot: &str) -> Value {
     let deadline = Instant::now() + PAGE_WAIT;
     loop {
         let v = js(b, expr).await;
@@ -179,13 +179,13 @@ pub async fn until(b: &Browser, server: &Server, expr: &str, shot: &str) -> Valu
 /// cancellation, noise suppression and auto gain are on by default (checked here); the tests
 /// switch them off, since the fake microphone plays tones and espeak-ng's voice, which noise
 /// suppression would treat as noise.
-pub async fn open_client(b: &Browser, server: &Server, mode: &str) {
+pub(crate) async fn open_client(b: &Browser, server: &Server, mode: &str) {
     open_client_over(b, server, mode, "websocket").await;
 }
 
 /// The same, with the page's transport for audio sessions: `"auto"` (WebRTC when it can) or
 /// `"websocket"`.
-pub async fn open_client_over(b: &Browser, server: &Server, mode: &str, transport: &str) {
+pub(crate) async fn open_client_over(b: &Browser, server: &Server, mode: &str, transport: &str) {
     b.goto(&format!("http://{}/", server.addr)).await.unwrap();
     let default = b.execute("return document.getElementById('transport').value", vec![]).await.unwrap();
     assert_eq!(default, serde_json::Value::from("auto"), "WebRTC when it can, by default");
@@ -196,10 +196,10 @@ pub async fn open_client_over(b: &Browser, server: &Server, mode: &str, transpor
     b.execute("document.getElementById('processing').checked = false", vec![]).await.unwrap();
 }
 
-pub async fn click(b: &Browser, id: &str) {
+pub(crate) async fn click(b: &Browser, id: &str) {
     b.find(Locator::Id(id)).await.unwrap().click().await.unwrap();
 }
 
-pub async fn stats(b: &Browser) -> Value {
+pub(crate) async fn stats(b: &Browser) -> Value {
     js(b, "window.omniStats").await
 }

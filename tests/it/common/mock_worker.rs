@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 /// What the tests can see and switch.
 #[derive(Debug, Clone)]
-pub struct MockState {
+pub(crate) struct MockState {
     /// `worker_status` of `/health` while no job runs: idle, or what a test sets (loading, error).
     pub status: String,
     /// A job is running (a duplex session or a chat request).
@@ -45,13 +45,13 @@ pub struct MockState {
     pub health_delay: f64,
 }
 
-pub struct MockWorker {
+pub(crate) struct MockWorker {
     pub addr: SocketAddr,
     pub state: Arc<Mutex<MockState>>,
 }
 
 impl MockWorker {
-    pub fn start() -> MockWorker {
+    pub(crate) fn start() -> MockWorker {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(MockState {
@@ -89,24 +89,24 @@ impl MockWorker {
         MockWorker { addr, state }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// The `[[workers]]` entry of a gateway that drives this worker.
-    pub fn entry(&self, name: &str, options: &str) -> String {
+    pub(crate) fn entry(&self, name: &str, options: &str) -> String {
         format!(
             "[[workers]]\nname = \"{name}\"\nbackend = \"minicpmo-worker\"\nurl = \"{}\"\n[workers.options]\n{options}\n",
             self.url()
         )
     }
 
-    pub fn with<T>(&self, f: impl FnOnce(&mut MockState) -> T) -> T {
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&mut MockState) -> T) -> T {
         f(&mut self.state.lock().unwrap())
     }
 
     /// Looks at the state until `ready` holds (within 10 s), then takes `f` of it.
-    pub fn wait_for<T>(&self, ready: impl Fn(&MockState) -> bool, f: impl FnOnce(&MockState) -> T) -> T {
+    pub(crate) fn wait_for<T>(&self, ready: impl Fn(&MockState) -> bool, f: impl FnOnce(&MockState) -> T) -> T {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
             {

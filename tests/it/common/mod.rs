@@ -24,25 +24,25 @@ mod proxy;
 mod receiver;
 mod redis;
 #[allow(unused_imports)]
-pub use browser::*;
+pub(crate) use browser::*;
 #[allow(unused_imports)]
-pub use mock_worker::*;
+pub(crate) use mock_worker::*;
 #[allow(unused_imports)]
-pub use needs::*;
+pub(crate) use needs::*;
 #[allow(unused_imports)]
-pub use node::*;
+pub(crate) use node::*;
 #[allow(unused_imports)]
-pub use proxy::*;
+pub(crate) use proxy::*;
 #[allow(unused_imports)]
-pub use receiver::*;
+pub(crate) use receiver::*;
 #[allow(unused_imports)]
-pub use redis::*;
+pub(crate) use redis::*;
 
 /// How long a test waits for any one event before failing.
-pub const WAIT: Duration = Duration::from_secs(20);
+pub(crate) const WAIT: Duration = Duration::from_secs(20);
 
 /// The sections of a test configuration; `bind` is always a free port.
-pub struct Setup {
+pub(crate) struct Setup {
     pub server: Vec<String>,
     pub queue: Vec<String>,
     pub limits: Vec<String>,
@@ -76,45 +76,45 @@ impl Default for Setup {
 }
 
 impl Setup {
-    pub fn server(mut self, line: &str) -> Self {
+    pub(crate) fn server(mut self, line: &str) -> Self {
         self.server.push(line.into());
         self
     }
-    pub fn queue(mut self, line: &str) -> Self {
+    pub(crate) fn queue(mut self, line: &str) -> Self {
         self.queue.push(line.into());
         self
     }
-    pub fn limits(mut self, line: &str) -> Self {
+    pub(crate) fn limits(mut self, line: &str) -> Self {
         self.limits.push(line.into());
         self
     }
-    pub fn workers(mut self, toml: String) -> Self {
+    pub(crate) fn workers(mut self, toml: String) -> Self {
         self.workers = toml;
         self
     }
-    pub fn recording(mut self, line: &str) -> Self {
+    pub(crate) fn recording(mut self, line: &str) -> Self {
         self.recording.push(line.into());
         self
     }
-    pub fn auth(mut self, line: &str) -> Self {
+    pub(crate) fn auth(mut self, line: &str) -> Self {
         self.auth.push(line.into());
         self
     }
     /// Sets `[auth] admin_key`; the harness then sends it on its own status requests.
-    pub fn admin_key(mut self, key: &str) -> Self {
+    pub(crate) fn admin_key(mut self, key: &str) -> Self {
         self.auth.push(format!("admin_key = \"{key}\""));
         self.admin = Some(key.into());
         self
     }
-    pub fn binary(mut self, path: &std::path::Path) -> Self {
+    pub(crate) fn binary(mut self, path: &std::path::Path) -> Self {
         self.binary = Some(path.to_path_buf());
         self
     }
-    pub fn env(mut self, key: &str, value: &str) -> Self {
+    pub(crate) fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.into(), value.into()));
         self
     }
-    pub fn extra(mut self, section: &str) -> Self {
+    pub(crate) fn extra(mut self, section: &str) -> Self {
         self.extra.push(section.into());
         self
     }
@@ -142,21 +142,21 @@ impl Setup {
 }
 
 /// The `kind` of each delta, in order.
-pub fn kinds(events: &[Value]) -> Vec<String> {
+pub(crate) fn kinds(events: &[Value]) -> Vec<String> {
     events.iter().map(|v| v["kind"].as_str().unwrap_or("?").to_string()).collect()
 }
 
 /// `count` builtin workers named sim-0.., with extra `[workers.options]` lines.
-pub fn workers(count: usize, options: &str) -> String {
+pub(crate) fn workers(count: usize, options: &str) -> String {
     format!("[[workers]]\nname = \"sim\"\ncount = {count}\n[workers.options]\n{options}\n")
 }
 
 /// `count` builtin workers named sim-0.. whose backends run in child processes.
-pub fn process_workers(count: usize, options: &str) -> String {
+pub(crate) fn process_workers(count: usize, options: &str) -> String {
     format!("[[workers]]\nname = \"sim\"\ncount = {count}\nisolation = \"process\"\n[workers.options]\n{options}\n")
 }
 
-pub struct Server {
+pub(crate) struct Server {
     child: Child,
     pub addr: SocketAddr,
     logs: Arc<Mutex<String>>,
@@ -167,12 +167,12 @@ pub struct Server {
 }
 
 impl Server {
-    pub fn start(setup: Setup) -> Server {
+    pub(crate) fn start(setup: Setup) -> Server {
         Server::start_in(setup, tempfile::tempdir().unwrap())
     }
 
     /// Starts the server with its config (and relative paths) in `dir`.
-    pub fn start_in(setup: Setup, dir: tempfile::TempDir) -> Server {
+    pub(crate) fn start_in(setup: Setup, dir: tempfile::TempDir) -> Server {
         let path = dir.path().join("config.toml");
         std::fs::write(&path, setup.render()).unwrap();
         let exe = setup.binary.clone().unwrap_or_else(|| env!("CARGO_BIN_EXE_omni-gateway").into());
@@ -220,52 +220,52 @@ impl Server {
     }
 
     /// Starts the server and waits until every worker is idle.
-    pub fn ready(setup: Setup) -> Server {
+    pub(crate) fn ready(setup: Setup) -> Server {
         let server = Server::start(setup);
         server.wait_idle();
         server
     }
 
-    pub fn url(&self, path_and_query: &str) -> String {
+    pub(crate) fn url(&self, path_and_query: &str) -> String {
         format!("ws://{}{}", self.addr, path_and_query)
     }
 
-    pub fn logs(&self) -> String {
+    pub(crate) fn logs(&self) -> String {
         self.logs.lock().unwrap().clone()
     }
 
     /// A plain HTTP GET; returns the status code and the body.
-    pub fn get(&self, path: &str) -> (u16, String) {
+    pub(crate) fn get(&self, path: &str) -> (u16, String) {
         http(self.addr, "GET", path, &[])
     }
 
     /// The directory holding the config (relative paths such as `recordings` are in it).
-    pub fn dir(&self) -> &std::path::Path {
+    pub(crate) fn dir(&self) -> &std::path::Path {
         self.dir.path()
     }
 
     /// A GET with the admin key, when the setup has one.
-    pub fn admin_get(&self, path: &str) -> (u16, String) {
+    pub(crate) fn admin_get(&self, path: &str) -> (u16, String) {
         let auth = self.admin.as_ref().map(|k| format!("Bearer {k}"));
         let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
         http(self.addr, "GET", path, &headers)
     }
 
-    pub fn status(&self) -> Value {
+    pub(crate) fn status(&self) -> Value {
         let (code, body) = self.admin_get("/status");
         assert_eq!(code, 200, "{body}");
         serde_json::from_str(&body).unwrap()
     }
 
     /// Waits until every worker is idle and the queue is empty (the invariant after a test).
-    pub fn wait_idle(&self) {
+    pub(crate) fn wait_idle(&self) {
         self.wait_status("workers not idle", WAIT, |s| {
             s["workers"].as_array().unwrap().iter().all(|w| w["state"] == "idle") && s["queue"]["length"] == 0
         });
     }
 
     /// Polls `/status` until `check` holds; fails with `what` and the last status after `within`.
-    pub fn wait_status(&self, what: &str, within: Duration, check: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) fn wait_status(&self, what: &str, within: Duration, check: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + within;
         loop {
             let s = self.status();
@@ -278,7 +278,7 @@ impl Server {
     }
 
     /// Waits until the server's log contains `needle`.
-    pub fn wait_log(&self, needle: &str, within: Duration) {
+    pub(crate) fn wait_log(&self, needle: &str, within: Duration) {
         let deadline = Instant::now() + within;
         while !self.logs().contains(needle) {
             assert!(Instant::now() < deadline, "the log never said {needle:?}:\n{}", self.logs());
@@ -287,7 +287,7 @@ impl Server {
     }
 
     /// The value of one sample of `/metrics` (`name` with its labels, as printed), 0 when absent.
-    pub fn metric(&self, name: &str) -> f64 {
+    pub(crate) fn metric(&self, name: &str) -> f64 {
         let (_, body) = self.admin_get("/metrics");
         body.lines()
             .find_map(|l| {
@@ -297,7 +297,7 @@ impl Server {
     }
 
     /// Waits until a metric sample reaches `at_least`.
-    pub fn wait_metric(&self, name: &str, at_least: f64, within: Duration) -> f64 {
+    pub(crate) fn wait_metric(&self, name: &str, at_least: f64, within: Duration) -> f64 {
         let deadline = Instant::now() + within;
         loop {
             let v = self.metric(name);
@@ -310,7 +310,7 @@ impl Server {
     }
 
     /// Waits for a finished recording (its meta.json) and returns its directory.
-    pub fn recording(&self, session_id: &str) -> std::path::PathBuf {
+    pub(crate) fn recording(&self, session_id: &str) -> std::path::PathBuf {
         let root = self.dir().join("recordings");
         let deadline = Instant::now() + WAIT;
         loop {
@@ -328,7 +328,7 @@ impl Server {
     }
 
     /// The server's resident memory now and at its peak, in MB (`/proc/PID/status`).
-    pub fn memory_mb(&self) -> (f64, f64) {
+    pub(crate) fn memory_mb(&self) -> (f64, f64) {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
         let kb = |key: &str| {
             status
@@ -341,23 +341,23 @@ impl Server {
         (kb("VmRSS:") / 1024.0, kb("VmHWM:") / 1024.0)
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// The process is still running.
-    pub fn alive(&mut self) -> bool {
+    pub(crate) fn alive(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
     }
 
     /// Sends a signal (`TERM`, `INT`, `KILL`...) to the server process.
-    pub fn signal(&self, name: &str) {
+    pub(crate) fn signal(&self, name: &str) {
         let ok = Command::new("kill").arg(format!("-{name}")).arg(self.child.id().to_string()).status().unwrap();
         assert!(ok.success(), "kill -{name}");
     }
 
     /// Waits for the process to exit; `None` when it is still running after `within`.
-    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+    pub(crate) fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + within;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -371,7 +371,7 @@ impl Server {
     }
 
     /// The server's child processes (the `worker-host` of each process-isolated worker).
-    pub fn children(&self) -> Vec<u32> {
+    pub(crate) fn children(&self) -> Vec<u32> {
         let mut pids = Vec::new();
         let tasks = format!("/proc/{}/task", self.child.id());
         for task in std::fs::read_dir(tasks).into_iter().flatten().flatten() {
@@ -382,7 +382,7 @@ impl Server {
         pids
     }
 
-    pub fn child(&mut self) -> &mut Child {
+    pub(crate) fn child(&mut self) -> &mut Child {
         &mut self.child
     }
 }
@@ -391,7 +391,7 @@ impl Server {
     /// The invariants every test must leave behind, checked when the server is dropped:
     /// every worker idle (or failed, with a reason), the queue empty, no session open, and
     /// every recording finalized. Clients dropped just before get a moment to be noticed.
-    pub fn check_invariants(&mut self) {
+    pub(crate) fn check_invariants(&mut self) {
         if !self.alive() {
             return self.check_recordings();
         }
@@ -423,7 +423,7 @@ impl Server {
     }
 
     /// For a test that leaves the server in a state the invariants do not allow on purpose.
-    pub fn skip_invariants(&mut self) {
+    pub(crate) fn skip_invariants(&mut self) {
         self.invariants = false;
     }
 }
@@ -447,7 +447,7 @@ impl Drop for Server {
 }
 
 /// A minimal HTTP/1.1 request; returns the status code and the body.
-pub fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+pub(crate) fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream.set_read_timeout(Some(WAIT)).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
@@ -468,43 +468,43 @@ type Ws = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// What the client saw next.
 #[derive(Debug)]
-pub enum Seen {
+pub(crate) enum Seen {
     Event(Value),
     Closed(Option<u16>),
 }
 
-pub struct Client {
+pub(crate) struct Client {
     ws: Ws,
     /// Every event received, in order.
     pub seen: Vec<Value>,
 }
 
 impl Client {
-    pub async fn connect(url: &str) -> Client {
+    pub(crate) async fn connect(url: &str) -> Client {
         let (ws, _) = tokio_tungstenite::connect_async(url).await.unwrap_or_else(|e| panic!("connect {url}: {e}"));
         Client { ws, seen: Vec::new() }
     }
 
     /// A client on a connection made elsewhere (custom headers, TLS).
-    pub fn from_stream(ws: Ws) -> Client {
+    pub(crate) fn from_stream(ws: Ws) -> Client {
         Client { ws, seen: Vec::new() }
     }
 
     /// The connection itself, to read it without the client's expectations.
-    pub fn into_inner(self) -> Ws {
+    pub(crate) fn into_inner(self) -> Ws {
         self.ws
     }
 
-    pub async fn send(&mut self, event: Value) {
+    pub(crate) async fn send(&mut self, event: Value) {
         self.ws.send(Message::text(event.to_string())).await.unwrap();
     }
 
-    pub async fn send_raw(&mut self, msg: Message) {
+    pub(crate) async fn send_raw(&mut self, msg: Message) {
         self.ws.send(msg).await.unwrap();
     }
 
     /// The next event or close, within `WAIT`; pings and pongs are skipped.
-    pub async fn next(&mut self) -> Seen {
+    pub(crate) async fn next(&mut self) -> Seen {
         // One deadline for the event, whatever pings come meanwhile.
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
@@ -528,7 +528,7 @@ impl Client {
     }
 
     /// The next event, which must not be a close.
-    pub async fn event(&mut self) -> Value {
+    pub(crate) async fn event(&mut self) -> Value {
         match self.next().await {
             Seen::Event(v) => v,
             Seen::Closed(code) => panic!("closed ({code:?}) while expecting an event; seen: {:?}", self.seen),
@@ -536,14 +536,14 @@ impl Client {
     }
 
     /// The next event, which must have type `kind`.
-    pub async fn expect(&mut self, kind: &str) -> Value {
+    pub(crate) async fn expect(&mut self, kind: &str) -> Value {
         let v = self.event().await;
         assert_eq!(v["type"], kind, "expected {kind}, got {v}");
         v
     }
 
     /// Skips events until one of type `kind`.
-    pub async fn until(&mut self, kind: &str) -> Value {
+    pub(crate) async fn until(&mut self, kind: &str) -> Value {
         loop {
             let v = self.event().await;
             if v["type"] == kind {
@@ -554,7 +554,7 @@ impl Client {
 
     /// Reads until the connection closes; returns the close code. Events on the way
     /// are kept in `seen`.
-    pub async fn closed(&mut self) -> Option<u16> {
+    pub(crate) async fn closed(&mut self) -> Option<u16> {
         loop {
             if let Seen::Closed(code) = self.next().await {
                 return code;
@@ -563,19 +563,19 @@ impl Client {
     }
 
     /// Expects an error event with `code`.
-    pub async fn expect_error(&mut self, code: &str) -> Value {
+    pub(crate) async fn expect_error(&mut self, code: &str) -> Value {
         let v = self.expect("error").await;
         assert_eq!(v["error"]["code"], code, "{v}");
         v
     }
 
-    pub async fn close_socket(mut self) {
+    pub(crate) async fn close_socket(mut self) {
         let _ = self.ws.close(None).await;
     }
 }
 
 /// Connects and waits for `session.queue_done` (no queueing expected).
-pub async fn connected(server: &Server, mode: &str) -> Client {
+pub(crate) async fn connected(server: &Server, mode: &str) -> Client {
     let mut c = Client::connect(&server.url(&format!("/v1/realtime?mode={mode}"))).await;
     // (the worker may still be resetting after the previous test client: queued first)
     c.until("session.queue_done").await;
@@ -583,7 +583,7 @@ pub async fn connected(server: &Server, mode: &str) -> Client {
 }
 
 /// Connects, initialises and waits for `session.created`.
-pub async fn active(server: &Server, mode: &str) -> Client {
+pub(crate) async fn active(server: &Server, mode: &str) -> Client {
     let mut c = connected(server, mode).await;
     c.send(json!({"type": "session.init", "payload": {"system_prompt": "You are a test."}})).await;
     c.expect("session.created").await;
@@ -591,7 +591,7 @@ pub async fn active(server: &Server, mode: &str) -> Client {
 }
 
 /// `text` spoken by espeak-ng, as 16 kHz float samples.
-pub fn speech(text: &str) -> Vec<f32> {
+pub(crate) fn speech(text: &str) -> Vec<f32> {
     let dir = tempfile::tempdir().unwrap();
     let wav = dir.path().join("speech.wav");
     let out = std::process::Command::new("espeak-ng")
@@ -608,23 +608,23 @@ pub fn speech(text: &str) -> Vec<f32> {
 }
 
 /// One second of a 220 Hz tone: speech to the reference backend.
-pub fn loud() -> Vec<f32> {
+pub(crate) fn loud() -> Vec<f32> {
     (0..16000).map(|i| 0.3 * (2.0 * std::f32::consts::PI * 220.0 * i as f32 / 16000.0).sin()).collect()
 }
 
 /// One second of silence.
-pub fn quiet() -> Vec<f32> {
+pub(crate) fn quiet() -> Vec<f32> {
     vec![0.0; 16000]
 }
 
 /// `samples` as base64 pcm16 (the OpenAI and Qwen dialects' audio).
-pub fn pcm16_of(samples: &[f32]) -> String {
+pub(crate) fn pcm16_of(samples: &[f32]) -> String {
     let bytes: Vec<u8> = samples.iter().flat_map(|s| ((s.clamp(-1.0, 1.0) * 32767.0) as i16).to_le_bytes()).collect();
     STANDARD.encode(bytes)
 }
 
 /// A `[vad]` section that runs Silero VAD from the models folder.
-pub fn silero_section() -> String {
+pub(crate) fn silero_section() -> String {
     format!(
         "[vad]\nengine = \"silero\"\nmodel = \"{}\"\nonnxruntime_library = \"{}\"\n",
         models_dir().join("silero_vad.onnx").display(),
@@ -633,7 +633,7 @@ pub fn silero_section() -> String {
 }
 
 /// A `[transcription]` section that runs Whisper tiny.en with the workspace's library.
-pub fn transcription_section() -> String {
+pub(crate) fn transcription_section() -> String {
     format!(
         "[transcription]\nenabled = true\nlibrary = \"{}\"\nmodel = \"{}\"\n",
         target_dir().join("libomni_asr_whisper.so").display(),
@@ -642,7 +642,7 @@ pub fn transcription_section() -> String {
 }
 
 /// `omni-gateway check-config` on a file holding `config`: its exit code, stdout and stderr.
-pub fn check_config(config: &str) -> (Option<i32>, String, String) {
+pub(crate) fn check_config(config: &str) -> (Option<i32>, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gw.toml");
     std::fs::write(&path, config).unwrap();
@@ -656,7 +656,7 @@ pub fn check_config(config: &str) -> (Option<i32>, String, String) {
     (out.status.code(), text(&out.stdout), text(&out.stderr))
 }
 
-pub fn pcm16(seconds: f32, rate: u32, amplitude: f32) -> String {
+pub(crate) fn pcm16(seconds: f32, rate: u32, amplitude: f32) -> String {
     let n = (seconds * rate as f32) as usize;
     let bytes: Vec<u8> = (0..n)
         .flat_map(|i| {
@@ -667,26 +667,26 @@ pub fn pcm16(seconds: f32, rate: u32, amplitude: f32) -> String {
     STANDARD.encode(bytes)
 }
 
-pub fn b64_pcm(samples: &[f32]) -> String {
+pub(crate) fn b64_pcm(samples: &[f32]) -> String {
     let bytes: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
     STANDARD.encode(bytes)
 }
 
-pub fn pcm_of(b64: &Value) -> Vec<f32> {
+pub(crate) fn pcm_of(b64: &Value) -> Vec<f32> {
     let bytes = STANDARD.decode(b64.as_str().expect("base64 string")).unwrap();
     bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
 /// A tiny valid JPEG header (the gateway checks the SOI marker; the reference backend counts frames).
-pub fn jpeg_b64() -> String {
+pub(crate) fn jpeg_b64() -> String {
     STANDARD.encode([0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10, b'J', b'F', b'I', b'F', 0x00, 0xFF, 0xD9])
 }
 
-pub fn append(audio: &[f32]) -> Value {
+pub(crate) fn append(audio: &[f32]) -> Value {
     json!({"type": "input.append", "input": {"audio": b64_pcm(audio)}})
 }
 
-pub fn append_with(audio: &[f32], extra: Value) -> Value {
+pub(crate) fn append_with(audio: &[f32], extra: Value) -> Value {
     let mut v = append(audio);
     for (k, val) in extra.as_object().unwrap() {
         v["input"][k] = val.clone();
@@ -695,7 +695,7 @@ pub fn append_with(audio: &[f32], extra: Value) -> Value {
 }
 
 /// Reads deltas until the one answering `input_id` whose kind is listen or the last of its step.
-pub async fn answer_to(c: &mut Client, input_id: &str) -> Vec<Value> {
+pub(crate) async fn answer_to(c: &mut Client, input_id: &str) -> Vec<Value> {
     let mut got = Vec::new();
     loop {
         let v = c.event().await;
@@ -712,7 +712,11 @@ pub async fn answer_to(c: &mut Client, input_id: &str) -> Vec<Value> {
 }
 
 /// A self-signed certificate for `localhost`, written to `cert`/`key` (PEM) in `dir`.
-pub fn localhost_certificate(dir: &std::path::Path, cert: &str, key: &str) -> rcgen::CertifiedKey<rcgen::KeyPair> {
+pub(crate) fn localhost_certificate(
+    dir: &std::path::Path,
+    cert: &str,
+    key: &str,
+) -> rcgen::CertifiedKey<rcgen::KeyPair> {
     let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
     std::fs::write(dir.join(cert), made.cert.pem()).unwrap();
     std::fs::write(dir.join(key), made.signing_key.serialize_pem()).unwrap();

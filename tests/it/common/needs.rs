@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::Once;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Need {
+pub(crate) enum Need {
     /// Debian's `redis-server` (the replicas' tests start their own).
     Redis,
     /// Debian's `chromium` and `chromium-driver` (the pages' tests).
@@ -70,7 +70,7 @@ impl Need {
 
 /// Whether the machine has everything in `needs`. When it does not, the test skips (returns)
 /// unless `OMNI_REQUIRE_ALL` is set, which fails it.
-pub fn needs(needs: &[Need]) -> bool {
+pub(crate) fn needs(needs: &[Need]) -> bool {
     let missing: Vec<Need> = needs.iter().copied().filter(|n| !n.met()).collect();
     let Some(first) = missing.first() else { return true };
     let what: Vec<&str> = missing.iter().map(|n| n.what()).collect();
@@ -90,19 +90,19 @@ fn on_path(program: &str) -> bool {
 }
 
 /// Where cargo put the workspace's libraries.
-pub fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/debug")
 }
 
 /// The CPU model's files: `OMNI_MODELS`, or `~/.cache/omni-gateway/models`.
-pub fn models_dir() -> PathBuf {
+pub(crate) fn models_dir() -> PathBuf {
     std::env::var_os("OMNI_MODELS")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/omni-gateway/models"))
 }
 
 /// The Python with the official SDKs: `OMNI_SDK_PYTHON`, or `.venv`'s.
-pub fn sdk_python() -> PathBuf {
+pub(crate) fn sdk_python() -> PathBuf {
     std::env::var_os("OMNI_SDK_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"))
@@ -110,7 +110,7 @@ pub fn sdk_python() -> PathBuf {
 
 /// One CPU model at a time: two 2-thread workers on 2 cores slow each other several times over
 /// (docs/performance.md). Every test that runs a model holds this while it runs.
-pub fn one_model_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn one_model_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static MODEL: std::sync::Mutex<()> = std::sync::Mutex::new(());
     MODEL.lock().unwrap_or_else(|p| p.into_inner())
 }

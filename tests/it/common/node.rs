@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use super::WAIT;
 
 /// The token of every test node.
-pub const NODE_TOKEN: &str = "node-token-0123456789abcdef";
+pub(crate) const NODE_TOKEN: &str = "node-token-0123456789abcdef";
 
-pub struct Node {
+pub(crate) struct Node {
     child: Child,
     pub addr: SocketAddr,
     logs: Arc<Mutex<String>>,
@@ -22,16 +22,16 @@ pub struct Node {
 impl Node {
     /// A node serving `workers` (`[[workers]]` entries) with `[node]` lines `node` added to
     /// its bind and token; `bind` is a free port unless `node` names one.
-    pub fn start(workers: &str, node: &str) -> Node {
+    pub(crate) fn start(workers: &str, node: &str) -> Node {
         Node::start_in(tempfile::tempdir().unwrap(), workers, node)
     }
 
-    pub fn start_in(dir: tempfile::TempDir, workers: &str, node: &str) -> Node {
+    pub(crate) fn start_in(dir: tempfile::TempDir, workers: &str, node: &str) -> Node {
         Node::launch(dir, workers, node, None)
     }
 
     /// [`Node::start`] under an open-file limit (soft, hard), as a service manager sets one.
-    pub fn start_with_open_files(workers: &str, node: &str, soft: u64, hard: u64) -> Node {
+    pub(crate) fn start_with_open_files(workers: &str, node: &str, soft: u64, hard: u64) -> Node {
         Node::launch(tempfile::tempdir().unwrap(), workers, node, Some((soft, hard)))
     }
 
@@ -83,42 +83,42 @@ impl Node {
     }
 
     /// The `[[nodes]]` entry of a gateway that uses this node, named `name`.
-    pub fn entry(&self, name: &str, extra: &str) -> String {
+    pub(crate) fn entry(&self, name: &str, extra: &str) -> String {
         format!("[[nodes]]\nname = \"{name}\"\naddress = \"{}\"\ntoken = \"{NODE_TOKEN}\"\n{extra}\n", self.addr)
     }
 
-    pub fn logs(&self) -> String {
+    pub(crate) fn logs(&self) -> String {
         self.logs.lock().unwrap().clone()
     }
 
-    pub fn dir(&self) -> &std::path::Path {
+    pub(crate) fn dir(&self) -> &std::path::Path {
         self.dir.path()
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Sends a signal (`KILL`, `STOP`, `CONT`, `TERM`) to the node.
-    pub fn signal(&self, name: &str) {
+    pub(crate) fn signal(&self, name: &str) {
         let status = Command::new("kill").arg(format!("-{name}")).arg(self.child.id().to_string()).status().unwrap();
         assert!(status.success(), "kill -{name}");
     }
 
     /// Kills the node and waits for it; its directory is kept for a restart.
-    pub fn kill(mut self) -> tempfile::TempDir {
+    pub(crate) fn kill(mut self) -> tempfile::TempDir {
         let _ = self.child.kill();
         let _ = self.child.wait();
         std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
     }
 
     /// Waits until the node's log contains `needle`.
-    pub fn wait_log(&self, needle: &str, within: Duration) {
+    pub(crate) fn wait_log(&self, needle: &str, within: Duration) {
         self.wait_log_count(needle, 1, within);
     }
 
     /// Waits until the node's log says `needle` `count` times.
-    pub fn wait_log_count(&self, needle: &str, count: usize, within: Duration) {
+    pub(crate) fn wait_log_count(&self, needle: &str, count: usize, within: Duration) {
         let deadline = Instant::now() + within;
         while self.logs().matches(needle).count() < count {
             assert!(Instant::now() < deadline, "the node's log never said {needle:?} {count} times:\n{}", self.logs());

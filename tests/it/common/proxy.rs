@@ -7,7 +7,7 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub struct Proxy {
+pub(crate) struct Proxy {
     pub addr: SocketAddr,
     cut: Arc<AtomicBool>,
     open: Arc<Mutex<Vec<TcpStream>>>,
@@ -15,7 +15,7 @@ pub struct Proxy {
 
 impl Proxy {
     /// Forwards every connection to `upstream`.
-    pub fn start(upstream: SocketAddr) -> Proxy {
+    pub(crate) fn start(upstream: SocketAddr) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let cut = Arc::new(AtomicBool::new(false));
@@ -40,14 +40,14 @@ impl Proxy {
     }
 
     /// Closes every connection through the proxy and refuses new ones.
-    pub fn cut(&self) {
+    pub(crate) fn cut(&self) {
         self.cut.store(true, Ordering::SeqCst);
         for s in self.open.lock().unwrap().drain(..) {
             let _ = s.shutdown(Shutdown::Both);
         }
     }
 
-    pub fn restore(&self) {
+    pub(crate) fn restore(&self) {
         self.cut.store(false, Ordering::SeqCst);
     }
 }

@@ -9,22 +9,22 @@ use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 
 /// One request as received.
 #[derive(Debug, Clone)]
-pub struct Received {
+pub(crate) struct Received {
     pub headers: Vec<(String, String)>,
     pub body: String,
 }
 
 impl Received {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.body).unwrap()
     }
 }
 
 #[derive(Debug, Default)]
-pub struct ReceiverState {
+pub(crate) struct ReceiverState {
     pub received: Vec<Received>,
     /// Answer 500 to this many more requests.
     pub fail_next: usize,
@@ -34,13 +34,13 @@ pub struct ReceiverState {
     pub redirect_to: Option<String>,
 }
 
-pub struct Receiver {
+pub(crate) struct Receiver {
     pub addr: SocketAddr,
     pub state: Arc<Mutex<ReceiverState>>,
 }
 
 impl Receiver {
-    pub fn start() -> Receiver {
+    pub(crate) fn start() -> Receiver {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(ReceiverState::default()));
@@ -59,16 +59,16 @@ impl Receiver {
         Receiver { addr, state }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}/hook", self.addr)
     }
 
-    pub fn with<T>(&self, f: impl FnOnce(&mut ReceiverState) -> T) -> T {
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&mut ReceiverState) -> T) -> T {
         f(&mut self.state.lock().unwrap())
     }
 
     /// Waits until a request satisfies `check`, and returns it.
-    pub fn wait_for(&self, what: &str, check: impl Fn(&Received) -> bool) -> Received {
+    pub(crate) fn wait_for(&self, what: &str, check: impl Fn(&Received) -> bool) -> Received {
         let deadline = std::time::Instant::now() + super::WAIT;
         loop {
             if let Some(r) = self.with(|s| s.received.iter().find(|r| check(r)).cloned()) {

@@ -8,20 +8,20 @@ use std::time::{Duration, Instant};
 
 use super::WAIT;
 
-pub struct Redis {
+pub(crate) struct Redis {
     child: Child,
     pub port: u16,
     dir: tempfile::TempDir,
 }
 
 impl Redis {
-    pub fn start() -> Redis {
+    pub(crate) fn start() -> Redis {
         Redis::start_on(free_port(), tempfile::tempdir().unwrap(), &[])
     }
 
     /// Redis answering TLS on a port of its own too (returned), with the certificate and key
     /// in PEM files `cert` and `key` (clients are not asked for certificates).
-    pub fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> (Redis, u16) {
+    pub(crate) fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> (Redis, u16) {
         let tls_port = free_port();
         let (cert, key) = (cert.display().to_string(), key.display().to_string());
         let extra = [
@@ -40,7 +40,7 @@ impl Redis {
     }
 
     /// A replica of `master`, its copy in sync before this returns.
-    pub fn replica_of(master: &Redis) -> Redis {
+    pub(crate) fn replica_of(master: &Redis) -> Redis {
         let of = ["--replicaof".to_string(), "127.0.0.1".into(), master.port.to_string()];
         let replica = Redis::start_on(free_port(), tempfile::tempdir().unwrap(), &of);
         let deadline = Instant::now() + WAIT;
@@ -66,12 +66,12 @@ impl Redis {
         redis
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
     /// One command in Redis's inline syntax; its raw answer.
-    pub fn command(&self, line: &str) -> Option<String> {
+    pub(crate) fn command(&self, line: &str) -> Option<String> {
         let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
         s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
         s.write_all(format!("{line}\r\n").as_bytes()).ok()?;
@@ -80,19 +80,19 @@ impl Redis {
         Some(String::from_utf8_lossy(&buf[..n]).to_string())
     }
 
-    pub fn ping(&self) -> bool {
+    pub(crate) fn ping(&self) -> bool {
         self.command("PING").is_some_and(|a| a.starts_with("+PONG"))
     }
 
     /// Sends a signal (`STOP`, `CONT`, ...) to redis-server.
-    pub fn signal(&self, name: &str) {
+    pub(crate) fn signal(&self, name: &str) {
         let status = Command::new("kill").arg(format!("-{name}")).arg(self.child.id().to_string()).status().unwrap();
         assert!(status.success(), "kill -{name}");
     }
 
     /// Kills redis-server (everything in it is lost: no persistence) and starts a new one
     /// on the same port.
-    pub fn restart(mut self) -> Redis {
+    pub(crate) fn restart(mut self) -> Redis {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
@@ -118,12 +118,12 @@ fn free_port() -> u16 {
 
 /// A Redis Sentinel (`redis-server --sentinel`) alone in watching `master` under `name`, behind
 /// `password`: it declares the master down after 500 ms and promotes a replica at once (quorum 1).
-pub struct Sentinel {
+pub(crate) struct Sentinel {
     server: Redis,
 }
 
 impl Sentinel {
-    pub fn start(name: &str, master: &Redis, password: &str) -> Sentinel {
+    pub(crate) fn start(name: &str, master: &Redis, password: &str) -> Sentinel {
         let port = free_port();
         let dir = tempfile::tempdir().unwrap();
         let conf = dir.path().join("sentinel.conf");
@@ -146,7 +146,7 @@ impl Sentinel {
         Sentinel { server }
     }
 
-    pub fn address(&self) -> String {
+    pub(crate) fn address(&self) -> String {
         format!("127.0.0.1:{}", self.server.port)
     }
 }

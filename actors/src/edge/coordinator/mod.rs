@@ -12,7 +12,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -20,8 +20,9 @@ use thiserror::Error;
 
 use crate::domain::Mode;
 use crate::ids::TicketId;
-use crate::queue::state::{Availability, ModeSet, QueueState};
 
+/// A store in memory: the reference the cluster's rules are tested against (test support).
+#[cfg(any(test, feature = "testing"))]
 pub mod memory;
 
 /// The store cannot be reached or answered nonsense.
@@ -149,36 +150,6 @@ pub struct ClusterView {
     pub average_s: [Option<f64>; 3],
 }
 
-impl ClusterView {
-    /// The queue's rules over this view, for ETAs: the waiting tickets (not the granted
-    /// ones) and every live slot; `typical` fills averages the store has not learnt yet.
-    pub fn queue(&self, typical: [f64; 3], now: Instant) -> QueueState {
-        let average = std::array::from_fn(|i| self.average_s[i].unwrap_or(typical[i]));
-        let workers: Vec<(ModeSet, Availability)> = self
-            .slots
-            .iter()
-            .map(|s| {
-                let state = match (s.state, s.busy) {
-                    (SlotState::Free, _) => Availability::Idle,
-                    (SlotState::Busy, Some((mode, since_ms))) => {
-                        let ago = std::time::Duration::from_millis(self.now_ms.saturating_sub(since_ms));
-                        Availability::Busy { mode, since: now.checked_sub(ago).unwrap_or(now) }
-                    }
-                    // A grant being taken: a session starts now.
-                    (SlotState::Assigned, _) | (SlotState::Busy, None) => {
-                        Availability::Busy { mode: Mode::Audio, since: now }
-                    }
-                    (SlotState::Down, _) => Availability::Failed,
-                };
-                (ModeSet::of(&s.modes), state)
-            })
-            .collect();
-        let waiting: Vec<(TicketId, Mode)> =
-            self.tickets.iter().filter(|t| !t.granted).map(|t| (t.ticket, t.mode)).collect();
-        QueueState::observed(&workers, &waiting, average, now)
-    }
-}
-
 /// A cluster's shared queue, as one replica sees it. Every call is one atomic step in the
 /// store (no read-modify-write from the replica).
 pub trait Coordinator: Send + Sync + 'static {
@@ -285,31 +256,6 @@ pub trait NodeStore: Send + Sync + 'static {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn slot(state: &str, modes: &[Mode], busy: Option<(Mode, u64)>) -> SlotView {
-        SlotView { slot: "n/w".into(), node: "n".into(), modes: modes.to_vec(), state: SlotState::parse(state), busy }
-    }
-
-    fn ticket(ticket: TicketId, mode: Mode, granted: bool) -> TicketView {
-        TicketView { ticket, mode, replica: "g".into(), granted }
-    }
-
-    #[test]
-    fn etas_come_from_the_busy_slots_and_the_averages_of_the_store() {
-        // One audio worker busy for 20 s of an average 60 s session; one down.
-        let view = ClusterView {
-            version: 1,
-            now_ms: 100_000,
-            tickets: vec![ticket(7, Mode::Audio, true), ticket(8, Mode::Audio, false), ticket(9, Mode::Audio, false)],
-            slots: vec![slot("busy", &[Mode::Audio], Some((Mode::Audio, 80_000))), slot("down", &[Mode::Audio], None)],
-            average_s: [None, None, Some(60.0)],
-        };
-        let now = Instant::now();
-        let infos = view.queue([10.0, 10.0, 999.0], now).infos_from(0, now);
-        // The granted ticket is not waiting for a worker: 8 waits 40 s, 9 a whole session more.
-        let etas: Vec<(TicketId, f64)> = infos.iter().map(|i| (i.ticket, i.estimated_wait_s.round())).collect();
-        assert_eq!(etas, [(8, 40.0), (9, 100.0)]);
-    }
 
     #[test]
     fn a_grant_names_its_node_and_worker() {

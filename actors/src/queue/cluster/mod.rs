@@ -16,18 +16,19 @@ use super::messages::{
     SessionFinished, WorkerDown, WorkerIdle, WorkerJoined, WorkerModes, WorkerStarting,
 };
 use crate::edge::coordinator::{ClusterError, ClusterView, Coordinator, Grant};
-use crate::observe::metrics::metrics;
+use crate::observe::metrics;
 use crate::pool::messages::{GiveBack, Lend, PoolPort};
 use crate::session::messages::QueueNotice;
-use crate::worker::thread::Opener;
+use crate::worker::Opener;
 
-pub mod state;
+mod state;
+#[cfg(any(test, feature = "testing"))]
 pub mod suite;
 
 use state::{ClusterRules, ClusterState, Effect, Tell, Timer};
 
 /// How often the store's version is read (a change triggers a new view).
-pub const POLL: Duration = Duration::from_millis(100);
+pub(super) const POLL: Duration = Duration::from_millis(100);
 
 /// Opens the backend of a grant: a link to the node's worker, attached with the nonce (a
 /// factory, run on the worker's thread), or the link the node pushed the grant on, attached

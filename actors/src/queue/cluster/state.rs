@@ -25,20 +25,48 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::domain::Mode;
-use crate::edge::coordinator::{Beat, ClusterError, ClusterView, Enqueued, Grant};
+use crate::edge::coordinator::{Beat, ClusterError, ClusterView, Enqueued, Grant, SlotState};
 use crate::protocol::{ProtocolError, QueueInfo};
 use crate::queue::pacer::{Batch, Pacer};
-use crate::queue::state::{TicketId, TicketStatus, WorkerId};
+use crate::queue::state::{Availability, ModeSet, QueueState, TicketId, TicketStatus, WorkerId};
+
+/// The queue's rules over a view of the store, for ETAs: the waiting tickets (not the granted
+/// ones) and every live slot; `typical` fills averages the store has not learnt yet.
+pub(crate) fn view_queue(view: &ClusterView, typical: [f64; 3], now: Instant) -> QueueState {
+    let average = std::array::from_fn(|i| view.average_s[i].unwrap_or(typical[i]));
+    let workers: Vec<(ModeSet, Availability)> = view
+        .slots
+        .iter()
+        .map(|s| {
+            let state = match (s.state, s.busy) {
+                (SlotState::Free, _) => Availability::Idle,
+                (SlotState::Busy, Some((mode, since_ms))) => {
+                    let ago = Duration::from_millis(view.now_ms.saturating_sub(since_ms));
+                    Availability::Busy { mode, since: now.checked_sub(ago).unwrap_or(now) }
+                }
+                // A grant being taken: a session starts now.
+                (SlotState::Assigned, _) | (SlotState::Busy, None) => {
+                    Availability::Busy { mode: Mode::Audio, since: now }
+                }
+                (SlotState::Down, _) => Availability::Failed,
+            };
+            (ModeSet::of(&s.modes), state)
+        })
+        .collect();
+    let waiting: Vec<(TicketId, Mode)> =
+        view.tickets.iter().filter(|t| !t.granted).map(|t| (t.ticket, t.mode)).collect();
+    QueueState::observed(&workers, &waiting, average, now)
+}
 
 /// Views are read at most this often: with thousands waiting, every view costs each replica
 /// the parse and the ETAs (docs/performance.md).
-pub const MIN_VIEW_INTERVAL: Duration = Duration::from_millis(250);
+pub(super) const MIN_VIEW_INTERVAL: Duration = Duration::from_millis(250);
 /// A client told its position this long ago or less hears its next move at the first view
 /// after that. With workers handing over steadily every view moves every client: told at
 /// each one, a client would hear four updates a second, and the replicas' fan-outs take CPU
 /// from the hand-overs (p99 1 to 3 ms longer with 2,000 waiting); this way about one a
 /// second, as from a single gateway. A move after a quiet spell is told at the first view.
-pub const MIN_TELL_INTERVAL: Duration = Duration::from_millis(500);
+pub(super) const MIN_TELL_INTERVAL: Duration = Duration::from_millis(500);
 /// The position updates of a view go out in batches [`UPDATE_PAUSE`] apart, spread over
 /// about [`UPDATE_SPREAD`], at least [`UPDATE_MIN_BATCH`] at a time. Written all at once (64 a
 /// millisecond, as the single-process queue does), three replicas' fan-outs and their clients
@@ -46,19 +74,19 @@ pub const MIN_TELL_INTERVAL: Duration = Duration::from_millis(500);
 /// crossed them waited (p99 15 to 22 ms with 2,000 waiting, docs/performance.md). Spread over
 /// 200 ms, the ticks cost more than they saved. A view comes at most every
 /// [`MIN_VIEW_INTERVAL`], so a replica's fan-outs never overlap.
-pub const UPDATE_SPREAD: Duration = Duration::from_millis(100);
-pub const UPDATE_PAUSE: Duration = Duration::from_millis(2);
-pub const UPDATE_MIN_BATCH: usize = 4;
+pub(super) const UPDATE_SPREAD: Duration = Duration::from_millis(100);
+pub(super) const UPDATE_PAUSE: Duration = Duration::from_millis(2);
+pub(super) const UPDATE_MIN_BATCH: usize = 4;
 /// How long a grant for a ticket no client holds yet is kept (its enqueue's answer may follow).
-pub const EARLY_GRANT: Duration = Duration::from_secs(2);
+pub(super) const EARLY_GRANT: Duration = Duration::from_secs(2);
 /// A ticket of this replica that no client holds this long after it was numbered is an
 /// orphan (the answer to its enqueue was lost: the call failed after the store had run it):
 /// it leaves the queue, or, at its head, it would take every worker offered to it.
-pub const ORPHAN_AFTER: Duration = Duration::from_secs(5);
+pub(super) const ORPHAN_AFTER: Duration = Duration::from_secs(5);
 
 /// What the rules need from the configuration.
 #[derive(Debug, Clone)]
-pub struct ClusterRules {
+pub(super) struct ClusterRules {
     /// This replica's name in the store.
     pub replica: String,
     /// Session length per mode (chat, video, audio) assumed before the store has learnt one.
@@ -69,7 +97,7 @@ pub struct ClusterRules {
 /// What a client is told (the session's [`crate::session::messages::QueueNotice`], but for the
 /// worker it is handed, which the actor adds).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Tell {
+pub(super) enum Tell {
     Queued(QueueInfo),
     Update(QueueInfo),
     Rejected(ProtocolError),
@@ -78,7 +106,7 @@ pub enum Tell {
 
 /// A timer the actor arms: it calls the method of the same name when it fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Timer {
+pub(super) enum Timer {
     /// [`ClusterState::send_updates`].
     SendUpdates,
     /// [`ClusterState::tell_later`].
@@ -88,7 +116,7 @@ pub enum Timer {
 /// What the actor does for the rules. `N` is how a client is reached (its session's notice
 /// recipient in the actor; anything comparable in tests).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Effect<N> {
+pub(super) enum Effect<N> {
     /// Ask the store for a worker for client `conn` (keeping its ticket, if it has one); the
     /// answer goes to [`ClusterState::enqueued`].
     Enqueue {
@@ -139,7 +167,7 @@ struct Client<N> {
 
 /// The rules' state. See the module doc.
 #[derive(Debug)]
-pub struct ClusterState<N> {
+pub(super) struct ClusterState<N> {
     rules: ClusterRules,
     clients: HashMap<u64, Client<N>>,
     /// Tickets of sessions that claimed their worker, until they leave: a session whose
@@ -169,7 +197,7 @@ pub struct ClusterState<N> {
 }
 
 impl<N: Clone> ClusterState<N> {
-    pub fn new(rules: ClusterRules, now: Instant) -> ClusterState<N> {
+    pub(super) fn new(rules: ClusterRules, now: Instant) -> ClusterState<N> {
         ClusterState {
             rules,
             clients: HashMap::new(),
@@ -194,22 +222,22 @@ impl<N: Clone> ClusterState<N> {
         }
     }
 
-    pub fn replica(&self) -> &str {
+    pub(super) fn replica(&self) -> &str {
         &self.rules.replica
     }
 
     /// Whether the last beat reached the store.
-    pub fn store_up(&self) -> bool {
+    pub(super) fn store_up(&self) -> bool {
         !self.store_down
     }
 
     /// The last view of the whole queue.
-    pub fn view(&self) -> &ClusterView {
+    pub(super) fn view(&self) -> &ClusterView {
         &self.view
     }
 
     /// Clients waiting for a worker here.
-    pub fn waiting(&self) -> usize {
+    pub(super) fn waiting(&self) -> usize {
         self.clients.values().filter(|c| c.stage == Stage::Waiting).count()
     }
 
@@ -224,7 +252,7 @@ impl<N: Clone> ClusterState<N> {
     }
 
     /// A session asks for a worker (`front`: again, its worker gone before it took it).
-    pub fn join(&mut self, conn: u64, mode: Mode, notify: N, front: bool) -> Vec<Effect<N>> {
+    pub(super) fn join(&mut self, conn: u64, mode: Mode, notify: N, front: bool) -> Vec<Effect<N>> {
         let mut out = Vec::new();
         let ticket = if front { self.claimed.remove(&conn) } else { None };
         if self.store_down {
@@ -243,7 +271,12 @@ impl<N: Clone> ClusterState<N> {
     }
 
     /// The store answered the enqueue of client `conn`.
-    pub fn enqueued(&mut self, conn: u64, result: Result<Enqueued, ClusterError>, now: Instant) -> Vec<Effect<N>> {
+    pub(super) fn enqueued(
+        &mut self,
+        conn: u64,
+        result: Result<Enqueued, ClusterError>,
+        now: Instant,
+    ) -> Vec<Effect<N>> {
         let mut out = Vec::new();
         let Some(client) = self.clients.get_mut(&conn) else {
             // It left meanwhile: take back what the store gave it.
@@ -317,7 +350,7 @@ impl<N: Clone> ClusterState<N> {
     }
 
     /// The store answered a beat.
-    pub fn beaten(&mut self, result: Result<Beat, ClusterError>) -> Vec<Effect<N>> {
+    pub(super) fn beaten(&mut self, result: Result<Beat, ClusterError>) -> Vec<Effect<N>> {
         let mut out = Vec::new();
         let beat = match result {
             Ok(beat) => beat,
@@ -375,7 +408,7 @@ impl<N: Clone> ClusterState<N> {
 
     /// Every waiting ticket of the last view with its ETA, by the queue's own rules.
     fn view_infos(&self, now: Instant) -> Vec<QueueInfo> {
-        self.view.queue(self.rules.typical.map(|d| d.as_secs_f64()), now).infos_from(0, now)
+        view_queue(&self.view, self.rules.typical.map(|d| d.as_secs_f64()), now).infos_from(0, now)
     }
 
     fn open(&mut self, conn: u64, grant: Grant, out: &mut Vec<Effect<N>>) {
@@ -389,7 +422,7 @@ impl<N: Clone> ClusterState<N> {
 
     /// A node freed a worker for one of this replica's tickets (the grant came through the
     /// store, or on a link kept open to the node).
-    pub fn granted(&mut self, grant: Grant, now: Instant) -> Vec<Effect<N>> {
+    pub(super) fn granted(&mut self, grant: Grant, now: Instant) -> Vec<Effect<N>> {
         let mut out = Vec::new();
         let Some(conn) = self.conn_of(grant.ticket) else {
             // The store's answer to its enqueue may still be on its way (the grant overtook
@@ -414,7 +447,7 @@ impl<N: Clone> ClusterState<N> {
 
     /// The pool lent the worker of `ticket`'s grant: who to hand it to (the actor tells them
     /// with the worker), or, its client gone, the worker goes back and the ticket leaves.
-    pub fn lent(&mut self, ticket: TicketId, worker: WorkerId) -> Result<(TicketId, N), Vec<Effect<N>>> {
+    pub(super) fn lent(&mut self, ticket: TicketId, worker: WorkerId) -> Result<(TicketId, N), Vec<Effect<N>>> {
         let Some((conn, grant)) = self.opening.remove(&ticket) else {
             return Err(vec![Effect::GiveBack(worker)]);
         };
@@ -429,7 +462,7 @@ impl<N: Clone> ClusterState<N> {
     }
 
     /// The grant of `ticket` could not be taken: the ticket waits again in its place.
-    pub fn lend_failed(&mut self, ticket: TicketId, reason: &str) -> Vec<Effect<N>> {
+    pub(super) fn lend_failed(&mut self, ticket: TicketId, reason: &str) -> Vec<Effect<N>> {
         let Some((conn, grant)) = self.opening.remove(&ticket) else { return Vec::new() };
         log::info!("cluster: ticket {} (c{conn}): {} not taken: {reason}", grant.ticket, grant.slot);
         match self.clients.get_mut(&conn) {
@@ -442,7 +475,7 @@ impl<N: Clone> ClusterState<N> {
     }
 
     /// The session is gone (or no longer needs a worker).
-    pub fn leave(&mut self, conn: u64) -> Vec<Effect<N>> {
+    pub(super) fn leave(&mut self, conn: u64) -> Vec<Effect<N>> {
         self.claimed.remove(&conn);
         let Some(c) = self.clients.remove(&conn) else { return Vec::new() };
         match (c.stage, c.ticket) {
@@ -460,7 +493,7 @@ impl<N: Clone> ClusterState<N> {
     }
 
     /// The session took the worker it was handed.
-    pub fn claim(&mut self, conn: u64) -> Vec<Effect<N>> {
+    pub(super) fn claim(&mut self, conn: u64) -> Vec<Effect<N>> {
         let Some(c) = self.clients.remove(&conn) else { return Vec::new() };
         let Some(ticket) = c.ticket else { return Vec::new() };
         self.claimed.insert(conn, ticket);
@@ -469,7 +502,7 @@ impl<N: Clone> ClusterState<N> {
 
     /// An operator cancelled `ticket` in the store (`cancelled`: it was waiting): its client
     /// here, if any, is told.
-    pub fn cancelled(&mut self, ticket: TicketId, cancelled: bool) -> Vec<Effect<N>> {
+    pub(super) fn cancelled(&mut self, ticket: TicketId, cancelled: bool) -> Vec<Effect<N>> {
         if cancelled
             && let Some(conn) = self.conn_of(ticket)
             && let Some(c) = self.clients.remove(&conn)
@@ -482,7 +515,7 @@ impl<N: Clone> ClusterState<N> {
     /// Time to read the store's version? `Some((version seen, refresh due))`: the actor reads
     /// the version, and a view when it changed or the refresh is due, then calls
     /// [`ClusterState::viewed`].
-    pub fn poll(&mut self, now: Instant) -> Option<(u64, bool)> {
+    pub(super) fn poll(&mut self, now: Instant) -> Option<(u64, bool)> {
         if self.reading || self.viewed_at.is_some_and(|at| now.duration_since(at) < MIN_VIEW_INTERVAL) {
             return None;
         }
@@ -491,7 +524,7 @@ impl<N: Clone> ClusterState<N> {
     }
 
     /// A poll ended: a new view (`None`: nothing changed, or the store could not be read).
-    pub fn viewed(&mut self, view: Option<ClusterView>, now: Instant) -> Vec<Effect<N>> {
+    pub(super) fn viewed(&mut self, view: Option<ClusterView>, now: Instant) -> Vec<Effect<N>> {
         self.reading = false;
         let mut out = Vec::new();
         let Some(view) = view else { return out };
@@ -586,7 +619,7 @@ impl<N: Clone> ClusterState<N> {
 
     /// [`Timer::TellLater`]: clients whose move was held back ([`MIN_TELL_INTERVAL`]) hear it
     /// from the last view once they are due, if no newer view told them first.
-    pub fn tell_later(&mut self, now: Instant) -> Vec<Effect<N>> {
+    pub(super) fn tell_later(&mut self, now: Instant) -> Vec<Effect<N>> {
         self.tell_scheduled = false;
         let mut out = Vec::new();
         let told = self.tell(false, false, now);
@@ -602,7 +635,7 @@ impl<N: Clone> ClusterState<N> {
     }
 
     /// [`Timer::SendUpdates`]: the next batch of position updates; the rest after a pause.
-    pub fn send_updates(&mut self) -> Vec<Effect<N>> {
+    pub(super) fn send_updates(&mut self) -> Vec<Effect<N>> {
         let mut out = Vec::new();
         let tick = self.pacer.tick(self.updates.len());
         for _ in 0..tick.send {
@@ -655,7 +688,7 @@ impl<N: Clone> ClusterState<N> {
     }
 
     /// Every waiting ticket of the last view, for `/status`.
-    pub fn tickets(&self, now: Instant) -> Vec<TicketStatus> {
+    pub(super) fn tickets(&self, now: Instant) -> Vec<TicketStatus> {
         let etas: HashMap<TicketId, f64> =
             self.view_infos(now).into_iter().map(|i| (i.ticket, i.estimated_wait_s)).collect();
         self.view
@@ -682,7 +715,7 @@ struct Told {
 
 /// What a replica tells a waiting client from a view of the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Telling {
+pub(super) enum Telling {
     Nothing,
     /// It moved, but was told less than the interval ago: at the first view after that.
     Later,
@@ -698,7 +731,7 @@ pub enum Telling {
 /// once per `min_interval` (a client told of a move `at` hears the next one no sooner than
 /// `at + min_interval`), but at once after a quiet spell; `periodic` (the ETA refresh) tells
 /// every client and does not hold back the next move.
-pub fn telling(
+pub(super) fn telling(
     told: Option<usize>,
     told_at: Option<Instant>,
     position: usize,
@@ -746,5 +779,31 @@ mod tests {
             Telling::Now { position: 2, moved: true },
             "with a move"
         );
+    }
+
+    #[test]
+    fn etas_come_from_the_busy_slots_and_the_averages_of_the_store() {
+        use crate::edge::coordinator::{SlotView, TicketView};
+        let slot = |state: &str, busy| SlotView {
+            slot: "n/w".into(),
+            node: "n".into(),
+            modes: vec![Mode::Audio],
+            state: SlotState::parse(state),
+            busy,
+        };
+        let ticket = |ticket, granted| TicketView { ticket, mode: Mode::Audio, replica: "g".into(), granted };
+        // One audio worker busy for 20 s of an average 60 s session; one down.
+        let view = ClusterView {
+            version: 1,
+            now_ms: 100_000,
+            tickets: vec![ticket(7, true), ticket(8, false), ticket(9, false)],
+            slots: vec![slot("busy", Some((Mode::Audio, 80_000))), slot("down", None)],
+            average_s: [None, None, Some(60.0)],
+        };
+        let now = Instant::now();
+        let infos = view_queue(&view, [10.0, 10.0, 999.0], now).infos_from(0, now);
+        // The granted ticket is not waiting for a worker: 8 waits 40 s, 9 a whole session more.
+        let etas: Vec<(TicketId, f64)> = infos.iter().map(|i| (i.ticket, i.estimated_wait_s.round())).collect();
+        assert_eq!(etas, [(8, 40.0), (9, 100.0)]);
     }
 }

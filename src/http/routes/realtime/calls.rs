@@ -101,7 +101,7 @@ fn model_of(gw: &Gateway, query: Option<&String>, sessions: [Option<&Value>; 2])
         .unwrap_or_default()
 }
 
-pub async fn create(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>) -> HttpResponse {
+pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>) -> HttpResponse {
     let Some(calls) = gw.calls.clone() else {
         return http_error(StatusCode::NOT_FOUND, "not_found", "WebRTC calls are off here ([webrtc] enabled = false)");
     };
@@ -189,7 +189,7 @@ pub async fn create(req: HttpRequest, payload: web::Payload, gw: web::Data<Gatew
 
 /// Hangs a call up, for the API key that opened it (or minted the secret it was opened with);
 /// on a gateway without API keys, for anyone who knows its id.
-pub async fn hang_up(req: HttpRequest, path: web::Path<String>, gw: web::Data<Gateway>) -> HttpResponse {
+pub(crate) async fn hang_up(req: HttpRequest, path: web::Path<String>, gw: web::Data<Gateway>) -> HttpResponse {
     let Some(calls) = gw.calls.clone() else {
         return http_error(StatusCode::NOT_FOUND, "not_found", "WebRTC calls are off here ([webrtc] enabled = false)");
     };

@@ -35,7 +35,7 @@ struct ExpiresAfter {
     seconds: u64,
 }
 
-pub async fn mint(req: HttpRequest, body: web::Bytes, gw: web::Data<Gateway>) -> HttpResponse {
+pub(crate) async fn mint(req: HttpRequest, body: web::Bytes, gw: web::Data<Gateway>) -> HttpResponse {
     // An API key, not a client secret: a secret cannot mint another.
     let key_id = match super::api_key(&req, &gw).await {
         Ok(id) => id,

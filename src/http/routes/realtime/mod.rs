@@ -3,9 +3,9 @@
 //! ([`client_secrets`]). Both transports pass the same checks before their session starts
 //! (`crate::transport::admission`), their callers described from the request ([`caller`]).
 
-pub mod calls;
-pub mod client_secrets;
-pub mod websocket;
+pub(super) mod calls;
+pub(super) mod client_secrets;
+pub(super) mod websocket;
 
 use std::collections::HashMap;
 
@@ -47,7 +47,7 @@ fn refused(refusal: Refusal) -> HttpResponse {
 /// (minting a secret, hanging up): its id, or the answer to a refused key.
 // An early-return HTTP answer; boxing it would only move the allocation.
 #[allow(clippy::result_large_err)]
-pub async fn api_key(req: &HttpRequest, gw: &Gateway) -> Result<Option<String>, HttpResponse> {
+pub(super) async fn api_key(req: &HttpRequest, gw: &Gateway) -> Result<Option<String>, HttpResponse> {
     let client_ip = auth::client_ip(req, &gw.config.trusted_proxies);
     let checked = gw.keys.paced(client_ip, |k| k.check_api(client_ip, [auth::bearer(req)])).await;
     checked.map_err(|denied| match denied {

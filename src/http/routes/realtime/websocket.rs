@@ -34,7 +34,7 @@ fn subprotocols(req: &HttpRequest) -> Vec<&str> {
         .collect()
 }
 
-pub async fn realtime(
+pub(crate) async fn realtime(
     req: HttpRequest,
     payload: web::Payload,
     gw: web::Data<Gateway>,
@@ -62,7 +62,7 @@ pub async fn realtime(
     upgrade(req, payload, gw, endpoint, query).await
 }
 
-pub async fn qwen_realtime(
+pub(crate) async fn qwen_realtime(
     req: HttpRequest,
     payload: web::Payload,
     gw: web::Data<Gateway>,
