@@ -43,6 +43,7 @@ pub mod pool;
 pub mod protocol;
 pub mod queue;
 pub mod session;
+pub mod status;
 pub mod transcribe;
 pub mod worker;
 

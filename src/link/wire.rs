@@ -22,6 +22,7 @@ use std::io;
 use futures_util::StreamExt;
 use omni_actors::domain::{BackendInfo, Mode};
 use omni_actors::edge::backend::BackendError;
+use omni_actors::status::WorkerStatus;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -31,7 +32,7 @@ pub use crate::backend::ipc::MAX_FRAME_BYTES;
 use crate::backend::ipc::{ToHost, Value};
 
 /// The version of this protocol; a node refuses another.
-pub const PROTOCOL: u32 = 6;
+pub const PROTOCOL: u32 = 7;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ToNode {
@@ -99,33 +100,11 @@ pub struct NodeWorker {
     pub modes: Vec<Mode>,
     /// Where its backend comes from on the node ("builtin", a library path).
     pub backend: String,
-    pub state: Availability,
+    /// Its state, in the words every role uses (`starting`, `idle`, `busy`: lent to a
+    /// gateway, `failed`).
+    pub state: WorkerStatus,
     /// Why it failed.
     pub reason: Option<String>,
-}
-
-/// A node's worker, as discovery reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Availability {
-    /// Its backend is opening.
-    Starting,
-    /// Free for a gateway.
-    Ready,
-    /// Lent to a gateway.
-    Attached,
-    /// Its backend failed (it is opened again with backoff).
-    Failed,
-}
-
-impl Availability {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Availability::Starting => "starting",
-            Availability::Ready => "ready",
-            Availability::Attached => "attached",
-            Availability::Failed => "failed",
-        }
-    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -9,7 +9,7 @@ use omni_actors::domain::Mode;
 use omni_actors::pool::WorkerPoolActor;
 use omni_actors::pool::messages::{JoinWorkers, PoolPort, WorkerSetup};
 use omni_actors::queue::QueueActor;
-use omni_actors::queue::messages::{QueuePort, WorkerFeed};
+use omni_actors::queue::messages::{QueueFeed, QueuePort};
 
 use super::{Common, Serving, backend_limits};
 use crate::backend;
@@ -27,11 +27,15 @@ pub fn start(config: Arc<Config>) -> Serving {
     let queue = QueueActor::new(&modes, config.queue.max_waiting, average, update).start();
     let setups = super::worker_setups(&config);
     let start = omni_actors::worker::starter(backend_limits(&config));
-    let pool = WorkerPoolActor::new(setups, WorkerFeed::of(&queue), start, common.subscribers.clone()).start();
+    let feed = QueueFeed::Owned(queue.clone().recipient());
+    let pool = WorkerPoolActor::new(setups, feed, start, common.subscribers.clone()).start();
     for link in &config.nodes {
         join_node(link.clone(), pool.clone().recipient());
     }
-    common.serving(config, QueuePort::of(&queue), PoolPort::of(&pool), None)
+    let pool = PoolPort::of(&pool);
+    // The status of a gateway's workers is its pool's.
+    let status = pool.status.clone();
+    common.serving(config, QueuePort::of(&queue), pool, status)
 }
 
 /// Reaches a node (`[[nodes]]`), trying again with backoff while it is down, and adds its

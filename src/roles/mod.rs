@@ -20,8 +20,9 @@ use std::sync::Arc;
 use omni_actors::observe::events::Subscribers;
 use omni_actors::observe::recording::{RecorderSpawner, RecordingLimits};
 use omni_actors::pool::messages::PoolPort;
-use omni_actors::queue::messages::{ClusterStatusQuery, QueuePort};
+use omni_actors::queue::messages::QueuePort;
 use omni_actors::session::Registry;
+use omni_actors::status::StatusQuery;
 use omni_actors::worker::BackendLimits;
 
 use crate::config::Config;
@@ -36,8 +37,9 @@ pub struct Serving {
     pub config: Arc<Config>,
     /// The queue sessions and routes reach: this process's, or the cluster's.
     pub queue: QueuePort,
-    /// A replica of a cluster: its view of the whole cluster, for `/status`.
-    pub cluster: Option<actix::Recipient<ClusterStatusQuery>>,
+    /// The role's status port: its workers as every role shows them, and whether it can serve
+    /// (a gateway's pool; a replica's cluster queue, which adds the store's view).
+    pub status: actix::Recipient<StatusQuery>,
     pub pool: PoolPort,
     pub registry: Arc<Registry>,
     pub recorder: Option<RecorderSpawner>,
@@ -106,11 +108,11 @@ impl Common {
         config: Arc<Config>,
         queue: QueuePort,
         pool: PoolPort,
-        cluster: Option<actix::Recipient<ClusterStatusQuery>>,
+        status: actix::Recipient<StatusQuery>,
     ) -> Serving {
         Serving {
             queue,
-            cluster,
+            status,
             pool,
             registry: self.registry,
             recorder: self.recorder,

@@ -10,7 +10,7 @@ use actix::prelude::*;
 use omni_actors::domain::Mode;
 use omni_actors::pool::WorkerPoolActor;
 use omni_actors::pool::messages::PoolPort;
-use omni_actors::queue::messages::{GrantPushed, QueuePort, WorkerFeed};
+use omni_actors::queue::messages::{GrantPushed, QueueFeed, QueuePort};
 use omni_actors::queue::{ClusterQueueActor, ClusterSetup, GrantOpener};
 
 use super::{Common, Serving, backend_limits};
@@ -63,10 +63,13 @@ pub fn start(config: Arc<Config>) -> Serving {
     };
     let queue = ClusterQueueActor::new(setup).start();
     let start = omni_actors::worker::starter(backend_limits(&config));
-    pool_context.run(WorkerPoolActor::new(Vec::new(), WorkerFeed::of(&queue), start, common.subscribers.clone()));
+    let feed = QueueFeed::Lent(queue.clone().recipient());
+    pool_context.run(WorkerPoolActor::new(Vec::new(), feed, start, common.subscribers.clone()));
     // Grants nodes push on the links kept open to them reach the queue as the store's do.
     let to = queue.clone();
     standby.deliver_to(Box::new(move |grant| to.do_send(GrantPushed(grant))));
+    // The status of the cluster's workers is the queue's: the store's view, with what this
+    // replica was lent.
     let status = queue.clone().recipient();
-    common.serving(config, QueuePort::of(&queue), pool, Some(status))
+    common.serving(config, QueuePort::of(&queue), pool, status)
 }

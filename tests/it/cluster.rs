@@ -842,6 +842,61 @@ async fn a_nodes_worker_dying_mid_session_is_told_by_the_replicas_webhooks() {
     close(again).await;
 }
 
+/// The fields of `/status`'s worker rows and the words of their states.
+fn row_keys(status: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = status["workers"][0].as_object().expect("a worker row").keys().cloned().collect();
+    keys.sort();
+    keys
+}
+
+#[tokio::test]
+async fn a_gateway_and_a_replica_show_their_workers_with_the_same_fields_and_words() {
+    let redis = Redis::start();
+    let _n1 = node(&redis, "n1", 1);
+    let g1 = replica(&redis, "g1");
+    let gateway = Server::ready(Setup::default());
+    let idle = |s: &Value| s["workers"][0]["state"] == "idle";
+    let replica_idle = g1.wait_status("the node's worker in the replica's status", WAIT, idle);
+    let gateway_idle = gateway.wait_status("the gateway's worker idle", WAIT, idle);
+    assert_eq!(row_keys(&replica_idle), row_keys(&gateway_idle), "{replica_idle}\n{gateway_idle}");
+    assert_eq!(
+        row_keys(&gateway_idle),
+        [
+            "backend",
+            "dialect",
+            "failure",
+            "last_error",
+            "mode",
+            "modes",
+            "name",
+            "node",
+            "process_id",
+            "restarts",
+            "session",
+            "sessions_served",
+            "state",
+            "transport"
+        ]
+    );
+    // A session on each: the same words, and each names its session, dialect and transport.
+    let (on_replica, on_gateway) = (active(&g1, "audio").await, active(&gateway, "audio").await);
+    for (server, who) in [(&g1, "replica"), (&gateway, "gateway")] {
+        let s = server.wait_status(&format!("the {who}'s worker busy"), WAIT, |s| s["workers"][0]["state"] == "busy");
+        let w = &s["workers"][0];
+        assert!(w["session"].as_str().is_some_and(|id| id.starts_with("sess_")), "{who}: {w}");
+        assert_eq!(
+            (w["dialect"].as_str(), w["transport"].as_str(), w["mode"].as_str()),
+            (Some("minicpm"), Some("websocket"), Some("audio")),
+            "{who}: {w}"
+        );
+        assert_eq!(row_keys(&s).len(), 14, "{who}: {w}");
+    }
+    close(on_replica).await;
+    close(on_gateway).await;
+    g1.wait_status("the replica's worker idle again", WAIT, idle);
+    gateway.wait_status("the gateway's worker idle again", WAIT, idle);
+}
+
 /// The cluster's store and a replica's rules, by the suite the in-memory store passes in the
 /// actors' unit tests: each scenario under its own prefix of one Redis.
 #[tokio::test]

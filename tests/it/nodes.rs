@@ -388,7 +388,7 @@ fn check_config_reaches_each_node_and_reports_what_it_serves() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("node gpu1 (") && stdout.contains("serves 2 worker(s)"), "{stdout}");
-    assert!(stdout.contains("gpu1/sim-0 [builtin; chat, video, audio]: ready"), "{stdout}");
+    assert!(stdout.contains("gpu1/sim-0 [builtin; chat, video, audio]: idle"), "{stdout}");
     let down = node.kill();
     let out =
         std::process::Command::new(env!("CARGO_BIN_EXE_omni-gateway")).arg("check-config").arg(&path).output().unwrap();

@@ -9,10 +9,9 @@ use actix::prelude::*;
 use crate::domain::Mode;
 use crate::ids::{TicketId, WorkerId};
 
-use crate::worker::messages::WorkerPort;
+use crate::status::StatusQuery;
+use crate::worker::messages::{Stop, WorkerPort};
 use crate::worker::{BackendFactory, Opener};
-
-pub use super::state::{PoolWorker, WorkerState};
 
 /// One configured worker (or one of a node's, once the gateway has reached it).
 pub struct WorkerSetup {
@@ -62,7 +61,6 @@ pub enum WorkerEvent {
     Opened {
         worker: WorkerId,
         generation: u64,
-        port: WorkerPort,
         process_id: Option<u32>,
         /// What the backend can do (without vision, the worker serves no video).
         info: std::sync::Arc<crate::domain::BackendInfo>,
@@ -75,18 +73,12 @@ pub enum WorkerEvent {
         reason: String,
         transient: bool,
     },
+    /// A session (connection `conn`, the key it attached with) took the worker.
     Busy {
         worker: WorkerId,
         generation: u64,
-        session: String,
+        conn: u64,
         mode: Mode,
-    },
-    Identified {
-        worker: WorkerId,
-        generation: u64,
-        session: String,
-        dialect: &'static str,
-        transport: &'static str,
     },
     Resetting {
         worker: WorkerId,
@@ -109,18 +101,12 @@ impl WorkerEvent {
             WorkerEvent::Opened { worker, .. }
             | WorkerEvent::OpenFailed { worker, .. }
             | WorkerEvent::Busy { worker, .. }
-            | WorkerEvent::Identified { worker, .. }
             | WorkerEvent::Resetting { worker, .. }
             | WorkerEvent::Released { worker, .. }
             | WorkerEvent::Failed { worker, .. } => *worker,
         }
     }
 }
-
-/// A snapshot of every worker, for `/status` and for tests.
-#[derive(Message)]
-#[rtype(result = "Vec<PoolWorker>")]
-pub struct PoolSnapshot;
 
 /// The server is stopping: every backend closes. Answers how many closed within `within`.
 #[derive(Message)]
@@ -135,7 +121,8 @@ pub struct PoolPort {
     pub lend: Recipient<Lend>,
     pub give_back: Recipient<GiveBack>,
     pub join: Recipient<JoinWorkers>,
-    pub snapshot: Recipient<PoolSnapshot>,
+    /// Every worker, as every role shows it.
+    pub status: Recipient<StatusQuery>,
     pub shutdown: Recipient<ShutdownPool>,
 }
 
@@ -146,14 +133,14 @@ impl PoolPort {
             + Handler<Lend>
             + Handler<GiveBack>
             + Handler<JoinWorkers>
-            + Handler<PoolSnapshot>
+            + Handler<StatusQuery>
             + Handler<ShutdownPool>,
     {
         PoolPort {
             lend: addr.clone().recipient(),
             give_back: addr.clone().recipient(),
             join: addr.clone().recipient(),
-            snapshot: addr.clone().recipient(),
+            status: addr.clone().recipient(),
             shutdown: addr.clone().recipient(),
         }
     }
@@ -170,5 +157,5 @@ pub struct WorkerStart {
     pub pool: Recipient<WorkerEvent>,
 }
 
-/// Starts a worker's BackendActor and answers where it is reached.
-pub type StartWorker = std::sync::Arc<dyn Fn(WorkerStart) -> WorkerPort + Send + Sync>;
+/// Starts a worker's BackendActor and answers where it is reached, and stopped.
+pub type StartWorker = std::sync::Arc<dyn Fn(WorkerStart) -> (WorkerPort, Recipient<Stop>) + Send + Sync>;

@@ -1,6 +1,8 @@
-//! The worker pool's rules, as a plain struct: each worker's state, its backend
-//! generation (an incarnation of its BackendActor), counters, and the restart backoff.
-//! [`crate::pool`]'s actor delivers messages to it and starts or stops actors.
+//! The worker pool's rules, as a plain struct: each worker's state, its backend generation (an
+//! incarnation of its BackendActor), counters, and the restart backoff. Every decision is an
+//! [`Effect`] the pool's actor carries out: offer a worker to the queue, hand a lent one to
+//! its ticket, tell the queue a worker is starting or down, restart it after a delay, stop or
+//! forget its actor. The actor delivers; it decides nothing.
 //!
 //! A worker is configured (it restarts with backoff when it fails), joined (a node's, reached
 //! after start: the same), or lent: a cluster's node worker that its store granted to one of
@@ -11,7 +13,8 @@
 use std::time::{Duration, Instant};
 
 use crate::domain::Mode;
-use crate::ids::WorkerId;
+use crate::ids::{TicketId, WorkerId};
+use crate::status::{WorkerRow, WorkerStatus};
 
 const BACKOFF_FIRST: Duration = Duration::from_millis(500);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
@@ -23,64 +26,60 @@ pub fn backoff(consecutive: u32) -> Duration {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum WorkerState {
+pub(crate) enum WorkerState {
     /// Opening its backend.
     Starting,
     Idle,
-    /// `session` is a connection label until the session has an id; `dialect` is known
-    /// once the client initialised.
+    /// Its session's connection (its labels are the session's), the session's mode, and since
+    /// when.
     Busy {
-        session: String,
+        conn: u64,
         mode: Mode,
-        dialect: Option<&'static str>,
-        /// How its client reaches the gateway, known with the dialect.
-        transport: Option<&'static str>,
         since: Instant,
     },
     /// Its session ended; the backend is being reset before it is offered again.
     Resetting,
-    /// Its backend failed or did not open; restarts at `retry_at`.
+    /// Its backend failed or did not open.
     Failed {
         reason: String,
-        retry_at: Instant,
     },
 }
 
 impl WorkerState {
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn status(&self) -> WorkerStatus {
         match self {
-            WorkerState::Starting => "starting",
-            WorkerState::Idle => "idle",
-            WorkerState::Busy { .. } => "busy",
-            WorkerState::Resetting => "resetting",
-            WorkerState::Failed { .. } => "failed",
+            WorkerState::Starting => WorkerStatus::Starting,
+            WorkerState::Idle => WorkerStatus::Idle,
+            WorkerState::Busy { .. } => WorkerStatus::Busy,
+            WorkerState::Resetting => WorkerStatus::Resetting,
+            WorkerState::Failed { .. } => WorkerStatus::Failed,
         }
     }
 }
 
 #[derive(Debug, Clone)]
-pub struct PoolWorker {
-    pub name: String,
+pub(crate) struct PoolWorker {
+    pub(crate) name: String,
     /// Where its backend comes from ("builtin" or a library path).
-    pub backend: String,
-    pub modes: Vec<Mode>,
-    pub state: WorkerState,
+    backend: String,
+    pub(crate) modes: Vec<Mode>,
+    pub(crate) state: WorkerState,
     /// Incarnation of its BackendActor; messages from older ones are ignored.
-    pub generation: u64,
-    pub sessions_served: u64,
-    pub restarts: u64,
-    pub consecutive_failures: u32,
-    pub last_error: Option<String>,
+    pub(crate) generation: u64,
+    pub(crate) sessions_served: u64,
+    pub(crate) restarts: u64,
+    pub(crate) consecutive_failures: u32,
+    pub(crate) last_error: Option<String>,
     /// Its last failure was an open that failed.
-    pub open_failed: bool,
+    open_failed: bool,
     /// The process hosting its backend, when it runs in one of its own.
-    pub process_id: Option<u32>,
+    process_id: Option<u32>,
     /// The node it runs on, when it is not the gateway's own.
-    pub node: Option<String>,
+    pub(crate) node: Option<String>,
     /// Lent to this ticket for one session (a cluster's node worker); `None` otherwise.
-    pub lent: Option<u64>,
+    pub(crate) lent: Option<TicketId>,
     /// It is a cluster's node worker, lent for one session at a time.
-    pub lendable: bool,
+    pub(crate) lendable: bool,
 }
 
 impl PoolWorker {
@@ -102,39 +101,80 @@ impl PoolWorker {
             lendable: false,
         }
     }
+
+    /// The worker as every role shows it.
+    pub(crate) fn row(&self) -> WorkerRow {
+        let mut row = WorkerRow::new(self.name.clone(), self.modes.clone(), self.state.status());
+        row.backend = Some(self.backend.clone());
+        row.node = self.node.clone();
+        row.sessions_served = Some(self.sessions_served);
+        row.restarts = Some(self.restarts);
+        row.process_id = self.process_id;
+        row.last_error = self.last_error.clone();
+        match &self.state {
+            WorkerState::Busy { conn, mode, .. } => {
+                row.conn = Some(*conn);
+                row.mode = Some(*mode);
+            }
+            WorkerState::Failed { reason } => row.failure = Some(reason.clone()),
+            _ => {}
+        }
+        row
+    }
+}
+
+/// What the pool's actor must do, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Effect {
+    /// Offer the worker to the queue: it is open and free.
+    Offer(WorkerId),
+    /// A lent worker is open: hand it to its ticket.
+    LentOpened { worker: WorkerId, ticket: TicketId },
+    /// A lent worker could not be taken.
+    LendFailed { ticket: TicketId, reason: String },
+    /// Tell the queue it is starting again: it will serve (a failure at work, a node out of
+    /// reach for now).
+    Starting { worker: WorkerId, reason: String },
+    /// Tell the queue it cannot serve until it recovers (its backend does not open).
+    Down { worker: WorkerId, reason: String },
+    /// Tell the queue the modes it serves now.
+    Modes { worker: WorkerId, modes: Vec<Mode> },
+    /// Tell the queue a session of `mode` lasted `length`.
+    Finished { mode: Mode, length: Duration },
+    /// Start its backend again after `after`.
+    Restart { worker: WorkerId, after: Duration },
+    /// Stop its actor: a lent worker's link goes back to its node.
+    Stop(WorkerId),
+    /// Forget its actor: it is gone (a lent worker's node restarts it).
+    Forget(WorkerId),
 }
 
 #[derive(Debug, Clone)]
-pub(super) struct PoolState {
+pub(crate) struct PoolState {
     workers: Vec<PoolWorker>,
-}
-
-/// What the actor must do after a failure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Restart {
-    pub worker: WorkerId,
-    pub after: Duration,
 }
 
 impl PoolState {
     /// Every worker starts in `Starting`, generation 1.
-    pub(super) fn new(workers: impl IntoIterator<Item = (String, String, Vec<Mode>)>) -> PoolState {
-        PoolState {
-            workers: workers.into_iter().map(|(name, backend, modes)| PoolWorker::new(name, backend, modes)).collect(),
-        }
+    pub(crate) fn new(workers: impl IntoIterator<Item = (String, String, Vec<Mode>, Option<String>)>) -> PoolState {
+        let workers = workers
+            .into_iter()
+            .map(|(name, backend, modes, node)| PoolWorker { node, ..PoolWorker::new(name, backend, modes) })
+            .collect();
+        PoolState { workers }
     }
 
     /// A worker joins after start (one of a node's): `Starting`, generation 1. Returns its id.
-    pub(super) fn add(&mut self, name: String, backend: String, modes: Vec<Mode>) -> WorkerId {
-        self.workers.push(PoolWorker::new(name, backend, modes));
+    pub(crate) fn add(&mut self, name: String, backend: String, modes: Vec<Mode>, node: Option<String>) -> WorkerId {
+        self.workers.push(PoolWorker { node, ..PoolWorker::new(name, backend, modes) });
         self.workers.len() - 1
     }
 
-    pub(super) fn workers(&self) -> &[PoolWorker] {
+    pub(crate) fn workers(&self) -> &[PoolWorker] {
         &self.workers
     }
 
-    pub(super) fn worker(&self, id: WorkerId) -> &PoolWorker {
+    pub(crate) fn worker(&self, id: WorkerId) -> &PoolWorker {
         &self.workers[id]
     }
 
@@ -142,72 +182,104 @@ impl PoolState {
         self.workers.get(id).is_some_and(|w| w.generation == generation)
     }
 
-    /// Its backend opened. Returns false for a stale generation.
-    pub(super) fn opened(&mut self, id: WorkerId, generation: u64) -> bool {
+    /// Its backend opened (in its own process `process_id`, if one; `vision`: it sees images).
+    /// `None` for a stale generation: its actor is not this worker's any more.
+    pub(crate) fn opened(
+        &mut self,
+        id: WorkerId,
+        generation: u64,
+        process_id: Option<u32>,
+        vision: bool,
+    ) -> Option<Vec<Effect>> {
         if !self.current(id, generation) {
-            return false;
+            return None;
         }
         let w = &mut self.workers[id];
         w.state = WorkerState::Idle;
         w.consecutive_failures = 0;
         w.open_failed = false;
-        true
+        w.process_id = process_id;
+        if let Some(ticket) = w.lent {
+            return Some(vec![Effect::LentOpened { worker: id, ticket }]);
+        }
+        let mut effects = Vec::new();
+        if !vision && w.modes.contains(&Mode::Video) {
+            w.modes.retain(|m| *m != Mode::Video);
+            effects.push(Effect::Modes { worker: id, modes: w.modes.clone() });
+        }
+        effects.push(Effect::Offer(id));
+        Some(effects)
     }
 
-    /// The node it runs on.
-    pub(super) fn set_node(&mut self, id: WorkerId, node: Option<String>) {
-        self.workers[id].node = node;
+    /// Its backend did not open (`transient`: out of reach for now, not broken).
+    pub(crate) fn open_failed(
+        &mut self,
+        id: WorkerId,
+        generation: u64,
+        reason: String,
+        transient: bool,
+    ) -> Vec<Effect> {
+        if let Some(ticket) = self.workers[id].lent {
+            if !self.current(id, generation) {
+                return Vec::new();
+            }
+            let w = &mut self.workers[id];
+            w.lent = None;
+            if w.state == WorkerState::Starting {
+                w.state = WorkerState::Idle;
+            }
+            return vec![Effect::Forget(id), Effect::LendFailed { ticket, reason }];
+        }
+        let Some(after) = self.fail(id, generation, reason.clone()) else { return Vec::new() };
+        self.workers[id].open_failed = true;
+        let told =
+            if transient { Effect::Starting { worker: id, reason } } else { Effect::Down { worker: id, reason } };
+        vec![told, Effect::Restart { worker: id, after }]
     }
 
-    /// The process hosting its backend (none: a thread of the gateway).
-    /// The modes it serves, narrowed to what its backend can do.
-    pub(super) fn set_modes(&mut self, id: WorkerId, modes: Vec<Mode>) {
-        self.workers[id].modes = modes;
+    /// A session took it.
+    pub(crate) fn busy(&mut self, id: WorkerId, generation: u64, conn: u64, mode: Mode, now: Instant) {
+        if self.current(id, generation) {
+            self.workers[id].state = WorkerState::Busy { conn, mode, since: now };
+        }
     }
 
-    pub(super) fn set_process(&mut self, id: WorkerId, pid: Option<u32>) {
-        self.workers[id].process_id = pid;
-    }
-
-    /// The queue gave it to a session.
-    pub(super) fn assigned(&mut self, id: WorkerId, session: String, mode: Mode, now: Instant) {
-        self.workers[id].state = WorkerState::Busy { session, mode, dialect: None, transport: None, since: now };
-    }
-
-    /// Its session initialised: it has an id and a dialect.
-    pub(super) fn identified(&mut self, id: WorkerId, session_id: String, wire: &'static str, how: &'static str) {
-        if let WorkerState::Busy { session, dialect, transport, .. } = &mut self.workers[id].state {
-            *transport = Some(how);
-            *session = session_id;
-            *dialect = Some(wire);
+    /// The session's length, if one held the worker.
+    fn finished(&self, id: WorkerId, now: Instant) -> Option<Effect> {
+        match self.workers[id].state {
+            WorkerState::Busy { mode, since, .. } => Some(Effect::Finished { mode, length: now.duration_since(since) }),
+            _ => None,
         }
     }
 
     /// Its session ended (one more served); the backend is resetting.
-    pub(super) fn resetting(&mut self, id: WorkerId, generation: u64) {
-        if self.current(id, generation) {
-            let w = &mut self.workers[id];
-            if matches!(w.state, WorkerState::Busy { .. }) {
-                w.sessions_served += 1;
-            }
-            w.state = WorkerState::Resetting;
+    pub(crate) fn resetting(&mut self, id: WorkerId, generation: u64, now: Instant) -> Vec<Effect> {
+        if !self.current(id, generation) {
+            return Vec::new();
         }
+        let effects: Vec<Effect> = self.finished(id, now).into_iter().collect();
+        let w = &mut self.workers[id];
+        if matches!(w.state, WorkerState::Busy { .. }) {
+            w.sessions_served += 1;
+        }
+        w.state = WorkerState::Resetting;
+        effects
     }
 
-    /// Its backend was reset after a session: idle again. Returns false when stale.
-    pub(super) fn released(&mut self, id: WorkerId, generation: u64) -> bool {
+    /// Its backend was reset after a session: a configured worker is offered again, a lent one
+    /// goes back to its node.
+    pub(crate) fn released(&mut self, id: WorkerId, generation: u64) -> Vec<Effect> {
         if !self.current(id, generation) {
-            return false;
+            return Vec::new();
         }
         let w = &mut self.workers[id];
         w.state = WorkerState::Idle;
         w.lent = None;
-        true
+        if w.lendable { vec![Effect::Stop(id)] } else { vec![Effect::Offer(id)] }
     }
 
-    /// Its backend failed (did not open, hung, crashed). Returns when to restart it,
-    /// or `None` for a stale generation.
-    pub(super) fn failed(&mut self, id: WorkerId, generation: u64, reason: String, now: Instant) -> Option<Restart> {
+    /// Marks the worker failed; answers the backoff before its restart (`None` when stale).
+    fn fail(&mut self, id: WorkerId, generation: u64, reason: String) -> Option<Duration> {
         if !self.current(id, generation) {
             return None;
         }
@@ -216,30 +288,35 @@ impl PoolState {
             w.sessions_served += 1;
         }
         w.consecutive_failures += 1;
-        let after = backoff(w.consecutive_failures);
         w.last_error = Some(reason.clone());
         w.process_id = None;
         w.lent = None;
-        w.state = WorkerState::Failed { reason, retry_at: now + after };
-        Some(Restart { worker: id, after })
+        w.state = WorkerState::Failed { reason };
+        Some(backoff(w.consecutive_failures))
     }
 
-    /// Its backend did not open: failed until a later attempt opens it.
-    pub(super) fn open_failed(
-        &mut self,
-        id: WorkerId,
-        generation: u64,
-        reason: String,
-        now: Instant,
-    ) -> Option<Restart> {
-        let restart = self.failed(id, generation, reason, now)?;
-        self.workers[id].open_failed = true;
-        Some(restart)
+    /// Its backend failed at work (hung, crashed). A configured worker will be back: the queue
+    /// keeps counting it as able to serve, and it restarts with backoff. A lent one's node
+    /// restarts it, and offers it again when it is back.
+    pub(crate) fn failed(&mut self, id: WorkerId, generation: u64, reason: String, now: Instant) -> Vec<Effect> {
+        if !self.current(id, generation) {
+            return Vec::new();
+        }
+        let mut effects: Vec<Effect> = self.finished(id, now).into_iter().collect();
+        let lendable = self.workers[id].lendable;
+        let Some(after) = self.fail(id, generation, reason.clone()) else { return effects };
+        if lendable {
+            effects.push(Effect::Forget(id));
+        } else {
+            effects.push(Effect::Starting { worker: id, reason });
+            effects.push(Effect::Restart { worker: id, after });
+        }
+        effects
     }
 
     /// Starts a new incarnation; returns its generation. A worker whose backend did not
     /// open stays failed while it tries again; one that failed at work is starting.
-    pub(super) fn restart(&mut self, id: WorkerId) -> u64 {
+    pub(crate) fn restart(&mut self, id: WorkerId) -> u64 {
         let w = &mut self.workers[id];
         w.generation += 1;
         w.restarts += 1;
@@ -251,23 +328,23 @@ impl PoolState {
 
     /// A cluster lends worker `name` (of `node`) to `ticket` for one session: its entry (made
     /// the first time) gets a new generation. A worker failed before is starting again; an
-    /// idle one stays idle until its session takes it. Returns its id and generation.
-    pub(super) fn lend(
+    /// idle one stays idle until its session takes it. Answers its id and generation; an actor
+    /// of its last grant still stopping is left to stop.
+    pub(crate) fn lend(
         &mut self,
         name: &str,
         backend: String,
         node: String,
         mode: Mode,
-        ticket: u64,
-    ) -> (WorkerId, u64) {
-        let id = match self.workers.iter().position(|w| w.lendable && w.name == name) {
-            Some(id) => id,
+        ticket: TicketId,
+    ) -> (WorkerId, u64, Vec<Effect>) {
+        let (id, effects) = match self.workers.iter().position(|w| w.lendable && w.name == name) {
+            Some(id) => (id, vec![Effect::Stop(id)]),
             None => {
-                let id = self.add(name.to_string(), backend, vec![mode]);
+                let id = self.add(name.to_string(), backend, vec![mode], Some(node));
                 self.workers[id].lendable = true;
-                self.workers[id].node = Some(node);
                 self.workers[id].generation = 0;
-                id
+                (id, Vec::new())
             }
         };
         let w = &mut self.workers[id];
@@ -279,34 +356,15 @@ impl PoolState {
         if matches!(w.state, WorkerState::Failed { .. }) {
             w.state = WorkerState::Starting;
         }
-        (id, w.generation)
+        (id, w.generation, effects)
     }
 
-    /// A lent worker could not be taken (its node refused the grant, or is out of reach): it is
-    /// its node's again, as far as this pool knows. False when stale.
-    pub(super) fn lend_failed(&mut self, id: WorkerId, generation: u64) -> bool {
-        if !self.current(id, generation) {
-            return false;
-        }
-        let w = &mut self.workers[id];
-        w.lent = None;
-        if w.state == WorkerState::Starting {
-            w.state = WorkerState::Idle;
-        }
-        true
-    }
-
-    /// A lent worker went back to its node before a session took it.
-    pub(super) fn given_back(&mut self, id: WorkerId) {
-        let w = &mut self.workers[id];
+    /// A lent worker's client left before it took it: the worker goes back to its node.
+    pub(crate) fn given_back(&mut self, id: WorkerId) -> Vec<Effect> {
+        let Some(w) = self.workers.get_mut(id).filter(|w| w.lendable) else { return Vec::new() };
         w.lent = None;
         w.state = WorkerState::Idle;
-    }
-
-    #[cfg(test)]
-    /// Workers that are not failed.
-    pub(crate) fn ready_count(&self) -> usize {
-        self.workers.iter().filter(|w| !matches!(w.state, WorkerState::Failed { .. })).count()
+        vec![Effect::Stop(id)]
     }
 }
 
@@ -315,7 +373,11 @@ mod tests {
     use super::*;
 
     fn pool() -> PoolState {
-        PoolState::new([("a-0".to_string(), "builtin".to_string(), vec![Mode::Video])])
+        PoolState::new([("a-0".to_string(), "builtin".to_string(), vec![Mode::Video, Mode::Audio], None)])
+    }
+
+    fn status(p: &PoolState, id: WorkerId) -> &'static str {
+        p.worker(id).state.status().as_str()
     }
 
     #[test]
@@ -328,89 +390,121 @@ mod tests {
     }
 
     #[test]
-    fn a_worker_goes_through_its_states() {
+    fn a_worker_is_offered_served_reset_and_offered_again() {
         let t = Instant::now();
         let mut p = pool();
-        assert_eq!(p.worker(0).state, WorkerState::Starting);
-        assert!(p.opened(0, 1));
-        p.assigned(0, "c1".into(), Mode::Video, t);
-        assert_eq!(p.worker(0).state.name(), "busy");
-        p.identified(0, "sess_1".into(), "minicpm", "websocket");
+        assert_eq!(status(&p, 0), "starting");
+        assert_eq!(p.opened(0, 1, Some(42), true), Some(vec![Effect::Offer(0)]));
+        p.busy(0, 1, 7, Mode::Video, t);
+        let row = p.worker(0).row();
         assert_eq!(
-            p.worker(0).state,
-            WorkerState::Busy {
-                session: "sess_1".into(),
-                mode: Mode::Video,
-                dialect: Some("minicpm"),
-                transport: Some("websocket"),
-                since: t
-            }
+            (row.state, row.conn, row.mode, row.process_id),
+            (WorkerStatus::Busy, Some(7), Some(Mode::Video), Some(42))
         );
-        p.resetting(0, 1);
-        assert_eq!(p.worker(0).state, WorkerState::Resetting);
-        assert!(p.released(0, 1));
-        assert_eq!((p.worker(0).state.name(), p.worker(0).sessions_served), ("idle", 1));
+        let later = t + Duration::from_secs(3);
+        assert_eq!(p.resetting(0, 1, later), [Effect::Finished { mode: Mode::Video, length: Duration::from_secs(3) }]);
+        assert_eq!(status(&p, 0), "resetting");
+        assert_eq!(p.released(0, 1), [Effect::Offer(0)]);
+        assert_eq!((status(&p, 0), p.worker(0).sessions_served), ("idle", 1));
     }
 
     #[test]
-    fn failures_back_off_and_restarts_count() {
+    fn a_backend_without_vision_serves_no_video() {
+        let mut p = pool();
+        let effects = p.opened(0, 1, None, false).unwrap();
+        assert_eq!(effects, [Effect::Modes { worker: 0, modes: vec![Mode::Audio] }, Effect::Offer(0)]);
+        assert_eq!(p.worker(0).row().modes, [Mode::Audio]);
+    }
+
+    #[test]
+    fn a_failure_at_work_keeps_the_worker_counted_and_restarts_it_with_backoff() {
         let t = Instant::now();
         let mut p = pool();
-        p.opened(0, 1);
-        let r = p.failed(0, 1, "step timeout".into(), t).unwrap();
-        assert_eq!(r.after, Duration::from_millis(500));
-        assert_eq!(p.ready_count(), 0);
-        assert_eq!(p.worker(0).last_error.as_deref(), Some("step timeout"));
+        p.opened(0, 1, None, true);
+        p.busy(0, 1, 7, Mode::Audio, t);
+        let effects = p.failed(0, 1, "step timeout".into(), t);
+        assert_eq!(
+            effects,
+            [
+                Effect::Finished { mode: Mode::Audio, length: Duration::ZERO },
+                Effect::Starting { worker: 0, reason: "step timeout".into() },
+                Effect::Restart { worker: 0, after: Duration::from_millis(500) },
+            ]
+        );
+        let row = p.worker(0).row();
+        assert_eq!(
+            (row.state, row.failure.as_deref(), row.sessions_served),
+            (WorkerStatus::Failed, Some("step timeout"), Some(1))
+        );
         assert_eq!(p.restart(0), 2);
-        assert_eq!((p.worker(0).restarts, p.worker(0).state.name()), (1, "starting"));
-        // the new incarnation fails to open: longer backoff, and failed while it retries
-        assert_eq!(p.open_failed(0, 2, "open failed".into(), t).unwrap().after, Duration::from_secs(1));
+        assert_eq!((p.worker(0).restarts, status(&p, 0)), (1, "starting"));
+        // The new incarnation does not open: it is down, longer backoff, failed while it retries.
+        assert_eq!(
+            p.open_failed(0, 2, "open failed".into(), false),
+            [
+                Effect::Down { worker: 0, reason: "open failed".into() },
+                Effect::Restart { worker: 0, after: Duration::from_secs(1) }
+            ]
+        );
         p.restart(0);
-        assert_eq!(p.worker(0).state.name(), "failed");
-        assert!(p.opened(0, 3));
-        assert_eq!(p.worker(0).state.name(), "idle");
+        assert_eq!(status(&p, 0), "failed");
+        assert_eq!(p.opened(0, 3, None, true), Some(vec![Effect::Offer(0)]));
         assert_eq!(p.worker(0).consecutive_failures, 0);
+    }
+
+    #[test]
+    fn a_node_out_of_reach_for_now_is_starting_not_down() {
+        let mut p = pool();
+        let effects = p.open_failed(0, 1, "node unreachable".into(), true);
+        assert!(matches!(effects[0], Effect::Starting { .. }), "{effects:?}");
     }
 
     #[test]
     fn stale_generations_are_ignored() {
         let t = Instant::now();
         let mut p = pool();
-        p.opened(0, 1);
+        p.opened(0, 1, None, true);
         p.failed(0, 1, "hang".into(), t);
         p.restart(0);
-        assert!(!p.released(0, 1), "the old incarnation's release is stale");
-        assert!(p.failed(0, 1, "late".into(), t).is_none());
-        assert!(!p.opened(0, 1));
-        assert!(p.opened(0, 2));
+        assert!(p.released(0, 1).is_empty(), "the old incarnation's release is stale");
+        assert!(p.failed(0, 1, "late".into(), t).is_empty());
+        assert_eq!(p.opened(0, 1, None, true), None);
+        assert!(p.opened(0, 2, None, true).is_some());
     }
 
     #[test]
-    fn a_lent_worker_keeps_its_entry_across_grants_and_reads_as_a_configured_one() {
+    fn a_lent_worker_keeps_its_entry_across_grants_and_goes_back_to_its_node() {
         let t = Instant::now();
         let mut p = PoolState::new([]);
-        let (id, g1) = p.lend("n1/w", "node n1".into(), "n1".into(), Mode::Audio, 7);
-        assert_eq!((p.worker(id).state.name(), g1, p.worker(id).lent), ("starting", 1, Some(7)));
-        assert!(p.opened(id, g1));
-        p.assigned(id, "c1".into(), Mode::Audio, t);
-        p.resetting(id, g1);
-        assert!(p.released(id, g1));
-        assert_eq!((p.worker(id).state.name(), p.worker(id).sessions_served, p.worker(id).lent), ("idle", 1, None));
+        let (id, g1, effects) = p.lend("n1/w", "node n1".into(), "n1".into(), Mode::Audio, 7);
+        assert!(effects.is_empty(), "a first grant: no actor to stop");
+        assert_eq!((status(&p, id), g1, p.worker(id).lent), ("starting", 1, Some(7)));
+        assert_eq!(p.opened(id, g1, None, true), Some(vec![Effect::LentOpened { worker: id, ticket: 7 }]));
+        p.busy(id, g1, 3, Mode::Audio, t);
+        p.resetting(id, g1, t);
+        assert_eq!(p.released(id, g1), [Effect::Stop(id)], "its link goes back to its node");
+        assert_eq!((status(&p, id), p.worker(id).sessions_served, p.worker(id).lent), ("idle", 1, None));
         // The next grant of the same worker: the same entry, a new generation, still idle.
-        let (again, g2) = p.lend("n1/w", "node n1".into(), "n1".into(), Mode::Chat, 8);
-        assert_eq!((again, g2, p.worker(id).state.name()), (id, 2, "idle"));
+        let (again, g2, effects) = p.lend("n1/w", "node n1".into(), "n1".into(), Mode::Chat, 8);
+        assert_eq!((again, g2, status(&p, id), effects), (id, 2, "idle", vec![Effect::Stop(id)]));
         assert_eq!(p.worker(id).modes, [Mode::Audio, Mode::Chat]);
-        // It dies mid-session: failed, as a configured worker would be; its next grant starts it.
-        p.opened(id, g2);
-        p.assigned(id, "c2".into(), Mode::Chat, t);
-        assert!(p.failed(id, g2, "killed by signal 9".into(), t).is_some());
-        assert_eq!(p.worker(id).state.name(), "failed");
-        let (_, g3) = p.lend("n1/w", "node n1".into(), "n1".into(), Mode::Chat, 9);
-        assert_eq!(p.worker(id).state.name(), "starting");
+        // It dies mid-session: failed, as a configured worker would be, and not restarted here.
+        p.opened(id, g2, None, true);
+        p.busy(id, g2, 4, Mode::Chat, t);
+        let effects = p.failed(id, g2, "killed by signal 9".into(), t);
+        assert_eq!(effects.last(), Some(&Effect::Forget(id)));
+        assert!(!effects.iter().any(|e| matches!(e, Effect::Restart { .. })));
+        assert_eq!(status(&p, id), "failed");
+        let (_, g3, _) = p.lend("n1/w", "node n1".into(), "n1".into(), Mode::Chat, 9);
+        assert_eq!(status(&p, id), "starting");
         // Refused by its node (the grant was stale): its node's again.
-        assert!(p.lend_failed(id, g3));
-        assert_eq!((p.worker(id).state.name(), p.worker(id).lent), ("idle", None));
-        assert!(!p.lend_failed(id, g2), "stale");
+        assert_eq!(
+            p.open_failed(id, g3, "stale grant".into(), false),
+            [Effect::Forget(id), Effect::LendFailed { ticket: 9, reason: "stale grant".into() }]
+        );
+        assert_eq!((status(&p, id), p.worker(id).lent), ("idle", None));
+        assert!(p.open_failed(id, g2, "late".into(), false).is_empty(), "stale");
+        assert_eq!(p.given_back(id), [Effect::Stop(id)]);
         assert_eq!(p.workers().len(), 1);
     }
 }

@@ -7,10 +7,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use super::messages::{
-    Cancel, Claim, Join, Leave, LendFailed, LentOpened, QueueSnapshot, SessionFinished, WorkerDown, WorkerIdle,
-    WorkerJoined, WorkerModes, WorkerStarting,
-};
+use super::messages::{Cancel, Claim, Join, Leave, QueueSnapshot, WorkerReport};
 use super::pacer::Fanout;
 use super::state::{Assignment, JoinOutcome, LeaveOutcome, ModeSet, QueueState, TicketId, WorkerId};
 use crate::domain::Mode;
@@ -206,47 +203,34 @@ impl Handler<Cancel> for QueueActor {
     }
 }
 
-impl Handler<WorkerIdle> for QueueActor {
+impl Handler<WorkerReport> for QueueActor {
     type Result = ();
-    fn handle(&mut self, msg: WorkerIdle, ctx: &mut Context<Self>) {
-        let id = msg.link.id;
-        log::debug!("queue: worker {} is idle; {} waiting", msg.link.name, self.state.len());
-        self.links[id] = Some(msg.link);
-        self.offer(id, ctx);
-    }
-}
-
-impl Handler<WorkerJoined> for QueueActor {
-    type Result = ();
-    fn handle(&mut self, msg: WorkerJoined, _: &mut Context<Self>) {
-        let id = self.state.add_worker(ModeSet::of(&msg.modes));
-        // The pool and the queue number workers alike: both only ever append.
-        debug_assert_eq!(id, msg.worker, "the queue and the pool disagree on worker ids");
-        self.links.push(None);
-    }
-}
-
-impl Handler<WorkerStarting> for QueueActor {
-    type Result = ();
-    fn handle(&mut self, msg: WorkerStarting, _: &mut Context<Self>) {
-        self.state.worker_starting(msg.worker);
-    }
-}
-
-impl Handler<WorkerDown> for QueueActor {
-    type Result = ();
-    fn handle(&mut self, msg: WorkerDown, ctx: &mut Context<Self>) {
-        self.links[msg.worker] = None;
-        let orphaned = self.state.worker_failed(msg.worker);
-        self.reject(orphaned, "every worker able to serve this mode has failed", ctx);
-    }
-}
-
-impl Handler<WorkerModes> for QueueActor {
-    type Result = ();
-    fn handle(&mut self, msg: WorkerModes, ctx: &mut Context<Self>) {
-        let orphaned = self.state.narrow(msg.worker, ModeSet::of(&msg.modes));
-        self.reject(orphaned, "no worker can serve this mode: the backends have no vision", ctx);
+    fn handle(&mut self, report: WorkerReport, ctx: &mut Context<Self>) {
+        match report {
+            WorkerReport::Idle(link) => {
+                let id = link.id;
+                log::debug!("queue: worker {} is idle; {} waiting", link.name, self.state.len());
+                self.links[id] = Some(link);
+                self.offer(id, ctx);
+            }
+            WorkerReport::Joined { worker, modes } => {
+                let id = self.state.add_worker(ModeSet::of(&modes));
+                // The pool and the queue number workers alike: both only ever append.
+                debug_assert_eq!(id, worker, "the queue and the pool disagree on worker ids");
+                self.links.push(None);
+            }
+            WorkerReport::Starting { worker, .. } => self.state.worker_starting(worker),
+            WorkerReport::Down { worker, .. } => {
+                self.links[worker] = None;
+                let orphaned = self.state.worker_failed(worker);
+                self.reject(orphaned, "every worker able to serve this mode has failed", ctx);
+            }
+            WorkerReport::Modes { worker, modes } => {
+                let orphaned = self.state.narrow(worker, ModeSet::of(&modes));
+                self.reject(orphaned, "no worker can serve this mode: the backends have no vision", ctx);
+            }
+            WorkerReport::Finished { mode, length } => self.state.session_finished(mode, length),
+        }
     }
 }
 
@@ -266,31 +250,9 @@ impl QueueActor {
     }
 }
 
-impl Handler<SessionFinished> for QueueActor {
-    type Result = ();
-    fn handle(&mut self, msg: SessionFinished, _: &mut Context<Self>) {
-        self.state.session_finished(msg.mode, msg.length);
-    }
-}
-
 impl Handler<QueueSnapshot> for QueueActor {
     type Result = MessageResult<QueueSnapshot>;
     fn handle(&mut self, _: QueueSnapshot, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.state.tickets(Instant::now()))
-    }
-}
-
-impl Handler<LentOpened> for QueueActor {
-    type Result = ();
-    fn handle(&mut self, msg: LentOpened, _: &mut Context<Self>) {
-        // Only a cluster's queue asks the pool to lend workers.
-        log::warn!("queue: worker {} lent to ticket {}, which this queue never asked for", msg.link.name, msg.ticket);
-    }
-}
-
-impl Handler<LendFailed> for QueueActor {
-    type Result = ();
-    fn handle(&mut self, msg: LendFailed, _: &mut Context<Self>) {
-        log::warn!("queue: a lend this queue never asked for failed (ticket {}): {}", msg.ticket, msg.reason);
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use crate::domain::Mode;
-use crate::edge::coordinator::{ClusterView, Grant};
+use crate::edge::coordinator::Grant;
 pub use crate::queue::state::TicketStatus;
 use crate::queue::state::{TicketId, WorkerId};
 use crate::session::messages::QueueNotice;
@@ -83,111 +83,46 @@ impl QueuePort {
     }
 }
 
-/// A worker is ready for a session.
+/// What the pool tells the queue of its own workers (a gateway's queue, a node's lender), in
+/// one message: each queue takes what it needs of it.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct WorkerIdle {
-    pub link: WorkerLink,
+pub enum WorkerReport {
+    /// A worker is ready for a session.
+    Idle(WorkerLink),
+    /// A worker is (re)starting: it will serve once idle. Why it is starting again (its last
+    /// failure).
+    Starting { worker: WorkerId, reason: String },
+    /// A worker cannot serve until it recovers (its backend does not open).
+    Down { worker: WorkerId, reason: String },
+    /// A worker's backend serves only `modes` of those it was configured for (it reported no
+    /// vision: no video).
+    Modes { worker: WorkerId, modes: Vec<Mode> },
+    /// A worker joined the pool after start (a node's); `worker` is the id the pool gave it.
+    Joined { worker: WorkerId, modes: Vec<Mode> },
+    /// A session of `mode` ended after `length` (for the ETAs).
+    Finished { mode: Mode, length: Duration },
 }
 
-/// A worker is (re)starting: it will serve once idle.
+/// What the pool tells a cluster's queue of a worker it asked the pool to lend to `ticket`
+/// ([`crate::pool::messages::Lend`]).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct WorkerStarting {
-    pub worker: WorkerId,
-    /// Why it is starting again (its last failure), if it failed.
-    pub reason: Option<String>,
+pub enum LendReport {
+    /// The worker is open: the ticket's session may take it.
+    Opened { ticket: TicketId, link: WorkerLink },
+    /// It could not be taken (its node refused the grant, or is out of reach).
+    Failed { ticket: TicketId, reason: String },
 }
 
-/// A worker cannot serve until it recovers (its backend does not open).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct WorkerDown {
-    pub worker: WorkerId,
-    pub reason: String,
-}
-
-/// A worker's backend serves only `modes` of those it was configured for (it reported no
-/// vision: no video).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct WorkerModes {
-    pub worker: WorkerId,
-    pub modes: Vec<Mode>,
-}
-
-/// A worker joined the pool after start (a node's); `worker` is the id the pool gave it.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct WorkerJoined {
-    pub worker: WorkerId,
-    pub modes: Vec<Mode>,
-}
-
-/// A session of `mode` ended after `length` (for the ETAs).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct SessionFinished {
-    pub mode: Mode,
-    pub length: Duration,
-}
-
-/// A worker the pool was asked to lend to `ticket` ([`crate::pool::messages::Lend`]) is open:
-/// the ticket's session may take it.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct LentOpened {
-    pub ticket: TicketId,
-    pub link: WorkerLink,
-}
-
-/// A worker the pool was asked to lend to `ticket` could not be taken (its node refused the
-/// grant, or is out of reach).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct LendFailed {
-    pub ticket: TicketId,
-    pub reason: String,
-}
-
-/// How the pool tells its queue about its workers. Every queue takes all of it: a local queue
-/// has no use for lent workers, a cluster's for the availability of workers it does not own.
+/// How the pool tells its queue about its workers: a queue that owns them hears their news; a
+/// cluster's queue, whose workers the pool only borrows, hears how each lend went.
 #[derive(Clone)]
-pub struct WorkerFeed {
-    pub idle: Recipient<WorkerIdle>,
-    pub starting: Recipient<WorkerStarting>,
-    pub down: Recipient<WorkerDown>,
-    pub modes: Recipient<WorkerModes>,
-    pub joined: Recipient<WorkerJoined>,
-    pub finished: Recipient<SessionFinished>,
-    pub lent: Recipient<LentOpened>,
-    pub lend_failed: Recipient<LendFailed>,
-}
-
-impl WorkerFeed {
-    pub fn of<A>(queue: &Addr<A>) -> WorkerFeed
-    where
-        A: Actor<Context = Context<A>>
-            + Handler<WorkerIdle>
-            + Handler<WorkerStarting>
-            + Handler<WorkerDown>
-            + Handler<WorkerModes>
-            + Handler<WorkerJoined>
-            + Handler<SessionFinished>
-            + Handler<LentOpened>
-            + Handler<LendFailed>,
-    {
-        WorkerFeed {
-            idle: queue.clone().recipient(),
-            starting: queue.clone().recipient(),
-            down: queue.clone().recipient(),
-            modes: queue.clone().recipient(),
-            joined: queue.clone().recipient(),
-            finished: queue.clone().recipient(),
-            lent: queue.clone().recipient(),
-            lend_failed: queue.clone().recipient(),
-        }
-    }
+pub enum QueueFeed {
+    /// A gateway's queue, a node's lender.
+    Owned(Recipient<WorkerReport>),
+    /// A replica's cluster queue.
+    Lent(Recipient<LendReport>),
 }
 
 /// A grant a node pushed to this replica on a link it keeps open to the node (the link
@@ -195,16 +130,3 @@ impl WorkerFeed {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct GrantPushed(pub Grant);
-
-/// What `/status` shows of the cluster: this replica, whether it reaches the store, and the
-/// last view of the whole queue and every node's workers.
-#[derive(Message)]
-#[rtype(result = "ClusterStatus")]
-pub struct ClusterStatusQuery;
-
-#[derive(Debug, Clone)]
-pub struct ClusterStatus {
-    pub replica: String,
-    pub store_up: bool,
-    pub view: ClusterView,
-}

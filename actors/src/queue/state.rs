@@ -9,6 +9,9 @@
 //!   session lengths per mode, then the waiting tickets assigned in order to the
 //!   earliest-free worker that serves them.
 
+// Public for the queue's benchmark (the `testing` feature re-exports them); the crate's own.
+#![cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
+
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -29,7 +32,7 @@ impl ModeSet {
     pub fn contains(self, mode: Mode) -> bool {
         self.0 & (1 << mode.index()) != 0
     }
-    pub fn len(self) -> u32 {
+    pub fn count(self) -> u32 {
         self.0.count_ones()
     }
 }
@@ -314,8 +317,8 @@ impl QueueState {
                 }
             }
         }
-        if self.idle.remove(&(slot.modes.len(), worker)) {
-            self.idle.insert((kept.len(), worker));
+        if self.idle.remove(&(slot.modes.count(), worker)) {
+            self.idle.insert((kept.count(), worker));
         }
         slot.modes = kept;
         self.drop_unservable()
@@ -452,7 +455,7 @@ impl QueueState {
     fn set_state(&mut self, worker: WorkerId, state: Availability) {
         self.sim = None;
         let slot = &mut self.workers[worker];
-        let key = (slot.modes.len(), worker);
+        let key = (slot.modes.count(), worker);
         let was_failed = slot.state == Availability::Failed;
         let now_failed = state == Availability::Failed;
         if was_failed != now_failed {

@@ -40,7 +40,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-pub use registry::{AddressCaps, Admission, Refusal, Registry, address_key};
+pub use registry::{AddressCaps, Admission, Labels, Refusal, Registry, address_key};
 
 use crate::transcribe::messages::{Transcribe, Transcribed};
 use flow::Flow;
@@ -340,7 +340,7 @@ impl SessionActor {
         };
         self.flow.cut();
         let reply = Delivery::new(ctx.address().recipient(), Lost::Work);
-        port.reconfigure.do_send(Reconfigure { key: self.conn, setup, reply });
+        port.session.reconfigure.do_send(Reconfigure { key: self.conn, setup, reply });
     }
 
     fn command(&mut self, cmd: Inbound, ctx: &mut Context<Self>) {
@@ -382,14 +382,15 @@ impl SessionActor {
                 self.state.initializing();
                 self.setups.asked(setup.clone());
                 let transport = self.links.client.transport;
-                port.prepare.do_send(Prepare { key, session_id, dialect, transport, setup, reply: reply(Lost::Work) });
+                self.links.registry.label(key, Labels { session_id, dialect, transport });
+                port.session.prepare.do_send(Prepare { key, setup, reply: reply(Lost::Work) });
             }
             Inbound::Chunk(chunk) => {
                 let seq = self.flow.chunk(chunk.force_listen, Instant::now());
                 metrics().chunks_received.with_label_values(&self.mode_label()).inc();
                 let (samples, frames) = (chunk.audio.len(), chunk.frames.len());
                 self.links.sinks.publish(SessionEvent::ChunkReceived { seq, samples, frames });
-                port.chunk.do_send(SubmitChunk { key, seq, chunk });
+                port.session.chunk.do_send(SubmitChunk { key, seq, chunk });
             }
             Inbound::Turn { input, streaming } => match self.flow.turn(streaming, Instant::now()) {
                 Ok((seq, _)) => {
@@ -400,7 +401,7 @@ impl SessionActor {
                         samples: m.iter().flat_map(|m| &m.audios).map(Vec::len).sum(),
                         images: m.iter().map(|m| m.images.len()).sum(),
                     });
-                    port.turn.do_send(SubmitTurn { key, seq, input, reply: reply(Lost::Work) })
+                    port.session.turn.do_send(SubmitTurn { key, seq, input, reply: reply(Lost::Work) })
                 }
                 Err(e) => {
                     metrics().buffer_refusals.with_label_values(&["turns"]).inc();
@@ -411,11 +412,11 @@ impl SessionActor {
                 // Output of everything sent so far is void.
                 self.flow.cut();
                 self.setups.asked(setup.clone());
-                port.reconfigure.do_send(Reconfigure { key, setup, reply: reply(Lost::Work) });
+                port.session.reconfigure.do_send(Reconfigure { key, setup, reply: reply(Lost::Work) });
             }
             Inbound::Interrupt => {
                 self.flow.cut();
-                port.interrupt.do_send(Interrupt { key });
+                port.session.interrupt.do_send(Interrupt { key });
             }
             Inbound::Transcribe { item_id, audio } => self.transcribe(item_id, audio, ctx),
         }
@@ -548,7 +549,7 @@ impl Actor for SessionActor {
         if self.attach_sent
             && let Some(w) = &self.worker
         {
-            w.port.detach.do_send(Detach { key: self.conn, ended: self.ended_at.unwrap_or_else(Instant::now) });
+            w.port.session.detach.do_send(Detach { key: self.conn, ended: self.ended_at.unwrap_or_else(Instant::now) });
         }
         let meta = self.meta(&reason);
         self.links.sinks.publish(SessionEvent::Closed { meta: &meta });
@@ -628,7 +629,7 @@ impl SessionActor {
                     reply: Delivery::new(ctx.address().recipient(), Lost::Attach),
                 };
                 // If the worker's actor is gone, the delivery answers for it.
-                worker.port.attach.do_send(attach);
+                worker.port.session.attach.do_send(attach);
                 self.worker = Some(worker);
                 self.attach_sent = true;
             }
@@ -707,7 +708,7 @@ impl Handler<Shutdown> for SessionActor {
                 // Let the step in flight finish (its output is sent), then end.
                 self.draining = true;
                 let reply = Delivery::new(ctx.address().recipient(), Lost::Drain);
-                worker.port.drain.do_send(Drain { key: self.conn, reply });
+                worker.port.session.drain.do_send(Drain { key: self.conn, reply });
                 ctx.run_later(msg.grace, |act, ctx| act.finish(ctx, CloseReason::ServerShutdown));
             }
             _ => self.finish(ctx, CloseReason::ServerShutdown),

@@ -1,6 +1,6 @@
 //! Every open session, shared by the HTTP routes and the sessions themselves: admission
 //! under the per-address caps (open connections, connections waiting for a worker),
-//! active sessions per mode for status, and the shutdown broadcast.
+//! active sessions per mode and each session's labels for status, and the shutdown broadcast.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -47,9 +47,20 @@ struct PerAddress {
     waiting: usize,
 }
 
+/// What status shows of a session beside its worker: set once, when it initialises.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Labels {
+    /// Its id.
+    pub session_id: String,
+    /// The wire dialect its client speaks.
+    pub dialect: &'static str,
+    /// How its client reaches the server.
+    pub transport: &'static str,
+}
+
 #[derive(Default)]
 struct Inner {
-    sessions: HashMap<u64, Recipient<Shutdown>>,
+    sessions: HashMap<u64, (Recipient<Shutdown>, Option<Labels>)>,
     per_ip: HashMap<IpAddr, PerAddress>,
     active: [usize; 3],
     shutdown: Option<Duration>,
@@ -128,7 +139,19 @@ impl Registry {
         if let Some(grace) = inner.shutdown {
             session.do_send(Shutdown { grace });
         }
-        inner.sessions.insert(conn, session);
+        inner.sessions.insert(conn, (session, None));
+    }
+
+    /// The session on connection `conn` initialised: what status shows of it.
+    pub fn label(&self, conn: u64, labels: Labels) {
+        if let Some((_, l)) = self.inner.lock().sessions.get_mut(&conn) {
+            *l = Some(labels);
+        }
+    }
+
+    /// The labels of the session on connection `conn`, once it initialised.
+    pub fn labels(&self, conn: u64) -> Option<Labels> {
+        self.inner.lock().sessions.get(&conn).and_then(|(_, l)| l.clone())
     }
 
     pub fn unregister(&self, conn: u64) {
@@ -163,7 +186,7 @@ impl Registry {
     pub fn shutdown(&self, grace: Duration) {
         let mut inner = self.inner.lock();
         inner.shutdown = Some(grace);
-        for session in inner.sessions.values() {
+        for (session, _) in inner.sessions.values() {
             session.do_send(Shutdown { grace });
         }
     }

@@ -302,7 +302,7 @@ fn start(o: Options) -> Test {
         transcription: None,
     };
     let session = SessionActor::new(settings(&o), Box::new(Words), links).start();
-    Test { seen, ended, notify, events, session, worker: WorkerPort::of(&stand) }
+    Test { seen, ended, notify, events, session, worker: WorkerPort::of(&stand).0 }
 }
 
 impl Test {

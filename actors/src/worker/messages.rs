@@ -76,10 +76,6 @@ pub struct Attach {
 #[rtype(result = "()")]
 pub struct Prepare {
     pub key: u64,
-    pub session_id: String,
-    /// The session's wire dialect and transport, for status.
-    pub dialect: &'static str,
-    pub transport: &'static str,
     pub setup: SessionSetup,
     pub reply: Delivery,
 }
@@ -182,9 +178,9 @@ pub enum Control {
     },
 }
 
-/// Where a worker's BackendActor is reached.
+/// Where a session reaches its worker's BackendActor.
 #[derive(Clone)]
-pub struct WorkerPort {
+pub struct SessionPort {
     pub attach: Recipient<Attach>,
     pub prepare: Recipient<Prepare>,
     pub chunk: Recipient<SubmitChunk>,
@@ -193,13 +189,29 @@ pub struct WorkerPort {
     pub reconfigure: Recipient<Reconfigure>,
     pub interrupt: Recipient<Interrupt>,
     pub drain: Recipient<Drain>,
-    pub stop: Recipient<Stop>,
+}
+
+/// Where an edge that drives the backend itself (a node's link to a gateway) reaches a
+/// worker's BackendActor: it attaches and detaches as a session does, and runs the backend's
+/// own calls.
+#[derive(Clone)]
+pub struct LinkPort {
+    pub attach: Recipient<Attach>,
+    pub detach: Recipient<Detach>,
     pub run: Recipient<Run>,
     pub control: Recipient<Control>,
 }
 
+/// A worker's BackendActor, as the pool hands it on: a session's side and a node link's side.
+#[derive(Clone)]
+pub struct WorkerPort {
+    pub session: SessionPort,
+    pub link: LinkPort,
+}
+
 impl WorkerPort {
-    pub fn of<A>(addr: &Addr<A>) -> WorkerPort
+    /// The ports of a BackendActor (or a stand-in's, in tests), and where it is stopped.
+    pub fn of<A>(addr: &Addr<A>) -> (WorkerPort, Recipient<Stop>)
     where
         A: Actor<Context = Context<A>>
             + Handler<Attach>
@@ -214,7 +226,7 @@ impl WorkerPort {
             + Handler<Run>
             + Handler<Control>,
     {
-        WorkerPort {
+        let session = SessionPort {
             attach: addr.clone().recipient(),
             prepare: addr.clone().recipient(),
             chunk: addr.clone().recipient(),
@@ -223,15 +235,14 @@ impl WorkerPort {
             reconfigure: addr.clone().recipient(),
             interrupt: addr.clone().recipient(),
             drain: addr.clone().recipient(),
-            stop: addr.clone().recipient(),
+        };
+        let link = LinkPort {
+            attach: addr.clone().recipient(),
+            detach: addr.clone().recipient(),
             run: addr.clone().recipient(),
             control: addr.clone().recipient(),
-        }
-    }
-
-    /// Whether the actor behind it still runs.
-    pub fn connected(&self) -> bool {
-        self.stop.connected()
+        };
+        (WorkerPort { session, link }, addr.clone().recipient())
     }
 }
 

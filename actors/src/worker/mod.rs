@@ -201,8 +201,7 @@ impl BackendActor {
         self.backend_control = Some(control);
         self.info = Some(info);
         self.policy.opened();
-        let port = WorkerPort::of(&ctx.address());
-        self.event(|worker, generation| WorkerEvent::Opened { worker, generation, port, process_id, info: shared });
+        self.event(|worker, generation| WorkerEvent::Opened { worker, generation, process_id, info: shared });
     }
 
     fn tell_session(&self, event: BackendEvent) {
@@ -507,8 +506,8 @@ impl Handler<Attach> for BackendActor {
                     metrics().worker_handover_seconds.observe(at.elapsed().as_secs_f64());
                 }
                 self.session = Some(AttachedSession { events: events.clone() });
-                let (label, mode) = (msg.label, msg.mode);
-                self.event(|worker, generation| WorkerEvent::Busy { worker, generation, session: label, mode });
+                let (conn, mode) = (msg.key, msg.mode);
+                self.event(|worker, generation| WorkerEvent::Busy { worker, generation, conn, mode });
                 Ok(())
             }
             Err(Refusal::NotReady) => {
@@ -541,8 +540,6 @@ impl Handler<Prepare> for BackendActor {
         if !self.policy.owns(msg.key) || !self.supports(&msg.setup) {
             return;
         }
-        let (session, dialect, transport) = (msg.session_id, msg.dialect, msg.transport);
-        self.event(|worker, generation| WorkerEvent::Identified { worker, generation, session, dialect, transport });
         self.policy.prepare(msg.setup);
         self.dispatch_next(ctx);
     }
@@ -874,14 +871,7 @@ mod tests {
         let reply = || Delivery::new(ear.clone(), Lost::Work);
         let attach = Delivery::new(ear.clone(), Lost::Attach);
         worker.do_send(Attach { key: 1, label: "c1".into(), mode: Mode::Chat, reply: attach });
-        worker.do_send(Prepare {
-            key: 1,
-            session_id: "s".into(),
-            dialect: "minicpm",
-            transport: "websocket",
-            setup: SessionSetup::new(crate::domain::SessionKind::Turn),
-            reply: reply(),
-        });
+        worker.do_send(Prepare { key: 1, setup: SessionSetup::new(crate::domain::SessionKind::Turn), reply: reply() });
         worker.do_send(SubmitTurn { key: 1, seq: 1, input: Default::default(), reply: reply() });
         let mut next = async || {
             actix::clock::timeout(Duration::from_secs(10), calls.recv()).await.expect("the backend was called").unwrap()
@@ -919,14 +909,8 @@ mod tests {
         let attach =
             Attach { key: 1, label: "c1".into(), mode: Mode::Audio, reply: Delivery::new(ear.clone(), Lost::Attach) };
         worker.do_send(attach);
-        worker.do_send(Prepare {
-            key: 1,
-            session_id: "s".into(),
-            dialect: "minicpm",
-            transport: "websocket",
-            setup: SessionSetup::new(crate::domain::SessionKind::Duplex),
-            reply: Delivery::new(ear.clone(), Lost::Work),
-        });
+        let setup = SessionSetup::new(crate::domain::SessionKind::Duplex);
+        worker.do_send(Prepare { key: 1, setup, reply: Delivery::new(ear.clone(), Lost::Work) });
         worker.do_send(Drain { key: 1, reply: Delivery::new(ear, Lost::Drain) });
         let mut heard = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(10);

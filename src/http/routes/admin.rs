@@ -7,12 +7,9 @@ use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
 use omni_actors::domain::Mode;
-use omni_actors::edge::coordinator::SlotState;
 use omni_actors::observe::metrics::metrics as gateway_metrics;
-use omni_actors::pool::messages::PoolSnapshot;
-use omni_actors::pool::messages::WorkerState;
-use omni_actors::queue::messages::ClusterStatusQuery;
 use omni_actors::queue::messages::{Cancel, QueueSnapshot};
+use omni_actors::status::{StatusQuery, WorkerRow};
 use serde_json::json;
 
 use super::http_error;
@@ -44,46 +41,25 @@ pub(super) async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_we
         return Ok(refusal);
     }
     let unavailable = |_| actix_web::error::ErrorServiceUnavailable("the actor system is stopping");
-    let workers = gw.pool.snapshot.send(PoolSnapshot).await.map_err(unavailable)?;
+    let status = gw.status.send(StatusQuery).await.map_err(unavailable)?;
     let tickets = gw.queue.snapshot.send(QueueSnapshot).await.map_err(unavailable)?;
-    let cluster = match &gw.cluster {
-        Some(c) => Some(c.send(ClusterStatusQuery).await.map_err(unavailable)?),
-        None => None,
-    };
-    // On a replica, the pool holds the nodes' workers it was lent (their sessions here, their
-    // failures); the store's view below has every worker of the cluster.
-    let lent: std::collections::HashMap<&str, &omni_actors::pool::messages::PoolWorker> =
-        workers.iter().filter(|w| w.lendable).map(|w| (w.name.as_str(), w)).collect();
-    let mut workers: Vec<_> = workers
-        .iter()
-        .filter(|w| !w.lendable)
-        .map(|w| {
-            let (session, mode, dialect, transport) = match &w.state {
-                WorkerState::Busy { session, mode, dialect, transport, .. } => {
-                    (Some(session.as_str()), Some(mode.as_str()), *dialect, *transport)
+    // Every worker in one vocabulary, whatever the role; its session's labels are the
+    // session's own.
+    let workers: Vec<WorkerRow> = status
+        .workers
+        .into_iter()
+        .map(|mut row| {
+            if let Some(conn) = row.conn {
+                match gw.registry.labels(conn) {
+                    Some(labels) => {
+                        row.session = Some(labels.session_id);
+                        row.dialect = Some(labels.dialect);
+                        row.transport = Some(labels.transport);
+                    }
+                    None => row.session = Some(format!("c{conn}")),
                 }
-                _ => (None, None, None, None),
-            };
-            let reason = match &w.state {
-                WorkerState::Failed { reason, .. } => Some(reason.as_str()),
-                _ => None,
-            };
-            json!({
-                "name": w.name,
-                "backend": w.backend,
-                "node": w.node,
-                "modes": w.modes.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
-                "state": w.state.name(),
-                "failure": reason,
-                "session": session,
-                "mode": mode,
-                "dialect": dialect,
-                "transport": transport,
-                "sessions_served": w.sessions_served,
-                "restarts": w.restarts,
-                "process_id": w.process_id,
-                "last_error": w.last_error,
-            })
+            }
+            row
         })
         .collect();
     let tickets: Vec<_> = tickets
@@ -98,42 +74,8 @@ pub(super) async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_we
             })
         })
         .collect();
-    // A replica of a cluster serves the nodes' workers: every one of them, as the store has them.
-    let cluster = cluster.map(|c| {
-        workers.extend(c.view.slots.iter().map(|s| {
-            let state = match s.state {
-                SlotState::Free => "idle",
-                SlotState::Assigned => "reserved",
-                SlotState::Busy => "busy",
-                SlotState::Down => "failed",
-            };
-            let here = lent.get(s.slot.as_str());
-            let failure = match here.map(|w| &w.state) {
-                Some(WorkerState::Failed { reason, .. }) if state == "failed" => Some(reason.as_str()),
-                _ => (state == "failed").then_some("its backend is not open on its node"),
-            };
-            let (session, dialect, transport) = match here.map(|w| &w.state) {
-                Some(WorkerState::Busy { session, dialect, transport, .. }) => {
-                    (Some(session.as_str()), *dialect, *transport)
-                }
-                _ => (None, None, None),
-            };
-            json!({
-                "name": s.slot,
-                "node": s.node,
-                "modes": s.modes.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
-                "state": state,
-                "failure": failure,
-                "session": session,
-                "mode": s.busy.map(|(m, _)| m.as_str()),
-                "dialect": dialect,
-                "transport": transport,
-                "sessions_served": here.map(|w| w.sessions_served),
-                "last_error": here.and_then(|w| w.last_error.as_deref()),
-            })
-        }));
-        json!({"replica": c.replica, "store": if c.store_up { "up" } else { "unreachable" }})
-    });
+    let cluster =
+        status.cluster.map(|c| json!({"replica": c.replica, "store": if c.store_up { "up" } else { "unreachable" }}));
     let active: serde_json::Map<String, serde_json::Value> =
         Mode::ALL.iter().map(|m| (m.as_str().to_string(), json!(gw.registry.active(*m)))).collect();
     Ok(private(HttpResponse::Ok().json(json!({

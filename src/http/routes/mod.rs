@@ -4,8 +4,7 @@
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
-use omni_actors::pool::messages::PoolSnapshot;
-use omni_actors::pool::messages::WorkerState;
+use omni_actors::status::StatusQuery;
 use serde_json::json;
 
 use crate::http::Gateway;
@@ -49,48 +48,20 @@ async fn healthz() -> HttpResponse {
 /// those, and says plainly when none is up. Public, as `/healthz` (it names no worker).
 async fn modes(gw: web::Data<Gateway>) -> HttpResponse {
     use omni_actors::domain::Mode;
-    // Each worker's modes, and whether it is up (opened and not failed).
-    let workers: Vec<(Vec<Mode>, bool)> = match &gw.cluster {
-        Some(cluster) => match cluster.send(omni_actors::queue::messages::ClusterStatusQuery).await {
-            Ok(c) => c
-                .view
-                .slots
-                .iter()
-                .map(|s| (s.modes.clone(), s.state != omni_actors::edge::coordinator::SlotState::Down))
-                .collect(),
-            Err(_) => Vec::new(),
-        },
-        None => match gw.pool.snapshot.send(PoolSnapshot).await {
-            Ok(ws) => ws
-                .iter()
-                .map(|w| (w.modes.clone(), !matches!(w.state, WorkerState::Failed { .. } | WorkerState::Starting)))
-                .collect(),
-            Err(_) => Vec::new(),
-        },
-    };
+    let status = gw.status.send(StatusQuery).await.unwrap_or_default();
     let mut out = serde_json::Map::new();
     for mode in Mode::ALL {
-        let of_mode: Vec<bool> = workers.iter().filter(|(m, _)| m.contains(&mode)).map(|(_, up)| *up).collect();
-        out.insert(mode.as_str().to_string(), json!({"served": !of_mode.is_empty(), "up": of_mode.iter().any(|u| *u)}));
+        let (served, up) = status.mode(mode);
+        out.insert(mode.as_str().to_string(), json!({"served": served, "up": up}));
     }
     // Whether the page may call over WebRTC (`[webrtc] enabled`).
     HttpResponse::Ok().json(json!({"modes": out, "webrtc": gw.calls.is_some()}))
 }
 
+/// Ready: some worker can serve (a replica: and it reaches its store), and the server is not
+/// stopping.
 async fn readyz(gw: web::Data<Gateway>) -> HttpResponse {
-    let ready = match &gw.cluster {
-        // A replica: it reaches the store, and some node's worker can serve.
-        Some(cluster) => match cluster.send(omni_actors::queue::messages::ClusterStatusQuery).await {
-            Ok(c) => {
-                c.store_up && c.view.slots.iter().any(|s| s.state != omni_actors::edge::coordinator::SlotState::Down)
-            }
-            Err(_) => false,
-        },
-        None => match gw.pool.snapshot.send(PoolSnapshot).await {
-            Ok(workers) => workers.iter().any(|w| !matches!(w.state, WorkerState::Failed { .. })),
-            Err(_) => false,
-        },
-    };
+    let ready = gw.status.send(StatusQuery).await.is_ok_and(|s| s.ready());
     if ready && !gw.registry.shutting_down() {
         HttpResponse::Ok().json(json!({"status": "ready"}))
     } else {

@@ -1,5 +1,5 @@
 //! The Lender: which of the node's workers is lent to which gateway link. It is the node's
-//! pool's queue: the WorkerPoolActor tells it through a [`WorkerFeed`] which workers are open
+//! pool's queue: the WorkerPoolActor tells it ([`WorkerReport`]) which workers are open
 //! (and so free) or not, exactly as it tells a gateway's queue. A link borrows a worker by name
 //! ([`Borrow`]) and gives it back when it ends ([`GiveBack`]); the worker's BackendActor resets
 //! it meanwhile, and the next link's calls wait behind the reset. In a cluster the lender also
@@ -11,14 +11,13 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use omni_actors::domain::Mode;
-use omni_actors::queue::messages::{
-    LendFailed, LentOpened, SessionFinished, WorkerDown, WorkerIdle, WorkerJoined, WorkerModes, WorkerStarting,
-};
+use omni_actors::queue::messages::WorkerReport;
 use omni_actors::worker::messages::WorkerLink;
 
 use super::cluster::{Cluster, Offers};
 use super::messages::{Borrow, Describe, GiveBack, Lent, Push, Refusal, Standby, StandbyEnded};
-use crate::link::wire::{Availability, NodeWorker};
+use crate::link::wire::NodeWorker;
+use omni_actors::status::WorkerStatus;
 
 /// One of the node's workers, as the lender sees it.
 pub(super) struct Lendable {
@@ -86,13 +85,27 @@ impl Actor for Lender {
     type Context = Context<Self>;
 }
 
-impl Handler<WorkerIdle> for Lender {
+impl Handler<WorkerReport> for Lender {
     type Result = ();
-    fn handle(&mut self, msg: WorkerIdle, ctx: &mut Context<Self>) {
-        let i = msg.link.id;
+    /// Its workers opening and failing; the rest of the pool's news means nothing to a node:
+    /// its workers are all configured, lent by name, and session lengths are measured here.
+    fn handle(&mut self, report: WorkerReport, ctx: &mut Context<Self>) {
+        match report {
+            WorkerReport::Idle(link) => self.idle(link, ctx),
+            WorkerReport::Starting { worker, reason } | WorkerReport::Down { worker, reason } => {
+                self.closed(worker, Some(reason))
+            }
+            WorkerReport::Modes { .. } | WorkerReport::Joined { .. } | WorkerReport::Finished { .. } => {}
+        }
+    }
+}
+
+impl Lender {
+    fn idle(&mut self, link: WorkerLink, ctx: &mut Context<Self>) {
+        let i = link.id;
         let Some(w) = self.workers.get_mut(i) else { return };
         let opened = w.worker.is_none();
-        w.worker = Some(msg.link);
+        w.worker = Some(link);
         w.failure = None;
         if opened {
             log::info!("worker {}: ready", w.name);
@@ -102,9 +115,7 @@ impl Handler<WorkerIdle> for Lender {
             self.freed(i, ctx);
         }
     }
-}
 
-impl Lender {
     fn closed(&mut self, i: usize, failure: Option<String>) {
         if let Some(w) = self.workers.get_mut(i) {
             w.worker = None;
@@ -114,32 +125,6 @@ impl Lender {
         }
     }
 }
-
-impl Handler<WorkerStarting> for Lender {
-    type Result = ();
-    fn handle(&mut self, msg: WorkerStarting, _: &mut Context<Self>) {
-        self.closed(msg.worker, msg.reason);
-    }
-}
-
-impl Handler<WorkerDown> for Lender {
-    type Result = ();
-    fn handle(&mut self, msg: WorkerDown, _: &mut Context<Self>) {
-        self.closed(msg.worker, Some(msg.reason));
-    }
-}
-
-/// The rest of the pool's feed means nothing to a node: its workers are all configured, lent
-/// by name, and session lengths are measured here.
-macro_rules! ignored {
-    ($($message:ty),*) => {$(
-        impl Handler<$message> for Lender {
-            type Result = ();
-            fn handle(&mut self, _: $message, _: &mut Context<Self>) {}
-        }
-    )*};
-}
-ignored!(WorkerModes, WorkerJoined, SessionFinished, LentOpened, LendFailed);
 
 impl Handler<Borrow> for Lender {
     type Result = Result<Lent, Refusal>;
@@ -215,17 +200,17 @@ impl Handler<Describe> for Lender {
                 .iter()
                 .map(|w| {
                     let state = match (&w.worker, w.attached, &w.failure) {
-                        (Some(_), Some(_), _) => Availability::Attached,
-                        (Some(_), None, _) => Availability::Ready,
-                        (None, _, Some(_)) => Availability::Failed,
-                        (None, _, None) => Availability::Starting,
+                        (Some(_), Some(_), _) => WorkerStatus::Busy,
+                        (Some(_), None, _) => WorkerStatus::Idle,
+                        (None, _, Some(_)) => WorkerStatus::Failed,
+                        (None, _, None) => WorkerStatus::Starting,
                     };
                     NodeWorker {
                         name: w.name.clone(),
                         modes: w.modes.clone(),
                         backend: w.backend.clone(),
                         state,
-                        reason: w.failure.clone().filter(|_| state == Availability::Failed),
+                        reason: w.failure.clone().filter(|_| state == WorkerStatus::Failed),
                     }
                 })
                 .collect(),

@@ -138,7 +138,7 @@ impl GatewayLink {
     fn send_attach(&mut self, ctx: &mut Context<Self>) {
         let Phase::Attaching { worker, .. } = &self.phase else { return };
         let reply = Delivery::new(ctx.address().recipient(), Lost::Attach);
-        worker.port.attach.do_send(Attach { key: self.id, label: self.gateway.clone(), mode: self.mode, reply });
+        worker.port.link.attach.do_send(Attach { key: self.id, label: self.gateway.clone(), mode: self.mode, reply });
     }
 
     /// The worker is this link's: the gateway is told, and its calls are served.
@@ -172,11 +172,11 @@ impl GatewayLink {
         };
         let port = &worker.port;
         match call {
-            ToHost::Interrupt => port.control.do_send(Control::Interrupt { key: self.id }),
-            ToHost::ForceListen(on) => port.control.do_send(Control::ForceListen { key: self.id, on }),
+            ToHost::Interrupt => port.link.control.do_send(Control::Interrupt { key: self.id }),
+            ToHost::ForceListen(on) => port.link.control.do_send(Control::ForceListen { key: self.id, on }),
             call => {
                 let writer = self.writer.clone();
-                port.run.do_send(Run {
+                port.link.run.do_send(Run {
                     key: self.id,
                     call: Box::new(move |backend| {
                         let value = crate::backend::host::serve(backend, call);
@@ -233,7 +233,7 @@ impl Actor for GatewayLink {
             }
             Phase::Serving { worker } => worker,
         };
-        worker.port.detach.do_send(Detach { key: self.id, ended: Instant::now() });
+        worker.port.link.detach.do_send(Detach { key: self.id, ended: Instant::now() });
         self.lender.give_back.do_send(GiveBack { worker: worker.name.clone(), link: self.id, why });
     }
 }
@@ -256,7 +256,7 @@ impl StreamHandler<Result<BytesMut, std::io::Error>> for GatewayLink {
             (Phase::Serving { .. }, ToNode::Call(call)) => self.call(call, ctx),
             (Phase::Serving { worker }, ToNode::Terminate) => {
                 log::warn!("node: worker {}: the gateway ended its backend (its step watchdog)", worker.name);
-                worker.port.control.do_send(Control::Terminate { key: self.id });
+                worker.port.link.control.do_send(Control::Terminate { key: self.id });
             }
             (Phase::Standby { .. }, other) => {
                 let why = format!("unexpected message {} on a link kept open for grants", other.kind());

@@ -16,7 +16,7 @@ use actix::prelude::*;
 use omni_actors::observe::events::Subscribers;
 use omni_actors::pool::WorkerPoolActor;
 use omni_actors::pool::messages::ShutdownPool;
-use omni_actors::queue::messages::WorkerFeed;
+use omni_actors::queue::messages::QueueFeed;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -89,7 +89,8 @@ pub fn run(config: Config) -> Result<(), NodeError> {
         let lender = lender_context.address();
         let start = omni_actors::worker::starter(super::backend_limits(&config));
         // A node publishes no session events: its gateways do.
-        let pool = WorkerPoolActor::new(setups, WorkerFeed::of(&lender), start, Subscribers::default()).start();
+        let feed = QueueFeed::Owned(lender.clone().recipient());
+        let pool = WorkerPoolActor::new(setups, feed, start, Subscribers::default()).start();
         lender_context.run(Lender::new(lendable));
         let mut addrs = Vec::new();
         let door = Door {

@@ -11,14 +11,12 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use super::messages::{
-    Cancel, Claim, ClusterStatus, ClusterStatusQuery, GrantPushed, Join, Leave, LendFailed, LentOpened, QueueSnapshot,
-    SessionFinished, WorkerDown, WorkerIdle, WorkerJoined, WorkerModes, WorkerStarting,
-};
+use super::messages::{Cancel, Claim, GrantPushed, Join, Leave, LendReport, QueueSnapshot};
 use crate::edge::coordinator::{ClusterError, ClusterView, Coordinator, Grant};
 use crate::observe::metrics;
 use crate::pool::messages::{GiveBack, Lend, PoolPort};
 use crate::session::messages::QueueNotice;
+use crate::status::{ClusterStatus, ServerStatus, StatusQuery};
 use crate::worker::Opener;
 
 mod state;
@@ -253,44 +251,32 @@ impl Handler<QueueSnapshot> for ClusterQueueActor {
     }
 }
 
-impl Handler<ClusterStatusQuery> for ClusterQueueActor {
-    type Result = MessageResult<ClusterStatusQuery>;
-    fn handle(&mut self, _: ClusterStatusQuery, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(ClusterStatus {
-            replica: self.state.replica().to_string(),
-            store_up: self.state.store_up(),
-            view: self.state.view().clone(),
-        })
+impl Handler<StatusQuery> for ClusterQueueActor {
+    type Result = ResponseActFuture<Self, ServerStatus>;
+    /// Every node's worker as the store has it, with what this replica knows of those it was
+    /// lent (their sessions here, their counters and failures).
+    fn handle(&mut self, _: StatusQuery, _: &mut Context<Self>) -> Self::Result {
+        let lent = self.pool.status.send(StatusQuery);
+        Box::pin(lent.into_actor(self).map(|lent, act, _| {
+            let lent = lent.map(|s| s.workers).unwrap_or_default();
+            let cluster = ClusterStatus { replica: act.state.replica().to_string(), store_up: act.state.store_up() };
+            ServerStatus { workers: state::rows(act.state.view(), &lent), cluster: Some(cluster) }
+        }))
     }
 }
 
-impl Handler<LentOpened> for ClusterQueueActor {
+impl Handler<LendReport> for ClusterQueueActor {
     type Result = ();
-    fn handle(&mut self, msg: LentOpened, ctx: &mut Context<Self>) {
-        match self.state.lent(msg.ticket, msg.link.id) {
-            Ok((ticket, to)) => to.do_send(QueueNotice::Assigned { ticket, worker: msg.link }),
-            Err(effects) => self.apply(effects, ctx),
+    fn handle(&mut self, report: LendReport, ctx: &mut Context<Self>) {
+        match report {
+            LendReport::Opened { ticket, link } => match self.state.lent(ticket, link.id) {
+                Ok((ticket, to)) => to.do_send(QueueNotice::Assigned { ticket, worker: link }),
+                Err(effects) => self.apply(effects, ctx),
+            },
+            LendReport::Failed { ticket, reason } => {
+                let effects = self.state.lend_failed(ticket, &reason);
+                self.apply(effects, ctx);
+            }
         }
     }
 }
-
-impl Handler<LendFailed> for ClusterQueueActor {
-    type Result = ();
-    fn handle(&mut self, msg: LendFailed, ctx: &mut Context<Self>) {
-        let effects = self.state.lend_failed(msg.ticket, &msg.reason);
-        self.apply(effects, ctx);
-    }
-}
-
-/// A replica has no workers of its own: the pool's feed about them never comes. The nodes'
-/// workers it is lent come through [`LentOpened`] and [`LendFailed`]; session lengths reach the
-/// store through the nodes' offers.
-macro_rules! ignored {
-    ($($message:ty),*) => {$(
-        impl Handler<$message> for ClusterQueueActor {
-            type Result = ();
-            fn handle(&mut self, _: $message, _: &mut Context<Self>) {}
-        }
-    )*};
-}
-ignored!(WorkerIdle, WorkerStarting, WorkerDown, WorkerModes, WorkerJoined, SessionFinished);

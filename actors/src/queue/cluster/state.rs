@@ -29,6 +29,32 @@ use crate::edge::coordinator::{Beat, ClusterError, ClusterView, Enqueued, Grant,
 use crate::protocol::{ProtocolError, QueueInfo};
 use crate::queue::pacer::{Batch, Pacer};
 use crate::queue::state::{Availability, ModeSet, QueueState, TicketId, TicketStatus, WorkerId};
+use crate::status::{WorkerRow, WorkerStatus};
+
+/// Every node's worker as the store has it, in the one vocabulary, with what this replica's
+/// pool knows of those it was lent (`lent`, by name: their sessions here, counters, failures).
+pub(crate) fn rows(view: &ClusterView, lent: &[WorkerRow]) -> Vec<WorkerRow> {
+    view.slots
+        .iter()
+        .map(|s| {
+            let here = lent.iter().find(|w| w.name == s.slot);
+            let state = WorkerStatus::from(s.state);
+            let mut row = here.cloned().unwrap_or_else(|| WorkerRow::new(s.slot.clone(), Vec::new(), state));
+            // The session is this replica's only while the worker is busy with it here.
+            if !(state == WorkerStatus::Busy && row.state == WorkerStatus::Busy) {
+                row.conn = None;
+            }
+            row.failure = (state == WorkerStatus::Failed).then(|| {
+                here.and_then(|h| h.failure.clone()).unwrap_or_else(|| "its backend is not open on its node".into())
+            });
+            row.node = Some(s.node.clone());
+            row.modes = s.modes.clone();
+            row.state = state;
+            row.mode = s.busy.map(|(mode, _)| mode);
+            row
+        })
+        .collect()
+}
 
 /// The queue's rules over a view of the store, for ETAs: the waiting tickets (not the granted
 /// ones) and every live slot; `typical` fills averages the store has not learnt yet.
