@@ -59,7 +59,7 @@ fn main() -> ExitCode {
             let file = cli.config.display();
             omni_gateway::vad::check(&config.vad).map_err(|e| format!("{file}: {e}"))?;
             if let Some(t) = &config.transcription {
-                omni_gateway::transcription::check(t).map_err(|e| format!("{file}: {e}"))?;
+                omni_gateway::transcription::check(t).map_err(|e| format!("{file}: transcription: {e}"))?;
             }
             Ok(config)
         }) {
@@ -149,7 +149,7 @@ fn check_config(path: &std::path::Path) -> ExitCode {
         match omni_gateway::transcription::check(t) {
             Ok(()) => println!("{file}: transcription: Whisper ({}) loads and runs", t.model.display()),
             Err(e) => {
-                eprintln!("{file}: {e}");
+                eprintln!("{file}: transcription: {e}");
                 failed = true;
             }
         }

@@ -38,39 +38,46 @@ impl HostNeeds {
     }
 
     /// Refuses what the limits cannot hold, saying which limit and how to raise it.
-    pub fn check(&self, max_map_count: Option<usize>, max_tasks: Option<usize>) -> Result<(), String> {
+    pub fn check(&self, max_map_count: Option<usize>, max_tasks: Option<usize>) -> Result<(), HostLimit> {
         if let Some(max) = max_map_count
             && self.mappings > max
         {
-            return Err(format!(
-                "workers: {} workers with threads of their own need about {} memory mappings ({} per worker: {} \
-                 threads, each with a stack, a signal stack and their guard pages), and this host allows \
-                 vm.max_map_count = {max}. Raise it (sysctl -w vm.max_map_count={}) or run fewer workers \
-                 (unpaced reference workers need none: they have no thread)",
-                self.own_threads,
-                self.mappings,
-                THREADS_PER_WORKER * MAPPINGS_PER_THREAD,
-                THREADS_PER_WORKER,
-                self.mappings.next_power_of_two()
-            ));
+            return Err(HostLimit::Mappings { workers: self.own_threads, mappings: self.mappings, max });
         }
         if let Some(max) = max_tasks
             && self.tasks > max
         {
-            return Err(format!(
-                "workers: {} workers with threads of their own need about {} threads, and this process may run \
-                 {max} (its cgroup's pids.max: TasksMax= in a systemd unit, pids_limit in compose). Raise it or \
-                 run fewer workers",
-                self.own_threads, self.tasks
-            ));
+            return Err(HostLimit::Tasks { workers: self.own_threads, tasks: self.tasks, max });
         }
         Ok(())
     }
 }
 
+/// A limit of this host the workers would pass, and how to raise it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostLimit {
+    /// More memory mappings than `vm.max_map_count`.
+    #[error(
+        "workers: {workers} workers with threads of their own need about {mappings} memory mappings ({per_worker} per \
+         worker: {THREADS_PER_WORKER} threads, each with a stack, a signal stack and their guard pages), and this host \
+         allows vm.max_map_count = {max}. Raise it (sysctl -w vm.max_map_count={raise}) or run fewer workers \
+         (unpaced reference workers need none: they have no thread)",
+        per_worker = THREADS_PER_WORKER * MAPPINGS_PER_THREAD,
+        raise = mappings.next_power_of_two()
+    )]
+    Mappings { workers: usize, mappings: usize, max: usize },
+    /// More threads than the process's cgroup allows.
+    #[error(
+        "workers: {workers} workers with threads of their own need about {tasks} threads, and this process may run \
+         {max} (its cgroup's pids.max: TasksMax= in a systemd unit, pids_limit in compose). Raise it or run fewer \
+         workers"
+    )]
+    Tasks { workers: usize, tasks: usize, max: usize },
+}
+
 /// The configuration's workers against this host's limits. `inline`: quick workers run on
 /// their BackendActor's arbiter (a gateway); a node gives every worker its threads.
-pub fn check(config: &Config, inline: bool) -> Result<(), String> {
+pub fn check(config: &Config, inline: bool) -> Result<(), HostLimit> {
     HostNeeds::of(&config.workers, inline).check(max_map_count(), max_tasks())
 }
 
@@ -101,7 +108,7 @@ mod tests {
     #[test]
     fn workers_past_the_mapping_limit_are_refused_with_the_limit_named() {
         assert_eq!(needs(7_000).check(Some(65_530), None), Ok(()));
-        let e = needs(10_000).check(Some(65_530), None).unwrap_err();
+        let e = needs(10_000).check(Some(65_530), None).unwrap_err().to_string();
         assert!(e.contains("10000 workers") && e.contains("82000 memory mappings"), "{e}");
         assert!(e.contains("vm.max_map_count = 65530") && e.contains("sysctl -w vm.max_map_count=131072"), "{e}");
     }
@@ -109,7 +116,7 @@ mod tests {
     #[test]
     fn workers_past_the_cgroup_task_limit_are_refused() {
         assert_eq!(needs(1_000).check(None, Some(15_000)), Ok(()));
-        let e = needs(7_000).check(None, Some(14_000)).unwrap_err();
+        let e = needs(7_000).check(None, Some(14_000)).unwrap_err().to_string();
         assert!(e.contains("14064 threads") && e.contains("pids.max"), "{e}");
         // A small cgroup holds a gateway whose workers have no thread of their own.
         assert_eq!(needs(0).check(None, Some(100)), Ok(()));

@@ -90,19 +90,19 @@ fn sentinel_url(address: &str) -> String {
 }
 
 fn store_error(e: redis::RedisError) -> ClusterError {
-    ClusterError(e.to_string())
+    ClusterError::Unreachable(e.to_string())
 }
 
 fn bad(what: &str) -> ClusterError {
-    ClusterError(format!("unexpected answer to {what}"))
+    ClusterError::Unexpected(format!("answer to {what}"))
 }
 
 fn mode(s: &str) -> Result<Mode, ClusterError> {
-    Mode::from_str(s).map_err(|_| ClusterError(format!("unknown mode '{s}' in the store")))
+    Mode::from_str(s).map_err(|_| ClusterError::Unexpected(format!("mode '{s}' in the store")))
 }
 
 fn ticket(s: &str) -> Result<TicketId, ClusterError> {
-    s.parse().map_err(|_| ClusterError(format!("bad ticket number '{s}' in the store")))
+    s.parse().map_err(|_| ClusterError::Unexpected(format!("ticket number '{s}' in the store")))
 }
 
 /// A grant as the scripts write it: `seq slot addr nonce mode sig`.
@@ -208,12 +208,9 @@ impl RedisStore {
     async fn client(&self) -> Result<redis::Client, ClusterError> {
         match &self.target {
             Target::Direct(client) => Ok(client.clone()),
-            Target::Sentinel(sentinels) => sentinels
-                .lock()
-                .await
-                .async_get_client()
-                .await
-                .map_err(|e| ClusterError(format!("no master from the Sentinels: {e}"))),
+            Target::Sentinel(sentinels) => {
+                sentinels.lock().await.async_get_client().await.map_err(|e| ClusterError::NoMaster(e.to_string()))
+            }
         }
     }
 

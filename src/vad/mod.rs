@@ -32,11 +32,19 @@ pub fn energy() -> SharedDetectors {
     Arc::new(Energy)
 }
 
+/// Why the configured detector cannot run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VadError {
+    /// Silero VAD's model (or ONNX Runtime) does not load or run: its error.
+    #[error("vad: {0}")]
+    Silero(String),
+}
+
 /// Loads the engine's model and runs it once (`serve` and `check-config` refuse a model that
 /// does not load, rather than every session finding out).
-pub fn check(spec: &VadSpec) -> Result<(), String> {
+pub fn check(spec: &VadSpec) -> Result<(), VadError> {
     match spec {
         VadSpec::Energy => Ok(()),
-        VadSpec::Silero(model) => model.check().map_err(|e| format!("vad: {e}")),
+        VadSpec::Silero(model) => model.check().map_err(VadError::Silero),
     }
 }

@@ -7,6 +7,7 @@
 //!   `sdk_clients`, `fidelity` (each documented behaviour), `docs` (the docs match the server);
 //! - limits and abuse: `bounds`, `hostile`, `security`, `fuzz_decoders`, `allocations`;
 //! - operating it: `operations`, `cli`, `tools`, `extending` (subscribers, usage, webhooks);
+//! - the house rules the compiler does not keep: `house_rules`;
 //! - backends: `backend_abi`, `isolation`, `minicpmo_worker`, `cascade` (the CPU model);
 //! - roles: `nodes`, `cluster` (replicas on Redis);
 //! - WebRTC calls: `webrtc` (aiortc); a second audio edge written in the test: `pcm_edge`;
@@ -26,6 +27,7 @@ mod extending;
 mod fidelity;
 mod fuzz_decoders;
 mod hostile;
+mod house_rules;
 mod isolation;
 mod legacy;
 mod minicpmo_worker;

@@ -689,7 +689,12 @@ impl Handler<Transcribed> for SessionActor {
         if self.end.is_some() {
             return;
         }
-        let result = t.result.as_deref().map_err(String::as_str);
+        let why = t.result.as_ref().err().map(ToString::to_string);
+        let result = match (&t.result, &why) {
+            (Ok(text), _) => Ok(text.as_str()),
+            (Err(_), Some(why)) => Err(why.as_str()),
+            (Err(_), None) => Err(""),
+        };
         self.emit(Outbound::UserTranscript { item_id: &t.item_id, result });
         self.dialect_commands(ctx);
     }

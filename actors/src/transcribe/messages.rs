@@ -2,6 +2,8 @@
 
 use actix::prelude::*;
 
+use crate::edge::transcriber::TranscriptionError;
+
 /// Transcribe a user item's audio; the answer goes to `reply`.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -19,5 +21,5 @@ pub struct Transcribe {
 #[rtype(result = "()")]
 pub struct Transcribed {
     pub item_id: String,
-    pub result: Result<String, String>,
+    pub result: Result<String, TranscriptionError>,
 }

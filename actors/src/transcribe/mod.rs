@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use actix::prelude::*;
 
-use crate::edge::transcriber::{OpenTranscriber, Transcriber};
+use crate::edge::transcriber::{OpenTranscriber, Transcriber, TranscriptionError};
 
 mod backlog;
 pub mod messages;
@@ -22,10 +22,10 @@ use messages::{Transcribe, Transcribed};
 /// Longest audio transcribed: Whisper hears at most 30 s at once.
 pub const MAX_SECONDS: usize = 30;
 
-/// What sessions hold to reach the actor.
+/// What sessions hold to reach the recognisers: where jobs go, and the bound they pass first.
 #[derive(Clone)]
 pub struct TranscriptionPort {
-    addr: Addr<TranscriptionActor>,
+    transcribe: Recipient<Transcribe>,
     backlog: Arc<Backlog>,
 }
 
@@ -38,25 +38,25 @@ impl TranscriptionPort {
             transcriber: open(),
             backlog: shared.clone(),
         });
-        TranscriptionPort { addr, backlog }
+        TranscriptionPort { transcribe: addr.recipient(), backlog }
     }
 
     /// Hands a job to a recogniser, or answers it at once when the backlog is full.
     pub fn submit(&self, mut job: Transcribe) {
         if let Err(taken) = self.backlog.admit() {
             log::warn!("session {}: transcription of {} refused: {taken} waiting", job.session, job.item_id);
-            let why = format!("the gateway's transcription is behind ({taken} items waiting); this one is skipped");
-            job.reply.do_send(Transcribed { item_id: job.item_id, result: Err(why) });
+            let result = Err(TranscriptionError::Behind { waiting: taken });
+            job.reply.do_send(Transcribed { item_id: job.item_id, result });
             return;
         }
         job.audio.truncate(MAX_SECONDS * 16000);
-        self.addr.do_send(job);
+        self.transcribe.do_send(job);
     }
 }
 
 pub struct TranscriptionActor {
     /// This thread's recogniser, or why it could not open.
-    transcriber: Result<Box<dyn Transcriber>, String>,
+    transcriber: Result<Box<dyn Transcriber>, TranscriptionError>,
     backlog: Arc<Backlog>,
 }
 
@@ -71,7 +71,7 @@ impl Handler<Transcribe> for TranscriptionActor {
         let started = Instant::now();
         let result = match &mut self.transcriber {
             Ok(t) => t.transcribe(&job.audio),
-            Err(why) => Err(format!("the recogniser did not open: {why}")),
+            Err(why) => Err(why.clone()),
         };
         self.backlog.done();
         match &result {

@@ -25,10 +25,19 @@ use crate::ids::TicketId;
 #[cfg(any(test, feature = "testing"))]
 pub mod memory;
 
-/// The store cannot be reached or answered nonsense.
+/// Why a call to the cluster's store failed.
 #[derive(Debug, Clone, Error, PartialEq)]
-#[error("the cluster's store: {0}")]
-pub struct ClusterError(pub String);
+pub enum ClusterError {
+    /// The store cannot be reached, or refused the call (its error).
+    #[error("the cluster's store: {0}")]
+    Unreachable(String),
+    /// The store answered something this server cannot read (what, and what it was).
+    #[error("the cluster's store: unexpected {0}")]
+    Unexpected(String),
+    /// No master for the store: the Sentinels named none (their error).
+    #[error("the cluster's store: no master from the Sentinels: {0}")]
+    NoMaster(String),
+}
 
 pub type ClusterFuture<T> = Pin<Box<dyn Future<Output = Result<T, ClusterError>> + Send>>;
 

@@ -38,30 +38,48 @@ struct Offer {
     session: Option<Value>,
 }
 
+/// Why a request's offer cannot be read.
+#[derive(Debug, thiserror::Error)]
+enum OfferError {
+    /// The body (or a part of the form) could not be read: which, and why.
+    #[error("{0}: {1}")]
+    Read(String, String),
+    #[error("{0} is over {MAX_PART_BYTES} bytes")]
+    TooLarge(String),
+    #[error("{0} is not UTF-8")]
+    NotText(&'static str),
+    #[error("the form has more than {MAX_PARTS} parts")]
+    TooManyParts,
+    #[error("session is not a JSON object{0}")]
+    NotAnObject(String),
+    #[error("the form has no 'sdp' part")]
+    NoSdp,
+}
+
 /// Reads the body, at most `limit` bytes.
-async fn read_limited(
-    mut body: impl futures_util::Stream<Item = Result<web::Bytes, String>> + Unpin,
+async fn read_limited<E: std::fmt::Display>(
+    mut body: impl futures_util::Stream<Item = Result<web::Bytes, E>> + Unpin,
     what: &str,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, OfferError> {
     let mut bytes = Vec::new();
     while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| format!("{what}: {e}"))?;
+        let chunk = chunk.map_err(|e| OfferError::Read(what.to_string(), e.to_string()))?;
         if bytes.len() + chunk.len() > MAX_PART_BYTES {
-            return Err(format!("{what} is over {MAX_PART_BYTES} bytes"));
+            return Err(OfferError::TooLarge(what.to_string()));
         }
         bytes.extend_from_slice(&chunk);
     }
     Ok(bytes)
 }
 
-fn text(bytes: Vec<u8>, what: &str) -> Result<String, String> {
-    String::from_utf8(bytes).map_err(|_| format!("{what} is not UTF-8"))
+fn text(bytes: Vec<u8>, what: &'static str) -> Result<String, OfferError> {
+    String::from_utf8(bytes).map_err(|_| OfferError::NotText(what))
 }
 
-async fn offer_of(req: &HttpRequest, payload: web::Payload) -> Result<Offer, String> {
+async fn offer_of(req: &HttpRequest, payload: web::Payload) -> Result<Offer, OfferError> {
     let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !content_type.starts_with("multipart/form-data") {
-        let body = read_limited(payload.map(|c| c.map_err(|e| e.to_string())), "the offer").await?;
+        let body = read_limited(payload, "the offer").await?;
         return Ok(Offer { sdp: text(body, "the offer")?, session: None });
     }
     let mut form = actix_multipart::Multipart::new(req.headers(), payload);
@@ -70,25 +88,25 @@ async fn offer_of(req: &HttpRequest, payload: web::Payload) -> Result<Offer, Str
     while let Some(field) = form.next().await {
         parts += 1;
         if parts > MAX_PARTS {
-            return Err(format!("the form has more than {MAX_PARTS} parts"));
+            return Err(OfferError::TooManyParts);
         }
-        let field = field.map_err(|e| format!("the form: {e}"))?;
+        let field = field.map_err(|e| OfferError::Read("the form".into(), e.to_string()))?;
         let name = field.name().unwrap_or("").to_string();
-        let bytes = read_limited(field.map(|c| c.map_err(|e| e.to_string())), &format!("the form's '{name}'")).await?;
+        let bytes = read_limited(field, &format!("the form's '{name}'")).await?;
         match name.as_str() {
             "sdp" => sdp = Some(text(bytes, "sdp")?),
             "session" => {
                 let value: Value =
-                    serde_json::from_slice(&bytes).map_err(|e| format!("session is not a JSON object: {e}"))?;
+                    serde_json::from_slice(&bytes).map_err(|e| OfferError::NotAnObject(format!(": {e}")))?;
                 if !value.is_object() {
-                    return Err("session is not a JSON object".into());
+                    return Err(OfferError::NotAnObject(String::new()));
                 }
                 session = Some(value);
             }
             _ => {}
         }
     }
-    Ok(Offer { sdp: sdp.ok_or("the form has no 'sdp' part")?, session })
+    Ok(Offer { sdp: sdp.ok_or(OfferError::NoSdp)?, session })
 }
 
 /// The model a call asks for: `?model=`, else the form's session's, else the client secret's,
@@ -118,7 +136,7 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
     };
     let offer = match offer_of(&req, payload).await {
         Ok(o) => o,
-        Err(why) => return bad_request(why),
+        Err(why) => return bad_request(why.to_string()),
     };
     let secret = key.untaken_secret.clone();
     let model = model_of(&gw, query.get("model"), [offer.session.as_ref(), key.session.as_ref()]);

@@ -18,10 +18,13 @@ use crate::http::Gateway;
 use crate::http::auth::{self, Denied};
 use crate::transport::admission::{Caller, Refusal};
 
+/// A request's query parameters.
+type Query = HashMap<String, String>;
+
 // An early-return HTTP answer; boxing it would only move the allocation.
 #[allow(clippy::result_large_err)]
-fn query_of(req: &HttpRequest) -> Result<HashMap<String, String>, HttpResponse> {
-    web::Query::<HashMap<String, String>>::from_query(req.query_string())
+fn query_of(req: &HttpRequest) -> Result<Query, HttpResponse> {
+    web::Query::<Query>::from_query(req.query_string())
         .map(|q| q.into_inner())
         .map_err(|e| http_error(StatusCode::BAD_REQUEST, "invalid_payload", format!("bad query string: {e}")))
 }
