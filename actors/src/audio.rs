@@ -17,6 +17,7 @@ use rubato::{
 /// Sample rates a client may declare (Hz). Outside this range no real client sends audio;
 /// the resampler's buffers grow with the rate, so nothing outside it is ever accepted.
 pub const MIN_RATE: u32 = 8_000;
+/// The highest sample rate a client may declare (Hz).
 pub const MAX_RATE: u32 = 192_000;
 /// Most channels a client's WAV may have.
 pub const MAX_CHANNELS: u16 = 8;
@@ -38,18 +39,30 @@ impl AudioLimits {
 /// Why a client's audio is refused (the text goes into an `invalid_payload` naming the field).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum AudioError {
+    /// A sample rate outside [`MIN_RATE`]..[`MAX_RATE`] Hz: the rate declared.
     #[error("sample rate {0} Hz is outside {MIN_RATE}..{MAX_RATE} Hz")]
     Rate(u64),
+    /// The bytes are not a WAV file `hound` reads: its reason.
     #[error("not a PCM WAV file ({0})")]
     NotWav(String),
+    /// More channels than [`MAX_CHANNELS`]: the count declared.
     #[error("{0} channels; at most {MAX_CHANNELS} are accepted")]
     Channels(u16),
+    /// The clip is longer than [`AudioLimits::max_seconds`].
     #[error("{seconds:.1} s of audio; at most {max} s are accepted")]
-    TooLong { seconds: f64, max: f64 },
+    TooLong {
+        /// How long the clip is, in seconds.
+        seconds: f64,
+        /// The longest accepted ([`AudioLimits::max_seconds`]), in seconds.
+        max: f64,
+    },
+    /// The WAV's samples could not be read (a truncated or corrupt file): the reason.
     #[error("cannot read the WAV samples ({0})")]
     Samples(String),
+    /// A float sample that is NaN or infinite: its index among the interleaved samples.
     #[error("sample {0} is not a finite number")]
     NotFinite(usize),
+    /// The resampler could not be built or failed: its reason.
     #[error("resampler: {0}")]
     Resampler(String),
 }
@@ -164,6 +177,8 @@ pub struct StreamResampler {
 }
 
 impl StreamResampler {
+    /// A resampler from `from` to `to` Hz (both within [`MIN_RATE`]..[`MAX_RATE`]); it passes
+    /// the audio through unchanged when they are equal.
     pub fn new(from: u32, to: u32) -> Result<StreamResampler, AudioError> {
         check_rate(from as u64)?;
         check_rate(to as u64)?;

@@ -12,14 +12,19 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
+    /// A conversation answered turn by turn (`SessionKind::Turn`).
     Chat,
+    /// Full-duplex audio with camera frames (`SessionKind::Duplex`).
     Video,
+    /// Full-duplex audio; camera frames the client sends are ignored (`SessionKind::Duplex`).
     Audio,
 }
 
 impl Mode {
+    /// Every mode, in the order of [`Mode::index`].
     pub const ALL: [Mode; 3] = [Mode::Chat, Mode::Video, Mode::Audio];
 
+    /// The mode as it is written in the query string and in logs: `chat`, `video` or `audio`.
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Chat => "chat",
@@ -36,6 +41,7 @@ impl Mode {
         }
     }
 
+    /// The mode's position in [`Mode::ALL`] (0 to 2), for arrays kept per mode.
     pub fn index(self) -> usize {
         self as usize
     }
@@ -62,7 +68,9 @@ impl FromStr for Mode {
 /// How a backend runs a session: one step per input chunk, or one answer per conversation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum SessionKind {
+    /// One step per input chunk; each step listens or speaks.
     Duplex,
+    /// A conversation prefilled, then one answer generated in pieces.
     Turn,
 }
 
@@ -79,10 +87,15 @@ impl SessionKind {
 /// Generation settings; `None` means the backend's (or the session's) default.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Generation {
+    /// The most tokens one answer may generate.
     pub max_new_tokens: Option<u32>,
+    /// The length penalty the backend applies to the answer.
     pub length_penalty: Option<f32>,
+    /// The sampling temperature.
     pub temperature: Option<f32>,
+    /// How many slices the backend may cut an image into (1 to 9).
     pub max_slice_nums: Option<u32>,
+    /// The first this many duplex steps listen whatever they hear.
     pub force_listen_count: Option<u32>,
     /// Every further setting the client gave, by name, its value as text (`top_p`,
     /// `top_k`, `seed`...), already checked by the dialect. A backend applies those it lists
@@ -93,17 +106,22 @@ pub struct Generation {
 /// Everything a backend needs to start a session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionSetup {
+    /// Whether the backend runs the session step by step or turn by turn.
     pub kind: SessionKind,
+    /// The system prompt the session starts with; may be empty.
     pub system_prompt: String,
+    /// The name of a voice the backend knows; empty for its default.
     pub voice: String,
     /// LLM reference audio, 16 kHz mono.
     pub ref_audio: Vec<f32>,
     /// TTS reference audio, 16 kHz mono.
     pub tts_ref_audio: Vec<f32>,
+    /// Generation settings for the whole session.
     pub generation: Generation,
 }
 
 impl SessionSetup {
+    /// A setup of `kind` with an empty prompt, no voice, no reference audio and default generation.
     pub fn new(kind: SessionKind) -> Self {
         SessionSetup {
             kind,
@@ -119,21 +137,29 @@ impl SessionSetup {
 /// One duplex input chunk: about a second of 16 kHz mono audio, optional JPEG frames.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DuplexChunk {
+    /// The chunk's audio, 16 kHz mono samples.
     pub audio: Vec<f32>,
     /// `audio` as the client wrote it (base64 of little-endian float32 at 16 kHz), a slice of
     /// its frame: a backend that takes that format forwards it instead of encoding `audio`
     /// again. Not carried across a process or a node.
     #[serde(skip)]
     pub audio_base64: Option<bytes::Bytes>,
+    /// JPEG camera frames that go with the audio, encoded.
     pub frames: Vec<Vec<u8>>,
+    /// This step must listen: it ends the model's current speech.
     pub force_listen: bool,
+    /// How many slices to cut this chunk's frames into (1 to 9); `None` for the session's setting.
     pub max_slice_nums: Option<u32>,
 }
 
+/// Who speaks a [`ChatMessage`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Role {
+    /// Instructions for the model.
     System,
+    /// The user: the client's side of the conversation.
     User,
+    /// The model.
     Assistant,
 }
 
@@ -152,7 +178,9 @@ impl FromStr for Role {
 /// One message of a turn-mode conversation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatMessage {
+    /// Who said it.
     pub role: Role,
+    /// Its text; may be empty.
     pub text: String,
     /// Encoded images (JPEG or PNG).
     pub images: Vec<Vec<u8>>,
@@ -161,6 +189,7 @@ pub struct ChatMessage {
 }
 
 impl ChatMessage {
+    /// A message of `role` with text only.
     pub fn text(role: Role, text: impl Into<String>) -> Self {
         ChatMessage { role, text: text.into(), images: Vec::new(), audios: Vec::new() }
     }
@@ -169,13 +198,19 @@ impl ChatMessage {
 /// One turn-mode request: a conversation to answer.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TurnInput {
+    /// The conversation, oldest first.
     pub messages: Vec<ChatMessage>,
+    /// Generation settings for this answer; `None` fields take the session's.
     pub generation: Generation,
     /// Produce speech with the text.
     pub speech: bool,
+    /// Enable the model's thinking.
     pub thinking: bool,
+    /// Use the backend's TTS template.
     pub tts_template: bool,
+    /// The messages mix modalities (the backend's omni input mode).
     pub omni: bool,
+    /// TTS reference audio for this answer, 16 kHz mono; empty for the session's.
     pub tts_ref_audio: Vec<f32>,
     /// The messages continue the conversation the backend holds; otherwise they are the
     /// whole conversation and replace it.
@@ -185,45 +220,69 @@ pub struct TurnInput {
 /// Whether a duplex output listens or speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum StepKind {
+    /// The model listens: nothing to say at this step.
     #[default]
     Listen,
+    /// The model speaks: text and/or audio.
     Speak,
 }
 
 /// One output of a duplex step (a step may yield several: generate, then drain).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StepPiece {
+    /// Whether the model listened or spoke.
     pub kind: StepKind,
+    /// Text produced by this piece; empty when it listens.
     pub text: String,
     /// 24 kHz mono.
     pub audio: Vec<f32>,
+    /// Set on the last speaking piece of the model's turn.
     pub end_of_turn: bool,
+    /// Length of the backend's KV cache after this piece, in tokens.
     pub kv_length: u64,
+    /// Tokens the step added from its input.
     pub input_tokens: u32,
+    /// Tokens this piece added.
     pub output_tokens: u32,
+    /// Time spent prefilling the step's input, in microseconds.
     pub prefill_us: u32,
+    /// Time spent producing this piece, in microseconds.
     pub generate_us: u32,
     /// A finished transcript of what the user said, reported at this step.
     pub transcript: Option<String>,
     /// Of `input_tokens`, those from audio; `output_tokens` counts text, this speech.
     pub input_audio_tokens: u32,
+    /// Of `output_tokens`, the speech tokens.
     pub output_audio_tokens: u32,
 }
 
 /// The whole output of one duplex step: all its pieces merged in order.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StepOutcome {
+    /// Listen if every piece listened, else speak.
     pub kind: StepKind,
+    /// The text of all pieces, concatenated.
     pub text: String,
+    /// The audio of all pieces, 24 kHz mono, concatenated.
     pub audio: Vec<f32>,
+    /// Set when any piece ended the model's turn.
     pub end_of_turn: bool,
+    /// Length of the backend's KV cache after the last piece, in tokens.
     pub kv_length: u64,
+    /// Tokens the step added from its input, summed over the pieces.
     pub input_tokens: u32,
+    /// Tokens the step's pieces added, summed.
     pub output_tokens: u32,
+    /// Time spent prefilling the step's input, in microseconds (as the first piece reported it).
     pub prefill_us: u32,
+    /// Time spent producing the pieces, in microseconds, summed.
     pub generate_us: u32,
+    /// Finished transcripts of what the user said, reported during the step, joined by spaces;
+    /// `None` when there was none.
     pub transcript: Option<String>,
+    /// Of `input_tokens`, those from audio, summed over the pieces.
     pub input_audio_tokens: u32,
+    /// Of `output_tokens`, the speech tokens, summed over the pieces.
     pub output_audio_tokens: u32,
 }
 
@@ -233,6 +292,8 @@ impl StepOutcome {
         StepOutcome { kind: StepKind::Listen, kv_length, ..StepOutcome::default() }
     }
 
+    /// An outcome made of the step's first piece; further pieces are added with
+    /// [`StepOutcome::absorb`].
     pub fn from_first(piece: StepPiece) -> Self {
         StepOutcome {
             kind: piece.kind,
@@ -278,34 +339,52 @@ impl StepOutcome {
 /// One piece of a turn-mode answer.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TurnPiece {
+    /// Text of this piece.
     pub text: String,
     /// 24 kHz mono; empty without speech output.
     pub audio: Vec<f32>,
+    /// Set on the last piece of the answer.
     pub done: bool,
+    /// Length of the backend's KV cache after this piece, in tokens.
     pub kv_length: u64,
+    /// On the first piece: the tokens of the prefilled conversation; 0 on the others.
     pub input_tokens: u32,
+    /// Tokens in this piece (text; speech is in `output_audio_tokens`).
     pub output_tokens: u32,
+    /// Time spent producing this piece, in microseconds.
     pub generate_us: u32,
     /// On the first piece: the transcript of the audio in the newest user message.
     pub transcript: Option<String>,
+    /// On the first piece: of `input_tokens`, those from audio.
     pub input_audio_tokens: u32,
+    /// Speech tokens of this piece.
     pub output_audio_tokens: u32,
 }
 
 /// What a backend can do, from its info call.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct BackendInfo {
+    /// The backend's name, as it reports it.
     pub name: String,
+    /// It accepts JPEG frames and images.
     pub vision: bool,
+    /// It produces audio.
     pub speech_output: bool,
+    /// It runs duplex sessions ([`SessionKind::Duplex`]).
     pub duplex: bool,
+    /// It runs turn-mode sessions ([`SessionKind::Turn`]).
     pub turn: bool,
+    /// The sample rate of audio into it, in Hz (16000).
     pub input_sample_rate: u32,
+    /// The sample rate of audio out of it, in Hz (24000).
     pub output_sample_rate: u32,
+    /// Its context size, in tokens.
     pub context_size: u32,
+    /// The most audio samples one generate or drain call yields.
     pub max_output_samples: u32,
+    /// The most bytes of text one generate or drain call yields.
     pub max_output_text_bytes: u32,
-    /// The revision of ABI version 1 it implements (0 for 1.0, 1 for 1.1).
+    /// The revision of ABI version 1 it implements (0 for 1.0, 1 for 1.1, 2 for 1.2).
     pub abi_revision: u32,
     /// It reports transcripts of the user's speech.
     pub transcripts: bool,
@@ -339,10 +418,16 @@ impl BackendInfo {
 /// How a turn-mode answer went, once its last piece is out.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TurnSummary {
+    /// Tokens of the prefilled conversation.
     pub input_tokens: u32,
+    /// Text tokens of the answer, summed over its pieces.
     pub output_tokens: u32,
+    /// Of `input_tokens`, those from audio.
     pub input_audio_tokens: u32,
+    /// Speech tokens of the answer, summed over its pieces.
     pub output_audio_tokens: u32,
+    /// Length of the backend's KV cache after the last piece, in tokens.
     pub kv_length: u64,
+    /// Time from the start of the prefill to the last piece.
     pub duration: std::time::Duration,
 }

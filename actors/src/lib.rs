@@ -8,18 +8,18 @@
 //!    hands it whole messages ([`session::messages::FromClient`]). The session decodes them
 //!    with its [`edge::dialect::Dialect`] and answers through the edge
 //!    ([`session::messages::ToClient`]).
-//! 2. It joins its queue through a [`queue::messages::QueuePort`]: a [`queue::local::QueueActor`]
-//!    in one process, or a [`queue::cluster::ClusterQueueActor`] on a replica of a cluster.
+//! 2. It joins its queue through a [`queue::messages::QueuePort`]: a [`queue::QueueActor`]
+//!    in one process, or a [`queue::ClusterQueueActor`] on a replica of a cluster.
 //!    Positions and ETAs come back as [`session::messages::QueueNotice`]s, paced by
-//!    [`queue::pacer`].
+//!    `queue::pacer`.
 //! 3. The [`pool::WorkerPoolActor`] owns every worker's [`worker::BackendActor`]: configured,
 //!    a node's, or lent by the cluster for one session. It tells the queue which are idle
-//!    through a [`queue::messages::WorkerFeed`]; the queue hands one to the session
+//!    through a [`queue::messages::QueueFeed`]; the queue hands one to the session
 //!    ([`worker::messages::WorkerLink`]).
 //! 4. The session attaches to the worker and sends it chunks and turns
-//!    ([`worker::messages`]). The BackendActor's mailbox rules ([`worker::policy`]) drop the
+//!    ([`worker::messages`]). The BackendActor's mailbox rules (`worker::policy`) drop the
 //!    oldest chunk when the client runs ahead, let force-listen overtake the backlog, and fail a
-//!    step past its deadline; its thread ([`worker::thread`]) calls the [`edge::backend::Backend`].
+//!    step past its deadline; its thread (`worker::thread`) calls the [`edge::backend::Backend`].
 //!    Results go straight to the session ([`session::messages::BackendEvent`]).
 //! 5. The session's dialect decides the user's turns (for the OpenAI shapes, with an
 //!    [`edge::vad::VoiceDetector`] and [`edge::vad::SpeechEdges`]); when the backend does not
@@ -33,6 +33,8 @@
 //! handle in `messages.rs` (addressed through ports of recipients, so no actor imports another),
 //! their rules in plain structs tested without a runtime (`state.rs`, `policy.rs`, `flow.rs`).
 //! `docs/architecture.md` has the whole picture.
+
+#![deny(missing_docs)]
 
 pub mod audio;
 pub mod domain;

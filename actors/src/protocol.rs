@@ -9,11 +9,14 @@ use crate::domain::{BackendInfo, DuplexChunk, SessionKind, SessionSetup, StepOut
 /// Whether an error is the client's fault or the server's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
+    /// The client's request was wrong; the connection stays open.
     Client,
+    /// The server failed or cannot serve.
     Server,
 }
 
 impl ErrorKind {
+    /// The error's `type` on the wire: `client_error` or `server_error`.
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorKind::Client => "client_error",
@@ -29,6 +32,7 @@ pub enum ProtocolError {
     /// An event the session's state does not allow yet.
     #[error("{0}")]
     NotReady(String),
+    /// An event type the dialect does not know.
     #[error("{0}")]
     UnknownEvent(String),
     /// A required field is absent, or a container is not an object.
@@ -37,13 +41,16 @@ pub enum ProtocolError {
     /// A field of the wrong type or value.
     #[error("{0}")]
     InvalidPayload(String),
+    /// More clients wait than the queue holds (`queue.max_waiting`).
     #[error("{0}")]
     QueueFull(String),
     /// No worker can serve the mode, or the server is not ready.
     #[error("{0}")]
     ServiceUnavailable(String),
+    /// The worker the queue assigned already serves another session.
     #[error("{0}")]
     WorkerBusy(String),
+    /// The worker the queue assigned could not be taken (gone, not ready, or without a backend).
     #[error("{0}")]
     WorkerConnectFailed(String),
     /// A step or answer failed; the session goes on.
@@ -62,6 +69,7 @@ pub enum ProtocolError {
 }
 
 impl ProtocolError {
+    /// The wire error code, also the metric label: `not_ready`, `queue_full`, ...
     pub fn code(&self) -> &'static str {
         match self {
             ProtocolError::NotReady(_) => "not_ready",
@@ -79,6 +87,7 @@ impl ProtocolError {
         }
     }
 
+    /// Whether the client or the server is at fault.
     pub fn kind(&self) -> ErrorKind {
         match self {
             ProtocolError::NotReady(_)
@@ -120,13 +129,16 @@ pub enum CloseReason {
     ContextFull,
     /// The backend failed for good (crash, hang past the step timeout).
     BackendError(String),
+    /// The server is stopping; the step in flight was answered first.
     ServerShutdown,
     /// An operator cancelled the waiting ticket.
     Cancelled,
     /// The session was refused or ended by an error the client was told (queue full, no
     /// worker, unknown model...): its code, and the close code that follows it.
     Rejected {
+        /// The error's code, as [`ProtocolError::code`] gives it.
         code: &'static str,
+        /// The WebSocket close code that followed the error.
         close_code: u16,
     },
     /// The client broke the protocol; the violation names the close code.
@@ -136,6 +148,7 @@ pub enum CloseReason {
 }
 
 impl CloseReason {
+    /// The reason on the wire and in logs: the client's own reason for [`CloseReason::Client`].
     pub fn as_str(&self) -> &str {
         match self {
             CloseReason::Client(r) => r,
@@ -228,6 +241,7 @@ pub enum Violation {
 }
 
 impl Violation {
+    /// The violation's name, in logs and metrics (`invalid_json`, `message_too_big`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             Violation::InvalidJson => "invalid_json",
@@ -243,6 +257,7 @@ impl Violation {
         }
     }
 
+    /// The WebSocket close code the connection is closed with.
     pub fn close_code(self) -> u16 {
         match self {
             Violation::InvalidJson
@@ -279,9 +294,18 @@ pub enum Inbound {
     /// One duplex input chunk.
     Chunk(DuplexChunk),
     /// One turn-mode request.
-    Turn { input: TurnInput, streaming: bool },
+    Turn {
+        /// The conversation to answer, and how.
+        input: TurnInput,
+        /// Send the answer piece by piece as it comes ([`Outbound::TurnDelta`]); otherwise whole
+        /// in [`Outbound::TurnDone`].
+        streaming: bool,
+    },
     /// The client ends the session; `None` means it gave no reason.
-    Close { reason: Option<String> },
+    Close {
+        /// The reason the client gave.
+        reason: Option<String>,
+    },
     /// Start the session over on the same worker with new settings (instructions, voice,
     /// duplex or turn mode); output of earlier input is void.
     Reconfigure(SessionSetup),
@@ -290,29 +314,46 @@ pub enum Inbound {
     Interrupt,
     /// Transcribe a user item's audio (16 kHz) with the gateway's recogniser: for a backend that
     /// reports no transcript. The answer comes as [`Outbound::UserTranscript`].
-    Transcribe { item_id: String, audio: Vec<f32> },
+    Transcribe {
+        /// The dialect's id of the user item; the answer names it.
+        item_id: String,
+        /// The item's audio, 16 kHz mono.
+        audio: Vec<f32>,
+    },
 }
 
 /// Queue position as told to a waiting client.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct QueueInfo {
+    /// The client's ticket number in the queue (`ticket_N` on the wire).
     pub ticket: u64,
     /// 1-based.
     pub position: usize,
+    /// The estimated wait until a worker is free, in seconds; may be 0.
     pub estimated_wait_s: f64,
+    /// How many clients are waiting, this one included.
     pub queue_length: usize,
 }
 
 /// An event for the client, borrowed from the session's state (audio is not copied).
 #[derive(Debug, Clone, Copy)]
 pub enum Outbound<'a> {
+    /// The client must wait: its first place in the queue.
     Queued(QueueInfo),
+    /// The client's place or estimated wait, again: when it changed, and every
+    /// `queue.update_interval_s`.
     QueueUpdate(QueueInfo),
+    /// A worker was assigned and attached; the client may start its session.
     QueueDone,
+    /// The backend prepared the session: it is active.
     Created {
+        /// The session's id, as the dialect made it.
         session_id: &'a str,
+        /// Whether the backend runs the session step by step or turn by turn.
         kind: SessionKind,
+        /// The backend's KV cache length after the system prompt, in tokens.
         prompt_length: u64,
+        /// Time from the connection's upgrade until the session was created, in milliseconds.
         queue_wait_ms: u64,
         /// What the backend can do (transcripts, the settings it applies).
         backend: &'a BackendInfo,
@@ -320,63 +361,95 @@ pub enum Outbound<'a> {
     /// What the user said, as the backend heard it: reported with the step (`input_id`)
     /// where the backend finished transcribing it, or with a turn's answer (`response_id`).
     Transcript {
+        /// The session's id.
         session_id: &'a str,
+        /// The input (`input_N`) whose step or turn reported the transcript.
         input_id: &'a str,
+        /// The answer the transcript belongs to, in turn mode; `None` for a duplex step.
         response_id: Option<&'a str>,
+        /// The words.
         text: &'a str,
     },
     /// The output of one duplex step: listen, or speech (text and/or audio).
     Step {
+        /// The session's id.
         session_id: &'a str,
         /// The model turn this speech belongs to; `None` for a listen.
         response_id: Option<&'a str>,
+        /// The input (`input_N`) the step answered.
         input_id: &'a str,
+        /// The step's merged output.
         outcome: &'a StepOutcome,
     },
     /// A piece of a streaming turn-mode answer.
     TurnDelta {
+        /// The session's id.
         session_id: &'a str,
+        /// The answer this piece belongs to.
         response_id: &'a str,
         /// The turn's `input.append` (`input_N`).
         input_id: &'a str,
+        /// Text of this piece.
         text: &'a str,
+        /// Speech of this piece, 24 kHz mono; empty without speech output.
         audio: &'a [f32],
+        /// The backend's KV cache length after this piece, in tokens.
         kv_length: u64,
+        /// Time the backend spent producing this piece, in microseconds.
         generate_us: u32,
     },
     /// The end of a turn-mode answer, with the whole text (and audio, when not streamed).
     TurnDone {
+        /// The session's id.
         session_id: &'a str,
+        /// The answer that ended.
         response_id: &'a str,
+        /// The whole text of the answer.
         text: &'a str,
+        /// The whole speech, 24 kHz mono, for an answer not streamed that has speech; `None`
+        /// otherwise.
         audio: Option<&'a [f32]>,
+        /// Tokens of the prefilled conversation; 0 for a cancelled answer.
         input_tokens: u32,
+        /// Text tokens of the answer.
         output_tokens: u32,
         /// Of the input tokens, those from audio; of the output, the speech tokens
         /// (`output_tokens` counts text).
         input_audio_tokens: u32,
+        /// Speech tokens of the answer.
         output_audio_tokens: u32,
+        /// The backend's KV cache length after the answer, in tokens.
         kv_length: u64,
+        /// Time the answer took, in milliseconds.
         duration_ms: u64,
         /// The answer was interrupted (`Inbound::Interrupt`) before its end.
         cancelled: bool,
     },
     /// A `Reconfigure` took effect.
     Reconfigured {
+        /// The backend's KV cache length after the new system prompt, in tokens.
         prompt_length: u64,
+        /// What the backend can do under the new settings.
         backend: &'a BackendInfo,
     },
     /// The gateway's transcript of a user item (asked with [`Inbound::Transcribe`]): the words,
     /// or why there are none.
     UserTranscript {
+        /// The dialect's id of the user item, as given in [`Inbound::Transcribe`].
         item_id: &'a str,
+        /// The words, or why there are none (the reason may be empty).
         result: Result<&'a str, &'a str>,
     },
     /// A `Reconfigure` the backend refused: the session goes on with the settings it had.
     ReconfigureFailed(&'a ProtocolError),
+    /// An error for the client; whether the connection closes follows from the error.
     Error(&'a ProtocolError),
+    /// The session ended; the last event before the connection closes.
     Closed {
+        /// The session's id; `None` when it never got one (it ended while queued or before its
+        /// init).
         session_id: Option<&'a str>,
+        /// Why the session ended.
         reason: &'a CloseReason,
     },
 }

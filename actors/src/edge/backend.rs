@@ -15,20 +15,29 @@ use crate::domain::{BackendInfo, DuplexChunk, SessionSetup, StepOutcome, StepPie
 /// A failure reported by a backend. `code()` names it in logs and metrics.
 #[derive(Debug, Clone, PartialEq, Eq, Error, Serialize, Deserialize)]
 pub enum BackendError {
+    /// A missing, empty or malformed argument, such as a setting the backend refuses
+    /// (`OMNI_ERR_INVALID_ARGUMENT`).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A call the backend's current state does not allow (`OMNI_ERR_BAD_STATE`).
     #[error("call not allowed in this state: {0}")]
     BadState(String),
+    /// The model failed on this input; the session may go on (`OMNI_ERR_INFERENCE`).
     #[error("inference failed: {0}")]
     Inference(String),
+    /// The KV cache reached the context size; the session ends (`OMNI_ERR_CONTEXT_FULL`).
     #[error("context full: {0}")]
     ContextFull(String),
+    /// The call was cut short by an interrupt (`OMNI_ERR_INTERRUPTED`).
     #[error("interrupted")]
     Interrupted,
+    /// The backend lacks the capability asked for (`OMNI_ERR_UNSUPPORTED`).
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// The backend could not be opened (`OMNI_ERR_OPEN_FAILED`).
     #[error("cannot open backend: {0}")]
     Open(String),
+    /// Any other failure (`OMNI_ERR_INTERNAL`, or an unknown status).
     #[error("backend failure: {0}")]
     Internal(String),
     /// The backend's process died; the text says whose and how.
@@ -41,6 +50,7 @@ pub enum BackendError {
 }
 
 impl BackendError {
+    /// The error's name in logs and metrics (`invalid_argument`, `context_full`, ...).
     pub fn code(&self) -> &'static str {
         match self {
             BackendError::InvalidArgument(_) => "invalid_argument",
@@ -64,8 +74,11 @@ impl BackendError {
 
 /// The owner-thread half of a backend instance.
 pub trait Backend {
+    /// What the backend can do, as it reported when it opened.
     fn info(&self) -> &BackendInfo;
+    /// Starts a session (duplex or turn-mode) with `setup`.
     fn prepare(&mut self, setup: &SessionSetup) -> Result<(), BackendError>;
+    /// Ends the session and forgets everything it held.
     fn reset(&mut self) -> Result<(), BackendError>;
     /// The session is over: make the backend ready for the next one (a reset). A backend lent
     /// for one session only (a node's worker granted by a cluster's store) gives itself back
@@ -73,12 +86,17 @@ pub trait Backend {
     fn release(&mut self) -> Result<(), BackendError> {
         self.reset()
     }
+    /// The first call of a duplex step: prefills one input chunk.
     fn duplex_prefill(&mut self, chunk: &DuplexChunk) -> Result<(), BackendError>;
+    /// The step's first output.
     fn duplex_generate(&mut self) -> Result<StepPiece, BackendError>;
     /// The next output of the same step, `None` when the step has no more.
     fn duplex_drain(&mut self) -> Result<Option<StepPiece>, BackendError>;
+    /// Ends the step, after its last output.
     fn duplex_finalize(&mut self) -> Result<(), BackendError>;
+    /// Prefills a conversation to answer; abandons the rest of an answer not yet done.
     fn turn_prefill(&mut self, input: &TurnInput) -> Result<(), BackendError>;
+    /// The next piece of the answer; the last has `done` set.
     fn turn_generate(&mut self) -> Result<TurnPiece, BackendError>;
     /// One whole duplex step (see [`run_duplex_step`]). A backend in another process
     /// overrides it to make the step one round trip.
@@ -102,6 +120,7 @@ pub trait BackendControl: Send + Sync {
     fn interrupt(&self);
     /// Ends the current speech; the next duplex step listens.
     fn set_force_listen(&self, on: bool);
+    /// The backend's KV cache length now, in tokens.
     fn kv_length(&self) -> u64;
     /// Ends the backend at once, whatever it is doing (a backend in a child process kills
     /// it). Called when the worker fails; the default does nothing (a thread cannot be killed).
@@ -127,7 +146,7 @@ pub trait BackendControl: Send + Sync {
     /// Whether `interrupt`, `set_force_listen` and `terminate` only set a flag or queue a
     /// message, whatever the backend is doing (a remote worker's). They are then made from the
     /// actor's thread; by default they get a thread of their own, which a backend whose
-    /// interrupt blocks stalls alone ([`crate::worker::thread::ControlThread`]).
+    /// interrupt blocks stalls alone (`worker::thread::ControlThread`).
     fn never_blocks(&self) -> bool {
         false
     }

@@ -71,14 +71,17 @@ impl Outbox {
         self.items.push(Emit::Audio(audio));
     }
 
+    /// Whether nothing is waiting to be sent.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
 
+    /// How many items are waiting (text frames and audio alike).
     pub fn len(&self) -> usize {
         self.items.len()
     }
 
+    /// Drops everything waiting (a decode that failed takes back its replies).
     pub fn clear(&mut self) {
         self.items.clear();
     }
@@ -113,6 +116,8 @@ impl Outbox {
     }
 }
 
+/// A wire format, one instance per session: what the session decodes the client's frames with and
+/// encodes its events with.
 pub trait Dialect {
     /// The dialect's name in logs, metrics and recordings.
     fn name(&self) -> &'static str;

@@ -4,7 +4,7 @@
 //!   worker, a MiniCPM-o worker);
 //! - [`dialect::Dialect`]: a wire format a client speaks;
 //! - [`coordinator::Coordinator`] and [`coordinator::NodeStore`]: a store that replicas and nodes
-//!   of a cluster share (Redis; [`coordinator::memory`] in tests);
+//!   of a cluster share (Redis; `coordinator::memory` in tests);
 //! - [`transcriber::Transcriber`]: a speech recogniser the gateway runs itself;
 //! - [`vad::VoiceDetector`]: how likely a window of a client's audio is speech (an energy
 //!   detector, Silero VAD); [`vad::SpeechEdges`] turns it into the edges of speech.

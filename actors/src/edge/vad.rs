@@ -24,9 +24,11 @@ pub trait VoiceDetector: Send {
 
 /// Makes a detector for each new audio stream.
 pub trait VoiceDetectors: Send + Sync {
+    /// A new detector, for one stream.
     fn detector(&self) -> Box<dyn VoiceDetector>;
 }
 
+/// The server's detectors, shared by every session that needs one.
 pub type SharedDetectors = Arc<dyn VoiceDetectors>;
 
 /// Voiced windows in a row for this long make the start of speech (a click or a cough is
@@ -38,16 +40,28 @@ pub const HYSTERESIS: f32 = 0.15;
 /// `server_vad`'s settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EdgeRules {
+    /// The probability, 0 to 1, from which a window is voiced.
     pub threshold: f32,
+    /// How much audio before its first voiced window the speech is reported to start, in ms.
     pub prefix_padding_ms: u32,
+    /// How long a silence ends the speech, in ms.
     pub silence_duration_ms: u32,
 }
 
 /// An edge of speech, in milliseconds of the stream's audio.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Edge {
-    Started { audio_start_ms: u64 },
-    Stopped { audio_end_ms: u64 },
+    /// Speech started.
+    Started {
+        /// Where it starts (`prefix_padding_ms` before its first voiced window), in ms from the
+        /// start of the stream.
+        audio_start_ms: u64,
+    },
+    /// Speech stopped, after `silence_duration_ms` of silence.
+    Stopped {
+        /// Where it ends (the end of its last voiced window), in ms from the start of the stream.
+        audio_end_ms: u64,
+    },
 }
 
 /// Where speech starts and stops in one stream, from each window's probability.

@@ -29,6 +29,7 @@ use crate::observe::recording::{Redact, SessionMeta};
 pub struct Interest(u32);
 
 impl Interest {
+    /// No events.
     pub const NONE: Interest = Interest(0);
     /// Queued, assigned, started (initialised), closed.
     pub const LIFECYCLE: Interest = Interest(1);
@@ -43,12 +44,15 @@ impl Interest {
     /// Workers' state changes.
     pub const WORKERS: Interest = Interest(1 << 5);
 
+    /// Both sets together (as `|`).
     pub const fn union(self, other: Interest) -> Interest {
         Interest(self.0 | other.0)
     }
+    /// Whether every event of `other` is in this set; never for an empty `other`.
     pub const fn contains(self, other: Interest) -> bool {
         self.0 & other.0 == other.0 && other.0 != 0
     }
+    /// Whether this set and `other` share any event.
     pub const fn intersects(self, other: Interest) -> bool {
         self.0 & other.0 != 0
     }
@@ -66,12 +70,17 @@ impl std::ops::BitOr for Interest {
 pub struct SessionInfo {
     /// The connection's number (`c12` in logs) until the session has an id.
     pub conn: u64,
+    /// The mode the client asked for.
     pub mode: Mode,
+    /// The client's address and port (`unknown` when the transport does not say).
     pub client_addr: String,
+    /// The client's `User-Agent` header, when it sent one.
     pub user_agent: Option<String>,
     /// Which API key it presented, as an id that is not the key (none: no keys configured).
     pub key_id: Option<String>,
+    /// When the connection was upgraded (for durations).
     pub upgraded: Instant,
+    /// When the connection was upgraded (wall clock, for timestamps).
     pub upgraded_at: SystemTime,
 }
 
@@ -79,66 +88,132 @@ pub struct SessionInfo {
 #[derive(Debug, Clone, Copy)]
 pub enum Output<'a> {
     /// A duplex step answered input `seq`: a listen, or speech.
-    Step { seq: u64, kind: StepKind, text: &'a str, audio_samples: usize, end_of_turn: bool, kv_length: u64 },
+    Step {
+        /// The input's number (`input_N`).
+        seq: u64,
+        /// Whether the model listened or spoke.
+        kind: StepKind,
+        /// The text the step produced; empty for a listen.
+        text: &'a str,
+        /// How much speech the step produced, in 24 kHz samples.
+        audio_samples: usize,
+        /// The step ended the model's turn.
+        end_of_turn: bool,
+        /// The backend's KV cache length after the step, in tokens.
+        kv_length: u64,
+    },
     /// A piece of a turn-mode answer to input `seq`.
-    TurnPiece { seq: u64, text: &'a str, audio_samples: usize },
+    TurnPiece {
+        /// The input's number (`input_N`).
+        seq: u64,
+        /// The piece's text.
+        text: &'a str,
+        /// How much speech the piece carries, in 24 kHz samples.
+        audio_samples: usize,
+    },
     /// A turn-mode answer is done.
-    TurnDone { seq: u64, text: &'a str, input_tokens: u32, output_tokens: u32, cancelled: bool },
+    TurnDone {
+        /// The input's number (`input_N`).
+        seq: u64,
+        /// The whole text of the answer.
+        text: &'a str,
+        /// Tokens of the prefilled conversation; 0 for a cancelled answer.
+        input_tokens: u32,
+        /// Text tokens of the answer; 0 for a cancelled answer.
+        output_tokens: u32,
+        /// The answer was interrupted before its end.
+        cancelled: bool,
+    },
     /// What the user said, as the model heard it.
-    Transcript { seq: u64, text: &'a str },
+    Transcript {
+        /// The input (`input_N`) whose step or answer reported it.
+        seq: u64,
+        /// The words.
+        text: &'a str,
+    },
 }
 
 /// Something that happened to a session. Borrowed: a sink copies what it keeps.
 #[derive(Clone, Copy)]
 pub enum SessionEvent<'a> {
+    /// The client must wait for a worker.
     Queued {
+        /// Its place in the queue, 1-based.
         position: usize,
     },
     /// A worker took it, after `waited` since the upgrade.
     Assigned {
+        /// The worker's name.
         worker: &'a str,
+        /// Time from the connection's upgrade to the assignment.
         waited: Duration,
     },
-    /// `session.created`: it has an id and a dialect.
+    /// The client initialised: the session has an id and a dialect (its backend is being
+    /// prepared; `session.created` follows).
     Started {
+        /// The session's id, as the dialect made it.
         session_id: &'a str,
+        /// The dialect's name.
         dialect: &'static str,
+        /// How the dialect's frames are redacted for the recording.
         redactor: &'a Arc<dyn Redact>,
     },
+    /// A duplex input chunk arrived and went to the worker.
     ChunkReceived {
+        /// The input's number (`input_N`).
         seq: u64,
+        /// The chunk's audio, in 16 kHz samples.
         samples: usize,
+        /// How many camera frames it carried.
         frames: usize,
     },
+    /// A duplex input chunk was dropped unanswered: the client ran ahead of the worker.
     ChunkDropped {
+        /// The input's number (`input_N`).
         seq: u64,
     },
     /// A turn-mode input `seq` (a chat `input.append`, an OpenAI `response.create`): its
     /// messages, and the 16 kHz samples and images they carry.
     TurnReceived {
+        /// The input's number (`input_N`).
         seq: u64,
+        /// How many messages the conversation has.
         messages: usize,
+        /// The audio of all its messages, in 16 kHz samples.
         samples: usize,
+        /// How many images all its messages carry.
         images: usize,
     },
+    /// Something the model produced.
     Output(Output<'a>),
+    /// An `error` event was sent to the client.
     Error {
+        /// The error's wire code ([`ProtocolError::code`](crate::protocol::ProtocolError::code)).
         code: &'static str,
+        /// The error's message, as the client got it.
         message: &'a str,
     },
     /// A frame from the client, with what the dialect decoded of it.
     WireIn {
+        /// The frame as received; a refused frame over
+        /// [`MAX_REFUSED_RECORDED`](crate::session::MAX_REFUSED_RECORDED) bytes is replaced by a
+        /// stub, and audio from an edge that carries it by a `caller.audio` frame.
         frame: &'a Bytes,
+        /// The audio segments (16 kHz) and images the frame carried, decoded.
         media: &'a RecordedMedia,
     },
     /// A frame to the client, as sent; or the model's voice sent as samples to an edge that
     /// carries audio (`audio`, at 24 kHz, with a `model.audio` frame naming its response).
     WireOut {
+        /// The frame as sent.
         frame: &'a Bytes,
+        /// The model's voice, 24 kHz mono, when the event stands for audio sent to an edge that
+        /// carries it; `None` for a frame.
         audio: Option<&'a [f32]>,
     },
     /// The last event of every connection: how it ended and its totals.
     Closed {
+        /// Everything recorded about the session, with its close reason and totals.
         meta: &'a SessionMeta,
     },
 }
@@ -182,10 +257,13 @@ impl SessionEvent<'_> {
 /// A worker's state changed.
 #[derive(Debug, Clone)]
 pub struct WorkerChange {
+    /// The worker's name.
     pub worker: String,
+    /// The node it runs on; `None` for the gateway's own.
     pub node: Option<String>,
     /// "starting", "idle", "busy", "resetting" or "failed".
     pub from: &'static str,
+    /// The state it is in now (one of those of `from`).
     pub to: &'static str,
     /// Why it failed.
     pub reason: Option<String>,
@@ -194,6 +272,7 @@ pub struct WorkerChange {
 /// A subscriber's handle on one session. Called on the session's thread: it must return at
 /// once (no I/O, no waiting on anything).
 pub trait SessionSink: Send {
+    /// Takes one event the subscriber's [`Interest`] names; must return at once.
     fn event(&mut self, event: &SessionEvent<'_>);
 }
 
@@ -201,6 +280,7 @@ pub trait SessionSink: Send {
 pub trait Subscriber: Send + Sync {
     /// For logs and metrics.
     fn name(&self) -> &str;
+    /// The events it wants; [`Interest::NONE`] for none.
     fn interest(&self) -> Interest;
     /// A connection opened: this subscriber's sink for it, or none.
     fn session(&self, info: &SessionInfo) -> Option<Box<dyn SessionSink>>;
@@ -213,6 +293,7 @@ pub trait Subscriber: Send + Sync {
 pub struct Subscribers(Arc<Vec<Arc<dyn Subscriber>>>);
 
 impl Subscribers {
+    /// Registers `list` (each is logged).
     pub fn new(list: Vec<Arc<dyn Subscriber>>) -> Subscribers {
         for s in &list {
             log::info!("subscriber {} registered", s.name());
@@ -278,6 +359,7 @@ pub struct Dropped {
 }
 
 impl Dropped {
+    /// A counter for the subscriber `name` (its metric label).
     pub fn new(name: &str) -> Arc<Dropped> {
         Arc::new(Dropped { name: name.to_string(), count: AtomicU64::new(0) })
     }
@@ -291,6 +373,7 @@ impl Dropped {
         }
     }
 
+    /// How many events were missed so far.
     pub fn count(&self) -> u64 {
         self.count.load(Ordering::Relaxed)
     }

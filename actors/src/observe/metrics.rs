@@ -9,6 +9,7 @@ use prometheus::{
     Opts, Registry, TextEncoder,
 };
 
+/// Every metric the gateway exports; one per process, from [`metrics`].
 pub struct Metrics {
     registry: Registry,
     /// Every metric's name, in the order defined here (labelled families included, which
@@ -16,6 +17,7 @@ pub struct Metrics {
     names: Vec<String>,
     /// WebSocket connections accepted (upgraded), and open now.
     pub connections_total: IntCounter,
+    /// WebSocket connections open now.
     pub connections_open: IntGauge,
     /// Connections refused before the upgrade, by reason (unauthorized, forbidden_origin, too_many_connections, ...).
     pub connections_refused: IntCounterVec,
@@ -38,14 +40,19 @@ pub struct Metrics {
     /// Time from a session's end on a worker (its detach) to the next session attached to it:
     /// the reset, the release and the queue's assignment.
     pub worker_handover_seconds: Histogram,
+    /// Duplex input chunks received, by mode.
     pub chunks_received: IntCounterVec,
+    /// Duplex input chunks dropped unprocessed (the client ran ahead of its worker), by mode.
     pub chunks_dropped: IntCounterVec,
+    /// Duplex input chunks answered (a listen or speech sent), by mode.
     pub chunks_answered: IntCounterVec,
     /// `error` events sent, by code.
     pub errors: IntCounterVec,
     /// Sessions ended, by reason.
     pub sessions_closed: IntCounterVec,
+    /// WebSocket message bytes received.
     pub bytes_received: IntCounter,
+    /// WebSocket message bytes sent.
     pub bytes_sent: IntCounter,
     /// Bytes of clients' messages read and not yet handled by their sessions.
     pub incoming_bytes_waiting: IntGauge,
@@ -53,6 +60,7 @@ pub struct Metrics {
     pub outgoing_bytes_waiting: IntGauge,
     /// Workers per state.
     pub workers: IntGaugeVec,
+    /// Worker restarts, by worker.
     pub worker_restarts: IntCounterVec,
     /// Bytes handed to recorders and not yet written.
     pub recording_lag_bytes: IntGauge,
@@ -93,9 +101,13 @@ pub struct Metrics {
     /// Usage accounting (`[usage]`), by API key id (`anonymous` without keys) and mode:
     /// sessions ended, and what they used.
     pub usage_sessions: IntCounterVec,
+    /// Seconds connected.
     pub usage_connected_seconds: CounterVec,
+    /// Seconds of audio received.
     pub usage_audio_in_seconds: CounterVec,
+    /// Seconds of model speech sent.
     pub usage_audio_out_seconds: CounterVec,
+    /// Duplex steps answered and turn-mode answers given.
     pub usage_steps: IntCounterVec,
     /// Webhook deliveries (`[[webhooks]]`), by webhook and outcome: `delivered`, `retried`
     /// (an attempt failed and is tried again), `failed` (every attempt failed), `dropped`

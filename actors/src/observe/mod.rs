@@ -1,5 +1,5 @@
 //! What observes sessions and workers: typed [`events`] and their subscribers, the
-//! [`metrics`], usage accounting, and [`recording`] (a session's side of its recording, and the
+//! [`metrics`](mod@metrics), usage accounting, and [`recording`] (a session's side of its recording, and the
 //! recorder's actor that writes it). The observers' actors' messages are in [`messages`]. The
 //! other parts reach it through what this module re-exports: the events and sinks a session or
 //! a pool publishes to, the metrics, and what a recording keeps.

@@ -1,4 +1,4 @@
-//! A session's side of its recording: what it hands to its [`RecorderActor`], and the
+//! A session's side of its recording: what it hands to its `RecorderActor`, and the
 //! bounds that keep recording from ever delaying a session or growing without limit.
 //!
 //! Frames are handed over as they are sent and received, with the media the dialect
@@ -17,7 +17,6 @@
 //! second). A record over a bound is dropped at once, counted in the log, `meta.json` and
 //! metrics.
 //!
-//! [`RecorderActor`]: crate::observe::recorder::RecorderActor
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -36,25 +35,31 @@ use crate::observe::messages::Record;
 use crate::observe::metrics::metrics;
 use crate::observe::recorder::RecorderActor;
 
+/// The sample rate of the recording's input audio (`input.wav`), in Hz.
 pub const INPUT_RATE: u32 = 16000;
+/// The sample rate of the recording's model audio (`output.wav`), in Hz.
 pub const OUTPUT_RATE: u32 = 24000;
 
 /// Whether a frame was received from the client or sent to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
+    /// Received from the client.
     In,
+    /// Sent to the client.
     Out,
 }
 
 /// Where a medium of a recorded event was written: `{"$ref": file, ...}` in `events.jsonl`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MediaRef {
+    /// The file, relative to the recording's directory (`input.wav`, `frames/000001.jpg`, ...).
     #[serde(rename = "$ref")]
     pub file: String,
     /// First sample, for audio.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offset: Option<u64>,
+    /// Samples written, for audio.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub samples: Option<u64>,
     /// Characters, for an attachment.
@@ -78,7 +83,9 @@ pub trait MediaSink {
 /// a frame that was not an event, its text.
 #[derive(Debug)]
 pub enum Recorded {
+    /// The event as JSON, its media replaced by [`MediaRef`]s.
     Event(Box<RawValue>),
+    /// The frame's text, for a frame that was not an event.
     Raw(String),
 }
 
@@ -171,6 +178,7 @@ impl RecorderSpawner {
         self.total_lag.load(Ordering::SeqCst)
     }
 
+    /// The directory recordings are written under (`DIR/YYYY-MM-DD/SESSION_ID/`).
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -222,21 +230,35 @@ impl Drop for Reservation {
 /// A recorded session's facts, written to `meta.json` when it ends.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct SessionMeta {
+    /// The session's id; empty when it never got one.
     pub session_id: String,
+    /// The mode the client asked for (`chat`, `video` or `audio`).
     pub mode: String,
+    /// The dialect's name.
     pub dialect: String,
     /// `websocket` or `webrtc` (empty in recordings made before it was kept).
     #[serde(default)]
     pub transport: String,
+    /// The name of the worker it had; `None` when it never got one.
     pub worker: Option<String>,
+    /// The client's address and port.
     pub client_addr: String,
+    /// The client's `User-Agent` header, when it sent one.
     pub user_agent: Option<String>,
+    /// When the connection was upgraded, RFC 3339 in UTC.
     pub start: String,
+    /// When the session ended, RFC 3339 in UTC.
     pub end: String,
+    /// Seconds from the upgrade to the end.
     pub duration_s: f64,
+    /// Why it ended ([`CloseReason::as_str`](crate::protocol::CloseReason::as_str)).
     pub close_reason: String,
+    /// Duplex input chunks received.
     pub chunks_received: u64,
+    /// Duplex input chunks dropped unprocessed (the client ran ahead of its worker).
     pub chunks_dropped: u64,
+    /// Duplex input chunks answered (a listen or speech sent; speech voided by a force-listen is
+    /// not counted).
     pub chunks_answered: u64,
     /// Model answers: spoken turns in duplex modes, answers in chat.
     pub turns: u64,
@@ -244,19 +266,27 @@ pub struct SessionMeta {
     pub recording: RecordingSummary,
 }
 
+/// What the recorder wrote for a session, in its `meta.json`.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RecordingSummary {
+    /// Lines written to `events.jsonl`.
     pub events: u64,
+    /// Samples written to `input.wav` (16 kHz).
     pub input_samples: u64,
+    /// Samples written to `output.wav` (24 kHz).
     pub output_samples: u64,
+    /// Images written under `frames/`.
     pub frames: u64,
+    /// Large text values written under `attachments/`.
     pub attachments: u64,
     /// Records the session dropped because a recorder was too far behind (or, before the
     /// session had an id, because it held too much).
     pub dropped_records: u64,
+    /// Some records were dropped (`dropped_records` is not 0).
     pub lagged: bool,
     /// The recording reached `recording.max_session_mb` and took nothing more.
     pub truncated: bool,
+    /// The first error creating or writing the recording's files; `None` when there was none.
     pub error: Option<String>,
 }
 
@@ -292,6 +322,7 @@ pub struct Recording {
 }
 
 impl Recording {
+    /// A recording that records nothing (recording is off).
     pub fn off() -> Recording {
         Recording {
             state: State::Off,
@@ -315,6 +346,7 @@ impl Recording {
         self.dropped
     }
 
+    /// Whether anything is recorded (it is not off, nor finished).
     pub fn is_on(&self) -> bool {
         matches!(self.state, State::Prelude(..) | State::Live(..))
     }
@@ -446,6 +478,7 @@ pub struct Recorder {
 }
 
 impl Recorder {
+    /// The recorder, starting each session's recording with `spawner`.
     pub fn new(spawner: RecorderSpawner) -> Recorder {
         Recorder { spawner }
     }

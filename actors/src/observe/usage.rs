@@ -24,8 +24,7 @@ use crate::observe::recording::{INPUT_RATE, OUTPUT_RATE, timestamp};
 /// Records the writer may have waiting; beyond it they are dropped and counted.
 const MAILBOX: usize = 10_000;
 
-/// One session's usage: a line of the day's file.
-/// Writes the day files.
+/// Writes the day files: one line per session's usage.
 pub(super) struct UsageActor {
     dir: PathBuf,
     open: Option<(String, File)>,

@@ -1,8 +1,8 @@
 //! WorkerPoolActor: owns every worker's BackendActor, in every role. It starts one per
 //! configured worker, per worker of a node once reached ([`messages::JoinWorkers`]), and per
 //! worker a cluster lends this replica for one session ([`messages::Lend`]). What becomes of
-//! each worker is its rules' ([`state::PoolState`]): the actor hands them its BackendActors'
-//! reports and carries out what they decide ([`state::Effect`]: offer a worker to the queue,
+//! each worker is its rules' (`state::PoolState`): the actor hands them its BackendActors'
+//! reports and carries out what they decide (`state::Effect`: offer a worker to the queue,
 //! hand a lent one to its ticket, tell the queue a worker is starting or down, restart it
 //! with backoff, stop its actor). It tells its queue through a [`QueueFeed`], and the
 //! subscribers of worker events every state change.

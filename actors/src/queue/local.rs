@@ -21,6 +21,7 @@ struct Waiter {
     notify: Recipient<QueueNotice>,
 }
 
+/// The queue of one process; see the module's documentation.
 pub struct QueueActor {
     state: QueueState,
     links: Vec<Option<WorkerLink>>,

@@ -1,7 +1,7 @@
 //! What a queue handles, local ([`super::local::QueueActor`]) or a cluster's
 //! ([`super::cluster::ClusterQueueActor`]) alike: from sessions and routes (join, leave, claim,
 //! cancel, snapshot: [`QueuePort`]), from the pool (its workers' availability and the workers
-//! it lent: [`WorkerFeed`]), and a replica's own (grants pushed by nodes, cluster status).
+//! it lent: [`QueueFeed`]), and a replica's own (grants pushed by nodes).
 
 use std::time::Duration;
 
@@ -18,8 +18,11 @@ use crate::worker::messages::WorkerLink;
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Join {
+    /// The session's connection number.
     pub conn: u64,
+    /// The mode it needs a worker for.
     pub mode: Mode,
+    /// Where the session hears its position, its worker, or why it is refused.
     pub notify: Recipient<QueueNotice>,
     /// It was assigned a worker that was gone before it could take it: it goes back to the
     /// head of the queue.
@@ -30,6 +33,7 @@ pub struct Join {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Leave {
+    /// The connection number it joined with.
     pub conn: u64,
 }
 
@@ -37,6 +41,7 @@ pub struct Leave {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Claim {
+    /// The connection number it joined with.
     pub conn: u64,
 }
 
@@ -44,6 +49,7 @@ pub struct Claim {
 #[derive(Message)]
 #[rtype(result = "bool")]
 pub struct Cancel {
+    /// The ticket's number, as `/status` shows it.
     pub ticket: TicketId,
 }
 
@@ -56,14 +62,20 @@ pub struct QueueSnapshot;
 /// or a [`super::cluster::ClusterQueueActor`] (replicas sharing a store).
 #[derive(Clone)]
 pub struct QueuePort {
+    /// A session asks for a worker ([`Join`]).
     pub join: Recipient<Join>,
+    /// A session is gone ([`Leave`]).
     pub leave: Recipient<Leave>,
+    /// A session took its worker ([`Claim`]).
     pub claim: Recipient<Claim>,
+    /// An operator cancels a ticket ([`Cancel`]).
     pub cancel: Recipient<Cancel>,
+    /// Every waiting ticket, for `/status` ([`QueueSnapshot`]).
     pub snapshot: Recipient<QueueSnapshot>,
 }
 
 impl QueuePort {
+    /// The ports of a queue actor.
     pub fn of<A>(queue: &Addr<A>) -> QueuePort
     where
         A: Actor<Context = Context<A>>
@@ -92,16 +104,41 @@ pub enum WorkerReport {
     Idle(WorkerLink),
     /// A worker is (re)starting: it will serve once idle. Why it is starting again (its last
     /// failure).
-    Starting { worker: WorkerId, reason: String },
+    Starting {
+        /// The worker's id in the pool.
+        worker: WorkerId,
+        /// Why it is starting again: its last failure.
+        reason: String,
+    },
     /// A worker cannot serve until it recovers (its backend does not open).
-    Down { worker: WorkerId, reason: String },
+    Down {
+        /// The worker's id in the pool.
+        worker: WorkerId,
+        /// Why its backend did not open.
+        reason: String,
+    },
     /// A worker's backend serves only `modes` of those it was configured for (it reported no
     /// vision: no video).
-    Modes { worker: WorkerId, modes: Vec<Mode> },
+    Modes {
+        /// The worker's id in the pool.
+        worker: WorkerId,
+        /// The modes it serves now.
+        modes: Vec<Mode>,
+    },
     /// A worker joined the pool after start (a node's); `worker` is the id the pool gave it.
-    Joined { worker: WorkerId, modes: Vec<Mode> },
+    Joined {
+        /// The worker's id in the pool.
+        worker: WorkerId,
+        /// The modes it is configured for.
+        modes: Vec<Mode>,
+    },
     /// A session of `mode` ended after `length` (for the ETAs).
-    Finished { mode: Mode, length: Duration },
+    Finished {
+        /// The session's mode.
+        mode: Mode,
+        /// How long the worker was busy with it, from its attach to its detach (or failure).
+        length: Duration,
+    },
 }
 
 /// What the pool tells a cluster's queue of a worker it asked the pool to lend to `ticket`
@@ -110,9 +147,19 @@ pub enum WorkerReport {
 #[rtype(result = "()")]
 pub enum LendReport {
     /// The worker is open: the ticket's session may take it.
-    Opened { ticket: TicketId, link: WorkerLink },
+    Opened {
+        /// The ticket the worker was lent to.
+        ticket: TicketId,
+        /// The worker, as handed to the ticket's session.
+        link: WorkerLink,
+    },
     /// It could not be taken (its node refused the grant, or is out of reach).
-    Failed { ticket: TicketId, reason: String },
+    Failed {
+        /// The ticket the worker was to be lent to.
+        ticket: TicketId,
+        /// Why it could not be taken.
+        reason: String,
+    },
 }
 
 /// How the pool tells its queue about its workers: a queue that owns them hears their news; a

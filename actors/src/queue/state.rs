@@ -26,12 +26,15 @@ pub(super) use crate::ids::{TicketId, WorkerId};
 pub struct ModeSet(u8);
 
 impl ModeSet {
+    /// The set of `modes`.
     pub fn of(modes: &[Mode]) -> ModeSet {
         ModeSet(modes.iter().fold(0, |acc, m| acc | 1 << m.index()))
     }
+    /// Whether the set holds `mode`.
     pub fn contains(self, mode: Mode) -> bool {
         self.0 & (1 << mode.index()) != 0
     }
+    /// How many modes the set holds.
     pub fn count(self) -> u32 {
         self.0.count_ones()
     }
@@ -56,9 +59,12 @@ pub enum Availability {
 pub enum JoinOutcome {
     /// A worker was idle: it is reserved for this ticket.
     Assigned {
+        /// The new ticket's number.
         ticket: TicketId,
+        /// The worker reserved for it, until its session claims it.
         worker: WorkerId,
     },
+    /// No worker is free: the ticket waits, at this position and estimated wait.
     Waiting(QueueInfo),
     /// `max_waiting` clients already wait.
     Full,
@@ -103,15 +109,21 @@ struct Slot {
 /// One waiting ticket as reported by `/status`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TicketStatus {
+    /// The ticket's number.
     pub ticket: TicketId,
+    /// The mode it waits for.
     pub mode: Mode,
+    /// Its place in the queue, 1-based.
     pub position: usize,
+    /// How long it has waited so far.
     pub waited: Duration,
+    /// Its estimated wait, in seconds.
     pub estimated_wait_s: f64,
 }
 
 const EMA_WEIGHT: f64 = 0.2;
 
+/// The queue's rules; see the module's documentation.
 #[derive(Debug, Clone)]
 pub struct QueueState {
     waiting: VecDeque<Waiting>,
@@ -190,14 +202,17 @@ impl QueueState {
         self.workers.len() - 1
     }
 
+    /// How many tickets are waiting.
     pub fn len(&self) -> usize {
         self.waiting.len()
     }
 
+    /// Whether no ticket is waiting.
     pub fn is_empty(&self) -> bool {
         self.waiting.is_empty()
     }
 
+    /// The worker's availability; `None` for an unknown id.
     #[cfg(test)]
     pub fn availability(&self, worker: WorkerId) -> Option<Availability> {
         self.workers.get(worker).map(|s| s.state)
@@ -331,6 +346,7 @@ impl QueueState {
         self.sim = None;
     }
 
+    /// The average session length of `mode`, as the ETAs use it.
     #[cfg(test)]
     pub fn average_session(&self, mode: Mode) -> Duration {
         Duration::from_secs_f64(self.average_s[mode.index()])

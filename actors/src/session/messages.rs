@@ -54,7 +54,9 @@ pub enum ToClient {
 /// A piece of the caller's voice: mono samples in -1..1 at `rate` Hz.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallerAudio {
+    /// The voice, mono, in -1..1.
     pub samples: Vec<f32>,
+    /// The sample rate, in Hz; the dialect resamples it to 16 kHz.
     pub rate: u32,
 }
 
@@ -69,9 +71,19 @@ impl CallerAudio {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModelAudio {
     /// A piece of response `response`'s voice: mono samples in -1..1 at `rate` Hz.
-    Delta { response: String, samples: Vec<f32>, rate: u32 },
+    Delta {
+        /// The response's id, as the dialect named it.
+        response: String,
+        /// The voice, mono, in -1..1.
+        samples: Vec<f32>,
+        /// The sample rate, in Hz.
+        rate: u32,
+    },
     /// Response `response` has no more voice (complete, cut short, or had none).
-    Done { response: String },
+    Done {
+        /// The response's id, as the dialect named it.
+        response: String,
+    },
     /// Stop playing at once and drop what is queued: the user spoke over the answer, or the
     /// client cancelled it.
     Clear,
@@ -86,7 +98,12 @@ pub enum QueueNotice {
     /// Its position or ETA changed.
     Update(QueueInfo),
     /// A worker is reserved for it; it must claim it.
-    Assigned { ticket: TicketId, worker: WorkerLink },
+    Assigned {
+        /// The session's ticket.
+        ticket: TicketId,
+        /// The worker reserved for it.
+        worker: WorkerLink,
+    },
     /// It cannot be served: queue full, or no worker for its mode.
     Rejected(ProtocolError),
     /// An operator cancelled its ticket.
@@ -97,32 +114,47 @@ pub enum QueueNotice {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub enum BackendEvent {
+    /// The backend is prepared with the session's setup (after `Prepare`, or after `Reconfigure`).
     Prepared {
+        /// The backend's KV cache length after the system prompt, in tokens.
         prompt_length: u64,
         /// What the backend can do, for the client (transcripts, settings applied).
         backend: Box<BackendInfo>,
     },
+    /// The backend refused the setup (or cannot run its kind of session): why.
     PrepareFailed(BackendError),
     /// The step that answered chunk `seq`.
     Step {
+        /// The chunk's number in the session (`input_N`).
         seq: u64,
+        /// The step's merged output, or why it failed.
         result: Result<StepOutcome, BackendError>,
+        /// Time the step took on the backend's thread.
         elapsed: Duration,
     },
     /// Chunk `seq` was dropped unprocessed (the client ran ahead).
     Dropped {
+        /// The chunk's number in the session (`input_N`).
         seq: u64,
     },
+    /// One piece of the answer to turn-mode request `seq`.
     TurnPiece {
+        /// The request's number in the session (`input_N`).
         seq: u64,
+        /// The piece.
         piece: TurnPiece,
     },
+    /// The answer to turn-mode request `seq` is over: its totals, or why it ended early
+    /// (`Interrupted` for one cut short).
     TurnDone {
+        /// The request's number in the session (`input_N`).
         seq: u64,
+        /// The answer's totals, or why it failed.
         result: Result<TurnSummary, BackendError>,
     },
     /// The worker failed for good (hang past the step timeout, crash).
     Failed {
+        /// Why, for the logs.
         reason: String,
     },
     /// After `Drain`: the job in flight is done, nothing is pending.
@@ -136,5 +168,6 @@ pub enum BackendEvent {
 #[derive(Message, Clone, Copy)]
 #[rtype(result = "()")]
 pub struct Shutdown {
+    /// The longest the session waits for its step in flight before it ends anyway.
     pub grace: Duration,
 }

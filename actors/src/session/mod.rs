@@ -1,5 +1,5 @@
 //! SessionActor: one per client connection. It owns the protocol state machine
-//! ([`SessionState`]) and the output rules ([`Flow`]), the session's time limit counted from
+//! (`SessionState`) and the output rules (`Flow`), the session's time limit counted from
 //! the upgrade, and the routing between the client (through its [`Dialect`]), the queue and
 //! the worker's BackendActor. It tells the subscribers ([`crate::observe::events`]: the
 //! recorder, usage accounting, webhooks...) what happens, and feeds the metrics. A session
@@ -11,7 +11,7 @@
 //! session runs on a plain context, and its rules are tested with a stand-in edge
 //! (`tests.rs`).
 //!
-//! What the backend says and how it reaches the client is in [`output`].
+//! What the backend says and how it reaches the client is in `output`.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -54,6 +54,7 @@ pub const MAX_CLOSE_REASON: usize = 64;
 /// What a session is allowed, from the configuration.
 #[derive(Debug, Clone)]
 pub struct SessionSettings {
+    /// The mode the client asked for.
     pub mode: Mode,
     /// Counted from the upgrade: queueing, initialisation and silence count.
     pub time_limit: Duration,
@@ -68,7 +69,9 @@ pub struct SessionSettings {
 /// Who is on the other end, for logs and recordings.
 #[derive(Debug, Clone, Default)]
 pub struct ClientInfo {
+    /// The client's address and port (`unknown` when the transport does not say).
     pub addr: String,
+    /// The client's `User-Agent` header, when it sent one.
     pub user_agent: Option<String>,
     /// How it reaches the gateway (`websocket`, `webrtc`), for status and recordings.
     pub transport: &'static str,
@@ -83,17 +86,21 @@ pub struct SessionLinks {
     pub edge: Recipient<ToClient>,
     /// The connection's number ([`crate::ids::connection`]), as its subscribers know it.
     pub conn: u64,
+    /// Where the session joins, leaves and claims from its queue.
     pub queue: QueuePort,
+    /// Every open session, for admission, status and the shutdown broadcast.
     pub registry: Arc<Registry>,
     /// Its place under the per-address caps, released with the session.
     pub admission: Option<Admission>,
     /// The subscribers' sinks for this session ([`crate::observe::events`]).
     pub sinks: SessionSinks,
+    /// Who the client is, for logs and recordings.
     pub client: ClientInfo,
     /// The gateway's recogniser, when `[transcription]` is on.
     pub transcription: Option<crate::transcribe::TranscriptionPort>,
 }
 
+/// One client connection's session; see the module's documentation.
 pub struct SessionActor {
     settings: SessionSettings,
     dialect: Box<dyn Dialect>,
@@ -122,6 +129,8 @@ pub struct SessionActor {
 }
 
 impl SessionActor {
+    /// A session for one connection, upgraded now (its time limit counts from here), speaking
+    /// `dialect`.
     pub fn new(settings: SessionSettings, dialect: Box<dyn Dialect>, links: SessionLinks) -> SessionActor {
         let now = Instant::now();
         SessionActor {
@@ -465,7 +474,7 @@ impl SessionActor {
 }
 
 /// The largest frame the dialect refused that the wire's subscribers (the recording) get
-/// whole; a larger one reaches them as [`refused_stub`].
+/// whole; a larger one reaches them as `refused_stub`.
 pub const MAX_REFUSED_RECORDED: usize = 1024;
 
 /// What the wire's subscribers get of a refused frame over [`MAX_REFUSED_RECORDED`]: its size

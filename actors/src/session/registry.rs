@@ -16,16 +16,20 @@ use crate::domain::Mode;
 /// Why a connection was refused before the upgrade.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
+    /// The address already has as many connections open as it may.
     TooManyConnections,
     /// The address already has as many connections waiting for a worker as it may.
     TooManyWaiting,
+    /// The server is stopping.
     ShuttingDown,
 }
 
 /// The caps per client address (0 = none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AddressCaps {
+    /// Connections one address may have open.
     pub connections: usize,
+    /// Connections one address may have waiting for a worker.
     pub waiting: usize,
 }
 
@@ -66,6 +70,7 @@ struct Inner {
     shutdown: Option<Duration>,
 }
 
+/// Every open session and the per-address counts; see the module's documentation.
 #[derive(Default)]
 pub struct Registry {
     inner: Mutex<Inner>,
@@ -107,6 +112,7 @@ impl Drop for Admission {
 }
 
 impl Registry {
+    /// An empty registry.
     pub fn new() -> Arc<Registry> {
         Arc::new(Registry::default())
     }
@@ -154,6 +160,8 @@ impl Registry {
         self.inner.lock().sessions.get(&conn).and_then(|(_, l)| l.clone())
     }
 
+    /// The session on connection `conn` ended: it no longer counts as open, and is no longer
+    /// told of a shutdown.
     pub fn unregister(&self, conn: u64) {
         self.inner.lock().sessions.remove(&conn);
     }
@@ -165,6 +173,7 @@ impl Registry {
         *n = if active { *n + 1 } else { n.saturating_sub(1) };
     }
 
+    /// Sessions of `mode` active now (past `session.created`).
     pub fn active(&self, mode: Mode) -> usize {
         self.inner.lock().active[mode.index()]
     }
@@ -174,10 +183,12 @@ impl Registry {
         self.inner.lock().sessions.len()
     }
 
+    /// Whether no session is open.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// Whether [`Registry::shutdown`] was called.
     pub fn shutting_down(&self) -> bool {
         self.inner.lock().shutdown.is_some()
     }

@@ -10,9 +10,11 @@ use crate::edge::transcriber::TranscriptionError;
 pub struct Transcribe {
     /// The session, for logs.
     pub session: String,
+    /// The dialect's id of the user item; the answer names it.
     pub item_id: String,
     /// 16 kHz mono.
     pub audio: Vec<f32>,
+    /// Where the answer goes.
     pub reply: Recipient<Transcribed>,
 }
 
@@ -20,6 +22,8 @@ pub struct Transcribe {
 #[derive(Message, Debug, Clone, PartialEq)]
 #[rtype(result = "()")]
 pub struct Transcribed {
+    /// The user item the audio was of, as the session named it.
     pub item_id: String,
+    /// The words, or why there are none.
     pub result: Result<String, TranscriptionError>,
 }

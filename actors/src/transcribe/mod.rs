@@ -2,7 +2,7 @@
 //! speech a backend does not transcribe. A session sends the audio of each user item as its
 //! speech ends; the answer comes back to the session as [`messages::Transcribed`]. It never
 //! delays the model's answer (the model's worker runs elsewhere), and its backlog is bounded
-//! ([`backlog::Backlog`]): past it a job is refused at once with the reason.
+//! (`backlog::Backlog`): past it a job is refused at once with the reason.
 //!
 //! `threads` recognisers run side by side (a `SyncArbiter`), each with its own model state.
 
@@ -54,6 +54,7 @@ impl TranscriptionPort {
     }
 }
 
+/// One recogniser, on a thread of the transcription pool; see the module's documentation.
 pub struct TranscriptionActor {
     /// This thread's recogniser, or why it could not open.
     transcriber: Result<Box<dyn Transcriber>, TranscriptionError>,

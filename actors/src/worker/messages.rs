@@ -34,6 +34,7 @@ pub struct Delivery {
 }
 
 impl Delivery {
+    /// Armed: if the message is dropped unhandled, `to` hears what `lost` says.
     pub fn new(to: Recipient<BackendEvent>, lost: Lost) -> Delivery {
         Delivery { to: Some(to), lost }
     }
@@ -67,7 +68,9 @@ pub struct Attach {
     pub key: u64,
     /// Names the session in logs and status until it has an id.
     pub label: String,
+    /// The session's mode, which the pool shows and times the session by.
     pub mode: Mode,
+    /// Where the answer and the session's backend events go.
     pub reply: Delivery,
 }
 
@@ -75,8 +78,11 @@ pub struct Attach {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Prepare {
+    /// The attached session's key; a message with any other is ignored.
     pub key: u64,
+    /// What the backend starts the session with.
     pub setup: SessionSetup,
+    /// Where the session hears if the message is lost.
     pub reply: Delivery,
 }
 
@@ -84,8 +90,11 @@ pub struct Prepare {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct SubmitChunk {
+    /// The attached session's key; a message with any other is ignored.
     pub key: u64,
+    /// The chunk's number in the session (`input_N`); its results and drop notices carry it.
     pub seq: u64,
+    /// The audio and frames to step on.
     pub chunk: DuplexChunk,
 }
 
@@ -93,9 +102,13 @@ pub struct SubmitChunk {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct SubmitTurn {
+    /// The attached session's key; a message with any other is ignored.
     pub key: u64,
+    /// The request's number in the session (`input_N`); its answer's pieces carry it.
     pub seq: u64,
+    /// The conversation to answer.
     pub input: TurnInput,
+    /// Where the session hears if the message is lost.
     pub reply: Delivery,
 }
 
@@ -103,6 +116,7 @@ pub struct SubmitTurn {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Detach {
+    /// The attached session's key; a message with any other is ignored.
     pub key: u64,
     /// When the session ended (the hand-over to the next session is timed from here).
     pub ended: Instant,
@@ -114,8 +128,11 @@ pub struct Detach {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Reconfigure {
+    /// The attached session's key; a message with any other is ignored.
     pub key: u64,
+    /// The settings the backend is prepared with again.
     pub setup: SessionSetup,
+    /// Where the session hears if the message is lost.
     pub reply: Delivery,
 }
 
@@ -124,6 +141,7 @@ pub struct Reconfigure {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Interrupt {
+    /// The attached session's key; a message with any other is ignored.
     pub key: u64,
 }
 
@@ -132,7 +150,9 @@ pub struct Interrupt {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Drain {
+    /// The attached session's key; a message with any other is ignored.
     pub key: u64,
+    /// Where the session hears `Drained`, also if the message is lost.
     pub reply: Delivery,
 }
 
@@ -141,6 +161,7 @@ pub struct Drain {
 #[derive(Message)]
 #[rtype(result = "bool")]
 pub struct Stop {
+    /// How long the backend has to close before the answer is `false`.
     pub within: Duration,
 }
 
@@ -152,7 +173,9 @@ pub struct Stop {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Run {
+    /// The attached key; a call from any other is ignored.
     pub key: u64,
+    /// The call to make on the owner thread.
     pub call: RunCall,
 }
 
@@ -164,16 +187,22 @@ pub type RunCall = Box<dyn FnOnce(&mut dyn Backend) -> Result<(), BackendError> 
 #[derive(Message, Debug, Clone, Copy, PartialEq, Eq)]
 #[rtype(result = "()")]
 pub enum Control {
+    /// Cut the call in flight short (the backend's `interrupt`).
     Interrupt {
+        /// The attached key; a call from any other is ignored.
         key: u64,
     },
+    /// Set or clear the backend's force-listen (its `set_force_listen`).
     ForceListen {
+        /// The attached key; a call from any other is ignored.
         key: u64,
+        /// `true`: the current speech ends and the next duplex step listens; `false` clears it.
         on: bool,
     },
     /// End the backend at once (a gateway's step watchdog gave up on it): the worker fails
     /// and its pool restarts it.
     Terminate {
+        /// The attached key; a call from any other is ignored.
         key: u64,
     },
 }
@@ -181,13 +210,21 @@ pub enum Control {
 /// Where a session reaches its worker's BackendActor.
 #[derive(Clone)]
 pub struct SessionPort {
+    /// Takes the worker for a session ([`Attach`]).
     pub attach: Recipient<Attach>,
+    /// Starts the session on the backend ([`Prepare`]).
     pub prepare: Recipient<Prepare>,
+    /// One duplex chunk ([`SubmitChunk`]).
     pub chunk: Recipient<SubmitChunk>,
+    /// One turn-mode request ([`SubmitTurn`]).
     pub turn: Recipient<SubmitTurn>,
+    /// The session is over ([`Detach`]).
     pub detach: Recipient<Detach>,
+    /// New settings for the session ([`Reconfigure`]).
     pub reconfigure: Recipient<Reconfigure>,
+    /// Cuts the current output short ([`Interrupt`]).
     pub interrupt: Recipient<Interrupt>,
+    /// The session is ending with the server ([`Drain`]).
     pub drain: Recipient<Drain>,
 }
 
@@ -196,16 +233,22 @@ pub struct SessionPort {
 /// own calls.
 #[derive(Clone)]
 pub struct LinkPort {
+    /// Takes the worker for the link ([`Attach`]).
     pub attach: Recipient<Attach>,
+    /// The link is done with the worker ([`Detach`]).
     pub detach: Recipient<Detach>,
+    /// An owner-thread call of the backend ([`Run`]).
     pub run: Recipient<Run>,
+    /// An any-thread call of the backend ([`Control`]).
     pub control: Recipient<Control>,
 }
 
 /// A worker's BackendActor, as the pool hands it on: a session's side and a node link's side.
 #[derive(Clone)]
 pub struct WorkerPort {
+    /// The messages of a session.
     pub session: SessionPort,
+    /// The messages of an edge that drives the backend itself.
     pub link: LinkPort,
 }
 
@@ -250,10 +293,13 @@ impl WorkerPort {
 /// its backend can do.
 #[derive(Clone)]
 pub struct WorkerLink {
+    /// The worker's id in the pool.
     pub id: WorkerId,
+    /// The worker's name, as configured; `NODE/WORKER` for a node's worker.
     pub name: String,
     /// Shared: a session reaches its worker through it on every chunk, and a clone of the
     /// recipients themselves would allocate each time.
     pub port: Arc<WorkerPort>,
+    /// What its backend can do, as it reported when it opened.
     pub info: Arc<BackendInfo>,
 }

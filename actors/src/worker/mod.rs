@@ -2,7 +2,7 @@
 //! thread, and turns the session's messages into jobs, one at a time.
 //!
 //! Its mailbox rules (silent drop of the oldest pending chunk, force-listen overtaking the
-//! backlog, the step watchdog, queued answers) live in [`WorkerPolicy`]; the actor
+//! backlog, the step watchdog, queued answers) live in `WorkerPolicy`; the actor
 //! delivers messages to it and carries out the answers: jobs go to the backend thread,
 //! any-thread calls to the control thread (never made on this arbiter), results straight
 //! from the backend thread to the session.
@@ -57,9 +57,13 @@ pub fn starter(limits: BackendLimits) -> StartWorker {
 /// The least time an idle health check has before its watchdog fails the worker.
 pub const IDLE_CHECK_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The bounds every BackendActor of a role runs under, from `[limits]`.
 #[derive(Debug, Clone, Copy)]
 pub struct BackendLimits {
+    /// Seconds of unprocessed audio a worker holds (in one-second chunks) before it drops the
+    /// oldest.
     pub max_pending_chunks: usize,
+    /// The longest a backend call may take before the worker fails (`limits.step_timeout_ms`).
     pub step_timeout: Duration,
     /// A backend that has not opened after this long fails the worker.
     pub open_timeout: Duration,
@@ -98,6 +102,8 @@ struct AttachedSession {
     events: Recipient<BackendEvent>,
 }
 
+/// One worker: owns its backend's threads and runs a session's messages as jobs, one at a time (see
+/// the module's documentation).
 pub struct BackendActor {
     id: WorkerId,
     name: String,
@@ -130,6 +136,8 @@ pub struct BackendActor {
 }
 
 impl BackendActor {
+    /// An actor for worker `id` of the pool (incarnation `generation`), opening its backend with
+    /// `opener` once started and reporting to `pool`.
     pub fn new(
         id: WorkerId,
         name: String,

@@ -33,6 +33,7 @@ pub struct BackendFactory {
 }
 
 impl BackendFactory {
+    /// A factory that opens a backend with `open`, on a thread of its own.
     pub fn new(open: impl Fn() -> Result<Box<dyn Backend>, BackendError> + Send + Sync + 'static) -> BackendFactory {
         BackendFactory { open: Arc::new(open), quick: false }
     }
@@ -50,6 +51,7 @@ impl BackendFactory {
         BackendFactory { quick: false, ..self }
     }
 
+    /// Whether its BackendActor opens it and makes its calls itself ([`BackendFactory::quick`]).
     pub fn is_quick(&self) -> bool {
         self.quick
     }
@@ -103,7 +105,10 @@ pub(super) type OpenBackend = Box<dyn Backend + Send>;
 
 /// How a BackendActor gets its backend: opened on its thread by a factory, or open already.
 pub enum Opener {
+    /// Open the backend with this factory: on the worker's thread, or on the actor's own for a
+    /// quick one.
     Factory(BackendFactory),
+    /// The backend, open already; the worker's thread takes it over.
     Open(OpenBackend),
 }
 

@@ -89,12 +89,15 @@ pub struct MemoryStore {
 pub struct ManualClock(AtomicU64);
 
 impl ManualClock {
+    /// A clock starting at `start_ms` (ms since the epoch).
     pub fn new(start_ms: u64) -> Arc<ManualClock> {
         Arc::new(ManualClock(AtomicU64::new(start_ms)))
     }
+    /// Turns the clock forward by `by`.
     pub fn advance(&self, by: Duration) {
         self.0.fetch_add(by.as_millis() as u64, Ordering::SeqCst);
     }
+    /// The time now, in ms since the epoch.
     pub fn now(&self) -> u64 {
         self.0.load(Ordering::SeqCst)
     }
@@ -105,10 +108,12 @@ fn system_ms() -> u64 {
 }
 
 impl MemoryStore {
+    /// An empty store on the system's clock.
     pub fn new() -> Arc<MemoryStore> {
         MemoryStore::with_clock(Arc::new(system_ms))
     }
 
+    /// An empty store on `clock`.
     pub fn with_clock(clock: Clock) -> Arc<MemoryStore> {
         Arc::new(MemoryStore { inner: Mutex::new(Inner::default()), clock, granted: tokio::sync::Notify::new() })
     }

@@ -1,13 +1,13 @@
 //! The edge between the actors and a cluster's shared queue: the store that several gateway
 //! replicas share (`[cluster] engine = "redis"`), behind [`Coordinator`]. One process needs
-//! none of it: its [`crate::queue::local::QueueActor`] keeps the queue in memory.
+//! none of it: its [`crate::queue::QueueActor`] keeps the queue in memory.
 //!
 //! The store holds who waits (tickets, in one global order), which node workers ("slots")
 //! are free, and grants: a slot reserved for a ticket under a nonce its node issued. A grant
 //! is only a reservation: the node admits a session only with the nonce it currently offers
 //! the slot under, so a store that loses writes can cost a retry, never two sessions on one
-//! worker. [`crate::queue::cluster::ClusterQueueActor`] drives a coordinator; a node's side of
-//! the same store is [`NodeStore`]. [`memory::MemoryStore`] keeps it all in a process: the
+//! worker. [`crate::queue::ClusterQueueActor`] drives a coordinator; a node's side of
+//! the same store is [`NodeStore`]. `memory::MemoryStore` keeps it all in a process: the
 //! reference the tests run the cluster's rules against, beside Redis.
 
 use std::future::Future;
@@ -39,16 +39,21 @@ pub enum ClusterError {
     NoMaster(String),
 }
 
+/// The answer of a store call, to be awaited.
 pub type ClusterFuture<T> = Pin<Box<dyn Future<Output = Result<T, ClusterError>> + Send>>;
 
 /// A slot reserved for a ticket: connect to `addr` and attach worker `slot` with `nonce`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
+    /// The ticket the slot is reserved for.
     pub ticket: TicketId,
     /// `NODE/WORKER`.
     pub slot: String,
+    /// Where replicas reach the node (`HOST:PORT`).
     pub addr: String,
+    /// The nonce the node offered the slot under; the node admits an attach only with it.
     pub nonce: String,
+    /// The mode of the ticket's session.
     pub mode: Mode,
     /// The node's signature of its offer (slot, address, nonce): a replica dials a grant only
     /// if it verifies (the store cannot invent one, nor change where it sends the replica).
@@ -62,16 +67,24 @@ impl Grant {
     }
 }
 
+/// What enqueueing a client came to.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Enqueued {
+    /// A slot was free: it is reserved for the ticket at once.
     Granted(Grant),
+    /// No slot is free: the ticket waits.
     Waiting {
+        /// The ticket's number (the store's, or the one the client kept).
         ticket: TicketId,
+        /// Its place in the queue, 1-based.
         position: usize,
+        /// How many tickets are in the queue, across the cluster (those granted and not yet claimed
+        /// included).
         length: usize,
     },
     /// `max_waiting` tickets wait already (across the cluster).
     Full {
+        /// How many tickets are in the queue.
         length: usize,
     },
     /// No live node has a worker for the mode.
@@ -93,8 +106,11 @@ pub struct Beat {
 /// A ticket as the store has it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TicketView {
+    /// The ticket's number.
     pub ticket: TicketId,
+    /// The mode it waits for.
     pub mode: Mode,
+    /// The replica whose client holds it.
     pub replica: String,
     /// Granted a slot, not yet claimed (it keeps its place meanwhile).
     pub granted: bool,
@@ -103,9 +119,13 @@ pub struct TicketView {
 /// A node's worker as the store has it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SlotView {
+    /// `NODE/WORKER`.
     pub slot: String,
+    /// The node it runs on.
     pub node: String,
+    /// The modes it serves.
     pub modes: Vec<Mode>,
+    /// Its state.
     pub state: SlotState,
     /// The busy session's mode and since when (ms, the store's clock).
     pub busy: Option<(Mode, u64)>,
@@ -126,6 +146,7 @@ pub enum SlotState {
 }
 
 impl SlotState {
+    /// The state's word in the store: `free`, `assigned`, `busy` or `down`.
     pub fn as_str(self) -> &'static str {
         match self {
             SlotState::Free => "free",
@@ -151,9 +172,11 @@ impl SlotState {
 pub struct ClusterView {
     /// Bumped on every change.
     pub version: u64,
+    /// The store's clock at that instant, in ms since the epoch.
     pub now_ms: u64,
     /// In queue order.
     pub tickets: Vec<TicketView>,
+    /// Every worker of the live nodes, by node.
     pub slots: Vec<SlotView>,
     /// Moving average of session length per mode (chat, video, audio), seconds.
     pub average_s: [Option<f64>; 3],
@@ -179,6 +202,7 @@ pub trait Coordinator: Send + Sync + 'static {
     fn cancel(&self, ticket: TicketId) -> ClusterFuture<bool>;
     /// The store's version: it changes whenever the queue or a worker does (cheap to read).
     fn version(&self) -> ClusterFuture<u64>;
+    /// The whole queue as the store has it now.
     fn snapshot(&self) -> ClusterFuture<ClusterView>;
     /// Grants made to this replica's tickets by others (a node freeing a slot): waits up to
     /// `wait` for the first.
@@ -191,9 +215,13 @@ pub enum Offered {
     /// Granted to a ticket; `push`: its replica keeps a link open to the node, and the grant
     /// was not put on the replica's list: the node tells it (the replica's name, the mode).
     Assigned {
+        /// The ticket the worker is granted to.
         ticket: TicketId,
+        /// The replica's name and the mode of the ticket's session, when the node must push the
+        /// grant itself; `None` when it is on the replica's list.
         push: Option<(String, Mode)>,
     },
+    /// Nobody waits for its modes: it stays free in the store.
     Free,
     /// The store does not know the node (it must beat first).
     UnknownNode,
@@ -206,6 +234,7 @@ pub struct Offer {
     pub slot: String,
     /// Drawn by the node for this offer: it admits an attach only with it.
     pub nonce: String,
+    /// The modes it serves.
     pub modes: Vec<Mode>,
     /// Where replicas reach the node.
     pub addr: String,
@@ -222,11 +251,15 @@ pub struct Offer {
 /// follows it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SlotReport {
+    /// `NODE/WORKER`.
     pub slot: String,
+    /// The modes it serves.
     pub modes: Vec<Mode>,
+    /// What it is doing.
     pub state: Reported,
 }
 
+/// A node's worker's state, as its node reports it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reported {
     /// The session of this ticket holds it.
@@ -253,6 +286,8 @@ pub struct NodeBeat {
 pub trait NodeStore: Send + Sync + 'static {
     /// This node's name in the store.
     fn node(&self) -> &str;
+    /// Offers a free worker: it goes to the first waiting ticket whose mode it serves, or stays
+    /// free.
     fn offer(&self, offer: Offer) -> ClusterFuture<Offered>;
     /// The node, reached at `addr`, is alive for one more lease; a grant not taken within
     /// `attach_timeout` is stale.

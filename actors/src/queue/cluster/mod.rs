@@ -1,7 +1,7 @@
 //! ClusterQueueActor: the queue of a gateway replica that shares its queue and its workers
 //! (node workers) with other replicas through a [`Coordinator`]. Sessions reach it exactly as
 //! they reach the [`super::local::QueueActor`] (a [`QueuePort`]), and the pool feeds it as it
-//! feeds that one (a [`WorkerFeed`]). What it decides is [`state::ClusterState`]'s: this actor
+//! feeds that one (a [`QueueFeed`]). What it decides is [`state::ClusterState`]'s: this actor
 //! makes the store's calls, asks the pool to lend granted workers, arms the timers, and tells
 //! the sessions. A beat every third of the lease keeps this replica known; the store's version
 //! is read every [`POLL`], and a view of the whole queue when it changed.
@@ -33,17 +33,26 @@ pub(super) const POLL: Duration = Duration::from_millis(100);
 /// already (open at once).
 pub type GrantOpener = Arc<dyn Fn(&Grant) -> Opener + Send + Sync>;
 
+/// What a replica's queue is built from.
 pub struct ClusterSetup {
+    /// The cluster's store, as this replica reaches it.
     pub coordinator: Arc<dyn Coordinator>,
+    /// Opens the backend of each grant this replica's tickets get.
     pub opener: GrantOpener,
+    /// Where granted workers are lent and given back.
     pub pool: PoolPort,
+    /// The most tickets waiting across the cluster; one more is refused with `queue_full`.
     pub max_waiting: usize,
     /// Session length per mode (chat, video, audio) assumed before the store has learnt one.
     pub typical: [Duration; 3],
+    /// How often every waiting client is told a fresh ETA (`queue.update_interval_s`).
     pub update_interval: Duration,
+    /// The replica's lease in the store: it beats every third of it, and is retired when one passes
+    /// without a beat.
     pub lease: Duration,
 }
 
+/// A gateway replica's queue; see the module's documentation.
 pub struct ClusterQueueActor {
     coordinator: Arc<dyn Coordinator>,
     opener: GrantOpener,
@@ -54,6 +63,7 @@ pub struct ClusterQueueActor {
 }
 
 impl ClusterQueueActor {
+    /// A queue on `setup`'s store; it beats as soon as it starts.
     pub fn new(setup: ClusterSetup) -> ClusterQueueActor {
         let rules = ClusterRules {
             replica: setup.coordinator.replica().to_string(),

@@ -19,11 +19,14 @@ use crate::edge::coordinator::{
 };
 use crate::queue::state::TicketId;
 
+/// A step of a scenario that lets the store's time pass or changes the store.
 pub type Wait<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
 /// One scenario's store.
 pub trait Cluster: Send + Sync {
+    /// A replica named `name`, with a lease of `lease`, on the scenario's store.
     fn replica(&self, name: &str, lease: Duration) -> Arc<dyn Coordinator>;
+    /// A node named `name`, with a lease of `lease`, on the scenario's store.
     fn node(&self, name: &str, lease: Duration) -> Arc<dyn NodeStore>;
     /// Time passes for the store.
     fn pass(&self, by: Duration) -> Wait<'_>;
@@ -33,6 +36,7 @@ pub trait Cluster: Send + Sync {
 
 /// Makes a store for each scenario.
 pub trait Stores {
+    /// A new, empty store for the scenario named `scenario`.
     fn open(&self, scenario: &str) -> Box<dyn Cluster>;
 }
 
