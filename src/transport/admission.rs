@@ -147,7 +147,7 @@ impl Admitted {
         Box::new(move |edge| {
             let links =
                 SessionLinks { edge, conn, queue, registry, admission: Some(admission), sinks, client, transcription };
-            SessionActor::new(settings, dialect, links).start_for_edge()
+            SessionActor::new(settings, dialect, links).start_for_edge().recipient()
         })
     }
 }

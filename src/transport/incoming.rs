@@ -14,12 +14,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
-use actix::Addr;
 use actix::prelude::Stream;
 use futures_util::task::AtomicWaker;
 use omni_actors::observe::metrics::metrics;
-use omni_actors::session::SessionActor;
 use omni_actors::session::messages::FromClient;
+
+use super::SessionPort;
 
 /// What every connection's sessions have been handed and have not handled yet, together: past
 /// `max_bytes` a connection with a message of its own waiting reads no more until it is handled
@@ -57,7 +57,7 @@ impl Backlog {
 
     /// Hands `session` a client's message (its text, or its voice as samples), counted until
     /// the session handled it (or is gone and its mailbox dropped it).
-    pub fn hand(self: &Arc<Self>, session: &Addr<SessionActor>, message: FromClient) {
+    pub fn hand(self: &Arc<Self>, session: &SessionPort, message: FromClient) {
         let bytes = match &message {
             FromClient::Text(text) => text.len(),
             FromClient::Audio(audio) => audio.bytes(),

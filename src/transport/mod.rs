@@ -14,9 +14,8 @@
 //! - [`incoming`]: the bound on what a client sent and its session has not handled (the
 //!   connection is not read past it).
 
-use actix::{Addr, Recipient};
-use omni_actors::session::SessionActor;
-use omni_actors::session::messages::ToClient;
+use actix::Recipient;
+use omni_actors::session::messages::{FromClient, ToClient};
 
 pub mod admission;
 pub mod incoming;
@@ -26,5 +25,10 @@ pub mod socket;
 pub mod webrtc;
 pub mod websocket;
 
-/// Starts a client's session, given where it reaches its edge (the edge calls it once started).
-pub type StartSession = Box<dyn FnOnce(Recipient<ToClient>) -> Addr<SessionActor>>;
+/// Starts a client's session, given where it reaches its edge (the edge calls it once started),
+/// and answers the session's port: where the edge hands it what the client sends. An edge
+/// knows its session only by that port, so that it is tested against a stand-in session.
+pub type StartSession = Box<dyn FnOnce(Recipient<ToClient>) -> SessionPort>;
+
+/// Where an edge reaches its session.
+pub type SessionPort = Recipient<FromClient>;

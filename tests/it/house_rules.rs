@@ -133,10 +133,10 @@ fn string_errors(file: &Path) -> Vec<(bool, String)> {
                     '>' => {
                         depth -= 1;
                         if depth == 0 {
-                            if let Some(comma) = comma {
-                                if ty[comma + 1..i].trim() == "String" {
-                                    found.push((l.starts_with("pub ") && !l.starts_with("pub("), l.to_string()));
-                                }
+                            if let Some(comma) = comma
+                                && ty[comma + 1..i].trim() == "String"
+                            {
+                                found.push((l.starts_with("pub ") && !l.starts_with("pub("), l.to_string()));
                             }
                             break;
                         }

@@ -17,13 +17,12 @@ use actix::prelude::*;
 use bytes::BytesMut;
 use futures_util::StreamExt;
 use omni_actors::protocol::CloseReason;
-use omni_actors::session::SessionActor;
 use omni_actors::session::messages::{CallerAudio, FromClient, ModelAudio, ToClient};
 use omni_gateway::config::Config;
 use omni_gateway::dialect::openai::Flavor;
 use omni_gateway::roles::Serving;
-use omni_gateway::transport::StartSession;
 use omni_gateway::transport::admission::{self, Caller, Endpoint, Transport};
+use omni_gateway::transport::{SessionPort, StartSession};
 use parking_lot::Mutex;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::OwnedWriteHalf;
@@ -38,7 +37,7 @@ const KEY: &str = "pcm-edge-key-0123456789";
 /// session's text events are noted (this transport has nowhere to send them).
 struct PcmEdge {
     start: Option<StartSession>,
-    session: Option<Addr<SessionActor>>,
+    session: Option<SessionPort>,
     writer: actix::io::Writer<OwnedWriteHalf, std::io::Error>,
     /// An odd byte of the voice, waiting for its pair.
     odd: Option<u8>,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use omni_actors::edge::coordinator::{ClusterError, Grant, NodeBeat, NodeStore, Offer, Offered, Reported, SlotReport};
+use omni_actors::edge::coordinator::{ClusterError, Grant, NodeBeat, NodeStore, Offer, Offered, SlotReport};
 
 use super::lender::Lender;
 use super::messages::{JoinCluster, Push};
@@ -114,7 +114,7 @@ impl Lender {
         let w = &mut self.workers[i];
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         // One offer at a time (a worker opening as the node joins the cluster is offered twice).
-        if !w.free() || !w.offer.make(nonce.clone()) {
+        if !w.try_offer(nonce.clone()) {
             return;
         }
         let sig = crate::link::grant::sign(&cluster.token, &slot, &addr, &nonce);
@@ -125,8 +125,7 @@ impl Lender {
 
     fn offered(&mut self, i: usize, nonce: String, answer: Result<Offered, ClusterError>, ctx: &mut Context<Self>) {
         let w = &mut self.workers[i];
-        w.offer.answered(&nonce);
-        let again = w.offer.lapsed();
+        let again = w.answered(&nonce);
         let name = w.name.clone();
         match answer {
             Ok(Offered::Assigned { ticket, push: None }) => log::info!("worker {name}: granted to ticket {ticket}"),
@@ -143,7 +142,7 @@ impl Lender {
             Ok(Offered::UnknownNode) => log::info!("worker {name}: the store does not know this node yet"),
             Err(e) => log::warn!("worker {name}: cannot offer it: {e}"),
         }
-        if again && self.workers[i].free() {
+        if again {
             log::info!(
                 "worker {name}: offered again (a grant of its last offer was used before the store answered it)"
             );
@@ -161,7 +160,11 @@ impl Lender {
         let stands = w.free() && w.offer.stands(&pushed.nonce);
         let links = self.standby.get_mut(&replica).filter(|links| stands && !links.is_empty());
         let next = links.map(|links| links.remove(0));
-        let (Some((link, to)), Some(worker)) = (next, w.worker.clone()) else {
+        let reserved = next.and_then(|(link, to)| {
+            let (worker, offer) = w.reserve(&pushed.nonce, link, pushed.ticket, pushed.mode, Instant::now())?;
+            Some((link, to, worker, offer))
+        });
+        let Some((link, to, worker, offer)) = reserved else {
             let name = w.name.clone();
             match stands {
                 true => log::info!("worker {name}: no link of {replica} took the grant; through the store"),
@@ -180,9 +183,6 @@ impl Lender {
             return;
         };
         // Reserved for the link, as an attach with the grant would.
-        let offer = w.offer.current.take();
-        w.attached = Some(link);
-        w.session = Some((pushed.ticket, pushed.mode, Instant::now()));
         log::info!("worker {}: attached to gateway {replica} (link {link}) for ticket {}", w.name, pushed.ticket);
         let push = Push { worker, mode: pushed.mode, pushed: pushed.clone() };
         ctx.spawn(to.send(push).into_actor(self).map(move |told, act, ctx| {
@@ -191,14 +191,11 @@ impl Lender {
             }
             // The link ended, or its replica could not be told: as if never reserved.
             let w = &mut act.workers[i];
-            if w.attached == Some(link) {
+            if w.unreserve(link, offer) {
                 log::info!(
                     "worker {}: link {link} ended (its replica was not told of the grant); the worker is free",
                     w.name
                 );
-                w.attached = None;
-                w.session = None;
-                w.offer.current = offer;
             }
             act.push(i, replica, pushed, ctx);
         }));
@@ -211,25 +208,18 @@ impl Lender {
         // Every free worker stands offered or awaits the store's answer; one that does neither
         // is offered now.
         for i in 0..self.workers.len() {
-            let w = &self.workers[i];
-            if w.free() && w.offer.lapsed() {
-                log::info!("worker {}: free with no offer standing; offered again", w.name);
+            if self.workers[i].unoffered() {
+                log::info!("worker {}: free with no offer standing; offered again", self.workers[i].name);
                 self.offer(i, ctx);
             }
         }
         let Some(cluster) = &self.cluster else { return };
         let (store, addr, attach_timeout) = (cluster.store.clone(), cluster.advertise.clone(), cluster.attach_timeout);
         let reports: Vec<SlotReport> = (0..self.workers.len())
-            .map(|i| {
-                let w = &self.workers[i];
-                let state = match (&w.worker, w.attached, &w.offer.current) {
-                    (Some(_), Some(_), _) => Reported::Busy(w.session.map_or(0, |(ticket, ..)| ticket)),
-                    (None, ..) => Reported::Down,
-                    (Some(_), None, Some(_)) if w.offer.awaiting() => Reported::Pending,
-                    (Some(_), None, Some(nonce)) => Reported::Offered(nonce.clone()),
-                    (Some(_), None, None) => Reported::Pending,
-                };
-                SlotReport { slot: self.slot(i), modes: w.modes.clone(), state }
+            .map(|i| SlotReport {
+                slot: self.slot(i),
+                modes: self.workers[i].modes.clone(),
+                state: self.workers[i].report(),
             })
             .collect();
         let call = async move { store.node_beat(&addr, attach_timeout, &reports).await };

@@ -7,61 +7,19 @@
 //! open ([`super::cluster`]).
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use actix::prelude::*;
-use omni_actors::domain::Mode;
 use omni_actors::queue::messages::WorkerReport;
 use omni_actors::worker::messages::WorkerLink;
 
-use super::cluster::{Cluster, Offers};
+use super::cluster::Cluster;
+use super::lending::{Ended, Granted, Lendable};
 use super::messages::{Borrow, Describe, GiveBack, Lent, Push, Refusal, Standby, StandbyEnded};
-use crate::link::wire::NodeWorker;
-use omni_actors::status::WorkerStatus;
-
-/// One of the node's workers, as the lender sees it.
-pub(super) struct Lendable {
-    pub name: String,
-    pub modes: Vec<Mode>,
-    /// Where its backend comes from, for discovery.
-    pub backend: String,
-    /// Open: its BackendActor and what it can do. `None` while it (re)opens.
-    pub worker: Option<WorkerLink>,
-    /// Why it is not open, when it failed.
-    pub failure: Option<String>,
-    /// The link it is lent to.
-    pub attached: Option<u64>,
-    /// In a cluster: its offers to the store.
-    pub offer: Offers,
-    /// In a cluster: the ticket, mode and start of the session attached.
-    pub session: Option<(u64, Mode, Instant)>,
-    /// The mode and length of the last session, until the next offer reports it.
-    pub ended: Option<(Mode, Duration)>,
-}
-
-impl Lendable {
-    pub(super) fn new(name: String, modes: Vec<Mode>, backend: String) -> Lendable {
-        Lendable {
-            name,
-            modes,
-            backend,
-            worker: None,
-            failure: None,
-            attached: None,
-            offer: Offers::default(),
-            session: None,
-            ended: None,
-        }
-    }
-
-    /// Open and lent to nobody.
-    pub(super) fn free(&self) -> bool {
-        self.worker.is_some() && self.attached.is_none()
-    }
-}
 
 pub(super) struct Lender {
-    pub(super) workers: Vec<Lendable>,
+    /// Its workers and their rules.
+    pub(super) workers: Vec<Lendable<WorkerLink>>,
     /// In a cluster: the store and what the offers need.
     pub(super) cluster: Option<Cluster>,
     /// Links replicas keep open for grants, oldest first, by replica.
@@ -69,7 +27,7 @@ pub(super) struct Lender {
 }
 
 impl Lender {
-    pub(super) fn new(workers: Vec<Lendable>) -> Lender {
+    pub(super) fn new(workers: Vec<Lendable<WorkerLink>>) -> Lender {
         Lender { workers, cluster: None, standby: HashMap::new() }
     }
 
@@ -104,24 +62,18 @@ impl Lender {
     fn idle(&mut self, link: WorkerLink, ctx: &mut Context<Self>) {
         let i = link.id;
         let Some(w) = self.workers.get_mut(i) else { return };
-        let opened = w.worker.is_none();
-        w.worker = Some(link);
-        w.failure = None;
+        let (opened, offer) = w.idle(link);
         if opened {
             log::info!("worker {}: ready", w.name);
         }
-        // Offered already when its last link ended (its reset ran meanwhile).
-        if w.attached.is_none() && w.offer.current.is_none() {
+        if offer {
             self.freed(i, ctx);
         }
     }
 
     fn closed(&mut self, i: usize, failure: Option<String>) {
         if let Some(w) = self.workers.get_mut(i) {
-            w.worker = None;
-            w.failure = failure;
-            // An offer still awaiting the store's answer keeps the next one waiting for it.
-            w.offer.current = None;
+            w.closed(failure);
         }
     }
 }
@@ -133,28 +85,9 @@ impl Handler<Borrow> for Lender {
         let Some(w) = self.workers.iter_mut().find(|w| w.name == msg.worker) else {
             return Err(Refusal::NoSuchWorker(msg.worker));
         };
-        if w.attached.is_some() {
-            return Err(Refusal::Attached(w.name.clone()));
-        }
-        if in_cluster {
-            match &msg.grant {
-                None => return Err(Refusal::NeedsGrant(w.name.clone())),
-                Some(g) if w.offer.current.as_deref() != Some(g.nonce.as_str()) => {
-                    return Err(Refusal::StaleGrant { ticket: g.ticket, worker: w.name.clone() });
-                }
-                Some(_) => {}
-            }
-        }
-        let Some(worker) = w.worker.clone() else {
-            return Err(match &w.failure {
-                Some(reason) => Refusal::Failed { worker: w.name.clone(), reason: reason.clone() },
-                None => Refusal::Starting(w.name.clone()),
-            });
-        };
-        w.attached = Some(msg.link);
-        w.offer.current = None;
-        w.session = msg.grant.as_ref().map(|g| (g.ticket, g.mode, Instant::now()));
-        match &msg.grant {
+        let grant = msg.grant.as_ref().map(|g| Granted { ticket: g.ticket, mode: g.mode, nonce: &g.nonce });
+        let (worker, mode) = w.borrow(msg.link, in_cluster, grant, Instant::now())?;
+        match grant {
             Some(g) => log::info!(
                 "worker {}: attached to gateway {} (link {}) for ticket {}",
                 w.name,
@@ -164,7 +97,6 @@ impl Handler<Borrow> for Lender {
             ),
             None => log::info!("worker {}: attached to gateway {} (link {})", w.name, msg.gateway, msg.link),
         }
-        let mode = msg.grant.map_or(w.modes[0], |g| g.mode);
         Ok(Lent { worker, mode })
     }
 }
@@ -174,15 +106,10 @@ impl Handler<GiveBack> for Lender {
     fn handle(&mut self, msg: GiveBack, ctx: &mut Context<Self>) {
         let Some(i) = self.workers.iter().position(|w| w.name == msg.worker) else { return };
         let w = &mut self.workers[i];
-        if w.attached != Some(msg.link) {
-            return;
-        }
+        let Ended::Freed { session } = w.give_back(msg.link, Instant::now()) else { return };
         log::info!("worker {}: link {} ended ({}); the worker is free", w.name, msg.link, msg.why);
-        w.attached = None;
-        if let Some((ticket, mode, since)) = w.session.take() {
-            let length = since.elapsed();
+        if let Some((ticket, length)) = session {
             log::info!("worker {}: session of ticket {ticket} ended after {:.1} s", w.name, length.as_secs_f64());
-            w.ended = Some((mode, length));
         }
         // In a cluster it is offered at once, its reset running meanwhile: the next client's
         // grant and attach overlap it instead of waiting for it.
@@ -195,26 +122,7 @@ impl Handler<GiveBack> for Lender {
 impl Handler<Describe> for Lender {
     type Result = MessageResult<Describe>;
     fn handle(&mut self, _: Describe, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(
-            self.workers
-                .iter()
-                .map(|w| {
-                    let state = match (&w.worker, w.attached, &w.failure) {
-                        (Some(_), Some(_), _) => WorkerStatus::Busy,
-                        (Some(_), None, _) => WorkerStatus::Idle,
-                        (None, _, Some(_)) => WorkerStatus::Failed,
-                        (None, _, None) => WorkerStatus::Starting,
-                    };
-                    NodeWorker {
-                        name: w.name.clone(),
-                        modes: w.modes.clone(),
-                        backend: w.backend.clone(),
-                        state,
-                        reason: w.failure.clone().filter(|_| state == WorkerStatus::Failed),
-                    }
-                })
-                .collect(),
-        )
+        MessageResult(self.workers.iter().map(Lendable::describe).collect())
     }
 }
 

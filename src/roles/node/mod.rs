@@ -25,12 +25,14 @@ use crate::config::Config;
 mod accept;
 mod cluster;
 mod lender;
+mod lending;
 mod link;
 mod messages;
 mod unproven;
 
 use accept::Door;
-use lender::{Lendable, Lender};
+use lender::Lender;
+use lending::Lendable;
 use link::LinkSettings;
 
 /// Why a node could not run.

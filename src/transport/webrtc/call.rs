@@ -1,4 +1,4 @@
-//! The WebRTC edge: one actor per call between its UDP socket and its [`SessionActor`], as
+//! The WebRTC edge: one actor per call between its UDP socket and its session (`omni_actors::session::SessionActor`), as
 //! the WebSocket edge is for a connection. It drives a sans-IO [`Rtc`] (ICE-lite, DTLS-SRTP,
 //! SCTP) with the socket's datagrams and its timers; it hands the session the client's events
 //! from the `oai-events` data channel, and the client's voice as samples ([`CallerAudio`]); it
@@ -20,7 +20,6 @@ use actix::prelude::*;
 use bytestring::ByteString;
 use omni_actors::observe::metrics::metrics;
 use omni_actors::protocol::{CloseReason, Violation};
-use omni_actors::session::SessionActor;
 use omni_actors::session::messages::{CallerAudio, FromClient, ModelAudio, ToClient};
 use str0m::channel::ChannelId;
 use str0m::format::Codec;
@@ -33,9 +32,9 @@ use super::Calls;
 use super::codec::{Downlink, FRAME_SAMPLES, RATE, RTP_TICKS_PER_FRAME, Refused, Uplink};
 use super::events::{self, Incoming};
 use super::playout::{FRAME_MS, Notice, Playout};
-use crate::transport::StartSession;
 use crate::transport::incoming::{Backlog, IncomingBudget};
 use crate::transport::limits::{Admit, MessageRate, RateLimit};
+use crate::transport::{SessionPort, StartSession};
 
 /// The data channel the events travel on, as the OpenAI Realtime API names it.
 pub const EVENTS_CHANNEL: &str = "oai-events";
@@ -86,7 +85,7 @@ pub struct CallEdge {
     start: Option<StartSession>,
     /// Events for the session before the client's own (the settings the call was made with).
     first: Vec<String>,
-    session: Option<Addr<SessionActor>>,
+    session: Option<SessionPort>,
     calls: Arc<Calls>,
     phase: Phase,
     /// The session was told the call ended (or ended it).
@@ -588,5 +587,256 @@ impl Handler<Hangup> for CallEdge {
 
     fn handle(&mut self, _: Hangup, ctx: &mut Self::Context) {
         self.end(ctx, Some(CloseReason::Client("hangup".into())));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The call against a stand-in session (its port is all the edge knows of it), with a
+    //! str0m peer as the caller over loopback UDP: the caller's voice reaches the session as
+    //! samples, the session's events and voice reach the caller (events on `oai-events`, the
+    //! voice as Opus on the track), the caller's clear is the call's own, and the session's
+    //! close hangs up.
+
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use actix::prelude::*;
+    use omni_actors::session::messages::{FromClient, ModelAudio, ToClient};
+    use parking_lot::Mutex;
+    use str0m::change::SdpAnswer;
+    use str0m::channel::ChannelId;
+    use str0m::format::Codec;
+    use str0m::media::{Direction, Frequency, MediaKind, MediaTime, Mid};
+    use str0m::net::{Protocol, Receive};
+    use str0m::{Candidate, Event, Input, Output, Rtc, RtcConfig};
+    use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+
+    use super::{CallEdge, CallParts, CallSettings, EVENTS_CHANNEL};
+    use crate::config::WebRtcSpec;
+    use crate::transport::incoming::IncomingBudget;
+    use crate::transport::webrtc::Calls;
+    use crate::transport::webrtc::codec::{Downlink, FRAME_SAMPLES, RATE, RTP_TICKS_PER_FRAME};
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    /// A session that only says what it was handed.
+    struct Stand(UnboundedSender<String>);
+
+    impl Actor for Stand {
+        type Context = Context<Self>;
+    }
+
+    impl Handler<FromClient> for Stand {
+        type Result = ();
+        fn handle(&mut self, msg: FromClient, _: &mut Context<Self>) {
+            let _ = self.0.send(match msg {
+                FromClient::Text(t) => format!("text {t}"),
+                FromClient::Audio(a) => format!("audio at {}", a.rate),
+                FromClient::Refused(e) => format!("refused {}", e.code()),
+                FromClient::Ended(r) => format!("ended {}", r.as_str()),
+            });
+        }
+    }
+
+    /// What the caller saw.
+    #[derive(Debug, PartialEq)]
+    enum Seen {
+        Open,
+        Text(String),
+        Voice,
+        Closed,
+    }
+
+    /// The caller: a str0m peer on its own socket.
+    struct Caller {
+        rtc: Rtc,
+        socket: tokio::net::UdpSocket,
+        local: SocketAddr,
+        mid: Mid,
+        channel: ChannelId,
+        rtp_time: u64,
+    }
+
+    impl Caller {
+        /// Runs the peer (sends what it has to send, takes what arrives) until `check`, asked
+        /// after every step with everything seen so far, answers.
+        async fn drive_until<T>(&mut self, mut check: impl FnMut(&[Seen]) -> Option<T>) -> T {
+            let deadline = tokio::time::Instant::now() + WAIT;
+            let mut seen = Vec::new();
+            let mut buf = vec![0u8; 2048];
+            loop {
+                let timeout = loop {
+                    match self.rtc.poll_output().expect("the caller's peer") {
+                        Output::Transmit(t) => {
+                            let _ = self.socket.send_to(&t.contents, t.destination).await;
+                        }
+                        Output::Timeout(at) => break at,
+                        Output::Event(e) => seen.extend(match e {
+                            Event::ChannelOpen(..) => Some(Seen::Open),
+                            Event::ChannelData(d) => Some(Seen::Text(String::from_utf8_lossy(&d.data).into())),
+                            Event::MediaData(_) => Some(Seen::Voice),
+                            Event::ChannelClose(_) | Event::Closed => Some(Seen::Closed),
+                            _ => None,
+                        }),
+                    }
+                };
+                if let Some(done) = check(&seen) {
+                    return done;
+                }
+                assert!(tokio::time::Instant::now() < deadline, "not in time; the caller saw {seen:?}");
+                let wait = timeout.saturating_duration_since(Instant::now()).min(Duration::from_millis(10));
+                match tokio::time::timeout(wait, self.socket.recv_from(&mut buf)).await {
+                    Ok(Ok((n, from))) => {
+                        let r = Receive::new(Protocol::Udp, from, self.local, &buf[..n]).unwrap();
+                        self.rtc.handle_input(Input::Receive(Instant::now(), r)).unwrap();
+                    }
+                    _ => self.rtc.handle_input(Input::Timeout(Instant::now())).unwrap(),
+                }
+            }
+        }
+
+        fn send_text(&mut self, text: &str) {
+            self.rtc.channel(self.channel).expect("open").write(false, text.as_bytes()).unwrap();
+        }
+
+        fn send_binary(&mut self, bytes: &[u8]) {
+            self.rtc.channel(self.channel).expect("open").write(true, bytes).unwrap();
+        }
+
+        /// 20 ms Opus frames of a tone, on the track.
+        fn speak(&mut self, frames: usize) {
+            let mut down = Downlink::new().unwrap();
+            let tone: Vec<f32> = (0..FRAME_SAMPLES * frames).map(|i| (i as f32 * 0.05).sin() * 0.3).collect();
+            for frame in down.encode(&tone) {
+                let writer = self.rtc.writer(self.mid).expect("the track");
+                let pt = writer.payload_params().find(|p| p.spec().codec == Codec::Opus).unwrap().pt();
+                let time = MediaTime::new(self.rtp_time, Frequency::FORTY_EIGHT_KHZ);
+                self.rtp_time += RTP_TICKS_PER_FRAME;
+                writer.write(pt, Instant::now(), time, frame).unwrap();
+            }
+        }
+    }
+
+    struct Call {
+        caller: Caller,
+        heard: UnboundedReceiver<String>,
+        edge: Arc<Mutex<Option<Recipient<ToClient>>>>,
+    }
+
+    impl Call {
+        /// What the session is handed next (the caller runs meanwhile).
+        async fn heard(&mut self) -> String {
+            let heard = &mut self.heard;
+            self.caller.drive_until(|_| heard.try_recv().ok()).await
+        }
+
+        /// Runs the caller until it sees what `wanted` matches.
+        async fn caller_sees(&mut self, wanted: impl Fn(&Seen) -> bool) {
+            self.caller.drive_until(|seen| seen.iter().any(&wanted).then_some(())).await
+        }
+
+        fn say(&self, msg: ToClient) {
+            self.edge.lock().as_ref().expect("the session started").do_send(msg);
+        }
+    }
+
+    /// A call answered by the gateway's own signalling and run by its edge, the stand-in behind
+    /// it, and a caller through ICE and DTLS with its data channel open.
+    async fn call() -> Call {
+        let spec = WebRtcSpec {
+            enabled: true,
+            bind: "127.0.0.1".parse().unwrap(),
+            ports: 52000..=52999,
+            public_ips: vec!["127.0.0.1".parse().unwrap()],
+            connect_timeout: Duration::from_secs(5),
+            client_secret_ttl: Duration::from_secs(60),
+            max_client_secrets: 10,
+            max_client_secrets_per_key: 10,
+        };
+        let calls = Calls::new(spec);
+        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let local = socket.local_addr().unwrap();
+        let mut rtc = RtcConfig::new().clear_codecs().enable_opus(true, false).build(Instant::now());
+        rtc.add_local_candidate(Candidate::host(local, "udp").unwrap());
+        let mut api = rtc.sdp_api();
+        let mid = api.add_media(MediaKind::Audio, Direction::SendRecv, None, None, None);
+        let channel = api.add_channel(EVENTS_CHANNEL.into());
+        let (offer, pending) = api.apply().unwrap();
+        let answered = calls.answer(&offer.to_sdp_string()).unwrap();
+        rtc.sdp_api().accept_answer(pending, SdpAnswer::from_sdp_string(&answered.sdp).unwrap()).unwrap();
+        let (tx, heard) = unbounded_channel();
+        let edge: Arc<Mutex<Option<Recipient<ToClient>>>> = Arc::default();
+        let slot = edge.clone();
+        let start = Box::new(move |to: Recipient<ToClient>| {
+            *slot.lock() = Some(to);
+            Stand(tx).start().recipient()
+        });
+        let settings = CallSettings {
+            connect_timeout: Duration::from_secs(5),
+            rate: None,
+            max_outgoing_bytes: 1 << 20,
+            max_incoming_bytes: 1 << 20,
+        };
+        let parts = CallParts {
+            id: "rtc_test".into(),
+            rtc: answered.rtc,
+            socket: answered.socket,
+            settings,
+            start,
+            first: Vec::new(),
+            calls: calls.clone(),
+            incoming: IncomingBudget::new(1 << 20),
+        };
+        CallEdge::new(parts).unwrap().start();
+        let caller = Caller { rtc, socket, local, mid, channel, rtp_time: 0 };
+        let mut call = Call { caller, heard, edge };
+        call.caller_sees(|s| *s == Seen::Open).await;
+        call
+    }
+
+    #[actix::test]
+    async fn the_callers_voice_and_events_reach_the_session_and_its_events_reach_the_caller() {
+        let mut call = call().await;
+        call.caller.speak(3);
+        assert_eq!(call.heard().await, format!("audio at {RATE}"), "samples, not an event");
+        call.caller.send_text(r#"{"type":"response.create"}"#);
+        assert_eq!(call.heard().await, r#"text {"type":"response.create"}"#);
+        call.say(ToClient::Text(r#"{"type":"response.created"}"#.into()));
+        call.caller_sees(|s| matches!(s, Seen::Text(t) if t.contains("response.created"))).await;
+    }
+
+    #[actix::test]
+    async fn the_models_voice_plays_on_the_track_and_the_callers_clear_stops_it() {
+        let mut call = call().await;
+        // Two seconds of voice: it starts playing, and is still playing when the caller clears it.
+        let samples = vec![0.2f32; RATE as usize * 2];
+        call.say(ToClient::Audio(ModelAudio::Delta { response: "resp_1".into(), samples, rate: RATE }));
+        call.caller_sees(|s| matches!(s, Seen::Text(t) if t.contains("output_audio_buffer.started"))).await;
+        call.caller_sees(|s| *s == Seen::Voice).await;
+        call.caller.send_text(r#"{"type":"output_audio_buffer.clear","event_id":"c1"}"#);
+        call.caller_sees(
+            |s| matches!(s, Seen::Text(t) if t.contains("output_audio_buffer.cleared") && t.contains("c1")),
+        )
+        .await;
+        // The clear is the call's own: the session is not handed it.
+        call.caller.send_text(r#"{"type":"ping"}"#);
+        assert_eq!(call.heard().await, r#"text {"type":"ping"}"#);
+    }
+
+    #[actix::test]
+    async fn a_binary_message_ends_the_call_and_the_session_hears_why() {
+        let mut call = call().await;
+        call.caller.send_binary(&[1, 2, 3]);
+        assert_eq!(call.heard().await, "ended binary_frame");
+        call.caller_sees(|s| *s == Seen::Closed).await;
+    }
+
+    #[actix::test]
+    async fn the_session_ending_hangs_the_call_up() {
+        let mut call = call().await;
+        call.say(ToClient::Close(omni_actors::protocol::CloseReason::Timeout));
+        call.caller_sees(|s| *s == Seen::Closed).await;
     }
 }
