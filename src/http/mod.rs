@@ -142,11 +142,10 @@ async fn shutdown_on_signal(mut stop: crate::signals::Stop, server: actix_web::d
     if !wait_until(started + grace + Duration::from_secs(2), || registry.is_empty()).await {
         log::warn!("shutdown: {} sessions still open after the grace period", gw.registry.len());
     }
-    if let Some(recorder) = &gw.recorder {
-        let r = recorder.clone();
-        if !wait_until(Instant::now() + Duration::from_secs(10), || r.unfinished() == 0).await {
-            log::error!("shutdown: {} recordings not finalized", recorder.unfinished());
-        }
+    if let Some(recorder) = &gw.recorder
+        && actix_web::rt::time::timeout(Duration::from_secs(10), recorder.finalized()).await.is_err()
+    {
+        log::error!("shutdown: {} recordings not finalized", recorder.unfinished());
     }
     match gw.pool.shutdown.send(ShutdownPool { within: Duration::from_secs(5) }).await {
         Ok(closed) => log::info!("shutdown: {closed} of {} backends closed", gw.config.workers.len()),

@@ -898,42 +898,42 @@ async fn a_gateway_and_a_replica_show_their_workers_with_the_same_fields_and_wor
 }
 
 /// The cluster's store and a replica's rules, by the suite the in-memory store passes in the
-/// actors' unit tests: each scenario under its own prefix of one Redis.
-#[tokio::test]
-async fn the_cluster_suite_passes_against_redis() {
-    if !needs(&[Need::Redis]) {
-        return;
-    }
+/// actors' unit tests: one test per scenario, each on a Redis of its own.
+mod suite_on_redis {
+    use std::sync::Arc;
+    use std::time::Duration;
+
     use omni_actors::edge::coordinator::{Coordinator, NodeStore};
-    use omni_actors::queue::suite::{self, Cluster, Stores, Wait};
+    use omni_actors::queue::suite::{Cluster, Wait};
     use omni_gateway::store::redis::RedisStore;
 
-    struct OnRedis(std::sync::Arc<Redis>);
-    struct Scenario {
-        redis: std::sync::Arc<Redis>,
-        prefix: String,
-    }
-    impl Stores for OnRedis {
-        fn open(&self, scenario: &str) -> Box<dyn Cluster> {
-            Box::new(Scenario { redis: self.0.clone(), prefix: scenario.to_string() })
+    use crate::common::*;
+
+    struct OnRedis(Redis);
+
+    impl Cluster for OnRedis {
+        fn replica(&self, name: &str, lease: Duration) -> Arc<dyn Coordinator> {
+            RedisStore::new(&self.0.url(), "suite", name.into(), lease).unwrap()
         }
-    }
-    impl Cluster for Scenario {
-        fn replica(&self, name: &str, lease: Duration) -> std::sync::Arc<dyn Coordinator> {
-            RedisStore::new(&self.redis.url(), &self.prefix, name.into(), lease).unwrap()
-        }
-        fn node(&self, name: &str, lease: Duration) -> std::sync::Arc<dyn NodeStore> {
-            RedisStore::new(&self.redis.url(), &self.prefix, name.into(), lease).unwrap()
+        fn node(&self, name: &str, lease: Duration) -> Arc<dyn NodeStore> {
+            RedisStore::new(&self.0.url(), "suite", name.into(), lease).unwrap()
         }
         fn pass(&self, by: Duration) -> Wait<'_> {
+            // A real store's clock runs while the test waits: this is the time passing.
             Box::pin(tokio::time::sleep(by))
         }
         fn wipe(&self) -> Wait<'_> {
-            assert!(self.redis.command("FLUSHALL").is_some_and(|a| a.starts_with("+OK")));
+            assert!(self.0.command("FLUSHALL").is_some_and(|a| a.starts_with("+OK")));
             Box::pin(std::future::ready(()))
         }
     }
-    suite::run(&OnRedis(std::sync::Arc::new(Redis::start()))).await;
+
+    omni_actors::cluster_scenarios!(async #[tokio::test] |_name, scenario| {
+        if !needs(&[Need::Redis]) {
+            return;
+        }
+        scenario(&OnRedis(Redis::start())).await;
+    });
 }
 
 /// The YAML documents of a file under `deploy/`.

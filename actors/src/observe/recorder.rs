@@ -17,8 +17,8 @@ use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+use tokio::sync::watch;
 
 use actix::prelude::*;
 use serde::Serialize;
@@ -108,7 +108,7 @@ pub(super) struct RecorderActor {
     root: PathBuf,
     redactor: Arc<dyn Redact>,
     files: Option<Files>,
-    unfinished: Arc<AtomicUsize>,
+    unfinished: Arc<watch::Sender<usize>>,
     summary: RecordingSummary,
     /// Its own address, held until `Finish` is handled. The session drops its address right
     /// after sending `Finish`; without this one, actix may find no sender left between two
@@ -124,9 +124,9 @@ impl RecorderActor {
         dir: PathBuf,
         redactor: Arc<dyn Redact>,
         root: PathBuf,
-        unfinished: &Arc<AtomicUsize>,
+        unfinished: &Arc<watch::Sender<usize>>,
     ) -> Addr<RecorderActor> {
-        unfinished.fetch_add(1, Ordering::SeqCst);
+        unfinished.send_modify(|n| *n += 1);
         let unfinished = unfinished.clone();
         RecorderActor::start_in_arbiter(arbiter, move |_| RecorderActor {
             dir,
@@ -227,7 +227,7 @@ impl Handler<Record> for RecorderActor {
                 if let Err(e) = self.finish(*meta) {
                     log::error!("recording {}: cannot finalize: {e}", self.dir.display());
                 }
-                self.unfinished.fetch_sub(1, Ordering::SeqCst);
+                self.unfinished.send_modify(|n| *n -= 1);
                 self.keep_alive = None;
                 ctx.stop();
             }
@@ -305,11 +305,8 @@ mod tests {
     const ROOMY: RecordingLimits = RecordingLimits::new(64 << 20, 256 << 20, 1 << 30);
 
     async fn finalized(spawner: &RecorderSpawner) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while spawner.unfinished() > 0 {
-            assert!(Instant::now() < deadline, "recording never finalized");
-            actix::clock::sleep(Duration::from_millis(5)).await;
-        }
+        let waited = actix::clock::timeout(Duration::from_secs(10), spawner.finalized()).await;
+        assert!(waited.is_ok(), "recording never finalized");
     }
 
     fn session_dir(root: &Path, id: &str) -> PathBuf {

@@ -22,7 +22,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
 use std::time::{Instant, SystemTime};
+use tokio::sync::watch;
 
 use actix::prelude::*;
 use bytes::Bytes;
@@ -137,7 +139,8 @@ pub struct RecorderSpawner {
     root: PathBuf,
     arbiter: ArbiterHandle,
     limits: RecordingLimits,
-    unfinished: Arc<AtomicUsize>,
+    /// Recordings started and not yet finalized, watched by those that wait for them.
+    unfinished: Arc<watch::Sender<usize>>,
     total_lag: Arc<AtomicUsize>,
     /// The recordings' disk has less than `min_free` free.
     disk_low: Arc<AtomicBool>,
@@ -162,7 +165,7 @@ impl RecorderSpawner {
             root,
             arbiter,
             limits,
-            unfinished: Arc::new(AtomicUsize::new(0)),
+            unfinished: Arc::new(watch::Sender::new(0)),
             total_lag: Arc::new(AtomicUsize::new(0)),
             disk_low,
         }
@@ -170,7 +173,13 @@ impl RecorderSpawner {
 
     /// Recordings started and not yet finalized.
     pub fn unfinished(&self) -> usize {
-        self.unfinished.load(Ordering::SeqCst)
+        *self.unfinished.borrow()
+    }
+
+    /// Waits until every recording started is finalized.
+    pub async fn finalized(&self) {
+        let mut changes = self.unfinished.subscribe();
+        let _ = changes.wait_for(|n| *n == 0).await;
     }
 
     /// Bytes handed to recordings and not yet written, across every session.

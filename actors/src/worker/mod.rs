@@ -779,7 +779,7 @@ mod tests {
     use messages::{Delivery, Lost};
 
     /// Collects what a session would hear.
-    struct Ear(std::sync::mpsc::Sender<String>);
+    struct Ear(tokio::sync::mpsc::UnboundedSender<String>);
     impl Actor for Ear {
         type Context = Context<Self>;
     }
@@ -795,13 +795,20 @@ mod tests {
             });
         }
     }
-    struct Pool;
+    /// Says which of the worker's reports were an open that failed.
+    struct Pool(tokio::sync::mpsc::UnboundedSender<bool>);
     impl Actor for Pool {
         type Context = Context<Self>;
     }
     impl Handler<WorkerEvent> for Pool {
         type Result = ();
-        fn handle(&mut self, _: WorkerEvent, _: &mut Context<Self>) {}
+        fn handle(&mut self, e: WorkerEvent, _: &mut Context<Self>) {
+            let _ = self.0.send(matches!(e, WorkerEvent::OpenFailed { .. }));
+        }
+    }
+
+    fn pool() -> Recipient<WorkerEvent> {
+        Pool(tokio::sync::mpsc::unbounded_channel().0).start().recipient()
     }
 
     /// A turn backend that hands out one piece per permit from the test, never a last one,
@@ -873,8 +880,8 @@ mod tests {
         let info = BackendInfo { name: "gated".into(), turn: true, ..BackendInfo::default() };
         // Open already: the worker takes a session at once.
         let open = Opener::Open(Box::new(Gated { info, permits, calls: calls_tx }));
-        let worker = BackendActor::new(0, "gated".into(), 1, open, limits, Pool.start().recipient()).start();
-        let (tx, _heard) = std::sync::mpsc::channel();
+        let worker = BackendActor::new(0, "gated".into(), 1, open, limits, pool()).start();
+        let (tx, _heard) = tokio::sync::mpsc::unbounded_channel();
         let ear = Ear(tx).start().recipient();
         let reply = || Delivery::new(ear.clone(), Lost::Work);
         let attach = Delivery::new(ear.clone(), Lost::Attach);
@@ -905,14 +912,19 @@ mod tests {
             open_timeout: Duration::from_secs(10),
         };
         let factory = crate::worker::thread::BackendFactory::new(|| Err(BackendError::Open("no model".into())));
-        let worker = BackendActor::new(0, "gone".into(), 1, factory, limits, Pool.start().recipient()).start();
-        // Its backend does not open: the actor stops.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while worker.connected() {
-            assert!(Instant::now() < deadline, "the worker's actor should have stopped");
-            actix::clock::sleep(Duration::from_millis(5)).await;
+        let (told, mut reports) = tokio::sync::mpsc::unbounded_channel();
+        let worker = BackendActor::new(0, "gone".into(), 1, factory, limits, Pool(told).start().recipient()).start();
+        // Its backend does not open: it says so, and stops.
+        let failed = actix::clock::timeout(Duration::from_secs(10), reports.recv()).await;
+        assert_eq!(failed.ok().flatten(), Some(true), "the open failure is reported");
+        for _ in 0..100 {
+            if !worker.connected() {
+                break;
+            }
+            tokio::task::yield_now().await;
         }
-        let (tx, rx) = std::sync::mpsc::channel();
+        assert!(!worker.connected(), "the worker's actor stopped");
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let ear = Ear(tx).start().recipient();
         let attach =
             Attach { key: 1, label: "c1".into(), mode: Mode::Audio, reply: Delivery::new(ear.clone(), Lost::Attach) };
@@ -921,15 +933,9 @@ mod tests {
         worker.do_send(Prepare { key: 1, setup, reply: Delivery::new(ear.clone(), Lost::Work) });
         worker.do_send(Drain { key: 1, reply: Delivery::new(ear, Lost::Drain) });
         let mut heard = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(10);
         while heard.len() < 3 {
-            match rx.try_recv() {
-                Ok(h) => heard.push(h),
-                Err(_) => {
-                    assert!(Instant::now() < deadline, "answers so far: {heard:?}");
-                    actix::clock::sleep(Duration::from_millis(5)).await;
-                }
-            }
+            let next = actix::clock::timeout(Duration::from_secs(10), rx.recv()).await;
+            heard.push(next.ok().flatten().unwrap_or_else(|| panic!("answers so far: {heard:?}")));
         }
         assert_eq!(
             heard,

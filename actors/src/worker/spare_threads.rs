@@ -14,7 +14,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc;
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard};
 use std::thread;
 use std::time::Duration;
 
@@ -36,11 +36,15 @@ struct Spare {
 struct Waiting {
     spares: Vec<Spare>,
     next_id: u64,
+    /// The most that ever waited at once.
+    most: usize,
 }
 
 /// Threads waiting for work. The process has one ([`run`]); tests have their own.
 pub(super) struct SpareThreads {
     waiting: Mutex<Waiting>,
+    /// Told whenever the spares change (what a test of them waits on).
+    changed: Condvar,
     keep_idle: Duration,
     max_spare: usize,
 }
@@ -61,7 +65,7 @@ pub(super) fn run(name: &str, task: impl FnOnce() + Send + 'static) -> std::io::
 impl SpareThreads {
     /// Threads wait `keep_idle` for work, at most `max_spare` of them.
     pub(super) fn new(keep_idle: Duration, max_spare: usize) -> SpareThreads {
-        SpareThreads { waiting: Mutex::default(), keep_idle, max_spare }
+        SpareThreads { waiting: Mutex::default(), changed: Condvar::new(), keep_idle, max_spare }
     }
 
     fn lock(&self) -> MutexGuard<'_, Waiting> {
@@ -78,6 +82,7 @@ impl SpareThreads {
             // The newest first: its stack is warm. A spare is taken and told under the lock, so
             // one that gave up waiting meanwhile (and takes the lock to leave) still finds it.
             while let Some(spare) = waiting.spares.pop() {
+                this.changed.notify_all();
                 match spare.tasks.send(task) {
                     Ok(()) => return Ok(()),
                     Err(mpsc::SendError(t)) => task = t,
@@ -97,6 +102,23 @@ impl SpareThreads {
         self.lock().spares.len()
     }
 
+    #[cfg(test)]
+    /// The most threads that ever waited at once.
+    pub(crate) fn most_waiting(&self) -> usize {
+        self.lock().most
+    }
+
+    #[cfg(test)]
+    /// Waits up to `within` until `n` threads wait for work; answers how many do then.
+    pub(crate) fn wait_for(&self, n: usize, within: Duration) -> usize {
+        let waiting = self.lock();
+        let (waiting, _) = self
+            .changed
+            .wait_timeout_while(waiting, within, |w| w.spares.len() != n)
+            .unwrap_or_else(|p| p.into_inner());
+        waiting.spares.len()
+    }
+
     /// A thread's life: its tasks one after another, waiting `keep_idle` for each after the
     /// first.
     fn serve(&self, tx: mpsc::Sender<Task>, rx: mpsc::Receiver<Task>) {
@@ -113,6 +135,8 @@ impl SpareThreads {
                 waiting.next_id += 1;
                 let id = waiting.next_id;
                 waiting.spares.push(Spare { id, tasks: tx.clone() });
+                waiting.most = waiting.most.max(waiting.spares.len());
+                self.changed.notify_all();
                 id
             };
             task = match rx.recv_timeout(self.keep_idle) {
@@ -131,6 +155,7 @@ impl SpareThreads {
         let mut waiting = self.lock();
         if let Some(at) = waiting.spares.iter().position(|s| s.id == id) {
             waiting.spares.remove(at);
+            self.changed.notify_all();
             return None;
         }
         rx.try_recv().ok()
@@ -142,7 +167,6 @@ mod tests {
     use super::*;
     use std::sync::mpsc::channel;
     use std::thread::ThreadId;
-    use std::time::Instant;
 
     const WAIT: Duration = Duration::from_secs(5);
 
@@ -153,11 +177,7 @@ mod tests {
     }
 
     fn until_waiting(pool: &SpareThreads, n: usize) {
-        let deadline = Instant::now() + WAIT;
-        while pool.waiting() < n && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(1));
-        }
-        assert_eq!(pool.waiting(), n);
+        assert_eq!(pool.wait_for(n, WAIT), n);
     }
 
     #[test]
@@ -223,14 +243,10 @@ mod tests {
         }
         release_tx.send(()).unwrap();
         release_tx.send(()).unwrap();
+        // One of the two waits (max_spare is 1: the other exits), then leaves after keep_idle.
         until_waiting(&pool, 1);
-        thread::sleep(Duration::from_millis(20));
-        assert!(pool.waiting() <= 1, "one of the two exited: max_spare is 1");
-        let deadline = Instant::now() + WAIT;
-        while pool.waiting() > 0 && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(5));
-        }
-        assert_eq!(pool.waiting(), 0, "the spare left after keep_idle");
+        until_waiting(&pool, 0);
+        assert_eq!(pool.most_waiting(), 1, "never two: max_spare is 1");
         // And the pool still runs work, on a new thread.
         let _ = id_of_task(&pool);
     }

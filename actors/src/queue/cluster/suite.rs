@@ -40,16 +40,41 @@ pub trait Stores {
     fn open(&self, scenario: &str) -> Box<dyn Cluster>;
 }
 
-/// Runs every scenario.
-pub async fn run(stores: &dyn Stores) {
-    the_store_keeps_one_fifo_across_modes_with_places_kept_and_leases(&*stores.open("fifo")).await;
-    a_freed_worker_goes_to_the_first_waiting_client_of_any_replica(&*stores.open("first")).await;
-    a_refused_grant_puts_the_ticket_back_in_its_place(&*stores.open("refused")).await;
-    a_client_gone_before_its_worker_opened_gives_it_back(&*stores.open("gone")).await;
-    a_grant_ahead_of_its_enqueue_answer_is_kept_for_it(&*stores.open("early")).await;
-    a_ticket_whose_enqueue_answer_was_lost_leaves_the_queue(&*stores.open("orphan")).await;
-    a_store_that_forgot_the_replica_gets_its_clients_again_in_order(&*stores.open("wiped")).await;
-    an_operators_cancel_reaches_the_client_at_the_next_beat(&*stores.open("cancel")).await;
+/// Writes one test per scenario, each on a store of its own: `$run` is the test's body, with
+/// the scenario's name and its function (`async fn(&dyn Cluster)`) bound to the names given. A
+/// store's own tests name their test attribute and whether the test is `async`.
+///
+/// ```text
+/// omni_actors::cluster_scenarios!(async #[tokio::test] |name, scenario| scenario(&*store(name)).await);
+/// ```
+#[macro_export]
+macro_rules! cluster_scenarios {
+    ($kind:ident #[$attr:meta] |$name:ident, $scenario:ident| $run:expr) => {
+        $crate::cluster_scenarios!(@each $kind #[$attr] |$name, $scenario| $run;
+            the_store_keeps_one_fifo_across_modes_with_places_kept_and_leases,
+            a_freed_worker_goes_to_the_first_waiting_client_of_any_replica,
+            a_refused_grant_puts_the_ticket_back_in_its_place,
+            a_client_gone_before_its_worker_opened_gives_it_back,
+            a_grant_ahead_of_its_enqueue_answer_is_kept_for_it,
+            a_ticket_whose_enqueue_answer_was_lost_leaves_the_queue,
+            a_store_that_forgot_the_replica_gets_its_clients_again_in_order,
+            an_operators_cancel_reaches_the_client_at_the_next_beat
+        );
+    };
+    (@each sync #[$attr:meta] |$name:ident, $scenario:ident| $run:expr; $($test:ident),*) => {$(
+        #[$attr]
+        fn $test() {
+            let ($name, $scenario): (&str, _) = (stringify!($test), $crate::queue::suite::$test);
+            $run
+        }
+    )*};
+    (@each async #[$attr:meta] |$name:ident, $scenario:ident| $run:expr; $($test:ident),*) => {$(
+        #[$attr]
+        async fn $test() {
+            let ($name, $scenario): (&str, _) = (stringify!($test), $crate::queue::suite::$test);
+            $run
+        }
+    )*};
 }
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -536,8 +561,5 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_suite_passes_against_the_in_memory_store() {
-        ready(run(&Memory));
-    }
+    crate::cluster_scenarios!(sync #[test] |name, scenario| ready(scenario(&*Memory.open(name))));
 }
