@@ -144,7 +144,7 @@ impl Admitted {
         let sinks = gw.subscribers.session(&self.info);
         let (queue, registry, transcription) = (gw.queue.clone(), gw.registry.clone(), gw.transcription.clone());
         let Admitted { conn, settings, dialect, client, admission, .. } = self;
-        Box::new(move |edge| {
+        Box::new(move |edge: Box<dyn omni_actors::session::messages::ClientLine>| {
             let links =
                 SessionLinks { edge, conn, queue, registry, admission: Some(admission), sinks, client, transcription };
             SessionActor::new(settings, dialect, links).start_for_edge().recipient()

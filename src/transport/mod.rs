@@ -15,7 +15,7 @@
 //!   connection is not read past it).
 
 use actix::Recipient;
-use omni_actors::session::messages::{FromClient, ToClient};
+use omni_actors::session::messages::{ClientLine, FromClient};
 
 pub mod admission;
 pub mod incoming;
@@ -25,10 +25,11 @@ pub mod socket;
 pub mod webrtc;
 pub mod websocket;
 
-/// Starts a client's session, given where it reaches its edge (the edge calls it once started),
-/// and answers the session's port: where the edge hands it what the client sends. An edge
-/// knows its session only by that port, so that it is tested against a stand-in session.
-pub type StartSession = Box<dyn FnOnce(Recipient<ToClient>) -> SessionPort>;
+/// Starts a client's session, given its line to the client (its edge's recipient, or a line
+/// of the edge's transport; the edge calls it once started), and answers the session's port:
+/// where the edge hands it what the client sends. An edge knows its session only by that port,
+/// so that it is tested against a stand-in session.
+pub type StartSession = Box<dyn FnOnce(Box<dyn ClientLine>) -> SessionPort>;
 
 /// Where an edge reaches its session.
 pub type SessionPort = Recipient<FromClient>;

@@ -50,7 +50,7 @@ impl Actor for PcmEdge {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         if let Some(start) = self.start.take() {
-            self.session = Some(start(ctx.address().recipient()));
+            self.session = Some(start(Box::new(ctx.address().recipient::<ToClient>())));
         }
     }
 }

@@ -89,6 +89,20 @@ pub enum ModelAudio {
     Clear,
 }
 
+/// Where a session speaks to its client: its edge's mailbox (an edge actor's recipient), or a
+/// line the edge's transport drains without a hop through the edge (a WebSocket's: the
+/// session's frames go straight into the connection's outgoing stream).
+pub trait ClientLine: Send {
+    /// Hands the client's side a message, in order with the ones before it.
+    fn tell(&self, msg: ToClient);
+}
+
+impl ClientLine for Recipient<ToClient> {
+    fn tell(&self, msg: ToClient) {
+        self.do_send(msg);
+    }
+}
+
 /// What the queue tells a session.
 #[derive(Message)]
 #[rtype(result = "()")]

@@ -44,7 +44,7 @@ pub use registry::{AddressCaps, Admission, Labels, Refusal, Registry, address_ke
 
 use crate::transcribe::messages::{Transcribe, Transcribed};
 use flow::Flow;
-use messages::{BackendEvent, CallerAudio, FromClient, ModelAudio, QueueNotice, Shutdown, ToClient};
+use messages::{BackendEvent, CallerAudio, ClientLine, FromClient, ModelAudio, QueueNotice, Shutdown, ToClient};
 use setups::Setups;
 use state::{Phase, SessionState};
 
@@ -83,7 +83,7 @@ pub struct ClientInfo {
 /// What a session is connected to.
 pub struct SessionLinks {
     /// Its client's transport.
-    pub edge: Recipient<ToClient>,
+    pub edge: Box<dyn ClientLine>,
     /// The connection's number ([`crate::ids::connection`]), as its subscribers know it.
     pub conn: u64,
     /// Where the session joins, leaves and claims from its queue.
@@ -204,7 +204,7 @@ impl SessionActor {
             let bytes = frame.as_bytes().clone();
             self.links.sinks.publish(SessionEvent::WireOut { frame: &bytes, audio: None });
         }
-        self.links.edge.do_send(ToClient::Text(frame));
+        self.links.edge.tell(ToClient::Text(frame));
     }
 
     /// The model's voice to an edge that carries audio; recorded as a `model.audio` event.
@@ -216,7 +216,7 @@ impl SessionActor {
             let bytes = bytes::Bytes::from(frame.to_string());
             self.links.sinks.publish(SessionEvent::WireOut { frame: &bytes, audio: Some(samples) });
         }
-        self.links.edge.do_send(ToClient::Audio(audio));
+        self.links.edge.tell(ToClient::Audio(audio));
     }
 
     fn send_error(&mut self, ctx: &mut Context<Self>, e: &ProtocolError) {
@@ -243,7 +243,7 @@ impl SessionActor {
             let session_id = self.session_id.clone();
             self.emit(Outbound::Closed { session_id: session_id.as_deref(), reason: &reason });
         }
-        self.links.edge.do_send(ToClient::Close(reason.clone()));
+        self.links.edge.tell(ToClient::Close(reason.clone()));
         self.state.close();
         self.end = Some(reason);
         self.ended_at = Some(Instant::now());

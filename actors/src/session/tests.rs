@@ -292,7 +292,7 @@ fn start(o: Options) -> Test {
         upgraded_at: std::time::SystemTime::now(),
     };
     let links = SessionLinks {
-        edge: stand.clone().recipient(),
+        edge: Box::new(stand.clone().recipient::<ToClient>()),
         conn: 1,
         queue: QueuePort::of(&stand),
         registry: Registry::new(),

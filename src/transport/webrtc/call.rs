@@ -490,7 +490,7 @@ impl Actor for CallEdge {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         if let Some(start) = self.start.take() {
-            let session = start(ctx.address().recipient());
+            let session = start(Box::new(ctx.address().recipient::<ToClient>()));
             for text in self.first.drain(..) {
                 session.do_send(FromClient::Text(ByteString::from(text)));
             }
@@ -603,7 +603,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use actix::prelude::*;
-    use omni_actors::session::messages::{FromClient, ModelAudio, ToClient};
+    use omni_actors::session::messages::{ClientLine, FromClient, ModelAudio, ToClient};
     use parking_lot::Mutex;
     use str0m::change::SdpAnswer;
     use str0m::channel::ChannelId;
@@ -722,7 +722,7 @@ mod tests {
     struct Call {
         caller: Caller,
         heard: UnboundedReceiver<String>,
-        edge: Arc<Mutex<Option<Recipient<ToClient>>>>,
+        line: Arc<Mutex<Option<Box<dyn ClientLine>>>>,
     }
 
     impl Call {
@@ -738,7 +738,7 @@ mod tests {
         }
 
         fn say(&self, msg: ToClient) {
-            self.edge.lock().as_ref().expect("the session started").do_send(msg);
+            self.line.lock().as_ref().expect("the session started").tell(msg);
         }
     }
 
@@ -767,9 +767,9 @@ mod tests {
         let answered = calls.answer(&offer.to_sdp_string()).unwrap();
         rtc.sdp_api().accept_answer(pending, SdpAnswer::from_sdp_string(&answered.sdp).unwrap()).unwrap();
         let (tx, heard) = unbounded_channel();
-        let edge: Arc<Mutex<Option<Recipient<ToClient>>>> = Arc::default();
-        let slot = edge.clone();
-        let start = Box::new(move |to: Recipient<ToClient>| {
+        let line: Arc<Mutex<Option<Box<dyn ClientLine>>>> = Arc::default();
+        let slot = line.clone();
+        let start = Box::new(move |to: Box<dyn ClientLine>| {
             *slot.lock() = Some(to);
             Stand(tx).start().recipient()
         });
@@ -791,7 +791,7 @@ mod tests {
         };
         CallEdge::new(parts).unwrap().start();
         let caller = Caller { rtc, socket, local, mid, channel, rtp_time: 0 };
-        let mut call = Call { caller, heard, edge };
+        let mut call = Call { caller, heard, line };
         call.caller_sees(|s| *s == Seen::Open).await;
         call
     }

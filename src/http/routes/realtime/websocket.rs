@@ -21,6 +21,7 @@ use crate::transport::admission::{Endpoint, Transport, admit, authenticate};
 use crate::transport::incoming::{Backlog, Gated};
 use crate::transport::outgoing::{Metered, OutgoingLimit, OutgoingMeter};
 use crate::transport::socket::ConnSocket;
+use crate::transport::websocket::line::{self, Merged};
 use crate::transport::websocket::{EdgeSettings, WebSocketEdge};
 
 /// The subprotocols a browser client offered.
@@ -120,17 +121,21 @@ async fn upgrade(
     if socket.is_none() {
         log::warn!("no handle on this connection's socket: its outgoing buffer is unbounded");
     }
-    let outgoing = socket.map(|socket| OutgoingLimit {
-        meter: meter.clone(),
-        max_bytes: config.server.max_outgoing_bytes,
-        disconnect: Box::new(socket.cutter()),
+    let outgoing = socket.map(|socket| {
+        Arc::new(OutgoingLimit {
+            meter: meter.clone(),
+            max_bytes: config.server.max_outgoing_bytes,
+            disconnect: Box::new(socket.cutter()),
+        })
     });
     let conn = admitted.conn;
     // A client secret's settings, for the OpenAI-shaped dialects (the MiniCPM-o ones have none).
     let first = admitted.session.as_ref().filter(|_| openai).map(client_secrets::session_update);
     let start = admitted.starter(&gw);
     let incoming = Backlog::new(config.server.max_incoming_bytes as usize, gw.incoming.clone());
-    let edge = WebSocketEdge::new(edge_settings, conn, gw.fragments.clone(), outgoing, incoming.clone(), start)
+    // The session's frames go straight into the connection's outgoing stream.
+    let (said, heard) = line::line();
+    let edge = WebSocketEdge::new(edge_settings, conn, gw.fragments.clone(), outgoing, incoming.clone(), said, start)
         .with_first(first);
     // Browsers offer `realtime` (with their key as a subprotocol): the server selects it.
     let mut response = if protocols.is_empty() {
@@ -141,5 +146,7 @@ async fn upgrade(
     let codec = actix_http::ws::Codec::new().max_size(config.server.max_frame_bytes);
     // The request body is read only while the session keeps up with it.
     let payload = Gated::new(payload, incoming);
-    Ok(response.streaming(Metered::new(ws::WebsocketContext::with_codec(edge, payload, codec), meter)))
+    let outgoing =
+        Merged::new(ws::WebsocketContext::with_codec(edge, payload, codec), heard, config.server.max_frame_bytes);
+    Ok(response.streaming(Metered::new(outgoing, meter)))
 }

@@ -1,7 +1,9 @@
 //! The WebSocket edge: one actor per connection (on `actix-web-actors`) between the socket and
-//! its session (`omni_actors::session::SessionActor`). It owns what is the socket's: frames and their fragments, pings and
-//! the heartbeat, the message rate, the outgoing bound, and close codes. It hands the session
-//! whole text messages ([`FromClient`]) and carries out what the session says ([`ToClient`]).
+//! its session (`omni_actors::session::SessionActor`). It owns what is the socket's: frames and
+//! their fragments, pings and the heartbeat, the message rate, the outgoing bound, and close
+//! codes. It hands the session whole text messages ([`FromClient`]); what the session says
+//! ([`ToClient`]) goes straight into the connection's outgoing stream on the session's line
+//! ([`line`]), the edge hearing only the session's close and a client that does not read.
 //!
 //! The edge ends the connection itself when the client breaks the WebSocket's rules (a binary
 //! frame, a message too big, a fragmented message never finished, too fast for too long), stops
@@ -24,6 +26,7 @@ use super::incoming::Backlog;
 use super::limits::{Admit, FragmentBudget, FragmentRefusal, Fragments, MessageRate, RateLimit};
 use super::outgoing::OutgoingLimit;
 use super::{SessionPort, StartSession};
+use line::{LineEnd, SlowConsumer};
 
 /// What a connection may do, from `[server]`.
 #[derive(Debug, Clone)]
@@ -40,8 +43,12 @@ pub struct EdgeSettings {
     pub rate: Option<RateLimit>,
 }
 
+pub mod line;
+
 pub struct WebSocketEdge {
     settings: EdgeSettings,
+    /// The session's line to the connection, until it is handed to the session.
+    line: Option<LineEnd>,
     /// Names the connection in logs (`c12`).
     label: String,
     start: Option<StartSession>,
@@ -52,7 +59,7 @@ pub struct WebSocketEdge {
     rate: Option<MessageRate>,
     last_heard: Instant,
     /// The bound on what waits to be sent to a client that does not read; `None`: unbounded.
-    outgoing: Option<OutgoingLimit>,
+    outgoing: Option<Arc<OutgoingLimit>>,
     /// What the session has been handed and not handled yet (the request body waits on it).
     incoming: Arc<Backlog>,
     /// Why the edge ended the connection (the session is told when the edge stops).
@@ -66,12 +73,15 @@ impl WebSocketEdge {
         settings: EdgeSettings,
         conn: u64,
         fragments: std::sync::Arc<FragmentBudget>,
-        outgoing: Option<OutgoingLimit>,
+        outgoing: Option<Arc<OutgoingLimit>>,
         incoming: Arc<Backlog>,
+        said: tokio::sync::mpsc::UnboundedSender<line::Said>,
         start: StartSession,
     ) -> WebSocketEdge {
         let now = Instant::now();
+        let line = LineEnd { said, outgoing: outgoing.clone(), max_frame_bytes: settings.max_frame_bytes };
         WebSocketEdge {
+            line: Some(line),
             fragments: Fragments::new(fragments, settings.max_frame_bytes, settings.message_timeout),
             rate: settings.rate.map(|limit| MessageRate::new(limit, now)),
             settings,
@@ -241,8 +251,9 @@ impl Actor for WebSocketEdge {
     type Context = ws::WebsocketContext<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        if let Some(start) = self.start.take() {
-            self.session = Some(start(ctx.address().recipient()));
+        if let (Some(start), Some(line)) = (self.start.take(), self.line.take()) {
+            let line = line.complete(ctx.address().recipient(), ctx.address().recipient());
+            self.session = Some(start(Box::new(line)));
         }
         if let Some(first) = self.first.take() {
             self.tell(FromClient::Text(ByteString::from(first)));
@@ -262,37 +273,25 @@ impl Actor for WebSocketEdge {
 impl Handler<ToClient> for WebSocketEdge {
     type Result = ();
 
-    fn handle(&mut self, msg: ToClient, ctx: &mut Self::Context) {
-        if self.ended.is_some() || self.closed_by_session {
-            return;
-        }
+    /// The session's line carries what it says; the edge hears its close: the close frame
+    /// leaves on the line after everything before it, the connection's stream ends with it, and
+    /// the edge with the stream.
+    fn handle(&mut self, msg: ToClient, _: &mut Self::Context) {
         match msg {
-            ToClient::Text(frame) => {
-                if let Some(limit) = &self.outgoing {
-                    let waiting = limit.meter.wrote(frame.len());
-                    if waiting > limit.max_bytes {
-                        return self.slow_consumer(ctx, waiting);
-                    }
-                }
-                metrics().bytes_sent.inc_by(frame.len() as u64);
-                ctx.text(frame);
+            ToClient::Close(_) => self.closed_by_session = true,
+            ToClient::Text(_) | ToClient::Audio(_) => {
+                log::debug!("session {}: its words reach the edge, not its line: not sent", self.label)
             }
-            // This edge carries no audio of its own: its sessions' dialects send it in events.
-            ToClient::Audio(_) => {
-                log::debug!("session {}: model audio for an edge that does not carry audio", self.label)
-            }
-            ToClient::Close(reason) => {
-                let description = match &reason {
-                    CloseReason::BackendError(why) => bounded(why, 123).to_string(),
-                    other => bounded(other.as_str(), 123).to_string(),
-                };
-                ctx.close(Some(ws::CloseReason {
-                    code: ws::CloseCode::from(reason.close_code()),
-                    description: Some(description),
-                }));
-                self.closed_by_session = true;
-                ctx.stop();
-            }
+        }
+    }
+}
+
+impl Handler<SlowConsumer> for WebSocketEdge {
+    type Result = ();
+
+    fn handle(&mut self, msg: SlowConsumer, ctx: &mut Self::Context) {
+        if self.ended.is_none() && !self.closed_by_session {
+            self.slow_consumer(ctx, msg.0);
         }
     }
 }
@@ -358,155 +357,4 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for WebSocketEdge {
 }
 
 #[cfg(test)]
-mod tests {
-    //! The edge against a stand-in session (its port is all the edge knows of it), on a real
-    //! socket: what reaches the session, what reaches the client, and who ends what.
-
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use actix::prelude::*;
-    use actix_web::{App, HttpRequest, HttpServer, web};
-    use futures_util::{SinkExt, StreamExt};
-    use omni_actors::protocol::{CloseReason, Violation};
-    use omni_actors::session::messages::{FromClient, ToClient};
-    use parking_lot::Mutex;
-    use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
-    use tokio_tungstenite::tungstenite::Message;
-    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-
-    use super::{EdgeSettings, WebSocketEdge};
-    use crate::transport::incoming::{Backlog, IncomingBudget};
-    use crate::transport::limits::FragmentBudget;
-
-    const WAIT: Duration = Duration::from_secs(10);
-
-    /// A session that only says what it was handed.
-    struct Stand(UnboundedSender<String>);
-
-    impl Actor for Stand {
-        type Context = Context<Self>;
-    }
-
-    impl Handler<FromClient> for Stand {
-        type Result = ();
-        fn handle(&mut self, msg: FromClient, _: &mut Context<Self>) {
-            let _ = self.0.send(match msg {
-                FromClient::Text(t) => format!("text {t}"),
-                FromClient::Audio(a) => format!("audio {} at {}", a.samples.len(), a.rate),
-                FromClient::Refused(e) => format!("refused {}", e.code()),
-                FromClient::Ended(r) => format!("ended {}", r.as_str()),
-            });
-        }
-    }
-
-    /// A server whose one route is the edge, the stand-in behind it; what the stand-in heard,
-    /// and where the test speaks as the session.
-    struct Served {
-        url: String,
-        heard: UnboundedReceiver<String>,
-        edge: Arc<Mutex<Option<Recipient<ToClient>>>>,
-    }
-
-    fn settings() -> EdgeSettings {
-        EdgeSettings {
-            max_frame_bytes: 1024,
-            heartbeat_interval: Duration::from_millis(50),
-            heartbeat_timeout: Duration::from_millis(300),
-            message_timeout: Duration::from_secs(5),
-            rate: None,
-        }
-    }
-
-    async fn serve(settings: EdgeSettings) -> Served {
-        let (tx, heard) = unbounded_channel();
-        let edge: Arc<Mutex<Option<Recipient<ToClient>>>> = Arc::default();
-        let slot = edge.clone();
-        let route = move |req: HttpRequest, payload: web::Payload| {
-            let (tx, slot, settings) = (tx.clone(), slot.clone(), settings.clone());
-            async move {
-                let start = Box::new(move |to: Recipient<ToClient>| {
-                    *slot.lock() = Some(to);
-                    Stand(tx).start().recipient()
-                });
-                let incoming = Backlog::new(1 << 20, IncomingBudget::new(1 << 20));
-                let fragments = FragmentBudget::new(1 << 20);
-                let edge = WebSocketEdge::new(settings, 1, fragments, None, incoming, start);
-                let codec = actix_http::ws::Codec::new().max_size(1024);
-                let mut response = actix_web_actors::ws::handshake(&req)?;
-                Ok::<_, actix_web::Error>(
-                    response.streaming(actix_web_actors::ws::WebsocketContext::with_codec(edge, payload, codec)),
-                )
-            }
-        };
-        let server = HttpServer::new(move || App::new().route("/", web::get().to(route.clone())))
-            .workers(1)
-            .bind(("127.0.0.1", 0))
-            .unwrap();
-        let url = format!("ws://{}/", server.addrs()[0]);
-        actix::spawn(server.run());
-        Served { url, heard, edge }
-    }
-
-    impl Served {
-        async fn heard(&mut self) -> String {
-            tokio::time::timeout(WAIT, self.heard.recv()).await.expect("in time").expect("open")
-        }
-
-        fn say(&self, msg: ToClient) {
-            self.edge.lock().as_ref().expect("the session started").do_send(msg);
-        }
-    }
-
-    type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-    async fn next(client: &mut Socket) -> Message {
-        loop {
-            match tokio::time::timeout(WAIT, client.next()).await.expect("in time").expect("open").unwrap() {
-                Message::Ping(_) | Message::Pong(_) => {}
-                other => return other,
-            }
-        }
-    }
-
-    #[actix::test]
-    async fn messages_go_both_ways_whole_and_the_session_closes_with_its_reason() {
-        let mut served = serve(settings()).await;
-        let (mut client, _) = tokio_tungstenite::connect_async(&served.url).await.unwrap();
-        client.send(Message::text("{\"type\":\"x\"}")).await.unwrap();
-        assert_eq!(served.heard().await, "text {\"type\":\"x\"}");
-        served.say(ToClient::Text("hello".into()));
-        assert_eq!(next(&mut client).await, Message::text("hello"));
-        served.say(ToClient::Close(CloseReason::Client("bye".into())));
-        let Message::Close(Some(frame)) = next(&mut client).await else { panic!("a close frame") };
-        assert_eq!((frame.code, frame.reason.as_str()), (CloseCode::Normal, "bye"));
-    }
-
-    #[actix::test]
-    async fn a_binary_frame_ends_the_connection_with_1003_and_the_session_hears_why() {
-        let mut served = serve(settings()).await;
-        let (mut client, _) = tokio_tungstenite::connect_async(&served.url).await.unwrap();
-        client.send(Message::binary(vec![1, 2, 3])).await.unwrap();
-        let Message::Close(Some(frame)) = next(&mut client).await else { panic!("a close frame") };
-        assert_eq!(u16::from(frame.code), 1003);
-        assert_eq!(served.heard().await, format!("ended {}", Violation::BinaryFrame.as_str()));
-    }
-
-    #[actix::test]
-    async fn a_message_over_the_limit_is_1009_and_nothing_of_it_reaches_the_session() {
-        let mut served = serve(settings()).await;
-        let (mut client, _) = tokio_tungstenite::connect_async(&served.url).await.unwrap();
-        client.send(Message::text("x".repeat(2048))).await.unwrap();
-        let Message::Close(Some(frame)) = next(&mut client).await else { panic!("a close frame") };
-        assert_eq!(u16::from(frame.code), 1009);
-        assert_eq!(served.heard().await, format!("ended {}", Violation::MessageTooBig.as_str()));
-    }
-
-    #[actix::test]
-    async fn a_client_that_stops_answering_pings_is_gone_and_the_session_hears_so() {
-        let mut served = serve(settings()).await;
-        // Connected, then never read: its pongs never go.
-        let (_client, _) = tokio_tungstenite::connect_async(&served.url).await.unwrap();
-        assert_eq!(served.heard().await, "ended heartbeat_timeout");
-    }
-}
+mod tests;
