@@ -85,7 +85,8 @@ run() { # NAME URLS PIDS loadgen options...
 
 stop_all() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; pids=(); }
 
-for kind in wait handover steady; do
+# KINDS picks the phases run (all three by default); the summary needs all three.
+for kind in ${KINDS:-wait handover steady}; do
     case $kind in
     wait)
         count=1 log=warn
@@ -137,6 +138,9 @@ token = \"$token\""
     fi
     stop_all
 done
+
+# A run of some phases only (KINDS) leaves its JSON in OUT_DIR for its caller.
+[ -n "${KINDS:-}" ] && exit 0
 
 python3 - "$out" "$waiting" <<'PY'
 import json, sys
