@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace. The end-to-end tests of the official OpenAI and DashScope
-# Python clients, and of WebRTC calls from aiortc, need them in .venv: created here on first
-# run from tests/sdk/requirements.txt.
+# Python clients, and of WebRTC calls from aiortc, need them in .venv, and those of the voice-agent
+# frameworks need them in .venv-agents: both created here on first run (tests/sdk/requirements.txt,
+# tests/agents/requirements.txt).
 # The pages' tests need chromium and chromium-driver, the CPU model backend cmake, g++, libclang
 # and espeak-ng, the replicas' tests redis-server, the tools' tests sox (apt-get install chromium
 # chromium-driver cmake g++ libclang-dev espeak-ng redis-server sox).
@@ -10,6 +11,11 @@ cd "$(dirname "$0")"
 if ! .venv/bin/python -c "import openai, dashscope, websockets, aiortc" 2>/dev/null; then
   python3 -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check -r tests/sdk/requirements.txt
+fi
+# The voice-agent frameworks (OpenAI Agents SDK, Pipecat, LiveKit Agents) in a venv of their own.
+if ! .venv-agents/bin/python -c "import agents.realtime, pipecat, livekit.plugins.openai" 2>/dev/null; then
+  python3 -m venv .venv-agents
+  .venv-agents/bin/pip install --quiet --disable-pip-version-check -r tests/agents/requirements.txt
 fi
 # The CPU model backend's end-to-end test needs its models (downloaded once, ~700 MB, into
 # ~/.cache/omni-gateway or $OMNI_MODELS).

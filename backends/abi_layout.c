@@ -23,6 +23,12 @@ static const size_t LAYOUT[] = {
     offsetof(omni_turn_output, output_audio_tokens),
     /* since 1.2 */
     offsetof(omni_backend_info, step_samples),
+    /* since 1.3 */
+    offsetof(omni_session_config, tools), offsetof(omni_session_config, tool_choice),
+    offsetof(omni_step_output, call), offsetof(omni_step_output, call_name),
+    offsetof(omni_message, call_id), offsetof(omni_message, name),
+    offsetof(omni_turn_input, tools), offsetof(omni_turn_input, tool_choice),
+    offsetof(omni_turn_output, call), offsetof(omni_turn_output, call_name),
 };
 
 size_t omni_abi_layout(size_t i) { return i < sizeof LAYOUT / sizeof LAYOUT[0] ? LAYOUT[i] : (size_t)-1; }

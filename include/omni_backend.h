@@ -1,5 +1,5 @@
 /*
- * omni_backend.h - the omni-gateway backend ABI, version 1 (revision 1.2).
+ * omni_backend.h - the omni-gateway backend ABI, version 1 (revision 1.3).
  *
  * A backend is a shared library (or a statically linked object) that exports
  *
@@ -30,6 +30,13 @@
  * context. A 1.0 backend works unchanged: it ignores what its struct_size does not cover,
  * the gateway zeroes output fields before a call, and zero means "not reported".
  * Revision 1.2 added one field to the info: the duplex chunk a backend answers best on.
+ * Revision 1.3 is for agents (marked "since 1.3"): the session's tools and the choice among
+ * them (OMNI_CAP_TOOLS), function calls as a kind of output, the model's calls and their
+ * results as messages of a conversation, turn-mode answers between the steps of a duplex
+ * session, and turns that only prefill (the gateway replays a conversation after a reset).
+ * The gateway sends none of it to a backend that reports a lower abi_revision: the client
+ * hears that tools are not supported, calls and results are written into messages as
+ * text, a duplex session takes no turn, and a replay waits for the next turn's messages.
  *
  * Threads: a handle is owned by the thread that opened it. Functions marked
  * OWNER THREAD ONLY may be called only from that thread, one at a time.
@@ -47,7 +54,7 @@ extern "C" {
 #endif
 
 #define OMNI_BACKEND_ABI_VERSION 1u
-#define OMNI_BACKEND_ABI_REVISION 2u /* 1.2: the "since 1.1" and "since 1.2" fields below */
+#define OMNI_BACKEND_ABI_REVISION 3u /* 1.3: the "since 1.1" to "since 1.3" fields below */
 
 #if defined(_WIN32)
 #define OMNI_EXPORT __declspec(dllexport)
@@ -98,6 +105,7 @@ typedef struct {
 #define OMNI_CAP_TURN (1u << 3)          /* turn_* conversation mode            */
 #define OMNI_CAP_TRANSCRIPTS (1u << 4)   /* since 1.1: reports transcripts of the user's speech */
 #define OMNI_CAP_TOKEN_DETAILS (1u << 5) /* since 1.1: reports input_audio_tokens / output_audio_tokens */
+#define OMNI_CAP_TOOLS (1u << 6)         /* since 1.3: calls the tools it is given (the "call" outputs) */
 
 typedef struct {
     uint32_t struct_size;           /* set by the caller */
@@ -110,8 +118,8 @@ typedef struct {
     uint32_t name_len;              /* bytes used in name */
     char name[64];                  /* UTF-8, not NUL-terminated */
     /* since 1.1 */
-    uint32_t abi_revision;          /* the revision this backend implements: 2 for 1.2, 1 for 1.1
-                                     * (a 1.0 backend leaves it 0) */
+    uint32_t abi_revision;          /* the revision this backend implements: 3 for 1.3, 2 for 1.2,
+                                     * 1 for 1.1 (a 1.0 backend leaves it 0) */
     uint32_t settings_len;          /* bytes used in settings */
     char settings[512];             /* the names of the generation settings this backend applies
                                      * from omni_session_config.settings and
@@ -151,6 +159,11 @@ typedef struct {
                                   * listen_prob_scale, ...): the gateway checked the values of the
                                   * settings it knows; a backend applies those it lists in info() */
     size_t n_settings;
+    /* since 1.3 (read only by a backend with OMNI_CAP_TOOLS) */
+    omni_str tools;       /* the functions the model may call, a JSON array (empty: none):
+                           * [{"name": "get_time", "description": "...", "parameters": {JSON Schema}}] */
+    omni_str tool_choice; /* "auto" (also when empty), "none", "required", or one tool's name:
+                           * the model calls that tool */
 } omni_session_config;
 
 /* ---- duplex steps ------------------------------------------------------ */
@@ -194,12 +207,20 @@ typedef struct {
                              * up to this step (0 = none now); with OMNI_CAP_TRANSCRIPTS */
     uint32_t input_audio_tokens;  /* of input_tokens, those from audio (OMNI_CAP_TOKEN_DETAILS) */
     uint32_t output_audio_tokens; /* speech tokens of this output; output_tokens counts text */
+    /* since 1.3 (OMNI_CAP_TOOLS) */
+    uint32_t call;          /* 1: this output is (a piece of) a function call, not speech: text
+                             * holds a piece of its arguments (JSON), and no audio comes with it */
+    uint32_t call_name_len; /* on a call's first piece: bytes of the tool's name in call_name (a
+                             * new call begins); 0 on the pieces that continue it */
+    char call_name[64];     /* UTF-8, not NUL-terminated */
 } omni_step_output;
 
 /* ---- turn mode --------------------------------------------------------- */
 #define OMNI_ROLE_SYSTEM 0u
 #define OMNI_ROLE_USER 1u
 #define OMNI_ROLE_ASSISTANT 2u
+#define OMNI_ROLE_TOOL_CALL 3u   /* since 1.3: the model called the tool `name`; text: the arguments (JSON) */
+#define OMNI_ROLE_TOOL_RESULT 4u /* since 1.3: what the call `call_id` gave back; text: the result */
 
 typedef struct {
     uint32_t struct_size;
@@ -209,6 +230,9 @@ typedef struct {
     size_t n_images;
     const omni_pcm *audios;   /* 16 kHz clips */
     size_t n_audios;
+    /* since 1.3 */
+    omni_str call_id;         /* TOOL_CALL and TOOL_RESULT: the call's id, which pairs them */
+    omni_str name;            /* TOOL_CALL: the tool's name */
 } omni_message;
 
 #define OMNI_TURN_SPEECH (1u << 0)       /* produce audio with the text      */
@@ -222,6 +246,18 @@ typedef struct {
                                           * may reuse the part of its context that matches.
                                           * (A 1.0 backend appends always; the gateway resets and
                                           * prepares it again before a replacing turn.) */
+#define OMNI_TURN_PREFILL_ONLY (1u << 5) /* since 1.3: take the messages into the context and answer
+                                          * nothing: turn_generate's first piece is done and empty.
+                                          * The gateway replays a conversation so (after a reset,
+                                          * or when the client changed it: a truncated answer, a
+                                          * deleted item). */
+
+/* Since 1.3 a duplex session also answers turns: between two steps (after duplex_finalize),
+ * turn_prefill and turn_generate answer a typed message, a tool's result or a request to
+ * speak first; the messages and the answer join the session's context, and the next duplex
+ * step goes on from there. A 1.3 turn may also bring no message (n_messages 0): the model
+ * answers the context as it stands (it speaks first, or goes on after a pause), and its
+ * newest message may be a tool's result rather than the user's. */
 
 typedef struct {
     uint32_t struct_size;
@@ -236,6 +272,9 @@ typedef struct {
     /* since 1.1 */
     const omni_option *settings; /* further generation settings for this answer, by name */
     size_t n_settings;
+    /* since 1.3 (OMNI_CAP_TOOLS) */
+    omni_str tools;       /* for this answer only, as in omni_session_config; empty: the session's */
+    omni_str tool_choice; /* for this answer only; empty: the session's */
 } omni_turn_input;
 
 typedef struct {
@@ -260,6 +299,10 @@ typedef struct {
                              * in the conversation's newest user message (0 = none) */
     uint32_t input_audio_tokens;  /* of input_tokens, those from audio (first piece) */
     uint32_t output_audio_tokens; /* speech tokens of this piece; output_tokens counts text */
+    /* since 1.3 (OMNI_CAP_TOOLS): as in omni_step_output */
+    uint32_t call;
+    uint32_t call_name_len;
+    char call_name[64];
 } omni_turn_output;
 
 /* ---- the function table ------------------------------------------------ */

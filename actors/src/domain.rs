@@ -118,6 +118,8 @@ pub struct SessionSetup {
     pub tts_ref_audio: Vec<f32>,
     /// Generation settings for the whole session.
     pub generation: Generation,
+    /// The tools the model may call (a backend without [`BackendInfo::tools`] is given none).
+    pub tools: Tools,
 }
 
 impl SessionSetup {
@@ -130,6 +132,7 @@ impl SessionSetup {
             ref_audio: Vec::new(),
             tts_ref_audio: Vec::new(),
             generation: Generation::default(),
+            tools: Tools::default(),
         }
     }
 }
@@ -161,6 +164,8 @@ pub enum Role {
     User,
     /// The model.
     Assistant,
+    /// What a tool gave back for one of the model's calls ([`ChatMessage::call`] names the call).
+    Tool,
 }
 
 impl FromStr for Role {
@@ -186,13 +191,113 @@ pub struct ChatMessage {
     pub images: Vec<Vec<u8>>,
     /// Audio clips, 16 kHz mono.
     pub audios: Vec<Vec<f32>>,
+    /// The call this message is: with [`Role::Assistant`], the model called a tool (`text`
+    /// holds the arguments, JSON); with [`Role::Tool`], what the tool gave back (`text`).
+    pub call: Option<CallRef>,
 }
 
 impl ChatMessage {
     /// A message of `role` with text only.
     pub fn text(role: Role, text: impl Into<String>) -> Self {
-        ChatMessage { role, text: text.into(), images: Vec::new(), audios: Vec::new() }
+        ChatMessage { role, text: text.into(), images: Vec::new(), audios: Vec::new(), call: None }
     }
+
+    /// The model's call of the tool `name` with `arguments` (JSON text).
+    pub fn tool_call(call_id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> Self {
+        ChatMessage {
+            call: Some(CallRef { id: call_id.into(), name: name.into() }),
+            ..ChatMessage::text(Role::Assistant, arguments)
+        }
+    }
+
+    /// What the tool gave back (`output`) for the call `call_id` of the tool `name`.
+    pub fn tool_result(call_id: impl Into<String>, name: impl Into<String>, output: impl Into<String>) -> Self {
+        ChatMessage {
+            call: Some(CallRef { id: call_id.into(), name: name.into() }),
+            ..ChatMessage::text(Role::Tool, output)
+        }
+    }
+}
+
+/// The call a message is, or answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallRef {
+    /// The call's id, which pairs a call and its result.
+    pub id: String,
+    /// The tool's name; may be empty on a result whose call is not known.
+    pub name: String,
+}
+
+/// A function the model may call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tool {
+    /// Its name, as the model calls it.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// Its parameters: a JSON Schema, as JSON text.
+    pub parameters: String,
+}
+
+/// Which tools the model may call.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToolChoice {
+    /// The model decides.
+    #[default]
+    Auto,
+    /// It calls none.
+    None,
+    /// It calls one of them.
+    Required,
+    /// It calls this one.
+    Function(String),
+}
+
+impl ToolChoice {
+    /// Its text on the ABI and on the wire: `auto`, `none`, `required`, or the tool's name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            ToolChoice::Auto => "auto",
+            ToolChoice::None => "none",
+            ToolChoice::Required => "required",
+            ToolChoice::Function(name) => name,
+        }
+    }
+}
+
+/// The tools a session or an answer offers the model, and the choice among them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tools {
+    /// The functions, in the client's order.
+    pub functions: Vec<Tool>,
+    /// Which of them the model may call.
+    pub choice: ToolChoice,
+}
+
+impl Tools {
+    /// The functions as the ABI takes them: a JSON array of `{name, description, parameters}`.
+    pub fn to_json(&self) -> String {
+        let list: Vec<serde_json::Value> = self
+            .functions
+            .iter()
+            .map(|t| {
+                let parameters = serde_json::from_str::<serde_json::Value>(&t.parameters)
+                    .unwrap_or_else(|_| serde_json::json!({"type": "object", "properties": {}}));
+                serde_json::json!({"name": t.name, "description": t.description, "parameters": parameters})
+            })
+            .collect();
+        serde_json::Value::Array(list).to_string()
+    }
+}
+
+/// A piece of a function call the model makes: the tool's name on the call's first piece (a
+/// new call begins), and a piece of its arguments (JSON text, streamed).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallPiece {
+    /// The tool's name, on the first piece of a call only.
+    pub name: Option<String>,
+    /// A piece of the arguments.
+    pub arguments: String,
 }
 
 /// One turn-mode request: a conversation to answer.
@@ -215,6 +320,10 @@ pub struct TurnInput {
     /// The messages continue the conversation the backend holds; otherwise they are the
     /// whole conversation and replace it.
     pub continues: bool,
+    /// Tools for this answer only; `None`: the session's.
+    pub tools: Option<Tools>,
+    /// Take the messages into the context and answer nothing (a conversation replayed).
+    pub prefill_only: bool,
 }
 
 /// Whether a duplex output listens or speaks.
@@ -254,6 +363,8 @@ pub struct StepPiece {
     pub input_audio_tokens: u32,
     /// Of `output_tokens`, the speech tokens.
     pub output_audio_tokens: u32,
+    /// A piece of a function call (then `text` and `audio` are empty).
+    pub call: Option<CallPiece>,
 }
 
 /// The whole output of one duplex step: all its pieces merged in order.
@@ -284,6 +395,8 @@ pub struct StepOutcome {
     pub input_audio_tokens: u32,
     /// Of `output_tokens`, the speech tokens, summed over the pieces.
     pub output_audio_tokens: u32,
+    /// The pieces of function calls the step made, in order.
+    pub calls: Vec<CallPiece>,
 }
 
 impl StepOutcome {
@@ -308,6 +421,7 @@ impl StepOutcome {
             transcript: piece.transcript,
             input_audio_tokens: piece.input_audio_tokens,
             output_audio_tokens: piece.output_audio_tokens,
+            calls: piece.call.into_iter().collect(),
         }
     }
 
@@ -325,6 +439,7 @@ impl StepOutcome {
         self.generate_us += piece.generate_us;
         self.input_audio_tokens += piece.input_audio_tokens;
         self.output_audio_tokens += piece.output_audio_tokens;
+        self.calls.extend(piece.call);
         match (&mut self.transcript, piece.transcript) {
             (Some(t), Some(more)) => {
                 t.push(' ');
@@ -359,6 +474,8 @@ pub struct TurnPiece {
     pub input_audio_tokens: u32,
     /// Speech tokens of this piece.
     pub output_audio_tokens: u32,
+    /// A piece of a function call (then `text` and `audio` are empty).
+    pub call: Option<CallPiece>,
 }
 
 /// What a backend can do, from its info call.
@@ -384,7 +501,7 @@ pub struct BackendInfo {
     pub max_output_samples: u32,
     /// The most bytes of text one generate or drain call yields.
     pub max_output_text_bytes: u32,
-    /// The revision of ABI version 1 it implements (0 for 1.0, 1 for 1.1, 2 for 1.2).
+    /// The revision of ABI version 1 it implements (0 for 1.0, 1 for 1.1, 2 for 1.2, 3 for 1.3).
     pub abi_revision: u32,
     /// It reports transcripts of the user's speech.
     pub transcripts: bool,
@@ -394,6 +511,8 @@ pub struct BackendInfo {
     pub settings: Vec<String>,
     /// The duplex chunk it answers best on, in 16 kHz samples (0: one second).
     pub step_samples: u32,
+    /// It calls the tools it is given (ABI 1.3, `OMNI_CAP_TOOLS`).
+    pub tools: bool,
 }
 
 impl BackendInfo {
@@ -404,6 +523,12 @@ impl BackendInfo {
             0 => 16000,
             n => n.clamp(1600, 16000) as usize,
         }
+    }
+
+    /// Whether it keeps a conversation the ABI 1.3 way: the model's calls and their results as
+    /// messages, turns that only prefill, and turns between the steps of a duplex session.
+    pub fn holds_conversations(&self) -> bool {
+        self.abi_revision >= 3 && self.turn
     }
 
     /// Whether this backend can run sessions of `kind`.

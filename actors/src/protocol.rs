@@ -4,7 +4,7 @@
 
 use thiserror::Error;
 
-use crate::domain::{BackendInfo, DuplexChunk, SessionKind, SessionSetup, StepOutcome, TurnInput};
+use crate::domain::{BackendInfo, CallPiece, DuplexChunk, SessionKind, SessionSetup, StepOutcome, TurnInput};
 
 /// Whether an error is the client's fault or the server's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +66,16 @@ pub enum ProtocolError {
     /// Messages over the connection's rate were dropped unprocessed (`server.max_messages_per_s`).
     #[error("{0}")]
     RateLimited(String),
+    /// A request the conversation's rules refuse, under the code the dialect's clients know
+    /// it by (`conversation_already_has_active_response`, `response_cancel_not_active`,
+    /// `item_truncate_invalid_item_id`...).
+    #[error("{message}")]
+    Refused {
+        /// The wire code, also the metric label.
+        code: &'static str,
+        /// What went wrong, for the client.
+        message: String,
+    },
 }
 
 impl ProtocolError {
@@ -84,6 +94,7 @@ impl ProtocolError {
             ProtocolError::ModelNotFound(_) => "model_not_found",
             ProtocolError::BufferFull(_) => "buffer_full",
             ProtocolError::RateLimited(_) => "rate_limited",
+            ProtocolError::Refused { code, .. } => code,
         }
     }
 
@@ -96,7 +107,8 @@ impl ProtocolError {
             | ProtocolError::InvalidPayload(_)
             | ProtocolError::ModelNotFound(_)
             | ProtocolError::BufferFull(_)
-            | ProtocolError::RateLimited(_) => ErrorKind::Client,
+            | ProtocolError::RateLimited(_)
+            | ProtocolError::Refused { .. } => ErrorKind::Client,
             _ => ErrorKind::Server,
         }
     }
@@ -397,6 +409,8 @@ pub enum Outbound<'a> {
         kv_length: u64,
         /// Time the backend spent producing this piece, in microseconds.
         generate_us: u32,
+        /// A piece of a function call the model makes (then `text` and `audio` are empty).
+        call: Option<&'a CallPiece>,
     },
     /// The end of a turn-mode answer, with the whole text (and audio, when not streamed).
     TurnDone {
@@ -442,6 +456,14 @@ pub enum Outbound<'a> {
     },
     /// A `Reconfigure` the backend refused: the session goes on with the settings it had.
     ReconfigureFailed(&'a ProtocolError),
+    /// A turn-mode answer failed: the error the client hears, for the oldest answer in flight
+    /// (answers come back in order); the session goes on.
+    TurnFailed {
+        /// The answer that failed.
+        response_id: &'a str,
+        /// Why.
+        error: &'a ProtocolError,
+    },
     /// An error for the client; whether the connection closes follows from the error.
     Error(&'a ProtocolError),
     /// The session ended; the last event before the connection closes.

@@ -11,7 +11,8 @@
  *          piece and 24 kHz audio each (24000 samples per step, 12000 on the last one,
  *          which has end_of_turn). Each step's audio comes as two outputs: half from
  *          generate, the rest from drain. Then it listens again.
- *          force-listen (step flag or set_force_listen) ends speech at once.
+ *          force-listen (step flag or set_force_listen) ends speech at once; the chunk's
+ *          own speech is still heard (it counts towards the next reply).
  *  kv      +1 per step, +25 per second of input audio, +64 per frame at max_slice_nums 1
  *          (192 at 4, linear in between and beyond), +1 per output text token (word).
  *          Past n_ctx [8192]: OMNI_ERR_CONTEXT_FULL.
@@ -39,7 +40,25 @@
  *          speech produced.
  *          turns: without OMNI_TURN_CONTINUE the messages replace the conversation (kv
  *          restarts from the system prompt); with it they are appended.
- *  1.2     (revision 2, the default) info reports step_samples: chunk_ms [0] at 16 kHz.
+ *  1.2     (revision >= 2) info reports step_samples: chunk_ms [0] at 16 kHz.
+ *  1.3     (revision 3, the default) tools (OMNI_CAP_TOOLS), by a fixed rule for tests: when
+ *          tools are given (the turn's, else the session's) and tool_choice is not "none",
+ *          a turn whose newest message is the user's (or a system message: some clients send
+ *          typed input so) answers with a call of the tool whose
+ *          name, or the last word of its name after an underscore (three letters or more),
+ *          that message contains (case-insensitively); with tool_choice a tool's name, of
+ *          that tool; with "required" and no match, of the first tool. A call's arguments
+ *          are "{}", in two pieces ("{" with the name, then "}"). A turn whose newest
+ *          message is a tool's result answers "The tool said: <result>." Calls are made in
+ *          turns only, never in duplex steps. A caller whose output struct predates 1.3 hears
+ *          the call as words: "Calling <name>."
+ *          Duplex sessions take turns between steps. OMNI_TURN_PREFILL_ONLY answers nothing.
+ *          A turn with no user message (a greeting) answers "Hello! How can I help?"; a
+ *          system message of the turn holding "reply with exactly: X" (the response's own
+ *          instructions) answers X. "What do you remember?" answers with the number of
+ *          earlier messages the turns put into the context (a replacing turn restarts the
+ *          count; each answer adds one) and the first user message's first words: what a
+ *          replayed conversation still holds.
  *
  * Build as a shared library:  cc -O2 -shared -fPIC -Iinclude reference_backend.c -lm
  * Define OMNI_REFERENCE_STATIC to rename the two entry points to
@@ -95,6 +114,19 @@ struct options {
 static const char SETTINGS[] = "top_p,top_k,repetition_penalty,presence_penalty,seed";
 #define MAX_SETTINGS_TEXT 160
 #define MAX_TRANSCRIPT 64
+#define MAX_TOOLS 32
+#define MAX_TOOL_NAME 64
+#define MAX_TOOLS_JSON 65536
+#define MAX_MEMORY_TEXT 80
+
+/* 1.3: the names of the tools a session or a turn may call, and the choice among them. */
+struct tools {
+    char names[MAX_TOOLS][MAX_TOOL_NAME];
+    size_t lens[MAX_TOOLS];
+    size_t n;
+    char choice[MAX_TOOL_NAME];
+    size_t choice_len;
+};
 
 struct omni_backend {
     struct options opt;
@@ -134,6 +166,16 @@ struct omni_backend {
     char answer[MAX_ANSWER];
     size_t answer_len, answer_pos;
     uint32_t turn_flags, turn_limit, turn_pieces, turn_in_tokens, turn_in_audio_tokens;
+    /* 1.3 */
+    struct tools tools;     /* the session's */
+    enum state turn_home;   /* where a finished answer leaves the session: ST_TURN_DONE, or
+                             * ST_READY in a duplex session */
+    int call;               /* the answer is a call of call_name */
+    char call_name[MAX_TOOL_NAME];
+    size_t call_name_len;
+    long remembered;        /* messages the turns put into the context, answers included */
+    char first_user[MAX_MEMORY_TEXT];
+    size_t first_user_len;
     char last_error[512];
 };
 
@@ -252,7 +294,7 @@ static omni_status parse_options(struct options *opt, const omni_option *options
                     &opt->hang_ms,  &opt->abort_at_step, &opt->segv_at_step, &opt->open_ms,
                     &opt->interrupt_hang_ms, &opt->revision, &opt->vision, &opt->max_top_k,
                     &opt->chunk_ms};
-    *opt = (struct options){0.02, 500, 3, 8192, 0, 0, 0, 0, 60000, 0, 0, 0, 0, 2, 1, 1000, 0};
+    *opt = (struct options){0.02, 500, 3, 8192, 0, 0, 0, 0, 60000, 0, 0, 0, 0, 3, 1, 1000, 0};
     if (n > 0 && !options) {
         snprintf(err, cap, "options is NULL with n_options %zu", n);
         return OMNI_ERR_INVALID_ARGUMENT;
@@ -289,8 +331,8 @@ static omni_status parse_options(struct options *opt, const omni_option *options
         snprintf(err, cap, "option n_ctx: must be at least 1");
         return OMNI_ERR_OPEN_FAILED;
     }
-    if (opt->revision > 2) {
-        snprintf(err, cap, "option revision: 0 (a 1.0 backend), 1 (1.1) or 2");
+    if (opt->revision > 3) {
+        snprintf(err, cap, "option revision: 0 (a 1.0 backend), 1 (1.1), 2 (1.2) or 3");
         return OMNI_ERR_OPEN_FAILED;
     }
     if (opt->chunk_ms > 10000) {
@@ -357,6 +399,87 @@ static void set_transcript(omni_backend *b, double seconds) {
     b->transcript_len = (size_t)snprintf(b->transcript, MAX_TRANSCRIPT, "(%.1f seconds of speech)", seconds);
 }
 
+/* ---- 1.3 tools ---------------------------------------------------------- */
+/* Reads the tool names of a JSON array of tool objects (each object's "name" member) into
+ * t, and the choice. Strings are skipped with their escapes; a name is taken only as a
+ * string member of an object directly inside the array. */
+static omni_status parse_tools(omni_backend *b, omni_str json, omni_str choice, struct tools *t, const char *fn) {
+    t->n = 0;
+    t->choice_len = 0;
+    if (!str_ok(json) || !str_ok(choice)) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "%s: tools is NULL", fn);
+    if (json.len > MAX_TOOLS_JSON)
+        return fail(b, OMNI_ERR_INVALID_ARGUMENT, "%s: tools take %zu bytes, at most %d", fn, json.len, MAX_TOOLS_JSON);
+    if (choice.len >= MAX_TOOL_NAME)
+        return fail(b, OMNI_ERR_INVALID_ARGUMENT, "%s: tool_choice is longer than %d bytes", fn, MAX_TOOL_NAME - 1);
+    memcpy(t->choice, choice.ptr ? choice.ptr : "", choice.len);
+    t->choice_len = choice.len;
+    const char *p = json.ptr;
+    size_t n = json.len, i = 0;
+    int depth = 0, want_name = 0; /* the last string at depth 2 was the key "name" */
+    while (i < n) {
+        char c = p[i];
+        if (c == '"') {
+            size_t start = ++i;
+            while (i < n && p[i] != '"') i += p[i] == '\\' ? 2 : 1;
+            if (i >= n) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "%s: tools: an unterminated string", fn);
+            size_t len = i - start;
+            i++;
+            size_t k = i;
+            while (k < n && (p[k] == ' ' || p[k] == '\n' || p[k] == '\t' || p[k] == '\r')) k++;
+            int is_key = k < n && p[k] == ':';
+            if (depth == 2 && want_name && !is_key) {
+                if (t->n >= MAX_TOOLS) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "%s: more than %d tools", fn, MAX_TOOLS);
+                if (len == 0 || len >= MAX_TOOL_NAME)
+                    return fail(b, OMNI_ERR_INVALID_ARGUMENT, "%s: a tool name of %zu bytes (1 to %d)", fn, len,
+                                MAX_TOOL_NAME - 1);
+                memcpy(t->names[t->n], p + start, len);
+                t->lens[t->n++] = len;
+            }
+            want_name = depth == 2 && is_key && len == 4 && memcmp(p + start, "name", 4) == 0;
+            continue;
+        }
+        if (c == '[' || c == '{') depth++;
+        if (c == ']' || c == '}') depth--;
+        if (depth < 0) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "%s: tools is not a JSON array", fn);
+        if (c != ' ' && c != ':' && c != '\n' && c != '\t' && c != '\r') want_name = want_name && c == ':';
+        i++;
+    }
+    if (depth != 0 || (n > 0 && p[0] != '['))
+        return fail(b, OMNI_ERR_INVALID_ARGUMENT, "%s: tools is not a JSON array", fn);
+    return OMNI_OK;
+}
+
+static int choice_is(const struct tools *t, const char *s) {
+    return t->choice_len == strlen(s) && memcmp(t->choice, s, t->choice_len) == 0;
+}
+
+/* Whether text holds needle, case-insensitively. */
+static int contains(const char *text, size_t n, const char *needle, size_t m) {
+    if (m == 0 || m > n) return 0;
+    for (size_t i = 0; i + m <= n; i++)
+        if (strncasecmp(text + i, needle, m) == 0) return 1;
+    return 0;
+}
+
+/* The tool a user's message calls by the rule in the header comment; -1: none. */
+static int tool_called(const struct tools *t, const char *text, size_t n) {
+    if (t->n == 0 || choice_is(t, "none")) return -1;
+    for (size_t i = 0; i < t->n; i++)
+        if (t->choice_len && t->choice_len == t->lens[i] && memcmp(t->choice, t->names[i], t->lens[i]) == 0)
+            return (int)i;
+    for (size_t i = 0; i < t->n; i++) {
+        const char *name = t->names[i];
+        size_t len = t->lens[i];
+        if (contains(text, n, name, len)) return (int)i;
+        const char *under = NULL;
+        for (size_t k = 0; k < len; k++)
+            if (name[k] == '_') under = name + k;
+        if (under && (size_t)(name + len - under - 1) >= 3 && contains(text, n, under + 1, (size_t)(name + len - under - 1)))
+            return (int)i;
+    }
+    return choice_is(t, "required") ? 0 : -1;
+}
+
 /* ---- lifecycle ---------------------------------------------------------- */
 static omni_status ref_open(const omni_option *options, size_t n_options, omni_backend **out, char *err,
                             size_t cap) {
@@ -407,6 +530,7 @@ static omni_status ref_info(omni_backend *b, omni_backend_info *out) {
     }
     if (b->opt.revision >= 2 && out->struct_size >= MIN_SIZE(omni_backend_info, step_samples))
         out->step_samples = (uint32_t)(b->opt.chunk_ms * IN_RATE / 1000);
+    if (b->opt.revision >= 3) out->capabilities |= OMNI_CAP_TOOLS;
     out->input_sample_rate = IN_RATE;
     out->output_sample_rate = OUT_RATE;
     out->context_size = (uint32_t)b->opt.n_ctx;
@@ -442,6 +566,10 @@ static void forget_session(omni_backend *b) {
     b->transcript_len = 0;
     b->settings_len = b->session_settings_len = 0;
     b->prompt_kv = 0;
+    b->tools.n = b->tools.choice_len = 0;
+    b->call = 0;
+    b->remembered = 0;
+    b->first_user_len = 0;
     atomic_store(&b->kv, 0);
     atomic_store(&b->force_listen, 0);
 }
@@ -472,6 +600,13 @@ static omni_status ref_prepare(omni_backend *b, const omni_session_config *c) {
         }
         b->session_settings_len = b->settings_len;
     }
+    if (b->opt.revision >= 3 && c->struct_size >= MIN_SIZE(omni_session_config, tool_choice)) {
+        omni_status st = parse_tools(b, c->tools, c->tool_choice, &b->tools, "prepare");
+        if (st != OMNI_OK) {
+            forget_session(b);
+            return st;
+        }
+    }
     /* the system prompt occupies the context: one token per word, +25/s of reference audio */
     uint64_t kv = count_words(c->system_prompt.ptr, c->system_prompt.len) +
                   (uint64_t)(c->ref_audio.len * 25u / IN_RATE);
@@ -483,6 +618,7 @@ static omni_status ref_prepare(omni_backend *b, const omni_session_config *c) {
     atomic_store(&b->kv, kv);
     b->prompt_kv = kv;
     b->state = c->kind == OMNI_SESSION_DUPLEX ? ST_READY : ST_TURN_DONE;
+    b->turn_home = b->state;
     return OMNI_OK;
 }
 
@@ -570,8 +706,10 @@ static omni_status ref_duplex_prefill(omni_backend *b, const omni_duplex_input *
     int force = (in->flags & OMNI_STEP_FORCE_LISTEN) || pending_force || b->step_no <= (long)b->force_listen_count;
     b->out_kind = OMNI_OUTPUT_LISTEN;
     if (force) {
+        /* it stops speaking at once, and hears this chunk: speech in it counts towards a reply
+         * (a user who talks over the model is answered once they pause) */
         b->speaking = -1;
-        b->voiced_ms = 0;
+        b->voiced_ms = voiced;
     } else if (b->speaking < 0) {
         b->voiced_ms += voiced;
         if (quiet && b->voiced_ms >= b->opt.speech_min_ms) {
@@ -728,77 +866,66 @@ static omni_status ref_duplex_finalize(omni_backend *b) {
 }
 
 /* ---- turn mode ---------------------------------------------------------- */
-static omni_status ref_turn_prefill(omni_backend *b, const omni_turn_input *in) {
-    if (!b) return OMNI_ERR_INVALID_ARGUMENT;
-    if (!in) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: input is NULL");
-    if (in->struct_size < MIN_SIZE(omni_turn_input, tts_ref_audio))
-        return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: struct_size %u is smaller than version 1 (%u)",
-                    in->struct_size, MIN_SIZE(omni_turn_input, tts_ref_audio));
-    if (b->state == ST_FULL) return fail(b, OMNI_ERR_CONTEXT_FULL, "turn_prefill: the context is full");
-    if (b->kind != OMNI_SESSION_TURN || b->state == ST_IDLE)
-        return fail(b, OMNI_ERR_BAD_STATE, "turn_prefill: no turn session is prepared");
-    /* (an unfinished answer, ST_TURN_PREFILLED, is abandoned) */
-    if (b->state != ST_TURN_DONE && b->state != ST_TURN_PREFILLED)
-        return fail(b, OMNI_ERR_BAD_STATE, "turn_prefill: called in the middle of a duplex step");
-    if (!in->messages || in->n_messages == 0)
-        return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: no messages");
-    if (!pcm_ok(in->tts_ref_audio)) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: tts_ref_audio is NULL");
-    int v11 = b->opt.revision >= 1 && in->struct_size >= MIN_SIZE(omni_turn_input, n_settings);
-    const omni_message *last_user = NULL;
-    uint64_t tokens = 1, audio_tokens = 0;
-    uint32_t slices = in->max_slice_nums ? in->max_slice_nums : b->max_slice_nums;
-    for (size_t i = 0; i < in->n_messages; i++) {
-        const omni_message *m = &in->messages[i];
-        if (m->struct_size < MIN_SIZE(omni_message, n_audios))
-            return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: message %zu: struct_size %u is too small", i,
-                        m->struct_size);
-        if (m->role > OMNI_ROLE_ASSISTANT)
-            return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: message %zu: unknown role %u", i, m->role);
-        if (!str_ok(m->text) || (m->n_images && !m->images) || (m->n_audios && !m->audios))
-            return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: message %zu: NULL buffer", i);
-        if (m->n_images > 0 && !b->opt.vision)
-            return fail(b, OMNI_ERR_UNSUPPORTED, "turn_prefill: no vision (option vision = 0): images refused");
-        tokens += count_words(m->text.ptr, m->text.len) + m->n_images * frame_tokens(slices);
-        for (size_t k = 0; k < m->n_images; k++)
-            if (!m->images[k].ptr || m->images[k].len == 0)
-                return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: message %zu: image %zu is empty", i, k);
-        for (size_t k = 0; k < m->n_audios; k++) {
-            if (!m->audios[k].ptr || m->audios[k].len == 0)
-                return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: message %zu: audio %zu is empty", i, k);
-            tokens += m->audios[k].len * 25u / IN_RATE;
-            audio_tokens += m->audios[k].len * 25u / IN_RATE;
-        }
-        if (m->role == OMNI_ROLE_USER) last_user = m;
+/* The answer to a turn's messages, in b->answer (or a call, in b->call_name). */
+static void choose_answer(omni_backend *b, const omni_turn_input *in, const omni_message *last_user,
+                          const struct tools *tools, long earlier) {
+    const omni_message *newest = in->n_messages ? &in->messages[in->n_messages - 1] : NULL;
+    b->call = 0;
+    b->answer_len = 0;
+    if (b->opt.revision >= 3 && newest && newest->role == OMNI_ROLE_TOOL_RESULT) {
+        size_t n = newest->text.len > 1000 ? 1000 : newest->text.len;
+        const char *t = newest->text.ptr ? newest->text.ptr : "";
+        int stop = n > 0 && (t[n - 1] == '.' || t[n - 1] == '!' || t[n - 1] == '?');
+        b->answer_len = (size_t)snprintf(b->answer, MAX_ANSWER, "The tool said: %.*s%s", (int)n, t, stop ? "" : ".");
+        return;
     }
-    if (!last_user) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: no user message");
-    /* the turn's settings come after the session's; a failure leaves the session's alone */
-    b->settings_len = b->session_settings_len;
-    if (v11) {
-        omni_status st = apply_settings(b, in->settings, in->n_settings, "turn_prefill");
-        if (st != OMNI_OK) {
-            b->settings_len = b->session_settings_len;
-            return st;
+    if (b->opt.revision >= 3) {
+        /* the response's own instructions: a system message of this turn */
+        static const char exact[] = "reply with exactly:";
+        for (size_t i = 0; i < in->n_messages; i++) {
+            const omni_message *m = &in->messages[i];
+            if (m->role != OMNI_ROLE_SYSTEM || !m->text.ptr) continue;
+            for (size_t k = 0; k + sizeof exact - 1 <= m->text.len; k++) {
+                if (strncasecmp(m->text.ptr + k, exact, sizeof exact - 1) != 0) continue;
+                const char *t = m->text.ptr + k + sizeof exact - 1;
+                size_t n = m->text.len - k - (sizeof exact - 1), e = 0;
+                while (n && (*t == ' ' || *t == '\t')) t++, n--;
+                while (e < n && t[e] != '\n') e++;
+                while (e && (t[e - 1] == ' ' || t[e - 1] == '\r')) e--;
+                if (e > MAX_ANSWER) e = MAX_ANSWER;
+                memcpy(b->answer, t, e);
+                b->answer_len = e;
+                return;
+            }
+        }
+        /* (Pipecat sends typed input as a system message) */
+        if (newest && (newest->role == OMNI_ROLE_USER || newest->role == OMNI_ROLE_SYSTEM)) {
+            int tool = tool_called(tools, newest->text.ptr ? newest->text.ptr : "", newest->text.len);
+            if (tool >= 0) {
+                b->call = 1;
+                memcpy(b->call_name, tools->names[tool], tools->lens[tool]);
+                b->call_name_len = tools->lens[tool];
+                return;
+            }
+        }
+        if (!last_user) {
+            b->answer_len = (size_t)snprintf(b->answer, MAX_ANSWER, "Hello! How can I help?");
+            return;
         }
     }
-    /* 1.1: without OMNI_TURN_CONTINUE the messages are the whole conversation */
-    uint64_t kv = v11 && !(in->flags & OMNI_TURN_CONTINUE) ? b->prompt_kv : atomic_load(&b->kv);
-    if (kv + tokens > (uint64_t)b->opt.n_ctx) {
-        b->state = ST_FULL;
-        return fail(b, OMNI_ERR_CONTEXT_FULL, "turn_prefill: context full (%llu + %llu > n_ctx %ld)",
-                    (unsigned long long)kv, (unsigned long long)tokens, b->opt.n_ctx);
-    }
-    atomic_store(&b->kv, kv + tokens);
-    b->step_no++;
-
-    /* the answer */
     const char *t = last_user->text.ptr;
     size_t n = last_user->text.len;
     while (n && (*t == ' ' || *t == '\n' || *t == '\t')) t++, n--;
     static const char prefix[] = "reply with exactly:";
     static const char ask_settings[] = "what are your settings?";
+    static const char ask_memory[] = "what do you remember?";
     if (n >= sizeof ask_settings - 1 && strncasecmp(t, ask_settings, sizeof ask_settings - 1) == 0) {
         b->answer_len = (size_t)snprintf(b->answer, MAX_ANSWER, "My settings: %.*s.", (int)b->settings_len,
                                          b->settings_len ? b->settings : "the defaults");
+    } else if (b->opt.revision >= 3 && n >= sizeof ask_memory - 1 &&
+               strncasecmp(t, ask_memory, sizeof ask_memory - 1) == 0) {
+        b->answer_len = (size_t)snprintf(b->answer, MAX_ANSWER, "I remember %ld earlier messages; the first was: %.*s.",
+                                         earlier, (int)b->first_user_len, b->first_user);
     } else if (n >= sizeof prefix - 1 && strncasecmp(t, prefix, sizeof prefix - 1) == 0) {
         t += sizeof prefix - 1;
         n -= sizeof prefix - 1;
@@ -818,6 +945,122 @@ static omni_status ref_turn_prefill(omni_backend *b, const omni_turn_input *in) 
                                          (double)samples / IN_RATE, last_user->n_images,
                                          last_user->n_images == 1 ? "" : "s");
     }
+}
+
+/* What a replayed conversation keeps: the messages so far, and the first user words. */
+static void remember(omni_backend *b, const omni_message *m) {
+    b->remembered++;
+    if (m->role != OMNI_ROLE_USER || b->first_user_len || !m->text.ptr) return;
+    size_t n = m->text.len < MAX_MEMORY_TEXT ? m->text.len : MAX_MEMORY_TEXT;
+    while (n && (m->text.ptr[n - 1] == ' ' || m->text.ptr[n - 1] == '.' || m->text.ptr[n - 1] == '?')) n--;
+    memcpy(b->first_user, m->text.ptr, n);
+    b->first_user_len = n;
+}
+
+static omni_status ref_turn_prefill(omni_backend *b, const omni_turn_input *in) {
+    if (!b) return OMNI_ERR_INVALID_ARGUMENT;
+    if (!in) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: input is NULL");
+    if (in->struct_size < MIN_SIZE(omni_turn_input, tts_ref_audio))
+        return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: struct_size %u is smaller than version 1 (%u)",
+                    in->struct_size, MIN_SIZE(omni_turn_input, tts_ref_audio));
+    if (b->state == ST_FULL) return fail(b, OMNI_ERR_CONTEXT_FULL, "turn_prefill: the context is full");
+    /* 1.3: a duplex session takes turns between its steps */
+    int duplex_turns = b->opt.revision >= 3 && b->kind == OMNI_SESSION_DUPLEX;
+    if ((b->kind != OMNI_SESSION_TURN && !duplex_turns) || b->state == ST_IDLE)
+        return fail(b, OMNI_ERR_BAD_STATE, "turn_prefill: no turn session is prepared");
+    /* (an unfinished answer, ST_TURN_PREFILLED, is abandoned) */
+    if (b->state != b->turn_home && b->state != ST_TURN_PREFILLED)
+        return fail(b, OMNI_ERR_BAD_STATE, "turn_prefill: called in the middle of a duplex step");
+    /* 1.3: no messages answers the context as it stands (speaking first) */
+    if ((!in->messages && in->n_messages) || (in->n_messages == 0 && b->opt.revision < 3))
+        return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: no messages");
+    if (!pcm_ok(in->tts_ref_audio)) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: tts_ref_audio is NULL");
+    int v11 = b->opt.revision >= 1 && in->struct_size >= MIN_SIZE(omni_turn_input, n_settings);
+    int v13 = b->opt.revision >= 3 && in->struct_size >= MIN_SIZE(omni_turn_input, tool_choice);
+    int prefill_only = v13 && (in->flags & OMNI_TURN_PREFILL_ONLY);
+    const omni_message *last_user = NULL;
+    uint64_t tokens = 1, audio_tokens = 0;
+    uint32_t slices = in->max_slice_nums ? in->max_slice_nums : b->max_slice_nums;
+    for (size_t i = 0; i < in->n_messages; i++) {
+        const omni_message *m = &in->messages[i];
+        if (m->struct_size < MIN_SIZE(omni_message, n_audios))
+            return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: message %zu: struct_size %u is too small", i,
+                        m->struct_size);
+        int tool_role = m->role == OMNI_ROLE_TOOL_CALL || m->role == OMNI_ROLE_TOOL_RESULT;
+        if (m->role > OMNI_ROLE_ASSISTANT &&
+            !(tool_role && b->opt.revision >= 3 && m->struct_size >= MIN_SIZE(omni_message, name)))
+            return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: message %zu: unknown role %u", i, m->role);
+        if (!str_ok(m->text) || (m->n_images && !m->images) || (m->n_audios && !m->audios))
+            return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: message %zu: NULL buffer", i);
+        if (tool_role && (!str_ok(m->call_id) || !str_ok(m->name) || m->call_id.len == 0))
+            return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: message %zu: a tool message without call_id", i);
+        if (m->n_images > 0 && !b->opt.vision)
+            return fail(b, OMNI_ERR_UNSUPPORTED, "turn_prefill: no vision (option vision = 0): images refused");
+        tokens += count_words(m->text.ptr, m->text.len) + m->n_images * frame_tokens(slices);
+        for (size_t k = 0; k < m->n_images; k++)
+            if (!m->images[k].ptr || m->images[k].len == 0)
+                return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: message %zu: image %zu is empty", i, k);
+        for (size_t k = 0; k < m->n_audios; k++) {
+            if (!m->audios[k].ptr || m->audios[k].len == 0)
+                return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: message %zu: audio %zu is empty", i, k);
+            tokens += m->audios[k].len * 25u / IN_RATE;
+            audio_tokens += m->audios[k].len * 25u / IN_RATE;
+        }
+        if (m->role == OMNI_ROLE_USER) last_user = m;
+    }
+    /* 1.3: a turn with no user message is a greeting, a tool's result, or a replay */
+    if (!last_user && b->opt.revision < 3) return fail(b, OMNI_ERR_INVALID_ARGUMENT, "turn_prefill: no user message");
+    struct tools turn_tools;
+    const struct tools *tools = &b->tools;
+    if (v13 && (in->tools.len || in->tool_choice.len)) {
+        omni_status st = parse_tools(b, in->tools.len ? in->tools : (omni_str){0}, in->tool_choice, &turn_tools,
+                                     "turn_prefill");
+        if (st != OMNI_OK) return st;
+        if (!in->tools.len) {
+            /* the session's tools, the turn's choice */
+            memcpy(turn_tools.names, b->tools.names, sizeof turn_tools.names);
+            memcpy(turn_tools.lens, b->tools.lens, sizeof turn_tools.lens);
+            turn_tools.n = b->tools.n;
+        }
+        if (!in->tool_choice.len) {
+            memcpy(turn_tools.choice, b->tools.choice, b->tools.choice_len);
+            turn_tools.choice_len = b->tools.choice_len;
+        }
+        tools = &turn_tools;
+    }
+    /* the turn's settings come after the session's; a failure leaves the session's alone */
+    b->settings_len = b->session_settings_len;
+    if (v11) {
+        omni_status st = apply_settings(b, in->settings, in->n_settings, "turn_prefill");
+        if (st != OMNI_OK) {
+            b->settings_len = b->session_settings_len;
+            return st;
+        }
+    }
+    /* 1.1: without OMNI_TURN_CONTINUE the messages are the whole conversation */
+    int replace = v11 && !(in->flags & OMNI_TURN_CONTINUE);
+    uint64_t kv = replace ? b->prompt_kv : atomic_load(&b->kv);
+    if (kv + tokens > (uint64_t)b->opt.n_ctx) {
+        b->state = ST_FULL;
+        return fail(b, OMNI_ERR_CONTEXT_FULL, "turn_prefill: context full (%llu + %llu > n_ctx %ld)",
+                    (unsigned long long)kv, (unsigned long long)tokens, b->opt.n_ctx);
+    }
+    atomic_store(&b->kv, kv + tokens);
+    b->step_no++;
+    if (replace) {
+        b->remembered = 0;
+        b->first_user_len = 0;
+    }
+    long earlier = b->remembered;
+    for (size_t i = 0; i < in->n_messages; i++) remember(b, &in->messages[i]);
+    if (!prefill_only) {
+        /* "earlier": before this turn's own question */
+        choose_answer(b, in, last_user, tools, earlier + (long)(in->n_messages ? in->n_messages - 1 : 0));
+        b->remembered++;
+    } else {
+        b->call = 0;
+        b->answer_len = 0;
+    }
     b->answer_pos = 0;
     b->turn_flags = in->flags;
     b->turn_limit = in->max_new_tokens ? in->max_new_tokens : b->max_new_tokens;
@@ -826,8 +1069,8 @@ static omni_status ref_turn_prefill(omni_backend *b, const omni_turn_input *in) 
     b->turn_in_audio_tokens = (uint32_t)audio_tokens;
     b->transcript_len = 0;
     size_t heard = 0;
-    for (size_t k = 0; k < last_user->n_audios; k++) heard += last_user->audios[k].len;
-    if (heard) set_transcript(b, (double)heard / IN_RATE);
+    for (size_t k = 0; last_user && k < last_user->n_audios; k++) heard += last_user->audios[k].len;
+    if (heard && !prefill_only) set_transcript(b, (double)heard / IN_RATE);
     b->pending_valid = 0;
     b->state = ST_TURN_PREFILLED;
     return OMNI_OK;
@@ -842,26 +1085,40 @@ static omni_status ref_turn_generate(omni_backend *b, omni_turn_output *out) {
     if (b->state == ST_FULL) return fail(b, OMNI_ERR_CONTEXT_FULL, "turn_generate: the context is full");
     if (b->state != ST_TURN_PREFILLED) return fail(b, OMNI_ERR_BAD_STATE, "turn_generate: no prefilled conversation");
     uint64_t t0 = now_us();
+    int v13 = out->struct_size >= MIN_SIZE(omni_turn_output, call_name);
+    if (v13) out->call = out->call_name_len = 0;
+    if (b->call && !v13 && b->turn_pieces == 0) {
+        /* a caller from before 1.3 hears the call as words */
+        b->answer_len = (size_t)snprintf(b->answer, MAX_ANSWER, "Calling %.*s.", (int)b->call_name_len, b->call_name);
+        b->call = 0;
+    }
     omni_status st;
     if (!b->pending_valid) {
         unsigned epoch = atomic_load(&b->interrupt_epoch);
         if (b->turn_pieces == 0 && (st = faults(b)) != OMNI_OK) {
-            b->state = ST_TURN_DONE;
+            b->state = b->turn_home;
             return st;
         }
         if (b->opt.token_ms > 0 && pace(b, b->opt.token_ms, epoch)) {
-            b->state = ST_TURN_DONE;
+            b->state = b->turn_home;
             return fail(b, OMNI_ERR_INTERRUPTED, "turn_generate: interrupted");
         }
-        /* next piece: one word with the whitespace before it */
-        size_t s = b->answer_pos, e = s;
-        while (e < b->answer_len && b->answer[e] == ' ') e++;
-        while (e < b->answer_len && b->answer[e] != ' ') e++;
-        b->out_text_len = e - s < MAX_TEXT ? e - s : MAX_TEXT;
-        memcpy(b->out_text, b->answer + s, b->out_text_len);
-        b->answer_pos = s + b->out_text_len;
+        if (b->call) {
+            /* a call's arguments, "{}", in two pieces */
+            b->out_text[0] = b->turn_pieces == 0 ? '{' : '}';
+            b->out_text_len = 1;
+            b->audio_total_step = 0;
+        } else {
+            /* next piece: one word with the whitespace before it */
+            size_t s = b->answer_pos, e = s;
+            while (e < b->answer_len && b->answer[e] == ' ') e++;
+            while (e < b->answer_len && b->answer[e] != ' ') e++;
+            b->out_text_len = e - s < MAX_TEXT ? e - s : MAX_TEXT;
+            memcpy(b->out_text, b->answer + s, b->out_text_len);
+            b->answer_pos = s + b->out_text_len;
+            b->audio_total_step = (b->turn_flags & OMNI_TURN_SPEECH) && b->out_text_len ? TURN_PIECE_AUDIO : 0;
+        }
         b->out_piece = (int)b->turn_pieces;
-        b->audio_total_step = (b->turn_flags & OMNI_TURN_SPEECH) ? TURN_PIECE_AUDIO : 0;
         b->turn_pieces++;
         b->pending_valid = 1;
     }
@@ -879,6 +1136,13 @@ static omni_status ref_turn_generate(omni_backend *b, omni_turn_output *out) {
         out->input_audio_tokens = b->turn_pieces == 1 ? b->turn_in_audio_tokens : 0;
         out->output_audio_tokens = speech_tokens(0, audio_n);
     }
+    if (b->call) {
+        out->call = 1;
+        if (b->turn_pieces == 1) {
+            memcpy(out->call_name, b->call_name, b->call_name_len);
+            out->call_name_len = (uint32_t)b->call_name_len;
+        }
+    }
     if (b->out_text_len) memcpy(out->text_buf, b->out_text, b->out_text_len);
     if (audio_n) synth(out->audio_buf, audio_n, 0, audio_n, b->out_piece);
     uint32_t tokens = b->out_text_len ? (uint32_t)count_words(b->out_text, b->out_text_len) : 0;
@@ -892,13 +1156,13 @@ static omni_status ref_turn_generate(omni_backend *b, omni_turn_output *out) {
     b->pending_valid = 0;
     int rest = 0;
     for (size_t i = b->answer_pos; i < b->answer_len; i++) rest |= b->answer[i] != ' ';
-    out->done = !rest || b->turn_pieces >= b->turn_limit;
+    out->done = b->call ? b->turn_pieces >= 2 : !rest || b->turn_pieces >= b->turn_limit;
     out->output_tokens = tokens;
     out->kv_length = kv;
     out->input_tokens = b->turn_pieces == 1 ? b->turn_in_tokens : 0;
     out->generate_us = (uint32_t)(now_us() - t0);
     b->transcript_len = 0; /* reported once, with the first piece */
-    if (out->done) b->state = ST_TURN_DONE;
+    if (out->done) b->state = b->turn_home;
     return OMNI_OK;
 }
 

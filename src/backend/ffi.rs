@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use libloading::Library;
 use omni_actors::domain::{
-    BackendInfo, DuplexChunk, Role, SessionKind, SessionSetup, StepKind, StepPiece, TurnInput, TurnPiece,
+    BackendInfo, CallPiece, ChatMessage, DuplexChunk, Role, SessionKind, SessionSetup, StepKind, StepPiece, TurnInput,
+    TurnPiece,
 };
 use omni_actors::edge::backend::{Backend, BackendControl, BackendError};
 use parking_lot::RwLock;
@@ -373,6 +374,7 @@ impl FfiBackend {
             token_details: cap & sys::CAP_TOKEN_DETAILS != 0,
             settings: names(&raw.settings, raw.settings_len),
             step_samples: if raw.abi_revision >= 2 { raw.step_samples } else { 0 },
+            tools: raw.abi_revision >= 3 && cap & sys::CAP_TOOLS != 0,
         })
     }
 
@@ -428,9 +430,10 @@ impl FfiBackend {
                 return Err(BackendError::Internal(format!("{call}: unknown output kind {other}")));
             }
         };
+        let call = call_piece(raw.call, &raw.call_name, raw.call_name_len, &y.text);
         Ok(Some(StepPiece {
             kind,
-            text: y.text,
+            text: if call.is_some() { String::new() } else { y.text },
             audio: y.audio,
             end_of_turn: raw.end_of_turn != 0,
             kv_length: raw.kv_length,
@@ -441,16 +444,34 @@ impl FfiBackend {
             transcript: y.transcript,
             input_audio_tokens: raw.input_audio_tokens,
             output_audio_tokens: raw.output_audio_tokens,
+            call,
         }))
     }
 }
 
-fn role(r: Role) -> u32 {
-    match r {
-        Role::System => sys::ROLE_SYSTEM,
-        Role::User => sys::ROLE_USER,
-        Role::Assistant => sys::ROLE_ASSISTANT,
+/// The role of a message as a backend of `revision` takes it: before 1.3 a call is the
+/// assistant's words and a tool's result the user's.
+fn role(m: &ChatMessage, revision: u32) -> u32 {
+    match (m.role, m.call.is_some() && revision >= 3) {
+        (Role::System, _) => sys::ROLE_SYSTEM,
+        (Role::User, _) | (Role::Tool, false) => sys::ROLE_USER,
+        (Role::Assistant, false) => sys::ROLE_ASSISTANT,
+        (Role::Assistant, true) => sys::ROLE_TOOL_CALL,
+        (Role::Tool, true) => sys::ROLE_TOOL_RESULT,
     }
+}
+
+/// A piece of a function call from an output's 1.3 fields: `call` set, the name on a call's
+/// first piece, the arguments in the output's text.
+fn call_piece(call: u32, name: &[c_char; 64], name_len: u32, arguments: &str) -> Option<CallPiece> {
+    (call != 0).then(|| {
+        let n = (name_len as usize).min(name.len());
+        let name: Vec<u8> = name[..n].iter().map(|&c| c as u8).collect();
+        CallPiece {
+            name: (n > 0).then(|| String::from_utf8_lossy(&name).into_owned()),
+            arguments: arguments.to_string(),
+        }
+    })
 }
 
 impl Backend for FfiBackend {
@@ -461,6 +482,9 @@ impl Backend for FfiBackend {
     fn prepare(&mut self, s: &SessionSetup) -> Result<(), BackendError> {
         let g = &s.generation;
         let settings = options(&g.settings);
+        let offered = self.info.tools && !s.tools.functions.is_empty();
+        let tools = if offered { s.tools.to_json() } else { String::new() };
+        let tool_choice = if offered { s.tools.choice.as_str() } else { "" };
         let config = sys::omni_session_config {
             struct_size: size_of::<sys::omni_session_config>() as u32,
             kind: match s.kind {
@@ -478,6 +502,8 @@ impl Backend for FfiBackend {
             temperature: g.temperature.unwrap_or(-1.0),
             settings: if settings.is_empty() { ptr::null() } else { settings.as_ptr() },
             n_settings: settings.len(),
+            tools: ostr(&tools),
+            tool_choice: ostr(tool_choice),
         };
         // SAFETY: owner-thread call; `config` and what it points to outlive the call.
         let st = unsafe { fn_of(self.t().prepare)(self.handle, &config) };
@@ -539,28 +565,35 @@ impl Backend for FfiBackend {
             input.messages.iter().map(|m| m.images.iter().map(|i| obytes(i)).collect()).collect();
         let audios: Vec<Vec<sys::omni_pcm>> =
             input.messages.iter().map(|m| m.audios.iter().map(|a| opcm(a)).collect()).collect();
+        let revision = self.info.abi_revision;
         let messages: Vec<sys::omni_message> = input
             .messages
             .iter()
             .zip(images.iter().zip(&audios))
             .map(|(m, (imgs, auds))| sys::omni_message {
                 struct_size: size_of::<sys::omni_message>() as u32,
-                role: role(m.role),
+                role: role(m, revision),
                 text: ostr(&m.text),
                 images: if imgs.is_empty() { ptr::null() } else { imgs.as_ptr() },
                 n_images: imgs.len(),
                 audios: if auds.is_empty() { ptr::null() } else { auds.as_ptr() },
                 n_audios: auds.len(),
+                call_id: m.call.as_ref().map_or(ostr(""), |c| ostr(&c.id)),
+                name: m.call.as_ref().map_or(ostr(""), |c| ostr(&c.name)),
             })
             .collect();
         let g = &input.generation;
         let settings = options(&g.settings);
+        let own_tools = input.tools.as_ref().filter(|_| self.info.tools);
+        let tools = own_tools.filter(|t| !t.functions.is_empty()).map_or_else(String::new, |t| t.to_json());
+        let tool_choice = own_tools.map_or("", |t| t.choice.as_str());
         let flags = [
             (input.speech, sys::TURN_SPEECH),
             (input.thinking, sys::TURN_THINKING),
             (input.tts_template, sys::TURN_TTS_TEMPLATE),
             (input.omni, sys::TURN_OMNI),
             (input.continues, sys::TURN_CONTINUE),
+            (input.prefill_only && revision >= 3, sys::TURN_PREFILL_ONLY),
         ]
         .iter()
         .filter(|(on, _)| *on)
@@ -577,6 +610,8 @@ impl Backend for FfiBackend {
             tts_ref_audio: opcm(&input.tts_ref_audio),
             settings: if settings.is_empty() { ptr::null() } else { settings.as_ptr() },
             n_settings: settings.len(),
+            tools: ostr(&tools),
+            tool_choice: ostr(tool_choice),
         };
         // SAFETY: owner-thread call; every array referenced lives until after the call.
         let st = unsafe { fn_of(self.t().turn_prefill)(self.handle, &raw) };
@@ -599,8 +634,9 @@ impl Backend for FfiBackend {
             let n = Written { text: out.text_len, audio: out.audio_len, transcript: out.transcript_len };
             (st, out, n)
         })?;
+        let call = call_piece(raw.call, &raw.call_name, raw.call_name_len, &y.text);
         Ok(TurnPiece {
-            text: y.text,
+            text: if call.is_some() { String::new() } else { y.text },
             audio: y.audio,
             transcript: y.transcript,
             input_audio_tokens: raw.input_audio_tokens,
@@ -610,6 +646,7 @@ impl Backend for FfiBackend {
             input_tokens: raw.input_tokens,
             output_tokens: raw.output_tokens,
             generate_us: raw.generate_us,
+            call,
         })
     }
 

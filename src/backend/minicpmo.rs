@@ -227,6 +227,8 @@ impl MinicpmoBackend {
             settings: APPLIED.iter().map(|s| s.to_string()).collect(),
             // The model's own unit: one-second chunks.
             step_samples: 0,
+            // Its worker API takes no tools.
+            tools: false,
         };
         log::info!("worker {name}: MiniCPM-o worker at {url} is healthy");
         Ok(MinicpmoBackend {
@@ -423,7 +425,8 @@ fn f32_samples(b64: &str) -> Result<Vec<f32>, String> {
 fn chat_item(m: &ChatMessage) -> Value {
     let role = match m.role {
         Role::System => "system",
-        Role::User => "user",
+        // A tool's result is the user's words to this worker (it takes no tools).
+        Role::User | Role::Tool => "user",
         Role::Assistant => "assistant",
     };
     if m.images.is_empty() && m.audios.is_empty() {

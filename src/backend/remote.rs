@@ -139,7 +139,7 @@ enum Incoming {
 
 /// What the writer sends.
 enum Outgoing {
-    Frame(ToNode),
+    Frame(Box<ToNode>),
     /// The backend was dropped: close the link.
     Close,
 }
@@ -165,10 +165,10 @@ impl Shared {
 
 impl BackendControl for Shared {
     fn interrupt(&self) {
-        let _ = self.out.send(Outgoing::Frame(ToNode::Call(ToHost::Interrupt)));
+        let _ = self.out.send(Outgoing::Frame(Box::new(ToNode::Call(ToHost::Interrupt))));
     }
     fn set_force_listen(&self, on: bool) {
-        let _ = self.out.send(Outgoing::Frame(ToNode::Call(ToHost::ForceListen(on))));
+        let _ = self.out.send(Outgoing::Frame(Box::new(ToNode::Call(ToHost::ForceListen(on)))));
     }
     fn kv_length(&self) -> u64 {
         self.kv_length.load(Ordering::Relaxed)
@@ -177,7 +177,7 @@ impl BackendControl for Shared {
         true // each call queues a frame for the link's writer
     }
     fn terminate(&self) {
-        let _ = self.out.send(Outgoing::Frame(ToNode::Terminate));
+        let _ = self.out.send(Outgoing::Frame(Box::new(ToNode::Terminate)));
     }
     fn release_now(&self) {
         if self.one_session {
@@ -276,7 +276,7 @@ impl RemoteBackend {
     }
 
     fn call(&mut self, call: ToHost) -> Result<Value, BackendError> {
-        if self.shared.out.send(Outgoing::Frame(ToNode::Call(call))).is_err() {
+        if self.shared.out.send(Outgoing::Frame(Box::new(ToNode::Call(call)))).is_err() {
             return Err(BackendError::Crashed(format!("worker {}: the link to its node is closed", self.name)));
         }
         match self.replies.recv() {
@@ -306,7 +306,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: tmpsc::UnboundedRe
     loop {
         let frame = tokio::select! {
             m = rx.recv() => match m {
-                Some(Outgoing::Frame(frame)) => frame,
+                Some(Outgoing::Frame(frame)) => *frame,
                 Some(Outgoing::Close) | None => break,
             },
             _ = tokio::time::sleep_until(next_ping) => ToNode::Ping,

@@ -57,6 +57,16 @@ mod tests {
             offset_of!(omni_turn_output, transcript_buf),
             offset_of!(omni_turn_output, output_audio_tokens),
             offset_of!(omni_backend_info, step_samples),
+            offset_of!(omni_session_config, tools),
+            offset_of!(omni_session_config, tool_choice),
+            offset_of!(omni_step_output, call),
+            offset_of!(omni_step_output, call_name),
+            offset_of!(omni_message, call_id),
+            offset_of!(omni_message, name),
+            offset_of!(omni_turn_input, tools),
+            offset_of!(omni_turn_input, tool_choice),
+            offset_of!(omni_turn_output, call),
+            offset_of!(omni_turn_output, call_name),
         ];
         for (i, &r) in rust.iter().enumerate() {
             let c = unsafe { omni_abi_layout(i) };

@@ -434,6 +434,7 @@ impl Current {
                 tts_ref_audio,
                 // Each append carries the whole conversation.
                 continues: false,
+                ..TurnInput::default()
             },
             streaming: input.streaming.unwrap_or(true),
         })
@@ -529,7 +530,7 @@ pub(crate) fn encode_common(event: &Outbound<'_>, closed_reason: &str) -> Option
         Outbound::Queued(q) => queue_event("session.queued", *q),
         Outbound::QueueUpdate(q) => queue_event("session.queue_update", *q),
         Outbound::QueueDone => json!({"type": "session.queue_done"}).to_string(),
-        Outbound::Error(e) | Outbound::ReconfigureFailed(e) => json!({
+        Outbound::Error(e) | Outbound::ReconfigureFailed(e) | Outbound::TurnFailed { error: e, .. } => json!({
             "type": "error",
             "error": {"code": e.code(), "message": e.to_string(), "type": e.kind().as_str()},
         })
@@ -633,7 +634,7 @@ fn encode(event: Outbound<'_>, out: &mut Outbox) {
                 }
             }
         },
-        Outbound::TurnDelta { session_id, response_id, input_id, text, audio, kv_length, generate_us } => {
+        Outbound::TurnDelta { session_id, response_id, input_id, text, audio, kv_length, generate_us, .. } => {
             let metrics = json!({"kv_cache_length": kv_length, "generate_ms": generate_us as f64 / 1000.0});
             if !text.is_empty() {
                 out.push(
@@ -691,6 +692,7 @@ fn encode(event: Outbound<'_>, out: &mut Outbox) {
         | Outbound::QueueDone
         | Outbound::Error(_)
         | Outbound::ReconfigureFailed(_)
+        | Outbound::TurnFailed { .. }
         | Outbound::UserTranscript { .. }
         | Outbound::Closed { .. }
         | Outbound::Created { .. }

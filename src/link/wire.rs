@@ -32,7 +32,8 @@ pub use crate::backend::ipc::MAX_FRAME_BYTES;
 use crate::backend::ipc::{ToHost, Value};
 
 /// The version of this protocol; a node refuses another.
-pub const PROTOCOL: u32 = 7;
+/// 8: ABI 1.3 (tools, calls, prefill-only turns) in the setups, turns and outputs it carries.
+pub const PROTOCOL: u32 = 8;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ToNode {

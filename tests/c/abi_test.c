@@ -143,6 +143,149 @@ static int answer_turn(omni_backend *b, omni_turn_input *ti, char *answer_out, c
     return pieces;
 }
 
+/* An answer that may be a call: its words, or the called tool's name and its arguments. */
+static int answer_call(omni_backend *b, omni_turn_input *ti, uint32_t out_size, char *words, char *name, char *args) {
+    if (api->turn_prefill(b, ti) != OMNI_OK) return -1;
+    size_t wlen = 0, alen = 0;
+    int pieces = 0;
+    name[0] = 0;
+    omni_turn_output to;
+    do {
+        POINT_OUT(&to, NULL, 0);
+        to.struct_size = out_size;
+        if (api->turn_generate(b, &to) != OMNI_OK) return -1;
+        int call = out_size >= sizeof to && to.call;
+        if (call && to.call_name_len) {
+            memcpy(name, to.call_name, to.call_name_len);
+            name[to.call_name_len] = 0;
+        }
+        char *dst = call ? args : words;
+        size_t *len = call ? &alen : &wlen;
+        if (*len + to.text_len < 255) {
+            memcpy(dst + *len, text, to.text_len);
+            *len += to.text_len;
+        }
+        pieces++;
+    } while (!to.done && pieces < 100);
+    words[wlen] = 0;
+    args[alen] = 0;
+    return pieces;
+}
+
+static const char *TOOLS = "[{\"name\": \"get_time\", \"description\": \"The time now\", \"parameters\": "
+                           "{\"type\": \"object\", \"properties\": {\"zone\": {\"type\": \"string\", \"name\": \"x\"}}}}, "
+                           "{\"name\": \"transfer_to_spanish_agent\", \"parameters\": {}}]";
+
+/* Revision 1.3: tools and calls, call and result messages, prefill-only turns, turns without
+ * messages and turns in a duplex session; and what a caller or a backend of an earlier
+ * revision sees of it. */
+static void abi_1_3(void) {
+    omni_backend *b = open_with(NULL, NULL);
+    omni_backend_info info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    CHECK(api->info(b, &info) == OMNI_OK && info.abi_revision == 3 && (info.capabilities & OMNI_CAP_TOOLS),
+          "1.3 info: revision 3, OMNI_CAP_TOOLS");
+    omni_session_config c;
+    memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    c.kind = OMNI_SESSION_TURN;
+    c.temperature = -1;
+    c.tools = S(TOOLS);
+    c.tool_choice = S("auto");
+    CHECK(api->prepare(b, &c) == OMNI_OK, "prepare a turn session with two tools");
+    omni_message m[3];
+    message(&m[0], OMNI_ROLE_USER);
+    m[0].text = S("What time is it in UTC?");
+    omni_turn_input ti;
+    turn_input(&ti, m, 1, OMNI_TURN_CONTINUE | OMNI_TURN_SPEECH);
+    char words[256], name[80], args[256];
+    int pieces = answer_call(b, &ti, sizeof(omni_turn_output), words, name, args);
+    CHECK(pieces == 2 && strcmp(name, "get_time") == 0 && strcmp(args, "{}") == 0 && words[0] == 0,
+          "a question naming a tool is answered with its call: %s(%s) in %d pieces, no words", name, args, pieces);
+    message(&m[0], OMNI_ROLE_TOOL_CALL);
+    m[0].call_id = S("call_1");
+    m[0].name = S("get_time");
+    m[0].text = S("{}");
+    message(&m[1], OMNI_ROLE_TOOL_RESULT);
+    m[1].call_id = S("call_1");
+    m[1].text = S("12:00 UTC");
+    turn_input(&ti, &m[1], 1, OMNI_TURN_CONTINUE);
+    pieces = answer_call(b, &ti, sizeof(omni_turn_output), words, name, args);
+    CHECK(pieces > 0 && strcmp(words, "The tool said: 12:00 UTC.") == 0 && name[0] == 0,
+          "the tool's result is answered with words: '%s'", words);
+    message(&m[0], OMNI_ROLE_USER);
+    m[0].text = S("What time is it?");
+    turn_input(&ti, m, 1, OMNI_TURN_CONTINUE);
+    ti.tool_choice = S("none");
+    answer_call(b, &ti, sizeof(omni_turn_output), words, name, args);
+    CHECK(name[0] == 0 && strncmp(words, "You said 4 words", 16) == 0, "tool_choice none for one turn: words ('%s')", words);
+    ti.tool_choice = S("transfer_to_spanish_agent");
+    answer_call(b, &ti, sizeof(omni_turn_output), words, name, args);
+    CHECK(strcmp(name, "transfer_to_spanish_agent") == 0, "a turn's tool_choice names the tool it calls (%s)", name);
+    turn_input(&ti, m, 1, OMNI_TURN_CONTINUE);
+    answer_call(b, &ti, (uint32_t)offsetof(omni_turn_output, call), words, name, args);
+    CHECK(strcmp(words, "Calling get_time.") == 0, "a caller from before 1.3 hears a call as words: '%s'", words);
+    message(&m[0], OMNI_ROLE_USER);
+    m[0].text = S("My name is Ada.");
+    message(&m[1], OMNI_ROLE_ASSISTANT);
+    m[1].text = S("Hello Ada.");
+    turn_input(&ti, m, 2, OMNI_TURN_PREFILL_ONLY);
+    pieces = answer_call(b, &ti, sizeof(omni_turn_output), words, name, args);
+    CHECK(pieces == 1 && words[0] == 0 && name[0] == 0, "a prefill-only turn answers one empty piece");
+    message(&m[0], OMNI_ROLE_USER);
+    m[0].text = S("What do you remember?");
+    turn_input(&ti, m, 1, OMNI_TURN_CONTINUE);
+    answer_call(b, &ti, sizeof(omni_turn_output), words, name, args);
+    CHECK(strcmp(words, "I remember 2 earlier messages; the first was: My name is Ada.") == 0,
+          "a replayed conversation is remembered: '%s'", words);
+    turn_input(&ti, NULL, 0, OMNI_TURN_CONTINUE | OMNI_TURN_SPEECH);
+    answer_call(b, &ti, sizeof(omni_turn_output), words, name, args);
+    CHECK(strcmp(words, "Hello! How can I help?") == 0, "a turn with no message speaks first: '%s'", words);
+    api->reset(b);
+    /* a 1.2 caller's config ends before the tools: none */
+    c.struct_size = (uint32_t)offsetof(omni_session_config, tools);
+    CHECK(api->prepare(b, &c) == OMNI_OK, "prepare with a 1.2-sized config");
+    m[0].text = S("What time is it?");
+    turn_input(&ti, m, 1, OMNI_TURN_CONTINUE);
+    answer_call(b, &ti, sizeof(omni_turn_output), words, name, args);
+    CHECK(name[0] == 0 && strncmp(words, "You said", 8) == 0, "its tools are not read: words ('%s')", words);
+    api->reset(b);
+    /* a duplex session answers a turn between its steps, then steps on */
+    c.struct_size = sizeof c;
+    c.kind = OMNI_SESSION_DUPLEX;
+    CHECK(api->prepare(b, &c) == OMNI_OK, "prepare a duplex session with tools");
+    m[0].text = S("Reply with exactly: typed and answered");
+    turn_input(&ti, m, 1, OMNI_TURN_CONTINUE | OMNI_TURN_SPEECH);
+    answer_call(b, &ti, sizeof(omni_turn_output), words, name, args);
+    CHECK(strcmp(words, "typed and answered") == 0, "the duplex session answers a typed turn: '%s'", words);
+    omni_duplex_input in;
+    memset(&in, 0, sizeof in);
+    in.struct_size = sizeof in;
+    in.audio.ptr = quiet;
+    in.audio.len = 16000;
+    omni_step_output out;
+    POINT_OUT(&out, NULL, 0);
+    CHECK(api->duplex_prefill(b, &in) == OMNI_OK && api->duplex_generate(b, &out) == OMNI_OK &&
+              out.kind == OMNI_OUTPUT_LISTEN && api->duplex_finalize(b) == OMNI_OK,
+          "and steps on after it");
+    api->close(b);
+    /* a 1.2 backend: no tools, and call and result messages are refused */
+    b = open_with("revision", "2");
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    CHECK(api->info(b, &info) == OMNI_OK && info.abi_revision == 2 && !(info.capabilities & OMNI_CAP_TOOLS),
+          "revision=2 reports no tools");
+    c.kind = OMNI_SESSION_TURN;
+    CHECK(api->prepare(b, &c) == OMNI_OK, "it takes a 1.3 config (its tools unread)");
+    message(&m[0], OMNI_ROLE_TOOL_RESULT);
+    m[0].call_id = S("call_1");
+    m[0].text = S("noon");
+    turn_input(&ti, m, 1, OMNI_TURN_CONTINUE);
+    CHECK(api->turn_prefill(b, &ti) == OMNI_ERR_INVALID_ARGUMENT, "and refuses a tool's result (a role it does not know)");
+    api->close(b);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s LIBRARY\n", argv[0]);
@@ -312,9 +455,9 @@ int main(int argc, char **argv) {
     memset(&info, 0, sizeof info);
     info.struct_size = sizeof info;
     CHECK(api->info(b, &info) == OMNI_OK && (info.capabilities & OMNI_CAP_TRANSCRIPTS) &&
-              (info.capabilities & OMNI_CAP_TOKEN_DETAILS) && info.settings_len > 0 && info.abi_revision == 2 &&
+              (info.capabilities & OMNI_CAP_TOKEN_DETAILS) && info.settings_len > 0 && info.abi_revision == 3 &&
               strncmp(info.settings, "top_p,", 6) == 0,
-          "1.2 info (revision 2): transcripts, token details, settings '%.*s'", (int)info.settings_len, info.settings);
+          "1.3 info (revision 3): transcripts, token details, settings '%.*s'", (int)info.settings_len, info.settings);
     omni_option session_settings[2] = {{S("top_k"), S("20")}, {S("listen_prob_scale"), S("0.5")}};
     memset(&c, 0, sizeof c);
     c.struct_size = sizeof c;
@@ -392,7 +535,7 @@ int main(int argc, char **argv) {
     b = open_with("chunk_ms", "200");
     memset(&info, 0, sizeof info);
     info.struct_size = sizeof info;
-    CHECK(api->info(b, &info) == OMNI_OK && info.abi_revision == 2 && info.step_samples == 3200,
+    CHECK(api->info(b, &info) == OMNI_OK && info.abi_revision == 3 && info.step_samples == 3200,
           "1.2 info: step_samples %u for chunk_ms=200", info.step_samples);
     api->close(b);
     {
@@ -414,6 +557,8 @@ int main(int argc, char **argv) {
     CHECK(api->info(b, &info) == OMNI_OK && info.step_samples == 7 && info.settings_len > 0,
           "a 1.1-sized info is filled up to its size (step_samples %u)", info.step_samples);
     api->close(b);
+
+    abi_1_3();
 
     printf("1..%d\n", count);
     dlclose(lib);

@@ -235,6 +235,7 @@ fn turn_mode_answers() {
                     text: String::new(),
                     images: vec![vec![0xff, 0xd8, 0xff]],
                     audios: vec![vec![0.0; 24000]],
+                    call: None,
                 },
             ],
             speech: true,
@@ -346,25 +347,33 @@ fn invalid_arguments_and_states_are_errors_with_reasons() {
             matches!(b.duplex_prefill(&empty_frame), Err(BackendError::InvalidArgument(m)) if m.contains("frame 0 is empty")),
             "{build}"
         );
+        // ABI 1.3: a duplex session answers a turn between its steps, never in the middle of one.
+        b.duplex_prefill(&chunk(loud())).unwrap();
         assert!(
-            matches!(b.turn_prefill(&TurnInput::default()), Err(BackendError::BadState(_))),
-            "{build}: turn call in a duplex session"
+            matches!(b.turn_prefill(&TurnInput::default()), Err(BackendError::BadState(m)) if m.contains("middle of a duplex step")),
+            "{build}: a turn in the middle of a step"
         );
+        b.duplex_finalize().unwrap();
         assert!(matches!(b.duplex_finalize(), Err(BackendError::BadState(_))), "{build}");
         // after all these refusals the session still works
         assert_eq!(run_duplex_step(&mut b, &chunk(loud())).unwrap().kind, StepKind::Listen, "{build}");
 
-        b.reset().unwrap();
-        b.prepare(&SessionSetup::new(SessionKind::Turn)).unwrap();
+        // Before 1.3 a turn answers a user's message; since, it may speak first.
+        let mut older = api.open(&opts(&[("revision", "2")])).unwrap();
+        older.prepare(&SessionSetup::new(SessionKind::Turn)).unwrap();
         let no_user = TurnInput { messages: vec![ChatMessage::text(Role::System, "hi")], ..TurnInput::default() };
         assert!(
-            matches!(b.turn_prefill(&no_user), Err(BackendError::InvalidArgument(m)) if m.contains("no user message")),
+            matches!(older.turn_prefill(&no_user), Err(BackendError::InvalidArgument(m)) if m.contains("no user message")),
             "{build}"
         );
         assert!(
-            matches!(b.turn_prefill(&TurnInput::default()), Err(BackendError::InvalidArgument(m)) if m.contains("no messages")),
+            matches!(older.turn_prefill(&TurnInput::default()), Err(BackendError::InvalidArgument(m)) if m.contains("no messages")),
             "{build}"
         );
+        b.reset().unwrap();
+        b.prepare(&SessionSetup::new(SessionKind::Turn)).unwrap();
+        b.turn_prefill(&no_user).unwrap();
+        assert_eq!(b.turn_generate().unwrap().text, "Hello!", "{build}: a 1.3 backend speaks first");
     }
 }
 

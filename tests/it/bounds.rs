@@ -122,7 +122,7 @@ async fn openai_sample_rates_outside_the_range_are_refused() {
         let e = c.until("error").await;
         assert_eq!(
             (e["error"]["code"].as_str(), e["error"]["param"].as_str()),
-            (Some("invalid_payload"), Some(param)),
+            (Some("invalid_value"), Some(param)),
             "{e}"
         );
         assert!(e["error"]["message"].as_str().unwrap().contains("is outside 8000..192000 Hz"), "{e}");

@@ -572,8 +572,30 @@ fn info_tells_the_truth_and_interrupt_cuts_an_answer_from_another_thread() {
             text: "What is this?".into(),
             images: vec![vec![0xFF, 0xD8, 0xFF]],
             audios: vec![],
+            call: None,
         }],
         ..TurnInput::default()
     };
     assert!(matches!(b.turn_prefill(&image), Err(BackendError::Unsupported(_))));
+}
+
+/// The OpenAI Agents SDK, unchanged, asks the CPU model the time: its LLM calls the agent's
+/// `get_time` tool in its chat template's format, the gateway hands the call to the agent, and
+/// the model answers with the tool's result.
+#[test]
+fn the_agents_sdk_calls_a_real_tool_through_the_cpu_model() {
+    if !needs(&[Need::Agents, Need::Models]) {
+        return;
+    }
+    let _one = one_at_a_time();
+    let server = Server::ready(
+        Setup::default()
+            .auth(&format!("api_keys = [\"{}\"]", crate::agents::KEY))
+            .workers(cascade("max_answer_tokens = 80"))
+            .limits("step_timeout_ms = 60000"),
+    );
+    let ws = server.url("/v1/realtime").replacen("http", "ws", 1);
+    let out =
+        crate::agents::run("agents_sdk_case.py", &[&format!("{ws}?model=omni"), crate::agents::KEY, "--cpu-model"]);
+    assert!(out.contains("ok cpu-model tool call:") && out.contains("ok cpu-model answer:"), "{out}");
 }

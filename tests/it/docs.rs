@@ -271,6 +271,22 @@ async fn every_qwen_event_and_field_in_the_dialect_page_is_what_the_server_emits
     until_type(&mut c, "response.audio_transcript.delta").await;
     c.send(json!({"type": "response.cancel"})).await;
     until_type(&mut c, "response.done").await;
+    // A tool, in Qwen's shape: the model calls it, the client answers, the model goes on.
+    let tools = json!([{"type": "function", "function": {"name": "get_time", "description": "The time now",
+        "parameters": {"type": "object", "properties": {}}}}]);
+    c.send(json!({"type": "session.update", "session": {"tools": tools}})).await;
+    c.until("session.updated").await;
+    c.send(json!({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+        "content": [{"type": "input_text", "text": "What time is it?"}]}}))
+        .await;
+    c.send(json!({"type": "response.create"})).await;
+    let call = c.until("response.function_call_arguments.done").await;
+    until_type(&mut c, "response.done").await;
+    c.send(json!({"type": "conversation.item.create", "item": {"type": "function_call_output",
+        "call_id": call["call_id"], "output": "noon"}}))
+        .await;
+    c.send(json!({"type": "response.create"})).await;
+    until_type(&mut c, "response.done").await;
     c.send(json!({"type": "session.update", "session": {"top_p": 7}, "event_id": "client_1"})).await;
     c.until("error").await;
     c.send(json!({"type": "session.finish"})).await;

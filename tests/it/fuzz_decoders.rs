@@ -20,8 +20,24 @@ use omni_gateway::dialect::select::MiniCpmEndpoint;
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 
-const CLIENT_ERRORS: [&str; 6] =
-    ["unknown_event", "missing_field", "invalid_payload", "not_ready", "model_not_found", "buffer_full"];
+const CLIENT_ERRORS: [&str; 15] = [
+    "unknown_event",
+    "missing_field",
+    "invalid_payload",
+    "not_ready",
+    "model_not_found",
+    "buffer_full",
+    // The conversation's refusals, under OpenAI's own codes.
+    "conversation_already_has_active_response",
+    "input_audio_buffer_commit_empty",
+    "item_already_exists",
+    "item_delete_invalid_item_id",
+    "item_retrieve_invalid_item_id",
+    "item_truncate_invalid_item_id",
+    "previous_item_not_found",
+    "response_cancel_not_active",
+    "response_create_unsupported",
+];
 
 /// Small bounds, so that sequences reach them.
 fn limits() -> Limits {

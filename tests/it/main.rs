@@ -4,7 +4,8 @@
 //! (`common::needs`); `./test.sh` sets `OMNI_REQUIRE_ALL=1`, which makes it fail instead.
 //!
 //! - the sessions: `realtime` (the MiniCPM-o dialect), `legacy`, `openai_dialect`,
-//!   `sdk_clients`, `fidelity` (each documented behaviour), `docs` (the docs match the server);
+//!   `sdk_clients`, `agents` (the voice-agent frameworks), `fidelity` (each documented
+//!   behaviour), `docs` (the docs match the server);
 //! - limits and abuse: `bounds`, `hostile`, `security`, `fuzz_decoders`, `allocations`;
 //! - operating it: `operations`, `cli`, `tools`, `extending` (subscribers, usage, webhooks);
 //! - the house rules the compiler does not keep: `house_rules`;
@@ -15,6 +16,7 @@
 
 mod common;
 
+mod agents;
 mod allocations;
 mod backend_abi;
 mod bounds;

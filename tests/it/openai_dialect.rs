@@ -174,7 +174,7 @@ async fn response_cancel_in_a_manual_turn() {
     assert_eq!(done["response"]["status"], "cancelled");
     c.send(json!({"type": "response.cancel"})).await;
     let e = c.until("error").await;
-    assert_eq!(e["error"]["code"], "not_ready", "nothing to cancel: {e}");
+    assert_eq!(e["error"]["code"], "response_cancel_not_active", "nothing to cancel: {e}");
     // The session goes on.
     c.send(json!({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
         "content": [{"type": "input_text", "text": "Reply with exactly: again"}]}}))
@@ -309,11 +309,11 @@ async fn errors_have_the_openai_shape() {
     let server = Server::ready(Setup::default());
     let mut c = openai(&server, false).await;
     for (event, code) in [
-        (json!({"type": "input_audio_buffer.append", "audio": "%%%"}), "invalid_payload"),
-        (json!({"type": "input_audio_buffer.append"}), "missing_field"),
+        (json!({"type": "input_audio_buffer.append", "audio": "%%%"}), "invalid_value"),
+        (json!({"type": "input_audio_buffer.append"}), "missing_required_parameter"),
         (
             json!({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcmu"}}}}}),
-            "invalid_payload",
+            "invalid_value",
         ),
         (json!({"type": "response.fly"}), "unknown_event"),
     ] {

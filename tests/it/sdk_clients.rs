@@ -1,6 +1,9 @@
 //! The official OpenAI (GA and beta) and DashScope Python clients, unchanged apart from the
 //! URL and a key, hold voice turns with the server: a manual and a server-VAD turn each,
-//! receiving audio and a transcript and ending with `response.done` status completed.
+//! receiving audio and a transcript and ending with `response.done` status completed; and
+//! the conversation calls (truncate, retrieve, delete), out-of-band responses, the idle
+//! timeout, `create_response: false` and OpenAI's error codes through the GA client. Every
+//! event the server sent them validates against the SDK's own types.
 //! The clients live in `.venv` (created by `./test.sh`), or where `OMNI_SDK_PYTHON` points.
 //! A plain `cargo test` skips this test without them (it needs the Python package index);
 //! `./test.sh` makes `.venv` and runs it.
@@ -21,8 +24,12 @@ fn the_official_openai_and_dashscope_clients_hold_voice_turns() {
         "{} not found: run ./test.sh, which creates .venv with the official SDKs (tests/sdk/requirements.txt)",
         python.display()
     );
-    let server =
-        Server::ready(Setup::default().auth("api_keys = [\"sdk-test-key-0123456789\"]").workers(workers(2, "")));
+    let mut server = Server::ready(
+        Setup::default()
+            .auth("api_keys = [\"sdk-test-key-0123456789\"]")
+            .recording("enabled = true")
+            .workers(workers(2, "token_ms = 100")),
+    );
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/sdk_e2e.py");
     let out = Command::new(&python)
         .arg(script)
@@ -41,8 +48,16 @@ fn the_official_openai_and_dashscope_clients_hold_voice_turns() {
         "openai-beta-vad",
         "dashscope-manual",
         "dashscope-vad",
+        "openai-ga-conversation",
+        "openai-ga-out-of-band",
+        "openai-ga-idle-timeout",
+        "openai-ga-no-auto-response",
+        "openai-ga-error-codes",
     ] {
         assert!(stdout.contains(&format!("ok {case}:")), "{case} missing:\n{stdout}");
     }
-    server.wait_idle();
+    server.check_invariants();
+    let shapes = crate::agents::validate_events(&python, &server.dir().join("recordings"));
+    println!("{shapes}");
+    assert!(shapes.contains("openai-beta") && shapes.contains("conversation.item.retrieved"), "{shapes}");
 }

@@ -177,4 +177,11 @@ pub trait Dialect {
 
     /// Time passes: the dialect may push frames onto `out` and queue commands.
     fn tick(&mut self, _now: Instant, _out: &mut Outbox) {}
+
+    /// The backend's context is full. A dialect that keeps the conversation itself may make
+    /// room (drop its oldest items, prepare the backend again and replay the rest, with its
+    /// commands) and answer `true`: the session goes on. By default it ends (`context_full`).
+    fn context_full(&mut self, _out: &mut Outbox) -> bool {
+        false
+    }
 }

@@ -77,6 +77,13 @@ pub struct Metrics {
     /// Client messages dropped unprocessed because their connection sent faster than
     /// `server.max_messages_per_s`.
     pub rate_limited: IntCounter,
+    /// Full contexts a session went on from: its oldest items dropped, the rest replayed.
+    pub context_evictions: IntCounter,
+    /// Conversations replayed into a backend that was prepared again (new instructions,
+    /// voice or tools, a full context, a refused reconfigure).
+    pub conversation_replays: IntCounter,
+    /// Function calls the models made.
+    pub function_calls: IntCounter,
     /// Worker links open to each node (`[[nodes]]`): as many as its workers when it is up.
     pub node_links: IntGaugeVec,
     /// Worker links to a node that failed or ended, by node and reason (`unreachable`,
@@ -281,6 +288,17 @@ impl Metrics {
                 "omni_rate_limited_messages_total",
                 "Client messages dropped because their connection exceeded server.max_messages_per_s",
             ),
+            context_evictions: counter(
+                &r,
+                "omni_context_evictions_total",
+                "Full contexts sessions went on from by dropping their oldest items",
+            ),
+            conversation_replays: counter(
+                &r,
+                "omni_conversation_replays_total",
+                "Conversations replayed into a backend prepared again",
+            ),
+            function_calls: counter(&r, "omni_function_calls_total", "Function calls the models made"),
             node_links: gauge_vec(&r, "omni_node_links", "Worker links open to a node", &["node"]),
             node_link_failures: counter_vec(
                 &r,

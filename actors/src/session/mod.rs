@@ -220,15 +220,20 @@ impl SessionActor {
     }
 
     fn send_error(&mut self, ctx: &mut Context<Self>, e: &ProtocolError) {
+        self.count_error(e);
+        self.emit(Outbound::Error(e));
+        if let Some(reason) = CloseReason::rejected(e) {
+            self.finish(ctx, reason);
+        }
+    }
+
+    /// An error the client is about to hear: logged, counted, and told the subscribers.
+    fn count_error(&mut self, e: &ProtocolError) {
         log::debug!("session {}: error {}: {e}", self.who(), e.code());
         metrics().errors.with_label_values(&[e.code()]).inc();
         if self.links.sinks.wants(Interest::ERRORS) {
             let message = e.to_string();
             self.links.sinks.publish(SessionEvent::Error { code: e.code(), message: &message });
-        }
-        self.emit(Outbound::Error(e));
-        if let Some(reason) = CloseReason::rejected(e) {
-            self.finish(ctx, reason);
         }
     }
 
@@ -254,25 +259,45 @@ impl SessionActor {
     fn handle_audio(&mut self, audio: CallerAudio, ctx: &mut Context<Self>) {
         let mut replies = std::mem::take(&mut self.outbox);
         let rate = audio.rate;
-        let decoded = match catch_unwind(AssertUnwindSafe(|| self.dialect.hear(audio, &mut replies))) {
-            Ok(decoded) => decoded,
-            Err(_) => {
-                log::error!("session {}: the {} dialect panicked on audio; closing", self.who(), self.dialect.name());
-                return self.finish(ctx, CloseReason::ProtocolViolation(Violation::InternalError));
-            }
+        let Some(decoded) = self.decode_with(ctx, "audio", |dialect| dialect.hear(audio, &mut replies)) else {
+            return;
         };
         if self.links.sinks.wants(Interest::WIRE) {
-            let media = match (&decoded, self.dialect.take_recorded_media()) {
-                (_, Some(media)) => media,
-                (Ok(commands), None) => recorded_media(commands),
-                (Err(_), None) => (Vec::new(), Vec::new()),
-            };
+            let media = self.media_of(&decoded);
             let frame = serde_json::json!({"type": "caller.audio", "rate": rate, "audio": ""});
             let frame = bytes::Bytes::from(frame.to_string());
             self.links.sinks.publish(SessionEvent::WireIn { frame: &frame, media: &media });
         }
         self.carry_out(decoded, &mut replies, ctx);
         self.outbox = replies;
+    }
+
+    /// What the dialect made of the client's input (`what`: for the log). A dialect bug costs
+    /// this session only, not the arbiter thread it shares: a panic closes it (`None`).
+    fn decode_with(
+        &mut self,
+        ctx: &mut Context<Self>,
+        what: &str,
+        decode: impl FnOnce(&mut dyn Dialect) -> Result<Vec<Inbound>, DecodeError>,
+    ) -> Option<Result<Vec<Inbound>, DecodeError>> {
+        match catch_unwind(AssertUnwindSafe(|| decode(self.dialect.as_mut()))) {
+            Ok(decoded) => Some(decoded),
+            Err(_) => {
+                log::error!("session {}: the {} dialect panicked on {what}; closing", self.who(), self.dialect.name());
+                self.finish(ctx, CloseReason::ProtocolViolation(Violation::InternalError));
+                None
+            }
+        }
+    }
+
+    /// The media a decoded input brought, for the recording: the dialect's word, else the
+    /// audio and images of its commands.
+    fn media_of(&mut self, decoded: &Result<Vec<Inbound>, DecodeError>) -> RecordedMedia {
+        match (decoded, self.dialect.take_recorded_media()) {
+            (_, Some(media)) => media,
+            (Ok(commands), None) => recorded_media(commands),
+            (Err(_), None) => (Vec::new(), Vec::new()),
+        }
     }
 
     /// Sends what a decode answered, then carries out its commands (or tells its error).
@@ -302,20 +327,11 @@ impl SessionActor {
     /// A whole message from the client.
     fn handle_text(&mut self, text: ByteString, ctx: &mut Context<Self>) {
         let mut replies = std::mem::take(&mut self.outbox);
-        // A decoder bug must cost this session only, not the arbiter thread it shares.
-        let decoded = match catch_unwind(AssertUnwindSafe(|| self.dialect.decode(&text, &mut replies))) {
-            Ok(decoded) => decoded,
-            Err(_) => {
-                log::error!("session {}: the {} decoder panicked on a frame; closing", self.who(), self.dialect.name());
-                return self.finish(ctx, CloseReason::ProtocolViolation(Violation::InternalError));
-            }
+        let Some(decoded) = self.decode_with(ctx, "a frame", |dialect| dialect.decode(&text, &mut replies)) else {
+            return;
         };
         if self.links.sinks.wants(Interest::WIRE) {
-            let media = match (&decoded, self.dialect.take_recorded_media()) {
-                (_, Some(media)) => media,
-                (Ok(commands), None) => recorded_media(commands),
-                (Err(_), None) => (Vec::new(), Vec::new()),
-            };
+            let media = self.media_of(&decoded);
             let frame = match &decoded {
                 // A frame the dialect refused is kept whole only when small: a client cannot
                 // turn junk into disk writes (what was refused is in the error sent back).

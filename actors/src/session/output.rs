@@ -118,7 +118,7 @@ impl SessionActor {
             Ok(o) => o,
             Err(BackendError::ContextFull(why)) => {
                 log::info!("session {}: context full ({why})", self.who());
-                return self.finish(ctx, CloseReason::ContextFull);
+                return self.context_full(ctx);
             }
             Err(e) => {
                 log::warn!("session {}: step for input_{seq} failed on worker {}: {e}", self.who(), self.worker_name());
@@ -166,7 +166,7 @@ impl SessionActor {
         }
         if outcome.kv_length >= self.settings.context_tokens {
             log::info!("session {}: KV length {} reached the context limit", self.who(), outcome.kv_length);
-            self.finish(ctx, CloseReason::ContextFull);
+            self.context_full(ctx);
         }
     }
 
@@ -205,6 +205,7 @@ impl SessionActor {
                 audio: &piece.audio,
                 kv_length: piece.kv_length,
                 generate_us: piece.generate_us,
+                call: piece.call.as_ref(),
             });
         } else {
             answer.audio.extend_from_slice(&piece.audio);
@@ -219,10 +220,15 @@ impl SessionActor {
                 let duration = Instant::now().saturating_duration_since(answer.submitted);
                 (TurnSummary { duration, ..TurnSummary::default() }, true)
             }
-            Err(BackendError::ContextFull(_)) => return self.finish(ctx, CloseReason::ContextFull),
+            Err(BackendError::ContextFull(why)) => {
+                log::info!("session {}: context full in answer {} ({why})", self.who(), answer.response_id);
+                return self.context_full(ctx);
+            }
             Err(e) => {
                 log::warn!("session {}: answer {} failed: {e}", self.who(), answer.response_id);
-                return self.send_error(ctx, &ProtocolError::Inference(e.to_string()));
+                let error = ProtocolError::Inference(e.to_string());
+                self.count_error(&error);
+                return self.emit(Outbound::TurnFailed { response_id: &answer.response_id, error: &error });
             }
         };
         let session_id = self.session_id.clone().unwrap_or_default();
@@ -248,6 +254,25 @@ impl SessionActor {
             cancelled,
         });
         if summary.kv_length >= self.settings.context_tokens {
+            self.context_full(ctx);
+        }
+    }
+
+    /// The backend's context is full: the session goes on if its dialect makes room (its
+    /// commands follow), else it ends with `context_full`.
+    fn context_full(&mut self, ctx: &mut Context<Self>) {
+        let mut out = std::mem::take(&mut self.outbox);
+        let goes_on = self.dialect.context_full(&mut out);
+        self.send_all(&mut out);
+        self.outbox = out;
+        if goes_on {
+            metrics().context_evictions.inc();
+            log::info!(
+                "session {}: context full on worker {}: the conversation was cut and replayed",
+                self.who(),
+                self.worker_name()
+            );
+        } else {
             self.finish(ctx, CloseReason::ContextFull);
         }
     }

@@ -28,6 +28,7 @@ pub const CAP_DUPLEX: u32 = 1 << 2;
 pub const CAP_TURN: u32 = 1 << 3;
 pub const CAP_TRANSCRIPTS: u32 = 1 << 4;
 pub const CAP_TOKEN_DETAILS: u32 = 1 << 5;
+pub const CAP_TOOLS: u32 = 1 << 6;
 
 pub const SESSION_DUPLEX: u32 = 1;
 pub const SESSION_TURN: u32 = 2;
@@ -41,14 +42,17 @@ pub const OUTPUT_SPEAK: u32 = 2;
 pub const ROLE_SYSTEM: u32 = 0;
 pub const ROLE_USER: u32 = 1;
 pub const ROLE_ASSISTANT: u32 = 2;
+pub const ROLE_TOOL_CALL: u32 = 3;
+pub const ROLE_TOOL_RESULT: u32 = 4;
 
 pub const TURN_SPEECH: u32 = 1 << 0;
 pub const TURN_THINKING: u32 = 1 << 1;
 pub const TURN_TTS_TEMPLATE: u32 = 1 << 2;
 pub const TURN_OMNI: u32 = 1 << 3;
 pub const TURN_CONTINUE: u32 = 1 << 4;
+pub const TURN_PREFILL_ONLY: u32 = 1 << 5;
 /// The revision of ABI version 1 this server speaks (1.2).
-pub const ABI_REVISION: u32 = 2;
+pub const ABI_REVISION: u32 = 3;
 
 #[repr(C)]
 pub struct omni_backend {
@@ -118,6 +122,9 @@ pub struct omni_session_config {
     // since 1.1
     pub settings: *const omni_option,
     pub n_settings: usize,
+    // since 1.3
+    pub tools: omni_str,
+    pub tool_choice: omni_str,
 }
 
 #[repr(C)]
@@ -152,6 +159,10 @@ pub struct omni_step_output {
     pub transcript_len: usize,
     pub input_audio_tokens: u32,
     pub output_audio_tokens: u32,
+    // since 1.3
+    pub call: u32,
+    pub call_name_len: u32,
+    pub call_name: [c_char; 64],
 }
 
 #[repr(C)]
@@ -163,6 +174,9 @@ pub struct omni_message {
     pub n_images: usize,
     pub audios: *const omni_pcm,
     pub n_audios: usize,
+    // since 1.3
+    pub call_id: omni_str,
+    pub name: omni_str,
 }
 
 #[repr(C)]
@@ -179,6 +193,9 @@ pub struct omni_turn_input {
     // since 1.1
     pub settings: *const omni_option,
     pub n_settings: usize,
+    // since 1.3
+    pub tools: omni_str,
+    pub tool_choice: omni_str,
 }
 
 #[repr(C)]
@@ -201,6 +218,10 @@ pub struct omni_turn_output {
     pub transcript_len: usize,
     pub input_audio_tokens: u32,
     pub output_audio_tokens: u32,
+    // since 1.3
+    pub call: u32,
+    pub call_name_len: u32,
+    pub call_name: [c_char; 64],
 }
 
 pub type B = *mut omni_backend;

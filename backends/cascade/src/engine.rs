@@ -15,6 +15,7 @@ use crate::heard::words;
 use crate::llm::{Llm, LlmError, Sampling};
 use crate::options::Options;
 use crate::options::VadEngine;
+use crate::tools::{self, CALL_CLOSE, CALL_OPEN, Opening, ROOT_BARE, ROOT_FORCED, ROOT_TAGGED, Tools};
 use crate::tts::{OUT_RATE, Voice};
 use crate::vad::{Detector, RATE, Vad, VadConfig};
 use omni_asr_client::{Asr, Heard};
@@ -67,6 +68,8 @@ pub(crate) struct Piece {
     pub generate_us: u32,
     /// Of `generate_us`, the voice's part (the rest is the LLM's).
     pub voice_us: u32,
+    /// A function call instead of words: the tool's name and its arguments (JSON).
+    pub call: Option<(String, String)>,
 }
 
 struct Answer {
@@ -77,6 +80,16 @@ struct Answer {
     reported: u32,
     limit: u32,
     speech: bool,
+    /// The tools this answer may call (the session's, or the turn's own).
+    tools: Arc<Tools>,
+    /// Whether sampling is held to a call from the first token on, or from a bare call's `{`.
+    held: bool,
+    /// Whether it follows the results of calls (and so is words: see [`Engine::begin`]).
+    after_results: bool,
+    /// Where it begins in the conversation, the calls it made, and whether it said words.
+    start: u32,
+    calls: Vec<(String, String)>,
+    spoke: bool,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -89,6 +102,7 @@ struct Session {
     kind: Kind,
     prompt: String,
     max_tokens: u32,
+    tools: Arc<Tools>,
 }
 
 /// The step in progress (duplex).
@@ -168,6 +182,8 @@ pub(crate) struct Engine {
     /// An output that did not fit the caller's buffers, handed out again.
     pub held: Option<Piece>,
     turn_first: Option<(u32, String)>,
+    /// The last turn only prefilled: its answer is empty.
+    prefilled_only: bool,
 }
 
 impl Engine {
@@ -212,6 +228,7 @@ impl Engine {
             fed_ahead: None,
             held: None,
             turn_first: None,
+            prefilled_only: false,
         };
         // The default system block, computed once here: a session with the default prompt
         // starts from it (`Llm::start`) instead of computing it.
@@ -244,11 +261,13 @@ impl Engine {
         self.ahead = 0.0;
         self.held = None;
         self.turn_first = None;
+        self.prefilled_only = false;
         self.shared.force_listen.store(false, Ordering::SeqCst);
         self.sync_kv();
     }
 
-    /// Starts a session; `settings` are the client's generation settings by name.
+    /// Starts a session; `settings` are the client's generation settings by name, `tools` the
+    /// functions its model may call.
     pub(crate) fn prepare(
         &mut self,
         kind: Kind,
@@ -256,6 +275,7 @@ impl Engine {
         max_tokens: u32,
         temperature: f32,
         settings: &[(String, String)],
+        tools: Tools,
     ) -> Result<(), Error> {
         self.reset();
         let t = if temperature >= 0.0 { Some(temperature) } else { None };
@@ -271,7 +291,7 @@ impl Engine {
         self.llm.set_sampling(&s);
         let limit =
             if max_tokens == 0 { self.opt.max_answer_tokens } else { max_tokens.min(self.opt.max_answer_tokens * 8) };
-        self.session = Some(Session { kind, prompt: prompt.to_string(), max_tokens: limit });
+        self.session = Some(Session { kind, prompt: prompt.to_string(), max_tokens: limit, tools: Arc::new(tools) });
         self.start_conversation()?;
         Ok(())
     }
@@ -279,10 +299,11 @@ impl Engine {
     fn start_conversation(&mut self) -> Result<(), Error> {
         self.llm.clear();
         let prompt = self.session.as_ref().map(|s| s.prompt.trim().to_string()).unwrap_or_default();
+        let tools = self.session.as_ref().map(|s| s.tools.prompt()).unwrap_or_default();
         let system = if prompt.is_empty() {
-            format!("You are a helpful voice assistant. {SPOKEN}")
+            format!("You are a helpful voice assistant. {SPOKEN}{tools}")
         } else {
-            format!("{prompt} {SPOKEN}")
+            format!("{prompt} {SPOKEN}{tools}")
         };
         let r = self.llm.start(&format!("<|im_start|>system\n{system}<|im_end|>\n"), &|| false);
         self.sync_kv();
@@ -295,6 +316,66 @@ impl Engine {
             Some(_) => Err(Error::BadState("the session is of the other kind".into())),
             None => Err(Error::BadState("no session: prepare first".into())),
         }
+    }
+
+    /// The session, of either kind (a duplex session answers turns too: ABI 1.3).
+    fn any_session(&self) -> Result<&Session, Error> {
+        self.session.as_ref().ok_or_else(|| Error::BadState("no session: prepare first".into()))
+    }
+
+    /// A new answer of at most `limit` tokens, calling the session's tools.
+    fn new_answer(&self, limit: u32, speech: bool) -> Answer {
+        let tools = self.session.as_ref().map(|s| s.tools.clone()).unwrap_or_default();
+        let start = self.llm.n_past();
+        Answer {
+            text: String::new(),
+            done: false,
+            tokens: 0,
+            reported: 0,
+            limit,
+            speech,
+            tools,
+            held: false,
+            after_results: false,
+            start,
+            calls: Vec::new(),
+            spoke: false,
+        }
+    }
+
+    /// `answer` is the one in progress; its sampling is held to its tools' call format (see
+    /// [`tools`]): from the first token when it must call, else from the call's first token.
+    ///
+    /// An answer to the results of calls is words (unless a call is required): one round of
+    /// calls per user message. A small model, given a result, readily calls the same tool
+    /// again and again.
+    fn begin(&mut self, mut answer: Answer) -> Result<(), Error> {
+        let forced = answer.tools.forced();
+        if answer.after_results && !forced {
+            answer.tools = Arc::new(Tools::default());
+            self.llm.hold_to_words();
+            self.answer = Some(answer);
+            return Ok(());
+        }
+        let grammar = answer.tools.grammar();
+        self.llm
+            .hold(grammar.as_deref(), if forced { ROOT_FORCED } else { ROOT_TAGGED }, !forced)
+            .map_err(Error::Inference)?;
+        answer.held = forced;
+        self.answer = Some(answer);
+        Ok(())
+    }
+
+    /// The answer opened with `{`: the rest of it is held to a bare call.
+    fn hold_bare(&mut self) -> Result<(), Error> {
+        let answer = self.answer()?;
+        if std::mem::replace(&mut answer.held, true) {
+            return Ok(());
+        }
+        if let Some(grammar) = answer.tools.grammar() {
+            self.llm.hold_from_last(&grammar, ROOT_BARE).map_err(Error::Inference)?;
+        }
+        Ok(())
     }
 
     /// Ends the answer in progress (what was said of it stays in the conversation).
@@ -432,8 +513,7 @@ impl Engine {
                     None => self.feed_cancellable(&user_turn(&heard), max)?,
                 };
                 let feed_ms = tf.elapsed().as_millis();
-                self.answer =
-                    Some(Answer { text: String::new(), done: false, tokens: 0, reported: 0, limit: max, speech: true });
+                self.begin(self.new_answer(max, true))?;
                 self.step.began = true;
                 let tp = Instant::now();
                 let mut p = self.next_piece()?;
@@ -514,8 +594,7 @@ impl Engine {
             // (Whisper marks the end of one it heard whole; a pause mid-question rarely has
             // it); the whole of it is taken back (`before`) if the user goes on.
             let max = self.session(Kind::Duplex)?.max_tokens;
-            self.answer =
-                Some(Answer { text: String::new(), done: false, tokens: 0, reported: 0, limit: max, speech: true });
+            self.begin(self.new_answer(max, true))?;
             let tp = Instant::now();
             let piece = self.next_piece();
             let answer = self.answer.take();
@@ -630,7 +709,26 @@ impl Engine {
         loop {
             let words = if first { self.opt.first_piece_words } else { 0 };
             let answer = self.answer()?;
-            if let Some(end) = [clause_end(&answer.text), words_end(&answer.text, words)].into_iter().flatten().min() {
+            let calls = answer.tools.active();
+            match tools::opening(answer.text.trim_start()) {
+                Opening::Tagged if calls => return self.next_call(),
+                Opening::Bare if calls => {
+                    self.hold_bare()?;
+                    return self.next_call();
+                }
+                Opening::Perhaps if calls && !answer.done => {
+                    // Perhaps a call begins: not a word of it is spoken.
+                    self.pull()?;
+                    continue;
+                }
+                _ => {}
+            }
+            let answer = self.answer()?;
+            // Words before a call end at it.
+            let call_at = answer.text.find(CALL_OPEN).filter(|&at| calls && at > 0);
+            if let Some(end) =
+                [clause_end(&answer.text), words_end(&answer.text, words), call_at].into_iter().flatten().min()
+            {
                 clause = answer.text[..end].to_string();
                 answer.text.drain(..end);
                 break;
@@ -659,6 +757,7 @@ impl Engine {
         }
         self.sync_kv();
         let answer = self.answer.as_mut().ok_or_else(|| Error::BadState("no answer in progress".into()))?;
+        answer.spoke |= !clause.trim().is_empty();
         let last = answer.done && answer.text.trim().is_empty();
         let speech = answer.speech;
         let tokens = answer.tokens - answer.reported;
@@ -688,29 +787,127 @@ impl Engine {
         Ok(Piece { text, audio, last, tokens, voice_us, ..Piece::default() })
     }
 
+    /// The function call the answer goes on with: written whole (up to its closing tag or the
+    /// end of the answer), checked against its tool, and handed out as one piece.
+    fn next_call(&mut self) -> Result<Piece, Error> {
+        loop {
+            let answer = self.answer()?;
+            if answer.done || answer.text.contains(CALL_CLOSE) {
+                break;
+            }
+            if self.cancelled() {
+                self.cut_answer();
+                return Err(Error::Interrupted);
+            }
+            self.pull()?;
+        }
+        let answer = self.answer()?;
+        let from = answer.text.find(CALL_OPEN).map_or(0, |at| at + CALL_OPEN.len());
+        let to = answer.text.find(CALL_CLOSE).unwrap_or(answer.text.len());
+        let written = answer.text[from..to.max(from)].to_string();
+        let rest = to.saturating_add(CALL_CLOSE.len()).min(answer.text.len());
+        answer.text.drain(..rest);
+        let checked = answer.tools.check(&written);
+        let (name, arguments) = match checked {
+            Ok(call) => call,
+            Err(why) => {
+                self.cut_answer();
+                return Err(Error::Inference(format!("the model's function call was refused: {why}")));
+            }
+        };
+        // Whether anything follows the call (another call, or words).
+        loop {
+            let answer = self.answer()?;
+            if answer.done || !answer.text.trim().is_empty() {
+                break;
+            }
+            self.pull()?;
+        }
+        let answer = self.answer()?;
+        let last = answer.done && answer.text.trim().is_empty();
+        let tokens = answer.tokens - answer.reported;
+        answer.reported = answer.tokens;
+        answer.calls.push((name.clone(), arguments.clone()));
+        if last {
+            let answer = self.answer.take();
+            self.end_calls(answer);
+        }
+        self.sync_kv();
+        Ok(Piece { last, tokens, call: Some((name, arguments)), ..Piece::default() })
+    }
+
+    /// An answer that was calls only ends. The conversation keeps them in the template's own
+    /// form (each in `<tool_call>` tags) however the model wrote them: a small model that wrote
+    /// a bare call reads its calls back as the template shows them, and answers with the result
+    /// rather than calling again.
+    fn end_calls(&mut self, answer: Option<Answer>) {
+        let Some(answer) = answer else { return };
+        let canonical: Vec<String> = answer
+            .calls
+            .iter()
+            .map(|(name, arguments)| {
+                format!(
+                    "{CALL_OPEN}\n{{\"name\": {}, \"arguments\": {arguments}}}\n{CALL_CLOSE}",
+                    serde_json::Value::String(name.clone())
+                )
+            })
+            .collect();
+        let rewritten = !answer.calls.is_empty()
+            && !answer.spoke
+            && self.llm.rewind(answer.start)
+            && self.llm.feed(&format!("{}<|im_end|>\n", canonical.join("\n")), 0, &|| false).is_ok();
+        if !rewritten {
+            let _ = self.llm.feed("<|im_end|>\n", 0, &|| false);
+        }
+    }
+
     // ---- turn mode ----
 
     /// A conversation to answer: `continues` appends it to the one held, otherwise it
-    /// replaces it. Messages: (role, text, audio clips, number of images).
-    pub(crate) fn turn_prefill(
-        &mut self,
-        messages: &[(u32, String, Vec<Vec<f32>>, usize)],
-        continues: bool,
-        speech: bool,
-        max_tokens: u32,
-    ) -> Result<(), Error> {
-        let limit = if max_tokens == 0 { self.session(Kind::Turn)?.max_tokens } else { max_tokens };
-        if messages.iter().any(|m| m.3 > 0) {
+    /// replaces it; `prefill_only` takes it in and answers nothing; `tools`, the turn's own.
+    /// In a duplex session too (ABI 1.3): the answer joins its conversation.
+    pub(crate) fn turn_prefill(&mut self, turn: Turn) -> Result<(), Error> {
+        let Turn { messages, continues, speech, max_tokens, prefill_only, tools } = turn;
+        let limit = if max_tokens == 0 { self.any_session()?.max_tokens } else { max_tokens };
+        if messages.iter().any(|m| m.images > 0) {
             return Err(Error::Unsupported("this backend has no vision: it cannot read images".into()));
         }
         self.step = Step { epoch: self.shared.interrupts.load(Ordering::SeqCst), ..Step::default() };
+        self.take_back_ahead()?;
         self.cut_answer();
         if !continues {
             self.start_conversation()?;
         }
         let mut text = String::new();
+        let tools = match tools {
+            Some(t) => {
+                // The turn's own tools, told to the model before its messages.
+                let prompt = t.prompt();
+                if !prompt.is_empty() {
+                    text.push_str(&format!("<|im_start|>system\n{}<|im_end|>\n", prompt.trim_start()));
+                }
+                Arc::new(t)
+            }
+            None => self.any_session()?.tools.clone(),
+        };
         let mut transcript = String::new();
-        for (i, (role, words, clips, _)) in messages.iter().enumerate() {
+        for (i, m) in messages.iter().enumerate() {
+            let (role, words, clips) = (m.role, &m.text, &m.clips);
+            if role == ROLE_CALL {
+                text.push_str(&format!(
+                    "<|im_start|>assistant\n{CALL_OPEN}\n{{\"name\": {}, \"arguments\": {}}}\n{CALL_CLOSE}<|im_end|>\n",
+                    serde_json::Value::String(m.name.clone()),
+                    if words.trim().is_empty() { "{}" } else { words.trim() }
+                ));
+                continue;
+            }
+            if role == ROLE_RESULT {
+                text.push_str(&format!(
+                    "<|im_start|>user\n<tool_response>\n{}\n</tool_response><|im_end|>\n",
+                    words.trim()
+                ));
+                continue;
+            }
             let role = match role {
                 0 => "system",
                 2 => "assistant",
@@ -731,15 +928,28 @@ impl Engine {
             }
             text.push_str(&format!("<|im_start|>{role}\n{content}<|im_end|>\n"));
         }
+        self.prefilled_only = prefill_only;
+        if prefill_only {
+            let tokens = if text.is_empty() { 0 } else { self.feed_cancellable(&text, 0)? };
+            self.turn_first = Some((tokens, transcript));
+            return Ok(());
+        }
         text.push_str("<|im_start|>assistant\n");
         let tokens = self.feed_cancellable(&text, limit)?;
-        self.answer = Some(Answer { text: String::new(), done: false, tokens: 0, reported: 0, limit, speech });
+        let mut answer = self.new_answer(limit, speech);
+        answer.tools = tools;
+        answer.after_results = messages.last().is_some_and(|m| m.role == ROLE_RESULT);
+        self.begin(answer)?;
         self.turn_first = Some((tokens, transcript));
         Ok(())
     }
 
     pub(crate) fn turn_generate(&mut self) -> Result<Piece, Error> {
-        self.session(Kind::Turn)?;
+        self.any_session()?;
+        if std::mem::take(&mut self.prefilled_only) {
+            let (tokens, _) = self.turn_first.take().unwrap_or_default();
+            return Ok(Piece { last: true, input_tokens: tokens, ..Piece::default() });
+        }
         if self.answer.is_none() {
             return Err(Error::BadState("no answer in progress: turn_prefill first".into()));
         }
@@ -752,6 +962,31 @@ impl Engine {
         p.generate_us = t0.elapsed().as_micros() as u32;
         Ok(p)
     }
+}
+
+/// A message of a turn's conversation, as the ABI gave it.
+pub(crate) struct Message {
+    pub role: u32,
+    pub text: String,
+    pub clips: Vec<Vec<f32>>,
+    pub images: usize,
+    /// The tool a call calls (role 3).
+    pub name: String,
+}
+
+/// The ABI's roles of a call and of its result (1.3).
+pub(crate) const ROLE_CALL: u32 = 3;
+pub(crate) const ROLE_RESULT: u32 = 4;
+
+/// One turn asked of the engine.
+pub(crate) struct Turn {
+    pub messages: Vec<Message>,
+    pub continues: bool,
+    pub speech: bool,
+    pub max_tokens: u32,
+    pub prefill_only: bool,
+    /// The turn's own tools; `None`: the session's.
+    pub tools: Option<Tools>,
 }
 
 fn sampling(opt: &Options, temperature: Option<f32>) -> Sampling {

@@ -10,6 +10,7 @@ mod engine;
 mod heard;
 mod llm;
 mod options;
+mod tools;
 pub mod tts;
 mod vad;
 
@@ -23,7 +24,21 @@ use std::sync::atomic::Ordering;
 
 use omni_backend_abi::*;
 
-use engine::{Engine, Error, Kind, Piece, Shared};
+use engine::{Engine, Error, Kind, Message, Piece, Shared, Turn};
+use tools::Tools;
+
+/// Whether a struct the caller filled in (`struct_size` bytes) reaches the end of `field`.
+macro_rules! covers {
+    ($value:expr, $type:ty, $field:ident) => {{
+        let end = std::mem::offset_of!($type, $field) + size_of_field(|t: &$type| &t.$field);
+        $value.struct_size as usize >= end
+    }};
+}
+
+/// The size of a struct's field, from a function that borrows it.
+const fn size_of_field<T, F>(_: fn(&T) -> &F) -> usize {
+    std::mem::size_of::<F>()
+}
 
 const NAME: &str = "omni-cascade";
 const SETTINGS: &str = "top_k,top_p,seed";
@@ -178,7 +193,7 @@ unsafe extern "C" fn info(b: B, out: *mut omni_backend_info) -> omni_status {
         if (out.struct_size as usize) < std::mem::offset_of!(omni_backend_info, abi_revision) {
             return ERR_INVALID_ARGUMENT;
         }
-        out.capabilities = CAP_SPEECH_OUTPUT | CAP_DUPLEX | CAP_TURN | CAP_TRANSCRIPTS;
+        out.capabilities = CAP_SPEECH_OUTPUT | CAP_DUPLEX | CAP_TURN | CAP_TRANSCRIPTS | CAP_TOOLS;
         out.input_sample_rate = 16000;
         out.output_sample_rate = tts::OUT_RATE;
         out.context_size = engine.n_ctx();
@@ -190,13 +205,13 @@ unsafe extern "C" fn info(b: B, out: *mut omni_backend_info) -> omni_status {
         }
         if out.struct_size as usize >= std::mem::offset_of!(omni_backend_info, step_samples) {
             // The revision it implements (the header's rule), whatever the caller's size.
-            out.abi_revision = 2;
+            out.abi_revision = 3;
             out.settings_len = SETTINGS.len() as u32;
             for (i, c) in SETTINGS.bytes().enumerate() {
                 out.settings[i] = c as c_char;
             }
         }
-        if out.struct_size as usize >= std::mem::size_of::<omni_backend_info>() {
+        if covers!(out, omni_backend_info, step_samples) {
             // It decides on every chunk (its own voice activity detection): small chunks
             // let it hear the end of speech within one of them.
             out.step_samples = engine.opt.chunk_ms * 16;
@@ -228,13 +243,24 @@ unsafe extern "C" fn prepare(b: B, config: *const omni_session_config) -> omni_s
                 return ERR_INVALID_ARGUMENT;
             }
         };
-        let settings = if config.struct_size as usize >= std::mem::size_of::<omni_session_config>() {
+        let settings = if covers!(config, omni_session_config, n_settings) {
             options_of(config.settings, config.n_settings)
         } else {
             Vec::new()
         };
+        let tools = if covers!(config, omni_session_config, tool_choice) {
+            match Tools::parse(&str_of(&config.tools), &str_of(&config.tool_choice)) {
+                Ok(t) => t,
+                Err(why) => {
+                    *error = format!("prepare: {why}");
+                    return ERR_INVALID_ARGUMENT;
+                }
+            }
+        } else {
+            Tools::default()
+        };
         let prompt = str_of(&config.system_prompt);
-        match engine.prepare(kind, &prompt, config.max_new_tokens, config.temperature, &settings) {
+        match engine.prepare(kind, &prompt, config.max_new_tokens, config.temperature, &settings, tools) {
             Ok(()) => OK,
             Err(e) => status(e, error),
         }
@@ -288,13 +314,16 @@ fn step_out(engine: &mut Engine, piece: Piece, out: &mut omni_step_output) -> om
     out.output_tokens = piece.tokens;
     out.prefill_us = piece.prefill_us;
     out.generate_us = piece.generate_us;
-    let wants_transcript =
-        out.struct_size as usize >= std::mem::size_of::<omni_step_output>() && !out.transcript_buf.is_null();
+    let wants_transcript = covers!(out, omni_step_output, output_audio_tokens) && !out.transcript_buf.is_null();
     if wants_transcript {
         out.transcript_len = piece.transcript.len();
         out.input_audio_tokens = 0;
         out.output_audio_tokens = 0;
     }
+    if covers!(out, omni_step_output, call_name) {
+        (out.call, out.call_name_len) = call_fields(&piece, &mut out.call_name);
+    }
+    let piece = as_text(piece, &mut out.text_len);
     let transcript = wants_transcript.then_some((out.transcript_buf, out.transcript_cap));
     deliver(
         engine,
@@ -370,13 +399,18 @@ unsafe extern "C" fn turn_prefill(b: B, input: *const omni_turn_input) -> omni_s
     // SAFETY: the caller's struct.
     let Some(input) = (unsafe { input.as_ref() }) else { return ERR_INVALID_ARGUMENT };
     with_engine(b, |engine, error| {
-        if input.messages.is_null() || input.n_messages == 0 {
+        let v13 = covers!(input, omni_turn_input, tool_choice);
+        if input.messages.is_null() && (input.n_messages > 0 || !v13) {
             *error = "turn_prefill: no messages".into();
             return ERR_INVALID_ARGUMENT;
         }
-        // SAFETY: the caller's messages, valid during the call.
-        let list = unsafe { std::slice::from_raw_parts(input.messages, input.n_messages) };
-        let messages: Vec<(u32, String, Vec<Vec<f32>>, usize)> = list
+        let list = if input.n_messages == 0 {
+            &[][..]
+        } else {
+            // SAFETY: the caller's messages, valid during the call.
+            unsafe { std::slice::from_raw_parts(input.messages, input.n_messages) }
+        };
+        let messages: Vec<Message> = list
             .iter()
             .map(|m| {
                 let clips = if m.audios.is_null() {
@@ -385,13 +419,35 @@ unsafe extern "C" fn turn_prefill(b: B, input: *const omni_turn_input) -> omni_s
                     // SAFETY: the caller's clips.
                     unsafe { std::slice::from_raw_parts(m.audios, m.n_audios) }.iter().map(pcm_of).collect()
                 };
-                (m.role, str_of(&m.text), clips, m.n_images)
+                let name = if covers!(m, omni_message, name) { str_of(&m.name) } else { String::new() };
+                Message { role: m.role, text: str_of(&m.text), clips, images: m.n_images, name }
             })
             .collect();
-        let continues =
-            input.struct_size as usize >= std::mem::size_of::<omni_turn_input>() && input.flags & TURN_CONTINUE != 0;
+        let continues = covers!(input, omni_turn_input, n_settings) && input.flags & TURN_CONTINUE != 0;
+        let tools = if v13 && (input.tools.len > 0 || input.tool_choice.len > 0) {
+            let json = if input.tools.len > 0 { str_of(&input.tools) } else { String::new() };
+            match Tools::parse(&json, &str_of(&input.tool_choice)) {
+                // A choice alone chooses among the session's tools: kept as the session's.
+                Ok(t) if input.tools.len > 0 => Some(t),
+                Ok(_) => None,
+                Err(why) => {
+                    *error = format!("turn_prefill: {why}");
+                    return ERR_INVALID_ARGUMENT;
+                }
+            }
+        } else {
+            None
+        };
         engine.held = None;
-        match engine.turn_prefill(&messages, continues, input.flags & TURN_SPEECH != 0, input.max_new_tokens) {
+        let turn = Turn {
+            messages,
+            continues,
+            speech: input.flags & TURN_SPEECH != 0,
+            max_tokens: input.max_new_tokens,
+            prefill_only: v13 && input.flags & TURN_PREFILL_ONLY != 0,
+            tools,
+        };
+        match engine.turn_prefill(turn) {
             Ok(()) => OK,
             Err(e) => status(e, error),
         }
@@ -416,15 +472,37 @@ unsafe extern "C" fn turn_generate(b: B, out: *mut omni_turn_output) -> omni_sta
         out.kv_length = engine.shared.kv.load(Ordering::SeqCst);
         out.input_tokens = piece.input_tokens;
         out.generate_us = piece.generate_us;
-        let wants_transcript =
-            out.struct_size as usize >= std::mem::size_of::<omni_turn_output>() && !out.transcript_buf.is_null();
+        let wants_transcript = covers!(out, omni_turn_output, output_audio_tokens) && !out.transcript_buf.is_null();
         if wants_transcript {
             out.transcript_len = piece.transcript.len();
         }
+        if covers!(out, omni_turn_output, call_name) {
+            (out.call, out.call_name_len) = call_fields(&piece, &mut out.call_name);
+        }
+        let piece = as_text(piece, &mut out.text_len);
         let transcript = wants_transcript.then_some((out.transcript_buf, out.transcript_cap));
         let to = Buffers { text: (out.text_buf, out.text_cap), audio: (out.audio_buf, out.audio_cap), transcript };
         deliver(engine, piece, to)
     })
+}
+
+/// The 1.3 fields of a piece that is a function call: `call` and the tool's name.
+fn call_fields(piece: &Piece, name: &mut [c_char; 64]) -> (u32, u32) {
+    let Some((tool, _)) = &piece.call else { return (0, 0) };
+    let n = tool.len().min(name.len());
+    for (i, c) in tool.bytes().take(n).enumerate() {
+        name[i] = c as c_char;
+    }
+    (1, n as u32)
+}
+
+/// A call's arguments go out as the piece's text (the ABI's rule); `text_len` follows.
+fn as_text(mut piece: Piece, text_len: &mut usize) -> Piece {
+    if let Some((_, arguments)) = piece.call.take() {
+        piece.text = arguments;
+        *text_len = piece.text.len();
+    }
+    piece
 }
 
 /// ANY THREAD: touches only the shared part.

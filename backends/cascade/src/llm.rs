@@ -19,6 +19,9 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::token::data::LlamaTokenData;
+use llama_cpp_2::token::data_array::LlamaTokenDataArray;
+use llama_cpp_2::token::logit_bias::LlamaLogitBias;
 
 const BATCH: usize = 256;
 
@@ -28,6 +31,7 @@ pub(crate) enum LlmError {
     Failed(String),
 }
 
+#[derive(Clone)]
 pub(crate) struct Sampling {
     pub temperature: f32,
     pub top_k: i32,
@@ -35,11 +39,27 @@ pub(crate) struct Sampling {
     pub seed: u32,
 }
 
+struct Openers {
+    non_words: Vec<LlamaToken>,
+    calls: Vec<LlamaToken>,
+}
+
 pub(crate) struct Llm {
     model: &'static LlamaModel,
     ctx: LlamaContext<'static>,
     batch: LlamaBatch<'static>,
     sampler: LlamaSampler,
+    sampling: Sampling,
+    /// Whether the sampler holds a grammar ([`Llm::hold`]).
+    held: bool,
+    /// The token a function call opens with (`<tool_call>`), when the model has one.
+    call_token: Option<LlamaToken>,
+    /// The last token sampled.
+    last_token: Option<LlamaToken>,
+    /// The tokens that open no word, and those that open a call, once looked up.
+    openers: Option<Openers>,
+    /// The sampler from the second token of the answer on.
+    then: Option<LlamaSampler>,
     n_past: u32,
     n_ctx: u32,
     /// Bytes of a character split across tokens.
@@ -94,11 +114,21 @@ impl Llm {
             .with_n_threads(threads)
             .with_n_threads_batch(threads);
         let ctx = model.new_context(backend()?, params).map_err(|e| format!("llama.cpp context: {e}"))?;
+        let call_token = match model.vocab().tokenize(crate::tools::CALL_OPEN.as_bytes(), false, true)[..] {
+            [t] => Some(t),
+            _ => None,
+        };
         Ok(Llm {
             model,
             ctx,
             batch: LlamaBatch::new(BATCH, 1),
             sampler: sampler(sampling),
+            sampling: sampling.clone(),
+            held: false,
+            call_token,
+            last_token: None,
+            openers: None,
+            then: None,
             n_past: 0,
             n_ctx,
             partial: Vec::new(),
@@ -118,6 +148,83 @@ impl Llm {
 
     pub(crate) fn set_sampling(&mut self, sampling: &Sampling) {
         self.sampler = sampler(sampling);
+        self.sampling = sampling.clone();
+        self.held = false;
+        self.then = None;
+    }
+
+    /// How the next answer is sampled: freely (`None`), or held to `grammar` (GBNF) from
+    /// `root` on. `lazy`: only once the model writes its call token (`<tool_call>`); a model
+    /// without one is not held.
+    pub(crate) fn hold(&mut self, grammar: Option<&str>, root: &str, lazy: bool) -> Result<(), String> {
+        self.last_token = None;
+        self.then = None;
+        let Some(grammar) = grammar else {
+            if std::mem::take(&mut self.held) {
+                self.sampler = sampler(&self.sampling);
+            }
+            return Ok(());
+        };
+        let held = if lazy {
+            let Some(call) = self.call_token else { return self.hold(None, root, false) };
+            LlamaSampler::grammar_lazy_patterns(self.model, grammar, root, &[], &[call])
+        } else {
+            LlamaSampler::grammar(self.model, grammar, root)
+        };
+        let held = held.map_err(|e| format!("llama.cpp refused the function call grammar: {e}"))?;
+        self.sampler = LlamaSampler::chain_simple([held, sampler(&self.sampling)]);
+        self.held = true;
+        Ok(())
+    }
+
+    /// The next answer is words: it opens with a word (not a call, code, or markup), and no
+    /// token of it opens a call (`<tool_call>`, `{`).
+    pub(crate) fn hold_to_words(&mut self) {
+        self.last_token = None;
+        let model = self.model;
+        let call_token = self.call_token;
+        let openers = self.openers.get_or_insert_with(|| {
+            let vocab = model.vocab();
+            let mut non_words = Vec::new();
+            let mut calls = Vec::new();
+            for t in (0..model.n_vocab()).map(LlamaToken) {
+                let piece = vocab.token_to_piece(t, false, None);
+                let first = piece.trim_ascii_start().first().copied();
+                if Some(t) == call_token || first == Some(b'{') {
+                    calls.push(t);
+                }
+                // Not a word: punctuation, markup, code; an empty piece (a control token).
+                if Some(t) == call_token || first.is_none_or(|c| c.is_ascii() && !c.is_ascii_alphanumeric()) {
+                    non_words.push(t);
+                }
+            }
+            Openers { non_words, calls }
+        });
+        let ban = |tokens: &[LlamaToken]| {
+            let biases: Vec<LlamaLogitBias> =
+                tokens.iter().map(|&t| LlamaLogitBias::new(t, f32::NEG_INFINITY)).collect();
+            LlamaSampler::logit_bias(model.n_vocab(), &biases)
+        };
+        self.sampler = LlamaSampler::chain_simple([ban(&openers.non_words), sampler(&self.sampling)]);
+        self.then = Some(LlamaSampler::chain_simple([ban(&openers.calls), sampler(&self.sampling)]));
+        self.held = true;
+    }
+
+    /// Holds the rest of the answer to `grammar` from `root`, its last token the first of it
+    /// (a bare call's `{`). False, and sampling as it was, when that token does not fit.
+    pub(crate) fn hold_from_last(&mut self, grammar: &str, root: &str) -> Result<bool, String> {
+        let Some(last) = self.last_token else { return Ok(false) };
+        let mut held = LlamaSampler::grammar(self.model, grammar, root)
+            .map_err(|e| format!("llama.cpp refused the function call grammar: {e}"))?;
+        let mut one = LlamaTokenDataArray::new(vec![LlamaTokenData::new(last, 0.0, 1.0)], false);
+        held.apply(&mut one);
+        if one.data.first().is_none_or(|d| d.logit() == f32::NEG_INFINITY) {
+            return Ok(false);
+        }
+        held.accept(last);
+        self.sampler = LlamaSampler::chain_simple([held, sampler(&self.sampling)]);
+        self.held = true;
+        Ok(true)
     }
 
     /// Forgets the conversation. Its start stays in the KV cache, for `start` to reuse.
@@ -224,8 +331,12 @@ impl Llm {
 
     /// The next piece of the answer: `None` at the end of the model's turn.
     pub(crate) fn next(&mut self) -> Result<Option<String>, LlmError> {
+        // (`sample` accepts the token too: a second accept would feed a grammar twice)
         let token = self.sampler.sample(&self.ctx, self.last);
-        self.sampler.accept(token);
+        self.last_token = Some(token);
+        if let Some(then) = self.then.take() {
+            self.sampler = then;
+        }
         if self.model.vocab().is_eog(token) {
             return Ok(None);
         }

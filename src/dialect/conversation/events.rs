@@ -2,11 +2,11 @@
 //! [`Event`]s the client is to hear out. A codec turns its wire events into the first and
 //! the second into its wire events; nothing here is any dialect's JSON.
 
-use omni_actors::domain::ChatMessage;
+use omni_actors::domain::{ChatMessage, Tools};
 use omni_actors::protocol::{CloseReason, ProtocolError, QueueInfo};
 
 use super::config::Conf;
-use super::items::{Item, Part};
+use super::items::{Item, Part, Place};
 
 /// What a client asks of its conversation.
 #[derive(Debug)]
@@ -21,31 +21,50 @@ pub enum Command {
     Clear,
     /// An image (a JPEG) for the next step or the next committed item.
     Image(Vec<u8>),
-    /// A message item the client wrote.
-    CreateItem(NewItem),
-    /// Answer now (manual turns); flush the gathered audio (server VAD).
-    CreateResponse(ResponseRequest),
+    /// An item the client wrote (a message, a function call, a tool's output).
+    CreateItem(Box<NewItem>),
+    /// The client asks for an item of the conversation.
+    Retrieve { item_id: String },
+    /// The client removes an item from the conversation.
+    Delete { item_id: String },
+    /// The client played an assistant's audio only up to `audio_end_ms`: the item is cut there.
+    Truncate { item_id: String, content_index: u32, audio_end_ms: u64 },
+    /// Answer now, under any turn detection.
+    CreateResponse(Box<ResponseRequest>),
     /// Cut the response in progress short.
     Cancel,
 }
 
-/// A message item as a client created it: what the backend gets, and how it is shown.
+/// An item as a client created it: what the backend gets, and how it is shown.
 #[derive(Debug)]
 pub struct NewItem {
     /// The client's own id, if it gave one.
     pub id: Option<String>,
+    /// Where it goes in the conversation.
+    pub place: Place,
+    /// What the backend gets (text, audio and images; a call or a tool's result).
     pub message: ChatMessage,
-    /// Its content as shown back (text as written; audio and images by kind, without data).
-    pub parts: Vec<Part>,
+    /// The item as shown back (text as written; audio and images by kind, without data).
+    pub body: super::items::ItemBody,
 }
 
-/// What a client asked of one response.
+/// What a client asked of one response: each `None` takes the session's.
 #[derive(Debug, Default)]
 pub struct ResponseRequest {
-    /// Spoken (`Some(true)`) or text only; `None`: as the session says.
+    /// Spoken (`Some(true)`) or text only.
     pub audio: Option<bool>,
     /// Instructions for this response only.
     pub instructions: Option<String>,
+    /// Tools (and the choice among them) for this response only.
+    pub tools: Option<Tools>,
+    /// The most tokens this response may take.
+    pub max_tokens: Option<Option<u32>>,
+    /// The client's own key-value pairs, echoed in `response.created` and `response.done`.
+    pub metadata: Option<Vec<(String, String)>>,
+    /// `conversation: "none"`: the response is not added to the conversation.
+    pub out_of_band: bool,
+    /// The response's own input instead of the conversation (`input`); `None`: the conversation.
+    pub input: Option<Vec<NewItem>>,
 }
 
 /// The session as shown in `session.created` / `session.updated`.
@@ -67,7 +86,11 @@ pub struct ResponseView {
     pub usage: Option<Usage>,
     pub audio: bool,
     pub voice: String,
+    /// `None` for a response outside the conversation.
     pub conversation_id: Option<String>,
+    /// The client's key-value pairs, as it gave them.
+    pub metadata: Option<Vec<(String, String)>>,
+    pub max_tokens: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +99,8 @@ pub enum ResponseStatus {
     Completed,
     /// Cut short (the user spoke over it, the client cancelled it).
     Cancelled,
+    /// Ended early by a limit (`max_output_tokens`).
+    Incomplete,
     Failed,
 }
 
@@ -98,6 +123,14 @@ pub enum TranscriptionFailure {
     Unavailable,
     /// It was asked and gave none (or the recogniser was behind).
     Failed,
+}
+
+/// Where an output item is: its response, its place among the response's outputs, its id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    pub response_id: String,
+    pub output_index: usize,
+    pub item_id: String,
 }
 
 /// What the client is to hear, in order.
@@ -126,12 +159,29 @@ pub enum Event {
         previous_item_id: Option<String>,
     },
     Cleared,
+    /// No speech for `idle_timeout_ms`: the silence became a user item, and a response follows.
+    IdleTimeout {
+        item_id: String,
+        audio_start_ms: u64,
+        audio_end_ms: u64,
+    },
     ItemAdded {
         previous_item_id: Option<String>,
         item: Item,
     },
     ItemDone {
         item: Item,
+    },
+    ItemRetrieved {
+        item: Item,
+    },
+    ItemDeleted {
+        item_id: String,
+    },
+    ItemTruncated {
+        item_id: String,
+        content_index: u32,
+        audio_end_ms: u64,
     },
     TranscriptionDelta {
         item_id: String,
@@ -140,6 +190,8 @@ pub enum Event {
     TranscriptionCompleted {
         item_id: String,
         transcript: String,
+        /// The seconds of audio transcribed.
+        seconds: f64,
     },
     TranscriptionFailed {
         item_id: String,
@@ -148,44 +200,51 @@ pub enum Event {
     },
     ResponseCreated(Box<ResponseView>),
     OutputItemAdded {
-        response_id: String,
+        at: Output,
         item: Item,
     },
     ContentPartAdded {
-        response_id: String,
-        item_id: String,
+        at: Output,
         audio: bool,
     },
     /// A piece of the answer's text, or of its voice's transcript (`audio`).
     TextDelta {
-        response_id: String,
-        item_id: String,
+        at: Output,
         audio: bool,
         delta: String,
     },
     /// A piece of the answer's voice, 24 kHz.
     AudioDelta {
-        response_id: String,
-        item_id: String,
+        at: Output,
         samples: Vec<f32>,
     },
     AudioDone {
-        response_id: String,
-        item_id: String,
+        at: Output,
     },
     TextDone {
-        response_id: String,
-        item_id: String,
+        at: Output,
         audio: bool,
         text: String,
     },
     ContentPartDone {
-        response_id: String,
-        item_id: String,
+        at: Output,
         part: Part,
     },
+    /// A piece of a function call's arguments.
+    ArgumentsDelta {
+        at: Output,
+        call_id: String,
+        delta: String,
+    },
+    /// A function call's arguments are complete.
+    ArgumentsDone {
+        at: Output,
+        call_id: String,
+        name: String,
+        arguments: String,
+    },
     OutputItemDone {
-        response_id: String,
+        at: Output,
         item: Item,
     },
     ResponseDone(Box<ResponseView>),
@@ -207,7 +266,10 @@ impl Event {
         const OVERHEAD: usize = 64;
         OVERHEAD
             + match self {
-                Event::ItemAdded { item, .. } | Event::ItemDone { item } => item.weight(),
+                Event::ItemAdded { item, .. } | Event::ItemDone { item } | Event::ItemRetrieved { item } => {
+                    item.weight()
+                }
+                Event::ArgumentsDelta { delta: text, .. } | Event::ArgumentsDone { arguments: text, .. } => text.len(),
                 Event::TranscriptionDelta { delta: text, .. }
                 | Event::TranscriptionCompleted { transcript: text, .. }
                 | Event::TranscriptionFailed { message: text, .. }

@@ -12,6 +12,7 @@ use omni_actors::protocol::{Inbound, ProtocolError};
 use super::events::Event;
 use super::held::Counted;
 use super::items::Item;
+use super::sync::Pending;
 use super::{Driver, Phase};
 
 /// The client counts as idle (it stopped sending) after this long without audio.
@@ -134,16 +135,19 @@ impl Driver {
         }
         self.intake.resampler.flush(&mut self.intake.buffer);
         if self.intake.buffer.is_empty() {
-            return Err(ProtocolError::InvalidPayload(
-                "input_audio_buffer: nothing to commit (append audio first)".into(),
-            ));
+            return Err(ProtocolError::Refused {
+                code: "input_audio_buffer_commit_empty",
+                message: "input_audio_buffer.commit: the buffer is empty (append audio first)".into(),
+            });
         }
         let item_id = self.conversation.new_item_id();
         self.responses.audio_item = Some(item_id.clone());
         let audio = std::mem::take(&mut self.intake.buffer);
+        let audio_ms = audio.len() as u64 / 16;
         let images = self.intake.frames.take();
-        self.responses.pending.push(ChatMessage { role: Role::User, text: String::new(), images, audios: vec![audio] });
-        let item = Item::user_audio(item_id.clone(), None);
+        let message = ChatMessage { images, audios: vec![audio], ..ChatMessage::text(Role::User, "") };
+        self.sync.pending.push(Pending { item_id: item_id.clone(), message });
+        let item = Item::user_audio(item_id.clone(), None, audio_ms);
         let previous_item_id = self.conversation.push(item.clone());
         self.say(Event::Committed { item_id, previous_item_id: previous_item_id.clone() });
         self.say(Event::ItemAdded { previous_item_id, item });
@@ -170,6 +174,8 @@ impl Driver {
     /// Sends a duplex step, with the images waiting.
     pub(super) fn send_step(&mut self, samples: Vec<f32>, force_listen: bool) {
         self.pacer.sent(samples.len());
+        // Without create_response the model never takes the floor by itself: the client asks.
+        let force_listen = force_listen || self.setup.conf.vad.as_ref().is_some_and(|v| !v.create_response);
         let frames = self.intake.frames.take();
         self.send(Inbound::Chunk(DuplexChunk {
             audio: samples,

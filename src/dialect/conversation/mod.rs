@@ -12,7 +12,8 @@
 //! |---|---|---|
 //! | [`Lifecycle`] | here | the phase (waiting, preparing, active), the session id, what the backend can do |
 //! | [`setup::Setup`] | `setup.rs` | the configuration: asked, in force, the reconfigures in flight, settings reported |
-//! | [`items::Conversation`] | `items.rs` | the items in order, with their ids |
+//! | [`items::Conversation`] | `items.rs` | the items in order, with their ids (the client's edits: `edits.rs`) |
+//! | [`sync::Sync`] | `sync.rs` | whether the backend's context follows the conversation; replays |
 //! | [`intake::Intake`] | `intake.rs` | the caller's audio on its way: resampled, gathered into steps or buffered; images |
 //! | [`turns::TurnDetection`] | `turns.rs` | server VAD: the speech edges, the user's turn in progress, what the model heard |
 //! | [`responses::Responses`] | `responses.rs` | the response in progress, turn-mode answers outstanding, items not yet answered |
@@ -44,6 +45,7 @@ use omni_actors::protocol::{CloseReason, Inbound, ProtocolError, QueueInfo};
 use super::Limits;
 
 pub mod config;
+mod edits;
 pub mod events;
 pub mod held;
 pub mod intake;
@@ -51,18 +53,20 @@ pub mod items;
 pub mod pacing;
 pub mod responses;
 pub mod setup;
+pub mod sync;
 #[cfg(test)]
 mod tests;
 pub mod turns;
 
-pub use config::{Conf, Vad};
-pub use events::{Command, Event, NewItem, ResponseRequest, ResponseStatus, ResponseView, SessionView, Usage};
+pub use config::{Conf, Truncation, Vad};
+pub use events::{Command, Event, NewItem, Output, ResponseRequest, ResponseStatus, ResponseView, SessionView, Usage};
 use held::Counted;
 use intake::Intake;
 use items::Conversation;
 use pacing::Pacer;
 use responses::Responses;
 use setup::Setup;
+use sync::Sync;
 use turns::TurnDetection;
 
 /// Samples per duplex step until the backend names its own (`BackendInfo::step_samples`): one
@@ -106,6 +110,7 @@ pub struct Driver {
     intake: Intake,
     turns: TurnDetection,
     responses: Responses,
+    sync: Sync,
     pacer: Pacer,
     held: Held,
     limits: Limits,
@@ -127,6 +132,7 @@ impl Driver {
             conversation: Conversation::default(),
             turns: TurnDetection::new(voice),
             responses: Responses::default(),
+            sync: Sync::default(),
             pacer: Pacer::default(),
             held: Held::default(),
             limits,
@@ -184,8 +190,13 @@ impl Driver {
                 Ok(())
             }
             Command::Image(jpeg) => self.image(jpeg),
-            Command::CreateItem(item) => self.create_item(item),
-            Command::CreateResponse(request) => self.create_response(request, now),
+            Command::CreateItem(item) => self.create_item(*item),
+            Command::Retrieve { item_id } => self.retrieve(&item_id),
+            Command::Delete { item_id } => self.delete(&item_id),
+            Command::Truncate { item_id, content_index, audio_end_ms } => {
+                self.truncate(&item_id, content_index, audio_end_ms)
+            }
+            Command::CreateResponse(request) => self.create_response(*request, now),
             Command::Cancel => self.cancel(),
         }
     }
@@ -195,14 +206,16 @@ impl Driver {
         self.events.push(if first { Event::Queued(info) } else { Event::QueueUpdate(info) });
     }
 
-    /// An error the session tells the client. A turn-mode answer that failed ends its response.
+    /// An error the session tells the client.
     pub fn error(&mut self, e: &ProtocolError) {
-        if matches!(e, ProtocolError::Inference(_)) && self.setup.conf.vad.is_none() && !self.responses.turns.is_empty()
-        {
-            let owner = self.responses.turns.pop_front().and_then(|t| t.response);
-            if self.turn_is_current(owner) {
-                self.finish_response(ResponseStatus::Failed, Some("error"));
-            }
+        self.events.push(Event::Error(e.clone()));
+    }
+
+    /// The oldest turn-mode answer in flight failed: its response fails, and the client hears why.
+    pub fn turn_failed(&mut self, e: &ProtocolError) {
+        let owner = self.responses.turns.pop_front().and_then(|t| t.response);
+        if self.turn_is_current(owner) {
+            self.finish_response(ResponseStatus::Failed, Some("inference_error"));
         }
         self.events.push(Event::Error(e.clone()));
     }
@@ -240,7 +253,11 @@ impl Driver {
 
     /// Everything held for the client, in bytes.
     fn held_bytes(&self) -> usize {
-        self.held.events.bytes() + self.held.commands.bytes() + self.responses.pending.bytes() + self.intake.bytes()
+        self.held.events.bytes()
+            + self.held.commands.bytes()
+            + self.sync.pending.bytes()
+            + self.intake.bytes()
+            + self.responses.deferred.len() * 64
     }
 
     /// Refuses an event that would take what is held for the client past

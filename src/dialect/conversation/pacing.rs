@@ -83,6 +83,9 @@ impl Pacer {
 impl Driver {
     /// Time passes: a silent step when the conversation waits on one and the client says nothing.
     pub fn tick(&mut self, now: Instant) {
+        if self.active() {
+            self.idle_timeout(now);
+        }
         if !self.active() || self.setup.conf.vad.is_none() || !self.intake.client_idle(now) {
             return;
         }

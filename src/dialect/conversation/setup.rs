@@ -17,13 +17,23 @@ pub struct Setup {
     prepared: Option<SessionSetup>,
     /// The configuration the backend last took.
     in_force: Conf,
-    /// The reconfigures in flight, oldest first: whether each owes the client a
-    /// `session.updated`, and the configuration it carries.
-    reconfigures: VecDeque<(bool, Conf)>,
+    /// The reconfigures in flight, oldest first.
+    reconfigures: VecDeque<Reconf>,
     /// An update came before the session was created: `session.updated` follows `created`.
     update_pending: bool,
     /// Settings already reported to the client as not applied.
     reported: Vec<String>,
+}
+
+/// A reconfigure on its way to the backend.
+struct Reconf {
+    /// It owes the client a `session.updated`.
+    announce: bool,
+    /// The configuration it carries.
+    conf: Conf,
+    /// The session's own restore of the configuration in force after a refusal: the
+    /// conversation is replayed once the backend took it.
+    restore: bool,
 }
 
 impl Setup {
@@ -48,10 +58,15 @@ impl Setup {
         Some(setup)
     }
 
+    /// Whether a reconfigure is on its way to the backend.
+    pub fn reconfigures_in_flight(&self) -> bool {
+        !self.reconfigures.is_empty()
+    }
+
     /// Settings of the configuration the backend does not apply and the client was not told of.
     fn unreported(&mut self, backend: &BackendInfo) -> Vec<String> {
         let fresh: Vec<String> =
-            self.conf.settings.unsupported(backend).into_iter().filter(|s| !self.reported.contains(s)).collect();
+            self.conf.unsupported(backend).into_iter().filter(|s| !self.reported.contains(s)).collect();
         self.reported.extend(fresh.iter().cloned());
         fresh
     }
@@ -77,15 +92,29 @@ impl Driver {
         Ok(())
     }
 
-    /// The backend follows the configuration (mode, instructions, voice...): when it changed,
-    /// a reconfigure goes out; `announce` owes the client a `session.updated` once it took.
+    /// The backend follows the configuration (mode, instructions, voice, tools...): when it
+    /// changed, a reconfigure goes out (a response in progress ends, its output void) and the
+    /// conversation is replayed; `announce` owes the client a `session.updated` once it took.
     pub(super) fn reconfigure_if_changed(&mut self, announce: bool) -> bool {
         let Some(setup) = self.setup.changed() else { return false };
-        self.responses.current = None;
-        self.intake.drop_step();
-        self.setup.reconfigures.push_back((announce, self.setup.conf.clone()));
-        self.commands.push(Inbound::Reconfigure(setup));
+        self.cut_response("client_cancelled");
+        self.reconfigure(setup, announce);
+        self.resync();
         true
+    }
+
+    /// The backend is prepared again with the configuration as it is (its context was full).
+    pub(super) fn prepare_again(&mut self) {
+        let setup = self.setup.conf.setup();
+        self.setup.prepared = Some(setup.clone());
+        self.reconfigure(setup, false);
+    }
+
+    fn reconfigure(&mut self, setup: omni_actors::domain::SessionSetup, announce: bool) {
+        self.intake.drop_step();
+        let conf = self.setup.conf.clone();
+        self.setup.reconfigures.push_back(Reconf { announce, conf, restore: false });
+        self.commands.push(Inbound::Reconfigure(setup));
     }
 
     /// Tells the client, once per setting, which of its settings the model does not apply
@@ -125,17 +154,21 @@ impl Driver {
         self.commands.extend(held);
         self.setup.in_force = self.setup.conf.clone();
         self.reconfigure_if_changed(false);
+        self.run_deferred(std::time::Instant::now());
     }
 
     /// The backend took the oldest reconfigure.
     pub fn reconfigured(&mut self, backend: &BackendInfo) {
         self.life.backend = Some(backend.clone());
-        if let Some((announce, conf)) = self.setup.reconfigures.pop_front() {
+        if let Some(Reconf { announce, conf, restore }) = self.setup.reconfigures.pop_front() {
             self.setup.in_force = conf;
             if announce {
                 let view = self.session_view();
                 self.events.push(Event::SessionUpdated(view));
                 self.report_unsupported();
+            }
+            if restore {
+                self.resync();
             }
         }
     }
@@ -153,6 +186,6 @@ impl Driver {
         self.setup.prepared = Some(self.setup.conf.setup());
         // The session's restore answers like any reconfigure.
         let conf = self.setup.conf.clone();
-        self.setup.reconfigures.push_back((false, conf));
+        self.setup.reconfigures.push_back(Reconf { announce: false, conf, restore: true });
     }
 }

@@ -4,6 +4,8 @@
 //! and the model's decision to speak closes any turn still open. What the model heard of a
 //! turn (its transcript) comes with its answer, or from the gateway's own recogniser.
 
+use std::time::{Duration, Instant};
+
 use omni_actors::edge::vad::{Edge, SharedDetectors};
 use omni_actors::protocol::Inbound;
 
@@ -35,6 +37,9 @@ pub struct TurnDetection {
     heard: Option<String>,
     /// The gateway runs a recogniser (`[transcription]`).
     pub gateway_asr: bool,
+    /// Since when nobody spoke (the model's answer ended, or the user's speech): what
+    /// `idle_timeout_ms` counts from; `None` while someone speaks.
+    pub quiet_since: Option<Instant>,
 }
 
 impl TurnDetection {
@@ -46,6 +51,7 @@ impl TurnDetection {
             awaiting_transcript: None,
             heard: None,
             gateway_asr: false,
+            quiet_since: None,
         }
     }
 }
@@ -82,15 +88,15 @@ impl Driver {
         if self.turns.user.is_some() {
             return;
         }
-        if self.responses.current.as_ref().is_some_and(|r| r.duplex) {
+        let interrupts = self.setup.conf.vad.as_ref().is_none_or(|v| v.interrupt_response);
+        if interrupts && self.responses.current.is_some() {
             // Barge-in: the answer in flight is cancelled, the backend listens.
-            self.finish_response(super::ResponseStatus::Cancelled, Some("turn_detected"));
-            self.commands.push(Inbound::Interrupt);
-        }
-        // Whatever of the model's voice an edge still plays stops now.
-        if self.active() {
+            self.cut_response("turn_detected");
+        } else if interrupts && self.active() {
+            // Whatever of the model's voice an edge still plays stops now.
             self.events.push(Event::VoiceCleared);
         }
+        self.turns.quiet_since = None;
         let item_id = self.conversation.new_item_id();
         self.turns.user = Some(UserTurn { item_id: item_id.clone(), start_ms, announced: true });
         self.turns.unanswered = true;
@@ -101,9 +107,10 @@ impl Driver {
     /// Speech stops: the user's turn is committed as an item, whether or not the model answers.
     fn speech_stopped(&mut self, end_ms: u64) {
         let Some(user) = self.turns.user.take() else { return };
+        self.turns.quiet_since = Some(Instant::now());
         let UserTurn { item_id, start_ms, .. } = user;
         self.say(Event::SpeechStopped { audio_end_ms: end_ms, item_id: item_id.clone() });
-        let item = Item::user_audio(item_id.clone(), None);
+        let item = Item::user_audio(item_id.clone(), None, end_ms.saturating_sub(start_ms));
         let previous_item_id = self.conversation.push(item.clone());
         self.say(Event::Committed { item_id: item_id.clone(), previous_item_id: previous_item_id.clone() });
         self.say(Event::ItemAdded { previous_item_id, item });
@@ -162,7 +169,7 @@ impl Driver {
         self.say(Event::SpeechStopped { audio_end_ms: end_ms, item_id: item_id.clone() });
         // What the model heard of this turn, when it says.
         let heard = self.turns.heard.take().filter(|_| self.setup.conf.transcription.is_some());
-        let item = Item::user_audio(item_id.clone(), heard.clone());
+        let item = Item::user_audio(item_id.clone(), heard.clone(), end_ms.saturating_sub(start_ms));
         let previous_item_id = self.conversation.push(item.clone());
         self.say(Event::Committed { item_id: item_id.clone(), previous_item_id: previous_item_id.clone() });
         self.say(Event::ItemAdded { previous_item_id, item });
@@ -183,7 +190,8 @@ impl Driver {
         let event = match text {
             Some(text) => {
                 self.conversation.heard(&item_id, text);
-                Event::TranscriptionCompleted { item_id, transcript: text.to_string() }
+                let seconds = self.conversation.audio_seconds(&item_id);
+                Event::TranscriptionCompleted { item_id, transcript: text.to_string(), seconds }
             }
             None => match &self.life.backend {
                 Some(b) if !b.transcripts => Event::TranscriptionFailed {
@@ -202,6 +210,37 @@ impl Driver {
             },
         };
         self.say(event);
+    }
+
+    /// Time passes under server VAD with `idle_timeout_ms`: after that long without speech (once
+    /// the model is done), the silence becomes a user item and the model is asked to answer
+    /// (`input_audio_buffer.timeout_triggered`).
+    pub(super) fn idle_timeout(&mut self, now: Instant) {
+        let Some(timeout) = self.setup.conf.vad.as_ref().and_then(|v| v.idle_timeout_ms) else { return };
+        if self.turns.user.is_some() || self.responses.current.is_some() {
+            return;
+        }
+        let since = *self.turns.quiet_since.get_or_insert(now);
+        if now.duration_since(since) < Duration::from_millis(timeout) {
+            return;
+        }
+        self.turns.quiet_since = None;
+        let audio_end_ms = self.turns.speech.received_ms();
+        let audio_start_ms = audio_end_ms.saturating_sub(timeout);
+        let item_id = self.conversation.new_item_id();
+        self.say(Event::IdleTimeout { item_id: item_id.clone(), audio_start_ms, audio_end_ms });
+        let item = Item::user_audio(item_id.clone(), None, audio_end_ms - audio_start_ms);
+        let previous_item_id = self.conversation.push(item.clone());
+        self.say(Event::Committed { item_id, previous_item_id: previous_item_id.clone() });
+        self.say(Event::ItemAdded { previous_item_id, item });
+        if self.holds_conversations() {
+            if let Err(e) = self.create_response(super::ResponseRequest::default(), now) {
+                self.events.push(Event::Error(e));
+            }
+        } else {
+            // A duplex model decides for itself: it hears the silence at once.
+            self.pad_step(now);
+        }
     }
 
     /// What the duplex model heard the user say (reported with a step): it belongs to the user
@@ -231,8 +270,9 @@ impl Driver {
         match result {
             Ok(text) => {
                 self.conversation.heard(&item_id, text);
+                let seconds = self.conversation.audio_seconds(&item_id);
                 self.say(Event::TranscriptionDelta { item_id: item_id.clone(), delta: text.to_string() });
-                self.say(Event::TranscriptionCompleted { item_id, transcript: text.to_string() });
+                self.say(Event::TranscriptionCompleted { item_id, transcript: text.to_string(), seconds });
             }
             Err(why) => self.say(Event::TranscriptionFailed {
                 item_id,

@@ -5,14 +5,16 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use omni_actors::domain::Role;
+use omni_actors::domain::{Role, ToolChoice, Tools};
 use omni_actors::protocol::{CloseReason, ErrorKind, ProtocolError, QueueInfo};
 use serde_json::{Map, Value, json};
 
 use super::Flavor;
 use crate::dialect::conversation::events::TranscriptionFailure;
 use crate::dialect::conversation::items::{Item, ItemBody, Part};
-use crate::dialect::conversation::{Event, OUTPUT_RATE, ResponseStatus, ResponseView, SessionView, Usage};
+use crate::dialect::conversation::{
+    Event, OUTPUT_RATE, Output, ResponseStatus, ResponseView, SessionView, Truncation, Usage,
+};
 
 /// The token limit a Qwen session object shows when the client set none (Qwen's document).
 const QWEN_MAX_TOKENS: u32 = 16384;
@@ -66,7 +68,7 @@ impl Encoder {
     /// (`AudioDelta` for an edge that plays it, `VoiceDone`, `VoiceCleared`) are its caller's.
     pub(super) fn encode(&mut self, event: Event) -> Option<String> {
         let f = self.flavor;
-        let at = |response_id: &str, item_id: &str| json!({"response_id": response_id, "item_id": item_id, "output_index": 0, "content_index": 0});
+        let at = |o: &Output| json!({"response_id": o.response_id, "item_id": o.item_id, "output_index": o.output_index, "content_index": 0});
         let with = |mut v: Value, k: &str, x: Value| {
             v[k] = x;
             v
@@ -101,6 +103,10 @@ impl Encoder {
                 json!({"item_id": item_id, "previous_item_id": previous_item_id}),
             ),
             Event::Cleared => self.event("input_audio_buffer.cleared", json!({})),
+            Event::IdleTimeout { item_id, audio_start_ms, audio_end_ms } => self.event(
+                "input_audio_buffer.timeout_triggered",
+                json!({"item_id": item_id, "audio_start_ms": audio_start_ms, "audio_end_ms": audio_end_ms}),
+            ),
             Event::ItemAdded { previous_item_id, item } => {
                 let item = self.item(&item, false);
                 self.event(f.item_created(), json!({"previous_item_id": previous_item_id, "item": item}))
@@ -113,6 +119,15 @@ impl Encoder {
                 let item = self.item(&item, false);
                 self.event("conversation.item.done", json!({"item": item}))
             }
+            Event::ItemRetrieved { item } => {
+                let item = self.item(&item, false);
+                self.event("conversation.item.retrieved", json!({"item": item}))
+            }
+            Event::ItemDeleted { item_id } => self.event("conversation.item.deleted", json!({"item_id": item_id})),
+            Event::ItemTruncated { item_id, content_index, audio_end_ms } => self.event(
+                "conversation.item.truncated",
+                json!({"item_id": item_id, "content_index": content_index, "audio_end_ms": audio_end_ms}),
+            ),
             // Qwen documents no delta.
             Event::TranscriptionDelta { item_id, delta } => {
                 if f == Flavor::Qwen {
@@ -123,16 +138,21 @@ impl Encoder {
                     json!({"item_id": item_id, "content_index": 0, "delta": delta}),
                 )
             }
-            Event::TranscriptionCompleted { item_id, transcript } => self.event(
-                "conversation.item.input_audio_transcription.completed",
-                json!({"item_id": item_id, "content_index": 0, "transcript": transcript}),
-            ),
+            Event::TranscriptionCompleted { item_id, transcript, seconds } => {
+                let mut fields = json!({"item_id": item_id, "content_index": 0, "transcript": transcript});
+                if f != Flavor::Qwen {
+                    // What the transcription cost: the seconds of audio it read.
+                    fields["usage"] = json!({"type": "duration", "seconds": (seconds * 1000.0).round() / 1000.0});
+                }
+                self.event("conversation.item.input_audio_transcription.completed", fields)
+            }
             Event::TranscriptionFailed { item_id, failure, message } => {
                 let code = match failure {
                     TranscriptionFailure::Unavailable => "transcription_unavailable",
                     TranscriptionFailure::Failed => "transcription_failed",
                 };
-                let error = json!({"code": code, "message": message, "param": "session.input_audio_transcription"});
+                let error = json!({"type": "transcription_error", "code": code, "message": message,
+                                   "param": "session.input_audio_transcription"});
                 self.event(
                     "conversation.item.input_audio_transcription.failed",
                     json!({"item_id": item_id, "content_index": 0, "error": error}),
@@ -142,41 +162,54 @@ impl Encoder {
                 let response = self.response_object(&view);
                 self.event("response.created", json!({"response": response}))
             }
-            Event::OutputItemAdded { response_id, item } => {
+            Event::OutputItemAdded { at: o, item } => {
                 let item = self.item(&item, false);
                 self.event(
                     "response.output_item.added",
-                    json!({"response_id": response_id, "output_index": 0, "item": item}),
+                    json!({"response_id": o.response_id, "output_index": o.output_index, "item": item}),
                 )
             }
-            Event::ContentPartAdded { response_id, item_id, audio } => {
-                let part = self.answer_part(audio, "", false);
-                self.event("response.content_part.added", with(at(&response_id, &item_id), "part", part))
+            Event::ContentPartAdded { at: o, audio } => {
+                let part = self.content_part(audio, "", false);
+                self.event("response.content_part.added", with(at(&o), "part", part))
             }
-            Event::TextDelta { response_id, item_id, audio, delta } => {
+            Event::TextDelta { at: o, audio, delta } => {
                 let kind = if audio { f.transcript_delta() } else { f.text_delta() };
-                self.event(kind, with(at(&response_id, &item_id), "delta", json!(delta)))
+                self.event(kind, with(at(&o), "delta", json!(delta)))
             }
-            Event::AudioDelta { response_id, item_id, samples } => {
-                self.event(f.audio_delta(), with(at(&response_id, &item_id), "delta", json!(encode_pcm16(&samples))))
+            Event::AudioDelta { at: o, samples } => {
+                self.event(f.audio_delta(), with(at(&o), "delta", json!(encode_pcm16(&samples))))
             }
-            Event::AudioDone { response_id, item_id } => self.event(f.audio_done(), at(&response_id, &item_id)),
-            Event::TextDone { response_id, item_id, audio, text } => {
+            Event::AudioDone { at: o } => self.event(f.audio_done(), at(&o)),
+            Event::TextDone { at: o, audio, text } => {
                 if audio {
-                    self.event(f.transcript_done(), with(at(&response_id, &item_id), "transcript", json!(text)))
+                    self.event(f.transcript_done(), with(at(&o), "transcript", json!(text)))
                 } else {
-                    self.event(f.text_done(), with(at(&response_id, &item_id), "text", json!(text)))
+                    self.event(f.text_done(), with(at(&o), "text", json!(text)))
                 }
             }
-            Event::ContentPartDone { response_id, item_id, part } => {
-                let part = self.part(&part, false);
-                self.event("response.content_part.done", with(at(&response_id, &item_id), "part", part))
+            Event::ContentPartDone { at: o, part } => {
+                let part = match part {
+                    Part::Answer { audio, text, .. } => self.content_part(audio, &text, true),
+                    other => self.part(&other, false),
+                };
+                self.event("response.content_part.done", with(at(&o), "part", part))
             }
-            Event::OutputItemDone { response_id, item } => {
+            Event::ArgumentsDelta { at: o, call_id, delta } => self.event(
+                "response.function_call_arguments.delta",
+                json!({"response_id": o.response_id, "item_id": o.item_id, "output_index": o.output_index,
+                       "call_id": call_id, "delta": delta}),
+            ),
+            Event::ArgumentsDone { at: o, call_id, name, arguments } => self.event(
+                "response.function_call_arguments.done",
+                json!({"response_id": o.response_id, "item_id": o.item_id, "output_index": o.output_index,
+                       "call_id": call_id, "name": name, "arguments": arguments}),
+            ),
+            Event::OutputItemDone { at: o, item } => {
                 let item = self.item(&item, false);
                 self.event(
                     "response.output_item.done",
-                    json!({"response_id": response_id, "output_index": 0, "item": item}),
+                    json!({"response_id": o.response_id, "output_index": o.output_index, "item": item}),
                 )
             }
             Event::ResponseDone(view) => {
@@ -205,9 +238,27 @@ impl Encoder {
     fn session_object(&self, view: &SessionView) -> Value {
         let c = &view.conf;
         let vad = c.vad.as_ref().map(|v| {
-            json!({"type": v.kind, "threshold": v.threshold, "prefix_padding_ms": v.prefix_padding_ms,
-                   "silence_duration_ms": v.silence_duration_ms, "create_response": true, "interrupt_response": true})
+            if v.kind == "semantic_vad" {
+                json!({"type": v.kind, "eagerness": v.eagerness.as_deref().unwrap_or("auto"),
+                       "create_response": v.create_response, "interrupt_response": v.interrupt_response})
+            } else {
+                let mut vad = json!({"type": v.kind, "threshold": v.threshold, "prefix_padding_ms": v.prefix_padding_ms,
+                       "silence_duration_ms": v.silence_duration_ms,
+                       "create_response": v.create_response, "interrupt_response": v.interrupt_response});
+                if let Some(ms) = v.idle_timeout_ms {
+                    vad["idle_timeout_ms"] = json!(ms);
+                }
+                vad
+            }
         });
+        let tools = self.tools(&c.tools);
+        let tool_choice = self.tool_choice(&c.tools.choice);
+        let unapplied = |name: &str| c.unapplied(name).cloned().unwrap_or(Value::Null);
+        let truncation = match c.truncation {
+            Truncation::Auto => json!("auto"),
+            Truncation::Disabled => json!("disabled"),
+            Truncation::Retain(r) => json!({"type": "retention_ratio", "retention_ratio": r}),
+        };
         let id = &view.id;
         let tokens = c.max_tokens.map_or(json!("inf"), |n| json!(n));
         let mut session = match self.flavor {
@@ -217,10 +268,13 @@ impl Encoder {
                 "instructions": c.instructions,
                 "audio": {
                     "input": {"format": {"type": "audio/pcm", "rate": c.input_rate}, "turn_detection": vad,
-                              "transcription": c.transcription, "noise_reduction": null},
-                    "output": {"format": {"type": "audio/pcm", "rate": OUTPUT_RATE}, "voice": c.voice, "speed": 1.0},
+                              "transcription": c.transcription,
+                              "noise_reduction": unapplied("audio.input.noise_reduction")},
+                    "output": {"format": {"type": "audio/pcm", "rate": OUTPUT_RATE}, "voice": c.voice,
+                               "speed": c.unapplied("audio.output.speed").cloned().unwrap_or(json!(1.0))},
                 },
-                "tools": [], "tool_choice": "auto", "max_output_tokens": tokens,
+                "tools": tools, "tool_choice": tool_choice, "max_output_tokens": tokens,
+                "tracing": unapplied("tracing"), "truncation": truncation, "prompt": unapplied("prompt"),
             }),
             Flavor::Beta | Flavor::Qwen => {
                 let format = if self.flavor == Flavor::Qwen { "pcm" } else { "pcm16" };
@@ -230,8 +284,14 @@ impl Encoder {
                     "instructions": c.instructions, "voice": c.voice,
                     "input_audio_format": format, "output_audio_format": format,
                     "input_audio_transcription": c.transcription, "turn_detection": vad,
-                    "tools": [], "tool_choice": "auto", "temperature": c.temperature.unwrap_or(0.8),
+                    "tools": tools, "tool_choice": tool_choice, "temperature": c.temperature.unwrap_or(0.8),
                 });
+                if self.flavor == Flavor::Beta {
+                    session["input_audio_noise_reduction"] = unapplied("input_audio_noise_reduction");
+                    session["speed"] = c.unapplied("speed").cloned().unwrap_or(json!(1.0));
+                    session["tracing"] = unapplied("tracing");
+                    session["truncation"] = truncation;
+                }
                 if self.flavor == Flavor::Qwen {
                     // Qwen's session objects always show search and the sampling settings (the
                     // values in force: the client's, else the document's defaults), and spell the
@@ -256,9 +316,9 @@ impl Encoder {
         session
     }
 
-    /// An assistant's answer as a content part. Its text is `transcript` for audio in OpenAI's
-    /// flavors and in Qwen's `response.done`; Qwen's content part and output item events show
-    /// it as `text` (`in_done` false).
+    /// An assistant's answer as an item's content part (GA: `output_audio`/`output_text`). Its
+    /// text is `transcript` for audio in OpenAI's flavors and in Qwen's `response.done`; Qwen's
+    /// content part and output item events show it as `text` (`in_done` false).
     fn answer_part(&self, audio: bool, text: &str, in_done: bool) -> Value {
         let key = if audio && (self.flavor != Flavor::Qwen || in_done) { "transcript" } else { "text" };
         let mut part = json!({"type": self.flavor.part_type(audio)});
@@ -266,12 +326,43 @@ impl Encoder {
         part
     }
 
+    /// An answer's part in `response.content_part.*` events: `audio` or `text` in every
+    /// flavor (the GA types take those there, and `output_*` only in items).
+    fn content_part(&self, audio: bool, text: &str, in_done: bool) -> Value {
+        let mut part = self.answer_part(audio, text, in_done && self.flavor != Flavor::Qwen);
+        part["type"] = json!(if audio { "audio" } else { "text" });
+        part
+    }
+
     fn part(&self, part: &Part, in_done: bool) -> Value {
         match part {
             Part::Text { kind, text } => json!({"type": kind.as_str(), "text": text}),
-            Part::InputAudio { transcript } => json!({"type": "input_audio", "transcript": transcript}),
+            Part::InputAudio { transcript, .. } => json!({"type": "input_audio", "transcript": transcript}),
             Part::InputImage => json!({"type": "input_image"}),
-            Part::Answer { audio, text } => self.answer_part(*audio, text, in_done),
+            Part::Answer { audio, text, .. } => self.answer_part(*audio, text, in_done),
+        }
+    }
+
+    /// The tools in the flavor's shape: OpenAI's flat functions, Qwen's nested ones.
+    fn tools(&self, tools: &Tools) -> Value {
+        let list = tools.functions.iter().map(|t| {
+            let parameters: Value = serde_json::from_str(&t.parameters).unwrap_or(Value::Null);
+            let f = json!({"name": t.name, "description": t.description, "parameters": parameters});
+            if self.flavor == Flavor::Qwen {
+                json!({"type": "function", "function": f})
+            } else {
+                let mut f = f;
+                f["type"] = json!("function");
+                f
+            }
+        });
+        Value::Array(list.collect())
+    }
+
+    fn tool_choice(&self, choice: &ToolChoice) -> Value {
+        match choice {
+            ToolChoice::Function(name) => json!({"type": "function", "name": name}),
+            other => json!(other.as_str()),
         }
     }
 
@@ -282,7 +373,7 @@ impl Encoder {
             ItemBody::Message { role, parts } => {
                 let role = match role {
                     Role::System => "system",
-                    Role::User => "user",
+                    Role::User | Role::Tool => "user",
                     Role::Assistant => "assistant",
                 };
                 let content: Vec<Value> = parts.iter().map(|p| self.part(p, in_done)).collect();
@@ -310,6 +401,7 @@ impl Encoder {
             ResponseStatus::Failed => "failed",
             ResponseStatus::Cancelled if self.flavor == Flavor::Qwen => "incomplete",
             ResponseStatus::Cancelled => "cancelled",
+            ResponseStatus::Incomplete => "incomplete",
         }
     }
 
@@ -334,12 +426,23 @@ impl Encoder {
     fn response_object(&self, r: &ResponseView) -> Value {
         let status = self.status(r.status);
         let output: Vec<Value> = r.output.iter().map(|i| self.item(i, true)).collect();
+        let status_details = match (r.status, r.reason) {
+            (ResponseStatus::Failed, reason) => Some(json!({"type": "failed",
+                "error": {"type": "server_error", "code": reason.unwrap_or("inference_error")}})),
+            (_, Some(reason)) => Some(json!({"type": status, "reason": reason})),
+            (_, None) => None,
+        };
+        let metadata =
+            r.metadata.as_ref().map(|m| Value::Object(m.iter().map(|(k, v)| (k.clone(), json!(v))).collect()));
         let mut obj = json!({
             "id": r.id, "object": "realtime.response", "status": status,
-            "status_details": r.reason.map(|reason| json!({"type": status, "reason": reason})),
+            "status_details": status_details, "metadata": metadata,
             "output": output, "conversation_id": r.conversation_id, "voice": r.voice,
             "usage": r.usage.as_ref().map_or(Value::Null, |u| self.usage(u)),
         });
+        if self.flavor != Flavor::Qwen {
+            obj["max_output_tokens"] = r.max_tokens.map_or(json!("inf"), |n| json!(n));
+        }
         if self.flavor.ga() {
             obj["output_modalities"] = json!(if r.audio { vec!["audio"] } else { vec!["text"] });
         } else {
@@ -364,11 +467,11 @@ impl Encoder {
             ErrorKind::Server => "server_error",
         };
         let client_event = self.client_event_id.clone();
-        let code = match (self.flavor, e.code()) {
-            // The names Qwen's document uses.
-            (Flavor::Qwen, "invalid_payload") => "invalid_value",
-            (Flavor::Qwen, "missing_field") => "missing_required_parameter",
-            (_, code) => code,
+        let code = match e.code() {
+            // The names OpenAI's and Qwen's documents use.
+            "invalid_payload" => "invalid_value",
+            "missing_field" => "missing_required_parameter",
+            code => code,
         };
         self.event(
             "error",

@@ -74,7 +74,7 @@ impl Flavor {
     fn item_created(self) -> &'static str {
         if self.ga() { "conversation.item.added" } else { "conversation.item.created" }
     }
-    /// Content part type of an assistant answer.
+    /// Content part type of an assistant answer in an item.
     fn part_type(self, audio: bool) -> &'static str {
         match (self.ga(), audio) {
             (true, true) => "output_audio",
@@ -117,8 +117,8 @@ impl Realtime {
     fn render(&mut self, out: &mut Outbox) {
         for event in self.driver.take_events() {
             match event {
-                Event::AudioDelta { response_id, samples, .. } if self.carries_audio => {
-                    out.audio(ModelAudio::Delta { response: response_id, samples, rate: OUTPUT_RATE })
+                Event::AudioDelta { at, samples } if self.carries_audio => {
+                    out.audio(ModelAudio::Delta { response: at.response_id, samples, rate: OUTPUT_RATE })
                 }
                 Event::VoiceDone { response_id } if self.carries_audio => {
                     out.audio(ModelAudio::Done { response: response_id })
@@ -176,6 +176,12 @@ impl Dialect for Realtime {
     }
 
     fn encode(&mut self, event: Outbound<'_>, out: &mut Outbox) {
+        // What the session hears now answers no client event of its own (an error of a
+        // setting the backend took refers to no `event_id`, rather than to the last one read);
+        // an error is the one of the event just read, when there is one.
+        if !matches!(event, Outbound::Error(_)) {
+            self.encoder.client_event_id = None;
+        }
         let d = &mut self.driver;
         match event {
             Outbound::Queued(q) => d.queued(q, true),
@@ -188,7 +194,7 @@ impl Dialect for Realtime {
             Outbound::Transcript { response_id: None, text, .. } => d.model_heard(text),
             Outbound::Transcript { response_id: Some(_), text, .. } => d.turn_heard(text),
             Outbound::Step { outcome, .. } => d.step(outcome),
-            Outbound::TurnDelta { text, audio, .. } => d.turn_delta(text, audio),
+            Outbound::TurnDelta { text, audio, call, .. } => d.turn_delta(text, audio, call),
             Outbound::TurnDone {
                 input_tokens,
                 output_tokens,
@@ -198,6 +204,7 @@ impl Dialect for Realtime {
                 ..
             } => d.turn_done([input_tokens, output_tokens, input_audio_tokens, output_audio_tokens], cancelled),
             Outbound::Error(e) => d.error(e),
+            Outbound::TurnFailed { error, .. } => d.turn_failed(error),
             Outbound::Closed { reason, .. } => d.ended(reason),
         }
         self.render(out);
@@ -216,7 +223,15 @@ impl Dialect for Realtime {
     }
 
     fn tick(&mut self, now: Instant, out: &mut Outbox) {
+        self.encoder.client_event_id = None;
         self.driver.tick(now);
         self.render(out);
+    }
+
+    fn context_full(&mut self, out: &mut Outbox) -> bool {
+        self.encoder.client_event_id = None;
+        let goes_on = self.driver.context_full();
+        self.render(out);
+        goes_on
     }
 }

@@ -23,6 +23,9 @@ pub(crate) enum Need {
     Sdks,
     /// Debian's `sox` (`soxi` reads the WAVs the tools write).
     Sox,
+    /// The voice-agent frameworks (OpenAI Agents SDK, Pipecat, LiveKit Agents) in
+    /// `.venv-agents` (`./test.sh` makes it).
+    Agents,
 }
 
 impl Need {
@@ -34,6 +37,7 @@ impl Need {
             Need::Models => "the CPU model's files (python3 scripts/fetch-models.py)",
             Need::Sdks => "the official Python SDKs and aiortc in .venv (./test.sh creates it)",
             Need::Sox => "sox (apt-get install sox)",
+            Need::Agents => "the agent frameworks in .venv-agents (./test.sh creates it)",
         }
     }
 
@@ -59,11 +63,18 @@ impl Need {
                 .status()
                 .is_ok_and(|s| s.success()),
             Need::Sox => on_path("soxi"),
+            Need::Agents => Command::new(agents_python())
+                .args(["-c", "import agents.realtime, pipecat, livekit.plugins.openai"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success()),
         }
     }
 
     fn once(self) -> &'static Once {
-        static ONCE: [Once; 6] = [Once::new(), Once::new(), Once::new(), Once::new(), Once::new(), Once::new()];
+        static ONCE: [Once; 7] =
+            [Once::new(), Once::new(), Once::new(), Once::new(), Once::new(), Once::new(), Once::new()];
         &ONCE[self as usize]
     }
 }
@@ -108,8 +119,16 @@ pub(crate) fn sdk_python() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"))
 }
 
+/// The Python with the voice-agent frameworks: `OMNI_AGENTS_PYTHON`, or `.venv-agents`'.
+pub(crate) fn agents_python() -> PathBuf {
+    std::env::var_os("OMNI_AGENTS_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv-agents/bin/python"))
+}
+
 /// One CPU model at a time: two 2-thread workers on 2 cores slow each other several times over
-/// (docs/performance.md). Every test that runs a model holds this while it runs.
+/// (docs/performance.md). Every test that runs a model holds this while it runs, and so does
+/// any other test that takes both cores for long (the agent frameworks' test).
 pub(crate) fn one_model_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static MODEL: std::sync::Mutex<()> = std::sync::Mutex::new(());
     MODEL.lock().unwrap_or_else(|p| p.into_inner())
