@@ -8,6 +8,7 @@
 //! exits 0. A second signal exits at once.
 
 pub mod auth;
+pub mod body;
 pub mod client_secrets;
 pub mod routes;
 

@@ -172,26 +172,7 @@ pub fn admit(
             format!("this client secret is for model '{minted_for}', not '{model}'"),
         ));
     }
-    let caps =
-        AddressCaps { connections: config.server.max_connections_per_ip, waiting: config.server.max_waiting_per_ip };
-    let admission = gw.registry.admit(caller.ip, caps).map_err(|refusal| match refusal {
-        CapRefusal::TooManyConnections => Refusal::new(
-            "too_many_connections",
-            429,
-            "too_many_connections",
-            format!("at most {} connections per address (server.max_connections_per_ip)", caps.connections),
-        ),
-        CapRefusal::TooManyWaiting => Refusal::new(
-            "too_many_waiting",
-            429,
-            "too_many_waiting",
-            format!(
-                "at most {} connections per address may wait for a worker (server.max_waiting_per_ip)",
-                caps.waiting
-            ),
-        ),
-        CapRefusal::ShuttingDown => Refusal::new("shutting_down", 503, "service_unavailable", "the server is stopping"),
-    })?;
+    let admission = address_admission(caller, gw)?;
     let (mode, dialect, reject): (Mode, Box<dyn Dialect>, Option<ProtocolError>) = match &endpoint {
         Endpoint::MiniCpm(mode) => {
             let dialect = MiniCpmEndpoint::new(*mode, config.dialect_limits(), &gw.voice)
@@ -243,6 +224,32 @@ pub fn admit(
     };
     let key_id = info.key_id.clone();
     Ok(Admitted { conn, settings, dialect, client, info, admission, session: key.session, key_id })
+}
+
+/// The caller's address counted against its caps (connections, waiting) while the returned
+/// admission lives: a session, or a request read before one (a call's offer).
+pub fn address_admission(caller: &Caller, gw: &Serving) -> Result<Admission, Refusal> {
+    let config = &gw.config;
+    let caps =
+        AddressCaps { connections: config.server.max_connections_per_ip, waiting: config.server.max_waiting_per_ip };
+    gw.registry.admit(caller.ip, caps).map_err(|refusal| match refusal {
+        CapRefusal::TooManyConnections => Refusal::new(
+            "too_many_connections",
+            429,
+            "too_many_connections",
+            format!("at most {} connections per address (server.max_connections_per_ip)", caps.connections),
+        ),
+        CapRefusal::TooManyWaiting => Refusal::new(
+            "too_many_waiting",
+            429,
+            "too_many_waiting",
+            format!(
+                "at most {} connections per address may wait for a worker (server.max_waiting_per_ip)",
+                caps.waiting
+            ),
+        ),
+        CapRefusal::ShuttingDown => Refusal::new("shutting_down", 503, "service_unavailable", "the server is stopping"),
+    })
 }
 
 #[cfg(test)]

@@ -120,6 +120,126 @@ async fn an_independent_webrtc_stack_queues_talks_clears_and_hangs_up() {
     server.wait_idle();
 }
 
+/// A call offer is read within bounds before anything else: an oversized body is refused by
+/// its declared length, a multipart form whose part headers never end costs the gateway no
+/// more than the bound, and a client that stalls is cut off at the deadline. (The audit's
+/// 512 MB upload held 512 MB of the gateway's memory.)
+#[test]
+fn a_call_offer_is_bounded_in_bytes_and_time() {
+    use std::io::{Read, Write};
+    let server = Server::ready(Setup::default().auth(&format!("api_keys = [\"{KEY}\"]")));
+    let auth = bearer(KEY);
+    let head = |extra: &str| {
+        format!(
+            "POST /v1/realtime/calls HTTP/1.1\r\nHost: {}\r\nAuthorization: {auth}\r\nConnection: close\r\n{extra}\r\n",
+            server.addr
+        )
+    };
+    let answer = |stream: &mut std::net::TcpStream| {
+        let mut raw = Vec::new();
+        let _ = stream.read_to_end(&mut raw);
+        String::from_utf8_lossy(&raw).into_owned()
+    };
+
+    // Declared too large: refused before a byte of the body is read.
+    let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    stream.write_all(head("Content-Type: application/sdp\r\nContent-Length: 536870912\r\n").as_bytes()).unwrap();
+    let got = answer(&mut stream);
+    assert!(got.starts_with("HTTP/1.1 413"), "{got}");
+    assert!(got.contains("over 147456 bytes"), "{got}");
+
+    // A form whose first part's headers never end, 8 MiB of it, chunked (no declared length).
+    let before = server.memory_mb().0;
+    let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    let form = "Content-Type: multipart/form-data; boundary=XyZ\r\nTransfer-Encoding: chunked\r\n";
+    stream.write_all(head(form).as_bytes()).unwrap();
+    let opening = b"--XyZ\r\nContent-Disposition: form-data; name=\"sdp\"\r\nX-Pad: ";
+    let chunk = [opening.as_slice(), &vec![b'a'; 65536 - opening.len()]].concat();
+    let mut sent = 0;
+    for i in 0..128 {
+        let piece = if i == 0 { chunk.clone() } else { vec![b'a'; 65536] };
+        let framed = [format!("{:x}\r\n", piece.len()).as_bytes(), &piece, b"\r\n"].concat();
+        if stream.write_all(&framed).is_err() {
+            break; // the server answered and closed
+        }
+        sent += piece.len();
+    }
+    let got = answer(&mut stream);
+    let after = server.memory_mb().0;
+    assert!(got.starts_with("HTTP/1.1 413"), "after {sent} bytes sent: {got}");
+    assert!(
+        after - before < 16.0,
+        "the gateway grew {:.1} MB ({before:.1} -> {after:.1}) for a {sent}-byte form",
+        after - before
+    );
+
+    // A client that sends part of its offer and stalls: 408 at the deadline, nothing held.
+    let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+    stream.set_read_timeout(Some(WAIT * 2)).unwrap();
+    stream.write_all(head("Content-Type: application/sdp\r\nContent-Length: 1000\r\n").as_bytes()).unwrap();
+    stream.write_all(b"v=0\r\n").unwrap();
+    let got = answer(&mut stream);
+    assert!(got.starts_with("HTTP/1.1 408"), "{got}");
+    assert!(got.contains("within 10 s"), "{got}");
+    // And the gateway serves the next call as ever.
+    let sdp = [("Authorization", auth.as_str()), ("Content-Type", "application/sdp")];
+    let (code, _, body) = post(&server, "/v1/realtime/calls", &sdp, offer().as_bytes());
+    assert_eq!(code, 201, "{body}");
+}
+
+/// Minting a client secret checks the key from the headers before it reads a byte of the body,
+/// then reads the body within bounds, counted as a connection of its address meanwhile.
+/// (The audit's 600 stalled mint requests from one address held 253 MB.)
+#[test]
+fn minting_checks_the_key_first_and_reads_the_body_within_bounds() {
+    use std::io::{Read, Write};
+    let server =
+        Server::ready(Setup::default().auth(&format!("api_keys = [\"{KEY}\"]")).server("max_connections_per_ip = 3"));
+    let open = |key: &str, length: usize| {
+        let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+        stream.set_read_timeout(Some(WAIT * 2)).unwrap();
+        let head = format!(
+            "POST /v1/realtime/client_secrets HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {key}\r\n\
+             Content-Type: application/json\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n{{",
+            server.addr
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        stream
+    };
+    let answer = |mut stream: std::net::TcpStream| {
+        let mut raw = Vec::new();
+        let _ = stream.read_to_end(&mut raw);
+        String::from_utf8_lossy(&raw).into_owned()
+    };
+    // A wrong key is refused on its headers, the body never read.
+    let got = answer(open("sk-wrong-0123456789", 200_000));
+    assert!(got.starts_with("HTTP/1.1 401"), "{got}");
+    // Declared over the bound: 413 at once.
+    let got = answer(open(KEY, 200_000));
+    assert!(got.starts_with("HTTP/1.1 413"), "{got}");
+    assert!(got.contains("over 32768 bytes"), "{got}");
+    // Stalled bodies hold a connection of their address each, up to its cap; then 429.
+    let stalled: Vec<_> = (0..3).map(|_| open(KEY, 1000)).collect();
+    // (whole requests, until the server has taken up the three: each is answered at once)
+    let whole = [("Authorization", bearer(KEY)), ("Content-Type", "application/json".to_string())];
+    let whole: Vec<(&str, &str)> = whole.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let refused =
+        (0..50).map(|_| post(&server, "/v1/realtime/client_secrets", &whole, b"{}")).find(|(code, _, _)| *code != 200);
+    let (code, _, body) = refused.expect("the three stalled bodies never counted against the address");
+    assert_eq!(code, 429, "the address's cap counts bodies being read: {body}");
+    // Each stalled one is cut off at the deadline.
+    for stream in stalled {
+        let got = answer(stream);
+        assert!(got.starts_with("HTTP/1.1 408"), "{got}");
+    }
+    // And a good request mints as ever.
+    let (code, _, body) =
+        post(&server, "/v1/realtime/client_secrets", &[("Authorization", bearer(KEY).as_str())], b"{}");
+    assert_eq!(code, 200, "{body}");
+}
+
 #[test]
 fn the_signalling_refuses_with_reasons() {
     let server = Server::ready(Setup::default().auth(&format!("api_keys = [\"{KEY}\", \"{OTHER_KEY}\"]")));
@@ -132,7 +252,7 @@ fn the_signalling_refuses_with_reasons() {
     assert_eq!(code, 400, "{body}");
     assert!(body.contains("SDP"), "the reason: {body}");
     let (code, _, body) = post(&server, "/v1/realtime/calls", &sdp, &vec![b'a'; 70_000]);
-    assert_eq!(code, 400, "{body}");
+    assert_eq!(code, 413, "{body}");
     assert!(body.contains("over 65536 bytes"), "{body}");
     let form = "multipart/form-data; boundary=XyZ";
     let (code, _, body) = post(

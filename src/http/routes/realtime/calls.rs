@@ -17,9 +17,10 @@ use serde_json::Value;
 use super::{api_key, caller, query_of, refused};
 use crate::dialect::openai::Flavor;
 use crate::http::auth::Denied;
+use crate::http::body::{BodyError, Bounded, Bounds};
 use crate::http::routes::http_error;
 use crate::http::{Gateway, auth, client_secrets};
-use crate::transport::admission::{Endpoint, Transport, admit, authenticate};
+use crate::transport::admission::{Endpoint, Transport, address_admission, admit, authenticate};
 use crate::transport::webrtc::call::{CallEdge, CallParts, CallSettings};
 use crate::transport::webrtc::{AnswerError, HangUp};
 
@@ -27,6 +28,11 @@ use crate::transport::webrtc::{AnswerError, HangUp};
 const MAX_PART_BYTES: usize = 64 * 1024;
 /// The parts of a form read at most (`sdp`, `session`, and a few a client may add).
 const MAX_PARTS: usize = 8;
+/// The whole request body at most, whatever it is made of (a form's part headers included:
+/// the form's parser buffers them until their end, so it is never handed more than this), and
+/// the time a client has to send it.
+const OFFER_BOUNDS: Bounds =
+    Bounds { max_bytes: 2 * MAX_PART_BYTES + 16 * 1024, deadline: std::time::Duration::from_secs(10) };
 
 fn bad_request(message: impl Into<String>) -> HttpResponse {
     http_error(StatusCode::BAD_REQUEST, "invalid_request_error", message)
@@ -54,6 +60,18 @@ enum OfferError {
     NotAnObject(String),
     #[error("the form has no 'sdp' part")]
     NoSdp,
+    #[error("{0}")]
+    Body(#[from] BodyError),
+}
+
+impl OfferError {
+    fn status(&self) -> StatusCode {
+        match self {
+            OfferError::Body(e) => e.status(),
+            OfferError::TooLarge(_) | OfferError::TooManyParts => StatusCode::PAYLOAD_TOO_LARGE,
+            _ => StatusCode::BAD_REQUEST,
+        }
+    }
 }
 
 /// Reads the body, at most `limit` bytes.
@@ -76,13 +94,18 @@ fn text(bytes: Vec<u8>, what: &'static str) -> Result<String, OfferError> {
     String::from_utf8(bytes).map_err(|_| OfferError::NotText(what))
 }
 
+/// The offer of a request: its body read within `OFFER_BOUNDS`.
 async fn offer_of(req: &HttpRequest, payload: web::Payload) -> Result<Offer, OfferError> {
+    OFFER_BOUNDS.read(req, payload, |body| read_offer(req, body)).await
+}
+
+async fn read_offer(req: &HttpRequest, body: Bounded) -> Result<Offer, OfferError> {
     let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !content_type.starts_with("multipart/form-data") {
-        let body = read_limited(payload, "the offer").await?;
+        let body = read_limited(body, "the offer").await?;
         return Ok(Offer { sdp: text(body, "the offer")?, session: None });
     }
-    let mut form = actix_multipart::Multipart::new(req.headers(), payload);
+    let mut form = actix_multipart::Multipart::new(req.headers(), body);
     let (mut sdp, mut session) = (None, None);
     let mut parts = 0;
     while let Some(field) = form.next().await {
@@ -134,9 +157,21 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
         Ok(key) => key,
         Err(refusal) => return refused(refusal),
     };
-    let offer = match offer_of(&req, payload).await {
+    // While its offer is read, the request counts as a connection of its address (a client
+    // cannot hold more offers open than it may hold sessions).
+    let reading = match address_admission(&caller, &gw) {
+        Ok(a) => a,
+        Err(refusal) => return refused(refusal),
+    };
+    let offer = offer_of(&req, payload).await;
+    drop(reading);
+    let offer = match offer {
         Ok(o) => o,
-        Err(why) => return bad_request(why.to_string()),
+        Err(why) => {
+            // (debug: a stranger's junk is not worth a line each at the default level)
+            log::debug!("a call's offer from {:?} was refused: {why}", caller.ip);
+            return http_error(why.status(), "invalid_request_error", why.to_string());
+        }
     };
     let secret = key.untaken_secret.clone();
     let model = model_of(&gw, query.get("model"), [offer.session.as_ref(), key.session.as_ref()]);

@@ -15,8 +15,10 @@ use crate::config::webrtc::CLIENT_SECRET_TTL;
 /// The largest `session` a secret holds: every outstanding secret keeps its own in memory.
 const MAX_SESSION_BYTES: usize = 16 * 1024;
 use crate::http::Gateway;
+use crate::http::body::Bounds;
 use crate::http::client_secrets::{Grant, MintRefusal};
 use crate::http::routes::http_error;
+use crate::transport::admission::address_admission;
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -35,11 +37,27 @@ struct ExpiresAfter {
     seconds: u64,
 }
 
-pub(crate) async fn mint(req: HttpRequest, body: web::Bytes, gw: web::Data<Gateway>) -> HttpResponse {
-    // An API key, not a client secret: a secret cannot mint another.
+/// A mint request's body at most (a secret's `session` and its expiry), and the time it has.
+const BODY_BOUNDS: Bounds = Bounds { max_bytes: 2 * MAX_SESSION_BYTES, deadline: Duration::from_secs(10) };
+
+pub(crate) async fn mint(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>) -> HttpResponse {
+    // An API key, not a client secret: a secret cannot mint another. Checked from the headers
+    // before a byte of the body is read; the body is then read within bounds, counted as a
+    // connection of its address meanwhile.
     let key_id = match super::api_key(&req, &gw).await {
         Ok(id) => id,
         Err(refusal) => return refusal,
+    };
+    let caller = super::caller(&req, &gw);
+    let reading = match address_admission(&caller, &gw) {
+        Ok(a) => a,
+        Err(refusal) => return super::refused(refusal),
+    };
+    let body = BODY_BOUNDS.bytes(&req, payload).await;
+    drop(reading);
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return http_error(e.status(), "invalid_request_error", e.to_string()),
     };
     let request: MintRequest = if body.iter().all(u8::is_ascii_whitespace) {
         MintRequest::default()
