@@ -4,10 +4,11 @@
 //! Keys are compared in constant time and never logged or recorded.
 //!
 //! The throttle slows guessing and never refuses a key that is right: an address (an IPv6 /64)
-//! that presented [`THROTTLE_ATTEMPTS`] wrong keys within [`THROTTLE_WINDOW`] has its keys
-//! checked one at a time, each [`THROTTLE_PACE`] after it arrived or the previous one was
-//! checked (a guesser gets one try a second, however many connections it opens); a right key is
-//! admitted, a wrong one answered 429, until the window passes.
+//! that presented [`THROTTLE_ATTEMPTS`] wrong keys within [`THROTTLE_WINDOW`] has its wrong keys
+//! answered one at a time, each [`THROTTLE_PACE`] after it arrived or the previous one was
+//! answered, with 429, until the window passes; a right key is admitted at once. At most
+//! [`MAX_PACED_WAITING`] refusals wait per address; past that no key of the address is checked
+//! until one was answered (a guesser gets one try a second, however many connections it opens).
 //!
 //! Without an admin key the operator routes answer a request only when everything about it
 //! says it was made on this host: its TCP peer is 127.0.0.1 or ::1 (not another address of
@@ -96,6 +97,9 @@ pub const THROTTLE_ATTEMPTS: u32 = 10;
 pub const THROTTLE_WINDOW: Duration = Duration::from_secs(60);
 /// How long each key check of a throttled address waits, one at a time.
 pub const THROTTLE_PACE: Duration = Duration::from_secs(1);
+/// Refusals of one throttled address waiting for their turns at most; past it, the address's
+/// next key is not checked (429) until one was answered.
+pub const MAX_PACED_WAITING: usize = 8;
 /// Addresses with a pacing gate kept at most (idle ones are forgotten first).
 const PACED_ADDRESSES: usize = 10_000;
 /// Addresses remembered at most (the oldest entries are forgotten first).
@@ -195,15 +199,18 @@ impl Keys {
         !self.api.read().is_empty()
     }
 
-    /// Replaces the API keys (a reload); returns how many there are now.
-    pub fn replace_api(&self, keys: Vec<String>) -> usize {
+    /// Replaces the API keys (a reload): the client secrets of a key no longer listed are
+    /// revoked with it. Returns how many keys there are now and how many secrets were revoked.
+    pub fn replace_api(&self, keys: Vec<String>) -> (usize, usize) {
         let n = keys.len();
+        let live: std::collections::HashSet<String> = keys.iter().map(|k| key_id(k)).collect();
         *self.api.write() = Arc::new(keys);
-        n
+        let revoked = self.secrets.lock().keep_keys(&live);
+        (n, revoked)
     }
 
-    /// Waits for the address's turn when it is throttled: one check at a time, each
-    /// [`THROTTLE_PACE`] late. Hold the turn while checking its key.
+    /// Waits for the address's turn when it is throttled: one refusal at a time, each
+    /// [`THROTTLE_PACE`] late.
     pub async fn pace(&self, ip: Option<IpAddr>) -> Option<Turn> {
         let ip = crate::net::counted_as(ip?);
         if !self.throttle.lock().refused(ip, Instant::now()) {
@@ -221,12 +228,30 @@ impl Keys {
         Some(turn)
     }
 
-    /// `check` in the address's turn when it is throttled ([`Keys::pace`]).
-    pub async fn paced<T>(&self, client: Option<IpAddr>, check: impl FnOnce(&Keys) -> T) -> T {
-        let turn = self.pace(client).await;
+    /// `check`, answered at once when it admits; a refusal waits for its address's turn when
+    /// the address is throttled ([`Keys::pace`]). Whoever shares an address with a guesser and
+    /// holds the right key is not made to wait behind the guesses. A throttled address with
+    /// [`MAX_PACED_WAITING`] refusals waiting has no key checked until one is answered: a
+    /// guesser still gets one try a second, however many connections it opens.
+    pub async fn paced<T>(
+        &self,
+        client: Option<IpAddr>,
+        check: impl FnOnce(&Keys) -> Result<T, Denied>,
+    ) -> Result<T, Denied> {
+        if self.waiting(client) >= MAX_PACED_WAITING {
+            return Err(Denied::Throttled);
+        }
         let verdict = check(self);
-        drop(turn);
+        if verdict.is_err() {
+            drop(self.pace(client).await);
+        }
         verdict
+    }
+
+    /// Refusals of the address waiting for their turn.
+    fn waiting(&self, ip: Option<IpAddr>) -> usize {
+        let Some(ip) = ip.map(crate::net::counted_as) else { return 0 };
+        self.gates.lock().get(&ip).map_or(0, |g| Arc::strong_count(g) - 1)
     }
 
     /// A wrong key is counted against its address, and refused as [`Denied::Throttled`] once
@@ -437,7 +462,7 @@ mod tests {
         assert_eq!(keys.check_api(None, [Some(&A[..A.len() - 1])]), Err(Denied::Wrong(KeyKind::Api)));
         assert_eq!(keys.check_api(None, [None, None]), Err(Denied::Missing(KeyKind::Api)));
         assert_eq!(Keys::default().check_api(None, [None]), Ok(None), "no keys configured: open");
-        assert_eq!(keys.replace_api(vec![B.into()]), 1);
+        assert_eq!(keys.replace_api(vec![B.into()]), (1, 0));
         assert_eq!(keys.check_api(None, [Some(A)]), Err(Denied::Wrong(KeyKind::Api)), "replaced");
     }
 

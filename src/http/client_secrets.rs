@@ -133,6 +133,22 @@ impl ClientSecrets {
     pub fn outstanding(&self) -> usize {
         self.held.len()
     }
+
+    /// A secret dies with the key that minted it: keeps only the secrets of the keys in
+    /// `live` (ids), or, when no keys are configured, those minted without one. Returns how
+    /// many were revoked.
+    pub fn keep_keys(&mut self, live: &std::collections::HashSet<String>) -> usize {
+        let before = self.held.len();
+        self.held.retain(|_, (_, grant)| match &grant.key_id {
+            Some(id) => live.contains(id),
+            None => live.is_empty(),
+        });
+        let revoked = before - self.held.len();
+        if revoked > 0 {
+            self.per_key.retain(|key, _| key.as_ref().map_or(live.is_empty(), |id| live.contains(id)));
+        }
+        revoked
+    }
 }
 
 /// The `session.update` a session opened with a secret starts with: the secret's settings,
@@ -206,5 +222,22 @@ mod tests {
         assert!(s.mint(other, Duration::from_secs(10), now).is_ok(), "another key still mints");
         s.redeem(&first.value, now).unwrap();
         assert!(s.mint(grant(), Duration::from_secs(10), now).is_ok(), "a used secret frees its key's place");
+    }
+
+    #[test]
+    fn a_secret_dies_with_its_key() {
+        let mut secrets = ClientSecrets::new(10, 10);
+        let now = Instant::now();
+        let ttl = Duration::from_secs(60);
+        let grant = |id: Option<&str>| Grant { key_id: id.map(String::from), session: None };
+        let old = secrets.mint(grant(Some("key_old")), ttl, now).unwrap();
+        let kept = secrets.mint(grant(Some("key_kept")), ttl, now).unwrap();
+        let keyless = secrets.mint(grant(None), ttl, now).unwrap();
+        let live: std::collections::HashSet<String> = ["key_kept".to_string()].into();
+        assert_eq!(secrets.keep_keys(&live), 2, "the removed key's, and the one minted with no key");
+        assert!(secrets.peek(&old.value, now).is_none());
+        assert!(secrets.peek(&keyless.value, now).is_none());
+        assert!(secrets.peek(&kept.value, now).is_some());
+        assert_eq!(secrets.keep_keys(&live), 0);
     }
 }

@@ -107,8 +107,8 @@ async fn reload_on_hangup(mut hup: tokio::signal::unix::Signal, gw: Gateway) {
         let config = gw.config.clone();
         match web::block(move || config.reload_api_keys()).await {
             Ok(Ok(keys)) => {
-                let n = gw.keys.replace_api(keys);
-                log::info!("SIGHUP: API keys reloaded: {n} key(s)");
+                let (n, revoked) = gw.keys.replace_api(keys);
+                log::info!("SIGHUP: API keys reloaded: {n} key(s); {revoked} client secret(s) of removed keys revoked");
             }
             Ok(Err(e)) => log::error!("SIGHUP: API keys not reloaded, the previous ones stay: {e}"),
             Err(e) => log::error!("SIGHUP: API keys not reloaded: {e}"),

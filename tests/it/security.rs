@@ -341,7 +341,19 @@ async fn wrong_keys_are_throttled_per_address() {
     }
     let paced = started.elapsed();
     assert!(paced >= 3 * omni_gateway::http::auth::THROTTLE_PACE, "3 guesses in {paced:?}");
-    // Whoever shares the address (a NAT, an office) and holds the right key is let in.
+    // Whoever shares the address (a NAT, an office) and holds the right key is let in, and not
+    // behind the guesses: eight right keys, one after another, are all in while three more
+    // guesses still wait for their turns.
+    let guesses = tokio::spawn(futures_util::future::join_all(
+        (13..16).map(|i| tokio_tungstenite::connect_async(format!("{url}&api_key=guess{i}"))),
+    ));
+    for _ in 0..8 {
+        tokio_tungstenite::connect_async(format!("{url}&api_key={key}")).await.expect("the right key");
+    }
+    assert!(!guesses.is_finished(), "the right keys waited behind the guesses");
+    for e in guesses.await.unwrap() {
+        assert_eq!(refusal(e.expect_err("throttled")), (429, "too_many_attempts".to_string()));
+    }
     let mut c = Client::connect(&format!("{url}&api_key={key}")).await;
     c.expect("session.queue_done").await;
     assert!(!server.logs().contains(key) && !server.logs().contains("guess"), "keys are never logged");
@@ -469,11 +481,18 @@ async fn sighup_reloads_the_keys_file() {
     };
     connect("first-key-0123456789").await.expect("the first key");
     server.wait_idle();
+    // A secret the first key minted dies with it: rotating a leaked key cuts its holders off.
+    let (code, minted) =
+        http(server.addr, "POST", "/v1/realtime/client_secrets", &[("Authorization", "Bearer first-key-0123456789")]);
+    assert_eq!(code, 200, "{minted}");
+    let secret = serde_json::from_str::<Value>(&minted).unwrap()["value"].as_str().unwrap().to_string();
     std::fs::write(server.dir().join("keys.txt"), "second-key-0123456789\n").unwrap();
     server.signal("HUP");
-    server.wait_log("SIGHUP: API keys reloaded: 1 key(s)", WAIT);
+    server.wait_log("SIGHUP: API keys reloaded: 1 key(s); 1 client secret(s) of removed keys revoked", WAIT);
     connect("second-key-0123456789").await.expect("the new key");
     assert_eq!(refusal(connect("first-key-0123456789").await.expect_err("the old key")).0, 401);
+    let with_secret = tokio_tungstenite::connect_async(format!("{url}&api_key={secret}")).await.map(drop);
+    assert_eq!(refusal(with_secret.expect_err("the old key's secret")).0, 401);
     // A broken file leaves the keys as they were.
     std::fs::write(server.dir().join("keys.txt"), "short\n").unwrap();
     server.signal("HUP");

@@ -183,10 +183,11 @@ fn a_call_offer_is_bounded_in_bytes_and_time() {
     let got = answer(&mut stream);
     assert!(got.starts_with("HTTP/1.1 408"), "{got}");
     assert!(got.contains("within 10 s"), "{got}");
-    // And the gateway serves the next call as ever.
+    // And the gateway serves the next call as ever; its answer is not for a cache on the way.
     let sdp = [("Authorization", auth.as_str()), ("Content-Type", "application/sdp")];
-    let (code, _, body) = post(&server, "/v1/realtime/calls", &sdp, offer().as_bytes());
+    let (code, head, body) = post(&server, "/v1/realtime/calls", &sdp, offer().as_bytes());
     assert_eq!(code, 201, "{body}");
+    assert!(head.contains("cache-control: no-store"), "{head}");
 }
 
 /// Minting a client secret checks the key from the headers before it reads a byte of the body,
@@ -234,10 +235,51 @@ fn minting_checks_the_key_first_and_reads_the_body_within_bounds() {
         let got = answer(stream);
         assert!(got.starts_with("HTTP/1.1 408"), "{got}");
     }
-    // And a good request mints as ever.
-    let (code, _, body) =
+    // And a good request mints as ever, not for a cache on the way; a model that is not a name
+    // is refused (a secret bound to no model).
+    let (code, head, body) =
         post(&server, "/v1/realtime/client_secrets", &[("Authorization", bearer(KEY).as_str())], b"{}");
     assert_eq!(code, 200, "{body}");
+    assert!(head.contains("cache-control: no-store"), "{head}");
+    let (code, _, body) = post(
+        &server,
+        "/v1/realtime/client_secrets",
+        &[("Authorization", bearer(KEY).as_str())],
+        br#"{"session": {"model": 7}}"#,
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("session.model: must be a string"), "{body}");
+}
+
+/// On an open gateway (no API keys) a page of another site cannot start a call or mint a
+/// secret with a cross-site simple request (a browser sends those without asking first): its
+/// Origin must be this server's own, or one `allowed_origins` lists; and an offer is taken only
+/// as `application/sdp` or a form, never as `text/plain`.
+#[test]
+fn a_page_of_another_site_cannot_start_calls_or_mint_secrets() {
+    let server = Server::ready(Setup::default());
+    let own = format!("http://{}", server.addr);
+    for path in ["/v1/realtime/client_secrets", "/v1/realtime/calls"] {
+        let (code, _, body) = post(
+            &server,
+            path,
+            &[("Origin", "https://evil.example"), ("Content-Type", "application/sdp")],
+            offer().as_bytes(),
+        );
+        assert_eq!(code, 403, "{path}: {body}");
+        assert!(body.contains("forbidden_origin"), "{body}");
+    }
+    let (code, _, body) = post(&server, "/v1/realtime/client_secrets", &[("Origin", own.as_str())], b"");
+    assert_eq!(code, 200, "the server's own page mints: {body}");
+    let (code, _, body) = post(&server, "/v1/realtime/calls", &[("Content-Type", "text/plain")], offer().as_bytes());
+    assert_eq!(code, 415, "{body}");
+    assert!(body.contains("application/sdp"), "{body}");
+    // With a list, the sites it names.
+    let listed = Server::ready(Setup::default().server("allowed_origins = [\"https://app.example\"]"));
+    let (code, _, body) = post(&listed, "/v1/realtime/client_secrets", &[("Origin", "https://app.example")], b"");
+    assert_eq!(code, 200, "{body}");
+    let (code, _, _) = post(&listed, "/v1/realtime/client_secrets", &[("Origin", "https://evil.example")], b"");
+    assert_eq!(code, 403);
 }
 
 #[test]

@@ -60,6 +60,8 @@ enum OfferError {
     NotAnObject(String),
     #[error("the form has no 'sdp' part")]
     NoSdp,
+    #[error("an offer is sent as application/sdp, or as a multipart/form-data form")]
+    NotAnOffer,
     #[error("{0}")]
     Body(#[from] BodyError),
 }
@@ -69,6 +71,7 @@ impl OfferError {
         match self {
             OfferError::Body(e) => e.status(),
             OfferError::TooLarge(_) | OfferError::TooManyParts => StatusCode::PAYLOAD_TOO_LARGE,
+            OfferError::NotAnOffer => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             _ => StatusCode::BAD_REQUEST,
         }
     }
@@ -101,9 +104,14 @@ async fn offer_of(req: &HttpRequest, payload: web::Payload) -> Result<Offer, Off
 
 async fn read_offer(req: &HttpRequest, body: Bounded) -> Result<Offer, OfferError> {
     let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    if !content_type.starts_with("multipart/form-data") {
+    let content_type = content_type.to_ascii_lowercase();
+    if content_type.starts_with("application/sdp") {
         let body = read_limited(body, "the offer").await?;
         return Ok(Offer { sdp: text(body, "the offer")?, session: None });
+    }
+    if !content_type.starts_with("multipart/form-data") {
+        // (text/plain would let any web page send an offer without asking first)
+        return Err(OfferError::NotAnOffer);
     }
     let mut form = actix_multipart::Multipart::new(req.headers(), body);
     let (mut sdp, mut session) = (None, None);
@@ -150,6 +158,9 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
         Ok(q) => q,
         Err(refusal) => return refusal,
     };
+    if let Err(refusal) = super::same_site(&req, &gw) {
+        return refusal;
+    }
     // The key is checked before a byte of the offer is read; a client secret is taken only
     // once the call is answered (a refused call leaves it good).
     let caller = caller(&req, &gw);
@@ -236,6 +247,8 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
     log::info!("call {id}: answered (connection c{conn})");
     HttpResponse::Created()
         .insert_header((header::LOCATION, format!("/v1/realtime/calls/{id}")))
+        // The answer carries the call's ICE credentials: not for a cache on the way.
+        .insert_header((header::CACHE_CONTROL, "no-store"))
         .content_type("application/sdp")
         .body(answered.sdp)
 }

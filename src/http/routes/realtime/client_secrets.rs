@@ -44,6 +44,9 @@ pub(crate) async fn mint(req: HttpRequest, payload: web::Payload, gw: web::Data<
     // An API key, not a client secret: a secret cannot mint another. Checked from the headers
     // before a byte of the body is read; the body is then read within bounds, counted as a
     // connection of its address meanwhile.
+    if let Err(refusal) = super::same_site(&req, &gw) {
+        return refusal;
+    }
     let key_id = match super::api_key(&req, &gw).await {
         Ok(id) => id,
         Err(refusal) => return refusal,
@@ -95,7 +98,12 @@ pub(crate) async fn mint(req: HttpRequest, payload: web::Payload, gw: web::Data<
             format!("session: over {MAX_SESSION_BYTES} bytes"),
         );
     }
-    if let Some(model) = session.as_ref().and_then(|s| s.get("model")).and_then(Value::as_str)
+    let model = session.as_ref().and_then(|s| s.get("model"));
+    if model.is_some_and(|m| !m.is_string()) {
+        // (else the secret would be bound to no model at all)
+        return http_error(StatusCode::BAD_REQUEST, "invalid_request_error", "session.model: must be a string");
+    }
+    if let Some(model) = model.and_then(Value::as_str)
         && gw.config.model_mode(model).is_none()
     {
         return http_error(
@@ -115,7 +123,10 @@ pub(crate) async fn mint(req: HttpRequest, payload: web::Payload, gw: web::Data<
             );
             let mut session = session.unwrap_or_else(|| json!({}));
             session["type"] = json!("realtime");
-            HttpResponse::Ok().json(json!({"value": m.value, "expires_at": m.expires_at, "session": session}))
+            // A secret is not kept by a cache on the way.
+            HttpResponse::Ok()
+                .insert_header((actix_web::http::header::CACHE_CONTROL, "no-store"))
+                .json(json!({"value": m.value, "expires_at": m.expires_at, "session": session}))
         }
         Err(MintRefusal::Full { max }) => http_error(
             StatusCode::TOO_MANY_REQUESTS,

@@ -16,7 +16,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use super::http_error;
 use crate::http::Gateway;
 use crate::http::auth::{self, Denied};
-use crate::transport::admission::{Caller, Refusal};
+use crate::transport::admission::{Caller, Origin, Refusal};
 
 /// A request's query parameters.
 type Query = HashMap<String, String>;
@@ -38,6 +38,34 @@ fn caller(req: &HttpRequest, gw: &Gateway) -> Caller {
         user_agent: req.headers().get(header::USER_AGENT).and_then(|v| v.to_str().ok()).map(String::from),
         origin: auth::origin_of(req),
     }
+}
+
+/// A browser page of another site on a POST that starts something (a call, a secret): refused
+/// unless `server.allowed_origins` lets it in, and, when that list is empty, unless the page is
+/// this server's own (its Origin names the host the request was sent to). A browser sends these
+/// as simple cross-site requests, without asking first; a client that is not a browser sends no
+/// Origin and is not concerned.
+#[allow(clippy::result_large_err)]
+fn same_site(req: &HttpRequest, gw: &Gateway) -> Result<(), HttpResponse> {
+    let allowed = &gw.config.server.allowed_origins;
+    let ok = match auth::origin_of(req) {
+        Origin::Absent => true,
+        origin if !allowed.is_empty() => origin.allowed(allowed),
+        Origin::Given(origin) => {
+            let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+            let named = origin.split_once("://").map_or("", |(_, rest)| rest);
+            !host.is_empty() && named.eq_ignore_ascii_case(host)
+        }
+        Origin::Unreadable => false,
+    };
+    if ok {
+        return Ok(());
+    }
+    Err(http_error(
+        StatusCode::FORBIDDEN,
+        "forbidden_origin",
+        "a page of another site may not do this here (server.allowed_origins lists the sites that may)",
+    ))
 }
 
 /// A refused caller's HTTP answer.
