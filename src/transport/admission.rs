@@ -172,6 +172,21 @@ pub fn admit(
             format!("this client secret is for model '{minted_for}', not '{model}'"),
         ));
     }
+    // A secret minted with session settings (a model, instructions...) opens the OpenAI
+    // endpoint they are for, where they are applied; not a MiniCPM-o session, which would take
+    // none of them.
+    let settings = key.session.as_ref().and_then(|s| s.as_object()).is_some_and(|s| !s.is_empty());
+    if settings && matches!(endpoint, Endpoint::MiniCpm(_)) {
+        let model = key.model().map_or(String::new(), |m| format!("?model={m}"));
+        return Err(Refusal::new(
+            "wrong_model",
+            400,
+            "invalid_request_error",
+            format!(
+                "this client secret was minted with session settings: it opens /v1/realtime{model} (OpenAI), not a MiniCPM-o session"
+            ),
+        ));
+    }
     let admission = address_admission(caller, gw)?;
     let (mode, dialect, reject): (Mode, Box<dyn Dialect>, Option<ProtocolError>) = match &endpoint {
         Endpoint::MiniCpm(mode) => {

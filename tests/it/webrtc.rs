@@ -282,6 +282,32 @@ fn a_page_of_another_site_cannot_start_calls_or_mint_secrets() {
     assert_eq!(code, 403);
 }
 
+/// A secret minted with session settings opens the OpenAI endpoint they are for and nothing
+/// else: a MiniCPM-o session (bare, or by mode) would apply none of them, and refuses it; the
+/// refusal leaves it good for what it is for. A secret minted without settings opens either.
+#[tokio::test]
+async fn a_secret_opens_what_it_was_minted_for_on_every_endpoint() {
+    let server = Server::ready(Setup::default().auth(&format!("api_keys = [\"{KEY}\"]")));
+    let mint = |body: &str| {
+        let (code, _, minted) =
+            post(&server, "/v1/realtime/client_secrets", &[("Authorization", bearer(KEY).as_str())], body.as_bytes());
+        assert_eq!(code, 200, "{minted}");
+        serde_json::from_str::<Value>(&minted).unwrap()["value"].as_str().unwrap().to_string()
+    };
+    let open = |query: String| tokio_tungstenite::connect_async(server.url(&format!("/v1/realtime?{query}")));
+    let secret = mint(r#"{"session": {"model": "omni", "instructions": "Be brief."}}"#);
+    for query in [format!("mode=video&api_key={secret}"), format!("api_key={secret}")] {
+        let e = open(query.clone()).await.map(drop).expect_err("a MiniCPM-o session");
+        let tokio_tungstenite::tungstenite::Error::Http(answer) = e else { panic!("{query}: {e}") };
+        assert_eq!(answer.status().as_u16(), 400, "{query}");
+        let body = String::from_utf8_lossy(answer.body().as_deref().unwrap_or_default()).into_owned();
+        assert!(body.contains("minted with session settings") && body.contains("?model=omni"), "{body}");
+    }
+    open(format!("model=omni&api_key={secret}")).await.expect("what it was minted for");
+    let plain = mint("");
+    open(format!("mode=audio&api_key={plain}")).await.expect("a secret without settings");
+}
+
 #[test]
 fn the_signalling_refuses_with_reasons() {
     let server = Server::ready(Setup::default().auth(&format!("api_keys = [\"{KEY}\", \"{OTHER_KEY}\"]")));
