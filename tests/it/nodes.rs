@@ -117,6 +117,24 @@ async fn force_listen_reaches_the_node_mid_step() {
     c.until("session.closed").await;
 }
 
+/// Strangers cannot flood a node's log: a hundred connections that send junk for a hello are
+/// each refused, and the log says so once (the next line in ten seconds would say how many more).
+#[tokio::test]
+async fn a_hundred_strangers_cost_the_node_one_log_line() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = Node::start(&workers(1, ""), "");
+    for _ in 0..100 {
+        let mut stream = TcpStream::connect(node.addr).await.unwrap();
+        stream.write_all(b"\x00\x00\x00\x05junk!").await.unwrap();
+        let mut rest = Vec::new();
+        // The node closes the connection once it refused it (its line, if any, written before).
+        let _ = tokio::time::timeout(WAIT, stream.read_to_end(&mut rest)).await.expect("the node closes");
+    }
+    node.wait_log("refused:", WAIT);
+    let lines = node.logs().lines().filter(|l| l.contains("refused:")).count();
+    assert_eq!(lines, 1, "one line for a hundred refusals:\n{}", node.logs());
+}
+
 #[tokio::test]
 async fn a_wrong_token_is_refused() {
     let node = Node::start(&workers(1, ""), "");

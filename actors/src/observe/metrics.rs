@@ -92,6 +92,10 @@ pub struct Metrics {
     /// A node's new connections closed at once: too many connections from strangers (or from
     /// the same address) had not proved the token yet.
     pub node_connections_refused: IntCounter,
+    /// A node's handshakes refused (a wrong token, a bad hello, a peer that left mid-way).
+    pub node_handshakes_refused: IntCounter,
+    /// Client secrets minted.
+    pub client_secrets_minted: IntCounter,
     /// A cluster replica's grants not dialled because their node did not sign them (no label:
     /// a forged grant names what it likes).
     pub grants_refused: IntCounter,
@@ -311,6 +315,12 @@ impl Metrics {
                 "omni_node_connections_refused_total",
                 "Connections a node closed at once: too many still had to prove the token",
             ),
+            node_handshakes_refused: counter(
+                &r,
+                "omni_node_handshakes_refused_total",
+                "Handshakes a node refused: a wrong token, a bad hello",
+            ),
+            client_secrets_minted: counter(&r, "omni_client_secrets_minted_total", "Client secrets minted"),
             grants_refused: counter(
                 &r,
                 "omni_grants_refused_total",

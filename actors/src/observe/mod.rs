@@ -5,6 +5,7 @@
 //! a pool publishes to, the metrics, and what a recording keeps.
 
 pub mod events;
+mod log_gate;
 pub mod messages;
 pub mod metrics;
 mod recorder;
@@ -14,6 +15,7 @@ mod usage;
 pub use events::{
     Interest, Output, SessionEvent, SessionInfo, SessionSink, SessionSinks, Subscriber, Subscribers, WorkerChange,
 };
+pub use log_gate::gated;
 pub use metrics::metrics;
 pub use recording::{Direction, MediaSink, Recorded, RecordingSummary, Redact, SessionMeta, timestamp};
 pub use usage::Usage;

@@ -86,11 +86,15 @@ pub(super) async fn accept_loop(listener: TcpListener, door: Door) {
                             proved(tls, &peer, &door, deadline).await.map(|(s, r)| (Box::new(s) as Box<dyn Stream>, r))
                         }
                         Ok(Err(e)) => {
-                            log::warn!("node: {peer}: TLS handshake failed: {e}");
+                            if let Some(more) = omni_actors::observe::gated("node_tls_failed") {
+                                log::warn!("node: {peer}: TLS handshake failed: {e}{more}");
+                            }
                             None
                         }
                         Err(_) => {
-                            log::warn!("node: {peer}: TLS handshake timed out");
+                            if let Some(more) = omni_actors::observe::gated("node_tls_timeout") {
+                                log::warn!("node: {peer}: TLS handshake timed out{more}");
+                            }
                             None
                         }
                     },
@@ -126,14 +130,26 @@ async fn proved<S: AsyncRead + AsyncWrite + Unpin>(
         Ok(Ok(request)) => Some((stream, request)),
         Ok(Err(HandshakeRefused::Closed)) => None,
         Ok(Err(why)) => {
-            log::warn!("node: {peer}: refused: {why}");
+            omni_actors::observe::metrics().node_handshakes_refused.inc();
+            let reason = match why {
+                HandshakeRefused::WrongToken => "node_wrong_token",
+                HandshakeRefused::Protocol { .. } => "node_other_protocol",
+                HandshakeRefused::ClosedUnproven => "node_closed_unproven",
+                _ => "node_bad_handshake",
+            };
+            if let Some(more) = omni_actors::observe::gated(reason) {
+                log::warn!("node: {peer}: refused: {why}{more}");
+            }
             if matches!(why, HandshakeRefused::Protocol { .. } | HandshakeRefused::WrongToken) {
                 let _ = write_frame(&mut stream, &FromNode::Refused(why.to_string())).await;
             }
             None
         }
         Err(_) => {
-            log::warn!("node: {peer}: no handshake within {HANDSHAKE_TIMEOUT:?}");
+            omni_actors::observe::metrics().node_handshakes_refused.inc();
+            if let Some(more) = omni_actors::observe::gated("node_handshake_timeout") {
+                log::warn!("node: {peer}: no handshake within {HANDSHAKE_TIMEOUT:?}{more}");
+            }
             None
         }
     }

@@ -196,7 +196,10 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
         Ok(a) => a,
         Err(AnswerError::Offer(why)) => return bad_request(format!("the offer cannot be answered: {why}")),
         Err(e @ AnswerError::NoPort { .. }) => {
-            log::warn!("a call was refused: {e}");
+            omni_actors::observe::metrics().connections_refused.with_label_values(&["no_port"]).inc();
+            if let Some(more) = omni_actors::observe::gated("call_no_port") {
+                log::warn!("a call was refused: {e}{more}");
+            }
             return http_error(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", e.to_string());
         }
         Err(AnswerError::Io(e)) => {

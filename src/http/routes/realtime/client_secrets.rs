@@ -116,11 +116,11 @@ pub(crate) async fn mint(req: HttpRequest, payload: web::Payload, gw: web::Data<
     let minted = gw.keys.secrets.lock().mint(grant, ttl, Instant::now());
     match minted {
         Ok(m) => {
-            log::info!(
-                "a client secret was minted for {} ({} s)",
-                key_id.as_deref().unwrap_or("an open gateway"),
-                ttl.as_secs()
-            );
+            omni_actors::observe::metrics().client_secrets_minted.inc();
+            if let Some(more) = omni_actors::observe::gated("client_secret_minted") {
+                let by = key_id.as_deref().unwrap_or("an open gateway");
+                log::info!("a client secret was minted for {by} ({} s){more}", ttl.as_secs());
+            }
             let mut session = session.unwrap_or_else(|| json!({}));
             session["type"] = json!("realtime");
             // A secret is not kept by a cache on the way.
