@@ -30,7 +30,7 @@ dir=$(mktemp -d)
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
-token=clusterbench-node-token-0123456789
+token=$(python3 -c "import secrets; print(secrets.token_urlsafe(32))")
 
 # node NAME PORT COUNT CLUSTER_TOML: starts a node; sets $node.
 node() {

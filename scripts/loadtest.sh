@@ -30,7 +30,7 @@ nodes_toml=""
 node=""
 if [ "${VIA:-}" = node ]; then
     node_port=$(free_port)
-    token=loadtest-node-token-0123456789
+    token=$(python3 -c "import secrets; print(secrets.token_urlsafe(32))")
     cat > "$dir/node.toml" <<TOML
 [node]
 bind = "127.0.0.1:$node_port"

@@ -122,6 +122,41 @@ pub(crate) fn secret(key: &str, value: &str) -> Result<(), Invalid> {
     crate::http::auth::check_key(value).map_err(|e| Invalid::new(key, e.to_string()))
 }
 
+/// A node token (a node's `[node] token`, a gateway's `[[nodes]] token`, the cluster's) is at
+/// least this long.
+pub(crate) const MIN_TOKEN_BYTES: usize = 32;
+/// ...and zxcvbn must estimate it takes at least 10^this guesses: its ceiling (it counts in a
+/// u64), which a random string of 32 bytes or more reaches, and repeats, sequences and common
+/// words do not. (It cannot tell a long passphrase from a random string: the hint says how to
+/// make the latter.)
+const MIN_TOKEN_GUESSES_LOG10: f64 = 19.0;
+/// How to make a good one, for the error.
+const TOKEN_HINT: &str = "make one with `openssl rand -base64 32`";
+
+/// A token two parts prove to each other (a node and its gateways, the replicas of a cluster):
+/// long and random, as a proof of it can be tried offline against guesses.
+pub(crate) fn node_token(key: &str, value: &str) -> Result<(), Invalid> {
+    secret(key, value)?;
+    if value.len() < MIN_TOKEN_BYTES {
+        let why = format!(
+            "a node token must be at least {MIN_TOKEN_BYTES} bytes (this one has {}): {TOKEN_HINT}",
+            value.len()
+        );
+        return Err(Invalid::new(key, why));
+    }
+    let lower = value.to_ascii_lowercase();
+    if ["change-me", "changeme", "change_me", "placeholder", "replace-me", "example"].iter().any(|p| lower.contains(p))
+    {
+        return Err(Invalid::new(key, format!("is a placeholder, not a secret: {TOKEN_HINT}")));
+    }
+    let guesses = zxcvbn::zxcvbn(value, &[]).guesses_log10();
+    if guesses < MIN_TOKEN_GUESSES_LOG10 {
+        let why = format!("is guessable (words, sequences or repeats: about 10^{guesses:.0} guesses): {TOKEN_HINT}");
+        return Err(Invalid::new(key, why));
+    }
+    Ok(())
+}
+
 /// A URL as logs show it: its scheme and host, its user part as `***@` and anything after the
 /// host as `/***` (a password, a token in the path or query).
 pub(crate) fn redacted_url(url: &str) -> String {
@@ -142,4 +177,31 @@ pub(crate) fn network(key: &str, entry: &str) -> Result<ipnet::IpNet, Invalid> {
         .parse::<ipnet::IpNet>()
         .or_else(|_| entry.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
         .map_err(|_| Invalid::new(key, format!("'{entry}' is neither ADDRESS/BITS (\"10.0.0.0/8\") nor an address")))
+}
+
+#[cfg(test)]
+mod token_tests {
+    use super::node_token;
+
+    #[test]
+    fn a_node_token_is_long_random_and_no_placeholder() {
+        for (token, why) in [
+            ("node-token-0123456789abcdef", "at least 32 bytes"),
+            ("change-me-node-token-0123456789", "at least 32 bytes"),
+            ("change-me-to-a-long-node-token-Xq7pL2vR9", "placeholder"),
+            ("passwordpasswordpasswordpassword12", "guessable"),
+            ("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "guessable"),
+            ("0123456789012345678901234567890123456789", "guessable"),
+        ] {
+            let e = node_token("token", token).expect_err(token);
+            assert!(e.to_string().contains(why), "{token}: {e}");
+            assert!(e.to_string().contains("openssl rand"), "the way to a good one: {e}");
+        }
+        for token in [
+            "q3V8r7lWm0Jx2d9Kp4TzY6bN1cHs5fGa8uE0iO2wRkM=",
+            "9f2c4a7e1b8d3f6a0c5e9b2d7f4a1c8e3b6d0f9a2c5e8b1d4f7a0c3e6b9d2f5a",
+        ] {
+            node_token("token", token).unwrap_or_else(|e| panic!("{token}: {e}"));
+        }
+    }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::check::{Base, Invalid, name_ok, network, positive, secret};
+use super::check::{Base, Invalid, name_ok, network, node_token, positive};
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -154,7 +154,8 @@ impl ClusterConfig {
                      (omni-gateway node) and drop [[nodes]]",
                 ));
             }
-            secret("token", &self.token).map_err(|e| Invalid::new("token", format!("the nodes' token: {}", e.why)))?;
+            node_token("token", &self.token)
+                .map_err(|e| Invalid::new("token", format!("the nodes' token: {}", e.why)))?;
         }
         let ca = (!self.ca.is_empty()).then(|| base.file("ca", &self.ca)).transpose()?;
         let node_networks =

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::check::{Base, Invalid, check_name, host_port, positive, resolve_bind, secret};
+use super::check::{Base, Invalid, check_name, host_port, node_token, positive, resolve_bind};
 use super::server::TlsConfig;
 
 /// `[node]`: read by `omni-gateway node` only. Where this host serves its `[[workers]]` to
@@ -58,7 +58,7 @@ impl NodeConfig {
         if self.token.is_empty() {
             return Err(Invalid::new("token", "is required: the secret a gateway presents (16 bytes or more)"));
         }
-        secret("token", &self.token)?;
+        node_token("token", &self.token)?;
         positive("heartbeat_interval_s", self.heartbeat_interval_s)?;
         if self.heartbeat_timeout_s <= self.heartbeat_interval_s {
             return Err(Invalid::new("heartbeat_timeout_s", "must be longer than node.heartbeat_interval_s"));
@@ -145,7 +145,7 @@ impl NodeEntry {
         let (host, _) = host_port("address", &self.address)?;
         let name = self.name.clone().unwrap_or_else(|| host.clone());
         check_name("name", &name)?;
-        secret("token", &self.token)?;
+        node_token("token", &self.token)?;
         positive("heartbeat_interval_s", self.heartbeat_interval_s)?;
         if self.heartbeat_timeout_s <= self.heartbeat_interval_s {
             return Err(Invalid::new("heartbeat_timeout_s", "must be longer than heartbeat_interval_s"));

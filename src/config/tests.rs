@@ -61,20 +61,23 @@ fn the_worker_list_is_required() {
 
 #[test]
 fn nodes_and_the_node_role_are_checked() {
-    let token = "token = \"0123456789abcdef0\"";
+    let token = "token = \"Jx2d9Kp4TzY6bN1cHs5fGa8uE0iO2wRkMq3V8r7lWm0=\"";
     let c = parse(&format!("[[nodes]]\naddress = \"gpu1:7100\"\n{token}\n")).unwrap();
     assert!(c.workers.is_empty());
     assert_eq!((c.nodes[0].name.as_str(), c.nodes[0].server_name.as_str()), ("gpu1", "gpu1"));
     assert_eq!(c.nodes[0].heartbeat_timeout, Duration::from_secs(5));
     let cases = [
-        ("[[nodes]]\naddress = \"gpu1\"\ntoken = \"0123456789abcdef0\"\n", "nodes[0].address: 'gpu1' is not HOST:PORT"),
+        (
+            "[[nodes]]\naddress = \"gpu1\"\ntoken = \"Jx2d9Kp4TzY6bN1cHs5fGa8uE0iO2wRkMq3V8r7lWm0=\"\n",
+            "nodes[0].address: 'gpu1' is not HOST:PORT",
+        ),
         ("[[nodes]]\naddress = \"gpu1:7100\"\ntoken = \"short\"\n", "nodes[0].token: a key must be at least 16 bytes"),
         (
-            "[[nodes]]\naddress = \"gpu1:7100\"\ntoken = \"0123456789abcdef0\"\nheartbeat_timeout_s = 0.5\n",
+            "[[nodes]]\naddress = \"gpu1:7100\"\ntoken = \"Jx2d9Kp4TzY6bN1cHs5fGa8uE0iO2wRkMq3V8r7lWm0=\"\nheartbeat_timeout_s = 0.5\n",
             "nodes[0].heartbeat_timeout_s: must be longer than heartbeat_interval_s",
         ),
         (
-            "[[nodes]]\naddress = \"gpu1:7100\"\ntoken = \"0123456789abcdef0\"\n[[nodes]]\naddress = \"gpu1:7200\"\ntoken = \"0123456789abcdef0\"\n",
+            "[[nodes]]\naddress = \"gpu1:7100\"\ntoken = \"Jx2d9Kp4TzY6bN1cHs5fGa8uE0iO2wRkMq3V8r7lWm0=\"\n[[nodes]]\naddress = \"gpu1:7200\"\ntoken = \"Jx2d9Kp4TzY6bN1cHs5fGa8uE0iO2wRkMq3V8r7lWm0=\"\n",
             "nodes[1].name: 'gpu1' names two nodes",
         ),
         ("[node]\nbind = \"127.0.0.1:7100\"\n[[workers]]\n", "node.token: is required"),
@@ -99,7 +102,7 @@ fn nodes_and_the_node_role_are_checked() {
 #[test]
 fn the_cluster_section_is_checked() {
     let url = "url = \"redis://:secret@10.0.0.2:6379/0\"";
-    let token = "token = \"0123456789abcdef0\"";
+    let token = "token = \"Jx2d9Kp4TzY6bN1cHs5fGa8uE0iO2wRkMq3V8r7lWm0=\"";
     // A replica: no workers of its own, the nodes' token.
     let c = parse(&format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nname = \"gw-a\"\n")).unwrap();
     let spec = c.cluster.unwrap();

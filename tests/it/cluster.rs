@@ -960,10 +960,19 @@ fn load_embedded(name: &str, toml: &str) -> omni_gateway::config::Config {
             text.push('\n');
         }
     }
+    // As shipped, the node token is a placeholder the server refuses; an operator replaces it.
     let path = dir.path().join(name);
-    std::fs::write(&path, text).unwrap();
+    std::fs::write(&path, &text).unwrap();
+    if text.contains(PLACEHOLDER_TOKEN) {
+        let refused = omni_gateway::config::Config::load(&path).map(drop).expect_err("the placeholder token");
+        assert!(refused.to_string().contains("openssl rand"), "{name}: {refused}");
+        std::fs::write(&path, text.replace(PLACEHOLDER_TOKEN, NODE_TOKEN)).unwrap();
+    }
     omni_gateway::config::Config::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
+
+/// The node token the files under `deploy/` ship with.
+const PLACEHOLDER_TOKEN: &str = "change-me-node-token-0123456789";
 
 fn port_of(config: &omni_gateway::config::Config) -> u16 {
     config.bind[0].port()

@@ -138,7 +138,7 @@ async fn a_hundred_strangers_cost_the_node_one_log_line() {
 #[tokio::test]
 async fn a_wrong_token_is_refused() {
     let node = Node::start(&workers(1, ""), "");
-    let entry = node.entry("gpu1", "").replace(NODE_TOKEN, "not-the-node-token-0000");
+    let entry = node.entry("gpu1", "").replace(NODE_TOKEN, "Wm0Jx2d9Kp4TzY6bN1cHs5fGa8uE0iO2wRkMq3V8r7l=");
     let mut server = gateway(&entry);
     // The node proves the token first: the gateway, holding another, cannot check the proof and
     // says nothing more; the node sees a peer leave without proving the token.

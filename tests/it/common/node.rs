@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::WAIT;
 
 /// The token of every test node.
-pub(crate) const NODE_TOKEN: &str = "node-token-0123456789abcdef";
+pub(crate) const NODE_TOKEN: &str = "Jx2d9Kp4TzY6bN1cHs5fGa8uE0iO2wRkMq3V8r7lWm0=";
 
 pub(crate) struct Node {
     child: Child,
