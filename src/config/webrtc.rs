@@ -31,6 +31,11 @@ pub struct WebRtcConfig {
     pub max_client_secrets: usize,
     /// ... of them minted by one API key.
     pub max_client_secrets_per_key: usize,
+    /// Calls answered and not yet through ICE and DTLS, at most per client address (an IPv6
+    /// /64 as one) and per API key (0: a quarter of the port range): past it a call gets 429,
+    /// so one key or one address cannot hold every port.
+    pub max_unconnected_calls_per_ip: usize,
+    pub max_unconnected_calls_per_key: usize,
 }
 
 impl Default for WebRtcConfig {
@@ -44,6 +49,8 @@ impl Default for WebRtcConfig {
             client_secret_ttl_s: 60,
             max_client_secrets: 10_000,
             max_client_secrets_per_key: 1_000,
+            max_unconnected_calls_per_ip: 8,
+            max_unconnected_calls_per_key: 0,
         }
     }
 }
@@ -59,6 +66,8 @@ pub struct WebRtcSpec {
     pub client_secret_ttl: Duration,
     pub max_client_secrets: usize,
     pub max_client_secrets_per_key: usize,
+    pub max_unconnected_calls_per_ip: usize,
+    pub max_unconnected_calls_per_key: usize,
 }
 
 /// Limits of a client secret's lifetime, as the OpenAI Realtime API has them.
@@ -99,6 +108,14 @@ impl WebRtcConfig {
         if self.max_client_secrets_per_key == 0 {
             return Err(Invalid::new("max_client_secrets_per_key", "must be at least 1"));
         }
+        if self.max_unconnected_calls_per_ip == 0 {
+            return Err(Invalid::new("max_unconnected_calls_per_ip", "must be at least 1"));
+        }
+        let range = usize::from(last - first) + 1;
+        let per_key = match self.max_unconnected_calls_per_key {
+            0 => (range / 4).max(1),
+            n => n,
+        };
         Ok(WebRtcSpec {
             enabled: self.enabled,
             bind,
@@ -108,6 +125,8 @@ impl WebRtcConfig {
             client_secret_ttl: Duration::from_secs(self.client_secret_ttl_s),
             max_client_secrets: self.max_client_secrets,
             max_client_secrets_per_key: self.max_client_secrets_per_key,
+            max_unconnected_calls_per_ip: self.max_unconnected_calls_per_ip,
+            max_unconnected_calls_per_key: per_key,
         })
     }
 }

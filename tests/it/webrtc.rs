@@ -331,6 +331,34 @@ async fn a_secret_opens_what_it_was_minted_for_on_every_endpoint() {
     open(format!("mode=audio&api_key={plain}")).await.expect("a secret without settings");
 }
 
+/// An answered call holds a UDP port until it connects or its connect timeout passes, without
+/// a datagram: one address holds at most `max_unconnected_calls_per_ip` of them (and one key
+/// `max_unconnected_calls_per_key`), so it cannot take every port. (The audit's 125 addresses
+/// held all 1,000 ports.) A call that timed out frees its place.
+#[test]
+fn an_address_holds_only_so_many_calls_not_yet_connected() {
+    let server = Server::ready(
+        Setup::default()
+            .auth(&format!("api_keys = [\"{KEY}\"]"))
+            .extra("[webrtc]\nmax_unconnected_calls_per_ip = 2\nconnect_timeout_s = 1"),
+    );
+    let sdp = [("Authorization", bearer(KEY)), ("Content-Type", "application/sdp".to_string())];
+    let sdp: Vec<(&str, &str)> = sdp.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    for _ in 0..2 {
+        let (code, _, body) = post(&server, "/v1/realtime/calls", &sdp, offer().as_bytes());
+        assert_eq!(code, 201, "{body}");
+    }
+    let (code, _, body) = post(&server, "/v1/realtime/calls", &sdp, offer().as_bytes());
+    assert_eq!(code, 429, "{body}");
+    assert!(body.contains("too_many_unconnected_calls") && body.contains("max_unconnected_calls_per_ip"), "{body}");
+    assert_eq!(server.metric("omni_connections_refused_total{reason=\"too_many_unconnected_calls\"}"), 1.0);
+    // Both drop at their connect timeout; then the address may call again.
+    server.wait_log_count("dropping the call", 2, WAIT);
+    let answered =
+        (0..200).map(|_| post(&server, "/v1/realtime/calls", &sdp, offer().as_bytes()).0).find(|c| *c != 429);
+    assert_eq!(answered, Some(201), "a call that timed out frees its place");
+}
+
 #[test]
 fn the_signalling_refuses_with_reasons() {
     let server = Server::ready(Setup::default().auth(&format!("api_keys = [\"{KEY}\", \"{OTHER_KEY}\"]")));

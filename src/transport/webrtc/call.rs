@@ -237,7 +237,10 @@ impl CallEdge {
 
     fn on_event(&mut self, event: Event, ctx: &mut Context<Self>) {
         match event {
-            Event::Connected => log::info!("call {}: connected (ICE and DTLS done)", self.id),
+            Event::Connected => {
+                self.calls.connected(&self.id);
+                log::info!("call {}: connected (ICE and DTLS done)", self.id)
+            }
             Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
                 log::info!("call {}: ICE lost the client", self.id);
                 self.end(ctx, Some(CloseReason::ClientGone));
@@ -754,6 +757,8 @@ mod tests {
             client_secret_ttl: Duration::from_secs(60),
             max_client_secrets: 10,
             max_client_secrets_per_key: 10,
+            max_unconnected_calls_per_ip: 8,
+            max_unconnected_calls_per_key: 250,
         };
         let calls = Calls::new(spec);
         let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();

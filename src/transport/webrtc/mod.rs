@@ -14,10 +14,11 @@
 pub mod call;
 pub mod codec;
 pub mod events;
+pub mod pending;
 pub mod playout;
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -68,6 +69,8 @@ pub enum HangUp {
 pub struct Calls {
     spec: WebRtcSpec,
     live: Mutex<HashMap<String, Live>>,
+    /// Those not yet connected, by who opened them (their caps).
+    pending: Mutex<pending::Pending>,
     /// Where the next port search starts, so that a port just freed is not taken again at once.
     cursor: AtomicU32,
     crypto: Arc<str0m::config::CryptoProvider>,
@@ -78,6 +81,7 @@ impl Calls {
         Arc::new(Calls {
             spec,
             live: Mutex::new(HashMap::new()),
+            pending: Mutex::default(),
             cursor: AtomicU32::new(0),
             crypto: Arc::new(str0m::crypto::from_feature_flags()),
         })
@@ -93,6 +97,22 @@ impl Calls {
 
     pub fn remove(&self, id: &str) {
         self.live.lock().remove(id);
+        self.pending.lock().settle(id);
+    }
+
+    /// Counts call `id` as not yet connected, unless its address or key is at its cap. Until
+    /// [`Calls::connected`] (or [`Calls::remove`]).
+    pub fn admit_unconnected(&self, id: &str, ip: Option<IpAddr>, key: Option<&str>) -> Result<(), pending::Refused> {
+        let caps = pending::Caps {
+            per_address: self.spec.max_unconnected_calls_per_ip,
+            per_key: self.spec.max_unconnected_calls_per_key,
+        };
+        self.pending.lock().admit(id, ip, key, caps)
+    }
+
+    /// Call `id` is through ICE and DTLS.
+    pub fn connected(&self, id: &str) {
+        self.pending.lock().settle(id);
     }
 
     /// Hangs a call up for the API key `key_id` (none: no keys are configured). The call is

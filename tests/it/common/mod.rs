@@ -279,9 +279,14 @@ impl Server {
 
     /// Waits until the server's log contains `needle`.
     pub(crate) fn wait_log(&self, needle: &str, within: Duration) {
+        self.wait_log_count(needle, 1, within);
+    }
+
+    /// Waits until the log says `needle` `count` times.
+    pub(crate) fn wait_log_count(&self, needle: &str, count: usize, within: Duration) {
         let deadline = Instant::now() + within;
-        while !self.logs().contains(needle) {
-            assert!(Instant::now() < deadline, "the log never said {needle:?}:\n{}", self.logs());
+        while self.logs().matches(needle).count() < count {
+            assert!(Instant::now() < deadline, "the log never said {needle:?} {count} times:\n{}", self.logs());
             std::thread::sleep(Duration::from_millis(10));
         }
     }

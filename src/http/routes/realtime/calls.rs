@@ -192,6 +192,15 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
         Ok(a) => a,
         Err(refusal) => return refused(refusal),
     };
+    // Counted as not yet connected before it takes a port: one address or one key cannot hold
+    // them all.
+    let id = format!("rtc_{}", uuid::Uuid::new_v4().simple());
+    if let Err(why) = calls.admit_unconnected(&id, caller.ip, admitted.key_id.as_deref()) {
+        omni_actors::observe::metrics().connections_refused.with_label_values(&["too_many_unconnected_calls"]).inc();
+        return http_error(StatusCode::TOO_MANY_REQUESTS, "too_many_unconnected_calls", why.to_string());
+    }
+    // Refused from here on, it no longer counts; answered, its edge settles it.
+    let mut unsettled = Unsettled { calls: &calls, id: &id, armed: true };
     let answered = match calls.answer(&offer.sdp) {
         Ok(a) => a,
         Err(AnswerError::Offer(why)) => return bad_request(format!("the offer cannot be answered: {why}")),
@@ -220,7 +229,6 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
         .flatten()
         .map(client_secrets::session_update)
         .collect();
-    let id = format!("rtc_{}", uuid::Uuid::new_v4().simple());
     let config = &gw.config;
     let settings = CallSettings {
         connect_timeout: calls.spec().connect_timeout,
@@ -241,7 +249,10 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
     };
     match CallEdge::new(parts) {
         // Known by its id before the answer leaves: a hangup right after it finds the call.
-        Ok(edge) => calls.insert(id.clone(), edge.start(), key_id),
+        Ok(edge) => {
+            unsettled.armed = false;
+            calls.insert(id.clone(), edge.start(), key_id)
+        }
         Err(e) => {
             log::error!("a call was refused: {e}");
             return http_error(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "cannot start the call");
@@ -254,6 +265,22 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .content_type("application/sdp")
         .body(answered.sdp)
+}
+
+/// A call counted as not yet connected, until it was handed to its edge: dropped before, it
+/// no longer counts (the request was refused).
+struct Unsettled<'a> {
+    calls: &'a crate::transport::webrtc::Calls,
+    id: &'a str,
+    armed: bool,
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.calls.connected(self.id);
+        }
+    }
 }
 
 /// Hangs a call up, for the API key that opened it (or minted the secret it was opened with);
