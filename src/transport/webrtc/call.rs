@@ -109,6 +109,8 @@ pub struct CallEdge {
     rate: Option<MessageRate>,
     /// What the session has been handed and not handled yet.
     incoming: Arc<Backlog>,
+    /// When the client was last told its event was dropped (the session behind): once a second.
+    behind_told: Option<Instant>,
 }
 
 /// What a call starts from: its negotiated `Rtc` and socket, and how it reaches the rest.
@@ -138,6 +140,7 @@ impl CallEdge {
             local,
             rate: parts.settings.rate.map(|l| MessageRate::new(l, now)),
             incoming: Backlog::new(parts.settings.max_incoming_bytes, parts.incoming),
+            behind_told: None,
             settings: parts.settings,
             start: Some(parts.start),
             first: parts.first,
@@ -253,11 +256,14 @@ impl CallEdge {
             Event::MediaData(data) if Some(data.mid) == self.audio => self.on_voice(&data.data),
             Event::ChannelOpen(id, label) => {
                 if label != EVENTS_CHANNEL {
-                    log::info!(
-                        "call {}: a data channel {:?} is not used (events travel on {EVENTS_CHANNEL})",
-                        self.id,
-                        label
-                    );
+                    // (the label is the client's: clipped, and said once in a while at most)
+                    if let Some(more) = omni_actors::observe::gated("call_other_channel") {
+                        let label: String = label.chars().take(32).collect();
+                        log::info!(
+                            "call {}: a data channel {label:?} is not used (events travel on {EVENTS_CHANNEL}){more}",
+                            self.id
+                        );
+                    }
                     return;
                 }
                 self.channel = Some(id);
@@ -276,6 +282,11 @@ impl CallEdge {
                     Ok(text) => self.on_client_event(text, ctx),
                     Err(_) => self.end(ctx, Some(CloseReason::ProtocolViolation(Violation::InvalidUtf8))),
                 }
+            }
+            // A message on another channel is not used, and counts against the message rate as
+            // any other: a peer pays for what it sends, on whatever channel.
+            Event::ChannelData(_) => {
+                self.within_rate(ctx);
             }
             Event::ChannelClose(id) if Some(id) == self.channel => {
                 log::info!("call {}: the client closed {EVENTS_CHANNEL}", self.id);
@@ -320,6 +331,16 @@ impl CallEdge {
             Incoming::Clear { event_id } => {
                 if let Some(notice) = self.clear() {
                     self.notify(notice, event_id.as_deref(), ctx);
+                }
+            }
+            Incoming::Forward if self.incoming.full() => {
+                // The session is behind by `max_incoming_bytes` (a WebSocket would stop being
+                // read; a call cannot, without losing its voice): the event is dropped, and the
+                // client told so, once a second at most.
+                metrics().chunks_dropped.with_label_values(&["audio"]).inc();
+                if self.behind_told.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                    self.behind_told = Some(Instant::now());
+                    self.send(ByteString::from(events::behind_error()), ctx);
                 }
             }
             Incoming::Forward => self.hand(FromClient::Text(ByteString::from(text))),
@@ -619,6 +640,7 @@ mod tests {
     use super::{CallEdge, CallParts, CallSettings, EVENTS_CHANNEL};
     use crate::config::WebRtcSpec;
     use crate::transport::incoming::IncomingBudget;
+    use crate::transport::limits::RateLimit;
     use crate::transport::webrtc::Calls;
     use crate::transport::webrtc::codec::{Downlink, FRAME_SAMPLES, RATE, RTP_TICKS_PER_FRAME};
 
@@ -659,6 +681,8 @@ mod tests {
         local: SocketAddr,
         mid: Mid,
         channel: ChannelId,
+        /// A channel the gateway does not use, when the call has one.
+        junk: Option<ChannelId>,
         rtp_time: u64,
     }
 
@@ -702,6 +726,11 @@ mod tests {
 
         fn send_text(&mut self, text: &str) {
             self.rtc.channel(self.channel).expect("open").write(false, text.as_bytes()).unwrap();
+        }
+
+        fn send_junk(&mut self, text: &str) {
+            let junk = self.junk.expect("a call with a second channel");
+            self.rtc.channel(junk).expect("open").write(false, text.as_bytes()).unwrap();
         }
 
         fn send_binary(&mut self, bytes: &[u8]) {
@@ -748,6 +777,11 @@ mod tests {
     /// A call answered by the gateway's own signalling and run by its edge, the stand-in behind
     /// it, and a caller through ICE and DTLS with its data channel open.
     async fn call() -> Call {
+        call_with(None, false).await
+    }
+
+    /// A call with a message rate, and (`junk`) a second channel the gateway does not use.
+    async fn call_with(rate: Option<RateLimit>, junk: bool) -> Call {
         let spec = WebRtcSpec {
             enabled: true,
             bind: "127.0.0.1".parse().unwrap(),
@@ -768,6 +802,7 @@ mod tests {
         let mut api = rtc.sdp_api();
         let mid = api.add_media(MediaKind::Audio, Direction::SendRecv, None, None, None);
         let channel = api.add_channel(EVENTS_CHANNEL.into());
+        let junk = junk.then(|| api.add_channel("junk".into()));
         let (offer, pending) = api.apply().unwrap();
         let answered = calls.answer(&offer.to_sdp_string()).unwrap();
         rtc.sdp_api().accept_answer(pending, SdpAnswer::from_sdp_string(&answered.sdp).unwrap()).unwrap();
@@ -780,7 +815,7 @@ mod tests {
         });
         let settings = CallSettings {
             connect_timeout: Duration::from_secs(5),
-            rate: None,
+            rate,
             max_outgoing_bytes: 1 << 20,
             max_incoming_bytes: 1 << 20,
         };
@@ -795,10 +830,25 @@ mod tests {
             incoming: IncomingBudget::new(1 << 20),
         };
         CallEdge::new(parts).unwrap().start();
-        let caller = Caller { rtc, socket, local, mid, channel, rtp_time: 0 };
+        let opens = if junk.is_some() { 2 } else { 1 };
+        let caller = Caller { rtc, socket, local, mid, channel, junk, rtp_time: 0 };
         let mut call = Call { caller, heard, line };
-        call.caller_sees(|s| *s == Seen::Open).await;
+        call.caller
+            .drive_until(|seen| (seen.iter().filter(|s| **s == Seen::Open).count() >= opens).then_some(()))
+            .await;
         call
+    }
+
+    /// Messages on a channel the gateway does not use count against the message rate as any
+    /// other: a peer cannot send without limit by choosing another channel.
+    #[actix::test]
+    async fn messages_on_another_channel_count_against_the_rate() {
+        let rate = RateLimit { per_second: 1.0, burst: 2.0, abuse_after: Duration::from_secs(60) };
+        let mut call = call_with(Some(rate), true).await;
+        for _ in 0..10 {
+            call.caller.send_junk("x");
+        }
+        assert_eq!(call.heard().await, "refused rate_limited", "the session heard the peer is over the rate");
     }
 
     #[actix::test]

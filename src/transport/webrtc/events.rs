@@ -47,6 +47,17 @@ pub fn buffer_event(kind: &str, response_id: &str, client_event_id: Option<&str>
     event.to_string()
 }
 
+/// The error a client hears when its event was dropped: its session is behind.
+pub fn behind_error() -> String {
+    serde_json::json!({
+        "type": "error",
+        "event_id": format!("event_{}", uuid::Uuid::new_v4().simple()),
+        "error": {"type": "invalid_request_error", "code": "buffer_full",
+                  "message": "the session is behind on what this call sent: an event was dropped; send it again once the session has answered"},
+    })
+    .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

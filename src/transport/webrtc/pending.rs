@@ -48,7 +48,6 @@ impl Pending {
     pub fn settle(&mut self, id: &str) {
         self.calls.remove(id);
     }
-
 }
 
 #[cfg(test)]
