@@ -105,16 +105,29 @@ fn ticket(s: &str) -> Result<TicketId, ClusterError> {
     s.parse().map_err(|_| ClusterError::Unexpected(format!("ticket number '{s}' in the store")))
 }
 
+/// The longest grant field a node writes (a slot's `node/worker`, a `HOST:PORT`, a nonce, a
+/// signature): a longer one is not a node's, and is clipped to this (its signature then does
+/// not check, and the grant is refused like any forged one, at no more cost than a real one).
+const MAX_GRANT_FIELD: usize = 300;
+
+fn clipped(field: &str) -> String {
+    let mut end = field.len().min(MAX_GRANT_FIELD);
+    while !field.is_char_boundary(end) {
+        end -= 1;
+    }
+    field[..end].to_string()
+}
+
 /// A grant as the scripts write it: `seq slot addr nonce mode sig`.
 fn grant(fields: &[String]) -> Result<Grant, ClusterError> {
     match fields {
         [seq, slot, addr, nonce, m, sig] => Ok(Grant {
             ticket: ticket(seq)?,
-            slot: slot.clone(),
-            addr: addr.clone(),
-            nonce: nonce.clone(),
+            slot: clipped(slot),
+            addr: clipped(addr),
+            nonce: clipped(nonce),
             mode: mode(m)?,
-            sig: sig.clone(),
+            sig: clipped(sig),
         }),
         _ => Err(bad("a grant")),
     }

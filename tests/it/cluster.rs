@@ -557,11 +557,22 @@ async fn a_grant_its_node_did_not_sign_is_never_dialled() {
     let fake = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     fake.set_nonblocking(true).unwrap();
     let ticket = waiter.ticket.trim_start_matches("ticket_").to_string();
-    let forged = format!("{ticket} n1/sim-0 {} 0123abcd audio {}", fake.local_addr().unwrap(), "ab".repeat(32));
+    // Its worker's name is 30 KB long: it costs the log no more than a short one would (its
+    // fields are clipped when read, the refusal is said once in a while, the worker told without
+    // them).
+    let forged = format!(
+        "{ticket} n1/sim-0{} {} 0123abcd audio {}",
+        "w".repeat(30_000),
+        fake.local_addr().unwrap(),
+        "ab".repeat(32)
+    );
+    let before = g1.logs().len();
     assert_eq!(redis.command(&format!("RPUSH {{og}}:g:g1 \"{forged}\"")).as_deref(), Some(":1\r\n"));
     g1.wait_log("is not signed by its node", WAIT);
     g1.wait_log("not taken", WAIT); // the lend failed: a dial would have come before
     assert_eq!(g1.metric("omni_grants_refused_total"), 1.0);
+    let grown = g1.logs().len() - before;
+    assert!(grown < 8192, "the log grew {grown} bytes for a grant with a 30 KB field");
     let dialled = |fake: &std::net::TcpListener| fake.accept().map(|(_, peer)| peer.to_string());
     assert_eq!(
         dialled(&fake).map_err(|e| e.kind()),
