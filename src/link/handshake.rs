@@ -1,37 +1,52 @@
 //! How a gateway (or a replica) and a node prove to each other that they hold the node's token
-//! before either says anything that matters, without the token crossing the wire.
+//! before either says anything that matters, without the token crossing the wire, and without
+//! giving anyone who lacks it a way to test guesses of it offline.
 //!
-//! 1. The gateway opens the connection with [`ToNode::Hello`]: the protocol and a fresh nonce.
-//! 2. The node answers [`FromNode::Challenge`]: a fresh nonce of its own, and its proof,
-//!    HMAC-SHA256 under the token over both nonces. The gateway checks it: a listener that is
-//!    not the node (an address a store was made to name, a host that took the node's address)
-//!    cannot make it, and hears nothing more: no token, no request, no audio.
-//! 3. The gateway sends [`ToNode::Prove`]: its own proof over both nonces and the request it
-//!    makes (discovery, an attach with its grant, a link kept open for grants). The node checks
-//!    it before it reads the request.
+//! The token is a password for SPAKE2 (crate `spake2`, Ed25519, the symmetric variant): each
+//! side sends a message made from it and a random secret, and both derive the same key only if
+//! both used the same token. Whoever talks to a node or a gateway without the token gets
+//! messages and proofs under a key it cannot compute, and one guess per connection at most: a
+//! recorded handshake cannot be tried against a dictionary.
 //!
-//! The proofs are made with distinct labels, and each side's nonce is fresh per connection: a
-//! proof seen once is no use on another connection, nor as the other side's. Every frame until
-//! then is at most [`MAX_UNPROVEN_FRAME`], read as it arrives (a length a stranger announces
-//! never sizes a buffer).
+//! 1. The gateway opens the connection with [`ToNode::Hello`]: the protocol, a fresh nonce and
+//!    its SPAKE2 message.
+//! 2. The node answers [`FromNode::Challenge`]: its nonce, its SPAKE2 message, and its proof, an
+//!    HMAC-SHA256 under the derived key over everything both said. The gateway checks it: a
+//!    listener that is not the node (an address a store was made to name, a host that took the
+//!    node's address) cannot make it, and hears nothing more: no request, no audio.
+//! 3. The gateway sends [`ToNode::Prove`]: its own proof, over the same and the request it makes
+//!    (discovery, an attach with its grant, a link kept open for grants). The node checks it
+//!    before it reads the request.
+//!
+//! The proofs are made with distinct labels, and each side's nonce and secret are fresh per
+//! connection: a proof seen once is no use on another connection, nor as the other side's. Every
+//! frame until then is at most [`MAX_UNPROVEN_FRAME`], read as it arrives (a length a stranger
+//! announces never sizes a buffer).
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use spake2::{Ed25519Group, Identity, Password, Spake2};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::LinkError;
-use super::wire::{FromNode, MAX_UNPROVEN_FRAME, PROTOCOL, Request, ToNode, read_frame, write_frame};
+use super::wire::{FromNode, MAX_UNPROVEN_FRAME, PROTOCOL, Request, ToNode, read_frame, read_frame_bytes, write_frame};
 
 /// Bytes of each side's nonce.
 pub const NONCE_BYTES: usize = 32;
 
-const NODE_LABEL: &[u8] = b"omni-gateway node proof v1";
-const GATEWAY_LABEL: &[u8] = b"omni-gateway gateway proof v1";
+const NODE_LABEL: &[u8] = b"omni-gateway node proof v2";
+const GATEWAY_LABEL: &[u8] = b"omni-gateway gateway proof v2";
+/// What both sides name the exchange (SPAKE2's identity).
+const EXCHANGE: &[u8] = b"omni-gateway node link";
 
 type HmacSha256 = Hmac<Sha256>;
 
 pub(super) fn mac(token: &str, label: &[u8], parts: &[&[u8]]) -> HmacSha256 {
-    let mut mac = HmacSha256::new_from_slice(token.as_bytes()).expect("HMAC takes a key of any length");
+    keyed(token.as_bytes(), label, parts)
+}
+
+fn keyed(key: &[u8], label: &[u8], parts: &[&[u8]]) -> HmacSha256 {
+    let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes a key of any length");
     mac.update(label);
     for part in parts {
         // Each part's length first: no two different lists of parts read the same.
@@ -48,26 +63,45 @@ pub fn nonce() -> Vec<u8> {
     n
 }
 
-/// The node's proof that it holds `token`.
-pub fn node_proof(token: &str, gateway_nonce: &[u8], node_nonce: &[u8]) -> Vec<u8> {
-    mac(token, NODE_LABEL, &[gateway_nonce, node_nonce]).finalize().into_bytes().to_vec()
+/// One side's half of the exchange: its secret state and the message it sends.
+pub fn exchange(token: &str) -> (Spake2<Ed25519Group>, Vec<u8>) {
+    Spake2::<Ed25519Group>::start_symmetric(&Password::new(token.as_bytes()), &Identity::new(EXCHANGE))
 }
 
-/// The gateway's proof that it holds `token`, bound to what it asks for.
-pub fn gateway_proof(token: &str, node_nonce: &[u8], gateway_nonce: &[u8], request: &Request) -> Vec<u8> {
+/// What both sides said, in order: the proofs cover all of it.
+pub struct Transcript<'a> {
+    pub gateway_nonce: &'a [u8],
+    pub gateway_pake: &'a [u8],
+    pub node_nonce: &'a [u8],
+    pub node_pake: &'a [u8],
+}
+
+impl Transcript<'_> {
+    fn parts(&self) -> [&[u8]; 4] {
+        [self.gateway_nonce, self.gateway_pake, self.node_nonce, self.node_pake]
+    }
+}
+
+/// The node's proof that it derived `key` (it holds the token).
+pub fn node_proof(key: &[u8], said: &Transcript<'_>) -> Vec<u8> {
+    keyed(key, NODE_LABEL, &said.parts()).finalize().into_bytes().to_vec()
+}
+
+/// The gateway's proof that it derived `key`, bound to what it asks for.
+pub fn gateway_proof(key: &[u8], said: &Transcript<'_>, request: &Request) -> Vec<u8> {
     let request = postcard::to_stdvec(request).unwrap_or_default();
-    mac(token, GATEWAY_LABEL, &[node_nonce, gateway_nonce, &request]).finalize().into_bytes().to_vec()
+    let [a, b, c, d] = said.parts();
+    keyed(key, GATEWAY_LABEL, &[a, b, c, d, &request]).finalize().into_bytes().to_vec()
 }
 
-/// Whether `proof` is the node's proof for these nonces (compared in constant time).
-pub fn node_proof_ok(token: &str, gateway_nonce: &[u8], node_nonce: &[u8], proof: &[u8]) -> bool {
-    mac(token, NODE_LABEL, &[gateway_nonce, node_nonce]).verify_slice(proof).is_ok()
+fn node_proof_ok(key: &[u8], said: &Transcript<'_>, proof: &[u8]) -> bool {
+    keyed(key, NODE_LABEL, &said.parts()).verify_slice(proof).is_ok()
 }
 
-/// Whether `proof` is the gateway's proof for these nonces and this request.
-pub fn gateway_proof_ok(token: &str, node_nonce: &[u8], gateway_nonce: &[u8], request: &Request, proof: &[u8]) -> bool {
+fn gateway_proof_ok(key: &[u8], said: &Transcript<'_>, request: &Request, proof: &[u8]) -> bool {
     let request = postcard::to_stdvec(request).unwrap_or_default();
-    mac(token, GATEWAY_LABEL, &[node_nonce, gateway_nonce, &request]).verify_slice(proof).is_ok()
+    let [a, b, c, d] = said.parts();
+    keyed(key, GATEWAY_LABEL, &[a, b, c, d, &request]).verify_slice(proof).is_ok()
 }
 
 /// The gateway's side: says hello, checks the node's proof, then proves itself with its
@@ -79,21 +113,25 @@ pub async fn open<S: AsyncRead + AsyncWrite + Unpin>(
     request: Request,
 ) -> Result<(), LinkError> {
     let ours = nonce();
-    write_frame(stream, &ToNode::Hello { protocol: PROTOCOL, nonce: ours.clone() })
+    let (state, our_pake) = exchange(token);
+    write_frame(stream, &ToNode::Hello { protocol: PROTOCOL, nonce: ours.clone(), pake: our_pake.clone() })
         .await
         .map_err(LinkError::Handshake)?;
-    let (theirs, proof) = match read_frame::<FromNode>(stream, MAX_UNPROVEN_FRAME).await {
-        Ok(Some(FromNode::Challenge { nonce, proof })) => (nonce, proof),
+    let (theirs, their_pake, proof) = match read_frame::<FromNode>(stream, MAX_UNPROVEN_FRAME).await {
+        Ok(Some(FromNode::Challenge { nonce, pake, proof })) => (nonce, pake, proof),
         // Said before it proved anything: kept short and printable, and marked so.
         Ok(Some(FromNode::Refused(why))) => return Err(LinkError::Refused(unproven_words(&why))),
         Ok(Some(other)) => return Err(LinkError::Unexpected(other.kind())),
         Ok(None) => return Err(LinkError::Closed),
         Err(e) => return Err(LinkError::Unreadable(e)),
     };
-    if theirs.len() != NONCE_BYTES || !node_proof_ok(token, &ours, &theirs, &proof) {
+    let said =
+        Transcript { gateway_nonce: &ours, gateway_pake: &our_pake, node_nonce: &theirs, node_pake: &their_pake };
+    let key = state.finish(&their_pake).map_err(|_| LinkError::NotTheNode)?;
+    if theirs.len() != NONCE_BYTES || !node_proof_ok(&key, &said, &proof) {
         return Err(LinkError::NotTheNode);
     }
-    let proof = gateway_proof(token, &theirs, &ours, &request);
+    let proof = gateway_proof(&key, &said, &request);
     write_frame(stream, &ToNode::Prove { proof, request }).await.map_err(LinkError::Handshake)
 }
 
@@ -135,24 +173,39 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     token: &str,
 ) -> Result<Request, HandshakeRefused> {
     let unreadable = |e: std::io::Error| HandshakeRefused::Unreadable(e.to_string());
-    let theirs = match read_frame::<ToNode>(stream, MAX_UNPROVEN_FRAME).await.map_err(unreadable)? {
-        Some(ToNode::Hello { protocol, nonce }) if protocol == PROTOCOL => nonce,
-        Some(ToNode::Hello { protocol, .. }) => {
+    let Some(first) = read_frame_bytes(stream, MAX_UNPROVEN_FRAME).await.map_err(unreadable)? else {
+        return Err(HandshakeRefused::Closed);
+    };
+    let (theirs, their_pake) = match postcard::from_bytes::<ToNode>(&first) {
+        Ok(ToNode::Hello { protocol, nonce, pake }) if protocol == PROTOCOL => (nonce, pake),
+        Ok(ToNode::Hello { protocol, .. }) => {
             return Err(HandshakeRefused::Protocol { theirs: protocol, ours: PROTOCOL });
         }
-        Some(_) => return Err(HandshakeRefused::NotAHello),
-        None => return Err(HandshakeRefused::Closed),
+        Ok(_) => return Err(HandshakeRefused::NotAHello),
+        // Another release's hello (its fields differ): its protocol comes first all the same.
+        Err(e) => match postcard::take_from_bytes::<(u32, u32)>(&first) {
+            Ok(((0, protocol), _)) if protocol != PROTOCOL => {
+                return Err(HandshakeRefused::Protocol { theirs: protocol, ours: PROTOCOL });
+            }
+            _ => return Err(HandshakeRefused::Unreadable(e.to_string())),
+        },
     };
     if theirs.len() != NONCE_BYTES {
         return Err(HandshakeRefused::Nonce(theirs.len()));
     }
     let ours = nonce();
-    let proof = node_proof(token, &theirs, &ours);
-    write_frame(stream, &FromNode::Challenge { nonce: ours.clone(), proof }).await.map_err(unreadable)?;
+    let (state, our_pake) = exchange(token);
+    let said =
+        Transcript { gateway_nonce: &theirs, gateway_pake: &their_pake, node_nonce: &ours, node_pake: &our_pake };
+    // A message that is no point of the curve derives nothing: that peer is refused as one
+    // without the token.
+    let Ok(key) = state.finish(&their_pake) else { return Err(HandshakeRefused::WrongToken) };
+    let proof = node_proof(&key, &said);
+    write_frame(stream, &FromNode::Challenge { nonce: ours.clone(), pake: our_pake.clone(), proof })
+        .await
+        .map_err(unreadable)?;
     match read_frame::<ToNode>(stream, MAX_UNPROVEN_FRAME).await.map_err(unreadable)? {
-        Some(ToNode::Prove { proof, request }) if gateway_proof_ok(token, &ours, &theirs, &request, &proof) => {
-            Ok(request)
-        }
+        Some(ToNode::Prove { proof, request }) if gateway_proof_ok(&key, &said, &request, &proof) => Ok(request),
         Some(ToNode::Prove { .. }) => Err(HandshakeRefused::WrongToken),
         Some(_) => Err(HandshakeRefused::NoProof),
         None => Err(HandshakeRefused::ClosedUnproven),
@@ -164,14 +217,61 @@ mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
 
+    const TOKEN: &str = "Jx2d9Kp4TzY6bN1cHs5fGa8uE0iO2wRkMq3V8r7lWm0=";
+    const OTHER: &str = "Wm0Jx2d9Kp4TzY6bN1cHs5fGa8uE0iO2wRkMq3V8r7l=";
+
     #[tokio::test]
     async fn both_sides_prove_the_token_and_neither_sends_it() {
         let (mut gateway, mut node) = tokio::io::duplex(1 << 16);
-        let token = "node-token-0123456789";
         let request = Request::Standby { gateway: "g1".into() };
-        let node_side = tokio::spawn(async move { accept(&mut node, token).await });
-        open(&mut gateway, token, request.clone()).await.unwrap();
+        let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await });
+        open(&mut gateway, TOKEN, request.clone()).await.unwrap();
         assert_eq!(node_side.await.unwrap(), Ok(request));
+    }
+
+    /// What a stranger gets from a node cannot be checked against a guess of the token: the
+    /// node's proof is under a key the stranger cannot derive without the token, and the same
+    /// hello answered twice gives unrelated proofs (no oracle to replay a guess against).
+    #[tokio::test]
+    async fn a_stranger_gets_nothing_to_test_guesses_against() {
+        let (state, pake) = exchange(OTHER);
+        let hello = nonce();
+        let mut proofs = Vec::new();
+        for _ in 0..2 {
+            let (mut peer, mut node) = tokio::io::duplex(1 << 16);
+            let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await });
+            write_frame(&mut peer, &ToNode::Hello { protocol: PROTOCOL, nonce: hello.clone(), pake: pake.clone() })
+                .await
+                .unwrap();
+            let Ok(Some(FromNode::Challenge { nonce: n, pake: p, proof })) =
+                read_frame(&mut peer, MAX_UNPROVEN_FRAME).await
+            else {
+                panic!("no challenge")
+            };
+            proofs.push((n, p, proof));
+            drop(peer);
+            assert_eq!(node_side.await.unwrap(), Err(HandshakeRefused::ClosedUnproven));
+        }
+        assert_ne!(proofs[0].2, proofs[1].2, "a fresh secret each time");
+        // The stranger's guess (OTHER) derives a key; the node's proof does not check under it.
+        let (n, p, proof) = &proofs[0];
+        let key = state.finish(p).unwrap();
+        let said = Transcript { gateway_nonce: &hello, gateway_pake: &pake, node_nonce: n, node_pake: p };
+        assert!(!node_proof_ok(&key, &said, proof), "a wrong guess is told apart only online, once a connection");
+    }
+
+    /// A gateway of the release before (node protocol 8, whose hello had no SPAKE2 message) is
+    /// told which protocol this node speaks.
+    #[tokio::test]
+    async fn an_older_gateways_hello_is_told_the_protocol() {
+        #[derive(serde::Serialize)]
+        enum Older {
+            Hello { protocol: u32, nonce: Vec<u8> },
+        }
+        let (mut gateway, mut node) = tokio::io::duplex(1 << 16);
+        let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await });
+        write_frame(&mut gateway, &Older::Hello { protocol: 8, nonce: nonce() }).await.unwrap();
+        assert_eq!(node_side.await.unwrap(), Err(HandshakeRefused::Protocol { theirs: 8, ours: PROTOCOL }));
     }
 
     #[tokio::test]
@@ -179,20 +279,28 @@ mod tests {
         // A gateway with another token cannot check the node's proof: it goes, having sent only
         // its hello.
         let (mut gateway, mut node) = tokio::io::duplex(1 << 16);
-        let node_side = tokio::spawn(async move { accept(&mut node, "node-token-0123456789").await });
-        let e = open(&mut gateway, "wrong-token-0123456789", Request::Discover).await.unwrap_err();
+        let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await });
+        let e = open(&mut gateway, OTHER, Request::Discover).await.unwrap_err();
         assert!(matches!(e, LinkError::NotTheNode), "{e}");
         drop(gateway);
         assert_eq!(node_side.await.unwrap(), Err(HandshakeRefused::ClosedUnproven));
         // A peer that ignores the node's proof and proves a token it does not hold: refused.
         let (mut peer, mut node) = tokio::io::duplex(1 << 16);
-        let node_side = tokio::spawn(async move { accept(&mut node, "node-token-0123456789").await });
-        write_frame(&mut peer, &ToNode::Hello { protocol: PROTOCOL, nonce: nonce() }).await.unwrap();
-        let Ok(Some(FromNode::Challenge { nonce: theirs, .. })) = read_frame(&mut peer, MAX_UNPROVEN_FRAME).await
+        let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await });
+        let (state, pake) = exchange(OTHER);
+        let hello = nonce();
+        write_frame(&mut peer, &ToNode::Hello { protocol: PROTOCOL, nonce: hello.clone(), pake: pake.clone() })
+            .await
+            .unwrap();
+        let Ok(Some(FromNode::Challenge { nonce: theirs, pake: their_pake, .. })) =
+            read_frame(&mut peer, MAX_UNPROVEN_FRAME).await
         else {
             panic!("no challenge")
         };
-        let proof = gateway_proof("wrong-token-0123456789", &theirs, &nonce(), &Request::Discover);
+        let key = state.finish(&their_pake).unwrap();
+        let said =
+            Transcript { gateway_nonce: &hello, gateway_pake: &pake, node_nonce: &theirs, node_pake: &their_pake };
+        let proof = gateway_proof(&key, &said, &Request::Discover);
         write_frame(&mut peer, &ToNode::Prove { proof, request: Request::Discover }).await.unwrap();
         assert_eq!(node_side.await.unwrap(), Err(HandshakeRefused::WrongToken));
         // A listener that is not the node: the gateway sends it the hello and nothing more.
@@ -200,13 +308,14 @@ mod tests {
         let fake_side = tokio::spawn(async move {
             let hello = read_frame::<ToNode>(&mut fake, MAX_UNPROVEN_FRAME).await.unwrap();
             assert!(matches!(hello, Some(ToNode::Hello { .. })));
-            let forged = FromNode::Challenge { nonce: nonce(), proof: vec![0; 32] };
+            let (_, pake) = exchange(OTHER);
+            let forged = FromNode::Challenge { nonce: nonce(), pake, proof: vec![0; 32] };
             write_frame(&mut fake, &forged).await.unwrap();
             let mut rest = Vec::new();
             fake.read_to_end(&mut rest).await.unwrap();
             rest
         });
-        let e = open(&mut gateway, "node-token-0123456789", Request::Discover).await.unwrap_err();
+        let e = open(&mut gateway, TOKEN, Request::Discover).await.unwrap_err();
         assert!(matches!(e, LinkError::NotTheNode), "{e}");
         drop(gateway);
         assert!(fake_side.await.unwrap().is_empty(), "nothing after the hello");

@@ -33,7 +33,7 @@ use crate::backend::ipc::{ToHost, Value};
 
 /// The version of this protocol; a node refuses another.
 /// 8: ABI 1.3 (tools, calls, prefill-only turns) in the setups, turns and outputs it carries.
-pub const PROTOCOL: u32 = 8;
+pub const PROTOCOL: u32 = 9;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ToNode {
@@ -43,6 +43,8 @@ pub enum ToNode {
     Hello {
         protocol: u32,
         nonce: Vec<u8>,
+        /// The gateway's SPAKE2 message (protocol 9).
+        pake: Vec<u8>,
     },
     /// The gateway's proof that it holds the token, over both nonces and its request.
     Prove {
@@ -126,10 +128,11 @@ pub enum FromNode {
         grant: PushedGrant,
         info: BackendInfo,
     },
-    /// The answer to a [`ToNode::Hello`]: the node's nonce, and its proof that it holds the
-    /// token over both nonces.
+    /// The answer to a [`ToNode::Hello`]: the node's nonce, its SPAKE2 message, and its proof
+    /// that it holds the token (under the key both derive) over what both said.
     Challenge {
         nonce: Vec<u8>,
+        pake: Vec<u8>,
         proof: Vec<u8>,
     },
 }
@@ -228,6 +231,12 @@ pub async fn read_frame<T: DeserializeOwned>(
     input: &mut (impl AsyncRead + Unpin),
     max: usize,
 ) -> io::Result<Option<T>> {
+    let Some(body) = read_frame_bytes(input, max).await? else { return Ok(None) };
+    postcard::from_bytes(&body).map(Some).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// One frame's bytes, not decoded (at most `max`).
+pub async fn read_frame_bytes(input: &mut (impl AsyncRead + Unpin), max: usize) -> io::Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
     match input.read_exact(&mut len).await {
         Ok(_) => {}
@@ -246,7 +255,7 @@ pub async fn read_frame<T: DeserializeOwned>(
     if body.len() < len {
         return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the frame ended early"));
     }
-    postcard::from_bytes(&body).map(Some).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    Ok(Some(body))
 }
 
 #[cfg(test)]

@@ -149,7 +149,10 @@ async fn a_wrong_token_is_refused() {
     // A peer that takes the node's proof on trust and proves a token it does not hold is told.
     let mut stream = TcpStream::connect(node.addr).await.unwrap();
     let nonce = handshake::nonce();
-    write_frame(&mut stream, &ToNode::Hello { protocol: omni_gateway::link::wire::PROTOCOL, nonce }).await.unwrap();
+    let (_, pake) = handshake::exchange("Wm0Jx2d9Kp4TzY6bN1cHs5fGa8uE0iO2wRkMq3V8r7l=");
+    write_frame(&mut stream, &ToNode::Hello { protocol: omni_gateway::link::wire::PROTOCOL, nonce, pake })
+        .await
+        .unwrap();
     assert!(matches!(
         read_frame::<FromNode>(&mut stream, MAX_UNPROVEN_FRAME).await,
         Ok(Some(FromNode::Challenge { .. }))
