@@ -12,6 +12,7 @@
 # does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 waiting=${1:-2000}
 shift || true
 bases=("$@")
@@ -21,14 +22,7 @@ trap 'if [ $? -eq 0 ]; then rm -rf "$out"; else echo "runs kept in $out" >&2; fi
 
 labels=() bins=()
 for base in "${bases[@]}"; do
-    rev=$(git rev-parse --short "$base")
-    tree=target/perfcheck/$rev
-    if [ ! -x "$tree/target/release/omni-gateway" ]; then
-        echo "building $rev in $tree (once)"
-        [ -d "$tree" ] || git worktree add --detach "$tree" "$rev" > /dev/null
-        (cd "$tree" && cargo build --release --quiet)
-    fi
-    labels+=("$rev") bins+=("$(realpath "$tree/target/release/omni-gateway")")
+    labels+=("$(git rev-parse --short "$base")") bins+=("$(base_binary "$base")")
 done
 cargo build --release --quiet
 labels+=("$(git rev-parse --short HEAD)") bins+=("$(realpath target/release/omni-gateway)")

@@ -10,6 +10,21 @@ build_release() {
     server_bin=${SERVER_BIN:-$bin}
 }
 
+# base_binary REV [CARGO_ARGS...]: the release binary of commit REV, built once in a worktree
+# under target/perfcheck/ (CARGO_ARGS narrow the build, e.g. -p omni-gateway); prints its path.
+base_binary() {
+    local rev tree
+    rev=$(git rev-parse --short "$1")
+    shift
+    tree=target/perfcheck/$rev
+    if [ ! -x "$tree/target/release/omni-gateway" ]; then
+        echo "building $rev in $tree (once)" >&2
+        [ -d "$tree" ] || git worktree add --detach "$tree" "$rev" > /dev/null
+        (cd "$tree" && cargo build --release --quiet "$@")
+    fi
+    realpath "$tree/target/release/omni-gateway"
+}
+
 # prepare OUT_DIR: creates it, builds the release binary, sets $port to a free port.
 prepare() {
     mkdir -p "$1"

@@ -14,6 +14,7 @@
 # else should run on the machine meanwhile (a compile beside it doubles the tail).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 base=${1:-d0f470e}
 shift || true
 sizes=("$@")
@@ -25,14 +26,8 @@ out=$(mktemp -d)
 trap 'if [ $? -eq 0 ]; then rm -rf "$out"; else echo "runs kept in $out" >&2; fi' EXIT
 
 rev=$(git rev-parse --short "$base")
-tree=target/perfcheck/$rev
-if [ ! -x "$tree/target/release/omni-gateway" ]; then
-    echo "building $rev in $tree (once)"
-    [ -d "$tree" ] || git worktree add --detach "$tree" "$rev" > /dev/null
-    (cd "$tree" && cargo build --release --quiet)
-fi
+base_bin=$(base_binary "$base")
 cargo build --release --quiet
-base_bin=$(realpath "$tree/target/release/omni-gateway")
 
 run() { # run LABEL SESSIONS ROUND
     local json="$out/$1-$2-$3.json" ramp=${RAMP:-$(($2 / 100))}

@@ -20,14 +20,7 @@ trap 'kill "${server:-}" 2> /dev/null || true; rm -rf "$out"' EXIT
 
 labels=() bins=()
 for base in "$@"; do
-    rev=$(git rev-parse --short "$base")
-    tree=target/perfcheck/$rev
-    if [ ! -x "$tree/target/release/omni-gateway" ]; then
-        echo "building $rev in $tree (once)" >&2
-        [ -d "$tree" ] || git worktree add --detach "$tree" "$rev" > /dev/null
-        (cd "$tree" && cargo build --release --quiet -p omni-gateway)
-    fi
-    labels+=("$rev") bins+=("$(realpath "$tree/target/release/omni-gateway")")
+    labels+=("$(git rev-parse --short "$base")") bins+=("$(base_binary "$base" -p omni-gateway)")
 done
 cargo build --release --quiet -p omni-gateway
 bin=target/release/omni-gateway

@@ -22,7 +22,9 @@ use omni_actors::observe::metrics::metrics;
 pub struct OutgoingMeter {
     written: AtomicU64,
     pulled: AtomicU64,
-    counted: AtomicU64,
+    /// What of the backlog is in the gauge, and whether the connection is gone (then nothing
+    /// more is: a session on another thread may still write after the body was dropped).
+    counted: parking_lot::Mutex<(u64, bool)>,
 }
 
 impl OutgoingMeter {
@@ -32,12 +34,22 @@ impl OutgoingMeter {
         self.count()
     }
 
-    /// Brings the gauge to this connection's backlog; returns the backlog.
+    /// Brings the gauge to this connection's backlog (while it is open); returns the backlog.
     fn count(&self) -> u64 {
         let backlog = self.backlog();
-        let before = self.counted.swap(backlog, Ordering::Relaxed);
-        metrics().outgoing_bytes_waiting.add(backlog as i64 - before as i64);
+        let mut counted = self.counted.lock();
+        if !counted.1 {
+            metrics().outgoing_bytes_waiting.add(backlog as i64 - counted.0 as i64);
+            counted.0 = backlog;
+        }
         backlog
+    }
+
+    /// The connection is gone: its backlog leaves the gauge, for good.
+    fn close(&self) {
+        let mut counted = self.counted.lock();
+        metrics().outgoing_bytes_waiting.sub(counted.0 as i64);
+        *counted = (0, true);
     }
 
     /// What waits to be sent (frame headers make it a slight underestimate).
@@ -90,12 +102,11 @@ where
 }
 
 impl<S> Drop for Metered<S> {
-    /// The connection is gone: what waited for it is no longer held. The body goes first: its
-    /// actor, stopping, may still write what it was told (and count it).
+    /// The connection is gone: what waited for it is no longer held, nor what a session writes
+    /// after (from its own thread, it may not know yet).
     fn drop(&mut self) {
         drop(self.inner.take());
-        let counted = self.meter.counted.swap(0, Ordering::Relaxed);
-        metrics().outgoing_bytes_waiting.sub(counted as i64);
+        self.meter.close();
     }
 }
 
@@ -116,5 +127,18 @@ mod tests {
         assert_eq!(meter.backlog(), 30);
         assert!(matches!(Pin::new(&mut body).poll_next(&mut cx), Poll::Ready(Some(Err(())))));
         assert_eq!(meter.backlog(), 30, "errors take nothing");
+    }
+
+    /// A session writes from its own thread and may do so after the connection's body was
+    /// dropped: what it writes then is never counted as waiting (it never could leave).
+    #[test]
+    fn a_write_after_the_connection_is_gone_is_not_counted() {
+        let meter = Arc::new(OutgoingMeter::default());
+        meter.wrote(100);
+        assert_eq!(*meter.counted.lock(), (100, false));
+        drop(Metered::new(futures_util::stream::empty::<Result<Bytes, ()>>(), meter.clone()));
+        assert_eq!(*meter.counted.lock(), (0, true));
+        meter.wrote(5000);
+        assert_eq!(*meter.counted.lock(), (0, true), "nothing more in the gauge");
     }
 }
