@@ -20,12 +20,7 @@ rounds=${ROUNDS:-1}
 out=$(mktemp -d)
 trap 'if [ $? -eq 0 ]; then rm -rf "$out"; else echo "runs kept in $out" >&2; fi' EXIT
 
-labels=() bins=()
-for base in "${bases[@]}"; do
-    labels+=("$(git rev-parse --short "$base")") bins+=("$(base_binary "$base")")
-done
-cargo build --release --quiet
-labels+=("$(git rev-parse --short HEAD)") bins+=("$(realpath target/release/omni-gateway)")
+side_by_side "" "${bases[@]}"
 
 for r in $(seq "$rounds"); do
     for i in "${!labels[@]}"; do

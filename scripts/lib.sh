@@ -25,6 +25,21 @@ base_binary() {
     realpath "$tree/target/release/omni-gateway"
 }
 
+# side_by_side "CARGO_ARGS" BASE...: sets labels and bins: each BASE's release binary
+# (base_binary), then this tree's, all built with CARGO_ARGS (empty: the whole workspace).
+side_by_side() {
+    local args=$1 base
+    shift
+    labels=() bins=()
+    for base in "$@"; do
+        # shellcheck disable=SC2086 # (CARGO_ARGS are words)
+        labels+=("$(git rev-parse --short "$base")") bins+=("$(base_binary "$base" $args)")
+    done
+    # shellcheck disable=SC2086
+    cargo build --release --quiet $args
+    labels+=("$(git rev-parse --short HEAD)") bins+=("$(realpath target/release/omni-gateway)")
+}
+
 # prepare OUT_DIR: creates it, builds the release binary, sets $port to a free port.
 prepare() {
     mkdir -p "$1"

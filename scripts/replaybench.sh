@@ -18,13 +18,8 @@ python=${OMNI_AGENTS_PYTHON:-.venv-agents/bin/python}
 out=$(mktemp -d)
 trap 'kill "${server:-}" 2> /dev/null || true; rm -rf "$out"' EXIT
 
-labels=() bins=()
-for base in "$@"; do
-    labels+=("$(git rev-parse --short "$base")") bins+=("$(base_binary "$base" -p omni-gateway)")
-done
-cargo build --release --quiet -p omni-gateway
-bin=target/release/omni-gateway
-labels+=("$(git rev-parse --short HEAD)+") bins+=("$(realpath "$bin")")
+side_by_side "-p omni-gateway" "$@"
+bin=$(realpath target/release/omni-gateway)
 
 for i in "${!labels[@]}"; do
     port=$(free_port)

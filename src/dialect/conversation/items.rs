@@ -12,6 +12,10 @@ use omni_actors::domain::{ChatMessage, Role};
 /// Items kept at most: past it the oldest are forgotten (a session is time-limited, but a
 /// chat of short turns could otherwise grow its list for as long as it lasts).
 pub const MAX_ITEMS: usize = 1000;
+/// What the items weigh at most (their text and ids, [`Item::weight`]): past it the oldest are
+/// forgotten too, so that a client creating large items cannot make the gateway hold a
+/// thousand frames' worth. (A model's context holds far less.)
+pub const MAX_WEIGHT: usize = 4 << 20;
 
 /// Where an item is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,11 +216,19 @@ impl Conversation {
     /// Adds an item at the end; answers the id of the item it follows.
     pub fn push(&mut self, item: Item) -> Option<String> {
         let previous = self.last_id().map(String::from);
-        if self.items.len() >= MAX_ITEMS {
-            self.items.pop_front();
-        }
         self.items.push_back(item);
+        self.bound();
         previous
+    }
+
+    /// Forgets the oldest items past [`MAX_ITEMS`] or [`MAX_WEIGHT`] (the newest always stays).
+    fn bound(&mut self) {
+        let mut weight: usize = self.items.iter().map(Item::weight).sum();
+        while self.items.len() > 1 && (self.items.len() > MAX_ITEMS || weight > MAX_WEIGHT) {
+            if let Some(oldest) = self.items.pop_front() {
+                weight -= oldest.weight();
+            }
+        }
     }
 
     /// Adds an item where the client asked; answers the id of the item it follows, and
@@ -235,9 +247,7 @@ impl Conversation {
         }
         let previous = at.checked_sub(1).map(|i| self.items[i].id.clone());
         self.items.insert(at, item);
-        if self.items.len() > MAX_ITEMS {
-            self.items.pop_front();
-        }
+        self.bound();
         Ok((previous, true))
     }
 
@@ -361,6 +371,14 @@ mod tests {
         }
         assert_eq!(c.len(), MAX_ITEMS);
         assert_eq!(c.items().next().map(|i| i.id.as_str()), Some("item_6"));
+        // Large items: the oldest go once the items weigh more than MAX_WEIGHT.
+        let big = "x".repeat(1 << 20);
+        for i in 0..10 {
+            c.push(said(&format!("big_{i}"), Role::User, &big));
+        }
+        let weight: usize = c.items().map(Item::weight).sum();
+        assert!(weight <= MAX_WEIGHT, "{weight}");
+        assert_eq!(c.items().filter(|i| i.id.starts_with("big_")).count(), 3, "the newest three of 1 MiB each");
     }
 
     fn said(id: &str, role: Role, text: &str) -> Item {
