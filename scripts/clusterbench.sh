@@ -32,6 +32,17 @@ cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm 
 trap cleanup EXIT
 token=$(python3 -c "import secrets; print(secrets.token_urlsafe(32))")
 
+# replica_secret NAME: the [cluster] line replica NAME proves itself with: its own credential
+# (issued from a node's config), or, with a build from before credentials, the nodes' token.
+replica_secret() {
+    printf '[node]\nbind = "127.0.0.1:1"\ntoken = "%s"\n[[workers]]\n' "$token" > "$dir/issuer.toml"
+    if credential=$("$server_bin" --config "$dir/issuer.toml" replica-credential "$1" 2>/dev/null); then
+        echo "credential = \"$credential\""
+    else
+        echo "token = \"$token\""
+    fi
+}
+
 # node NAME PORT COUNT CLUSTER_TOML: starts a node; sets $node.
 node() {
     cat > "$dir/$1.toml" <<TOML
@@ -127,7 +138,7 @@ name = \"n1\""
         gp=$(free_port)
         gateway "replica$r" "$gp" "$cluster
 name = \"g$r\"
-token = \"$token\""
+$(replica_secret "g$r")"
         urls+=("ws://127.0.0.1:$gp"); gpids+=("$server"); ports+=("$gp")
     done
     wait_idle "${gp}" "$count"

@@ -30,6 +30,12 @@ enum Command {
         /// The file to check; defaults to --config.
         path: Option<PathBuf>,
     },
+    /// Issue the credential of a cluster's replica NAME from this node's config ([node] token):
+    /// printed on stdout, for that replica's [cluster] credential.
+    ReplicaCredential {
+        /// The replica's name ([cluster] name on it; letters, digits, '_', '.', '-').
+        name: String,
+    },
     /// One session against a server, printed as it goes (see --help).
     Probe(omni_tools::probe::ProbeArgs),
     /// Many concurrent sessions against a server, measured (see --help).
@@ -77,6 +83,7 @@ fn main() -> ExitCode {
             }
         },
         Command::CheckConfig { path } => check_config(&path.unwrap_or(cli.config)),
+        Command::ReplicaCredential { name } => replica_credential(&cli.config, &name),
         Command::Probe(args) => report(omni_tools::probe::run(args)),
         Command::Loadgen(args) => report(omni_tools::loadgen::run(args)),
         Command::Callload(args) => report(omni_tools::callload::run(args)),
@@ -84,6 +91,27 @@ fn main() -> ExitCode {
         Command::CheckRecordings(args) => report(omni_tools::check_recordings::run(args)),
         Command::WorkerHost(args) => report(omni_gateway::backend::host::run(args)),
     }
+}
+
+/// Prints replica `name`'s credential, issued under the `[node] token` of the config at `path`.
+fn replica_credential(path: &std::path::Path, name: &str) -> ExitCode {
+    let config = match Config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let Some(node) = &config.node else {
+        eprintln!("{}: a credential is issued from a node's config (its [node] token)", path.display());
+        return ExitCode::FAILURE;
+    };
+    if name.len() > 64 || !omni_gateway::config::replica_name_ok(name) {
+        eprintln!("'{}' is not a replica's name: up to 64 letters, digits, '_', '.' and '-'", name.escape_debug());
+        return ExitCode::FAILURE;
+    }
+    println!("{}", omni_gateway::link::replica::issue(&node.token, name));
+    ExitCode::SUCCESS
 }
 
 /// The configuration, refused when this host cannot hold its workers

@@ -109,7 +109,10 @@ pub fn grant_opener(
         link.server_name = host.trim_start_matches('[').trim_end_matches(']').to_string();
     }
     let worker = grant.worker().to_string();
-    if !crate::link::grant::verify(&link.token, &grant.slot, &grant.addr, &grant.nonce, &grant.sig) {
+    let signed = link.replica.as_ref().is_some_and(|replica| {
+        crate::link::grant::verify(replica.grant_key(), &grant.slot, &grant.addr, &grant.nonce, &grant.sig)
+    });
+    if !signed {
         // Whatever put it there (a forged entry in the store) learns nothing: nothing is dialled.
         metrics().grants_refused.inc();
         // Said once in a while at most, its fields clipped (whoever wrote it chose them); the
@@ -118,7 +121,8 @@ pub fn grant_opener(
             let clip = |s: &str| s.chars().take(64).collect::<String>().escape_debug().to_string();
             log::warn!(
                 "cluster: ticket {}: the grant of {} at {} is not signed by its node: not dialled (a node whose \
-                 [node] token is not this replica's [cluster] token, or a grant someone else wrote into the store){more}",
+                 [node] token did not issue this replica's [cluster] credential, or a grant someone else wrote into \
+                 the store){more}",
                 grant.ticket,
                 clip(&grant.slot),
                 clip(&grant.addr)

@@ -62,7 +62,7 @@ pub(crate) async fn connect(link: &NodeLink, request: Request) -> Result<Box<dyn
             Box::new(connector.connect(name, tcp).await.map_err(LinkError::Tls)?)
         }
     };
-    handshake::open(&mut stream, &link.token, request).await?;
+    handshake::open(&mut stream, link.secret(), request).await?;
     Ok(stream)
 }
 

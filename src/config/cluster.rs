@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::check::{Base, Invalid, name_ok, network, node_token, positive};
+use super::check::{Base, Invalid, name_ok, network, positive};
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -36,8 +36,18 @@ pub struct ClusterConfig {
     /// A replica's: links kept open to each node, on which the node pushes its grants attached
     /// (0: grants come through the store and each opens its own link).
     pub standby_links: usize,
-    /// A replica's: the nodes' `[node] token`.
+    /// Refused on a replica, which holds its own `credential` instead (the nodes' token would let
+    /// it pass for any replica). Kept to say so.
     pub token: String,
+    /// A replica's: its own credential, issued for its name under the nodes' token by
+    /// `omni-gateway --config NODE.toml replica-credential NAME`; its name is the replica's.
+    pub credential: String,
+    /// A replica's: a file holding its credential (one per pod: a Secret mounted with
+    /// `subPathExpr`), instead of `credential`.
+    pub credential_file: String,
+    /// A node's: replicas it refuses (their credentials), read again on SIGHUP; the links they
+    /// keep open for grants are closed.
+    pub revoked_replicas: Vec<String>,
     /// A replica's: a PEM certificate the nodes' TLS is verified against (empty: plain TCP).
     pub ca: String,
     /// A replica's: the name the nodes' certificates are for (default: the node's host).
@@ -64,6 +74,9 @@ impl Default for ClusterConfig {
             attach_timeout_s: 5.0,
             standby_links: 4,
             token: String::new(),
+            credential: String::new(),
+            credential_file: String::new(),
+            revoked_replicas: Vec::new(),
             ca: String::new(),
             server_name: String::new(),
             node_networks: Vec::new(),
@@ -83,7 +96,10 @@ pub struct ClusterSpec {
     pub lease: Duration,
     pub attach_timeout: Duration,
     pub standby_links: usize,
-    pub token: String,
+    /// A replica's credential (None on a node).
+    pub credential: Option<crate::link::replica::Credential>,
+    /// A node's: the replicas it refuses.
+    pub revoked_replicas: Vec<String>,
     pub ca: Option<PathBuf>,
     pub server_name: String,
     pub node_networks: Vec<ipnet::IpNet>,
@@ -118,12 +134,13 @@ impl ClusterConfig {
         }
         redis::IntoConnectionInfo::into_connection_info(self.url.as_str())
             .map_err(|e| Invalid::new("url", e.to_string()))?;
-        for a in &self.sentinels {
+        for (i, a) in self.sentinels.iter().enumerate() {
             let is_url = a.starts_with("redis://") || a.starts_with("rediss://");
             let host_port =
                 a.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
             if !(is_url || host_port) {
-                return Err(Invalid::new("sentinels", format!("'{a}' is neither HOST:PORT nor a redis:// URL")));
+                // Not echoed: a URL mistyped may hold its password.
+                return Err(Invalid::new(format!("sentinels[{i}]"), "is neither HOST:PORT nor a redis:// URL"));
             }
             if is_url {
                 redis::IntoConnectionInfo::into_connection_info(a.as_str())
@@ -141,7 +158,26 @@ impl ClusterConfig {
         if !name_ok(&self.prefix) {
             return Err(Invalid::new("prefix", "must be letters, digits, '_', '.' or '-'"));
         }
-        let name = if self.name.is_empty() { default_name() } else { self.name.clone() };
+        for r in &self.revoked_replicas {
+            if !name_ok(r) {
+                return Err(Invalid::new(
+                    "revoked_replicas",
+                    format!("'{}' is not a replica's name", r.escape_debug()),
+                ));
+            }
+        }
+        let credential = if part.node { None } else { self.credential(base)? };
+        let name = match (&credential, self.name.as_str()) {
+            (Some(c), "") => c.name.clone(),
+            (Some(c), name) if name != c.name => {
+                return Err(Invalid::new(
+                    "name",
+                    format!("'{name}', and the credential is replica '{}''s: one name per replica", c.name),
+                ));
+            }
+            (_, "") => default_name(),
+            (_, name) => name.to_string(),
+        };
         if !name_ok(&name) {
             return Err(Invalid::new("name", format!("'{name}' must use only letters, digits, '_', '.' and '-'")));
         }
@@ -154,17 +190,26 @@ impl ClusterConfig {
                      (omni-gateway node) and drop [[nodes]]",
                 ));
             }
-            node_token("token", &self.token)
-                .map_err(|e| Invalid::new("token", format!("the nodes' token: {}", e.why)))?;
+            if !self.token.is_empty() {
+                return Err(Invalid::new(
+                    "token",
+                    "a replica holds its own credential, not the nodes' token (which would let it pass for any \
+                     replica): issue one with `omni-gateway --config NODE.toml replica-credential NAME` and set \
+                     credential (or credential_file)",
+                ));
+            }
+            if credential.is_none() {
+                return Err(Invalid::new(
+                    "credential",
+                    "is required on a replica: its own, from `omni-gateway --config NODE.toml replica-credential NAME`",
+                ));
+            }
         }
         let ca = (!self.ca.is_empty()).then(|| base.file("ca", &self.ca)).transpose()?;
         let node_networks =
             self.node_networks.iter().map(|n| network("node_networks", n)).collect::<Result<Vec<_>, _>>()?;
         if !self.redis_ca.is_empty() && !self.url.starts_with("rediss://") {
             return Err(Invalid::new("redis_ca", "verifies the store's TLS: the url must be rediss://"));
-        }
-        if !self.redis_ca.is_empty() && !self.sentinels.is_empty() {
-            return Err(Invalid::new("redis_ca", "is not supported with sentinels yet: use url alone, or a public CA"));
         }
         let redis_ca = (!self.redis_ca.is_empty()).then(|| base.file("redis_ca", &self.redis_ca)).transpose()?;
         Ok(Some(ClusterSpec {
@@ -176,12 +221,31 @@ impl ClusterConfig {
             lease: Duration::from_secs_f64(self.lease_s),
             attach_timeout: Duration::from_secs_f64(self.attach_timeout_s),
             standby_links: self.standby_links,
-            token: self.token.clone(),
+            credential,
+            revoked_replicas: self.revoked_replicas.clone(),
             ca,
             server_name: self.server_name.clone(),
             node_networks,
             redis_ca,
         }))
+    }
+}
+
+impl ClusterConfig {
+    /// The replica's credential, from `credential` or `credential_file` (one of them).
+    fn credential(&self, base: Base<'_>) -> Result<Option<crate::link::replica::Credential>, Invalid> {
+        let (key, text) = match (self.credential.as_str(), self.credential_file.as_str()) {
+            ("", "") => return Ok(None),
+            (text, "") => ("credential", text.to_string()),
+            ("", file) => {
+                let path = base.file("credential_file", file)?;
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| Invalid::new("credential_file", format!("{}: {e}", path.display())))?;
+                ("credential_file", text)
+            }
+            _ => return Err(Invalid::new("credential", "and credential_file: one of them")),
+        };
+        crate::link::replica::Credential::parse(&text).map(Some).map_err(|why| Invalid::new(key, why.to_string()))
     }
 }
 

@@ -34,6 +34,11 @@ mod workers;
 
 pub use auth::{AuthConfig, read_keys_file};
 pub use check::Invalid;
+
+/// Whether `name` can name a replica (or any process of a cluster).
+pub fn replica_name_ok(name: &str) -> bool {
+    check::name_ok(name)
+}
 pub use cluster::{ClusterConfig, ClusterSpec};
 pub use limits::LimitsConfig;
 pub use models::{ModelEntry, ModelSpec};
@@ -243,7 +248,7 @@ fn join_key(path: &str, field: &str) -> String {
 }
 
 fn describe_toml_error(e: &toml::de::Error, text: &str) -> String {
-    let message = e.message().trim().to_string();
+    let message = without_values(e.message().trim());
     match e.span() {
         Some(span) => {
             let before = &text[..span.start.min(text.len())];
@@ -253,6 +258,26 @@ fn describe_toml_error(e: &toml::de::Error, text: &str) -> String {
         }
         None => message,
     }
+}
+
+/// A parser's message without the value it quotes (a value in the wrong place may be a secret:
+/// a key where a list was expected): `invalid type: string "sk-...", expected a sequence` says
+/// `invalid type: string, expected a sequence`. The key and the line say where it is.
+fn without_values(message: &str) -> String {
+    for prefix in ["invalid type: ", "invalid value: "] {
+        if let Some(rest) = message.strip_prefix(prefix)
+            && let Some((found, expected)) = rest.split_once(", expected")
+        {
+            let kind = found.split_whitespace().next().unwrap_or("value");
+            return format!("{prefix}{kind}, expected{expected}");
+        }
+    }
+    if let Some(rest) = message.strip_prefix("unknown variant ")
+        && let Some((_, expected)) = rest.split_once(", expected")
+    {
+        return format!("unknown variant, expected{expected}");
+    }
+    message.to_string()
 }
 
 /// Puts the sections together, each checked by its own rules; keys in errors are made whole

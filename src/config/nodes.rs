@@ -121,6 +121,18 @@ pub struct NodeLink {
     /// The networks the node may be reached in (empty: any): a replica's
     /// `[cluster] node_networks`, for the addresses its grants name.
     pub networks: Vec<ipnet::IpNet>,
+    /// A replica's: the credential it proves its name with (then `token` is unused).
+    pub replica: Option<crate::link::replica::Credential>,
+}
+
+impl NodeLink {
+    /// What the handshake proves on this link.
+    pub fn secret(&self) -> crate::link::handshake::Secret<'_> {
+        match &self.replica {
+            Some(c) => crate::link::handshake::Secret::Replica { name: &c.name, password: c.password() },
+            None => crate::link::handshake::Secret::Token(&self.token),
+        }
+    }
 }
 
 /// Every entry checked; a node's name must not clash with another's or a worker's.
@@ -160,6 +172,7 @@ impl NodeEntry {
             heartbeat_interval: Duration::from_secs_f64(self.heartbeat_interval_s),
             heartbeat_timeout: Duration::from_secs_f64(self.heartbeat_timeout_s),
             networks: Vec::new(),
+            replica: None,
         })
     }
 }

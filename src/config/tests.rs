@@ -102,9 +102,11 @@ fn nodes_and_the_node_role_are_checked() {
 #[test]
 fn the_cluster_section_is_checked() {
     let url = "url = \"redis://:secret@10.0.0.2:6379/0\"";
-    let token = "token = \"Jx2d9Kp4TzY6bN1cHs5fGa8uE0iO2wRkMq3V8r7lWm0=\"";
-    // A replica: no workers of its own, the nodes' token.
-    let c = parse(&format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nname = \"gw-a\"\n")).unwrap();
+    let secret = "Jx2d9Kp4TzY6bN1cHs5fGa8uE0iO2wRkMq3V8r7lWm0=";
+    let token = format!("token = \"{secret}\"");
+    let cred = format!("credential = \"{}\"", crate::link::replica::issue(secret, "gw-a"));
+    // A replica: no workers of its own, its own credential (its name is the credential's).
+    let c = parse(&format!("[cluster]\nengine = \"redis\"\n{url}\n{cred}\nname = \"gw-a\"\n")).unwrap();
     let spec = c.cluster.unwrap();
     assert_eq!((spec.name.as_str(), spec.prefix.as_str(), spec.lease), ("gw-a", "og", Duration::from_secs(3)));
     assert_eq!(spec.redacted_url(), "redis://***@10.0.0.2:6379/***", "no password in logs");
@@ -112,54 +114,107 @@ fn the_cluster_section_is_checked() {
     assert_eq!(super::check::redacted_url("http://u:p@h:80"), "http://***@h:80");
     assert_eq!(spec.standby_links, 4, "links kept open to each node by default");
     assert!(c.workers.is_empty());
+    assert_eq!(spec.credential.unwrap().password(), crate::link::replica::password(secret, "gw-a"));
+    let c = parse(&format!("[cluster]\nengine = \"redis\"\n{url}\n{cred}\n")).unwrap();
+    assert_eq!(c.cluster.unwrap().name, "gw-a", "named by its credential");
     // A node: its workers, its own token; none needed under [cluster].
     let node = format!("[node]\n{token}\n[cluster]\nengine = \"redis\"\n{url}\n{MINIMAL}");
     let c = parse(&node).unwrap();
-    assert!(c.cluster.unwrap().name.contains('-'), "default name HOSTNAME-PID");
+    let spec = c.cluster.unwrap();
+    assert!(spec.name.contains('-'), "default name HOSTNAME-PID");
+    assert!(spec.credential.is_none());
+    let revoking = node.replace("[cluster]\n", "[cluster]\nrevoked_replicas = [\"gw-b\"]\n");
+    assert_eq!(parse(&revoking).unwrap().cluster.unwrap().revoked_replicas, ["gw-b"]);
     assert!(parse("[cluster]\nengine = \"none\"\n[[workers]]\n").unwrap().cluster.is_none());
     // Sentinels: the store is the master they name.
     let sentinels = "sentinels = [\"10.0.0.5:26379\", \"sentinel-2:26379\", \"rediss://:pw@s3:26380\"]\nsentinel_master = \"store\"";
-    let c = parse(&format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\n{sentinels}\n")).unwrap();
+    let c = parse(&format!("[cluster]\nengine = \"redis\"\n{url}\n{cred}\n{sentinels}\n")).unwrap();
     let spec = c.cluster.unwrap();
     assert_eq!((spec.sentinels.len(), spec.sentinel_master.as_str()), (3, "store"));
     let cases = [
         (
-            format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nsentinels = [\"10.0.0.5\"]\n"),
-            "cluster.sentinels: '10.0.0.5' is neither HOST:PORT nor a redis:// URL",
+            format!("[cluster]\nengine = \"redis\"\n{url}\n{cred}\nsentinels = [\"10.0.0.5\"]\n"),
+            "cluster.sentinels[0]: is neither HOST:PORT nor a redis:// URL",
         ),
         (
-            format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nsentinels = [\"a:1\"]\nsentinel_master = \"\"\n"),
+            format!("[cluster]\nengine = \"redis\"\n{url}\n{cred}\nsentinels = [\"a:1\"]\nsentinel_master = \"\"\n"),
             "cluster.sentinel_master: names the master",
         ),
         ("[cluster]\nengine = \"etcd\"\n".to_string(), "cluster.engine: 'etcd' is not one of: none, redis"),
         ("[cluster]\nengine = \"redis\"\n".to_string(), "cluster.url: is required"),
-        (format!("[cluster]\nengine = \"redis\"\n{url}\n"), "cluster.token: the nodes' token"),
-        (format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\n{MINIMAL}"), "cluster: a replica of a cluster serves"),
+        (format!("[cluster]\nengine = \"redis\"\n{url}\n"), "cluster.credential: is required on a replica"),
         (
-            format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nlease_s = 0\n"),
+            format!("[cluster]\nengine = \"redis\"\n{url}\n{cred}\n{token}\n"),
+            "cluster.token: a replica holds its own credential, not the nodes' token",
+        ),
+        (
+            format!("[cluster]\nengine = \"redis\"\n{url}\n{cred}\nname = \"gw-b\"\n"),
+            "cluster.name: 'gw-b', and the credential is replica 'gw-a''s",
+        ),
+        (
+            format!("[cluster]\nengine = \"redis\"\n{url}\n{cred}\ncredential_file = \"x\"\n"),
+            "cluster.credential: and credential_file: one of them",
+        ),
+        (
+            format!("[cluster]\nengine = \"redis\"\n{url}\ncredential = \"{secret}\"\n"),
+            "cluster.credential: is not a replica credential",
+        ),
+        (
+            format!("{node}\n").replace("[cluster]\n", "[cluster]\nrevoked_replicas = [\"a b\"]\n"),
+            "cluster.revoked_replicas: 'a b' is not a replica's name",
+        ),
+        (format!("[cluster]\nengine = \"redis\"\n{url}\n{cred}\n{MINIMAL}"), "cluster: a replica of a cluster serves"),
+        (
+            format!("[cluster]\nengine = \"redis\"\n{url}\n{cred}\nlease_s = 0\n"),
             "cluster.lease_s: must be greater than 0",
         ),
+        (node.replace("[cluster]\n", "[cluster]\nname = \"a b\"\n"), "cluster.name: 'a b' must use only"),
+        (format!("[cluster]\nengine = \"redis\"\n{url}\n{cred}\nprefix = \"{{x}}\"\n"), "cluster.prefix: must be"),
         (
-            format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nname = \"a b\"\n"),
-            "cluster.name: 'a b' must use only",
-        ),
-        (format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nprefix = \"{{x}}\"\n"), "cluster.prefix: must be"),
-        (
-            format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nstandby_links = 65\n"),
+            format!("[cluster]\nengine = \"redis\"\n{url}\n{cred}\nstandby_links = 65\n"),
             "cluster.standby_links: 65 is over 64",
         ),
         (
-            format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nnode_networks = [\"10.0.0.0/8\", \"10.1/16\"]\n"),
+            format!("[cluster]\nengine = \"redis\"\n{url}\n{cred}\nnode_networks = [\"10.0.0.0/8\", \"10.1/16\"]\n"),
             "cluster.node_networks: '10.1/16' is neither ADDRESS/BITS",
         ),
         (
-            format!("[cluster]\nengine = \"redis\"\n{url}\n{token}\nredis_ca = \"ca.pem\"\n"),
+            format!("[cluster]\nengine = \"redis\"\n{url}\n{cred}\nredis_ca = \"ca.pem\"\n"),
             "cluster.redis_ca: verifies the store's TLS: the url must be rediss://",
         ),
     ];
     for (text, expected) in cases {
         let e = error(&text);
         assert!(e.starts_with(&format!("config.toml: {expected}")), "{text}\n=> {e}");
+    }
+    // A secret put where a credential goes is not echoed back.
+    let e = error(&format!("[cluster]\nengine = \"redis\"\n{url}\ncredential = \"{secret}\"\n"));
+    assert!(e.contains("cluster.credential") && !e.contains(secret), "{e}");
+}
+
+/// A value in the wrong place may be a secret: errors name the key and the line, not the value.
+#[test]
+fn an_error_never_echoes_the_value_that_may_be_a_secret() {
+    let secret = "sk-live-Qf4mT8zL1vN6rB3xK9cW2pH7";
+    let cases = [
+        // A key where a list, a number or a table goes.
+        (format!("[auth]\napi_keys = \"{secret}\"\n[[workers]]\n"), "invalid type: string, expected a sequence"),
+        (format!("[queue]\nmax_waiting = \"{secret}\"\n[[workers]]\n"), "invalid type: string, expected"),
+        (format!("[[workers]]\noptions = \"{secret}\"\n"), "invalid type: string, expected"),
+        // A URL with its password, mistyped.
+        (
+            format!("[cluster]\nengine = \"redis\"\nurl = \"redis://x\"\nsentinels = [\"redis//:{secret}@s1\"]\n"),
+            "cluster.sentinels[0]: is neither HOST:PORT",
+        ),
+        (
+            format!("[[workers]]\nbackend = \"minicpmo-worker\"\nurl = \"http://u:{secret}@gpu1:22400/x\"\n"),
+            "with no path",
+        ),
+    ];
+    for (text, expected) in cases {
+        let e = error(&text);
+        assert!(e.contains(expected), "{text}\n=> {e}");
+        assert!(!e.contains(secret), "the value is echoed: {e}");
     }
 }
 
@@ -176,10 +231,10 @@ fn unknown_keys_are_errors_naming_the_key() {
 #[test]
 fn wrong_types_name_the_key_and_position() {
     let e = error("[queue]\nmax_waiting = \"many\"\n[[workers]]\n");
-    assert!(e.starts_with("config.toml: queue.max_waiting: invalid type: string \"many\""), "{e}");
+    assert!(e.starts_with("config.toml: queue.max_waiting: invalid type: string, expected"), "{e}");
     assert!(e.contains("line 2"), "{e}");
     let e = error("[[workers]]\nbackend = \"gpu\"\n");
-    assert!(e.starts_with("config.toml: workers[0].backend: unknown variant `gpu`"), "{e}");
+    assert!(e.starts_with("config.toml: workers[0].backend: unknown variant, expected one of"), "{e}");
 }
 
 #[test]

@@ -189,11 +189,13 @@ impl WorkerEntry {
 
 /// A worker's base URL: `http://HOST:PORT` (no path), without the trailing slash.
 fn worker_url(url: &str) -> Result<String, Invalid> {
+    // Shown redacted: a URL may carry a password or a token in its path or query.
+    let shown = super::check::redacted_url(url);
     let rest =
-        url.strip_prefix("http://").ok_or_else(|| Invalid::new("url", format!("'{url}' must start with http://")))?;
+        url.strip_prefix("http://").ok_or_else(|| Invalid::new("url", format!("'{shown}' must start with http://")))?;
     let rest = rest.trim_end_matches('/');
     if rest.is_empty() || rest.contains('/') || rest.contains('?') {
-        return Err(Invalid::new("url", format!("'{url}' must be http://HOST:PORT, with no path")));
+        return Err(Invalid::new("url", format!("'{shown}' must be http://HOST:PORT, with no path")));
     }
     Ok(format!("http://{rest}"))
 }

@@ -35,6 +35,8 @@ pub enum ServeError {
     Tls { key: String, why: String },
     #[error("{0}")]
     Listen(String),
+    #[error("the cluster's store: {0}")]
+    Store(#[from] crate::store::redis::StoreError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -195,7 +197,7 @@ pub fn run(config: Config) -> Result<(), ServeError> {
     }
     let system = actix_web::rt::System::new();
     system.block_on(async move {
-        let gateway = crate::roles::serve(Arc::new(config));
+        let gateway = crate::roles::serve(Arc::new(config))?;
         schedule_sweep(&gateway);
         let app_state = gateway.clone();
         let mut server = HttpServer::new(move || {

@@ -8,8 +8,12 @@
 //! messages and proofs under a key it cannot compute, and one guess per connection at most: a
 //! recorded handshake cannot be tried against a dictionary.
 //!
-//! 1. The gateway opens the connection with [`ToNode::Hello`]: the protocol, a fresh nonce and
-//!    its SPAKE2 message.
+//! A replica of a cluster does not hold the token: it holds its own credential
+//! ([`super::replica`]), and names itself in its hello; the node derives that name's password
+//! from its token and runs the same exchange with it. What the replica proves is its name.
+//!
+//! 1. The gateway opens the connection with [`ToNode::Hello`]: the protocol, a fresh nonce, its
+//!    SPAKE2 message, and, a replica, its name.
 //! 2. The node answers [`FromNode::Challenge`]: its nonce, its SPAKE2 message, and its proof, an
 //!    HMAC-SHA256 under the derived key over everything both said. The gateway checks it: a
 //!    listener that is not the node (an address a store was made to name, a host that took the
@@ -70,6 +74,8 @@ pub fn exchange(token: &str) -> (Spake2<Ed25519Group>, Vec<u8>) {
 
 /// What both sides said, in order: the proofs cover all of it.
 pub struct Transcript<'a> {
+    /// The replica the gateway says it is ("" for a gateway with the token).
+    pub replica: &'a str,
     pub gateway_nonce: &'a [u8],
     pub gateway_pake: &'a [u8],
     pub node_nonce: &'a [u8],
@@ -77,9 +83,40 @@ pub struct Transcript<'a> {
 }
 
 impl Transcript<'_> {
-    fn parts(&self) -> [&[u8]; 4] {
-        [self.gateway_nonce, self.gateway_pake, self.node_nonce, self.node_pake]
+    fn parts(&self) -> [&[u8]; 5] {
+        [self.replica.as_bytes(), self.gateway_nonce, self.gateway_pake, self.node_nonce, self.node_pake]
     }
+}
+
+/// What a gateway proves: the node's token, or a replica's credential (its name and password).
+#[derive(Clone, Copy)]
+pub enum Secret<'a> {
+    Token(&'a str),
+    Replica { name: &'a str, password: &'a str },
+}
+
+impl Secret<'_> {
+    fn replica(&self) -> Option<&str> {
+        match self {
+            Secret::Token(_) => None,
+            Secret::Replica { name, .. } => Some(name),
+        }
+    }
+
+    fn password(&self) -> &str {
+        match self {
+            Secret::Token(token) => token,
+            Secret::Replica { password, .. } => password,
+        }
+    }
+}
+
+/// Who proved what on a node's connection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Proved {
+    /// The replica whose credential the peer holds; None: the peer holds the node's token.
+    pub replica: Option<String>,
+    pub request: Request,
 }
 
 /// The node's proof that it derived `key` (it holds the token).
@@ -90,8 +127,8 @@ pub fn node_proof(key: &[u8], said: &Transcript<'_>) -> Vec<u8> {
 /// The gateway's proof that it derived `key`, bound to what it asks for.
 pub fn gateway_proof(key: &[u8], said: &Transcript<'_>, request: &Request) -> Vec<u8> {
     let request = postcard::to_stdvec(request).unwrap_or_default();
-    let [a, b, c, d] = said.parts();
-    keyed(key, GATEWAY_LABEL, &[a, b, c, d, &request]).finalize().into_bytes().to_vec()
+    let [r, a, b, c, d] = said.parts();
+    keyed(key, GATEWAY_LABEL, &[r, a, b, c, d, &request]).finalize().into_bytes().to_vec()
 }
 
 fn node_proof_ok(key: &[u8], said: &Transcript<'_>, proof: &[u8]) -> bool {
@@ -100,8 +137,8 @@ fn node_proof_ok(key: &[u8], said: &Transcript<'_>, proof: &[u8]) -> bool {
 
 fn gateway_proof_ok(key: &[u8], said: &Transcript<'_>, request: &Request, proof: &[u8]) -> bool {
     let request = postcard::to_stdvec(request).unwrap_or_default();
-    let [a, b, c, d] = said.parts();
-    keyed(key, GATEWAY_LABEL, &[a, b, c, d, &request]).verify_slice(proof).is_ok()
+    let [r, a, b, c, d] = said.parts();
+    keyed(key, GATEWAY_LABEL, &[r, a, b, c, d, &request]).verify_slice(proof).is_ok()
 }
 
 /// The gateway's side: says hello, checks the node's proof, then proves itself with its
@@ -109,14 +146,14 @@ fn gateway_proof_ok(key: &[u8], said: &Transcript<'_>, request: &Request, proof:
 /// before its proof is read past [`MAX_UNPROVEN_FRAME`].
 pub async fn open<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
-    token: &str,
+    secret: Secret<'_>,
     request: Request,
 ) -> Result<(), LinkError> {
     let ours = nonce();
-    let (state, our_pake) = exchange(token);
-    write_frame(stream, &ToNode::Hello { protocol: PROTOCOL, nonce: ours.clone(), pake: our_pake.clone() })
-        .await
-        .map_err(LinkError::Handshake)?;
+    let (state, our_pake) = exchange(secret.password());
+    let replica = secret.replica().map(str::to_string);
+    let hello = ToNode::Hello { protocol: PROTOCOL, nonce: ours.clone(), pake: our_pake.clone(), replica };
+    write_frame(stream, &hello).await.map_err(LinkError::Handshake)?;
     let (theirs, their_pake, proof) = match read_frame::<FromNode>(stream, MAX_UNPROVEN_FRAME).await {
         Ok(Some(FromNode::Challenge { nonce, pake, proof })) => (nonce, pake, proof),
         // Said before it proved anything: kept short and printable, and marked so.
@@ -125,8 +162,13 @@ pub async fn open<S: AsyncRead + AsyncWrite + Unpin>(
         Ok(None) => return Err(LinkError::Closed),
         Err(e) => return Err(LinkError::Unreadable(e)),
     };
-    let said =
-        Transcript { gateway_nonce: &ours, gateway_pake: &our_pake, node_nonce: &theirs, node_pake: &their_pake };
+    let said = Transcript {
+        replica: secret.replica().unwrap_or(""),
+        gateway_nonce: &ours,
+        gateway_pake: &our_pake,
+        node_nonce: &theirs,
+        node_pake: &their_pake,
+    };
     let key = state.finish(&their_pake).map_err(|_| LinkError::NotTheNode)?;
     if theirs.len() != NONCE_BYTES || !node_proof_ok(&key, &said, &proof) {
         return Err(LinkError::NotTheNode);
@@ -155,6 +197,15 @@ pub enum HandshakeRefused {
     NoProof,
     #[error("wrong token (the gateway's [[nodes]] token must be the node's [node] token)")]
     WrongToken,
+    /// A replica whose credential does not prove its name: issued under another token, or for
+    /// another name.
+    #[error(
+        "replica '{0}' did not prove its name (its [cluster] credential must be issued for that name by \
+         `omni-gateway replica-credential` under this node's token)"
+    )]
+    WrongCredential(String),
+    #[error("the name a replica claims is not a name ({0} bytes)")]
+    BadName(usize),
     #[error("unreadable: {0}")]
     Unreadable(String),
     /// Closed before its hello (a port probe, a health check).
@@ -167,17 +218,17 @@ pub enum HandshakeRefused {
 }
 
 /// The node's side: reads the hello, proves itself, and checks the gateway's proof. Answers the
-/// request of a peer that holds the token.
+/// request of a peer that holds the token, or the credential of the replica it names.
 pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     token: &str,
-) -> Result<Request, HandshakeRefused> {
+) -> Result<Proved, HandshakeRefused> {
     let unreadable = |e: std::io::Error| HandshakeRefused::Unreadable(e.to_string());
     let Some(first) = read_frame_bytes(stream, MAX_UNPROVEN_FRAME).await.map_err(unreadable)? else {
         return Err(HandshakeRefused::Closed);
     };
-    let (theirs, their_pake) = match postcard::from_bytes::<ToNode>(&first) {
-        Ok(ToNode::Hello { protocol, nonce, pake }) if protocol == PROTOCOL => (nonce, pake),
+    let (theirs, their_pake, replica) = match postcard::from_bytes::<ToNode>(&first) {
+        Ok(ToNode::Hello { protocol, nonce, pake, replica }) if protocol == PROTOCOL => (nonce, pake, replica),
         Ok(ToNode::Hello { protocol, .. }) => {
             return Err(HandshakeRefused::Protocol { theirs: protocol, ours: PROTOCOL });
         }
@@ -193,20 +244,42 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     if theirs.len() != NONCE_BYTES {
         return Err(HandshakeRefused::Nonce(theirs.len()));
     }
+    if let Some(name) = &replica
+        && (name.len() > 64 || !crate::config::check::name_ok(name))
+    {
+        return Err(HandshakeRefused::BadName(name.len()));
+    }
+    // A replica's password is its name's, derived from the token; whether the name is revoked
+    // is the caller's business once it is proved.
+    let password = match &replica {
+        Some(name) => super::replica::password(token, name),
+        None => token.to_string(),
+    };
+    let wrong = || match &replica {
+        Some(name) => HandshakeRefused::WrongCredential(name.clone()),
+        None => HandshakeRefused::WrongToken,
+    };
     let ours = nonce();
-    let (state, our_pake) = exchange(token);
-    let said =
-        Transcript { gateway_nonce: &theirs, gateway_pake: &their_pake, node_nonce: &ours, node_pake: &our_pake };
+    let (state, our_pake) = exchange(&password);
+    let said = Transcript {
+        replica: replica.as_deref().unwrap_or(""),
+        gateway_nonce: &theirs,
+        gateway_pake: &their_pake,
+        node_nonce: &ours,
+        node_pake: &our_pake,
+    };
     // A message that is no point of the curve derives nothing: that peer is refused as one
     // without the token.
-    let Ok(key) = state.finish(&their_pake) else { return Err(HandshakeRefused::WrongToken) };
+    let Ok(key) = state.finish(&their_pake) else { return Err(wrong()) };
     let proof = node_proof(&key, &said);
     write_frame(stream, &FromNode::Challenge { nonce: ours.clone(), pake: our_pake.clone(), proof })
         .await
         .map_err(unreadable)?;
     match read_frame::<ToNode>(stream, MAX_UNPROVEN_FRAME).await.map_err(unreadable)? {
-        Some(ToNode::Prove { proof, request }) if gateway_proof_ok(&key, &said, &request, &proof) => Ok(request),
-        Some(ToNode::Prove { .. }) => Err(HandshakeRefused::WrongToken),
+        Some(ToNode::Prove { proof, request }) if gateway_proof_ok(&key, &said, &request, &proof) => {
+            Ok(Proved { replica, request })
+        }
+        Some(ToNode::Prove { .. }) => Err(wrong()),
         Some(_) => Err(HandshakeRefused::NoProof),
         None => Err(HandshakeRefused::ClosedUnproven),
     }
@@ -224,8 +297,8 @@ mod tests {
     async fn both_sides_prove_the_token_and_neither_sends_it() {
         let (mut gateway, mut node) = tokio::io::duplex(1 << 16);
         let request = Request::Standby { gateway: "g1".into() };
-        let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await });
-        open(&mut gateway, TOKEN, request.clone()).await.unwrap();
+        let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await.map(|p| p.request) });
+        open(&mut gateway, Secret::Token(TOKEN), request.clone()).await.unwrap();
         assert_eq!(node_side.await.unwrap(), Ok(request));
     }
 
@@ -239,10 +312,13 @@ mod tests {
         let mut proofs = Vec::new();
         for _ in 0..2 {
             let (mut peer, mut node) = tokio::io::duplex(1 << 16);
-            let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await });
-            write_frame(&mut peer, &ToNode::Hello { protocol: PROTOCOL, nonce: hello.clone(), pake: pake.clone() })
-                .await
-                .unwrap();
+            let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await.map(|p| p.request) });
+            write_frame(
+                &mut peer,
+                &ToNode::Hello { protocol: PROTOCOL, nonce: hello.clone(), pake: pake.clone(), replica: None },
+            )
+            .await
+            .unwrap();
             let Ok(Some(FromNode::Challenge { nonce: n, pake: p, proof })) =
                 read_frame(&mut peer, MAX_UNPROVEN_FRAME).await
             else {
@@ -256,7 +332,7 @@ mod tests {
         // The stranger's guess (OTHER) derives a key; the node's proof does not check under it.
         let (n, p, proof) = &proofs[0];
         let key = state.finish(p).unwrap();
-        let said = Transcript { gateway_nonce: &hello, gateway_pake: &pake, node_nonce: n, node_pake: p };
+        let said = Transcript { replica: "", gateway_nonce: &hello, gateway_pake: &pake, node_nonce: n, node_pake: p };
         assert!(!node_proof_ok(&key, &said, proof), "a wrong guess is told apart only online, once a connection");
     }
 
@@ -269,7 +345,7 @@ mod tests {
             Hello { protocol: u32, nonce: Vec<u8> },
         }
         let (mut gateway, mut node) = tokio::io::duplex(1 << 16);
-        let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await });
+        let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await.map(|p| p.request) });
         write_frame(&mut gateway, &Older::Hello { protocol: 8, nonce: nonce() }).await.unwrap();
         assert_eq!(node_side.await.unwrap(), Err(HandshakeRefused::Protocol { theirs: 8, ours: PROTOCOL }));
     }
@@ -279,27 +355,35 @@ mod tests {
         // A gateway with another token cannot check the node's proof: it goes, having sent only
         // its hello.
         let (mut gateway, mut node) = tokio::io::duplex(1 << 16);
-        let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await });
-        let e = open(&mut gateway, OTHER, Request::Discover).await.unwrap_err();
+        let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await.map(|p| p.request) });
+        let e = open(&mut gateway, Secret::Token(OTHER), Request::Discover).await.unwrap_err();
         assert!(matches!(e, LinkError::NotTheNode), "{e}");
         drop(gateway);
         assert_eq!(node_side.await.unwrap(), Err(HandshakeRefused::ClosedUnproven));
         // A peer that ignores the node's proof and proves a token it does not hold: refused.
         let (mut peer, mut node) = tokio::io::duplex(1 << 16);
-        let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await });
+        let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await.map(|p| p.request) });
         let (state, pake) = exchange(OTHER);
         let hello = nonce();
-        write_frame(&mut peer, &ToNode::Hello { protocol: PROTOCOL, nonce: hello.clone(), pake: pake.clone() })
-            .await
-            .unwrap();
+        write_frame(
+            &mut peer,
+            &ToNode::Hello { protocol: PROTOCOL, nonce: hello.clone(), pake: pake.clone(), replica: None },
+        )
+        .await
+        .unwrap();
         let Ok(Some(FromNode::Challenge { nonce: theirs, pake: their_pake, .. })) =
             read_frame(&mut peer, MAX_UNPROVEN_FRAME).await
         else {
             panic!("no challenge")
         };
         let key = state.finish(&their_pake).unwrap();
-        let said =
-            Transcript { gateway_nonce: &hello, gateway_pake: &pake, node_nonce: &theirs, node_pake: &their_pake };
+        let said = Transcript {
+            replica: "",
+            gateway_nonce: &hello,
+            gateway_pake: &pake,
+            node_nonce: &theirs,
+            node_pake: &their_pake,
+        };
         let proof = gateway_proof(&key, &said, &Request::Discover);
         write_frame(&mut peer, &ToNode::Prove { proof, request: Request::Discover }).await.unwrap();
         assert_eq!(node_side.await.unwrap(), Err(HandshakeRefused::WrongToken));
@@ -315,9 +399,78 @@ mod tests {
             fake.read_to_end(&mut rest).await.unwrap();
             rest
         });
-        let e = open(&mut gateway, TOKEN, Request::Discover).await.unwrap_err();
+        let e = open(&mut gateway, Secret::Token(TOKEN), Request::Discover).await.unwrap_err();
         assert!(matches!(e, LinkError::NotTheNode), "{e}");
         drop(gateway);
         assert!(fake_side.await.unwrap().is_empty(), "nothing after the hello");
+    }
+
+    /// A replica proves its own name with its credential; with it, it cannot pass for another
+    /// replica, and a credential issued under another token proves nothing.
+    #[tokio::test]
+    async fn a_replica_proves_its_own_name_and_no_other() {
+        use crate::link::replica::{Credential, issue};
+        let r1 = Credential::parse(&issue(TOKEN, "r1")).unwrap();
+        let as_r1 = Secret::Replica { name: "r1", password: r1.password() };
+        let (mut gateway, mut node) = tokio::io::duplex(1 << 16);
+        let request = Request::Standby { gateway: "r1".into() };
+        let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await });
+        open(&mut gateway, as_r1, request.clone()).await.unwrap();
+        assert_eq!(node_side.await.unwrap(), Ok(Proved { replica: Some("r1".into()), request }));
+
+        // r1's credential, claiming r2's name: the node's proof does not check, nothing more is
+        // sent, and the node sees a replica that did not prove its name.
+        let as_r2 = Secret::Replica { name: "r2", password: r1.password() };
+        let (mut gateway, mut node) = tokio::io::duplex(1 << 16);
+        let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await });
+        let e = open(&mut gateway, as_r2, Request::Standby { gateway: "r2".into() }).await.unwrap_err();
+        assert!(matches!(e, LinkError::NotTheNode), "{e}");
+        drop(gateway);
+        assert_eq!(node_side.await.unwrap(), Err(HandshakeRefused::ClosedUnproven));
+
+        // r1's own name, with a credential of another cluster: refused as r1's wrong credential.
+        let foreign = Credential::parse(&issue(OTHER, "r1")).unwrap();
+        let (mut peer, mut node) = tokio::io::duplex(1 << 16);
+        let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await });
+        let (state, pake) = exchange(foreign.password());
+        let hello = nonce();
+        let said_hello =
+            ToNode::Hello { protocol: PROTOCOL, nonce: hello.clone(), pake: pake.clone(), replica: Some("r1".into()) };
+        write_frame(&mut peer, &said_hello).await.unwrap();
+        let Ok(Some(FromNode::Challenge { nonce: theirs, pake: their_pake, .. })) =
+            read_frame(&mut peer, MAX_UNPROVEN_FRAME).await
+        else {
+            panic!("no challenge")
+        };
+        let key = state.finish(&their_pake).unwrap();
+        let said = Transcript {
+            replica: "r1",
+            gateway_nonce: &hello,
+            gateway_pake: &pake,
+            node_nonce: &theirs,
+            node_pake: &their_pake,
+        };
+        let proof = gateway_proof(&key, &said, &Request::Discover);
+        write_frame(&mut peer, &ToNode::Prove { proof, request: Request::Discover }).await.unwrap();
+        assert_eq!(node_side.await.unwrap(), Err(HandshakeRefused::WrongCredential("r1".into())));
+
+        // The node's token is not a replica's credential either: a token holder that names a
+        // replica must hold that replica's credential.
+        let (mut gateway, mut node) = tokio::io::duplex(1 << 16);
+        let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await });
+        let posing = Secret::Replica { name: "r1", password: TOKEN };
+        assert!(matches!(open(&mut gateway, posing, Request::Discover).await, Err(LinkError::NotTheNode)));
+        drop(gateway);
+        assert_eq!(node_side.await.unwrap(), Err(HandshakeRefused::ClosedUnproven));
+    }
+
+    #[tokio::test]
+    async fn a_name_that_is_no_name_is_refused_before_anything_is_derived() {
+        let (mut peer, mut node) = tokio::io::duplex(1 << 16);
+        let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await });
+        let (_, pake) = exchange(TOKEN);
+        let hello = ToNode::Hello { protocol: PROTOCOL, nonce: nonce(), pake, replica: Some("x".repeat(65)) };
+        write_frame(&mut peer, &hello).await.unwrap();
+        assert_eq!(node_side.await.unwrap(), Err(HandshakeRefused::BadName(65)));
     }
 }

@@ -1,12 +1,13 @@
 //! The link between a gateway (or a replica of a cluster) and a node: what they say to each
 //! other ([`wire`]), how each proves to the other that it holds the node's token before
-//! anything else is said ([`handshake`]), how a node signs the grants a replica may dial
-//! ([`grant`]), and the links a replica keeps open to its nodes, on which they push the
-//! grants of its tickets ([`standby`]). Both roles use it: the gateway's side of a worker link
+//! anything else is said ([`handshake`]), the identity each replica proves ([`replica`]), how a
+//! node signs the grants a replica may dial ([`grant`]), and the links a replica keeps open to
+//! its nodes, on which they push the grants of its tickets ([`standby`]). Both roles use it: the gateway's side of a worker link
 //! is [`crate::backend::remote`], the node's is [`crate::roles::node`].
 
 pub mod grant;
 pub mod handshake;
+pub mod replica;
 pub mod standby;
 pub mod wire;
 

@@ -33,7 +33,8 @@ use crate::backend::ipc::{ToHost, Value};
 
 /// The version of this protocol; a node refuses another.
 /// 8: ABI 1.3 (tools, calls, prefill-only turns) in the setups, turns and outputs it carries.
-pub const PROTOCOL: u32 = 9;
+/// 9: the handshake is SPAKE2. 10: a replica proves its own name (its credential).
+pub const PROTOCOL: u32 = 10;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ToNode {
@@ -45,6 +46,9 @@ pub enum ToNode {
         nonce: Vec<u8>,
         /// The gateway's SPAKE2 message (protocol 9).
         pake: Vec<u8>,
+        /// A replica of a cluster: the name its credential is for, the password of its SPAKE2
+        /// message ([`crate::link::replica`]). None: a gateway with the node's token.
+        replica: Option<String>,
     },
     /// The gateway's proof that it holds the token, over both nonces and its request.
     Prove {

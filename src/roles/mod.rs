@@ -60,10 +60,10 @@ pub struct Serving {
 
 /// Starts the actors of the role the configuration names: a replica with `[cluster]`, else a
 /// single gateway. Must run inside an actix system.
-pub fn serve(config: Arc<Config>) -> Serving {
+pub fn serve(config: Arc<Config>) -> Result<Serving, crate::store::redis::StoreError> {
     match &config.cluster {
         Some(_) => replica::start(config),
-        None => gateway::start(config),
+        None => Ok(gateway::start(config)),
     }
 }
 

@@ -21,23 +21,22 @@ use crate::store::redis::RedisStore;
 
 /// Starts the cluster's queue and the pool that lends it the nodes' workers. Must run inside
 /// an actix system.
-pub fn start(config: Arc<Config>) -> Serving {
+pub fn start(config: Arc<Config>) -> Result<Serving, crate::store::redis::StoreError> {
     let spec = config.cluster.as_ref().expect("a replica's config has a [cluster] section");
+    // The section was checked when the config was loaded; what is left is the store's own (a
+    // CA file that does not load, a Sentinel the crate refuses): the server does not start.
+    let store = RedisStore::from_spec(spec)?;
     let common = Common::start(&config);
-    let store = match RedisStore::from_spec(spec) {
-        Ok(store) => store,
-        // The section was checked when the config was loaded; what is left is the store's own.
-        Err(e) => panic!("cluster: cannot open the store: {e}"),
-    };
     let template = NodeLink {
         name: String::new(),
         address: String::new(),
-        token: spec.token.clone(),
+        token: String::new(),
         ca: spec.ca.clone(),
         server_name: spec.server_name.clone(),
         heartbeat_interval: Duration::from_secs(1),
         heartbeat_timeout: Duration::from_secs(5),
         networks: spec.node_networks.clone(),
+        replica: spec.credential.clone(),
     };
     let replica = spec.name.clone();
     let standby = Standby::new(spec.standby_links, replica.clone());
@@ -71,5 +70,5 @@ pub fn start(config: Arc<Config>) -> Serving {
     // The status of the cluster's workers is the queue's: the store's view, with what this
     // replica was lent.
     let status = queue.clone().recipient();
-    common.serving(config, QueuePort::of(&queue), pool, status)
+    Ok(common.serving(config, QueuePort::of(&queue), pool, status))
 }

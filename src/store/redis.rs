@@ -83,6 +83,64 @@ pub struct RedisStore {
 /// What `snapshot.lua` answers: version, Redis's time (ms), slots (flattened), ema.
 type ViewRest = (String, String, Vec<String>, Vec<String>);
 
+/// The Sentinels' client when the store's TLS has a private CA (`redis_ca`): the Sentinels and
+/// the master they name are both verified against it. The Sentinels share one password and one
+/// TLS mode here (the first that names a password gives it; TLS if any is `rediss://`).
+fn sentinels_with_ca(
+    sentinels: &[String],
+    master: &str,
+    info: &redis::ConnectionInfo,
+    tcp: redis::io::tcp::TcpSettings,
+    certs: impl Fn() -> redis::TlsCertificates,
+) -> Result<SentinelClient, StoreError> {
+    let mut addresses = Vec::new();
+    let (mut password, mut tls) = (None, false);
+    for a in sentinels {
+        let sentinel =
+            redis::IntoConnectionInfo::into_connection_info(sentinel_url(a).as_str()).map_err(StoreError::Sentinels)?;
+        password = password.or_else(|| sentinel.redis_settings().password().map(str::to_string));
+        let address = match sentinel.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => redis::ConnectionAddr::Tcp(host.clone(), *port),
+            redis::ConnectionAddr::TcpTls { host, port, .. } => {
+                tls = true;
+                // Verified, against the CA set below.
+                redis::ConnectionAddr::TcpTls { host: host.clone(), port: *port, insecure: false, tls_params: None }
+            }
+            other => {
+                return Err(StoreError::Sentinels(redis::RedisError::from(std::io::Error::other(format!(
+                    "a Sentinel at {other} is not reached over TCP"
+                )))));
+            }
+        };
+        addresses.push(address);
+    }
+    let store = info.redis_settings();
+    let mut builder = redis::sentinel::SentinelClientBuilder::new(addresses, master, SentinelServerType::Master)
+        .map_err(StoreError::Sentinels)?
+        .set_client_to_redis_db(store.db())
+        .set_client_to_redis_tcp_settings(tcp.clone())
+        .set_client_to_sentinel_tcp_settings(tcp);
+    if let Some(user) = store.username() {
+        builder = builder.set_client_to_redis_username(user);
+    }
+    if let Some(pw) = store.password() {
+        builder = builder.set_client_to_redis_password(pw);
+    }
+    if matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+        builder =
+            builder.set_client_to_redis_tls_mode(redis::TlsMode::Secure).set_client_to_redis_certificates(certs());
+    }
+    if let Some(pw) = password {
+        builder = builder.set_client_to_sentinel_password(pw);
+    }
+    if tls {
+        builder = builder
+            .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure)
+            .set_client_to_sentinel_certificates(certs());
+    }
+    builder.build().map_err(StoreError::Sentinels)
+}
+
 /// A Sentinel's address as the crate takes it: `HOST:PORT`, or a URL with its password or TLS
 /// (`redis://:PASSWORD@HOST:PORT`, `rediss://HOST:PORT`).
 fn sentinel_url(address: &str) -> String {
@@ -182,15 +240,18 @@ impl RedisStore {
         // unacknowledged waits for the delayed ACK (tens of milliseconds in the hand-over).
         let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(StoreError::Url)?;
         let tcp = info.tcp_settings().clone().set_nodelay(true);
-        // (A private CA with sentinels is refused when the config is checked.)
-        let target = if let Some(path) = ca.filter(|_| sentinels.is_empty()) {
-            // The store's certificate is verified against this CA only.
+        let target = if let Some(path) = ca {
+            // The store's (and the Sentinels') certificates are verified against this CA only.
             let bad = |why: String| StoreError::Ca { path: path.to_path_buf(), why };
             let root_cert = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
-            let certs = redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) };
-            let client =
-                redis::Client::build_with_tls(info.set_tcp_settings(tcp), certs).map_err(|e| bad(e.to_string()))?;
-            Target::Direct(client)
+            let certs = || redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert.clone()) };
+            if sentinels.is_empty() {
+                let client = redis::Client::build_with_tls(info.set_tcp_settings(tcp), certs())
+                    .map_err(|e| bad(e.to_string()))?;
+                Target::Direct(client)
+            } else {
+                Target::Sentinel(Mutex::new(sentinels_with_ca(sentinels, master, &info, tcp, certs)?))
+            }
         } else if sentinels.is_empty() {
             Target::Direct(redis::Client::open(info.set_tcp_settings(tcp)).map_err(StoreError::Url)?)
         } else {

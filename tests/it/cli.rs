@@ -203,3 +203,37 @@ fn workers_past_the_hosts_mapping_limit_are_refused_before_anything_opens() {
     let (code, stdout, stderr) = check(&unpaced);
     assert_eq!(code, Some(0), "{stdout}{stderr}");
 }
+
+/// A replica's credential is issued from a node's config, for the replica's name; a replica
+/// configured with it loads, named by it.
+#[test]
+fn a_replica_credential_is_issued_from_a_nodes_config_and_a_replica_loads_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = crate::common::NODE_TOKEN;
+    let node = dir.path().join("node.toml");
+    std::fs::write(&node, format!("[node]\nbind = \"127.0.0.1:7100\"\ntoken = \"{token}\"\n[[workers]]\n")).unwrap();
+    let out = gateway().arg("--config").arg(&node).args(["replica-credential", "gw-a"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let issued = String::from_utf8(out.stdout).unwrap();
+    assert!(issued.starts_with("ogr1:gw-a:") && !issued.contains(token), "{issued}");
+    let credential = omni_gateway::link::replica::Credential::parse(&issued).unwrap();
+    assert_eq!(credential.password(), omni_gateway::link::replica::password(token, "gw-a"));
+    // A replica holding it (from a file) is gw-a.
+    std::fs::write(dir.path().join("replica.credential"), &issued).unwrap();
+    let replica =
+        "[cluster]\nengine = \"redis\"\nurl = \"redis://127.0.0.1:6399/0\"\ncredential_file = \"replica.credential\"\n";
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, replica).unwrap();
+    let config = omni_gateway::config::Config::load(&path).unwrap();
+    assert_eq!(config.cluster.unwrap().name, "gw-a");
+    // Not from a gateway's config (no token to issue it under), nor for a name that is none.
+    let gw = dir.path().join("plain.toml");
+    std::fs::write(&gw, "[[workers]]\n").unwrap();
+    let out = gateway().arg("--config").arg(&gw).args(["replica-credential", "gw-a"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is issued from a node's config"));
+    let out = gateway().arg("--config").arg(&node).args(["replica-credential", "gw a"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("'gw a' is not a replica's name"));
+    assert!(out.stdout.is_empty());
+}

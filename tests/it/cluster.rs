@@ -18,9 +18,13 @@ fn cluster(redis: &Redis, name: &str, replica: bool) -> String {
 }
 
 fn cluster_at(url: &str, name: &str, replica: bool) -> String {
-    let token = if replica { format!("token = \"{NODE_TOKEN}\"\n") } else { String::new() };
+    let credential = if replica {
+        format!("credential = \"{}\"\n", omni_gateway::link::replica::issue(NODE_TOKEN, name))
+    } else {
+        String::new()
+    };
     format!(
-        "[cluster]\nengine = \"redis\"\nurl = \"{url}\"\nname = \"{name}\"\nlease_s = 1.0\nattach_timeout_s = 1.0\n{token}"
+        "[cluster]\nengine = \"redis\"\nurl = \"{url}\"\nname = \"{name}\"\nlease_s = 1.0\nattach_timeout_s = 1.0\n{credential}"
     )
 }
 
@@ -542,6 +546,84 @@ async fn hand_overs_are_pushed_on_links_kept_open_to_their_node() {
     g1.wait_idle();
 }
 
+/// A link to `node` through the handshake as `secret`, asking for a link kept open for the
+/// grants of replica `gateway`: what the node answers first (None: it closed).
+async fn standby_as(
+    node: &Node,
+    secret: omni_gateway::link::handshake::Secret<'_>,
+    gateway: &str,
+) -> (tokio::net::TcpStream, Option<omni_gateway::link::wire::FromNode>) {
+    use omni_gateway::link::wire::{MAX_UNPROVEN_FRAME, Request, read_frame};
+    let mut stream = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    let request = Request::Standby { gateway: gateway.into() };
+    omni_gateway::link::handshake::open(&mut stream, secret, request).await.unwrap();
+    let first = read_frame(&mut stream, MAX_UNPROVEN_FRAME).await.unwrap();
+    (stream, first)
+}
+
+/// Reads a link until it ends (pings skipped): whether it did within `WAIT`.
+async fn ends(link: &mut tokio::net::TcpStream) -> bool {
+    use omni_gateway::link::wire::{FromNode, MAX_UNPROVEN_FRAME, read_frame};
+    let read = async {
+        loop {
+            match read_frame::<FromNode>(link, MAX_UNPROVEN_FRAME).await {
+                Ok(Some(FromNode::Ping)) => continue,
+                _ => return,
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, read).await.is_ok()
+}
+
+#[tokio::test]
+async fn each_replica_proves_its_own_name_and_one_is_revoked_without_touching_the_others() {
+    use omni_gateway::link::handshake::Secret;
+    use omni_gateway::link::replica::{Credential, issue};
+    use omni_gateway::link::wire::{FromNode, MAX_UNPROVEN_FRAME, ToNode, read_frame, write_frame};
+    if !needs(&[Need::Redis]) {
+        return;
+    }
+    let redis = Redis::start();
+    let n1 = node(&redis, "n1", 1);
+    let (r1, r2) =
+        (Credential::parse(&issue(NODE_TOKEN, "r1")).unwrap(), Credential::parse(&issue(NODE_TOKEN, "r2")).unwrap());
+    let as_r1 = Secret::Replica { name: "r1", password: r1.password() };
+    let as_r2 = Secret::Replica { name: "r2", password: r2.password() };
+    // Each replica keeps links open for its own grants...
+    let (mut r1_link, first) = standby_as(&n1, as_r1, "r1").await;
+    assert!(matches!(first, Some(FromNode::Ready)), "{first:?}");
+    let (mut r2_link, first) = standby_as(&n1, as_r2, "r2").await;
+    assert!(matches!(first, Some(FromNode::Ready)), "{first:?}");
+    // ...and no other's: not with its own credential, nor with the node's token.
+    for (secret, proved) in [(as_r1, "r1"), (Secret::Token(NODE_TOKEN), "a holder of the node's token")] {
+        let (_, first) = standby_as(&n1, secret, "r2").await;
+        match first {
+            Some(FromNode::Refused(why)) => assert!(why.contains("that replica's own credential"), "{why}"),
+            other => panic!("a link for r2's grants, proved as {proved}: {other:?}"),
+        }
+        n1.wait_log(&format!("grants of replica r2 refused: it proved {proved}"), WAIT);
+    }
+    // r1 is revoked on the node (its config, then SIGHUP): its link ends, it is refused from
+    // then on, and r2 goes on as before.
+    let path = n1.dir().join("node.toml");
+    let config = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, config.replacen("[cluster]\n", "[cluster]\nrevoked_replicas = [\"r1\"]\n", 1)).unwrap();
+    n1.signal("HUP");
+    n1.wait_log("revoked replicas now [r1] (1 newly revoked)", WAIT);
+    assert!(ends(&mut r1_link).await, "r1's link kept open for grants did not end");
+    n1.wait_log("replica r1 is revoked: its 1 link(s) kept open for grants end", WAIT);
+    let (_, first) = standby_as(&n1, as_r1, "r1").await;
+    match first {
+        Some(FromNode::Refused(why)) => assert_eq!(why, "replica r1 is revoked on this node"),
+        other => panic!("a revoked replica's link: {other:?}"),
+    }
+    write_frame(&mut r2_link, &ToNode::Ping).await.unwrap();
+    let answer = read_frame::<FromNode>(&mut r2_link, MAX_UNPROVEN_FRAME).await.unwrap();
+    assert!(matches!(answer, Some(FromNode::Ping)), "r2's link, after r1 was revoked: {answer:?}");
+    let (_, first) = standby_as(&n1, as_r2, "r2").await;
+    assert!(matches!(first, Some(FromNode::Ready)), "r2 after r1 was revoked: {first:?}");
+}
+
 #[tokio::test]
 async fn a_grant_its_node_did_not_sign_is_never_dialled() {
     if !needs(&[Need::Redis]) {
@@ -647,6 +729,28 @@ async fn a_store_behind_tls_is_verified_against_redis_ca() {
     one_session(&g1).await;
     check_invariants(&[n1.logs()]);
     g1.wait_idle();
+    drop(g1);
+    // Behind Sentinels on TLS too: both the Sentinel and the master it names are verified
+    // against redis_ca.
+    let (sentinel, sentinel_tls) = Sentinel::start_tls("og-store", tls_port, "sekret", &cert, &key);
+    let through = format!(
+        "{}redis_ca = \"{}\"\nsentinels = [\"rediss://:sekret@127.0.0.1:{sentinel_tls}\"]\nsentinel_master = \"og-store\"\n",
+        cluster_at(&url, "g2", true),
+        cert.display()
+    );
+    let g2 = Server::start(Setup::default().workers(String::new()).queue("update_interval_s = 1.0").extra(&through));
+    one_session(&g2).await;
+    check_invariants(&[n1.logs()]);
+    g2.wait_idle();
+    // Without it, the Sentinel's certificate is not trusted: nothing is reached.
+    let untrusted = format!(
+        "{}sentinels = [\"rediss://:sekret@127.0.0.1:{sentinel_tls}\"]\nsentinel_master = \"og-store\"\n",
+        cluster_at(&url, "g3", true)
+    );
+    let mut g3 = Server::start(Setup::default().workers(String::new()).extra(&untrusted));
+    g3.wait_log("UnknownIssuer", WAIT);
+    g3.skip_invariants();
+    drop(sentinel);
 }
 
 /// A small seeded generator (xorshift): a nemesis run is repeated exactly by its seed.
@@ -966,6 +1070,11 @@ fn load_embedded(name: &str, toml: &str) -> omni_gateway::config::Config {
     for line in toml.lines() {
         if line.trim_start().starts_with("library = ") {
             text.push_str(&format!("library = \"{}\"\n", library.display()));
+        } else if line.trim_start().starts_with("credential_file = ") {
+            // A replica's credential, mounted by its pod or service: issued here for "replica-x".
+            let file = dir.path().join("replica.credential");
+            std::fs::write(&file, omni_gateway::link::replica::issue(NODE_TOKEN, "replica-x")).unwrap();
+            text.push_str(&format!("credential_file = \"{}\"\n", file.display()));
         } else {
             text.push_str(line);
             text.push('\n');
@@ -980,6 +1089,15 @@ fn load_embedded(name: &str, toml: &str) -> omni_gateway::config::Config {
         std::fs::write(&path, text.replace(PLACEHOLDER_TOKEN, NODE_TOKEN)).unwrap();
     }
     omni_gateway::config::Config::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The text of the config `name` in the Secrets of `docs`.
+fn secrets_text(docs: &[Value], name: &str) -> String {
+    docs.iter()
+        .filter(|d| d["kind"] == "Secret")
+        .find_map(|d| d["stringData"][name].as_str())
+        .unwrap_or_else(|| panic!("no Secret holds {name}"))
+        .to_string()
 }
 
 /// The node token the files under `deploy/` ship with.
@@ -997,15 +1115,31 @@ fn the_compose_file_and_kubernetes_manifests_parse_and_their_configs_load() {
     let node = load_embedded("node.toml", compose["configs"]["node"]["content"].as_str().unwrap());
     let (g, n) = (gateway.cluster.as_ref().unwrap(), node.cluster.as_ref().unwrap());
     assert_eq!(g.url, n.url, "one cluster");
-    assert_eq!(g.token, node.node.as_ref().unwrap().token, "the replicas present the node's token");
+    assert_eq!(g.name, "replica-x", "a replica is the name its credential is for");
+    assert!(n.revoked_replicas.is_empty());
     assert!(gateway.workers.is_empty() && node.workers.len() == 1);
     let services = &compose["services"];
+    // Each replica mounts a credential of its own where the shared config reads it; as
+    // shipped, each is a placeholder the server refuses.
+    let mut credentials = Vec::new();
+    for replica in ["gateway-a", "gateway-b"] {
+        let configs = services[replica]["configs"].as_array().unwrap();
+        let mount = configs.iter().find(|c| c["target"] == "/etc/omni/replica.credential").unwrap();
+        let source = mount["source"].as_str().unwrap();
+        let shipped = compose["configs"][source]["content"].as_str().unwrap();
+        let refused = omni_gateway::link::replica::Credential::parse(shipped).unwrap_err().to_string();
+        assert!(refused.contains("replica-credential"), "{refused}");
+        assert!(shipped.contains(&format!("replica-credential {replica}")), "{shipped}");
+        credentials.push(source.to_string());
+    }
+    assert_ne!(credentials[0], credentials[1], "one credential per replica");
     let command = |s: &str| {
         services[s]["command"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect::<Vec<_>>()
     };
-    assert_eq!(command("gateway")[1..], ["--config", "/etc/omni/gateway.toml"]);
+    assert_eq!(command("gateway-a")[1..], ["--config", "/etc/omni/gateway.toml"]);
+    assert_eq!(command("gateway-b"), command("gateway-a"));
     assert_eq!(command("node")[1..], ["--config", "/etc/omni/node.toml", "node"]);
-    assert_eq!(services["gateway"]["configs"][0]["target"], "/etc/omni/gateway.toml");
+    assert_eq!(services["gateway-a"]["configs"][0]["target"], "/etc/omni/gateway.toml");
     assert_eq!(services["node"]["configs"][0]["target"], "/etc/omni/node.toml");
     let advertise = services["node"]["environment"]["OMNI_NODE_ADVERTISE"].as_str().unwrap();
     assert_eq!(advertise, format!("node:{}", node.node.as_ref().unwrap().bind[0].port()));
@@ -1013,7 +1147,8 @@ fn the_compose_file_and_kubernetes_manifests_parse_and_their_configs_load() {
     assert!(omni_gateway::net::in_any(balancer.parse().unwrap(), &gateway.trusted_proxies), "{balancer}");
     let nginx = compose["configs"]["nginx"]["content"].as_str().unwrap();
     assert!(
-        nginx.contains(&format!("server gateway:{};", port_of(&gateway))) && nginx.contains("proxy_read_timeout 3600s")
+        nginx.contains(&format!("server gateway-a:{0}; server gateway-b:{0};", port_of(&gateway)))
+            && nginx.contains("proxy_read_timeout 3600s")
     );
 
     // Kubernetes: every document has a kind; the Secrets' configs load; the pods run them on the
@@ -1039,9 +1174,23 @@ fn the_compose_file_and_kubernetes_manifests_parse_and_their_configs_load() {
         .unwrap();
     assert!(gateway.cluster.as_ref().unwrap().url.ends_with(&format!("@omni-redis:{redis_port}/0")));
     assert_eq!(gateway.cluster.as_ref().unwrap().url, node.cluster.as_ref().unwrap().url);
-    assert_eq!(gateway.cluster.as_ref().unwrap().token, node.node.as_ref().unwrap().token);
-    for (workload, config, file) in [("Deployment", gateway, "gateway.toml"), ("DaemonSet", node, "node.toml")] {
-        let pod = &kind(workload)[0]["spec"]["template"]["spec"];
+    // Each pod of the StatefulSet mounts the credential of its own name where the config reads it.
+    let gateways = kind("StatefulSet").into_iter().find(|s| s["metadata"]["name"] == "omni-gateway").unwrap();
+    let pods = &gateways["spec"];
+    let mounts = pods["template"]["spec"]["containers"][0]["volumeMounts"].as_array().unwrap();
+    let credential = mounts.iter().find(|m| m["name"] == "replicas").unwrap();
+    assert_eq!(credential["subPathExpr"], "$(POD_NAME)");
+    let path = credential["mountPath"].as_str().unwrap();
+    assert!(secrets_text(&docs, "gateway.toml").contains(&format!("credential_file = \"{path}\"")));
+    let issued = kind("Secret").into_iter().find(|s| s["metadata"]["name"] == "omni-gateway-replicas").unwrap();
+    for i in 0..pods["replicas"].as_u64().unwrap() {
+        let shipped = issued["stringData"][format!("omni-gateway-{i}")].as_str().unwrap();
+        assert!(shipped.contains(&format!("replica-credential omni-gateway-{i}")), "{shipped}");
+    }
+    for (workload, config, file) in [("StatefulSet", gateway, "gateway.toml"), ("DaemonSet", node, "node.toml")] {
+        let named = if file == "node.toml" { "omni-node" } else { "omni-gateway" };
+        let pod =
+            &kind(workload).into_iter().find(|w| w["metadata"]["name"] == named).unwrap()["spec"]["template"]["spec"];
         let container = &pod["containers"][0];
         let args: Vec<&str> = container["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
         let mount = container["volumeMounts"][0]["mountPath"].as_str().unwrap();

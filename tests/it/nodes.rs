@@ -21,7 +21,7 @@ fn gateway(entries: &str) -> Server {
 /// A connection to `node` through the handshake, asking `request`.
 async fn prove(node: &Node, token: &str, request: Request) -> Result<TcpStream, omni_gateway::link::LinkError> {
     let mut stream = TcpStream::connect(node.addr).await.unwrap();
-    handshake::open(&mut stream, token, request).await.map(|()| stream)
+    handshake::open(&mut stream, handshake::Secret::Token(token), request).await.map(|()| stream)
 }
 
 /// The node's link of `node`, as a gateway's config would give it.
@@ -35,6 +35,7 @@ fn link_to(node: &Node) -> omni_gateway::config::NodeLink {
         heartbeat_interval: Duration::from_secs(1),
         heartbeat_timeout: Duration::from_secs(5),
         networks: Vec::new(),
+        replica: None,
     }
 }
 
@@ -150,9 +151,12 @@ async fn a_wrong_token_is_refused() {
     let mut stream = TcpStream::connect(node.addr).await.unwrap();
     let nonce = handshake::nonce();
     let (_, pake) = handshake::exchange("Wm0Jx2d9Kp4TzY6bN1cHs5fGa8uE0iO2wRkMq3V8r7l=");
-    write_frame(&mut stream, &ToNode::Hello { protocol: omni_gateway::link::wire::PROTOCOL, nonce, pake })
-        .await
-        .unwrap();
+    write_frame(
+        &mut stream,
+        &ToNode::Hello { protocol: omni_gateway::link::wire::PROTOCOL, nonce, pake, replica: None },
+    )
+    .await
+    .unwrap();
     assert!(matches!(
         read_frame::<FromNode>(&mut stream, MAX_UNPROVEN_FRAME).await,
         Ok(Some(FromNode::Challenge { .. }))
@@ -261,7 +265,7 @@ async fn a_node_raises_its_open_file_limit_and_goes_on_after_a_sighup() {
     let open_files = limits.lines().find(|l| l.starts_with("Max open files")).unwrap().to_string();
     assert_eq!(open_files.split_whitespace().collect::<Vec<_>>()[3..5], ["4096", "4096"], "{open_files}");
     node.signal("HUP");
-    node.wait_log("SIGHUP: a node has nothing to reload; it goes on", WAIT);
+    node.wait_log("SIGHUP: revoked replicas now [] (0 newly revoked); nothing else is reloaded", WAIT);
     let mut link = prove(&node, NODE_TOKEN, Request::Discover).await.unwrap();
     assert!(matches!(read_frame::<FromNode>(&mut link, MAX_FRAME_BYTES).await.unwrap(), Some(FromNode::Workers(_))));
 }
@@ -428,9 +432,20 @@ async fn a_link_kept_open_for_grants_checks_the_token_answers_pings_and_takes_no
     // A wrong token gets no link, as for any other.
     let wrong = prove(&node, "not-the-node-token-0000", standby.clone()).await.unwrap_err();
     assert!(matches!(wrong, omni_gateway::link::LinkError::NotTheNode), "{wrong}");
-    // The right one: Ready, then each ping answered (grants are pushed on it only by a node
+    // The node's token is no replica's name: a link kept open for grants is proved with the
+    // replica's own credential (tests/cluster.rs, each_replica_proves_its_own_name...).
+    let mut token_holder = prove(&node, NODE_TOKEN, standby.clone()).await.unwrap();
+    match read_frame::<FromNode>(&mut token_holder, MAX_FRAME_BYTES).await.unwrap() {
+        Some(FromNode::Refused(why)) => assert!(why.contains("own credential"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // Its credential: Ready, then each ping answered (grants are pushed on it only by a node
     // of a cluster: tests/cluster.rs).
-    let mut link = prove(&node, NODE_TOKEN, standby).await.unwrap();
+    let credential = omni_gateway::link::replica::issue(NODE_TOKEN, "test");
+    let credential = omni_gateway::link::replica::Credential::parse(&credential).unwrap();
+    let mut link = TcpStream::connect(node.addr).await.unwrap();
+    let as_test = handshake::Secret::Replica { name: "test", password: credential.password() };
+    handshake::open(&mut link, as_test, standby).await.unwrap();
     assert!(matches!(read_frame::<FromNode>(&mut link, MAX_FRAME_BYTES).await.unwrap(), Some(FromNode::Ready)));
     for _ in 0..3 {
         write_frame(&mut link, &ToNode::Ping).await.unwrap();

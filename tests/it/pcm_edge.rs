@@ -148,7 +148,7 @@ async fn gateway(api_keys: &str) -> (std::net::SocketAddr, Arc<Mutex<Vec<String>
          [auth]\napi_keys = [{api_keys}]\n[webrtc]\nenabled = false\n[[workers]]\nname = \"ref\"\n"
     );
     let config = Config::parse(&toml, std::path::Path::new("pcm_edge.toml")).expect("a valid configuration");
-    let gw = omni_gateway::roles::serve(Arc::new(config));
+    let gw = omni_gateway::roles::serve(Arc::new(config)).expect("a gateway has no store to open");
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let texts = Arc::new(Mutex::new(Vec::new()));

@@ -22,7 +22,7 @@ use tokio_util::codec::FramedRead;
 use super::link::{GatewayLink, Limited, LinkParts, LinkSettings, write_loop};
 use super::messages::{Borrow, Describe, LenderPort};
 use super::unproven::Unproven;
-use crate::link::handshake::{self, HandshakeRefused};
+use crate::link::handshake::{self, HandshakeRefused, Proved};
 use crate::link::wire::{FromNode, MAX_UNPROVEN_FRAME, Request, write_frame};
 
 /// How long a new connection has for TLS and the handshake.
@@ -34,6 +34,8 @@ static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
 #[derive(Clone)]
 pub(super) struct Door {
     pub token: Arc<str>,
+    /// The replicas this node refuses (`[cluster] revoked_replicas`, read again on SIGHUP).
+    pub revoked: Arc<parking_lot::RwLock<Vec<String>>>,
     pub lender: LenderPort,
     pub links: LinkSettings,
     pub tls: Option<TlsAcceptor>,
@@ -125,14 +127,24 @@ async fn proved<S: AsyncRead + AsyncWrite + Unpin>(
     peer: &str,
     door: &Door,
     deadline: tokio::time::Instant,
-) -> Option<(S, Request)> {
+) -> Option<(S, Proved)> {
     match tokio::time::timeout_at(deadline, handshake::accept(&mut stream, &door.token)).await {
-        Ok(Ok(request)) => Some((stream, request)),
+        Ok(Ok(Proved { replica: Some(name), .. })) if door.revoked.read().contains(&name) => {
+            omni_actors::observe::metrics().node_handshakes_refused.inc();
+            if let Some(more) = omni_actors::observe::gated("node_revoked_replica") {
+                log::warn!("node: {peer}: replica {name} refused: it is revoked ([cluster] revoked_replicas){more}");
+            }
+            let why = format!("replica {name} is revoked on this node");
+            let _ = write_frame(&mut stream, &FromNode::Refused(why)).await;
+            None
+        }
+        Ok(Ok(proved)) => Some((stream, proved)),
         Ok(Err(HandshakeRefused::Closed)) => None,
         Ok(Err(why)) => {
             omni_actors::observe::metrics().node_handshakes_refused.inc();
             let reason = match why {
                 HandshakeRefused::WrongToken => "node_wrong_token",
+                HandshakeRefused::WrongCredential(_) => "node_wrong_credential",
                 HandshakeRefused::Protocol { .. } => "node_other_protocol",
                 HandshakeRefused::ClosedUnproven => "node_closed_unproven",
                 _ => "node_bad_handshake",
@@ -140,7 +152,10 @@ async fn proved<S: AsyncRead + AsyncWrite + Unpin>(
             if let Some(more) = omni_actors::observe::gated(reason) {
                 log::warn!("node: {peer}: refused: {why}{more}");
             }
-            if matches!(why, HandshakeRefused::Protocol { .. } | HandshakeRefused::WrongToken) {
+            if matches!(
+                why,
+                HandshakeRefused::Protocol { .. } | HandshakeRefused::WrongToken | HandshakeRefused::WrongCredential(_)
+            ) {
                 let _ = write_frame(&mut stream, &FromNode::Refused(why.to_string())).await;
             }
             None
@@ -156,7 +171,8 @@ async fn proved<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// Serves what a proved connection's request asks.
-async fn serve(stream: Box<dyn Stream>, request: Request, peer: String, door: Door) {
+async fn serve(stream: Box<dyn Stream>, proved: Proved, peer: String, door: Door) {
+    let Proved { replica, request } = proved;
     let (rd, mut wr) = tokio::io::split(stream);
     // Small frames only until a worker is attached to the link.
     let max_frame = Arc::new(AtomicUsize::new(MAX_UNPROVEN_FRAME));
@@ -169,6 +185,20 @@ async fn serve(stream: Box<dyn Stream>, request: Request, peer: String, door: Do
             let _ = wr.shutdown().await;
         }
         Request::Standby { gateway } => {
+            // Grants are pushed by replica name: a link kept open for them is the proved
+            // replica's own, or none.
+            if replica.as_deref() != Some(gateway.as_str()) {
+                omni_actors::observe::metrics().node_handshakes_refused.inc();
+                let clipped: String = gateway.chars().take(64).collect();
+                let proved_as = replica.as_deref().unwrap_or("a holder of the node's token");
+                log::warn!(
+                    "node: {peer}: a link kept open for grants of replica {} refused: it proved {proved_as}",
+                    clipped.escape_debug()
+                );
+                let why = "a link kept open for grants must be proved with that replica's own credential";
+                let _ = write_frame(&mut wr, &FromNode::Refused(why.into())).await;
+                return;
+            }
             if write_frame(&mut wr, &FromNode::Ready).await.is_err() {
                 return;
             }
@@ -179,7 +209,8 @@ async fn serve(stream: Box<dyn Stream>, request: Request, peer: String, door: Do
             });
         }
         Request::Attach { worker, gateway, grant } => {
-            let gateway = format!("{gateway} at {peer}");
+            // A replica is named by what it proved, not by what it says.
+            let gateway = format!("{} at {peer}", replica.unwrap_or(gateway));
             let borrow = Borrow { worker: worker.clone(), link, gateway: gateway.clone(), grant };
             let lent = match door.lender.borrow.send(borrow).await {
                 Ok(Ok(lent)) => lent,

@@ -26,8 +26,9 @@ pub(super) struct Cluster {
     pub attach_timeout: Duration,
     /// The store knows this node (its last beat said so).
     pub known: bool,
-    /// The node's token: it signs its offers with it ([`crate::link::grant`]).
-    pub token: Arc<str>,
+    /// The cluster's grant key (derived from the node's token): it signs its offers with it
+    /// ([`crate::link::grant`]).
+    pub signer: ed25519_dalek::SigningKey,
 }
 
 /// A worker's offers to the store: the nonce it is offered under, and the offer the store has
@@ -117,7 +118,7 @@ impl Lender {
         if !w.try_offer(nonce.clone()) {
             return;
         }
-        let sig = crate::link::grant::sign(&cluster.token, &slot, &addr, &nonce);
+        let sig = crate::link::grant::sign(&cluster.signer, &slot, &addr, &nonce);
         let offer =
             Offer { slot, nonce: nonce.clone(), modes: w.modes.clone(), addr, sig, ended: w.ended.take(), linked };
         ctx.spawn(store.offer(offer).into_actor(self).map(move |answer, act, ctx| act.offered(i, nonce, answer, ctx)));
@@ -133,7 +134,7 @@ impl Lender {
                 log::info!("worker {name}: granted to ticket {ticket} of {replica}, pushed on its link");
                 let Some(cluster) = &self.cluster else { return };
                 let (slot, addr) = (self.slot(i), cluster.advertise.clone());
-                let sig = crate::link::grant::sign(&cluster.token, &slot, &addr, &nonce);
+                let sig = crate::link::grant::sign(&cluster.signer, &slot, &addr, &nonce);
                 let pushed = PushedGrant { ticket, slot, addr, nonce, mode, sig };
                 self.push(i, replica, pushed, ctx);
             }
@@ -160,7 +161,7 @@ impl Lender {
         let stands = w.free() && w.offer.stands(&pushed.nonce);
         let links = self.standby.get_mut(&replica).filter(|links| stands && !links.is_empty());
         let next = links.map(|links| links.remove(0));
-        let reserved = next.and_then(|(link, to)| {
+        let reserved = next.and_then(|super::lender::KeptLink { id: link, push: to, .. }| {
             let (worker, offer) = w.reserve(&pushed.nonce, link, pushed.ticket, pushed.mode, Instant::now())?;
             Some((link, to, worker, offer))
         });

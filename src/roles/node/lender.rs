@@ -15,7 +15,7 @@ use omni_actors::worker::messages::WorkerLink;
 
 use super::cluster::Cluster;
 use super::lending::{Ended, Granted, Lendable};
-use super::messages::{Borrow, Describe, GiveBack, Lent, Push, Refusal, Standby, StandbyEnded};
+use super::messages::{Borrow, Describe, GiveBack, Lent, Push, Refusal, Revoke, Revoked, Standby, StandbyEnded};
 
 pub(super) struct Lender {
     /// Its workers and their rules.
@@ -23,7 +23,15 @@ pub(super) struct Lender {
     /// In a cluster: the store and what the offers need.
     pub(super) cluster: Option<Cluster>,
     /// Links replicas keep open for grants, oldest first, by replica.
-    pub(super) standby: HashMap<String, Vec<(u64, Recipient<Push>)>>,
+    pub(super) standby: HashMap<String, Vec<KeptLink>>,
+}
+
+/// A link a replica keeps open for grants: its number, where a grant is pushed, and where it is
+/// told its replica was revoked.
+pub(super) struct KeptLink {
+    pub id: u64,
+    pub push: Recipient<Push>,
+    pub revoked: Recipient<Revoked>,
 }
 
 impl Lender {
@@ -129,7 +137,24 @@ impl Handler<Describe> for Lender {
 impl Handler<Standby> for Lender {
     type Result = ();
     fn handle(&mut self, msg: Standby, _: &mut Context<Self>) {
-        self.standby.entry(msg.replica).or_default().push((msg.link, msg.to));
+        self.standby.entry(msg.replica).or_default().push(KeptLink {
+            id: msg.link,
+            push: msg.to,
+            revoked: msg.revoked,
+        });
+    }
+}
+
+impl Handler<Revoke> for Lender {
+    type Result = ();
+    fn handle(&mut self, msg: Revoke, _: &mut Context<Self>) {
+        for replica in &msg.replicas {
+            let Some(links) = self.standby.remove(replica) else { continue };
+            log::info!("replica {replica} is revoked: its {} link(s) kept open for grants end", links.len());
+            for link in links {
+                link.revoked.do_send(Revoked);
+            }
+        }
     }
 }
 
@@ -137,7 +162,7 @@ impl Handler<StandbyEnded> for Lender {
     type Result = ();
     fn handle(&mut self, msg: StandbyEnded, _: &mut Context<Self>) {
         if let Some(links) = self.standby.get_mut(&msg.replica) {
-            links.retain(|(id, _)| *id != msg.link);
+            links.retain(|l| l.id != msg.link);
             if links.is_empty() {
                 self.standby.remove(&msg.replica);
             }

@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::bytes::BytesMut;
 use tokio_util::codec::{Decoder, LengthDelimitedCodec};
 
-use super::messages::{GiveBack, LenderPort, Push, Standby, StandbyEnded};
+use super::messages::{GiveBack, LenderPort, Push, Revoked, Standby, StandbyEnded};
 use crate::backend::ipc::{MAX_FRAME_BYTES, ToHost};
 use crate::link::wire::{FromNode, MAX_UNPROVEN_FRAME, ToNode, write_frame};
 
@@ -201,7 +201,8 @@ impl Actor for GatewayLink {
         match &self.phase {
             Phase::Standby { replica } => {
                 let replica = replica.clone();
-                self.lender.standby.do_send(Standby { replica, link: self.id, to: ctx.address().recipient() });
+                let (to, revoked) = (ctx.address().recipient(), ctx.address().recipient());
+                self.lender.standby.do_send(Standby { replica, link: self.id, to, revoked });
             }
             Phase::Attaching { .. } => self.send_attach(ctx),
             Phase::Serving { .. } => {}
@@ -287,6 +288,13 @@ impl Handler<BackendEvent> for GatewayLink {
             // A link drives its backend through calls: the session events never come.
             _ => {}
         }
+    }
+}
+
+impl Handler<Revoked> for GatewayLink {
+    type Result = ();
+    fn handle(&mut self, _: Revoked, ctx: &mut Context<Self>) {
+        self.end(ctx, "its replica is revoked ([cluster] revoked_replicas)".into());
     }
 }
 

@@ -42,7 +42,22 @@ pub(super) struct Standby {
     pub replica: String,
     pub link: u64,
     pub to: Recipient<Push>,
+    /// Ends the link when its replica is revoked.
+    pub revoked: Recipient<Revoked>,
 }
+
+/// The node's `[cluster] revoked_replicas` is now `replicas` (read again on SIGHUP): the links
+/// they keep open for grants end.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(super) struct Revoke {
+    pub replicas: Vec<String>,
+}
+
+/// A link kept open for grants by a replica the node revoked: it ends.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(super) struct Revoked;
 
 /// A link kept open for grants ended before it took one.
 #[derive(Message)]

@@ -95,8 +95,12 @@ pub fn run(config: Config) -> Result<(), NodeError> {
         let pool = WorkerPoolActor::new(setups, feed, start, Subscribers::default()).start();
         lender_context.run(Lender::new(lendable));
         let mut addrs = Vec::new();
+        let revoked = Arc::new(parking_lot::RwLock::new(
+            config.cluster.as_ref().map(|c| c.revoked_replicas.clone()).unwrap_or_default(),
+        ));
         let door = Door {
             token: serve.token.as_str().into(),
+            revoked: revoked.clone(),
             lender: messages::LenderPort::of(&lender),
             links: LinkSettings {
                 heartbeat_interval: serve.heartbeat_interval,
@@ -142,11 +146,11 @@ pub fn run(config: Config) -> Result<(), NodeError> {
                 advertise,
                 attach_timeout: spec.attach_timeout,
                 known: false,
-                token: serve.token.as_str().into(),
+                signer: crate::link::replica::grant_signer(&serve.token),
             };
             lender.do_send(messages::JoinCluster { cluster, every: spec.lease / 3 });
         }
-        shutdown_signal(signals).await;
+        shutdown_signal(signals, &config.path, &revoked, &lender).await;
         log::info!("node stopping");
         let _ = pool.send(ShutdownPool { within: Duration::from_secs(1) }).await;
         System::current().stop();
@@ -154,13 +158,32 @@ pub fn run(config: Config) -> Result<(), NodeError> {
     })
 }
 
-/// Waits for SIGTERM or SIGINT. SIGHUP (which a gateway takes to reload its keys) changes
-/// nothing on a node: it is logged, and the node goes on.
-async fn shutdown_signal(mut signals: crate::signals::Signals) {
+/// Waits for SIGTERM or SIGINT. On SIGHUP the node reads its `[cluster] revoked_replicas`
+/// again (nothing else: the rest takes a restart): a replica added there is refused from now on
+/// and its links kept open for grants end; the other replicas are not touched.
+async fn shutdown_signal(
+    mut signals: crate::signals::Signals,
+    path: &std::path::Path,
+    revoked: &parking_lot::RwLock<Vec<String>>,
+    lender: &Addr<Lender>,
+) {
     loop {
         tokio::select! {
             _ = signals.stop.next() => return,
-            _ = signals.hangup.recv() => log::info!("SIGHUP: a node has nothing to reload; it goes on"),
+            _ = signals.hangup.recv() => match Config::load(path) {
+                Ok(config) => {
+                    let now = config.cluster.map(|c| c.revoked_replicas).unwrap_or_default();
+                    let added: Vec<String> = now.iter().filter(|r| !revoked.read().contains(r)).cloned().collect();
+                    log::info!(
+                        "SIGHUP: revoked replicas now [{}] ({} newly revoked); nothing else is reloaded",
+                        now.join(", "),
+                        added.len()
+                    );
+                    *revoked.write() = now;
+                    lender.do_send(messages::Revoke { replicas: added });
+                }
+                Err(e) => log::error!("SIGHUP: {} not reloaded, the revoked replicas are unchanged: {e}", path.display()),
+            },
         }
     }
 }

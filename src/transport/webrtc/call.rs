@@ -646,22 +646,29 @@ mod tests {
 
     const WAIT: Duration = Duration::from_secs(10);
 
-    /// A session that only says what it was handed.
-    struct Stand(UnboundedSender<String>);
+    /// A session that only says what it was handed; with `busy`, it is done with each message
+    /// only once `busy` has permits (until then, what it was handed counts as not yet handled).
+    struct Stand(UnboundedSender<String>, Option<Arc<tokio::sync::Semaphore>>);
 
     impl Actor for Stand {
         type Context = Context<Self>;
     }
 
     impl Handler<FromClient> for Stand {
-        type Result = ();
-        fn handle(&mut self, msg: FromClient, _: &mut Context<Self>) {
+        type Result = ResponseFuture<()>;
+        fn handle(&mut self, msg: FromClient, _: &mut Context<Self>) -> Self::Result {
             let _ = self.0.send(match msg {
                 FromClient::Text(t) => format!("text {t}"),
                 FromClient::Audio(a) => format!("audio at {}", a.rate),
                 FromClient::Refused(e) => format!("refused {}", e.code()),
                 FromClient::Ended(r) => format!("ended {}", r.as_str()),
             });
+            let busy = self.1.clone();
+            Box::pin(async move {
+                if let Some(busy) = busy {
+                    let _ = busy.acquire().await;
+                }
+            })
         }
     }
 
@@ -777,11 +784,16 @@ mod tests {
     /// A call answered by the gateway's own signalling and run by its edge, the stand-in behind
     /// it, and a caller through ICE and DTLS with its data channel open.
     async fn call() -> Call {
-        call_with(None, false).await
+        call_with(None, false, None).await
     }
 
-    /// A call with a message rate, and (`junk`) a second channel the gateway does not use.
-    async fn call_with(rate: Option<RateLimit>, junk: bool) -> Call {
+    /// A call with a message rate, (`junk`) a second channel the gateway does not use, and
+    /// (`busy`) a session that takes its time, with the call's backlog bound in bytes.
+    async fn call_with(
+        rate: Option<RateLimit>,
+        junk: bool,
+        busy: Option<(Arc<tokio::sync::Semaphore>, usize)>,
+    ) -> Call {
         let spec = WebRtcSpec {
             enabled: true,
             bind: "127.0.0.1".parse().unwrap(),
@@ -809,15 +821,17 @@ mod tests {
         let (tx, heard) = unbounded_channel();
         let line: Arc<Mutex<Option<Box<dyn ClientLine>>>> = Arc::default();
         let slot = line.clone();
+        let max_incoming_bytes = busy.as_ref().map_or(1 << 20, |(_, bound)| *bound);
+        let busy = busy.map(|(busy, _)| busy);
         let start = Box::new(move |to: Box<dyn ClientLine>| {
             *slot.lock() = Some(to);
-            Stand(tx).start().recipient()
+            Stand(tx, busy).start().recipient()
         });
         let settings = CallSettings {
             connect_timeout: Duration::from_secs(5),
             rate,
             max_outgoing_bytes: 1 << 20,
-            max_incoming_bytes: 1 << 20,
+            max_incoming_bytes,
         };
         let parts = CallParts {
             id: "rtc_test".into(),
@@ -844,11 +858,35 @@ mod tests {
     #[actix::test]
     async fn messages_on_another_channel_count_against_the_rate() {
         let rate = RateLimit { per_second: 1.0, burst: 2.0, abuse_after: Duration::from_secs(60) };
-        let mut call = call_with(Some(rate), true).await;
+        let mut call = call_with(Some(rate), true, None).await;
         for _ in 0..10 {
             call.caller.send_junk("x");
         }
         assert_eq!(call.heard().await, "refused rate_limited", "the session heard the peer is over the rate");
+    }
+
+    /// A session behind on what its call sent (the call's backlog past `max_incoming_bytes`):
+    /// the next event is dropped and the caller told (`buffer_full`), never held; once the
+    /// session catches up, events go through again.
+    #[actix::test]
+    async fn an_event_for_a_session_that_is_behind_is_dropped_and_the_caller_told() {
+        let busy = Arc::new(tokio::sync::Semaphore::new(0));
+        let mut call = call_with(None, false, Some((busy.clone(), 64))).await;
+        let event = |n: u32| format!(r#"{{"type":"conversation.item.retrieve","item_id":"item_{n:04}"}}"#);
+        assert_eq!(event(1).len(), 59);
+        // The first is in the session's hands (59 bytes of 64 waiting); the second still fits
+        // under the bound when it is checked; the third finds 118 bytes waiting.
+        call.caller.send_text(&event(1));
+        assert_eq!(call.heard().await, format!("text {}", event(1)));
+        call.caller.send_text(&event(2));
+        assert_eq!(call.heard().await, format!("text {}", event(2)));
+        call.caller.send_text(&event(3));
+        call.caller_sees(|s| matches!(s, Seen::Text(t) if t.contains("\"buffer_full\""))).await;
+        assert!(call.heard.try_recv().is_err(), "the third was handed to a session that is behind");
+        // The session catches up: the next event goes through.
+        busy.add_permits(1 << 20);
+        call.caller.send_text(&event(4));
+        assert_eq!(call.heard().await, format!("text {}", event(4)));
     }
 
     #[actix::test]

@@ -149,6 +149,38 @@ impl Sentinel {
     pub(crate) fn address(&self) -> String {
         format!("127.0.0.1:{}", self.server.port)
     }
+
+    /// A Sentinel as [`Sentinel::start`], answering TLS on a port of its own too (returned), with
+    /// the certificate `cert` and `key`, watching `master` on its TLS port `master_tls` (it reaches
+    /// the master over TLS too).
+    pub(crate) fn start_tls(
+        name: &str,
+        master_tls: u16,
+        password: &str,
+        cert: &std::path::Path,
+        key: &std::path::Path,
+    ) -> (Sentinel, u16) {
+        let (port, tls_port) = (free_port(), free_port());
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("sentinel.conf");
+        let (cert, key) = (cert.display(), key.display());
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\ntls-port {tls_port}\nbind 127.0.0.1\nrequirepass {password}\n\
+                 tls-cert-file {cert}\ntls-key-file {key}\ntls-ca-cert-file {cert}\ntls-auth-clients no\n\
+                 tls-replication yes\nsentinel monitor {name} 127.0.0.1 {master_tls} 1\n"
+            ),
+        )
+        .unwrap();
+        let server = Redis { child: spawn(&[&conf.to_string_lossy(), "--sentinel"]), port, dir };
+        let deadline = Instant::now() + WAIT;
+        while server.command("PING").is_none_or(|a| a.is_empty()) {
+            assert!(Instant::now() < deadline, "the Sentinel did not answer on port {port}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (Sentinel { server }, tls_port)
+    }
 }
 
 impl Drop for Redis {
