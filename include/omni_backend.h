@@ -341,7 +341,9 @@ typedef struct omni_backend_api {
     /* OWNER THREAD ONLY. Turn mode: prefill a conversation, then call
      * turn_generate until a piece has done == 1. An error other than
      * OMNI_ERR_BUFFER_TOO_SMALL ends the answer; the next call is turn_prefill.
-     * turn_prefill before an answer is done abandons the rest of that answer. */
+     * turn_prefill before an answer is done abandons the rest of that answer; in a 1.3
+     * duplex session, so does duplex_prefill (the caller stopped reading an answer its user
+     * interrupted between two pieces). */
     omni_status (*turn_prefill)(omni_backend *b, const omni_turn_input *in);
     omni_status (*turn_generate)(omni_backend *b, omni_turn_output *out);
 

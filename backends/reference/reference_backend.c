@@ -654,6 +654,13 @@ static omni_status ref_duplex_prefill(omni_backend *b, const omni_duplex_input *
     if (b->state == ST_FULL) return fail(b, OMNI_ERR_CONTEXT_FULL, "duplex_prefill: the context is full");
     if (b->kind != OMNI_SESSION_DUPLEX || b->state == ST_IDLE)
         return fail(b, OMNI_ERR_BAD_STATE, "duplex_prefill: no duplex session is prepared");
+    /* 1.3: an answer to a turn not read to its end is abandoned by the next step, as by the next
+       turn_prefill (a caller stops reading an answer its user interrupted between two pieces) */
+    if (b->state == ST_TURN_PREFILLED && b->turn_home == ST_READY) {
+        b->pending_valid = 0;
+        b->call = 0;
+        b->state = ST_READY;
+    }
     if (b->state != ST_READY)
         return fail(b, OMNI_ERR_BAD_STATE, "duplex_prefill: the previous step was not finalized");
     if (!in->audio.ptr || in->audio.len == 0)
