@@ -17,6 +17,10 @@ pub struct QueueConfig {
     pub typical_chat_s: f64,
     pub typical_video_s: f64,
     pub typical_audio_s: f64,
+    /// A client waits this long for a worker of its mode to be in sight (one opening, a node
+    /// not reached yet, a failed one reopened) before it is refused `service_unavailable`. A
+    /// mode nothing is configured to serve is refused at once.
+    pub unavailable_after_s: f64,
 }
 
 impl Default for QueueConfig {
@@ -27,6 +31,7 @@ impl Default for QueueConfig {
             typical_chat_s: 60.0,
             typical_video_s: 120.0,
             typical_audio_s: 120.0,
+            unavailable_after_s: 30.0,
         }
     }
 }
@@ -45,6 +50,12 @@ impl QueueConfig {
         positive("update_interval_s", self.update_interval_s)?;
         positive("typical_chat_s", self.typical_chat_s)?;
         positive("typical_video_s", self.typical_video_s)?;
-        positive("typical_audio_s", self.typical_audio_s)
+        positive("typical_audio_s", self.typical_audio_s)?;
+        positive("unavailable_after_s", self.unavailable_after_s)
+    }
+
+    /// How long a client waits for a worker of its mode to be in sight.
+    pub fn unavailable_after(&self) -> Duration {
+        Duration::from_secs_f64(self.unavailable_after_s)
     }
 }

@@ -24,7 +24,12 @@ pub fn start(config: Arc<Config>) -> Serving {
     // session of each mode; the lengths measured as sessions end are blended in.
     let average = Mode::ALL.map(|m| config.queue.typical(m));
     let update = Duration::from_secs_f64(config.queue.update_interval_s);
-    let queue = QueueActor::new(&modes, config.queue.max_waiting, average, update).start();
+    // Until each [[nodes]] entry is reached its modes are unknown: clients of any mode wait
+    // for it (up to unavailable_after_s) rather than being refused.
+    let queue = QueueActor::new(&modes, config.queue.max_waiting, average, update)
+        .expecting(config.nodes.len())
+        .unavailable_after(config.queue.unavailable_after())
+        .start();
     let setups = super::worker_setups(&config);
     let start = omni_actors::worker::starter(backend_limits(&config));
     let feed = QueueFeed::Owned(queue.clone().recipient());

@@ -359,7 +359,8 @@ fn invalid_arguments_and_states_are_errors_with_reasons() {
         assert_eq!(run_duplex_step(&mut b, &chunk(loud())).unwrap().kind, StepKind::Listen, "{build}");
         // A turn's answer not read to its end (its user interrupted between two pieces) is
         // abandoned by the next step, as by the next turn.
-        let typed = TurnInput { messages: vec![ChatMessage::text(Role::User, "one two three")], ..TurnInput::default() };
+        let typed =
+            TurnInput { messages: vec![ChatMessage::text(Role::User, "one two three")], ..TurnInput::default() };
         b.turn_prefill(&typed).unwrap();
         assert!(!b.turn_generate().unwrap().done, "{build}: an answer of more than one piece");
         assert!(run_duplex_step(&mut b, &chunk(loud())).is_ok(), "{build}: a step after an abandoned answer");

@@ -469,3 +469,55 @@ async fn a_link_kept_open_for_grants_checks_the_token_answers_pings_and_takes_no
     }
     node.wait_log("worker sim-0: attached to gateway test", WAIT);
 }
+
+/// Reads a client's events until its worker is assigned; none of them is an error.
+async fn served_without_error(c: &mut Client) {
+    loop {
+        let e = c.event().await;
+        assert_ne!(e["type"], "error", "{e}");
+        if e["type"] == "session.queue_done" {
+            return;
+        }
+    }
+}
+
+/// A gateway just started with [[nodes]] has no worker until it reaches the node: a client
+/// in that first instant waits for the node's workers instead of being refused. Run 20 times
+/// (the audit saw the refusal in 1 run of 3), then with the node started after the client.
+#[tokio::test]
+async fn a_client_of_a_gateway_whose_node_is_not_reached_yet_waits_and_is_served() {
+    let node = Node::start(&workers(1, ""), "");
+    for _ in 0..20 {
+        let server = gateway(&node.entry("gpu1", ""));
+        let mut c = Client::connect(&server.url("/v1/realtime?mode=audio")).await;
+        served_without_error(&mut c).await;
+        c.close_socket().await;
+        server.wait_idle();
+    }
+    // The node comes up after the client joined.
+    let port = free_port();
+    let entry = format!("[[nodes]]\nname = \"late\"\naddress = \"127.0.0.1:{port}\"\ntoken = \"{NODE_TOKEN}\"\n");
+    let server = gateway(&entry);
+    let mut c = Client::connect(&server.url("/v1/realtime?mode=audio")).await;
+    assert_eq!(c.expect("session.queued").await["position"], 1);
+    let late = Node::start(&workers(1, ""), &format!("bind = \"127.0.0.1:{port}\""));
+    served_without_error(&mut c).await;
+    c.close_socket().await;
+    server.wait_idle();
+    drop(late);
+}
+
+/// A node that is never reached: its clients wait `unavailable_after_s`, then are refused
+/// with the reason; a mode nothing is configured to serve is refused at once.
+#[tokio::test]
+async fn a_node_never_reached_lets_its_clients_go_after_unavailable_after() {
+    let port = free_port();
+    let entry = format!("[[nodes]]\nname = \"gone\"\naddress = \"127.0.0.1:{port}\"\ntoken = \"{NODE_TOKEN}\"\n");
+    let mut server =
+        Server::start(Setup::default().workers(String::new()).queue("unavailable_after_s = 1").extra(&entry));
+    let mut c = Client::connect(&server.url("/v1/realtime?mode=audio")).await;
+    c.expect("session.queued").await;
+    let refused = c.expect_error("service_unavailable").await;
+    assert!(refused["error"]["message"].as_str().unwrap().contains("for 1 s"), "{refused}");
+    server.skip_invariants();
+}

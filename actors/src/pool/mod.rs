@@ -235,6 +235,7 @@ impl Handler<JoinWorkers> for WorkerPoolActor {
             self.entries.push(Entry { factory: Some(setup.factory.clone()), actor: None, info: None });
             self.start_backend(id, Opener::Factory(setup.factory), ctx);
         }
+        self.report(WorkerReport::Reached);
     }
 }
 

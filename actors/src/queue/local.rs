@@ -34,6 +34,8 @@ pub struct QueueActor {
     fanout: Fanout,
 }
 
+/// How often the queue looks for clients waiting with no worker of their mode in sight.
+const STRANDED_EVERY: Duration = Duration::from_millis(500);
 /// Position changes are told at most this long after they happen (plus a fan-out).
 const COALESCE: Duration = Duration::from_millis(100);
 /// Updates go out this many at a time...
@@ -61,6 +63,20 @@ impl QueueActor {
             update_interval,
             fanout: Fanout::new(COALESCE, FANOUT_BATCH, FANOUT_PAUSE),
         }
+    }
+
+    /// `sources` sources of workers are not reached yet (a gateway's `[[nodes]]`): until each
+    /// is ([`WorkerReport::Reached`]), clients of any mode wait rather than being refused.
+    pub fn expecting(mut self, sources: usize) -> QueueActor {
+        self.state = self.state.expecting(sources);
+        self
+    }
+
+    /// A client that waits this long with no worker of its mode in sight (every one failed, or
+    /// not reached yet) is refused (`service_unavailable`).
+    pub fn unavailable_after(mut self, after: Duration) -> QueueActor {
+        self.state = self.state.unavailable_after(after);
+        self
     }
 
     /// Every ticket from `index` on moved: they are told within `COALESCE`.
@@ -120,6 +136,14 @@ impl Actor for QueueActor {
                 act.moved_from(0, ctx);
             }
         });
+        ctx.run_interval(STRANDED_EVERY, |act, ctx| {
+            let stranded = act.state.stranded(Instant::now());
+            let why = format!(
+                "no worker has been able to serve this mode for {:.0} s (every one that can is down or not reached yet)",
+                act.state.unavailable_after_s()
+            );
+            act.reject(stranded, &why, ctx);
+        });
     }
 }
 
@@ -156,7 +180,7 @@ impl Handler<Join> for QueueActor {
                 self.state.len()
             ))),
             JoinOutcome::Unavailable => QueueNotice::Rejected(ProtocolError::ServiceUnavailable(format!(
-                "no worker can serve mode {} now",
+                "no worker is configured to serve mode {}",
                 msg.mode
             ))),
         };
@@ -221,10 +245,14 @@ impl Handler<WorkerReport> for QueueActor {
                 self.links.push(None);
             }
             WorkerReport::Starting { worker, .. } => self.state.worker_starting(worker),
+            // Its clients wait for it (it is reopened) or another, up to unavailable_after.
             WorkerReport::Down { worker, .. } => {
                 self.links[worker] = None;
-                let orphaned = self.state.worker_failed(worker);
-                self.reject(orphaned, "every worker able to serve this mode has failed", ctx);
+                self.state.worker_failed(worker);
+            }
+            WorkerReport::Reached => {
+                let orphaned = self.state.reached();
+                self.reject(orphaned, "no worker is configured to serve this mode (on the nodes reached)", ctx);
             }
             WorkerReport::Modes { worker, modes } => {
                 let orphaned = self.state.narrow(worker, ModeSet::of(&modes));

@@ -132,6 +132,8 @@ pub enum WorkerReport {
         /// The modes it is configured for.
         modes: Vec<Mode>,
     },
+    /// A source of workers (a node) was reached: its workers, if any, joined just before.
+    Reached,
     /// A session of `mode` ended after `length` (for the ETAs).
     Finished {
         /// The session's mode.

@@ -5,6 +5,9 @@
 //! - FIFO across modes: a worker that becomes idle takes the first waiting ticket whose
 //!   mode it serves; a new ticket takes an idle worker at once when one serves its mode
 //!   (the one serving the fewest modes, to keep versatile workers free).
+//! - Unavailable: a mode nothing is configured to serve (no worker of it, and no source of
+//!   workers not reached yet) is refused at once; a ticket whose mode has no worker in sight
+//!   (every one failed, or not reached yet) waits, and is let go after `unavailable_after`.
 //! - ETA: each busy worker's expected remaining time from a moving average of past
 //!   session lengths per mode, then the waiting tickets assigned in order to the
 //!   earliest-free worker that serves them.
@@ -68,7 +71,8 @@ pub enum JoinOutcome {
     Waiting(QueueInfo),
     /// `max_waiting` clients already wait.
     Full,
-    /// No worker serves this mode (or every one that does has failed).
+    /// Nothing is configured to serve this mode: no worker of it, and no source of workers
+    /// (a node) not reached yet.
     Unavailable,
 }
 
@@ -123,6 +127,9 @@ pub struct TicketStatus {
 
 const EMA_WEIGHT: f64 = 0.2;
 
+/// How long a ticket waits with no worker of its mode in sight, by default.
+pub const DEFAULT_UNAVAILABLE_AFTER: Duration = Duration::from_secs(30);
+
 /// The queue's rules; see the module's documentation.
 #[derive(Debug, Clone)]
 pub struct QueueState {
@@ -132,6 +139,14 @@ pub struct QueueState {
     idle: BTreeSet<(u32, WorkerId)>,
     /// Workers per mode that are not failed.
     capable: [usize; 3],
+    /// Workers per mode, whatever their state (a failed one restarts).
+    configured: [usize; 3],
+    /// Sources of workers not reached yet (a gateway's `[[nodes]]`): their modes are unknown,
+    /// so every mode may be served.
+    expecting: usize,
+    /// A ticket that has waited this long with no worker of its mode in sight (none that is
+    /// not failed) is let go.
+    unavailable_after: Duration,
     reserved: HashMap<TicketId, WorkerId>,
     max_waiting: usize,
     /// Moving average of session length per mode, seconds.
@@ -165,6 +180,9 @@ impl QueueState {
             workers: workers.iter().map(|&modes| Slot { modes, state: Availability::Starting }).collect(),
             idle: BTreeSet::new(),
             capable,
+            configured: capable,
+            expecting: 0,
+            unavailable_after: DEFAULT_UNAVAILABLE_AFTER,
             reserved: HashMap::new(),
             max_waiting,
             average_s: initial_average.map(|d| d.as_secs_f64()),
@@ -191,12 +209,54 @@ impl QueueState {
         queue
     }
 
+    /// `sources` sources of workers are not reached yet (a gateway's `[[nodes]]`): until each is
+    /// ([`QueueState::reached`]), a client of any mode waits rather than being refused.
+    pub fn expecting(mut self, sources: usize) -> QueueState {
+        self.expecting = sources;
+        self
+    }
+
+    /// A ticket that waits this long with no worker of its mode in sight is let go
+    /// ([`QueueState::stranded`]).
+    pub fn unavailable_after(mut self, after: Duration) -> QueueState {
+        self.unavailable_after = after;
+        self
+    }
+
+    /// A source of workers was reached (its workers joined first). Returns the waiting tickets
+    /// of modes nothing is configured to serve now; they are removed from the queue.
+    pub fn reached(&mut self) -> Vec<TicketId> {
+        self.expecting = self.expecting.saturating_sub(1);
+        self.drop_unservable()
+    }
+
+    /// Removes and returns the tickets that have waited `unavailable_after` or longer with no
+    /// worker of their mode in sight (every one able to serve it failed, or not reached yet).
+    pub fn stranded(&mut self, now: Instant) -> Vec<TicketId> {
+        let (after, capable) = (self.unavailable_after, self.capable);
+        let (keep, stranded): (VecDeque<Waiting>, VecDeque<Waiting>) = self
+            .waiting
+            .drain(..)
+            .partition(|w| capable[w.mode.index()] > 0 || now.saturating_duration_since(w.since) < after);
+        self.waiting = keep;
+        if !stranded.is_empty() {
+            self.sim = None;
+        }
+        stranded.into_iter().map(|w| w.ticket).collect()
+    }
+
+    /// How long a ticket waits with no worker of its mode in sight.
+    pub fn unavailable_after_s(&self) -> f64 {
+        self.unavailable_after.as_secs_f64()
+    }
+
     /// A worker joins (one of a node's, discovered after start): it is `Starting`, and
     /// counts as able to serve its modes. Returns its id, the next in order.
     pub fn add_worker(&mut self, modes: ModeSet) -> WorkerId {
         self.sim = None;
         for m in Mode::ALL {
             self.capable[m.index()] += modes.contains(m) as usize;
+            self.configured[m.index()] += modes.contains(m) as usize;
         }
         self.workers.push(Slot { modes, state: Availability::Starting });
         self.workers.len() - 1
@@ -219,8 +279,15 @@ impl QueueState {
     }
 
     /// Whether any worker that is not failed serves `mode`.
+    #[cfg(test)]
     pub fn serves(&self, mode: Mode) -> bool {
         self.capable[mode.index()] > 0
+    }
+
+    /// Whether something is configured to serve `mode`: a worker of it (failed ones restart),
+    /// or a source of workers not reached yet.
+    pub fn may_serve(&self, mode: Mode) -> bool {
+        self.configured[mode.index()] > 0 || self.expecting > 0
     }
 
     /// A client asks for a worker.
@@ -235,7 +302,7 @@ impl QueueState {
     }
 
     fn join_at(&mut self, mode: Mode, now: Instant, front: bool) -> JoinOutcome {
-        if !self.serves(mode) {
+        if !self.may_serve(mode) {
             return JoinOutcome::Unavailable;
         }
         let ticket = self.next_ticket;
@@ -303,17 +370,18 @@ impl QueueState {
         }
     }
 
-    /// A worker cannot serve (its backend does not open). Returns the waiting tickets
-    /// that no worker can serve any more; they are removed from the queue.
-    pub fn worker_failed(&mut self, worker: WorkerId) -> Vec<TicketId> {
+    /// A worker cannot serve (its backend does not open; it is reopened with backoff). Its
+    /// clients keep waiting: those of a mode no other worker serves are let go once they have
+    /// waited `unavailable_after` ([`QueueState::stranded`]).
+    pub fn worker_failed(&mut self, worker: WorkerId) {
         self.set_state(worker, Availability::Failed);
-        self.drop_unservable()
     }
 
-    /// Removes and returns the waiting tickets of modes no worker can serve any more.
+    /// Removes and returns the waiting tickets of modes nothing is configured to serve any more.
     fn drop_unservable(&mut self) -> Vec<TicketId> {
+        let (configured, expecting) = (self.configured, self.expecting);
         let (keep, orphaned): (VecDeque<Waiting>, VecDeque<Waiting>) =
-            self.waiting.drain(..).partition(|w| self.capable[w.mode.index()] > 0);
+            self.waiting.drain(..).partition(|w| configured[w.mode.index()] > 0 || expecting > 0);
         self.waiting = keep;
         orphaned.into_iter().map(|w| w.ticket).collect()
     }
@@ -325,9 +393,10 @@ impl QueueState {
         self.sim = None;
         let slot = &mut self.workers[worker];
         let kept = ModeSet(slot.modes.0 & modes.0);
-        if slot.state != Availability::Failed {
-            for m in Mode::ALL {
-                if slot.modes.contains(m) && !kept.contains(m) {
+        for m in Mode::ALL {
+            if slot.modes.contains(m) && !kept.contains(m) {
+                self.configured[m.index()] -= 1;
+                if slot.state != Availability::Failed {
                     self.capable[m.index()] -= 1;
                 }
             }
@@ -637,17 +706,54 @@ mod tests {
     }
 
     #[test]
-    fn failed_workers_orphan_the_tickets_only_they_could_serve() {
+    fn the_clients_of_failed_workers_wait_for_them_until_unavailable_after() {
         let t = Instant::now();
-        let mut q = queue(&[ModeSet::of(&[Mode::Video]), ModeSet::of(&[Mode::Chat])], 10);
+        let mut q = queue(&[ModeSet::of(&[Mode::Video]), ModeSet::of(&[Mode::Chat])], 10).unavailable_after(secs(30));
         let video = waiting(q.join(Mode::Video, t)).ticket;
         let chat = waiting(q.join(Mode::Chat, t)).ticket;
-        assert_eq!(q.worker_failed(0), vec![video]);
-        assert_eq!(q.len(), 1);
-        assert_eq!(q.join(Mode::Video, t), JoinOutcome::Unavailable);
+        q.worker_failed(0);
+        assert_eq!(q.len(), 2, "a failed worker is reopened: its client waits");
+        assert!(!q.serves(Mode::Video) && q.may_serve(Mode::Video));
+        let late = waiting(q.join(Mode::Video, t + secs(10))).ticket;
+        // The first has waited 30 s with no video worker in sight: let go; the later one not yet.
+        assert!(q.stranded(t + secs(29)).is_empty());
+        assert_eq!(q.stranded(t + secs(30)), vec![video]);
+        assert_eq!(q.stranded(t + secs(40)), vec![late]);
+        // A chat client is not stranded: a chat worker is in sight (starting).
+        assert_eq!(q.worker_idle(1, t + secs(41)).map(|a| a.ticket), Some(chat));
+        // The worker comes back: video is served again, no one was let go meanwhile.
         q.worker_starting(0);
         assert!(q.serves(Mode::Video), "a restarting worker serves again");
-        assert_eq!(q.worker_idle(1, t).map(|a| a.ticket), Some(chat));
+        let again = waiting(q.join(Mode::Video, t + secs(50))).ticket;
+        assert!(q.stranded(t + secs(200)).is_empty(), "a starting worker is in sight");
+        assert_eq!(q.worker_idle(0, t + secs(200)).map(|a| a.ticket), Some(again));
+    }
+
+    #[test]
+    fn until_every_node_is_reached_any_mode_waits() {
+        let t = Instant::now();
+        // A gateway with no workers of its own and two nodes not reached yet.
+        let mut q = queue(&[], 10).expecting(2).unavailable_after(secs(30));
+        let video = waiting(q.join(Mode::Video, t)).ticket;
+        let audio = waiting(q.join(Mode::Audio, t)).ticket;
+        assert!(q.stranded(t + secs(5)).is_empty(), "within unavailable_after");
+        // The first node has one audio worker: video may still come from the second.
+        let w = q.add_worker(ModeSet::of(&[Mode::Audio]));
+        assert!(q.reached().is_empty());
+        assert_eq!(q.worker_idle(w, t + secs(6)).map(|a| a.ticket), Some(audio));
+        // The second has none for video: nothing is configured to serve it; its client is let go.
+        assert_eq!(q.reached(), vec![video]);
+        assert_eq!(q.join(Mode::Video, t + secs(7)), JoinOutcome::Unavailable);
+    }
+
+    #[test]
+    fn a_node_never_reached_lets_its_clients_go_after_unavailable_after() {
+        let t = Instant::now();
+        let mut q = queue(&[], 10).expecting(1).unavailable_after(secs(30));
+        let first = waiting(q.join(Mode::Audio, t)).ticket;
+        assert!(q.stranded(t + secs(29)).is_empty());
+        assert_eq!(q.stranded(t + secs(30)), vec![first]);
+        assert!(matches!(q.join(Mode::Audio, t + secs(31)), JoinOutcome::Waiting(_)), "the node may come yet");
     }
 
     #[test]

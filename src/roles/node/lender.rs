@@ -61,7 +61,10 @@ impl Handler<WorkerReport> for Lender {
             WorkerReport::Starting { worker, reason } | WorkerReport::Down { worker, reason } => {
                 self.closed(worker, Some(reason))
             }
-            WorkerReport::Modes { .. } | WorkerReport::Joined { .. } | WorkerReport::Finished { .. } => {}
+            WorkerReport::Modes { .. }
+            | WorkerReport::Joined { .. }
+            | WorkerReport::Reached
+            | WorkerReport::Finished { .. } => {}
         }
     }
 }
