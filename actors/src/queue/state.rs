@@ -128,7 +128,7 @@ pub struct TicketStatus {
 const EMA_WEIGHT: f64 = 0.2;
 
 /// How long a ticket waits with no worker of its mode in sight, by default.
-pub const DEFAULT_UNAVAILABLE_AFTER: Duration = Duration::from_secs(30);
+const DEFAULT_UNAVAILABLE_AFTER: Duration = Duration::from_secs(30);
 
 /// The queue's rules; see the module's documentation.
 #[derive(Debug, Clone)]
