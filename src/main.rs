@@ -253,6 +253,25 @@ fn check_config(path: &std::path::Path) -> ExitCode {
             }
         }
     }
+    if let Some(spec) = &config.cluster {
+        // The store is reached as the server would reach it, within a few seconds.
+        let reached =
+            omni_gateway::store::redis::RedisStore::from_spec(spec).map_err(|e| e.to_string()).and_then(|store| {
+                let runtime =
+                    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+                runtime.block_on(store.ping(std::time::Duration::from_secs(3))).map_err(|e| e.to_string())
+            });
+        match reached {
+            Ok(()) => println!("{file}: cluster: the store at {} answers", spec.redacted_url()),
+            Err(e) => {
+                eprintln!("{file}: cluster.url: cannot reach the store at {}: {}", spec.redacted_url(), e);
+                failed = true;
+            }
+        }
+        if config.node.is_none() {
+            println!("{file}: cluster: replica {}: its workers are the cluster's nodes' (in the store)", spec.name);
+        }
+    }
     let mut remote = 0;
     for (i, link) in config.nodes.iter().enumerate() {
         match omni_gateway::backend::remote::discover(link) {

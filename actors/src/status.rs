@@ -137,6 +137,8 @@ pub struct ClusterStatus {
     pub replica: String,
     /// It reached the store on its last call.
     pub store_up: bool,
+    /// Why it did not, when it did not.
+    pub store_error: Option<String>,
 }
 
 /// A role's workers as it shows them, and whether it can serve.
@@ -186,7 +188,7 @@ mod tests {
         assert_eq!(s.mode(Mode::Audio), (true, false), "but is not up yet");
         s.workers.push(row(WorkerStatus::Busy));
         assert_eq!((s.mode(Mode::Audio), s.mode(Mode::Chat)), ((true, true), (false, false)));
-        s.cluster = Some(ClusterStatus { replica: "g1".into(), store_up: false });
+        s.cluster = Some(ClusterStatus { replica: "g1".into(), store_up: false, store_error: Some("refused".into()) });
         assert!(!s.ready(), "a replica that does not reach its store");
     }
 

@@ -354,6 +354,26 @@ impl RedisStore {
         }
     }
 
+    /// Connects and asks the store for a PING within `within`: what `check-config` tells an
+    /// operator (unreachable, a wrong password, a certificate not trusted), with the URL
+    /// redacted by the caller.
+    pub async fn ping(&self, within: Duration) -> Result<(), ClusterError> {
+        let config =
+            AsyncConnectionConfig::new().set_connection_timeout(Some(within)).set_response_timeout(Some(within));
+        let attempt = async {
+            let mut con = self
+                .client()
+                .await?
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .map_err(store_error)?;
+            redis::cmd("PING").query_async::<String>(&mut con).await.map(drop).map_err(store_error)
+        };
+        tokio::time::timeout(within + within, attempt)
+            .await
+            .unwrap_or_else(|_| Err(ClusterError::Unreachable(format!("no answer within {} s", within.as_secs_f64()))))
+    }
+
     async fn blocking_connection(&self, wait: Duration) -> Result<MultiplexedConnection, ClusterError> {
         let mut held = self.blocking.lock().await;
         if let Some(con) = held.as_ref() {

@@ -393,7 +393,7 @@ async fn a_replica_cut_off_from_redis_while_others_keep_it() {
     proxy.cut();
     // g1 cannot beat: new clients of g1 are refused; after its lease its ticket leaves the
     // queue, and g2's client moves up.
-    g1.wait_log("cannot beat", WAIT);
+    g1.wait_log("cannot reach the store", WAIT);
     let mut refused = Client::connect(&g1.url("/v1/realtime?mode=audio")).await;
     assert_eq!(refused.until("error").await["error"]["code"], "service_unavailable");
     other.until_position(1).await;
@@ -1251,4 +1251,54 @@ fn the_compose_files_redis_needs_the_password_its_replicas_and_node_present() {
         assert!(config.cluster.as_ref().unwrap().url.starts_with(&format!("redis://:{password}@")), "{name}");
     }
     assert!(compose["services"]["redis"]["ports"].is_null(), "redis is not published outside the compose network");
+}
+
+/// `check-config` on a replica's config, run as an operator would: its exit code and output.
+fn check_replica(url: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("replica.toml");
+    std::fs::write(&path, format!("[server]\nbind = \"127.0.0.1:0\"\n{}", cluster_at(url, "g1", true))).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_omni-gateway"))
+        .arg("check-config")
+        .arg(&path)
+        .env_remove("OMNI_GATEWAY_CONFIG")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.code(), text)
+}
+
+/// A replica says why its store is down: `check-config` reaches the store and names the
+/// (redacted) URL and the reason; a running replica logs it at once and `/status` shows it.
+#[tokio::test]
+async fn a_replica_says_why_its_store_is_down() {
+    if !needs(&[Need::Redis]) {
+        return;
+    }
+    let redis = Redis::start();
+    let (code, text) = check_replica(&redis.url());
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("the store at redis://127.0.0.1") && text.contains("answers"), "{text}");
+    assert!(text.contains("replica g1: its workers are the cluster's nodes'"), "{text}");
+    // Behind a password it was not given, or a wrong one: refused, said so, no password shown.
+    assert!(redis.command("CONFIG SET requirepass sekret-0123456789").is_some_and(|a| a.starts_with("+OK")));
+    let (code, text) = check_replica(&redis.url());
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("cannot reach the store at redis://127.0.0.1") && text.contains("NOAUTH"), "{text}");
+    let wrong = redis.url().replace("redis://", "redis://:not-the-password-42@");
+    let (code, text) = check_replica(&wrong);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.to_lowercase().contains("authentication failed") && !text.contains("not-the-password-42"), "{text}");
+    // Nothing there.
+    let dead = format!("redis://127.0.0.1:{}/0", free_port());
+    let (code, text) = check_replica(&dead);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("cannot reach the store") && text.contains("refused"), "{text}");
+    // A replica started on it says so at once, and /status shows why.
+    let mut g1 = replica_at(&dead, "g1");
+    g1.wait_log("replica g1: cannot reach the store", WAIT);
+    let status = g1.status();
+    assert_eq!(status["cluster"]["store"], "unreachable", "{status}");
+    assert!(status["cluster"]["store_error"].as_str().unwrap_or_default().contains("refused"), "{status}");
+    g1.skip_invariants();
 }

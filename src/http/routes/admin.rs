@@ -74,8 +74,13 @@ pub(super) async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_we
             })
         })
         .collect();
-    let cluster =
-        status.cluster.map(|c| json!({"replica": c.replica, "store": if c.store_up { "up" } else { "unreachable" }}));
+    let cluster = status.cluster.map(|c| {
+        let mut cluster = json!({"replica": c.replica, "store": if c.store_up { "up" } else { "unreachable" }});
+        if let Some(why) = c.store_error {
+            cluster["store_error"] = why.into();
+        }
+        cluster
+    });
     let active: serde_json::Map<String, serde_json::Value> =
         Mode::ALL.iter().map(|m| (m.as_str().to_string(), json!(gw.registry.active(*m)))).collect();
     Ok(private(HttpResponse::Ok().json(json!({

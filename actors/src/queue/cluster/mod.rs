@@ -269,7 +269,11 @@ impl Handler<StatusQuery> for ClusterQueueActor {
         let lent = self.pool.status.send(StatusQuery);
         Box::pin(lent.into_actor(self).map(|lent, act, _| {
             let lent = lent.map(|s| s.workers).unwrap_or_default();
-            let cluster = ClusterStatus { replica: act.state.replica().to_string(), store_up: act.state.store_up() };
+            let cluster = ClusterStatus {
+                replica: act.state.replica().to_string(),
+                store_up: act.state.store_up(),
+                store_error: act.state.store_error().map(str::to_string),
+            };
             ServerStatus { workers: state::rows(act.state.view(), &lent), cluster: Some(cluster) }
         }))
     }

@@ -206,8 +206,8 @@ pub(super) struct ClusterState<N> {
     /// Connections waiting for this replica to be known before they enqueue.
     unregistered: Vec<u64>,
     known: bool,
-    /// The last beat failed: new clients are refused at once (service_unavailable).
-    store_down: bool,
+    /// Why the last beat failed: new clients are refused at once (service_unavailable).
+    store_down: Option<String>,
     view: ClusterView,
     viewed_at: Option<Instant>,
     /// A view is being read (one at a time).
@@ -232,7 +232,7 @@ impl<N: Clone> ClusterState<N> {
             early: HashMap::new(),
             unregistered: Vec::new(),
             known: false,
-            store_down: false,
+            store_down: None,
             view: ClusterView::default(),
             viewed_at: None,
             reading: false,
@@ -254,7 +254,12 @@ impl<N: Clone> ClusterState<N> {
 
     /// Whether the last beat reached the store.
     pub(super) fn store_up(&self) -> bool {
-        !self.store_down
+        self.store_down.is_none()
+    }
+
+    /// Why the last beat did not reach the store.
+    pub(super) fn store_error(&self) -> Option<&str> {
+        self.store_down.as_deref()
     }
 
     /// The last view of the whole queue.
@@ -281,7 +286,7 @@ impl<N: Clone> ClusterState<N> {
     pub(super) fn join(&mut self, conn: u64, mode: Mode, notify: N, front: bool) -> Vec<Effect<N>> {
         let mut out = Vec::new();
         let ticket = if front { self.claimed.remove(&conn) } else { None };
-        if self.store_down {
+        if self.store_down.is_some() {
             let why = "the queue cannot be reached (the cluster's store is down); try again shortly";
             out.push(Effect::Tell(notify, Tell::Rejected(ProtocolError::ServiceUnavailable(why.into()))));
             return out;
@@ -381,15 +386,19 @@ impl<N: Clone> ClusterState<N> {
         let beat = match result {
             Ok(beat) => beat,
             Err(e) => {
-                if self.known {
-                    log::error!("cluster: replica {}: cannot beat: {e}", self.rules.replica);
+                // Said at once, and again whenever the reason changes (not every beat).
+                let why = e.to_string();
+                if self.known || self.store_down.as_deref() != Some(why.as_str()) {
+                    log::error!("cluster: replica {}: cannot reach the store: {why}", self.rules.replica);
                 }
                 self.known = false;
-                self.store_down = true;
+                self.store_down = Some(why);
                 return out;
             }
         };
-        self.store_down = false;
+        if self.store_down.take().is_some() {
+            log::info!("cluster: replica {}: the store answers again", self.rules.replica);
+        }
         for ticket in beat.cancelled {
             if let Some(conn) = self.conn_of(ticket) {
                 log::info!("cluster: ticket {ticket} (c{conn}) cancelled by an operator");
