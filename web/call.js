@@ -31,6 +31,9 @@ class Call {
         echoCancellation: processing, noiseSuppression: processing, autoGainControl: processing,
       },
     });
+    // Muted until the session is created (unmute): what is said while the call waits in the
+    // queue would not be heard by the model anyway (the server drops it).
+    this.unmute(false);
     const pc = (this.pc = new RTCPeerConnection());
     for (const track of this.stream.getAudioTracks()) pc.addTrack(track, this.stream);
     pc.ontrack = (e) => { remote.srcObject = e.streams[0] || new MediaStream([e.track]); };
@@ -66,6 +69,11 @@ class Call {
   settings() {
     const track = this.stream && this.stream.getAudioTracks()[0];
     return track && track.getSettings ? track.getSettings() : null;
+  }
+
+  /// The microphone goes out on the call (`on`), or silence does.
+  unmute(on = true) {
+    if (this.stream) this.stream.getAudioTracks().forEach((t) => { t.enabled = on; });
   }
 
   send(event) {

@@ -526,6 +526,7 @@ function onCallEvent(ev) {
       break;
     case 'session.created': {
       stats.sessionId = ev.session.id;
+      call.unmute();
       // The prompt, and transcripts of the user's turns (what the model heard: "You: ...").
       const session = { type: 'realtime', audio: { input: { transcription: { model: 'whisper-1' } } } };
       const prompt = $('prompt').value.trim();

@@ -513,8 +513,11 @@ async fn an_audio_session_over_webrtc_queues_speaks_hears_interrupts_and_hangs_u
     assert_eq!(js(&b, "window.omniStats.transport").await, "webrtc");
     let said = js(&b, "document.getElementById('transport-used').textContent").await;
     assert_eq!(said, "Connected over WebRTC.");
+    // While it waits, the microphone is muted on the call: nothing said then reaches the model.
+    assert_eq!(js(&b, "call.stream.getAudioTracks()[0].enabled").await, false, "muted while queued");
     busy.close_socket().await;
     until(&b, &server, "window.omniStats.sessionId", "rtc-created").await;
+    until(&b, &server, "call.stream.getAudioTracks()[0].enabled", "rtc-unmuted").await;
     // The browser's echo cancellation is what the checkbox says (off in the tests).
     let settings = js(&b, "window.omniStats.audioSettings").await;
     assert_eq!(settings["echoCancellation"], false, "{settings}");
@@ -541,6 +544,7 @@ async fn an_audio_session_over_webrtc_queues_speaks_hears_interrupts_and_hangs_u
     until(&b, &server, "window.omniStats.voiceCleared >= 1", "rtc-cleared").await;
     let s = stats(&b).await;
     assert_eq!(s["state"], "listening", "{s}");
+    assert_eq!(s["errors"], json!([]), "a muted call is not told its voice was dropped: {s}");
     let id = s["sessionId"].as_str().unwrap().to_string();
     click(&b, "stop").await;
     until(&b, &server, "window.omniStats.state === 'ended'", "rtc-stopped").await;

@@ -82,7 +82,11 @@ async fn an_independent_webrtc_stack_queues_talks_clears_and_hangs_up() {
     let queued = lines.next().expect("a line").unwrap();
     assert_eq!(queued, "queued 1", "the call waits first in line");
     holder.close_socket().await;
-    let last = lines.next().expect("the summary").unwrap();
+    let Some(Ok(last)) = lines.next() else {
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        panic!("the call printed no summary:\n{stderr}\n{}", server.logs());
+    };
     let status = child.wait().unwrap();
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();

@@ -31,6 +31,8 @@ pub struct Intake {
     /// Audio came at least once (an image before any is refused).
     heard_audio: bool,
     last_audio: Option<Instant>,
+    /// The caller was told its voice is dropped while it waits.
+    told_dropped: bool,
 }
 
 impl Intake {
@@ -43,6 +45,7 @@ impl Intake {
             frames: Counted::default(),
             heard_audio: false,
             last_audio: None,
+            told_dropped: false,
         }
     }
 
@@ -203,6 +206,24 @@ impl Driver {
     /// Whether the session is created (audio goes to the backend as it comes).
     pub fn active(&self) -> bool {
         self.life.phase == Phase::Active
+    }
+
+    /// Whether the session still waits in the queue (no worker yet).
+    pub fn waiting(&self) -> bool {
+        self.life.phase == Phase::Waiting
+    }
+
+    /// A caller's voice heard while waiting in the queue was dropped: the first time it was
+    /// `voiced`, the caller is told (`not_ready`, as a WebSocket client's input before
+    /// `session.created` is).
+    pub fn dropped_while_waiting(&mut self, voiced: bool) {
+        if voiced && !self.intake.told_dropped {
+            self.intake.told_dropped = true;
+            self.events.push(Event::Error(ProtocolError::NotReady(
+                "the caller's voice is not kept while the call waits for a worker: it is heard from session.created on"
+                    .into(),
+            )));
+        }
     }
 }
 

@@ -19,6 +19,10 @@ use omni_actors::protocol::{Inbound, Outbound};
 use omni_actors::session::messages::{CallerAudio, ModelAudio};
 use serde_json::Value;
 
+/// A call's voice dropped while it waits is told to the caller only when it is more than
+/// digital silence (a page's muted track sends zeros).
+const VOICED: f32 = 1e-3;
+
 use super::Limits;
 use super::conversation::{Command, Driver, Event, OUTPUT_RATE};
 use super::record::{AudioEncoding, JsonRedactor};
@@ -166,6 +170,14 @@ impl Dialect for Realtime {
 
     fn hear(&mut self, audio: CallerAudio, replies: &mut Outbox) -> Result<Vec<Inbound>, DecodeError> {
         self.encoder.client_event_id = None;
+        if self.driver.waiting() {
+            // A call's microphone is live while it waits for a worker: what is said then is not
+            // kept (the model would hear it late, as if just said), and the caller is told once.
+            let voiced = audio.samples.iter().any(|s| s.abs() > VOICED);
+            self.driver.dropped_while_waiting(voiced);
+            self.render(replies);
+            return Ok(Vec::new());
+        }
         if !self.driver.active() {
             self.driver.admit("audio", "replies", 1)?;
         }

@@ -586,3 +586,49 @@ fn images_need_audio_first_and_errors_have_the_openai_shape() {
     assert_eq!(frame["error"]["param"], "input_image_buffer.append");
     assert!(frame["event_id"].as_str().unwrap().starts_with("event_"));
 }
+
+/// A call's voice while it waits in the queue is not kept (the caller told once, `not_ready`):
+/// the first step after creation holds only what was said from then on.
+#[test]
+fn a_calls_voice_while_queued_is_dropped_and_the_caller_told_once() {
+    use omni_actors::session::messages::CallerAudio;
+    use omni_actors::protocol::QueueInfo;
+    let mut d = Realtime::new(Flavor::Ga, "m", Limits::default(), &crate::vad::energy());
+    let mut out = Outbox::default();
+    let info = QueueInfo { ticket: 2, position: 1, estimated_wait_s: 5.0, queue_length: 1 };
+    d.encode(Outbound::Queued(info), &mut out);
+    // A muted track's zeros are dropped without a word.
+    for _ in 0..10 {
+        let silence = CallerAudio { samples: vec![0.0; 960], rate: 48000 };
+        assert!(d.hear(silence, &mut out).unwrap().is_empty());
+    }
+    assert!(!types(&out).contains(&"error".to_string()), "{:?}", types(&out));
+    for _ in 0..50 {
+        let voice = CallerAudio { samples: vec![0.3; 960], rate: 48000 };
+        assert!(d.hear(voice, &mut out).unwrap().is_empty(), "nothing for the session while queued");
+    }
+    let errors: Vec<Value> = out
+        .texts()
+        .iter()
+        .map(|f| serde_json::from_str::<Value>(f).unwrap())
+        .filter(|e| e["type"] == "error")
+        .collect();
+    assert_eq!(errors.len(), 1, "told once: {errors:?}");
+    assert_eq!(errors[0]["error"]["code"], "not_ready");
+    // Created: the voice is taken from then on.
+    d.encode(Outbound::QueueDone, &mut out);
+    d.take_commands();
+    let kind = SessionKind::Duplex;
+    let backend = capable();
+    d.encode(
+        Outbound::Created { session_id: "sess_1", kind, prompt_length: 0, queue_wait_ms: 0, backend: &backend },
+        &mut out,
+    );
+    let mut steps = Vec::new();
+    for _ in 0..60 {
+        steps.extend(d.hear(CallerAudio { samples: vec![0.3; 960], rate: 48000 }, &mut out).unwrap());
+    }
+    let heard: usize = steps.iter().map(|c| if let Inbound::Chunk(chunk) = c { chunk.audio.len() } else { 0 }).sum();
+    assert!(heard <= 16000 * 6 / 5, "only the 1.2 s said after creation reach the backend: {heard} samples");
+    assert!(heard > 0, "the voice after creation reaches the backend");
+}
