@@ -37,6 +37,8 @@ pub const MIN_KEY_BYTES: usize = 16;
 pub enum KeyKind {
     Api,
     Admin,
+    /// A client secret (`ek_...`), minted with an API key, good once.
+    ClientSecret,
 }
 
 /// Why a request is refused.
@@ -59,6 +61,10 @@ impl Denied {
             Denied::Missing(KeyKind::Admin) => "the admin key is required: send `Authorization: Bearer KEY`".into(),
             Denied::Wrong(KeyKind::Api) => "the API key is not valid".into(),
             Denied::Wrong(KeyKind::Admin) => "the admin key is not valid".into(),
+            Denied::Wrong(KeyKind::ClientSecret) => "this client secret was already used or has expired (a secret \
+                                                     opens one session, within its lifetime)"
+                .into(),
+            Denied::Missing(KeyKind::ClientSecret) => "a client secret is required".into(),
             Denied::AdminLoopbackOnly => "the operator routes answer only requests made on this host (from \
                                           127.0.0.1 or ::1, to localhost, not forwarded) while no admin key is \
                                           configured: set [auth] admin_key to reach them otherwise"
@@ -304,7 +310,7 @@ impl Keys {
             let now = Instant::now();
             let grant = if take { secrets.redeem(secret, now) } else { secrets.peek(secret, now) };
             drop(secrets);
-            let verdict = if grant.is_some() { Ok(()) } else { Err(Denied::Wrong(KeyKind::Api)) };
+            let verdict = if grant.is_some() { Ok(()) } else { Err(Denied::Wrong(KeyKind::ClientSecret)) };
             self.throttled(client, verdict)?;
             let grant = grant.unwrap_or(client_secrets::Grant { key_id: None, session: None });
             let untaken_secret = (!take).then(|| secret.to_string());

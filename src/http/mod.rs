@@ -200,11 +200,12 @@ pub fn run(config: Config) -> Result<(), ServeError> {
         let gateway = crate::roles::serve(Arc::new(config))?;
         schedule_sweep(&gateway);
         let app_state = gateway.clone();
+        let origins = gateway.config.server.allowed_origins.clone();
         let mut server = HttpServer::new(move || {
             App::new()
                 .wrap(actix_web::middleware::DefaultHeaders::new().add(("X-Content-Type-Options", "nosniff")))
                 .app_data(web::Data::new(app_state.clone()))
-                .configure(routes::configure)
+                .configure(|cfg| routes::configure(cfg, &origins))
         })
         .disable_signals()
         // Realtime frames are small and must not wait for the peer's delayed ACK.

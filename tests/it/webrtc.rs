@@ -28,11 +28,16 @@ fn offer() -> String {
 
 /// A POST with a body; the status, the headers (lower-cased names) and the body.
 fn post(server: &Server, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String, String) {
+    request(server, "POST", path, headers, body)
+}
+
+/// A request with a body; the status, the headers (lower-cased) and the body.
+fn request(server: &Server, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
     stream.set_read_timeout(Some(WAIT)).unwrap();
     let mut req = format!(
-        "POST {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
         server.addr,
         body.len()
     );
@@ -100,6 +105,8 @@ async fn an_independent_webrtc_stack_queues_talks_clears_and_hangs_up() {
     assert_eq!(seen["turn2_cleared_id_matches"], true);
     assert_eq!(seen["loud_after_clear_ms"], 0, "nothing of a cleared answer plays on: {seen}");
     assert_eq!((seen["hangup"].as_u64(), seen["hangup_again"].as_u64()), (Some(200), Some(404)));
+    assert_eq!(seen["hangup_other_secret"], 404, "another secret hangs up no call: {seen}");
+    assert!(seen["secret_reused_says"].as_str().unwrap().contains("already used or has expired"), "{seen}");
     assert!(seen["turn1_usage"]["input_token_details"]["audio_tokens"].as_u64().unwrap() > 0, "{seen}");
 
     // Recorded and accounted as any session: the user's voice, the model's, the close reason.
@@ -516,4 +523,81 @@ async fn a_client_secret_opens_one_websocket_session_with_its_settings() {
     c.close_socket().await;
     assert!(!server.logs().contains(secret), "a client secret is never logged");
     server.wait_idle();
+}
+
+/// A page holding only a client secret ends its own call with that secret; another secret, or a
+/// wrong one, finds no call and never counts as a wrong key (the page's address is not
+/// throttled by its own hangups).
+#[test]
+fn a_page_hangs_up_its_call_with_the_secret_that_opened_it() {
+    let server = Server::ready(Setup::default().auth(&format!("api_keys = [\"{KEY}\"]")));
+    let (code, _, body) = post(&server, "/v1/realtime/client_secrets", &[("Authorization", bearer(KEY).as_str())], b"");
+    assert_eq!(code, 200, "{body}");
+    let secret = serde_json::from_str::<Value>(&body).unwrap()["value"].as_str().unwrap().to_string();
+    let sdp = [("Authorization", bearer(&secret)), ("Content-Type", "application/sdp".to_string())];
+    let sdp: Vec<(&str, &str)> = sdp.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (code, head, body) = post(&server, "/v1/realtime/calls", &sdp, offer().as_bytes());
+    assert_eq!(code, 201, "{body}");
+    let location = head.lines().find_map(|l| l.strip_prefix("location: ")).unwrap().trim().to_string();
+    let hangup = format!("{location}/hangup");
+    for _ in 0..(omni_gateway::http::auth::THROTTLE_ATTEMPTS + 2) {
+        let (code, _, _) = post(&server, &hangup, &[("Authorization", "Bearer ek_not-this-calls-secret")], b"");
+        assert_eq!(code, 404);
+    }
+    // Past the throttle's count had those been wrong keys: a wrong key now is told it is wrong,
+    // not made to wait.
+    let (code, _, body) = post(&server, &hangup, &[("Authorization", "Bearer not-a-key-0123456789")], b"");
+    assert_eq!(code, 401, "{body}");
+    let (code, _, body) = post(&server, &hangup, &[("Authorization", bearer(&secret).as_str())], b"");
+    assert_eq!(code, 200, "{body}");
+    // The secret again: it was good once.
+    let (code, _, body) = post(&server, "/v1/realtime/calls", &sdp, offer().as_bytes());
+    assert_eq!(code, 401);
+    assert!(body.contains("this client secret was already used or has expired"), "{body}");
+}
+
+/// A page of a site `allowed_origins` lists may call and mint from the browser (CORS: the
+/// preflight answered, `Authorization` and `Content-Type` allowed, `Location` exposed); any
+/// other site's preflight is refused.
+#[test]
+fn the_sites_allowed_origins_lists_may_call_from_their_pages() {
+    let server = Server::ready(
+        Setup::default().auth(&format!("api_keys = [\"{KEY}\"]")).server("allowed_origins = [\"https://app.example\"]"),
+    );
+    let preflight = |origin: &str, path: &str| {
+        request(
+            &server,
+            "OPTIONS",
+            path,
+            &[
+                ("Origin", origin),
+                ("Access-Control-Request-Method", "POST"),
+                ("Access-Control-Request-Headers", "authorization, content-type"),
+            ],
+            b"",
+        )
+    };
+    for path in ["/v1/realtime/calls", "/v1/realtime/client_secrets", "/v1/realtime/calls/rtc_x/hangup"] {
+        let (code, head, _) = preflight("https://app.example", path);
+        assert_eq!(code, 200, "{path}: {head}");
+        assert!(head.contains("access-control-allow-origin: https://app.example"), "{path}: {head}");
+        let allowed = head.lines().find(|l| l.starts_with("access-control-allow-headers")).unwrap_or("").to_string();
+        assert!(allowed.contains("authorization") && allowed.contains("content-type"), "{head}");
+        let (code, head, _) = preflight("https://evil.example", path);
+        assert!(code >= 400 && !head.contains("access-control-allow-origin"), "{path}: {code} {head}");
+    }
+    let headers =
+        [("Origin", "https://app.example"), ("Authorization", &bearer(KEY)), ("Content-Type", "application/sdp")];
+    let (code, head, body) = post(&server, "/v1/realtime/calls", &headers, offer().as_bytes());
+    assert_eq!(code, 201, "{body}");
+    assert!(head.contains("access-control-allow-origin: https://app.example"), "{head}");
+    assert!(head.contains("access-control-expose-headers: location"), "{head}");
+    let (code, head, _) = post(
+        &server,
+        "/v1/realtime/client_secrets",
+        &[("Origin", "https://evil.example"), ("Authorization", &bearer(KEY))],
+        b"",
+    );
+    assert_eq!(code, 403);
+    assert!(!head.contains("access-control-allow-origin"), "{head}");
 }

@@ -164,9 +164,10 @@ async def main(port, key, queued):
     assert updated["session"]["instructions"] == "Be brief.", updated
 
     # The secret was good once.
-    status, _, _ = post(f"{base}/v1/realtime/calls", pc.localDescription.sdp.encode(),
-                        {"Authorization": f"Bearer {secret['value']}", "Content-Type": "application/sdp"})
+    status, _, body = post(f"{base}/v1/realtime/calls", pc.localDescription.sdp.encode(),
+                           {"Authorization": f"Bearer {secret['value']}", "Content-Type": "application/sdp"})
     out["secret_reused"] = status
+    out["secret_reused_says"] = json.loads(body)["error"]["message"]
 
     # Turn 1: speak, hear the whole answer.
     voice.speak(1.5)
@@ -196,7 +197,11 @@ async def main(port, key, queued):
     await asyncio.sleep(0.5)  # to hear whether anything of the cleared answer still plays
     out["loud_after_clear_ms"] = call.loud_after_clear_ms
 
-    status, _, body = post(f"{base}{location}/hangup", b"", {"Authorization": f"Bearer {key}"})
+    # Hung up as a page holding only the secret does: with the secret the call was opened with
+    # (another one is answered as no such call, and counts as no wrong key).
+    status, _, _ = post(f"{base}{location}/hangup", b"", {"Authorization": "Bearer ek_not-this-calls-secret"})
+    out["hangup_other_secret"] = status
+    status, _, body = post(f"{base}{location}/hangup", b"", {"Authorization": f"Bearer {secret['value']}"})
     assert status == 200, (status, body)
     out["hangup"] = status
     status, _, _ = post(f"{base}{location}/hangup", b"", {"Authorization": f"Bearer {key}"})

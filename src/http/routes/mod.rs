@@ -13,13 +13,23 @@ mod admin;
 mod pages;
 mod realtime;
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
+/// The routes; `origins` are `server.allowed_origins`, the other sites whose pages may make
+/// calls and mint secrets here (CORS on those routes: [`realtime::cors`]).
+pub fn configure(cfg: &mut web::ServiceConfig, origins: &[String]) {
     cfg.route("/v1/realtime", web::get().to(realtime::websocket::realtime))
         .route("/api-ws/v1/realtime", web::get().to(realtime::websocket::qwen_realtime))
-        .route("/v1/realtime/calls", web::post().to(realtime::calls::create))
-        .route("/v1/realtime/calls/{id}/hangup", web::post().to(realtime::calls::hang_up))
-        .route("/v1/realtime/calls/{id}", web::delete().to(realtime::calls::hang_up))
-        .route("/v1/realtime/client_secrets", web::post().to(realtime::client_secrets::mint))
+        .service(
+            web::scope("/v1/realtime/calls")
+                .wrap(realtime::cors(origins))
+                .route("", web::post().to(realtime::calls::create))
+                .route("/{id}/hangup", web::post().to(realtime::calls::hang_up))
+                .route("/{id}", web::delete().to(realtime::calls::hang_up)),
+        )
+        .service(
+            web::resource("/v1/realtime/client_secrets")
+                .wrap(realtime::cors(origins))
+                .route(web::post().to(realtime::client_secrets::mint)),
+        )
         .route("/healthz", web::get().to(healthz))
         .route("/readyz", web::get().to(readyz))
         .route("/v1/modes", web::get().to(modes))

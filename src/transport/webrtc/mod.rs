@@ -52,8 +52,29 @@ pub struct Answered {
     pub sdp: String,
 }
 
-/// A call in progress, and the id of the API key that opened it.
-type Live = (Addr<CallEdge>, Option<String>);
+/// A call in progress: who may hang it up.
+struct Live {
+    call: Addr<CallEdge>,
+    /// The id of the API key that opened it (or minted the secret it was opened with).
+    key_id: Option<String>,
+    /// The SHA-256 of the client secret it was opened with: a page holding only that secret
+    /// may hang it up.
+    secret: Option<[u8; 32]>,
+}
+
+/// Who asks to hang a call up.
+#[derive(Debug, Clone, Copy)]
+pub enum Hanger<'a> {
+    /// An API key (its id; None on a gateway without keys).
+    Key(Option<&'a str>),
+    /// A client secret, presented again: the one the call was opened with.
+    Secret(&'a str),
+}
+
+fn digest(secret: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(secret.as_bytes()).into()
+}
 
 /// What a hangup found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,8 +112,9 @@ impl Calls {
         &self.spec
     }
 
-    pub fn insert(&self, id: String, call: Addr<CallEdge>, key_id: Option<String>) {
-        self.live.lock().insert(id, (call, key_id));
+    /// Call `id` is live, opened with API key `key_id` (or a secret it minted: `secret`).
+    pub fn insert(&self, id: String, call: Addr<CallEdge>, key_id: Option<String>, secret: Option<&str>) {
+        self.live.lock().insert(id, Live { call, key_id, secret: secret.map(digest) });
     }
 
     pub fn remove(&self, id: &str) {
@@ -118,18 +140,20 @@ impl Calls {
     /// Hangs a call up for the API key `key_id` (none: no keys are configured). The call is
     /// gone for hangups at once: a second one finds no call, even before the call's actor has
     /// handled the first.
-    pub fn hang_up(&self, id: &str, key_id: Option<&str>) -> HangUp {
+    pub fn hang_up(&self, id: &str, who: Hanger<'_>) -> HangUp {
         let mut live = self.live.lock();
-        match live.get(id) {
-            Some((_, owner)) if owner.as_deref() == key_id => {
-                if let Some((call, _)) = live.remove(id) {
-                    call.do_send(Hangup);
-                }
-                HangUp::Done
-            }
-            Some(_) => HangUp::NotYours,
-            None => HangUp::NoSuchCall,
+        let Some(call) = live.get(id) else { return HangUp::NoSuchCall };
+        let allowed = match who {
+            Hanger::Key(key_id) => call.key_id.as_deref() == key_id,
+            Hanger::Secret(secret) => call.secret.is_some_and(|d| d == digest(secret)),
+        };
+        if !allowed {
+            return HangUp::NotYours;
         }
+        if let Some(call) = live.remove(id) {
+            call.call.do_send(Hangup);
+        }
+        HangUp::Done
     }
 
     /// A UDP socket on `webrtc.bind`, on the first free port of the range from the cursor.

@@ -22,7 +22,7 @@ use crate::http::routes::http_error;
 use crate::http::{Gateway, auth, client_secrets};
 use crate::transport::admission::{Endpoint, Transport, address_admission, admit, authenticate};
 use crate::transport::webrtc::call::{CallEdge, CallParts, CallSettings};
-use crate::transport::webrtc::{AnswerError, HangUp};
+use crate::transport::webrtc::{AnswerError, HangUp, Hanger};
 
 /// The largest offer, and the largest `session` part, read.
 const MAX_PART_BYTES: usize = 64 * 1024;
@@ -220,7 +220,11 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
         && !gw.keys.take_secret(secret)
     {
         // Used by another request meanwhile (or just expired).
-        return http_error(StatusCode::UNAUTHORIZED, "unauthorized", Denied::Wrong(auth::KeyKind::Api).message());
+        return http_error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            Denied::Wrong(auth::KeyKind::ClientSecret).message(),
+        );
     }
     // The settings the call was made with come first (its session's dialect leaves their audio
     // formats to the call).
@@ -251,7 +255,7 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
         // Known by its id before the answer leaves: a hangup right after it finds the call.
         Ok(edge) => {
             unsettled.armed = false;
-            calls.insert(id.clone(), edge.start(), key_id)
+            calls.insert(id.clone(), edge.start(), key_id, secret.as_deref())
         }
         Err(e) => {
             log::error!("a call was refused: {e}");
@@ -283,17 +287,30 @@ impl Drop for Unsettled<'_> {
     }
 }
 
-/// Hangs a call up, for the API key that opened it (or minted the secret it was opened with);
-/// on a gateway without API keys, for anyone who knows its id.
+/// Hangs a call up, for the API key that opened it (or minted the secret it was opened with),
+/// or for the client secret it was opened with (a page holding only that); on a gateway without
+/// API keys, for anyone who knows its id. A refused hangup never counts as a wrong key: it is
+/// answered as no such call.
 pub(crate) async fn hang_up(req: HttpRequest, path: web::Path<String>, gw: web::Data<Gateway>) -> HttpResponse {
     let Some(calls) = gw.calls.clone() else {
         return http_error(StatusCode::NOT_FOUND, "not_found", "WebRTC calls are off here ([webrtc] enabled = false)");
     };
-    let key_id = match api_key(&req, &gw).await {
-        Ok(id) => id,
-        Err(refusal) => return refusal,
+    if let Err(refusal) = super::same_site(&req, &gw) {
+        return refusal;
+    }
+    let presented = auth::bearer(&req);
+    let key_id;
+    let who = match presented.filter(|k| k.starts_with(client_secrets::PREFIX)) {
+        Some(secret) => Hanger::Secret(secret),
+        None => {
+            key_id = match api_key(&req, &gw).await {
+                Ok(id) => id,
+                Err(refusal) => return refusal,
+            };
+            Hanger::Key(key_id.as_deref())
+        }
     };
-    match calls.hang_up(&path, key_id.as_deref()) {
+    match calls.hang_up(&path, who) {
         HangUp::Done => HttpResponse::Ok().json(serde_json::json!({})),
         // Another key's call is answered as no call at all: its existence is not told.
         HangUp::NoSuchCall | HangUp::NotYours => {

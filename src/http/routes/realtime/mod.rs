@@ -68,6 +68,27 @@ fn same_site(req: &HttpRequest, gw: &Gateway) -> Result<(), HttpResponse> {
     ))
 }
 
+/// CORS for the routes a page of another site may use (calls, client secrets): a preflight from
+/// an origin `server.allowed_origins` lists, or from this server's own, is answered (`POST` and
+/// `DELETE`, with `Authorization` and `Content-Type`), and their answers carry
+/// `Access-Control-Allow-Origin` and expose `Location`; any other origin's preflight is refused,
+/// and its request gets the route's own `403 forbidden_origin` ([`same_site`]).
+pub(crate) fn cors(origins: &[String]) -> actix_cors::Cors {
+    let origins = origins.to_vec();
+    actix_cors::Cors::default()
+        .allowed_origin_fn(move |origin, head| {
+            let origin = origin.to_str().unwrap_or("");
+            let own = head.headers().get(header::HOST).and_then(|h| h.to_str().ok()).is_some_and(|host| {
+                origin.split_once("://").is_some_and(|(_, rest)| !host.is_empty() && rest.eq_ignore_ascii_case(host))
+            });
+            own || origins.iter().any(|o| o == origin)
+        })
+        .allowed_methods(["POST", "DELETE"])
+        .allowed_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+        .expose_headers([header::LOCATION])
+        .max_age(600)
+}
+
 /// A refused caller's HTTP answer.
 fn refused(refusal: Refusal) -> HttpResponse {
     let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST);

@@ -106,7 +106,7 @@ async fn upgrade(
         return Ok(http_error(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
-            auth::Denied::Wrong(auth::KeyKind::Api).message(),
+            auth::Denied::Wrong(auth::KeyKind::ClientSecret).message(),
         ));
     }
     let edge_settings = EdgeSettings {
