@@ -182,14 +182,19 @@ fn check_config(path: &std::path::Path) -> ExitCode {
             }
         }
     }
-    for addr in &config.bind {
+    // A node listens on its [node] bind (the server's is not used by `omni-gateway node`).
+    let (binds, key) = match &config.node {
+        Some(node) => (node.bind.clone(), "node.bind"),
+        None => (config.bind.clone(), "server.bind"),
+    };
+    for addr in &binds {
         match std::net::TcpListener::bind(addr) {
             Ok(_) => println!("{file}: will listen on {addr} (the address is free)"),
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
                 println!("{file}: will listen on {addr} (something listens there now: a running server?)")
             }
             Err(e) => {
-                eprintln!("{file}: server.bind: {}", omni_gateway::http::listen_error(*addr, &e));
+                eprintln!("{file}: {key}: {}", omni_gateway::http::listen_error(*addr, &e));
                 failed = true;
             }
         }

@@ -238,8 +238,25 @@ pub fn run(config: Config) -> Result<(), ServeError> {
                 let model = gateway.config.workers.iter().any(|w| !matches!(w.source, BackendSource::Builtin))
                     || !gateway.config.nodes.is_empty();
                 let say = if model { " --say \"What is the capital of France?\"" } else { "" };
-                println!("try it (Ctrl-C stops the server gracefully): {me} probe --mode audio --url ws://{addr}{say}");
+                let key = if gateway.keys.api_required() { " --api-key KEY" } else { "" };
+                let which = if key.is_empty() { "" } else { " (KEY: one of [auth] api_keys)" };
+                println!(
+                    "try it (Ctrl-C stops the server gracefully): {me} probe --mode audio --url ws://{addr}{key}{say}{which}"
+                );
             }
+        }
+        if let Some(calls) = &gateway.calls {
+            let spec = calls.spec();
+            let advertised: Vec<String> = spec.public_ips.iter().map(ToString::to_string).collect();
+            let line = format!(
+                "WebRTC calls are on: UDP {}, ports {}-{}, advertised to callers as {}",
+                spec.bind,
+                spec.ports.start(),
+                spec.ports.end(),
+                advertised.join(", ")
+            );
+            log::info!("{line}");
+            println!("{line}");
         }
         let server = server.run();
         actix_web::rt::spawn(shutdown_on_signal(signals.stop, server.handle(), gateway.clone()));

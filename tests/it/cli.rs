@@ -215,6 +215,10 @@ fn a_replica_credential_is_issued_from_a_nodes_config_and_a_replica_loads_with_i
     let out = gateway().arg("--config").arg(&node).args(["replica-credential", "gw-a"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let issued = String::from_utf8(out.stdout).unwrap();
+    // check-config on a node checks the node's bind, not the server's (unused by a node).
+    let checked = gateway().arg("check-config").arg(&node).output().unwrap();
+    let said = String::from_utf8_lossy(&checked.stdout);
+    assert!(said.contains("will listen on 127.0.0.1:7100") && !said.contains(":8006"), "{said}");
     assert!(issued.starts_with("ogr1:gw-a:") && !issued.contains(token), "{issued}");
     let credential = omni_gateway::link::replica::Credential::parse(&issued).unwrap();
     assert_eq!(credential.password(), omni_gateway::link::replica::password(token, "gw-a"));

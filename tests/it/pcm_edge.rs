@@ -35,6 +35,26 @@ const KEY: &str = "pcm-edge-key-0123456789";
 
 /// The edge of one caller: bytes in are its voice, the model's voice goes out as bytes; the
 /// session's text events are noted (this transport has nowhere to send them).
+/// The types of the events the session sent, and a wake-up for each one.
+#[derive(Default)]
+struct Texts {
+    seen: Mutex<Vec<String>>,
+    changed: tokio::sync::Notify,
+}
+
+impl Texts {
+    /// Until an event of type `kind` was sent.
+    async fn until(&self, kind: &str) {
+        loop {
+            let changed = self.changed.notified();
+            if self.seen.lock().iter().any(|t| t == kind) {
+                return;
+            }
+            changed.await;
+        }
+    }
+}
+
 struct PcmEdge {
     start: Option<StartSession>,
     session: Option<SessionPort>,
@@ -42,7 +62,7 @@ struct PcmEdge {
     /// An odd byte of the voice, waiting for its pair.
     odd: Option<u8>,
     /// The type of every text event the session sent.
-    texts: Arc<Mutex<Vec<String>>>,
+    texts: Arc<Texts>,
 }
 
 impl Actor for PcmEdge {
@@ -96,7 +116,8 @@ impl Handler<ToClient> for PcmEdge {
             ToClient::Audio(ModelAudio::Done { .. } | ModelAudio::Clear) => {}
             ToClient::Text(text) => {
                 let v: serde_json::Value = serde_json::from_str(&text).expect("the dialect's events are JSON");
-                self.texts.lock().push(v["type"].as_str().unwrap_or_default().to_string());
+                self.texts.seen.lock().push(v["type"].as_str().unwrap_or_default().to_string());
+                self.texts.changed.notify_waiters();
             }
             ToClient::Close(_) => {
                 self.writer.close();
@@ -107,7 +128,7 @@ impl Handler<ToClient> for PcmEdge {
 }
 
 /// Reads the key line, checks the caller as every transport does, and starts its edge.
-async fn accept(stream: TcpStream, gw: Serving, texts: Arc<Mutex<Vec<String>>>) {
+async fn accept(stream: TcpStream, gw: Serving, texts: Arc<Texts>) {
     let peer = stream.peer_addr().expect("a peer");
     let (read, mut write) = stream.into_split();
     let mut read = BufReader::new(read);
@@ -142,7 +163,7 @@ async fn accept(stream: TcpStream, gw: Serving, texts: Arc<Mutex<Vec<String>>>) 
 }
 
 /// A gateway in this process on the reference backend, and the toy edge listening beside it.
-async fn gateway(api_keys: &str) -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
+async fn gateway(api_keys: &str) -> (std::net::SocketAddr, Arc<Texts>) {
     let toml = format!(
         "[server]\nbind = \"127.0.0.1:0\"\nmax_connections_per_ip = 0\nmax_waiting_per_ip = 0\n\
          [auth]\napi_keys = [{api_keys}]\n[webrtc]\nenabled = false\n[[workers]]\nname = \"ref\"\n"
@@ -151,7 +172,7 @@ async fn gateway(api_keys: &str) -> (std::net::SocketAddr, Arc<Mutex<Vec<String>
     let gw = omni_gateway::roles::serve(Arc::new(config)).expect("a gateway has no store to open");
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let texts = Arc::new(Mutex::new(Vec::new()));
+    let texts = Arc::new(Texts::default());
     let seen = texts.clone();
     actix::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
@@ -170,6 +191,9 @@ async fn a_raw_pcm_edge_carries_a_session_to_the_reference_backend_and_back() {
     let (addr, texts) = gateway(&format!("\"{KEY}\"")).await;
     let mut socket = TcpStream::connect(addr).await.unwrap();
     socket.write_all(format!("{KEY}\n").as_bytes()).await.unwrap();
+    // The caller speaks once its session is created (what it said while it waited for a worker
+    // would be dropped, as a call's is).
+    tokio::time::timeout(WAIT, texts.until("session.created")).await.expect("the session created in time");
     // A second of speech to the energy detector, then a second of silence: the reference
     // backend answers the quiet step and the two after it (the dialect steps it with
     // silence while it speaks): 1 s, 1 s and 0.5 s of voice at 24 kHz.
@@ -188,7 +212,7 @@ async fn a_raw_pcm_edge_carries_a_session_to_the_reference_backend_and_back() {
     let mut rest = Vec::new();
     tokio::time::timeout(WAIT, socket.read_to_end(&mut rest)).await.expect("closed in time").unwrap();
     assert!(rest.is_empty(), "2.5 s of voice and no more: {} bytes more", rest.len());
-    let texts = texts.lock().clone();
+    let texts = texts.seen.lock().clone();
     for wanted in ["session.created", "input_audio_buffer.speech_started", "response.created", "response.done"] {
         assert!(texts.iter().any(|t| t == wanted), "{wanted} in {texts:?}");
     }

@@ -349,6 +349,24 @@ fn the_printed_try_it_command_speaks_words_to_a_model() {
     let logs = model.logs();
     let line = logs.lines().find(|l| l.starts_with("try it")).unwrap_or_else(|| panic!("{logs}"));
     assert!(line.contains("--say \"What is the capital of France?\""), "{line}");
+    // With API keys: the command takes one (never printed), and the probe tells the server's
+    // reason when it has none.
+    let keyed = Server::ready(Setup::default().auth("api_keys = [\"tools-key-0123456789\"]"));
+    let logs = keyed.logs();
+    let line = logs.lines().find(|l| l.starts_with("try it")).unwrap_or_else(|| panic!("{logs}"));
+    assert!(line.contains("--api-key KEY") && !line.contains("tools-key"), "{line}");
+    let out = Command::new(env!("CARGO_BIN_EXE_omni-gateway"))
+        .args(["probe", "--mode", "audio", "--url", &format!("ws://{}", keyed.addr)])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("refused the connection (HTTP 401): an API key is required"), "{stderr}");
+    // WebRTC calls on (the default): one line says where their UDP goes.
+    assert!(
+        logs.lines().any(|l| l.starts_with("WebRTC calls are on: UDP ") && l.contains("advertised to callers as")),
+        "{logs}"
+    );
 }
 
 /// `--say` speaks a question with espeak-ng; the probe shows what the model heard (`input.transcript`,

@@ -33,9 +33,23 @@ pub async fn connect(base: &str, mode: &str, api_key: Option<&str>) -> Result<Ws
         req.headers_mut().insert("Authorization", value);
     }
     // Nagle off: a small event after a large one must not wait for a delayed ACK.
-    let (ws, _) =
-        tokio_tungstenite::connect_async_with_config(req, None, true).await.map_err(|e| format!("{url}: {e}"))?;
+    let (ws, _) = tokio_tungstenite::connect_async_with_config(req, None, true).await.map_err(|e| refused(&url, e))?;
     Ok(ws)
+}
+
+/// Why a connection failed; a refusal with the server's own reason (its JSON error's message).
+fn refused(url: &str, e: tokio_tungstenite::tungstenite::Error) -> String {
+    let tokio_tungstenite::tungstenite::Error::Http(response) = e else { return format!("{url}: {e}") };
+    let reason = response
+        .body()
+        .as_deref()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
+        .and_then(|v| v["error"]["message"].as_str().map(String::from));
+    let status = response.status();
+    match reason {
+        Some(why) => format!("{url}: the server refused the connection (HTTP {}): {why}", status.as_u16()),
+        None => format!("{url}: the server refused the connection (HTTP {status})"),
+    }
 }
 
 /// The tools' runtime: two worker threads, like the machine they are measured on.
