@@ -369,3 +369,31 @@ fn the_worked_example_in_the_extending_page_is_the_one_cargo_builds() {
     let shown = page.split("```rust\n").nth(1).expect("a rust block").split("```").next().unwrap();
     assert_eq!(shown, example, "docs/extending.md shows another example than actors/examples/transcript_log.rs");
 }
+
+/// The Python client in README ("For programs") runs as printed against a server: it waits in
+/// line, speaks, prints the model's words and saves its voice as a WAV Python's `wave` reads.
+#[test]
+fn the_readme_python_client_runs_as_printed() {
+    if !needs(&[Need::Sdks]) {
+        return;
+    }
+    let readme = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let code = readme.split("```python\n").nth(1).expect("a Python block").split("```").next().unwrap();
+    assert!(code.lines().count() <= 30, "README's client is short");
+    let server = Server::ready(Setup::default());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("client.py"), code).unwrap();
+    let out = std::process::Command::new(sdk_python())
+        .arg("client.py")
+        .arg(server.url("/v1/realtime?mode=audio"))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("model: "), "{stdout}");
+    let wav = hound::WavReader::open(dir.path().join("answer.wav")).unwrap();
+    assert_eq!((wav.spec().sample_rate, wav.spec().bits_per_sample), (24000, 16));
+    assert!(wav.duration() >= 24000, "a second of voice at least: {stdout}");
+    server.wait_idle();
+}
