@@ -748,7 +748,9 @@ function waiting(ev) {
 function queueDetail(ev) {
   const m = served && served[mode];
   if (m && !m.up) return `Position ${ev.position} of ${ev.queue_length}. No worker is up right now; you keep your place until one is.`;
-  return `Position ${ev.position} of ${ev.queue_length}; ${wait(ev.estimated_wait_s)}.`;
+  // Until a session like this one has ended here, the estimate is a guess: no number is shown.
+  const wait_text = ev.estimate === 'typical' ? 'a worker is busy' : wait(ev.estimated_wait_s);
+  return `Position ${ev.position} of ${ev.queue_length}; ${wait_text}.`;
 }
 
 $('mode').addEventListener('change', showMode);

@@ -341,10 +341,14 @@ pub struct QueueInfo {
     pub ticket: u64,
     /// 1-based.
     pub position: usize,
-    /// The estimated wait until a worker is free, in seconds; may be 0.
+    /// The estimated wait until a worker is free, in seconds; at least 1.
     pub estimated_wait_s: f64,
     /// How many clients are waiting, this one included.
     pub queue_length: usize,
+    /// Whether the estimate rests on sessions served (of this ticket's mode); until one has
+    /// ended, it is the configured typical length's guess, and clients are told a worker is
+    /// busy rather than a number.
+    pub measured: bool,
 }
 
 /// An event for the client, borrowed from the session's state (audio is not copied).

@@ -518,6 +518,7 @@ fn queue_event(kind: &str, q: QueueInfo) -> String {
         "type": kind,
         "position": q.position,
         "estimated_wait_s": (q.estimated_wait_s * 10.0).round() / 10.0,
+        "estimate": if q.measured { "measured" } else { "typical" },
         "ticket_id": format!("ticket_{}", q.ticket),
         "queue_length": q.queue_length,
     })

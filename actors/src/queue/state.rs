@@ -127,6 +127,19 @@ pub struct TicketStatus {
 
 const EMA_WEIGHT: f64 = 0.2;
 
+/// No estimate is under a second: a ticket that waits at all waits for something (a worker
+/// opening, a hand-over).
+const MIN_ETA_S: f64 = 1.0;
+
+/// How long a session of average length `avg` that has run `elapsed` is expected to go on: what
+/// is left of the average, but no less than a third of what it has run already (session lengths
+/// are heavy-tailed: one that has lasted long is likely to last longer, not to end within a
+/// second), and no less than a second. A third was the best of a half, a third and a quarter in
+/// the estimate benchmark (docs/performance.md, "Wait estimates").
+fn residual_s(avg: f64, elapsed: f64) -> f64 {
+    (avg - elapsed).max(elapsed / 3.0).max(MIN_ETA_S)
+}
+
 /// How long a ticket waits with no worker of its mode in sight, by default.
 const DEFAULT_UNAVAILABLE_AFTER: Duration = Duration::from_secs(30);
 
@@ -151,6 +164,8 @@ pub struct QueueState {
     max_waiting: usize,
     /// Moving average of session length per mode, seconds.
     average_s: [f64; 3],
+    /// A session of the mode has ended: its average is measured, not the typical guess.
+    measured: [bool; 3],
     next_ticket: TicketId,
     /// The ETA simulation after the waiting tickets, kept while only joins happen.
     sim: Option<Sim>,
@@ -186,6 +201,7 @@ impl QueueState {
             reserved: HashMap::new(),
             max_waiting,
             average_s: initial_average.map(|d| d.as_secs_f64()),
+            measured: [false; 3],
             next_ticket: 1,
             sim: None,
         }
@@ -197,11 +213,13 @@ impl QueueState {
         workers: &[(ModeSet, Availability)],
         waiting: &[(TicketId, Mode)],
         average_s: [f64; 3],
+        measured: [bool; 3],
         now: Instant,
     ) -> QueueState {
         let sets: Vec<ModeSet> = workers.iter().map(|w| w.0).collect();
         let mut queue = QueueState::new(&sets, usize::MAX, [Duration::ZERO; 3]);
         queue.average_s = average_s;
+        queue.measured = measured;
         for (id, (_, state)) in workers.iter().enumerate() {
             queue.set_state(id, *state);
         }
@@ -325,7 +343,8 @@ impl QueueState {
         self.waiting.push_back(Waiting { ticket, mode, since: now });
         let position = self.waiting.len();
         let estimated_wait_s = self.eta_of_last(mode, now);
-        JoinOutcome::Waiting(QueueInfo { ticket, position, estimated_wait_s, queue_length: position })
+        let measured = self.measured[mode.index()];
+        JoinOutcome::Waiting(QueueInfo { ticket, position, estimated_wait_s, queue_length: position, measured })
     }
 
     /// A ticket leaves: it disconnected, was cancelled, or its session ended.
@@ -410,8 +429,14 @@ impl QueueState {
 
     /// A session of `mode` lasted `length`: it feeds the ETA's moving average.
     pub fn session_finished(&mut self, mode: Mode, length: Duration) {
-        let avg = &mut self.average_s[mode.index()];
-        *avg = (1.0 - EMA_WEIGHT) * *avg + EMA_WEIGHT * length.as_secs_f64();
+        let (avg, measured) = (&mut self.average_s[mode.index()], &mut self.measured[mode.index()]);
+        // The typical length was a guess: the first session measured replaces it.
+        *avg = if *measured {
+            (1.0 - EMA_WEIGHT) * *avg + EMA_WEIGHT * length.as_secs_f64()
+        } else {
+            length.as_secs_f64()
+        };
+        *measured = true;
         self.sim = None;
     }
 
@@ -441,6 +466,7 @@ impl QueueState {
                 position: i + 1,
                 estimated_wait_s: eta,
                 queue_length: length,
+                measured: self.measured[w.mode.index()],
             })
             .collect()
     }
@@ -465,7 +491,7 @@ impl QueueState {
     /// ETAs of the first `n` waiting tickets, in seconds.
     fn etas(&self, now: Instant, n: usize) -> Vec<f64> {
         let mut sim = self.simulate(now);
-        self.waiting.iter().take(n).map(|w| self.assign_in(&mut sim, w.mode)).collect()
+        self.waiting.iter().take(n).map(|w| self.assign_in(&mut sim, w.mode).max(MIN_ETA_S)).collect()
     }
 
     /// The simulation's start: each worker's expected free time.
@@ -479,8 +505,7 @@ impl QueueState {
                 Availability::Starting | Availability::Idle => 0,
                 Availability::Busy { mode, since } => {
                     let elapsed = now.saturating_duration_since(since).as_secs_f64();
-                    // A session already past the average is expected to end soon.
-                    ((self.average_s[mode.index()] - elapsed).max(1.0) * 1000.0) as u64
+                    (residual_s(self.average_s[mode.index()], elapsed) * 1000.0) as u64
                 }
             };
             groups.entry(slot.modes).or_default().push(Reverse(free_ms));
@@ -523,7 +548,7 @@ impl QueueState {
         let mut sim = self.sim.take().expect("set above");
         let eta = self.assign_in(&mut sim, mode) - now.saturating_duration_since(sim.at).as_secs_f64();
         self.sim = Some(sim);
-        eta.max(0.0)
+        eta.max(MIN_ETA_S)
     }
 
     fn take_idle(&mut self, mode: Mode) -> Option<WorkerId> {
@@ -813,12 +838,36 @@ mod tests {
     }
 
     #[test]
-    fn the_moving_average_follows_finished_sessions() {
+    fn the_first_session_replaces_the_typical_guess_then_the_average_follows() {
+        let t = Instant::now();
         let mut q = queue(&[ALL], 10);
-        q.session_finished(Mode::Video, secs(200));
-        assert_eq!(q.average_session(Mode::Video), secs(120));
-        q.session_finished(Mode::Video, secs(120));
-        assert_eq!(q.average_session(Mode::Video), secs(120));
+        q.worker_idle(0, t);
+        q.join(Mode::Video, t);
+        assert!(!waiting(q.join(Mode::Video, t)).measured, "the typical length is a guess");
+        q.session_finished(Mode::Video, secs(20));
+        assert_eq!(q.average_session(Mode::Video), secs(20), "not a fifth of the way from 100 s");
+        assert!(q.infos_from(0, t)[0].measured);
+        q.session_finished(Mode::Video, secs(70));
+        assert_eq!(q.average_session(Mode::Video), secs(30));
+        assert!(!q.measured[Mode::Chat.index()], "per mode");
+    }
+
+    /// A session past its average is not expected to end within a second (the old rule told a
+    /// waiting client "about 1 s" for as long as it ran on): a third of what it has run, at least.
+    #[test]
+    fn a_session_past_its_average_is_expected_to_go_on_and_no_estimate_is_zero() {
+        let t0 = Instant::now();
+        let mut q = queue(&[ALL], 10);
+        q.worker_idle(0, t0);
+        q.join(Mode::Video, t0); // average 100 s
+        let at = |s: u64| waiting(q.clone().join(Mode::Chat, t0 + secs(s))).estimated_wait_s;
+        assert_eq!(at(40), 60.0, "what is left of the average");
+        assert_eq!(at(120), 40.0, "past the average: a third of what it has run");
+        assert_eq!(at(300), 100.0, "and more the longer it runs");
+        // A worker opening: the next client waits for it, a second at least, never 0.
+        let mut q = queue(&[ALL], 10);
+        assert_eq!(waiting(q.join(Mode::Chat, t0)).estimated_wait_s, 1.0);
+        assert!(q.infos_from(0, t0 + secs(1)).iter().all(|i| i.estimated_wait_s >= 1.0));
     }
 
     #[test]

@@ -366,7 +366,7 @@ async fn a_waiting_client_hears_its_place_and_the_time_limit_ends_it() {
     let mut t = start(Options { time_limit: Some(Duration::from_millis(300)), ..Default::default() });
     t.expect("Join { front: false }").await;
     let notify = t.notify.recv().await.unwrap();
-    let info = |position| QueueInfo { ticket: 1, position, estimated_wait_s: 1.0, queue_length: 3 };
+    let info = |position| QueueInfo { ticket: 1, position, estimated_wait_s: 1.0, queue_length: 3, measured: true };
     notify.do_send(QueueNotice::Queued(info(3)));
     assert_eq!(t.text().await, "queued 3");
     notify.do_send(QueueNotice::Update(info(2)));

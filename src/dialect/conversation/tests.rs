@@ -176,7 +176,16 @@ fn audio(d: &mut Driver, samples: Vec<f32>) {
 #[test]
 fn before_the_session_is_created_events_and_input_are_held_then_released_in_order() {
     let mut d = Driver::new(conf(true), Limits::default(), &crate::vad::energy());
-    d.queued(omni_actors::protocol::QueueInfo { ticket: 1, position: 1, estimated_wait_s: 0.0, queue_length: 1 }, true);
+    d.queued(
+        omni_actors::protocol::QueueInfo {
+            ticket: 1,
+            position: 1,
+            estimated_wait_s: 1.0,
+            queue_length: 1,
+            measured: false,
+        },
+        true,
+    );
     assert_eq!(kinds(&d.take_events()), ["queued"], "queue news is heard at once");
     audio(&mut d, tone(1.2));
     assert!(d.take_events().is_empty() && d.take_commands().is_empty(), "a waiting client hears nothing");

@@ -227,10 +227,11 @@ impl Encoder {
     }
 
     fn queue_event(&mut self, kind: &str, q: QueueInfo) -> String {
-        let QueueInfo { ticket, position, estimated_wait_s, queue_length } = q;
+        let QueueInfo { ticket, position, estimated_wait_s, queue_length, measured } = q;
         self.event(
             kind,
             json!({"position": position, "estimated_wait_s": (estimated_wait_s * 10.0).round() / 10.0,
+                   "estimate": if measured { "measured" } else { "typical" },
                    "ticket_id": format!("ticket_{ticket}"), "queue_length": queue_length}),
         )
     }

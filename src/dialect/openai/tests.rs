@@ -595,7 +595,7 @@ fn a_calls_voice_while_queued_is_dropped_and_the_caller_told_once() {
     use omni_actors::session::messages::CallerAudio;
     let mut d = Realtime::new(Flavor::Ga, "m", Limits::default(), &crate::vad::energy());
     let mut out = Outbox::default();
-    let info = QueueInfo { ticket: 2, position: 1, estimated_wait_s: 5.0, queue_length: 1 };
+    let info = QueueInfo { ticket: 2, position: 1, estimated_wait_s: 5.0, queue_length: 1, measured: false };
     d.encode(Outbound::Queued(info), &mut out);
     // A muted track's zeros are dropped without a word.
     for _ in 0..10 {

@@ -81,7 +81,8 @@ pub(crate) fn view_queue(view: &ClusterView, typical: [f64; 3], now: Instant) ->
         .collect();
     let waiting: Vec<(TicketId, Mode)> =
         view.tickets.iter().filter(|t| !t.granted).map(|t| (t.ticket, t.mode)).collect();
-    QueueState::observed(&workers, &waiting, average, now)
+    let measured = std::array::from_fn(|i| view.average_s[i].is_some());
+    QueueState::observed(&workers, &waiting, average, measured, now)
 }
 
 /// Views are read at most this often: with thousands waiting, every view costs each replica
@@ -343,8 +344,8 @@ impl<N: Clone> ClusterState<N> {
                 client.told = Some(position);
                 client.told_at = Some(now);
                 if first {
-                    let estimated_wait_s = self.eta_at(position, now);
-                    let info = QueueInfo { ticket, position, estimated_wait_s, queue_length: length };
+                    let (estimated_wait_s, measured) = self.eta_at(position, now);
+                    let info = QueueInfo { ticket, position, estimated_wait_s, queue_length: length, measured };
                     let notify = self.clients[&conn].notify.clone();
                     out.push(Effect::Tell(notify, Tell::Queued(info)));
                 }
@@ -435,10 +436,14 @@ impl<N: Clone> ClusterState<N> {
         out
     }
 
-    /// The ETA of a ticket at `position` by the last view (0 when the view is empty).
-    fn eta_at(&self, position: usize, now: Instant) -> f64 {
+    /// The ETA of a ticket at `position` by the last view, and whether it is measured (before
+    /// any view: a second, unmeasured: the client is told a worker is busy).
+    fn eta_at(&self, position: usize, now: Instant) -> (f64, bool) {
         let infos = self.view_infos(now);
-        infos.get(position.saturating_sub(1)).or(infos.last()).map_or(0.0, |i| i.estimated_wait_s)
+        infos
+            .get(position.saturating_sub(1))
+            .or(infos.last())
+            .map_or((1.0, false), |i| (i.estimated_wait_s, i.measured))
     }
 
     /// Every waiting ticket of the last view with its ETA, by the queue's own rules.
@@ -592,8 +597,8 @@ impl<N: Clone> ClusterState<N> {
     /// told (and was told at least [`MIN_TELL_INTERVAL`] ago), or every waiting client when
     /// `periodic`. A `fresh` view also counts the clients it does not list.
     fn tell(&mut self, periodic: bool, fresh: bool, now: Instant) -> Told {
-        let etas: HashMap<TicketId, f64> =
-            self.view_infos(now).into_iter().map(|i| (i.ticket, i.estimated_wait_s)).collect();
+        let etas: HashMap<TicketId, (f64, bool)> =
+            self.view_infos(now).into_iter().map(|i| (i.ticket, (i.estimated_wait_s, i.measured))).collect();
         let positions: HashMap<TicketId, usize> =
             self.view.tickets.iter().enumerate().map(|(i, t)| (t.ticket, i + 1)).collect();
         let length = self.view.tickets.len();
@@ -621,8 +626,8 @@ impl<N: Clone> ClusterState<N> {
                 }
                 Telling::Now { position, moved } => (position, moved),
             };
-            let estimated_wait_s = etas.get(&ticket).copied().unwrap_or(0.0);
-            let info = QueueInfo { ticket, position, estimated_wait_s, queue_length: length };
+            let (estimated_wait_s, measured) = etas.get(&ticket).copied().unwrap_or((1.0, false));
+            let info = QueueInfo { ticket, position, estimated_wait_s, queue_length: length, measured };
             // A client granted at once whose grant was refused has not heard it waits.
             let first = c.told.is_none();
             c.told = Some(position);
