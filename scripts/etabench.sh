@@ -21,5 +21,5 @@ fi
 printf '\n[[bench]]\nname = "eta"\nharness = false\n' >> "$tree/actors/Cargo.toml"
 echo "== $base"
 (cd "$tree" && cargo bench -q -p omni-actors "${features[@]}" --bench eta 2>/dev/null)
-echo "== $(git rev-parse --short HEAD)"
+echo "== this tree ($(git rev-parse --short HEAD)$(git diff --quiet || echo " + changes"))"
 cargo bench -q -p omni-actors --features testing --bench eta 2>/dev/null

@@ -1,7 +1,7 @@
 //! How right the queue's wait estimates are: a simulated day of clients (a seeded generator)
 //! through the queue's own rules, each waiting client's first estimate (its `session.queued`)
 //! set against the wait it then had. Sessions of varied length (log-normal: median 30 s, half
-//! of them between 15 and 60 s, a few over 5 minutes), four workers, arrivals at 95 % of what
+//! of them between 16 and 55 s, one in a hundred over 4 minutes), four workers, arrivals at 95 % of what
 //! they serve, the configured typical length (120 s) as the first guess. Prints the ratio of
 //! estimate to actual wait (1 is right; 2 promised twice the wait) at p10, p50 and p90, for all
 //! waits and for those past the first minute.
