@@ -73,7 +73,9 @@ async function refreshStatus() {
     $('queue-length').textContent = `(${s.queue.length} waiting)`;
     for (const t of s.queue.tickets) {
       const row = queue.insertRow();
-      cell(row, t.ticket_id);
+      // In a cluster, another replica's client is labelled with its replica's name.
+      const here = s.cluster ? s.cluster.replica : null;
+      cell(row, t.replica && t.replica !== here ? `${t.ticket_id} (${t.replica})` : t.ticket_id);
       cell(row, t.mode);
       cell(row, t.position);
       cell(row, seconds(t.waited_s));

@@ -1302,3 +1302,32 @@ async fn a_replica_says_why_its_store_is_down() {
     assert!(status["cluster"]["store_error"].as_str().unwrap_or_default().contains("refused"), "{status}");
     g1.skip_invariants();
 }
+
+/// A replica's `/status` shows the whole cluster's queue with each ticket's replica and its real
+/// wait (counted from the ticket's number: the store's clock when it joined), and its first
+/// estimate is never 0: before any session ended, it says it is a `typical` guess.
+#[tokio::test]
+async fn the_cluster_queue_shows_whose_each_ticket_is_and_how_long_it_has_waited() {
+    if !needs(&[Need::Redis]) {
+        return;
+    }
+    let (_redis, _n1, g1, g2) = two_replicas();
+    let held = active(&g1, "audio").await;
+    let mut waiting = Client::connect(&g2.url("/v1/realtime?mode=audio")).await;
+    let queued = waiting.expect("session.queued").await;
+    assert!(queued["estimated_wait_s"].as_f64().unwrap() >= 1.0, "{queued}");
+    assert_eq!(queued["estimate"], "typical", "no session has ended yet: {queued}");
+    let ticket = queued["ticket_id"].as_str().unwrap().to_string();
+    let status = g1.wait_status("g2's ticket, waited a second", WAIT, |s| {
+        s["queue"]["tickets"].as_array().unwrap().iter().any(|t| {
+            t["ticket_id"] == ticket.as_str() && t["replica"] == "g2" && t["waited_s"].as_f64().unwrap_or(0.0) >= 1.0
+        })
+    });
+    let row = &status["queue"]["tickets"][0];
+    assert!(row["waited_s"].as_f64().unwrap() < 30.0, "its own wait, not the store's age: {row}");
+    close(held).await;
+    waiting.until("session.queue_done").await;
+    waiting.close_socket().await;
+    g1.wait_idle();
+    g2.wait_idle();
+}

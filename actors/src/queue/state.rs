@@ -123,6 +123,8 @@ pub struct TicketStatus {
     pub waited: Duration,
     /// Its estimated wait, in seconds.
     pub estimated_wait_s: f64,
+    /// In a cluster: the replica whose client holds it.
+    pub replica: Option<String>,
 }
 
 const EMA_WEIGHT: f64 = 0.2;
@@ -484,6 +486,7 @@ impl QueueState {
                 position: i + 1,
                 waited: now.saturating_duration_since(w.since),
                 estimated_wait_s: eta,
+                replica: None,
             })
             .collect()
     }

@@ -65,13 +65,18 @@ pub(super) async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_we
     let tickets: Vec<_> = tickets
         .iter()
         .map(|t| {
-            json!({
+            let mut row = json!({
                 "ticket_id": format!("ticket_{}", t.ticket),
                 "mode": t.mode.as_str(),
                 "position": t.position,
                 "waited_s": t.waited.as_secs_f64(),
                 "estimated_wait_s": t.estimated_wait_s,
-            })
+            });
+            // In a cluster: whose client it is (this replica's, or another's).
+            if let Some(replica) = &t.replica {
+                row["replica"] = replica.clone().into();
+            }
+            row
         })
         .collect();
     let cluster = status.cluster.map(|c| {

@@ -739,11 +739,24 @@ impl<N: Clone> ClusterState<N> {
                 ticket: t.ticket,
                 mode: t.mode,
                 position: i + 1,
-                waited: Duration::ZERO,
-                estimated_wait_s: etas.get(&t.ticket).copied().unwrap_or(0.0),
+                waited: waited(t.ticket, self.view.now_ms, self.viewed_at, now),
+                estimated_wait_s: etas.get(&t.ticket).copied().unwrap_or(1.0),
+                replica: Some(t.replica.clone()),
             })
             .collect()
     }
+}
+
+/// How long ticket `ticket` has waited: the store numbers tickets by its clock in microseconds
+/// (`now_ms` is that clock when the view was read, at `viewed_at`); a number that is no such
+/// time (a store that counts) says nothing (0).
+fn waited(ticket: TicketId, now_ms: u64, viewed_at: Option<Instant>, now: Instant) -> Duration {
+    const YEAR_2001_US: u64 = 978_307_200_000_000;
+    if ticket < YEAR_2001_US {
+        return Duration::ZERO;
+    }
+    let at_view = Duration::from_millis(now_ms.saturating_sub(ticket / 1000));
+    at_view + viewed_at.map_or(Duration::ZERO, |v| now.saturating_duration_since(v))
 }
 
 /// What telling from a view found: clients missing from two fresh views in a row (`lost`),
