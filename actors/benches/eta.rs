@@ -63,14 +63,14 @@ fn main() {
     let mut running: Vec<(f64, usize, f64)> = Vec::new();
     let mut waiting = std::collections::HashMap::new();
     let mut ratios: Vec<(f64, f64)> = Vec::new();
-    let (mut now, mut next_arrival, mut arrived) = (0.0, 0.0, 0);
+    let (mut next_arrival, mut arrived) = (0.0, 0);
     loop {
         let next_end = running.iter().map(|r| r.0).fold(f64::INFINITY, f64::min);
         if arrived == CLIENTS && running.is_empty() {
             break;
         }
         if arrived < CLIENTS && next_arrival <= next_end {
-            now = next_arrival;
+            let now = next_arrival;
             next_arrival += dice.exponential(gap_s);
             arrived += 1;
             let length = MEDIAN_S * (SIGMA * dice.normal()).exp();
@@ -86,7 +86,7 @@ fn main() {
             }
             continue;
         }
-        now = next_end;
+        let now = next_end;
         let i = running.iter().position(|r| r.0 == next_end).expect("a session ends");
         let (_, worker, length) = running.swap_remove(i);
         q.session_finished(Mode::Audio, Duration::from_secs_f64(length));
