@@ -84,7 +84,12 @@ fn join_node(link: NodeLink, pool: Recipient<JoinWorkers>) {
                     log::warn!("node {} ({}): {e}; trying again in {} ms", link.name, link.address, wait.as_millis());
                     actix::clock::sleep(wait).await;
                 }
-                Err(e) => return log::error!("node {}: cannot reach it: {e}", link.name),
+                Err(e) => {
+                    log::error!("node {}: cannot reach it: {e}; its workers will not join", link.name);
+                    // Given up: the queue stops counting on it (no workers joined).
+                    pool.do_send(JoinWorkers(Vec::new()));
+                    return;
+                }
             }
         }
     });

@@ -1091,6 +1091,11 @@ fn load_embedded(name: &str, toml: &str) -> omni_gateway::config::Config {
     omni_gateway::config::Config::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
+/// deploy/compose.yml as written.
+fn compose_text() -> String {
+    std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/compose.yml")).unwrap()
+}
+
 /// The text of the config `name` in the Secrets of `docs`.
 fn secrets_text(docs: &[Value], name: &str) -> String {
     docs.iter()
@@ -1119,18 +1124,17 @@ fn the_compose_file_and_kubernetes_manifests_parse_and_their_configs_load() {
     assert!(n.revoked_replicas.is_empty());
     assert!(gateway.workers.is_empty() && node.workers.len() == 1);
     let services = &compose["services"];
-    // Each replica mounts a credential of its own where the shared config reads it; as
-    // shipped, each is a placeholder the server refuses.
+    // Each replica is handed a credential of its own (a secret, from the environment the
+    // operator sets) where the shared config reads it.
     let mut credentials = Vec::new();
     for replica in ["gateway-a", "gateway-b"] {
-        let configs = services[replica]["configs"].as_array().unwrap();
-        let mount = configs.iter().find(|c| c["target"] == "/etc/omni/replica.credential").unwrap();
-        let source = mount["source"].as_str().unwrap();
-        let shipped = compose["configs"][source]["content"].as_str().unwrap();
-        let refused = omni_gateway::link::replica::Credential::parse(shipped).unwrap_err().to_string();
-        assert!(refused.contains("replica-credential"), "{refused}");
-        assert!(shipped.contains(&format!("replica-credential {replica}")), "{shipped}");
-        credentials.push(source.to_string());
+        let secret = &services[replica]["secrets"][0];
+        assert_eq!(secret["target"], "replica.credential", "{replica}");
+        let source = secret["source"].as_str().unwrap();
+        let from = compose["secrets"][source]["environment"].as_str().unwrap_or_else(|| panic!("{source}"));
+        let how = format!("export {from}=$(omni-gateway --config node.toml replica-credential {replica})");
+        assert!(compose_text().contains(&how), "the file says how to issue {replica}'s credential into {from}");
+        credentials.push(from.to_string());
     }
     assert_ne!(credentials[0], credentials[1], "one credential per replica");
     let command = |s: &str| {

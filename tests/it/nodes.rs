@@ -508,7 +508,7 @@ async fn a_client_of_a_gateway_whose_node_is_not_reached_yet_waits_and_is_served
 }
 
 /// A node that is never reached: its clients wait `unavailable_after_s`, then are refused
-/// with the reason; a mode nothing is configured to serve is refused at once.
+/// with the reason.
 #[tokio::test]
 async fn a_node_never_reached_lets_its_clients_go_after_unavailable_after() {
     let port = free_port();

@@ -248,7 +248,7 @@ impl Handler<WorkerReport> for QueueActor {
             // Its clients wait for it (it is reopened) or another, up to unavailable_after.
             WorkerReport::Down { worker, .. } => {
                 self.links[worker] = None;
-                self.state.worker_failed(worker);
+                self.state.worker_failed(worker, Instant::now());
             }
             WorkerReport::Reached => {
                 let orphaned = self.state.reached();

@@ -162,6 +162,9 @@ pub struct QueueState {
     /// A ticket that has waited this long with no worker of its mode in sight (none that is
     /// not failed) is let go.
     unavailable_after: Duration,
+    /// Since when each mode has had no worker in sight, when it lost its last one (None: it
+    /// has one, or never had one: a ticket then counts from its own joining).
+    unserved_since: [Option<Instant>; 3],
     reserved: HashMap<TicketId, WorkerId>,
     max_waiting: usize,
     /// Moving average of session length per mode, seconds.
@@ -200,6 +203,7 @@ impl QueueState {
             configured: capable,
             expecting: 0,
             unavailable_after: DEFAULT_UNAVAILABLE_AFTER,
+            unserved_since: [None; 3],
             reserved: HashMap::new(),
             max_waiting,
             average_s: initial_average.map(|d| d.as_secs_f64()),
@@ -250,14 +254,17 @@ impl QueueState {
         self.drop_unservable()
     }
 
-    /// Removes and returns the tickets that have waited `unavailable_after` or longer with no
-    /// worker of their mode in sight (every one able to serve it failed, or not reached yet).
+    /// Removes and returns the tickets that have had no worker of their mode in sight (every
+    /// one able to serve it failed, or not reached yet) for `unavailable_after` or longer: since
+    /// they joined, or since their mode lost its last worker, whichever is later.
     pub fn stranded(&mut self, now: Instant) -> Vec<TicketId> {
-        let (after, capable) = (self.unavailable_after, self.capable);
-        let (keep, stranded): (VecDeque<Waiting>, VecDeque<Waiting>) = self
-            .waiting
-            .drain(..)
-            .partition(|w| capable[w.mode.index()] > 0 || now.saturating_duration_since(w.since) < after);
+        let (after, capable, unserved) = (self.unavailable_after, self.capable, self.unserved_since);
+        let in_sight = |w: &Waiting| {
+            let m = w.mode.index();
+            let since = unserved[m].map_or(w.since, |lost| lost.max(w.since));
+            capable[m] > 0 || now.saturating_duration_since(since) < after
+        };
+        let (keep, stranded): (VecDeque<Waiting>, VecDeque<Waiting>) = self.waiting.drain(..).partition(in_sight);
         self.waiting = keep;
         if !stranded.is_empty() {
             self.sim = None;
@@ -394,8 +401,15 @@ impl QueueState {
     /// A worker cannot serve (its backend does not open; it is reopened with backoff). Its
     /// clients keep waiting: those of a mode no other worker serves are let go once they have
     /// waited `unavailable_after` ([`QueueState::stranded`]).
-    pub fn worker_failed(&mut self, worker: WorkerId) {
+    pub fn worker_failed(&mut self, worker: WorkerId, now: Instant) {
+        let had = self.capable;
         self.set_state(worker, Availability::Failed);
+        for m in Mode::ALL {
+            let i = m.index();
+            if had[i] > 0 && self.capable[i] == 0 {
+                self.unserved_since[i] = Some(now);
+            }
+        }
     }
 
     /// Removes and returns the waiting tickets of modes nothing is configured to serve any more.
@@ -739,7 +753,7 @@ mod tests {
         let mut q = queue(&[ModeSet::of(&[Mode::Video]), ModeSet::of(&[Mode::Chat])], 10).unavailable_after(secs(30));
         let video = waiting(q.join(Mode::Video, t)).ticket;
         let chat = waiting(q.join(Mode::Chat, t)).ticket;
-        q.worker_failed(0);
+        q.worker_failed(0, t);
         assert_eq!(q.len(), 2, "a failed worker is reopened: its client waits");
         assert!(!q.serves(Mode::Video) && q.may_serve(Mode::Video));
         let late = waiting(q.join(Mode::Video, t + secs(10))).ticket;
@@ -749,12 +763,28 @@ mod tests {
         assert_eq!(q.stranded(t + secs(40)), vec![late]);
         // A chat client is not stranded: a chat worker is in sight (starting).
         assert_eq!(q.worker_idle(1, t + secs(41)).map(|a| a.ticket), Some(chat));
-        // The worker comes back: video is served again, no one was let go meanwhile.
+        // The worker comes back: video is served again, and its next client is not let go.
         q.worker_starting(0);
         assert!(q.serves(Mode::Video), "a restarting worker serves again");
         let again = waiting(q.join(Mode::Video, t + secs(50))).ticket;
         assert!(q.stranded(t + secs(200)).is_empty(), "a starting worker is in sight");
         assert_eq!(q.worker_idle(0, t + secs(200)).map(|a| a.ticket), Some(again));
+    }
+
+    /// A client that waited long behind busy workers is not let go at once when its mode then
+    /// loses its last worker: `unavailable_after` counts from that loss.
+    #[test]
+    fn unavailable_after_counts_from_when_the_mode_lost_its_last_worker() {
+        let t = Instant::now();
+        let mut q = queue(&[ALL], 10).unavailable_after(secs(30));
+        q.worker_idle(0, t);
+        q.join(Mode::Audio, t); // the worker is busy
+        let behind = waiting(q.join(Mode::Audio, t)).ticket;
+        // Five minutes later the worker fails (its session ended with it).
+        q.worker_failed(0, t + secs(300));
+        assert!(q.stranded(t + secs(301)).is_empty(), "not let go for the wait it had behind a busy worker");
+        assert!(q.stranded(t + secs(329)).is_empty());
+        assert_eq!(q.stranded(t + secs(330)), vec![behind]);
     }
 
     #[test]

@@ -208,19 +208,15 @@ impl Driver {
         self.life.phase == Phase::Active
     }
 
-    /// Whether the session still waits in the queue (no worker yet).
-    pub fn waiting(&self) -> bool {
-        self.life.phase == Phase::Waiting
-    }
-
-    /// A caller's voice heard while waiting in the queue was dropped: the first time it was
+    /// A caller's voice heard before the session was created (queued, or being prepared) was
+    /// dropped: the first time it was
     /// `voiced`, the caller is told (`not_ready`, as a WebSocket client's input before
     /// `session.created` is).
     pub fn dropped_while_waiting(&mut self, voiced: bool) {
         if voiced && !self.intake.told_dropped {
             self.intake.told_dropped = true;
             self.events.push(Event::Error(ProtocolError::NotReady(
-                "the caller's voice is not kept while the call waits for a worker: it is heard from session.created on"
+                "the caller's voice is not kept until the session is created (it waits for a worker): it is heard from session.created on"
                     .into(),
             )));
         }

@@ -170,16 +170,14 @@ impl Dialect for Realtime {
 
     fn hear(&mut self, audio: CallerAudio, replies: &mut Outbox) -> Result<Vec<Inbound>, DecodeError> {
         self.encoder.client_event_id = None;
-        if self.driver.waiting() {
-            // A call's microphone is live while it waits for a worker: what is said then is not
-            // kept (the model would hear it late, as if just said), and the caller is told once.
+        if !self.driver.active() {
+            // A call's microphone is live while it waits for a worker and while its session is
+            // prepared: what is said then is not kept (the model would hear it late, as if just
+            // said), and the caller is told once.
             let voiced = audio.samples.iter().any(|s| s.abs() > VOICED);
             self.driver.dropped_while_waiting(voiced);
             self.render(replies);
             return Ok(Vec::new());
-        }
-        if !self.driver.active() {
-            self.driver.admit("audio", "replies", 1)?;
         }
         let CallerAudio { samples, rate } = audio;
         self.driver.command(Command::Audio { samples, rate }, Instant::now())?;

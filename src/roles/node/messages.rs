@@ -47,7 +47,8 @@ pub(super) struct Standby {
 }
 
 /// The node's `[cluster] revoked_replicas` is now `replicas` (read again on SIGHUP): the links
-/// they keep open for grants end.
+/// they keep open for grants end, and a link of theirs registered later is ended at once (a
+/// handshake that finished just before the reload).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(super) struct Revoke {

@@ -95,9 +95,9 @@ pub fn run(config: Config) -> Result<(), NodeError> {
         let pool = WorkerPoolActor::new(setups, feed, start, Subscribers::default()).start();
         lender_context.run(Lender::new(lendable));
         let mut addrs = Vec::new();
-        let revoked = Arc::new(parking_lot::RwLock::new(
-            config.cluster.as_ref().map(|c| c.revoked_replicas.clone()).unwrap_or_default(),
-        ));
+        let revoked_at_start = config.cluster.as_ref().map(|c| c.revoked_replicas.clone()).unwrap_or_default();
+        lender.do_send(messages::Revoke { replicas: revoked_at_start.clone() });
+        let revoked = Arc::new(parking_lot::RwLock::new(revoked_at_start));
         let door = Door {
             token: serve.token.as_str().into(),
             revoked: revoked.clone(),
@@ -179,8 +179,8 @@ async fn shutdown_signal(
                         now.join(", "),
                         added.len()
                     );
-                    *revoked.write() = now;
-                    lender.do_send(messages::Revoke { replicas: added });
+                    *revoked.write() = now.clone();
+                    lender.do_send(messages::Revoke { replicas: now });
                 }
                 Err(e) => log::error!("SIGHUP: {} not reloaded, the revoked replicas are unchanged: {e}", path.display()),
             },

@@ -69,19 +69,21 @@ fn same_site(req: &HttpRequest, gw: &Gateway) -> Result<(), HttpResponse> {
 }
 
 /// CORS for the routes a page of another site may use (calls, client secrets): a preflight from
-/// an origin `server.allowed_origins` lists, or from this server's own, is answered (`POST` and
-/// `DELETE`, with `Authorization` and `Content-Type`), and their answers carry
-/// `Access-Control-Allow-Origin` and expose `Location`; any other origin's preflight is refused,
-/// and its request gets the route's own `403 forbidden_origin` ([`same_site`]).
+/// an origin the route itself would take ([`same_site`]: one `server.allowed_origins` lists, or,
+/// with none listed, this server's own) is answered (`POST` and `DELETE`, with `Authorization`
+/// and `Content-Type`), and the answers carry `Access-Control-Allow-Origin` and expose
+/// `Location`; any other origin's preflight is refused, and its request gets the route's own
+/// `403 forbidden_origin`.
 pub(crate) fn cors(origins: &[String]) -> actix_cors::Cors {
     let origins = origins.to_vec();
     actix_cors::Cors::default()
         .allowed_origin_fn(move |origin, head| {
             let origin = origin.to_str().unwrap_or("");
-            let own = head.headers().get(header::HOST).and_then(|h| h.to_str().ok()).is_some_and(|host| {
-                origin.split_once("://").is_some_and(|(_, rest)| !host.is_empty() && rest.eq_ignore_ascii_case(host))
-            });
-            own || origins.iter().any(|o| o == origin)
+            if !origins.is_empty() {
+                return origins.iter().any(|o| o.eq_ignore_ascii_case(origin));
+            }
+            let host = head.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+            origin.split_once("://").is_some_and(|(_, rest)| !host.is_empty() && rest.eq_ignore_ascii_case(host))
         })
         .allowed_methods(["POST", "DELETE"])
         .allowed_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
