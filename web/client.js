@@ -78,7 +78,8 @@ const STATES = {
 function setState(state, detail) {
   stats.state = state;
   $('state').dataset.state = state;
-  $('state').textContent = STATES[state] || state;
+  // A chat answer is written (and read out), not a voice one talks over: "Answering".
+  $('state').textContent = state === 'speaking' && mode === 'chat' ? 'Answering' : STATES[state] || state;
   if (detail !== undefined) $('detail').textContent = detail;
 }
 
@@ -375,6 +376,8 @@ function interrupt() {
 
 async function start() {
   mode = $('mode').value;
+  // Chat has nothing to talk over: no Interrupt.
+  $('interrupt').hidden = mode === 'chat';
   stats.errors = [];
   stats.endReason = null;
   $('transcript').replaceChildren();
@@ -390,7 +393,7 @@ async function start() {
     return startCall();
   }
   stats.transport = 'websocket';
-  $('transport-used').textContent = 'Connected over WebSocket.';
+  $('transport-used').textContent = '';
   player.ensure();
   if (mode !== 'chat') {
     try {
@@ -406,7 +409,11 @@ async function start() {
   // A browser cannot set headers on a WebSocket: the key travels as a subprotocol.
   const protocols = key ? ['realtime', 'openai-insecure-api-key.' + key] : undefined;
   ws = new WebSocket(`${scheme}://${location.host}/v1/realtime?mode=${mode}`, protocols);
-  ws.onopen = () => { opened = true; };
+  ws.onopen = () => {
+    opened = true;
+    // Said once the server has taken the connection, not while it is being made.
+    $('transport-used').textContent = 'Connected over WebSocket.';
+  };
   ws.onmessage = (m) => onEvent(JSON.parse(m.data));
   ws.onclose = onClose;
   opened = false;
@@ -476,7 +483,7 @@ function onEvent(ev) {
 async function startCall() {
   stats.transport = 'webrtc';
   currentResponse = null;
-  $('transport-used').textContent = 'Connected over WebRTC.';
+  $('transport-used').textContent = '';
   const key = $('key').value.trim();
   keepKey('omni-key', key, $('remember-key').checked);
   $('start').disabled = true;
@@ -491,6 +498,8 @@ async function startCall() {
     endSession(refused ? (ERRORS[e.code] || e.message) : permissionMessage(e));
     return;
   }
+  // Said once the server has answered the call, not while it is being made.
+  $('transport-used').textContent = 'Connected over WebRTC.';
   stats.audioSettings = call.settings();
   $('stop').disabled = false;
   showLevel(call.stream);

@@ -214,6 +214,9 @@ async fn a_chat_turn_with_an_image_streams_the_answer() {
     click(&b, "send").await;
     until(&b, &server, "window.omniStats.answers === 1", "text answer").await;
     assert_eq!(js(&b, "window.omniStats.text").await, "the sky is blue");
+    // Chat has nothing to talk over: no Interrupt, and an answer is "Answering", not "Speaking".
+    assert_eq!(js(&b, "document.getElementById('interrupt').hidden").await, true);
+    assert!(!js(&b, "document.body.textContent").await.as_str().unwrap().contains("Speaking"));
     assert!(js(&b, "window.omniStats.audioScheduled").await.as_i64().unwrap() > 0, "no spoken answer");
 
     let image = dir.path().join("photo.jpg");
