@@ -355,8 +355,14 @@ function sendChunk(force) {
   stats.chunksSent++;
 }
 
+/// The answer on screen was cut short by the user: it is marked so (it does not read as whole).
+function markCut() {
+  if (answerNode && currentResponse) answerNode.classList.add('cut');
+}
+
 function interrupt() {
   if (call) {
+    markCut();
     // The server cuts the model's voice on the call's track.
     call.send({ type: 'response.cancel' });
     call.send({ type: 'output_audio_buffer.clear' });
@@ -365,6 +371,7 @@ function interrupt() {
     return;
   }
   if (!ws || mode === 'chat') return;
+  markCut();
   cutResponse = currentResponse;
   clearTimeout(settleTimer);
   settleTimer = null;

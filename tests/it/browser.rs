@@ -101,6 +101,8 @@ async fn interrupting_stops_playback_at_once_and_sends_force_listen() {
     let s = stats(&b).await;
     assert_eq!(s["interrupts"], 1, "{s}");
     assert_eq!(s["playbackStopped"], 1, "{s}");
+    // The answer on screen is marked as cut short.
+    assert_eq!(js(&b, "document.querySelectorAll('#transcript .model.cut').length").await, 1);
     assert_eq!(s["playingNow"], 0, "playback still going after the interrupt: {s}");
     let scheduled = s["audioScheduled"].as_i64().unwrap();
     // Nothing more of the interrupted answer is played: the server cut it. Four steps answered
