@@ -106,7 +106,7 @@ fn replica_credential(path: &std::path::Path, name: &str) -> ExitCode {
         eprintln!("{}: a credential is issued from a node's config (its [node] token)", path.display());
         return ExitCode::FAILURE;
     };
-    if name.len() > 64 || !omni_gateway::config::replica_name_ok(name) {
+    if !omni_gateway::link::replica::name_ok(name) {
         eprintln!("'{}' is not a replica's name: up to 64 letters, digits, '_', '.' and '-'", name.escape_debug());
         return ExitCode::FAILURE;
     }

@@ -34,11 +34,6 @@ mod workers;
 
 pub use auth::{AuthConfig, read_keys_file};
 pub use check::Invalid;
-
-/// Whether `name` can name a replica (or any process of a cluster).
-pub fn replica_name_ok(name: &str) -> bool {
-    check::name_ok(name)
-}
 pub use cluster::{ClusterConfig, ClusterSpec};
 pub use limits::LimitsConfig;
 pub use models::{ModelEntry, ModelSpec};

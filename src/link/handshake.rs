@@ -245,7 +245,7 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
         return Err(HandshakeRefused::Nonce(theirs.len()));
     }
     if let Some(name) = &replica
-        && (name.len() > 64 || !crate::config::check::name_ok(name))
+        && !super::replica::name_ok(name)
     {
         return Err(HandshakeRefused::BadName(name.len()));
     }
@@ -292,6 +292,35 @@ mod tests {
 
     const TOKEN: &str = "Jx2d9Kp4TzY6bN1cHs5fGa8uE0iO2wRkMq3V8r7lWm0=";
     const OTHER: &str = "Wm0Jx2d9Kp4TzY6bN1cHs5fGa8uE0iO2wRkMq3V8r7l=";
+
+    /// A peer that takes the node's proof on trust and proves `password` (naming `replica`),
+    /// asking for discovery: what the node then answers is the caller's to check.
+    async fn prove_regardless(peer: &mut tokio::io::DuplexStream, password: &str, replica: Option<&str>) {
+        let (state, pake) = exchange(password);
+        let hello = nonce();
+        let said_hello = ToNode::Hello {
+            protocol: PROTOCOL,
+            nonce: hello.clone(),
+            pake: pake.clone(),
+            replica: replica.map(Into::into),
+        };
+        write_frame(peer, &said_hello).await.unwrap();
+        let Ok(Some(FromNode::Challenge { nonce: theirs, pake: their_pake, .. })) =
+            read_frame(peer, MAX_UNPROVEN_FRAME).await
+        else {
+            panic!("no challenge")
+        };
+        let key = state.finish(&their_pake).unwrap();
+        let said = Transcript {
+            replica: replica.unwrap_or(""),
+            gateway_nonce: &hello,
+            gateway_pake: &pake,
+            node_nonce: &theirs,
+            node_pake: &their_pake,
+        };
+        let proof = gateway_proof(&key, &said, &Request::Discover);
+        write_frame(peer, &ToNode::Prove { proof, request: Request::Discover }).await.unwrap();
+    }
 
     #[tokio::test]
     async fn both_sides_prove_the_token_and_neither_sends_it() {
@@ -363,29 +392,7 @@ mod tests {
         // A peer that ignores the node's proof and proves a token it does not hold: refused.
         let (mut peer, mut node) = tokio::io::duplex(1 << 16);
         let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await.map(|p| p.request) });
-        let (state, pake) = exchange(OTHER);
-        let hello = nonce();
-        write_frame(
-            &mut peer,
-            &ToNode::Hello { protocol: PROTOCOL, nonce: hello.clone(), pake: pake.clone(), replica: None },
-        )
-        .await
-        .unwrap();
-        let Ok(Some(FromNode::Challenge { nonce: theirs, pake: their_pake, .. })) =
-            read_frame(&mut peer, MAX_UNPROVEN_FRAME).await
-        else {
-            panic!("no challenge")
-        };
-        let key = state.finish(&their_pake).unwrap();
-        let said = Transcript {
-            replica: "",
-            gateway_nonce: &hello,
-            gateway_pake: &pake,
-            node_nonce: &theirs,
-            node_pake: &their_pake,
-        };
-        let proof = gateway_proof(&key, &said, &Request::Discover);
-        write_frame(&mut peer, &ToNode::Prove { proof, request: Request::Discover }).await.unwrap();
+        prove_regardless(&mut peer, OTHER, None).await;
         assert_eq!(node_side.await.unwrap(), Err(HandshakeRefused::WrongToken));
         // A listener that is not the node: the gateway sends it the hello and nothing more.
         let (mut gateway, mut fake) = tokio::io::duplex(1 << 16);
@@ -432,26 +439,7 @@ mod tests {
         let foreign = Credential::parse(&issue(OTHER, "r1")).unwrap();
         let (mut peer, mut node) = tokio::io::duplex(1 << 16);
         let node_side = tokio::spawn(async move { accept(&mut node, TOKEN).await });
-        let (state, pake) = exchange(foreign.password());
-        let hello = nonce();
-        let said_hello =
-            ToNode::Hello { protocol: PROTOCOL, nonce: hello.clone(), pake: pake.clone(), replica: Some("r1".into()) };
-        write_frame(&mut peer, &said_hello).await.unwrap();
-        let Ok(Some(FromNode::Challenge { nonce: theirs, pake: their_pake, .. })) =
-            read_frame(&mut peer, MAX_UNPROVEN_FRAME).await
-        else {
-            panic!("no challenge")
-        };
-        let key = state.finish(&their_pake).unwrap();
-        let said = Transcript {
-            replica: "r1",
-            gateway_nonce: &hello,
-            gateway_pake: &pake,
-            node_nonce: &theirs,
-            node_pake: &their_pake,
-        };
-        let proof = gateway_proof(&key, &said, &Request::Discover);
-        write_frame(&mut peer, &ToNode::Prove { proof, request: Request::Discover }).await.unwrap();
+        prove_regardless(&mut peer, foreign.password(), Some("r1")).await;
         assert_eq!(node_side.await.unwrap(), Err(HandshakeRefused::WrongCredential("r1".into())));
 
         // The node's token is not a replica's credential either: a token holder that names a

@@ -43,6 +43,11 @@ impl std::fmt::Debug for Credential {
     }
 }
 
+/// Whether `name` can name a replica: up to 64 letters, digits, '_', '.' and '-'.
+pub fn name_ok(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 64 && crate::config::check::name_ok(name)
+}
+
 /// The handshake's password of replica `name` under the cluster's `secret` (a node derives it
 /// from the name a hello claims).
 pub fn password(secret: &str, name: &str) -> String {
@@ -84,7 +89,7 @@ impl Credential {
         if prefix != PREFIX {
             return Err(CredentialError::OtherKind);
         }
-        if name.is_empty() || name.len() > 64 || !crate::config::check::name_ok(name) {
+        if !name_ok(name) {
             return Err(CredentialError::NoName);
         }
         match B64.decode(key) {

@@ -53,6 +53,22 @@ pub enum Origin {
 }
 
 impl Origin {
+    /// Whether a request with this origin, sent to `host`, may do what only a site's own pages
+    /// may (start a call, mint a secret): one `allowed` lists, or, with none listed, this
+    /// server's own (an origin naming the host the request was sent to). No origin: not a
+    /// browser, allowed.
+    pub fn same_site(&self, allowed: &[String], host: &str) -> bool {
+        match self {
+            Origin::Absent => true,
+            origin if !allowed.is_empty() => origin.allowed(allowed),
+            Origin::Given(origin) => {
+                let named = origin.split_once("://").map_or("", |(_, rest)| rest);
+                !host.is_empty() && named.eq_ignore_ascii_case(host)
+            }
+            Origin::Unreadable => false,
+        }
+    }
+
     /// Whether `allowed` (empty: any) lets this origin in.
     pub fn allowed(&self, allowed: &[String]) -> bool {
         if allowed.is_empty() {

@@ -212,7 +212,7 @@ impl Driver {
     /// dropped: the first time it was
     /// `voiced`, the caller is told (`not_ready`, as a WebSocket client's input before
     /// `session.created` is).
-    pub fn dropped_while_waiting(&mut self, voiced: bool) {
+    pub fn dropped_before_created(&mut self, voiced: bool) {
         if voiced && !self.intake.told_dropped {
             self.intake.told_dropped = true;
             self.events.push(Event::Error(ProtocolError::NotReady(

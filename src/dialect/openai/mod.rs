@@ -175,7 +175,7 @@ impl Dialect for Realtime {
             // prepared: what is said then is not kept (the model would hear it late, as if just
             // said), and the caller is told once.
             let voiced = audio.samples.iter().any(|s| s.abs() > VOICED);
-            self.driver.dropped_while_waiting(voiced);
+            self.driver.dropped_before_created(voiced);
             self.render(replies);
             return Ok(Vec::new());
         }

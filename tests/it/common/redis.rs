@@ -125,18 +125,22 @@ pub(crate) struct Sentinel {
 impl Sentinel {
     pub(crate) fn start(name: &str, master: &Redis, password: &str) -> Sentinel {
         let port = free_port();
-        let dir = tempfile::tempdir().unwrap();
-        let conf = dir.path().join("sentinel.conf");
-        std::fs::write(
-            &conf,
-            format!(
+        Sentinel::launch(
+            port,
+            &format!(
                 "port {port}\nbind 127.0.0.1\nrequirepass {password}\nsentinel monitor {name} 127.0.0.1 {} 1\n\
                  sentinel down-after-milliseconds {name} 500\nsentinel failover-timeout {name} 5000\n",
                 master.port
             ),
         )
-        .unwrap();
-        let server = Redis { child: spawn(&[&conf.to_string_lossy(), "--sentinel"]), port, dir };
+    }
+
+    /// A Sentinel with configuration `conf`, once it answers on `port`.
+    fn launch(port: u16, conf: &str) -> Sentinel {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sentinel.conf");
+        std::fs::write(&path, conf).unwrap();
+        let server = Redis { child: spawn(&[&path.to_string_lossy(), "--sentinel"]), port, dir };
         let deadline = Instant::now() + WAIT;
         // Answered (-NOAUTH without the password): it is up.
         while server.command("PING").is_none_or(|a| a.is_empty()) {
@@ -161,25 +165,16 @@ impl Sentinel {
         key: &std::path::Path,
     ) -> (Sentinel, u16) {
         let (port, tls_port) = (free_port(), free_port());
-        let dir = tempfile::tempdir().unwrap();
-        let conf = dir.path().join("sentinel.conf");
         let (cert, key) = (cert.display(), key.display());
-        std::fs::write(
-            &conf,
-            format!(
+        let sentinel = Sentinel::launch(
+            port,
+            &format!(
                 "port {port}\ntls-port {tls_port}\nbind 127.0.0.1\nrequirepass {password}\n\
                  tls-cert-file {cert}\ntls-key-file {key}\ntls-ca-cert-file {cert}\ntls-auth-clients no\n\
                  tls-replication yes\nsentinel monitor {name} 127.0.0.1 {master_tls} 1\n"
             ),
-        )
-        .unwrap();
-        let server = Redis { child: spawn(&[&conf.to_string_lossy(), "--sentinel"]), port, dir };
-        let deadline = Instant::now() + WAIT;
-        while server.command("PING").is_none_or(|a| a.is_empty()) {
-            assert!(Instant::now() < deadline, "the Sentinel did not answer on port {port}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        (Sentinel { server }, tls_port)
+        );
+        (sentinel, tls_port)
     }
 }
 

@@ -47,18 +47,8 @@ fn caller(req: &HttpRequest, gw: &Gateway) -> Caller {
 /// Origin and is not concerned.
 #[allow(clippy::result_large_err)]
 fn same_site(req: &HttpRequest, gw: &Gateway) -> Result<(), HttpResponse> {
-    let allowed = &gw.config.server.allowed_origins;
-    let ok = match auth::origin_of(req) {
-        Origin::Absent => true,
-        origin if !allowed.is_empty() => origin.allowed(allowed),
-        Origin::Given(origin) => {
-            let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
-            let named = origin.split_once("://").map_or("", |(_, rest)| rest);
-            !host.is_empty() && named.eq_ignore_ascii_case(host)
-        }
-        Origin::Unreadable => false,
-    };
-    if ok {
+    let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+    if auth::origin_of(req).same_site(&gw.config.server.allowed_origins, host) {
         return Ok(());
     }
     Err(http_error(
@@ -78,12 +68,9 @@ pub(crate) fn cors(origins: &[String]) -> actix_cors::Cors {
     let origins = origins.to_vec();
     actix_cors::Cors::default()
         .allowed_origin_fn(move |origin, head| {
-            let origin = origin.to_str().unwrap_or("");
-            if !origins.is_empty() {
-                return origins.iter().any(|o| o.eq_ignore_ascii_case(origin));
-            }
+            let origin = origin.to_str().map_or(Origin::Unreadable, |o| Origin::Given(o.to_string()));
             let host = head.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
-            origin.split_once("://").is_some_and(|(_, rest)| !host.is_empty() && rest.eq_ignore_ascii_case(host))
+            origin.same_site(&origins, host)
         })
         .allowed_methods(["POST", "DELETE"])
         .allowed_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
