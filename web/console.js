@@ -53,7 +53,9 @@ async function refreshStatus() {
       cell(row, w.name);
       cell(row, w.node ? `node ${w.node}` : w.backend);
       cell(row, w.modes.join(', '));
-      cell(row, w.state + (w.failure ? `: ${w.failure}` : ''), 'state-' + w.state);
+      // A worker whose client dropped its connection is held for the client's resume.
+      const held = w.client_away_s != null ? ` (held for a dropped client, ${seconds(w.client_away_s)})` : '';
+      cell(row, w.state + (w.failure ? `: ${w.failure}` : '') + held, 'state-' + w.state);
       cell(row, w.session);
       cell(row, w.sessions_served);
       cell(row, w.restarts);
@@ -67,7 +69,9 @@ async function refreshStatus() {
         cell(r, w.name);
       }
     }
-    $('open').textContent = `(${s.sessions.open} open)`;
+    $('open').textContent = s.sessions.held
+      ? `(${s.sessions.open} open, ${s.sessions.held} held for a dropped client)`
+      : `(${s.sessions.open} open)`;
     const queue = $('queue').tBodies[0];
     queue.replaceChildren();
     $('queue-length').textContent = `(${s.queue.length} waiting)`;

@@ -157,6 +157,9 @@ pub enum CloseReason {
     ProtocolViolation(Violation),
     /// The client does not read its output; the outgoing buffer overflowed.
     SlowConsumer,
+    /// The session was resumed on another connection: this one is closed (the session goes
+    /// on there).
+    Resumed,
 }
 
 impl CloseReason {
@@ -174,6 +177,7 @@ impl CloseReason {
             CloseReason::Rejected { code, .. } => code,
             CloseReason::ProtocolViolation(v) => v.as_str(),
             CloseReason::SlowConsumer => "slow_consumer",
+            CloseReason::Resumed => "resumed_elsewhere",
         }
     }
 
@@ -192,6 +196,7 @@ impl CloseReason {
             CloseReason::Rejected { code, .. } => code,
             CloseReason::ProtocolViolation(v) => v.as_str(),
             CloseReason::SlowConsumer => "slow_consumer",
+            CloseReason::Resumed => "resumed_elsewhere",
         }
     }
 
@@ -209,7 +214,7 @@ impl CloseReason {
             CloseReason::Rejected { close_code, .. } => *close_code,
             CloseReason::ProtocolViolation(v) => v.close_code(),
             CloseReason::SlowConsumer => 1008,
-            CloseReason::ClientGone | CloseReason::HeartbeatTimeout => 1000,
+            CloseReason::ClientGone | CloseReason::HeartbeatTimeout | CloseReason::Resumed => 1000,
         }
     }
 
@@ -223,6 +228,7 @@ impl CloseReason {
                 | CloseReason::SlowConsumer
                 | CloseReason::Rejected { .. }
                 | CloseReason::ProtocolViolation(_)
+                | CloseReason::Resumed
         )
     }
 }
@@ -361,6 +367,22 @@ pub enum Outbound<'a> {
     QueueUpdate(QueueInfo),
     /// A worker was assigned and attached; the client may start its session.
     QueueDone,
+    /// The client took its session back on a new connection: sent first on it, before the
+    /// messages it missed.
+    Resumed {
+        /// The session's id, once it has one.
+        session_id: Option<&'a str>,
+        /// The token for the next resume (the one used is no longer good).
+        token: &'a str,
+        /// Messages that follow: those the client did not receive, in order.
+        replayed: u64,
+        /// Messages it did not receive that were no longer kept ([server] resume_replay_kb).
+        lost: u64,
+        /// The model's voice produced while it was away, not sent, in milliseconds.
+        voice_skipped_ms: u64,
+        /// How long it was away, in milliseconds (0: back before the drop was noticed).
+        away_ms: u64,
+    },
     /// The backend prepared the session: it is active.
     Created {
         /// The session's id, as the dialect made it.

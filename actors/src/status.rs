@@ -97,6 +97,9 @@ pub struct WorkerRow {
     pub dialect: Option<&'static str>,
     /// How the session's client reaches the server.
     pub transport: Option<&'static str>,
+    /// Seconds the session's client has been away: its connection dropped and the worker is
+    /// held for its resume (filled from the sessions' registry).
+    pub client_away_s: Option<f64>,
     /// Sessions it has served.
     pub sessions_served: Option<u64>,
     /// Times its backend was started again.
@@ -122,6 +125,7 @@ impl WorkerRow {
             mode: None,
             dialect: None,
             transport: None,
+            client_away_s: None,
             sessions_served: None,
             restarts: None,
             process_id: None,

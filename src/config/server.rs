@@ -41,6 +41,12 @@ pub struct ServerConfig {
     /// (`"10.0.0.0/8"`: an ingress whose pods change addresses).
     pub trusted_proxies: Vec<String>,
     pub allowed_origins: Vec<String>,
+    /// How long a session whose connection dropped without a close is held for its client to
+    /// resume it (`?resume=TOKEN`): its place in the queue or its worker, its conversation,
+    /// what it was sent. 0: a dropped connection ends its session.
+    pub resume_grace_s: f64,
+    /// The last messages each session keeps for a resumed client, in KiB.
+    pub resume_replay_kb: usize,
     pub tls: TlsConfig,
 }
 
@@ -63,6 +69,8 @@ impl Default for ServerConfig {
             max_fragment_buffer_mb: 128.0,
             trusted_proxies: Vec::new(),
             allowed_origins: Vec::new(),
+            resume_grace_s: 30.0,
+            resume_replay_kb: 256,
             tls: TlsConfig::default(),
         }
     }
@@ -93,6 +101,14 @@ impl ServerConfig {
         Duration::from_secs_f64(self.heartbeat_timeout_s)
     }
 
+    /// How sessions are held for a resume.
+    pub fn resume_terms(&self) -> omni_actors::session::resume::ResumeTerms {
+        omni_actors::session::resume::ResumeTerms {
+            grace: Duration::from_secs_f64(self.resume_grace_s),
+            replay_bytes: self.resume_replay_kb * 1024,
+        }
+    }
+
     /// Checks the section; keys in errors are its own (`bind`, `tls.cert`...).
     pub fn validate(&self, base: Base<'_>) -> Result<Checked, Invalid> {
         let bind = resolve_bind("bind", &self.bind)?;
@@ -120,6 +136,10 @@ impl ServerConfig {
         }
         positive("message_timeout_s", self.message_timeout_s)?;
         positive("max_fragment_buffer_mb", self.max_fragment_buffer_mb)?;
+        not_negative("resume_grace_s", self.resume_grace_s)?;
+        if self.resume_grace_s > 3600.0 {
+            return Err(Invalid::new("resume_grace_s", "must be at most 3600 (an hour)"));
+        }
         let mut trusted_proxies = Vec::new();
         for (i, p) in self.trusted_proxies.iter().enumerate() {
             trusted_proxies.push(network(&format!("trusted_proxies[{i}]"), p)?);

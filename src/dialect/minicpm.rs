@@ -531,6 +531,11 @@ pub(crate) fn encode_common(event: &Outbound<'_>, closed_reason: &str) -> Option
         Outbound::Queued(q) => queue_event("session.queued", *q),
         Outbound::QueueUpdate(q) => queue_event("session.queue_update", *q),
         Outbound::QueueDone => json!({"type": "session.queue_done"}).to_string(),
+        Outbound::Resumed { session_id, token, replayed, lost, voice_skipped_ms, away_ms } => json!({
+            "type": "session.resumed", "session_id": session_id, "resume_token": token, "replayed": replayed,
+            "lost": lost, "audio_skipped_ms": voice_skipped_ms, "away_ms": away_ms,
+        })
+        .to_string(),
         Outbound::Error(e) | Outbound::ReconfigureFailed(e) | Outbound::TurnFailed { error: e, .. } => json!({
             "type": "error",
             "error": {"code": e.code(), "message": e.to_string(), "type": e.kind().as_str()},
@@ -691,6 +696,7 @@ fn encode(event: Outbound<'_>, out: &mut Outbox) {
         Outbound::Queued(_)
         | Outbound::QueueUpdate(_)
         | Outbound::QueueDone
+        | Outbound::Resumed { .. }
         | Outbound::Error(_)
         | Outbound::ReconfigureFailed(_)
         | Outbound::TurnFailed { .. }

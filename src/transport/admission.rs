@@ -21,6 +21,7 @@ use omni_actors::observe::events::SessionInfo;
 use omni_actors::observe::metrics::metrics;
 use omni_actors::protocol::ProtocolError;
 use omni_actors::session::{AddressCaps, Admission, Refusal as CapRefusal};
+use omni_actors::session::messages::SessionPort;
 use omni_actors::session::{ClientInfo, SessionActor, SessionLinks, SessionSettings};
 
 use crate::dialect::openai::{Flavor, Realtime};
@@ -163,7 +164,7 @@ impl Admitted {
         Box::new(move |edge: Box<dyn omni_actors::session::messages::ClientLine>| {
             let links =
                 SessionLinks { edge, conn, queue, registry, admission: Some(admission), sinks, client, transcription };
-            SessionActor::new(settings, dialect, links).start_for_edge().recipient()
+            SessionPort::new(SessionActor::new(settings, dialect, links).start_for_edge().recipient(), 0)
         })
     }
 }
@@ -234,6 +235,7 @@ pub fn admit(
         context_tokens: config.limits.context_tokens,
         max_turns: config.limits.max_pending_turns + 1,
         reject,
+        resume: config.server.resume_terms(),
     };
     let client = ClientInfo {
         addr: caller
@@ -242,6 +244,7 @@ pub fn admit(
         user_agent: caller.user_agent.clone(),
         transport: transport.name,
         carries_audio: transport.carries_audio,
+        key_id: key.key_id.clone(),
     };
     let conn = omni_actors::ids::connection();
     let info = SessionInfo {

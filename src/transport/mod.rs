@@ -14,8 +14,8 @@
 //! - [`incoming`]: the bound on what a client sent and its session has not handled (the
 //!   connection is not read past it).
 
-use actix::Recipient;
-use omni_actors::session::messages::{ClientLine, FromClient};
+use omni_actors::session::messages::ClientLine;
+pub use omni_actors::session::messages::SessionPort;
 
 pub mod admission;
 pub mod incoming;
@@ -30,6 +30,3 @@ pub mod websocket;
 /// where the edge hands it what the client sends. An edge knows its session only by that port,
 /// so that it is tested against a stand-in session.
 pub type StartSession = Box<dyn FnOnce(Box<dyn ClientLine>) -> SessionPort>;
-
-/// Where an edge reaches its session.
-pub type SessionPort = Recipient<FromClient>;

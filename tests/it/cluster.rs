@@ -978,6 +978,7 @@ async fn a_gateway_and_a_replica_show_their_workers_with_the_same_fields_and_wor
         row_keys(&gateway_idle),
         [
             "backend",
+            "client_away_s",
             "dialect",
             "failure",
             "last_error",

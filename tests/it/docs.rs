@@ -101,8 +101,23 @@ async fn collect(c: &mut Client, section: &str, emitted: &mut BTreeMap<String, B
 
 #[tokio::test]
 async fn every_event_and_field_in_the_protocol_page_is_what_the_server_emits() {
-    let server = Server::ready(Setup::default().queue("update_interval_s = 0.2").workers(workers(1, "")));
+    let setup = Setup::default().queue("update_interval_s = 0.2").server("resume_grace_s = 30");
+    let server = Server::ready(setup.workers(workers(1, "")));
     let mut emitted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+
+    // A session whose connection drops, resumed.
+    let mut dropped = Client::connect(&server.url("/v1/realtime?mode=audio")).await;
+    let token = dropped.until("session.queue_done").await["resume_token"].as_str().unwrap().to_string();
+    collect(&mut dropped, "current", &mut emitted).await;
+    drop(dropped.into_inner());
+    server.wait_status("the session held", WAIT, |s| s["sessions"]["held"] == 1);
+    let mut resumed = Client::connect(&server.url(&format!("/v1/realtime?resume={token}"))).await;
+    resumed.expect("session.resumed").await;
+    resumed.send(json!({"type": "session.close"})).await;
+    resumed.until("session.closed").await;
+    collect(&mut resumed, "current", &mut emitted).await;
+    drop(resumed);
+    server.wait_idle();
 
     // Waiting, then a duplex session: listen, text, audio, an error, the close.
     let mut holder = active(&server, "video").await;

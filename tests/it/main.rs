@@ -5,7 +5,8 @@
 //!
 //! - the sessions: `realtime` (the MiniCPM-o dialect), `legacy`, `openai_dialect`,
 //!   `sdk_clients`, `agents` (the voice-agent frameworks), `fidelity` (each documented
-//!   behaviour), `docs` (the docs match the server);
+//!   behaviour), `docs` (the docs match the server), `resume` (dropped clients taking their
+//!   sessions back);
 //! - limits and abuse: `bounds`, `hostile`, `security`, `fuzz_decoders`, `allocations`;
 //! - operating it: `operations`, `cli`, `tools`, `extending` (subscribers, usage, webhooks);
 //! - the house rules the compiler does not keep: `house_rules`;
@@ -38,6 +39,7 @@ mod openai_dialect;
 mod operations;
 mod pcm_edge;
 mod realtime;
+mod resume;
 mod scale;
 mod sdk_clients;
 mod security;

@@ -601,3 +601,30 @@ fn the_sites_allowed_origins_lists_may_call_from_their_pages() {
     assert_eq!(code, 403);
     assert!(!head.contains("access-control-allow-origin"), "{head}");
 }
+
+#[tokio::test]
+async fn a_call_whose_peer_connection_is_replaced_resumes_its_session() {
+    if !needs(&[Need::Sdks]) {
+        return;
+    }
+    let server = Server::ready(Setup::default().server("resume_grace_s = 30").auth(&format!("api_keys = [\"{KEY}\"]")));
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/webrtc_resume.py");
+    let out = Command::new(sdk_python())
+        .arg(script)
+        .arg(server.addr.port().to_string())
+        .arg(KEY)
+        .output()
+        .expect("run the aiortc script");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}\n{}", String::from_utf8_lossy(&out.stderr), server.logs());
+    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    println!("{seen}");
+    assert_eq!(seen["resumed_session_id"], seen["session_id"], "the same session: {seen}");
+    assert_eq!(seen["resumed_token_is_new"], true);
+    assert_eq!(seen["first_call_hangup"], 404, "the server ended the replaced call: {seen}");
+    assert!(seen["turn1_heard_ms"].as_u64().unwrap() >= 1000 && seen["turn2_heard_ms"].as_u64().unwrap() >= 1000);
+    assert_eq!(seen["turn2_response_differs"], true);
+    assert_eq!(seen["token_reused"], 404, "a token resumes once");
+    server.wait_idle();
+    assert_eq!(server.metric("omni_resumes_total{outcome=\"resumed\"}"), 1.0);
+}

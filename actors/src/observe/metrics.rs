@@ -71,6 +71,12 @@ pub struct Metrics {
     pub recording_dropped: IntCounterVec,
     /// Sessions closed because they did not read their output.
     pub slow_consumers: IntCounter,
+    /// Sessions held now for a client whose connection dropped (their place in the queue or
+    /// their worker kept for its resume).
+    pub sessions_held: IntGauge,
+    /// Resumes, by outcome: `resumed`, `expired` (the grace passed), and the refused ones
+    /// (`unknown_token`, `other_key`).
+    pub resumes: IntCounterVec,
     /// Client events refused because what the server holds for that client reached its
     /// bound, by buffer (`audio_buffer`, `items`, `images`, `replies`, `turns`, `held_input`).
     pub buffer_refusals: IntCounterVec,
@@ -276,6 +282,12 @@ impl Metrics {
                 "Records a recording did not take",
                 &["reason"],
             ),
+            sessions_held: gauge(
+                &r,
+                "omni_sessions_held",
+                "Sessions held for a client whose connection dropped, until it resumes or the grace passes",
+            ),
+            resumes: counter_vec(&r, "omni_resumes_total", "Session resumes, by outcome", &["outcome"]),
             slow_consumers: counter(
                 &r,
                 "omni_slow_consumers_total",

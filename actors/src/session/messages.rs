@@ -31,10 +31,54 @@ pub enum FromClient {
     /// The edge refused something of the client's without ending the connection (messages
     /// over the rate): the client is told with this error.
     Refused(ProtocolError),
-    /// The connection ended, or the edge ended it (the client is gone, stopped answering
-    /// pings, broke the protocol, does not read): the session ends for this reason. The
-    /// client is not told any more.
+    /// The connection ended, or the edge ended it (the client closed it, broke the protocol,
+    /// does not read): the session ends for this reason. The client is not told any more.
     Ended(CloseReason),
+    /// The connection was lost without a close (it broke, or the client stopped answering
+    /// pings): the session is held for a resume when resumption is on
+    /// ([`super::resume`]), else it ends for this reason.
+    Lost(CloseReason),
+}
+
+/// What an edge hands its session, tagged with the edge's line: a session that was resumed
+/// on a new connection hears its current line only.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct FromLine {
+    /// The line's number (0: the connection the session started on).
+    pub line: u64,
+    /// What the client sent.
+    pub msg: FromClient,
+}
+
+/// Where an edge reaches its session: the session's mailbox, and the number of the edge's
+/// line to it.
+#[derive(Clone)]
+pub struct SessionPort {
+    to: Recipient<FromLine>,
+    line: u64,
+}
+
+impl SessionPort {
+    /// The port of line `line` into a session's mailbox.
+    pub fn new(to: Recipient<FromLine>, line: u64) -> SessionPort {
+        SessionPort { to, line }
+    }
+
+    /// Hands the session a message, not waiting.
+    pub fn do_send(&self, msg: FromClient) {
+        self.to.do_send(FromLine { line: self.line, msg });
+    }
+
+    /// Hands the session a message; the answer comes once it was handled.
+    pub fn send(&self, msg: FromClient) -> actix::dev::RecipientRequest<FromLine> {
+        self.to.send(FromLine { line: self.line, msg })
+    }
+
+    /// Whether the session is still there.
+    pub fn connected(&self) -> bool {
+        self.to.connected()
+    }
 }
 
 /// What a session tells its client's transport.

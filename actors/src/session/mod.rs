@@ -12,6 +12,12 @@
 //! (`tests.rs`).
 //!
 //! What the backend says and how it reaches the client is in `output`.
+//!
+//! A session whose connection is lost without a close is held for its client when
+//! `[server] resume_grace_s` is set ([`resume`]): its line goes away (what it says is kept,
+//! not sent), its place in the queue or its worker and its conversation stay, and a
+//! [`resume::Resume`] within the grace hands it a new line, on which the client first gets
+//! what it missed.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -32,9 +38,11 @@ use crate::worker::messages::{
 };
 
 mod flow;
+mod hold;
 pub mod messages;
 mod output;
 mod registry;
+pub mod resume;
 mod setups;
 mod state;
 #[cfg(test)]
@@ -44,7 +52,10 @@ pub use registry::{AddressCaps, Admission, Labels, Refusal, Registry, address_ke
 
 use crate::transcribe::messages::{Transcribe, Transcribed};
 use flow::Flow;
-use messages::{BackendEvent, CallerAudio, ClientLine, FromClient, ModelAudio, QueueNotice, Shutdown, ToClient};
+use messages::{
+    BackendEvent, CallerAudio, ClientLine, FromClient, FromLine, ModelAudio, QueueNotice, Shutdown, ToClient,
+};
+use resume::{Line, Resume, ResumeTerms};
 use setups::Setups;
 use state::{Phase, SessionState};
 
@@ -64,6 +75,8 @@ pub struct SessionSettings {
     pub max_turns: usize,
     /// The session is refused at once with this error (e.g. an unknown model), after the upgrade.
     pub reject: Option<ProtocolError>,
+    /// Whether and how long it is held for its client when its connection drops.
+    pub resume: ResumeTerms,
 }
 
 /// Who is on the other end, for logs and recordings.
@@ -78,6 +91,9 @@ pub struct ClientInfo {
     /// Its edge carries audio itself, as samples ([`messages::CallerAudio`],
     /// [`messages::ModelAudio`]), rather than in the dialect's events.
     pub carries_audio: bool,
+    /// The id of the API key it came with (a client secret's: its minting key's); only a
+    /// caller with the same key may resume the session.
+    pub key_id: Option<String>,
 }
 
 /// What a session is connected to.
@@ -126,6 +142,19 @@ pub struct SessionActor {
     ended_at: Option<Instant>,
     /// What the dialect hands the client, reused from one message to the next.
     outbox: Outbox,
+    /// Its line to the client: what it said (kept for a resume), and whether the client is away.
+    line: Line,
+    /// The number of its current line (0: the connection it started on); what an earlier
+    /// line's edge hands it is not heard.
+    line_no: u64,
+    /// The resume token, until it goes out in the session's first message.
+    token_first: Option<String>,
+    /// Why its connection was lost, while it is held.
+    lost: Option<CloseReason>,
+    /// Holds so far: a grace's end concerns its own hold only.
+    holds: u64,
+    /// The last place in the queue it was told, told again to a client resumed while waiting.
+    last_queue: Option<crate::protocol::QueueInfo>,
 }
 
 impl SessionActor {
@@ -133,6 +162,7 @@ impl SessionActor {
     /// `dialect`.
     pub fn new(settings: SessionSettings, dialect: Box<dyn Dialect>, links: SessionLinks) -> SessionActor {
         let now = Instant::now();
+        let kept = if settings.resume.on() { settings.resume.replay_bytes } else { 0 };
         SessionActor {
             flow: Flow::new(settings.max_turns),
             settings,
@@ -152,6 +182,12 @@ impl SessionActor {
             end: None,
             ended_at: None,
             outbox: Outbox::default(),
+            line: Line::new(kept),
+            line_no: 0,
+            token_first: None,
+            lost: None,
+            holds: 0,
+            last_queue: None,
         }
     }
 
@@ -181,12 +217,81 @@ impl SessionActor {
         [self.settings.mode.as_str()]
     }
 
-    /// Encodes an event, sends what the dialect made of it, and records it as sent.
+    /// Encodes an event, sends what the dialect made of it, and records it as sent. While
+    /// the client is away the model's voice is left out of it (and counted), and a new place
+    /// in the queue is only remembered.
     fn emit(&mut self, event: Outbound<'_>) {
+        if let Outbound::Queued(info) | Outbound::QueueUpdate(info) = &event {
+            self.last_queue = Some(*info);
+        }
+        if self.line.away() {
+            return self.emit_while_away(event);
+        }
+        self.encode_and_send(event);
+    }
+
+    fn encode_and_send(&mut self, event: Outbound<'_>) {
         let mut out = std::mem::take(&mut self.outbox);
         self.dialect.encode(event, &mut out);
         self.send_all(&mut out);
         self.outbox = out;
+    }
+
+    /// An event while the client is away: said without the model's voice, which it would
+    /// otherwise hear late as if fresh.
+    fn emit_while_away(&mut self, event: Outbound<'_>) {
+        match event {
+            Outbound::QueueUpdate(_) => {}
+            Outbound::Step { session_id, response_id, input_id, outcome } if !outcome.audio.is_empty() => {
+                self.line.skip_voice(outcome.audio.len());
+                let quiet = crate::domain::StepOutcome { audio: Vec::new(), ..outcome.clone() };
+                self.encode_and_send(Outbound::Step { session_id, response_id, input_id, outcome: &quiet });
+            }
+            Outbound::TurnDelta { session_id, response_id, input_id, text, audio, kv_length, generate_us, call }
+                if !audio.is_empty() =>
+            {
+                self.line.skip_voice(audio.len());
+                self.encode_and_send(Outbound::TurnDelta {
+                    session_id,
+                    response_id,
+                    input_id,
+                    text,
+                    audio: &[],
+                    kv_length,
+                    generate_us,
+                    call,
+                });
+            }
+            Outbound::TurnDone {
+                session_id,
+                response_id,
+                text,
+                audio: Some(audio),
+                input_tokens,
+                output_tokens,
+                input_audio_tokens,
+                output_audio_tokens,
+                cancelled,
+                duration_ms,
+                kv_length,
+            } => {
+                self.line.skip_voice(audio.len());
+                self.encode_and_send(Outbound::TurnDone {
+                    session_id,
+                    response_id,
+                    text,
+                    audio: None,
+                    input_tokens,
+                    output_tokens,
+                    input_audio_tokens,
+                    output_audio_tokens,
+                    cancelled,
+                    duration_ms,
+                    kv_length,
+                });
+            }
+            other => self.encode_and_send(other),
+        }
     }
 
     /// Sends everything in `out`, in order; `out` is empty afterwards.
@@ -199,12 +304,21 @@ impl SessionActor {
         }
     }
 
+    /// A message for the client: recorded, numbered and kept on its line (the session's
+    /// first carries its resume token, which the recording never sees), and sent unless the
+    /// client is away.
     fn send_frame(&mut self, frame: ByteString) {
         if self.links.sinks.wants(Interest::WIRE) {
             let bytes = frame.as_bytes().clone();
             self.links.sinks.publish(SessionEvent::WireOut { frame: &bytes, audio: None });
         }
-        self.links.edge.tell(ToClient::Text(frame));
+        let frame = match self.token_first.take() {
+            Some(token) => resume::with_token(frame, &token),
+            None => frame,
+        };
+        if self.line.say(&frame) {
+            self.links.edge.tell(ToClient::Text(frame));
+        }
     }
 
     /// The model's voice to an edge that carries audio; recorded as a `model.audio` event.
@@ -216,7 +330,11 @@ impl SessionActor {
             let bytes = bytes::Bytes::from(frame.to_string());
             self.links.sinks.publish(SessionEvent::WireOut { frame: &bytes, audio: Some(samples) });
         }
-        self.links.edge.tell(ToClient::Audio(audio));
+        if !self.line.away() {
+            self.links.edge.tell(ToClient::Audio(audio));
+        } else if let ModelAudio::Delta { samples, rate, .. } = &audio {
+            self.line.skip_voice(samples.len() * 24_000 / (*rate).max(1) as usize);
+        }
     }
 
     fn send_error(&mut self, ctx: &mut Context<Self>, e: &ProtocolError) {
@@ -536,6 +654,9 @@ impl Actor for SessionActor {
         metrics().connections_total.inc();
         metrics().connections_open.inc();
         self.links.registry.register(self.conn, ctx.address().recipient());
+        if self.settings.resume.on() {
+            self.token_first = Some(self.issue_token(ctx));
+        }
         if let Some(e) = self.settings.reject.clone() {
             return self.send_error(ctx, &e);
         }
@@ -570,6 +691,10 @@ impl Actor for SessionActor {
     fn stopped(&mut self, _: &mut Self::Context) {
         let reason = self.end.clone().unwrap_or(CloseReason::ClientGone);
         self.state.close();
+        self.links.registry.tokens().revoke(self.conn);
+        if self.line.away() {
+            metrics().sessions_held.dec();
+        }
         self.links.queue.leave.do_send(Leave { conn: self.conn });
         if self.attach_sent
             && let Some(w) = &self.worker
@@ -604,8 +729,21 @@ impl Actor for SessionActor {
 impl Handler<FromClient> for SessionActor {
     type Result = ();
 
+    /// What the client sent on the session's first line.
     fn handle(&mut self, msg: FromClient, ctx: &mut Self::Context) {
+        self.handle(FromLine { line: 0, msg }, ctx);
+    }
+}
+
+impl Handler<FromLine> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, FromLine { line, msg }: FromLine, ctx: &mut Self::Context) {
         if self.end.is_some() {
+            return;
+        }
+        if line != self.line_no {
+            // A line the session has left (it was resumed on another): not its client's now.
             return;
         }
         match msg {
@@ -620,7 +758,17 @@ impl Handler<FromClient> for SessionActor {
                 self.state.close();
                 ctx.stop();
             }
+            FromClient::Lost(reason) => self.lose(reason, ctx),
         }
+    }
+}
+
+impl Handler<Resume> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Resume, ctx: &mut Self::Context) {
+        self.resume(msg, ctx);
+        self.dialect_commands(ctx);
     }
 }
 

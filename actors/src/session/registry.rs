@@ -1,16 +1,19 @@
 //! Every open session, shared by the HTTP routes and the sessions themselves: admission
 //! under the per-address caps (open connections, connections waiting for a worker),
-//! active sessions per mode and each session's labels for status, and the shutdown broadcast.
+//! active sessions per mode and each session's labels for status, the sessions held for a
+//! client whose connection dropped and their resume tokens ([`super::resume::Tokens`]), and
+//! the shutdown broadcast.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use parking_lot::Mutex;
 
 use super::messages::Shutdown;
+use super::resume::Tokens;
 use crate::domain::Mode;
 
 /// Why a connection was refused before the upgrade.
@@ -62,9 +65,16 @@ pub struct Labels {
     pub transport: &'static str,
 }
 
+struct Open {
+    shutdown: Recipient<Shutdown>,
+    labels: Option<Labels>,
+    /// Its client's connection dropped at this instant; it is held for a resume.
+    away_since: Option<Instant>,
+}
+
 #[derive(Default)]
 struct Inner {
-    sessions: HashMap<u64, (Recipient<Shutdown>, Option<Labels>)>,
+    sessions: HashMap<u64, Open>,
     per_ip: HashMap<IpAddr, PerAddress>,
     active: [usize; 3],
     shutdown: Option<Duration>,
@@ -74,6 +84,7 @@ struct Inner {
 #[derive(Default)]
 pub struct Registry {
     inner: Mutex<Inner>,
+    tokens: Tokens,
 }
 
 /// A connection's place under its address's caps; counted as waiting until it is given
@@ -145,19 +156,42 @@ impl Registry {
         if let Some(grace) = inner.shutdown {
             session.do_send(Shutdown { grace });
         }
-        inner.sessions.insert(conn, (session, None));
+        inner.sessions.insert(conn, Open { shutdown: session, labels: None, away_since: None });
     }
 
     /// The session on connection `conn` initialised: what status shows of it.
     pub fn label(&self, conn: u64, labels: Labels) {
-        if let Some((_, l)) = self.inner.lock().sessions.get_mut(&conn) {
-            *l = Some(labels);
+        if let Some(open) = self.inner.lock().sessions.get_mut(&conn) {
+            open.labels = Some(labels);
         }
     }
 
     /// The labels of the session on connection `conn`, once it initialised.
     pub fn labels(&self, conn: u64) -> Option<Labels> {
-        self.inner.lock().sessions.get(&conn).and_then(|(_, l)| l.clone())
+        self.inner.lock().sessions.get(&conn).and_then(|open| open.labels.clone())
+    }
+
+    /// The session on connection `conn` is held for its client since `since` (its connection
+    /// dropped), or is not (`None`: it came back).
+    pub fn set_away(&self, conn: u64, since: Option<Instant>) {
+        if let Some(open) = self.inner.lock().sessions.get_mut(&conn) {
+            open.away_since = since;
+        }
+    }
+
+    /// Since when the session on connection `conn` is held for its client, if it is.
+    pub fn away_since(&self, conn: u64) -> Option<Instant> {
+        self.inner.lock().sessions.get(&conn).and_then(|open| open.away_since)
+    }
+
+    /// Sessions held now for a client whose connection dropped.
+    pub fn held(&self) -> usize {
+        self.inner.lock().sessions.values().filter(|open| open.away_since.is_some()).count()
+    }
+
+    /// The sessions' resume tokens.
+    pub fn tokens(&self) -> &Tokens {
+        &self.tokens
     }
 
     /// The session on connection `conn` ended: it no longer counts as open, and is no longer
@@ -197,8 +231,8 @@ impl Registry {
     pub fn shutdown(&self, grace: Duration) {
         let mut inner = self.inner.lock();
         inner.shutdown = Some(grace);
-        for (session, _) in inner.sessions.values() {
-            session.do_send(Shutdown { grace });
+        for open in inner.sessions.values() {
+            open.shutdown.do_send(Shutdown { grace });
         }
     }
 }

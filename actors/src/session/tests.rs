@@ -8,7 +8,8 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use super::messages::{BackendEvent, CallerAudio, FromClient, ModelAudio, QueueNotice, Shutdown, ToClient};
+use super::messages::{BackendEvent, CallerAudio, FromClient, FromLine, ModelAudio, QueueNotice, Shutdown, ToClient};
+use super::resume::{ResumeRefusal, ResumeTerms};
 use super::registry::Registry;
 use super::{ClientInfo, SessionActor, SessionLinks, SessionSettings};
 use crate::domain::{DuplexChunk, Mode, SessionKind, SessionSetup, StepKind, StepOutcome};
@@ -247,6 +248,8 @@ struct Test {
     events: UnboundedReceiver<Recipient<BackendEvent>>,
     session: Addr<SessionActor>,
     worker: WorkerPort,
+    registry: Arc<Registry>,
+    stand: Addr<Stand>,
 }
 
 #[derive(Default)]
@@ -256,6 +259,8 @@ struct Options {
     lose_prepare: bool,
     /// The edge carries audio as samples.
     carries_audio: bool,
+    /// How the session is held when its connection is lost (off by default).
+    resume: Option<ResumeTerms>,
 }
 
 fn settings(o: &Options) -> SessionSettings {
@@ -265,6 +270,7 @@ fn settings(o: &Options) -> SessionSettings {
         context_tokens: 1000,
         max_turns: 4,
         reject: None,
+        resume: o.resume.unwrap_or(ResumeTerms::OFF),
     }
 }
 
@@ -282,6 +288,7 @@ fn start(o: Options) -> Test {
     }
     .start();
     let subscribers = Subscribers::new(vec![Arc::new(Ending(ended_tx))]);
+    let registry = Registry::new();
     let info = SessionInfo {
         conn: 1,
         mode: Mode::Audio,
@@ -295,14 +302,14 @@ fn start(o: Options) -> Test {
         edge: Box::new(stand.clone().recipient::<ToClient>()),
         conn: 1,
         queue: QueuePort::of(&stand),
-        registry: Registry::new(),
+        registry: registry.clone(),
         admission: None,
         sinks: subscribers.session(&info),
         client: ClientInfo { carries_audio: o.carries_audio, ..ClientInfo::default() },
         transcription: None,
     };
     let session = SessionActor::new(settings(&o), Box::new(Words), links).start();
-    Test { seen, ended, notify, events, session, worker: WorkerPort::of(&stand).0 }
+    Test { seen, ended, notify, events, session, worker: WorkerPort::of(&stand).0, registry, stand }
 }
 
 impl Test {
@@ -552,4 +559,96 @@ async fn a_backend_error_on_a_step_is_told_and_the_session_goes_on() {
     assert_eq!(t.text().await, "error inference_error");
     t.client("chunk");
     t.expect("Chunk { seq: 2, force_listen: false }").await;
+}
+
+fn held() -> Options {
+    held_for(Duration::from_secs(30))
+}
+
+fn held_for(grace: Duration) -> Options {
+    Options {
+        resume: Some(ResumeTerms { grace, replay_bytes: 1 << 20 }),
+        ..Default::default()
+    }
+}
+
+fn speak(to: &Recipient<BackendEvent>, seq: u64) {
+    let outcome = StepOutcome { kind: StepKind::Speak, audio: vec![0.1; 2400], ..StepOutcome::listen(5) };
+    to.do_send(BackendEvent::Step { seq, result: Ok(outcome), elapsed: Duration::ZERO });
+}
+
+#[actix::test]
+async fn a_lost_connection_is_held_and_a_resume_takes_it_back_with_what_it_missed_and_no_stale_voice() {
+    let mut t = start(held());
+    let events = t.active().await;
+    t.client("chunk");
+    t.expect("Chunk { seq: 1, force_listen: false }").await;
+    speak(&events, 1);
+    assert!(matches!(t.next().await, Seen::Audio(_)));
+    assert_eq!(t.text().await, "step input_1 Speak");
+    t.session.do_send(FromClient::Lost(CloseReason::ClientGone));
+    // Held: the worker stays; what the model says is kept, its voice not sent.
+    speak(&events, 2);
+    t.step(&events, 3, StepKind::Listen, 6);
+    let token = t.registry.tokens().token_of(1).expect("a token");
+    assert_eq!(t.registry.tokens().take(&token, Some("another key")).err(), Some(ResumeRefusal::OtherKey));
+    let taken = t.registry.tokens().take(&token, None).expect("its own key");
+    assert_eq!(t.registry.tokens().take(&token, None).err(), Some(ResumeRefusal::Unknown), "used once");
+    let port = taken.hand(Box::new(t.stand.clone().recipient::<ToClient>()), 7, None);
+    let resumed = t.text().await;
+    assert!(resumed.starts_with("Resumed { session_id: Some(") && resumed.contains("replayed: 2, lost: 0, voice_skipped_ms: 100"), "{resumed}");
+    assert!(!resumed.contains(&token), "a new token");
+    assert_eq!(t.text().await, "step input_2 Speak", "without its voice");
+    assert_eq!(t.text().await, "step input_3 Listen");
+    // The old line is no longer heard; the new one is.
+    t.client("chunk");
+    port.do_send(FromClient::Text("force".to_string().into()));
+    t.expect("Chunk { seq: 2, force_listen: true }").await;
+    t.session.do_send(FromLine { line: 7, msg: FromClient::Ended(CloseReason::ClientGone) });
+    t.expect("Leave").await;
+    t.expect("Detach").await;
+}
+
+#[actix::test]
+async fn a_held_session_ends_when_its_grace_passes_and_its_token_with_it() {
+    tokio::time::pause();
+    // A grace within the test's wait (the paused clock runs to the first timer due).
+    let mut t = start(held_for(Duration::from_secs(2)));
+    let _events = t.active().await;
+    let token = t.registry.tokens().token_of(1).expect("a token");
+    t.session.do_send(FromClient::Lost(CloseReason::HeartbeatTimeout));
+    // Nothing until the grace passes (the clock is the test's).
+    t.expect("Leave").await;
+    t.expect("Detach").await;
+    t.ended("Closed { received: 0, dropped: 0, answered: 0 }").await;
+    assert_eq!(t.registry.tokens().take(&token, None).err(), Some(ResumeRefusal::Unknown));
+    assert_eq!(t.registry.held(), 0);
+}
+
+#[actix::test]
+async fn without_a_grace_a_lost_connection_ends_its_session_at_once() {
+    let mut t = start(Options::default());
+    let _events = t.active().await;
+    assert!(t.registry.tokens().token_of(1).is_none(), "no token is issued");
+    t.session.do_send(FromClient::Lost(CloseReason::ClientGone));
+    t.expect("Leave").await;
+    t.expect("Detach").await;
+}
+
+#[actix::test]
+async fn a_client_back_before_its_loss_was_noticed_closes_its_old_connection() {
+    let mut t = start(held());
+    let _events = t.active().await;
+    let token = t.registry.tokens().token_of(1).expect("a token");
+    let taken = t.registry.tokens().take(&token, None).unwrap();
+    let _port = taken.hand(Box::new(t.stand.clone().recipient::<ToClient>()), 9, Some(1));
+    t.expect("Close(Resumed)").await;
+    let resumed = t.text().await;
+    // It had received `queue_done`, not `created`: that is sent again.
+    assert!(resumed.contains("replayed: 1, lost: 0"), "{resumed}");
+    assert_eq!(t.text().await, "created");
+    // The old connection's loss, noticed now, concerns a line the session left.
+    t.session.do_send(FromClient::Lost(CloseReason::HeartbeatTimeout));
+    t.client("chunk");
+    assert_eq!(t.registry.held(), 0);
 }

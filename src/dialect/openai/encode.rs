@@ -226,6 +226,17 @@ impl Encoder {
         })
     }
 
+    /// `session.resumed` (a gateway event, as the queue's are): the next resume token and
+    /// what the resumed client missed.
+    pub(super) fn resumed(&mut self, session_id: Option<&str>, token: &str, counts: [u64; 4]) -> String {
+        let [replayed, lost, audio_skipped_ms, away_ms] = counts;
+        self.event(
+            "session.resumed",
+            json!({"session_id": session_id, "resume_token": token, "replayed": replayed, "lost": lost,
+                   "audio_skipped_ms": audio_skipped_ms, "away_ms": away_ms}),
+        )
+    }
+
     fn queue_event(&mut self, kind: &str, q: QueueInfo) -> String {
         let QueueInfo { ticket, position, estimated_wait_s, queue_length, measured } = q;
         self.event(

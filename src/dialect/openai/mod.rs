@@ -197,6 +197,9 @@ impl Dialect for Realtime {
             Outbound::Queued(q) => d.queued(q, true),
             Outbound::QueueUpdate(q) => d.queued(q, false),
             Outbound::QueueDone => d.queue_done(),
+            Outbound::Resumed { session_id, token, replayed, lost, voice_skipped_ms, away_ms } => {
+                out.push(self.encoder.resumed(session_id, token, [replayed, lost, voice_skipped_ms, away_ms]))
+            }
             Outbound::Created { session_id, backend, .. } => d.created(session_id, backend),
             Outbound::Reconfigured { backend, .. } => d.reconfigured(backend),
             Outbound::ReconfigureFailed(e) => d.reconfigure_failed(e),

@@ -58,6 +58,7 @@ pub(super) async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_we
                     }
                     None => row.session = Some(format!("c{conn}")),
                 }
+                row.client_away_s = gw.registry.away_since(conn).map(|since| since.elapsed().as_secs_f64());
             }
             row
         })
@@ -91,7 +92,7 @@ pub(super) async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_we
     Ok(private(HttpResponse::Ok().json(json!({
         "workers": workers,
         "queue": {"length": tickets.len(), "tickets": tickets},
-        "sessions": {"open": gw.registry.len(), "active": active},
+        "sessions": {"open": gw.registry.len(), "active": active, "held": gw.registry.held()},
         "cluster": cluster,
     }))))
 }

@@ -195,6 +195,16 @@ impl CallEdge {
         ctx.run_later(CLOSE_GRACE, |_, ctx| ctx.stop());
     }
 
+    /// The call lost its client without a goodbye: the session hears it as a lost connection
+    /// (held for a resume when resumption is on), and the call ends.
+    fn lose(&mut self, ctx: &mut Context<Self>) {
+        if self.phase != Phase::Closing && !self.session_told {
+            self.session_told = true;
+            self.tell(FromClient::Lost(CloseReason::ClientGone));
+        }
+        self.end(ctx, None);
+    }
+
     /// Drains the `Rtc`: sends its datagrams, handles its events, and sets the timer for its
     /// next deadline.
     fn drive(&mut self, ctx: &mut Context<Self>) {
@@ -245,8 +255,9 @@ impl CallEdge {
                 log::info!("call {}: connected (ICE and DTLS done)", self.id)
             }
             Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
+                // The network went away (no goodbye): the session may be held for a resume.
                 log::info!("call {}: ICE lost the client", self.id);
-                self.end(ctx, Some(CloseReason::ClientGone));
+                self.lose(ctx);
             }
             Event::Closed => {
                 log::info!("call {}: the client closed the connection", self.id);
@@ -627,7 +638,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use actix::prelude::*;
-    use omni_actors::session::messages::{ClientLine, FromClient, ModelAudio, ToClient};
+    use omni_actors::session::messages::{ClientLine, FromClient, FromLine, ModelAudio, SessionPort, ToClient};
     use parking_lot::Mutex;
     use str0m::change::SdpAnswer;
     use str0m::channel::ChannelId;
@@ -654,14 +665,15 @@ mod tests {
         type Context = Context<Self>;
     }
 
-    impl Handler<FromClient> for Stand {
+    impl Handler<FromLine> for Stand {
         type Result = ResponseFuture<()>;
-        fn handle(&mut self, msg: FromClient, _: &mut Context<Self>) -> Self::Result {
+        fn handle(&mut self, FromLine { msg, .. }: FromLine, _: &mut Context<Self>) -> Self::Result {
             let _ = self.0.send(match msg {
                 FromClient::Text(t) => format!("text {t}"),
                 FromClient::Audio(a) => format!("audio at {}", a.rate),
                 FromClient::Refused(e) => format!("refused {}", e.code()),
                 FromClient::Ended(r) => format!("ended {}", r.as_str()),
+                FromClient::Lost(r) => format!("lost {}", r.as_str()),
             });
             let busy = self.1.clone();
             Box::pin(async move {
@@ -825,7 +837,7 @@ mod tests {
         let busy = busy.map(|(busy, _)| busy);
         let start = Box::new(move |to: Box<dyn ClientLine>| {
             *slot.lock() = Some(to);
-            Stand(tx, busy).start().recipient()
+            SessionPort::new(Stand(tx, busy).start().recipient(), 0)
         });
         let settings = CallSettings {
             connect_timeout: Duration::from_secs(5),

@@ -8,7 +8,9 @@
 //! The edge ends the connection itself when the client breaks the WebSocket's rules (a binary
 //! frame, a message too big, a fragmented message never finished, too fast for too long), stops
 //! answering pings, or does not read; the session then hears why ([`FromClient::Ended`]) and
-//! ends untold. The session ends it for everything else ([`ToClient::Close`]).
+//! ends untold. The session ends it for everything else ([`ToClient::Close`]). A connection
+//! that breaks, or ends without a close frame, or whose client stops answering pings, is
+//! lost rather than ended ([`FromClient::Lost`]): its session may be held for a resume.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -64,6 +66,8 @@ pub struct WebSocketEdge {
     incoming: Arc<Backlog>,
     /// Why the edge ended the connection (the session is told when the edge stops).
     ended: Option<CloseReason>,
+    /// The connection was lost rather than closed (no close frame): the session may hold.
+    lost: bool,
     /// The session asked for the close: it needs no telling.
     closed_by_session: bool,
 }
@@ -93,6 +97,7 @@ impl WebSocketEdge {
             outgoing,
             incoming,
             ended: None,
+            lost: false,
             closed_by_session: false,
         }
     }
@@ -155,6 +160,7 @@ impl WebSocketEdge {
                     act.label,
                     act.settings.heartbeat_timeout
                 );
+                act.lost = true;
                 return act.end(ctx, CloseReason::HeartbeatTimeout);
             }
             if act.fragments.overdue(now) {
@@ -264,8 +270,13 @@ impl Actor for WebSocketEdge {
     fn stopped(&mut self, _: &mut Self::Context) {
         self.fragments.clear();
         if !self.closed_by_session {
-            let reason = self.ended.take().unwrap_or(CloseReason::ClientGone);
-            self.tell(FromClient::Ended(reason));
+            // No reason: the connection went away under the edge (a write to it failed): lost.
+            let msg = match self.ended.take() {
+                Some(reason) if !self.lost => FromClient::Ended(reason),
+                Some(reason) => FromClient::Lost(reason),
+                None => FromClient::Lost(CloseReason::ClientGone),
+            };
+            self.tell(msg);
         }
     }
 }
@@ -339,6 +350,7 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for WebSocketEdge {
                 // The connection broke (reset, or closed mid-frame): the client is gone.
                 log::info!("session {}: connection lost: {e}", self.label);
                 self.ended = Some(CloseReason::ClientGone);
+                self.lost = true;
                 ctx.stop();
             }
             Err(e) => {
@@ -350,7 +362,10 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for WebSocketEdge {
 
     fn finished(&mut self, ctx: &mut Self::Context) {
         if self.ended.is_none() {
+            // The stream ended without a close frame: the connection was lost.
+            log::info!("session {}: the connection ended without a close frame", self.label);
             self.ended = Some(CloseReason::ClientGone);
+            self.lost = true;
         }
         ctx.stop();
     }

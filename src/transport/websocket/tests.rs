@@ -9,7 +9,7 @@ use actix::prelude::*;
 use actix_web::{App, HttpRequest, HttpServer, web};
 use futures_util::{SinkExt, StreamExt};
 use omni_actors::protocol::{CloseReason, Violation};
-use omni_actors::session::messages::{ClientLine, FromClient, ToClient};
+use omni_actors::session::messages::{ClientLine, FromClient, FromLine, SessionPort, ToClient};
 use parking_lot::Mutex;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio_tungstenite::tungstenite::Message;
@@ -29,14 +29,15 @@ impl Actor for Stand {
     type Context = Context<Self>;
 }
 
-impl Handler<FromClient> for Stand {
+impl Handler<FromLine> for Stand {
     type Result = ();
-    fn handle(&mut self, msg: FromClient, _: &mut Context<Self>) {
+    fn handle(&mut self, FromLine { msg, .. }: FromLine, _: &mut Context<Self>) {
         let _ = self.0.send(match msg {
             FromClient::Text(t) => format!("text {t}"),
             FromClient::Audio(a) => format!("audio {} at {}", a.samples.len(), a.rate),
             FromClient::Refused(e) => format!("refused {}", e.code()),
             FromClient::Ended(r) => format!("ended {}", r.as_str()),
+                FromClient::Lost(r) => format!("lost {}", r.as_str()),
         });
     }
 }
@@ -68,7 +69,7 @@ async fn serve(settings: EdgeSettings) -> Served {
         async move {
             let start = Box::new(move |to: Box<dyn ClientLine>| {
                 *slot.lock() = Some(to);
-                Stand(tx).start().recipient()
+                SessionPort::new(Stand(tx).start().recipient(), 0)
             });
             let incoming = Backlog::new(1 << 20, IncomingBudget::new(1 << 20));
             let fragments = FragmentBudget::new(1 << 20);
@@ -144,9 +145,21 @@ async fn a_message_over_the_limit_is_1009_and_nothing_of_it_reaches_the_session(
 }
 
 #[actix::test]
-async fn a_client_that_stops_answering_pings_is_gone_and_the_session_hears_so() {
+async fn a_client_that_stops_answering_pings_is_lost_and_the_session_hears_so() {
     let mut served = serve(settings()).await;
     // Connected, then never read: its pongs never go.
     let (_client, _) = tokio_tungstenite::connect_async(&served.url).await.unwrap();
-    assert_eq!(served.heard().await, "ended heartbeat_timeout");
+    assert_eq!(served.heard().await, "lost heartbeat_timeout");
+}
+
+#[actix::test]
+async fn a_close_frame_ends_the_session_and_a_dropped_connection_is_lost() {
+    let mut served = serve(settings()).await;
+    let (mut client, _) = tokio_tungstenite::connect_async(&served.url).await.unwrap();
+    client.close(None).await.unwrap();
+    assert_eq!(served.heard().await, "ended client_closed", "a close frame: the client meant it");
+    // A connection dropped without a close frame (the TCP connection simply ends).
+    let (client, _) = tokio_tungstenite::connect_async(&served.url).await.unwrap();
+    drop(client);
+    assert_eq!(served.heard().await, "lost client_closed");
 }

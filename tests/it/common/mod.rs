@@ -120,9 +120,10 @@ impl Setup {
     }
     fn render(&self) -> String {
         // Every test client connects from 127.0.0.1: the per-address caps are off unless
-        // a test sets them.
+        // a test sets them. A client a test drops gives its worker back at once (sessions are
+        // held for a resume only in the tests of resumption).
         let mut server = self.server.clone();
-        for default in ["max_connections_per_ip = 0", "max_waiting_per_ip = 0"] {
+        for default in ["max_connections_per_ip = 0", "max_waiting_per_ip = 0", "resume_grace_s = 0"] {
             let key = default.split(' ').next().unwrap_or_default();
             if !server.iter().any(|l| l.lines().any(|l| l.trim_start().starts_with(key))) {
                 server.push(default.into());

@@ -22,7 +22,9 @@ use crate::http::routes::http_error;
 use crate::http::{Gateway, auth, client_secrets};
 use crate::transport::admission::{Endpoint, Transport, address_admission, admit, authenticate};
 use crate::transport::webrtc::call::{CallEdge, CallParts, CallSettings};
+use crate::transport::StartSession;
 use crate::transport::webrtc::{AnswerError, HangUp, Hanger};
+use omni_actors::session::resume::ResumeRefusal;
 
 /// The largest offer, and the largest `session` part, read.
 const MAX_PART_BYTES: usize = 64 * 1024;
@@ -185,17 +187,31 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
         }
     };
     let secret = key.untaken_secret.clone();
-    let model = model_of(&gw, query.get("model"), [offer.session.as_ref(), key.session.as_ref()]);
-    // The call carries the voice on its tracks: its session's dialect takes and gives samples.
-    let transport = Transport { name: "webrtc", carries_audio: true };
-    let admitted = match admit(&caller, &gw, Endpoint::Realtime(Flavor::Ga, model), key, transport) {
-        Ok(a) => a,
-        Err(refusal) => return refused(refusal),
+    // `?resume=TOKEN`: the call takes back a session whose connection dropped (its token is
+    // used only once the call is answered); else a new session is admitted.
+    let received = match query.get("received").map(|r| r.parse::<u64>()) {
+        None => None,
+        Some(Ok(n)) => Some(n),
+        Some(Err(_)) => return bad_request("received: the number of the session's events the client received"),
     };
+    let resume = query.get("resume");
+    let admitted = match resume {
+        Some(_) => None,
+        None => {
+            let model = model_of(&gw, query.get("model"), [offer.session.as_ref(), key.session.as_ref()]);
+            // The call carries the voice on its tracks: its session's dialect takes and gives samples.
+            let transport = Transport { name: "webrtc", carries_audio: true };
+            match admit(&caller, &gw, Endpoint::Realtime(Flavor::Ga, model), key.clone(), transport) {
+                Ok(a) => Some(a),
+                Err(refusal) => return refused(refusal),
+            }
+        }
+    };
+    let key_id = admitted.as_ref().map_or_else(|| key.key_id.clone(), |a| a.key_id.clone());
     // Counted as not yet connected before it takes a port: one address or one key cannot hold
     // them all.
     let id = format!("rtc_{}", uuid::Uuid::new_v4().simple());
-    if let Err(why) = calls.admit_unconnected(&id, caller.ip, admitted.key_id.as_deref()) {
+    if let Err(why) = calls.admit_unconnected(&id, caller.ip, key_id.as_deref()) {
         omni_actors::observe::metrics().connections_refused.with_label_values(&["too_many_unconnected_calls"]).inc();
         return http_error(StatusCode::TOO_MANY_REQUESTS, "too_many_unconnected_calls", why.to_string());
     }
@@ -216,6 +232,12 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
             return http_error(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "cannot open a UDP port");
         }
     };
+    let taken = match resume.map(|token| gw.registry.tokens().take(token, key.key_id.as_deref())) {
+        None => None,
+        Some(Ok(taken)) if taken.connected() => Some(taken),
+        Some(Ok(_)) => return super::websocket::resume_refused(ResumeRefusal::Unknown),
+        Some(Err(refusal)) => return super::websocket::resume_refused(refusal),
+    };
     if let Some(secret) = &secret
         && !gw.keys.take_secret(secret)
     {
@@ -226,13 +248,27 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
             Denied::Wrong(auth::KeyKind::ClientSecret).message(),
         );
     }
-    // The settings the call was made with come first (its session's dialect leaves their audio
-    // formats to the call).
-    let first: Vec<String> = [admitted.session.as_ref(), offer.session.as_ref()]
-        .into_iter()
-        .flatten()
-        .map(client_secrets::session_update)
-        .collect();
+    let (start, first, conn): (StartSession, Vec<String>, u64) = match (admitted, taken) {
+        (Some(admitted), _) => {
+            // The settings the call was made with come first (its session's dialect leaves their
+            // audio formats to the call).
+            let first = [admitted.session.as_ref(), offer.session.as_ref()]
+                .into_iter()
+                .flatten()
+                .map(client_secrets::session_update)
+                .collect();
+            let conn = admitted.conn;
+            (admitted.starter(&gw), first, conn)
+        }
+        (None, Some(taken)) => {
+            let (conn, line_no) = (taken.conn, omni_actors::ids::connection());
+            log::info!("session c{conn}: resumed by call {id} (line {line_no})");
+            (Box::new(move |line| taken.hand(line, line_no, received)), Vec::new(), conn)
+        }
+        (None, None) => {
+            return http_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "the call has no session");
+        }
+    };
     let config = &gw.config;
     let settings = CallSettings {
         connect_timeout: calls.spec().connect_timeout,
@@ -240,13 +276,12 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
         max_outgoing_bytes: config.server.max_outgoing_bytes as usize,
         max_incoming_bytes: config.server.max_incoming_bytes as usize,
     };
-    let (conn, key_id) = (admitted.conn, admitted.key_id.clone());
     let parts = CallParts {
         id: id.clone(),
         rtc: answered.rtc,
         socket: answered.socket,
         settings,
-        start: admitted.starter(&gw),
+        start,
         first,
         calls: calls.clone(),
         incoming: gw.incoming.clone(),

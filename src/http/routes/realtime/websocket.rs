@@ -10,6 +10,7 @@ use actix_web::http::StatusCode;
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 use actix_web_actors::ws;
+use futures_util::StreamExt;
 use omni_actors::domain::Mode;
 
 use super::{caller, query_of, refused};
@@ -22,7 +23,10 @@ use crate::transport::incoming::{Backlog, Gated};
 use crate::transport::outgoing::{Metered, OutgoingLimit, OutgoingMeter};
 use crate::transport::socket::ConnSocket;
 use crate::transport::websocket::line::{self, Merged};
+use crate::transport::StartSession;
 use crate::transport::websocket::{EdgeSettings, WebSocketEdge};
+use omni_actors::observe::metrics::metrics;
+use omni_actors::session::resume::ResumeRefusal;
 
 /// The subprotocols a browser client offered.
 fn subprotocols(req: &HttpRequest) -> Vec<&str> {
@@ -83,7 +87,6 @@ async fn upgrade(
     endpoint: Endpoint,
     query: HashMap<String, String>,
 ) -> actix_web::Result<HttpResponse> {
-    let config = &gw.config;
     let protocols = subprotocols(&req);
     let browser_key = protocols.iter().find_map(|p| p.strip_prefix("openai-insecure-api-key."));
     let presented = [auth::bearer(&req), query.get("api_key").map(String::as_str), browser_key];
@@ -93,6 +96,9 @@ async fn upgrade(
         Ok(key) => key,
         Err(refusal) => return Ok(refused(refusal)),
     };
+    if let Some(token) = query.get("resume") {
+        return resume(req, payload, gw, key, token, query.get("received")).await;
+    }
     let secret = key.untaken_secret.clone();
     let transport = Transport { name: "websocket", carries_audio: false };
     let admitted = match admit(&caller, &gw, endpoint, key, transport) {
@@ -103,12 +109,92 @@ async fn upgrade(
     if let Some(secret) = &secret
         && !gw.keys.take_secret(secret)
     {
-        return Ok(http_error(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            auth::Denied::Wrong(auth::KeyKind::ClientSecret).message(),
-        ));
+        return Ok(secret_used());
     }
+    let conn = admitted.conn;
+    // A client secret's settings, for the OpenAI-shaped dialects (the MiniCPM-o ones have none).
+    let first = admitted.session.as_ref().filter(|_| openai).map(client_secrets::session_update);
+    let start = admitted.starter(&gw);
+    let response = handshake(&req)?;
+    Ok(serve(&req, payload, &gw, response, conn, start, first))
+}
+
+fn secret_used() -> HttpResponse {
+    http_error(StatusCode::UNAUTHORIZED, "unauthorized", auth::Denied::Wrong(auth::KeyKind::ClientSecret).message())
+}
+
+/// `?resume=TOKEN`: the connection takes back the session the token names, when the caller
+/// holds the API key that opened it (`received`: how many of the session's messages the
+/// client got, for those it did not to be sent again). The URL's mode or model are the
+/// session's own, whatever this one says.
+async fn resume(
+    req: HttpRequest,
+    payload: web::Payload,
+    gw: web::Data<Gateway>,
+    key: auth::Credential,
+    token: &str,
+    received: Option<&String>,
+) -> actix_web::Result<HttpResponse> {
+    let received = match received.map(|r| r.parse::<u64>()) {
+        None => None,
+        Some(Ok(n)) => Some(n),
+        Some(Err(_)) => {
+            let why = "received: the number of the session's messages the client received (a whole number)";
+            return Ok(http_error(StatusCode::BAD_REQUEST, "invalid_payload", why));
+        }
+    };
+    // The handshake is checked before the token is used up: a request that cannot be a
+    // WebSocket leaves the session's token good.
+    let response = handshake(&req)?;
+    let taken = match gw.registry.tokens().take(token, key.key_id.as_deref()) {
+        Ok(taken) if taken.connected() => taken,
+        Ok(_) | Err(ResumeRefusal::Unknown) => return Ok(resume_refused(ResumeRefusal::Unknown)),
+        Err(refusal) => return Ok(resume_refused(refusal)),
+    };
+    if let Some(secret) = &key.untaken_secret
+        && !gw.keys.take_secret(secret)
+    {
+        return Ok(secret_used());
+    }
+    let conn = taken.conn;
+    let line_no = omni_actors::ids::connection();
+    log::info!("session c{conn}: resumed by a new connection (line {line_no})");
+    let start: StartSession = Box::new(move |line| taken.hand(line, line_no, received));
+    Ok(serve(&req, payload, &gw, response, conn, start, None))
+}
+
+/// A resume refused: counted, and told without naming the token.
+pub(super) fn resume_refused(refusal: ResumeRefusal) -> HttpResponse {
+    metrics().resumes.with_label_values(&[refusal.label()]).inc();
+    log::info!("a resume refused: {}", refusal.label());
+    let (status, code) = match refusal {
+        ResumeRefusal::Unknown => (StatusCode::NOT_FOUND, "session_not_found"),
+        ResumeRefusal::OtherKey => (StatusCode::FORBIDDEN, "forbidden"),
+    };
+    http_error(status, code, refusal.message())
+}
+
+/// The WebSocket handshake's answer; browsers offer `realtime` (with their key as a
+/// subprotocol), which the server selects.
+fn handshake(req: &HttpRequest) -> actix_web::Result<actix_web::HttpResponseBuilder> {
+    if subprotocols(req).is_empty() {
+        Ok(ws::handshake(req)?)
+    } else {
+        Ok(ws::handshake_with_protocols(req, &["realtime", "openai-beta.realtime-v1"])?)
+    }
+}
+
+/// The connection as a WebSocket edge in front of the session `start` starts (or resumes).
+fn serve(
+    req: &HttpRequest,
+    payload: web::Payload,
+    gw: &Gateway,
+    mut response: actix_web::HttpResponseBuilder,
+    conn: u64,
+    start: StartSession,
+    first: Option<String>,
+) -> HttpResponse {
+    let config = &gw.config;
     let edge_settings = EdgeSettings {
         max_frame_bytes: config.server.max_frame_bytes,
         heartbeat_interval: config.server.heartbeat_interval(),
@@ -128,25 +214,17 @@ async fn upgrade(
             disconnect: Box::new(socket.cutter()),
         })
     });
-    let conn = admitted.conn;
-    // A client secret's settings, for the OpenAI-shaped dialects (the MiniCPM-o ones have none).
-    let first = admitted.session.as_ref().filter(|_| openai).map(client_secrets::session_update);
-    let start = admitted.starter(&gw);
     let incoming = Backlog::new(config.server.max_incoming_bytes as usize, gw.incoming.clone());
     // The session's frames go straight into the connection's outgoing stream.
     let (said, heard) = line::line();
     let edge = WebSocketEdge::new(edge_settings, conn, gw.fragments.clone(), outgoing, incoming.clone(), said, start)
         .with_first(first);
-    // Browsers offer `realtime` (with their key as a subprotocol): the server selects it.
-    let mut response = if protocols.is_empty() {
-        ws::handshake(&req)?
-    } else {
-        ws::handshake_with_protocols(&req, &["realtime", "openai-beta.realtime-v1"])?
-    };
     let codec = actix_http::ws::Codec::new().max_size(config.server.max_frame_bytes);
-    // The request body is read only while the session keeps up with it.
-    let payload = Gated::new(payload, incoming);
+    // The request body is read only while the session keeps up with it. A body that breaks
+    // ends there (a client that sent its close frame and shut the connection at once is read
+    // to its close frame, not told apart from a lost one by which came first).
+    let payload = Gated::new(payload.take_while(|chunk| std::future::ready(chunk.is_ok())), incoming);
     let outgoing =
         Merged::new(ws::WebsocketContext::with_codec(edge, payload, codec), heard, config.server.max_frame_bytes);
-    Ok(response.streaming(Metered::new(outgoing, meter)))
+    response.streaming(Metered::new(outgoing, meter))
 }
