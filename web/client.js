@@ -450,6 +450,8 @@ function onEvent(ev) {
       break;
     case 'session.created':
       stats.sessionId = ev.session_id;
+      // Which backend answers (the reference one answers in words about what it heard).
+      if (ev.backend) $('transport-used').textContent = `Connected over WebSocket; ${ev.backend} answers.`;
       stats.promptLength = ev.metrics ? ev.metrics.prompt_length : null;
       capturing = true;
       stats.droppedWhileWaiting = heardWhileWaiting / 16000;
@@ -542,6 +544,7 @@ function onCallEvent(ev) {
       break;
     case 'session.created': {
       stats.sessionId = ev.session.id;
+      if (ev.backend) $('transport-used').textContent = `Connected over WebRTC; ${ev.backend} answers.`;
       call.unmute();
       // The prompt, and transcripts of the user's turns (what the model heard: "You: ...").
       const session = { type: 'realtime', audio: { input: { transcription: { model: 'whisper-1' } } } };

@@ -570,6 +570,7 @@ impl Current {
             "config": self.config,
             "unsupported_settings": self.settings.unsupported(backend),
             "metrics": {"prompt_length": prompt_length, "queue_wait_ms": queue_wait_ms},
+            "backend": backend.name,
         });
         if kind == omni_actors::domain::SessionKind::Duplex {
             // The chunk the model answers best on, from the smallest `input.append` takes

@@ -56,6 +56,8 @@ fn the_agent_frameworks_run_unchanged_on_the_reference_backend() {
     // Answers slow enough (150 ms a word) for speech to come over them.
     let mut server = Server::ready(
         Setup::default()
+            // As shipped: sessions resumable, so the clients see the resume token in the first event.
+            .server("resume_grace_s = 30")
             .auth(&format!("api_keys = [\"{KEY}\"]"))
             .recording("enabled = true")
             .workers(workers(2, "token_ms = 150")),

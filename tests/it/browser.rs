@@ -35,6 +35,8 @@ async fn an_audio_session_in_the_browser_streams_the_microphone_and_plays_the_an
     b.find(Locator::Id("key")).await.unwrap().send_keys("browser-key-0123456789").await.unwrap();
     click(&b, "start").await;
     until(&b, &server, "window.omniStats.sessionId", "created").await;
+    let said = js(&b, "document.getElementById('transport-used').textContent").await;
+    assert_eq!(said, "Connected over WebSocket; omni-reference answers.", "the page names what answers");
     until(&b, &server, "window.omniStats.chunksSent >= 3", "streaming").await;
     screenshot(&b, "client-listening").await;
     // The microphone's raw signal (no echo cancellation, noise suppression or gain control
@@ -523,6 +525,8 @@ async fn an_audio_session_over_webrtc_queues_speaks_hears_interrupts_and_hangs_u
     busy.close_socket().await;
     until(&b, &server, "window.omniStats.sessionId", "rtc-created").await;
     until(&b, &server, "call.stream.getAudioTracks()[0].enabled", "rtc-unmuted").await;
+    let said = js(&b, "document.getElementById('transport-used').textContent").await;
+    assert_eq!(said, "Connected over WebRTC; omni-reference answers.", "what answers, once created");
     // The browser's echo cancellation is what the checkbox says (off in the tests).
     let settings = js(&b, "window.omniStats.audioSettings").await;
     assert_eq!(settings["echoCancellation"], false, "{settings}");

@@ -224,7 +224,7 @@ async fn status_and_metrics_after_a_scripted_run() {
         (value("omni_chunks_dropped_total{mode=\"audio\"}"), value("omni_chunks_answered_total{mode=\"audio\"}"));
     assert!(dropped >= 1.0 && dropped + answered == 7.0, "dropped {dropped}, answered {answered}");
     assert_eq!(value("omni_sessions_closed_total{reason=\"user_stop\"}"), 1.0);
-    assert_eq!(value("omni_sessions_active{dialect=\"minicpm\",mode=\"audio\"}"), 0.0);
+    assert_eq!(value("omni_sessions_active{dialect=\"minicpm\",mode=\"audio\",transport=\"websocket\"}"), 0.0);
     assert_eq!(value("omni_workers{state=\"idle\"}"), 1.0);
     assert_eq!(value("omni_queue_length"), 0.0);
     assert_eq!(value("omni_queue_wait_seconds_count"), 1.0);

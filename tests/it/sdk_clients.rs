@@ -26,6 +26,8 @@ fn the_official_openai_and_dashscope_clients_hold_voice_turns() {
     );
     let mut server = Server::ready(
         Setup::default()
+            // As shipped: sessions resumable, so the clients see the resume token in the first event.
+            .server("resume_grace_s = 30")
             .auth("api_keys = [\"sdk-test-key-0123456789\"]")
             .recording("enabled = true")
             .workers(workers(2, "token_ms = 100")),

@@ -21,7 +21,7 @@ pub struct Metrics {
     pub connections_open: IntGauge,
     /// Connections refused before the upgrade, by reason (unauthorized, forbidden_origin, too_many_connections, ...).
     pub connections_refused: IntCounterVec,
-    /// Sessions past `session.created`, by public mode and dialect.
+    /// Sessions past `session.created`, by public mode, dialect and transport.
     pub sessions_active: IntGaugeVec,
     /// Clients waiting for a worker (on this replica, in a cluster).
     pub queue_length: IntGauge,
@@ -223,7 +223,7 @@ impl Metrics {
                 &r,
                 "omni_sessions_active",
                 "Sessions past session.created",
-                &["mode", "dialect"],
+                &["mode", "dialect", "transport"],
             ),
             queue_length: gauge(&r, "omni_queue_length", "Clients waiting for a worker"),
             cluster_waiting: gauge(&r, "omni_cluster_waiting", "Clients waiting across the cluster's replicas"),
@@ -432,13 +432,13 @@ mod tests {
     fn every_metric_renders() {
         let m = metrics();
         m.errors.with_label_values(&["not_ready"]).inc();
-        m.sessions_active.with_label_values(&["video", "minicpm"]).set(1);
+        m.sessions_active.with_label_values(&["video", "minicpm", "websocket"]).set(1);
         m.queue_wait_seconds.observe(0.2);
         let text = m.render();
         for name in [
             "omni_connections_total",
             "omni_errors_total{code=\"not_ready\"} 1",
-            "omni_sessions_active{dialect=\"minicpm\",mode=\"video\"} 1",
+            "omni_sessions_active{dialect=\"minicpm\",mode=\"video\",transport=\"websocket\"} 1",
             "omni_queue_wait_seconds_bucket",
             "omni_queue_length",
         ] {

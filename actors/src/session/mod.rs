@@ -708,7 +708,7 @@ impl Actor for SessionActor {
         m.connections_open.dec();
         m.sessions_closed.with_label_values(&[reason.metric_label()]).inc();
         if let Some(dialect) = self.active_as {
-            m.sessions_active.with_label_values(&[self.settings.mode.as_str(), dialect]).dec();
+            m.sessions_active.with_label_values(&[self.settings.mode.as_str(), dialect, self.links.client.transport]).dec();
             self.links.registry.set_active(self.settings.mode, false);
         }
         let c = self.flow.counters();

@@ -72,6 +72,8 @@ pub struct ResponseRequest {
 pub struct SessionView {
     pub id: String,
     pub conf: Conf,
+    /// In `session.created`: the name of the backend that answers (a gateway field).
+    pub backend: Option<String>,
 }
 
 /// A response as shown in `response.created` / `response.done`.

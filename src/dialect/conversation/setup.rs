@@ -75,7 +75,7 @@ impl Setup {
 impl Driver {
     fn session_view(&self) -> Box<SessionView> {
         let id = self.life.session_id.clone().unwrap_or_default();
-        Box::new(SessionView { id, conf: self.setup.conf.clone() })
+        Box::new(SessionView { id, conf: self.setup.conf.clone(), backend: None })
     }
 
     /// The configuration from now on. The backend follows it if it must know (a reconfigure,
@@ -141,7 +141,8 @@ impl Driver {
         self.life.session_id = Some(session_id.to_string());
         self.life.backend = Some(backend.clone());
         self.life.phase = Phase::Active;
-        let view = self.session_view();
+        let mut view = self.session_view();
+        view.backend = Some(backend.name.clone());
         self.events.push(Event::SessionCreated(view));
         if std::mem::take(&mut self.setup.update_pending) {
             let view = self.session_view();

@@ -78,7 +78,12 @@ impl Encoder {
             Event::QueueUpdate(q) => self.queue_event("session.queue_update", q),
             Event::SessionCreated(view) => {
                 let session = self.session_object(&view);
-                self.event("session.created", json!({"session": session}))
+                let mut fields = json!({"session": session});
+                if let Some(backend) = &view.backend {
+                    // What answers (a gateway field beside the session, as the queue's events are).
+                    fields["backend"] = json!(backend);
+                }
+                self.event("session.created", fields)
             }
             Event::SessionUpdated(view) => {
                 let session = self.session_object(&view);
