@@ -120,7 +120,7 @@ function showRecordings() {
   const mode = $('filter-mode').value;
   const reason = $('filter-reason').value;
   const shown = recordings.filter((s) => (!mode || s.mode === mode) && (!reason || s.close_reason === reason)
-    && (!text || [s.session_id, s.worker, s.close_reason, s.dialect].join(' ').toLowerCase().includes(text)));
+    && (!text || [s.session_id, s.worker, s.close_reason, s.dialect, s.transport].join(' ').toLowerCase().includes(text)));
   const body = $('recordings').tBodies[0];
   body.replaceChildren();
   for (const s of shown) {
@@ -130,6 +130,7 @@ function showRecordings() {
     cell(row, s.start);
     cell(row, s.mode);
     cell(row, s.dialect);
+    cell(row, s.transport);
     cell(row, s.worker);
     cell(row, seconds(s.duration_s));
     cell(row, s.close_reason);
@@ -156,11 +157,44 @@ function refs(value, out = []) {
   return out;
 }
 
+/// What the model said, in a transcript delta of the OpenAI dialect (GA or beta names).
+const TRANSCRIPT_DELTA = new Set(['response.output_audio_transcript.delta', 'response.audio_transcript.delta',
+  'response.output_text.delta', 'response.text.delta']);
+/// Events a client or the gateway sends many of in a row (audio in pieces): one line for a run.
+const GENERATED = new Set(['input_audio_buffer.append', 'caller.audio', 'model.audio',
+  'response.output_audio.delta', 'response.audio.delta']);
+
 function describe(line) {
   const e = line.event || {};
   if (e.type === 'response.output.delta') return e.kind === 'text' ? `text: ${e.text}` : e.kind;
+  if (TRANSCRIPT_DELTA.has(e.type)) return `text: ${e.delta}`;
+  if (e.type === 'conversation.item.input_audio_transcription.completed') return `heard: ${e.transcript}`;
   if (e.type === 'error') return `error ${e.error && e.error.code}`;
   return e.type || (line.raw ? 'raw frame' : '?');
+}
+
+/// The lines of the list: a run of one generated event, or of the model's transcript deltas,
+/// from one side is one line ("caller.audio ×25", "text: Reply 1: I heard ...").
+function listed(lines) {
+  const out = [];
+  for (const l of lines) {
+    const e = l.event || {};
+    const last = out[out.length - 1];
+    const kind = GENERATED.has(e.type) ? e.type : TRANSCRIPT_DELTA.has(e.type) ? 'text' : null;
+    if (kind && last && last.kind === kind && last.dir === l.dir) {
+      last.lines.push(l);
+      if (kind === 'text') last.text += e.delta || '';
+      continue;
+    }
+    out.push({ kind, dir: l.dir, t: l.t, lines: [l], text: kind === 'text' ? e.delta || '' : '' });
+  }
+  return out.map((run) => {
+    const first = run.lines[0];
+    let what = describe(first);
+    if (run.kind === 'text') what = `text: ${run.text}`;
+    else if (run.kind && run.lines.length > 1) what = `${run.kind} ×${run.lines.length}`;
+    return { run, text: `${first.t.toFixed(2)} s ${first.dir === 'in' ? 'client' : 'server'}: ${what}` };
+  });
 }
 
 async function view(id) {
@@ -174,16 +208,21 @@ async function view(id) {
     stats.events = lines.length;
     $('viewer').hidden = false;
     $('viewer-id').textContent = id;
-    $('viewer-meta').textContent = `${meta.mode}, ${meta.dialect}, worker ${meta.worker || '-'}, ${seconds(meta.duration_s)}, ended: ${meta.close_reason}; `
+    $('viewer-meta').textContent = `${meta.mode}, ${meta.dialect} over ${meta.transport || 'websocket'}, worker ${meta.worker || '-'}, `
+      + `${seconds(meta.duration_s)}, ended: ${meta.close_reason}; `
       + `${meta.chunks_received} chunks received, ${meta.chunks_dropped} dropped, ${meta.turns} answers`;
+    // Frames only for a video session.
+    $('viewer-frame').hidden = meta.mode !== 'video';
     const list = $('viewer-events');
     list.replaceChildren();
-    for (const l of lines) {
+    const shown = listed(lines);
+    for (const { run, text: line } of shown) {
       const li = document.createElement('li');
-      li.textContent = `${l.t.toFixed(2)} s ${l.dir === 'in' ? 'client' : 'server'}: ${describe(l)}`;
+      li.textContent = line;
       list.appendChild(li);
-      l.node = li;
+      for (const l of run.lines) l.node = li;
     }
+    stats.listed = shown.length;
     drawTimeline(0);
     $('viewer').scrollIntoView();
   } catch (e) {
@@ -212,7 +251,8 @@ function drawTimeline(cursor) {
     const e = l.event || {};
     let color = null;
     if (e.kind === 'listen') color = '#9ca3af';
-    else if (e.kind === 'text') color = '#7c3aed';
+    else if (e.kind === 'text' || TRANSCRIPT_DELTA.has(e.type)) color = '#7c3aed';
+    else if (e.type === 'input_audio_buffer.speech_started' || e.type === 'input_audio_buffer.speech_stopped') color = '#3b82f6';
     else if (e.type === 'error') color = '#b42318';
     if (color) {
       g.fillStyle = color;
@@ -280,7 +320,8 @@ async function tick(ctx) {
     const frames = refs(l.event).filter((r) => r.$ref.startsWith('frames/'));
     if (frames.length) viewer.frame = frames[frames.length - 1].$ref;
   }
-  for (const l of viewer.lines) l.node.classList.toggle('now', l === current);
+  const now = current ? current.node : null;
+  for (const li of $('viewer-events').children) li.classList.toggle('now', li === now);
   if (viewer.frame && viewer.frame !== viewer.shownFrame) {
     viewer.shownFrame = viewer.frame;
     const data = await get(`/sessions/${viewer.id}/${viewer.frame}`, 'bytes');

@@ -100,6 +100,7 @@ pub fn list(root: &Path, page: usize, per_page: usize) -> io::Result<(usize, Vec
                 "date": e.date,
                 "mode": meta["mode"],
                 "dialect": meta["dialect"],
+                "transport": meta["transport"],
                 "worker": meta["worker"],
                 "start": meta["start"],
                 "end": meta["end"],

@@ -558,9 +558,25 @@ async fn an_audio_session_over_webrtc_queues_speaks_hears_interrupts_and_hangs_u
     click(&b, "stop").await;
     until(&b, &server, "window.omniStats.state === 'ended'", "rtc-stopped").await;
     assert_eq!(js(&b, "document.getElementById('detail').textContent").await, "You ended the session.");
-    b.close().await.unwrap();
     // Recorded as a WebSocket session is: the user's voice, the model's, why it ended.
     let dir = server.recording(&id);
+    // The console lists it with its transport; its viewer shows the call's events on one list,
+    // each run of voice pieces one line, the model's words whole, and no frame pane.
+    b.goto(&format!("http://{}/console", server.addr)).await.unwrap();
+    until(&b, &server, "window.consoleStats.recordings >= 1", "rtc-recordings").await;
+    let row = js(&b, &format!("document.querySelector(\"#recordings tr[data-session='{id}']\").textContent")).await;
+    assert!(row.as_str().unwrap().contains("webrtc"), "{row}");
+    b.find(Locator::Css(&format!("#recordings tr[data-session='{id}']"))).await.unwrap().click().await.unwrap();
+    until(&b, &server, &format!("window.consoleStats.viewing === '{id}'"), "rtc-viewer").await;
+    let listed = js(&b, "document.getElementById('viewer-events').textContent").await;
+    let listed = listed.as_str().unwrap();
+    assert!(listed.contains("client: caller.audio ×"), "voice pieces in runs: {listed}");
+    assert!(listed.contains("server: text: Reply 1: I heard"), "the model's words whole: {listed}");
+    let (lines, events) = (js(&b, "window.consoleStats.listed").await, js(&b, "window.consoleStats.events").await);
+    assert!(lines.as_i64().unwrap() * 3 < events.as_i64().unwrap(), "{lines} lines for {events} events");
+    assert_eq!(js(&b, "document.getElementById('viewer-frame').hidden").await, true, "no frames in an audio call");
+    screenshot(&b, "console-webrtc-viewer").await;
+    b.close().await.unwrap();
     let meta: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
     assert_eq!(meta["close_reason"], "hangup", "{meta}");
     assert_eq!(meta["transport"], "webrtc", "{meta}");
