@@ -586,3 +586,35 @@ async fn an_audio_session_over_webrtc_queues_speaks_hears_interrupts_and_hangs_u
     }
     server.wait_idle();
 }
+
+#[tokio::test]
+async fn the_page_snippet_in_the_webrtc_docs_calls_as_printed() {
+    if !needs(&[Need::Browser]) {
+        return;
+    }
+    let docs = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/webrtc.md")).unwrap();
+    let section = docs.split("## A call from a page").nth(1).expect("the section");
+    let code = section.split("```js\n").nth(1).expect("a js block").split("```").next().unwrap();
+    assert!(code.lines().count() <= 40, "the snippet is short: {} lines", code.lines().count());
+    let server = Server::ready(Setup::default().auth("api_keys = [\"browser-key-0123456789\"]"));
+    let dir = tempfile::tempdir().unwrap();
+    let driver = driver();
+    let b = browser(&driver, &microphone_wav(dir.path(), &[(2.0, 30.0)])).await;
+    // On a page of the gateway's own, the snippet as printed, then called as its last line says.
+    b.goto(&format!("http://{}/", server.addr)).await.unwrap();
+    let run = format!(
+        "{code}\nwindow.seen = []; window.failed = null;\n\
+         call('browser-key-0123456789', (event) => window.seen.push(event))\n\
+         .then((c) => {{ window.omniCall = c; }}, (e) => {{ window.failed = String(e); }});"
+    );
+    b.execute(&run, vec![]).await.unwrap();
+    until(&b, &server, "window.failed || window.seen.some((e) => e.type === 'session.created')", "snippet-created").await;
+    assert_eq!(js(&b, "window.failed").await, Value::Null);
+    // The fake microphone's tone is heard, and answered in words and voice.
+    let done = until(&b, &server, "window.seen.find((e) => e.type === 'response.done')", "snippet-answered").await;
+    assert_eq!(done["response"]["status"], "completed", "{done}");
+    until(&b, &server, "window.seen.some((e) => e.type === 'output_audio_buffer.started')", "snippet-voice").await;
+    b.execute("window.omniCall.hangUp()", vec![]).await.unwrap();
+    server.wait_idle();
+    b.close().await.unwrap();
+}
