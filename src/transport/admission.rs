@@ -20,8 +20,8 @@ use omni_actors::edge::dialect::Dialect;
 use omni_actors::observe::events::SessionInfo;
 use omni_actors::observe::metrics::metrics;
 use omni_actors::protocol::ProtocolError;
-use omni_actors::session::{AddressCaps, Admission, Refusal as CapRefusal};
 use omni_actors::session::messages::SessionPort;
+use omni_actors::session::{AddressCaps, Admission, Refusal as CapRefusal};
 use omni_actors::session::{ClientInfo, SessionActor, SessionLinks, SessionSettings};
 
 use crate::dialect::openai::{Flavor, Realtime};

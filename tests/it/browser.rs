@@ -592,7 +592,8 @@ async fn the_page_snippet_in_the_webrtc_docs_calls_as_printed() {
     if !needs(&[Need::Browser]) {
         return;
     }
-    let docs = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/webrtc.md")).unwrap();
+    let docs =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/webrtc.md")).unwrap();
     let section = docs.split("## A call from a page").nth(1).expect("the section");
     let code = section.split("```js\n").nth(1).expect("a js block").split("```").next().unwrap();
     assert!(code.lines().count() <= 40, "the snippet is short: {} lines", code.lines().count());
@@ -608,7 +609,8 @@ async fn the_page_snippet_in_the_webrtc_docs_calls_as_printed() {
          .then((c) => {{ window.omniCall = c; }}, (e) => {{ window.failed = String(e); }});"
     );
     b.execute(&run, vec![]).await.unwrap();
-    until(&b, &server, "window.failed || window.seen.some((e) => e.type === 'session.created')", "snippet-created").await;
+    until(&b, &server, "window.failed || window.seen.some((e) => e.type === 'session.created')", "snippet-created")
+        .await;
     assert_eq!(js(&b, "window.failed").await, Value::Null);
     // The fake microphone's tone is heard, and answered in words and voice.
     let done = until(&b, &server, "window.seen.find((e) => e.type === 'response.done')", "snippet-answered").await;

@@ -95,9 +95,10 @@ async fn a_minicpm_client_dropped_mid_answer_resumes_its_session_with_nothing_lo
 async fn an_openai_client_dropped_mid_answer_resumes_and_the_answer_continues() {
     // Slow steps: the answer lasts while the client is away.
     let server = Server::ready(held(30).workers(workers(1, "step_ms = 300")));
-    let (ws, _) = tokio_tungstenite::connect_async(server.url("/v1/realtime?model=omni").into_client_request().unwrap())
-        .await
-        .unwrap();
+    let (ws, _) =
+        tokio_tungstenite::connect_async(server.url("/v1/realtime?model=omni").into_client_request().unwrap())
+            .await
+            .unwrap();
     let mut c = Client::from_stream(ws);
     let created = c.expect("session.created").await;
     let token = created["resume_token"].as_str().expect("a resume token in session.created").to_string();
@@ -105,7 +106,9 @@ async fn an_openai_client_dropped_mid_answer_resumes_and_the_answer_continues() 
     c.send(json!({"type": "input_audio_buffer.append", "audio": pcm16(1.5, 24000, 0.3)})).await;
     let delta = c.until("response.output_audio.delta").await;
     let response_id = delta["response_id"].clone();
-    let received = c.seen.len();
+    // What the client received: the number of the last event_N (every event numbered).
+    let received: u64 = delta["event_id"].as_str().unwrap().trim_start_matches("event_").parse().unwrap();
+    assert_eq!(received as usize, c.seen.len());
     let before = c.seen.clone();
     drop_connection(c);
     wait_held(&server, 1);
@@ -118,9 +121,10 @@ async fn an_openai_client_dropped_mid_answer_resumes_and_the_answer_continues() 
     assert_eq!(done["response"]["id"], response_id, "the same answer, continued");
     assert_eq!(done["response"]["status"], "completed");
     // Every event of the session exactly once, in order: their ids count up without a gap.
+    assert!(resumed["event_id"].as_str().unwrap().starts_with("event_resumed_"), "outside the numbering");
     let ids: Vec<u64> = before
         .iter()
-        .chain(&c.seen)
+        .chain(&c.seen[1..])
         .map(|e| e["event_id"].as_str().unwrap().trim_start_matches("event_").parse().unwrap())
         .collect();
     assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>(), "event ids");

@@ -66,8 +66,9 @@ async def main(port, key):
     out["turn1_heard_ms"] = first.loud_ms
 
     # A new peer connection takes the session over (the first is still up: a phone's old
-    # network that has not failed yet).
-    received = len(first.events)
+    # network that has not failed yet). What it received: the number of the last event_N (the
+    # call's own events, output_audio_buffer.*, have ids that are not numbers).
+    received = max(int(e["event_id"][6:]) for e in first.events if e.get("event_id", "")[6:].isdigit())
     pc2, second, voice2, location2, listeners2 = await connect(
         base, key, f"/v1/realtime/calls?resume={token}&received={received}")
     resumed = await second.wait("session.resumed")

@@ -1,7 +1,7 @@
 //! The session's hold: its connection lost, it keeps everything for its client for the
 //! grace; a resume hands it a new line ([`super::resume`] has the rules and the tokens).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
@@ -12,27 +12,27 @@ use super::state::Phase;
 use crate::observe::metrics;
 use crate::protocol::{CloseReason, Outbound};
 
+/// How soon a session whose grace passed while a caller held its token looks again.
+const TAKEN_RECHECK: Duration = Duration::from_secs(1);
+
 impl SessionActor {
     /// A token that resumes this session, for its client only (its API key's).
     pub(super) fn issue_token(&mut self, ctx: &mut Context<Self>) -> String {
-        let key_id = self.links.client.key_id.clone();
+        let (key_id, transport) = (self.links.client.key_id.clone(), self.links.client.transport);
         let session = Resumable { resume: ctx.address().recipient(), port: ctx.address().recipient() };
-        self.links.registry.tokens().issue(self.conn, key_id, session)
+        self.links.registry.tokens().issue(self.conn, key_id, transport, session)
     }
 
     /// The connection was lost without a close: the session is held for the grace when
     /// resumption is on (and it is not already ending), else it ends.
     pub(super) fn lose(&mut self, reason: CloseReason, ctx: &mut Context<Self>) {
         let grace = self.settings.resume.grace;
-        if grace.is_zero() || self.draining || self.state.phase() == Phase::Closed || self.line.away() {
+        if grace.is_zero() || self.draining || self.state.phase() == Phase::Closed || self.replay.away() {
             log::debug!("session {}: its connection ended ({})", self.who(), reason.as_str());
-            self.end = Some(reason);
-            self.ended_at = Some(Instant::now());
-            self.state.close();
-            return ctx.stop();
+            return self.end_untold(reason, ctx);
         }
         let now = Instant::now();
-        self.line.lose(now);
+        self.replay.lose(now);
         self.holds += 1;
         let hold = self.holds;
         log::info!(
@@ -43,22 +43,24 @@ impl SessionActor {
             if self.worker.is_some() { "on its worker" } else { "in the queue" },
             self.worker_name()
         );
-        self.lost = Some(reason);
+        self.away_reason = Some(reason);
         self.links.registry.set_away(self.conn, Some(now));
         metrics().sessions_held.inc();
         ctx.run_later(grace, move |act, ctx| act.hold_over(hold, ctx));
     }
 
-    /// The grace of hold `hold` passed: the session ends, unless its client came back, or
-    /// took its token and is on its way (the resume is in the mailbox).
+    /// The grace of hold `hold` passed: the session ends, unless its client came back. A
+    /// client that took its token is starting its connection: it hands the session its line
+    /// or, failing, puts the token back; the session looks again a moment later.
     fn hold_over(&mut self, hold: u64, ctx: &mut Context<Self>) {
-        if hold != self.holds || !self.line.away() || self.end.is_some() {
+        if hold != self.holds || !self.replay.away() || self.end.is_some() {
             return;
         }
         if !self.links.registry.tokens().revoke(self.conn) {
+            ctx.run_later(TAKEN_RECHECK, move |act, ctx| act.hold_over(hold, ctx));
             return;
         }
-        let reason = self.lost.take().unwrap_or(CloseReason::ClientGone);
+        let reason = self.away_reason.take().unwrap_or(CloseReason::ClientGone);
         log::info!(
             "session {}: not resumed within {:?}; ended ({}) on worker {}",
             self.who(),
@@ -67,10 +69,7 @@ impl SessionActor {
             self.worker_name()
         );
         metrics().resumes.with_label_values(&["expired"]).inc();
-        self.end = Some(reason);
-        self.ended_at = Some(Instant::now());
-        self.state.close();
-        ctx.stop();
+        self.end_untold(reason, ctx);
     }
 
     /// A resumed connection's line: the session speaks there from now on. Its client first
@@ -83,7 +82,7 @@ impl SessionActor {
             return;
         }
         let old = std::mem::replace(&mut self.links.edge, line);
-        let was_away = self.line.away();
+        let was_away = self.replay.away();
         if !was_away {
             // The client came back before its old connection was noticed lost: that one closes.
             old.tell(ToClient::Close(CloseReason::Resumed));
@@ -92,8 +91,8 @@ impl SessionActor {
             metrics().sessions_held.dec();
         }
         self.line_no = line_no;
-        self.lost = None;
-        let catchup = self.line.back(received, Instant::now());
+        self.away_reason = None;
+        let catchup = self.replay.back(received, Instant::now());
         let token = self.issue_token(ctx);
         let replayed = catchup.frames.len() as u64;
         log::info!(
@@ -119,10 +118,7 @@ impl SessionActor {
         self.dialect.encode(resumed, &mut out);
         for item in out.drain() {
             if let crate::edge::dialect::Emit::Text(frame) = item {
-                if self.links.sinks.wants(crate::observe::Interest::WIRE) {
-                    let recorded = bytes::Bytes::from(frame.replace(&token, "(resume token)"));
-                    self.links.sinks.publish(crate::observe::SessionEvent::WireOut { frame: &recorded, audio: None });
-                }
+                self.record_out(bytes::Bytes::from(frame.replace(&token, "(resume token)")));
                 self.links.edge.tell(ToClient::Text(frame.into()));
             }
         }

@@ -55,7 +55,7 @@ use flow::Flow;
 use messages::{
     BackendEvent, CallerAudio, ClientLine, FromClient, FromLine, ModelAudio, QueueNotice, Shutdown, ToClient,
 };
-use resume::{Line, Resume, ResumeTerms};
+use resume::{Replay, Resume, ResumeTerms};
 use setups::Setups;
 use state::{Phase, SessionState};
 
@@ -142,15 +142,16 @@ pub struct SessionActor {
     ended_at: Option<Instant>,
     /// What the dialect hands the client, reused from one message to the next.
     outbox: Outbox,
-    /// Its line to the client: what it said (kept for a resume), and whether the client is away.
-    line: Line,
+    /// What it said to its client, numbered and kept for a resume, and whether the client is
+    /// away.
+    replay: Replay,
     /// The number of its current line (0: the connection it started on); what an earlier
     /// line's edge hands it is not heard.
     line_no: u64,
     /// The resume token, until it goes out in the session's first message.
     token_first: Option<String>,
     /// Why its connection was lost, while it is held.
-    lost: Option<CloseReason>,
+    away_reason: Option<CloseReason>,
     /// Holds so far: a grace's end concerns its own hold only.
     holds: u64,
     /// The last place in the queue it was told, told again to a client resumed while waiting.
@@ -182,10 +183,10 @@ impl SessionActor {
             end: None,
             ended_at: None,
             outbox: Outbox::default(),
-            line: Line::new(kept),
+            replay: Replay::new(kept),
             line_no: 0,
             token_first: None,
-            lost: None,
+            away_reason: None,
             holds: 0,
             last_queue: None,
         }
@@ -224,7 +225,7 @@ impl SessionActor {
         if let Outbound::Queued(info) | Outbound::QueueUpdate(info) = &event {
             self.last_queue = Some(*info);
         }
-        if self.line.away() {
+        if self.replay.away() {
             return self.emit_while_away(event);
         }
         self.encode_and_send(event);
@@ -243,14 +244,14 @@ impl SessionActor {
         match event {
             Outbound::QueueUpdate(_) => {}
             Outbound::Step { session_id, response_id, input_id, outcome } if !outcome.audio.is_empty() => {
-                self.line.skip_voice(outcome.audio.len());
+                self.replay.skip_voice(outcome.audio.len());
                 let quiet = crate::domain::StepOutcome { audio: Vec::new(), ..outcome.clone() };
                 self.encode_and_send(Outbound::Step { session_id, response_id, input_id, outcome: &quiet });
             }
             Outbound::TurnDelta { session_id, response_id, input_id, text, audio, kv_length, generate_us, call }
                 if !audio.is_empty() =>
             {
-                self.line.skip_voice(audio.len());
+                self.replay.skip_voice(audio.len());
                 self.encode_and_send(Outbound::TurnDelta {
                     session_id,
                     response_id,
@@ -275,7 +276,7 @@ impl SessionActor {
                 duration_ms,
                 kv_length,
             } => {
-                self.line.skip_voice(audio.len());
+                self.replay.skip_voice(audio.len());
                 self.encode_and_send(Outbound::TurnDone {
                     session_id,
                     response_id,
@@ -308,16 +309,21 @@ impl SessionActor {
     /// first carries its resume token, which the recording never sees), and sent unless the
     /// client is away.
     fn send_frame(&mut self, frame: ByteString) {
-        if self.links.sinks.wants(Interest::WIRE) {
-            let bytes = frame.as_bytes().clone();
-            self.links.sinks.publish(SessionEvent::WireOut { frame: &bytes, audio: None });
-        }
-        let frame = match self.token_first.take() {
-            Some(token) => resume::with_token(frame, &token),
-            None => frame,
-        };
-        if self.line.say(&frame) {
+        self.record_out(frame.as_bytes().clone());
+        // Kept without the token: a message sent again never carries a token already used.
+        if self.replay.say(&frame) {
+            let frame = match self.token_first.take() {
+                Some(token) => resume::with_token(&frame, &token),
+                None => frame,
+            };
             self.links.edge.tell(ToClient::Text(frame));
+        }
+    }
+
+    /// A message for the client, to the wire's subscribers (the recording).
+    fn record_out(&mut self, frame: bytes::Bytes) {
+        if self.links.sinks.wants(Interest::WIRE) {
+            self.links.sinks.publish(SessionEvent::WireOut { frame: &frame, audio: None });
         }
     }
 
@@ -330,10 +336,10 @@ impl SessionActor {
             let bytes = bytes::Bytes::from(frame.to_string());
             self.links.sinks.publish(SessionEvent::WireOut { frame: &bytes, audio: Some(samples) });
         }
-        if !self.line.away() {
+        if !self.replay.away() {
             self.links.edge.tell(ToClient::Audio(audio));
         } else if let ModelAudio::Delta { samples, rate, .. } = &audio {
-            self.line.skip_voice(samples.len() * 24_000 / (*rate).max(1) as usize);
+            self.replay.skip_voice(samples.len() * 24_000 / (*rate).max(1) as usize);
         }
     }
 
@@ -370,6 +376,15 @@ impl SessionActor {
         self.state.close();
         self.end = Some(reason);
         self.ended_at = Some(Instant::now());
+        ctx.stop();
+    }
+
+    /// Ends the session without a word to its client, whose connection is gone: the actor
+    /// stops (and `stopped()` releases what it held).
+    fn end_untold(&mut self, reason: CloseReason, ctx: &mut Context<Self>) {
+        self.end = Some(reason);
+        self.ended_at = Some(Instant::now());
+        self.state.close();
         ctx.stop();
     }
 
@@ -692,7 +707,7 @@ impl Actor for SessionActor {
         let reason = self.end.clone().unwrap_or(CloseReason::ClientGone);
         self.state.close();
         self.links.registry.tokens().revoke(self.conn);
-        if self.line.away() {
+        if self.replay.away() {
             metrics().sessions_held.dec();
         }
         self.links.queue.leave.do_send(Leave { conn: self.conn });
@@ -708,7 +723,9 @@ impl Actor for SessionActor {
         m.connections_open.dec();
         m.sessions_closed.with_label_values(&[reason.metric_label()]).inc();
         if let Some(dialect) = self.active_as {
-            m.sessions_active.with_label_values(&[self.settings.mode.as_str(), dialect, self.links.client.transport]).dec();
+            m.sessions_active
+                .with_label_values(&[self.settings.mode.as_str(), dialect, self.links.client.transport])
+                .dec();
             self.links.registry.set_active(self.settings.mode, false);
         }
         let c = self.flow.counters();
@@ -726,6 +743,9 @@ impl Actor for SessionActor {
     }
 }
 
+/// What a test's stand-in edge sends, as on the session's first line (edges reach it through
+/// their [`messages::SessionPort`]).
+#[cfg(test)]
 impl Handler<FromClient> for SessionActor {
     type Result = ();
 
@@ -751,12 +771,9 @@ impl Handler<FromLine> for SessionActor {
             FromClient::Audio(audio) => self.handle_audio(audio, ctx),
             FromClient::Refused(e) => self.send_error(ctx, &e),
             FromClient::Ended(reason) => {
-                // The edge has closed (or lost) the connection: nothing more reaches the client.
+                // The edge has closed the connection: nothing more reaches the client.
                 log::debug!("session {}: its connection ended ({})", self.who(), reason.as_str());
-                self.end = Some(reason);
-                self.ended_at = Some(Instant::now());
-                self.state.close();
-                ctx.stop();
+                self.end_untold(reason, ctx);
             }
             FromClient::Lost(reason) => self.lose(reason, ctx),
         }

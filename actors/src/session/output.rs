@@ -105,7 +105,10 @@ impl SessionActor {
         self.state.created();
         let dialect = self.dialect.name();
         self.active_as = Some(dialect);
-        metrics().sessions_active.with_label_values(&[self.settings.mode.as_str(), dialect, self.links.client.transport]).inc();
+        metrics()
+            .sessions_active
+            .with_label_values(&[self.settings.mode.as_str(), dialect, self.links.client.transport])
+            .inc();
         self.links.registry.set_active(self.settings.mode, true);
         let session_id = self.session_id.clone().unwrap_or_default();
         let queue_wait_ms = self.upgraded.elapsed().as_millis() as u64;

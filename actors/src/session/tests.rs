@@ -9,8 +9,8 @@ use actix::prelude::*;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::messages::{BackendEvent, CallerAudio, FromClient, FromLine, ModelAudio, QueueNotice, Shutdown, ToClient};
-use super::resume::{ResumeRefusal, ResumeTerms};
 use super::registry::Registry;
+use super::resume::{ResumeRefusal, ResumeTerms};
 use super::{ClientInfo, SessionActor, SessionLinks, SessionSettings};
 use crate::domain::{DuplexChunk, Mode, SessionKind, SessionSetup, StepKind, StepOutcome};
 use crate::edge::backend::BackendError;
@@ -566,10 +566,7 @@ fn held() -> Options {
 }
 
 fn held_for(grace: Duration) -> Options {
-    Options {
-        resume: Some(ResumeTerms { grace, replay_bytes: 1 << 20 }),
-        ..Default::default()
-    }
+    Options { resume: Some(ResumeTerms { grace, replay_bytes: 1 << 20 }), ..Default::default() }
 }
 
 fn speak(to: &Recipient<BackendEvent>, seq: u64) {
@@ -591,12 +588,16 @@ async fn a_lost_connection_is_held_and_a_resume_takes_it_back_with_what_it_misse
     speak(&events, 2);
     t.step(&events, 3, StepKind::Listen, 6);
     let token = t.registry.tokens().token_of(1).expect("a token");
-    assert_eq!(t.registry.tokens().take(&token, Some("another key")).err(), Some(ResumeRefusal::OtherKey));
-    let taken = t.registry.tokens().take(&token, None).expect("its own key");
-    assert_eq!(t.registry.tokens().take(&token, None).err(), Some(ResumeRefusal::Unknown), "used once");
+    assert_eq!(t.registry.tokens().take(&token, Some("another key"), "").err(), Some(ResumeRefusal::OtherKey));
+    let taken = t.registry.tokens().take(&token, None, "").expect("its own key");
+    assert_eq!(t.registry.tokens().take(&token, None, "").err(), Some(ResumeRefusal::Unknown), "used once");
     let port = taken.hand(Box::new(t.stand.clone().recipient::<ToClient>()), 7, None);
     let resumed = t.text().await;
-    assert!(resumed.starts_with("Resumed { session_id: Some(") && resumed.contains("replayed: 2, lost: 0, voice_skipped_ms: 100"), "{resumed}");
+    assert!(
+        resumed.starts_with("Resumed { session_id: Some(")
+            && resumed.contains("replayed: 2, lost: 0, voice_skipped_ms: 100"),
+        "{resumed}"
+    );
     assert!(!resumed.contains(&token), "a new token");
     assert_eq!(t.text().await, "step input_2 Speak", "without its voice");
     assert_eq!(t.text().await, "step input_3 Listen");
@@ -621,7 +622,7 @@ async fn a_held_session_ends_when_its_grace_passes_and_its_token_with_it() {
     t.expect("Leave").await;
     t.expect("Detach").await;
     t.ended("Closed { received: 0, dropped: 0, answered: 0 }").await;
-    assert_eq!(t.registry.tokens().take(&token, None).err(), Some(ResumeRefusal::Unknown));
+    assert_eq!(t.registry.tokens().take(&token, None, "").err(), Some(ResumeRefusal::Unknown));
     assert_eq!(t.registry.held(), 0);
 }
 
@@ -640,7 +641,7 @@ async fn a_client_back_before_its_loss_was_noticed_closes_its_old_connection() {
     let mut t = start(held());
     let _events = t.active().await;
     let token = t.registry.tokens().token_of(1).expect("a token");
-    let taken = t.registry.tokens().take(&token, None).unwrap();
+    let taken = t.registry.tokens().take(&token, None, "").unwrap();
     let _port = taken.hand(Box::new(t.stand.clone().recipient::<ToClient>()), 9, Some(1));
     t.expect("Close(Resumed)").await;
     let resumed = t.text().await;
@@ -651,4 +652,28 @@ async fn a_client_back_before_its_loss_was_noticed_closes_its_old_connection() {
     t.session.do_send(FromClient::Lost(CloseReason::HeartbeatTimeout));
     t.client("chunk");
     assert_eq!(t.registry.held(), 0);
+}
+
+#[actix::test]
+async fn a_token_taken_and_never_handed_goes_back_and_the_hold_still_ends_at_its_grace() {
+    tokio::time::pause();
+    let mut t = start(held_for(Duration::from_secs(2)));
+    let _events = t.active().await;
+    let token = t.registry.tokens().token_of(1).expect("a token");
+    assert_eq!(
+        t.registry.tokens().take(&token, None, "webrtc").err(),
+        Some(ResumeRefusal::OtherTransport("")),
+        "a session resumes on its own transport"
+    );
+    t.session.do_send(FromClient::Lost(CloseReason::ClientGone));
+    // A caller takes the token past the grace and its connection fails before it hands it.
+    let taken = t.registry.tokens().take(&token, None, "").unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(t.registry.held(), 1, "held while a caller has its token");
+    drop(taken);
+    assert_eq!(t.registry.tokens().token_of(1).as_deref(), Some(token.as_str()), "the token is good again");
+    // The next look ends it.
+    t.expect("Leave").await;
+    t.expect("Detach").await;
+    t.ended("Closed { received: 0, dropped: 0, answered: 0 }").await;
 }

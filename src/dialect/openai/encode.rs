@@ -233,13 +233,14 @@ impl Encoder {
 
     /// `session.resumed` (a gateway event, as the queue's are): the next resume token and
     /// what the resumed client missed.
+    /// Its `event_id` is outside the session's numbering (`event_N`, which the client's
+    /// `received` counts): `event_resumed_` and the number of the last event said.
     pub(super) fn resumed(&mut self, session_id: Option<&str>, token: &str, counts: [u64; 4]) -> String {
         let [replayed, lost, audio_skipped_ms, away_ms] = counts;
-        self.event(
-            "session.resumed",
-            json!({"session_id": session_id, "resume_token": token, "replayed": replayed, "lost": lost,
-                   "audio_skipped_ms": audio_skipped_ms, "away_ms": away_ms}),
-        )
+        json!({"type": "session.resumed", "event_id": format!("event_resumed_{}", self.events),
+               "session_id": session_id, "resume_token": token, "replayed": replayed, "lost": lost,
+               "audio_skipped_ms": audio_skipped_ms, "away_ms": away_ms})
+        .to_string()
     }
 
     fn queue_event(&mut self, kind: &str, q: QueueInfo) -> String {

@@ -78,6 +78,8 @@ enum Phase {
 
 pub struct CallEdge {
     id: String,
+    /// It resumes a session ([`CallParts::resumed`]).
+    resumed: bool,
     rtc: Rtc,
     socket: Arc<UdpSocket>,
     local: SocketAddr,
@@ -124,6 +126,9 @@ pub struct CallParts {
     pub calls: Arc<Calls>,
     /// What every session may have read and not handled, together.
     pub incoming: Arc<IncomingBudget>,
+    /// The call resumes a session whose connection dropped (`?resume=`): one that never
+    /// connects leaves the session held, rather than ending it.
+    pub resumed: bool,
 }
 
 impl CallEdge {
@@ -135,6 +140,7 @@ impl CallEdge {
         let now = Instant::now();
         Ok(CallEdge {
             id: parts.id,
+            resumed: parts.resumed,
             rtc: parts.rtc,
             socket,
             local,
@@ -199,6 +205,7 @@ impl CallEdge {
     /// (held for a resume when resumption is on), and the call ends.
     fn lose(&mut self, ctx: &mut Context<Self>) {
         if self.phase != Phase::Closing && !self.session_told {
+            log::info!("call {}: lost its client", self.id);
             self.session_told = true;
             self.tell(FromClient::Lost(CloseReason::ClientGone));
         }
@@ -219,12 +226,12 @@ impl CallEdge {
                 Ok(Output::Timeout(at)) => return self.arm(at, ctx),
                 Err(e) => {
                     log::info!("call {}: WebRTC error: {e}", self.id);
-                    return self.end(ctx, Some(CloseReason::ClientGone));
+                    return self.lose(ctx);
                 }
             }
         }
         if self.phase == Phase::Live {
-            self.end(ctx, Some(CloseReason::ClientGone));
+            self.lose(ctx);
         }
     }
 
@@ -241,7 +248,7 @@ impl CallEdge {
             act.timer = None;
             if let Err(e) = act.rtc.handle_input(Input::Timeout(Instant::now())) {
                 log::info!("call {}: WebRTC error: {e}", act.id);
-                return act.end(ctx, Some(CloseReason::ClientGone));
+                return act.lose(ctx);
             }
             act.drive(ctx);
         });
@@ -414,7 +421,7 @@ impl CallEdge {
                 Ok(false) => break,
                 Err(e) => {
                     log::info!("call {}: cannot write to {EVENTS_CHANNEL}: {e}", self.id);
-                    return self.end(ctx, Some(CloseReason::ClientGone));
+                    return self.lose(ctx);
                 }
             }
         }
@@ -548,7 +555,12 @@ impl Actor for CallEdge {
                     act.id,
                     act.settings.connect_timeout
                 );
-                act.end(ctx, Some(CloseReason::HeartbeatTimeout));
+                if act.resumed {
+                    // A resumed session's new call that never connected: it may try again.
+                    act.lose(ctx);
+                } else {
+                    act.end(ctx, Some(CloseReason::HeartbeatTimeout));
+                }
             }
         });
         self.drive(ctx);
@@ -560,7 +572,7 @@ impl Actor for CallEdge {
             log::warn!("call {}: {} frames of the model's voice dropped over the bound", self.id, self.playout.dropped);
         }
         if !self.session_told {
-            self.tell(FromClient::Ended(CloseReason::ClientGone));
+            self.tell(FromClient::Lost(CloseReason::ClientGone));
         }
     }
 }
@@ -854,6 +866,7 @@ mod tests {
             first: Vec::new(),
             calls: calls.clone(),
             incoming: IncomingBudget::new(1 << 20),
+            resumed: false,
         };
         CallEdge::new(parts).unwrap().start();
         let opens = if junk.is_some() { 2 } else { 1 };

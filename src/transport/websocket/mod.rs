@@ -135,6 +135,15 @@ impl WebSocketEdge {
         ctx.stop();
     }
 
+    /// The connection is lost rather than closed (it broke, or the client stopped answering
+    /// pings): the session hears [`FromClient::Lost`] and may hold for a resume.
+    fn lose(&mut self, ctx: &mut ws::WebsocketContext<Self>, reason: CloseReason) {
+        if self.ended.is_none() && !self.closed_by_session {
+            self.lost = true;
+            self.end(ctx, reason);
+        }
+    }
+
     fn violation(&mut self, ctx: &mut ws::WebsocketContext<Self>, v: Violation) {
         self.end(ctx, CloseReason::ProtocolViolation(v));
     }
@@ -160,8 +169,7 @@ impl WebSocketEdge {
                     act.label,
                     act.settings.heartbeat_timeout
                 );
-                act.lost = true;
-                return act.end(ctx, CloseReason::HeartbeatTimeout);
+                return act.lose(ctx, CloseReason::HeartbeatTimeout);
             }
             if act.fragments.overdue(now) {
                 log::info!(

@@ -37,7 +37,7 @@ impl Handler<FromLine> for Stand {
             FromClient::Audio(a) => format!("audio {} at {}", a.samples.len(), a.rate),
             FromClient::Refused(e) => format!("refused {}", e.code()),
             FromClient::Ended(r) => format!("ended {}", r.as_str()),
-                FromClient::Lost(r) => format!("lost {}", r.as_str()),
+            FromClient::Lost(r) => format!("lost {}", r.as_str()),
         });
     }
 }

@@ -14,17 +14,15 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use futures_util::StreamExt;
 use serde_json::Value;
 
-use super::{api_key, caller, query_of, refused};
+use super::{api_key, caller, query_of, refused, resume};
 use crate::dialect::openai::Flavor;
-use crate::http::auth::Denied;
 use crate::http::body::{BodyError, Bounded, Bounds};
 use crate::http::routes::http_error;
 use crate::http::{Gateway, auth, client_secrets};
+use crate::transport::StartSession;
 use crate::transport::admission::{Endpoint, Transport, address_admission, admit, authenticate};
 use crate::transport::webrtc::call::{CallEdge, CallParts, CallSettings};
-use crate::transport::StartSession;
 use crate::transport::webrtc::{AnswerError, HangUp, Hanger};
-use omni_actors::session::resume::ResumeRefusal;
 
 /// The largest offer, and the largest `session` part, read.
 const MAX_PART_BYTES: usize = 64 * 1024;
@@ -189,13 +187,11 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
     let secret = key.untaken_secret.clone();
     // `?resume=TOKEN`: the call takes back a session whose connection dropped (its token is
     // used only once the call is answered); else a new session is admitted.
-    let received = match query.get("received").map(|r| r.parse::<u64>()) {
-        None => None,
-        Some(Ok(n)) => Some(n),
-        Some(Err(_)) => return bad_request("received: the number of the session's events the client received"),
+    let ask = match resume::asked(&query) {
+        Ok(ask) => ask,
+        Err(refusal) => return refusal,
     };
-    let resume = query.get("resume");
-    let admitted = match resume {
+    let admitted = match ask {
         Some(_) => None,
         None => {
             let model = model_of(&gw, query.get("model"), [offer.session.as_ref(), key.session.as_ref()]);
@@ -232,22 +228,22 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
             return http_error(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "cannot open a UDP port");
         }
     };
-    let taken = match resume.map(|token| gw.registry.tokens().take(token, key.key_id.as_deref())) {
-        None => None,
-        Some(Ok(taken)) if taken.connected() => Some(taken),
-        Some(Ok(_)) => return super::websocket::resume_refused(ResumeRefusal::Unknown),
-        Some(Err(refusal)) => return super::websocket::resume_refused(refusal),
+    let taken = match &ask {
+        // (the client secret, if any, is used up there)
+        Some(ask) => match resume::take(&gw, ask, &key, "webrtc") {
+            Ok(taken) => Some(taken),
+            Err(refusal) => return refusal,
+        },
+        None => {
+            if let Some(secret) = &secret
+                && !gw.keys.take_secret(secret)
+            {
+                // Used by another request meanwhile (or just expired).
+                return super::secret_used();
+            }
+            None
+        }
     };
-    if let Some(secret) = &secret
-        && !gw.keys.take_secret(secret)
-    {
-        // Used by another request meanwhile (or just expired).
-        return http_error(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            Denied::Wrong(auth::KeyKind::ClientSecret).message(),
-        );
-    }
     let (start, first, conn): (StartSession, Vec<String>, u64) = match (admitted, taken) {
         (Some(admitted), _) => {
             // The settings the call was made with come first (its session's dialect leaves their
@@ -262,6 +258,7 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
         }
         (None, Some(taken)) => {
             let (conn, line_no) = (taken.conn, omni_actors::ids::connection());
+            let received = ask.as_ref().and_then(|a| a.received);
             log::info!("session c{conn}: resumed by call {id} (line {line_no})");
             (Box::new(move |line| taken.hand(line, line_no, received)), Vec::new(), conn)
         }
@@ -285,6 +282,7 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
         first,
         calls: calls.clone(),
         incoming: gw.incoming.clone(),
+        resumed: ask.is_some(),
     };
     match CallEdge::new(parts) {
         // Known by its id before the answer leaves: a hangup right after it finds the call.

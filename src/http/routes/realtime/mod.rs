@@ -1,10 +1,12 @@
 //! The realtime endpoints: a client becomes a session over a WebSocket ([`websocket`]) or a
 //! WebRTC call ([`calls`]), and a server mints client secrets for browsers
 //! ([`client_secrets`]). Both transports pass the same checks before their session starts
-//! (`crate::transport::admission`), their callers described from the request ([`caller`]).
+//! (`crate::transport::admission`), their callers described from the request ([`caller`]); a
+//! client whose connection dropped takes its session back on either ([`resume`]).
 
 pub(super) mod calls;
 pub(super) mod client_secrets;
+mod resume;
 pub(super) mod websocket;
 
 use std::collections::HashMap;
@@ -20,6 +22,11 @@ use crate::transport::admission::{Caller, Origin, Refusal};
 
 /// A request's query parameters.
 type Query = HashMap<String, String>;
+
+/// A client secret presented a second time (used, or just expired).
+fn secret_used() -> HttpResponse {
+    http_error(StatusCode::UNAUTHORIZED, "unauthorized", Denied::Wrong(auth::KeyKind::ClientSecret).message())
+}
 
 // An early-return HTTP answer; boxing it would only move the allocation.
 #[allow(clippy::result_large_err)]

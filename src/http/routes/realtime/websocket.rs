@@ -13,20 +13,18 @@ use actix_web_actors::ws;
 use futures_util::StreamExt;
 use omni_actors::domain::Mode;
 
-use super::{caller, query_of, refused};
+use super::{caller, query_of, refused, resume};
 use crate::dialect::openai::Flavor;
 use crate::http::Gateway;
 use crate::http::routes::http_error;
 use crate::http::{auth, client_secrets};
+use crate::transport::StartSession;
 use crate::transport::admission::{Endpoint, Transport, admit, authenticate};
 use crate::transport::incoming::{Backlog, Gated};
 use crate::transport::outgoing::{Metered, OutgoingLimit, OutgoingMeter};
 use crate::transport::socket::ConnSocket;
 use crate::transport::websocket::line::{self, Merged};
-use crate::transport::StartSession;
 use crate::transport::websocket::{EdgeSettings, WebSocketEdge};
-use omni_actors::observe::metrics::metrics;
-use omni_actors::session::resume::ResumeRefusal;
 
 /// The subprotocols a browser client offered.
 fn subprotocols(req: &HttpRequest) -> Vec<&str> {
@@ -96,8 +94,12 @@ async fn upgrade(
         Ok(key) => key,
         Err(refusal) => return Ok(refused(refusal)),
     };
-    if let Some(token) = query.get("resume") {
-        return resume(req, payload, gw, key, token, query.get("received")).await;
+    let ask = match resume::asked(&query) {
+        Ok(ask) => ask,
+        Err(refusal) => return Ok(refusal),
+    };
+    if let Some(ask) = ask {
+        return take_back(req, payload, gw, key, ask);
     }
     let secret = key.untaken_secret.clone();
     let transport = Transport { name: "websocket", carries_audio: false };
@@ -109,7 +111,7 @@ async fn upgrade(
     if let Some(secret) = &secret
         && !gw.keys.take_secret(secret)
     {
-        return Ok(secret_used());
+        return Ok(super::secret_used());
     }
     let conn = admitted.conn;
     // A client secret's settings, for the OpenAI-shaped dialects (the MiniCPM-o ones have none).
@@ -119,59 +121,26 @@ async fn upgrade(
     Ok(serve(&req, payload, &gw, response, conn, start, first))
 }
 
-fn secret_used() -> HttpResponse {
-    http_error(StatusCode::UNAUTHORIZED, "unauthorized", auth::Denied::Wrong(auth::KeyKind::ClientSecret).message())
-}
-
-/// `?resume=TOKEN`: the connection takes back the session the token names, when the caller
-/// holds the API key that opened it (`received`: how many of the session's messages the
-/// client got, for those it did not to be sent again). The URL's mode or model are the
-/// session's own, whatever this one says.
-async fn resume(
+/// `?resume=TOKEN`: the connection takes back the session the token names (the URL's mode or
+/// model are the session's own, whatever this one says).
+fn take_back(
     req: HttpRequest,
     payload: web::Payload,
     gw: web::Data<Gateway>,
     key: auth::Credential,
-    token: &str,
-    received: Option<&String>,
+    ask: resume::Ask,
 ) -> actix_web::Result<HttpResponse> {
-    let received = match received.map(|r| r.parse::<u64>()) {
-        None => None,
-        Some(Ok(n)) => Some(n),
-        Some(Err(_)) => {
-            let why = "received: the number of the session's messages the client received (a whole number)";
-            return Ok(http_error(StatusCode::BAD_REQUEST, "invalid_payload", why));
-        }
-    };
-    // The handshake is checked before the token is used up: a request that cannot be a
-    // WebSocket leaves the session's token good.
+    // The handshake is checked before the token is used: a request that cannot be a WebSocket
+    // leaves it good (and a taken token that is never handed its session goes back).
     let response = handshake(&req)?;
-    let taken = match gw.registry.tokens().take(token, key.key_id.as_deref()) {
-        Ok(taken) if taken.connected() => taken,
-        Ok(_) | Err(ResumeRefusal::Unknown) => return Ok(resume_refused(ResumeRefusal::Unknown)),
-        Err(refusal) => return Ok(resume_refused(refusal)),
+    let taken = match resume::take(&gw, &ask, &key, "websocket") {
+        Ok(taken) => taken,
+        Err(refusal) => return Ok(refusal),
     };
-    if let Some(secret) = &key.untaken_secret
-        && !gw.keys.take_secret(secret)
-    {
-        return Ok(secret_used());
-    }
-    let conn = taken.conn;
-    let line_no = omni_actors::ids::connection();
+    let (conn, line_no, received) = (taken.conn, omni_actors::ids::connection(), ask.received);
     log::info!("session c{conn}: resumed by a new connection (line {line_no})");
     let start: StartSession = Box::new(move |line| taken.hand(line, line_no, received));
     Ok(serve(&req, payload, &gw, response, conn, start, None))
-}
-
-/// A resume refused: counted, and told without naming the token.
-pub(super) fn resume_refused(refusal: ResumeRefusal) -> HttpResponse {
-    metrics().resumes.with_label_values(&[refusal.label()]).inc();
-    log::info!("a resume refused: {}", refusal.label());
-    let (status, code) = match refusal {
-        ResumeRefusal::Unknown => (StatusCode::NOT_FOUND, "session_not_found"),
-        ResumeRefusal::OtherKey => (StatusCode::FORBIDDEN, "forbidden"),
-    };
-    http_error(status, code, refusal.message())
 }
 
 /// The WebSocket handshake's answer; browsers offer `realtime` (with their key as a
