@@ -501,3 +501,17 @@ pub enum Outbound<'a> {
         reason: &'a CloseReason,
     },
 }
+
+impl<'a> Outbound<'a> {
+    /// The event without the model's voice a turn-mode piece or answer carries, and how many
+    /// samples (24 kHz) were left out: what a client that was away is sent instead. (A duplex
+    /// step's voice is in its outcome, which the caller copies without it.)
+    pub fn without_voice(mut self) -> (Outbound<'a>, usize) {
+        let samples = match &mut self {
+            Outbound::TurnDelta { audio, .. } => std::mem::take(audio).len(),
+            Outbound::TurnDone { audio, .. } => audio.take().map_or(0, <[f32]>::len),
+            _ => 0,
+        };
+        (self, samples)
+    }
+}

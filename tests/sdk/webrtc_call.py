@@ -119,6 +119,29 @@ class Call:
                     self.loud_after_clear_ms += ms
 
 
+async def open_call(base, key, path):
+    """A peer connection with a voice and the events channel, its offer posted to `path` with
+    `key`: (pc, call, voice, channel, location, listeners), once the channel is open."""
+    pc = RTCPeerConnection()
+    call = Call()
+    voice = Voice()
+    pc.addTrack(voice)
+    channel = pc.createDataChannel("oai-events")
+    channel.on("message", call.on_event)
+    opened = asyncio.get_running_loop().create_future()
+    channel.on("open", lambda: opened.done() or opened.set_result(True))
+    listeners = []
+    pc.on("track", lambda track: listeners.append(asyncio.ensure_future(call.listen(track))))
+    await pc.setLocalDescription(await pc.createOffer())
+    status, headers, body = post(f"{base}{path}", pc.localDescription.sdp.encode(),
+                                 {"Authorization": f"Bearer {key}", "Content-Type": "application/sdp"})
+    assert status == 201, (status, body)
+    location = headers.get("Location") or headers.get("location")
+    await pc.setRemoteDescription(RTCSessionDescription(sdp=body.decode(), type="answer"))
+    await asyncio.wait_for(opened, TIMEOUT)
+    return pc, call, voice, channel, location, listeners
+
+
 async def main(port, key, queued):
     base = f"http://127.0.0.1:{port}"
     out = {}
@@ -131,24 +154,8 @@ async def main(port, key, queued):
     assert secret["value"].startswith("ek_") and secret["expires_at"] > time.time(), secret
     out["secret_ttl_s"] = round(secret["expires_at"] - time.time())
 
-    pc = RTCPeerConnection()
-    call = Call()
-    voice = Voice()
-    pc.addTrack(voice)
-    channel = pc.createDataChannel("oai-events")
-    channel.on("message", call.on_event)
-    opened = asyncio.get_running_loop().create_future()
-    channel.on("open", lambda: opened.done() or opened.set_result(True))
-    listeners = []
-    pc.on("track", lambda track: listeners.append(asyncio.ensure_future(call.listen(track))))
-    await pc.setLocalDescription(await pc.createOffer())
-    status, headers, body = post(f"{base}/v1/realtime/calls", pc.localDescription.sdp.encode(),
-                                 {"Authorization": f"Bearer {secret['value']}", "Content-Type": "application/sdp"})
-    assert status == 201, (status, body)
-    location = headers.get("Location") or headers.get("location")
-    assert location and location.startswith("/v1/realtime/calls/rtc_"), headers
-    await pc.setRemoteDescription(RTCSessionDescription(sdp=body.decode(), type="answer"))
-    await asyncio.wait_for(opened, TIMEOUT)
+    pc, call, voice, channel, location, listeners = await open_call(base, secret["value"], "/v1/realtime/calls")
+    assert location and location.startswith("/v1/realtime/calls/rtc_"), location
     if queued:
         waiting = await call.wait("session.queued")
         assert call.events[0]["type"] == "session.queued", call.events[0]

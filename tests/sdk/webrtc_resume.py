@@ -17,30 +17,8 @@ import asyncio
 import json
 import sys
 
-from aiortc import RTCPeerConnection, RTCSessionDescription
-from webrtc_call import TIMEOUT, Call, Voice, post
-
-
-async def connect(base, key, path):
-    """A peer connection with a voice and the events channel, its offer posted to `path`."""
-    pc = RTCPeerConnection()
-    call = Call()
-    voice = Voice()
-    pc.addTrack(voice)
-    channel = pc.createDataChannel("oai-events")
-    channel.on("message", call.on_event)
-    opened = asyncio.get_running_loop().create_future()
-    channel.on("open", lambda: opened.done() or opened.set_result(True))
-    listeners = []
-    pc.on("track", lambda track: listeners.append(asyncio.ensure_future(call.listen(track))))
-    await pc.setLocalDescription(await pc.createOffer())
-    status, headers, body = post(f"{base}{path}", pc.localDescription.sdp.encode(),
-                                 {"Authorization": f"Bearer {key}", "Content-Type": "application/sdp"})
-    assert status == 201, (status, body)
-    location = headers.get("Location") or headers.get("location")
-    await pc.setRemoteDescription(RTCSessionDescription(sdp=body.decode(), type="answer"))
-    await asyncio.wait_for(opened, TIMEOUT)
-    return pc, call, voice, location, listeners
+from aiortc import RTCPeerConnection
+from webrtc_call import open_call, post
 
 
 async def turn(call, voice):
@@ -57,7 +35,7 @@ async def turn(call, voice):
 async def main(port, key):
     base = f"http://127.0.0.1:{port}"
     out = {}
-    pc1, first, voice1, location1, listeners1 = await connect(base, key, "/v1/realtime/calls")
+    pc1, first, voice1, _, location1, listeners1 = await open_call(base, key, "/v1/realtime/calls")
     created = await first.wait("session.created")
     token = created.get("resume_token")
     assert token and token.startswith("rsm_"), created
@@ -69,7 +47,7 @@ async def main(port, key):
     # network that has not failed yet). What it received: the number of the last event_N (the
     # call's own events, output_audio_buffer.*, have ids that are not numbers).
     received = max(int(e["event_id"][6:]) for e in first.events if e.get("event_id", "")[6:].isdigit())
-    pc2, second, voice2, location2, listeners2 = await connect(
+    pc2, second, voice2, _, location2, listeners2 = await open_call(
         base, key, f"/v1/realtime/calls?resume={token}&received={received}")
     resumed = await second.wait("session.resumed")
     out["resumed_session_id"] = resumed["session_id"]

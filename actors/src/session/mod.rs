@@ -248,50 +248,11 @@ impl SessionActor {
                 let quiet = crate::domain::StepOutcome { audio: Vec::new(), ..outcome.clone() };
                 self.encode_and_send(Outbound::Step { session_id, response_id, input_id, outcome: &quiet });
             }
-            Outbound::TurnDelta { session_id, response_id, input_id, text, audio, kv_length, generate_us, call }
-                if !audio.is_empty() =>
-            {
-                self.replay.skip_voice(audio.len());
-                self.encode_and_send(Outbound::TurnDelta {
-                    session_id,
-                    response_id,
-                    input_id,
-                    text,
-                    audio: &[],
-                    kv_length,
-                    generate_us,
-                    call,
-                });
+            other => {
+                let (quiet, samples) = other.without_voice();
+                self.replay.skip_voice(samples);
+                self.encode_and_send(quiet);
             }
-            Outbound::TurnDone {
-                session_id,
-                response_id,
-                text,
-                audio: Some(audio),
-                input_tokens,
-                output_tokens,
-                input_audio_tokens,
-                output_audio_tokens,
-                cancelled,
-                duration_ms,
-                kv_length,
-            } => {
-                self.replay.skip_voice(audio.len());
-                self.encode_and_send(Outbound::TurnDone {
-                    session_id,
-                    response_id,
-                    text,
-                    audio: None,
-                    input_tokens,
-                    output_tokens,
-                    input_audio_tokens,
-                    output_audio_tokens,
-                    cancelled,
-                    duration_ms,
-                    kv_length,
-                });
-            }
-            other => self.encode_and_send(other),
         }
     }
 
