@@ -315,7 +315,9 @@ fn check_config(path: &std::path::Path) -> ExitCode {
     if failed {
         return ExitCode::FAILURE;
     }
-    if remote > 0 {
+    if config.cluster.is_some() {
+        println!("{file}: ok (a replica: its workers are the cluster's nodes')");
+    } else if remote > 0 {
         println!("{file}: ok, {} worker(s) here and {remote} on {} node(s)", config.workers.len(), config.nodes.len());
     } else {
         println!("{file}: ok, {} worker(s)", config.workers.len());

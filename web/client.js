@@ -78,8 +78,10 @@ const STATES = {
 function setState(state, detail) {
   stats.state = state;
   $('state').dataset.state = state;
-  // A chat answer is written (and read out), not a voice one talks over: "Answering".
-  $('state').textContent = state === 'speaking' && mode === 'chat' ? 'Answering' : STATES[state] || state;
+  // A chat answer is written (and read out), not a voice one talks over: "Answering"; and a
+  // chat waits for the user's message, it does not listen: "Your turn".
+  const chat = { speaking: 'Answering', listening: 'Your turn' };
+  $('state').textContent = (mode === 'chat' && chat[state]) || STATES[state] || state;
   if (detail !== undefined) $('detail').textContent = detail;
 }
 
@@ -219,7 +221,7 @@ function listenAfterPlayback(detail) {
     setState('listening', detail);
     return;
   }
-  setState('speaking');
+  setState('speaking', '');
   settleTimer = setTimeout(() => {
     settleTimer = null;
     if (stats.state === 'speaking') setState('listening', detail);
@@ -572,7 +574,7 @@ function onCallEvent(ev) {
     case 'output_audio_buffer.started':
       stats.voiceStarted++;
       voiceStartsAt(performance.now());
-      setState('speaking');
+      setState('speaking', '');
       break;
     case 'output_audio_buffer.stopped':
       stats.voiceStopped++;
@@ -604,6 +606,7 @@ function onCallEnd(why) {
 /// The controls after a session, whichever its transport.
 function endSession(message) {
   setState('ended', message);
+  $('transport-used').textContent = '';
   $('start').disabled = false;
   $('stop').disabled = true;
   $('interrupt').disabled = true;
@@ -624,7 +627,7 @@ function onDelta(ev) {
     currentResponse = ev.response_id;
     answerNode = line('model', '');
   }
-  setState('speaking');
+  setState('speaking', '');
   if (ev.kind === 'text') {
     stats.text += ev.text;
     answerNode.textContent += ev.text;

@@ -181,17 +181,19 @@ function listed(lines) {
     const e = l.event || {};
     const last = out[out.length - 1];
     const kind = GENERATED.has(e.type) ? e.type : TRANSCRIPT_DELTA.has(e.type) ? 'text' : null;
-    if (kind && last && last.kind === kind && last.dir === l.dir) {
+    if (kind && last && last.dir === l.dir && (last.kind === kind || (last.kind === 'text' && GENERATED.has(kind)))) {
+      // (the answer's words run on across its voice's pieces, which arrive between them)
       last.lines.push(l);
       if (kind === 'text') last.text += e.delta || '';
+      else if (last.kind === 'text') last.voice++;
       continue;
     }
-    out.push({ kind, dir: l.dir, t: l.t, lines: [l], text: kind === 'text' ? e.delta || '' : '' });
+    out.push({ kind, dir: l.dir, t: l.t, lines: [l], text: kind === 'text' ? e.delta || '' : '', voice: 0 });
   }
   return out.map((run) => {
     const first = run.lines[0];
     let what = describe(first);
-    if (run.kind === 'text') what = `text: ${run.text}`;
+    if (run.kind === 'text') what = `text: ${run.text}${run.voice ? ` (and ${run.voice} pieces of voice)` : ''}`;
     else if (run.kind && run.lines.length > 1) what = `${run.kind} ×${run.lines.length}`;
     return { run, text: `${first.t.toFixed(2)} s ${first.dir === 'in' ? 'client' : 'server'}: ${what}` };
   });

@@ -257,6 +257,8 @@ pub fn run(config: Config) -> Result<(), ServeError> {
             );
             log::info!("{line}");
             println!("{line}");
+        } else {
+            println!("WebRTC calls are off ([webrtc] enabled = false): clients connect over WebSocket");
         }
         let server = server.run();
         actix_web::rt::spawn(shutdown_on_signal(signals.stop, server.handle(), gateway.clone()));

@@ -221,6 +221,8 @@ async fn a_chat_turn_with_an_image_streams_the_answer() {
     // Chat has nothing to talk over: no Interrupt, and an answer is "Answering", not "Speaking".
     assert_eq!(js(&b, "document.getElementById('interrupt').hidden").await, true);
     assert!(!js(&b, "document.body.textContent").await.as_str().unwrap().contains("Speaking"));
+    // Nor does it listen: it waits for the user's message.
+    until(&b, &server, "document.getElementById('state').textContent === 'Your turn'", "chat your turn").await;
     assert!(js(&b, "window.omniStats.audioScheduled").await.as_i64().unwrap() > 0, "no spoken answer");
 
     let image = dir.path().join("photo.jpg");
@@ -558,6 +560,7 @@ async fn an_audio_session_over_webrtc_queues_speaks_hears_interrupts_and_hangs_u
     click(&b, "stop").await;
     until(&b, &server, "window.omniStats.state === 'ended'", "rtc-stopped").await;
     assert_eq!(js(&b, "document.getElementById('detail').textContent").await, "You ended the session.");
+    assert_eq!(js(&b, "document.getElementById('transport-used').textContent").await, "", "not connected any more");
     // Recorded as a WebSocket session is: the user's voice, the model's, why it ended.
     let dir = server.recording(&id);
     // The console lists it with its transport; its viewer shows the call's events on one list,

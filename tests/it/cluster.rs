@@ -1005,7 +1005,7 @@ async fn a_gateway_and_a_replica_show_their_workers_with_the_same_fields_and_wor
             (Some("minicpm"), Some("websocket"), Some("audio")),
             "{who}: {w}"
         );
-        assert_eq!(row_keys(&s).len(), 14, "{who}: {w}");
+        assert_eq!(row_keys(&s).len(), 15, "{who}: {w}");
     }
     close(on_replica).await;
     close(on_gateway).await;

@@ -405,3 +405,38 @@ fn probe_says_words_and_tells_what_was_heard_or_that_nothing_was() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("note: the model said nothing and reported hearing nothing"), "{stdout}");
 }
+
+/// A probe stopped with Ctrl-C closes its session: its worker is not left held for a resume.
+#[test]
+fn a_probe_stopped_with_ctrl_c_closes_its_session() {
+    use std::io::BufRead;
+    let server = Server::ready(Setup::default().server("resume_grace_s = 30"));
+    let url = format!("ws://{}", server.addr);
+    let mut probe = gateway()
+        .args(["probe", "--mode", "audio", "--tail", "60", "--url", &url])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = std::io::BufReader::new(probe.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for line in lines {
+        let line = line.unwrap();
+        let created = line.contains("session.created") || line.contains("session created");
+        seen.push(line);
+        if created {
+            break;
+        }
+    }
+    assert!(seen.last().is_some_and(|l| l.contains("created")), "{seen:?}");
+    let kill = Command::new("kill").args(["-INT", &probe.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let status = probe.wait().unwrap();
+    assert!(!status.success(), "an interrupted probe says so");
+    server.wait_idle();
+    assert_eq!(server.status()["sessions"]["held"], 0, "closed, not held");
+    assert!(
+        server.logs().contains("ended (user_stop)") || server.logs().contains("ended (client_closed)"),
+        "{}",
+        server.logs()
+    );
+}

@@ -46,9 +46,11 @@ fn refused(url: &str, e: tokio_tungstenite::tungstenite::Error) -> String {
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
         .and_then(|v| v["error"]["message"].as_str().map(String::from));
     let status = response.status();
+    // The tools take a key with --api-key (or OMNI_API_KEY), whatever the server's words.
+    let hint = if status.as_u16() == 401 { " (give the key with --api-key KEY or OMNI_API_KEY)" } else { "" };
     match reason {
-        Some(why) => format!("{url}: the server refused the connection (HTTP {}): {why}", status.as_u16()),
-        None => format!("{url}: the server refused the connection (HTTP {status})"),
+        Some(why) => format!("{url}: the server refused the connection (HTTP {}): {why}{hint}", status.as_u16()),
+        None => format!("{url}: the server refused the connection (HTTP {status}){hint}"),
     }
 }
 

@@ -64,6 +64,7 @@ pub struct ProbeArgs {
     /// Seconds of silence streamed after the WAV, so that the model can answer.
     #[arg(long, default_value_t = 3.0)]
     pub tail: f64,
+    /// The API key, when the server has `[auth] api_keys` (sent as `Authorization: Bearer`).
     #[arg(long, env = "OMNI_API_KEY")]
     pub api_key: Option<String>,
     /// Also print the summary as one JSON line.
@@ -161,230 +162,241 @@ async fn probe(args: ProbeArgs) -> Result<(), String> {
     let ws = client::connect(&args.url, &args.mode, args.api_key.as_deref()).await?;
     println!("{} connected to {} (mode {}, {:?} dialect)", stamp(), args.url, args.mode, args.dialect);
     let (mut sink, mut stream) = ws.split();
-    let mut s = Summary::default();
-    let mut reply_audio: Vec<f32> = Vec::new();
-    let wait = Duration::from_secs(600);
+    // The session, until it ends or the user presses Ctrl-C: then its close goes to the server
+    // (a probe cut off without one would leave its worker held for a resume).
+    let mut session = Box::pin(async {
+        let mut s = Summary::default();
+        let mut reply_audio: Vec<f32> = Vec::new();
+        let wait = Duration::from_secs(600);
 
-    // Queue, then initialise.
-    loop {
-        let text = next(&mut stream, wait).await?.ok_or("closed while waiting for a worker")?;
-        let v: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-        match v["type"].as_str().unwrap_or_default() {
-            "session.queued" | "session.queue_update" => {
-                s.queued_at.get_or_insert(v["position"].as_u64().unwrap_or(0));
-                println!(
-                    "{} queue: position {} of {}, about {} s",
-                    stamp(),
-                    v["position"],
-                    v["queue_length"],
-                    v["estimated_wait_s"]
-                );
+        // Queue, then initialise.
+        loop {
+            let text = next(&mut stream, wait).await?.ok_or("closed while waiting for a worker")?;
+            let v: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+            match v["type"].as_str().unwrap_or_default() {
+                "session.queued" | "session.queue_update" => {
+                    s.queued_at.get_or_insert(v["position"].as_u64().unwrap_or(0));
+                    println!(
+                        "{} queue: position {} of {}, about {} s",
+                        stamp(),
+                        v["position"],
+                        v["queue_length"],
+                        v["estimated_wait_s"]
+                    );
+                }
+                "session.queue_done" => {
+                    s.queue_done_ms = Some(ms());
+                    println!("{} queue done: a worker is assigned", stamp());
+                    break;
+                }
+                "error" => return Err(format!("refused: {}", v["error"])),
+                other => println!("{} {other}", stamp()),
             }
-            "session.queue_done" => {
-                s.queue_done_ms = Some(ms());
-                println!("{} queue done: a worker is assigned", stamp());
-                break;
-            }
-            "error" => return Err(format!("refused: {}", v["error"])),
-            other => println!("{} {other}", stamp()),
         }
-    }
-    futures_util::SinkExt::send(
-        &mut sink,
-        Message::text(client::init_event_with_transcripts(args.dialect, &args.instructions)),
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+        futures_util::SinkExt::send(
+            &mut sink,
+            Message::text(client::init_event_with_transcripts(args.dialect, &args.instructions)),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
 
-    let chunk_len = 16 * args.chunk_ms as usize;
-    let chunk_s = args.chunk_ms as f64 / 1000.0;
-    let mut chunks = samples.chunks(chunk_len).map(|c| {
-        let mut c = c.to_vec();
-        c.resize(chunk_len, 0.0);
-        c
-    });
-    let total_chunks = samples.len().div_ceil(chunk_len);
-    let mut ticker = tokio::time::interval(Duration::from_secs_f64(chunk_s / speed));
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut created = false;
-    let mut sent_all_at: Option<Instant> = None;
-    let mut closing = false;
-    let mut chat_sent = false;
+        let chunk_len = 16 * args.chunk_ms as usize;
+        let chunk_s = args.chunk_ms as f64 / 1000.0;
+        let mut chunks = samples.chunks(chunk_len).map(|c| {
+            let mut c = c.to_vec();
+            c.resize(chunk_len, 0.0);
+            c
+        });
+        let total_chunks = samples.len().div_ceil(chunk_len);
+        let mut ticker = tokio::time::interval(Duration::from_secs_f64(chunk_s / speed));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut created = false;
+        let mut sent_all_at: Option<Instant> = None;
+        let mut closing = false;
+        let mut chat_sent = false;
 
-    loop {
-        tokio::select! {
-            _ = ticker.tick(), if created && !chat && !closing => {
-                match chunks.next() {
-                    Some(chunk) => {
-                        let i = s.chunks_sent;
-                        let at = i as f64 * chunk_s; // seconds of audio before this chunk
-                        let force = args.force_listen_at.is_some_and(|f| at >= f && at < f + chunk_s);
-                        let frame: Vec<String> = if frames.is_empty() { vec![] } else { vec![frames[i % frames.len()].clone()] };
-                        let event = client::chunk_event(args.dialect, &chunk, &frame, force);
-                        futures_util::SinkExt::send(&mut sink, Message::text(event)).await.map_err(|e| e.to_string())?;
-                        s.chunks_sent += 1;
-                        if force {
-                            println!("{} -> input_{} with force_listen", stamp(), s.chunks_sent);
+        loop {
+            tokio::select! {
+                _ = ticker.tick(), if created && !chat && !closing => {
+                    match chunks.next() {
+                        Some(chunk) => {
+                            let i = s.chunks_sent;
+                            let at = i as f64 * chunk_s; // seconds of audio before this chunk
+                            let force = args.force_listen_at.is_some_and(|f| at >= f && at < f + chunk_s);
+                            let frame: Vec<String> = if frames.is_empty() { vec![] } else { vec![frames[i % frames.len()].clone()] };
+                            let event = client::chunk_event(args.dialect, &chunk, &frame, force);
+                            futures_util::SinkExt::send(&mut sink, Message::text(event)).await.map_err(|e| e.to_string())?;
+                            s.chunks_sent += 1;
+                            if force {
+                                println!("{} -> input_{} with force_listen", stamp(), s.chunks_sent);
+                            }
+                            if s.chunks_sent == total_chunks {
+                                sent_all_at = Some(Instant::now());
+                            }
                         }
-                        if s.chunks_sent == total_chunks {
-                            sent_all_at = Some(Instant::now());
-                        }
-                    }
-                    None => {
-                        // Everything sent: close once the last chunk is answered (or after 5 s).
-                        let last = format!("input_{}", s.chunks_sent);
-                        let answered = s.answered.contains(&last) || (args.dialect == WireDialect::Legacy && s.answers >= s.chunks_sent);
-                        if answered || sent_all_at.is_some_and(|t| t.elapsed() > Duration::from_secs(5)) {
-                            closing = true;
-                            futures_util::SinkExt::send(&mut sink, Message::text(client::close_event())).await.map_err(|e| e.to_string())?;
+                        None => {
+                            // Everything sent: close once the last chunk is answered (or after 5 s).
+                            let last = format!("input_{}", s.chunks_sent);
+                            let answered = s.answered.contains(&last) || (args.dialect == WireDialect::Legacy && s.answers >= s.chunks_sent);
+                            if answered || sent_all_at.is_some_and(|t| t.elapsed() > Duration::from_secs(5)) {
+                                closing = true;
+                                futures_util::SinkExt::send(&mut sink, Message::text(client::close_event())).await.map_err(|e| e.to_string())?;
+                            }
                         }
                     }
                 }
-            }
-            text = next(&mut stream, wait) => {
-                let Some(text) = text? else { break };
-                let v: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-                let kind = v["type"].as_str().unwrap_or_default().to_string();
-                match kind.as_str() {
-                    "session.created" => {
-                        created = true;
-                        s.created_ms = Some(ms());
-                        s.session_id = v["session_id"].as_str().unwrap_or_default().to_string();
-                        println!("{} session.created {} ({})", stamp(), s.session_id, v["mode"].as_str().or(v["prompt_length"].as_u64().map(|_| "prompt")).unwrap_or(""));
-                        if chat && !chat_sent {
-                            chat_sent = true;
-                            let event = json!({"type": "input.append", "input": {
-                                "messages": [{"role": "user", "content": args.message.clone().unwrap_or_default()}],
-                                "streaming": true, "tts": {"enabled": args.tts}}});
-                            futures_util::SinkExt::send(&mut sink, Message::text(event.to_string())).await.map_err(|e| e.to_string())?;
+                text = next(&mut stream, wait) => {
+                    let Some(text) = text? else { break };
+                    let v: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+                    let kind = v["type"].as_str().unwrap_or_default().to_string();
+                    match kind.as_str() {
+                        "session.created" => {
+                            created = true;
+                            s.created_ms = Some(ms());
+                            s.session_id = v["session_id"].as_str().unwrap_or_default().to_string();
+                            println!("{} session.created {} ({})", stamp(), s.session_id, v["mode"].as_str().or(v["prompt_length"].as_u64().map(|_| "prompt")).unwrap_or(""));
+                            if chat && !chat_sent {
+                                chat_sent = true;
+                                let event = json!({"type": "input.append", "input": {
+                                    "messages": [{"role": "user", "content": args.message.clone().unwrap_or_default()}],
+                                    "streaming": true, "tts": {"enabled": args.tts}}});
+                                futures_util::SinkExt::send(&mut sink, Message::text(event.to_string())).await.map_err(|e| e.to_string())?;
+                            }
                         }
-                    }
-                    "response.output.delta" => {
-                        let input = v["input_id"].as_str().unwrap_or_default().to_string();
-                        // Chat answers are counted at response.done.
-                        if !chat && !input.is_empty() && s.answered.insert(input.clone()) {
+                        "response.output.delta" => {
+                            let input = v["input_id"].as_str().unwrap_or_default().to_string();
+                            // Chat answers are counted at response.done.
+                            if !chat && !input.is_empty() && s.answered.insert(input.clone()) {
+                                s.answers += 1;
+                            }
+                            match v["kind"].as_str().unwrap_or_default() {
+                                "listen" => {
+                                    s.listens += 1;
+                                    println!("{} listen   {input} kv={}", stamp(), v["metrics"]["kv_cache_length"]);
+                                }
+                                "text" => {
+                                    let delta = v["text"].as_str().unwrap_or_default();
+                                    s.text.push_str(delta);
+                                    println!("{} text     {input} {delta:?}", stamp());
+                                }
+                                "audio" => {
+                                    let pcm = client::f32_of(v["audio"].as_str().unwrap_or_default());
+                                    s.first_audio_ms.get_or_insert(ms());
+                                    println!("{} audio    {input} {} samples{}", stamp(), pcm.len(), if v["end_of_turn"] == true { " (end of turn)" } else { "" });
+                                    s.audio_samples += pcm.len();
+                                    reply_audio.extend(pcm);
+                                }
+                                _ => {}
+                            }
+                        }
+                        "response.listen" => {
                             s.answers += 1;
+                            s.listens += 1;
+                            println!("{} listen   kv={}", stamp(), v["kv_cache_length"]);
                         }
-                        match v["kind"].as_str().unwrap_or_default() {
-                            "listen" => {
-                                s.listens += 1;
-                                println!("{} listen   {input} kv={}", stamp(), v["metrics"]["kv_cache_length"]);
-                            }
-                            "text" => {
-                                let delta = v["text"].as_str().unwrap_or_default();
-                                s.text.push_str(delta);
-                                println!("{} text     {input} {delta:?}", stamp());
-                            }
-                            "audio" => {
-                                let pcm = client::f32_of(v["audio"].as_str().unwrap_or_default());
-                                s.first_audio_ms.get_or_insert(ms());
-                                println!("{} audio    {input} {} samples{}", stamp(), pcm.len(), if v["end_of_turn"] == true { " (end of turn)" } else { "" });
-                                s.audio_samples += pcm.len();
-                                reply_audio.extend(pcm);
-                            }
-                            _ => {}
-                        }
-                    }
-                    "response.listen" => {
-                        s.answers += 1;
-                        s.listens += 1;
-                        println!("{} listen   kv={}", stamp(), v["kv_cache_length"]);
-                    }
-                    "response.output_audio.delta" => {
-                        s.answers += 1;
-                        let delta = v["text"].as_str().unwrap_or_default();
-                        s.text.push_str(delta);
-                        let pcm = client::f32_of(v["audio"].as_str().unwrap_or_default());
-                        s.first_audio_ms.get_or_insert(ms());
-                        println!("{} speech   {} samples, text {delta:?}{}", stamp(), pcm.len(), if v["end_of_turn"] == true { " (end of turn)" } else { "" });
-                        s.audio_samples += pcm.len();
-                        reply_audio.extend(pcm);
-                    }
-                    "response.done" => {
-                        s.answers += 1;
-                        if let Some(a) = v["audio"].as_str() {
-                            let pcm = client::f32_of(a);
+                        "response.output_audio.delta" => {
+                            s.answers += 1;
+                            let delta = v["text"].as_str().unwrap_or_default();
+                            s.text.push_str(delta);
+                            let pcm = client::f32_of(v["audio"].as_str().unwrap_or_default());
                             s.first_audio_ms.get_or_insert(ms());
+                            println!("{} speech   {} samples, text {delta:?}{}", stamp(), pcm.len(), if v["end_of_turn"] == true { " (end of turn)" } else { "" });
                             s.audio_samples += pcm.len();
                             reply_audio.extend(pcm);
                         }
-                        if s.text.is_empty() {
-                            s.text = v["text"].as_str().unwrap_or_default().to_string();
+                        "response.done" => {
+                            s.answers += 1;
+                            if let Some(a) = v["audio"].as_str() {
+                                let pcm = client::f32_of(a);
+                                s.first_audio_ms.get_or_insert(ms());
+                                s.audio_samples += pcm.len();
+                                reply_audio.extend(pcm);
+                            }
+                            if s.text.is_empty() {
+                                s.text = v["text"].as_str().unwrap_or_default().to_string();
+                            }
+                            println!("{} done     {:?} ({})", stamp(), v["text"].as_str().unwrap_or_default(), v["reason"].as_str().unwrap_or_default());
+                            if chat && !closing {
+                                closing = true;
+                                futures_util::SinkExt::send(&mut sink, Message::text(client::close_event())).await.map_err(|e| e.to_string())?;
+                            }
                         }
-                        println!("{} done     {:?} ({})", stamp(), v["text"].as_str().unwrap_or_default(), v["reason"].as_str().unwrap_or_default());
-                        if chat && !closing {
-                            closing = true;
-                            futures_util::SinkExt::send(&mut sink, Message::text(client::close_event())).await.map_err(|e| e.to_string())?;
+                        "error" => {
+                            let code = v["error"]["code"].as_str().unwrap_or_default().to_string();
+                            println!("{} error    {code}: {}", stamp(), v["error"]["message"].as_str().unwrap_or_default());
+                            s.errors.push(code);
                         }
+                        "input.transcript" => {
+                            let text = v["text"].as_str().unwrap_or_default().to_string();
+                            println!("{} heard    {text:?}", stamp());
+                            s.heard.push(text);
+                        }
+                        "session.closed" => {
+                            s.closed = v["reason"].as_str().map(String::from);
+                            println!("{} session.closed ({})", stamp(), s.closed.as_deref().unwrap_or(""));
+                        }
+                        other => println!("{} {other}", stamp()),
                     }
-                    "error" => {
-                        let code = v["error"]["code"].as_str().unwrap_or_default().to_string();
-                        println!("{} error    {code}: {}", stamp(), v["error"]["message"].as_str().unwrap_or_default());
-                        s.errors.push(code);
-                    }
-                    "input.transcript" => {
-                        let text = v["text"].as_str().unwrap_or_default().to_string();
-                        println!("{} heard    {text:?}", stamp());
-                        s.heard.push(text);
-                    }
-                    "session.closed" => {
-                        s.closed = v["reason"].as_str().map(String::from);
-                        println!("{} session.closed ({})", stamp(), s.closed.as_deref().unwrap_or(""));
-                    }
-                    other => println!("{} {other}", stamp()),
                 }
             }
         }
-    }
 
-    if !reply_audio.is_empty() {
-        std::fs::write(&args.out, audio::encode_wav(&reply_audio, 24000))
-            .map_err(|e| format!("{}: {e}", args.out.display()))?;
-    }
-    let fmt = |v: Option<f64>| v.map_or("-".to_string(), |ms| format!("{ms:.1} ms"));
-    println!("summary:");
-    println!("  session            {}", s.session_id);
-    println!("  queued at position {}", s.queued_at.map_or("- (no wait)".into(), |p| p.to_string()));
-    println!("  to queue_done      {}", fmt(s.queue_done_ms));
-    println!("  to session.created {}", fmt(s.created_ms));
-    println!("  to first audio     {}", fmt(s.first_audio_ms));
-    if !s.heard.is_empty() {
-        println!("  heard              {:?}", s.heard.join(" "));
-    }
-    println!("  text received      {:?}", s.text);
-    println!(
-        "  audio received     {} samples ({:.2} s) saved to {}",
-        s.audio_samples,
-        s.audio_samples as f64 / 24000.0,
-        if s.audio_samples > 0 { args.out.display().to_string() } else { "-".into() }
-    );
-    if chat {
-        println!("  messages sent      {}", chat_sent as u32);
-        println!("  answers            {}", s.answers);
-    } else {
-        println!("  chunks sent        {}", s.chunks_sent);
-        println!("  chunks answered    {} ({} listens)", s.answers, s.listens);
-    }
-    println!("  errors             {}", if s.errors.is_empty() { "none".to_string() } else { s.errors.join(", ") });
-    println!("  closed             {}", s.closed.as_deref().unwrap_or("-"));
-    if !chat && s.text.is_empty() && s.audio_samples == 0 {
+        if !reply_audio.is_empty() {
+            std::fs::write(&args.out, audio::encode_wav(&reply_audio, 24000))
+                .map_err(|e| format!("{}: {e}", args.out.display()))?;
+        }
+        let fmt = |v: Option<f64>| v.map_or("-".to_string(), |ms| format!("{ms:.1} ms"));
+        println!("summary:");
+        println!("  session            {}", s.session_id);
+        println!("  queued at position {}", s.queued_at.map_or("- (no wait)".into(), |p| p.to_string()));
+        println!("  to queue_done      {}", fmt(s.queue_done_ms));
+        println!("  to session.created {}", fmt(s.created_ms));
+        println!("  to first audio     {}", fmt(s.first_audio_ms));
+        if !s.heard.is_empty() {
+            println!("  heard              {:?}", s.heard.join(" "));
+        }
+        println!("  text received      {:?}", s.text);
         println!(
-            "  note: the model said nothing{}. A real model answers words, not a tone: \
-             --say \"What is the capital of France?\" (espeak-ng) or --wav speech.wav",
-            if s.heard.is_empty() { " and reported hearing nothing" } else { "" }
+            "  audio received     {} samples ({:.2} s) saved to {}",
+            s.audio_samples,
+            s.audio_samples as f64 / 24000.0,
+            if s.audio_samples > 0 { args.out.display().to_string() } else { "-".into() }
         );
+        if chat {
+            println!("  messages sent      {}", chat_sent as u32);
+            println!("  answers            {}", s.answers);
+        } else {
+            println!("  chunks sent        {}", s.chunks_sent);
+            println!("  chunks answered    {} ({} listens)", s.answers, s.listens);
+        }
+        println!("  errors             {}", if s.errors.is_empty() { "none".to_string() } else { s.errors.join(", ") });
+        println!("  closed             {}", s.closed.as_deref().unwrap_or("-"));
+        if !chat && s.text.is_empty() && s.audio_samples == 0 {
+            println!(
+                "  note: the model said nothing{}. A real model answers words, not a tone: \
+                 --say \"What is the capital of France?\" (espeak-ng) or --wav speech.wav",
+                if s.heard.is_empty() { " and reported hearing nothing" } else { "" }
+            );
+        }
+        if args.json {
+            let summary = json!({
+                "heard": s.heard,
+                "session_id": s.session_id, "queued_at": s.queued_at, "queue_done_ms": s.queue_done_ms,
+                "created_ms": s.created_ms, "first_audio_ms": s.first_audio_ms, "text": s.text,
+                "audio_samples": s.audio_samples, "chunks_sent": s.chunks_sent, "chunks_answered": s.answers,
+                "listens": s.listens, "errors": s.errors, "closed": s.closed,
+            });
+            println!("{summary}");
+        }
+        Ok::<(), String>(())
+    });
+    tokio::select! {
+        done = &mut session => return done,
+        _ = tokio::signal::ctrl_c() => {}
     }
-    if args.json {
-        let summary = json!({
-            "heard": s.heard,
-            "session_id": s.session_id, "queued_at": s.queued_at, "queue_done_ms": s.queue_done_ms,
-            "created_ms": s.created_ms, "first_audio_ms": s.first_audio_ms, "text": s.text,
-            "audio_samples": s.audio_samples, "chunks_sent": s.chunks_sent, "chunks_answered": s.answers,
-            "listens": s.listens, "errors": s.errors, "closed": s.closed,
-        });
-        println!("{summary}");
-    }
-    Ok(())
+    drop(session);
+    let _ = futures_util::SinkExt::send(&mut sink, Message::Close(None)).await;
+    Err("interrupted: the session was closed".into())
 }
 
 /// `text` spoken by espeak-ng, at 16 kHz (written to a file of its own: a WAV on stdout has no

@@ -84,6 +84,8 @@ impl WorkerPoolActor {
     fn report(&self, report: WorkerReport) {
         match &self.feed {
             QueueFeed::Owned(queue) => queue.do_send(report),
+            // A session's length on a borrowed worker: the cluster learns it from the node's beat.
+            QueueFeed::Lent(_) if matches!(report, WorkerReport::Finished { .. }) => {}
             QueueFeed::Lent(_) => log::warn!("pool: a worker of its own on a pool that only borrows workers"),
         }
     }
