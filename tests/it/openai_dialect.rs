@@ -372,3 +372,52 @@ async fn audio_is_stepped_in_the_chunk_the_backend_prefers() {
     let audio = done["response"]["usage"]["input_token_details"]["audio_tokens"].as_u64().unwrap();
     assert!((1..=10).contains(&audio), "{done}");
 }
+
+/// G.711 at 8 kHz both ways, μ-law in the beta names and A-law in GA's: the caller's tone is
+/// heard as speech and the model's 2.5 s answer comes back as a byte a sample.
+#[tokio::test]
+async fn g711_sessions_hear_and_speak_at_8_khz() {
+    use audio_codec_algorithms::{decode_alaw, decode_ulaw, encode_alaw, encode_ulaw};
+    let server = Server::ready(Setup::default());
+    type Law = (fn(i16) -> u8, fn(u8) -> i16);
+    let (ulaw, alaw): (Law, Law) = ((encode_ulaw, decode_ulaw), (encode_alaw, decode_alaw));
+    for (beta, update, law) in [
+        (true, json!({"input_audio_format": "g711_ulaw", "output_audio_format": "g711_ulaw"}), ulaw),
+        (
+            false,
+            json!({"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcma"}},
+                   "output": {"format": {"type": "audio/pcma"}}}}),
+            alaw,
+        ),
+    ] {
+        let mut c = openai(&server, beta).await;
+        c.send(json!({"type": "session.update", "session": update})).await;
+        let updated = c.expect("session.updated").await;
+        if beta {
+            assert_eq!(updated["session"]["output_audio_format"], "g711_ulaw", "{updated}");
+        } else {
+            assert_eq!(updated["session"]["audio"]["output"]["format"]["type"], "audio/pcma", "{updated}");
+        }
+        // 1.5 s of a tone at 8 kHz, in 100 ms appends, then nothing: server VAD ends the turn.
+        let tone: Vec<u8> = (0..12000)
+            .map(|i| (law.0)(((i as f32 * 220.0 * std::f32::consts::TAU / 8000.0).sin() * 9000.0) as i16))
+            .collect();
+        for piece in tone.chunks(800) {
+            c.send(json!({"type": "input_audio_buffer.append", "audio": STANDARD.encode(piece)})).await;
+        }
+        let (_, done) = until_done(&mut c).await;
+        assert_eq!(done["response"]["status"], "completed", "{done}");
+        let kind = if beta { "response.audio.delta" } else { "response.output_audio.delta" };
+        let voice: Vec<u8> = c
+            .seen
+            .iter()
+            .filter(|e| e["type"] == kind)
+            .flat_map(|e| STANDARD.decode(e["delta"].as_str().unwrap()).unwrap())
+            .collect();
+        assert!((19_800..=20_200).contains(&voice.len()), "2.5 s at 8 kHz, a byte a sample: {}", voice.len());
+        let loud = voice.iter().map(|&b| (law.1)(b).unsigned_abs()).max().unwrap();
+        assert!(loud > 1000, "the model's voice, not silence: peak {loud}");
+        c.close_socket().await;
+        server.wait_idle();
+    }
+}

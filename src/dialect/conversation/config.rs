@@ -76,6 +76,10 @@ pub struct Conf {
     pub max_tokens: Option<u32>,
     /// The rate of the client's audio in its events.
     pub input_rate: u32,
+    /// How the client's audio is coded in its events (16-bit PCM, or G.711 at 8 kHz).
+    pub input_coding: Coding,
+    /// How the model's voice is coded in the events to the client.
+    pub output_coding: Coding,
     /// The transcription of the user's speech as the client set it; `None`: no transcripts.
     pub transcription: Option<Value>,
     /// Generation settings by name (top_p, top_k, seed...), for the backend.
@@ -86,6 +90,15 @@ pub struct Conf {
     /// Settings the client gave that no model here applies, by their names on the wire, with
     /// the value to echo (`noise_reduction`, `speed`, `tracing`...).
     pub unapplied: Vec<(String, Value)>,
+}
+
+/// How audio is coded in a dialect's events: 16-bit PCM, or G.711 (8 kHz) μ-law or A-law.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Coding {
+    #[default]
+    Pcm16,
+    Ulaw,
+    Alaw,
 }
 
 /// Settings echoed and not reported as unapplied: they ask nothing of the model. `tracing`

@@ -58,7 +58,7 @@ pub mod sync;
 mod tests;
 pub mod turns;
 
-pub use config::{Conf, Truncation, Vad};
+pub use config::{Coding, Conf, Truncation, Vad};
 pub use events::{Command, Event, NewItem, Output, ResponseRequest, ResponseStatus, ResponseView, SessionView, Usage};
 use held::Counted;
 use intake::Intake;

@@ -30,6 +30,8 @@ fn conf(vad: bool) -> Conf {
         temperature: None,
         max_tokens: None,
         input_rate: 16000,
+        input_coding: Default::default(),
+        output_coding: Default::default(),
         transcription: Some(json!({"model": "any"})),
         settings: Settings::default(),
         tools: Tools::default(),

@@ -6,8 +6,8 @@ use omni_actors::domain::{Tool, ToolChoice, Tools};
 use omni_actors::protocol::ProtocolError;
 use serde_json::{Value, json};
 
-use super::Flavor;
-use crate::dialect::conversation::{Conf, OUTPUT_RATE, Truncation, Vad};
+use super::{Flavor, coding};
+use crate::dialect::conversation::{Coding, Conf, OUTPUT_RATE, Truncation, Vad};
 use crate::dialect::settings::{self, QWEN_SESSION, Settings};
 
 /// The settings `session.update` takes by name rather than as fields of its own.
@@ -44,6 +44,8 @@ pub(super) fn defaults(flavor: Flavor) -> Conf {
         temperature: None,
         max_tokens: None,
         input_rate: flavor.default_input_rate(),
+        input_coding: Coding::Pcm16,
+        output_coding: Coding::Pcm16,
         // Qwen's document shows transcription on by default; OpenAI's is off.
         transcription: (flavor == Flavor::Qwen).then(|| json!({"model": "gummy-realtime-v1"})),
         settings: Settings::default(),
@@ -57,8 +59,9 @@ pub(super) fn invalid(param: &str, why: impl std::fmt::Display) -> ProtocolError
     ProtocolError::InvalidPayload(format!("{param}: {why}"))
 }
 
-/// `input_audio_format` / `audio.input.format`: only 16-bit PCM; returns the rate if given.
-pub(super) fn pcm_format(v: &Value, param: &str) -> Result<Option<u32>, ProtocolError> {
+/// An audio format as the client wrote it (`input_audio_format`, `audio.input.format`...):
+/// its coding, and the rate it gave (G.711's is 8 kHz).
+pub(super) fn audio_format(v: &Value, param: &str, flavor: Flavor) -> Result<(Coding, Option<u32>), ProtocolError> {
     let (kind, rate) = match v {
         Value::String(s) => (s.as_str(), None),
         Value::Object(o) => (
@@ -70,10 +73,38 @@ pub(super) fn pcm_format(v: &Value, param: &str) -> Result<Option<u32>, Protocol
         ),
         _ => return Err(invalid(param, "must be a string or an object")),
     };
-    if !matches!(kind, "pcm16" | "pcm" | "audio/pcm") {
-        return Err(invalid(param, format!("'{kind}' is not supported (16-bit PCM only: pcm16, pcm, audio/pcm)")));
+    let Some(coding) = coding::coding_of(kind, flavor) else {
+        return Err(invalid(param, format!("'{kind}' is not supported ({})", coding::formats(flavor))));
+    };
+    let rate = rate.map(|r| omni_actors::audio::check_rate(r).map_err(|e| invalid(param, e))).transpose()?;
+    match (coding, rate) {
+        (Coding::Pcm16, rate) => Ok((coding, rate)),
+        (_, None | Some(coding::G711_RATE)) => Ok((coding, Some(coding::G711_RATE))),
+        (_, Some(r)) => Err(invalid(param, format!("G.711 is {} Hz, not {r}", coding::G711_RATE))),
     }
-    rate.map(|r| omni_actors::audio::check_rate(r).map_err(|e| invalid(param, e))).transpose()
+}
+
+/// The client's audio in: its coding and rate (16-bit PCM without a rate keeps the rate it had,
+/// or the flavor's when it was G.711).
+fn set_input(next: &mut Conf, (coding, rate): (Coding, Option<u32>), flavor: Flavor) {
+    next.input_rate = match (coding, rate) {
+        (_, Some(rate)) => rate,
+        (Coding::Pcm16, None) if next.input_coding != Coding::Pcm16 => flavor.default_input_rate(),
+        _ => next.input_rate,
+    };
+    next.input_coding = coding;
+}
+
+/// The model's voice out: 16-bit PCM at 24 kHz, or G.711 at 8 kHz.
+fn set_output(next: &mut Conf, (coding, rate): (Coding, Option<u32>), param: &str) -> Result<(), ProtocolError> {
+    if coding == Coding::Pcm16
+        && let Some(rate) = rate
+        && rate != OUTPUT_RATE
+    {
+        return Err(invalid(param, format!("output audio is {OUTPUT_RATE} Hz (or G.711 at 8000), not {rate}")));
+    }
+    next.output_coding = coding;
+    Ok(())
 }
 
 pub(super) fn turn_detection(v: &Value, param: &str, flavor: Flavor) -> Result<Option<Vad>, ProtocolError> {
@@ -333,16 +364,12 @@ pub(super) fn apply(conf: &Conf, s: &Value, flavor: Flavor) -> Result<Conf, Prot
             next.settings.set(QWEN_SESSION, name, v, "session.")?;
         }
     }
-    if let Some(f) = s.get("input_audio_format")
-        && let Some(rate) = pcm_format(f, "session.input_audio_format")?
-    {
-        next.input_rate = rate;
+    if let Some(f) = s.get("input_audio_format") {
+        set_input(&mut next, audio_format(f, "session.input_audio_format", flavor)?, flavor);
     }
-    if let Some(f) = s.get("output_audio_format")
-        && let Some(rate) = pcm_format(f, "session.output_audio_format")?
-        && rate != OUTPUT_RATE
-    {
-        return Err(invalid("session.output_audio_format", format!("output audio is {OUTPUT_RATE} Hz, not {rate}")));
+    if let Some(f) = s.get("output_audio_format") {
+        let param = "session.output_audio_format";
+        set_output(&mut next, audio_format(f, param, flavor)?, param)?;
     }
     if let Some(t) = s.get("temperature") {
         next.temperature = Some(settings::temperature(t, "session.temperature")?);
@@ -387,10 +414,8 @@ pub(super) fn apply(conf: &Conf, s: &Value, flavor: Flavor) -> Result<Conf, Prot
     // GA: audio.input.{format, turn_detection, transcription}, audio.output.{format, voice}
     if let Some(audio) = s.get("audio") {
         let input = &audio["input"];
-        if let Some(f) = input.get("format")
-            && let Some(rate) = pcm_format(f, "session.audio.input.format")?
-        {
-            next.input_rate = rate;
+        if let Some(f) = input.get("format") {
+            set_input(&mut next, audio_format(f, "session.audio.input.format", flavor)?, flavor);
         }
         if let Some(td) = input.get("turn_detection") {
             next.vad = turn_detection(td, "session.audio.input.turn_detection", flavor)?;
@@ -417,14 +442,9 @@ pub(super) fn apply(conf: &Conf, s: &Value, flavor: Flavor) -> Result<Conf, Prot
         if let Some(v) = output.get("voice").and_then(Value::as_str) {
             next.voice = v.to_string();
         }
-        if let Some(f) = output.get("format")
-            && let Some(rate) = pcm_format(f, "session.audio.output.format")?
-            && rate != OUTPUT_RATE
-        {
-            return Err(invalid(
-                "session.audio.output.format",
-                format!("output audio is {OUTPUT_RATE} Hz, not {rate}"),
-            ));
+        if let Some(f) = output.get("format") {
+            let param = "session.audio.output.format";
+            set_output(&mut next, audio_format(f, param, flavor)?, param)?;
         }
     }
     // The transcription's language and prompt: kept, echoed, not applied.

@@ -5,14 +5,12 @@
 
 use std::borrow::Cow;
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use omni_actors::domain::{ChatMessage, Role, Tools};
 use omni_actors::protocol::ProtocolError;
 use serde_json::Value;
 
-use super::Flavor;
 use super::conf::{self, invalid, modalities};
+use super::{Flavor, coding};
 use crate::dialect::conversation::items::{ItemBody, Part, Place, TextKind};
 use crate::dialect::conversation::{Command, Driver, NewItem, ResponseRequest};
 use crate::dialect::wire;
@@ -22,15 +20,6 @@ pub(super) enum Decoded {
     Command(Command),
     /// `session.finish` (Qwen): the session ends.
     Finish,
-}
-
-/// pcm16 little-endian base64 into float32 samples.
-pub(super) fn decode_pcm16(b64: &str, param: &str) -> Result<Vec<f32>, ProtocolError> {
-    let bytes = STANDARD.decode(b64).map_err(|e| invalid(param, format!("not valid base64 ({e})")))?;
-    if bytes.len() % 2 != 0 {
-        return Err(invalid(param, format!("{} bytes is not a whole number of 16-bit samples", bytes.len())));
-    }
-    Ok(bytes.chunks_exact(2).map(|c| i16::from_le_bytes([c[0], c[1]]) as f32 / 32768.0).collect())
 }
 
 fn field_str<'a>(v: &'a Value, key: &str) -> Result<&'a str, ProtocolError> {
@@ -106,13 +95,13 @@ fn append(v: &Value, driver: &Driver, carries_audio: bool) -> Result<Command, Pr
         ));
     }
     let b64 = field_str(v, "audio")?;
-    let rate = driver.conf().input_rate;
+    let (rate, coding) = (driver.conf().input_rate, driver.conf().input_coding);
     if driver.conf().vad.is_none() {
-        // About 16000 / rate samples of 4 bytes per 2 bytes of pcm16 sent.
-        let estimate = b64.len() / 4 * 3 / 2 * 16000 / rate as usize * 4;
+        // About 16000 / rate samples of 4 bytes per sample sent (2 bytes of pcm16, 1 of G.711).
+        let estimate = b64.len() / 4 * 3 / coding::sample_bytes(coding) * 16000 / rate as usize * 4;
         driver.admit("input_audio_buffer.append", "audio_buffer", estimate)?;
     }
-    Ok(Command::Audio { samples: decode_pcm16(b64, "audio")?, rate })
+    Ok(Command::Audio { samples: coding::decode(coding, b64, "audio")?, rate })
 }
 
 fn image(v: &Value, driver: &Driver) -> Result<Command, ProtocolError> {
@@ -122,15 +111,15 @@ fn image(v: &Value, driver: &Driver) -> Result<Command, ProtocolError> {
     Ok(Command::Image(wire::decode_jpeg(b64, "image")?))
 }
 
-/// The bytes an item's content will take once decoded (pcm16 at the input rate becomes
+/// The bytes an item's content will take once decoded (audio at the input rate becomes
 /// 16 kHz float32), from the lengths of its base64 fields.
-fn estimate_item(item: &Value, input_rate: u32) -> usize {
+fn estimate_item(item: &Value, input_rate: u32, sample_bytes: usize) -> usize {
     let parts = item.get("content").and_then(Value::as_array).into_iter().flatten();
     parts
         .map(|part| {
             let b64 = |k: &str| part.get(k).and_then(Value::as_str).map_or(0, str::len);
             let decoded = |n: usize| n / 4 * 3;
-            let audio_samples = decoded(b64("audio")) / 2 * 16000 / input_rate as usize;
+            let audio_samples = decoded(b64("audio")) / sample_bytes * 16000 / input_rate as usize;
             audio_samples * 4 + decoded(b64("image_url").max(b64("image"))) + b64("text")
         })
         .sum()
@@ -180,10 +169,11 @@ fn new_item(item: &Value, place: Place, driver: &Driver, at: &str) -> Result<New
         .map_err(|_| ProtocolError::MissingField(format!("{at}.role is required")))?
         .parse()
         .map_err(|e| invalid(&format!("{at}.role"), e))?;
-    let input_rate = driver.conf().input_rate;
+    let (input_rate, input_coding) = (driver.conf().input_rate, driver.conf().input_coding);
     // What the item will hold, from the sizes of its fields: refused before any of it is
     // decoded or resampled.
-    driver.admit("conversation.item.create", "items", estimate_item(item, input_rate))?;
+    let estimate = estimate_item(item, input_rate, coding::sample_bytes(input_coding));
+    driver.admit("conversation.item.create", "items", estimate)?;
     let mut message = ChatMessage::text(role, "");
     let mut parts = Vec::new();
     for (i, part) in item.get("content").and_then(Value::as_array).into_iter().flatten().enumerate() {
@@ -211,7 +201,7 @@ fn new_item(item: &Value, place: Place, driver: &Driver, at: &str) -> Result<New
                     .get("audio")
                     .and_then(Value::as_str)
                     .ok_or_else(|| ProtocolError::MissingField(format!("{at}.audio is required")))?;
-                let pcm = decode_pcm16(b64, &format!("{at}.audio"))?;
+                let pcm = coding::decode(input_coding, b64, &format!("{at}.audio"))?;
                 let audio = omni_actors::audio::resample(&pcm, input_rate, 16000).map_err(|e| invalid(&at, e))?;
                 let audio_ms = audio.len() as u64 / 16;
                 message.audios.push(audio);

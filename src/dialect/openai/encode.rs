@@ -3,13 +3,12 @@
 //! (`response.audio.delta`, `conversation.item.created`, `modalities`) and Qwen (beta's names,
 //! its own session fields, usage spelling and statuses).
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use omni_actors::domain::{Role, ToolChoice, Tools};
 use omni_actors::protocol::{CloseReason, ErrorKind, ProtocolError, QueueInfo};
 use serde_json::{Map, Value, json};
 
-use super::Flavor;
+use super::{Flavor, coding};
+use crate::dialect::conversation::Coding;
 use crate::dialect::conversation::events::TranscriptionFailure;
 use crate::dialect::conversation::items::{Item, ItemBody, Part};
 use crate::dialect::conversation::{
@@ -31,11 +30,12 @@ fn qwen_defaults() -> [(&'static str, Value); 5] {
     ]
 }
 
-/// Float samples as base64 pcm16 little-endian.
-pub(super) fn encode_pcm16(samples: &[f32]) -> String {
-    let bytes: Vec<u8> =
-        samples.iter().flat_map(|s| ((s.clamp(-1.0, 1.0) * 32767.0).round() as i16).to_le_bytes()).collect();
-    STANDARD.encode(bytes)
+/// A GA audio format: 16-bit PCM with its rate, or G.711 (8 kHz, no rate).
+fn ga_format(coding: Coding, rate: u32) -> Value {
+    match coding {
+        Coding::Pcm16 => json!({"type": "audio/pcm", "rate": rate}),
+        _ => json!({"type": coding::name(coding, Flavor::Ga)}),
+    }
 }
 
 /// Renders events in one flavor, numbering them.
@@ -46,11 +46,13 @@ pub(super) struct Encoder {
     events: u64,
     /// The `event_id` of the client's last event, named in errors.
     pub client_event_id: Option<String>,
+    /// How the model's voice is coded in `response.output_audio.delta`.
+    pub output: Coding,
 }
 
 impl Encoder {
     pub(super) fn new(flavor: Flavor, model: &str) -> Encoder {
-        Encoder { flavor, model: model.to_string(), events: 0, client_event_id: None }
+        Encoder { flavor, model: model.to_string(), events: 0, client_event_id: None, output: Coding::Pcm16 }
     }
 
     fn event(&mut self, kind: &str, fields: Value) -> String {
@@ -183,7 +185,8 @@ impl Encoder {
                 self.event(kind, with(at(&o), "delta", json!(delta)))
             }
             Event::AudioDelta { at: o, samples } => {
-                self.event(f.audio_delta(), with(at(&o), "delta", json!(encode_pcm16(&samples))))
+                let delta = coding::encode(self.output, &samples, OUTPUT_RATE);
+                self.event(f.audio_delta(), with(at(&o), "delta", json!(delta)))
             }
             Event::AudioDone { at: o } => self.event(f.audio_done(), at(&o)),
             Event::TextDone { at: o, audio, text } => {
@@ -285,22 +288,23 @@ impl Encoder {
                 "output_modalities": if c.audio_out { vec!["audio"] } else { vec!["text"] },
                 "instructions": c.instructions,
                 "audio": {
-                    "input": {"format": {"type": "audio/pcm", "rate": c.input_rate}, "turn_detection": vad,
+                    "input": {"format": ga_format(c.input_coding, c.input_rate), "turn_detection": vad,
                               "transcription": c.transcription,
                               "noise_reduction": unapplied("audio.input.noise_reduction")},
-                    "output": {"format": {"type": "audio/pcm", "rate": OUTPUT_RATE}, "voice": c.voice,
+                    "output": {"format": ga_format(c.output_coding, OUTPUT_RATE), "voice": c.voice,
                                "speed": c.unapplied("audio.output.speed").cloned().unwrap_or(json!(1.0))},
                 },
                 "tools": tools, "tool_choice": tool_choice, "max_output_tokens": tokens,
                 "tracing": unapplied("tracing"), "truncation": truncation, "prompt": unapplied("prompt"),
             }),
             Flavor::Beta | Flavor::Qwen => {
-                let format = if self.flavor == Flavor::Qwen { "pcm" } else { "pcm16" };
+                let (input, output) =
+                    (coding::name(c.input_coding, self.flavor), coding::name(c.output_coding, self.flavor));
                 let mut session = json!({
                     "id": id, "object": "realtime.session", "model": self.model,
                     "modalities": if c.audio_out { vec!["text", "audio"] } else { vec!["text"] },
                     "instructions": c.instructions, "voice": c.voice,
-                    "input_audio_format": format, "output_audio_format": format,
+                    "input_audio_format": input, "output_audio_format": output,
                     "input_audio_transcription": c.transcription, "turn_detection": vad,
                     "tools": tools, "tool_choice": tool_choice, "temperature": c.temperature.unwrap_or(0.8),
                 });
@@ -465,7 +469,7 @@ impl Encoder {
             obj["output_modalities"] = json!(if r.audio { vec!["audio"] } else { vec!["text"] });
         } else {
             obj["modalities"] = json!(if r.audio { vec!["text", "audio"] } else { vec!["text"] });
-            obj["output_audio_format"] = json!(if self.flavor == Flavor::Qwen { "pcm" } else { "pcm16" });
+            obj["output_audio_format"] = json!(coding::name(self.output, self.flavor));
         }
         obj
     }

@@ -30,6 +30,7 @@ use super::wire;
 use decode::Decoded;
 use encode::Encoder;
 
+mod coding;
 mod conf;
 mod decode;
 mod encode;
@@ -119,6 +120,8 @@ impl Realtime {
 
     /// Renders what the driver said, in order.
     fn render(&mut self, out: &mut Outbox) {
+        // The model's voice in the coding the client asked for (a change applies from its next piece).
+        self.encoder.output = self.driver.conf().output_coding;
         for event in self.driver.take_events() {
             match event {
                 Event::AudioDelta { at, samples } if self.carries_audio => {

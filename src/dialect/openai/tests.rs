@@ -5,15 +5,15 @@ use omni_actors::edge::dialect::{DecodeError, Dialect, Outbox};
 use omni_actors::protocol::{Inbound, Outbound, ProtocolError};
 use serde_json::{Value, json};
 
+use super::coding;
 use super::conf::{apply, defaults};
-use super::decode::decode_pcm16;
-use super::encode::encode_pcm16;
 use super::{Flavor, Realtime};
 use crate::dialect::Limits;
+use crate::dialect::conversation::Coding;
 use crate::dialect::conversation::DEFAULT_STEP;
 
 fn pcm16_b64(samples: &[f32]) -> String {
-    encode_pcm16(samples)
+    coding::encode(Coding::Pcm16, samples, 24000)
 }
 
 fn types(out: &Outbox) -> Vec<String> {
@@ -348,7 +348,7 @@ fn the_duplex_models_speech_becomes_a_response() {
     assert_eq!(at("response.content_part.done")["part"], json!({"type": "audio", "text": "Hello there"}));
     assert_eq!(at("response.output_item.done")["item"]["content"][0]["text"], "Hello there");
     let audio = frame(out.texts()[9]);
-    assert_eq!(decode_pcm16(audio["delta"].as_str().unwrap(), "d").unwrap().len(), 24000);
+    assert_eq!(coding::decode(Coding::Pcm16, audio["delta"].as_str().unwrap(), "d").unwrap().len(), 24000);
 }
 
 #[test]
