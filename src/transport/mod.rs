@@ -8,6 +8,7 @@
 //! - [`websocket`]: the WebSocket edge (frames, fragments, pings, rate, close codes);
 //! - [`webrtc`]: WebRTC calls (an SDP offer and answer, Opus on an audio track, events on a
 //!   data channel);
+//! - [`twilio`]: telephone calls streamed by Twilio Media Streams (μ-law frames on a WebSocket);
 //! - [`limits`]: what one connection may send (the message rate, unfinished fragments);
 //! - [`outgoing`] and [`socket`]: the bound on what a client has not read, and dropping its
 //!   connection when it is over it;
@@ -22,6 +23,7 @@ pub mod incoming;
 pub mod limits;
 pub mod outgoing;
 pub mod socket;
+pub mod twilio;
 pub mod webrtc;
 pub mod websocket;
 

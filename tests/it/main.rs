@@ -12,7 +12,8 @@
 //! - the house rules the compiler does not keep: `house_rules`;
 //! - backends: `backend_abi`, `isolation`, `minicpmo_worker`, `cascade` (the CPU model);
 //! - roles: `nodes`, `cluster` (replicas on Redis);
-//! - WebRTC calls: `webrtc` (aiortc); a second audio edge written in the test: `pcm_edge`;
+//! - WebRTC calls: `webrtc` (aiortc); phone calls: `telephony` (a Twilio Media Streams client);
+//!   a second audio edge written in the test: `pcm_edge`;
 //! - the pages: `browser` (Chromium).
 
 mod common;
@@ -43,6 +44,7 @@ mod resume;
 mod scale;
 mod sdk_clients;
 mod security;
+mod telephony;
 mod tools;
 mod transcription;
 mod vad;

@@ -1,4 +1,5 @@
-//! HTTP routes: the realtime endpoints (`realtime/`: WebSocket, WebRTC calls, client secrets), health, the operator
+//! HTTP routes: the realtime endpoints (`realtime/`: WebSocket, WebRTC calls, client secrets), telephone
+//! calls (`telephony.rs`: Twilio Media Streams), health, the operator
 //! routes (`admin.rs`: status, metrics, recordings, queue cancellation), and the pages
 //! (`pages.rs`: the client and the console).
 
@@ -12,11 +13,13 @@ use crate::http::Gateway;
 mod admin;
 mod pages;
 mod realtime;
+mod telephony;
 
 /// The routes; `origins` are `server.allowed_origins`, the other sites whose pages may make
 /// calls and mint secrets here (CORS on those routes: [`realtime::cors`]).
 pub fn configure(cfg: &mut web::ServiceConfig, origins: &[String]) {
     cfg.route("/v1/realtime", web::get().to(realtime::websocket::realtime))
+        .route("/v1/telephony/twilio", web::get().to(telephony::twilio))
         .route("/api-ws/v1/realtime", web::get().to(realtime::websocket::qwen_realtime))
         .service(
             web::scope("/v1/realtime/calls")

@@ -24,13 +24,13 @@ use crate::transport::admission::{Caller, Origin, Refusal};
 type Query = HashMap<String, String>;
 
 /// A client secret presented a second time (used, or just expired).
-fn secret_used() -> HttpResponse {
+pub(super) fn secret_used() -> HttpResponse {
     http_error(StatusCode::UNAUTHORIZED, "unauthorized", Denied::Wrong(auth::KeyKind::ClientSecret).message())
 }
 
 // An early-return HTTP answer; boxing it would only move the allocation.
 #[allow(clippy::result_large_err)]
-fn query_of(req: &HttpRequest) -> Result<Query, HttpResponse> {
+pub(super) fn query_of(req: &HttpRequest) -> Result<Query, HttpResponse> {
     web::Query::<Query>::from_query(req.query_string())
         .map(|q| q.into_inner())
         .map_err(|e| http_error(StatusCode::BAD_REQUEST, "invalid_payload", format!("bad query string: {e}")))
@@ -38,7 +38,7 @@ fn query_of(req: &HttpRequest) -> Result<Query, HttpResponse> {
 
 /// The caller behind an HTTP request: its address (behind a trusted proxy, the one the proxy
 /// names), user agent and Origin.
-fn caller(req: &HttpRequest, gw: &Gateway) -> Caller {
+pub(super) fn caller(req: &HttpRequest, gw: &Gateway) -> Caller {
     Caller {
         ip: auth::client_ip(req, &gw.config.trusted_proxies),
         port: req.peer_addr().map_or(0, |a| a.port()),
@@ -86,7 +86,7 @@ pub(crate) fn cors(origins: &[String]) -> actix_cors::Cors {
 }
 
 /// A refused caller's HTTP answer.
-fn refused(refusal: Refusal) -> HttpResponse {
+pub(super) fn refused(refusal: Refusal) -> HttpResponse {
     let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST);
     http_error(status, refusal.code, refusal.message)
 }

@@ -1,0 +1,180 @@
+//! Twilio Media Streams' messages, as Twilio documents them for a bidirectional stream
+//! (`<Connect><Stream>`): what Twilio sends (`connected`, `start`, `media`, `mark`, `dtmf`,
+//! `stop`) and what it takes back (`media` with μ-law audio for the stream, `mark`, `clear`).
+//! Audio is G.711 μ-law at 8 kHz, base64, both ways.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// The rate of a stream's audio, both ways.
+pub const RATE: u32 = 8000;
+
+/// One message from Twilio.
+#[derive(Debug, PartialEq)]
+pub enum Incoming {
+    /// The socket is up (`connected`).
+    Connected,
+    /// The stream starts: its id, its call, and the parameters the TwiML gave
+    /// (`<Parameter name= value=>`).
+    Start { stream_sid: String, call_sid: String, parameters: serde_json::Map<String, Value> },
+    /// The caller's voice: μ-law at 8 kHz, decoded to samples in -1..1.
+    Media { samples: Vec<f32> },
+    /// Twilio played the audio sent before the mark of this name.
+    Mark { name: String },
+    /// The caller pressed a key.
+    Dtmf { digit: String },
+    /// The call hung up, or the stream was stopped.
+    Stop,
+}
+
+#[derive(Deserialize)]
+struct Message {
+    event: String,
+    start: Option<Start>,
+    media: Option<Media>,
+    mark: Option<Mark>,
+    dtmf: Option<Dtmf>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Start {
+    stream_sid: String,
+    #[serde(default)]
+    call_sid: String,
+    #[serde(default)]
+    custom_parameters: serde_json::Map<String, Value>,
+    media_format: Option<MediaFormat>,
+}
+
+#[derive(Deserialize)]
+struct MediaFormat {
+    encoding: String,
+    #[serde(rename = "sampleRate")]
+    sample_rate: u32,
+}
+
+#[derive(Deserialize)]
+struct Media {
+    payload: String,
+    #[serde(default)]
+    track: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Mark {
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct Dtmf {
+    digit: String,
+}
+
+/// Why a message from Twilio was not taken.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum Refused {
+    #[error("not a Twilio Media Streams message: {0}")]
+    Malformed(String),
+    #[error("the stream's audio is {0}, not audio/x-mulaw at 8000 Hz")]
+    Format(String),
+    /// An event this edge does not use (a new one of Twilio's): ignored.
+    #[error("an event not used here: {0}")]
+    Unknown(String),
+}
+
+/// One text message from Twilio.
+pub fn parse(text: &str) -> Result<Incoming, Refused> {
+    let m: Message = serde_json::from_str(text).map_err(|e| Refused::Malformed(e.to_string()))?;
+    let missing = |what: &str| Refused::Malformed(format!("a {} event without its '{what}'", m.event));
+    Ok(match m.event.as_str() {
+        "connected" => Incoming::Connected,
+        "start" => {
+            let start = m.start.ok_or_else(|| missing("start"))?;
+            if let Some(f) = &start.media_format
+                && (f.encoding != "audio/x-mulaw" || f.sample_rate != RATE)
+            {
+                return Err(Refused::Format(format!("{} at {} Hz", f.encoding, f.sample_rate)));
+            }
+            Incoming::Start {
+                stream_sid: start.stream_sid,
+                call_sid: start.call_sid,
+                parameters: start.custom_parameters,
+            }
+        }
+        "media" => {
+            let media = m.media.as_ref().ok_or_else(|| missing("media"))?;
+            if media.track.as_deref().is_some_and(|t| t != "inbound") {
+                return Err(Refused::Unknown(format!("media of the {} track", media.track.as_deref().unwrap_or(""))));
+            }
+            let bytes = STANDARD.decode(&media.payload).map_err(|e| Refused::Malformed(format!("payload: {e}")))?;
+            let samples = bytes.iter().map(|&b| audio_codec_algorithms::decode_ulaw(b) as f32 / 32768.0).collect();
+            Incoming::Media { samples }
+        }
+        "mark" => Incoming::Mark { name: m.mark.ok_or_else(|| missing("mark"))?.name },
+        "dtmf" => Incoming::Dtmf { digit: m.dtmf.ok_or_else(|| missing("dtmf"))?.digit },
+        "stop" => Incoming::Stop,
+        other => return Err(Refused::Unknown(other.to_string())),
+    })
+}
+
+/// The model's voice for the stream: samples in -1..1 at 8 kHz, as a `media` message.
+pub fn media(stream_sid: &str, samples: &[f32]) -> String {
+    let bytes: Vec<u8> = samples
+        .iter()
+        .map(|&s| audio_codec_algorithms::encode_ulaw((s.clamp(-1.0, 1.0) * 32767.0).round() as i16))
+        .collect();
+    json!({"event": "media", "streamSid": stream_sid, "media": {"payload": STANDARD.encode(bytes)}}).to_string()
+}
+
+/// A mark after the audio sent so far: Twilio sends it back once that audio has played.
+pub fn mark(stream_sid: &str, name: &str) -> String {
+    json!({"event": "mark", "streamSid": stream_sid, "mark": {"name": name}}).to_string()
+}
+
+/// Drops the audio Twilio has not played yet (the caller spoke over it).
+pub fn clear(stream_sid: &str) -> String {
+    json!({"event": "clear", "streamSid": stream_sid}).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn twilios_messages_as_its_documentation_shows_them() {
+        let start = r#"{"event":"start","sequenceNumber":"1","start":{"accountSid":"AC1","streamSid":"MZ1","callSid":"CA1",
+            "tracks":["inbound"],"customParameters":{"instructions":"Be brief."},
+            "mediaFormat":{"encoding":"audio/x-mulaw","sampleRate":8000,"channels":1}},"streamSid":"MZ1"}"#;
+        let Incoming::Start { stream_sid, call_sid, parameters } = parse(start).unwrap() else { panic!("a start") };
+        assert_eq!((stream_sid.as_str(), call_sid.as_str()), ("MZ1", "CA1"));
+        assert_eq!(parameters["instructions"], "Be brief.");
+        let media = r#"{"event":"media","sequenceNumber":"3","media":{"track":"inbound","chunk":"1","timestamp":"5","payload":"//8="},"streamSid":"MZ1"}"#;
+        assert_eq!(parse(media).unwrap(), Incoming::Media { samples: vec![0.0, 0.0] }, "0xff is μ-law's zero");
+        let dtmf =
+            r#"{"event":"dtmf","streamSid":"MZ1","sequenceNumber":"5","dtmf":{"track":"inbound_track","digit":"7"}}"#;
+        assert_eq!(parse(dtmf).unwrap(), Incoming::Dtmf { digit: "7".into() });
+        assert_eq!(parse(r#"{"event":"stop","streamSid":"MZ1","stop":{}}"#).unwrap(), Incoming::Stop);
+        assert!(matches!(
+            parse(
+                r#"{"event":"start","start":{"streamSid":"MZ","mediaFormat":{"encoding":"audio/x-l16","sampleRate":16000}}}"#
+            ),
+            Err(Refused::Format(_))
+        ));
+        assert!(matches!(parse("[]"), Err(Refused::Malformed(_))));
+        assert!(matches!(parse(r#"{"event":"somethingnew"}"#), Err(Refused::Unknown(_))));
+    }
+
+    #[test]
+    fn the_models_voice_goes_back_as_mulaw_for_the_stream() {
+        let v: Value = serde_json::from_str(&media("MZ1", &[0.0, 0.5])).unwrap();
+        assert_eq!(v["streamSid"], "MZ1");
+        let bytes = STANDARD.decode(v["media"]["payload"].as_str().unwrap()).unwrap();
+        assert_eq!(bytes.len(), 2);
+        assert_eq!(bytes[0], 0xff);
+        assert_eq!(serde_json::from_str::<Value>(&clear("MZ1")).unwrap()["event"], "clear");
+        assert_eq!(serde_json::from_str::<Value>(&mark("MZ1", "resp_1")).unwrap()["mark"]["name"], "resp_1");
+    }
+}

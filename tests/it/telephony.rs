@@ -1,0 +1,156 @@
+//! Phone calls: a Twilio Media Streams client written from Twilio's documentation (`connected`,
+//! `start`, `media` frames of 20 ms of μ-law at 8 kHz in real time, `stop`) streams a spoken
+//! question to `/v1/telephony/twilio` and hears the model back as `media` for its stream, a
+//! `mark` after the answer, and a `clear` when it speaks over the next one.
+
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::common::*;
+
+const SID: &str = "MZ00000000000000000000000000000001";
+
+/// 20 ms frames of μ-law at 8 kHz of `samples` (16 kHz).
+fn frames(samples: &[f32]) -> Vec<String> {
+    let narrow = omni_actors::audio::resample(samples, 16000, 8000).unwrap();
+    narrow
+        .chunks(160)
+        .map(|f| {
+            let bytes: Vec<u8> =
+                f.iter().map(|&s| audio_codec_algorithms::encode_ulaw((s.clamp(-1.0, 1.0) * 32767.0) as i16)).collect();
+            STANDARD.encode(bytes)
+        })
+        .collect()
+}
+
+fn media(n: usize, payload: &str) -> Message {
+    Message::text(
+        json!({"event": "media", "sequenceNumber": (n + 3).to_string(), "streamSid": SID,
+               "media": {"track": "inbound", "chunk": (n + 1).to_string(), "timestamp": (n * 20).to_string(), "payload": payload}})
+        .to_string(),
+    )
+}
+
+#[tokio::test]
+async fn a_twilio_stream_is_heard_answered_marked_and_cleared() {
+    let key = "twilio-key-0123456789";
+    let server =
+        Server::ready(Setup::default().auth(&format!("api_keys = [\"{key}\"]")).workers(workers(1, "step_ms = 300")));
+    let url = server.url(&format!("/v1/telephony/twilio?model=omni&key={key}")).replacen("http", "ws", 1);
+    let (ws, _) = tokio_tungstenite::connect_async(url.as_str()).await.expect("Twilio connects");
+    let (mut to, mut from) = ws.split();
+    to.send(Message::text(json!({"event": "connected", "protocol": "Call", "version": "1.0.0"}).to_string()))
+        .await
+        .unwrap();
+    let start = json!({"event": "start", "sequenceNumber": "1", "streamSid": SID,
+        "start": {"accountSid": "AC1", "streamSid": SID, "callSid": "CA1", "tracks": ["inbound"],
+                  "customParameters": {"instructions": "Be brief."},
+                  "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}});
+    to.send(Message::text(start.to_string())).await.unwrap();
+
+    // The caller asks; once the answer has played (its mark came back) it asks again, and speaks
+    // over that second answer as soon as it starts. Between, the line is open (silence), a frame
+    // every 20 ms as Twilio sends them.
+    let question = frames(&speech("What is the capital of France?"));
+    let silence = frames(&[0.0; 160 * 2])[0].clone();
+    let (tx, mut heard) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let reader = tokio::spawn(async move {
+        while let Some(Ok(msg)) = from.next().await {
+            match msg {
+                Message::Text(t) => drop(tx.send(serde_json::from_str::<Value>(&t).unwrap())),
+                Message::Close(_) => break,
+                _ => {} // pings: answered by the socket
+            }
+        }
+    });
+    let mut script: std::collections::VecDeque<String> = question.iter().cloned().collect();
+    let mut pace = tokio::time::interval(Duration::from_millis(20));
+    let (mut sent, mut voice_bytes) = (0, 0usize);
+    let (mut marked, mut asked_again, mut barged, mut cleared) = (None, false, false, false);
+    while !cleared {
+        assert!(
+            sent < 50 * 30,
+            "no clear within 30 s of the call: marked {marked:?}, asked again {asked_again}, barged {barged}, {voice_bytes} bytes of voice\n{}",
+            server.logs()
+        );
+        pace.tick().await;
+        let payload = script.pop_front().unwrap_or_else(|| silence.clone());
+        to.send(media(sent, &payload)).await.unwrap();
+        sent += 1;
+        while let Ok(v) = heard.try_recv() {
+            assert_eq!(v["streamSid"], SID, "every message names the stream: {v}");
+            match v["event"].as_str() {
+                Some("media") => {
+                    voice_bytes += STANDARD.decode(v["media"]["payload"].as_str().unwrap()).unwrap().len();
+                    if asked_again && !barged && script.is_empty() {
+                        // The second answer plays: the caller speaks over it.
+                        barged = true;
+                        script.extend(question.iter().cloned());
+                    }
+                }
+                Some("mark") => {
+                    // Played (Twilio sends the mark back once it has played what came before).
+                    to.send(Message::text(
+                        json!({"event": "mark", "streamSid": SID, "sequenceNumber": "0",
+                        "mark": {"name": v["mark"]["name"]}})
+                        .to_string(),
+                    ))
+                    .await
+                    .unwrap();
+                    if marked.is_none() {
+                        marked = Some((v["mark"]["name"].clone(), voice_bytes));
+                        asked_again = true;
+                        script.extend(question.iter().cloned());
+                    }
+                }
+                Some("clear") => {
+                    assert!(barged, "a clear only when the caller speaks over the voice: {v}");
+                    cleared = true;
+                }
+                other => panic!("Twilio does not take {other:?}: {v}"),
+            }
+        }
+    }
+    let (name, first_answer) = marked.expect("a mark after the answer's voice");
+    assert!(name.as_str().is_some_and(|n| n.starts_with("resp_")), "the mark names the answer: {name}");
+    assert!((19_800..=20_200).contains(&first_answer), "2.5 s of voice at 8 kHz before the mark: {first_answer}");
+    let status = server.status();
+    assert_eq!(status["workers"][0]["transport"], "twilio", "{status}");
+    // The call hangs up.
+    to.send(Message::text(json!({"event": "stop", "sequenceNumber": "999", "streamSid": SID, "stop": {}}).to_string()))
+        .await
+        .unwrap();
+    let _ = tokio::time::timeout(WAIT, reader).await;
+    server.wait_idle();
+    assert!(server.logs().contains("ended (hangup)"), "{}", server.logs());
+}
+
+#[tokio::test]
+async fn a_stream_without_the_key_or_in_another_format_is_refused() {
+    let server = Server::ready(Setup::default().auth("api_keys = [\"twilio-key-0123456789\"]"));
+    let url = server.url("/v1/telephony/twilio").replacen("http", "ws", 1);
+    match tokio_tungstenite::connect_async(url.as_str()).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status().as_u16(), 401),
+        other => panic!("accepted without a key: {:?}", other.map(|_| ())),
+    }
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{url}?key=twilio-key-0123456789")).await.unwrap();
+    let start = json!({"event": "start", "streamSid": SID, "start": {"streamSid": SID, "callSid": "CA2",
+        "mediaFormat": {"encoding": "audio/x-l16", "sampleRate": 16000, "channels": 1}}});
+    ws.send(Message::text(start.to_string())).await.unwrap();
+    loop {
+        match tokio::time::timeout(WAIT, ws.next()).await.expect("closed in time") {
+            Some(Ok(Message::Close(frame))) => {
+                assert_eq!(frame.map(|f| u16::from(f.code)), Some(1003));
+                break;
+            }
+            Some(Ok(_)) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    server.wait_idle();
+}
