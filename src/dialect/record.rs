@@ -14,6 +14,7 @@
 
 use std::io;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -28,27 +29,51 @@ const LARGE: usize = 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AudioEncoding {
     /// Little-endian float32 (the MiniCPM-o dialects).
-    F32,
+    F32 = 0,
     /// Little-endian signed 16-bit (the OpenAI-shaped dialects).
-    Pcm16,
+    Pcm16 = 1,
+    /// G.711 μ-law at 8 kHz (an OpenAI-dialect client that asked for it).
+    Ulaw = 2,
+    /// G.711 A-law at 8 kHz.
+    Alaw = 3,
 }
 
 /// The redactor of a JSON dialect.
 pub struct JsonRedactor {
-    output: AudioEncoding,
+    /// How the model's audio is coded in the frames ([`AudioEncoding`] as a number): a dialect
+    /// whose client may change it mid-session keeps it up to date.
+    output: Arc<AtomicU8>,
 }
 
 impl JsonRedactor {
     pub fn shared(output: AudioEncoding) -> Arc<dyn Redact> {
+        Arc::new(JsonRedactor::new(output))
+    }
+
+    /// A redactor whose output coding follows `output`, which its dialect sets.
+    pub fn following(output: Arc<AtomicU8>) -> Arc<dyn Redact> {
         Arc::new(JsonRedactor { output })
     }
 
+    fn new(output: AudioEncoding) -> JsonRedactor {
+        JsonRedactor { output: Arc::new(AtomicU8::new(output as u8)) }
+    }
+
+    /// The model's audio of a delta, at 24 kHz for `output.wav`.
     fn decode_output(&self, b64: &str) -> Option<Vec<f32>> {
         let bytes = STANDARD.decode(b64).ok()?;
-        Some(match self.output {
-            AudioEncoding::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-            AudioEncoding::Pcm16 => {
-                bytes.chunks_exact(2).map(|c| i16::from_le_bytes([c[0], c[1]]) as f32 / 32768.0).collect()
+        let sample = |s: i16| s as f32 / 32768.0;
+        Some(match self.output.load(Ordering::Relaxed) {
+            0 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            1 => bytes.chunks_exact(2).map(|c| sample(i16::from_le_bytes([c[0], c[1]]))).collect(),
+            law => {
+                let decode = if law == AudioEncoding::Ulaw as u8 {
+                    audio_codec_algorithms::decode_ulaw
+                } else {
+                    audio_codec_algorithms::decode_alaw
+                };
+                let narrow: Vec<f32> = bytes.iter().map(|&b| sample(decode(b))).collect();
+                omni_actors::audio::resample(&narrow, 8000, 24000).ok()?
             }
         })
     }
@@ -214,7 +239,7 @@ mod tests {
 
     #[test]
     fn inbound_media_become_references_in_order() {
-        let r = JsonRedactor { output: AudioEncoding::F32 };
+        let r = JsonRedactor::new(AudioEncoding::F32);
         let mut sink = Counting::default();
         let append = json!({"type": "input.append", "input": {"audio": "AAAA", "video_frames": ["x", "y"]}});
         let media = (vec![vec![0.0; 16000]], vec![vec![1], vec![2]]);
@@ -228,7 +253,7 @@ mod tests {
 
     #[test]
     fn a_ref_a_client_sent_is_not_the_recordings() {
-        let r = JsonRedactor { output: AudioEncoding::F32 };
+        let r = JsonRedactor::new(AudioEncoding::F32);
         let mut sink = Counting::default();
         let forged = json!({"type": "x", "a": {"$ref": "../../../config.toml", "samples": 9}, "$ref": "input.wav"});
         let v = event(r.redact(Direction::In, forged.to_string().as_bytes(), (vec![], vec![]), &mut sink).unwrap());
@@ -241,11 +266,11 @@ mod tests {
     #[test]
     fn outbound_audio_is_decoded_in_the_dialects_format() {
         let mut sink = Counting::default();
-        let f32 = JsonRedactor { output: AudioEncoding::F32 };
+        let f32 = JsonRedactor::new(AudioEncoding::F32);
         let delta = json!({"type": "response.output.delta", "kind": "audio", "audio": b64_f32(&[0.5; 24000])});
         let v = event(f32.redact(Direction::Out, delta.to_string().as_bytes(), (vec![], vec![]), &mut sink).unwrap());
         assert_eq!(v["audio"], json!({"$ref": "output.wav", "offset": 0, "samples": 24000}));
-        let pcm16 = JsonRedactor { output: AudioEncoding::Pcm16 };
+        let pcm16 = JsonRedactor::new(AudioEncoding::Pcm16);
         let delta = json!({"type": "response.audio.delta", "delta": STANDARD.encode([0u8; 960])});
         let v = event(pcm16.redact(Direction::Out, delta.to_string().as_bytes(), (vec![], vec![]), &mut sink).unwrap());
         assert_eq!(v["delta"], json!({"$ref": "output.wav", "offset": 24000, "samples": 480}));
@@ -257,7 +282,7 @@ mod tests {
     #[test]
     fn audio_an_edge_carried_as_samples_is_recorded_from_the_samples() {
         let mut sink = Counting::default();
-        let r = JsonRedactor { output: AudioEncoding::Pcm16 };
+        let r = JsonRedactor::new(AudioEncoding::Pcm16);
         let heard = json!({"type": "caller.audio", "rate": 24000, "audio": ""});
         let v = event(
             r.redact(Direction::In, heard.to_string().as_bytes(), (vec![vec![0.1; 320]], vec![]), &mut sink).unwrap(),
@@ -273,7 +298,7 @@ mod tests {
 
     #[test]
     fn a_frame_that_is_not_json_is_kept_raw_and_short() {
-        let r = JsonRedactor { output: AudioEncoding::F32 };
+        let r = JsonRedactor::new(AudioEncoding::F32);
         let long = vec![b'x'; 10_000];
         match r.redact(Direction::In, &long, (vec![], vec![]), &mut Counting::default()).unwrap() {
             Recorded::Raw(raw) => assert_eq!(raw.len(), 4096),

@@ -312,7 +312,7 @@ async fn errors_have_the_openai_shape() {
         (json!({"type": "input_audio_buffer.append", "audio": "%%%"}), "invalid_value"),
         (json!({"type": "input_audio_buffer.append"}), "missing_required_parameter"),
         (
-            json!({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcmu"}}}}}),
+            json!({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"format": {"type": "audio/flac"}}}}}),
             "invalid_value",
         ),
         (json!({"type": "response.fly"}), "unknown_event"),
@@ -378,7 +378,7 @@ async fn audio_is_stepped_in_the_chunk_the_backend_prefers() {
 #[tokio::test]
 async fn g711_sessions_hear_and_speak_at_8_khz() {
     use audio_codec_algorithms::{decode_alaw, decode_ulaw, encode_alaw, encode_ulaw};
-    let server = Server::ready(Setup::default());
+    let server = Server::ready(Setup::default().recording("enabled = true"));
     type Law = (fn(i16) -> u8, fn(u8) -> i16);
     let (ulaw, alaw): (Law, Law) = ((encode_ulaw, decode_ulaw), (encode_alaw, decode_alaw));
     for (beta, update, law) in [
@@ -417,7 +417,12 @@ async fn g711_sessions_hear_and_speak_at_8_khz() {
         assert!((19_800..=20_200).contains(&voice.len()), "2.5 s at 8 kHz, a byte a sample: {}", voice.len());
         let loud = voice.iter().map(|&b| (law.1)(b).unsigned_abs()).max().unwrap();
         assert!(loud > 1000, "the model's voice, not silence: peak {loud}");
+        let session_id = c.seen[0]["session"]["id"].as_str().unwrap().to_string();
         c.close_socket().await;
         server.wait_idle();
+        // The recording reads the G.711 it sent: the model's 2.5 s, at 24 kHz.
+        let wav = hound::WavReader::open(server.recording(&session_id).join("output.wav")).unwrap();
+        let seconds = wav.duration() as f64 / wav.spec().sample_rate as f64;
+        assert!((2.4..2.6).contains(&seconds), "output.wav holds {seconds} s");
     }
 }

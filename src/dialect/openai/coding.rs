@@ -14,8 +14,8 @@ use crate::dialect::conversation::Coding;
 /// The rate of G.711 audio, both ways.
 pub(super) const G711_RATE: u32 = 8000;
 
-/// The coding a format names (`pcm16`, `g711_ulaw`, `{"type": "audio/pcmu"}`...), and the rate
-/// it fixes or was given; `None` for a name that is not a format here.
+/// The coding a format names (`pcm16`, `g711_ulaw`, `audio/pcmu`...); `None` for a name that is
+/// not a format here.
 pub(super) fn coding_of(kind: &str, flavor: Flavor) -> Option<Coding> {
     match kind {
         "pcm16" | "pcm" | "audio/pcm" => Some(Coding::Pcm16),
@@ -72,22 +72,62 @@ pub(super) fn decode(coding: Coding, b64: &str, param: &str) -> Result<Vec<f32>,
     })
 }
 
-/// The model's voice (24 kHz) as base64 audio of `coding`.
+/// The model's voice (at `rate`) as base64 audio of `coding`, resampled as one clip (a
+/// stream's pieces go through [`G711Downlink`] instead).
 pub(super) fn encode(coding: Coding, samples: &[f32], rate: u32) -> String {
-    let linear = |s: f32| (s.clamp(-1.0, 1.0) * 32767.0).round() as i16;
-    let bytes: Vec<u8> = match coding {
-        Coding::Pcm16 => samples.iter().flat_map(|&s| linear(s).to_le_bytes()).collect(),
+    match coding {
+        Coding::Pcm16 => STANDARD.encode(samples.iter().flat_map(|&s| linear(s).to_le_bytes()).collect::<Vec<u8>>()),
         Coding::Ulaw | Coding::Alaw => {
-            let narrow = omni_actors::audio::resample(samples, rate, G711_RATE).unwrap_or_default();
-            let law = if coding == Coding::Ulaw {
-                audio_codec_algorithms::encode_ulaw
-            } else {
-                audio_codec_algorithms::encode_alaw
-            };
-            narrow.iter().map(|&s| law(linear(s))).collect()
+            compand(coding, &omni_actors::audio::resample(samples, rate, G711_RATE).unwrap_or_default())
         }
+    }
+}
+
+fn linear(s: f32) -> i16 {
+    (s.clamp(-1.0, 1.0) * 32767.0).round() as i16
+}
+
+/// 8 kHz samples as base64 G.711 of `coding` (16-bit PCM for `Pcm16`).
+pub(super) fn compand(coding: Coding, narrow: &[f32]) -> String {
+    let law = match coding {
+        Coding::Pcm16 => return encode(Coding::Pcm16, narrow, G711_RATE),
+        Coding::Ulaw => audio_codec_algorithms::encode_ulaw,
+        Coding::Alaw => audio_codec_algorithms::encode_alaw,
     };
-    STANDARD.encode(bytes)
+    STANDARD.encode(narrow.iter().map(|&s| law(linear(s))).collect::<Vec<u8>>())
+}
+
+/// The model's voice of one response, from its rate down to G.711's, piece by piece: one
+/// stream resampler, so that no piece has an edge of its own; its tail is flushed when the
+/// response's voice is done.
+pub(super) struct G711Downlink {
+    response: String,
+    resampler: omni_actors::audio::StreamResampler,
+}
+
+impl G711Downlink {
+    /// The 8 kHz samples of a piece of `response`'s voice (a new response starts anew).
+    pub(super) fn push(this: &mut Option<G711Downlink>, response: &str, samples: &[f32], rate: u32) -> Vec<f32> {
+        if this.as_ref().is_none_or(|d| d.response != response) {
+            *this = omni_actors::audio::StreamResampler::new(rate, G711_RATE)
+                .ok()
+                .map(|resampler| G711Downlink { response: response.to_string(), resampler });
+        }
+        let mut narrow = Vec::with_capacity(samples.len() / 3 + 1);
+        if let Some(d) = this.as_mut() {
+            d.resampler.push(samples, &mut narrow);
+        }
+        narrow
+    }
+
+    /// What is held of `response`'s voice, now that it is done.
+    pub(super) fn tail(this: &mut Option<G711Downlink>, response: &str) -> Vec<f32> {
+        let mut narrow = Vec::new();
+        if let Some(mut d) = this.take_if(|d| d.response == response) {
+            d.resampler.flush(&mut narrow);
+        }
+        narrow
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use omni_actors::domain::{Role, ToolChoice, Tools};
 use omni_actors::protocol::{CloseReason, ErrorKind, ProtocolError, QueueInfo};
 use serde_json::{Map, Value, json};
 
+use super::coding::G711Downlink;
 use super::{Flavor, coding};
 use crate::dialect::conversation::Coding;
 use crate::dialect::conversation::events::TranscriptionFailure;
@@ -30,6 +31,11 @@ fn qwen_defaults() -> [(&'static str, Value); 5] {
     ]
 }
 
+/// Where an output is, as its events name it.
+fn at_fields(o: &Output) -> Value {
+    json!({"response_id": o.response_id, "item_id": o.item_id, "output_index": o.output_index, "content_index": 0})
+}
+
 /// A GA audio format: 16-bit PCM with its rate, or G.711 (8 kHz, no rate).
 fn ga_format(coding: Coding, rate: u32) -> Value {
     match coding {
@@ -48,11 +54,20 @@ pub(super) struct Encoder {
     pub client_event_id: Option<String>,
     /// How the model's voice is coded in `response.output_audio.delta`.
     pub output: Coding,
+    /// The response's voice on its way down to G.711's 8 kHz.
+    downlink: Option<G711Downlink>,
 }
 
 impl Encoder {
     pub(super) fn new(flavor: Flavor, model: &str) -> Encoder {
-        Encoder { flavor, model: model.to_string(), events: 0, client_event_id: None, output: Coding::Pcm16 }
+        Encoder {
+            flavor,
+            model: model.to_string(),
+            events: 0,
+            client_event_id: None,
+            output: Coding::Pcm16,
+            downlink: None,
+        }
     }
 
     fn event(&mut self, kind: &str, fields: Value) -> String {
@@ -66,11 +81,24 @@ impl Encoder {
         Value::Object(obj).to_string()
     }
 
+    /// The last piece of a response's G.711 voice (what its resampler held), as one more audio
+    /// delta before its `audio.done`; `None` when there is none.
+    pub(super) fn voice_tail(&mut self, at: &Output) -> Option<String> {
+        let tail = G711Downlink::tail(&mut self.downlink, &at.response_id);
+        if tail.is_empty() || self.output == Coding::Pcm16 {
+            return None;
+        }
+        let delta = coding::compand(self.output, &tail);
+        let mut fields = at_fields(at);
+        fields["delta"] = json!(delta);
+        Some(self.event(self.flavor.audio_delta(), fields))
+    }
+
     /// The event's JSON, or `None` for one this flavor does not send. The voice's own events
     /// (`AudioDelta` for an edge that plays it, `VoiceDone`, `VoiceCleared`) are its caller's.
     pub(super) fn encode(&mut self, event: Event) -> Option<String> {
         let f = self.flavor;
-        let at = |o: &Output| json!({"response_id": o.response_id, "item_id": o.item_id, "output_index": o.output_index, "content_index": 0});
+        let at = at_fields;
         let with = |mut v: Value, k: &str, x: Value| {
             v[k] = x;
             v
@@ -185,7 +213,13 @@ impl Encoder {
                 self.event(kind, with(at(&o), "delta", json!(delta)))
             }
             Event::AudioDelta { at: o, samples } => {
-                let delta = coding::encode(self.output, &samples, OUTPUT_RATE);
+                let delta = match self.output {
+                    Coding::Pcm16 => coding::encode(Coding::Pcm16, &samples, OUTPUT_RATE),
+                    g711 => {
+                        let narrow = G711Downlink::push(&mut self.downlink, &o.response_id, &samples, OUTPUT_RATE);
+                        coding::compand(g711, &narrow)
+                    }
+                };
                 self.event(f.audio_delta(), with(at(&o), "delta", json!(delta)))
             }
             Event::AudioDone { at: o } => self.event(f.audio_done(), at(&o)),
@@ -230,7 +264,11 @@ impl Encoder {
                 let message = format!("the session ended: {}", reason.as_str());
                 self.event("error", json!({"error": {"type": "server_error", "code": code, "message": message, "param": null, "event_id": null}}))
             }
-            Event::VoiceDone { .. } | Event::VoiceCleared => return None,
+            Event::VoiceCleared => {
+                self.downlink = None;
+                return None;
+            }
+            Event::VoiceDone { .. } => return None,
         })
     }
 

@@ -10,6 +10,7 @@
 //! formats are the edge's.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
 use omni_actors::edge::dialect::{DecodeError, Dialect, Outbox, RecordedMedia};
@@ -24,7 +25,7 @@ use serde_json::Value;
 const VOICED: f32 = 1e-3;
 
 use super::Limits;
-use super::conversation::{Command, Driver, Event, OUTPUT_RATE};
+use super::conversation::{Coding, Command, Driver, Event, OUTPUT_RATE};
 use super::record::{AudioEncoding, JsonRedactor};
 use super::wire;
 use decode::Decoded;
@@ -96,6 +97,9 @@ pub struct Realtime {
     driver: Driver,
     /// The session's edge carries audio itself.
     carries_audio: bool,
+    /// How the model's audio is coded in the frames, for the recording's redactor
+    /// ([`AudioEncoding`] as a number).
+    recorded_output: Arc<AtomicU8>,
 }
 
 impl Realtime {
@@ -104,6 +108,7 @@ impl Realtime {
             encoder: Encoder::new(flavor, model),
             driver: Driver::new(conf::defaults(flavor), limits, voice),
             carries_audio: false,
+            recorded_output: Arc::new(AtomicU8::new(AudioEncoding::Pcm16 as u8)),
         }
     }
 
@@ -120,8 +125,16 @@ impl Realtime {
 
     /// Renders what the driver said, in order.
     fn render(&mut self, out: &mut Outbox) {
-        // The model's voice in the coding the client asked for (a change applies from its next piece).
-        self.encoder.output = self.driver.conf().output_coding;
+        // The model's voice in the coding the client asked for (a change applies from its next
+        // piece), and the recording told how to read it.
+        let output = self.driver.conf().output_coding;
+        self.encoder.output = output;
+        let recorded = match output {
+            Coding::Pcm16 => AudioEncoding::Pcm16,
+            Coding::Ulaw => AudioEncoding::Ulaw,
+            Coding::Alaw => AudioEncoding::Alaw,
+        };
+        self.recorded_output.store(recorded as u8, Ordering::Relaxed);
         for event in self.driver.take_events() {
             match event {
                 Event::AudioDelta { at, samples } if self.carries_audio => {
@@ -132,6 +145,12 @@ impl Realtime {
                 }
                 Event::VoiceCleared if self.carries_audio => out.audio(ModelAudio::Clear),
                 event => {
+                    // A G.711 voice's last piece goes before its `audio.done`.
+                    if let Event::AudioDone { at } = &event
+                        && let Some(tail) = self.encoder.voice_tail(at)
+                    {
+                        out.push(tail);
+                    }
                     if let Some(frame) = self.encoder.encode(event) {
                         out.push(frame);
                     }
@@ -147,7 +166,7 @@ impl Dialect for Realtime {
     }
 
     fn redactor(&self) -> Arc<dyn Redact> {
-        JsonRedactor::shared(AudioEncoding::Pcm16)
+        JsonRedactor::following(self.recorded_output.clone())
     }
 
     fn decode(&mut self, text: &bytestring::ByteString, replies: &mut Outbox) -> Result<Vec<Inbound>, DecodeError> {

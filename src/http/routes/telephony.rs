@@ -1,6 +1,6 @@
 //! Telephone calls: `/v1/telephony/twilio`, the WebSocket a Twilio number's TwiML points its
-//! `<Connect><Stream>` at. The caller (Twilio, with the API key as `?key=` or a `Bearer`
-//! header, and the model as `?model=`) passes the same checks as any client
+//! `<Connect><Stream>` at. The caller (Twilio, with the API key as `?key=` (or `?api_key=`, as
+//! on `/v1/realtime`) or a `Bearer` header, and the model as `?model=`) passes the same checks as any client
 //! (`crate::transport::admission`) before its stream's edge starts its session.
 
 use std::sync::Arc;
@@ -11,10 +11,11 @@ use futures_util::StreamExt;
 
 use super::realtime::{caller, query_of, refused, secret_used};
 use crate::dialect::openai::Flavor;
-use crate::http::{Gateway, auth};
+use crate::http::{Gateway, auth, client_secrets};
 use crate::transport::admission::{Endpoint, Transport, admit, authenticate};
 use crate::transport::incoming::{Backlog, Gated};
-use crate::transport::outgoing::{Metered, OutgoingMeter};
+use crate::transport::outgoing::{Metered, OutgoingLimit, OutgoingMeter};
+use crate::transport::socket::ConnSocket;
 use crate::transport::twilio::{TwilioEdge, TwilioSettings};
 
 pub(super) async fn twilio(
@@ -27,7 +28,7 @@ pub(super) async fn twilio(
         Err(refusal) => return Ok(refusal),
     };
     let caller = caller(&req, &gw);
-    let presented = [auth::bearer(&req), query.get("key").map(String::as_str), None];
+    let presented = [auth::bearer(&req), query.get("key").or(query.get("api_key")).map(String::as_str), None];
     let key = match authenticate(&caller, &gw, presented, false).await {
         Ok(key) => key,
         Err(refusal) => return Ok(refused(refusal)),
@@ -50,14 +51,24 @@ pub(super) async fn twilio(
     let settings = TwilioSettings {
         heartbeat_interval: config.server.heartbeat_interval(),
         heartbeat_timeout: config.server.heartbeat_timeout(),
+        rate: config.message_rate(),
     };
+    let meter = Arc::new(OutgoingMeter::default());
+    let outgoing = req.conn_data::<ConnSocket>().map(|socket| {
+        Arc::new(OutgoingLimit {
+            meter: meter.clone(),
+            max_bytes: config.server.max_outgoing_bytes,
+            disconnect: Box::new(socket.cutter()),
+        })
+    });
     let conn = admitted.conn;
+    // A client secret's settings reach the session first (the call's parameters after them).
+    let first = admitted.session.as_ref().map(client_secrets::session_update);
     let incoming = Backlog::new(config.server.max_incoming_bytes as usize, gw.incoming.clone());
-    let edge = TwilioEdge::new(settings, conn, incoming.clone(), admitted.starter(&gw));
+    let edge = TwilioEdge::new(settings, conn, incoming.clone(), outgoing, admitted.starter(&gw)).with_first(first);
     let codec = actix_http::ws::Codec::new().max_size(config.server.max_frame_bytes);
     // Read only while the session keeps up; a body that breaks ends there.
     let payload = Gated::new(payload.take_while(|chunk| std::future::ready(chunk.is_ok())), incoming);
-    let meter = Arc::new(OutgoingMeter::default());
     let mut response = response;
     Ok(response.streaming(Metered::new(ws::WebsocketContext::with_codec(edge, payload, codec), meter)))
 }

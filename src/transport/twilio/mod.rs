@@ -22,7 +22,11 @@ use omni_actors::protocol::{CloseReason, Violation};
 use omni_actors::session::messages::{CallerAudio, FromClient, ModelAudio, ToClient};
 use serde_json::{Value, json};
 
+use omni_actors::audio::StreamResampler;
+
 use super::incoming::Backlog;
+use super::limits::{Admit, MessageRate, RateLimit};
+use super::outgoing::OutgoingLimit;
 use super::{SessionPort, StartSession};
 
 pub mod wire;
@@ -34,6 +38,9 @@ pub struct TwilioSettings {
     pub heartbeat_interval: Duration,
     /// Silence from Twilio (no message, no pong) after which the stream is considered gone.
     pub heartbeat_timeout: Duration,
+    /// Messages per second Twilio may send (50 a second carry the caller's voice); `None`: no
+    /// limit.
+    pub rate: Option<RateLimit>,
 }
 
 /// One stream's edge; see the module's documentation.
@@ -53,13 +60,29 @@ pub struct TwilioEdge {
     /// The model's voice sent that Twilio may not have played yet (no mark of it back): what a
     /// `clear` would cut.
     unplayed: bool,
-    /// The last mark sent: when Twilio sends it back, everything before it has played.
+    /// The last mark sent after the last voice: when Twilio sends it back, that voice has
+    /// played.
     last_mark: Option<String>,
+    /// The model's voice from 24 kHz to the stream's 8 kHz, one answer at a time (a stream
+    /// resampler: no edge at each piece).
+    downlink: Option<StreamResampler>,
+    /// The bound on what waits for a Twilio socket that does not read; `None`: unbounded.
+    outgoing: Option<Arc<OutgoingLimit>>,
+    rate: Option<MessageRate>,
+    /// The session settings of the client secret the stream presented, handed first.
+    first: Option<String>,
 }
 
 impl TwilioEdge {
-    pub fn new(settings: TwilioSettings, conn: u64, incoming: Arc<Backlog>, start: StartSession) -> TwilioEdge {
+    pub fn new(
+        settings: TwilioSettings,
+        conn: u64,
+        incoming: Arc<Backlog>,
+        outgoing: Option<Arc<OutgoingLimit>>,
+        start: StartSession,
+    ) -> TwilioEdge {
         TwilioEdge {
+            rate: settings.rate.map(|limit| MessageRate::new(limit, Instant::now())),
             settings,
             label: format!("c{conn}"),
             start: Some(start),
@@ -70,7 +93,35 @@ impl TwilioEdge {
             done: false,
             unplayed: false,
             last_mark: None,
+            downlink: None,
+            outgoing,
+            first: None,
         }
+    }
+
+    /// The session gets `first` (a client secret's settings) before anything of Twilio's.
+    pub fn with_first(mut self, first: Option<String>) -> TwilioEdge {
+        self.first = first;
+        self
+    }
+
+    /// A message for Twilio, counted against the outgoing bound: a socket that does not read
+    /// is cut, as a WebSocket client's is (`slow_consumer`).
+    fn send(&mut self, ctx: &mut ws::WebsocketContext<Self>, frame: String) {
+        if let Some(limit) = &self.outgoing {
+            let waiting = limit.meter.wrote(frame.len());
+            if waiting > limit.max_bytes {
+                log::warn!(
+                    "session {}: Twilio does not read the stream ({waiting} bytes waiting); dropping it",
+                    self.label
+                );
+                metrics().slow_consumers.inc();
+                limit.disconnect.disconnect();
+                return self.end(ctx, CloseReason::SlowConsumer);
+            }
+        }
+        metrics().bytes_sent.inc_by(frame.len() as u64);
+        ctx.text(frame);
     }
 
     fn hand(&self, msg: FromClient) {
@@ -94,13 +145,17 @@ impl TwilioEdge {
     fn on_text(&mut self, text: &str, ctx: &mut ws::WebsocketContext<Self>) {
         match wire::parse(text) {
             Ok(wire::Incoming::Connected) => {}
+            Ok(wire::Incoming::Start { .. }) if self.stream_sid.is_some() => {
+                log::debug!("session {}: a second start on one stream; ignored", self.label)
+            }
             Ok(wire::Incoming::Start { stream_sid, call_sid, parameters }) => {
-                log::info!("session {}: Twilio stream started (call {call_sid})", self.label);
+                log::info!("session {}: Twilio stream started (call {})", self.label, wire::clipped(&call_sid));
                 self.stream_sid = Some(stream_sid);
                 if let Some(update) = session_update(&parameters) {
                     self.hand(FromClient::Text(ByteString::from(update)));
                 }
             }
+            Ok(wire::Incoming::Media { samples }) if samples.is_empty() => {}
             Ok(wire::Incoming::Media { samples }) => {
                 self.hand(FromClient::Audio(CallerAudio { samples, rate: wire::RATE }));
             }
@@ -109,9 +164,8 @@ impl TwilioEdge {
                     self.unplayed = false;
                 }
             }
-            Ok(wire::Incoming::Dtmf { digit }) => {
-                log::info!("session {}: the caller pressed {}", self.label, digit.chars().take(1).collect::<String>())
-            }
+            // (a key, never which: callers type PINs and card numbers)
+            Ok(wire::Incoming::Dtmf { .. }) => log::debug!("session {}: the caller pressed a key", self.label),
             Ok(wire::Incoming::Stop) => {
                 log::info!("session {}: Twilio stopped the stream", self.label);
                 self.end(ctx, CloseReason::Client("hangup".into()));
@@ -124,31 +178,71 @@ impl TwilioEdge {
         }
     }
 
-    /// The model's voice for the stream, at 8 kHz.
-    fn voice(&mut self, audio: ModelAudio, ctx: &mut ws::WebsocketContext<Self>) {
+    /// The model's voice for the stream: μ-law at 8 kHz, a mark after each answer's, a clear
+    /// when the caller speaks over voice Twilio may not have played.
+    fn model_audio(&mut self, audio: ModelAudio, ctx: &mut ws::WebsocketContext<Self>) {
+        // Before `start` there is no stream to play it on.
         let Some(sid) = self.stream_sid.clone() else { return };
         match audio {
             ModelAudio::Delta { samples, rate, .. } => {
-                let narrow = omni_actors::audio::resample(&samples, rate, wire::RATE).unwrap_or_default();
-                let frame = wire::media(&sid, &narrow);
-                metrics().bytes_sent.inc_by(frame.len() as u64);
+                let mut narrow = Vec::with_capacity(samples.len() * wire::RATE as usize / rate.max(1) as usize + 1);
+                if self.downlink.is_none() {
+                    self.downlink = StreamResampler::new(rate, wire::RATE).ok();
+                }
+                if let Some(r) = self.downlink.as_mut() {
+                    r.push(&samples, &mut narrow);
+                }
                 self.unplayed = true;
-                ctx.text(frame);
+                // Only a mark sent after this voice says it played.
+                self.last_mark = None;
+                if !narrow.is_empty() {
+                    self.send(ctx, wire::media(&sid, &narrow));
+                }
             }
-            // Twilio sends the mark back once what came before it has played.
+            // The answer's last piece, then its mark: Twilio sends the mark back once it played.
             ModelAudio::Done { response } => {
-                ctx.text(wire::mark(&sid, &response));
+                let mut tail = Vec::new();
+                if let Some(mut r) = self.downlink.take() {
+                    r.flush(&mut tail);
+                }
+                if !tail.is_empty() {
+                    self.send(ctx, wire::media(&sid, &tail));
+                }
+                self.send(ctx, wire::mark(&sid, &response));
                 self.last_mark = Some(response);
             }
             // Only voice Twilio may still be playing is cut (the caller starting to speak
             // with none is no barge-in).
-            ModelAudio::Clear if self.unplayed => {
-                self.unplayed = false;
-                ctx.text(wire::clear(&sid));
+            ModelAudio::Clear => {
+                self.downlink = None;
+                if std::mem::take(&mut self.unplayed) {
+                    self.send(ctx, wire::clear(&sid));
+                }
             }
-            ModelAudio::Clear => {}
         }
     }
+}
+
+impl TwilioEdge {
+    /// A message counts against the rate: dropped over it, the stream ended when it stays over.
+    fn within_rate(&mut self, ctx: &mut ws::WebsocketContext<Self>) -> bool {
+        let Some(rate) = self.rate.as_mut() else { return true };
+        match rate.admit(Instant::now()) {
+            Admit::Process => true,
+            Admit::Drop | Admit::Tell(_) => false,
+            Admit::End => {
+                log::warn!("session {}: Twilio over the message rate for too long; closing with 1008", self.label);
+                self.end(ctx, CloseReason::ProtocolViolation(Violation::RateLimited));
+                false
+            }
+        }
+    }
+}
+
+/// The code of an `error` event of the session's dialect, if `text` is one.
+fn error_code(text: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    (v["type"] == "error").then(|| v["error"]["code"].as_str().unwrap_or("error").to_string())
 }
 
 /// The session settings `start`'s custom parameters carry (`instructions`, `voice`), as the
@@ -176,7 +270,17 @@ impl Actor for TwilioEdge {
         if let Some(start) = self.start.take() {
             self.session = Some(start(Box::new(ctx.address().recipient::<ToClient>())));
         }
+        if let Some(first) = self.first.take() {
+            self.hand(FromClient::Text(ByteString::from(first)));
+        }
         ctx.run_interval(self.settings.heartbeat_interval, |act, ctx| {
+            if act.session.as_ref().is_some_and(|s| !s.connected()) {
+                return ctx.stop();
+            }
+            if act.incoming.waiting() > 0 {
+                // The session is behind and the socket is not read meanwhile: not silent.
+                act.last_heard = Instant::now();
+            }
             if Instant::now().saturating_duration_since(act.last_heard) > act.settings.heartbeat_timeout {
                 log::info!("session {}: nothing heard from Twilio for {:?}", act.label, act.settings.heartbeat_timeout);
                 return act.end(ctx, CloseReason::HeartbeatTimeout);
@@ -199,13 +303,18 @@ impl Handler<ToClient> for TwilioEdge {
 
     fn handle(&mut self, msg: ToClient, ctx: &mut Self::Context) {
         match msg {
-            ToClient::Audio(audio) => self.voice(audio, ctx),
-            // The dialect's events have no place on Twilio's socket.
-            ToClient::Text(_) => {}
+            ToClient::Audio(audio) => self.model_audio(audio, ctx),
+            // The dialect's events have no place on Twilio's socket; its errors are logged (a
+            // setting the call's parameters gave that the session refused).
+            ToClient::Text(text) => {
+                if let Some(code) = error_code(&text) {
+                    log::warn!("session {}: the session refused something of the call's: {code}", self.label);
+                }
+            }
             ToClient::Close(reason) => {
                 log::info!("session {}: the session ended ({}); closing the stream", self.label, reason.as_str());
                 self.done = true;
-                ctx.close(Some(ws::CloseReason { code: ws::CloseCode::Normal, description: None }));
+                ctx.close(Some(ws::CloseReason { code: ws::CloseCode::from(reason.close_code()), description: None }));
                 ctx.stop();
             }
         }
@@ -221,7 +330,9 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for TwilioEdge {
         match msg {
             Ok(ws::Message::Text(text)) => {
                 metrics().bytes_received.inc_by(text.len() as u64);
-                self.on_text(&text, ctx);
+                if self.within_rate(ctx) {
+                    self.on_text(&text, ctx);
+                }
             }
             Ok(ws::Message::Ping(payload)) => ctx.pong(&payload),
             Ok(ws::Message::Pong(_)) | Ok(ws::Message::Nop) => {}
@@ -229,6 +340,7 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for TwilioEdge {
             Ok(ws::Message::Binary(_)) | Ok(ws::Message::Continuation(_)) => {
                 self.end(ctx, CloseReason::ProtocolViolation(Violation::BinaryFrame))
             }
+            Err(ws::ProtocolError::Overflow) => self.end(ctx, CloseReason::ProtocolViolation(Violation::MessageTooBig)),
             Err(e) => {
                 log::info!("session {}: Twilio's socket: {e}", self.label);
                 self.end(ctx, CloseReason::ClientGone);

@@ -107,7 +107,8 @@ pub fn parse(text: &str) -> Result<Incoming, Refused> {
         "media" => {
             let media = m.media.as_ref().ok_or_else(|| missing("media"))?;
             if media.track.as_deref().is_some_and(|t| t != "inbound") {
-                return Err(Refused::Unknown(format!("media of the {} track", media.track.as_deref().unwrap_or(""))));
+                // (a stream of both tracks: the call's own outbound audio is not the caller's)
+                return Err(Refused::Unknown("media of another track than the caller's".into()));
             }
             let bytes = STANDARD.decode(&media.payload).map_err(|e| Refused::Malformed(format!("payload: {e}")))?;
             let samples = bytes.iter().map(|&b| audio_codec_algorithms::decode_ulaw(b) as f32 / 32768.0).collect();
@@ -118,6 +119,11 @@ pub fn parse(text: &str) -> Result<Incoming, Refused> {
         "stop" => Incoming::Stop,
         other => return Err(Refused::Unknown(other.to_string())),
     })
+}
+
+/// An id Twilio sent, clipped for a log line.
+pub fn clipped(id: &str) -> String {
+    id.chars().filter(char::is_ascii_alphanumeric).take(40).collect()
 }
 
 /// The model's voice for the stream: samples in -1..1 at 8 kHz, as a `media` message.
