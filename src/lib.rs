@@ -5,10 +5,10 @@
 //! - [`config`]: `config.toml` into typed sections, each checking itself.
 //! - [`roles`]: what the binary runs as: a single [`roles::gateway`], a [`roles::replica`] of a
 //!   cluster, or a [`roles::node`] serving its workers to gateways. Each starts the same actors.
-//! - [`http`]: the HTTP server of a gateway or replica: the realtime endpoints, the operator
+//! - [`http`]: the HTTP server of a gateway or replica: the realtime and telephony endpoints, the operator
 //!   routes and the pages, API keys and TLS, graceful shutdown.
 //! - [`transport`]: the edges between a client's connection and its session (a WebSocket, a
-//!   WebRTC call).
+//!   WebRTC call, a phone call Twilio streams).
 //! - [`dialect`]: the wire formats clients speak (MiniCPM-o, its earlier dialect, OpenAI/Qwen).
 //! - [`vad`]: the voice activity detectors the dialects run on a session's input (the OpenAI
 //!   shapes' server VAD; a MiniCPM-o session the gateway transcribes): loudness, or Silero VAD.
