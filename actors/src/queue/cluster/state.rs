@@ -12,7 +12,8 @@
 //! - A grant is lent by the pool (a BackendActor attaches the node's worker with the grant's
 //!   nonce) before its client hears of it; a refused attach puts the ticket back in its place.
 //!   A grant that arrives before the store's answer to its ticket's enqueue is kept a moment
-//!   ([`EARLY_GRANT`]).
+//!   ([`EARLY_GRANT`]); one for a ticket no client holds while none is joining is an orphan's,
+//!   whose ticket leaves the queue at once.
 //! - Positions and ETAs come from views of the whole queue. A position told never rises; a move
 //!   is told at most every [`MIN_TELL_INTERVAL`] (but at once after a quiet spell); a view's
 //!   updates are spread by the [`Pacer`].
@@ -465,6 +466,16 @@ impl<N: Clone> ClusterState<N> {
     pub(super) fn granted(&mut self, grant: Grant, now: Instant) -> Vec<Effect<N>> {
         let mut out = Vec::new();
         let Some(conn) = self.conn_of(grant.ticket) else {
+            // No client holds it, none is joining (so no enqueue's answer is on its way), and
+            // it is not in use: an orphan (its enqueue's answer was lost, its client refused).
+            // It leaves the queue at once, before another worker is offered to it.
+            let joining = self.clients.values().any(|c| c.stage == Stage::Enqueueing);
+            let in_use = self.claimed.values().any(|t| *t == grant.ticket);
+            if !joining && !in_use && !self.early.contains_key(&grant.ticket) {
+                log::info!("cluster: ticket {} has no client and none is joining: it leaves the queue", grant.ticket);
+                out.push(Effect::Leave(grant.ticket));
+                return out;
+            }
             // The store's answer to its enqueue may still be on its way (the grant overtook
             // it): kept a moment. A ticket nobody claims by then is gone (its client left): it
             // leaves the queue, and the node, finding it gone at its next beat, offers the worker
