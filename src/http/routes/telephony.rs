@@ -3,19 +3,15 @@
 //! on `/v1/realtime`) or a `Bearer` header, and the model as `?model=`) passes the same checks as any client
 //! (`crate::transport::admission`) before its stream's edge starts its session.
 
-use std::sync::Arc;
-
 use actix_web::{HttpRequest, HttpResponse, web};
 use actix_web_actors::ws;
-use futures_util::StreamExt;
 
+use super::realtime::websocket::Bounds;
 use super::realtime::{caller, query_of, refused, secret_used};
 use crate::dialect::openai::Flavor;
 use crate::http::{Gateway, auth, client_secrets};
 use crate::transport::admission::{Endpoint, Transport, admit, authenticate};
-use crate::transport::incoming::{Backlog, Gated};
-use crate::transport::outgoing::{Metered, OutgoingLimit, OutgoingMeter};
-use crate::transport::socket::ConnSocket;
+use crate::transport::outgoing::Metered;
 use crate::transport::twilio::{TwilioEdge, TwilioSettings};
 
 pub(super) async fn twilio(
@@ -53,22 +49,13 @@ pub(super) async fn twilio(
         heartbeat_timeout: config.server.heartbeat_timeout(),
         rate: config.message_rate(),
     };
-    let meter = Arc::new(OutgoingMeter::default());
-    let outgoing = req.conn_data::<ConnSocket>().map(|socket| {
-        Arc::new(OutgoingLimit {
-            meter: meter.clone(),
-            max_bytes: config.server.max_outgoing_bytes,
-            disconnect: Box::new(socket.cutter()),
-        })
-    });
+    let Bounds { meter, outgoing, incoming } = Bounds::of(&req, &gw);
     let conn = admitted.conn;
     // A client secret's settings reach the session first (the call's parameters after them).
     let first = admitted.session.as_ref().map(client_secrets::session_update);
-    let incoming = Backlog::new(config.server.max_incoming_bytes as usize, gw.incoming.clone());
     let edge = TwilioEdge::new(settings, conn, incoming.clone(), outgoing, admitted.starter(&gw)).with_first(first);
     let codec = actix_http::ws::Codec::new().max_size(config.server.max_frame_bytes);
-    // Read only while the session keeps up; a body that breaks ends there.
-    let payload = Gated::new(payload.take_while(|chunk| std::future::ready(chunk.is_ok())), incoming);
+    let payload = Bounds::body(payload, incoming);
     let mut response = response;
     Ok(response.streaming(Metered::new(ws::WebsocketContext::with_codec(edge, payload, codec), meter)))
 }

@@ -71,6 +71,8 @@ pub struct TwilioEdge {
     rate: Option<MessageRate>,
     /// The session settings of the client secret the stream presented, handed first.
     first: Option<String>,
+    /// The log said once that the caller's keys are not handed on.
+    told_dtmf: bool,
 }
 
 impl TwilioEdge {
@@ -96,6 +98,7 @@ impl TwilioEdge {
             downlink: None,
             outgoing,
             first: None,
+            told_dtmf: false,
         }
     }
 
@@ -151,6 +154,18 @@ impl TwilioEdge {
             Ok(wire::Incoming::Start { stream_sid, call_sid, parameters }) => {
                 log::info!("session {}: Twilio stream started (call {})", self.label, wire::clipped(&call_sid));
                 self.stream_sid = Some(stream_sid);
+                let unused: Vec<String> = parameters
+                    .keys()
+                    .filter(|k| !matches!(k.as_str(), "instructions" | "voice"))
+                    .take(8)
+                    .map(|k| wire::clipped(k))
+                    .collect();
+                if !unused.is_empty() {
+                    log::info!(
+                        "session {}: the stream's parameters {unused:?} are not applied (instructions and voice are)",
+                        self.label
+                    );
+                }
                 if let Some(update) = session_update(&parameters) {
                     self.hand(FromClient::Text(ByteString::from(update)));
                 }
@@ -164,8 +179,11 @@ impl TwilioEdge {
                     self.unplayed = false;
                 }
             }
-            // (a key, never which: callers type PINs and card numbers)
-            Ok(wire::Incoming::Dtmf { .. }) => log::debug!("session {}: the caller pressed a key", self.label),
+            // Not handed on yet: said once a stream (a key, never which: callers type PINs).
+            Ok(wire::Incoming::Dtmf { .. }) if !std::mem::replace(&mut self.told_dtmf, true) => {
+                log::info!("session {}: the caller pressed a key; keys are not handed to the conversation", self.label)
+            }
+            Ok(wire::Incoming::Dtmf { .. }) => {}
             Ok(wire::Incoming::Stop) => {
                 log::info!("session {}: Twilio stopped the stream", self.label);
                 self.end(ctx, CloseReason::Client("hangup".into()));

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use actix_web::http::StatusCode;
 use actix_web::http::header;
+use actix_web::web::Bytes;
 use actix_web::{HttpRequest, HttpResponse, web};
 use actix_web_actors::ws;
 use futures_util::StreamExt;
@@ -171,29 +172,54 @@ fn serve(
         message_timeout: Duration::from_secs_f64(config.server.message_timeout_s),
         rate: config.message_rate(),
     };
-    let meter = Arc::new(OutgoingMeter::default());
-    let socket = req.conn_data::<ConnSocket>();
-    if socket.is_none() {
-        log::warn!("no handle on this connection's socket: its outgoing buffer is unbounded");
-    }
-    let outgoing = socket.map(|socket| {
-        Arc::new(OutgoingLimit {
-            meter: meter.clone(),
-            max_bytes: config.server.max_outgoing_bytes,
-            disconnect: Box::new(socket.cutter()),
-        })
-    });
-    let incoming = Backlog::new(config.server.max_incoming_bytes as usize, gw.incoming.clone());
+    let Bounds { meter, outgoing, incoming } = Bounds::of(req, gw);
     // The session's frames go straight into the connection's outgoing stream.
     let (said, heard) = line::line();
     let edge = WebSocketEdge::new(edge_settings, conn, gw.fragments.clone(), outgoing, incoming.clone(), said, start)
         .with_first(first);
     let codec = actix_http::ws::Codec::new().max_size(config.server.max_frame_bytes);
-    // The request body is read only while the session keeps up with it. A body that breaks
-    // ends there (a client that sent its close frame and shut the connection at once is read
-    // to its close frame, not told apart from a lost one by which came first).
-    let payload = Gated::new(payload.take_while(|chunk| std::future::ready(chunk.is_ok())), incoming);
+    let payload = Bounds::body(payload, incoming);
     let outgoing =
         Merged::new(ws::WebsocketContext::with_codec(edge, payload, codec), heard, config.server.max_frame_bytes);
     response.streaming(Metered::new(outgoing, meter))
+}
+
+/// A WebSocket connection's bounds, whatever edge it becomes: what its session has handed and
+/// not handled (the body is read only while there is room), and what its client has not read
+/// (past `max_outgoing_bytes` the connection is cut).
+pub(in crate::http::routes) struct Bounds {
+    pub meter: Arc<OutgoingMeter>,
+    /// `None`: no handle on the socket, and the outgoing buffer is unbounded (said in the log).
+    pub outgoing: Option<Arc<OutgoingLimit>>,
+    pub incoming: Arc<Backlog>,
+}
+
+impl Bounds {
+    pub(in crate::http::routes) fn of(req: &HttpRequest, gw: &Gateway) -> Bounds {
+        let config = &gw.config;
+        let meter = Arc::new(OutgoingMeter::default());
+        let socket = req.conn_data::<ConnSocket>();
+        if socket.is_none() {
+            log::warn!("no handle on this connection's socket: its outgoing buffer is unbounded");
+        }
+        let outgoing = socket.map(|socket| {
+            Arc::new(OutgoingLimit {
+                meter: meter.clone(),
+                max_bytes: config.server.max_outgoing_bytes,
+                disconnect: Box::new(socket.cutter()),
+            })
+        });
+        let incoming = Backlog::new(config.server.max_incoming_bytes as usize, gw.incoming.clone());
+        Bounds { meter, outgoing, incoming }
+    }
+
+    /// The request body, read only while the session keeps up with it. A body that breaks
+    /// ends there (a client that sent its close frame and shut the connection at once is read
+    /// to its close frame, not told apart from a lost one by which came first).
+    pub(in crate::http::routes) fn body(
+        payload: web::Payload,
+        incoming: Arc<Backlog>,
+    ) -> impl futures_util::Stream<Item = Result<Bytes, actix_web::error::PayloadError>> + 'static {
+        Gated::new(payload.take_while(|chunk| std::future::ready(chunk.is_ok())), incoming)
+    }
 }
