@@ -2,9 +2,9 @@
 # Soak: a release gateway with 480 reference workers (20 of them in child processes) and
 # recording on, under 500 concurrent clients for MINUTES: clients stream 30 s sessions of
 # speech and silence and rejoin the queue when done, every 7th chunk is force_listen, every
-# 10th client vanishes mid-stream without a close frame. Fails unless the run had no errors
-# and no dropped chunks, the server ends with every worker idle, the queue empty and no
-# session open, and every recording left on disk is intact. Prints the memory curve.
+# 10th client vanishes mid-stream without a close frame (its session is held for a resume for
+# resume_grace_s, then let go). Fails unless the run had no errors and no dropped chunks, the
+# server ends (within the grace) with every worker idle, the queue empty and no session open, and every recording left on disk is intact. Prints the memory curve.
 #
 #   scripts/soak.sh MINUTES [SESSIONS] [OUT_DIR]
 #   scripts/soak.sh 30                 # the run in docs/reliability.md
@@ -21,12 +21,14 @@ out=${3:-$(mktemp -d)}
 prepare "$out"
 trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
 threads=$((sessions * 92 / 100))
+grace=30  # resume_grace_s, the default
 cat > "$out/config.toml" <<TOML
 [server]
 bind = "127.0.0.1:$port"
 # every client of this script comes from 127.0.0.1
 max_connections_per_ip = 0
 max_waiting_per_ip = 0
+resume_grace_s = $grace
 [queue]
 max_waiting = 5000
 [recording]
@@ -48,8 +50,15 @@ ulimit -n 65536 2>/dev/null || true
 "$bin" loadgen --url "ws://127.0.0.1:$port" --server-pid "$server" --sessions "$sessions" --ramp 30 \
     --duration 30 --rejoin --total-time $((minutes * 60)) --force-listen-every 7 --vanish-every 10 \
     --max-wait 300 --json-out "$out/soak.json" ${SOAK_QUIET:+--quiet} || true  # judged below, from soak.json
-sleep 2
-curl -s "http://127.0.0.1:$port/status" > "$out/status.json"
+# The vanished clients' sessions are held for a resume (resume_grace_s): the server is judged
+# once they have been let go, or when the grace and 15 s more are over.
+deadline=$((SECONDS + grace + 15))
+while :; do
+  curl -s "http://127.0.0.1:$port/status" > "$out/status.json"
+  python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); sys.exit(0 if not s["sessions"]["open"] and not s["queue"]["length"] and all(w["state"] == "idle" for w in s["workers"]) else 1)' "$out/status.json" && break
+  [ $SECONDS -ge $deadline ] && break
+  sleep 0.5  # the next look at /status
+done
 kill -INT "$server"
 wait "$server" || true
 trap - EXIT
