@@ -61,7 +61,7 @@ impl Backlog {
         let bytes = match &message {
             FromClient::Text(text) => text.len(),
             FromClient::Audio(audio) => audio.bytes(),
-            FromClient::Refused(_) | FromClient::Ended(_) | FromClient::Lost(_) => 0,
+            FromClient::Key(_) | FromClient::Refused(_) | FromClient::Ended(_) | FromClient::Lost(_) => 0,
         };
         let handing = Handing { backlog: self.clone(), bytes };
         self.handed(handing.bytes);

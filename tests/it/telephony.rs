@@ -1,7 +1,8 @@
 //! Phone calls: a Twilio Media Streams client written from Twilio's documentation (`connected`,
 //! `start`, `media` frames of 20 ms of μ-law at 8 kHz in real time, `stop`) streams a spoken
 //! question to `/v1/telephony/twilio` and hears the model back as `media` for its stream, a
-//! `mark` after the answer, and a `clear` when it speaks over the next one.
+//! `mark` after the answer, and a `clear` when it speaks over the next one; a key it presses
+//! (`dtmf`) reaches the conversation.
 
 use std::time::Duration;
 
@@ -39,8 +40,12 @@ fn media(n: usize, payload: &str) -> Message {
 #[tokio::test]
 async fn a_twilio_stream_is_heard_answered_marked_and_cleared() {
     let key = "twilio-key-0123456789";
-    let server =
-        Server::ready(Setup::default().auth(&format!("api_keys = [\"{key}\"]")).workers(workers(1, "step_ms = 300")));
+    let server = Server::ready(
+        Setup::default()
+            .auth(&format!("api_keys = [\"{key}\"]"))
+            .recording("enabled = true")
+            .workers(workers(1, "step_ms = 300")),
+    );
     let url = server.url(&format!("/v1/telephony/twilio?model=omni&key={key}")).replacen("http", "ws", 1);
     let (ws, _) = tokio_tungstenite::connect_async(url.as_str()).await.expect("Twilio connects");
     let (mut to, mut from) = ws.split();
@@ -104,6 +109,10 @@ async fn a_twilio_stream_is_heard_answered_marked_and_cleared() {
                     .unwrap();
                     if marked.is_none() {
                         marked = Some((v["mark"]["name"].clone(), voice_bytes));
+                        // The caller presses 7, then asks again.
+                        let dtmf = json!({"event": "dtmf", "streamSid": SID, "sequenceNumber": "0",
+                            "dtmf": {"track": "inbound_track", "digit": "7"}});
+                        to.send(Message::text(dtmf.to_string())).await.unwrap();
                         asked_again = true;
                         script.extend(question.iter().cloned());
                     }
@@ -121,6 +130,7 @@ async fn a_twilio_stream_is_heard_answered_marked_and_cleared() {
     assert!((19_800..=20_200).contains(&first_answer), "2.5 s of voice at 8 kHz before the mark: {first_answer}");
     let status = server.status();
     assert_eq!(status["workers"][0]["transport"], "twilio", "{status}");
+    let session = status["workers"][0]["session"].as_str().expect("the call's session").to_string();
     // The call hangs up.
     to.send(Message::text(json!({"event": "stop", "sequenceNumber": "999", "streamSid": SID, "stop": {}}).to_string()))
         .await
@@ -128,6 +138,18 @@ async fn a_twilio_stream_is_heard_answered_marked_and_cleared() {
     let _ = tokio::time::timeout(WAIT, reader).await;
     server.wait_idle();
     assert!(server.logs().contains("ended (hangup)"), "{}", server.logs());
+    // The key reached the session: told as the hosted API tells a SIP call's, and in the
+    // conversation as the caller's; the log never says which key.
+    let events = std::fs::read_to_string(server.recording(&session).join("events.jsonl")).unwrap();
+    let told: Vec<Value> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["dir"] == "out" && l["event"]["type"] == "input_audio_buffer.dtmf_event_received")
+        .collect();
+    assert_eq!(told.len(), 1, "{events}");
+    assert_eq!(told[0]["event"]["event"], "7", "{}", told[0]);
+    assert!(events.contains("(the caller pressed 7 on the keypad)"), "{events}");
+    assert!(!server.logs().contains("pressed 7"), "{}", server.logs());
 }
 
 #[tokio::test]

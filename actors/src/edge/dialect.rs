@@ -12,7 +12,7 @@ use bytestring::ByteString;
 use crate::ids;
 use crate::observe::Redact;
 use crate::protocol::{Inbound, Outbound, ProtocolError};
-use crate::session::messages::{CallerAudio, ModelAudio};
+use crate::session::messages::{CallerAudio, Keypress, ModelAudio};
 
 /// Why a frame could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -143,6 +143,14 @@ pub trait Dialect {
             "the {} dialect takes audio only in its events",
             self.name()
         ))))
+    }
+
+    /// A key the caller pressed on a phone line ([`FromClient::Key`]). A dialect without a word
+    /// for keys lets it pass (nothing is sent, nothing changes).
+    ///
+    /// [`FromClient::Key`]: crate::session::messages::FromClient::Key
+    fn press(&mut self, _key: Keypress, _replies: &mut Outbox) -> Result<Vec<Inbound>, DecodeError> {
+        Ok(Vec::new())
     }
 
     /// Encodes one event into zero or more text frames (and, for an edge that carries

@@ -28,6 +28,9 @@ pub enum FromClient {
     /// The caller's voice, from an edge that carries audio itself (its session's dialect
     /// agreed to take it so: [`crate::edge::dialect::Dialect::carry_audio`]).
     Audio(CallerAudio),
+    /// The caller pressed a key of a telephone keypad (`0`-`9`, `*`, `#`, `A`-`D`): a phone
+    /// line's DTMF, from an edge that carries audio. Never logged (callers type PINs).
+    Key(Keypress),
     /// The edge refused something of the client's without ending the connection (messages
     /// over the rate): the client is told with this error.
     Refused(ProtocolError),
@@ -93,6 +96,31 @@ pub enum ToClient {
     /// The session is over: close the connection for this reason (its close code and
     /// description), after what was sent before.
     Close(CloseReason),
+}
+
+/// A key of a telephone keypad the caller pressed (RFC 4733 events 0-15).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keypress(char);
+
+impl Keypress {
+    /// The keys a keypad has, in RFC 4733's order of event codes.
+    pub const KEYS: &'static str = "0123456789*#ABCD";
+
+    /// The key `c` (a digit, `*`, `#`, or `A`-`D` in either case); `None` for anything else.
+    pub fn new(c: char) -> Option<Keypress> {
+        let c = c.to_ascii_uppercase();
+        Keypress::KEYS.contains(c).then_some(Keypress(c))
+    }
+
+    /// The key of RFC 4733's event code `code` (0-15).
+    pub fn of_event(code: u8) -> Option<Keypress> {
+        Keypress::KEYS.chars().nth(usize::from(code)).map(Keypress)
+    }
+
+    /// The key, as printed on it (`A`-`D` upper case).
+    pub fn key(self) -> char {
+        self.0
+    }
 }
 
 /// A piece of the caller's voice: mono samples in -1..1 at `rate` Hz.

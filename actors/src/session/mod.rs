@@ -53,7 +53,8 @@ pub use registry::{AddressCaps, Admission, Labels, Refusal, Registry, address_ke
 use crate::transcribe::messages::{Transcribe, Transcribed};
 use flow::Flow;
 use messages::{
-    BackendEvent, CallerAudio, ClientLine, FromClient, FromLine, ModelAudio, QueueNotice, Shutdown, ToClient,
+    BackendEvent, CallerAudio, ClientLine, FromClient, FromLine, Keypress, ModelAudio, QueueNotice, Shutdown,
+    ToClient,
 };
 use resume::{Replay, Resume, ResumeTerms};
 use setups::Setups;
@@ -360,6 +361,22 @@ impl SessionActor {
             let media = self.media_of(&decoded);
             let frame = serde_json::json!({"type": "caller.audio", "rate": rate, "audio": ""});
             let frame = bytes::Bytes::from(frame.to_string());
+            self.links.sinks.publish(SessionEvent::WireIn { frame: &frame, media: &media });
+        }
+        self.carry_out(decoded, &mut replies, ctx);
+        self.outbox = replies;
+    }
+
+    /// A key the caller pressed: the dialect's to tell and to carry into the conversation.
+    fn handle_key(&mut self, key: Keypress, ctx: &mut Context<Self>) {
+        let mut replies = std::mem::take(&mut self.outbox);
+        let Some(decoded) = self.decode_with(ctx, "a key", |dialect| dialect.press(key, &mut replies)) else {
+            return;
+        };
+        if self.links.sinks.wants(Interest::WIRE) {
+            // Which key is the recording's to keep (in the dialect's event), not the wire log's.
+            let media = self.media_of(&decoded);
+            let frame = bytes::Bytes::from_static(br#"{"type":"caller.key"}"#);
             self.links.sinks.publish(SessionEvent::WireIn { frame: &frame, media: &media });
         }
         self.carry_out(decoded, &mut replies, ctx);
@@ -730,6 +747,7 @@ impl Handler<FromLine> for SessionActor {
         match msg {
             FromClient::Text(text) => self.handle_text(text, ctx),
             FromClient::Audio(audio) => self.handle_audio(audio, ctx),
+            FromClient::Key(key) => self.handle_key(key, ctx),
             FromClient::Refused(e) => self.send_error(ctx, &e),
             FromClient::Ended(reason) => {
                 // The edge has closed the connection: nothing more reaches the client.

@@ -3,13 +3,13 @@
 //! assistant's answer to what its user heard. Each change the backend's context does not
 //! follow on its own puts the backend out of line ([`super::sync`]).
 
-use omni_actors::domain::Role;
+use omni_actors::domain::{ChatMessage, Role};
 use omni_actors::protocol::ProtocolError;
 
 use super::Driver;
 use super::events::{Event, NewItem};
 use super::held::Weigh;
-use super::items::{Item, ItemBody, ItemStatus, Part, Place, PlaceError};
+use super::items::{Item, ItemBody, ItemStatus, Part, Place, PlaceError, TextKind};
 use super::sync::Pending;
 
 impl Driver {
@@ -40,6 +40,21 @@ impl Driver {
         self.say(Event::ItemAdded { previous_item_id, item: item.clone() });
         self.say(Event::ItemDone { item });
         Ok(())
+    }
+
+    /// A key the caller pressed on a phone: told (as the hosted API tells a SIP call's keys),
+    /// and written into the conversation as the caller's, so that the model reads it in its
+    /// next answer (a key alone asks for no answer).
+    pub(super) fn key(&mut self, key: char) -> Result<(), ProtocolError> {
+        let received_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        self.say(Event::KeyPressed { key, received_at });
+        let text = format!("(the caller pressed {key} on the keypad)");
+        self.create_item(NewItem {
+            id: None,
+            place: Place::End,
+            message: ChatMessage::text(Role::User, text.clone()),
+            body: ItemBody::Message { role: Role::User, parts: vec![Part::Text { kind: TextKind::InputText, text }] },
+        })
     }
 
     /// The client asks for an item.

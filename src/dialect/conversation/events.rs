@@ -33,6 +33,8 @@ pub enum Command {
     CreateResponse(Box<ResponseRequest>),
     /// Cut the response in progress short.
     Cancel,
+    /// The caller pressed a key of a phone's keypad (a phone line's DTMF).
+    Key(char),
 }
 
 /// An item as a client created it: what the backend gets, and how it is shown.
@@ -161,6 +163,8 @@ pub enum Event {
         previous_item_id: Option<String>,
     },
     Cleared,
+    /// The caller pressed `key` on a phone's keypad, at `received_at` (Unix seconds).
+    KeyPressed { key: char, received_at: u64 },
     /// No speech for `idle_timeout_ms`: the silence became a user item, and a response follows.
     IdleTimeout {
         item_id: String,

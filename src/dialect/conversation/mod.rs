@@ -198,6 +198,7 @@ impl Driver {
             }
             Command::CreateResponse(request) => self.create_response(*request, now),
             Command::Cancel => self.cancel(),
+            Command::Key(key) => self.key(key),
         }
     }
 

@@ -121,6 +121,7 @@ fn kind(e: &Event) -> &'static str {
         Event::SpeechStopped { .. } => "speech_stopped",
         Event::Committed { .. } => "committed",
         Event::Cleared => "cleared",
+        Event::KeyPressed { .. } => "key_pressed",
         Event::IdleTimeout { .. } => "idle_timeout",
         Event::ItemAdded { .. } => "item_added",
         Event::ItemDone { .. } => "item_done",
@@ -283,6 +284,17 @@ fn speech_over_the_answer_cuts_it_short_and_the_backend_listens() {
     assert_eq!(names[done..], ["response_done", "voice_cleared", "speech_started"]);
     assert!(d.take_commands().iter().any(|c| matches!(c, Inbound::Interrupt)), "force-listen");
     assert_eq!(d.conversation.items().last().map(|i| i.status), Some(ItemStatus::Incomplete));
+}
+
+#[test]
+fn a_key_pressed_is_told_and_read_by_the_next_answer_without_asking_for_one() {
+    let mut d = active(false);
+    d.command(Command::Key('7'), Instant::now()).unwrap();
+    assert_eq!(kinds(&d.take_events()), ["key_pressed", "item_added", "item_done"]);
+    assert!(d.take_commands().is_empty(), "a key alone asks for no answer");
+    respond(&mut d, ResponseRequest { audio: Some(false), ..Default::default() }).unwrap();
+    let turn = the_turn(&mut d);
+    assert_eq!(texts(&turn), [(Role::User, "(the caller pressed 7 on the keypad)")]);
 }
 
 #[test]

@@ -138,6 +138,10 @@ impl Encoder {
                 json!({"item_id": item_id, "previous_item_id": previous_item_id}),
             ),
             Event::Cleared => self.event("input_audio_buffer.cleared", json!({})),
+            Event::KeyPressed { key, received_at } => self.event(
+                "input_audio_buffer.dtmf_event_received",
+                json!({"event": key.to_string(), "received_at": received_at}),
+            ),
             Event::IdleTimeout { item_id, audio_start_ms, audio_end_ms } => self.event(
                 "input_audio_buffer.timeout_triggered",
                 json!({"item_id": item_id, "audio_start_ms": audio_start_ms, "audio_end_ms": audio_end_ms}),

@@ -17,7 +17,7 @@ use omni_actors::edge::dialect::{DecodeError, Dialect, Outbox, RecordedMedia};
 use omni_actors::edge::vad::SharedDetectors;
 use omni_actors::observe::recording::Redact;
 use omni_actors::protocol::{Inbound, Outbound};
-use omni_actors::session::messages::{CallerAudio, ModelAudio};
+use omni_actors::session::messages::{CallerAudio, Keypress, ModelAudio};
 use serde_json::Value;
 
 /// A call's voice dropped while it waits is told to the caller only when it is more than
@@ -204,6 +204,16 @@ impl Dialect for Realtime {
         let CallerAudio { samples, rate } = audio;
         self.driver.command(Command::Audio { samples, rate }, Instant::now())?;
         self.render(replies);
+        Ok(self.driver.take_commands())
+    }
+
+    fn press(&mut self, key: Keypress, replies: &mut Outbox) -> Result<Vec<Inbound>, DecodeError> {
+        self.encoder.client_event_id = None;
+        // A key pressed while the call waits for a worker is not kept, as its voice is not.
+        if self.driver.active() {
+            self.driver.command(Command::Key(key.key()), Instant::now())?;
+            self.render(replies);
+        }
         Ok(self.driver.take_commands())
     }
 

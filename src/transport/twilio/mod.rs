@@ -71,8 +71,6 @@ pub struct TwilioEdge {
     rate: Option<MessageRate>,
     /// The session settings of the client secret the stream presented, handed first.
     first: Option<String>,
-    /// The log said once that the caller's keys are not handed on.
-    told_dtmf: bool,
 }
 
 impl TwilioEdge {
@@ -98,7 +96,6 @@ impl TwilioEdge {
             downlink: None,
             outgoing,
             first: None,
-            told_dtmf: false,
         }
     }
 
@@ -179,11 +176,8 @@ impl TwilioEdge {
                     self.unplayed = false;
                 }
             }
-            // Not handed on yet: said once a stream (a key, never which: callers type PINs).
-            Ok(wire::Incoming::Dtmf { .. }) if !std::mem::replace(&mut self.told_dtmf, true) => {
-                log::info!("session {}: the caller pressed a key; keys are not handed to the conversation", self.label)
-            }
-            Ok(wire::Incoming::Dtmf { .. }) => {}
+            // Never logged which (callers type PINs).
+            Ok(wire::Incoming::Dtmf { key }) => self.hand(FromClient::Key(key)),
             Ok(wire::Incoming::Stop) => {
                 log::info!("session {}: Twilio stopped the stream", self.label);
                 self.end(ctx, CloseReason::Client("hangup".into()));

@@ -6,6 +6,7 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde::Deserialize;
+use omni_actors::session::messages::Keypress;
 use serde_json::{Value, json};
 
 /// The rate of a stream's audio, both ways.
@@ -24,7 +25,7 @@ pub enum Incoming {
     /// Twilio played the audio sent before the mark of this name.
     Mark { name: String },
     /// The caller pressed a key.
-    Dtmf { digit: String },
+    Dtmf { key: Keypress },
     /// The call hung up, or the stream was stopped.
     Stop,
 }
@@ -115,7 +116,12 @@ pub fn parse(text: &str) -> Result<Incoming, Refused> {
             Incoming::Media { samples }
         }
         "mark" => Incoming::Mark { name: m.mark.ok_or_else(|| missing("mark"))?.name },
-        "dtmf" => Incoming::Dtmf { digit: m.dtmf.ok_or_else(|| missing("dtmf"))?.digit },
+        "dtmf" => {
+            let digit = m.dtmf.ok_or_else(|| missing("dtmf"))?.digit;
+            let key = digit.chars().next().filter(|_| digit.chars().count() == 1).and_then(Keypress::new);
+            // A key no keypad has is passed over, not worth the call.
+            Incoming::Dtmf { key: key.ok_or_else(|| Refused::Unknown("a dtmf of a key no keypad has".into()))? }
+        }
         "stop" => Incoming::Stop,
         other => return Err(Refused::Unknown(other.to_string())),
     })
@@ -161,7 +167,9 @@ mod tests {
         assert_eq!(parse(media).unwrap(), Incoming::Media { samples: vec![0.0, 0.0] }, "0xff is μ-law's zero");
         let dtmf =
             r#"{"event":"dtmf","streamSid":"MZ1","sequenceNumber":"5","dtmf":{"track":"inbound_track","digit":"7"}}"#;
-        assert_eq!(parse(dtmf).unwrap(), Incoming::Dtmf { digit: "7".into() });
+        assert_eq!(parse(dtmf).unwrap(), Incoming::Dtmf { key: Keypress::new('7').unwrap() });
+        let no_key = r#"{"event":"dtmf","streamSid":"MZ1","dtmf":{"digit":"77"}}"#;
+        assert!(matches!(parse(no_key), Err(Refused::Unknown(_))));
         assert_eq!(parse(r#"{"event":"stop","streamSid":"MZ1","stop":{}}"#).unwrap(), Incoming::Stop);
         assert!(matches!(
             parse(

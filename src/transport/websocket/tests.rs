@@ -35,6 +35,7 @@ impl Handler<FromLine> for Stand {
         let _ = self.0.send(match msg {
             FromClient::Text(t) => format!("text {t}"),
             FromClient::Audio(a) => format!("audio {} at {}", a.samples.len(), a.rate),
+            FromClient::Key(k) => format!("key {}", k.key()),
             FromClient::Refused(e) => format!("refused {}", e.code()),
             FromClient::Ended(r) => format!("ended {}", r.as_str()),
             FromClient::Lost(r) => format!("lost {}", r.as_str()),
