@@ -24,6 +24,7 @@ mod nodes;
 mod queue;
 mod recording;
 mod server;
+pub mod sip;
 #[cfg(test)]
 mod tests;
 mod transcription;
@@ -44,6 +45,7 @@ pub use server::{ServerConfig, TlsConfig};
 pub use transcription::{TranscriptionConfig, TranscriptionSpec};
 pub use vad::{VadConfig, VadEngine, VadSpec};
 pub use webhooks::{WebhookEntry, WebhookSpec};
+pub use sip::{SipConfig, SipRouteEntry, SipSpec};
 pub use webrtc::{WebRtcConfig, WebRtcSpec};
 pub use workers::{BackendKind, BackendSource, Isolation, WorkerEntry, WorkerSpec};
 
@@ -88,6 +90,8 @@ struct RawConfig {
     transcription: TranscriptionConfig,
     #[serde(default)]
     webrtc: WebRtcConfig,
+    #[serde(default)]
+    sip: SipConfig,
     #[serde(default)]
     models: Vec<ModelEntry>,
     #[serde(default)]
@@ -134,6 +138,8 @@ pub struct Config {
     pub transcription: Option<TranscriptionSpec>,
     /// `[webrtc]`: calls over WebRTC.
     pub webrtc: WebRtcSpec,
+    /// `[sip]`, when on: calls from a SIP trunk.
+    pub sip: Option<SipSpec>,
     /// `[[models]]`; empty means any model name is served by the pool (in audio mode).
     pub models: Vec<ModelSpec>,
     pub workers: Vec<WorkerSpec>,
@@ -294,6 +300,7 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
     let vad = raw.vad.validate(base).map_err(|e| e.under("vad"))?;
     let transcription = raw.transcription.validate(base).map_err(|e| e.under("transcription"))?;
     let webrtc = raw.webrtc.validate().map_err(|e| e.under("webrtc"))?;
+    let sip = raw.sip.validate().map_err(|e| e.under("sip"))?;
     let node = raw.node.as_ref().map(|n| n.validate(base).map_err(|e| e.under("node"))).transpose()?;
     let names: Vec<&str> = workers.iter().map(|w| w.name.as_str()).collect();
     let nodes = nodes::validate(&raw.nodes, &names, base)?;
@@ -314,6 +321,7 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
         vad,
         transcription,
         webrtc,
+        sip,
         models,
         workers,
         node,

@@ -260,6 +260,13 @@ pub fn run(config: Config) -> Result<(), ServeError> {
         } else {
             println!("WebRTC calls are off ([webrtc] enabled = false): clients connect over WebSocket");
         }
+        if let Some(spec) = gateway.config.sip.clone() {
+            let rtp = format!("RTP on {} ports {}-{}", spec.public_ip, spec.rtp_ports.start(), spec.rtp_ports.end());
+            let bound = crate::transport::sip::start(gateway.clone(), spec).await.map_err(ServeError::Listen)?;
+            let line = format!("SIP calls are on: UDP {bound}, {rtp}");
+            log::info!("{line}");
+            println!("{line}");
+        }
         let server = server.run();
         actix_web::rt::spawn(shutdown_on_signal(signals.stop, server.handle(), gateway.clone()));
         actix_web::rt::spawn(reload_on_hangup(signals.hangup, gateway));

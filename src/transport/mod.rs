@@ -9,6 +9,8 @@
 //! - [`webrtc`]: WebRTC calls (an SDP offer and answer, Opus on an audio track, events on a
 //!   data channel);
 //! - [`twilio`]: telephone calls streamed by Twilio Media Streams (μ-law frames on a WebSocket);
+//! - [`sip`]: telephone calls from a SIP trunk (SIP over UDP, G.711 over RTP);
+//! - [`playout`]: the model's voice leaving a call 20 ms at a time (WebRTC and SIP calls);
 //! - [`limits`]: what one connection may send (the message rate, unfinished fragments);
 //! - [`outgoing`] and [`socket`]: the bound on what a client has not read, and dropping its
 //!   connection when it is over it;
@@ -22,6 +24,8 @@ pub mod admission;
 pub mod incoming;
 pub mod limits;
 pub mod outgoing;
+pub mod playout;
+pub mod sip;
 pub mod socket;
 pub mod twilio;
 pub mod webrtc;
@@ -32,3 +36,21 @@ pub mod websocket;
 /// where the edge hands it what the client sends. An edge knows its session only by that port,
 /// so that it is tested against a stand-in session.
 pub type StartSession = Box<dyn FnOnce(Box<dyn ClientLine>) -> SessionPort>;
+
+/// A phone call's settings (its instructions and the model's voice, from a Twilio stream's
+/// parameters or a SIP route) as its session's first `session.update` (the OpenAI dialect's:
+/// every phone edge opens an OpenAI-dialect session); `None` when it has neither.
+pub fn call_settings(instructions: Option<&str>, voice: Option<&str>) -> Option<String> {
+    use serde_json::json;
+    if instructions.is_none() && voice.is_none() {
+        return None;
+    }
+    let mut session = json!({"type": "realtime"});
+    if let Some(i) = instructions {
+        session["instructions"] = json!(i);
+    }
+    if let Some(v) = voice {
+        session["audio"] = json!({"output": {"voice": v}});
+    }
+    Some(json!({"type": "session.update", "session": session}).to_string())
+}

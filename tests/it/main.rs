@@ -12,7 +12,8 @@
 //! - the house rules the compiler does not keep: `house_rules`;
 //! - backends: `backend_abi`, `isolation`, `minicpmo_worker`, `cascade` (the CPU model);
 //! - roles: `nodes`, `cluster` (replicas on Redis);
-//! - WebRTC calls: `webrtc` (aiortc); phone calls: `telephony` (a Twilio Media Streams client);
+//! - WebRTC calls: `webrtc` (aiortc); phone calls: `telephony` (a Twilio Media Streams client),
+//!   `sip` (baresip, a real SIP user agent);
 //!   a second audio edge written in the test: `pcm_edge`;
 //! - the pages: `browser` (Chromium).
 
@@ -43,6 +44,7 @@ mod realtime;
 mod resume;
 mod scale;
 mod sdk_clients;
+mod sip;
 mod security;
 mod telephony;
 mod tools;

@@ -20,7 +20,7 @@ use bytestring::ByteString;
 use omni_actors::observe::metrics::metrics;
 use omni_actors::protocol::{CloseReason, Violation};
 use omni_actors::session::messages::{CallerAudio, FromClient, ModelAudio, ToClient};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use omni_actors::audio::StreamResampler;
 
@@ -261,18 +261,7 @@ fn error_code(text: &str) -> Option<String> {
 /// session's first `session.update`.
 fn session_update(parameters: &serde_json::Map<String, Value>) -> Option<String> {
     let text = |key: &str| parameters.get(key).and_then(Value::as_str).filter(|s| !s.is_empty());
-    let (instructions, voice) = (text("instructions"), text("voice"));
-    if instructions.is_none() && voice.is_none() {
-        return None;
-    }
-    let mut session = json!({"type": "realtime"});
-    if let Some(i) = instructions {
-        session["instructions"] = json!(i);
-    }
-    if let Some(v) = voice {
-        session["audio"] = json!({"output": {"voice": v}});
-    }
-    Some(json!({"type": "session.update", "session": session}).to_string())
+    super::call_settings(text("instructions"), text("voice"))
 }
 
 impl Actor for TwilioEdge {

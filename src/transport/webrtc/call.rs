@@ -31,7 +31,7 @@ use tokio::net::UdpSocket;
 use super::Calls;
 use super::codec::{Downlink, FRAME_SAMPLES, RATE, RTP_TICKS_PER_FRAME, Refused, Uplink};
 use super::events::{self, Incoming};
-use super::playout::{FRAME_MS, Notice, Playout};
+use crate::transport::playout::{FRAME_MS, Notice, Playout};
 use crate::transport::incoming::{Backlog, IncomingBudget};
 use crate::transport::limits::{Admit, MessageRate, RateLimit};
 use crate::transport::{SessionPort, StartSession};

@@ -9,13 +9,13 @@
 //! - [`call`]: the edge actor between a call's socket and its session;
 //! - [`codec`]: Opus both ways (libopus);
 //! - [`events`]: which events become audio and which travel on the data channel;
-//! - [`playout`]: the model's voice, 20 ms at a time, and the `output_audio_buffer.*` rules.
+//! - [`crate::transport::playout`] (shared with SIP calls): the model's voice, 20 ms at a time,
+//!   and the `output_audio_buffer.*` rules.
 
 pub mod call;
 pub mod codec;
 pub mod events;
 pub mod pending;
-pub mod playout;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, UdpSocket};

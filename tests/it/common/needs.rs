@@ -26,6 +26,8 @@ pub(crate) enum Need {
     /// The voice-agent frameworks (OpenAI Agents SDK, Pipecat, LiveKit Agents) in
     /// `.venv-agents` (`./test.sh` makes it).
     Agents,
+    /// Debian's `baresip-core`, a SIP user agent (the SIP edge's tests call with it).
+    Baresip,
 }
 
 impl Need {
@@ -38,6 +40,7 @@ impl Need {
             Need::Sdks => "the official Python SDKs and aiortc in .venv (./test.sh creates it)",
             Need::Sox => "sox (apt-get install sox)",
             Need::Agents => "the agent frameworks in .venv-agents (./test.sh creates it)",
+            Need::Baresip => "baresip (apt-get install baresip-core)",
         }
     }
 
@@ -69,12 +72,13 @@ impl Need {
                 .stderr(Stdio::null())
                 .status()
                 .is_ok_and(|s| s.success()),
+            Need::Baresip => on_path("baresip"),
         }
     }
 
     fn once(self) -> &'static Once {
-        static ONCE: [Once; 7] =
-            [Once::new(), Once::new(), Once::new(), Once::new(), Once::new(), Once::new(), Once::new()];
+        static ONCE: [Once; 8] =
+            [Once::new(), Once::new(), Once::new(), Once::new(), Once::new(), Once::new(), Once::new(), Once::new()];
         &ONCE[self as usize]
     }
 }

@@ -1,0 +1,414 @@
+//! One SIP call's edge: the actor between the call's RTP socket and its session. The trunk's
+//! G.711 frames are put back in order ([`super::rtp::Inbound`]), expanded to samples and handed
+//! to the session at 8 kHz (the dialect resamples); its RFC 4733 keys are handed on as keys.
+//! The model's voice is resampled to 8 kHz as one stream per answer, companded, cut into 20 ms
+//! frames and paced out one every 20 ms ([`crate::transport::playout`], as a WebRTC call's);
+//! when the caller speaks over it, what is queued is dropped. RTP from any address other than
+//! the one agreed is dropped, but for symmetric RTP: a trunk behind NAT (or one that names
+//! another of its addresses in SDP) sends from the address its SIP came from, and the call
+//! latches on to that address (and sends there) when the agreed one has sent nothing yet. The SIP dialog itself (BYE, CANCEL, re-INVITE) is the signalling
+//! task's ([`super`]): it tells this actor what changed, and this actor tells it to hang up.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use bytestring::ByteString;
+use omni_actors::audio::StreamResampler;
+use omni_actors::observe::metrics::metrics;
+use omni_actors::protocol::CloseReason;
+use omni_actors::session::messages::{CallerAudio, FromClient, ModelAudio, ToClient};
+use tokio::net::UdpSocket;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::rtp::{FRAME, Heard, Inbound, Outbound};
+use super::sdp::{Law, Media};
+use crate::transport::incoming::{Backlog, IncomingBudget};
+use crate::transport::playout::{FRAME_MS, Playout};
+use crate::transport::{SessionPort, StartSession};
+
+/// The trunk's rate, both ways.
+pub const RATE: u32 = 8000;
+/// The largest datagram read.
+const DATAGRAM_BYTES: usize = 2048;
+/// No RTP from a call that is not on hold for this long: its trunk is gone.
+pub const MEDIA_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often the media timeout is looked at.
+const MEDIA_CHECK: Duration = Duration::from_secs(1);
+
+/// The trunk hung up (BYE), cancelled, or its dialog ended.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct PeerHungUp;
+
+/// A re-INVITE agreed new media (a hold, a resume, a new address).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Renegotiated(pub Media);
+
+/// What a call starts from.
+pub struct CallParts {
+    /// Names the call in logs (`sip-3`).
+    pub label: String,
+    pub socket: std::net::UdpSocket,
+    pub media: Media,
+    pub start: StartSession,
+    /// The session's settings of the call's route, handed first.
+    pub first: Option<String>,
+    pub max_incoming_bytes: usize,
+    pub incoming: Arc<IncomingBudget>,
+    /// Tells the signalling task to hang up (send BYE).
+    pub hang_up: UnboundedSender<()>,
+    /// The address the INVITE came from: RTP from its IP may be latched on to.
+    pub trunk: std::net::IpAddr,
+}
+
+pub struct SipCall {
+    label: String,
+    socket: Arc<UdpSocket>,
+    media: Media,
+    start: Option<StartSession>,
+    first: Option<String>,
+    session: Option<SessionPort>,
+    incoming: Arc<Backlog>,
+    hang_up: UnboundedSender<()>,
+    /// The session knows the call ended (or ended it).
+    done: bool,
+    inbound: Inbound,
+    outbound: Outbound,
+    /// The model's voice from its rate to 8 kHz, one answer at a time.
+    downlink: Option<StreamResampler>,
+    /// G.711 bytes of the answer not yet a whole frame.
+    partial: Vec<u8>,
+    playout: Playout<Vec<u8>>,
+    pacer: Option<SpawnHandle>,
+    paced_until: Option<Instant>,
+    last_heard: Instant,
+    /// Datagrams dropped from an address other than the agreed one (said once in the log).
+    strangers: u64,
+    trunk: std::net::IpAddr,
+    /// The address the SDP agreed; `media.remote` is where the voice goes (the same, or the
+    /// address latched on to).
+    agreed: SocketAddr,
+    /// RTP came from the agreed address, or was latched on to: no more latching.
+    settled: bool,
+}
+
+/// The byte G.711 codes silence with.
+fn silence(law: Law) -> u8 {
+    match law {
+        Law::Pcmu => 0xff,
+        Law::Pcma => 0xd5,
+    }
+}
+
+fn expand(law: Law, bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .iter()
+        .map(|&b| {
+            let s = match law {
+                Law::Pcmu => audio_codec_algorithms::decode_ulaw(b),
+                Law::Pcma => audio_codec_algorithms::decode_alaw(b),
+            };
+            f32::from(s) / 32768.0
+        })
+        .collect()
+}
+
+fn compand(law: Law, samples: &[f32], out: &mut Vec<u8>) {
+    out.extend(samples.iter().map(|&s| {
+        let s = (s.clamp(-1.0, 1.0) * 32767.0) as i16;
+        match law {
+            Law::Pcmu => audio_codec_algorithms::encode_ulaw(s),
+            Law::Pcma => audio_codec_algorithms::encode_alaw(s),
+        }
+    }));
+}
+
+impl SipCall {
+    pub fn new(parts: CallParts) -> std::io::Result<SipCall> {
+        parts.socket.set_nonblocking(true)?;
+        let socket = Arc::new(UdpSocket::from_std(parts.socket)?);
+        let media = parts.media;
+        let media_remote = media.remote;
+        let ssrc = rand_u32();
+        Ok(SipCall {
+            label: parts.label,
+            socket,
+            inbound: Inbound::new(media.payload_type, media.events, silence(media.law)),
+            outbound: Outbound::new(media.payload_type, ssrc, rand_u32() as u16, rand_u32()),
+            media,
+            start: Some(parts.start),
+            first: parts.first,
+            session: None,
+            incoming: Backlog::new(parts.max_incoming_bytes, parts.incoming),
+            hang_up: parts.hang_up,
+            done: false,
+            downlink: None,
+            partial: Vec::with_capacity(FRAME),
+            playout: Playout::default(),
+            pacer: None,
+            paced_until: None,
+            last_heard: Instant::now(),
+            strangers: 0,
+            trunk: parts.trunk,
+            agreed: media_remote,
+            settled: false,
+        })
+    }
+
+    fn hand(&self, msg: FromClient) {
+        if let Some(s) = &self.session {
+            self.incoming.hand(s, msg);
+        }
+    }
+
+    /// The call ends: the session hears why (unless it ended it), the trunk gets a BYE (unless
+    /// it hung up), and the actor stops.
+    fn end(&mut self, reason: Option<CloseReason>, bye: bool, ctx: &mut Context<Self>) {
+        if let Some(reason) = reason
+            && !std::mem::replace(&mut self.done, true)
+        {
+            log::info!("session {}: the call ended ({})", self.label, reason.as_str());
+            if let Some(s) = &self.session {
+                s.do_send(FromClient::Ended(reason));
+            }
+        }
+        self.done = true;
+        if bye {
+            let _ = self.hang_up.send(());
+        }
+        ctx.stop();
+    }
+
+    fn on_datagram(&mut self, datagram: &[u8], from: SocketAddr) {
+        if from != self.media.remote && !self.settled && from.ip() == self.trunk {
+            // Symmetric RTP: the trunk sends from its signalling address, not the one it named.
+            log::info!("session {}: RTP latched on to {from} (the trunk's address; its SDP named {})", self.label, self.agreed);
+            self.media.remote = from;
+        }
+        if from != self.media.remote {
+            // RTP from anyone but the trunk's agreed address is not the caller's.
+            self.strangers += 1;
+            if self.strangers == 1 {
+                log::info!("session {}: RTP from {from}, not the agreed {}; dropped", self.label, self.media.remote);
+            }
+            return;
+        }
+        metrics().bytes_received.inc_by(datagram.len() as u64);
+        self.settled = true;
+        self.last_heard = Instant::now();
+        let mut heard = Vec::new();
+        if let Err(e) = self.inbound.push(datagram, &mut heard) {
+            log::debug!("session {}: {e}", self.label);
+        }
+        for h in heard {
+            match h {
+                // UDP cannot be told to wait: the voice of a session that is behind is dropped.
+                Heard::Voice(_) if self.incoming.full() => {}
+                Heard::Voice(frame) => {
+                    self.hand(FromClient::Audio(CallerAudio { samples: expand(self.media.law, &frame), rate: RATE }))
+                }
+                // Never logged which (callers type PINs).
+                Heard::Key(key) => self.hand(FromClient::Key(key)),
+            }
+        }
+    }
+
+    /// The model's voice: 8 kHz G.711 frames queued for the pacer; cut when the caller speaks
+    /// over it.
+    fn on_model_audio(&mut self, audio: ModelAudio, ctx: &mut Context<Self>) {
+        match audio {
+            ModelAudio::Delta { response, samples, rate } => {
+                if self.playout.muted(&response) {
+                    return;
+                }
+                if self.downlink.is_none() {
+                    self.downlink = StreamResampler::new(rate, RATE).ok();
+                }
+                let mut narrow = Vec::with_capacity(samples.len() * RATE as usize / rate.max(1) as usize + 1);
+                if let Some(r) = self.downlink.as_mut() {
+                    r.push(&samples, &mut narrow);
+                }
+                compand(self.media.law, &narrow, &mut self.partial);
+                let whole = self.partial.len() / FRAME * FRAME;
+                let frames: Vec<Vec<u8>> = self.partial.drain(..whole).collect::<Vec<u8>>().chunks(FRAME).map(<[u8]>::to_vec).collect();
+                self.playout.push(&response, frames);
+                self.pace(ctx);
+            }
+            ModelAudio::Done { response } => {
+                if !self.playout.muted(&response) {
+                    let mut tail = Vec::new();
+                    if let Some(mut r) = self.downlink.take() {
+                        r.flush(&mut tail);
+                    }
+                    compand(self.media.law, &tail, &mut self.partial);
+                    let mut frames: Vec<Vec<u8>> = self.partial.chunks(FRAME).map(<[u8]>::to_vec).collect();
+                    self.partial.clear();
+                    if let Some(last) = frames.last_mut() {
+                        last.resize(FRAME, silence(self.media.law));
+                    }
+                    self.playout.push(&response, frames);
+                    self.pace(ctx);
+                }
+                self.downlink = None;
+                self.playout.finish(&response);
+            }
+            ModelAudio::Clear => {
+                self.downlink = None;
+                self.partial.clear();
+                self.playout.clear();
+            }
+        }
+    }
+
+    /// Starts the 20 ms pacer if it is not running; the RTP clock jumps over the pause.
+    fn pace(&mut self, ctx: &mut Context<Self>) {
+        if self.pacer.is_some() || self.done {
+            return;
+        }
+        if let Some(until) = self.paced_until.take() {
+            let paused = Instant::now().saturating_duration_since(until).as_millis() as u64 / FRAME_MS;
+            self.outbound.skip(paused as u32);
+        }
+        self.pacer = Some(ctx.run_interval(Duration::from_millis(FRAME_MS), |act, ctx| act.tick(ctx)));
+    }
+
+    fn tick(&mut self, ctx: &mut Context<Self>) {
+        let (frame, _) = self.playout.tick();
+        match frame {
+            // A call on hold that takes no voice (`inactive`) is not sent any; it still plays out.
+            Some(frame) if self.media.receives => {
+                let packet = self.outbound.packet(&frame);
+                metrics().bytes_sent.inc_by(packet.len() as u64);
+                // UDP: a datagram the kernel will not take now is lost, as on the wire.
+                let _ = self.socket.try_send_to(&packet, self.media.remote);
+            }
+            Some(_) => self.outbound.skip(1),
+            None => {}
+        }
+        if !self.playout.busy()
+            && let Some(handle) = self.pacer.take()
+        {
+            ctx.cancel_future(handle);
+            self.paced_until = Some(Instant::now());
+        }
+    }
+}
+
+/// A random number (an RTP stream's SSRC, its first sequence number and timestamp: RFC 3550
+/// wants them unpredictable).
+fn rand_u32() -> u32 {
+    let b = uuid::Uuid::new_v4().into_bytes();
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+impl Actor for SipCall {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        if let Some(start) = self.start.take() {
+            self.session = Some(start(Box::new(ctx.address().recipient::<ToClient>())));
+        }
+        if let Some(first) = self.first.take() {
+            self.hand(FromClient::Text(ByteString::from(first)));
+        }
+        let socket = self.socket.clone();
+        let datagrams = futures_util::stream::unfold(socket, |socket| async move {
+            let mut buf = vec![0u8; DATAGRAM_BYTES];
+            let got = socket.recv_from(&mut buf).await.map(|(n, from)| {
+                buf.truncate(n);
+                (buf, from)
+            });
+            Some((got, socket))
+        });
+        ctx.add_stream(datagrams);
+        ctx.run_interval(MEDIA_CHECK, |act, ctx| {
+            if act.session.as_ref().is_some_and(|s| !s.connected()) {
+                return act.end(None, true, ctx);
+            }
+            let silent = Instant::now().saturating_duration_since(act.last_heard);
+            if !act.media.held && silent > MEDIA_TIMEOUT {
+                log::info!("session {}: no RTP from the trunk for {MEDIA_TIMEOUT:?}", act.label);
+                act.end(Some(CloseReason::HeartbeatTimeout), true, ctx);
+            }
+        });
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        if !self.done
+            && let Some(s) = &self.session
+        {
+            s.do_send(FromClient::Ended(CloseReason::ClientGone));
+        }
+        let _ = self.hang_up.send(());
+    }
+}
+
+impl StreamHandler<std::io::Result<(Vec<u8>, SocketAddr)>> for SipCall {
+    fn handle(&mut self, got: std::io::Result<(Vec<u8>, SocketAddr)>, _: &mut Self::Context) {
+        match got {
+            Ok((datagram, from)) if !self.done => self.on_datagram(&datagram, from),
+            Ok(_) => {}
+            // ICMP errors surface here (a port unreachable): the media timeout decides.
+            Err(e) => log::debug!("session {}: RTP socket: {e}", self.label),
+        }
+    }
+
+    fn finished(&mut self, _: &mut Self::Context) {}
+}
+
+impl Handler<ToClient> for SipCall {
+    type Result = ();
+
+    fn handle(&mut self, msg: ToClient, ctx: &mut Self::Context) {
+        match msg {
+            ToClient::Audio(audio) => self.on_model_audio(audio, ctx),
+            // The dialect's events have no place on a phone line; its errors are logged (a
+            // setting of the route's that the session refused).
+            ToClient::Text(text) => {
+                if text.contains(r#""type":"error""#) {
+                    log::warn!("session {}: the session refused something of the call's route: {text}", self.label);
+                }
+            }
+            ToClient::Close(reason) => {
+                log::info!("session {}: the session ended ({}); hanging up", self.label, reason.as_str());
+                self.done = true;
+                self.end(None, true, ctx);
+            }
+        }
+    }
+}
+
+impl Handler<PeerHungUp> for SipCall {
+    type Result = ();
+
+    fn handle(&mut self, _: PeerHungUp, ctx: &mut Self::Context) {
+        self.end(Some(CloseReason::Client("hangup".into())), false, ctx);
+    }
+}
+
+impl Handler<Renegotiated> for SipCall {
+    type Result = ();
+
+    fn handle(&mut self, Renegotiated(media): Renegotiated, _: &mut Self::Context) {
+        log::info!(
+            "session {}: the trunk {} the call",
+            self.label,
+            if media.held { "holds" } else if self.media.held { "resumes" } else { "renegotiated" }
+        );
+        if media.payload_type != self.media.payload_type || media.events != self.media.events {
+            self.inbound = Inbound::new(media.payload_type, media.events, silence(media.law));
+            self.outbound = Outbound::new(media.payload_type, rand_u32(), rand_u32() as u16, rand_u32());
+        }
+        self.last_heard = Instant::now();
+        // The same address agreed again: the one latched on to stays.
+        let latched = (media.remote == self.agreed).then_some(self.media.remote);
+        self.agreed = media.remote;
+        self.media = media;
+        if let Some(remote) = latched {
+            self.media.remote = remote;
+        }
+    }
+}

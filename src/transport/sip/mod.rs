@@ -1,0 +1,320 @@
+//! Phone calls from a SIP trunk (`[sip]`): a carrier or a PBX sends an INVITE over UDP, the
+//! gateway answers it with SDP, and the call's voice travels as G.711 over RTP on a port of its
+//! own. The session behind it is an ordinary session of the OpenAI dialect (server VAD turning),
+//! which the call opens as any client does (`crate::transport::admission`).
+//!
+//! SIP itself (parsing, transactions and their retransmissions, the INVITE dialog, CANCEL,
+//! BYE, re-INVITE) is ezk's (`ezk-sip-core`, `ezk-sip-ua`), running on an arbiter of its own:
+//! one signalling task per call ([`answer`]) takes the INVITE, checks where it comes from (not
+//! from `allowed_networks`: 403) and which number it called (no route: 404), agrees on the
+//! media ([`sdp`]; nothing it can take: 488), binds the call's RTP port, starts the call's
+//! edge ([`call::SipCall`], which starts the session; a refusal of the admission is answered
+//! with its SIP code), answers 200, and then carries the dialog: a re-INVITE is answered and
+//! its media handed to the edge, a BYE ends the session, and the session's end sends a BYE.
+//! - [`sdp`]: the offer and the answer;
+//! - [`rtp`]: the jitter buffer, RFC 4733 keys, the packets out;
+//! - [`call`]: the edge actor.
+
+pub mod call;
+pub mod rtp;
+pub mod sdp;
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use actix::{Actor, Addr, ArbiterHandle};
+use bytesstr::BytesStr;
+use ezk_sdp_types::SessionDescription;
+use ezk_sip_core::{Endpoint, IncomingRequest, Layer, MayTake};
+use ezk_sip_types::header::typed::Contact;
+use ezk_sip_types::uri::{NameAddr, SipUri, SipUriUserPart};
+use ezk_sip_types::{Method, StatusCode};
+use ezk_sip_ua::dialog::DialogLayer;
+use ezk_sip_ua::invite::InviteLayer;
+use ezk_sip_ua::{CallEvent, InboundCall, MediaBackend, NoMedia};
+
+use crate::config::SipSpec;
+use crate::dialect::openai::Flavor;
+use crate::http::auth::Credential;
+use crate::roles::Serving;
+use crate::transport::admission::{Caller, Endpoint as Speaks, Refusal, Transport, admit};
+use call::{CallParts, PeerHungUp, Renegotiated, SipCall};
+
+/// The SIP edge: what every call's signalling task shares.
+pub struct Sip {
+    spec: SipSpec,
+    gw: Serving,
+    /// Where the calls' edges (and their sessions) run.
+    arbiter: ArbiterHandle,
+    /// Where the next RTP port search starts.
+    cursor: AtomicU32,
+    calls: AtomicU64,
+}
+
+/// Starts the SIP edge: binds `[sip] bind`, and answers INVITEs from then on. Answers the bound
+/// address, or why it could not bind.
+pub async fn start(gw: Serving, spec: SipSpec) -> Result<SocketAddr, String> {
+    let arbiter = actix::Arbiter::new();
+    let sip = Arc::new(Sip { spec, gw, arbiter: arbiter.handle(), cursor: AtomicU32::new(0), calls: AtomicU64::new(0) });
+    let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+    let bind = sip.spec.bind;
+    arbiter.spawn(async move {
+        let mut builder = Endpoint::builder();
+        builder.user_agent("omni-gateway");
+        builder.add_layer(DialogLayer::default());
+        builder.add_layer(InviteLayer::default());
+        builder.add_layer(Answering(sip));
+        match builder.bind_udp(bind).await {
+            Ok(_) => {
+                let _endpoint = builder.build();
+                let _ = bound_tx.send(Ok(bind));
+                // The endpoint lives as long as the arbiter.
+                std::future::pending::<()>().await;
+            }
+            Err(e) => drop(bound_tx.send(Err(crate::http::listen_error(bind, &e)))),
+        }
+    });
+    // The arbiter lives until the process ends.
+    std::mem::forget(arbiter);
+    bound_rx.await.map_err(|_| "the SIP edge did not start".to_string())?
+}
+
+/// The layer of ezk's endpoint that takes INVITEs outside a dialog.
+struct Answering(Arc<Sip>);
+
+#[async_trait::async_trait]
+impl Layer for Answering {
+    fn name(&self) -> &'static str {
+        "omni-gateway"
+    }
+
+    async fn receive(&self, endpoint: &Endpoint, request: MayTake<'_, IncomingRequest>) {
+        if request.line.method != Method::INVITE {
+            return;
+        }
+        let invite = request.take();
+        answer(self.0.clone(), endpoint.clone(), invite).await;
+    }
+}
+
+/// The SIP code a refused admission is answered with.
+fn code_of(refusal: &Refusal) -> StatusCode {
+    match refusal.status {
+        429 => StatusCode::BUSY_HERE,
+        503 => StatusCode::SERVICE_UNAVAILABLE,
+        400 | 404 => StatusCode::NOT_FOUND,
+        _ => StatusCode::FORBIDDEN,
+    }
+}
+
+/// The number an INVITE called: its Request-URI's user part.
+fn called(invite: &IncomingRequest) -> String {
+    match &invite.line.uri.user_part {
+        SipUriUserPart::User(u) => u.to_string(),
+        SipUriUserPart::UserPw(u) => u.user.to_string(),
+        SipUriUserPart::Empty => String::new(),
+    }
+}
+
+impl Sip {
+    /// A UDP socket for a call's RTP, on the first free port of `rtp_ports` from the cursor.
+    fn bind_rtp(&self) -> std::io::Result<UdpSocket> {
+        let (first, last) = (*self.spec.rtp_ports.start(), *self.spec.rtp_ports.end());
+        let size = u32::from(last - first) + 1;
+        let start = self.cursor.fetch_add(1, Ordering::Relaxed) % size;
+        for i in 0..size {
+            let port = first + ((start + i) % size) as u16;
+            match UdpSocket::bind(SocketAddr::new(self.spec.rtp_bind, port)) {
+                Ok(socket) => return Ok(socket),
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, format!("no free UDP port in sip.rtp_ports ({first}-{last})")))
+    }
+
+    /// Where in-dialog requests reach this gateway.
+    fn contact(&self) -> Contact {
+        let ip = if self.spec.bind.ip().is_unspecified() { self.spec.public_ip } else { self.spec.bind.ip() };
+        let host = match ip {
+            IpAddr::V4(v4) => v4.to_string(),
+            IpAddr::V6(v6) => format!("[{v6}]"),
+        };
+        let uri: SipUri = format!("sip:omni-gateway@{host}:{}", self.spec.bind.port()).parse().expect("a SIP URI of an address");
+        Contact::new(NameAddr::uri(uri))
+    }
+}
+
+/// One INVITE, from its arrival to the call's end.
+async fn answer(sip: Arc<Sip>, endpoint: Endpoint, invite: IncomingRequest) {
+    let n = sip.calls.fetch_add(1, Ordering::Relaxed) + 1;
+    let label = format!("sip-{n}");
+    let source = invite.tp_info.source;
+    let number = called(&invite);
+    let body = BytesStr::from_utf8_bytes(invite.body.clone()).ok();
+    let offer = body.as_ref().and_then(|b| SessionDescription::parse(b).ok());
+    let inbound = match InboundCall::from_invite(endpoint, invite, sip.contact()) {
+        Ok(call) => call,
+        Err(e) => return log::info!("{label}: an INVITE from {source} is not a call: {}", e.1),
+    };
+    if !sip.spec.allows(source.ip()) {
+        return decline(inbound, &label, source, StatusCode::FORBIDDEN, "not from sip.allowed_networks".into()).await;
+    }
+    let Some(route) = sip.spec.route(&number).cloned() else {
+        return decline(inbound, &label, source, StatusCode::NOT_FOUND, "no [[sip.routes]] for the number called".into()).await;
+    };
+    let Some(offer) = offer else {
+        return decline(inbound, &label, source, StatusCode::NOT_ACCEPTABLE_HERE, "the INVITE has no SDP offer".into()).await;
+    };
+    let socket = match sip.bind_rtp() {
+        Ok(s) => s,
+        Err(e) => return decline(inbound, &label, source, StatusCode::SERVICE_UNAVAILABLE, e.to_string()).await,
+    };
+    let local = SocketAddr::new(sip.spec.public_ip, socket.local_addr().map_or(0, |a| a.port()));
+    let session_id = u64::from(call_id_number());
+    let (media, sdp_answer) = match sdp::answer(&offer, local, session_id, 1) {
+        Ok(agreed) => agreed,
+        Err(e) => return decline(inbound, &label, source, StatusCode::NOT_ACCEPTABLE_HERE, e.to_string()).await,
+    };
+    log::info!("{label}: a call from {source} to '{number}': {} on RTP {local}", media.law.name());
+
+    // The call's edge starts its session on the calls' arbiter (a session's start is not
+    // Send); its admission's refusal comes back here.
+    let (hang_up, mut hung_up) = tokio::sync::mpsc::unbounded_channel();
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Result<Addr<SipCall>, Refusal>>();
+    let gw = sip.gw.clone();
+    let caller = Caller { ip: Some(source.ip()), port: source.port(), user_agent: None, origin: Default::default() };
+    let first = crate::transport::call_settings(
+        Some(route.instructions.as_str()).filter(|s| !s.is_empty()),
+        Some(route.voice.as_str()).filter(|s| !s.is_empty()),
+    );
+    let model = if route.model.is_empty() {
+        gw.config.models.first().map(|m| m.name.clone()).unwrap_or_default()
+    } else {
+        route.model.clone()
+    };
+    let call_label = label.clone();
+    let call_media = media.clone();
+    sip.arbiter.spawn(async move {
+        // A trunk is let in by its network, not a key.
+        let credential = Credential { key_id: None, session: None, untaken_secret: None };
+        let transport = Transport { name: "sip", carries_audio: true };
+        let started = admit(&caller, &gw, Speaks::Realtime(Flavor::Ga, model), credential, transport).and_then(|admitted| {
+            let parts = CallParts {
+                label: call_label,
+                socket,
+                media: call_media,
+                start: admitted.starter(&gw),
+                first,
+                max_incoming_bytes: gw.config.server.max_incoming_bytes as usize,
+                incoming: gw.incoming.clone(),
+                hang_up,
+                trunk: caller.ip.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into()),
+            };
+            SipCall::new(parts)
+                .map(Actor::start)
+                .map_err(|e| Refusal::new("internal", 503, "server_error", format!("the call's RTP socket: {e}")))
+        });
+        let _ = started_tx.send(started);
+    });
+    let edge = match started_rx.await {
+        Ok(Ok(edge)) => edge,
+        Ok(Err(refusal)) => return decline(inbound, &label, source, code_of(&refusal), refusal.message).await,
+        Err(_) => return decline(inbound, &label, source, StatusCode::SERVICE_UNAVAILABLE, "the call's edge did not start".into()).await,
+    };
+    let media = CallMedia { first: Some(sdp_answer.clone()), last: sdp_answer, local, session_id, version: 1, edge: edge.clone() };
+    let mut call = match inbound.with_media(media).accept().await {
+        Ok(call) => call,
+        Err(e) => {
+            log::info!("{label}: the call was not set up: {e}");
+            return edge.do_send(PeerHungUp);
+        }
+    };
+    loop {
+        tokio::select! {
+            event = call.run() => match event {
+                Ok(CallEvent::Internal(event)) => {
+                    if let Err(e) = call.handle_internal_event(event).await {
+                        log::info!("{label}: the dialog failed: {e}");
+                        edge.do_send(PeerHungUp);
+                        return;
+                    }
+                }
+                Ok(CallEvent::Media(())) => {}
+                Ok(CallEvent::Terminated) => {
+                    log::info!("{label}: the trunk hung up");
+                    return edge.do_send(PeerHungUp);
+                }
+                Err(e) => {
+                    log::info!("{label}: the dialog failed: {e}");
+                    return edge.do_send(PeerHungUp);
+                }
+            },
+            _ = hung_up.recv() => {
+                if let Err(e) = call.terminate().await {
+                    log::info!("{label}: the BYE was not answered: {e}");
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Refuses a call with `code`, saying why in the log.
+async fn decline(inbound: InboundCall<NoMedia>, label: &str, source: SocketAddr, code: StatusCode, why: String) {
+    log::info!("{label}: a call from {source} refused ({}): {why}", code.into_u16());
+    if let Err(e) = inbound.decline(code, None).await {
+        log::debug!("{label}: the refusal was not delivered: {e}");
+    }
+}
+
+/// A number for an SDP session id.
+fn call_id_number() -> u32 {
+    let b = uuid::Uuid::new_v4().into_bytes();
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]]) >> 1
+}
+
+/// The call's media as ezk's dialog sees it: the first offer was agreed before the call was
+/// answered; a re-INVITE's offer is agreed here and its media handed to the call's edge.
+struct CallMedia {
+    first: Option<SessionDescription>,
+    /// The answer last given (offered again when a re-INVITE asks for an offer).
+    last: SessionDescription,
+    local: SocketAddr,
+    session_id: u64,
+    version: u64,
+    edge: Addr<SipCall>,
+}
+
+impl MediaBackend for CallMedia {
+    type Error = sdp::Refused;
+    type Event = ();
+
+    fn has_media(&self) -> bool {
+        true
+    }
+
+    async fn create_sdp_offer(&mut self) -> Result<SessionDescription, sdp::Refused> {
+        Ok(self.last.clone())
+    }
+
+    async fn receive_sdp_answer(&mut self, _: SessionDescription) -> Result<(), sdp::Refused> {
+        Ok(())
+    }
+
+    async fn receive_sdp_offer(&mut self, offer: SessionDescription) -> Result<SessionDescription, sdp::Refused> {
+        if let Some(first) = self.first.take() {
+            return Ok(first);
+        }
+        self.version += 1;
+        let (media, answer) = sdp::answer(&offer, self.local, self.session_id, self.version)?;
+        self.edge.do_send(Renegotiated(media));
+        self.last = answer.clone();
+        Ok(answer)
+    }
+
+    async fn run(&mut self) -> Result<(), sdp::Refused> {
+        std::future::pending().await
+    }
+}

@@ -1,0 +1,228 @@
+//! A call's RTP, as rules without a runtime (packets are rtp-types'): what arrives is put back
+//! in order in a short jitter buffer ([`Jitter`]) and split into the voice and the keys
+//! ([`Inbound`]); what leaves is numbered and stamped ([`Outbound`]).
+//!
+//! The jitter buffer holds up to [`DEPTH`] packets: a packet that arrives out of order within
+//! that is put back in its place; one older than what already left is dropped; a packet that
+//! never came is played as 20 ms of silence once [`DEPTH`] newer ones wait (the session's VAD
+//! and clock see an unbroken line). RFC 4733 sends each key in several packets of one RTP
+//! timestamp (and its end three times): a key is handed on once, when its first packet comes.
+
+use std::collections::BTreeMap;
+
+use omni_actors::session::messages::Keypress;
+use rtp_types::{RtpPacket, RtpPacketBuilder};
+
+/// Samples of one 20 ms frame at 8 kHz (one byte each in G.711).
+pub const FRAME: usize = 160;
+/// Packets held to put them back in order: 60 ms.
+pub const DEPTH: usize = 3;
+/// Frames of silence played for a gap at most: a longer one is a pause of the trunk's, not loss.
+const MAX_GAP: u16 = 10;
+
+/// What one datagram of the trunk's carried.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Heard {
+    /// A frame of the caller's voice (G.711 bytes) in order, or the silence of a lost one.
+    Voice(Vec<u8>),
+    /// A key pressed (its first packet).
+    Key(Keypress),
+}
+
+/// Why a datagram was not used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Dropped {
+    #[error("not RTP: {0}")]
+    NotRtp(String),
+    #[error("payload type {0} was not agreed")]
+    PayloadType(u8),
+    #[error("late: sequence {0} already played")]
+    Late(u16),
+}
+
+/// The caller's side of a call: the voice's payload type and the keys', and the buffer.
+#[derive(Debug)]
+pub struct Inbound {
+    voice: u8,
+    events: Option<u8>,
+    /// Waiting packets by extended sequence number.
+    waiting: BTreeMap<u64, Vec<u8>>,
+    /// The extended sequence number of the next packet to play.
+    next: Option<u64>,
+    /// The RTP timestamp of the last key handed on.
+    last_key: Option<u32>,
+    /// The byte G.711 codes silence with.
+    silence: u8,
+}
+
+impl Inbound {
+    pub fn new(voice: u8, events: Option<u8>, silence: u8) -> Inbound {
+        Inbound { voice, events, waiting: BTreeMap::new(), next: None, last_key: None, silence }
+    }
+
+    /// `seq` extended to 64 bits, as the one nearest the next to play.
+    fn extend(&self, seq: u16) -> u64 {
+        let Some(next) = self.next else { return u64::from(seq) + (1 << 16) };
+        let base = next & !0xffff;
+        [base.wrapping_sub(1 << 16), base, base + (1 << 16)]
+            .into_iter()
+            .map(|b| b + u64::from(seq))
+            .min_by_key(|c| c.abs_diff(next))
+            .unwrap_or(next)
+    }
+
+    /// One datagram: what it makes playable now, in order.
+    pub fn push(&mut self, datagram: &[u8], out: &mut Vec<Heard>) -> Result<(), Dropped> {
+        let packet = RtpPacket::parse(datagram).map_err(|e| Dropped::NotRtp(format!("{e:?}")))?;
+        let pt = packet.payload_type();
+        if Some(pt) == self.events {
+            // RFC 4733: event, end bit and volume, duration.
+            let payload = packet.payload();
+            if let Some(&event) = payload.first()
+                && self.last_key != Some(packet.timestamp())
+            {
+                self.last_key = Some(packet.timestamp());
+                if let Some(key) = Keypress::of_event(event) {
+                    out.push(Heard::Key(key));
+                }
+            }
+            return Ok(());
+        }
+        if pt != self.voice {
+            return Err(Dropped::PayloadType(pt));
+        }
+        let seq = self.extend(packet.sequence_number());
+        let next = *self.next.get_or_insert(seq);
+        if seq < next {
+            return Err(Dropped::Late(packet.sequence_number()));
+        }
+        self.waiting.insert(seq, packet.payload().to_vec());
+        self.release(out);
+        Ok(())
+    }
+
+    /// Plays what is in order, and past a gap once [`DEPTH`] packets wait behind it.
+    fn release(&mut self, out: &mut Vec<Heard>) {
+        while let Some(next) = self.next {
+            if let Some(frame) = self.waiting.remove(&next) {
+                out.push(Heard::Voice(frame));
+                self.next = Some(next + 1);
+                continue;
+            }
+            if self.waiting.len() < DEPTH {
+                return;
+            }
+            let Some((&first, _)) = self.waiting.first_key_value() else { return };
+            let gap = first - next;
+            if gap <= u64::from(MAX_GAP) {
+                for _ in 0..gap {
+                    out.push(Heard::Voice(vec![self.silence; FRAME]));
+                }
+            }
+            self.next = Some(first);
+        }
+    }
+}
+
+/// The model's side of a call: its packets, numbered and stamped.
+#[derive(Debug)]
+pub struct Outbound {
+    payload_type: u8,
+    ssrc: u32,
+    seq: u16,
+    timestamp: u32,
+    /// The next packet starts a talkspurt (the marker bit).
+    spurt: bool,
+}
+
+impl Outbound {
+    pub fn new(payload_type: u8, ssrc: u32, seq: u16, timestamp: u32) -> Outbound {
+        Outbound { payload_type, ssrc, seq, timestamp, spurt: true }
+    }
+
+    /// One frame's packet; the clock moves on by the frame.
+    pub fn packet(&mut self, frame: &[u8]) -> Vec<u8> {
+        let packet = RtpPacketBuilder::new()
+            .payload_type(self.payload_type)
+            .sequence_number(self.seq)
+            .timestamp(self.timestamp)
+            .ssrc(self.ssrc)
+            .marker_bit(std::mem::take(&mut self.spurt))
+            .payload(frame)
+            .write_vec_unchecked();
+        self.seq = self.seq.wrapping_add(1);
+        self.timestamp = self.timestamp.wrapping_add(frame.len() as u32);
+        packet
+    }
+
+    /// Nothing was sent for `frames` frames (a pause between answers): the clock moves on as
+    /// a microphone's would, and the next packet starts a talkspurt.
+    pub fn skip(&mut self, frames: u32) {
+        self.timestamp = self.timestamp.wrapping_add(frames * FRAME as u32);
+        self.spurt = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rtp(pt: u8, seq: u16, ts: u32, payload: &[u8]) -> Vec<u8> {
+        RtpPacketBuilder::new().payload_type(pt).sequence_number(seq).timestamp(ts).ssrc(9).payload(payload).write_vec_unchecked()
+    }
+
+    fn heard(i: &mut Inbound, pt: u8, seq: u16) -> Vec<Heard> {
+        let mut out = Vec::new();
+        i.push(&rtp(pt, seq, u32::from(seq) * 160, &[seq as u8; 160]), &mut out).unwrap();
+        out
+    }
+
+    fn voice(seq: u16) -> Heard {
+        Heard::Voice(vec![seq as u8; 160])
+    }
+
+    #[test]
+    fn packets_out_of_order_are_put_back_and_a_lost_one_is_silence() {
+        let mut i = Inbound::new(0, None, 0xff);
+        assert_eq!(heard(&mut i, 0, 65534), [voice(65534)]);
+        // 65535 comes after 0 (across the wrap): put back in its place.
+        assert!(heard(&mut i, 0, 0).is_empty());
+        assert_eq!(heard(&mut i, 0, 65535), [voice(65535), voice(0)]);
+        // 1 never comes: once three packets wait behind it, it is played as silence.
+        assert!(heard(&mut i, 0, 2).is_empty() && heard(&mut i, 0, 3).is_empty());
+        assert_eq!(heard(&mut i, 0, 4), [Heard::Voice(vec![0xff; 160]), voice(2), voice(3), voice(4)]);
+        // 1 arrives late: dropped.
+        let mut out = Vec::new();
+        assert_eq!(i.push(&rtp(0, 1, 160, &[1; 160]), &mut out), Err(Dropped::Late(1)));
+    }
+
+    #[test]
+    fn a_key_is_handed_on_once_for_its_packets_and_other_types_are_dropped() {
+        let mut i = Inbound::new(0, Some(101), 0xff);
+        let mut out = Vec::new();
+        for (end, duration) in [(0u8, 160u16), (0, 320), (0x80, 480), (0x80, 480), (0x80, 480)] {
+            let [d0, d1] = duration.to_be_bytes();
+            i.push(&rtp(101, 7, 8000, &[5, end | 10, d0, d1]), &mut out).unwrap();
+        }
+        i.push(&rtp(101, 12, 9600, &[11, 10, 0, 160]), &mut out).unwrap();
+        assert_eq!(out, [Heard::Key(Keypress::new('5').unwrap()), Heard::Key(Keypress::new('#').unwrap())]);
+        assert_eq!(i.push(&rtp(96, 1, 0, &[0; 10]), &mut out), Err(Dropped::PayloadType(96)));
+        assert!(matches!(i.push(&[1, 2, 3], &mut out), Err(Dropped::NotRtp(_))));
+    }
+
+    #[test]
+    fn outgoing_packets_count_on_and_mark_each_talkspurt() {
+        let mut o = Outbound::new(8, 42, 65535, 0);
+        let first = o.packet(&[0xd5; 160]);
+        let second = o.packet(&[0xd5; 160]);
+        o.skip(50);
+        let third = o.packet(&[0xd5; 160]);
+        let parse = |p: &[u8]| {
+            let p = RtpPacket::parse(p).unwrap();
+            (p.payload_type(), p.sequence_number(), p.timestamp(), p.marker_bit(), p.ssrc())
+        };
+        assert_eq!(parse(&first), (8, 65535, 0, true, 42));
+        assert_eq!(parse(&second), (8, 0, 160, false, 42));
+        assert_eq!(parse(&third), (8, 1, 320 + 50 * 160, true, 42));
+    }
+}

@@ -1,0 +1,229 @@
+//! A call's media, agreed in SDP (on ezk's SDP types; nothing here parses text): the trunk's
+//! offer names where it takes RTP and which codecs; the answer takes the first G.711 it
+//! offers (PCMU or PCMA, 8 kHz, 20 ms), RFC 4733 telephone events when it offers them, and
+//! names this call's RTP port. Every other stream (video, a second audio) is refused in the
+//! answer with port 0, as RFC 3264 has it. Media it cannot take (SRTP, no G.711) is refused
+//! as a whole (488).
+
+use std::net::{IpAddr, SocketAddr};
+
+use bytesstr::BytesStr;
+use ezk_sdp_types::{
+    Connection, Direction, Fmtp, MediaDescription, MediaType, Origin, RtpMap, SessionDescription, TaggedAddress,
+    TransportProtocol,
+};
+
+/// G.711's two laws, as SDP names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Law {
+    /// μ-law (PCMU), North America and Japan.
+    Pcmu,
+    /// A-law (PCMA), elsewhere.
+    Pcma,
+}
+
+impl Law {
+    pub fn name(self) -> &'static str {
+        match self {
+            Law::Pcmu => "PCMU",
+            Law::Pcma => "PCMA",
+        }
+    }
+}
+
+/// What was agreed for a call's audio.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Media {
+    /// Where the trunk takes RTP (the offer's address and port).
+    pub remote: SocketAddr,
+    /// The voice's G.711 law both ways and its RTP payload type.
+    pub law: Law,
+    pub payload_type: u8,
+    /// RFC 4733's payload type, when the trunk sends keys as telephone events.
+    pub events: Option<u8>,
+    /// The trunk holds the call: it sends no voice (`sendonly` or `inactive`), and, when
+    /// `inactive`, takes none.
+    pub held: bool,
+    /// The trunk takes voice: its offer is `sendrecv` or `recvonly` (on hold, `sendonly` or
+    /// `inactive`, it takes none).
+    pub receives: bool,
+}
+
+/// Why an offer gets no answer.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Refused {
+    #[error("the offer has no audio stream")]
+    NoAudio,
+    #[error("the offer's audio is {0}, not plain RTP (RTP/AVP)")]
+    Protocol(String),
+    #[error("the offer's audio has none of PCMU and PCMA")]
+    NoCodec,
+    #[error("the offer names no address for its audio")]
+    NoAddress,
+}
+
+/// The static payload types of G.711 (RFC 3551).
+const PCMU: u8 = 0;
+const PCMA: u8 = 8;
+
+/// The codec a payload type of `m` stands for, if it is one of G.711's at 8 kHz.
+fn g711(m: &MediaDescription, pt: u8) -> Option<Law> {
+    match m.rtpmap.iter().find(|r| r.payload == pt) {
+        Some(r) if r.clock_rate != 8000 => None,
+        Some(r) if r.encoding.eq_ignore_ascii_case("PCMU") => Some(Law::Pcmu),
+        Some(r) if r.encoding.eq_ignore_ascii_case("PCMA") => Some(Law::Pcma),
+        Some(_) => None,
+        None if pt == PCMU => Some(Law::Pcmu),
+        None if pt == PCMA => Some(Law::Pcma),
+        None => None,
+    }
+}
+
+fn address(c: &Connection) -> Option<IpAddr> {
+    match &c.address {
+        TaggedAddress::IP4(ip) => Some(IpAddr::V4(*ip)),
+        TaggedAddress::IP6(ip) => Some(IpAddr::V6(*ip)),
+        // A host name in SDP is rare from a trunk; resolving it is not done here.
+        TaggedAddress::IP4FQDN(_) | TaggedAddress::IP6FQDN(_) => None,
+    }
+}
+
+/// Agrees on the audio of `offer` and answers it with `local` (the address and port of this
+/// call's RTP as the trunk reaches it), as session `version` of `session_id` (a re-INVITE's
+/// answer is the next version).
+pub fn answer(
+    offer: &SessionDescription,
+    local: SocketAddr,
+    session_id: u64,
+    version: u64,
+) -> Result<(Media, SessionDescription), Refused> {
+    let audio = offer
+        .media_descriptions
+        .iter()
+        .position(|m| m.media.media_type == MediaType::Audio && m.media.port != 0)
+        .ok_or(Refused::NoAudio)?;
+    let m = &offer.media_descriptions[audio];
+    if m.media.proto != TransportProtocol::RtpAvp {
+        return Err(Refused::Protocol(m.media.proto.to_string()));
+    }
+    let (payload_type, law) =
+        m.media.fmts.iter().find_map(|&pt| g711(m, pt).map(|c| (pt, c))).ok_or(Refused::NoCodec)?;
+    let events = m
+        .rtpmap
+        .iter()
+        .find(|r| r.encoding.eq_ignore_ascii_case("telephone-event") && r.clock_rate == 8000)
+        .map(|r| r.payload)
+        .filter(|pt| m.media.fmts.contains(pt));
+    let ip = m.connection.as_ref().or(offer.connection.as_ref()).and_then(address).ok_or(Refused::NoAddress)?;
+    let direction = if m.direction != Direction::SendRecv { m.direction } else { offer.direction };
+    let media = Media {
+        remote: SocketAddr::new(ip, m.media.port),
+        law,
+        payload_type,
+        events,
+        held: matches!(direction, Direction::SendOnly | Direction::Inactive),
+        receives: matches!(direction, Direction::SendRecv | Direction::RecvOnly),
+    };
+
+    let mut fmts = vec![payload_type];
+    let mut rtpmap =
+        vec![RtpMap { payload: payload_type, encoding: BytesStr::from_static(law.name()), clock_rate: 8000, params: None }];
+    let mut fmtp = Vec::new();
+    if let Some(pt) = events {
+        fmts.push(pt);
+        rtpmap.push(RtpMap { payload: pt, encoding: BytesStr::from_static("telephone-event"), clock_rate: 8000, params: None });
+        fmtp.push(Fmtp { format: pt, params: BytesStr::from_static("0-15") });
+    }
+    let mut ours = MediaDescription::rejected(MediaType::Audio);
+    ours.media.port = local.port();
+    ours.media.fmts = fmts;
+    ours.rtpmap = rtpmap;
+    ours.fmtp = fmtp;
+    ours.direction = direction.flipped();
+    ours.mid = m.mid.clone();
+    ours.attributes.push(ezk_sdp_types::UnknownAttribute { name: BytesStr::from_static("ptime"), value: Some(BytesStr::from_static("20")) });
+    let media_descriptions = offer
+        .media_descriptions
+        .iter()
+        .enumerate()
+        .map(|(i, m)| if i == audio { ours.clone() } else { MediaDescription::rejected(m.media.media_type) })
+        .collect();
+    let tagged = TaggedAddress::from(local.ip());
+    let answer = SessionDescription {
+        origin: Origin {
+            username: BytesStr::from_static("omni-gateway"),
+            session_id: BytesStr::from(session_id.to_string()),
+            session_version: BytesStr::from(version.to_string()),
+            address: tagged.clone(),
+        },
+        name: BytesStr::from_static("omni-gateway"),
+        connection: Some(Connection { address: tagged, ttl: None, num: None }),
+        bandwidth: Vec::new(),
+        time: offer.time.clone(),
+        direction: Direction::SendRecv,
+        group: Vec::new(),
+        extmap: Vec::new(),
+        extmap_allow_mixed: false,
+        ice_lite: false,
+        ice_options: Default::default(),
+        ice_ufrag: None,
+        ice_pwd: None,
+        setup: None,
+        fingerprint: Vec::new(),
+        attributes: Vec::new(),
+        media_descriptions,
+    };
+    Ok((media, answer))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(sdp: &str) -> SessionDescription {
+        SessionDescription::parse(&BytesStr::from(sdp.replace('\n', "\r\n"))).unwrap()
+    }
+
+    const BARESIP: &str = "v=0
+o=- 1 2 IN IP4 192.0.2.10
+s=-
+c=IN IP4 192.0.2.10
+t=0 0
+m=audio 4000 RTP/AVP 9 0 8 101
+a=rtpmap:9 G722/8000
+a=rtpmap:101 telephone-event/8000
+a=fmtp:101 0-15
+a=sendrecv
+m=video 4002 RTP/AVP 96
+a=rtpmap:96 H264/90000
+";
+
+    #[test]
+    fn the_first_g711_offered_is_taken_with_its_keys_and_video_is_refused() {
+        let local: SocketAddr = "198.51.100.1:40000".parse().unwrap();
+        let (media, answer) = answer(&parse(BARESIP), local, 7, 1).unwrap();
+        assert_eq!(media.remote, "192.0.2.10:4000".parse().unwrap());
+        assert_eq!((media.law, media.payload_type, media.events), (Law::Pcmu, 0, Some(101)));
+        assert!(!media.held && media.receives);
+        let text = answer.to_string();
+        assert!(text.contains("c=IN IP4 198.51.100.1"), "{text}");
+        assert!(text.contains("m=audio 40000 RTP/AVP 0 101"), "{text}");
+        assert!(text.contains("a=rtpmap:101 telephone-event/8000"), "{text}");
+        assert!(text.contains("m=video 0 "), "{text}");
+        // What the answer says parses back.
+        parse(&text.replace("\r\n", "\n"));
+    }
+
+    #[test]
+    fn a_hold_is_answered_in_kind_and_an_offer_without_g711_or_over_srtp_is_refused() {
+        let local: SocketAddr = "198.51.100.1:40000".parse().unwrap();
+        let hold = BARESIP.replace("a=sendrecv", "a=sendonly");
+        let (media, answer) = answer(&parse(&hold), local, 7, 2).unwrap();
+        assert!(media.held && !media.receives, "a trunk that only sends takes no voice");
+        assert!(answer.to_string().contains("a=recvonly"), "{answer}");
+        let opus_only = BARESIP.replace("RTP/AVP 9 0 8 101", "RTP/AVP 9 101");
+        assert_eq!(super::answer(&parse(&opus_only), local, 7, 1).unwrap_err(), Refused::NoCodec);
+        let srtp = BARESIP.replace("m=audio 4000 RTP/AVP", "m=audio 4000 RTP/SAVP");
+        assert!(matches!(super::answer(&parse(&srtp), local, 7, 1), Err(Refused::Protocol(_))));
+    }
+}

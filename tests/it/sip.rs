@@ -1,0 +1,266 @@
+//! Phone calls from a SIP trunk, with a real SIP user agent: Debian's baresip, headless, driven
+//! over its TCP control socket (`ctrl_tcp`: JSON commands in, call events out), playing a WAV
+//! (an espeak-ng question, then silence; baresip hangs up when it ends) and writing what it
+//! hears to a WAV (`sndfile`). It calls the gateway, is answered, hears the model, presses a
+//! key that reaches the session, and hangs up with no session left; a call from a network that
+//! is not allowed gets 403.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+/// A free UDP port on loopback.
+fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// baresip, headless, with its control socket; stopped when dropped.
+struct Baresip {
+    child: Child,
+    control: TcpStream,
+    /// What it has sent on its control socket and not yet read.
+    pending: Vec<u8>,
+    dir: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+impl Baresip {
+    /// Starts baresip playing `wav` (8 kHz, mono, 16-bit) when a call connects.
+    fn start(wav: &Path) -> Baresip {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let (sip, control) = (free_udp_port(), free_tcp_port());
+        std::fs::write(
+            dir.join("config"),
+            format!(
+                "sip_listen 127.0.0.1:{sip}\n\
+                 audio_source aufile,{wav}\n\
+                 audio_player aubridge,nil\n\
+                 audio_alert aubridge,nil\n\
+                 module_path /usr/lib/baresip/modules\n\
+                 module account.so\n\
+                 module g711.so\n\
+                 module aufile.so\n\
+                 module aubridge.so\n\
+                 module sndfile.so\n\
+                 module_app menu.so\n\
+                 module_app ctrl_tcp.so\n\
+                 ctrl_tcp_listen 127.0.0.1:{control}\n\
+                 snd_path {out}\n",
+                wav = wav.display(),
+                out = dir.display()
+            ),
+        )
+        .unwrap();
+        std::fs::write(dir.join("accounts"), "<sip:caller@127.0.0.1>;regint=0\n").unwrap();
+        let child = Command::new("baresip")
+            .arg("-f")
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(dir.join("baresip.log")).unwrap())
+            .stderr(std::fs::File::create(dir.join("baresip.err")).unwrap())
+            .spawn()
+            .expect("baresip (apt-get install baresip-core)");
+        // Its control socket opens once its modules are loaded.
+        let deadline = Instant::now() + WAIT;
+        let control = loop {
+            match TcpStream::connect(("127.0.0.1", control)) {
+                Ok(s) => break s,
+                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)), // the next try to connect
+                Err(e) => panic!("baresip's control socket did not open: {e}"),
+            }
+        };
+        control.set_read_timeout(Some(WAIT)).unwrap();
+        Baresip { child, control, pending: Vec::new(), dir, _tmp: tmp }
+    }
+
+    /// Runs one of baresip's commands (`dial`, `sndcode`, `hangup`).
+    fn command(&mut self, command: &str, params: &str) {
+        let msg = json!({"command": command, "params": params, "token": command}).to_string();
+        write!(self.control, "{}:{msg},", msg.len()).unwrap();
+    }
+
+    /// The next message on the control socket (a netstring of JSON).
+    fn next(&mut self) -> Value {
+        loop {
+            if let Some(colon) = self.pending.iter().position(|&b| b == b':') {
+                let len: usize = std::str::from_utf8(&self.pending[..colon]).unwrap().parse().unwrap();
+                if self.pending.len() > colon + len + 1 {
+                    let body = self.pending[colon + 1..colon + 1 + len].to_vec();
+                    self.pending.drain(..colon + len + 2);
+                    return serde_json::from_slice(&body).unwrap();
+                }
+            }
+            let mut buf = [0u8; 4096];
+            let n = self.control.read(&mut buf).unwrap_or_else(|e| panic!("baresip said nothing in time: {e}\n{}", self.log()));
+            assert!(n > 0, "baresip closed its control socket\n{}", self.log());
+            self.pending.extend_from_slice(&buf[..n]);
+        }
+    }
+
+    /// Waits for call event `kind` (`CALL_ESTABLISHED`, `CALL_CLOSED`); answers its event.
+    fn event(&mut self, kind: &str) -> Value {
+        loop {
+            let v = self.next();
+            if v["event"] == true && v["type"] == kind {
+                return v;
+            }
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("baresip.log")).unwrap_or_default()
+    }
+
+    /// What it heard: the WAV `sndfile` wrote of the audio it decoded, as samples.
+    fn heard(&self) -> Vec<f32> {
+        let dump = std::fs::read_dir(&self.dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.to_string_lossy().ends_with("-dec.wav"))
+            .unwrap_or_else(|| panic!("no WAV of what baresip heard\n{}", self.log()));
+        let mut reader = hound::WavReader::open(dump).unwrap();
+        reader.samples::<i16>().map(|s| f32::from(s.unwrap()) / 32768.0).collect()
+    }
+}
+
+impl Drop for Baresip {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A WAV baresip plays: half a second of silence, `question`, then `tail_s` of silence.
+fn call_wav(dir: &Path, question: &[f32], tail_s: f32) -> PathBuf {
+    let path = dir.join("caller.wav");
+    let spec = hound::WavSpec { channels: 1, sample_rate: 8000, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
+    let mut w = hound::WavWriter::create(&path, spec).unwrap();
+    let narrow = omni_actors::audio::resample(question, 16000, 8000).unwrap();
+    let silence = |s: f32| vec![0.0f32; (8000.0 * s) as usize];
+    for s in silence(0.5).iter().chain(&narrow).chain(&silence(tail_s)) {
+        w.write_sample((s.clamp(-1.0, 1.0) * 32767.0) as i16).unwrap();
+    }
+    w.finalize().unwrap();
+    path
+}
+
+fn sip_section(port: u16, rtp: u16, networks: &str) -> String {
+    format!(
+        "[sip]\nenabled = true\nbind = \"127.0.0.1:{port}\"\nrtp_ports = [{rtp}, {}]\nallowed_networks = {networks}\n\
+         [[sip.routes]]\nnumber = \"*\"\ninstructions = \"You answer the phone. Be brief.\"\n",
+        rtp + 20
+    )
+}
+
+#[test]
+fn a_sip_user_agent_calls_hears_the_model_presses_a_key_and_hangs_up() {
+    if !needs(&[Need::Baresip]) {
+        return;
+    }
+    let port = free_udp_port();
+    let server = Server::ready(
+        Setup::default()
+            .recording("enabled = true")
+            .workers(workers(1, "step_ms = 300"))
+            .extra(&sip_section(port, 41000, "[\"127.0.0.0/8\"]")),
+    );
+    assert!(server.logs().contains(&format!("SIP calls are on: UDP 127.0.0.1:{port}")), "{}", server.logs());
+    let tmp = tempfile::tempdir().unwrap();
+    let wav = call_wav(tmp.path(), &speech("What is the capital of France?"), 9.0);
+    let mut ua = Baresip::start(&wav);
+    ua.command("dial", &format!("sip:100@127.0.0.1:{port}"));
+    ua.event("CALL_ESTABLISHED");
+    // The call's session on the worker: then the key (one pressed while it waits for a worker
+    // would not be kept).
+    let deadline = Instant::now() + WAIT;
+    let session = loop {
+        let status = server.status();
+        if let Some(id) = status["workers"][0]["session"].as_str() {
+            assert_eq!(status["workers"][0]["transport"], "sip", "{status}");
+            break id.to_string();
+        }
+        assert!(Instant::now() < deadline, "no session on the worker: {status}");
+        std::thread::sleep(Duration::from_millis(50)); // the next look at /status
+    };
+    ua.command("sndcode", "7");
+    // baresip hangs up when its WAV ends.
+    let closed = ua.event("CALL_CLOSED");
+    server.wait_idle();
+    assert!(server.logs().contains("the trunk hung up"), "{closed}\n{}", server.logs());
+
+    // It heard the model's voice: 2.5 s of it (20 ms windows with voice in them).
+    let heard = ua.heard();
+    let voiced = heard.chunks(160).filter(|w| (w.iter().map(|s| s * s).sum::<f32>() / w.len() as f32).sqrt() > 0.02).count();
+    assert!(
+        (110..=140).contains(&voiced),
+        "{voiced} windows of 20 ms with voice in {} s heard\n{}\n{}",
+        heard.len() / 8000,
+        ua.log(),
+        server.logs()
+    );
+    // The key reached the session: in the recording, and not in the log.
+    let events = std::fs::read_to_string(server.recording(&session).join("events.jsonl")).unwrap();
+    let keys: Vec<Value> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["dir"] == "out" && l["event"]["type"] == "input_audio_buffer.dtmf_event_received")
+        .collect();
+    assert_eq!(keys.len(), 1, "{events}");
+    assert_eq!(keys[0]["event"]["event"], "7");
+    assert!(!server.logs().contains("pressed 7"), "{}", server.logs());
+}
+
+#[test]
+fn a_call_from_a_network_not_allowed_gets_403() {
+    if !needs(&[Need::Baresip]) {
+        return;
+    }
+    let port = free_udp_port();
+    let server =
+        Server::ready(Setup::default().workers(workers(1, "")).extra(&sip_section(port, 41100, "[\"192.0.2.0/24\"]")));
+    let tmp = tempfile::tempdir().unwrap();
+    let wav = call_wav(tmp.path(), &[], 5.0);
+    let mut ua = Baresip::start(&wav);
+    ua.command("dial", &format!("sip:100@127.0.0.1:{port}"));
+    let closed = ua.event("CALL_CLOSED");
+    assert!(closed["param"].as_str().is_some_and(|p| p.contains("403")), "{closed}\n{}", ua.log());
+    assert!(server.logs().contains("refused (403): not from sip.allowed_networks"), "{}", server.logs());
+    assert_eq!(server.status()["sessions"]["open"], 0);
+}
+
+#[test]
+fn a_call_put_on_hold_and_resumed_is_answered_and_its_hangup_ends_the_session() {
+    if !needs(&[Need::Baresip]) {
+        return;
+    }
+    let port = free_udp_port();
+    let server = Server::ready(Setup::default().workers(workers(1, "")).extra(&sip_section(port, 41200, "[\"127.0.0.1\"]")));
+    let tmp = tempfile::tempdir().unwrap();
+    let wav = call_wav(tmp.path(), &[], 30.0);
+    let mut ua = Baresip::start(&wav);
+    ua.command("dial", &format!("sip:100@127.0.0.1:{port}"));
+    ua.event("CALL_ESTABLISHED");
+    // A re-INVITE with `sendonly` (hold), then `sendrecv` (resume): each answered.
+    ua.command("hold", "");
+    server.wait_log("the trunk holds the call", WAIT);
+    ua.command("resume", "");
+    server.wait_log("the trunk resumes the call", WAIT);
+    assert_eq!(server.status()["sessions"]["open"], 1);
+    // The caller hangs up (BYE): the session ends.
+    ua.command("hangup", "");
+    ua.event("CALL_CLOSED");
+    server.wait_idle();
+    server.wait_log("the call ended (hangup)", WAIT);
+}
