@@ -4,8 +4,9 @@
 # frameworks need them in .venv-agents: both created here on first run (tests/sdk/requirements.txt,
 # tests/agents/requirements.txt).
 # The pages' tests need chromium and chromium-driver, the CPU model backend cmake, g++, libclang
-# and espeak-ng, the replicas' tests redis-server, the tools' tests sox (apt-get install chromium
-# chromium-driver cmake g++ libclang-dev espeak-ng redis-server sox).
+# and espeak-ng, the replicas' tests redis-server, the tools' tests sox, the SIP tests baresip
+# (apt-get install chromium chromium-driver cmake g++ libclang-dev espeak-ng redis-server sox
+# baresip-core).
 set -euo pipefail
 cd "$(dirname "$0")"
 if ! .venv/bin/python -c "import openai, dashscope, websockets, aiortc" 2>/dev/null; then

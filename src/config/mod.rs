@@ -301,6 +301,15 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
     let transcription = raw.transcription.validate(base).map_err(|e| e.under("transcription"))?;
     let webrtc = raw.webrtc.validate().map_err(|e| e.under("webrtc"))?;
     let sip = raw.sip.validate().map_err(|e| e.under("sip"))?;
+    if let Some(route) = sip.iter().flat_map(|s| &s.routes).find(|r| {
+        !r.model.is_empty() && !models.is_empty() && !models.iter().any(|m| m.name == r.model)
+    }) {
+        let known: Vec<&str> = models.iter().map(|m| m.name.as_str()).collect();
+        return Err(Invalid::new(
+            "sip.routes",
+            format!("route '{}' names model '{}', which is not served (known: {})", route.number, route.model, known.join(", ")),
+        ));
+    }
     let node = raw.node.as_ref().map(|n| n.validate(base).map_err(|e| e.under("node"))).transpose()?;
     let names: Vec<&str> = workers.iter().map(|w| w.name.as_str()).collect();
     let nodes = nodes::validate(&raw.nodes, &names, base)?;
