@@ -36,6 +36,7 @@ use ezk_sip_ua::{CallEvent, InboundCall, MediaBackend, NoMedia};
 
 use crate::config::SipSpec;
 use crate::dialect::openai::Flavor;
+use crate::http::ServeError;
 use crate::http::auth::Credential;
 use crate::roles::Serving;
 use crate::transport::admission::{Caller, Endpoint as Speaks, Refusal, Transport, admit};
@@ -54,7 +55,7 @@ pub struct Sip {
 
 /// Starts the SIP edge: binds `[sip] bind`, and answers INVITEs from then on. Answers the bound
 /// address, or why it could not bind.
-pub async fn start(gw: Serving, spec: SipSpec) -> Result<SocketAddr, String> {
+pub async fn start(gw: Serving, spec: SipSpec) -> Result<SocketAddr, ServeError> {
     let arbiter = actix::Arbiter::new();
     let sip = Arc::new(Sip { spec, gw, arbiter: arbiter.handle(), cursor: AtomicU32::new(0), calls: AtomicU64::new(0) });
     let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
@@ -72,12 +73,12 @@ pub async fn start(gw: Serving, spec: SipSpec) -> Result<SocketAddr, String> {
                 // The endpoint lives as long as the arbiter.
                 std::future::pending::<()>().await;
             }
-            Err(e) => drop(bound_tx.send(Err(crate::http::listen_error(bind, &e)))),
+            Err(e) => drop(bound_tx.send(Err(ServeError::Listen(crate::http::listen_error(bind, &e))))),
         }
     });
     // The arbiter lives until the process ends.
     std::mem::forget(arbiter);
-    bound_rx.await.map_err(|_| "the SIP edge did not start".to_string())?
+    bound_rx.await.map_err(|_| ServeError::Listen("the SIP edge did not start".into()))?
 }
 
 /// The layer of ezk's endpoint that takes INVITEs outside a dialog.
