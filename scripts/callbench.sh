@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Voice sessions over WebRTC calls and over WebSockets, side by side on one release build of the
-# gateway: SESSIONS concurrent sessions of each transport in turn (a fresh server each), every
+# Voice sessions over WebRTC calls, WebSockets, Twilio Media Streams and SIP calls, side by side
+# on one release build of the gateway: SESSIONS concurrent sessions of each transport in turn (a
+# fresh server each), every
 # one talking in real time for DURATION seconds (a 1.5 s tone, then 3.5 s of silence, answered
 # by the reference backend's voice). Prints `omni-gateway callload`'s figures per transport and
 # the server's CPU per session-second.
@@ -8,8 +9,9 @@
 #   scripts/callbench.sh SESSIONS [DURATION]
 #   scripts/callbench.sh 50 30
 #   TRANSPORTS=webrtc scripts/callbench.sh 300 30     # one transport only
+#   TRANSPORTS="twilio sip" scripts/callbench.sh 200 30
 #
-# The figures in docs/performance.md ("WebRTC calls") come from this script.
+# The figures in docs/performance.md ("WebRTC calls", "Phone calls") come from this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sessions=${1:?usage: scripts/callbench.sh SESSIONS [DURATION]}
@@ -19,8 +21,9 @@ build_release
 ulimit -n 65536 2>/dev/null || true
 dir=$(mktemp -d)
 trap 'kill "${server:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"' EXIT
-for transport in ${TRANSPORTS:-webrtc websocket}; do
+for transport in ${TRANSPORTS:-webrtc websocket twilio sip}; do
     port=$(free_port)
+    sip=$(python3 -c 'import socket; s=socket.socket(type=socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     cat > "$dir/config.toml" <<TOML
 [server]
 bind = "127.0.0.1:$port"
@@ -31,13 +34,17 @@ max_waiting_per_ip = 0
 max_waiting = 20000
 [webrtc]
 ports = [40000, 49999]
+[sip]
+enabled = true
+bind = "127.0.0.1:$sip"
+rtp_ports = [30000, 30999]
 [[workers]]
 name = "w"
 count = $sessions
 TOML
     start_server "$dir/config.toml" "$dir/server-$transport.log" "$port"
     cpu_before=$(cpu_seconds "$server")
-    "$bin" callload --url "http://127.0.0.1:$port" --transport "$transport" --sessions "$sessions" \
+    "$bin" callload --url "http://127.0.0.1:$port" --transport "$transport" --sip "127.0.0.1:$sip" --sessions "$sessions" \
         --duration "$duration" --ramp 5 --tone 1.5 --silence 3.5 --json-out "$dir/$transport.json" > /dev/null
     cpu_after=$(cpu_seconds "$server")
     kill "$server"

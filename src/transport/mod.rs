@@ -54,3 +54,16 @@ pub fn call_settings(instructions: Option<&str>, voice: Option<&str>) -> Option<
     }
     Some(json!({"type": "session.update", "session": session}).to_string())
 }
+
+/// The code of an `error` event of a phone call's session (its dialect's JSON), when it says the
+/// session refused something of the call's own (a setting of its route or its parameters): a
+/// phone line has nowhere to show it, so its edge logs the code (never the event: it may carry
+/// the resume token). `not_ready` (the caller spoke before the session was created) is not.
+pub fn refused_setting(text: &str) -> Option<String> {
+    if !text.contains(r#""type":"error""#) {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let code = v["error"]["code"].as_str().unwrap_or("error");
+    (v["type"] == "error" && code != "not_ready").then(|| code.to_string())
+}

@@ -368,8 +368,8 @@ impl Handler<ToClient> for SipCall {
             // The dialect's events have no place on a phone line; its errors are logged (a
             // setting of the route's that the session refused).
             ToClient::Text(text) => {
-                if text.contains(r#""type":"error""#) {
-                    log::warn!("session {}: the session refused something of the call's route: {text}", self.label);
+                if let Some(code) = crate::transport::refused_setting(&text) {
+                    log::warn!("session {}: the session refused something of the call's route: {code}", self.label);
                 }
             }
             ToClient::Close(reason) => {

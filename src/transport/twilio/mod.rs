@@ -251,12 +251,6 @@ impl TwilioEdge {
     }
 }
 
-/// The code of an `error` event of the session's dialect, if `text` is one.
-fn error_code(text: &str) -> Option<String> {
-    let v: Value = serde_json::from_str(text).ok()?;
-    (v["type"] == "error").then(|| v["error"]["code"].as_str().unwrap_or("error").to_string())
-}
-
 /// The session settings `start`'s custom parameters carry (`instructions`, `voice`), as the
 /// session's first `session.update`.
 fn session_update(parameters: &serde_json::Map<String, Value>) -> Option<String> {
@@ -308,7 +302,7 @@ impl Handler<ToClient> for TwilioEdge {
             // The dialect's events have no place on Twilio's socket; its errors are logged (a
             // setting the call's parameters gave that the session refused).
             ToClient::Text(text) => {
-                if let Some(code) = error_code(&text) {
+                if let Some(code) = super::refused_setting(&text) {
                     log::warn!("session {}: the session refused something of the call's: {code}", self.label);
                 }
             }
