@@ -34,6 +34,9 @@ max_waiting_per_ip = 0
 max_waiting = 20000
 [webrtc]
 ports = [40000, 49999]
+# every call of this script comes from 127.0.0.1, all of them being set up at once
+max_unconnected_calls_per_ip = 10000
+max_unconnected_calls_per_key = 10000
 [sip]
 enabled = true
 bind = "127.0.0.1:$sip"

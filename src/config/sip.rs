@@ -115,6 +115,12 @@ impl SipConfig {
                 .filter(|ip| !ip.is_unspecified())
                 .ok_or_else(|| Invalid::new("public_ip", format!("'{ip}' is not an address a trunk can reach")))?,
         };
+        if public_ip.is_ipv6() != rtp_bind.is_ipv6() {
+            return Err(Invalid::new(
+                "public_ip",
+                format!("is {public_ip}, of another family than rtp_bind {rtp_bind}: the RTP sockets could not reach it"),
+            ));
+        }
         let [first, last] = self.rtp_ports;
         if first == 0 || first > last {
             return Err(Invalid::new("rtp_ports", "must be [first, last] with 0 < first <= last"));
@@ -162,6 +168,8 @@ mod tests {
     fn a_wildcard_rtp_address_needs_a_public_one_and_networks_must_parse() {
         let wild = SipConfig { enabled: true, rtp_bind: "0.0.0.0".into(), ..Default::default() };
         assert_eq!(wild.validate().unwrap_err().key, "rtp_bind");
+        let mixed = SipConfig { enabled: true, rtp_bind: "::".into(), public_ip: "203.0.113.1".into(), ..Default::default() };
+        assert_eq!(mixed.validate().unwrap_err().key, "public_ip");
         let bad = SipConfig { enabled: true, allowed_networks: vec!["trunk".into()], ..Default::default() };
         assert_eq!(bad.validate().unwrap_err().key, "allowed_networks");
         let host = SipConfig { enabled: true, allowed_networks: vec!["198.51.100.7".into()], ..Default::default() };

@@ -36,6 +36,9 @@ const DATAGRAM_BYTES: usize = 2048;
 pub const MEDIA_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the media timeout is looked at.
 const MEDIA_CHECK: Duration = Duration::from_secs(1);
+/// Keys closer together than this are not a person's: dropped (RFC 4733 keys last 40 ms and
+/// more, with a pause between).
+const KEY_GAP: Duration = Duration::from_millis(100);
 
 /// The trunk hung up (BYE), cancelled, or its dialog ended.
 #[derive(Message)]
@@ -93,6 +96,13 @@ pub struct SipCall {
     agreed: SocketAddr,
     /// RTP came from the agreed address, or was latched on to: no more latching.
     settled: bool,
+    /// When the last key was handed on.
+    last_key: Option<Instant>,
+}
+
+/// An address as compared: an IPv4 address mapped into IPv6 as the IPv4 one.
+fn canonical(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(a.ip().to_canonical(), a.port())
 }
 
 /// The byte G.711 codes silence with.
@@ -152,9 +162,10 @@ impl SipCall {
             paced_until: None,
             last_heard: Instant::now(),
             strangers: 0,
-            trunk: parts.trunk,
+            trunk: parts.trunk.to_canonical(),
             agreed: media_remote,
             settled: false,
+            last_key: None,
         })
     }
 
@@ -183,12 +194,18 @@ impl SipCall {
     }
 
     fn on_datagram(&mut self, datagram: &[u8], from: SocketAddr) {
-        if from != self.media.remote && !self.settled && from.ip() == self.trunk {
+        let from = canonical(from);
+        // Only RTP of an agreed payload type is latched on to (not another call's RTCP).
+        let agreed_rtp = || {
+            rtp_types::RtpPacket::parse(datagram)
+                .is_ok_and(|p| p.payload_type() == self.media.payload_type || Some(p.payload_type()) == self.media.events)
+        };
+        if from != canonical(self.media.remote) && !self.settled && from.ip() == self.trunk && agreed_rtp() {
             // Symmetric RTP: the trunk sends from its signalling address, not the one it named.
             log::info!("session {}: RTP latched on to {from} (the trunk's address; its SDP named {})", self.label, self.agreed);
             self.media.remote = from;
         }
-        if from != self.media.remote {
+        if from != canonical(self.media.remote) {
             // RTP from anyone but the trunk's agreed address is not the caller's.
             self.strangers += 1;
             if self.strangers == 1 {
@@ -205,13 +222,20 @@ impl SipCall {
         }
         for h in heard {
             match h {
-                // UDP cannot be told to wait: the voice of a session that is behind is dropped.
-                Heard::Voice(_) if self.incoming.full() => {}
+                // UDP cannot be told to wait: the voice of a session that is behind is dropped;
+                // what a trunk sends while it holds the call (music) is not the caller's voice.
+                Heard::Voice(_) if self.incoming.full() || self.media.held => {}
                 Heard::Voice(frame) => {
                     self.hand(FromClient::Audio(CallerAudio { samples: expand(self.media.law, &frame), rate: RATE }))
                 }
-                // Never logged which (callers type PINs).
-                Heard::Key(key) => self.hand(FromClient::Key(key)),
+                // Never logged which (callers type PINs); a flood of them is not a person's.
+                Heard::Key(key) => {
+                    let now = Instant::now();
+                    if self.last_key.is_none_or(|at| now.saturating_duration_since(at) >= KEY_GAP) {
+                        self.last_key = Some(now);
+                        self.hand(FromClient::Key(key));
+                    }
+                }
             }
         }
     }
@@ -285,7 +309,10 @@ impl SipCall {
                 // UDP: a datagram the kernel will not take now is lost, as on the wire.
                 let _ = self.socket.try_send_to(&packet, self.media.remote);
             }
+            // Nothing to play this tick (held, or the voice runs dry mid-answer): the clock
+            // moves on all the same, as a microphone's would.
             Some(_) => self.outbound.skip(1),
+            None if self.playout.busy() => self.outbound.skip(1),
             None => {}
         }
         if !self.playout.busy()
@@ -328,8 +355,10 @@ impl Actor for SipCall {
             if act.session.as_ref().is_some_and(|s| !s.connected()) {
                 return act.end(None, true, ctx);
             }
+            // A trunk that sends nothing by agreement (`recvonly`, `inactive`) is not timed
+            // out; the session's time limit still ends its call.
             let silent = Instant::now().saturating_duration_since(act.last_heard);
-            if !act.media.held && silent > MEDIA_TIMEOUT {
+            if act.media.sends && silent > MEDIA_TIMEOUT {
                 log::info!("session {}: no RTP from the trunk for {MEDIA_TIMEOUT:?}", act.label);
                 act.end(Some(CloseReason::HeartbeatTimeout), true, ctx);
             }

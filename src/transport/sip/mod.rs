@@ -32,7 +32,7 @@ use ezk_sip_types::uri::{NameAddr, SipUri, SipUriUserPart};
 use ezk_sip_types::{Method, StatusCode};
 use ezk_sip_ua::dialog::DialogLayer;
 use ezk_sip_ua::invite::InviteLayer;
-use ezk_sip_ua::{CallEvent, InboundCall, MediaBackend, NoMedia};
+use ezk_sip_ua::{CallError, CallEvent, InboundCall, MediaBackend, NoMedia};
 
 use crate::config::SipSpec;
 use crate::dialect::openai::Flavor;
@@ -119,13 +119,19 @@ fn called(invite: &IncomingRequest) -> String {
 }
 
 impl Sip {
-    /// A UDP socket for a call's RTP, on the first free port of `rtp_ports` from the cursor.
+    /// A UDP socket for a call's RTP, on the first free even port of `rtp_ports` from the
+    /// cursor (the odd one above is RTCP's, by RFC 3550's rule: a trunk may send it there, and
+    /// another call must not be there to hear it).
     fn bind_rtp(&self) -> std::io::Result<UdpSocket> {
         let (first, last) = (*self.spec.rtp_ports.start(), *self.spec.rtp_ports.end());
-        let size = u32::from(last - first) + 1;
+        let first_even = first + first % 2;
+        let size = (u32::from(last.saturating_sub(first_even)) / 2 + 1).max(1);
         let start = self.cursor.fetch_add(1, Ordering::Relaxed) % size;
         for i in 0..size {
-            let port = first + ((start + i) % size) as u16;
+            let port = first_even + 2 * ((start + i) % size) as u16;
+            if port > last {
+                continue;
+            }
             match UdpSocket::bind(SocketAddr::new(self.spec.rtp_bind, port)) {
                 Ok(socket) => return Ok(socket),
                 Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
@@ -153,19 +159,23 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, invite: IncomingRequest) {
     let label = format!("sip-{n}");
     let source = invite.tp_info.source;
     let number = called(&invite);
+    let inbound_has_tag = invite.base_headers.to.tag.is_some();
     let body = BytesStr::from_utf8_bytes(invite.body.clone()).ok();
     let offer = body.as_ref().and_then(|b| SessionDescription::parse(b).ok());
     let inbound = match InboundCall::from_invite(endpoint, invite, sip.contact()) {
         Ok(call) => call,
         Err(e) => return log::info!("{label}: an INVITE from {source} is not a call: {}", e.1),
     };
+    if inbound_has_tag {
+        return decline(inbound, &label, source, StatusCode::CALL_OR_TRANSACTION_DOES_NOT_EXIST, "an INVITE within a dialog that is not here".into()).await;
+    }
     if !sip.spec.allows(source.ip()) {
         return decline(inbound, &label, source, StatusCode::FORBIDDEN, "not from sip.allowed_networks".into()).await;
     }
     let Some(route) = sip.spec.route(&number).cloned() else {
         return decline(inbound, &label, source, StatusCode::NOT_FOUND, "no [[sip.routes]] for the number called".into()).await;
     };
-    let Some(offer) = offer else {
+    let Some(offer) = offer.filter(|_| inbound.has_sdp_offer()) else {
         return decline(inbound, &label, source, StatusCode::NOT_ACCEPTABLE_HERE, "the INVITE has no SDP offer".into()).await;
     };
     let socket = match sip.bind_rtp() {
@@ -235,13 +245,15 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, invite: IncomingRequest) {
     loop {
         tokio::select! {
             event = call.run() => match event {
-                Ok(CallEvent::Internal(event)) => {
-                    if let Err(e) = call.handle_internal_event(event).await {
+                Ok(CallEvent::Internal(event)) => match call.handle_internal_event(event).await {
+                    Ok(()) => {}
+                    // A re-INVITE whose media cannot be taken was refused; the call goes on as it was.
+                    Err(CallError::Media(e)) => log::info!("{label}: a re-INVITE refused: {e}"),
+                    Err(e) => {
                         log::info!("{label}: the dialog failed: {e}");
-                        edge.do_send(PeerHungUp);
-                        return;
+                        return edge.do_send(PeerHungUp);
                     }
-                }
+                },
                 Ok(CallEvent::Media(())) => {}
                 Ok(CallEvent::Terminated) => {
                     log::info!("{label}: the trunk hung up");
@@ -297,10 +309,13 @@ impl MediaBackend for CallMedia {
     }
 
     async fn create_sdp_offer(&mut self) -> Result<SessionDescription, sdp::Refused> {
-        Ok(self.last.clone())
+        self.version += 1;
+        Ok(sdp::reoffer(&self.last, self.version))
     }
 
-    async fn receive_sdp_answer(&mut self, _: SessionDescription) -> Result<(), sdp::Refused> {
+    async fn receive_sdp_answer(&mut self, answer: SessionDescription) -> Result<(), sdp::Refused> {
+        let (_, media) = sdp::agreed(&answer)?;
+        self.edge.do_send(Renegotiated(media));
         Ok(())
     }
 

@@ -5,8 +5,10 @@
 //! The jitter buffer holds up to [`DEPTH`] packets: a packet that arrives out of order within
 //! that is put back in its place; one older than what already left is dropped; a packet that
 //! never came is played as 20 ms of silence once [`DEPTH`] newer ones wait (the session's VAD
-//! and clock see an unbroken line). RFC 4733 sends each key in several packets of one RTP
-//! timestamp (and its end three times): a key is handed on once, when its first packet comes.
+//! and clock see an unbroken line). A new stream (another SSRC: a transfer, a bridge that
+//! changed) or a run of [`LATE_RUN`] late packets (a stream that restarted behind) starts the
+//! buffer afresh. RFC 4733 sends each key in several packets of one RTP timestamp (and its end
+//! three times): a key is handed on once, when the first packet of a newer timestamp comes.
 
 use std::collections::BTreeMap;
 
@@ -19,6 +21,8 @@ pub const FRAME: usize = 160;
 pub const DEPTH: usize = 3;
 /// Frames of silence played for a gap at most: a longer one is a pause of the trunk's, not loss.
 const MAX_GAP: u16 = 10;
+/// Late packets in a row after which the stream is taken as restarted.
+pub const LATE_RUN: u32 = 25;
 
 /// What one datagram of the trunk's carried.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,13 +55,17 @@ pub struct Inbound {
     next: Option<u64>,
     /// The RTP timestamp of the last key handed on.
     last_key: Option<u32>,
+    /// The voice stream's SSRC, once heard.
+    ssrc: Option<u32>,
+    /// Late packets in a row.
+    late: u32,
     /// The byte G.711 codes silence with.
     silence: u8,
 }
 
 impl Inbound {
     pub fn new(voice: u8, events: Option<u8>, silence: u8) -> Inbound {
-        Inbound { voice, events, waiting: BTreeMap::new(), next: None, last_key: None, silence }
+        Inbound { voice, events, waiting: BTreeMap::new(), next: None, last_key: None, ssrc: None, late: 0, silence }
     }
 
     /// `seq` extended to 64 bits, as the one nearest the next to play.
@@ -78,8 +86,13 @@ impl Inbound {
         if Some(pt) == self.events {
             // RFC 4733: event, end bit and volume, duration.
             let payload = packet.payload();
+            // Only a newer timestamp is a new key (a late repeat of an older one is not).
+            let newer = self.last_key.is_none_or(|last| {
+                let ahead = packet.timestamp().wrapping_sub(last);
+                ahead != 0 && ahead < 1 << 31
+            });
             if let Some(&event) = payload.first()
-                && self.last_key != Some(packet.timestamp())
+                && newer
             {
                 self.last_key = Some(packet.timestamp());
                 if let Some(key) = Keypress::of_event(event) {
@@ -91,11 +104,19 @@ impl Inbound {
         if pt != self.voice {
             return Err(Dropped::PayloadType(pt));
         }
+        if self.ssrc.replace(packet.ssrc()).is_some_and(|s| s != packet.ssrc()) || self.late >= LATE_RUN {
+            // Another stream, or this one restarted behind: what waits is of the old one.
+            self.waiting.clear();
+            self.next = None;
+            self.late = 0;
+        }
         let seq = self.extend(packet.sequence_number());
         let next = *self.next.get_or_insert(seq);
         if seq < next {
+            self.late += 1;
             return Err(Dropped::Late(packet.sequence_number()));
         }
+        self.late = 0;
         self.waiting.insert(seq, packet.payload().to_vec());
         self.release(out);
         Ok(())
@@ -197,6 +218,25 @@ mod tests {
     }
 
     #[test]
+    fn a_new_stream_or_one_restarted_behind_starts_afresh() {
+        let packet = |ssrc: u32, seq: u16| {
+            RtpPacketBuilder::new().payload_type(0).sequence_number(seq).ssrc(ssrc).payload(&[seq as u8; 160][..]).write_vec_unchecked()
+        };
+        let mut i = Inbound::new(0, None, 0xff);
+        let mut out = Vec::new();
+        i.push(&packet(9, 1000), &mut out).unwrap();
+        // Another SSRC far behind: heard at once.
+        i.push(&packet(77, 5), &mut out).unwrap();
+        assert_eq!(out, [voice(1000), voice(5)]);
+        // The same SSRC restarting behind: dropped as late, then heard after a run of them.
+        let mut i = Inbound::new(0, None, 0xff);
+        i.push(&packet(9, 1000), &mut Vec::new()).unwrap();
+        let mut out = Vec::new();
+        let late = (0..=LATE_RUN as u16).filter(|&seq| i.push(&packet(9, seq), &mut out).is_err()).count();
+        assert_eq!((late, out), (LATE_RUN as usize, vec![voice(LATE_RUN as u16)]));
+    }
+
+    #[test]
     fn a_key_is_handed_on_once_for_its_packets_and_other_types_are_dropped() {
         let mut i = Inbound::new(0, Some(101), 0xff);
         let mut out = Vec::new();
@@ -205,6 +245,8 @@ mod tests {
             i.push(&rtp(101, 7, 8000, &[5, end | 10, d0, d1]), &mut out).unwrap();
         }
         i.push(&rtp(101, 12, 9600, &[11, 10, 0, 160]), &mut out).unwrap();
+        // A late repeat of the first key's end: not a key again.
+        i.push(&rtp(101, 9, 8000, &[5, 0x80 | 10, 1, 224]), &mut out).unwrap();
         assert_eq!(out, [Heard::Key(Keypress::new('5').unwrap()), Heard::Key(Keypress::new('#').unwrap())]);
         assert_eq!(i.push(&rtp(96, 1, 0, &[0; 10]), &mut out), Err(Dropped::PayloadType(96)));
         assert!(matches!(i.push(&[1, 2, 3], &mut out), Err(Dropped::NotRtp(_))));

@@ -41,9 +41,11 @@ pub struct Media {
     pub payload_type: u8,
     /// RFC 4733's payload type, when the trunk sends keys as telephone events.
     pub events: Option<u8>,
-    /// The trunk holds the call: it sends no voice (`sendonly` or `inactive`), and, when
-    /// `inactive`, takes none.
+    /// The trunk holds the call (`sendonly`: it may play music; `inactive`): what it sends is
+    /// not the caller's voice.
     pub held: bool,
+    /// The trunk sends RTP (`sendrecv`, `sendonly`): its silence for long is a dead call.
+    pub sends: bool,
     /// The trunk takes voice: its offer is `sendrecv` or `recvonly` (on hold, `sendonly` or
     /// `inactive`, it takes none).
     pub receives: bool,
@@ -88,15 +90,9 @@ fn address(c: &Connection) -> Option<IpAddr> {
     }
 }
 
-/// Agrees on the audio of `offer` and answers it with `local` (the address and port of this
-/// call's RTP as the trunk reaches it), as session `version` of `session_id` (a re-INVITE's
-/// answer is the next version).
-pub fn answer(
-    offer: &SessionDescription,
-    local: SocketAddr,
-    session_id: u64,
-    version: u64,
-) -> Result<(Media, SessionDescription), Refused> {
+/// The audio `sdp` (an offer, or the answer to ours) agrees on, and the index of its stream.
+pub fn agreed(sdp: &SessionDescription) -> Result<(usize, Media), Refused> {
+    let offer = sdp;
     let audio = offer
         .media_descriptions
         .iter()
@@ -122,8 +118,36 @@ pub fn answer(
         payload_type,
         events,
         held: matches!(direction, Direction::SendOnly | Direction::Inactive),
+        sends: matches!(direction, Direction::SendRecv | Direction::SendOnly),
         receives: matches!(direction, Direction::SendRecv | Direction::RecvOnly),
     };
+    Ok((audio, media))
+}
+
+/// Our offer in a re-INVITE that asks for one (a resume without SDP): the last answer, both
+/// ways, as the next version.
+pub fn reoffer(last: &SessionDescription, version: u64) -> SessionDescription {
+    let mut offer = last.clone();
+    offer.origin.session_version = BytesStr::from(version.to_string());
+    for m in offer.media_descriptions.iter_mut().filter(|m| m.media.port != 0) {
+        m.direction = Direction::SendRecv;
+    }
+    offer
+}
+
+/// Agrees on the audio of `offer` and answers it with `local` (the address and port of this
+/// call's RTP as the trunk reaches it), as session `version` of `session_id` (a re-INVITE's
+/// answer is the next version).
+pub fn answer(
+    offer: &SessionDescription,
+    local: SocketAddr,
+    session_id: u64,
+    version: u64,
+) -> Result<(Media, SessionDescription), Refused> {
+    let (audio, media) = agreed(offer)?;
+    let m = &offer.media_descriptions[audio];
+    let (payload_type, law, events) = (media.payload_type, media.law, media.events);
+    let direction = if m.direction != Direction::SendRecv { m.direction } else { offer.direction };
 
     let mut fmts = vec![payload_type];
     let mut rtpmap =
