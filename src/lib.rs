@@ -8,7 +8,7 @@
 //! - [`http`]: the HTTP server of a gateway or replica: the realtime and telephony endpoints, the operator
 //!   routes and the pages, API keys and TLS, graceful shutdown.
 //! - [`transport`]: the edges between a client's connection and its session (a WebSocket, a
-//!   WebRTC call, a phone call Twilio streams).
+//!   WebRTC call, a phone call Twilio streams, a SIP trunk's call on its own UDP port).
 //! - [`dialect`]: the wire formats clients speak (MiniCPM-o, its earlier dialect, OpenAI/Qwen).
 //! - [`vad`]: the voice activity detectors the dialects run on a session's input (the OpenAI
 //!   shapes' server VAD; a MiniCPM-o session the gateway transcribes): loudness, or Silero VAD.

@@ -28,6 +28,7 @@ pub mod sip;
 #[cfg(test)]
 mod tests;
 mod transcription;
+pub mod twilio;
 mod vad;
 mod webhooks;
 pub mod webrtc;
@@ -46,6 +47,7 @@ pub use transcription::{TranscriptionConfig, TranscriptionSpec};
 pub use vad::{VadConfig, VadEngine, VadSpec};
 pub use webhooks::{WebhookEntry, WebhookSpec};
 pub use sip::{SipConfig, SipRouteEntry, SipSpec};
+pub use twilio::{TwilioConfig, TwilioSpec};
 pub use webrtc::{WebRtcConfig, WebRtcSpec};
 pub use workers::{BackendKind, BackendSource, Isolation, WorkerEntry, WorkerSpec};
 
@@ -92,6 +94,8 @@ struct RawConfig {
     webrtc: WebRtcConfig,
     #[serde(default)]
     sip: SipConfig,
+    #[serde(default)]
+    twilio: TwilioConfig,
     #[serde(default)]
     models: Vec<ModelEntry>,
     #[serde(default)]
@@ -140,6 +144,8 @@ pub struct Config {
     pub webrtc: WebRtcSpec,
     /// `[sip]`, when on: calls from a SIP trunk.
     pub sip: Option<SipSpec>,
+    /// `[twilio]`: what proves a Media Stream is Twilio's.
+    pub twilio: TwilioSpec,
     /// `[[models]]`; empty means any model name is served by the pool (in audio mode).
     pub models: Vec<ModelSpec>,
     pub workers: Vec<WorkerSpec>,
@@ -301,6 +307,7 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
     let transcription = raw.transcription.validate(base).map_err(|e| e.under("transcription"))?;
     let webrtc = raw.webrtc.validate().map_err(|e| e.under("webrtc"))?;
     let sip = raw.sip.validate().map_err(|e| e.under("sip"))?;
+    let twilio = raw.twilio.validate(base).map_err(|e| e.under("twilio"))?;
     if let Some(route) = sip.iter().flat_map(|s| &s.routes).find(|r| {
         !r.model.is_empty() && !models.is_empty() && !models.iter().any(|m| m.name == r.model)
     }) {
@@ -331,6 +338,7 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
         transcription,
         webrtc,
         sip,
+        twilio,
         models,
         workers,
         node,

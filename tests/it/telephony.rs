@@ -176,3 +176,49 @@ async fn a_stream_without_the_key_or_in_another_format_is_refused() {
     }
     server.wait_idle();
 }
+
+#[tokio::test]
+async fn with_the_auth_token_only_a_stream_twilio_signed_is_taken_and_needs_no_key() {
+    use hmac::Mac;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("twilio-token");
+    std::fs::write(&token, "twilio-auth-token-0123456789\n").unwrap();
+    let server = Server::ready(Setup::default().auth("api_keys = [\"twilio-key-0123456789\"]").extra(&format!(
+        "[twilio]\nauth_token_file = \"{}\"\npublic_url = \"wss://gateway.example.com\"\n",
+        token.display()
+    )));
+    let path = "/v1/telephony/twilio?model=omni";
+    let url = server.url(path).replacen("http", "ws", 1);
+    let sign = |url: &str| {
+        let mut mac = hmac::Hmac::<sha1::Sha1>::new_from_slice(b"twilio-auth-token-0123456789").unwrap();
+        mac.update(url.as_bytes());
+        STANDARD.encode(mac.finalize().into_bytes())
+    };
+    let request = |signature: Option<String>| {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let mut req = url.as_str().into_client_request().unwrap();
+        if let Some(s) = signature {
+            req.headers_mut().insert("X-Twilio-Signature", s.parse().unwrap());
+        }
+        req
+    };
+    // Unsigned, or signed for another URL (the one the gateway sees, not the public one): 403.
+    for signature in [None, Some(sign(&url))] {
+        match tokio_tungstenite::connect_async(request(signature)).await {
+            Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status().as_u16(), 403),
+            other => panic!("taken without Twilio's signature: {:?}", other.map(|_| ())),
+        }
+    }
+    // Signed for the URL the TwiML names: taken, without a key.
+    let (mut ws, _) = tokio_tungstenite::connect_async(request(Some(sign(&format!("wss://gateway.example.com{path}")))))
+        .await
+        .expect("a signed stream is taken");
+    let start = json!({"event": "start", "streamSid": SID, "start": {"streamSid": SID, "callSid": "CA3",
+        "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}});
+    ws.send(Message::text(start.to_string())).await.unwrap();
+    server.wait_status("the stream's session", WAIT, |s| s["sessions"]["open"] == 1);
+    ws.send(Message::text(json!({"event": "stop", "streamSid": SID, "stop": {}}).to_string())).await.unwrap();
+    server.wait_idle();
+    assert!(server.logs().contains("no valid X-Twilio-Signature"), "{}", server.logs());
+    assert!(!server.logs().contains("twilio-auth-token"), "{}", server.logs());
+}

@@ -1,7 +1,8 @@
 //! Telephone calls: `/v1/telephony/twilio`, the WebSocket a Twilio number's TwiML points its
 //! `<Connect><Stream>` at. The caller (Twilio, with the API key as `?key=` (or `?api_key=`, as
 //! on `/v1/realtime`) or a `Bearer` header, and the model as `?model=`) passes the same checks as any client
-//! (`crate::transport::admission`) before its stream's edge starts its session.
+//! (`crate::transport::admission`) before its stream's edge starts its session. With `[twilio]
+//! auth_token_file`, a stream must carry Twilio's signature of its URL, and then needs no key.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use actix_web_actors::ws;
@@ -10,9 +11,10 @@ use super::realtime::websocket::Bounds;
 use super::realtime::{caller, query_of, refused, secret_used};
 use crate::dialect::openai::Flavor;
 use crate::http::{Gateway, auth, client_secrets};
-use crate::transport::admission::{Endpoint, Transport, admit, authenticate};
+use crate::http::auth::Credential;
+use crate::transport::admission::{Endpoint, Refusal, Transport, admit, authenticate};
 use crate::transport::outgoing::Metered;
-use crate::transport::twilio::{TwilioEdge, TwilioSettings};
+use crate::transport::twilio::{TwilioEdge, TwilioSettings, signature};
 
 pub(super) async fn twilio(
     req: HttpRequest,
@@ -24,10 +26,34 @@ pub(super) async fn twilio(
         Err(refusal) => return Ok(refusal),
     };
     let caller = caller(&req, &gw);
+    // With the account's auth token configured, the stream must be Twilio's (its signature of
+    // the URL it connected to); a signed stream needs no API key.
+    let signed = match &gw.config.twilio.auth_token {
+        None => false,
+        Some(token) => {
+            let url = stream_url(&req, &gw);
+            let given = req.headers().get("x-twilio-signature").and_then(|v| v.to_str().ok());
+            if !given.is_some_and(|s| signature::valid(token, &url, s)) {
+                // The URL is not logged: it may hold a key.
+                log::info!("a Twilio stream from {:?} refused: no valid X-Twilio-Signature", caller.ip);
+                return Ok(refused(Refusal::new(
+                    "bad_signature",
+                    403,
+                    "forbidden",
+                    "X-Twilio-Signature is missing or does not match this URL ([twilio] auth_token_file, public_url)",
+                )));
+            }
+            true
+        }
+    };
     let presented = [auth::bearer(&req), query.get("key").or(query.get("api_key")).map(String::as_str), None];
-    let key = match authenticate(&caller, &gw, presented, false).await {
-        Ok(key) => key,
-        Err(refusal) => return Ok(refused(refusal)),
+    let key = if signed && presented.iter().all(Option::is_none) {
+        Credential { key_id: None, session: None, untaken_secret: None }
+    } else {
+        match authenticate(&caller, &gw, presented, false).await {
+            Ok(key) => key,
+            Err(refusal) => return Ok(refused(refusal)),
+        }
     };
     let model =
         query.get("model").cloned().or_else(|| gw.config.models.first().map(|m| m.name.clone())).unwrap_or_default();
@@ -58,4 +84,18 @@ pub(super) async fn twilio(
     let payload = Bounds::body(payload, incoming);
     let mut response = response;
     Ok(response.streaming(Metered::new(ws::WebsocketContext::with_codec(edge, payload, codec), meter)))
+}
+
+/// The URL Twilio connected to, as it signed it: `[twilio] public_url` (or this request's scheme
+/// and Host) and the path and query.
+fn stream_url(req: &HttpRequest, gw: &Gateway) -> String {
+    let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    match &gw.config.twilio.public_url {
+        Some(base) => format!("{base}{path}"),
+        None => {
+            let scheme = if gw.config.tls.is_some() { "wss" } else { "ws" };
+            let host = req.headers().get(actix_web::http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+            format!("{scheme}://{host}{path}")
+        }
+    }
 }

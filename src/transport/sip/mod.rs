@@ -170,6 +170,8 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, invite: IncomingRequest) {
         return decline(inbound, &label, source, StatusCode::CALL_OR_TRANSACTION_DOES_NOT_EXIST, "an INVITE within a dialog that is not here".into()).await;
     }
     if !sip.spec.allows(source.ip()) {
+        // Counted with the other refusals.
+        let _ = Refusal::new("forbidden_network", 403, "forbidden", "");
         return decline(inbound, &label, source, StatusCode::FORBIDDEN, "not from sip.allowed_networks".into()).await;
     }
     let Some(route) = sip.spec.route(&number).cloned() else {

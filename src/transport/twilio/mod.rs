@@ -29,6 +29,7 @@ use super::limits::{Admit, MessageRate, RateLimit};
 use super::outgoing::OutgoingLimit;
 use super::{SessionPort, StartSession};
 
+pub mod signature;
 pub mod wire;
 
 /// What a stream's connection may do, from `[server]`.
