@@ -29,7 +29,7 @@ use str0m::{Event, IceConnectionState, Input, Output, Rtc};
 use tokio::net::UdpSocket;
 
 use super::Calls;
-use super::codec::{Downlink, FRAME_SAMPLES, RATE, RTP_TICKS_PER_FRAME, Refused, Uplink};
+use super::codec::{Downlink, RATE, RTP_TICKS_PER_FRAME, Refused, UPLINK_FRAME_SAMPLES, UPLINK_RATE, Uplink};
 use super::events::{self, Incoming};
 use crate::transport::playout::{FRAME_MS, Notice, Playout};
 use crate::transport::incoming::{Backlog, IncomingBudget};
@@ -39,7 +39,7 @@ use crate::transport::{SessionPort, StartSession};
 /// The data channel the events travel on, as the OpenAI Realtime API names it.
 pub const EVENTS_CHANNEL: &str = "oai-events";
 /// The client's voice goes to the session in pieces of at least this much.
-const UPLINK_SAMPLES: usize = FRAME_SAMPLES * 2;
+const UPLINK_SAMPLES: usize = UPLINK_FRAME_SAMPLES * 2;
 /// The largest datagram read.
 const DATAGRAM_BYTES: usize = 2048;
 /// What the data channel itself holds for a client that has not acknowledged it; more waits in
@@ -337,7 +337,7 @@ impl CallEdge {
                 return;
             }
             let samples = std::mem::replace(&mut self.voice, Vec::with_capacity(UPLINK_SAMPLES * 2));
-            self.hand(FromClient::Audio(CallerAudio { samples, rate: RATE }));
+            self.hand(FromClient::Audio(CallerAudio { samples, rate: UPLINK_RATE }));
         }
     }
 
@@ -919,7 +919,7 @@ mod tests {
     async fn the_callers_voice_and_events_reach_the_session_and_its_events_reach_the_caller() {
         let mut call = call().await;
         call.caller.speak(3);
-        assert_eq!(call.heard().await, format!("audio at {RATE}"), "samples, not an event");
+        assert_eq!(call.heard().await, format!("audio at {}", crate::transport::webrtc::codec::UPLINK_RATE), "samples, not an event");
         call.caller.send_text(r#"{"type":"response.create"}"#);
         assert_eq!(call.heard().await, r#"text {"type":"response.create"}"#);
         call.say(ToClient::Text(r#"{"type":"response.created"}"#.into()));

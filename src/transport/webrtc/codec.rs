@@ -1,16 +1,21 @@
 //! Opus both ways, through libopus, on float samples as the session takes and gives them. The
-//! model's voice is 24 kHz, a rate libopus decodes to and encodes from natively, so no
-//! resampler stands between them; RTP still counts Opus at 48 kHz (RFC 7587), whatever the
-//! rate of the PCM.
+//! model's voice is 24 kHz and the model hears 16 kHz, both rates libopus encodes from and
+//! decodes to natively, so no resampler stands on either way (the caller's voice was decoded at
+//! 24 kHz and resampled to 16 kHz by the session until 2026-11-29: about 45 % of the server's
+//! CPU at 200 calls); RTP still counts Opus at 48 kHz (RFC 7587), whatever the rate of the PCM.
 
 use std::time::Instant;
 
 use opus::{Application, Bitrate, Channels, Decoder, Encoder};
 
-/// The call's sample rate, both ways: the model's voice's.
+/// The model's voice's sample rate, as it is encoded.
 pub const RATE: u32 = 24_000;
 /// One 20 ms frame at [`RATE`].
 pub const FRAME_SAMPLES: usize = (RATE / 50) as usize;
+/// The caller's voice's sample rate, as it is decoded: the rate the model hears.
+pub const UPLINK_RATE: u32 = 16_000;
+/// One 20 ms frame at [`UPLINK_RATE`].
+pub const UPLINK_FRAME_SAMPLES: usize = (UPLINK_RATE / 50) as usize;
 /// One frame on the RTP clock (48 kHz).
 pub const RTP_TICKS_PER_FRAME: u64 = 960;
 /// The longest Opus packet, 120 ms, at [`RATE`].
@@ -36,8 +41,8 @@ pub enum Refused {
     TooFast,
 }
 
-/// The client's voice: Opus packets in, PCM at [`RATE`] out, at most [`UPLINK_PACE`] times
-/// real time.
+/// The client's voice: Opus packets in, PCM at [`UPLINK_RATE`] out, at most [`UPLINK_PACE`]
+/// times real time.
 pub struct Uplink {
     decoder: Decoder,
     scratch: Vec<f32>,
@@ -48,7 +53,7 @@ pub struct Uplink {
 impl Uplink {
     pub fn new() -> Result<Uplink, opus::Error> {
         Ok(Uplink {
-            decoder: Decoder::new(RATE, Channels::Mono)?,
+            decoder: Decoder::new(UPLINK_RATE, Channels::Mono)?,
             scratch: vec![0.0; MAX_PACKET_SAMPLES],
             first: None,
             samples: 0,
@@ -62,9 +67,10 @@ impl Uplink {
         if packet.is_empty() {
             return Err(Refused::Malformed("an empty packet".into()));
         }
-        let n = opus::packet::get_nb_samples(packet, RATE).map_err(malformed)?;
+        let n = opus::packet::get_nb_samples(packet, UPLINK_RATE).map_err(malformed)?;
         let first = *self.first.get_or_insert(now);
-        let allowed = (now.saturating_duration_since(first).as_secs_f64() * UPLINK_PACE + UPLINK_SLACK_S) * RATE as f64;
+        let allowed =
+            (now.saturating_duration_since(first).as_secs_f64() * UPLINK_PACE + UPLINK_SLACK_S) * UPLINK_RATE as f64;
         if (self.samples + n as u64) as f64 > allowed {
             return Err(Refused::TooFast);
         }
@@ -145,10 +151,10 @@ mod tests {
         let mut up = Uplink::new().unwrap();
         let mut pcm = Vec::new();
         for f in frames.iter().chain([&last]) {
-            assert_eq!(up.decode(Instant::now(), f, &mut pcm).unwrap(), FRAME_SAMPLES);
+            assert_eq!(up.decode(Instant::now(), f, &mut pcm).unwrap(), UPLINK_FRAME_SAMPLES);
         }
-        let energy = pcm[FRAME_SAMPLES..2 * FRAME_SAMPLES].iter().map(|s| (*s as f64).powi(2)).sum::<f64>();
-        // A sine of amplitude 0.25 over a frame: 480 x 0.25^2 / 2 = 15.
+        let energy = pcm[UPLINK_FRAME_SAMPLES..2 * UPLINK_FRAME_SAMPLES].iter().map(|s| (*s as f64).powi(2)).sum::<f64>();
+        // A sine of amplitude 0.25 over a frame at 16 kHz: 320 x 0.25^2 / 2 = 10.
         assert!(energy > 5.0, "the tone survives the round trip (energy {energy})");
         assert!(down.flush().is_none());
     }
@@ -179,6 +185,6 @@ mod tests {
             up.decode(later, &frame, &mut pcm).unwrap();
         }
         assert_eq!(up.decode(later, &frame, &mut pcm), Err(Refused::TooFast));
-        assert_eq!(pcm.len(), 200 * FRAME_SAMPLES);
+        assert_eq!(pcm.len(), 200 * UPLINK_FRAME_SAMPLES);
     }
 }
