@@ -237,6 +237,7 @@ fn a_call_from_a_network_not_allowed_gets_403() {
     let closed = ua.event("CALL_CLOSED");
     assert!(closed["param"].as_str().is_some_and(|p| p.contains("403")), "{closed}\n{}", ua.log());
     assert!(server.logs().contains("refused (403): not from sip.allowed_networks"), "{}", server.logs());
+    assert_eq!(server.metric("omni_connections_refused_total{reason=\"forbidden_network\"}"), 1.0);
     assert_eq!(server.status()["sessions"]["open"], 0);
 }
 

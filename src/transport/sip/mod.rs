@@ -154,25 +154,31 @@ impl Sip {
 }
 
 /// One INVITE, from its arrival to the call's end.
-async fn answer(sip: Arc<Sip>, endpoint: Endpoint, invite: IncomingRequest) {
+async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) {
     let n = sip.calls.fetch_add(1, Ordering::Relaxed) + 1;
     let label = format!("sip-{n}");
     let source = invite.tp_info.source;
+    if !sip.spec.allows(source.ip()) {
+        // Refused before anything of it is kept (no dialog); counted with the other refusals,
+        // and said in the log at debug level only (a scanner's INVITEs would flood it).
+        let _ = Refusal::new("forbidden_network", 403, "forbidden", "");
+        log::debug!("{label}: an INVITE from {source} refused (403): not from sip.allowed_networks");
+        return refuse(&endpoint, &mut invite, StatusCode::FORBIDDEN).await;
+    }
     let number = called(&invite);
     let inbound_has_tag = invite.base_headers.to.tag.is_some();
     let body = BytesStr::from_utf8_bytes(invite.body.clone()).ok();
     let offer = body.as_ref().and_then(|b| SessionDescription::parse(b).ok());
-    let inbound = match InboundCall::from_invite(endpoint, invite, sip.contact()) {
+    let inbound = match InboundCall::from_invite(endpoint.clone(), invite, sip.contact()) {
         Ok(call) => call,
-        Err(e) => return log::info!("{label}: an INVITE from {source} is not a call: {}", e.1),
+        Err(e) => {
+            let (mut invite, why) = *e;
+            log::info!("{label}: an INVITE from {source} is not a call (400): {why}");
+            return refuse(&endpoint, &mut invite, StatusCode::BAD_REQUEST).await;
+        }
     };
     if inbound_has_tag {
         return decline(inbound, &label, source, StatusCode::CALL_OR_TRANSACTION_DOES_NOT_EXIST, "an INVITE within a dialog that is not here".into()).await;
-    }
-    if !sip.spec.allows(source.ip()) {
-        // Counted with the other refusals.
-        let _ = Refusal::new("forbidden_network", 403, "forbidden", "");
-        return decline(inbound, &label, source, StatusCode::FORBIDDEN, "not from sip.allowed_networks".into()).await;
     }
     let Some(route) = sip.spec.route(&number).cloned() else {
         return decline(inbound, &label, source, StatusCode::NOT_FOUND, "no [[sip.routes]] for the number called".into()).await;
@@ -273,6 +279,16 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, invite: IncomingRequest) {
                 return;
             }
         }
+    }
+}
+
+/// Answers an INVITE that opens no dialog with `code`, in its own transaction (retransmitted
+/// until the trunk's ACK, as RFC 3261 has it).
+async fn refuse(endpoint: &Endpoint, invite: &mut IncomingRequest, code: StatusCode) {
+    let tsx = endpoint.create_server_inv_tsx(invite);
+    let response = endpoint.create_response(invite, code, None);
+    if let Err(e) = tsx.respond_failure(response).await {
+        log::debug!("an INVITE's refusal ({}) was not delivered: {e}", code.into_u16());
     }
 }
 
