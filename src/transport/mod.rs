@@ -67,3 +67,19 @@ pub fn refused_setting(text: &str) -> Option<String> {
     let code = v["error"]["code"].as_str().unwrap_or("error");
     (v["type"] == "error" && code != "not_ready").then(|| code.to_string())
 }
+
+/// What a UDP socket receives, as a stream of datagrams (at most `max` bytes each) and their
+/// senders: a call's edge adds it to its context.
+pub fn datagrams(
+    socket: std::sync::Arc<tokio::net::UdpSocket>,
+    max: usize,
+) -> impl futures_util::Stream<Item = std::io::Result<(Vec<u8>, std::net::SocketAddr)>> {
+    futures_util::stream::unfold(socket, move |socket| async move {
+        let mut buf = vec![0u8; max];
+        let got = socket.recv_from(&mut buf).await.map(|(n, from)| {
+            buf.truncate(n);
+            (buf, from)
+        });
+        Some((got, socket))
+    })
+}

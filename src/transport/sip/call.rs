@@ -341,16 +341,7 @@ impl Actor for SipCall {
         if let Some(first) = self.first.take() {
             self.hand(FromClient::Text(ByteString::from(first)));
         }
-        let socket = self.socket.clone();
-        let datagrams = futures_util::stream::unfold(socket, |socket| async move {
-            let mut buf = vec![0u8; DATAGRAM_BYTES];
-            let got = socket.recv_from(&mut buf).await.map(|(n, from)| {
-                buf.truncate(n);
-                (buf, from)
-            });
-            Some((got, socket))
-        });
-        ctx.add_stream(datagrams);
+        ctx.add_stream(crate::transport::datagrams(self.socket.clone(), DATAGRAM_BYTES));
         ctx.run_interval(MEDIA_CHECK, |act, ctx| {
             if act.session.as_ref().is_some_and(|s| !s.connected()) {
                 return act.end(None, true, ctx);

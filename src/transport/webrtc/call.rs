@@ -538,16 +538,7 @@ impl Actor for CallEdge {
             }
             self.session = Some(session);
         }
-        let socket = self.socket.clone();
-        let datagrams = futures_util::stream::unfold(socket, |socket| async move {
-            let mut buf = vec![0u8; DATAGRAM_BYTES];
-            let got = socket.recv_from(&mut buf).await.map(|(n, from)| {
-                buf.truncate(n);
-                (buf, from)
-            });
-            Some((got, socket))
-        });
-        ctx.add_stream(datagrams);
+        ctx.add_stream(crate::transport::datagrams(self.socket.clone(), DATAGRAM_BYTES));
         ctx.run_later(self.settings.connect_timeout, |act, ctx| {
             if act.phase == Phase::Live && !act.rtc.is_connected() {
                 log::info!(

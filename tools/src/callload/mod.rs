@@ -201,6 +201,17 @@ struct Heard {
 }
 
 impl Heard {
+    /// The user's frame number `frame_no` leaves at `now`: its index in the cycle (the tone
+    /// ends at [`Shared::tone_frames`], when the answer's wait starts).
+    fn frame_out(&mut self, shared: &Shared, frame_no: usize, cycle: usize, now: Instant) -> usize {
+        let i = frame_no % cycle;
+        if i == shared.tone_frames {
+            self.burst_ended = Some(now);
+            self.turns += 1;
+        }
+        i
+    }
+
     fn voice(&mut self, at: Instant) {
         if let Some(end) = self.burst_ended.take() {
             self.eos_us.push(at.saturating_duration_since(end).as_micros() as u64);

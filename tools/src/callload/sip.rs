@@ -143,12 +143,7 @@ pub(super) async fn call(shared: &Shared) -> Result<(), String> {
                 heard.frame(now, f64::from(packet.timestamp().wrapping_sub(ts0)) / 8.0);
             }
             _ = tokio::time::sleep_until(next_frame.into()) => {
-                let now = Instant::now();
-                let i = frame_no % shared.ulaw.len();
-                if i == shared.tone_frames {
-                    heard.burst_ended = Some(now);
-                    heard.turns += 1;
-                }
+                let i = heard.frame_out(shared, frame_no, shared.ulaw.len(), Instant::now());
                 let packet = RtpPacketBuilder::new()
                     .payload_type(0)
                     .sequence_number(frame_no as u16)

@@ -57,12 +57,7 @@ pub(super) async fn stream(shared: &Shared) -> Result<(), String> {
                 }
             }
             _ = tokio::time::sleep_until(next_frame.into()) => {
-                let now = Instant::now();
-                let i = frame_no % shared.ulaw.len();
-                if i == shared.tone_frames {
-                    heard.burst_ended = Some(now);
-                    heard.turns += 1;
-                }
+                let i = heard.frame_out(shared, frame_no, shared.ulaw.len(), Instant::now());
                 let media = json!({"event": "media", "sequenceNumber": (frame_no + 2).to_string(), "streamSid": sid,
                     "media": {"track": "inbound", "chunk": (frame_no + 1).to_string(),
                               "timestamp": (frame_no as u64 * FRAME_MS).to_string(), "payload": b64.encode(&shared.ulaw[i])}});

@@ -120,11 +120,7 @@ pub(super) async fn call(shared: &Shared) -> Result<(), String> {
             _ = tokio::time::sleep_until(wake.into()) => {
                 let now = Instant::now();
                 if created.is_some() && now >= next_frame {
-                    let i = frame_no % shared.opus.len();
-                    if i == shared.tone_frames {
-                        heard.burst_ended = Some(now);
-                        heard.turns += 1;
-                    }
+                    let i = heard.frame_out(shared, frame_no, shared.opus.len(), now);
                     let pt = rtc.writer(mid).and_then(|w| w.payload_params().next().map(|p| p.pt()));
                     if let (Some(pt), Some(writer)) = (pt, rtc.writer(mid)) {
                         let time = MediaTime::new(frame_no as u64 * 960, Frequency::FORTY_EIGHT_KHZ);

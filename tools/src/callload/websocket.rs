@@ -53,12 +53,7 @@ pub(super) async fn socket(shared: &Shared) -> Result<(), String> {
                 }
             }
             _ = tokio::time::sleep_until(wake.into()) => {
-                let now = Instant::now();
-                let i = frame_no % shared.pcm.len();
-                if i == shared.tone_frames {
-                    heard.burst_ended = Some(now);
-                    heard.turns += 1;
-                }
+                let i = heard.frame_out(shared, frame_no, shared.pcm.len(), Instant::now());
                 pending.extend_from_slice(&shared.pcm[i]);
                 if pending.len() >= FRAME * 2 {
                     let bytes: Vec<u8> = pending.iter().flat_map(|s| s.to_le_bytes()).collect();
