@@ -43,11 +43,11 @@ pub use nodes::{NodeConfig, NodeEntry, NodeLink, NodeServe};
 pub use queue::QueueConfig;
 pub use recording::{RecordingConfig, UsageConfig};
 pub use server::{ServerConfig, TlsConfig};
+pub use sip::{SipConfig, SipRouteEntry, SipSpec};
 pub use transcription::{TranscriptionConfig, TranscriptionSpec};
+pub use twilio::{TwilioConfig, TwilioSpec};
 pub use vad::{VadConfig, VadEngine, VadSpec};
 pub use webhooks::{WebhookEntry, WebhookSpec};
-pub use sip::{SipConfig, SipRouteEntry, SipSpec};
-pub use twilio::{TwilioConfig, TwilioSpec};
 pub use webrtc::{WebRtcConfig, WebRtcSpec};
 pub use workers::{BackendKind, BackendSource, Isolation, WorkerEntry, WorkerSpec};
 
@@ -308,13 +308,20 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
     let webrtc = raw.webrtc.validate().map_err(|e| e.under("webrtc"))?;
     let sip = raw.sip.validate().map_err(|e| e.under("sip"))?;
     let twilio = raw.twilio.validate(base).map_err(|e| e.under("twilio"))?;
-    if let Some(route) = sip.iter().flat_map(|s| &s.routes).find(|r| {
-        !r.model.is_empty() && !models.is_empty() && !models.iter().any(|m| m.name == r.model)
-    }) {
+    if let Some(route) = sip
+        .iter()
+        .flat_map(|s| &s.routes)
+        .find(|r| !r.model.is_empty() && !models.is_empty() && !models.iter().any(|m| m.name == r.model))
+    {
         let known: Vec<&str> = models.iter().map(|m| m.name.as_str()).collect();
         return Err(Invalid::new(
             "sip.routes",
-            format!("route '{}' names model '{}', which is not served (known: {})", route.number, route.model, known.join(", ")),
+            format!(
+                "route '{}' names model '{}', which is not served (known: {})",
+                route.number,
+                route.model,
+                known.join(", ")
+            ),
         ));
     }
     let node = raw.node.as_ref().map(|n| n.validate(base).map_err(|e| e.under("node"))).transpose()?;

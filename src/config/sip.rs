@@ -93,10 +93,9 @@ impl SipConfig {
         if !self.enabled {
             return Ok(None);
         }
-        let bind: SocketAddr = self
-            .bind
-            .parse()
-            .map_err(|_| Invalid::new("bind", format!("'{}' is not an address and port (\"0.0.0.0:5060\")", self.bind)))?;
+        let bind: SocketAddr = self.bind.parse().map_err(|_| {
+            Invalid::new("bind", format!("'{}' is not an address and port (\"0.0.0.0:5060\")", self.bind))
+        })?;
         let rtp_bind: IpAddr = self
             .rtp_bind
             .parse()
@@ -118,7 +117,9 @@ impl SipConfig {
         if public_ip.is_ipv6() != rtp_bind.is_ipv6() {
             return Err(Invalid::new(
                 "public_ip",
-                format!("is {public_ip}, of another family than rtp_bind {rtp_bind}: the RTP sockets could not reach it"),
+                format!(
+                    "is {public_ip}, of another family than rtp_bind {rtp_bind}: the RTP sockets could not reach it"
+                ),
             ));
         }
         let [first, last] = self.rtp_ports;
@@ -129,16 +130,19 @@ impl SipConfig {
             .allowed_networks
             .iter()
             .map(|n| {
-                n.parse::<ipnet::IpNet>()
-                    .or_else(|_| n.parse::<IpAddr>().map(ipnet::IpNet::from))
-                    .map_err(|_| Invalid::new("allowed_networks", format!("'{n}' is not a network (\"203.0.113.0/24\")")))
+                n.parse::<ipnet::IpNet>().or_else(|_| n.parse::<IpAddr>().map(ipnet::IpNet::from)).map_err(|_| {
+                    Invalid::new("allowed_networks", format!("'{n}' is not a network (\"203.0.113.0/24\")"))
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         if self.routes.is_empty() {
             return Err(Invalid::new("routes", "at least one [[sip.routes]] (number = \"*\" answers any number)"));
         }
         if let Some(r) = self.routes.iter().find(|r| r.number.is_empty()) {
-            return Err(Invalid::new("routes", format!("a route without a number (model '{}'): use \"*\" for any", r.model)));
+            return Err(Invalid::new(
+                "routes",
+                format!("a route without a number (model '{}'): use \"*\" for any", r.model),
+            ));
         }
         Ok(Some(SipSpec {
             bind,
@@ -168,7 +172,8 @@ mod tests {
     fn a_wildcard_rtp_address_needs_a_public_one_and_networks_must_parse() {
         let wild = SipConfig { enabled: true, rtp_bind: "0.0.0.0".into(), ..Default::default() };
         assert_eq!(wild.validate().unwrap_err().key, "rtp_bind");
-        let mixed = SipConfig { enabled: true, rtp_bind: "::".into(), public_ip: "203.0.113.1".into(), ..Default::default() };
+        let mixed =
+            SipConfig { enabled: true, rtp_bind: "::".into(), public_ip: "203.0.113.1".into(), ..Default::default() };
         assert_eq!(mixed.validate().unwrap_err().key, "public_ip");
         let bad = SipConfig { enabled: true, allowed_networks: vec!["trunk".into()], ..Default::default() };
         assert_eq!(bad.validate().unwrap_err().key, "allowed_networks");

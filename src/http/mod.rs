@@ -262,7 +262,10 @@ pub fn run(config: Config) -> Result<(), ServeError> {
         }
         if let Some(spec) = gateway.config.sip.clone() {
             let rtp = format!("RTP on {} ports {}-{}", spec.public_ip, spec.rtp_ports.start(), spec.rtp_ports.end());
-            let bound = crate::transport::sip::start(gateway.clone(), spec).await?;
+            let bind = spec.bind;
+            let bound = crate::transport::sip::start(gateway.clone(), spec)
+                .await
+                .map_err(|e| ServeError::Listen(format!("[sip] {}", listen_error(bind, &e))))?;
             let line = format!("SIP calls are on: UDP {bound}, {rtp}");
             log::info!("{line}");
             println!("{line}");

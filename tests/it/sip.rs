@@ -98,7 +98,10 @@ impl Baresip {
                 }
             }
             let mut buf = [0u8; 4096];
-            let n = self.control.read(&mut buf).unwrap_or_else(|e| panic!("baresip said nothing in time: {e}\n{}", self.log()));
+            let n = self
+                .control
+                .read(&mut buf)
+                .unwrap_or_else(|e| panic!("baresip said nothing in time: {e}\n{}", self.log()));
             assert!(n > 0, "baresip closed its control socket\n{}", self.log());
             self.pending.extend_from_slice(&buf[..n]);
         }
@@ -145,7 +148,8 @@ fn free_tcp_port() -> u16 {
 /// A WAV baresip plays: half a second of silence, `question`, then `tail_s` of silence.
 fn call_wav(dir: &Path, question: &[f32], tail_s: f32) -> PathBuf {
     let path = dir.join("caller.wav");
-    let spec = hound::WavSpec { channels: 1, sample_rate: 8000, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
+    let spec =
+        hound::WavSpec { channels: 1, sample_rate: 8000, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
     let mut w = hound::WavWriter::create(&path, spec).unwrap();
     let narrow = omni_actors::audio::resample(question, 16000, 8000).unwrap();
     let silence = |s: f32| vec![0.0f32; (8000.0 * s) as usize];
@@ -171,10 +175,11 @@ fn a_sip_user_agent_calls_hears_the_model_presses_a_key_and_hangs_up() {
     }
     let port = free_udp_port();
     let server = Server::ready(
-        Setup::default()
-            .recording("enabled = true")
-            .workers(workers(1, "step_ms = 300"))
-            .extra(&sip_section(port, 41000, "[\"127.0.0.0/8\"]")),
+        Setup::default().recording("enabled = true").workers(workers(1, "step_ms = 300")).extra(&sip_section(
+            port,
+            41000,
+            "[\"127.0.0.0/8\"]",
+        )),
     );
     assert!(server.logs().contains(&format!("SIP calls are on: UDP 127.0.0.1:{port}")), "{}", server.logs());
     let tmp = tempfile::tempdir().unwrap();
@@ -202,7 +207,8 @@ fn a_sip_user_agent_calls_hears_the_model_presses_a_key_and_hangs_up() {
 
     // It heard the model's voice: 2.5 s of it (20 ms windows with voice in them).
     let heard = ua.heard();
-    let voiced = heard.chunks(160).filter(|w| (w.iter().map(|s| s * s).sum::<f32>() / w.len() as f32).sqrt() > 0.02).count();
+    let voiced =
+        heard.chunks(160).filter(|w| (w.iter().map(|s| s * s).sum::<f32>() / w.len() as f32).sqrt() > 0.02).count();
     assert!(
         (110..=140).contains(&voiced),
         "{voiced} windows of 20 ms with voice in {} s heard\n{}\n{}",
@@ -247,7 +253,8 @@ fn a_call_put_on_hold_and_resumed_is_answered_and_its_hangup_ends_the_session() 
         return;
     }
     let port = free_udp_port();
-    let server = Server::ready(Setup::default().workers(workers(1, "")).extra(&sip_section(port, 41200, "[\"127.0.0.1\"]")));
+    let server =
+        Server::ready(Setup::default().workers(workers(1, "")).extra(&sip_section(port, 41200, "[\"127.0.0.1\"]")));
     let tmp = tempfile::tempdir().unwrap();
     let wav = call_wav(tmp.path(), &[], 30.0);
     let mut ua = Baresip::start(&wav);

@@ -210,9 +210,10 @@ async fn with_the_auth_token_only_a_stream_twilio_signed_is_taken_and_needs_no_k
         }
     }
     // Signed for the URL the TwiML names: taken, without a key.
-    let (mut ws, _) = tokio_tungstenite::connect_async(request(Some(sign(&format!("wss://gateway.example.com{path}")))))
-        .await
-        .expect("a signed stream is taken");
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async(request(Some(sign(&format!("wss://gateway.example.com{path}")))))
+            .await
+            .expect("a signed stream is taken");
     let start = json!({"event": "start", "streamSid": SID, "start": {"streamSid": SID, "callSid": "CA3",
         "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}});
     ws.send(Message::text(start.to_string())).await.unwrap();

@@ -53,8 +53,7 @@ pub use registry::{AddressCaps, Admission, Labels, Refusal, Registry, address_ke
 use crate::transcribe::messages::{Transcribe, Transcribed};
 use flow::Flow;
 use messages::{
-    BackendEvent, CallerAudio, ClientLine, FromClient, FromLine, Keypress, ModelAudio, QueueNotice, Shutdown,
-    ToClient,
+    BackendEvent, CallerAudio, ClientLine, FromClient, FromLine, Keypress, ModelAudio, QueueNotice, Shutdown, ToClient,
 };
 use resume::{Replay, Resume, ResumeTerms};
 use setups::Setups;

@@ -164,7 +164,10 @@ pub enum Event {
     },
     Cleared,
     /// The caller pressed `key` on a phone's keypad, at `received_at` (Unix seconds).
-    KeyPressed { key: char, received_at: u64 },
+    KeyPressed {
+        key: char,
+        received_at: u64,
+    },
     /// No speech for `idle_timeout_ms`: the silence became a user item, and a response follows.
     IdleTimeout {
         item_id: String,

@@ -8,7 +8,6 @@ use base64::engine::general_purpose::STANDARD;
 use omni_actors::protocol::ProtocolError;
 
 use super::Flavor;
-use super::conf::invalid;
 use crate::dialect::conversation::Coding;
 
 /// The rate of G.711 audio, both ways.
@@ -58,12 +57,16 @@ pub(super) fn sample_bytes(coding: Coding) -> usize {
 
 /// Base64 audio of `coding` into float samples (at the coding's rate).
 pub(super) fn decode(coding: Coding, b64: &str, param: &str) -> Result<Vec<f32>, ProtocolError> {
-    let bytes = STANDARD.decode(b64).map_err(|e| invalid(param, format!("not valid base64 ({e})")))?;
+    let bytes =
+        STANDARD.decode(b64).map_err(|e| ProtocolError::InvalidPayload(format!("{param}: not valid base64 ({e})")))?;
     let sample = |s: i16| s as f32 / 32768.0;
     Ok(match coding {
         Coding::Pcm16 => {
             if bytes.len() % 2 != 0 {
-                return Err(invalid(param, format!("{} bytes is not a whole number of 16-bit samples", bytes.len())));
+                return Err(ProtocolError::InvalidPayload(format!(
+                    "{param}: {} bytes is not a whole number of 16-bit samples",
+                    bytes.len()
+                )));
             }
             bytes.chunks_exact(2).map(|c| sample(i16::from_le_bytes([c[0], c[1]]))).collect()
         }

@@ -197,12 +197,17 @@ impl SipCall {
         let from = canonical(from);
         // Only RTP of an agreed payload type is latched on to (not another call's RTCP).
         let agreed_rtp = || {
-            rtp_types::RtpPacket::parse(datagram)
-                .is_ok_and(|p| p.payload_type() == self.media.payload_type || Some(p.payload_type()) == self.media.events)
+            rtp_types::RtpPacket::parse(datagram).is_ok_and(|p| {
+                p.payload_type() == self.media.payload_type || Some(p.payload_type()) == self.media.events
+            })
         };
         if from != canonical(self.media.remote) && !self.settled && from.ip() == self.trunk && agreed_rtp() {
             // Symmetric RTP: the trunk sends from its signalling address, not the one it named.
-            log::info!("session {}: RTP latched on to {from} (the trunk's address; its SDP named {})", self.label, self.agreed);
+            log::info!(
+                "session {}: RTP latched on to {from} (the trunk's address; its SDP named {})",
+                self.label,
+                self.agreed
+            );
             self.media.remote = from;
         }
         if from != canonical(self.media.remote) {
@@ -257,7 +262,8 @@ impl SipCall {
                 }
                 compand(self.media.law, &narrow, &mut self.partial);
                 let whole = self.partial.len() / FRAME * FRAME;
-                let frames: Vec<Vec<u8>> = self.partial.drain(..whole).collect::<Vec<u8>>().chunks(FRAME).map(<[u8]>::to_vec).collect();
+                let frames: Vec<Vec<u8>> =
+                    self.partial.drain(..whole).collect::<Vec<u8>>().chunks(FRAME).map(<[u8]>::to_vec).collect();
                 self.playout.push(&response, frames);
                 self.pace(ctx);
             }
@@ -416,7 +422,13 @@ impl Handler<Renegotiated> for SipCall {
         log::info!(
             "session {}: the trunk {} the call",
             self.label,
-            if media.held { "holds" } else if self.media.held { "resumes" } else { "renegotiated" }
+            if media.held {
+                "holds"
+            } else if self.media.held {
+                "resumes"
+            } else {
+                "renegotiated"
+            }
         );
         if media.payload_type != self.media.payload_type || media.events != self.media.events {
             self.inbound = Inbound::new(media.payload_type, media.events, silence(media.law));

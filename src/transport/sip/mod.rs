@@ -36,7 +36,6 @@ use ezk_sip_ua::{CallError, CallEvent, InboundCall, MediaBackend, NoMedia};
 
 use crate::config::SipSpec;
 use crate::dialect::openai::Flavor;
-use crate::http::ServeError;
 use crate::http::auth::Credential;
 use crate::roles::Serving;
 use crate::transport::admission::{Caller, Endpoint as Speaks, Refusal, Transport, admit};
@@ -55,9 +54,10 @@ pub struct Sip {
 
 /// Starts the SIP edge: binds `[sip] bind`, and answers INVITEs from then on. Answers the bound
 /// address, or why it could not bind.
-pub async fn start(gw: Serving, spec: SipSpec) -> Result<SocketAddr, ServeError> {
+pub async fn start(gw: Serving, spec: SipSpec) -> std::io::Result<SocketAddr> {
     let arbiter = actix::Arbiter::new();
-    let sip = Arc::new(Sip { spec, gw, arbiter: arbiter.handle(), cursor: AtomicU32::new(0), calls: AtomicU64::new(0) });
+    let sip =
+        Arc::new(Sip { spec, gw, arbiter: arbiter.handle(), cursor: AtomicU32::new(0), calls: AtomicU64::new(0) });
     let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
     let bind = sip.spec.bind;
     arbiter.spawn(async move {
@@ -73,12 +73,12 @@ pub async fn start(gw: Serving, spec: SipSpec) -> Result<SocketAddr, ServeError>
                 // The endpoint lives as long as the arbiter.
                 std::future::pending::<()>().await;
             }
-            Err(e) => drop(bound_tx.send(Err(ServeError::Listen(crate::http::listen_error(bind, &e))))),
+            Err(e) => drop(bound_tx.send(Err(e))),
         }
     });
     // The arbiter lives until the process ends.
     std::mem::forget(arbiter);
-    bound_rx.await.map_err(|_| ServeError::Listen("the SIP edge did not start".into()))?
+    bound_rx.await.map_err(|_| std::io::Error::other("the SIP edge's arbiter stopped"))?
 }
 
 /// The layer of ezk's endpoint that takes INVITEs outside a dialog.
@@ -138,7 +138,10 @@ impl Sip {
                 Err(e) => return Err(e),
             }
         }
-        Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, format!("no free UDP port in sip.rtp_ports ({first}-{last})")))
+        Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            format!("no free UDP port in sip.rtp_ports ({first}-{last})"),
+        ))
     }
 
     /// Where in-dialog requests reach this gateway.
@@ -148,7 +151,8 @@ impl Sip {
             IpAddr::V4(v4) => v4.to_string(),
             IpAddr::V6(v6) => format!("[{v6}]"),
         };
-        let uri: SipUri = format!("sip:omni-gateway@{host}:{}", self.spec.bind.port()).parse().expect("a SIP URI of an address");
+        let uri: SipUri =
+            format!("sip:omni-gateway@{host}:{}", self.spec.bind.port()).parse().expect("a SIP URI of an address");
         Contact::new(NameAddr::uri(uri))
     }
 }
@@ -178,13 +182,28 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
         }
     };
     if inbound_has_tag {
-        return decline(inbound, &label, source, StatusCode::CALL_OR_TRANSACTION_DOES_NOT_EXIST, "an INVITE within a dialog that is not here".into()).await;
+        return decline(
+            inbound,
+            &label,
+            source,
+            StatusCode::CALL_OR_TRANSACTION_DOES_NOT_EXIST,
+            "an INVITE within a dialog that is not here".into(),
+        )
+        .await;
     }
     let Some(route) = sip.spec.route(&number).cloned() else {
-        return decline(inbound, &label, source, StatusCode::NOT_FOUND, "no [[sip.routes]] for the number called".into()).await;
+        return decline(
+            inbound,
+            &label,
+            source,
+            StatusCode::NOT_FOUND,
+            "no [[sip.routes]] for the number called".into(),
+        )
+        .await;
     };
     let Some(offer) = offer.filter(|_| inbound.has_sdp_offer()) else {
-        return decline(inbound, &label, source, StatusCode::NOT_ACCEPTABLE_HERE, "the INVITE has no SDP offer".into()).await;
+        return decline(inbound, &label, source, StatusCode::NOT_ACCEPTABLE_HERE, "the INVITE has no SDP offer".into())
+            .await;
     };
     let socket = match sip.bind_rtp() {
         Ok(s) => s,
@@ -219,30 +238,47 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
         // A trunk is let in by its network, not a key.
         let credential = Credential { key_id: None, session: None, untaken_secret: None };
         let transport = Transport { name: "sip", carries_audio: true };
-        let started = admit(&caller, &gw, Speaks::Realtime(Flavor::Ga, model), credential, transport).and_then(|admitted| {
-            let parts = CallParts {
-                label: call_label,
-                socket,
-                media: call_media,
-                start: admitted.starter(&gw),
-                first,
-                max_incoming_bytes: gw.config.server.max_incoming_bytes as usize,
-                incoming: gw.incoming.clone(),
-                hang_up,
-                trunk: caller.ip.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into()),
-            };
-            SipCall::new(parts)
-                .map(Actor::start)
-                .map_err(|e| Refusal::new("internal", 503, "server_error", format!("the call's RTP socket: {e}")))
-        });
+        let started =
+            admit(&caller, &gw, Speaks::Realtime(Flavor::Ga, model), credential, transport).and_then(|admitted| {
+                let parts = CallParts {
+                    label: call_label,
+                    socket,
+                    media: call_media,
+                    start: admitted.starter(&gw),
+                    first,
+                    max_incoming_bytes: gw.config.server.max_incoming_bytes as usize,
+                    incoming: gw.incoming.clone(),
+                    hang_up,
+                    trunk: caller.ip.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into()),
+                };
+                SipCall::new(parts)
+                    .map(Actor::start)
+                    .map_err(|e| Refusal::new("internal", 503, "server_error", format!("the call's RTP socket: {e}")))
+            });
         let _ = started_tx.send(started);
     });
     let edge = match started_rx.await {
         Ok(Ok(edge)) => edge,
         Ok(Err(refusal)) => return decline(inbound, &label, source, code_of(&refusal), refusal.message).await,
-        Err(_) => return decline(inbound, &label, source, StatusCode::SERVICE_UNAVAILABLE, "the call's edge did not start".into()).await,
+        Err(_) => {
+            return decline(
+                inbound,
+                &label,
+                source,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the call's edge did not start".into(),
+            )
+            .await;
+        }
     };
-    let media = CallMedia { first: Some(sdp_answer.clone()), last: sdp_answer, local, session_id, version: 1, edge: edge.clone() };
+    let media = CallMedia {
+        first: Some(sdp_answer.clone()),
+        last: sdp_answer,
+        local,
+        session_id,
+        version: 1,
+        edge: edge.clone(),
+    };
     let mut call = match inbound.with_media(media).accept().await {
         Ok(call) => call,
         Err(e) => {

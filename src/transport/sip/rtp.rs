@@ -189,7 +189,13 @@ mod tests {
     use super::*;
 
     fn rtp(pt: u8, seq: u16, ts: u32, payload: &[u8]) -> Vec<u8> {
-        RtpPacketBuilder::new().payload_type(pt).sequence_number(seq).timestamp(ts).ssrc(9).payload(payload).write_vec_unchecked()
+        RtpPacketBuilder::new()
+            .payload_type(pt)
+            .sequence_number(seq)
+            .timestamp(ts)
+            .ssrc(9)
+            .payload(payload)
+            .write_vec_unchecked()
     }
 
     fn heard(i: &mut Inbound, pt: u8, seq: u16) -> Vec<Heard> {
@@ -220,7 +226,12 @@ mod tests {
     #[test]
     fn a_new_stream_or_one_restarted_behind_starts_afresh() {
         let packet = |ssrc: u32, seq: u16| {
-            RtpPacketBuilder::new().payload_type(0).sequence_number(seq).ssrc(ssrc).payload(&[seq as u8; 160][..]).write_vec_unchecked()
+            RtpPacketBuilder::new()
+                .payload_type(0)
+                .sequence_number(seq)
+                .ssrc(ssrc)
+                .payload(&[seq as u8; 160][..])
+                .write_vec_unchecked()
         };
         let mut i = Inbound::new(0, None, 0xff);
         let mut out = Vec::new();

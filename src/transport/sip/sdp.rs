@@ -150,12 +150,21 @@ pub fn answer(
     let direction = if m.direction != Direction::SendRecv { m.direction } else { offer.direction };
 
     let mut fmts = vec![payload_type];
-    let mut rtpmap =
-        vec![RtpMap { payload: payload_type, encoding: BytesStr::from_static(law.name()), clock_rate: 8000, params: None }];
+    let mut rtpmap = vec![RtpMap {
+        payload: payload_type,
+        encoding: BytesStr::from_static(law.name()),
+        clock_rate: 8000,
+        params: None,
+    }];
     let mut fmtp = Vec::new();
     if let Some(pt) = events {
         fmts.push(pt);
-        rtpmap.push(RtpMap { payload: pt, encoding: BytesStr::from_static("telephone-event"), clock_rate: 8000, params: None });
+        rtpmap.push(RtpMap {
+            payload: pt,
+            encoding: BytesStr::from_static("telephone-event"),
+            clock_rate: 8000,
+            params: None,
+        });
         fmtp.push(Fmtp { format: pt, params: BytesStr::from_static("0-15") });
     }
     let mut ours = MediaDescription::rejected(MediaType::Audio);
@@ -165,7 +174,10 @@ pub fn answer(
     ours.fmtp = fmtp;
     ours.direction = direction.flipped();
     ours.mid = m.mid.clone();
-    ours.attributes.push(ezk_sdp_types::UnknownAttribute { name: BytesStr::from_static("ptime"), value: Some(BytesStr::from_static("20")) });
+    ours.attributes.push(ezk_sdp_types::UnknownAttribute {
+        name: BytesStr::from_static("ptime"),
+        value: Some(BytesStr::from_static("20")),
+    });
     let media_descriptions = offer
         .media_descriptions
         .iter()

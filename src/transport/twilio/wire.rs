@@ -5,8 +5,8 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use serde::Deserialize;
 use omni_actors::session::messages::Keypress;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 /// The rate of a stream's audio, both ways.

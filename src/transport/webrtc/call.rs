@@ -31,9 +31,9 @@ use tokio::net::UdpSocket;
 use super::Calls;
 use super::codec::{Downlink, RATE, RTP_TICKS_PER_FRAME, Refused, UPLINK_FRAME_SAMPLES, UPLINK_RATE, Uplink};
 use super::events::{self, Incoming};
-use crate::transport::playout::{FRAME_MS, Notice, Playout};
 use crate::transport::incoming::{Backlog, IncomingBudget};
 use crate::transport::limits::{Admit, MessageRate, RateLimit};
+use crate::transport::playout::{FRAME_MS, Notice, Playout};
 use crate::transport::{SessionPort, StartSession};
 
 /// The data channel the events travel on, as the OpenAI Realtime API names it.
@@ -910,7 +910,11 @@ mod tests {
     async fn the_callers_voice_and_events_reach_the_session_and_its_events_reach_the_caller() {
         let mut call = call().await;
         call.caller.speak(3);
-        assert_eq!(call.heard().await, format!("audio at {}", crate::transport::webrtc::codec::UPLINK_RATE), "samples, not an event");
+        assert_eq!(
+            call.heard().await,
+            format!("audio at {}", crate::transport::webrtc::codec::UPLINK_RATE),
+            "samples, not an event"
+        );
         call.caller.send_text(r#"{"type":"response.create"}"#);
         assert_eq!(call.heard().await, r#"text {"type":"response.create"}"#);
         call.say(ToClient::Text(r#"{"type":"response.created"}"#.into()));

@@ -153,7 +153,8 @@ mod tests {
         for f in frames.iter().chain([&last]) {
             assert_eq!(up.decode(Instant::now(), f, &mut pcm).unwrap(), UPLINK_FRAME_SAMPLES);
         }
-        let energy = pcm[UPLINK_FRAME_SAMPLES..2 * UPLINK_FRAME_SAMPLES].iter().map(|s| (*s as f64).powi(2)).sum::<f64>();
+        let energy =
+            pcm[UPLINK_FRAME_SAMPLES..2 * UPLINK_FRAME_SAMPLES].iter().map(|s| (*s as f64).powi(2)).sum::<f64>();
         // A sine of amplitude 0.25 over a frame at 16 kHz: 320 x 0.25^2 / 2 = 10.
         assert!(energy > 5.0, "the tone survives the round trip (energy {energy})");
         assert!(down.flush().is_none());

@@ -135,7 +135,10 @@ pub fn run(args: CallloadArgs) -> Result<(), String> {
         totals: Mutex::default(),
         eos_to_voice_us: Mutex::new(histogram()),
         frame_delay_us: Mutex::new(histogram()),
-        ulaw: pcm.iter().map(|f| f.iter().step_by(3).map(|&s| audio_codec_algorithms::encode_ulaw(s)).collect()).collect(),
+        ulaw: pcm
+            .iter()
+            .map(|f| f.iter().step_by(3).map(|&s| audio_codec_algorithms::encode_ulaw(s)).collect())
+            .collect(),
         opus,
         pcm,
         tone_frames,
@@ -262,4 +265,3 @@ impl Heard {
 fn auth(shared: &Shared) -> Option<String> {
     shared.args.api_key.as_ref().map(|k| format!("Bearer {k}"))
 }
-

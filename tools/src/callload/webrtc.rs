@@ -135,4 +135,3 @@ pub(super) async fn call(shared: &Shared) -> Result<(), String> {
         }
     }
 }
-
