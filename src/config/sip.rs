@@ -20,10 +20,11 @@ pub struct SipConfig {
     /// The address the calls' RTP sockets bind: one address, not a wildcard (the SDP answer
     /// names it unless `public_ip` is set).
     pub rtp_bind: String,
-    /// The UDP ports calls take for RTP, first and last, both included: one port a call.
+    /// The UDP ports calls take for RTP, first and last, both included: an even port a call
+    /// (the odd one above is RTCP's).
     pub rtp_ports: [u16; 2],
-    /// The address put in the SDP answer (the one the trunk reaches, behind NAT); empty:
-    /// `rtp_bind`.
+    /// The address trunks reach the gateway at (behind NAT): put in the SDP answer and in the
+    /// SIP Contact (where in-dialog requests go); empty: `rtp_bind`.
     pub public_ip: String,
     /// The networks INVITEs may come from (CIDR; a bare address is one host). Others: 403.
     pub allowed_networks: Vec<String>,

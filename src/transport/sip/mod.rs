@@ -144,9 +144,10 @@ impl Sip {
         ))
     }
 
-    /// Where in-dialog requests reach this gateway.
+    /// Where in-dialog requests (ACK, BYE, re-INVITE) reach this gateway: the address trunks
+    /// reach it at (`public_ip`, behind NAT too), and the SIP port.
     fn contact(&self) -> Contact {
-        let ip = if self.spec.bind.ip().is_unspecified() { self.spec.public_ip } else { self.spec.bind.ip() };
+        let ip = self.spec.public_ip;
         let host = match ip {
             IpAddr::V4(v4) => v4.to_string(),
             IpAddr::V6(v6) => format!("[{v6}]"),
@@ -197,7 +198,7 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
             &label,
             source,
             StatusCode::NOT_FOUND,
-            "no [[sip.routes]] for the number called".into(),
+            format!("no [[sip.routes]] for the number called, '{number}'"),
         )
         .await;
     };
