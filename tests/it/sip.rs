@@ -121,6 +121,15 @@ impl Baresip {
         std::fs::read_to_string(self.dir.join("baresip.log")).unwrap_or_default()
     }
 
+    /// Waits until baresip's log says `needle`.
+    fn wait_log(&self, needle: &str) {
+        let deadline = Instant::now() + WAIT;
+        while !self.log().contains(needle) {
+            assert!(Instant::now() < deadline, "baresip never said {needle:?}\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20)); // the next look at its log
+        }
+    }
+
     /// What it heard: the WAV `sndfile` wrote of the audio it decoded, as samples.
     fn heard(&self) -> Vec<f32> {
         let dump = std::fs::read_dir(&self.dir)
@@ -248,7 +257,7 @@ fn a_call_from_a_network_not_allowed_gets_403() {
 }
 
 #[test]
-fn a_call_put_on_hold_and_resumed_is_answered_and_its_hangup_ends_the_session() {
+fn options_are_answered_and_a_call_put_on_hold_and_resumed_is_answered_and_its_hangup_ends_the_session() {
     if !needs(&[Need::Baresip]) {
         return;
     }
@@ -258,6 +267,9 @@ fn a_call_put_on_hold_and_resumed_is_answered_and_its_hangup_ends_the_session() 
     let tmp = tempfile::tempdir().unwrap();
     let wav = call_wav(tmp.path(), &[], 30.0);
     let mut ua = Baresip::start(&wav);
+    // A trunk's keepalive: OPTIONS is answered 200.
+    ua.command("options", &format!("sip:100@127.0.0.1:{port}"));
+    ua.wait_log("----- OPTIONS of");
     ua.command("dial", &format!("sip:100@127.0.0.1:{port}"));
     ua.event("CALL_ESTABLISHED");
     // A re-INVITE with `sendonly` (hold), then `sendrecv` (resume): each answered.

@@ -91,6 +91,19 @@ impl Layer for Answering {
     }
 
     async fn receive(&self, endpoint: &Endpoint, request: MayTake<'_, IncomingRequest>) {
+        if request.line.method == Method::OPTIONS {
+            // A trunk's keepalive (or a question of what the gateway takes): 200, to a
+            // network allowed only.
+            let mut options = request.take();
+            let code =
+                if self.0.spec.allows(options.tp_info.source.ip()) { StatusCode::OK } else { StatusCode::FORBIDDEN };
+            let tsx = endpoint.create_server_tsx(&mut options);
+            let response = endpoint.create_response(&options, code, None);
+            if let Err(e) = tsx.respond(response).await {
+                log::debug!("an OPTIONS' answer was not delivered: {e}");
+            }
+            return;
+        }
         if request.line.method != Method::INVITE {
             return;
         }
