@@ -184,10 +184,12 @@ async fn with_the_auth_token_only_a_stream_twilio_signed_is_taken_and_needs_no_k
     let token = dir.path().join("twilio-token");
     std::fs::write(&token, "twilio-auth-token-0123456789\n").unwrap();
     let server = Server::ready(Setup::default().auth("api_keys = [\"twilio-key-0123456789\"]").extra(&format!(
-        "[twilio]\nauth_token_file = \"{}\"\npublic_url = \"wss://gateway.example.com\"\n",
+        "[twilio]\nauth_token_file = \"{}\"\npublic_url = \"wss://gateway.example.com\"\n\
+         [[models]]\nname = \"omni\"\nmodes = [\"audio\"]\n",
         token.display()
     )));
-    let path = "/v1/telephony/twilio?model=omni";
+    // The model in the path, as Twilio's <Stream url> takes no query string.
+    let path = "/v1/telephony/twilio/omni";
     let url = server.url(path).replacen("http", "ws", 1);
     let sign = |url: &str| {
         let mut mac = hmac::Hmac::<sha1::Sha1>::new_from_slice(b"twilio-auth-token-0123456789").unwrap();
@@ -222,4 +224,20 @@ async fn with_the_auth_token_only_a_stream_twilio_signed_is_taken_and_needs_no_k
     server.wait_idle();
     assert!(server.logs().contains("no valid X-Twilio-Signature"), "{}", server.logs());
     assert!(!server.logs().contains("twilio-auth-token"), "{}", server.logs());
+    // The path names the model: one not served ends the stream's session with its reason.
+    let nope = url.replace("/twilio/omni", "/twilio/nope");
+    let signed = sign(&format!("wss://gateway.example.com{}", path.replace("/omni", "/nope")));
+    let mut req = {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        nope.as_str().into_client_request().unwrap()
+    };
+    req.headers_mut().insert("X-Twilio-Signature", signed.parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.expect("a signed stream is taken");
+    while let Ok(Some(Ok(msg))) = tokio::time::timeout(WAIT, ws.next()).await {
+        if msg.is_close() {
+            break;
+        }
+    }
+    server.wait_idle();
+    assert!(server.logs().contains("model 'nope' is not served"), "{}", server.logs());
 }

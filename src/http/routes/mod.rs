@@ -20,6 +20,8 @@ mod telephony;
 pub fn configure(cfg: &mut web::ServiceConfig, origins: &[String]) {
     cfg.route("/v1/realtime", web::get().to(realtime::websocket::realtime))
         .route("/v1/telephony/twilio", web::get().to(telephony::twilio))
+        // The model in the path: Twilio's <Stream url> takes no query string.
+        .route("/v1/telephony/twilio/{model}", web::get().to(telephony::twilio))
         .route("/api-ws/v1/realtime", web::get().to(realtime::websocket::qwen_realtime))
         .service(
             web::scope("/v1/realtime/calls")

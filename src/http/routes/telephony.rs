@@ -1,5 +1,5 @@
-//! Telephone calls: `/v1/telephony/twilio`, the WebSocket a Twilio number's TwiML points its
-//! `<Connect><Stream>` at. The caller (Twilio, with the API key as `?key=` (or `?api_key=`, as
+//! Telephone calls: `/v1/telephony/twilio` (or `/v1/telephony/twilio/MODEL`), the WebSocket a
+//! Twilio number's TwiML points its `<Connect><Stream>` at. The caller (Twilio, with the API key as `?key=` (or `?api_key=`, as
 //! on `/v1/realtime`) or a `Bearer` header, and the model as `?model=`) passes the same checks as any client
 //! (`crate::transport::admission`) before its stream's edge starts its session. With `[twilio]
 //! auth_token_file`, a stream must carry Twilio's signature of its URL, and then needs no key.
@@ -55,8 +55,15 @@ pub(super) async fn twilio(
             Err(refusal) => return Ok(refused(refusal)),
         }
     };
-    let model =
-        query.get("model").cloned().or_else(|| gw.config.models.first().map(|m| m.name.clone())).unwrap_or_default();
+    // The model: the path's (`/v1/telephony/twilio/MODEL`, for Twilio, whose stream URL takes
+    // no query string), `?model=`, or the first of `[[models]]`.
+    let model = req
+        .match_info()
+        .get("model")
+        .map(String::from)
+        .or_else(|| query.get("model").cloned())
+        .or_else(|| gw.config.models.first().map(|m| m.name.clone()))
+        .unwrap_or_default();
     let secret = key.untaken_secret.clone();
     let transport = Transport { name: "twilio", carries_audio: true };
     let admitted = match admit(&caller, &gw, Endpoint::Realtime(Flavor::Ga, model), key, transport) {
