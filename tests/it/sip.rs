@@ -31,8 +31,21 @@ struct Baresip {
 }
 
 impl Baresip {
-    /// Starts baresip playing `wav` (8 kHz, mono, 16-bit) when a call connects.
+    /// Starts baresip playing `wav` (8 kHz, mono, 16-bit) when a call connects. Its two ports
+    /// are found free just before it binds them: when another test took one meanwhile, baresip
+    /// exits, and it is started again on others (three tries).
     fn start(wav: &Path) -> Baresip {
+        let mut said = String::new();
+        for _ in 0..3 {
+            match Baresip::try_start(wav) {
+                Ok(ua) => return ua,
+                Err(log) => said = log,
+            }
+        }
+        panic!("baresip did not start in three tries; the last said:\n{said}");
+    }
+
+    fn try_start(wav: &Path) -> Result<Baresip, String> {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
         let (sip, control) = (free_udp_port(), free_tcp_port());
@@ -59,7 +72,7 @@ impl Baresip {
         )
         .unwrap();
         std::fs::write(dir.join("accounts"), "<sip:caller@127.0.0.1>;regint=0\n").unwrap();
-        let child = Command::new("baresip")
+        let mut child = Command::new("baresip")
             .arg("-f")
             .arg(&dir)
             .stdin(Stdio::null())
@@ -67,17 +80,26 @@ impl Baresip {
             .stderr(std::fs::File::create(dir.join("baresip.err")).unwrap())
             .spawn()
             .expect("baresip (apt-get install baresip-core)");
-        // Its control socket opens once its modules are loaded.
+        let log = |dir: &Path| {
+            let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+            format!("{}{}", read("baresip.log"), read("baresip.err"))
+        };
+        // Its control socket opens once its modules are loaded (unless it exited).
         let deadline = Instant::now() + WAIT;
         let control = loop {
             match TcpStream::connect(("127.0.0.1", control)) {
                 Ok(s) => break s,
+                Err(_) if child.try_wait().is_ok_and(|exited| exited.is_some()) => return Err(log(&dir)),
                 Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)), // the next try to connect
-                Err(e) => panic!("baresip's control socket did not open: {e}"),
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("its control socket did not open: {e}\n{}", log(&dir)));
+                }
             }
         };
         control.set_read_timeout(Some(WAIT)).unwrap();
-        Baresip { child, control, pending: Vec::new(), dir, _tmp: tmp }
+        Ok(Baresip { child, control, pending: Vec::new(), dir, _tmp: tmp })
     }
 
     /// Runs one of baresip's commands (`dial`, `sndcode`, `hangup`).
