@@ -347,7 +347,7 @@ impl Actor for SipCall {
         if let Some(first) = self.first.take() {
             self.hand(FromClient::Text(ByteString::from(first)));
         }
-        ctx.add_stream(crate::transport::datagrams(self.socket.clone(), DATAGRAM_BYTES));
+        ctx.add_stream(crate::transport::udp::datagrams(self.socket.clone(), DATAGRAM_BYTES));
         ctx.run_interval(MEDIA_CHECK, |act, ctx| {
             if act.session.as_ref().is_some_and(|s| !s.connected()) {
                 return act.end(None, true, ctx);
@@ -394,7 +394,7 @@ impl Handler<ToClient> for SipCall {
             // The dialect's events have no place on a phone line; its errors are logged (a
             // setting of the route's that the session refused).
             ToClient::Text(text) => {
-                if let Some(code) = crate::transport::refused_setting(&text) {
+                if let Some(code) = crate::transport::phone::refused_setting(&text) {
                     log::warn!("session {}: the session refused something of the call's route: {code}", self.label);
                 }
             }

@@ -237,7 +237,7 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Result<Addr<SipCall>, Refusal>>();
     let gw = sip.gw.clone();
     let caller = Caller { ip: Some(source.ip()), port: source.port(), user_agent: None, origin: Default::default() };
-    let first = crate::transport::call_settings(
+    let first = crate::transport::phone::call_settings(
         Some(route.instructions.as_str()).filter(|s| !s.is_empty()),
         Some(route.voice.as_str()).filter(|s| !s.is_empty()),
     );

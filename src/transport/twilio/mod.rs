@@ -256,7 +256,7 @@ impl TwilioEdge {
 /// session's first `session.update`.
 fn session_update(parameters: &serde_json::Map<String, Value>) -> Option<String> {
     let text = |key: &str| parameters.get(key).and_then(Value::as_str).filter(|s| !s.is_empty());
-    super::call_settings(text("instructions"), text("voice"))
+    super::phone::call_settings(text("instructions"), text("voice"))
 }
 
 impl Actor for TwilioEdge {
@@ -303,7 +303,7 @@ impl Handler<ToClient> for TwilioEdge {
             // The dialect's events have no place on Twilio's socket; its errors are logged (a
             // setting the call's parameters gave that the session refused).
             ToClient::Text(text) => {
-                if let Some(code) = super::refused_setting(&text) {
+                if let Some(code) = super::phone::refused_setting(&text) {
                     log::warn!("session {}: the session refused something of the call's: {code}", self.label);
                 }
             }

@@ -538,7 +538,7 @@ impl Actor for CallEdge {
             }
             self.session = Some(session);
         }
-        ctx.add_stream(crate::transport::datagrams(self.socket.clone(), DATAGRAM_BYTES));
+        ctx.add_stream(crate::transport::udp::datagrams(self.socket.clone(), DATAGRAM_BYTES));
         ctx.run_later(self.settings.connect_timeout, |act, ctx| {
             if act.phase == Phase::Live && !act.rtc.is_connected() {
                 log::info!(
