@@ -157,12 +157,21 @@ fn resampler(from: u32, to: u32, chunk: usize) -> Result<Box<dyn Resampler<f32>>
     Ok(Box::new(r))
 }
 
+/// A sample as the resampler takes it: within full scale, and silence for what is not a
+/// number. The FFT resampler panics inside rubato on a transform that overflowed (a finite
+/// float WAV of 3e38 overflows it to NaN), so nothing else reaches it; audio beyond full
+/// scale clips at every encoder anyway.
+fn full_scale(s: f32) -> f32 {
+    if s.is_finite() { s.clamp(-1.0, 1.0) } else { 0.0 }
+}
+
 /// Resamples a whole mono clip from `from` Hz to `to` Hz (both within the accepted range).
 pub fn resample(samples: &[f32], from: u32, to: u32) -> Result<Vec<f32>, AudioError> {
     if from == to || samples.is_empty() {
         return Ok(samples.to_vec());
     }
-    let input = InterleavedSlice::new(samples, 1, samples.len()).map_err(resampler_error)?;
+    let samples: Vec<f32> = samples.iter().copied().map(full_scale).collect();
+    let input = InterleavedSlice::new(&samples[..], 1, samples.len()).map_err(resampler_error)?;
     let mut resampler = resampler(from, to, 1024)?;
     let out = resampler.process_all(&input, samples.len(), None).map_err(resampler_error)?;
     Ok(out.take_data())
@@ -193,7 +202,7 @@ impl StreamResampler {
             out.extend_from_slice(input);
             return;
         };
-        self.pending.extend_from_slice(input);
+        self.pending.extend(input.iter().copied().map(full_scale));
         let need = r.input_frames_next();
         let mut used = 0;
         while self.pending.len() - used >= need {
@@ -425,6 +434,24 @@ mod tests {
         stream.push(&tone(8191, 1.0, 300.0), &mut streamed);
         stream.flush(&mut streamed);
         assert!((streamed.len() as i64 - 16000).abs() <= 1100, "{}", streamed.len());
+    }
+
+    #[test]
+    fn samples_beyond_full_scale_or_not_numbers_resample_without_a_panic() {
+        // A float WAV of finite but huge samples once overflowed the FFT to NaN, and rubato
+        // panicked on it.
+        let mut loud = vec![3e38f32; 4410];
+        loud[7] = f32::NAN;
+        loud[9] = f32::NEG_INFINITY;
+        for (from, to) in [(44100, 16000), (16000, 24000), (191_999, 16000)] {
+            let out = resample(&loud, from, to).unwrap();
+            assert!(!out.is_empty() && out.iter().all(|s| s.is_finite() && s.abs() <= 2.0), "{from} -> {to}");
+            let mut stream = StreamResampler::new(from, to).unwrap();
+            let mut got = Vec::new();
+            stream.push(&loud, &mut got);
+            stream.flush(&mut got);
+            assert!(!got.is_empty() && got.iter().all(|s| s.is_finite()), "stream {from} -> {to}");
+        }
     }
 
     #[test]
