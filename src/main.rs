@@ -252,7 +252,7 @@ fn check_config(path: &std::path::Path) -> ExitCode {
                 }
             }
             Err(e) => {
-                let key = if matches!(w.source, BackendSource::MinicpmoWorker(_)) { "url" } else { "options" };
+                let key = if w.source.url().is_some() { "url" } else { "options" };
                 eprintln!("{file}: workers[{}].{key}: the backend refuses to open: {e}", w.entry);
                 failed = true;
             }

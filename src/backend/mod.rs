@@ -1,7 +1,8 @@
 //! Backends at the edge: the C ABI (`include/omni_backend.h`) driven from Rust, on the
 //! worker's thread (`ffi.rs`) or in a child process (`process.rs` in the gateway,
 //! `host.rs` in the child, `ipc.rs` between them); a worker on a node (`remote.rs`); a
-//! MiniCPM-o model worker over its own protocol (`minicpmo.rs`). (The links a cluster's replica
+//! MiniCPM-o model worker over its own protocol (`minicpmo.rs`); a session slot of a vLLM-Omni
+//! server (`vllm_omni/`). (The links a cluster's replica
 //! keeps open to its nodes, on which they push their grants, are [`crate::link::standby`].)
 
 pub mod ffi;
@@ -10,6 +11,7 @@ pub(crate) mod ipc;
 pub mod minicpmo;
 pub mod process;
 pub mod remote;
+pub mod vllm_omni;
 
 mod sys;
 
@@ -36,6 +38,12 @@ pub fn factory(worker: &WorkerSpec, open_timeout: Duration) -> BackendFactory {
         let (url, name, options) = (url.clone(), worker.name.clone(), options.clone());
         return BackendFactory::new(move || {
             Ok(Box::new(minicpmo::MinicpmoBackend::open(&name, &url, &options)?) as Box<dyn Backend>)
+        });
+    }
+    if let BackendSource::VllmOmni(url) = &source {
+        let (url, name) = (url.clone(), worker.name.clone());
+        return BackendFactory::new(move || {
+            Ok(Box::new(vllm_omni::VllmOmniBackend::open(&name, &url, &options)?) as Box<dyn Backend>)
         });
     }
     match worker.isolation {

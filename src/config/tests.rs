@@ -88,7 +88,7 @@ fn nodes_and_the_node_role_are_checked() {
         ),
         (
             "[[workers]]\nurl = \"http://gpu1:22400\"\n",
-            "workers[0].url: only allowed with backend = \"minicpmo-worker\"",
+            "workers[0].url: only allowed with backend = \"minicpmo-worker\" or \"vllm-omni\"",
         ),
     ];
     for (text, expected) in cases {
@@ -97,6 +97,23 @@ fn nodes_and_the_node_role_are_checked() {
     }
     let c = parse("[[workers]]\nbackend = \"minicpmo-worker\"\nurl = \"http://gpu1:22400/\"\n").unwrap();
     assert_eq!(c.workers[0].source, BackendSource::MinicpmoWorker("http://gpu1:22400".into()));
+    let c = parse("[[workers]]\nbackend = \"vllm-omni\"\nurl = \"http://gpu2:8099\"\ncount = 4\n").unwrap();
+    assert_eq!(c.workers.len(), 4, "one worker per session slot");
+    assert_eq!(c.workers[3].source, BackendSource::VllmOmni("http://gpu2:8099".into()));
+    for (text, expected) in [
+        ("[[workers]]\nbackend = \"vllm-omni\"\n", "workers[0].url: required with backend = \"vllm-omni\""),
+        (
+            "[[workers]]\nbackend = \"vllm-omni\"\nurl = \"http://gpu2:8099\"\nisolation = \"process\"\n",
+            "workers[0].isolation: not for a vllm-omni",
+        ),
+        (
+            "[[workers]]\nbackend = \"vllm-omni\"\nurl = \"http://gpu2:8099\"\n[workers.options]\nref_audio = \"nowhere.wav\"\n",
+            "workers[0].options.ref_audio: no such file",
+        ),
+    ] {
+        let e = error(text);
+        assert!(e.starts_with(&format!("config.toml: {expected}")), "{text}\n=> {e}");
+    }
 }
 
 #[test]

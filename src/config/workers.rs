@@ -16,6 +16,25 @@ pub enum BackendKind {
     /// A MiniCPM-o model worker (its HTTP/WebSocket protocol) at `url`.
     #[serde(rename = "minicpmo-worker")]
     MinicpmoWorker,
+    /// A vLLM-Omni server's duplex endpoint at `url`, each of its session slots a worker.
+    #[serde(rename = "vllm-omni")]
+    VllmOmni,
+}
+
+impl BackendKind {
+    /// Whether the backend is a server reached at `url`.
+    fn has_url(self) -> bool {
+        matches!(self, BackendKind::MinicpmoWorker | BackendKind::VllmOmni)
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            BackendKind::Builtin => "builtin",
+            BackendKind::Library => "library",
+            BackendKind::MinicpmoWorker => "minicpmo-worker",
+            BackendKind::VllmOmni => "vllm-omni",
+        }
+    }
 }
 
 /// One `[[workers]]` entry as written; it stands for `count` workers.
@@ -28,7 +47,7 @@ pub struct WorkerEntry {
     pub backend: BackendKind,
     #[serde(default)]
     pub library: Option<PathBuf>,
-    /// `backend = "minicpmo-worker"`: the worker's base URL (`http://gpu1:22400`).
+    /// `backend = "minicpmo-worker"` or `"vllm-omni"`: the server's base URL (`http://gpu1:22400`).
     #[serde(default)]
     pub url: Option<String>,
     /// Where the backend runs; defaults to "thread" for builtin, "process" for library.
@@ -69,6 +88,8 @@ pub enum BackendSource {
     Library(PathBuf),
     /// A MiniCPM-o model worker at this base URL (`http://host:port`).
     MinicpmoWorker(String),
+    /// A session slot of the vLLM-Omni server at this base URL (`http://host:port`).
+    VllmOmni(String),
 }
 
 impl BackendSource {
@@ -78,6 +99,15 @@ impl BackendSource {
             BackendSource::Builtin => "builtin".to_string(),
             BackendSource::Library(p) => p.display().to_string(),
             BackendSource::MinicpmoWorker(url) => format!("minicpmo-worker {url}"),
+            BackendSource::VllmOmni(url) => format!("vllm-omni {url}"),
+        }
+    }
+
+    /// The server's base URL, for a backend reached over the network.
+    pub fn url(&self) -> Option<&str> {
+        match self {
+            BackendSource::MinicpmoWorker(url) | BackendSource::VllmOmni(url) => Some(url),
+            _ => None,
         }
     }
 }
@@ -124,8 +154,8 @@ impl WorkerEntry {
         if self.library.is_some() && self.backend != BackendKind::Library {
             return Err(Invalid::new("library", "only allowed with backend = \"library\""));
         }
-        if self.url.is_some() && self.backend != BackendKind::MinicpmoWorker {
-            return Err(Invalid::new("url", "only allowed with backend = \"minicpmo-worker\""));
+        if self.url.is_some() && !self.backend.has_url() {
+            return Err(Invalid::new("url", "only allowed with backend = \"minicpmo-worker\" or \"vllm-omni\""));
         }
         let source = match (self.backend, &self.library, &self.url) {
             (BackendKind::Builtin, _, _) => BackendSource::Builtin,
@@ -139,15 +169,17 @@ impl WorkerEntry {
                 }
                 BackendSource::Library(resolved)
             }
-            (BackendKind::MinicpmoWorker, _, None) => {
-                let why = "required with backend = \"minicpmo-worker\" (e.g. http://gpu1:22400)";
+            (kind, _, None) => {
+                let why = format!("required with backend = \"{}\" (e.g. http://gpu1:22400)", kind.name());
                 return Err(Invalid::new("url", why));
             }
             (BackendKind::MinicpmoWorker, _, Some(url)) => BackendSource::MinicpmoWorker(worker_url(url)?),
+            (BackendKind::VllmOmni, _, Some(url)) => BackendSource::VllmOmni(worker_url(url)?),
         };
         let isolation = match (&source, self.isolation) {
-            (BackendSource::MinicpmoWorker(_), Some(_)) => {
-                return Err(Invalid::new("isolation", "not for a minicpmo-worker (it is a process of its own)"));
+            (BackendSource::MinicpmoWorker(_) | BackendSource::VllmOmni(_), Some(_)) => {
+                let why = format!("not for a {} (it is a process of its own)", self.backend.name());
+                return Err(Invalid::new("isolation", why));
             }
             (_, Some(isolation)) => isolation,
             (BackendSource::Library(_), None) => Isolation::Process,
@@ -171,6 +203,13 @@ impl WorkerEntry {
                 toml::Value::Float(f) => f.to_string(),
                 toml::Value::Boolean(b) => b.to_string(),
                 _ => return Err(Invalid::new(format!("options.{k}"), "must be a string, a number or a boolean")),
+            };
+            // A vLLM-Omni slot's voice prompt is a file beside the config.
+            let text = match (self.backend, k.as_str()) {
+                (BackendKind::VllmOmni, "ref_audio") => {
+                    base.file(&format!("options.{k}"), &text)?.display().to_string()
+                }
+                _ => text,
             };
             options.push((k.clone(), text));
         }

@@ -10,7 +10,7 @@
 //! - limits and abuse: `bounds`, `hostile`, `security`, `fuzz_decoders`, `allocations`;
 //! - operating it: `operations`, `cli`, `tools`, `extending` (subscribers, usage, webhooks);
 //! - the house rules the compiler does not keep: `house_rules`;
-//! - backends: `backend_abi`, `isolation`, `minicpmo_worker`, `cascade` (the CPU model);
+//! - backends: `backend_abi`, `isolation`, `minicpmo_worker`, `vllm_omni`, `cascade` (the CPU model);
 //! - roles: `nodes`, `cluster` (replicas on Redis);
 //! - WebRTC calls: `webrtc` (aiortc); phone calls: `telephony` (a Twilio Media Streams client),
 //!   `sip` (baresip, a real SIP user agent);
@@ -50,4 +50,5 @@ mod telephony;
 mod tools;
 mod transcription;
 mod vad;
+mod vllm_omni;
 mod webrtc;

@@ -209,6 +209,13 @@ pub enum BackendEvent {
     },
     /// The backend refused the setup (or cannot run its kind of session): why.
     PrepareFailed(BackendError),
+    /// The worker could not take the session's first setup for now, through no fault of the
+    /// client (its server's session slot was taken by someone else): the worker is let go and
+    /// retried with backoff, and the session waits at the head of the queue for the next one.
+    SlotTaken {
+        /// Why, for the log (the server and its words).
+        reason: String,
+    },
     /// The step that answered chunk `seq`.
     Step {
         /// The chunk's number in the session (`input_N`).

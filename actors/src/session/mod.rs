@@ -132,6 +132,10 @@ pub struct SessionActor {
     attach_sent: bool,
     /// It went back to the head of the queue once because its worker was gone.
     requeued: bool,
+    /// Its worker had no room for its first setup (`BackendEvent::SlotTaken`): it waits at the
+    /// head of the queue, and the next worker is asked the same setup. The client saw
+    /// `session.queue_done` already and hears nothing of this but a later `session.created`.
+    reseating: bool,
     session_id: Option<String>,
     /// The dialect it was active under (for the active-sessions gauge).
     active_as: Option<&'static str>,
@@ -177,6 +181,7 @@ impl SessionActor {
             worker: None,
             attach_sent: false,
             requeued: false,
+            reseating: false,
             session_id: None,
             active_as: None,
             draining: false,
@@ -778,6 +783,14 @@ impl SessionActor {
             return;
         }
         match notice {
+            QueueNotice::Queued(info) if self.reseating => {
+                log::info!(
+                    "session c{}: waiting again at position {} of {}",
+                    self.conn,
+                    info.position,
+                    info.queue_length
+                );
+            }
             QueueNotice::Queued(info) => {
                 log::info!("session c{}: waiting at position {} of {}", self.conn, info.position, info.queue_length);
                 self.links.sinks.publish(SessionEvent::Queued { position: info.position });
@@ -814,6 +827,32 @@ impl SessionActor {
 
     /// The worker it was assigned could not be taken: once, the session goes back to the
     /// head of the queue; a second time, it ends with the error (close 1013).
+    /// Its worker had no room for the first setup (see [`Self::reseating`]): back to the head of
+    /// the queue, as many times as it takes (each time the worker is retried with backoff).
+    pub(super) fn reseat(&mut self, reason: &str, ctx: &mut Context<Self>) {
+        log::warn!(
+            "session c{}: worker {} has no room for it now ({reason}); back to the head of the queue",
+            self.conn,
+            self.worker_name()
+        );
+        self.worker = None;
+        self.attach_sent = false;
+        self.reseating = true;
+        self.join_queue(true, ctx);
+    }
+
+    /// A worker took a session whose setup the last one had no room for: it is asked the same.
+    fn prepare_again(&mut self, ctx: &mut Context<Self>) {
+        self.reseating = false;
+        let (Some(port), Some(setup)) = (self.worker.as_ref().map(|w| w.port.clone()), self.setups.pending().cloned())
+        else {
+            return;
+        };
+        log::info!("session c{}: asking worker {} for its setup", self.conn, self.worker_name());
+        let reply = Delivery::new(ctx.address().recipient(), Lost::Work);
+        port.session.prepare.do_send(Prepare { key: self.conn, setup, reply });
+    }
+
     fn attach_failed(&mut self, e: ProtocolError, ctx: &mut Context<Self>) {
         let worker = self.worker_name().to_string();
         self.worker = None;

@@ -31,6 +31,13 @@ impl SessionActor {
                 self.created(prompt_length, &backend)
             }
             BackendEvent::PrepareFailed(e) if self.state.phase() == Phase::Active => self.reconfigure_failed(e, ctx),
+            BackendEvent::SlotTaken { reason } if self.state.phase() == Phase::Initializing => {
+                self.reseat(&reason, ctx)
+            }
+            BackendEvent::SlotTaken { reason } => {
+                log::error!("session {}: worker {} lost its slot: {reason}", self.who(), self.worker_name());
+                self.finish(ctx, CloseReason::BackendError(reason));
+            }
             BackendEvent::PrepareFailed(e) => {
                 self.state.init_failed();
                 self.setups.refused();
@@ -55,6 +62,7 @@ impl SessionActor {
                 self.finish(ctx, CloseReason::BackendError(reason));
             }
             BackendEvent::Drained => self.finish(ctx, CloseReason::ServerShutdown),
+            BackendEvent::Attached(Ok(())) if self.reseating => self.attached_again(ctx),
             BackendEvent::Attached(Ok(())) => self.attached(),
             BackendEvent::Attached(Err(e)) => self.attach_failed(e, ctx),
         }
@@ -99,6 +107,21 @@ impl SessionActor {
             self.links.sinks.publish(SessionEvent::Assigned { worker: &w.name, waited });
         }
         self.emit(Outbound::QueueDone);
+    }
+
+    /// A worker taken again after the last one had no room ([`SessionActor::reseat`]): no
+    /// second `session.queue_done`; the setup is asked again.
+    fn attached_again(&mut self, ctx: &mut Context<Self>) {
+        log::info!(
+            "session c{}: worker {} assigned after {} ms",
+            self.conn,
+            self.worker_name(),
+            self.upgraded.elapsed().as_millis()
+        );
+        if let Some(w) = &self.worker {
+            self.links.sinks.publish(SessionEvent::Assigned { worker: &w.name, waited: self.upgraded.elapsed() });
+        }
+        self.prepare_again(ctx);
     }
 
     fn created(&mut self, prompt_length: u64, backend: &BackendInfo) {

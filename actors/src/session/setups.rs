@@ -20,6 +20,12 @@ impl Setups {
         self.asked.push_back(setup);
     }
 
+    /// The oldest setup asked and not yet answered (asked again of the next worker when its
+    /// worker had no room for it).
+    pub(super) fn pending(&self) -> Option<&SessionSetup> {
+        self.asked.front()
+    }
+
     /// The backend took the oldest setup asked.
     pub(super) fn took(&mut self) {
         if let Some(setup) = self.asked.pop_front() {

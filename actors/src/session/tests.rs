@@ -515,6 +515,39 @@ async fn a_worker_that_cannot_be_taken_sends_the_session_back_to_the_head_once()
 }
 
 #[actix::test]
+async fn a_worker_with_no_room_sends_the_session_back_to_the_head_and_the_next_is_asked_the_same() {
+    let mut t = start(Options::default());
+    t.expect("Join { front: false }").await;
+    let port = t.worker.clone();
+    let link = || WorkerLink { id: 0, name: "w".into(), port: Arc::new(port.clone()), info: Default::default() };
+    t.notify.recv().await.unwrap().do_send(QueueNotice::Assigned { ticket: 1, worker: link() });
+    t.expect("Claim").await;
+    t.expect("Attach").await;
+    let events = t.events.recv().await.unwrap();
+    assert_eq!(t.text().await, "queue_done");
+    t.client("init");
+    t.expect("Prepare").await;
+    // Its server's slot was taken by someone else: as often as it takes, the session waits at
+    // the head, unheard by the client, and the next worker is asked the setup it was asked.
+    for ticket in 2..4 {
+        events.do_send(BackendEvent::SlotTaken { reason: "no free session slot".into() });
+        t.expect("Join { front: true }").await;
+        let info = QueueInfo { ticket, position: 1, estimated_wait_s: 1.0, queue_length: 1, measured: true };
+        let notify = t.notify.recv().await.unwrap();
+        notify.do_send(QueueNotice::Queued(info));
+        notify.do_send(QueueNotice::Assigned { ticket, worker: link() });
+        t.expect("Claim").await;
+        t.expect("Attach").await;
+        t.expect("Prepare").await;
+    }
+    let events = t.events.recv().await.unwrap();
+    let backend = Box::new(crate::domain::BackendInfo { duplex: true, ..Default::default() });
+    events.do_send(BackendEvent::Prepared { prompt_length: 3, backend });
+    // No second queue_done, no queue events: the client sees its session created.
+    assert_eq!(t.text().await, "created");
+}
+
+#[actix::test]
 async fn what_the_edge_refuses_is_told_and_what_it_ends_ends_the_session_untold() {
     let mut t = start(Options::default());
     let _events = t.active().await;

@@ -96,6 +96,10 @@ enum JobOutcome {
     /// the check ran (that session's own calls tell).
     Unhealthy(String),
     Reset(Result<(), BackendError>),
+    /// The backend had no room for a session's first setup (`BackendError::Unavailable` at
+    /// its first prepare: a server's slot taken by someone else). The session is told to wait
+    /// for another worker, and this one fails, to be retried with backoff.
+    SlotTaken(String),
 }
 
 struct AttachedSession {
@@ -401,6 +405,10 @@ fn prepare_job(
     Box::new(move |b| {
         let reset = if reset_first { b.reset() } else { Ok(()) };
         let result = reset.and_then(|_| b.prepare(&setup)).map(|_| control.kv_length());
+        if let (false, Err(BackendError::Unavailable(why))) = (reset_first, &result) {
+            // Not the client's failure: the actor tells the session to wait for another worker.
+            return addr.do_send(JobDone { job, outcome: JobOutcome::SlotTaken(why.clone()) });
+        }
         tell(match result {
             Ok(prompt_length) => BackendEvent::Prepared { prompt_length, backend: Box::new(b.info().clone()) },
             Err(e) => BackendEvent::PrepareFailed(e),
@@ -650,6 +658,13 @@ impl Handler<JobDone> for BackendActor {
             JobOutcome::Unhealthy(reason) => return self.fail(ctx, format!("idle health check: {reason}")),
             JobOutcome::Reset(Ok(())) => true,
             JobOutcome::Reset(Err(e)) => return self.fail(ctx, format!("reset failed: {e}")),
+            JobOutcome::SlotTaken(why) => {
+                // The session goes back to the queue first, so that failing tells it nothing.
+                if let Some(session) = self.session.take() {
+                    session.events.do_send(BackendEvent::SlotTaken { reason: why.clone() });
+                }
+                return self.fail(ctx, format!("no room for a session: {why}"));
+            }
         };
         if let Some(reason) = self.died.take() {
             return self.fail(ctx, reason);

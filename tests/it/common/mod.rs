@@ -23,6 +23,7 @@ mod node;
 mod proxy;
 mod receiver;
 mod redis;
+mod vllm_omni;
 #[allow(unused_imports)]
 pub(crate) use browser::*;
 #[allow(unused_imports)]
@@ -37,6 +38,8 @@ pub(crate) use proxy::*;
 pub(crate) use receiver::*;
 #[allow(unused_imports)]
 pub(crate) use redis::*;
+#[allow(unused_imports)]
+pub(crate) use vllm_omni::*;
 
 /// How long a test waits for any one event before failing.
 pub(crate) const WAIT: Duration = Duration::from_secs(20);

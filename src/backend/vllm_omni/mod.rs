@@ -1,0 +1,521 @@
+//! `backend = "vllm-omni"`: one session slot of a vLLM-Omni server serving MiniCPM-o full
+//! duplex (`vllm-omni serve`, its `/v1/realtime?duplex=1` WebSocket), behind a BackendActor
+//! like any other backend, so the gateway's queue, keys, dialects, limits and recording stand
+//! in front of servers that have none of them. An entry's `count` is the server's
+//! `duplex_session.max_sessions`.
+//!
+//! - Open: the server's `/health` says 200 (shared by its slots: [`server`]).
+//! - Prepare: a WebSocket per session, `session.update` with the instructions, the voice prompt
+//!   as a WAV data URL, the audio formats and model-owned turns; `session.created` awaited. A
+//!   `resource_exhausted` (its slot taken by another gateway or a direct client) is
+//!   [`BackendError::Unavailable`]: the session waits at the head of the queue and this slot is
+//!   retried with backoff.
+//! - Steps, and the clock. vLLM-Omni forms one-second units from the samples it is sent and
+//!   answers each on its own time (and keeps speaking on a wall clock of its own while no input
+//!   comes); the BackendActor steps one chunk at a time. A step sends its one-second unit
+//!   (float32 as the client wrote it, with the unit's camera frames and force-listen) and hands
+//!   on the events that arrive until that unit's decision (a listen, or a piece of voice with
+//!   its words), for at most `decision_wait_ms` (500 ms, half a unit). A decision later than
+//!   that, or voice the server made while the gateway sent nothing, comes with the next step:
+//!   at most one unit late, and input never waits (the next unit arrives a second later). The
+//!   BackendActor's rules hold as for any backend: a step takes at most the wait (the step
+//!   watchdog), chunks that pile up are dropped silently, and force-listen or an interrupt
+//!   overtakes: it is seen within 20 ms mid-step and sends `response.cancel`, and the cancelled
+//!   response's late pieces are dropped.
+//! - Voice handed on counts as played (`playback.ack`): the gateway's clients do not report
+//!   playback in vLLM-Omni's terms.
+//! - Reset: `session.close`, and its `session.closed` awaited before the slot is offered again
+//!   (a socket dropped without it would hold the server's slot for 30 to 35 s). A server that
+//!   does not confirm fails the slot, which reopens with backoff.
+//! - A connection lost mid-session ends that session with `backend_error`; the other slots find
+//!   out from `/health` at their next check.
+
+mod options;
+mod server;
+mod wire;
+
+use std::collections::VecDeque;
+use std::io::ErrorKind;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use omni_actors::domain::{
+    BackendInfo, DuplexChunk, SessionKind, SessionSetup, StepKind, StepOutcome, StepPiece, TurnInput, TurnPiece,
+};
+use omni_actors::edge::backend::{Backend, BackendControl, BackendError};
+use tungstenite::client::IntoClientRequest;
+use tungstenite::{Message, WebSocket};
+
+use options::Options;
+use server::Server;
+use wire::Event;
+
+/// How often a step waiting for its decision looks for an interrupt.
+const POLL: Duration = Duration::from_millis(20);
+/// Cancelled responses remembered, to drop their late pieces.
+const CANCELLED_KEPT: usize = 8;
+/// Errors of the playback acknowledgements sent on the client's behalf, and of a cancel that
+/// crossed the response's end: nothing the client asked for.
+const OWN_ERRORS: [&str; 4] =
+    ["response_not_active", "playback_ack_too_late", "playback_item_not_found", "playback_item_mismatch"];
+
+type Socket = WebSocket<TcpStream>;
+
+/// The any-thread half: flags the owner thread reads between reads.
+struct Control {
+    force_listen: AtomicBool,
+    cancel: AtomicBool,
+    health_interval: Duration,
+}
+
+impl BackendControl for Control {
+    fn interrupt(&self) {
+        self.cancel.store(true, Ordering::SeqCst);
+    }
+    fn set_force_listen(&self, on: bool) {
+        self.force_listen.store(on, Ordering::SeqCst);
+    }
+    fn kv_length(&self) -> u64 {
+        0 // vLLM-Omni keeps its own context window and reports no length
+    }
+    fn never_blocks(&self) -> bool {
+        true // flags only
+    }
+    fn idle_check_every(&self) -> Option<Duration> {
+        Some(self.health_interval)
+    }
+}
+
+/// The response being spoken, and the voice of it handed on.
+struct Speaking {
+    id: String,
+    sent_samples: u64,
+}
+
+/// One session on the server.
+struct Link {
+    socket: Socket,
+    session_id: String,
+    speaking: Option<Speaking>,
+    cancelled: VecDeque<String>,
+    /// An error that came after a step's output: told with the next step.
+    error: Option<BackendError>,
+}
+
+impl Link {
+    fn send(&mut self, text: String) -> Result<(), tungstenite::Error> {
+        self.socket.send(Message::text(text))
+    }
+
+    /// Cancels the response being spoken; its late pieces are dropped.
+    fn cancel(&mut self) -> Result<(), tungstenite::Error> {
+        let Some(speaking) = self.speaking.take() else { return Ok(()) };
+        self.send(wire::cancel(&speaking.id))?;
+        if self.cancelled.len() == CANCELLED_KEPT {
+            self.cancelled.pop_front();
+        }
+        self.cancelled.push_back(speaking.id);
+        Ok(())
+    }
+
+    fn is_cancelled(&self, response_id: &str) -> bool {
+        self.cancelled.iter().any(|id| id == response_id)
+    }
+}
+
+/// What a step's collected events came to.
+#[derive(Default)]
+struct Collected {
+    piece: StepPiece,
+    /// The unit's decision arrived (a listen, or voice with its words, or a response's end).
+    decided: bool,
+    /// A piece of voice waits for its words.
+    voice_without_words: bool,
+    /// The response whose voice was handed on, and how much of it in all (24 kHz samples).
+    played: Option<(String, u64)>,
+}
+
+pub struct VllmOmniBackend {
+    name: String,
+    /// `http://host:port`.
+    url: String,
+    options: Options,
+    info: BackendInfo,
+    control: Arc<Control>,
+    server: Arc<Server>,
+    link: Option<Link>,
+}
+
+impl VllmOmniBackend {
+    /// A slot of the server at `url`, usable when the server answers its `/health` and has not
+    /// just refused a session for want of a slot.
+    pub fn open(name: &str, url: &str, options: &[(String, String)]) -> Result<VllmOmniBackend, BackendError> {
+        let options = Options::parse(options)?;
+        let server = server::of(url);
+        server.usable(name, options.connect_timeout)?;
+        let control = Arc::new(Control {
+            force_listen: AtomicBool::new(false),
+            cancel: AtomicBool::new(false),
+            health_interval: options.health_interval,
+        });
+        let info = BackendInfo {
+            name: "vllm-omni".into(),
+            vision: true,
+            speech_output: true,
+            duplex: true,
+            // Its MiniCPM-o duplex sessions take audio only: no text turns to answer.
+            turn: false,
+            input_sample_rate: 16000,
+            output_sample_rate: 24000,
+            context_size: options.context_tokens,
+            // A step hands on what came within a unit, or what piled up since the last.
+            max_output_samples: 24000 * 16,
+            max_output_text_bytes: 16384,
+            abi_revision: 1,
+            transcripts: false,
+            token_details: false,
+            // Temperature and the answer's length are the only generation settings it takes.
+            settings: Vec::new(),
+            step_samples: 16000,
+            tools: false,
+        };
+        log::info!("worker {name}: vLLM-Omni at {url} is healthy");
+        Ok(VllmOmniBackend { name: name.to_string(), url: url.to_string(), options, info, control, server, link: None })
+    }
+
+    fn lost(&self, what: &str, e: impl std::fmt::Display) -> BackendError {
+        self.server.suspect();
+        BackendError::Crashed(format!("worker {} ({}): {what}: {e}", self.name, self.url))
+    }
+
+    /// A WebSocket to the server's duplex endpoint.
+    fn connect(&self) -> Result<Socket, BackendError> {
+        let host = self.url.trim_start_matches("http://");
+        let unreachable = |e: String| {
+            self.server.suspect();
+            BackendError::Unavailable(format!("{}{}: {e}", self.url, wire::PATH))
+        };
+        let addr = host
+            .to_socket_addrs()
+            .map_err(|e| unreachable(e.to_string()))?
+            .next()
+            .ok_or_else(|| unreachable("resolves to no address".into()))?;
+        let tcp =
+            TcpStream::connect_timeout(&addr, self.options.connect_timeout).map_err(|e| unreachable(e.to_string()))?;
+        let _ = tcp.set_nodelay(true);
+        tcp.set_read_timeout(Some(self.options.reply_timeout)).map_err(|e| unreachable(e.to_string()))?;
+        let request =
+            format!("ws://{host}{}", wire::PATH).into_client_request().map_err(|e| unreachable(e.to_string()))?;
+        let (socket, _) = tungstenite::client::client(request, tcp).map_err(|e| unreachable(e.to_string()))?;
+        Ok(socket)
+    }
+
+    /// The voice prompt: the client's (the voice to speak in, else its reference audio), else
+    /// the one the operator configured.
+    fn ref_audio(&self, setup: &SessionSetup) -> Result<Option<String>, BackendError> {
+        let samples = if setup.tts_ref_audio.is_empty() { &setup.ref_audio } else { &setup.tts_ref_audio };
+        if !samples.is_empty() {
+            return Ok(Some(wire::wav_data_url(&omni_actors::audio::encode_wav(samples, 16000))));
+        }
+        let Some(path) = &self.options.ref_audio else { return Ok(None) };
+        let wav = std::fs::read(path)
+            .map_err(|e| BackendError::Internal(format!("worker {}: ref_audio {}: {e}", self.name, path.display())))?;
+        Ok(Some(wire::wav_data_url(&wav)))
+    }
+
+    fn open_session(&mut self, setup: &SessionSetup) -> Result<(), BackendError> {
+        self.server.usable(&self.name, self.options.connect_timeout)?;
+        let update = wire::session_update(setup, self.ref_audio(setup)?, self.options.model.as_deref());
+        let mut socket = self.connect()?;
+        socket.send(Message::text(update)).map_err(|e| self.lost("session.update", e))?;
+        loop {
+            let event = match socket.read() {
+                Ok(Message::Text(text)) => wire::parse(&text).map_err(|e| self.lost("session.update", e))?,
+                Ok(Message::Close(frame)) => {
+                    return Err(self.lost("session.update", format!("closed before session.created ({frame:?})")));
+                }
+                Ok(_) => continue,
+                Err(tungstenite::Error::Io(io)) if matches!(io.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    let within = self.options.reply_timeout.as_secs_f64();
+                    return Err(self.lost("session.update", format!("no session.created within {within} s")));
+                }
+                Err(e) => return Err(self.lost("session.update", e)),
+            };
+            match event {
+                Event::Created { session_id } => {
+                    self.server.had_room();
+                    log::debug!("worker {}: vLLM-Omni session {session_id} open", self.name);
+                    self.link =
+                        Some(Link { socket, session_id, speaking: None, cancelled: VecDeque::new(), error: None });
+                    return Ok(());
+                }
+                Event::Error { code, message } if code == "resource_exhausted" => {
+                    self.server.full();
+                    return Err(BackendError::Unavailable(format!(
+                        "{} has no free session slot ({code}: {message})",
+                        self.url
+                    )));
+                }
+                Event::Error { code, message } => {
+                    return Err(BackendError::InvalidArgument(format!(
+                        "vLLM-Omni refused the session: {message} ({code})"
+                    )));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Ends the session on the server and waits for its `session.closed`, so that its slot is
+    /// free when this one is offered again.
+    fn close_session(&mut self) -> Result<(), BackendError> {
+        let Some(mut link) = self.link.take() else { return Ok(()) };
+        let deadline = Instant::now() + self.options.close_timeout;
+        let session_id = link.session_id.clone();
+        let unconfirmed = |why: String| {
+            BackendError::Internal(format!(
+                "{} did not confirm the end of session {session_id} ({why}): its slot may stay held for up to 35 s",
+                self.url
+            ))
+        };
+        link.send(wire::close()).map_err(|e| unconfirmed(e.to_string()))?;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(unconfirmed(format!("nothing within {} s", self.options.close_timeout.as_secs_f64())));
+            }
+            let _ = link.socket.get_ref().set_read_timeout(Some(left));
+            match link.socket.read() {
+                Ok(Message::Text(text)) => {
+                    if let Ok(Event::Ended { kind, .. }) = wire::parse(&text)
+                        && kind == "session.closed"
+                    {
+                        break;
+                    }
+                }
+                Ok(Message::Close(_)) => return Err(unconfirmed("closed without session.closed".into())),
+                Ok(_) => {}
+                Err(e) => return Err(unconfirmed(e.to_string())),
+            }
+        }
+        // The server closes the socket next; the close handshake is not waited for.
+        let _ = link.socket.close(None);
+        let _ = link.socket.flush();
+        log::debug!("worker {}: vLLM-Omni session {session_id} closed", self.name);
+        Ok(())
+    }
+
+    /// Reads the server's events into the step's piece until the unit's decision, for at most
+    /// the decision wait; an interrupt or force-listen seen meanwhile cancels the response.
+    fn collect(&mut self) -> Result<StepPiece, BackendError> {
+        let deadline = Instant::now() + self.options.decision_wait;
+        let mut got = Collected::default();
+        let mut link = self.link.take().ok_or_else(|| BackendError::BadState("no session is prepared".into()))?;
+        let result = loop {
+            if self.control.cancel.swap(false, Ordering::SeqCst) {
+                break link.cancel().map_err(|e| self.lost("response.cancel", e)).and(Err(BackendError::Interrupted));
+            }
+            let now = Instant::now();
+            // After the decision, only what is already there.
+            let wait = if got.decided && !got.voice_without_words {
+                Duration::from_millis(1)
+            } else if now >= deadline {
+                break Ok(());
+            } else {
+                (deadline - now).min(POLL)
+            };
+            let _ = link.socket.get_ref().set_read_timeout(Some(wait));
+            match link.socket.read() {
+                Ok(Message::Text(text)) => match wire::parse(&text) {
+                    Ok(event) => {
+                        if let Err(e) = self.absorb(&mut link, &mut got, event) {
+                            break Err(e);
+                        }
+                    }
+                    Err(e) => break Err(self.lost("an event", e)),
+                },
+                Ok(Message::Close(frame)) => break Err(self.lost("step", format!("the server closed ({frame:?})"))),
+                Ok(_) => {}
+                Err(tungstenite::Error::Io(io)) if matches!(io.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    if got.decided && !got.voice_without_words {
+                        break Ok(());
+                    }
+                }
+                Err(e) => break Err(self.lost("step", e)),
+            }
+        };
+        match result {
+            Err(e @ BackendError::Crashed(_)) => Err(e),
+            other => {
+                // The voice handed on counts as played.
+                if let Some((id, samples)) = got.played.take()
+                    && let Err(e) = link.send(wire::playback_ack(&id, samples / 24))
+                {
+                    return Err(self.lost("playback.ack", e));
+                }
+                let stashed = link.error.take();
+                self.link = Some(link);
+                other?;
+                match stashed {
+                    Some(e) if got.piece.audio.is_empty() && got.piece.text.is_empty() => Err(e),
+                    Some(e) => {
+                        self.link.as_mut().expect("just put back").error = Some(e);
+                        Ok(got.piece)
+                    }
+                    None => Ok(got.piece),
+                }
+            }
+        }
+    }
+
+    /// One server event into the step's piece.
+    fn absorb(&self, link: &mut Link, got: &mut Collected, event: Event) -> Result<(), BackendError> {
+        match event {
+            Event::ResponseCreated { id } => link.speaking = Some(Speaking { id, sent_samples: 0 }),
+            Event::Audio { response_id, samples, end_of_turn } if !link.is_cancelled(&response_id) => {
+                if let Some(s) = link.speaking.as_mut().filter(|s| s.id == response_id) {
+                    s.sent_samples += samples.len() as u64;
+                    got.played = Some((s.id.clone(), s.sent_samples));
+                }
+                got.piece.kind = StepKind::Speak;
+                got.piece.audio.extend_from_slice(&samples);
+                got.piece.end_of_turn |= end_of_turn;
+                got.voice_without_words = true;
+            }
+            Event::Text { response_id, text } if !link.is_cancelled(&response_id) => {
+                if !text.is_empty() {
+                    got.piece.kind = StepKind::Speak;
+                    got.piece.text.push_str(&text);
+                }
+                got.voice_without_words = false;
+                got.decided = true;
+            }
+            Event::Listen { response_id } => {
+                // With a response: its end (the model listens again).
+                if let Some(id) = response_id
+                    && !link.is_cancelled(&id)
+                    && got.piece.kind == StepKind::Speak
+                {
+                    got.piece.end_of_turn = true;
+                }
+                got.decided = true;
+            }
+            Event::Done { id, status, reason } => {
+                if link.speaking.as_ref().is_some_and(|s| s.id == id) {
+                    link.speaking = None;
+                }
+                match status.as_str() {
+                    "failed" => {
+                        let e = BackendError::Inference(format!("vLLM-Omni: the answer failed ({reason})"));
+                        if got.piece.audio.is_empty() && got.piece.text.is_empty() {
+                            return Err(e);
+                        }
+                        link.error = Some(e);
+                    }
+                    "cancelled" => {}
+                    _ if !link.is_cancelled(&id) && got.piece.kind == StepKind::Speak => got.piece.end_of_turn = true,
+                    _ => {}
+                }
+                // Not a unit's decision: it follows the last piece, or answers a cancel.
+            }
+            Event::Error { code, message } if OWN_ERRORS.contains(&code.as_str()) => {
+                log::debug!("worker {}: vLLM-Omni: {message} ({code})", self.name);
+            }
+            Event::Error { code, message } => {
+                // Errors do not end a vLLM-Omni session: the step (or the next) tells it.
+                let e = BackendError::Inference(format!("vLLM-Omni: {message} ({code})"));
+                if got.piece.audio.is_empty() && got.piece.text.is_empty() {
+                    return Err(e);
+                }
+                link.error = Some(e);
+            }
+            Event::Ended { kind, reason } => {
+                return Err(
+                    self.lost("session", format!("the server ended session {} ({kind}: {reason})", link.session_id))
+                );
+            }
+            Event::Created { .. } | Event::Audio { .. } | Event::Text { .. } | Event::Other => {}
+        }
+        Ok(())
+    }
+}
+
+impl Backend for VllmOmniBackend {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn prepare(&mut self, setup: &SessionSetup) -> Result<(), BackendError> {
+        self.close_session()?;
+        if setup.kind != SessionKind::Duplex {
+            return Err(BackendError::Unsupported("vLLM-Omni's duplex sessions answer no text turns".into()));
+        }
+        self.control.force_listen.store(false, Ordering::SeqCst);
+        self.control.cancel.store(false, Ordering::SeqCst);
+        self.open_session(setup)
+    }
+
+    fn reset(&mut self) -> Result<(), BackendError> {
+        self.control.cancel.store(false, Ordering::SeqCst);
+        self.close_session()
+    }
+
+    fn duplex_prefill(&mut self, _: &DuplexChunk) -> Result<(), BackendError> {
+        Err(BackendError::BadState("a vLLM-Omni step is one call (duplex_step)".into()))
+    }
+
+    fn duplex_generate(&mut self) -> Result<StepPiece, BackendError> {
+        Err(BackendError::BadState("a vLLM-Omni step is one call (duplex_step)".into()))
+    }
+
+    fn duplex_drain(&mut self) -> Result<Option<StepPiece>, BackendError> {
+        Ok(None)
+    }
+
+    fn duplex_finalize(&mut self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn duplex_step(&mut self, chunk: &DuplexChunk) -> Result<StepOutcome, BackendError> {
+        let asked = self.control.force_listen.swap(false, Ordering::SeqCst);
+        let force = chunk.force_listen || asked;
+        // An interrupt that came between steps.
+        let interrupted = self.control.cancel.swap(false, Ordering::SeqCst);
+        let link = self.link.as_mut().ok_or_else(|| BackendError::BadState("no session is prepared".into()))?;
+        // Force-listen ends the speech now too (the unit's flag alone would leave the server's
+        // own silence units speaking on).
+        let sent = if force || interrupted { link.cancel() } else { Ok(()) }
+            .and_then(|_| link.send(wire::append(chunk, force)));
+        if let Err(e) = sent {
+            return Err(self.lost("input_audio_buffer.append", e));
+        }
+        Ok(StepOutcome::from_first(self.collect()?))
+    }
+
+    fn turn_prefill(&mut self, _: &TurnInput) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported("vLLM-Omni's duplex sessions answer no text turns".into()))
+    }
+
+    fn turn_generate(&mut self) -> Result<TurnPiece, BackendError> {
+        Err(BackendError::Unsupported("vLLM-Omni's duplex sessions answer no text turns".into()))
+    }
+
+    /// Asked only while no session runs; the slots of a server share the answer.
+    fn check_idle(&mut self) -> Result<(), BackendError> {
+        self.server.healthy(&self.name, self.options.connect_timeout)
+    }
+
+    fn control(&self) -> Arc<dyn BackendControl> {
+        self.control.clone()
+    }
+}
+
+impl Drop for VllmOmniBackend {
+    fn drop(&mut self) {
+        if let Err(e) = self.close_session() {
+            log::warn!("worker {}: {e}", self.name);
+        }
+    }
+}

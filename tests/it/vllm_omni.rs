@@ -1,0 +1,240 @@
+//! `backend = "vllm-omni"`: the gateway in front of vLLM-Omni servers, each session slot a
+//! worker, over real sockets through a mock of the server written from its contract
+//! (`common::vllm_omni`): the dialects through it, the voice prompt and the close of every
+//! session, the queue in front of its slots, capacity taken by someone else, interrupts as
+//! its cancel, its errors, and the server dying and coming back.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::common::*;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+/// A WAV voice prompt in a directory that lives as long as the test.
+fn voice() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("voice.wav");
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(&path, spec).unwrap();
+    for i in 0..16000 {
+        w.write_sample(((i as f32 * 0.03).sin() * 8000.0) as i16).unwrap();
+    }
+    w.finalize().unwrap();
+    (dir, path)
+}
+
+fn gateway(mock: &MockVllm, count: usize, voice: &std::path::Path) -> Server {
+    let options = format!("ref_audio = \"{}\"", voice.display());
+    Server::ready(Setup::default().workers(mock.entry("vo", count, &options)))
+}
+
+/// Sends a chunk and reads the deltas answering it.
+async fn step(c: &mut Client, audio: &[f32], n: usize) -> Vec<Value> {
+    c.send(append(audio)).await;
+    answer_to(c, &format!("input_{n}")).await
+}
+
+/// A MiniCPM-o-dialect client that heard the mock's first reply (a voiced unit, then a quiet
+/// one), with its chunks numbered from 1.
+async fn hears_a_reply(c: &mut Client) {
+    assert_eq!(kinds(&step(c, &quiet(), 1).await), ["listen"]);
+    assert_eq!(kinds(&step(c, &loud(), 2).await), ["listen"]);
+    let reply = step(c, &quiet(), 3).await;
+    assert_eq!(kinds(&reply), ["text", "audio"], "{reply:?}");
+    assert_eq!(reply[0]["text"], "Mock reply 1.");
+    assert_eq!(pcm_of(&reply[1]["audio"]).len(), 24000, "a second of the model's voice at 24 kHz");
+}
+
+async fn close(mut c: Client) {
+    c.send(json!({"type": "session.close"})).await;
+    c.until("session.closed").await;
+}
+
+/// The session objects the mock opened carried the voice prompt as a WAV data URL, and every
+/// session it opened was closed with `session.close` (none left to its 30 s hold).
+fn every_session_had_a_voice_and_was_closed(mock: &MockVllm, opened: usize) {
+    mock.wait_for(|s| s.opened.len() == opened && s.closed == opened, |_| ());
+    mock.with(|s| {
+        assert_eq!(s.dropped, 0, "no socket dropped without session.close");
+        assert_eq!(s.autostarts, 0, "never ?model= without autostart=0");
+        for session in &s.opened {
+            let voice = session["ref_audio"].as_str().unwrap();
+            assert!(voice.starts_with("data:audio/wav;base64,"), "{}", &voice[..40.min(voice.len())]);
+            assert_eq!(session["input_audio_format"], "pcm_f32le");
+            assert_eq!(session["extra_body"]["auto_response"], true);
+        }
+    });
+}
+
+#[tokio::test]
+async fn a_minicpm_and_an_openai_session_hear_the_model_through_vllm_omni() {
+    let mock = MockVllm::start(2);
+    let (_dir, wav) = voice();
+    let server = gateway(&mock, 2, &wav);
+    assert_eq!(server.status()["workers"][0]["backend"], format!("vllm-omni {}", mock.url()));
+
+    let mut c = active(&server, "audio").await;
+    hears_a_reply(&mut c).await;
+    let last = step(&mut c, &quiet(), 4).await;
+    assert_eq!(last.last().unwrap()["end_of_turn"], true, "{last:?}");
+    assert_eq!(last[0]["text"], " Done.");
+    // Camera frames ride the unit they came with.
+    let mut v = active(&server, "video").await;
+    v.send(append_with(&quiet(), json!({"video_frames": [jpeg_b64()]}))).await;
+    answer_to(&mut v, "input_1").await;
+    assert_eq!(mock.with(|s| s.frames), 1);
+    close(v).await;
+    close(c).await;
+    assert_eq!(mock.with(|s| s.opened[0]["instructions"].clone()), "You are a test.");
+    assert!(mock.with(|s| s.acks) >= 2, "the voice handed on is acknowledged as played");
+
+    let mut o = Client::connect(&server.url("/v1/realtime?model=omni")).await;
+    o.until("session.created").await;
+    for seconds in [(1.0, 0.5), (1.0, 0.0), (1.0, 0.0)] {
+        o.send(json!({"type": "input_audio_buffer.append", "audio": pcm16(seconds.0, 24000, seconds.1)})).await;
+    }
+    let delta = o.until("response.output_audio.delta").await;
+    assert!(!delta["delta"].as_str().unwrap().is_empty());
+    let transcript = o.until("response.output_audio_transcript.done").await;
+    assert!(transcript["transcript"].as_str().unwrap().starts_with("Mock reply 1."), "{transcript}");
+    drop(o);
+    server.wait_idle();
+    every_session_had_a_voice_and_was_closed(&mock, 3);
+}
+
+#[tokio::test]
+async fn three_clients_on_two_slots_the_third_waits_and_is_served_never_refused() {
+    let mock = MockVllm::start(2);
+    let (_dir, wav) = voice();
+    let server = gateway(&mock, 2, &wav);
+    let a = active(&server, "audio").await;
+    let b = active(&server, "audio").await;
+    let mut third = Client::connect(&server.url("/v1/realtime?mode=audio")).await;
+    assert_eq!(third.expect("session.queued").await["position"], 1);
+    close(a).await;
+    third.until("session.queue_done").await;
+    third.send(json!({"type": "session.init", "payload": {"system_prompt": "Third."}})).await;
+    third.expect("session.created").await;
+    hears_a_reply(&mut third).await;
+    assert_eq!(mock.with(|s| s.refused), 0, "the gateway never asked a full server");
+    close(third).await;
+    close(b).await;
+    every_session_had_a_voice_and_was_closed(&mock, 3);
+}
+
+/// Someone else (a direct client) holds one of the server's slots, and drops its socket without
+/// `session.close`: the server holds that slot. The gateway's second client is refused by the
+/// server at prepare (`resource_exhausted`), keeps its place at the head of the queue, and is
+/// served once the hold ends; `/status` shows the slot retried meanwhile.
+#[tokio::test]
+async fn a_slot_taken_by_someone_else_keeps_the_client_queued_until_it_is_free() {
+    let mock = MockVllm::start(2);
+    mock.with(|s| s.hold = Duration::from_secs(3));
+    let (_dir, wav) = voice();
+    let server = gateway(&mock, 2, &wav);
+    let wav_b64 = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(std::fs::read(&wav).unwrap())
+    };
+    let (mut direct, _) =
+        tokio_tungstenite::connect_async(format!("ws://{}/v1/realtime?duplex=1", mock.addr)).await.unwrap();
+    let update =
+        json!({"type": "session.update", "session": {"ref_audio": format!("data:audio/wav;base64,{wav_b64}")}});
+    futures_util::SinkExt::send(&mut direct, tokio_tungstenite::tungstenite::Message::text(update.to_string()))
+        .await
+        .unwrap();
+    let created: Value = serde_json::from_str(direct.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
+    assert_eq!(created["type"], "session.created");
+    drop(direct); // dropped without session.close: the server holds its slot
+
+    let first = active(&server, "audio").await;
+    let mut second = connected(&server, "audio").await;
+    second.send(json!({"type": "session.init", "payload": {"system_prompt": "Wait for me."}})).await;
+    let held = server.wait_status("a slot retried", WAIT, |s| {
+        s["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["failure"].as_str().is_some_and(|f| f.contains("resource_exhausted")))
+    });
+    assert!(held.to_string().contains("no free session slot"), "{held}");
+    // No error: the client waits, and is served once the server frees the held slot.
+    second.expect("session.created").await;
+    assert!(mock.with(|s| s.refused) >= 1);
+    hears_a_reply(&mut second).await;
+    server.wait_log("back to the head of the queue", WAIT);
+    close(second).await;
+    close(first).await;
+    mock.wait_for(|s| s.admitted == 0, |_| ());
+}
+
+#[tokio::test]
+async fn an_interrupt_reaches_vllm_omni_as_its_cancel_and_nothing_of_the_answer_comes_after() {
+    let mock = MockVllm::start(1);
+    let (_dir, wav) = voice();
+    let server = gateway(&mock, 1, &wav);
+    let mut c = active(&server, "audio").await;
+    hears_a_reply(&mut c).await;
+    // The client barges in: force-listen on its next chunk.
+    c.send(append_with(&quiet(), json!({"force_listen": true}))).await;
+    let after = answer_to(&mut c, "input_4").await;
+    assert_eq!(kinds(&after), ["listen"], "nothing of the cancelled answer: {after:?}");
+    mock.wait_for(|s| s.cancels == 1, |_| ());
+    assert_eq!(mock.with(|s| s.forced), 1);
+    // The session goes on: a new question, a new answer.
+    assert_eq!(kinds(&step(&mut c, &loud(), 5).await), ["listen"]);
+    let again = step(&mut c, &quiet(), 6).await;
+    assert_eq!(again[0]["text"], "Mock reply 2.", "{again:?}");
+    close(c).await;
+    every_session_had_a_voice_and_was_closed(&mock, 1);
+}
+
+#[tokio::test]
+async fn the_servers_errors_reach_the_client_with_their_code_and_the_session_goes_on() {
+    let mock = MockVllm::start(1);
+    let (_dir, wav) = voice();
+    let server = gateway(&mock, 1, &wav);
+    let mut c = active(&server, "audio").await;
+    mock.with(|s| s.error_next_unit = Some("input_backpressure".into()));
+    c.send(append(&quiet())).await;
+    let e = c.until("error").await;
+    assert!(e["error"]["message"].as_str().unwrap().contains("input_backpressure"), "{e}");
+    assert_eq!(kinds(&step(&mut c, &quiet(), 2).await), ["listen"]);
+    close(c).await;
+
+    // The trap the gateway avoids (autostart=0), as the server sets it.
+    let (mut trapped, _) =
+        tokio_tungstenite::connect_async(format!("ws://{}/v1/realtime?duplex=1&model=m", mock.addr)).await.unwrap();
+    let said: Value = serde_json::from_str(trapped.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
+    assert_eq!(said["error"]["code"], "ref_audio_required");
+    assert_eq!(mock.with(|s| s.opened.len()), 1, "the gateway's session only");
+}
+
+#[tokio::test]
+async fn a_server_that_dies_ends_its_session_with_backend_error_and_its_slots_come_back_with_it() {
+    let mock = MockVllm::start(2);
+    let (_dir, wav) = voice();
+    let server = gateway(&mock, 2, &wav);
+    let mut c = active(&server, "audio").await;
+    assert_eq!(kinds(&step(&mut c, &quiet(), 1).await), ["listen"]);
+    mock.kill();
+    c.send(append(&quiet())).await;
+    assert_eq!(c.until("session.closed").await["reason"], "backend_error");
+    assert_eq!(c.closed().await, Some(1011));
+    // Both slots out while it is down (the idle one finds out from /health).
+    server
+        .wait_status("both slots out", WAIT, |s| s["workers"].as_array().unwrap().iter().all(|w| w["state"] != "idle"));
+    mock.revive();
+    server.wait_status("both slots back", Duration::from_secs(40), |s| {
+        s["workers"].as_array().unwrap().iter().all(|w| w["state"] == "idle")
+    });
+    let mut again = active(&server, "audio").await;
+    hears_a_reply(&mut again).await;
+    close(again).await;
+}
