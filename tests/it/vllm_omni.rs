@@ -238,3 +238,64 @@ async fn a_server_that_dies_ends_its_session_with_backend_error_and_its_slots_co
     hears_a_reply(&mut again).await;
     close(again).await;
 }
+
+/// The connection to the server breaks while the server lives (a network fault): the session
+/// ends with `backend_error`, and the slot is not left to the server's 30 s hold: the session
+/// is taken back on a new connection (`session.resume`) and closed.
+#[tokio::test]
+async fn a_session_whose_connection_breaks_is_taken_back_and_closed_not_left_held() {
+    let mock = MockVllm::start(1);
+    let proxy = Proxy::start(mock.addr);
+    let (_dir, wav) = voice();
+    let entry = mock
+        .entry("vo", 1, &format!("ref_audio = \"{}\"", wav.display()))
+        .replace(&mock.url(), &format!("http://{}", proxy.addr));
+    let server = Server::ready(Setup::default().workers(entry));
+    let mut c = active(&server, "audio").await;
+    assert_eq!(kinds(&step(&mut c, &quiet(), 1).await), ["listen"]);
+    proxy.cut();
+    proxy.restore();
+    c.send(append(&quiet())).await;
+    assert_eq!(c.until("session.closed").await["reason"], "backend_error");
+    // Taken back and closed at once, not held for the server's 30 s.
+    mock.wait_for(|s| s.resumed == 1 && s.closed == 1 && s.admitted == 0, |_| ());
+    server.wait_log("taken back and closed", WAIT);
+    let mut again = active(&server, "audio").await;
+    hears_a_reply(&mut again).await;
+    close(again).await;
+}
+
+/// The operators' script (scripts/vllm_omni_check.sh), run here against the mock as an
+/// operator runs it against a real server: every scenario passes.
+#[tokio::test]
+async fn the_operators_check_passes_against_the_mock() {
+    if !needs(&[Need::Sdks]) {
+        return;
+    }
+    let mock = MockVllm::start(2);
+    let (dir, wav) = voice();
+    // A "question": two voiced seconds (the mock answers a voiced unit followed by a quiet one).
+    let question = dir.path().join("question.wav");
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(&question, spec).unwrap();
+    for i in 0..32000 {
+        w.write_sample(((i as f32 * 0.05).sin() * 12000.0) as i16).unwrap();
+    }
+    w.finalize().unwrap();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let out = tokio::process::Command::new(root.join("scripts/vllm_omni_check.sh"))
+        .args([mock.url(), "2".into(), wav.display().to_string(), question.display().to_string()])
+        .env("OMNI_BIN", env!("CARGO_BIN_EXE_omni-gateway"))
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(said.lines().filter(|l| l.starts_with("PASS ")).count(), 5, "{said}");
+    mock.with(|s| assert_eq!(s.closed, s.opened.len(), "every session closed: {s:?}"));
+}

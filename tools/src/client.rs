@@ -145,6 +145,55 @@ pub fn worker_chunk_event(samples: &[f32], frames: &[String], force_listen: bool
     typed("audio_chunk", event)
 }
 
+/// vLLM-Omni's opening `session.update` as the gateway's `vllm-omni` backend sends it, with a
+/// tenth of a second of silence as the voice prompt.
+pub fn vllm_session_event(instructions: &str) -> String {
+    let mut wav = Vec::new();
+    let mut w = hound::WavWriter::new(
+        std::io::Cursor::new(&mut wav),
+        hound::WavSpec {
+            channels: 1,
+            sample_rate: 16000,
+            bits_per_sample: 16,
+            sample_format: hound::SampleFormat::Int,
+        },
+    )
+    .expect("a WAV header");
+    for _ in 0..1600 {
+        w.write_sample(0i16).expect("a sample");
+    }
+    w.finalize().expect("a WAV file");
+    json!({"type": "session.update", "session": {
+        "modalities": ["text", "audio"], "instructions": instructions,
+        "input_audio_format": "pcm_f32le", "sample_rate_hz": 16000, "output_audio_format": "pcm16",
+        "turn_detection": null, "overlap_policy": "listen_only",
+        "extra_body": {"auto_response": true, "force_listen_count": 0},
+        "ref_audio": format!("data:audio/wav;base64,{}", STANDARD.encode(&wav)),
+    }})
+    .to_string()
+}
+
+/// vLLM-Omni's `input_audio_buffer.append` of float32 at 16 kHz, frames as bare base64.
+pub fn vllm_append_event(samples: &[f32], frames: &[String], force_listen: bool) -> String {
+    let mut event = json!({"audio": b64_f32(samples)});
+    if force_listen {
+        event["force_listen"] = json!(true);
+    }
+    if !frames.is_empty() {
+        event["video_frames"] = json!(frames);
+    }
+    typed("input_audio_buffer.append", event)
+}
+
+/// Connects to a vLLM-Omni server's duplex endpoint (`base`: `ws://host:port`).
+pub async fn connect_vllm(base: &str) -> Result<Ws, String> {
+    let url = format!("{}/v1/realtime?duplex=1&autostart=0", base.trim_end_matches('/'));
+    let (ws, _) = tokio_tungstenite::connect_async_with_config(url.as_str(), None, true)
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    Ok(ws)
+}
+
 /// Connects to a MiniCPM-o model worker's `/ws/duplex` (`base`: `ws://host:port`).
 pub async fn connect_worker(base: &str) -> Result<Ws, String> {
     let url = format!("{}/ws/duplex", base.trim_end_matches('/'));

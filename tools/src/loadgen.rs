@@ -7,7 +7,8 @@
 //! `session.queue_done`, how fast position updates reach waiting clients after a change,
 //! connect failures, errors by code and dropped chunks. Prints a live progress line and
 //! p50/p90/p99/max, and writes everything as JSON. `--target worker` sends the same load
-//! straight to MiniCPM-o model workers, in their own protocol (answers in order, no queue).
+//! straight to MiniCPM-o model workers, in their own protocol (answers in order, no queue);
+//! `--target vllm-omni` to vLLM-Omni servers' duplex endpoints.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
@@ -96,6 +97,10 @@ pub enum Target {
     Gateway,
     /// MiniCPM-o model workers, no gateway between.
     Worker,
+    /// vLLM-Omni servers' duplex endpoints, no gateway between (`session.update`,
+    /// `input_audio_buffer.append` of float32, `session.close`): the path the gateway's
+    /// `vllm-omni` backend is measured against. `--url` names each server once per slot.
+    VllmOmni,
 }
 
 /// Prepared events, shared by every session.
@@ -207,25 +212,27 @@ async fn loadgen(args: LoadgenArgs) -> Result<(), String> {
     let frame = vec![client::TINY_JPEG.to_string()];
     let frames: &[String] = if args.frames { &frame } else { &[] };
     let (loud, quiet) = (client::second(true), client::second(false));
-    let worker = args.target == Target::Worker;
     let ev = |samples: &[f32], force: bool| {
-        Utf8Bytes::from(match worker {
-            true => client::worker_chunk_event(samples, frames, force),
-            false => client::chunk_event(args.dialect, samples, frames, force),
+        Utf8Bytes::from(match args.target {
+            Target::Worker => client::worker_chunk_event(samples, frames, force),
+            Target::VllmOmni => client::vllm_append_event(samples, frames, force),
+            Target::Gateway => client::chunk_event(args.dialect, samples, frames, force),
         })
     };
     let events = Events {
-        init: Utf8Bytes::from(match worker {
-            true => client::worker_prepare_event("You are a test."),
-            false => client::init_event(args.dialect, "You are a test."),
+        init: Utf8Bytes::from(match args.target {
+            Target::Worker => client::worker_prepare_event("You are a test."),
+            Target::VllmOmni => client::vllm_session_event("You are a test."),
+            Target::Gateway => client::init_event(args.dialect, "You are a test."),
         }),
         loud: ev(&loud, false),
         quiet: ev(&quiet, false),
         loud_forced: ev(&loud, true),
         quiet_forced: ev(&quiet, true),
-        close: Utf8Bytes::from(match worker {
-            true => json!({"type": "stop"}).to_string(),
-            false => client::close_event(),
+        close: Utf8Bytes::from(match args.target {
+            Target::Worker => json!({"type": "stop"}).to_string(),
+            Target::VllmOmni => json!({"type": "session.close"}).to_string(),
+            Target::Gateway => client::close_event(),
         }),
     };
     let lifetime = match (args.rejoin, args.run_time > 0.0) {
@@ -428,11 +435,13 @@ async fn session(shared: Arc<Shared>) {
     let began = Instant::now();
     let urls: Vec<&str> = a.url.split(',').collect();
     let url = urls[(nth - 1) % urls.len()];
-    let worker = a.target == Target::Worker;
+    // Spoken to directly: no queue, prepared at once, answers in order.
+    let worker = a.target != Target::Gateway;
     let connect = async {
-        match worker {
-            true => client::connect_worker(url).await,
-            false => client::connect(url, &a.mode, a.api_key.as_deref()).await,
+        match a.target {
+            Target::Worker => client::connect_worker(url).await,
+            Target::VllmOmni => client::connect_vllm(url).await,
+            Target::Gateway => client::connect(url, &a.mode, a.api_key.as_deref()).await,
         }
     };
     let ws = match tokio::time::timeout(Duration::from_secs(30), connect).await {

@@ -353,7 +353,7 @@ impl Metrics {
             remote_worker_health: counter_vec(
                 &r,
                 "omni_remote_worker_health_total",
-                "Health checks of remote MiniCPM-o workers, by their answer",
+                "Health checks of remote MiniCPM-o workers and vLLM-Omni servers, by their answer",
                 &["worker", "status"],
             ),
             subscriber_dropped: counter_vec(

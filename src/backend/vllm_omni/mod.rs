@@ -94,10 +94,22 @@ struct Speaking {
     sent_samples: u64,
 }
 
+/// A session whose connection was lost: what takes it back, to close it.
+#[derive(Debug, Clone)]
+struct Orphan {
+    session_id: String,
+    resume_token: String,
+    /// The last event received.
+    seq: u64,
+}
+
 /// One session on the server.
 struct Link {
     socket: Socket,
     session_id: String,
+    resume_token: String,
+    /// The last `server_event_seq` received.
+    seq: u64,
     speaking: Option<Speaking>,
     cancelled: VecDeque<String>,
     /// An error that came after a step's output: told with the next step.
@@ -123,6 +135,10 @@ impl Link {
     fn is_cancelled(&self, response_id: &str) -> bool {
         self.cancelled.iter().any(|id| id == response_id)
     }
+
+    fn orphan(&self) -> Orphan {
+        Orphan { session_id: self.session_id.clone(), resume_token: self.resume_token.clone(), seq: self.seq }
+    }
 }
 
 /// What a step's collected events came to.
@@ -146,6 +162,8 @@ pub struct VllmOmniBackend {
     control: Arc<Control>,
     server: Arc<Server>,
     link: Option<Link>,
+    /// A session whose connection was lost, to be taken back and closed.
+    orphan: Option<Orphan>,
 }
 
 impl VllmOmniBackend {
@@ -182,7 +200,8 @@ impl VllmOmniBackend {
             tools: false,
         };
         log::info!("worker {name}: vLLM-Omni at {url} is healthy");
-        Ok(VllmOmniBackend { name: name.to_string(), url: url.to_string(), options, info, control, server, link: None })
+        let name = name.to_string();
+        Ok(VllmOmniBackend { name, url: url.to_string(), options, info, control, server, link: None, orphan: None })
     }
 
     fn lost(&self, what: &str, e: impl std::fmt::Display) -> BackendError {
@@ -232,7 +251,7 @@ impl VllmOmniBackend {
         socket.send(Message::text(update)).map_err(|e| self.lost("session.update", e))?;
         loop {
             let event = match socket.read() {
-                Ok(Message::Text(text)) => wire::parse(&text).map_err(|e| self.lost("session.update", e))?,
+                Ok(Message::Text(text)) => wire::parse(&text).map_err(|e| self.lost("session.update", e))?.0,
                 Ok(Message::Close(frame)) => {
                     return Err(self.lost("session.update", format!("closed before session.created ({frame:?})")));
                 }
@@ -244,11 +263,18 @@ impl VllmOmniBackend {
                 Err(e) => return Err(self.lost("session.update", e)),
             };
             match event {
-                Event::Created { session_id } => {
+                Event::Created { session_id, resume_token } => {
                     self.server.had_room();
                     log::debug!("worker {}: vLLM-Omni session {session_id} open", self.name);
-                    self.link =
-                        Some(Link { socket, session_id, speaking: None, cancelled: VecDeque::new(), error: None });
+                    self.link = Some(Link {
+                        socket,
+                        session_id,
+                        resume_token,
+                        seq: 0,
+                        speaking: None,
+                        cancelled: VecDeque::new(),
+                        error: None,
+                    });
                     return Ok(());
                 }
                 Event::Error { code, message } if code == "resource_exhausted" => {
@@ -274,6 +300,8 @@ impl VllmOmniBackend {
         let Some(mut link) = self.link.take() else { return Ok(()) };
         let deadline = Instant::now() + self.options.close_timeout;
         let session_id = link.session_id.clone();
+        // Unconfirmed, it is taken back on a new connection to be closed.
+        self.orphan = Some(link.orphan());
         let unconfirmed = |why: String| {
             BackendError::Internal(format!(
                 "{} did not confirm the end of session {session_id} ({why}): its slot may stay held for up to 35 s",
@@ -289,7 +317,7 @@ impl VllmOmniBackend {
             let _ = link.socket.get_ref().set_read_timeout(Some(left));
             match link.socket.read() {
                 Ok(Message::Text(text)) => {
-                    if let Ok(Event::Ended { kind, .. }) = wire::parse(&text)
+                    if let Ok((Event::Ended { kind, .. }, _)) = wire::parse(&text)
                         && kind == "session.closed"
                     {
                         break;
@@ -300,11 +328,46 @@ impl VllmOmniBackend {
                 Err(e) => return Err(unconfirmed(e.to_string())),
             }
         }
+        self.orphan = None;
         // The server closes the socket next; the close handshake is not waited for.
         let _ = link.socket.close(None);
         let _ = link.socket.flush();
         log::debug!("worker {}: vLLM-Omni session {session_id} closed", self.name);
         Ok(())
+    }
+
+    /// Takes a session whose connection was lost back on a new one and closes it, so that the
+    /// server does not hold its slot for 30 to 35 s. A server that cannot be reached holds
+    /// nothing (it died, or its grace ends it); one that refuses the token has ended it.
+    fn close_orphan(&mut self) {
+        let Some(o) = self.orphan.take() else { return };
+        let said = |what: &str| log::info!("worker {}: vLLM-Omni session {} {what}", self.name, o.session_id);
+        let Ok(mut socket) = self.connect() else {
+            return said("was lost with its connection, and the server cannot be reached to close it");
+        };
+        let _ = socket.get_ref().set_read_timeout(Some(self.options.close_timeout));
+        let mut step = |send: String, until: fn(&Event) -> bool| -> Result<(), String> {
+            socket.send(Message::text(send)).map_err(|e| e.to_string())?;
+            loop {
+                match socket.read().map_err(|e| e.to_string())? {
+                    Message::Text(text) => match wire::parse(&text).map_err(|e| e.to_string())?.0 {
+                        Event::Error { code, message } => return Err(format!("{message} ({code})")),
+                        Event::Ended { kind, .. } if kind != "session.closed" => return Err(kind),
+                        e if until(&e) => return Ok(()),
+                        _ => {}
+                    },
+                    Message::Close(_) => return Err("closed".into()),
+                    _ => {}
+                }
+            }
+        };
+        let closed = step(wire::resume(&o.session_id, &o.resume_token, o.seq), |e| matches!(e, Event::Resumed))
+            .and_then(|_| step(wire::close(), |e| matches!(e, Event::Ended { kind, .. } if kind == "session.closed")));
+        match closed {
+            Ok(()) => said("was lost with its connection: taken back and closed"),
+            Err(why) => said(&format!("was lost with its connection, and could not be taken back to close it ({why})")),
+        }
+        let _ = socket.close(None);
     }
 
     /// Reads the server's events into the step's piece until the unit's decision, for at most
@@ -318,18 +381,21 @@ impl VllmOmniBackend {
                 break link.cancel().map_err(|e| self.lost("response.cancel", e)).and(Err(BackendError::Interrupted));
             }
             let now = Instant::now();
-            // After the decision, only what is already there.
-            let wait = if got.decided && !got.voice_without_words {
-                Duration::from_millis(1)
-            } else if now >= deadline {
+            // After the decision, only what is already there: a read that does not wait (a
+            // timeout of a millisecond would wait a scheduler tick, up to 10 ms).
+            let settled = got.decided && !got.voice_without_words;
+            if !settled && now >= deadline {
                 break Ok(());
-            } else {
-                (deadline - now).min(POLL)
-            };
-            let _ = link.socket.get_ref().set_read_timeout(Some(wait));
+            }
+            let tcp = link.socket.get_ref();
+            let _ = tcp.set_nonblocking(settled);
+            if !settled {
+                let _ = tcp.set_read_timeout(Some((deadline - now).min(POLL)));
+            }
             match link.socket.read() {
                 Ok(Message::Text(text)) => match wire::parse(&text) {
-                    Ok(event) => {
+                    Ok((event, seq)) => {
+                        link.seq = seq.unwrap_or(link.seq);
                         if let Err(e) = self.absorb(&mut link, &mut got, event) {
                             break Err(e);
                         }
@@ -346,8 +412,12 @@ impl VllmOmniBackend {
                 Err(e) => break Err(self.lost("step", e)),
             }
         };
+        let _ = link.socket.get_ref().set_nonblocking(false);
         match result {
-            Err(e @ BackendError::Crashed(_)) => Err(e),
+            Err(e @ BackendError::Crashed(_)) => {
+                self.orphan = Some(link.orphan());
+                Err(e)
+            }
             other => {
                 // The voice handed on counts as played.
                 if let Some((id, samples)) = got.played.take()
@@ -436,7 +506,7 @@ impl VllmOmniBackend {
                     self.lost("session", format!("the server ended session {} ({kind}: {reason})", link.session_id))
                 );
             }
-            Event::Created { .. } | Event::Audio { .. } | Event::Text { .. } | Event::Other => {}
+            Event::Created { .. } | Event::Resumed | Event::Audio { .. } | Event::Text { .. } | Event::Other => {}
         }
         Ok(())
     }
@@ -448,7 +518,9 @@ impl Backend for VllmOmniBackend {
     }
 
     fn prepare(&mut self, setup: &SessionSetup) -> Result<(), BackendError> {
-        self.close_session()?;
+        let closed = self.close_session();
+        self.close_orphan();
+        closed?;
         if setup.kind != SessionKind::Duplex {
             return Err(BackendError::Unsupported("vLLM-Omni's duplex sessions answer no text turns".into()));
         }
@@ -459,7 +531,9 @@ impl Backend for VllmOmniBackend {
 
     fn reset(&mut self) -> Result<(), BackendError> {
         self.control.cancel.store(false, Ordering::SeqCst);
-        self.close_session()
+        let closed = self.close_session();
+        self.close_orphan();
+        closed
     }
 
     fn duplex_prefill(&mut self, _: &DuplexChunk) -> Result<(), BackendError> {
@@ -489,6 +563,7 @@ impl Backend for VllmOmniBackend {
         let sent = if force || interrupted { link.cancel() } else { Ok(()) }
             .and_then(|_| link.send(wire::append(chunk, force)));
         if let Err(e) = sent {
+            self.orphan = self.link.take().map(|l| l.orphan());
             return Err(self.lost("input_audio_buffer.append", e));
         }
         Ok(StepOutcome::from_first(self.collect()?))
@@ -517,5 +592,6 @@ impl Drop for VllmOmniBackend {
         if let Err(e) = self.close_session() {
             log::warn!("worker {}: {e}", self.name);
         }
+        self.close_orphan();
     }
 }

@@ -101,11 +101,22 @@ pub(super) fn close() -> String {
     json!({"type": "session.close", "reason": "client_close"}).to_string()
 }
 
+/// Takes a session whose connection was lost back, to close it (the server would hold its slot
+/// for 30 to 35 s). `seq`: the last event received (older ones are not replayed).
+pub(super) fn resume(session_id: &str, token: &str, seq: u64) -> String {
+    json!({"type": "session.resume", "session_id": session_id, "resume_token": token,
+           "last_received_server_event_seq": seq})
+    .to_string()
+}
+
 /// What the backend acts on among the server's events.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Event {
-    /// The session is open (`session.created`).
-    Created { session_id: String },
+    /// The session is open (`session.created`), with the token that takes it back on another
+    /// connection.
+    Created { session_id: String, resume_token: String },
+    /// A session taken back on a new connection (`session.resumed`).
+    Resumed,
     /// The model starts speaking (`response.created`).
     ResponseCreated { id: String },
     /// A piece of its voice, as 24 kHz samples (`response.output_audio.delta`).
@@ -129,14 +140,20 @@ pub(super) enum Event {
 #[error("{0}")]
 pub(super) struct BadEvent(String);
 
-/// One server event.
-pub(super) fn parse(text: &str) -> Result<Event, BadEvent> {
+/// One server event, and its number in the session's journal (`server_event_seq`: all but
+/// `session.created` and the errors of the socket itself have one).
+pub(super) fn parse(text: &str) -> Result<(Event, Option<u64>), BadEvent> {
+    let v: Value = serde_json::from_str(text).map_err(|e| BadEvent(format!("not JSON: {e}")))?;
+    Ok((event(&v)?, v["server_event_seq"].as_u64()))
+}
+
+fn event(v: &Value) -> Result<Event, BadEvent> {
     let bad = |why: String| BadEvent(why);
-    let v: Value = serde_json::from_str(text).map_err(|e| bad(format!("not JSON: {e}")))?;
     let s = |v: &Value| v.as_str().unwrap_or("").to_string();
     let response_id = s(&v["response_id"]);
     Ok(match v["type"].as_str().ok_or_else(|| bad("an event without a type".into()))? {
-        "session.created" => Event::Created { session_id: s(&v["session"]["id"]) },
+        "session.created" => Event::Created { session_id: s(&v["session"]["id"]), resume_token: s(&v["resume_token"]) },
+        "session.resumed" => Event::Resumed,
         "response.created" => Event::ResponseCreated { id: s(&v["response"]["id"]) },
         "response.output_audio.delta" => {
             let samples = pcm16(v["delta"].as_str().unwrap_or(""))?;
@@ -229,25 +246,26 @@ mod tests {
         let delta = json!({"type": "response.output_audio.delta", "response_id": "r1", "delta": STANDARD.encode([0u8, 64, 0, 192]),
             "format": "pcm16", "sample_rate_hz": 24000, "metadata": {"end_of_turn": true}});
         assert_eq!(
-            parse(&delta.to_string()).unwrap(),
+            parse(&delta.to_string()).unwrap().0,
             Event::Audio { response_id: "r1".into(), samples: vec![0.5, -0.5], end_of_turn: true }
         );
         let full = r#"{"type":"error","event_id":"event_1","error":{"type":"rate_limit_error","code":"resource_exhausted","message":"duplex_session_capacity_exhausted: limit=4"}}"#;
         assert_eq!(
-            parse(full).unwrap(),
+            parse(full).unwrap().0,
             Event::Error {
                 code: "resource_exhausted".into(),
                 message: "duplex_session_capacity_exhausted: limit=4".into()
             }
         );
         let route = r#"{"type":"error","error":"Duplex sessions require a single API worker","code":"multi_api_duplex_unsupported"}"#;
-        assert!(matches!(parse(route).unwrap(), Event::Error { code, .. } if code == "multi_api_duplex_unsupported"));
+        assert!(matches!(parse(route).unwrap().0, Event::Error { code, .. } if code == "multi_api_duplex_unsupported"));
         let done = r#"{"type":"response.done","response":{"id":"r1","status":"cancelled","status_details":{"type":"cancelled","reason":"client_cancelled"}}}"#;
         assert_eq!(
-            parse(done).unwrap(),
+            parse(done).unwrap().0,
             Event::Done { id: "r1".into(), status: "cancelled".into(), reason: "client_cancelled".into() }
         );
-        assert_eq!(parse(r#"{"type":"response.listen","response":{}}"#).unwrap(), Event::Listen { response_id: None });
+        let listen = r#"{"type":"response.listen","response":{},"server_event_seq":7}"#;
+        assert_eq!(parse(listen).unwrap(), (Event::Listen { response_id: None }, Some(7)));
         assert!(parse(r#"{"type":"response.output_audio.delta","delta":"AAA"}"#).is_err(), "odd bytes");
         assert!(parse("[1]").is_err());
     }

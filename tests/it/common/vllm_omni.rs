@@ -55,6 +55,10 @@ pub(crate) struct VllmState {
     pub closed: usize,
     /// Sockets dropped without `session.close` (their slot held for `hold`).
     pub dropped: usize,
+    /// Sessions held after a drop, by id, with their resume token.
+    pub held: std::collections::HashMap<String, String>,
+    /// Held sessions taken back with `session.resume`.
+    pub resumed: usize,
     /// Default sessions opened by `?model=` without `autostart=0`.
     pub autostarts: usize,
     /// `response.cancel` received while a response was active.
@@ -93,6 +97,8 @@ impl MockVllm {
             refused: 0,
             closed: 0,
             dropped: 0,
+            held: Default::default(),
+            resumed: 0,
             autostarts: 0,
             cancels: 0,
             forced: 0,
@@ -233,6 +239,7 @@ fn pcm16_b64(samples: usize) -> String {
 /// One session on one socket.
 struct Model {
     session_id: String,
+    resume_token: String,
     epoch: u64,
     seq: u64,
     input_f32: bool,
@@ -436,6 +443,9 @@ async fn duplex(req: HttpRequest, body: web::Payload, state: Shared) -> actix_we
             let _ = ws.close(None).await;
             return;
         };
+        if v["type"] == "session.resume" {
+            return resume(ws, stream, &v, state).await;
+        }
         if v["type"] != "session.update" {
             let _ = ws.text(error("invalid_request_error", "bad_event", "expected session.update")).await;
             let _ = ws.close(None).await;
@@ -459,6 +469,7 @@ async fn duplex(req: HttpRequest, body: web::Payload, state: Shared) -> actix_we
         state.lock().unwrap().opened.push(session.clone());
         let mut m = Model {
             session_id: format!("duplex-{}", hex_id()),
+            resume_token: hex_id(),
             epoch: 0,
             seq: 0,
             input_f32: session["input_audio_format"] == "pcm_f32le",
@@ -472,10 +483,10 @@ async fn duplex(req: HttpRequest, body: web::Payload, state: Shared) -> actix_we
             "epoch": 0, "instructions": session["instructions"], "capabilities": {"chunk_period_ms": 1000,
             "supports_session_resume": true}});
         let created = json!({"type": "session.created", "event_id": format!("event_{}", hex_id()), "session": object,
-            "attachment_generation": 1, "resume_token": STANDARD.encode(hex_id())});
+            "attachment_generation": 1, "resume_token": m.resume_token});
         let updated = m.event(json!({"type": "session.updated", "session": object}));
         if ws.text(created.to_string()).await.is_err() || ws.text(updated).await.is_err() {
-            return drop_held(state).await;
+            return drop_held(state, &m).await;
         }
         let mut last_unit = tokio::time::Instant::now();
         loop {
@@ -489,7 +500,7 @@ async fn duplex(req: HttpRequest, body: web::Payload, state: Shared) -> actix_we
                     state.lock().unwrap().units += 1;
                     let out = m.decide(&[0.0; UNIT], false);
                     if send_all(&mut ws, out).await.is_err() {
-                        return drop_held(state).await;
+                        return drop_held(state, &m).await;
                     }
                     continue;
                 }
@@ -500,7 +511,7 @@ async fn duplex(req: HttpRequest, body: web::Payload, state: Shared) -> actix_we
                     let _ = ws.pong(&p).await;
                     continue;
                 }
-                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return drop_held(state).await,
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return drop_held(state, &m).await,
                 Some(Ok(_)) => continue,
             };
             let Ok(v) = serde_json::from_str::<Value>(&text) else {
@@ -517,7 +528,7 @@ async fn duplex(req: HttpRequest, body: web::Payload, state: Shared) -> actix_we
                         last_unit = tokio::time::Instant::now();
                     }
                     if send_all(&mut ws, out).await.is_err() {
-                        return drop_held(state).await;
+                        return drop_held(state, &m).await;
                     }
                 }
                 Reply::Closed(closed) => {
@@ -611,15 +622,55 @@ fn command(m: &mut Model, v: &Value, state: &Shared) -> Reply {
     Reply::Events(out)
 }
 
-/// A socket dropped without `session.close`: the slot stays held for the disconnect grace.
-async fn drop_held(state: Shared) {
+/// A socket dropped without `session.close`: the session and its slot stay held for the
+/// disconnect grace, unless it is taken back (`session.resume`).
+async fn drop_held(state: Shared, m: &Model) {
     let hold = {
         let mut s = state.lock().unwrap();
         s.dropped += 1;
+        s.held.insert(m.session_id.clone(), m.resume_token.clone());
         s.hold
     };
     tokio::time::sleep(hold).await;
+    if state.lock().unwrap().held.remove(&m.session_id).is_some() {
+        release(&state);
+    }
+}
+
+/// `session.resume` as the first message: a held session taken back (the mock only closes it
+/// then; nothing is replayed).
+async fn resume(mut ws: actix_ws::Session, mut stream: actix_ws::MessageStream, v: &Value, state: Shared) {
+    let id = v["session_id"].as_str().unwrap_or("").to_string();
+    let taken = {
+        let mut s = state.lock().unwrap();
+        let ok = s.held.get(&id).is_some_and(|t| Some(t.as_str()) == v["resume_token"].as_str());
+        if ok {
+            s.held.remove(&id);
+            s.resumed += 1;
+        }
+        ok
+    };
+    if !taken {
+        let _ = ws.text(error("invalid_request_error", "session_resume_expired", "no such session")).await;
+        let _ = ws.close(None).await;
+        return;
+    }
+    let resumed = json!({"type": "session.resumed", "event_id": format!("event_{}", hex_id()), "session_id": id,
+        "session": {"id": id}, "attachment_generation": 2, "resume_token": hex_id()});
+    let _ = ws.text(resumed.to_string()).await;
+    while let Some(Ok(msg)) = stream.recv().await {
+        if let Message::Text(t) = msg
+            && serde_json::from_str::<Value>(&t).is_ok_and(|v| v["type"] == "session.close")
+        {
+            let closed = json!({"type": "session.closed", "event_id": format!("event_{}", hex_id()),
+                "session_id": id, "reason": "client_close", "event": {}});
+            let _ = ws.text(closed.to_string()).await;
+            state.lock().unwrap().closed += 1;
+            break;
+        }
+    }
     release(&state);
+    let _ = ws.close(Some(closing())).await;
 }
 
 async fn send_all(ws: &mut actix_ws::Session, events: Vec<String>) -> Result<(), actix_ws::Closed> {
