@@ -119,14 +119,21 @@ class Check:
             reader.cancel()
         return time.monotonic() - (asked_at[0] or time.monotonic())
 
+    @staticmethod
+    def minicpm_chunk(c, force_listen=False):
+        event = {"type": "input.append", "input": {"audio": f32_b64(c)}}
+        if force_listen:
+            event["input"]["force_listen"] = True
+        return json.dumps(event)
+
+    @staticmethod
+    def minicpm_voice(v):
+        return v.get("type") == "response.output.delta" and v.get("kind") == "audio"
+
     async def minicpm_hears(self):
         ws = await self.minicpm()
         await self.init(ws)
-        def chunk(c):
-            return json.dumps({"type": "input.append", "input": {"audio": f32_b64(c)}})
-        def voice(v):
-            return v.get("type") == "response.output.delta" and v.get("kind") == "audio"
-        after = await self.ask(ws, chunk, 16000, self.q16, voice)
+        after = await self.ask(ws, self.minicpm_chunk, 16000, self.q16, self.minicpm_voice)
         await ws.send(json.dumps({"type": "session.close"}))
         await self.until(ws, ["session.closed"])
         await ws.close()
@@ -167,16 +174,13 @@ class Check:
     async def interrupt(self):
         ws = await self.minicpm()
         await self.init(ws)
-        def chunk(c):
-            return json.dumps({"type": "input.append", "input": {"audio": f32_b64(c)}})
-        def voice(v):
-            return v.get("type") == "response.output.delta" and v.get("kind") == "audio"
-        await self.ask(ws, chunk, 16000, self.q16, voice)
-        await ws.send(json.dumps({"type": "input.append", "input": {"audio": f32_b64([0.0] * 16000), "force_listen": True}}))
+        await self.ask(ws, self.minicpm_chunk, 16000, self.q16, self.minicpm_voice)
+        silence = [0.0] * 16000
+        await ws.send(self.minicpm_chunk(silence, force_listen=True))
         # The voice stops: the next two chunks' answers are listens.
         listens = 0
         for _ in range(2):
-            await ws.send(json.dumps({"type": "input.append", "input": {"audio": f32_b64([0.0] * 16000)}}))
+            await ws.send(self.minicpm_chunk(silence))
         deadline = time.monotonic() + 10
         while listens < 2 and time.monotonic() < deadline:
             v = json.loads(await asyncio.wait_for(ws.recv(), 10))

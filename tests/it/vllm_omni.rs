@@ -11,21 +11,26 @@ use crate::common::*;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-/// A WAV voice prompt in a directory that lives as long as the test.
-fn voice() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("voice.wav");
+/// Writes `seconds` of a 16 kHz tone of `amplitude` (of 32767) as a 16-bit WAV at `path`.
+fn write_wav(path: &std::path::Path, seconds: usize, amplitude: f32) {
     let spec = hound::WavSpec {
         channels: 1,
         sample_rate: 16000,
         bits_per_sample: 16,
         sample_format: hound::SampleFormat::Int,
     };
-    let mut w = hound::WavWriter::create(&path, spec).unwrap();
-    for i in 0..16000 {
-        w.write_sample(((i as f32 * 0.03).sin() * 8000.0) as i16).unwrap();
+    let mut w = hound::WavWriter::create(path, spec).unwrap();
+    for i in 0..seconds * 16000 {
+        w.write_sample(((i as f32 * 0.05).sin() * amplitude) as i16).unwrap();
     }
     w.finalize().unwrap();
+}
+
+/// A WAV voice prompt in a directory that lives as long as the test.
+fn voice() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("voice.wav");
+    write_wav(&path, 1, 8000.0);
     (dir, path)
 }
 
@@ -276,17 +281,7 @@ async fn the_operators_check_passes_against_the_mock() {
     let (dir, wav) = voice();
     // A "question": two voiced seconds (the mock answers a voiced unit followed by a quiet one).
     let question = dir.path().join("question.wav");
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: 16000,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut w = hound::WavWriter::create(&question, spec).unwrap();
-    for i in 0..32000 {
-        w.write_sample(((i as f32 * 0.05).sin() * 12000.0) as i16).unwrap();
-    }
-    w.finalize().unwrap();
+    write_wav(&question, 2, 12000.0);
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let out = tokio::process::Command::new(root.join("scripts/vllm_omni_check.sh"))
         .args([mock.url(), "2".into(), wav.display().to_string(), question.display().to_string()])
@@ -298,4 +293,40 @@ async fn the_operators_check_passes_against_the_mock() {
     assert!(out.status.success(), "{said}\n{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(said.lines().filter(|l| l.starts_with("PASS ")).count(), 5, "{said}");
     mock.with(|s| assert_eq!(s.closed, s.opened.len(), "every session closed: {s:?}"));
+}
+
+/// The model takes longer than a step waits for a reply's first piece: that piece comes with the
+/// next step, with the next unit's decision (the step that owed one waits for its own too, so
+/// the decisions are not a unit late from then on), and a barge-in before the late reply's start
+/// was read still cancels it: none of it reaches the client.
+#[tokio::test]
+async fn a_late_decision_does_not_make_the_next_ones_late_and_a_barge_in_still_cancels_it() {
+    let mock = MockVllm::start(1);
+    let (_dir, wav) = voice();
+    let options = format!("ref_audio = \"{}\"\ndecision_wait_ms = 300", wav.display());
+    let server = Server::ready(Setup::default().workers(mock.entry("vo", 1, &options)));
+    let mut c = active(&server, "audio").await;
+    assert_eq!(kinds(&step(&mut c, &quiet(), 1).await), ["listen"]);
+    assert_eq!(kinds(&step(&mut c, &loud(), 2).await), ["listen"]);
+    mock.with(|s| s.unit_delay = Duration::from_millis(800));
+    assert_eq!(kinds(&step(&mut c, &quiet(), 3).await), ["listen"], "the reply is late");
+    mock.wait_for(|s| s.pieces == 1, |_| ());
+    mock.with(|s| s.unit_delay = Duration::ZERO);
+    let both = step(&mut c, &quiet(), 4).await;
+    let text: String = both.iter().filter_map(|d| d["text"].as_str()).collect();
+    assert_eq!(text, "Mock reply 1. Done.", "the late piece and this unit's own: {:?}", kinds(&both));
+    assert_eq!(both.last().unwrap()["end_of_turn"], true);
+    assert_eq!(kinds(&step(&mut c, &quiet(), 5).await), ["listen"], "in step again");
+
+    // A reply late again; the client barges in before its start is read.
+    assert_eq!(kinds(&step(&mut c, &loud(), 6).await), ["listen"]);
+    mock.with(|s| s.unit_delay = Duration::from_millis(800));
+    assert_eq!(kinds(&step(&mut c, &quiet(), 7).await), ["listen"]);
+    mock.wait_for(|s| s.pieces == 3, |_| ());
+    mock.with(|s| s.unit_delay = Duration::ZERO);
+    c.send(append_with(&quiet(), json!({"force_listen": true}))).await;
+    assert_eq!(kinds(&answer_to(&mut c, "input_8").await), ["listen"], "none of the cancelled reply");
+    mock.wait_for(|s| s.cancels == 1, |_| ());
+    assert_eq!(kinds(&step(&mut c, &quiet(), 9).await), ["listen"]);
+    close(c).await;
 }

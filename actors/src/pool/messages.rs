@@ -125,6 +125,17 @@ pub enum WorkerEvent {
         /// Why it failed.
         reason: String,
     },
+    /// Its backend had no room for the session that took it (a server's slot taken by someone
+    /// else): the session waits for another worker, no session was served, and the worker
+    /// restarts with backoff as after a failure.
+    NoRoom {
+        /// The worker's id in the pool.
+        worker: WorkerId,
+        /// The incarnation of the BackendActor that reports; a report of an older one is ignored.
+        generation: u64,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl WorkerEvent {
@@ -136,7 +147,8 @@ impl WorkerEvent {
             | WorkerEvent::Busy { worker, .. }
             | WorkerEvent::Resetting { worker, .. }
             | WorkerEvent::Released { worker, .. }
-            | WorkerEvent::Failed { worker, .. } => *worker,
+            | WorkerEvent::Failed { worker, .. }
+            | WorkerEvent::NoRoom { worker, .. } => *worker,
         }
     }
 }

@@ -204,6 +204,7 @@ impl WorkerPoolActor {
             WorkerEvent::Resetting { worker, generation } => self.state.resetting(worker, generation, now),
             WorkerEvent::Released { worker, generation } => self.state.released(worker, generation),
             WorkerEvent::Failed { worker, generation, reason } => self.state.failed(worker, generation, reason, now),
+            WorkerEvent::NoRoom { worker, generation, reason } => self.state.no_room(worker, generation, reason, now),
         }
     }
 }

@@ -314,6 +314,15 @@ impl PoolState {
         effects
     }
 
+    /// Its backend had no room for the session that took it: a failure (backoff, restart), but
+    /// not a session served, nor one whose length the wait estimates learn from.
+    pub(crate) fn no_room(&mut self, id: WorkerId, generation: u64, reason: String, now: Instant) -> Vec<Effect> {
+        if self.current(id, generation) && matches!(self.workers[id].state, WorkerState::Busy { .. }) {
+            self.workers[id].state = WorkerState::Starting;
+        }
+        self.failed(id, generation, reason, now)
+    }
+
     /// Starts a new incarnation; returns its generation. A worker whose backend did not
     /// open stays failed while it tries again; one that failed at work is starting.
     pub(crate) fn restart(&mut self, id: WorkerId) -> u64 {
@@ -450,6 +459,27 @@ mod tests {
         assert_eq!(status(&p, 0), "failed");
         assert_eq!(p.opened(0, 3, None, true), Some(vec![Effect::Offer(0)]));
         assert_eq!(p.worker(0).consecutive_failures, 0);
+    }
+
+    #[test]
+    fn no_room_for_a_session_restarts_the_worker_with_backoff_and_serves_no_session() {
+        let t = Instant::now();
+        let mut p = pool();
+        p.opened(0, 1, None, true);
+        p.busy(0, 1, 7, Mode::Audio, t);
+        let effects = p.no_room(0, 1, "no free session slot".into(), t);
+        assert_eq!(
+            effects,
+            [
+                Effect::Starting { worker: 0, reason: "no free session slot".into() },
+                Effect::Restart { worker: 0, after: Duration::from_millis(500) },
+            ],
+            "no session length to learn from"
+        );
+        let row = p.worker(0).row();
+        assert_eq!((row.state, row.sessions_served), (WorkerStatus::Failed, Some(0)));
+        p.restart(0);
+        assert_eq!(p.no_room(0, 2, "again".into(), t)[1], Effect::Restart { worker: 0, after: Duration::from_secs(1) });
     }
 
     #[test]

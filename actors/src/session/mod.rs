@@ -825,8 +825,6 @@ impl SessionActor {
         }
     }
 
-    /// The worker it was assigned could not be taken: once, the session goes back to the
-    /// head of the queue; a second time, it ends with the error (close 1013).
     /// Its worker had no room for the first setup (see [`Self::reseating`]): back to the head of
     /// the queue, as many times as it takes (each time the worker is retried with backoff).
     pub(super) fn reseat(&mut self, reason: &str, ctx: &mut Context<Self>) {
@@ -844,6 +842,9 @@ impl SessionActor {
     /// A worker took a session whose setup the last one had no room for: it is asked the same.
     fn prepare_again(&mut self, ctx: &mut Context<Self>) {
         self.reseating = false;
+        if self.draining {
+            return;
+        }
         let (Some(port), Some(setup)) = (self.worker.as_ref().map(|w| w.port.clone()), self.setups.pending().cloned())
         else {
             return;
@@ -853,12 +854,15 @@ impl SessionActor {
         port.session.prepare.do_send(Prepare { key: self.conn, setup, reply });
     }
 
+    /// The worker it was assigned could not be taken: once, the session goes back to the
+    /// head of the queue; a second time, it ends with the error (close 1013). A session waiting
+    /// again because its last worker had no room goes back each time.
     fn attach_failed(&mut self, e: ProtocolError, ctx: &mut Context<Self>) {
         let worker = self.worker_name().to_string();
         self.worker = None;
         self.attach_sent = false;
-        if !self.requeued && self.state.phase() == Phase::Queued {
-            self.requeued = true;
+        if self.reseating || (!self.requeued && self.state.phase() == Phase::Queued) {
+            self.requeued |= !self.reseating;
             log::warn!(
                 "session c{}: worker {worker} could not be taken ({e}); back to the head of the queue",
                 self.conn

@@ -234,6 +234,26 @@ impl BackendActor {
         log::error!("worker {}: failed: {reason}", self.name);
         self.tell_session(BackendEvent::Failed { reason: reason.clone() });
         self.event(|worker, generation| WorkerEvent::Failed { worker, generation, reason });
+        self.stop_failed(ctx);
+    }
+
+    /// Its backend had no room for its session's first setup: the session waits for another
+    /// worker, and this one goes as after a failure (no session counted as served).
+    fn no_room(&mut self, ctx: &mut Context<Self>, reason: String) {
+        if !self.policy.fail() {
+            return;
+        }
+        log::warn!("worker {}: no room for a session: {reason}; tried again with backoff", self.name);
+        if let Some(session) = self.session.take() {
+            session.events.do_send(BackendEvent::SlotTaken { reason: reason.clone() });
+        }
+        let reason = format!("no room for a session: {reason}");
+        self.event(|worker, generation| WorkerEvent::NoRoom { worker, generation, reason });
+        self.stop_failed(ctx);
+    }
+
+    /// Ends the backend of a failed worker and stops.
+    fn stop_failed(&mut self, ctx: &mut Context<Self>) {
         self.cut_in_flight();
         if let Some(c) = &self.control {
             // A backend in a child process is killed; a thread is abandoned.
@@ -405,9 +425,18 @@ fn prepare_job(
     Box::new(move |b| {
         let reset = if reset_first { b.reset() } else { Ok(()) };
         let result = reset.and_then(|_| b.prepare(&setup)).map(|_| control.kv_length());
-        if let (false, Err(BackendError::Unavailable(why))) = (reset_first, &result) {
+        match (reset_first, &result) {
             // Not the client's failure: the actor tells the session to wait for another worker.
-            return addr.do_send(JobDone { job, outcome: JobOutcome::SlotTaken(why.clone()) });
+            (false, Err(BackendError::Unavailable(why))) => {
+                return addr.do_send(JobDone { job, outcome: JobOutcome::SlotTaken(why.clone()) });
+            }
+            // Its session could not be started again on this worker (its slot taken meanwhile):
+            // the worker fails, and its session with it, instead of asking again and again.
+            (true, Err(BackendError::Unavailable(why))) => {
+                let reason = format!("its session could not be started again: {why}");
+                return addr.do_send(JobDone { job, outcome: JobOutcome::Crashed(reason) });
+            }
+            _ => {}
         }
         tell(match result {
             Ok(prompt_length) => BackendEvent::Prepared { prompt_length, backend: Box::new(b.info().clone()) },
@@ -658,13 +687,7 @@ impl Handler<JobDone> for BackendActor {
             JobOutcome::Unhealthy(reason) => return self.fail(ctx, format!("idle health check: {reason}")),
             JobOutcome::Reset(Ok(())) => true,
             JobOutcome::Reset(Err(e)) => return self.fail(ctx, format!("reset failed: {e}")),
-            JobOutcome::SlotTaken(why) => {
-                // The session goes back to the queue first, so that failing tells it nothing.
-                if let Some(session) = self.session.take() {
-                    session.events.do_send(BackendEvent::SlotTaken { reason: why.clone() });
-                }
-                return self.fail(ctx, format!("no room for a session: {why}"));
-            }
+            JobOutcome::SlotTaken(why) => return self.no_room(ctx, why),
         };
         if let Some(reason) = self.died.take() {
             return self.fail(ctx, reason);

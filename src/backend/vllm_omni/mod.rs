@@ -52,6 +52,14 @@ use options::Options;
 use server::Server;
 use wire::Event;
 
+/// The largest message taken from the server: an event carries a second or two of voice, and
+/// `session.created` echoes the voice prompt (a WAV of up to 30 s).
+const MAX_MESSAGE: usize = 4 << 20;
+/// The server's journal is acknowledged every this many events.
+const ACK_EVERY: u64 = 64;
+/// A server that says nothing for this long while it is sent units is gone: longer than the 64
+/// units a response may go on without a word (its model listening on, its own silence fed).
+const SILENT_FOR: Duration = Duration::from_secs(150);
 /// How often a step waiting for its decision looks for an interrupt.
 const POLL: Duration = Duration::from_millis(20);
 /// Cancelled responses remembered, to drop their late pieces.
@@ -110,8 +118,18 @@ struct Link {
     resume_token: String,
     /// The last `server_event_seq` received.
     seq: u64,
+    /// The last `server_event_seq` acknowledged (`session.event_ack`).
+    acked: u64,
     speaking: Option<Speaking>,
     cancelled: VecDeque<String>,
+    /// A cancel went out with no response known: the response whose start is read before its
+    /// answer (`response.done`, or the error that nothing was active) was cancelled.
+    cancelling_unknown: bool,
+    /// The last step ended before its unit's decision: the first decision the next step reads
+    /// is that one, and the step goes on waiting for its own.
+    owed: bool,
+    /// When the server last said anything.
+    heard_at: Instant,
     /// An error that came after a step's output: told with the next step.
     error: Option<BackendError>,
 }
@@ -121,15 +139,28 @@ impl Link {
         self.socket.send(Message::text(text))
     }
 
-    /// Cancels the response being spoken; its late pieces are dropped.
+    /// Cancels the response being spoken, or the one whose start is not read yet; its late
+    /// pieces are dropped.
     fn cancel(&mut self) -> Result<(), tungstenite::Error> {
-        let Some(speaking) = self.speaking.take() else { return Ok(()) };
-        self.send(wire::cancel(&speaking.id))?;
+        match self.speaking.take() {
+            Some(speaking) => {
+                self.send(wire::cancel(Some(&speaking.id)))?;
+                self.forget(speaking.id);
+            }
+            None => {
+                self.send(wire::cancel(None))?;
+                self.cancelling_unknown = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops what comes of `response_id` from now on.
+    fn forget(&mut self, response_id: String) {
         if self.cancelled.len() == CANCELLED_KEPT {
             self.cancelled.pop_front();
         }
-        self.cancelled.push_back(speaking.id);
-        Ok(())
+        self.cancelled.push_back(response_id);
     }
 
     fn is_cancelled(&self, response_id: &str) -> bool {
@@ -151,6 +182,18 @@ struct Collected {
     voice_without_words: bool,
     /// The response whose voice was handed on, and how much of it in all (24 kHz samples).
     played: Option<(String, u64)>,
+    /// The step was cut short by an interrupt.
+    interrupted: bool,
+}
+
+impl Collected {
+    /// A unit's decision was read: this step's, unless the last step still owed one.
+    fn decision(&mut self, link: &mut Link) {
+        if std::mem::take(&mut link.owed) {
+            return;
+        }
+        self.decided = true;
+    }
 }
 
 pub struct VllmOmniBackend {
@@ -225,9 +268,17 @@ impl VllmOmniBackend {
             TcpStream::connect_timeout(&addr, self.options.connect_timeout).map_err(|e| unreachable(e.to_string()))?;
         let _ = tcp.set_nodelay(true);
         tcp.set_read_timeout(Some(self.options.reply_timeout)).map_err(|e| unreachable(e.to_string()))?;
+        // A server that stops reading fails the send instead of holding the thread.
+        tcp.set_write_timeout(Some(self.options.reply_timeout)).map_err(|e| unreachable(e.to_string()))?;
         let request =
             format!("ws://{host}{}", wire::PATH).into_client_request().map_err(|e| unreachable(e.to_string()))?;
-        let (socket, _) = tungstenite::client::client(request, tcp).map_err(|e| unreachable(e.to_string()))?;
+        // A server's message is an event: a second or two of voice at most. 16 MiB is
+        // vLLM-Omni's own bound on what it reads.
+        let config = tungstenite::protocol::WebSocketConfig::default()
+            .max_message_size(Some(MAX_MESSAGE))
+            .max_frame_size(Some(MAX_MESSAGE));
+        let (socket, _) = tungstenite::client::client_with_config(request, tcp, Some(config))
+            .map_err(|e| unreachable(e.to_string()))?;
         Ok(socket)
     }
 
@@ -248,21 +299,15 @@ impl VllmOmniBackend {
         self.server.usable(&self.name, self.options.connect_timeout)?;
         let update = wire::session_update(setup, self.ref_audio(setup)?, self.options.model.as_deref());
         let mut socket = self.connect()?;
-        socket.send(Message::text(update)).map_err(|e| self.lost("session.update", e))?;
+        let refused = |e: String| {
+            self.server.suspect();
+            BackendError::Unavailable(format!("{}: the session was not opened: {e}", self.url))
+        };
+        socket.send(Message::text(update)).map_err(|e| refused(e.to_string()))?;
+        let deadline = Instant::now() + self.options.reply_timeout;
         loop {
-            let event = match socket.read() {
-                Ok(Message::Text(text)) => wire::parse(&text).map_err(|e| self.lost("session.update", e))?.0,
-                Ok(Message::Close(frame)) => {
-                    return Err(self.lost("session.update", format!("closed before session.created ({frame:?})")));
-                }
-                Ok(_) => continue,
-                Err(tungstenite::Error::Io(io)) if matches!(io.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                    let within = self.options.reply_timeout.as_secs_f64();
-                    return Err(self.lost("session.update", format!("no session.created within {within} s")));
-                }
-                Err(e) => return Err(self.lost("session.update", e)),
-            };
-            match event {
+            let text = next_text(&mut socket, deadline).map_err(|e| refused(format!("no session.created ({e})")))?;
+            match wire::parse(&text).map_err(|e| self.lost("session.update", e))?.0 {
                 Event::Created { session_id, resume_token } => {
                     self.server.had_room();
                     log::debug!("worker {}: vLLM-Omni session {session_id} open", self.name);
@@ -271,23 +316,24 @@ impl VllmOmniBackend {
                         session_id,
                         resume_token,
                         seq: 0,
+                        acked: 0,
                         speaking: None,
                         cancelled: VecDeque::new(),
+                        cancelling_unknown: false,
+                        owed: false,
+                        heard_at: Instant::now(),
                         error: None,
                     });
                     return Ok(());
                 }
                 Event::Error { code, message } if code == "resource_exhausted" => {
                     self.server.full();
-                    return Err(BackendError::Unavailable(format!(
-                        "{} has no free session slot ({code}: {message})",
-                        self.url
-                    )));
+                    let why = format!("{} has no free session slot ({code}: {message})", self.url);
+                    return Err(BackendError::Unavailable(why));
                 }
                 Event::Error { code, message } => {
-                    return Err(BackendError::InvalidArgument(format!(
-                        "vLLM-Omni refused the session: {message} ({code})"
-                    )));
+                    let why = format!("vLLM-Omni refused the session: {message} ({code})");
+                    return Err(BackendError::InvalidArgument(why));
                 }
                 _ => {}
             }
@@ -295,38 +341,28 @@ impl VllmOmniBackend {
     }
 
     /// Ends the session on the server and waits for its `session.closed`, so that its slot is
-    /// free when this one is offered again.
+    /// free when this one is offered again. Unconfirmed, the session is taken back on a new
+    /// connection to be closed ([`Self::close_orphan`]).
     fn close_session(&mut self) -> Result<(), BackendError> {
         let Some(mut link) = self.link.take() else { return Ok(()) };
-        let deadline = Instant::now() + self.options.close_timeout;
         let session_id = link.session_id.clone();
-        // Unconfirmed, it is taken back on a new connection to be closed.
         self.orphan = Some(link.orphan());
-        let unconfirmed = |why: String| {
-            BackendError::Internal(format!(
-                "{} did not confirm the end of session {session_id} ({why}): its slot may stay held for up to 35 s",
-                self.url
-            ))
-        };
-        link.send(wire::close()).map_err(|e| unconfirmed(e.to_string()))?;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(unconfirmed(format!("nothing within {} s", self.options.close_timeout.as_secs_f64())));
-            }
-            let _ = link.socket.get_ref().set_read_timeout(Some(left));
-            match link.socket.read() {
-                Ok(Message::Text(text)) => {
-                    if let Ok((Event::Ended { kind, .. }, _)) = wire::parse(&text)
-                        && kind == "session.closed"
-                    {
-                        break;
-                    }
+        let deadline = Instant::now() + self.options.close_timeout;
+        let confirmed = link.send(wire::close()).map_err(|e| e.to_string()).and_then(|_| {
+            loop {
+                let text = next_text(&mut link.socket, deadline).map_err(|e| e.to_string())?;
+                if let Ok((Event::Ended { kind, .. }, _)) = wire::parse(&text)
+                    && kind == "session.closed"
+                {
+                    break Ok(());
                 }
-                Ok(Message::Close(_)) => return Err(unconfirmed("closed without session.closed".into())),
-                Ok(_) => {}
-                Err(e) => return Err(unconfirmed(e.to_string())),
             }
+        });
+        if let Err(why) = confirmed {
+            return Err(BackendError::Internal(format!(
+                "{} did not confirm the end of session {session_id} ({why}): it is taken back to be closed",
+                self.url
+            )));
         }
         self.orphan = None;
         // The server closes the socket next; the close handshake is not waited for.
@@ -345,24 +381,27 @@ impl VllmOmniBackend {
         let Ok(mut socket) = self.connect() else {
             return said("was lost with its connection, and the server cannot be reached to close it");
         };
-        let _ = socket.get_ref().set_read_timeout(Some(self.options.close_timeout));
-        let mut step = |send: String, until: fn(&Event) -> bool| -> Result<(), String> {
-            socket.send(Message::text(send)).map_err(|e| e.to_string())?;
-            loop {
-                match socket.read().map_err(|e| e.to_string())? {
-                    Message::Text(text) => match wire::parse(&text).map_err(|e| e.to_string())?.0 {
-                        Event::Error { code, message } => return Err(format!("{message} ({code})")),
-                        Event::Ended { kind, .. } if kind != "session.closed" => return Err(kind),
-                        e if until(&e) => return Ok(()),
-                        _ => {}
-                    },
-                    Message::Close(_) => return Err("closed".into()),
-                    _ => {}
+        let deadline = Instant::now() + self.options.close_timeout;
+        let mut closed =
+            socket.send(Message::text(wire::resume(&o.session_id, &o.resume_token, o.seq))).map_err(|e| e.to_string());
+        // Until it is taken back, an error is the refusal; after, the replay of old ones.
+        let mut resumed = false;
+        while closed.is_ok() {
+            let event = next_text(&mut socket, deadline)
+                .map_err(|e| e.to_string())
+                .and_then(|text| wire::parse(&text).map(|(event, _)| event).map_err(|e| e.to_string()));
+            match event {
+                Ok(Event::Resumed) => {
+                    resumed = true;
+                    closed = socket.send(Message::text(wire::close())).map_err(|e| e.to_string());
                 }
+                Ok(Event::Error { code, message }) if !resumed => closed = Err(format!("{message} ({code})")),
+                Ok(Event::Ended { kind, .. }) if kind == "session.closed" => break,
+                Ok(Event::Ended { kind, .. }) => closed = Err(kind),
+                Ok(_) => {}
+                Err(e) => closed = Err(e),
             }
-        };
-        let closed = step(wire::resume(&o.session_id, &o.resume_token, o.seq), |e| matches!(e, Event::Resumed))
-            .and_then(|_| step(wire::close(), |e| matches!(e, Event::Ended { kind, .. } if kind == "session.closed")));
+        }
         match closed {
             Ok(()) => said("was lost with its connection: taken back and closed"),
             Err(why) => said(&format!("was lost with its connection, and could not be taken back to close it ({why})")),
@@ -371,20 +410,26 @@ impl VllmOmniBackend {
     }
 
     /// Reads the server's events into the step's piece until the unit's decision, for at most
-    /// the decision wait; an interrupt or force-listen seen meanwhile cancels the response.
+    /// the decision wait; an interrupt seen meanwhile cancels the response.
     fn collect(&mut self) -> Result<StepPiece, BackendError> {
         let deadline = Instant::now() + self.options.decision_wait;
         let mut got = Collected::default();
         let mut link = self.link.take().ok_or_else(|| BackendError::BadState("no session is prepared".into()))?;
         let result = loop {
             if self.control.cancel.swap(false, Ordering::SeqCst) {
+                got.interrupted = true;
                 break link.cancel().map_err(|e| self.lost("response.cancel", e)).and(Err(BackendError::Interrupted));
             }
             let now = Instant::now();
             // After the decision, only what is already there: a read that does not wait (a
             // timeout of a millisecond would wait a scheduler tick, up to 10 ms).
             let settled = got.decided && !got.voice_without_words;
-            if !settled && now >= deadline {
+            // Never past the wait, nor more than a step hands on, however fast the server
+            // sends: the rest is read by the next step.
+            if now >= deadline
+                || got.piece.audio.len() >= self.info.max_output_samples as usize
+                || got.piece.text.len() >= self.info.max_output_text_bytes as usize
+            {
                 break Ok(());
             }
             let tcp = link.socket.get_ref();
@@ -396,6 +441,7 @@ impl VllmOmniBackend {
                 Ok(Message::Text(text)) => match wire::parse(&text) {
                     Ok((event, seq)) => {
                         link.seq = seq.unwrap_or(link.seq);
+                        link.heard_at = Instant::now();
                         if let Err(e) = self.absorb(&mut link, &mut got, event) {
                             break Err(e);
                         }
@@ -405,7 +451,7 @@ impl VllmOmniBackend {
                 Ok(Message::Close(frame)) => break Err(self.lost("step", format!("the server closed ({frame:?})"))),
                 Ok(_) => {}
                 Err(tungstenite::Error::Io(io)) if matches!(io.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                    if got.decided && !got.voice_without_words {
+                    if settled {
                         break Ok(());
                     }
                 }
@@ -413,18 +459,15 @@ impl VllmOmniBackend {
             }
         };
         let _ = link.socket.get_ref().set_nonblocking(false);
+        // A unit whose decision did not come is owed by the next step's first.
+        link.owed = !got.decided && result.is_ok();
+        let result = result.and_then(|()| self.after_step(&mut link, &mut got));
         match result {
             Err(e @ BackendError::Crashed(_)) => {
                 self.orphan = Some(link.orphan());
                 Err(e)
             }
             other => {
-                // The voice handed on counts as played.
-                if let Some((id, samples)) = got.played.take()
-                    && let Err(e) = link.send(wire::playback_ack(&id, samples / 24))
-                {
-                    return Err(self.lost("playback.ack", e));
-                }
                 let stashed = link.error.take();
                 self.link = Some(link);
                 other?;
@@ -440,9 +483,32 @@ impl VllmOmniBackend {
         }
     }
 
+    /// What a step sends back once it has its events: the voice it hands on counts as played,
+    /// and the server's journal of the events received is trimmed now and then. A server that
+    /// has said nothing for [`SILENT_FOR`] while units were sent is taken as gone.
+    fn after_step(&self, link: &mut Link, got: &mut Collected) -> Result<(), BackendError> {
+        if let Some((id, samples)) = got.played.take()
+            && let Err(e) = link.send(wire::playback_ack(&id, samples / 24))
+        {
+            return Err(self.lost("playback.ack", e));
+        }
+        if link.seq >= link.acked + ACK_EVERY {
+            link.send(wire::event_ack(link.seq)).map_err(|e| self.lost("session.event_ack", e))?;
+            link.acked = link.seq;
+        }
+        let silent = link.heard_at.elapsed();
+        if silent > SILENT_FOR {
+            let why = format!("nothing from the server for {:.0} s while units were sent", silent.as_secs_f64());
+            return Err(self.lost("step", why));
+        }
+        Ok(())
+    }
+
     /// One server event into the step's piece.
     fn absorb(&self, link: &mut Link, got: &mut Collected, event: Event) -> Result<(), BackendError> {
         match event {
+            // Begun before a cancel that named no response: that cancel is for it.
+            Event::ResponseCreated { id } if link.cancelling_unknown => link.forget(id),
             Event::ResponseCreated { id } => link.speaking = Some(Speaking { id, sent_samples: 0 }),
             Event::Audio { response_id, samples, end_of_turn } if !link.is_cancelled(&response_id) => {
                 if let Some(s) = link.speaking.as_mut().filter(|s| s.id == response_id) {
@@ -460,8 +526,11 @@ impl VllmOmniBackend {
                     got.piece.text.push_str(&text);
                 }
                 got.voice_without_words = false;
-                got.decided = true;
+                got.decision(link);
             }
+            // A cancelled response's words: still the decision of their unit.
+            Event::Audio { .. } => {}
+            Event::Text { .. } => got.decision(link),
             Event::Listen { response_id } => {
                 // With a response: its end (the model listens again).
                 if let Some(id) = response_id
@@ -470,11 +539,14 @@ impl VllmOmniBackend {
                 {
                     got.piece.end_of_turn = true;
                 }
-                got.decided = true;
+                got.decision(link);
             }
             Event::Done { id, status, reason } => {
                 if link.speaking.as_ref().is_some_and(|s| s.id == id) {
                     link.speaking = None;
+                }
+                if status == "cancelled" {
+                    link.cancelling_unknown = false;
                 }
                 match status.as_str() {
                     "failed" => {
@@ -490,7 +562,11 @@ impl VllmOmniBackend {
                 }
                 // Not a unit's decision: it follows the last piece, or answers a cancel.
             }
+            Event::Cleared => link.cancelling_unknown = false,
             Event::Error { code, message } if OWN_ERRORS.contains(&code.as_str()) => {
+                if code == "response_not_active" {
+                    link.cancelling_unknown = false;
+                }
                 log::debug!("worker {}: vLLM-Omni: {message} ({code})", self.name);
             }
             Event::Error { code, message } => {
@@ -501,14 +577,54 @@ impl VllmOmniBackend {
                 }
                 link.error = Some(e);
             }
+            Event::Unjournaled { reason } => {
+                // Only a lost connection's session can no longer be taken back to be closed.
+                log::warn!(
+                    "worker {}: vLLM-Omni keeps no more events of session {} for a resume ({reason})",
+                    self.name,
+                    link.session_id
+                );
+            }
             Event::Ended { kind, reason } => {
                 return Err(
                     self.lost("session", format!("the server ended session {} ({kind}: {reason})", link.session_id))
                 );
             }
-            Event::Created { .. } | Event::Resumed | Event::Audio { .. } | Event::Text { .. } | Event::Other => {}
+            Event::Created { .. } | Event::Resumed | Event::Other => {}
         }
         Ok(())
+    }
+}
+
+/// Why no text message came before a deadline.
+#[derive(Debug, thiserror::Error)]
+enum Silence {
+    #[error("nothing in time")]
+    Timeout,
+    #[error("the server closed the connection ({0})")]
+    Closed(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// The next text message on `socket` before `deadline` (other frames are skipped: however many
+/// come, the deadline holds).
+fn next_text(socket: &mut Socket, deadline: Instant) -> Result<String, Silence> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Silence::Timeout);
+        }
+        let _ = socket.get_ref().set_read_timeout(Some(left));
+        match socket.read() {
+            Ok(Message::Text(text)) => return Ok(text.to_string()),
+            Ok(Message::Close(frame)) => return Err(Silence::Closed(format!("{frame:?}"))),
+            Ok(_) => {}
+            Err(tungstenite::Error::Io(io)) if matches!(io.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Err(Silence::Timeout);
+            }
+            Err(e) => return Err(Silence::Failed(e.to_string())),
+        }
     }
 }
 

@@ -19,7 +19,9 @@ pub(super) struct Options {
     /// comes with the next step): see the module's documentation.
     pub decision_wait: Duration,
     pub connect_timeout: Duration,
-    /// The longest `session.created` may take after the session's settings are sent.
+    /// The longest `session.created` may take after the session's settings are sent, and a send
+    /// may block: under the step watchdog (`limits.step_timeout_ms`, 15 s), which ends a slower
+    /// call by failing the worker.
     pub reply_timeout: Duration,
     /// The longest `session.closed` may take after `session.close`.
     pub close_timeout: Duration,
@@ -37,7 +39,7 @@ impl Options {
             model: None,
             decision_wait: Duration::from_millis(500),
             connect_timeout: Duration::from_secs(5),
-            reply_timeout: Duration::from_secs(60),
+            reply_timeout: Duration::from_secs(10),
             close_timeout: Duration::from_secs(5),
             health_interval: Duration::from_secs(10),
             context_tokens: 8192,

@@ -13,6 +13,10 @@ use serde_json::{Value, json};
 pub(super) const PATH: &str = "/v1/realtime?duplex=1&autostart=0";
 /// At most this many camera frames ride one unit's append (the server's limit).
 const MAX_FRAMES: usize = 2;
+/// The server's receive-idle window asked for: an hour.
+const IDLE_TIMEOUT_S: u32 = 3600;
+/// The most voice one event may carry: ten seconds at 24 kHz.
+const MAX_DELTA_SAMPLES: usize = 240_000;
 
 /// The session's settings, the first message on the socket. The client's audio goes as it
 /// arrives, float32 at 16 kHz (`pcm_f32le`, taken without re-encoding); the model's voice
@@ -28,6 +32,9 @@ pub(super) fn session_update(setup: &SessionSetup, ref_audio: Option<String>, mo
         "turn_detection": null,
         "overlap_policy": "listen_only",
         "extra_body": {"auto_response": true, "force_listen_count": g.force_listen_count.unwrap_or(0)},
+        // The server ends a session that sends nothing for this long (300 s by default); a
+        // client may stay silent longer, and the gateway's own limits end a session.
+        "idle_timeout_s": IDLE_TIMEOUT_S,
     });
     if !setup.system_prompt.is_empty() {
         session["instructions"] = json!(setup.system_prompt);
@@ -84,8 +91,18 @@ pub(super) fn append(c: &DuplexChunk, force_listen: bool) -> String {
     m
 }
 
-pub(super) fn cancel(response_id: &str) -> String {
-    json!({"type": "response.cancel", "response_id": response_id}).to_string()
+/// Cancels `response_id`, or whatever response is active (one whose start is not read yet).
+pub(super) fn cancel(response_id: Option<&str>) -> String {
+    match response_id {
+        Some(id) => json!({"type": "response.cancel", "response_id": id}).to_string(),
+        None => json!({"type": "response.cancel"}).to_string(),
+    }
+}
+
+/// The events received up to `seq`: the server's journal of them can be trimmed (it keeps them
+/// for a resume, 60 s or 8 MiB, and stops keeping any past that).
+pub(super) fn event_ack(seq: u64) -> String {
+    json!({"type": "session.event_ack", "server_event_seq": seq}).to_string()
 }
 
 /// The voice handed on to the session counts as played (`playback_commit_policy` is
@@ -117,6 +134,9 @@ pub(super) enum Event {
     Created { session_id: String, resume_token: String },
     /// A session taken back on a new connection (`session.resumed`).
     Resumed,
+    /// A cancel that came after the response's end cleared its unplayed voice
+    /// (`output_audio_buffer.cleared`).
+    Cleared,
     /// The model starts speaking (`response.created`).
     ResponseCreated { id: String },
     /// A piece of its voice, as 24 kHz samples (`response.output_audio.delta`).
@@ -131,6 +151,8 @@ pub(super) enum Event {
     Error { code: String, message: String },
     /// The server ended the session (`session.closed`, `session.expired`, `session.replaced`).
     Ended { kind: String, reason: String },
+    /// The server keeps no more of the session's events for a resume (`session.resync_required`).
+    Unjournaled { reason: String },
     /// Anything else (item events, speech started, rate limits...).
     Other,
 }
@@ -154,10 +176,20 @@ fn event(v: &Value) -> Result<Event, BadEvent> {
     Ok(match v["type"].as_str().ok_or_else(|| bad("an event without a type".into()))? {
         "session.created" => Event::Created { session_id: s(&v["session"]["id"]), resume_token: s(&v["resume_token"]) },
         "session.resumed" => Event::Resumed,
+        "output_audio_buffer.cleared" => Event::Cleared,
         "response.created" => Event::ResponseCreated { id: s(&v["response"]["id"]) },
         "response.output_audio.delta" => {
-            let samples = pcm16(v["delta"].as_str().unwrap_or(""))?;
+            let b64 = v["delta"].as_str().unwrap_or("");
             let rate = v["sample_rate_hz"].as_u64().unwrap_or(24000);
+            // Judged before it is decoded or resampled: at most ten seconds once at 24 kHz.
+            let at_24k = (b64.len() as u64 / 4 * 3 / 2).saturating_mul(24000) / rate.max(1);
+            if at_24k > MAX_DELTA_SAMPLES as u64 {
+                return Err(bad(format!(
+                    "an audio delta of {} samples at {rate} Hz (more than 10 s)",
+                    b64.len() / 4 * 3 / 2
+                )));
+            }
+            let samples = pcm16(b64)?;
             let samples = if rate == 24000 {
                 samples
             } else {
@@ -184,9 +216,11 @@ fn event(v: &Value) -> Result<Event, BadEvent> {
             },
             other => Event::Error { code: s(&v["code"]), message: s(other) },
         },
-        kind @ ("session.closed" | "session.expired" | "session.replaced" | "session.resync_required") => {
+        kind @ ("session.closed" | "session.expired" | "session.replaced") => {
             Event::Ended { kind: kind.to_string(), reason: s(&v["reason"]) }
         }
+        // The server stopped keeping events for a resume; the session goes on.
+        "session.resync_required" => Event::Unjournaled { reason: s(&v["reason"]) },
         _ => Event::Other,
     })
 }
@@ -267,6 +301,15 @@ mod tests {
         let listen = r#"{"type":"response.listen","response":{},"server_event_seq":7}"#;
         assert_eq!(parse(listen).unwrap(), (Event::Listen { response_id: None }, Some(7)));
         assert!(parse(r#"{"type":"response.output_audio.delta","delta":"AAA"}"#).is_err(), "odd bytes");
+        // At most ten seconds once at 24 kHz, judged before decoding or resampling.
+        let delta = |seconds: usize, rate: u32| {
+            let b64 = STANDARD.encode(vec![0u8; seconds * rate as usize * 2]);
+            json!({"type": "response.output_audio.delta", "delta": b64, "sample_rate_hz": rate}).to_string()
+        };
+        assert!(parse(&delta(9, 24000)).is_ok());
+        assert!(parse(&delta(11, 24000)).unwrap_err().to_string().contains("more than 10 s"));
+        assert!(parse(&delta(4, 8000)).is_ok(), "4 s at 8 kHz is 4 s at 24 kHz");
+        assert!(parse(&delta(2, 1)).is_err(), "1 Hz: refused by the resampler");
         assert!(parse("[1]").is_err());
     }
 }

@@ -67,6 +67,8 @@ pub(crate) struct VllmState {
     pub forced: usize,
     /// Units answered (the client's and the mock's own silence).
     pub units: usize,
+    /// Pieces of voice sent (after `unit_delay`).
+    pub pieces: usize,
     /// Camera frames received.
     pub frames: usize,
     /// `playback.ack` received.
@@ -103,6 +105,7 @@ impl MockVllm {
             cancels: 0,
             forced: 0,
             units: 0,
+            pieces: 0,
             frames: 0,
             acks: 0,
             stale: 0,
@@ -164,9 +167,12 @@ impl MockVllm {
     }
 
     /// The `[[workers]]` entry of a gateway that drives this server's `count` slots.
+    /// Decisions are waited for a whole unit unless `options` says otherwise (the tests' clients
+    /// send a chunk and read its answer: a longer wait stalls nothing).
     pub(crate) fn entry(&self, name: &str, count: usize, options: &str) -> String {
+        let wait = if options.contains("decision_wait_ms") { "" } else { "decision_wait_ms = 1000\n" };
         format!(
-            "[[workers]]\nname = \"{name}\"\nbackend = \"vllm-omni\"\nurl = \"{}\"\ncount = {count}\nmodes = [\"audio\", \"video\"]\n[workers.options]\nhealth_interval_s = 0.2\ndecision_wait_ms = 1000\n{options}\n",
+            "[[workers]]\nname = \"{name}\"\nbackend = \"vllm-omni\"\nurl = \"{}\"\ncount = {count}\nmodes = [\"audio\", \"video\"]\n[workers.options]\nhealth_interval_s = 0.2\n{wait}{options}\n",
             self.url()
         )
     }
@@ -521,7 +527,8 @@ async fn duplex(req: HttpRequest, body: web::Payload, state: Shared) -> actix_we
             let delay = state.lock().unwrap().unit_delay;
             match command(&mut m, &v, &state) {
                 Reply::Events(out) => {
-                    if out.iter().any(|e| e.contains("\"response.output_audio.delta\"")) && !delay.is_zero() {
+                    let pieces = out.iter().filter(|e| e.contains("\"response.output_audio.delta\"")).count();
+                    if pieces > 0 && !delay.is_zero() {
                         tokio::time::sleep(delay).await;
                     }
                     if !out.is_empty() && v["type"] == "input_audio_buffer.append" {
@@ -530,6 +537,7 @@ async fn duplex(req: HttpRequest, body: web::Payload, state: Shared) -> actix_we
                     if send_all(&mut ws, out).await.is_err() {
                         return drop_held(state, &m).await;
                     }
+                    state.lock().unwrap().pieces += pieces;
                 }
                 Reply::Closed(closed) => {
                     let _ = ws.text(closed).await;
