@@ -513,6 +513,10 @@ pub struct BackendInfo {
     pub step_samples: u32,
     /// It calls the tools it is given (ABI 1.3, `OMNI_CAP_TOOLS`).
     pub tools: bool,
+    /// It speaks in the voice of a reference recording only: a voice asked by name is not
+    /// applied (and is reported as such to the client).
+    #[serde(default)]
+    pub voice_from_reference_only: bool,
 }
 
 impl BackendInfo {

@@ -229,6 +229,8 @@ impl MinicpmoBackend {
             step_samples: 0,
             // Its worker API takes no tools.
             tools: false,
+            // Its voice is the reference audio the client sends; it knows no voice names.
+            voice_from_reference_only: true,
         };
         log::info!("worker {name}: MiniCPM-o worker at {url} is healthy");
         Ok(MinicpmoBackend {

@@ -241,6 +241,8 @@ impl VllmOmniBackend {
             settings: Vec::new(),
             step_samples: 16000,
             tools: false,
+            // MiniCPM-o speaks in the voice of `ref_audio`; vLLM-Omni stores a voice name unread.
+            voice_from_reference_only: true,
         };
         log::info!("worker {name}: vLLM-Omni at {url} is healthy");
         let name = name.to_string();

@@ -67,6 +67,8 @@ impl Truncation {
 pub struct Conf {
     pub instructions: String,
     pub voice: String,
+    /// The client named a voice (`voice` is otherwise the dialect's default).
+    pub voice_named: bool,
     /// Answers are spoken (else text only).
     pub audio_out: bool,
     /// Server VAD; `None`: the client commits its turns and asks for answers (manual).
@@ -137,6 +139,9 @@ impl Conf {
         let mut names = self.settings.unsupported(backend);
         if !self.tools.functions.is_empty() && !backend.tools {
             names.push("tools".into());
+        }
+        if self.voice_named && backend.voice_from_reference_only {
+            names.push("voice".into());
         }
         names.extend(
             self.unapplied.iter().map(|(name, _)| name.clone()).filter(|n| !QUIETLY_UNAPPLIED.contains(&n.as_str())),

@@ -16,6 +16,7 @@ fn conf(vad: bool) -> Conf {
     Conf {
         instructions: String::new(),
         voice: "alloy".into(),
+        voice_named: false,
         audio_out: true,
         vad: vad.then(|| Vad {
             kind: "server_vad".into(),

@@ -39,6 +39,7 @@ pub(super) fn defaults(flavor: Flavor) -> Conf {
     Conf {
         instructions: String::new(),
         voice: if flavor == Flavor::Qwen { "Cherry".into() } else { "alloy".into() },
+        voice_named: false,
         audio_out: true,
         vad: Some(vad_of(flavor)),
         temperature: None,
@@ -345,6 +346,7 @@ pub(super) fn apply(conf: &Conf, s: &Value, flavor: Flavor) -> Result<Conf, Prot
     }
     if let Some(v) = text("voice")? {
         next.voice = v;
+        next.voice_named = true;
     }
     if let Some(m) = s.get("modalities") {
         next.audio_out = modalities(m, "session.modalities", flavor)?;
@@ -441,6 +443,7 @@ pub(super) fn apply(conf: &Conf, s: &Value, flavor: Flavor) -> Result<Conf, Prot
         }
         if let Some(v) = output.get("voice").and_then(Value::as_str) {
             next.voice = v.to_string();
+            next.voice_named = true;
         }
         if let Some(f) = output.get("format") {
             let param = "session.audio.output.format";
