@@ -201,6 +201,7 @@ class Check:
             states = [w["state"] for w in status["workers"]]
             if all(s == "idle" for s in states) or time.monotonic() > deadline:
                 return states
+            time.sleep(0.2)
 
     async def run(self):
         scenarios = [

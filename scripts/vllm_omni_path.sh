@@ -21,6 +21,13 @@ slots=("$@")
 build_release
 dir=$(mktemp -d)
 ulimit -n 65536 2>/dev/null || true
+# The voice prompt every slot needs: a second of a quiet tone.
+python3 - "$dir/voice.wav" <<'PY'
+import math, struct, sys, wave
+with wave.open(sys.argv[1], "wb") as w:
+    w.setnchannels(1); w.setsampwidth(2); w.setframerate(16000)
+    w.writeframes(struct.pack("<16000h", *(int(3000 * math.sin(i * 0.05)) for i in range(16000))))
+PY
 pids=()
 trap 'kill "${pids[@]}" ${server:-} 2>/dev/null || true; wait 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 
@@ -67,8 +74,8 @@ for n in "${slots[@]}"; do
     "$bin" loadgen --target vllm-omni --url "$urls" "${load[@]}" --json-out "$dir/vllm-direct-$n.json" > /dev/null
     row "$n" "vLLM-Omni direct" "$dir/vllm-direct-$n.json" "$n"
     # The direct sessions closed theirs: every slot is free for the gateway's.
-    printf '[[workers]]\nname = "vo"\nbackend = "vllm-omni"\nurl = "http://127.0.0.1:%s"\ncount = %s\nmodes = ["audio", "video"]\n' \
-        "$vport" "$n" > "$dir/vllm-$n.toml"
+    printf '[[workers]]\nname = "vo"\nbackend = "vllm-omni"\nurl = "http://127.0.0.1:%s"\ncount = %s\nmodes = ["audio", "video"]\n[workers.options]\nref_audio = "%s"\n' \
+        "$vport" "$n" "$dir/voice.wav" > "$dir/vllm-$n.toml"
     gateway "$n" "$dir/vllm-$n.toml" "vllm-gateway-$n"
     row "$n" "vLLM-Omni through the gateway" "$dir/vllm-gateway-$n.json" "$n"
 

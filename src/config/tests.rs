@@ -97,10 +97,15 @@ fn nodes_and_the_node_role_are_checked() {
     }
     let c = parse("[[workers]]\nbackend = \"minicpmo-worker\"\nurl = \"http://gpu1:22400/\"\n").unwrap();
     assert_eq!(c.workers[0].source, BackendSource::MinicpmoWorker("http://gpu1:22400".into()));
-    let c = parse("[[workers]]\nbackend = \"vllm-omni\"\nurl = \"http://gpu2:8099\"\ncount = 4\n").unwrap();
-    assert_eq!(c.workers.len(), 4, "one worker per session slot");
-    assert_eq!(c.workers[3].source, BackendSource::VllmOmni("http://gpu2:8099".into()));
     for (text, expected) in [
+        (
+            "[[workers]]\nbackend = \"vllm-omni\"\nurl = \"http://gpu2:8099\"\ncount = 4\n",
+            "workers[0].options.ref_audio: required with backend = \"vllm-omni\"",
+        ),
+        (
+            "[[workers]]\nbackend = \"vllm-omni\"\nurl = \"http://gpu2:8099\"\nmodes = [\"audio\", \"chat\"]\n",
+            "workers[0].modes[1]: a vllm-omni slot runs duplex sessions only",
+        ),
         ("[[workers]]\nbackend = \"vllm-omni\"\n", "workers[0].url: required with backend = \"vllm-omni\""),
         (
             "[[workers]]\nbackend = \"vllm-omni\"\nurl = \"http://gpu2:8099\"\nisolation = \"process\"\n",
@@ -524,4 +529,28 @@ fn the_shipped_config_is_valid_and_documents_every_key() {
             "config.toml does not mention {key}"
         );
     }
+}
+
+#[test]
+fn a_vllm_omni_entry_is_a_worker_per_slot_serving_duplex_modes_with_its_voice_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("voice.wav"), omni_actors::audio::encode_wav(&[0.1; 16000], 16000)).unwrap();
+    std::fs::write(dir.path().join("big.wav"), vec![0u8; 3 << 20]).unwrap();
+    std::fs::write(dir.path().join("not.wav"), b"hello").unwrap();
+    let config = dir.path().join("config.toml");
+    let entry = |voice: &str| {
+        format!(
+            "[[workers]]\nbackend = \"vllm-omni\"\nurl = \"http://gpu2:8099\"\ncount = 4\n[workers.options]\nref_audio = \"{voice}\"\n"
+        )
+    };
+    let c = Config::parse(&entry("voice.wav"), &config).unwrap();
+    assert_eq!(c.workers.len(), 4, "one worker per session slot");
+    assert_eq!(c.workers[3].source, BackendSource::VllmOmni("http://gpu2:8099".into()));
+    assert_eq!(c.workers[0].modes, vec![Mode::Video, Mode::Audio], "duplex modes by default");
+    let voice = dir.path().join("voice.wav").display().to_string();
+    assert!(c.workers[0].options.contains(&("ref_audio".to_string(), voice)), "resolved beside the config");
+    let e = Config::parse(&entry("big.wav"), &config).unwrap_err().to_string();
+    assert!(e.contains("options.ref_audio") && e.contains("at most 2097152"), "{e}");
+    let e = Config::parse(&entry("not.wav"), &config).unwrap_err().to_string();
+    assert!(e.contains("is not a WAV file"), "{e}");
 }

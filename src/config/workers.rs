@@ -55,8 +55,9 @@ pub struct WorkerEntry {
     pub isolation: Option<Isolation>,
     #[serde(default = "default_count")]
     pub count: usize,
-    #[serde(default = "default_modes")]
-    pub modes: Vec<String>,
+    /// The modes served; by default every mode the backend can run.
+    #[serde(default)]
+    pub modes: Option<Vec<String>>,
     #[serde(default)]
     pub options: BTreeMap<String, toml::Value>,
 }
@@ -76,9 +77,16 @@ fn default_backend() -> BackendKind {
 fn default_count() -> usize {
     1
 }
-fn default_modes() -> Vec<String> {
-    Mode::ALL.iter().map(|m| m.as_str().to_string()).collect()
+/// The modes an entry serves when it names none: all, or the duplex ones for a backend that
+/// runs only duplex sessions.
+fn default_modes(backend: BackendKind) -> Vec<String> {
+    let modes = Mode::ALL.iter().filter(|m| backend != BackendKind::VllmOmni || **m != Mode::Chat);
+    modes.map(|m| m.as_str().to_string()).collect()
 }
+
+/// The largest voice prompt a vLLM-Omni slot takes: the server echoes it in `session.created`,
+/// and the backend reads messages of at most 4 MiB (its base64 is a third larger).
+const MAX_REF_AUDIO_BYTES: u64 = 2 << 20;
 
 /// Where a worker's backend comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,15 +193,24 @@ impl WorkerEntry {
             (BackendSource::Library(_), None) => Isolation::Process,
             (_, None) => Isolation::Thread,
         };
-        if self.modes.is_empty() {
+        let named = self.modes.clone().unwrap_or_else(|| default_modes(self.backend));
+        if named.is_empty() {
             return Err(Invalid::new("modes", "must name at least one of chat, video, audio"));
         }
         let mut modes = Vec::new();
-        for (j, m) in self.modes.iter().enumerate() {
+        for (j, m) in named.iter().enumerate() {
             let mode: Mode = m.parse().map_err(|e| Invalid::new(format!("modes[{j}]"), e))?;
+            if mode == Mode::Chat && self.backend == BackendKind::VllmOmni {
+                let why =
+                    "a vllm-omni slot runs duplex sessions only: \"audio\" and \"video\" (it answers no text turns)";
+                return Err(Invalid::new(format!("modes[{j}]"), why));
+            }
             if !modes.contains(&mode) {
                 modes.push(mode);
             }
+        }
+        if self.backend == BackendKind::VllmOmni {
+            check_voice_prompt(&self.options, base)?;
         }
         let mut options = Vec::new();
         for (k, v) in &self.options {
@@ -224,6 +241,29 @@ impl WorkerEntry {
             })
             .collect())
     }
+}
+
+/// A vLLM-Omni slot's `ref_audio`: required (MiniCPM-o speaks only with a voice prompt, and
+/// most clients send none), a WAV file, small enough to be echoed back.
+fn check_voice_prompt(options: &BTreeMap<String, toml::Value>, base: Base<'_>) -> Result<(), Invalid> {
+    let key = "options.ref_audio";
+    let Some(toml::Value::String(path)) = options.get("ref_audio") else {
+        let why =
+            "required with backend = \"vllm-omni\": a WAV voice prompt (5 to 10 s of one voice, e.g. 16 kHz mono)";
+        return Err(Invalid::new(key, why));
+    };
+    let path = base.file(key, path)?;
+    let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    if size > MAX_REF_AUDIO_BYTES {
+        let why =
+            format!("{} is {size} bytes: at most {MAX_REF_AUDIO_BYTES} (about 60 s of 16 kHz mono)", path.display());
+        return Err(Invalid::new(key, why));
+    }
+    let bytes = std::fs::read(&path).map_err(|e| Invalid::new(key, format!("{}: {e}", path.display())))?;
+    let limits = omni_actors::audio::AudioLimits { max_seconds: 120.0 };
+    omni_actors::audio::decode_wav(&bytes, limits)
+        .map_err(|e| Invalid::new(key, format!("{} is not a WAV file the gateway reads: {e}", path.display())))?;
+    Ok(())
 }
 
 /// A worker's base URL: `http://HOST:PORT` (no path), without the trailing slash.

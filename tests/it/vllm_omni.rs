@@ -346,3 +346,48 @@ async fn a_late_decision_does_not_make_the_next_ones_late_and_a_barge_in_still_c
     assert_eq!(kinds(&step(&mut c, &quiet(), 9).await), ["listen"]);
     close(c).await;
 }
+
+/// Behind replicas, a vLLM-Omni server is reached through a node on its host: its slots are the
+/// node's workers. Through a node the model is heard, every session is closed, and a slot taken
+/// by someone else at prepare keeps the client waiting until it is free.
+#[tokio::test]
+async fn a_nodes_vllm_omni_slots_serve_a_gateway_and_a_slot_taken_keeps_the_client_waiting() {
+    let mock = MockVllm::start(2);
+    mock.with(|s| s.hold = Duration::from_secs(3));
+    let (_dir, wav) = voice();
+    let node = Node::start(&mock.entry("vo", 2, &format!("ref_audio = \"{}\"", wav.display())), "");
+    let server = Server::start(Setup::default().workers(String::new()).extra(&node.entry("gpu1", "")));
+    server.wait_status("the node's slots join", WAIT, |s| {
+        let w = s["workers"].as_array().unwrap();
+        w.len() == 2 && w.iter().all(|w| w["state"] == "idle")
+    });
+    let mut c = active(&server, "audio").await;
+    hears_a_reply(&mut c).await;
+    close(c).await;
+    every_session_had_a_voice_and_was_closed(&mock, 1);
+
+    // A direct client takes a slot and drops without closing it: the server holds it.
+    let wav_b64 = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(std::fs::read(&wav).unwrap())
+    };
+    let (mut direct, _) =
+        tokio_tungstenite::connect_async(format!("ws://{}/v1/realtime?duplex=1", mock.addr)).await.unwrap();
+    let update =
+        json!({"type": "session.update", "session": {"ref_audio": format!("data:audio/wav;base64,{wav_b64}")}});
+    futures_util::SinkExt::send(&mut direct, tokio_tungstenite::tungstenite::Message::text(update.to_string()))
+        .await
+        .unwrap();
+    let created: Value = serde_json::from_str(direct.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
+    assert_eq!(created["type"], "session.created");
+    drop(direct);
+    let first = active(&server, "audio").await;
+    let mut second = connected(&server, "audio").await;
+    second.send(json!({"type": "session.init", "payload": {"system_prompt": "Through the node."}})).await;
+    second.expect("session.created").await;
+    assert!(mock.with(|s| s.refused) >= 1, "the server refused a slot while the dropped one was held");
+    hears_a_reply(&mut second).await;
+    close(second).await;
+    close(first).await;
+    mock.wait_for(|s| s.admitted == 0, |_| ());
+}

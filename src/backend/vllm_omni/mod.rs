@@ -45,6 +45,7 @@ use omni_actors::domain::{
     BackendInfo, DuplexChunk, SessionKind, SessionSetup, StepKind, StepOutcome, StepPiece, TurnInput, TurnPiece,
 };
 use omni_actors::edge::backend::{Backend, BackendControl, BackendError};
+use omni_actors::observe::metrics::metrics;
 use tungstenite::client::IntoClientRequest;
 use tungstenite::{Message, WebSocket};
 
@@ -52,6 +53,10 @@ use options::Options;
 use server::Server;
 use wire::Event;
 
+/// The context size reported: the gateway counts no tokens against it (the KV length is 0).
+const CONTEXT_TOKENS: u32 = 8192;
+/// Errors of a server that cannot hold duplex sessions at all: the slot is out, not the client.
+const SERVER_ERRORS: [&str; 3] = ["multi_api_duplex_unsupported", "unsupported", "config_timeout"];
 /// The largest message taken from the server: an event carries a second or two of voice, and
 /// `session.created` echoes the voice prompt (a WAV of up to 30 s).
 const MAX_MESSAGE: usize = 4 << 20;
@@ -230,7 +235,8 @@ impl VllmOmniBackend {
             turn: false,
             input_sample_rate: 16000,
             output_sample_rate: 24000,
-            context_size: options.context_tokens,
+            // vLLM-Omni keeps its own context window and reports no KV length.
+            context_size: CONTEXT_TOKENS,
             // A step hands on what came within a unit, or what piled up since the last.
             max_output_samples: 24000 * 16,
             max_output_text_bytes: 16384,
@@ -330,7 +336,13 @@ impl VllmOmniBackend {
                 }
                 Event::Error { code, message } if code == "resource_exhausted" => {
                     self.server.full();
+                    metrics().remote_worker_health.with_label_values(&[&self.name, "full"]).inc();
                     let why = format!("{} has no free session slot ({code}: {message})", self.url);
+                    return Err(BackendError::Unavailable(why));
+                }
+                Event::Error { code, message } if SERVER_ERRORS.contains(&code.as_str()) => {
+                    self.server.suspect();
+                    let why = format!("{} cannot hold a duplex session: {message} ({code})", self.url);
                     return Err(BackendError::Unavailable(why));
                 }
                 Event::Error { code, message } => {
@@ -367,6 +379,8 @@ impl VllmOmniBackend {
             )));
         }
         self.orphan = None;
+        // A slot of that server is free: it is asked again at once, whatever refusal came before.
+        self.server.had_room();
         // The server closes the socket next; the close handshake is not waited for.
         let _ = link.socket.close(None);
         let _ = link.socket.flush();

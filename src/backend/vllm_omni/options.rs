@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use omni_actors::edge::backend::BackendError;
 
-const KNOWN: &str = "ref_audio, model, decision_wait_ms, connect_timeout_s, reply_timeout_s, close_timeout_s, \
-                     health_interval_s, context_tokens";
+const KNOWN: &str =
+    "ref_audio, model, decision_wait_ms, connect_timeout_s, reply_timeout_s, close_timeout_s, health_interval_s";
 
 #[derive(Debug, Clone)]
 pub(super) struct Options {
@@ -27,9 +27,6 @@ pub(super) struct Options {
     pub close_timeout: Duration,
     /// How often an idle slot asks its server's `/health` (the slots of a server share the answer).
     pub health_interval: Duration,
-    /// The context the gateway counts against (vLLM-Omni keeps its own window and reports no
-    /// KV length).
-    pub context_tokens: u32,
 }
 
 impl Options {
@@ -42,7 +39,6 @@ impl Options {
             reply_timeout: Duration::from_secs(10),
             close_timeout: Duration::from_secs(5),
             health_interval: Duration::from_secs(10),
-            context_tokens: 8192,
         };
         for (k, v) in options {
             let number = || {
@@ -66,7 +62,6 @@ impl Options {
                 "reply_timeout_s" => o.reply_timeout = Duration::from_secs_f64(number()?),
                 "close_timeout_s" => o.close_timeout = Duration::from_secs_f64(number()?),
                 "health_interval_s" => o.health_interval = Duration::from_secs_f64(number()?),
-                "context_tokens" => o.context_tokens = number()? as u32,
                 _ => return Err(BackendError::Open(format!("unknown option '{k}' for vllm-omni (known: {KNOWN})"))),
             }
         }
