@@ -18,7 +18,7 @@
 //!   healthy again. A link has no thread or connection besides.
 
 use std::io::ErrorKind;
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::TcpStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -32,7 +32,6 @@ use omni_actors::domain::{
 use omni_actors::edge::backend::{Backend, BackendControl, BackendError};
 use omni_actors::observe::metrics::metrics;
 use serde_json::{Value, json};
-use tungstenite::client::IntoClientRequest;
 use tungstenite::{Message, WebSocket};
 
 /// The DuplexConfig settings the worker applies per session (its other settings are fixed
@@ -251,20 +250,14 @@ impl MinicpmoBackend {
 
     /// A WebSocket to `path` of the worker, with the reply timeout on reads.
     fn connect(&self, path: &str) -> Result<Socket, BackendError> {
-        let host = self.url.trim_start_matches("http://");
-        let unreachable = |e: String| BackendError::Unavailable(format!("{}{path}: {e}", self.url));
-        let addr = host
-            .to_socket_addrs()
-            .map_err(|e| unreachable(e.to_string()))?
-            .next()
-            .ok_or_else(|| unreachable("resolves to no address".into()))?;
-        let tcp =
-            TcpStream::connect_timeout(&addr, self.options.connect_timeout).map_err(|e| unreachable(e.to_string()))?;
-        let _ = tcp.set_nodelay(true);
-        tcp.set_read_timeout(Some(self.options.reply_timeout)).map_err(|e| unreachable(e.to_string()))?;
-        let request = format!("ws://{host}{path}").into_client_request().map_err(|e| unreachable(e.to_string()))?;
-        let (socket, _) = tungstenite::client::client(request, tcp).map_err(|e| unreachable(e.to_string()))?;
-        Ok(socket)
+        let dial = super::ws_client::Dial {
+            connect_timeout: self.options.connect_timeout,
+            read_timeout: self.options.reply_timeout,
+            write_timeout: None,
+            config: None,
+        };
+        super::ws_client::connect(&self.url, path, &dial)
+            .map_err(|e| BackendError::Unavailable(format!("{}{path}: {e}", self.url)))
     }
 
     fn lost(&self, what: &str, e: impl std::fmt::Display) -> BackendError {
@@ -381,30 +374,15 @@ fn agent(timeout: Duration) -> ureq::Agent {
 /// look at each of its 85,000 bytes for one), and the client's own base64 of the audio is
 /// forwarded when it has it (it was checked when the chunk was decoded), else encoded once.
 pub fn audio_chunk(c: &DuplexChunk, force_listen: bool) -> String {
-    let simd = base64_simd::STANDARD;
-    let audio_len = c.audio_base64.as_ref().map_or_else(|| simd.encoded_length(c.audio.len() * 4), |b| b.len());
-    let frames_len: usize = c.frames.iter().map(|f| simd.encoded_length(f.len()) + 3).sum();
-    let mut m = String::with_capacity(128 + audio_len + frames_len);
+    let mut m = String::with_capacity(128 + super::chunk_text::encoded_len(c, &c.frames));
     m.push_str(r#"{"type":"audio_chunk","force_listen":"#);
     m.push_str(if force_listen { "true" } else { "false" });
     if let Some(n) = c.max_slice_nums {
         m.push_str(&format!(r#","max_slice_nums":{n}"#));
     }
-    if !c.frames.is_empty() {
-        m.push_str(r#","frame_base64_list":["#);
-        for (i, frame) in c.frames.iter().enumerate() {
-            m.push_str(if i == 0 { "\"" } else { ",\"" });
-            simd.encode_append(frame, &mut m);
-            m.push('"');
-        }
-        m.push(']');
-    }
-    m.push_str(r#","audio_base64":""#);
-    match c.audio_base64.as_deref().map(std::str::from_utf8) {
-        Some(Ok(b64)) => m.push_str(b64),
-        _ => crate::dialect::wire::encode_pcm_f32(&c.audio, &mut m),
-    }
-    m.push_str("\"}");
+    super::chunk_text::push_frames("frame_base64_list", &c.frames, &mut m);
+    super::chunk_text::push_audio("audio_base64", c, &mut m);
+    m.push('}');
     m
 }
 

@@ -5,6 +5,7 @@
 //! server (`vllm_omni/`). (The links a cluster's replica
 //! keeps open to its nodes, on which they push their grants, are [`crate::link::standby`].)
 
+mod chunk_text;
 pub mod ffi;
 pub mod host;
 pub(crate) mod ipc;
@@ -14,6 +15,7 @@ pub mod remote;
 pub mod vllm_omni;
 
 mod sys;
+mod ws_client;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -56,6 +56,22 @@ async fn hears_a_reply(c: &mut Client) {
     assert_eq!(pcm_of(&reply[1]["audio"]).len(), 24000, "a second of the model's voice at 24 kHz");
 }
 
+/// A client of the server's own opens a session on it directly and drops its socket without
+/// `session.close`: the server holds that slot for its disconnect grace.
+async fn hold_a_slot_and_drop_it(mock: &MockVllm, wav: &std::path::Path) {
+    use base64::Engine;
+    let wav_b64 = base64::engine::general_purpose::STANDARD.encode(std::fs::read(wav).unwrap());
+    let (mut direct, _) =
+        tokio_tungstenite::connect_async(format!("ws://{}/v1/realtime?duplex=1", mock.addr)).await.unwrap();
+    let update =
+        json!({"type": "session.update", "session": {"ref_audio": format!("data:audio/wav;base64,{wav_b64}")}});
+    futures_util::SinkExt::send(&mut direct, tokio_tungstenite::tungstenite::Message::text(update.to_string()))
+        .await
+        .unwrap();
+    let created: Value = serde_json::from_str(direct.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
+    assert_eq!(created["type"], "session.created");
+}
+
 async fn close(mut c: Client) {
     c.send(json!({"type": "session.close"})).await;
     c.until("session.closed").await;
@@ -159,20 +175,7 @@ async fn a_slot_taken_by_someone_else_keeps_the_client_queued_until_it_is_free()
     mock.with(|s| s.hold = Duration::from_secs(3));
     let (_dir, wav) = voice();
     let server = gateway(&mock, 2, &wav);
-    let wav_b64 = {
-        use base64::Engine;
-        base64::engine::general_purpose::STANDARD.encode(std::fs::read(&wav).unwrap())
-    };
-    let (mut direct, _) =
-        tokio_tungstenite::connect_async(format!("ws://{}/v1/realtime?duplex=1", mock.addr)).await.unwrap();
-    let update =
-        json!({"type": "session.update", "session": {"ref_audio": format!("data:audio/wav;base64,{wav_b64}")}});
-    futures_util::SinkExt::send(&mut direct, tokio_tungstenite::tungstenite::Message::text(update.to_string()))
-        .await
-        .unwrap();
-    let created: Value = serde_json::from_str(direct.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
-    assert_eq!(created["type"], "session.created");
-    drop(direct); // dropped without session.close: the server holds its slot
+    hold_a_slot_and_drop_it(&mock, &wav).await;
 
     let first = active(&server, "audio").await;
     let mut second = connected(&server, "audio").await;
@@ -367,20 +370,7 @@ async fn a_nodes_vllm_omni_slots_serve_a_gateway_and_a_slot_taken_keeps_the_clie
     every_session_had_a_voice_and_was_closed(&mock, 1);
 
     // A direct client takes a slot and drops without closing it: the server holds it.
-    let wav_b64 = {
-        use base64::Engine;
-        base64::engine::general_purpose::STANDARD.encode(std::fs::read(&wav).unwrap())
-    };
-    let (mut direct, _) =
-        tokio_tungstenite::connect_async(format!("ws://{}/v1/realtime?duplex=1", mock.addr)).await.unwrap();
-    let update =
-        json!({"type": "session.update", "session": {"ref_audio": format!("data:audio/wav;base64,{wav_b64}")}});
-    futures_util::SinkExt::send(&mut direct, tokio_tungstenite::tungstenite::Message::text(update.to_string()))
-        .await
-        .unwrap();
-    let created: Value = serde_json::from_str(direct.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
-    assert_eq!(created["type"], "session.created");
-    drop(direct);
+    hold_a_slot_and_drop_it(&mock, &wav).await;
     let first = active(&server, "audio").await;
     let mut second = connected(&server, "audio").await;
     second.send(json!({"type": "session.init", "payload": {"system_prompt": "Through the node."}})).await;

@@ -345,14 +345,17 @@ impl Test {
         to.do_send(BackendEvent::Step { seq, result: Ok(outcome), elapsed: Duration::ZERO });
     }
 
+    /// The test's worker, as the queue hands it.
+    fn link(&self) -> WorkerLink {
+        WorkerLink { id: 0, name: "w".into(), port: Arc::new(self.worker.clone()), info: Default::default() }
+    }
+
     /// Joins, is handed the worker, initialises: the session is active. Returns where its
     /// worker's events go.
     async fn active(&mut self) -> Recipient<BackendEvent> {
         self.expect("Join { front: false }").await;
         let notify = self.notify.recv().await.unwrap();
-        let worker =
-            WorkerLink { id: 0, name: "w".into(), port: Arc::new(self.worker.clone()), info: Default::default() };
-        notify.do_send(QueueNotice::Assigned { ticket: 1, worker });
+        notify.do_send(QueueNotice::Assigned { ticket: 1, worker: self.link() });
         self.expect("Claim").await;
         self.expect("Attach").await;
         let events = self.events.recv().await.unwrap();
@@ -480,10 +483,7 @@ async fn a_worker_lost_mid_session_ends_it_with_backend_error() {
     let mut t = start(Options { lose_prepare: true, ..Default::default() });
     t.expect("Join { front: false }").await;
     let notify = t.notify.recv().await.unwrap();
-    notify.do_send(QueueNotice::Assigned {
-        ticket: 1,
-        worker: WorkerLink { id: 0, name: "w".into(), port: Arc::new(t.worker.clone()), info: Default::default() },
-    });
+    notify.do_send(QueueNotice::Assigned { ticket: 1, worker: t.link() });
     t.expect("Claim").await;
     t.expect("Attach").await;
     assert_eq!(t.text().await, "queue_done");
@@ -501,13 +501,11 @@ async fn a_worker_lost_mid_session_ends_it_with_backend_error() {
 async fn a_worker_that_cannot_be_taken_sends_the_session_back_to_the_head_once() {
     let mut t = start(Options { refuse_attach: true, ..Default::default() });
     t.expect("Join { front: false }").await;
-    let port = t.worker.clone();
-    let link = || WorkerLink { id: 0, name: "w".into(), port: Arc::new(port.clone()), info: Default::default() };
-    t.notify.recv().await.unwrap().do_send(QueueNotice::Assigned { ticket: 1, worker: link() });
+    t.notify.recv().await.unwrap().do_send(QueueNotice::Assigned { ticket: 1, worker: t.link() });
     t.expect("Claim").await;
     t.expect("Attach").await;
     t.expect("Join { front: true }").await;
-    t.notify.recv().await.unwrap().do_send(QueueNotice::Assigned { ticket: 2, worker: link() });
+    t.notify.recv().await.unwrap().do_send(QueueNotice::Assigned { ticket: 2, worker: t.link() });
     t.expect("Claim").await;
     t.expect("Attach").await;
     assert_eq!(t.text().await, "error worker_busy");
@@ -518,9 +516,7 @@ async fn a_worker_that_cannot_be_taken_sends_the_session_back_to_the_head_once()
 async fn a_worker_with_no_room_sends_the_session_back_to_the_head_and_the_next_is_asked_the_same() {
     let mut t = start(Options::default());
     t.expect("Join { front: false }").await;
-    let port = t.worker.clone();
-    let link = || WorkerLink { id: 0, name: "w".into(), port: Arc::new(port.clone()), info: Default::default() };
-    t.notify.recv().await.unwrap().do_send(QueueNotice::Assigned { ticket: 1, worker: link() });
+    t.notify.recv().await.unwrap().do_send(QueueNotice::Assigned { ticket: 1, worker: t.link() });
     t.expect("Claim").await;
     t.expect("Attach").await;
     let events = t.events.recv().await.unwrap();
@@ -535,7 +531,7 @@ async fn a_worker_with_no_room_sends_the_session_back_to_the_head_and_the_next_i
         let info = QueueInfo { ticket, position: 1, estimated_wait_s: 1.0, queue_length: 1, measured: true };
         let notify = t.notify.recv().await.unwrap();
         notify.do_send(QueueNotice::Queued(info));
-        notify.do_send(QueueNotice::Assigned { ticket, worker: link() });
+        notify.do_send(QueueNotice::Assigned { ticket, worker: t.link() });
         t.expect("Claim").await;
         t.expect("Attach").await;
         t.expect("Prepare").await;

@@ -22,8 +22,8 @@ pub(super) struct Speaking {
     pub(super) sent_samples: u64,
 }
 
-/// A session whose connection was lost: what takes it back, to close it.
-#[derive(Debug, Clone)]
+/// A session whose connection was lost: what takes it back, to close it (no `Debug`: the token
+/// is a secret).
 pub(super) struct Orphan {
     pub(super) session_id: String,
     pub(super) resume_token: String,

@@ -44,7 +44,6 @@ mod session;
 mod step;
 mod wire;
 
-use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -53,7 +52,6 @@ use omni_actors::domain::{
     BackendInfo, DuplexChunk, SessionKind, SessionSetup, StepOutcome, StepPiece, TurnInput, TurnPiece,
 };
 use omni_actors::edge::backend::{Backend, BackendControl, BackendError};
-use tungstenite::client::IntoClientRequest;
 
 use link::{Link, Orphan, Socket};
 use options::Options;
@@ -151,32 +149,21 @@ impl VllmOmniBackend {
 
     /// A WebSocket to the server's duplex endpoint.
     fn connect(&self) -> Result<Socket, BackendError> {
-        let host = self.url.trim_start_matches("http://");
-        let unreachable = |e: String| {
+        let dial = crate::backend::ws_client::Dial {
+            connect_timeout: self.options.connect_timeout,
+            read_timeout: self.options.reply_timeout,
+            // A server that stops reading fails the send instead of holding the thread.
+            write_timeout: Some(self.options.reply_timeout),
+            config: Some(
+                tungstenite::protocol::WebSocketConfig::default()
+                    .max_message_size(Some(MAX_MESSAGE))
+                    .max_frame_size(Some(MAX_MESSAGE)),
+            ),
+        };
+        crate::backend::ws_client::connect(&self.url, wire::PATH, &dial).map_err(|e| {
             self.server.suspect();
             BackendError::Unavailable(format!("{}{}: {e}", self.url, wire::PATH))
-        };
-        let addr = host
-            .to_socket_addrs()
-            .map_err(|e| unreachable(e.to_string()))?
-            .next()
-            .ok_or_else(|| unreachable("resolves to no address".into()))?;
-        let tcp =
-            TcpStream::connect_timeout(&addr, self.options.connect_timeout).map_err(|e| unreachable(e.to_string()))?;
-        let _ = tcp.set_nodelay(true);
-        tcp.set_read_timeout(Some(self.options.reply_timeout)).map_err(|e| unreachable(e.to_string()))?;
-        // A server that stops reading fails the send instead of holding the thread.
-        tcp.set_write_timeout(Some(self.options.reply_timeout)).map_err(|e| unreachable(e.to_string()))?;
-        let request =
-            format!("ws://{host}{}", wire::PATH).into_client_request().map_err(|e| unreachable(e.to_string()))?;
-        // A server's message is an event: a second or two of voice at most. 16 MiB is
-        // vLLM-Omni's own bound on what it reads.
-        let config = tungstenite::protocol::WebSocketConfig::default()
-            .max_message_size(Some(MAX_MESSAGE))
-            .max_frame_size(Some(MAX_MESSAGE));
-        let (socket, _) = tungstenite::client::client_with_config(request, tcp, Some(config))
-            .map_err(|e| unreachable(e.to_string()))?;
-        Ok(socket)
+        })
     }
 
     /// The voice prompt: the client's (the voice to speak in, else its reference audio), else

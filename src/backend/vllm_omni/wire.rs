@@ -63,31 +63,16 @@ pub(super) fn wav_data_url(wav: &[u8]) -> String {
 /// One unit's `input_audio_buffer.append`, written as text: the client's own base64 of the
 /// audio is forwarded when it has it (base64 needs no JSON escaping), else encoded once.
 pub(super) fn append(c: &DuplexChunk, force_listen: bool) -> String {
-    let simd = base64_simd::STANDARD;
     let frames = &c.frames[c.frames.len().saturating_sub(MAX_FRAMES)..];
-    let audio_len = c.audio_base64.as_ref().map_or_else(|| simd.encoded_length(c.audio.len() * 4), |b| b.len());
-    let frames_len: usize = frames.iter().map(|f| simd.encoded_length(f.len()) + 3).sum();
-    let mut m = String::with_capacity(96 + audio_len + frames_len);
+    let mut m = String::with_capacity(96 + crate::backend::chunk_text::encoded_len(c, frames));
     m.push_str(r#"{"type":"input_audio_buffer.append""#);
     if force_listen {
         m.push_str(r#","force_listen":true"#);
     }
-    if !frames.is_empty() {
-        // Bare base64 (the server checks the JPEG's magic bytes; a data URL fails it).
-        m.push_str(r#","video_frames":["#);
-        for (i, frame) in frames.iter().enumerate() {
-            m.push_str(if i == 0 { "\"" } else { ",\"" });
-            simd.encode_append(frame, &mut m);
-            m.push('"');
-        }
-        m.push(']');
-    }
-    m.push_str(r#","audio":""#);
-    match c.audio_base64.as_deref().map(std::str::from_utf8) {
-        Some(Ok(b64)) => m.push_str(b64),
-        _ => crate::dialect::wire::encode_pcm_f32(&c.audio, &mut m),
-    }
-    m.push_str("\"}");
+    // Bare base64 (the server checks the JPEG's magic bytes; a data URL fails it).
+    crate::backend::chunk_text::push_frames("video_frames", frames, &mut m);
+    crate::backend::chunk_text::push_audio("audio", c, &mut m);
+    m.push('}');
     m
 }
 
