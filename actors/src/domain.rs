@@ -513,10 +513,11 @@ pub struct BackendInfo {
     pub step_samples: u32,
     /// It calls the tools it is given (ABI 1.3, `OMNI_CAP_TOOLS`).
     pub tools: bool,
-    /// It speaks in the voice of a reference recording only: a voice asked by name is not
-    /// applied (and is reported as such to the client).
+    /// What a dialect takes as applied that it does not apply (`voice`: a voice by name, for a
+    /// backend that speaks only in a reference recording's; `length_penalty`, `max_slice_nums`):
+    /// a client that asks for one hears it is not applied.
     #[serde(default)]
-    pub voice_from_reference_only: bool,
+    pub ignored: Vec<String>,
 }
 
 impl BackendInfo {

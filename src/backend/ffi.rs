@@ -375,7 +375,7 @@ impl FfiBackend {
             settings: names(&raw.settings, raw.settings_len),
             step_samples: if raw.abi_revision >= 2 { raw.step_samples } else { 0 },
             tools: raw.abi_revision >= 3 && cap & sys::CAP_TOOLS != 0,
-            voice_from_reference_only: false,
+            ignored: Vec::new(),
         })
     }
 

@@ -229,7 +229,7 @@ impl MinicpmoBackend {
             // Its worker API takes no tools.
             tools: false,
             // Its voice is the reference audio the client sends; it knows no voice names.
-            voice_from_reference_only: true,
+            ignored: vec!["voice".into()],
         };
         log::info!("worker {name}: MiniCPM-o worker at {url} is healthy");
         Ok(MinicpmoBackend {

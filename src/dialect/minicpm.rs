@@ -553,6 +553,20 @@ pub(crate) fn encode_common(event: &Outbound<'_>, closed_reason: &str) -> Option
 }
 
 impl Current {
+    /// The settings of `payload.config` the backend does not apply: by name, and those of the
+    /// ABI's own fields it ignores (a `max_slice_nums` of 1 asks for nothing).
+    fn unsupported(&self, backend: &BackendInfo) -> Vec<String> {
+        let mut names = self.settings.unsupported(backend);
+        for (name, v) in &self.config {
+            // Null, or one slice, asks for nothing.
+            let neutral = v.is_null() || (name == "max_slice_nums" && v.as_i64() == Some(1));
+            if !neutral && backend.ignored.contains(name) && !names.contains(name) {
+                names.push(name.clone());
+            }
+        }
+        names
+    }
+
     /// `session.created`, echoing the configuration accepted and naming the settings the
     /// backend does not apply.
     fn created(
@@ -568,7 +582,7 @@ impl Current {
             "session_id": session_id,
             "mode": kind.runtime_name(),
             "config": self.config,
-            "unsupported_settings": self.settings.unsupported(backend),
+            "unsupported_settings": self.unsupported(backend),
             "metrics": {"prompt_length": prompt_length, "queue_wait_ms": queue_wait_ms},
             "backend": backend.name,
         });

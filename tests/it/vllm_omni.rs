@@ -232,12 +232,28 @@ async fn the_servers_errors_reach_the_client_with_their_code_and_the_session_goe
     assert_eq!(kinds(&step(&mut c, &quiet(), 2).await), ["listen"]);
     close(c).await;
 
+    // What the engine does not apply is said, never dropped: settings by name and the ABI's own
+    // fields it ignores, at creation; frames asked in slices, with the step that sent them.
+    let mut v = connected(&server, "video").await;
+    let config = json!({"length_penalty": 1.2, "max_slice_nums": 2, "top_k": 5, "temperature": 0.5});
+    v.send(json!({"type": "session.init", "payload": {"system_prompt": "x", "config": config}})).await;
+    let created = v.expect("session.created").await;
+    let mut unsupported: Vec<String> = serde_json::from_value(created["unsupported_settings"].clone()).unwrap();
+    unsupported.sort();
+    assert_eq!(unsupported, ["length_penalty", "max_slice_nums", "top_k"], "temperature is applied");
+    v.send(append_with(&quiet(), json!({"video_frames": [jpeg_b64()], "max_slice_nums": 3}))).await;
+    let e = v.until("error").await;
+    assert!(e["error"]["message"].as_str().unwrap().contains("max_slice_nums 3"), "{e}");
+    v.send(append_with(&quiet(), json!({"video_frames": [jpeg_b64()], "max_slice_nums": 3}))).await;
+    assert_eq!(kinds(&answer_to(&mut v, "input_2").await), ["listen"], "said once");
+    close(v).await;
+
     // The trap the gateway avoids (autostart=0), as the server sets it.
     let (mut trapped, _) =
         tokio_tungstenite::connect_async(format!("ws://{}/v1/realtime?duplex=1&model=m", mock.addr)).await.unwrap();
     let said: Value = serde_json::from_str(trapped.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
     assert_eq!(said["error"]["code"], "ref_audio_required");
-    assert_eq!(mock.with(|s| s.opened.len()), 1, "the gateway's session only");
+    assert_eq!(mock.with(|s| s.opened.len()), 2, "the gateway's sessions only");
 }
 
 #[tokio::test]

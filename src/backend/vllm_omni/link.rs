@@ -50,6 +50,8 @@ pub(super) struct Link {
     pub(super) owed: bool,
     /// When the server last said anything.
     pub(super) heard_at: Instant,
+    /// A unit's frames were asked in slices, and told to go whole (once a session).
+    pub(super) told_slices: bool,
     /// An error that came after a step's output: told with the next step.
     pub(super) error: Option<BackendError>,
 }

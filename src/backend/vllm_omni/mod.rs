@@ -59,6 +59,8 @@ use server::Server;
 
 /// The context size reported: the gateway counts no tokens against it (the KV length is 0).
 const CONTEXT_TOKENS: u32 = 8192;
+/// What the dialects take as applied that vLLM-Omni does not apply.
+const IGNORED: [&str; 3] = ["voice", "length_penalty", "max_slice_nums"];
 /// The largest message taken from the server: an event carries a second or two of voice, and
 /// `session.created` echoes the voice prompt (a WAV of up to 30 s).
 const MAX_MESSAGE: usize = 4 << 20;
@@ -134,8 +136,9 @@ impl VllmOmniBackend {
             settings: Vec::new(),
             step_samples: 16000,
             tools: false,
-            // MiniCPM-o speaks in the voice of `ref_audio`; vLLM-Omni stores a voice name unread.
-            voice_from_reference_only: true,
+            // MiniCPM-o speaks in the voice of `ref_audio` (vLLM-Omni stores a voice name unread),
+            // takes no length penalty, and a unit's frames whole.
+            ignored: IGNORED.iter().map(|s| s.to_string()).collect(),
         };
         log::info!("worker {name}: vLLM-Omni at {url} is healthy");
         let name = name.to_string();
@@ -233,6 +236,13 @@ impl Backend for VllmOmniBackend {
         if let Err(e) = sent {
             self.orphan = self.link.take().map(|l| l.orphan());
             return Err(self.lost("input_audio_buffer.append", e));
+        }
+        // Frames asked to be cut into slices go whole: said once a session, with this step.
+        if let Some(n) = chunk.max_slice_nums.filter(|n| *n > 1 && !chunk.frames.is_empty())
+            && !std::mem::replace(&mut link.told_slices, true)
+        {
+            let why = format!("max_slice_nums {n}: vLLM-Omni takes a unit's frames whole; they were sent so");
+            link.error.get_or_insert(BackendError::Inference(why));
         }
         Ok(StepOutcome::from_first(self.collect()?))
     }

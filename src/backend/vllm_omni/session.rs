@@ -44,6 +44,7 @@ impl VllmOmniBackend {
                         cancelling_unknown: false,
                         owed: false,
                         heard_at: Instant::now(),
+                        told_slices: false,
                         error: None,
                     });
                     return Ok(());

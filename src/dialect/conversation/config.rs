@@ -140,7 +140,7 @@ impl Conf {
         if !self.tools.functions.is_empty() && !backend.tools {
             names.push("tools".into());
         }
-        if self.voice_named && backend.voice_from_reference_only {
+        if self.voice_named && backend.ignored.iter().any(|s| s == "voice") {
             names.push("voice".into());
         }
         names.extend(
