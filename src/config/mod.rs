@@ -47,7 +47,7 @@ pub use sip::{SipConfig, SipRouteEntry, SipSpec};
 pub use transcription::{TranscriptionConfig, TranscriptionSpec};
 pub use twilio::{TwilioConfig, TwilioSpec};
 pub use vad::{VadConfig, VadEngine, VadSpec};
-pub use webhooks::{WebhookEntry, WebhookSpec};
+pub use webhooks::{WebhookEntry, WebhookFormat, WebhookSpec};
 pub use webrtc::{WebRtcConfig, WebRtcSpec};
 pub use workers::{BackendKind, BackendSource, Isolation, WorkerEntry, WorkerSpec};
 
@@ -328,6 +328,17 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
     let names: Vec<&str> = workers.iter().map(|w| w.name.as_str()).collect();
     let nodes = nodes::validate(&raw.nodes, &names, base)?;
     let webhooks = webhooks::validate(&raw.webhooks)?;
+    if let Some(route) = sip.iter().flat_map(|s| &s.routes).find(|r| r.accept == sip::Accept::Webhook)
+        && !webhooks.iter().any(|w| w.events.iter().any(|e| e == "realtime.call.incoming"))
+    {
+        return Err(Invalid::new(
+            "sip.routes",
+            format!(
+                "route '{}' has accept = \"webhook\", and no [[webhooks]] entry takes realtime.call.incoming: its calls would ring unheard",
+                route.number
+            ),
+        ));
+    }
     Ok(Config {
         path: path.to_owned(),
         bind: server.bind,

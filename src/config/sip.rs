@@ -30,6 +30,22 @@ pub struct SipConfig {
     pub allowed_networks: Vec<String>,
     /// Which session each called number opens; the first that matches is taken.
     pub routes: Vec<SipRouteEntry>,
+    /// How long a call offered to the app (a route's `accept = "webhook"`) rings for its
+    /// accept or reject; then it is refused (480).
+    pub accept_timeout_s: f64,
+}
+
+/// Who accepts a call to a route's number.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Accept {
+    /// The gateway, at once, with the route's model, instructions and voice.
+    #[default]
+    Route,
+    /// The app: the call rings while `realtime.call.incoming` goes to the `[[webhooks]]` that
+    /// take it, and the app accepts it (with the session's settings) or rejects it through
+    /// `POST /v1/realtime/calls/{call_id}/accept` or `/reject`, as with OpenAI's SIP.
+    Webhook,
 }
 
 /// `[[sip.routes]]`: the session a called number opens.
@@ -45,6 +61,10 @@ pub struct SipRouteEntry {
     pub instructions: String,
     /// The model's voice.
     pub voice: String,
+    /// Who accepts the call: `"route"` (this entry's settings, at once) or `"webhook"` (the
+    /// app, told by `realtime.call.incoming`; this entry's model, instructions and voice are
+    /// the defaults of what its accept does not say).
+    pub accept: Accept,
 }
 
 impl Default for SipConfig {
@@ -57,6 +77,7 @@ impl Default for SipConfig {
             public_ip: String::new(),
             allowed_networks: vec!["127.0.0.0/8".into(), "::1/128".into()],
             routes: vec![SipRouteEntry { number: "*".into(), ..Default::default() }],
+            accept_timeout_s: 20.0,
         }
     }
 }
@@ -70,6 +91,7 @@ pub struct SipSpec {
     pub public_ip: IpAddr,
     pub allowed_networks: Vec<ipnet::IpNet>,
     pub routes: Vec<SipRouteEntry>,
+    pub accept_timeout: std::time::Duration,
 }
 
 impl SipSpec {
@@ -145,7 +167,11 @@ impl SipConfig {
                 format!("a route without a number (model '{}'): use \"*\" for any", r.model),
             ));
         }
+        if !(self.accept_timeout_s > 0.0 && self.accept_timeout_s <= 300.0) {
+            return Err(Invalid::new("accept_timeout_s", "must be over 0 and at most 300"));
+        }
         Ok(Some(SipSpec {
+            accept_timeout: std::time::Duration::from_secs_f64(self.accept_timeout_s),
             bind,
             rtp_bind,
             rtp_ports: first..=last,

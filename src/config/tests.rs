@@ -521,6 +521,9 @@ fn the_shipped_config_is_valid_and_documents_every_key() {
         "ca",
         "server_name",
         "advertise",
+        "accept_timeout_s",
+        "accept",
+        "format",
     ] {
         assert!(
             text.contains(&format!("{key} "))
@@ -553,4 +556,27 @@ fn a_vllm_omni_entry_is_a_worker_per_slot_serving_duplex_modes_with_its_voice_pr
     assert!(e.contains("options.ref_audio") && e.contains("at most 2097152"), "{e}");
     let e = Config::parse(&entry("not.wav"), &config).unwrap_err().to_string();
     assert!(e.contains("is not a WAV file"), "{e}");
+}
+
+#[test]
+fn a_route_the_app_accepts_needs_a_webhook_that_tells_it_and_openai_webhooks_take_their_secret() {
+    let sip = "[sip]\nenabled = true\n[[sip.routes]]\nnumber = \"*\"\naccept = \"webhook\"\n";
+    let e = error(&format!("{MINIMAL}{sip}"));
+    assert!(e.contains("sip.routes") && e.contains("realtime.call.incoming"), "{e}");
+    let hook = |format: &str, secret: &str| {
+        format!(
+            "[[webhooks]]\nurl = \"http://127.0.0.1:9/hook\"\nevents = [\"realtime.call.incoming\"]\n\
+             secret = \"{secret}\"\nformat = \"{format}\"\n"
+        )
+    };
+    let good = "whsec_c2lwLWFwcC13ZWJob29rLXNlY3JldA==";
+    let c = parse(&format!("{MINIMAL}{sip}{}", hook("openai", good))).unwrap();
+    assert_eq!(c.webhooks[0].format, WebhookFormat::Openai);
+    assert_eq!(c.sip.unwrap().routes[0].accept, sip::Accept::Webhook);
+    let e = error(&format!("{MINIMAL}{}", hook("openai", "0123456789abcdef0123")));
+    assert!(e.contains("webhooks[0].secret") && e.contains("whsec_"), "{e}");
+    let e = error(&format!("{MINIMAL}{}", hook("openai", "whsec_c2hvcnQ=")));
+    assert!(e.contains("16 bytes"), "{e}");
+    let e = error(&format!("{MINIMAL}[sip]\nenabled = true\naccept_timeout_s = 0\n"));
+    assert!(e.contains("sip.accept_timeout_s"), "{e}");
 }

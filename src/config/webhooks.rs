@@ -26,6 +26,24 @@ pub struct WebhookEntry {
     /// Deliveries waiting to be sent; beyond it they are dropped (and counted).
     #[serde(default = "default_webhook_queue")]
     pub queue_size: usize,
+    /// How a delivery is written and signed: `"omni"` (this gateway's own) or `"openai"`
+    /// (OpenAI's webhooks: the Standard Webhooks headers, which the openai SDKs'
+    /// `webhooks.unwrap` checks).
+    #[serde(default)]
+    pub format: WebhookFormat,
+}
+
+/// How a webhook's deliveries are written and signed.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookFormat {
+    /// `{"event", "delivery", "at", "data"}`, signed in `X-Omni-Signature`.
+    #[default]
+    Omni,
+    /// `{"object": "event", "id", "type", "created_at", "data"}`, signed in `webhook-id`,
+    /// `webhook-timestamp` and `webhook-signature` (`v1,` base64 of HMAC-SHA256 of
+    /// `ID.TIMESTAMP.BODY`, under the secret's bytes after `whsec_`, base64-decoded).
+    Openai,
 }
 
 fn default_webhook_timeout() -> f64 {
@@ -52,6 +70,7 @@ pub struct WebhookSpec {
     pub max_attempts: u32,
     pub retry_base: Duration,
     pub queue_size: usize,
+    pub format: WebhookFormat,
 }
 
 impl WebhookSpec {
@@ -93,6 +112,18 @@ impl WebhookEntry {
             }
         }
         secret("secret", &self.secret)?;
+        if self.format == WebhookFormat::Openai {
+            use base64::Engine;
+            let key = self.secret.strip_prefix("whsec_").ok_or_else(|| {
+                Invalid::new(
+                    "secret",
+                    "an \"openai\" webhook's secret is whsec_ and base64 (as OpenAI's webhooks' are)",
+                )
+            })?;
+            if base64::engine::general_purpose::STANDARD.decode(key).map_or(true, |k| k.len() < 16) {
+                return Err(Invalid::new("secret", "after whsec_ must come base64 of 16 bytes or more"));
+            }
+        }
         positive("timeout_s", self.timeout_s)?;
         positive("retry_base_s", self.retry_base_s)?;
         if self.max_attempts == 0 {
@@ -110,6 +141,7 @@ impl WebhookEntry {
             max_attempts: self.max_attempts,
             retry_base: Duration::from_secs_f64(self.retry_base_s),
             queue_size: self.queue_size,
+            format: self.format,
         })
     }
 }

@@ -10,14 +10,14 @@ use omni_actors::observe::events::{Subscriber, Subscribers};
 use omni_actors::observe::recording::{Recorder, RecorderSpawner};
 
 use crate::config::Config;
-use webhooks::WebhookSubscriber;
+use webhooks::Announcer;
 
 pub mod recordings;
 pub mod webhooks;
 
-/// The subscribers of this configuration. Must run inside an actix system (they start
-/// their actors).
-pub fn register(config: &Config, recorder: Option<&RecorderSpawner>) -> Subscribers {
+/// The subscribers of this configuration (`webhooks`: its webhooks, started). Must run inside
+/// an actix system (they start their actors).
+pub fn register(config: &Config, recorder: Option<&RecorderSpawner>, webhooks: &Announcer) -> Subscribers {
     let mut list: Vec<Arc<dyn Subscriber>> = Vec::new();
     if let Some(spawner) = recorder {
         list.push(Arc::new(Recorder::new(spawner.clone())));
@@ -25,8 +25,8 @@ pub fn register(config: &Config, recorder: Option<&RecorderSpawner>) -> Subscrib
     if let Some(dir) = &config.usage {
         list.push(Arc::new(Usage::start(dir.clone())));
     }
-    for spec in &config.webhooks {
-        list.push(Arc::new(WebhookSubscriber::new(spec.clone())));
+    for hook in webhooks.subscribers() {
+        list.push(Arc::new(hook));
     }
     Subscribers::new(list)
 }

@@ -2,11 +2,13 @@
 //!
 //! Events: `session.queued`, `session.assigned`, `session.started`, `session.error`,
 //! `session.closed`, `worker.changed` (any state change), `worker.failed`, `worker.recovered`
-//! (failed, then idle again). Each delivery is signed with HMAC-SHA256 of
+//! (failed, then idle again), and `realtime.call.incoming` (a SIP call offered to the app:
+//! [`Announcer`]). A delivery of the gateway's own format is signed with HMAC-SHA256 of
 //! `TIMESTAMP.BODY` under the webhook's secret, in `X-Omni-Signature: sha256=HEX`, with the
 //! timestamp (Unix seconds) in `X-Omni-Timestamp`; `X-Omni-Event` names the event and
 //! `X-Omni-Delivery` is unique per delivery (a UUID, the same on its retries, never reused
-//! across restarts).
+//! across restarts). A webhook of `format = "openai"` is written and signed as OpenAI's are
+//! (Standard Webhooks), so that an app's `client.webhooks.unwrap` takes it.
 //!
 //! Redirects are not followed (a 3xx is a failed attempt: a receiver cannot send the gateway
 //! to another address), and logs show a webhook's URL without its path or query, which are
@@ -28,10 +30,10 @@ use omni_actors::observe::metrics::metrics;
 use omni_actors::observe::recording::timestamp;
 use serde_json::{Value, json};
 
-use crate::config::WebhookSpec;
+use crate::config::{WebhookFormat, WebhookSpec};
 
 /// Every event a webhook may ask for.
-pub const EVENTS: [&str; 8] = [
+pub const EVENTS: [&str; 9] = [
     "session.queued",
     "session.assigned",
     "session.started",
@@ -40,6 +42,7 @@ pub const EVENTS: [&str; 8] = [
     "worker.changed",
     "worker.failed",
     "worker.recovered",
+    "realtime.call.incoming",
 ];
 
 struct Delivery {
@@ -75,9 +78,21 @@ impl Webhook {
 
     /// Queues a delivery of `event` with `data`; never waits.
     fn post(&self, event: &'static str, data: Value) {
-        let id = uuid::Uuid::new_v4().to_string();
-        let (at, _) = timestamp(SystemTime::now());
-        let body = json!({"event": event, "delivery": id, "at": at, "data": data}).to_string();
+        let (id, body) = match self.spec.format {
+            WebhookFormat::Omni => {
+                let id = uuid::Uuid::new_v4().to_string();
+                let (at, _) = timestamp(SystemTime::now());
+                let body = json!({"event": event, "delivery": id, "at": at, "data": data}).to_string();
+                (id, body)
+            }
+            WebhookFormat::Openai => {
+                let id = format!("evt_{}", uuid::Uuid::new_v4().simple());
+                let created_at = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+                let body = json!({"object": "event", "id": id, "type": event, "created_at": created_at, "data": data})
+                    .to_string();
+                (id, body)
+            }
+        };
         match self.queue.try_send(Delivery { id, event, body }) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
@@ -139,15 +154,19 @@ impl Webhook {
 
     fn attempt(&self, agent: &ureq::Agent, d: &Delivery) -> Result<(), String> {
         let stamp = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs().to_string();
-        let response = agent
-            .post(&self.spec.url)
-            .header("Content-Type", "application/json")
-            .header("X-Omni-Event", d.event)
-            .header("X-Omni-Delivery", &d.id)
-            .header("X-Omni-Timestamp", &stamp)
-            .header("X-Omni-Signature", &format!("sha256={}", sign(&self.spec.secret, &stamp, &d.body)))
-            .send(d.body.as_str())
-            .map_err(|e| without_urls(&e.to_string()))?;
+        let request = agent.post(&self.spec.url).header("Content-Type", "application/json");
+        let request = match self.spec.format {
+            WebhookFormat::Omni => request
+                .header("X-Omni-Event", d.event)
+                .header("X-Omni-Delivery", &d.id)
+                .header("X-Omni-Timestamp", &stamp)
+                .header("X-Omni-Signature", &format!("sha256={}", sign(&self.spec.secret, &stamp, &d.body))),
+            WebhookFormat::Openai => request.header("webhook-id", &d.id).header("webhook-timestamp", &stamp).header(
+                "webhook-signature",
+                &format!("v1,{}", sign_standard(&self.spec.secret, &d.id, &stamp, &d.body)),
+            ),
+        };
+        let response = request.send(d.body.as_str()).map_err(|e| without_urls(&e.to_string()))?;
         let status = response.status();
         if status.is_success() { Ok(()) } else { Err(format!("answered {status}")) }
     }
@@ -179,17 +198,53 @@ pub fn sign(secret: &str, stamp: &str, body: &str) -> String {
     hex::encode(mac.finalize().into_bytes())
 }
 
+/// Standard Webhooks' signature (OpenAI's): base64 of HMAC-SHA256 of `ID.TIMESTAMP.BODY` under
+/// the secret's key (the base64 after `whsec_`, checked when the config was read).
+pub fn sign_standard(secret: &str, id: &str, stamp: &str, body: &str) -> String {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let key =
+        secret.strip_prefix("whsec_").and_then(|k| b64.decode(k).ok()).unwrap_or_else(|| secret.as_bytes().to_vec());
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&key).expect("HMAC takes a key of any length");
+    for part in [id, ".", stamp, ".", body] {
+        mac.update(part.as_bytes());
+    }
+    b64.encode(mac.finalize().into_bytes())
+}
+
+/// The webhooks of this configuration, for what is told to them directly rather than through
+/// a session's events (a SIP call offered to the app). Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Announcer {
+    hooks: Arc<[Arc<Webhook>]>,
+}
+
+impl Announcer {
+    /// Starts every webhook's sending thread.
+    pub fn start(specs: &[WebhookSpec]) -> Announcer {
+        Announcer { hooks: specs.iter().map(|s| Webhook::start(s.clone())).collect() }
+    }
+
+    /// The webhooks as session and worker subscribers.
+    pub fn subscribers(&self) -> impl Iterator<Item = WebhookSubscriber> + '_ {
+        self.hooks.iter().map(|hook| WebhookSubscriber { hook: hook.clone(), failed: Default::default() })
+    }
+
+    /// Queues `event` with `data` for every webhook that takes it: how many do.
+    pub fn announce(&self, event: &'static str, data: &Value) -> usize {
+        let takers: Vec<_> = self.hooks.iter().filter(|h| h.wants(event)).collect();
+        for hook in &takers {
+            hook.post(event, data.clone());
+        }
+        takers.len()
+    }
+}
+
 /// The webhook as a subscriber.
 pub struct WebhookSubscriber {
     hook: Arc<Webhook>,
     /// Workers that failed and are not idle again yet (for `worker.recovered`).
     failed: std::sync::Mutex<std::collections::HashSet<String>>,
-}
-
-impl WebhookSubscriber {
-    pub fn new(spec: WebhookSpec) -> WebhookSubscriber {
-        WebhookSubscriber { hook: Webhook::start(spec), failed: Default::default() }
-    }
 }
 
 impl Subscriber for WebhookSubscriber {
@@ -204,6 +259,7 @@ impl Subscriber for WebhookSubscriber {
                 | match e.as_str() {
                     "session.error" => Interest::ERRORS,
                     e if e.starts_with("worker.") => Interest::WORKERS,
+                    "realtime.call.incoming" => Interest::NONE,
                     _ => Interest::LIFECYCLE,
                 };
         }
@@ -286,6 +342,16 @@ mod tests {
     fn an_error_shows_no_url_whole() {
         let e = "http://h:9/hook/t0k3n?x=1 is missing host; see \"https://u:p@x/y\"";
         assert_eq!(without_urls(e), "http://h:9/*** is missing host; see \"https://***@x/***");
+    }
+
+    #[test]
+    fn the_openai_signature_is_standard_webhooks() {
+        // Computed independently: Python's base64.b64encode(hmac.new(base64.b64decode(
+        // "MDEyMzQ1Njc4OWFiY2RlZg=="), b"evt_1.1700000000.{}", sha256).digest()).
+        assert_eq!(
+            sign_standard("whsec_MDEyMzQ1Njc4OWFiY2RlZg==", "evt_1", "1700000000", "{}"),
+            "5/6qDyjZnwbEUs9I9I8i7BGKidfp/4yA/2sCbBGqvwc="
+        );
     }
 
     #[test]

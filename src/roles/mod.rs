@@ -56,6 +56,10 @@ pub struct Serving {
     pub transcription: Option<omni_actors::transcribe::TranscriptionPort>,
     /// WebRTC calls in progress (`[webrtc]`), when on.
     pub calls: Option<Arc<crate::transport::webrtc::Calls>>,
+    /// The webhooks, for what is told to them outside a session (`realtime.call.incoming`).
+    pub webhooks: crate::observe::webhooks::Announcer,
+    /// SIP calls offered to the app and not yet accepted, and those it accepted (`[sip]`).
+    pub sip_calls: Arc<crate::transport::sip::offers::Offers>,
 }
 
 /// Starts the actors of the role the configuration names: a replica with `[cluster]`, else a
@@ -71,6 +75,7 @@ pub fn serve(config: Arc<Config>) -> Result<Serving, crate::store::redis::StoreE
 struct Common {
     recorder: Option<RecorderSpawner>,
     subscribers: Subscribers,
+    webhooks: crate::observe::webhooks::Announcer,
     keys: Keys,
     fragments: Arc<FragmentBudget>,
     incoming: Arc<IncomingBudget>,
@@ -92,7 +97,8 @@ impl Common {
             };
             RecorderSpawner::new(r.dir.clone(), limits)
         });
-        let subscribers = crate::observe::register(config, recorder.as_ref());
+        let webhooks = crate::observe::webhooks::Announcer::start(&config.webhooks);
+        let subscribers = crate::observe::register(config, recorder.as_ref(), &webhooks);
         let keys = Keys::new(config.api_keys.clone(), config.admin_key.clone())
             .with_client_secrets(config.webrtc.max_client_secrets, config.webrtc.max_client_secrets_per_key);
         let fragments = FragmentBudget::new((config.server.max_fragment_buffer_mb * 1048576.0) as usize);
@@ -100,7 +106,7 @@ impl Common {
         let voice = crate::vad::detectors(&config.vad);
         let transcription = config.transcription.as_ref().map(crate::transcription::start);
         let registry = Registry::new();
-        Common { recorder, subscribers, keys, fragments, incoming, registry, voice, transcription }
+        Common { recorder, subscribers, webhooks, keys, fragments, incoming, registry, voice, transcription }
     }
 
     fn serving(
@@ -123,6 +129,8 @@ impl Common {
             voice: self.voice,
             transcription: self.transcription,
             calls: config.webrtc.enabled.then(|| crate::transport::webrtc::Calls::new(config.webrtc.clone())),
+            webhooks: self.webhooks,
+            sip_calls: Default::default(),
             config,
         }
     }

@@ -306,3 +306,139 @@ fn options_are_answered_and_a_call_put_on_hold_and_resumed_is_answered_and_its_h
     server.wait_idle();
     server.wait_log("the call ended (hangup)", WAIT);
 }
+
+/// The app of `tests/sdk/sip_app.py` (the official openai SDK answering SIP calls as OpenAI's
+/// guide has it), its lines read as they come.
+struct App {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl App {
+    fn start(key: &str, secret: &str) -> (App, u16) {
+        let python = sdk_python();
+        assert!(python.exists(), "{} not found: run ./test.sh, which creates .venv", python.display());
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/sip_app.py");
+        let mut child = Command::new(python)
+            .arg(script)
+            .args([key, secret])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("run the app");
+        let (tx, lines) = std::sync::mpsc::channel();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(stdout).map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut app = App { child, lines, seen: Vec::new() };
+        let port = app.wait("listening ").trim().parse().unwrap();
+        (app, port)
+    }
+
+    fn tell(&mut self, line: &str) {
+        writeln!(self.child.stdin.as_mut().unwrap(), "{line}").unwrap();
+    }
+
+    /// The rest of the next line that starts with `prefix`.
+    fn wait(&mut self, prefix: &str) -> String {
+        loop {
+            match self.lines.recv_timeout(WAIT) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if let Some(rest) = line.strip_prefix(prefix) {
+                        return rest.to_string();
+                    }
+                }
+                Err(_) => panic!("the app never said {prefix:?}; it said {:?}", self.seen),
+            }
+        }
+    }
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn an_app_told_by_webhook_accepts_a_call_with_the_sdk_rejects_one_and_lets_one_ring_out() {
+    if !needs(&[Need::Baresip, Need::Sdks]) {
+        return;
+    }
+    let key = "sip-app-key-0123456789";
+    let secret = "whsec_c2lwLWFwcC13ZWJob29rLXNlY3JldA==";
+    let (mut app, app_port) = App::start(key, secret);
+    let port = free_udp_port();
+    let sip = format!(
+        "[sip]\nenabled = true\nbind = \"127.0.0.1:{port}\"\nrtp_ports = [41300, 41320]\naccept_timeout_s = 4\n\
+         allowed_networks = [\"127.0.0.1\"]\n[[sip.routes]]\nnumber = \"*\"\naccept = \"webhook\"\n\
+         [[webhooks]]\nurl = \"http://127.0.0.1:{app_port}/hook\"\nevents = [\"realtime.call.incoming\"]\n\
+         secret = \"{secret}\"\nformat = \"openai\"\n"
+    );
+    let server = Server::ready(
+        Setup::default()
+            .auth(&format!("api_keys = [\"{key}\"]"))
+            .recording("enabled = true")
+            .workers(workers(1, "step_ms = 300"))
+            .extra(&sip),
+    );
+    app.tell(&server.addr.port().to_string());
+    app.wait("ready");
+    let tmp = tempfile::tempdir().unwrap();
+    let wav = call_wav(tmp.path(), &speech("What is the capital of France?"), 30.0);
+    let mut ua = Baresip::start(&wav);
+
+    // 100: told with the INVITE's headers, accepted with the SDK, answered.
+    ua.command("dial", &format!("sip:100@127.0.0.1:{port}"));
+    let incoming = app.wait("incoming ");
+    let (call_id, to) = incoming.split_once(' ').unwrap();
+    assert!(call_id.starts_with("rtc_") && to.contains("sip:100@127.0.0.1"), "{incoming}");
+    assert_eq!(app.wait("accepted "), call_id);
+    ua.event("CALL_ESTABLISHED");
+    let status =
+        server.wait_status("the call's session on the worker", WAIT, |s| s["workers"][0]["session"].is_string());
+    assert_eq!(status["workers"][0]["transport"], "sip", "{status}");
+    let session = status["workers"][0]["session"].as_str().unwrap().to_string();
+    // The app hangs it up.
+    app.tell(&format!("hangup {call_id}"));
+    assert_eq!(app.wait("hung-up "), call_id);
+    ua.event("CALL_CLOSED");
+    server.wait_idle();
+    // The accept's settings were the session's.
+    let events = std::fs::read_to_string(server.recording(&session).join("events.jsonl")).unwrap();
+    let updated = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["dir"] == "out" && l["event"]["type"] == "session.updated")
+        .unwrap_or_else(|| panic!("no session.updated: {events}"));
+    let applied = &updated["event"]["session"];
+    assert_eq!(applied["instructions"], "You answer the phone for Example Inc.", "{updated}");
+    assert_eq!(applied["audio"]["output"]["voice"], "marin", "{updated}");
+
+    // 200: rejected with 486.
+    ua.command("dial", &format!("sip:200@127.0.0.1:{port}"));
+    let rejected = app.wait("incoming ");
+    assert_eq!(app.wait("rejected "), rejected.split_once(' ').unwrap().0);
+    let closed = ua.event("CALL_CLOSED");
+    assert!(closed["param"].as_str().is_some_and(|p| p.contains("486")), "{closed}\n{}", ua.log());
+
+    // 300: the app says nothing; a call it does not know and a wrong key are refused meanwhile,
+    // and the call rings out (480) at accept_timeout_s.
+    ua.command("dial", &format!("sip:300@127.0.0.1:{port}"));
+    let ignored = app.wait("incoming ");
+    let ignored = ignored.split_once(' ').unwrap().0.to_string();
+    assert_eq!(app.wait("ignored "), ignored);
+    app.tell(&format!("strangers {ignored}"));
+    app.wait("strangers refused");
+    let closed = ua.event("CALL_CLOSED");
+    assert!(closed["param"].as_str().is_some_and(|p| p.contains("480")), "{closed}\n{}", ua.log());
+    assert!(server.logs().contains(&format!("{ignored} was neither accepted nor rejected")), "{}", server.logs());
+    assert!(!app.seen.iter().any(|l| l.starts_with("bad-signature") || l.starts_with("strangers:")), "{:?}", app.seen);
+    assert_eq!(server.status()["sessions"]["open"], 0);
+}

@@ -28,6 +28,8 @@ pub fn configure(cfg: &mut web::ServiceConfig, origins: &[String]) {
                 .wrap(realtime::cors(origins))
                 .route("", web::post().to(realtime::calls::create))
                 .route("/{id}/hangup", web::post().to(realtime::calls::hang_up))
+                .route("/{id}/accept", web::post().to(realtime::sip_calls::accept))
+                .route("/{id}/reject", web::post().to(realtime::sip_calls::reject))
                 .route("/{id}", web::delete().to(realtime::calls::hang_up)),
         )
         .service(

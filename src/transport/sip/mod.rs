@@ -11,11 +11,15 @@
 //! edge ([`call::SipCall`], which starts the session; a refusal of the admission is answered
 //! with its SIP code), answers 200, and then carries the dialog: a re-INVITE is answered and
 //! its media handed to the edge, a BYE ends the session, and the session's end sends a BYE.
+//! A route whose calls the app accepts (`accept = "webhook"`) rings instead ([`ask`]): the call
+//! is offered to the app (`realtime.call.incoming`) and waits for its decision ([`offers`]).
 //! - [`sdp`]: the offer and the answer;
+//! - [`offers`]: the calls offered to the app, ringing or answered;
 //! - [`rtp`]: the jitter buffer, RFC 4733 keys, the packets out;
 //! - [`call`]: the edge actor.
 
 pub mod call;
+pub mod offers;
 pub mod rtp;
 pub mod sdp;
 
@@ -34,12 +38,14 @@ use ezk_sip_ua::dialog::DialogLayer;
 use ezk_sip_ua::invite::InviteLayer;
 use ezk_sip_ua::{CallError, CallEvent, InboundCall, MediaBackend, NoMedia};
 
-use crate::config::SipSpec;
+use crate::config::sip::Accept;
+use crate::config::{SipRouteEntry, SipSpec};
 use crate::dialect::openai::Flavor;
 use crate::http::auth::Credential;
 use crate::roles::Serving;
 use crate::transport::admission::{Caller, Endpoint as Speaks, Refusal, Transport, admit};
 use call::{CallParts, PeerHungUp, Renegotiated, SipCall};
+use offers::Decision;
 
 /// The SIP edge: what every call's signalling task shares.
 pub struct Sip {
@@ -157,6 +163,16 @@ impl Sip {
         ))
     }
 
+    /// The model a call to `route` speaks as: the one its accept asked for, else the route's,
+    /// else the first served.
+    fn model_of(&self, route: &SipRouteEntry, asked: Option<&str>) -> String {
+        match asked.filter(|m| !m.is_empty()) {
+            Some(m) => m.to_string(),
+            None if !route.model.is_empty() => route.model.clone(),
+            None => self.gw.config.models.first().map(|m| m.name.clone()).unwrap_or_default(),
+        }
+    }
+
     /// Where in-dialog requests (ACK, BYE, re-INVITE) reach this gateway: the address trunks
     /// reach it at (`public_ip`, behind NAT too), and the SIP port.
     fn contact(&self) -> Contact {
@@ -187,7 +203,8 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
     let inbound_has_tag = invite.base_headers.to.tag.is_some();
     let body = BytesStr::from_utf8_bytes(invite.body.clone()).ok();
     let offer = body.as_ref().and_then(|b| SessionDescription::parse(b).ok());
-    let inbound = match InboundCall::from_invite(endpoint.clone(), invite, sip.contact()) {
+    let headers = sip_headers(&invite);
+    let mut inbound = match InboundCall::from_invite(endpoint.clone(), invite, sip.contact()) {
         Ok(call) => call,
         Err(e) => {
             let (mut invite, why) = *e;
@@ -219,15 +236,35 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
         return decline(inbound, &label, source, StatusCode::NOT_ACCEPTABLE_HERE, "the INVITE has no SDP offer".into())
             .await;
     };
+    let acceptance = match route.accept {
+        Accept::Route => Acceptance::of_route(&sip, &route),
+        Accept::Webhook => {
+            if let Err(e) = sdp::agreed(&offer) {
+                return decline(inbound, &label, source, StatusCode::NOT_ACCEPTABLE_HERE, e.to_string()).await;
+            }
+            match ask(&sip, &mut inbound, &label, headers, &route).await {
+                Ok(acceptance) => acceptance,
+                Err(Unanswered::Cancelled) => return log::info!("{label}: the caller gave up while it rang"),
+                Err(Unanswered::Refused(code, why)) => return decline(inbound, &label, source, code, why).await,
+            }
+        }
+    };
     let socket = match sip.bind_rtp() {
         Ok(s) => s,
-        Err(e) => return decline(inbound, &label, source, StatusCode::SERVICE_UNAVAILABLE, e.to_string()).await,
+        Err(e) => {
+            let why = e.to_string();
+            acceptance.tell(Err(Refusal::new("no_port", 503, "server_error", why.clone())));
+            return decline(inbound, &label, source, StatusCode::SERVICE_UNAVAILABLE, why).await;
+        }
     };
     let local = SocketAddr::new(sip.spec.public_ip, socket.local_addr().map_or(0, |a| a.port()));
     let session_id = u64::from(call_id_number());
     let (media, sdp_answer) = match sdp::answer(&offer, local, session_id, 1) {
         Ok(agreed) => agreed,
-        Err(e) => return decline(inbound, &label, source, StatusCode::NOT_ACCEPTABLE_HERE, e.to_string()).await,
+        Err(e) => {
+            acceptance.tell(Err(Refusal::new("media", 400, "invalid_request_error", e.to_string())));
+            return decline(inbound, &label, source, StatusCode::NOT_ACCEPTABLE_HERE, e.to_string()).await;
+        }
     };
     log::info!("{label}: a call from {source} to '{number}': {} on RTP {local}", media.law.name());
 
@@ -237,20 +274,16 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Result<Addr<SipCall>, Refusal>>();
     let gw = sip.gw.clone();
     let caller = Caller { ip: Some(source.ip()), port: source.port(), user_agent: None, origin: Default::default() };
-    let first = crate::transport::phone::call_settings(
-        Some(route.instructions.as_str()).filter(|s| !s.is_empty()),
-        Some(route.voice.as_str()).filter(|s| !s.is_empty()),
-    );
-    let model = if route.model.is_empty() {
-        gw.config.models.first().map(|m| m.name.clone()).unwrap_or_default()
-    } else {
-        route.model.clone()
-    };
+    let Acceptance { model, first, key_id, done, call_id } = acceptance;
+    // The app's hang-up of a call it accepted (the sender kept here too: never closed).
+    let (app_hang_up, mut app_hung_up) = tokio::sync::mpsc::unbounded_channel();
+    let answered = call_id.map(|id| (id, key_id.clone(), app_hang_up.clone()));
     let call_label = label.clone();
     let call_media = media.clone();
     sip.arbiter.spawn(async move {
-        // A trunk is let in by its network, not a key.
-        let credential = Credential { key_id: None, session: None, untaken_secret: None };
+        // A trunk is let in by its network, not a key; a call the app accepted counts as its
+        // key's.
+        let credential = Credential { key_id, session: None, untaken_secret: None };
         let transport = Transport { name: "sip", carries_audio: true };
         let started =
             admit(&caller, &gw, Speaks::Realtime(Flavor::Ga, model), credential, transport).and_then(|admitted| {
@@ -271,7 +304,15 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
             });
         let _ = started_tx.send(started);
     });
-    let edge = match started_rx.await {
+    let started = started_rx.await;
+    if let Some(done) = done {
+        let _ = done.send(match &started {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(refusal)) => Err(refusal.clone()),
+            Err(_) => Err(Refusal::new("internal", 503, "server_error", "the call's edge did not start")),
+        });
+    }
+    let edge = match started {
         Ok(Ok(edge)) => edge,
         Ok(Err(refusal)) => return decline(inbound, &label, source, code_of(&refusal), refusal.message).await,
         Err(_) => {
@@ -293,6 +334,8 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
         version: 1,
         edge: edge.clone(),
     };
+    // An accepted call can be hung up by the app until it ends.
+    let _answered = answered.map(|(id, key_id, hang_up)| Answered::new(&sip, id, key_id, hang_up));
     let mut call = match inbound.with_media(media).accept().await {
         Ok(call) => call,
         Err(e) => {
@@ -322,6 +365,15 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
                     return edge.do_send(PeerHungUp);
                 }
             },
+            _ = app_hung_up.recv() => {
+                log::info!("{label}: the app hung up");
+                edge.do_send(PeerHungUp);
+                if let Err(e) = call.terminate().await {
+                    log::info!("{label}: the BYE was not answered: {e}");
+                }
+                drop(app_hang_up);
+                return;
+            }
             _ = hung_up.recv() => {
                 if let Err(e) = call.terminate().await {
                     log::info!("{label}: the BYE was not answered: {e}");
@@ -329,6 +381,159 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
                 return;
             }
         }
+    }
+}
+
+/// What a call's session is: its model, its first `session.update`, and for a call the app
+/// accepted, the key that did, where its accept hears how the start went, and its `call_id`.
+struct Acceptance {
+    model: String,
+    first: Option<String>,
+    key_id: Option<String>,
+    done: Option<tokio::sync::oneshot::Sender<Result<(), Refusal>>>,
+    call_id: Option<String>,
+}
+
+impl Acceptance {
+    /// A call the gateway accepts itself: the route's settings.
+    fn of_route(sip: &Sip, route: &SipRouteEntry) -> Acceptance {
+        Acceptance {
+            model: sip.model_of(route, None),
+            first: route_settings(route),
+            key_id: None,
+            done: None,
+            call_id: None,
+        }
+    }
+
+    /// Tells the app's accept that the call did not start.
+    fn tell(self, refused: Result<(), Refusal>) {
+        if let Some(done) = self.done {
+            let _ = done.send(refused);
+        }
+    }
+}
+
+/// A route's instructions and voice as a call's first `session.update`.
+fn route_settings(route: &SipRouteEntry) -> Option<String> {
+    crate::transport::phone::call_settings(
+        Some(route.instructions.as_str()).filter(|s| !s.is_empty()),
+        Some(route.voice.as_str()).filter(|s| !s.is_empty()),
+    )
+}
+
+/// Why a call the app was asked about is not answered.
+enum Unanswered {
+    /// The caller gave up while it rang (the stack answered its CANCEL).
+    Cancelled,
+    Refused(StatusCode, String),
+}
+
+/// Offers a call to the app (`realtime.call.incoming` to the webhooks that take it), rings, and
+/// waits for the app's accept or reject, the caller's CANCEL, or `accept_timeout_s`.
+async fn ask(
+    sip: &Sip,
+    inbound: &mut InboundCall<NoMedia>,
+    label: &str,
+    sip_headers: Vec<serde_json::Value>,
+    route: &SipRouteEntry,
+) -> Result<Acceptance, Unanswered> {
+    let offers = &sip.gw.sip_calls;
+    let call_id = format!("rtc_{}", uuid::Uuid::new_v4().simple());
+    let Some(mut decided) = offers.ring(&call_id) else {
+        return Err(Unanswered::Refused(StatusCode::BUSY_HERE, format!("{} calls ring already", offers::MAX_RINGING)));
+    };
+    let data = serde_json::json!({"call_id": call_id, "sip_headers": sip_headers, "sip_media_security": "rtp"});
+    if sip.gw.webhooks.announce("realtime.call.incoming", &data) == 0 {
+        offers.withdraw(&call_id);
+        return Err(Unanswered::Refused(
+            StatusCode::TEMPORARILY_UNAVAILABLE,
+            "no webhook takes realtime.call.incoming".into(),
+        ));
+    }
+    log::info!("{label}: offered to the app as {call_id}");
+    if let Err(e) = inbound.respond_provisional(StatusCode::RINGING).await {
+        log::debug!("{label}: the 180 was not sent: {e}");
+    }
+    let decision = tokio::select! {
+        decision = &mut decided => decision.ok(),
+        _ = inbound.cancelled() => {
+            offers.withdraw(&call_id);
+            return Err(Unanswered::Cancelled);
+        }
+        _ = tokio::time::sleep(sip.spec.accept_timeout) => None,
+    };
+    offers.withdraw(&call_id);
+    match decision {
+        None => Err(Unanswered::Refused(
+            StatusCode::TEMPORARILY_UNAVAILABLE,
+            format!("{call_id} was neither accepted nor rejected within sip.accept_timeout_s"),
+        )),
+        Some(Decision::Reject { code }) => {
+            Err(Unanswered::Refused(StatusCode::from(code), format!("the app rejected {call_id}")))
+        }
+        Some(Decision::Accept(accepted)) => {
+            let asked = accepted.session.get("model").and_then(|m| m.as_str());
+            log::info!("{label}: {call_id} accepted");
+            Ok(Acceptance {
+                model: sip.model_of(route, asked),
+                first: Some(offers::first_update(route_settings(route).as_deref(), &accepted.session)),
+                key_id: accepted.key_id,
+                done: Some(accepted.done),
+                call_id: Some(call_id),
+            })
+        }
+    }
+}
+
+/// The headers of an INVITE as `realtime.call.incoming` tells them (in order, repeats kept),
+/// without its credentials, each value clipped to [`MAX_HEADER_VALUE`] bytes, at most
+/// [`MAX_HEADERS`] of them.
+fn sip_headers(invite: &IncomingRequest) -> Vec<serde_json::Value> {
+    invite
+        .headers
+        .iter()
+        .filter(|(name, _)| {
+            let n = name.as_print_str();
+            !n.eq_ignore_ascii_case("authorization") && !n.eq_ignore_ascii_case("proxy-authorization")
+        })
+        .take(MAX_HEADERS)
+        .map(|(name, value)| {
+            let mut end = value.len().min(MAX_HEADER_VALUE);
+            while !value.is_char_boundary(end) {
+                end -= 1;
+            }
+            let value = &value[..end];
+            serde_json::json!({"name": name.as_print_str(), "value": value})
+        })
+        .collect()
+}
+
+/// What of an INVITE's headers the app is told, at most.
+const MAX_HEADERS: usize = 64;
+const MAX_HEADER_VALUE: usize = 1024;
+
+/// A call the app accepted, in the book while it is answered.
+struct Answered<'a> {
+    sip: &'a Sip,
+    call_id: String,
+}
+
+impl<'a> Answered<'a> {
+    fn new(
+        sip: &'a Sip,
+        call_id: String,
+        key_id: Option<String>,
+        hang_up: tokio::sync::mpsc::UnboundedSender<()>,
+    ) -> Answered<'a> {
+        sip.gw.sip_calls.answered(&call_id, key_id, hang_up);
+        Answered { sip, call_id }
+    }
+}
+
+impl Drop for Answered<'_> {
+    fn drop(&mut self) {
+        self.sip.gw.sip_calls.ended(&self.call_id);
     }
 }
 

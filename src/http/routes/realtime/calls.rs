@@ -325,9 +325,6 @@ impl Drop for Unsettled<'_> {
 /// API keys, for anyone who knows its id. A refused hangup never counts as a wrong key: it is
 /// answered as no such call.
 pub(crate) async fn hang_up(req: HttpRequest, path: web::Path<String>, gw: web::Data<Gateway>) -> HttpResponse {
-    let Some(calls) = gw.calls.clone() else {
-        return http_error(StatusCode::NOT_FOUND, "not_found", "WebRTC calls are off here ([webrtc] enabled = false)");
-    };
     if let Err(refusal) = super::same_site(&req, &gw) {
         return refusal;
     }
@@ -343,11 +340,14 @@ pub(crate) async fn hang_up(req: HttpRequest, path: web::Path<String>, gw: web::
             Hanger::Key(key_id.as_deref())
         }
     };
-    match calls.hang_up(&path, who) {
-        HangUp::Done => HttpResponse::Ok().json(serde_json::json!({})),
-        // Another key's call is answered as no call at all: its existence is not told.
-        HangUp::NoSuchCall | HangUp::NotYours => {
-            http_error(StatusCode::NOT_FOUND, "not_found", format!("no call '{}' of this key here", path.as_str()))
+    let webrtc = gw.calls.as_ref().map_or(HangUp::NoSuchCall, |calls| calls.hang_up(&path, who));
+    match (webrtc, who) {
+        (HangUp::Done, _) => HttpResponse::Ok().json(serde_json::json!({})),
+        // A SIP call the app accepted, by the key that accepted it.
+        (HangUp::NoSuchCall, Hanger::Key(key)) if gw.sip_calls.hang_up(&path, key) => {
+            HttpResponse::Ok().json(serde_json::json!({}))
         }
+        // Another key's call is answered as no call at all: its existence is not told.
+        _ => http_error(StatusCode::NOT_FOUND, "not_found", format!("no call '{}' of this key here", path.as_str())),
     }
 }

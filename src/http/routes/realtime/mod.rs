@@ -1,12 +1,14 @@
 //! The realtime endpoints: a client becomes a session over a WebSocket ([`websocket`]) or a
 //! WebRTC call ([`calls`]), and a server mints client secrets for browsers
-//! ([`client_secrets`]). Both transports pass the same checks before their session starts
+//! ([`client_secrets`]); an app accepts or rejects the SIP calls offered to it
+//! ([`sip_calls`]). Both transports pass the same checks before their session starts
 //! (`crate::transport::admission`), their callers described from the request ([`caller`]); a
 //! client whose connection dropped takes its session back on either ([`resume`]).
 
 pub(super) mod calls;
 pub(super) mod client_secrets;
 mod resume;
+pub(super) mod sip_calls;
 pub(super) mod websocket;
 
 use std::collections::HashMap;

@@ -1,0 +1,116 @@
+//! A SIP call offered to the app (a `[[sip.routes]]` entry with `accept = "webhook"`), accepted
+//! or rejected as OpenAI's SIP calls are: `POST /v1/realtime/calls/{call_id}/accept` with the
+//! session's settings (OpenAI's session object: `type`, `model`, `instructions`, `audio`,
+//! `tools`...), `POST /v1/realtime/calls/{call_id}/reject` with an optional `status_code` (SIP,
+//! 603 when none). Both take an API key (as minting a secret does), are read within bounds, and
+//! answer 404 for a call that does not ring here (never offered, decided already, or gone).
+//! The book they decide in is `crate::transport::sip::offers`; the hang-up is the calls' own
+//! (`calls::hang_up`).
+
+use std::time::Duration;
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::http::Gateway;
+use crate::http::body::Bounds;
+use crate::http::routes::http_error;
+use crate::transport::admission::address_admission;
+use crate::transport::sip::offers::{Accepted, Decision};
+
+/// An accept's body at most (its session's tools may be long), and the time it has.
+const BODY_BOUNDS: Bounds = Bounds { max_bytes: 256 * 1024, deadline: Duration::from_secs(10) };
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RejectRequest {
+    #[serde(default)]
+    status_code: Option<u16>,
+}
+
+pub(crate) async fn accept(
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    gw: web::Data<Gateway>,
+) -> HttpResponse {
+    let (key_id, body) = match checked_body(&req, payload, &gw).await {
+        Ok(read) => read,
+        Err(refusal) => return refusal,
+    };
+    let session: Map<String, Value> = match serde_json::from_slice(&body) {
+        Ok(s) => s,
+        Err(e) => return invalid(format!("the body is not a session object: {e}")),
+    };
+    if session.get("type").is_some_and(|t| t != "realtime") {
+        return invalid("type: a call is accepted as a \"realtime\" session".into());
+    }
+    if session.get("model").is_some_and(|m| !m.is_string()) {
+        return invalid("model: must be a string".into());
+    }
+    let (done, told) = tokio::sync::oneshot::channel();
+    let decision = Decision::Accept(Accepted { session, key_id, done });
+    if gw.sip_calls.decide(&path, decision).is_err() {
+        return not_ringing(&path);
+    }
+    match told.await {
+        Ok(Ok(())) => HttpResponse::Ok().finish(),
+        Ok(Err(refusal)) => super::refused(refusal),
+        Err(_) => http_error(StatusCode::SERVICE_UNAVAILABLE, "server_error", "the call ended as it was accepted"),
+    }
+}
+
+pub(crate) async fn reject(
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    gw: web::Data<Gateway>,
+) -> HttpResponse {
+    let (_, body) = match checked_body(&req, payload, &gw).await {
+        Ok(read) => read,
+        Err(refusal) => return refusal,
+    };
+    let request: RejectRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        RejectRequest::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(r) => r,
+            Err(e) => return invalid(format!("the body: {e}")),
+        }
+    };
+    let code = request.status_code.unwrap_or(603);
+    if !(400..=699).contains(&code) {
+        return invalid(format!("status_code: {code} is not a SIP refusal (400 to 699)"));
+    }
+    match gw.sip_calls.decide(&path, Decision::Reject { code }) {
+        Ok(()) => HttpResponse::Ok().finish(),
+        Err(_) => not_ringing(&path),
+    }
+}
+
+/// The API key (checked from the headers first) and the body, read within bounds while counted
+/// as a connection of its address.
+async fn checked_body(
+    req: &HttpRequest,
+    payload: web::Payload,
+    gw: &Gateway,
+) -> Result<(Option<String>, Vec<u8>), HttpResponse> {
+    super::same_site(req, gw)?;
+    let key_id = super::api_key(req, gw).await?;
+    let caller = super::caller(req, gw);
+    let reading = address_admission(&caller, gw).map_err(super::refused)?;
+    let body = BODY_BOUNDS.bytes(req, payload).await;
+    drop(reading);
+    let body = body.map_err(|e| http_error(e.status(), "invalid_request_error", e.to_string()))?;
+    Ok((key_id, body))
+}
+
+fn invalid(message: String) -> HttpResponse {
+    http_error(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+}
+
+fn not_ringing(call_id: &str) -> HttpResponse {
+    http_error(StatusCode::NOT_FOUND, "not_found", format!("no call '{call_id}' rings here"))
+}

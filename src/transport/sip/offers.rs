@@ -1,0 +1,217 @@
+//! The SIP calls the app accepts (a route's `accept = "webhook"`), as OpenAI's SIP has it: a call
+//! rings while `realtime.call.incoming` tells the app its `call_id`; the app accepts it with the
+//! session's settings (`POST /v1/realtime/calls/{call_id}/accept`) or rejects it with a SIP code
+//! (`/reject`), and may later hang it up (`/hangup`). This is the book of those calls: the
+//! ringing ones, each waiting for its [`Decision`], and the answered ones, each with a way to hang
+//! it up. The signalling task of a call ([`super::answer`]) and the HTTP routes meet here; the
+//! rules are plain and tested without a runtime.
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::transport::admission::Refusal;
+
+/// Calls ringing at once, at most: past it a call is refused (486) rather than offered.
+pub const MAX_RINGING: usize = 1000;
+
+/// What the app decided of a ringing call.
+pub enum Decision {
+    Accept(Accepted),
+    /// Refused with this SIP code (4xx to 6xx).
+    Reject {
+        code: u16,
+    },
+}
+
+/// An accept: the session's settings (OpenAI's session object, `model` among them), the key
+/// that accepted it, and where the call's start (its admission) is told.
+pub struct Accepted {
+    pub session: Map<String, Value>,
+    pub key_id: Option<String>,
+    pub done: oneshot::Sender<Result<(), Refusal>>,
+}
+
+/// The book of calls offered to the app.
+#[derive(Default)]
+pub struct Offers {
+    book: Mutex<Book>,
+}
+
+#[derive(Default)]
+struct Book {
+    ringing: HashMap<String, oneshot::Sender<Decision>>,
+    answered: HashMap<String, Answered>,
+}
+
+struct Answered {
+    /// The key that accepted it (`None` on a gateway without keys).
+    key_id: Option<String>,
+    hang_up: mpsc::UnboundedSender<()>,
+}
+
+impl Offers {
+    /// A call starts ringing under `call_id`: where its decision will come, or `None` when
+    /// [`MAX_RINGING`] calls already ring.
+    pub fn ring(&self, call_id: &str) -> Option<oneshot::Receiver<Decision>> {
+        let mut book = self.book.lock();
+        if book.ringing.len() >= MAX_RINGING {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        book.ringing.insert(call_id.to_string(), tx);
+        Some(rx)
+    }
+
+    /// A ringing call stops ringing undecided (the caller gave up, or no one answered).
+    pub fn withdraw(&self, call_id: &str) {
+        self.book.lock().ringing.remove(call_id);
+    }
+
+    /// The app's decision for a ringing call; given back when no such call rings (never
+    /// offered, already decided, or gone meanwhile).
+    pub fn decide(&self, call_id: &str, decision: Decision) -> Result<(), Decision> {
+        let Some(tx) = self.book.lock().ringing.remove(call_id) else {
+            return Err(decision);
+        };
+        tx.send(decision)
+    }
+
+    /// An accepted call is answered: `hang_up` ends it (as its session's end does).
+    pub fn answered(&self, call_id: &str, key_id: Option<String>, hang_up: mpsc::UnboundedSender<()>) {
+        self.book.lock().answered.insert(call_id.to_string(), Answered { key_id, hang_up });
+    }
+
+    /// An answered call ended.
+    pub fn ended(&self, call_id: &str) {
+        self.book.lock().answered.remove(call_id);
+    }
+
+    /// Hangs up an answered call for `key_id`: whether such a call, accepted by that key (or
+    /// by none, on a gateway without keys), was here.
+    pub fn hang_up(&self, call_id: &str, key_id: Option<&str>) -> bool {
+        let book = self.book.lock();
+        match book.answered.get(call_id) {
+            Some(call) if call.key_id.is_none() || call.key_id.as_deref() == key_id => call.hang_up.send(()).is_ok(),
+            _ => false,
+        }
+    }
+
+    /// How many calls ring now.
+    pub fn ringing(&self) -> usize {
+        self.book.lock().ringing.len()
+    }
+}
+
+/// The first `session.update` of an accepted call: the route's settings (`defaults`, as
+/// [`crate::transport::phone::call_settings`] writes them) under the accept's, object by
+/// object, without the accept's `model` (the session is opened for it).
+pub fn first_update(defaults: Option<&str>, accepted: &Map<String, Value>) -> String {
+    let mut session = defaults
+        .and_then(|d| serde_json::from_str::<Value>(d).ok())
+        .map(|mut v| v["session"].take())
+        .filter(Value::is_object)
+        .unwrap_or_else(|| serde_json::json!({"type": "realtime"}));
+    let mut accepted = Value::Object(accepted.clone());
+    if let Some(a) = accepted.as_object_mut() {
+        a.remove("model");
+    }
+    overlay(&mut session, accepted);
+    serde_json::json!({"type": "session.update", "session": session}).to_string()
+}
+
+/// `top` written over `base`: objects key by key, anything else replaced.
+fn overlay(base: &mut Value, top: Value) {
+    match (base, top) {
+        (Value::Object(b), Value::Object(t)) => {
+            for (k, v) in t {
+                overlay(b.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (b, t) => *b = t,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn accept(session: Value) -> (Decision, oneshot::Receiver<Result<(), Refusal>>) {
+        let (done, told) = oneshot::channel();
+        let session = session.as_object().unwrap().clone();
+        (Decision::Accept(Accepted { session, key_id: Some("k1".into()), done }), told)
+    }
+
+    #[test]
+    fn a_ringing_call_takes_one_decision_and_a_stranger_call_none() {
+        let offers = Offers::default();
+        let mut rx = offers.ring("rtc_1").unwrap();
+        assert!(offers.decide("rtc_2", Decision::Reject { code: 486 }).is_err());
+        assert!(offers.decide("rtc_1", Decision::Reject { code: 486 }).is_ok());
+        assert!(matches!(rx.try_recv(), Ok(Decision::Reject { code: 486 })));
+        // Decided once: a second decision finds no call.
+        let (second, _) = accept(json!({"type": "realtime"}));
+        assert!(offers.decide("rtc_1", second).is_err());
+        assert_eq!(offers.ringing(), 0);
+    }
+
+    #[test]
+    fn a_withdrawn_or_abandoned_call_takes_no_decision() {
+        let offers = Offers::default();
+        let _rx = offers.ring("rtc_1").unwrap();
+        offers.withdraw("rtc_1");
+        assert!(offers.decide("rtc_1", Decision::Reject { code: 603 }).is_err());
+        // The call's task went away without withdrawing: the decision comes back.
+        drop(offers.ring("rtc_2").unwrap());
+        assert!(offers.decide("rtc_2", Decision::Reject { code: 603 }).is_err());
+    }
+
+    #[test]
+    fn no_more_than_max_ringing_ring_at_once() {
+        let offers = Offers::default();
+        let held: Vec<_> = (0..MAX_RINGING).map(|i| offers.ring(&format!("rtc_{i}")).unwrap()).collect();
+        assert!(offers.ring("rtc_over").is_none());
+        offers.withdraw("rtc_0");
+        assert!(offers.ring("rtc_over").is_some());
+        drop(held);
+    }
+
+    #[test]
+    fn an_answered_call_is_hung_up_by_the_key_that_accepted_it_only() {
+        let offers = Offers::default();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        offers.answered("rtc_1", Some("k1".into()), tx);
+        assert!(!offers.hang_up("rtc_1", Some("k2")));
+        assert!(!offers.hang_up("rtc_1", None));
+        assert!(rx.try_recv().is_err());
+        assert!(offers.hang_up("rtc_1", Some("k1")));
+        assert!(rx.try_recv().is_ok());
+        offers.ended("rtc_1");
+        assert!(!offers.hang_up("rtc_1", Some("k1")));
+        // Accepted on a gateway without keys: whoever may reach the route.
+        let (tx, _rx) = mpsc::unbounded_channel();
+        offers.answered("rtc_2", None, tx);
+        assert!(offers.hang_up("rtc_2", None));
+    }
+
+    #[test]
+    fn the_first_update_is_the_accept_over_the_route() {
+        let route = crate::transport::phone::call_settings(Some("Be brief."), Some("alloy"));
+        let accepted = json!({"type": "realtime", "model": "omni", "audio": {"input": {"turn_detection": null}},
+                              "instructions": "You answer for Example Inc."});
+        let update: Value =
+            serde_json::from_str(&first_update(route.as_deref(), accepted.as_object().unwrap())).unwrap();
+        assert_eq!(update["type"], "session.update");
+        let session = &update["session"];
+        assert_eq!(session["instructions"], "You answer for Example Inc.");
+        assert_eq!(session["audio"]["output"]["voice"], "alloy");
+        assert!(session["audio"]["input"]["turn_detection"].is_null());
+        assert!(session.get("model").is_none());
+        let bare: Value =
+            serde_json::from_str(&first_update(None, json!({"model": "omni"}).as_object().unwrap())).unwrap();
+        assert_eq!(bare, json!({"type": "session.update", "session": {"type": "realtime"}}));
+    }
+}

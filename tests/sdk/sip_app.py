@@ -1,0 +1,100 @@
+"""An app that answers SIP calls the way OpenAI's SIP guide has it, written with the official
+openai SDK, pointed at the gateway: it takes `realtime.call.incoming` on a webhook (checked by
+`client.webhooks.unwrap`), and accepts, rejects or ignores the call by the number called.
+Used by tests/it/sip.rs.
+
+    sip_app.py API_KEY WEBHOOK_SECRET
+
+Prints `listening PORT` (its webhook's port) and reads the gateway's port on stdin; then prints
+one line per thing it did:
+`incoming CALL_ID TO`, `accepted CALL_ID`, `rejected CALL_ID`, `ignored CALL_ID`. Reads commands
+on stdin: `hangup CALL_ID` (prints `hung-up CALL_ID`), `strangers CALL_ID` (an unknown call and a
+wrong key, each refused as the SDK's errors: prints `strangers refused`).
+"""
+
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import openai
+
+key, secret = sys.argv[1], sys.argv[2]
+client = None
+base = None
+
+
+def say(line):
+    print(line, flush=True)
+
+
+def header(event, name):
+    for h in event.data.sip_headers:
+        if h.name.lower() == name.lower():
+            return h.value
+    return ""
+
+
+def decide(event):
+    call_id = event.data.call_id
+    to = header(event, "To")
+    say(f"incoming {call_id} {to}")
+    if "sip:100@" in to:
+        client.realtime.calls.accept(
+            call_id,
+            type="realtime",
+            model="gpt-realtime",
+            instructions="You answer the phone for Example Inc.",
+            audio={"output": {"voice": "marin"}},
+        )
+        say(f"accepted {call_id}")
+    elif "sip:200@" in to:
+        client.realtime.calls.reject(call_id, status_code=486)
+        say(f"rejected {call_id}")
+    else:
+        say(f"ignored {call_id}")
+
+
+class Hook(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        try:
+            event = client.webhooks.unwrap(body, dict(self.headers.items()))
+        except Exception as e:  # a delivery not signed with the secret
+            say(f"bad-signature {e!r}")
+            self.send_response(400)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.end_headers()
+        if event.type == "realtime.call.incoming":
+            # Decided after the webhook is answered, as an app does.
+            threading.Thread(target=decide, args=(event,), daemon=True).start()
+
+    def log_message(self, *args):
+        pass
+
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+say(f"listening {server.server_address[1]}")
+base = f"http://127.0.0.1:{sys.stdin.readline().strip()}/v1"
+client = openai.OpenAI(api_key=key, base_url=base, webhook_secret=secret)
+say("ready")
+
+for line in sys.stdin:
+    command, _, call_id = line.strip().partition(" ")
+    if command == "hangup":
+        client.realtime.calls.hangup(call_id)
+        say(f"hung-up {call_id}")
+    elif command == "strangers":
+        try:
+            client.realtime.calls.accept("rtc_nosuchcall", type="realtime")
+            say("strangers: an unknown call was accepted")
+        except openai.NotFoundError:
+            pass
+        stranger = openai.OpenAI(api_key="not-a-key-of-this-gateway", base_url=base)
+        try:
+            stranger.realtime.calls.reject(call_id)
+            say("strangers: a wrong key rejected a call")
+        except openai.AuthenticationError:
+            say("strangers refused")
