@@ -306,7 +306,7 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
     let vad = raw.vad.validate(base).map_err(|e| e.under("vad"))?;
     let transcription = raw.transcription.validate(base).map_err(|e| e.under("transcription"))?;
     let webrtc = raw.webrtc.validate().map_err(|e| e.under("webrtc"))?;
-    let sip = raw.sip.validate().map_err(|e| e.under("sip"))?;
+    let sip = raw.sip.validate(base).map_err(|e| e.under("sip"))?;
     let twilio = raw.twilio.validate(base).map_err(|e| e.under("twilio"))?;
     if let Some(route) = sip
         .iter()

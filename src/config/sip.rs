@@ -8,7 +8,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use serde::Deserialize;
 
-use super::check::Invalid;
+use super::check::Base;
+use super::check::{Invalid, secret};
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -33,6 +34,49 @@ pub struct SipConfig {
     /// How long a call offered to the app (a route's `accept = "webhook"`) rings for its
     /// accept or reject; then it is refused (480).
     pub accept_timeout_s: f64,
+    /// The trunks' digest credentials: with any, an INVITE must also prove one (digest, qop
+    /// auth) or is challenged (401) and refused (403).
+    pub users: Vec<SipUserEntry>,
+    /// The digest realm the challenges name.
+    pub realm: String,
+    /// The digest's hash: `"md5"` (RFC 3261's, which every trunk takes) or `"sha-256"` (RFC
+    /// 8760's). One challenge only: offered both, some user agents (baresip 1.0) fail.
+    pub digest_algorithm: DigestAlgorithm,
+}
+
+/// The hash of `[sip] digest_algorithm`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+pub enum DigestAlgorithm {
+    #[default]
+    #[serde(rename = "md5")]
+    Md5,
+    #[serde(rename = "sha-256")]
+    Sha256,
+}
+
+/// `[[sip.users]]`: one trunk's digest credentials.
+#[derive(Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct SipUserEntry {
+    pub user: String,
+    /// A file holding the password (16 bytes or more), relative to the config's directory.
+    pub password_file: String,
+}
+
+impl std::fmt::Debug for SipUserEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SipUserEntry").field("user", &self.user).finish_non_exhaustive()
+    }
+}
+
+/// The trunks' digest credentials, read: user and password (never shown).
+#[derive(Clone, PartialEq, Default)]
+pub struct SipUsers(pub Vec<(String, String)>);
+
+impl std::fmt::Debug for SipUsers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.iter().map(|(user, _)| user)).finish()
+    }
 }
 
 /// Who accepts a call to a route's number.
@@ -78,6 +122,9 @@ impl Default for SipConfig {
             allowed_networks: vec!["127.0.0.0/8".into(), "::1/128".into()],
             routes: vec![SipRouteEntry { number: "*".into(), ..Default::default() }],
             accept_timeout_s: 20.0,
+            users: Vec::new(),
+            realm: "omni-gateway".into(),
+            digest_algorithm: DigestAlgorithm::Md5,
         }
     }
 }
@@ -92,6 +139,10 @@ pub struct SipSpec {
     pub allowed_networks: Vec<ipnet::IpNet>,
     pub routes: Vec<SipRouteEntry>,
     pub accept_timeout: std::time::Duration,
+    /// With any, INVITEs must prove one by digest.
+    pub users: SipUsers,
+    pub realm: String,
+    pub digest_algorithm: DigestAlgorithm,
 }
 
 impl SipSpec {
@@ -112,7 +163,7 @@ impl SipSpec {
 
 impl SipConfig {
     /// `None` when SIP is off.
-    pub fn validate(&self) -> Result<Option<SipSpec>, Invalid> {
+    pub fn validate(&self, base: Base<'_>) -> Result<Option<SipSpec>, Invalid> {
         if !self.enabled {
             return Ok(None);
         }
@@ -170,7 +221,30 @@ impl SipConfig {
         if !(self.accept_timeout_s > 0.0 && self.accept_timeout_s <= 300.0) {
             return Err(Invalid::new("accept_timeout_s", "must be over 0 and at most 300"));
         }
+        let mut users = SipUsers::default();
+        for (i, u) in self.users.iter().enumerate() {
+            let key = |k: &str| format!("users[{i}].{k}");
+            if u.user.is_empty() || u.user.contains([':', '"', '\\']) || u.user.chars().any(char::is_control) {
+                return Err(Invalid::new(key("user"), "a user name, without ':', '\"' or '\\'"));
+            }
+            if users.0.iter().any(|(other, _)| *other == u.user) {
+                return Err(Invalid::new(key("user"), format!("'{}' is listed twice", u.user)));
+            }
+            let path = base.resolve(std::path::Path::new(&u.password_file));
+            let password = std::fs::read_to_string(&path)
+                .map_err(|e| Invalid::new(key("password_file"), format!("{}: {e}", path.display())))?
+                .trim()
+                .to_string();
+            secret(&key("password_file"), &password)?;
+            users.0.push((u.user.clone(), password));
+        }
+        if self.realm.is_empty() || self.realm.contains('"') {
+            return Err(Invalid::new("realm", "a name, without '\"'"));
+        }
         Ok(Some(SipSpec {
+            users,
+            realm: self.realm.clone(),
+            digest_algorithm: self.digest_algorithm,
             accept_timeout: std::time::Duration::from_secs_f64(self.accept_timeout_s),
             bind,
             rtp_bind,
@@ -186,10 +260,14 @@ impl SipConfig {
 mod tests {
     use super::*;
 
+    fn here() -> Base<'static> {
+        Base(std::path::Path::new("."))
+    }
+
     #[test]
     fn off_by_default_and_on_with_its_defaults() {
-        assert_eq!(SipConfig::default().validate().unwrap(), None);
-        let on = SipConfig { enabled: true, ..Default::default() }.validate().unwrap().unwrap();
+        assert_eq!(SipConfig::default().validate(here()).unwrap(), None);
+        let on = SipConfig { enabled: true, ..Default::default() }.validate(here()).unwrap().unwrap();
         assert!(on.allows("127.0.0.1".parse().unwrap()) && on.allows("::ffff:127.0.0.1".parse().unwrap()));
         assert!(!on.allows("203.0.113.9".parse().unwrap()));
         assert_eq!(on.route("+15551230000").map(|r| r.number.as_str()), Some("*"));
@@ -198,14 +276,14 @@ mod tests {
     #[test]
     fn a_wildcard_rtp_address_needs_a_public_one_and_networks_must_parse() {
         let wild = SipConfig { enabled: true, rtp_bind: "0.0.0.0".into(), ..Default::default() };
-        assert_eq!(wild.validate().unwrap_err().key, "rtp_bind");
+        assert_eq!(wild.validate(here()).unwrap_err().key, "rtp_bind");
         let mixed =
             SipConfig { enabled: true, rtp_bind: "::".into(), public_ip: "203.0.113.1".into(), ..Default::default() };
-        assert_eq!(mixed.validate().unwrap_err().key, "public_ip");
+        assert_eq!(mixed.validate(here()).unwrap_err().key, "public_ip");
         let bad = SipConfig { enabled: true, allowed_networks: vec!["trunk".into()], ..Default::default() };
-        assert_eq!(bad.validate().unwrap_err().key, "allowed_networks");
+        assert_eq!(bad.validate(here()).unwrap_err().key, "allowed_networks");
         let host = SipConfig { enabled: true, allowed_networks: vec!["198.51.100.7".into()], ..Default::default() };
-        assert!(host.validate().unwrap().unwrap().allows("198.51.100.7".parse().unwrap()));
+        assert!(host.validate(here()).unwrap().unwrap().allows("198.51.100.7".parse().unwrap()));
     }
 
     #[test]
@@ -214,7 +292,7 @@ mod tests {
             SipRouteEntry { number: "100".into(), model: "a".into(), ..Default::default() },
             SipRouteEntry { number: "*".into(), model: "b".into(), ..Default::default() },
         ];
-        let spec = SipConfig { enabled: true, routes, ..Default::default() }.validate().unwrap().unwrap();
+        let spec = SipConfig { enabled: true, routes, ..Default::default() }.validate(here()).unwrap().unwrap();
         assert_eq!(spec.route("100").unwrap().model, "a");
         assert_eq!(spec.route("200").unwrap().model, "b");
     }

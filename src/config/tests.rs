@@ -524,6 +524,9 @@ fn the_shipped_config_is_valid_and_documents_every_key() {
         "accept_timeout_s",
         "accept",
         "format",
+        "realm",
+        "digest_algorithm",
+        "password_file",
     ] {
         assert!(
             text.contains(&format!("{key} "))
@@ -579,4 +582,29 @@ fn a_route_the_app_accepts_needs_a_webhook_that_tells_it_and_openai_webhooks_tak
     assert!(e.contains("16 bytes"), "{e}");
     let e = error(&format!("{MINIMAL}[sip]\nenabled = true\naccept_timeout_s = 0\n"));
     assert!(e.contains("sip.accept_timeout_s"), "{e}");
+}
+
+#[test]
+fn trunk_credentials_are_read_from_their_files_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("good.pass"), "a-long-trunk-password-0123\n").unwrap();
+    std::fs::write(dir.path().join("short.pass"), "short\n").unwrap();
+    let config = |users: &str| {
+        let text = format!("{MINIMAL}[sip]\nenabled = true\ndigest_algorithm = \"sha-256\"\n{users}");
+        Config::parse(&text, &dir.path().join("config.toml"))
+    };
+    let user = |name: &str, file: &str| format!("[[sip.users]]\nuser = \"{name}\"\npassword_file = \"{file}\"\n");
+    let c = config(&user("trunk", "good.pass")).unwrap();
+    let sip = c.sip.unwrap();
+    assert_eq!(sip.users.0, vec![("trunk".to_string(), "a-long-trunk-password-0123".to_string())]);
+    assert_eq!(sip.digest_algorithm, sip::DigestAlgorithm::Sha256);
+    assert!(!format!("{sip:?}").contains("a-long-trunk-password"), "{sip:?}");
+    let e = config(&user("trunk", "short.pass")).unwrap_err().to_string();
+    assert!(e.contains("sip.users[0].password_file") && !e.contains("short\n"), "{e}");
+    let e = config(&format!("{}{}", user("trunk", "good.pass"), user("trunk", "good.pass"))).unwrap_err().to_string();
+    assert!(e.contains("sip.users[1].user") && e.contains("twice"), "{e}");
+    let e = config(&user("tr:unk", "good.pass")).unwrap_err().to_string();
+    assert!(e.contains("sip.users[0].user"), "{e}");
+    let e = config(&user("trunk", "missing.pass")).unwrap_err().to_string();
+    assert!(e.contains("missing.pass"), "{e}");
 }

@@ -35,9 +35,14 @@ impl Baresip {
     /// are found free just before it binds them: when another test took one meanwhile, baresip
     /// exits, and it is started again on others (three tries).
     fn start(wav: &Path) -> Baresip {
+        Baresip::start_as(wav, "<sip:caller@127.0.0.1>;regint=0")
+    }
+
+    /// [`Baresip::start`] with its account line (`auth_pass=` for a trunk's credentials).
+    fn start_as(wav: &Path, account: &str) -> Baresip {
         let mut said = String::new();
         for _ in 0..3 {
-            match Baresip::try_start(wav) {
+            match Baresip::try_start(wav, account) {
                 Ok(ua) => return ua,
                 Err(log) => said = log,
             }
@@ -45,7 +50,7 @@ impl Baresip {
         panic!("baresip did not start in three tries; the last said:\n{said}");
     }
 
-    fn try_start(wav: &Path) -> Result<Baresip, String> {
+    fn try_start(wav: &Path, account: &str) -> Result<Baresip, String> {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
         let (sip, control) = (free_udp_port(), free_tcp_port());
@@ -71,7 +76,7 @@ impl Baresip {
             ),
         )
         .unwrap();
-        std::fs::write(dir.join("accounts"), "<sip:caller@127.0.0.1>;regint=0\n").unwrap();
+        std::fs::write(dir.join("accounts"), format!("{account}\n")).unwrap();
         let mut child = Command::new("baresip")
             .arg("-f")
             .arg(&dir)
@@ -440,5 +445,42 @@ fn an_app_told_by_webhook_accepts_a_call_with_the_sdk_rejects_one_and_lets_one_r
     assert!(closed["param"].as_str().is_some_and(|p| p.contains("480")), "{closed}\n{}", ua.log());
     assert!(server.logs().contains(&format!("{ignored} was neither accepted nor rejected")), "{}", server.logs());
     assert!(!app.seen.iter().any(|l| l.starts_with("bad-signature") || l.starts_with("strangers:")), "{:?}", app.seen);
+    assert_eq!(server.status()["sessions"]["open"], 0);
+}
+
+#[test]
+fn with_trunk_credentials_a_call_is_challenged_and_answered_and_a_wrong_password_gets_403() {
+    if !needs(&[Need::Baresip]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let password = tmp.path().join("trunk.pass");
+    std::fs::write(&password, "a-long-trunk-password-0123\n").unwrap();
+    let port = free_udp_port();
+    let section = format!(
+        "{}[[sip.users]]\nuser = \"trunk\"\npassword_file = \"{}\"\n",
+        sip_section(port, 41400, "[\"127.0.0.1\"]"),
+        password.display()
+    );
+    let server = Server::ready(Setup::default().workers(workers(1, "")).extra(&section));
+    let wav = call_wav(tmp.path(), &[], 30.0);
+
+    let mut ua = Baresip::start_as(&wav, "<sip:trunk@127.0.0.1>;auth_pass=a-long-trunk-password-0123;regint=0");
+    ua.command("dial", &format!("sip:100@127.0.0.1:{port}"));
+    ua.event("CALL_ESTABLISHED");
+    server.wait_status("the call's session", WAIT, |s| s["workers"][0]["transport"] == "sip");
+    ua.command("hangup", "");
+    ua.event("CALL_CLOSED");
+    server.wait_idle();
+    drop(ua);
+
+    let mut ua = Baresip::start_as(&wav, "<sip:trunk@127.0.0.1>;auth_pass=not-the-trunk-password;regint=0");
+    ua.command("dial", &format!("sip:100@127.0.0.1:{port}"));
+    let closed = ua.event("CALL_CLOSED");
+    assert!(closed["param"].as_str().is_some_and(|p| p.contains("403")), "{closed}\n{}", ua.log());
+    let logs = server.logs();
+    assert!(logs.contains("refused (403): a wrong password for user 'trunk'"), "{logs}");
+    assert!(!logs.contains("not-the-trunk-password") && !logs.contains("a-long-trunk-password"), "{logs}");
+    assert_eq!(server.metric("omni_connections_refused_total{reason=\"sip_credentials\"}"), 1.0);
     assert_eq!(server.status()["sessions"]["open"], 0);
 }

@@ -15,10 +15,12 @@
 //! is offered to the app (`realtime.call.incoming`) and waits for its decision ([`offers`]).
 //! - [`sdp`]: the offer and the answer;
 //! - [`offers`]: the calls offered to the app, ringing or answered;
+//! - [`digest`]: the trunks' credentials (`[[sip.users]]`), when set;
 //! - [`rtp`]: the jitter buffer, RFC 4733 keys, the packets out;
 //! - [`call`]: the edge actor.
 
 pub mod call;
+pub mod digest;
 pub mod offers;
 pub mod rtp;
 pub mod sdp;
@@ -53,6 +55,8 @@ pub struct Sip {
     gw: Serving,
     /// Where the calls' edges (and their sessions) run.
     arbiter: ArbiterHandle,
+    /// The trunks' credentials, when INVITEs must prove one.
+    guard: Option<digest::Guard>,
     /// Where the next RTP port search starts.
     cursor: AtomicU32,
     calls: AtomicU64,
@@ -62,8 +66,15 @@ pub struct Sip {
 /// address, or why it could not bind.
 pub async fn start(gw: Serving, spec: SipSpec) -> std::io::Result<SocketAddr> {
     let arbiter = actix::Arbiter::new();
-    let sip =
-        Arc::new(Sip { spec, gw, arbiter: arbiter.handle(), cursor: AtomicU32::new(0), calls: AtomicU64::new(0) });
+    let guard = digest::Guard::new(&spec.realm, spec.digest_algorithm, &spec.users);
+    let sip = Arc::new(Sip {
+        spec,
+        gw,
+        guard,
+        arbiter: arbiter.handle(),
+        cursor: AtomicU32::new(0),
+        calls: AtomicU64::new(0),
+    });
     let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
     let bind = sip.spec.bind;
     arbiter.spawn(async move {
@@ -199,6 +210,25 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
         log::debug!("{label}: an INVITE from {source} refused (403): not from sip.allowed_networks");
         return refuse(&endpoint, &mut invite, StatusCode::FORBIDDEN).await;
     }
+    if let Some(guard) = &sip.guard {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+        match guard.check("INVITE", &invite.headers, source.ip(), now) {
+            digest::Verdict::Proven(user) => log::debug!("{label}: an INVITE from {source} proved user '{user}'"),
+            digest::Verdict::Challenge { stale } => {
+                log::debug!("{label}: an INVITE from {source} asked for its credentials (401)");
+                let challenge = guard.challenge(source.ip(), now, stale);
+                return refuse_with(&endpoint, &mut invite, StatusCode::UNAUTHORIZED, |headers| {
+                    headers.insert_type(ezk_sip_types::Name::WWW_AUTHENTICATE, &challenge)
+                })
+                .await;
+            }
+            digest::Verdict::Refused(why) => {
+                let _ = Refusal::new("sip_credentials", 403, "forbidden", "");
+                log::info!("{label}: an INVITE from {source} refused (403): {why}");
+                return refuse(&endpoint, &mut invite, StatusCode::FORBIDDEN).await;
+            }
+        }
+    }
     let number = called(&invite);
     let inbound_has_tag = invite.base_headers.to.tag.is_some();
     let body = BytesStr::from_utf8_bytes(invite.body.clone()).ok();
@@ -262,7 +292,7 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
     let (media, sdp_answer) = match sdp::answer(&offer, local, session_id, 1) {
         Ok(agreed) => agreed,
         Err(e) => {
-            acceptance.tell(Err(Refusal::new("media", 400, "invalid_request_error", e.to_string())));
+            acceptance.tell(Err(Refusal::new("internal", 400, "invalid_request_error", e.to_string())));
             return decline(inbound, &label, source, StatusCode::NOT_ACCEPTABLE_HERE, e.to_string()).await;
         }
     };
@@ -540,8 +570,19 @@ impl Drop for Answered<'_> {
 /// Answers an INVITE that opens no dialog with `code`, in its own transaction (retransmitted
 /// until the trunk's ACK, as RFC 3261 has it).
 async fn refuse(endpoint: &Endpoint, invite: &mut IncomingRequest, code: StatusCode) {
+    refuse_with(endpoint, invite, code, |_| {}).await
+}
+
+/// [`refuse`], with headers of its own (a 401's challenges).
+async fn refuse_with(
+    endpoint: &Endpoint,
+    invite: &mut IncomingRequest,
+    code: StatusCode,
+    headers: impl FnOnce(&mut ezk_sip_types::Headers),
+) {
     let tsx = endpoint.create_server_inv_tsx(invite);
-    let response = endpoint.create_response(invite, code, None);
+    let mut response = endpoint.create_response(invite, code, None);
+    headers(&mut response.msg.headers);
     if let Err(e) = tsx.respond_failure(response).await {
         log::debug!("an INVITE's refusal ({}) was not delivered: {e}", code.into_u16());
     }
