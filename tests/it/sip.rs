@@ -40,9 +40,14 @@ impl Baresip {
 
     /// [`Baresip::start`] with its account line (`auth_pass=` for a trunk's credentials).
     fn start_as(wav: &Path, account: &str) -> Baresip {
+        Baresip::start_with(wav, account, &["g711.so"])
+    }
+
+    /// [`Baresip::start_as`] with its codecs' modules (offered in this order).
+    fn start_with(wav: &Path, account: &str, codecs: &[&str]) -> Baresip {
         let mut said = String::new();
         for _ in 0..3 {
-            match Baresip::try_start(wav, account) {
+            match Baresip::try_start(wav, account, codecs) {
                 Ok(ua) => return ua,
                 Err(log) => said = log,
             }
@@ -50,7 +55,7 @@ impl Baresip {
         panic!("baresip did not start in three tries; the last said:\n{said}");
     }
 
-    fn try_start(wav: &Path, account: &str) -> Result<Baresip, String> {
+    fn try_start(wav: &Path, account: &str, codecs: &[&str]) -> Result<Baresip, String> {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
         let (sip, control) = (free_udp_port(), free_tcp_port());
@@ -63,7 +68,7 @@ impl Baresip {
                  audio_alert aubridge,nil\n\
                  module_path /usr/lib/baresip/modules\n\
                  module account.so\n\
-                 module g711.so\n\
+                 {codecs}\
                  module aufile.so\n\
                  module aubridge.so\n\
                  module sndfile.so\n\
@@ -72,6 +77,7 @@ impl Baresip {
                  ctrl_tcp_listen 127.0.0.1:{control}\n\
                  snd_path {out}\n",
                 wav = wav.display(),
+                codecs = codecs.iter().map(|c| format!("module {c}\n")).collect::<String>(),
                 out = dir.display()
             ),
         )
@@ -157,8 +163,9 @@ impl Baresip {
         }
     }
 
-    /// What it heard: the WAV `sndfile` wrote of the audio it decoded, as samples.
-    fn heard(&self) -> Vec<f32> {
+    /// What it heard: the WAV `sndfile` wrote of the audio it decoded, as samples, and their
+    /// rate.
+    fn heard_at(&self) -> (Vec<f32>, u32) {
         let dump = std::fs::read_dir(&self.dir)
             .unwrap()
             .flatten()
@@ -166,7 +173,17 @@ impl Baresip {
             .find(|p| p.to_string_lossy().ends_with("-dec.wav"))
             .unwrap_or_else(|| panic!("no WAV of what baresip heard\n{}", self.log()));
         let mut reader = hound::WavReader::open(dump).unwrap();
-        reader.samples::<i16>().map(|s| f32::from(s.unwrap()) / 32768.0).collect()
+        let spec = reader.spec();
+        let samples: Vec<f32> = reader.samples::<i16>().map(|s| f32::from(s.unwrap()) / 32768.0).collect();
+        // One channel of what may be two.
+        (samples.iter().step_by(usize::from(spec.channels)).copied().collect(), spec.sample_rate)
+    }
+
+    /// What it heard at 8 kHz (G.711).
+    fn heard(&self) -> Vec<f32> {
+        let (samples, rate) = self.heard_at();
+        assert_eq!(rate, 8000);
+        samples
     }
 }
 
@@ -181,16 +198,24 @@ fn free_tcp_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// A WAV baresip plays: half a second of silence, `question`, then `tail_s` of silence.
+/// A WAV baresip plays: half a second of silence, `question`, then `tail_s` of silence, at 8
+/// kHz mono (G.711's own).
 fn call_wav(dir: &Path, question: &[f32], tail_s: f32) -> PathBuf {
+    call_wav_at(dir, question, tail_s, 8000, 1)
+}
+
+/// [`call_wav`] at another rate and channel count (baresip plays a WAV only at its codec's).
+fn call_wav_at(dir: &Path, question: &[f32], tail_s: f32, rate: u32, channels: u16) -> PathBuf {
     let path = dir.join("caller.wav");
     let spec =
-        hound::WavSpec { channels: 1, sample_rate: 8000, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
+        hound::WavSpec { channels, sample_rate: rate, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
     let mut w = hound::WavWriter::create(&path, spec).unwrap();
-    let narrow = omni_actors::audio::resample(question, 16000, 8000).unwrap();
-    let silence = |s: f32| vec![0.0f32; (8000.0 * s) as usize];
-    for s in silence(0.5).iter().chain(&narrow).chain(&silence(tail_s)) {
-        w.write_sample((s.clamp(-1.0, 1.0) * 32767.0) as i16).unwrap();
+    let resampled = omni_actors::audio::resample(question, 16000, rate).unwrap();
+    let silence = |s: f32| vec![0.0f32; (rate as f32 * s) as usize];
+    for s in silence(0.5).iter().chain(&resampled).chain(&silence(tail_s)) {
+        for _ in 0..channels {
+            w.write_sample((s.clamp(-1.0, 1.0) * 32767.0) as i16).unwrap();
+        }
     }
     w.finalize().unwrap();
     path
@@ -483,4 +508,41 @@ fn with_trunk_credentials_a_call_is_challenged_and_answered_and_a_wrong_password
     assert!(!logs.contains("not-the-trunk-password") && !logs.contains("a-long-trunk-password"), "{logs}");
     assert_eq!(server.metric("omni_connections_refused_total{reason=\"sip_credentials\"}"), 1.0);
     assert_eq!(server.status()["sessions"]["open"], 0);
+}
+
+#[test]
+fn a_user_agent_offering_opus_is_answered_in_opus_hears_the_model_and_its_key_arrives() {
+    if !needs(&[Need::Baresip]) {
+        return;
+    }
+    let port = free_udp_port();
+    let server = Server::ready(
+        Setup::default().recording("enabled = true").workers(workers(1, "step_ms = 300")).extra(&sip_section(
+            port,
+            41500,
+            "[\"127.0.0.0/8\"]",
+        )),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let wav = call_wav_at(tmp.path(), &speech("What is the capital of France?"), 9.0, 48_000, 2);
+    // Opus offered after G.711: taken all the same (the model hears 16 kHz, not 8).
+    let mut ua = Baresip::start_with(&wav, "<sip:caller@127.0.0.1>;regint=0", &["g711.so", "opus.so"]);
+    ua.command("dial", &format!("sip:100@127.0.0.1:{port}"));
+    ua.event("CALL_ESTABLISHED");
+    let status =
+        server.wait_status("the call's session on the worker", WAIT, |s| s["workers"][0]["session"].is_string());
+    let session = status["workers"][0]["session"].as_str().unwrap().to_string();
+    assert!(server.logs().contains("to '100': opus on RTP"), "{}", server.logs());
+    ua.command("sndcode", "7");
+    ua.event("CALL_CLOSED");
+    server.wait_idle();
+
+    // The question was heard (the model answered it) and the answer too: 2.5 s of voice.
+    let (heard, rate) = ua.heard_at();
+    let window = rate as usize / 50;
+    let voiced =
+        heard.chunks(window).filter(|w| (w.iter().map(|s| s * s).sum::<f32>() / w.len() as f32).sqrt() > 0.02).count();
+    assert!((110..=140).contains(&voiced), "{voiced} windows of 20 ms with voice at {rate} Hz\n{}", ua.log());
+    let events = std::fs::read_to_string(server.recording(&session).join("events.jsonl")).unwrap();
+    assert!(events.contains("input_audio_buffer.dtmf_event_received"), "{events}");
 }

@@ -1,8 +1,8 @@
 //! One SIP call's edge: the actor between the call's RTP socket and its session. The trunk's
-//! G.711 frames are put back in order ([`super::rtp::Inbound`]), expanded to samples and handed
-//! to the session at 8 kHz (the dialect resamples); its RFC 4733 keys are handed on as keys.
-//! The model's voice is resampled to 8 kHz as one stream per answer, companded, cut into 20 ms
-//! frames and paced out one every 20 ms ([`crate::transport::playout`], as a WebRTC call's);
+//! frames are put back in order ([`super::rtp::Inbound`]), decoded ([`super::voice`]: G.711 at
+//! 8 kHz, Opus at 16 kHz) and handed to the session (the dialect resamples); its RFC 4733 keys
+//! are handed on as keys. The model's voice is encoded in 20 ms frames and paced out one
+//! every 20 ms ([`crate::transport::playout`], as a WebRTC call's);
 //! when the caller speaks over it, what is queued is dropped. RTP from any address other than
 //! the one agreed is dropped, but for symmetric RTP: a trunk behind NAT (or one that names
 //! another of its addresses in SDP) sends from the address its SIP came from, and the call
@@ -15,21 +15,19 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use bytestring::ByteString;
-use omni_actors::audio::StreamResampler;
 use omni_actors::observe::metrics::metrics;
 use omni_actors::protocol::CloseReason;
-use omni_actors::session::messages::{CallerAudio, FromClient, ModelAudio, ToClient};
+use omni_actors::session::messages::{FromClient, ModelAudio, ToClient};
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::rtp::{FRAME, Heard, Inbound, Outbound};
-use super::sdp::{Law, Media};
+use super::rtp::{Heard, Inbound, Outbound};
+use super::sdp::Media;
+use super::voice::Voice;
 use crate::transport::incoming::{Backlog, IncomingBudget};
 use crate::transport::playout::{FRAME_MS, Playout};
 use crate::transport::{SessionPort, StartSession};
 
-/// The trunk's rate, both ways.
-pub const RATE: u32 = 8000;
 /// The largest datagram read.
 const DATAGRAM_BYTES: usize = 2048;
 /// No RTP from a call that is not on hold for this long: its trunk is gone.
@@ -80,10 +78,8 @@ pub struct SipCall {
     done: bool,
     inbound: Inbound,
     outbound: Outbound,
-    /// The model's voice from its rate to 8 kHz, one answer at a time.
-    downlink: Option<StreamResampler>,
-    /// G.711 bytes of the answer not yet a whole frame.
-    partial: Vec<u8>,
+    /// The voice in the agreed codec, both ways.
+    voice: Voice,
     playout: Playout<Vec<u8>>,
     pacer: Option<SpawnHandle>,
     paced_until: Option<Instant>,
@@ -105,39 +101,9 @@ fn canonical(a: SocketAddr) -> SocketAddr {
     SocketAddr::new(a.ip().to_canonical(), a.port())
 }
 
-/// The byte G.711 codes silence with.
-fn silence(law: Law) -> u8 {
-    match law {
-        Law::Pcmu => 0xff,
-        Law::Pcma => 0xd5,
-    }
-}
-
-fn expand(law: Law, bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .iter()
-        .map(|&b| {
-            let s = match law {
-                Law::Pcmu => audio_codec_algorithms::decode_ulaw(b),
-                Law::Pcma => audio_codec_algorithms::decode_alaw(b),
-            };
-            f32::from(s) / 32768.0
-        })
-        .collect()
-}
-
-fn compand(law: Law, samples: &[f32], out: &mut Vec<u8>) {
-    out.extend(samples.iter().map(|&s| {
-        let s = (s.clamp(-1.0, 1.0) * 32767.0) as i16;
-        match law {
-            Law::Pcmu => audio_codec_algorithms::encode_ulaw(s),
-            Law::Pcma => audio_codec_algorithms::encode_alaw(s),
-        }
-    }));
-}
-
 impl SipCall {
     pub fn new(parts: CallParts) -> std::io::Result<SipCall> {
+        let voice = Voice::new(parts.media.codec).map_err(std::io::Error::other)?;
         parts.socket.set_nonblocking(true)?;
         let socket = Arc::new(UdpSocket::from_std(parts.socket)?);
         let media = parts.media;
@@ -146,8 +112,9 @@ impl SipCall {
         Ok(SipCall {
             label: parts.label,
             socket,
-            inbound: Inbound::new(media.payload_type, media.events, silence(media.law)),
-            outbound: Outbound::new(media.payload_type, ssrc, rand_u32() as u16, rand_u32()),
+            inbound: Inbound::new(media.payload_type, media.events),
+            outbound: Outbound::new(media.payload_type, media.codec.clock_rate(), ssrc, rand_u32() as u16, rand_u32()),
+            voice,
             media,
             start: Some(parts.start),
             first: parts.first,
@@ -155,8 +122,6 @@ impl SipCall {
             incoming: Backlog::new(parts.max_incoming_bytes, parts.incoming),
             hang_up: parts.hang_up,
             done: false,
-            downlink: None,
-            partial: Vec::with_capacity(FRAME),
             playout: Playout::default(),
             pacer: None,
             paced_until: None,
@@ -229,10 +194,12 @@ impl SipCall {
             match h {
                 // UDP cannot be told to wait: the voice of a session that is behind is dropped;
                 // what a trunk sends while it holds the call (music) is not the caller's voice.
-                Heard::Voice(_) if self.incoming.full() || self.media.held => {}
-                Heard::Voice(frame) => {
-                    self.hand(FromClient::Audio(CallerAudio { samples: expand(self.media.law, &frame), rate: RATE }))
-                }
+                Heard::Voice(_) | Heard::Lost if self.incoming.full() || self.media.held => {}
+                Heard::Voice(frame) => match self.voice.heard(&frame, Instant::now()) {
+                    Ok(audio) => self.hand(FromClient::Audio(audio)),
+                    Err(why) => log::debug!("session {}: a frame not heard: {why}", self.label),
+                },
+                Heard::Lost => self.hand(FromClient::Audio(self.voice.lost())),
                 // Never logged which (callers type PINs); a flood of them is not a person's.
                 Heard::Key(key) => {
                     let now = Instant::now();
@@ -245,49 +212,30 @@ impl SipCall {
         }
     }
 
-    /// The model's voice: 8 kHz G.711 frames queued for the pacer; cut when the caller speaks
-    /// over it.
+    /// The model's voice: frames in the call's codec queued for the pacer; cut when the caller
+    /// speaks over it.
     fn on_model_audio(&mut self, audio: ModelAudio, ctx: &mut Context<Self>) {
         match audio {
             ModelAudio::Delta { response, samples, rate } => {
                 if self.playout.muted(&response) {
                     return;
                 }
-                if self.downlink.is_none() {
-                    self.downlink = StreamResampler::new(rate, RATE).ok();
-                }
-                let mut narrow = Vec::with_capacity(samples.len() * RATE as usize / rate.max(1) as usize + 1);
-                if let Some(r) = self.downlink.as_mut() {
-                    r.push(&samples, &mut narrow);
-                }
-                compand(self.media.law, &narrow, &mut self.partial);
-                let whole = self.partial.len() / FRAME * FRAME;
-                let frames: Vec<Vec<u8>> =
-                    self.partial.drain(..whole).collect::<Vec<u8>>().chunks(FRAME).map(<[u8]>::to_vec).collect();
+                let frames = self.voice.speak(&samples, rate);
                 self.playout.push(&response, frames);
                 self.pace(ctx);
             }
             ModelAudio::Done { response } => {
                 if !self.playout.muted(&response) {
-                    let mut tail = Vec::new();
-                    if let Some(mut r) = self.downlink.take() {
-                        r.flush(&mut tail);
-                    }
-                    compand(self.media.law, &tail, &mut self.partial);
-                    let mut frames: Vec<Vec<u8>> = self.partial.chunks(FRAME).map(<[u8]>::to_vec).collect();
-                    self.partial.clear();
-                    if let Some(last) = frames.last_mut() {
-                        last.resize(FRAME, silence(self.media.law));
-                    }
+                    let frames = self.voice.finish();
                     self.playout.push(&response, frames);
                     self.pace(ctx);
+                } else {
+                    self.voice.clear();
                 }
-                self.downlink = None;
                 self.playout.finish(&response);
             }
             ModelAudio::Clear => {
-                self.downlink = None;
-                self.partial.clear();
+                self.voice.clear();
                 self.playout.clear();
             }
         }
@@ -431,8 +379,15 @@ impl Handler<Renegotiated> for SipCall {
             }
         );
         if media.payload_type != self.media.payload_type || media.events != self.media.events {
-            self.inbound = Inbound::new(media.payload_type, media.events, silence(media.law));
-            self.outbound = Outbound::new(media.payload_type, rand_u32(), rand_u32() as u16, rand_u32());
+            self.inbound = Inbound::new(media.payload_type, media.events);
+            let clock = media.codec.clock_rate();
+            self.outbound = Outbound::new(media.payload_type, clock, rand_u32(), rand_u32() as u16, rand_u32());
+        }
+        if media.codec != self.voice.codec() {
+            match Voice::new(media.codec) {
+                Ok(voice) => self.voice = voice,
+                Err(e) => log::warn!("session {}: the new codec cannot start ({e}); the old one goes on", self.label),
+            }
         }
         self.last_heard = Instant::now();
         // The same address agreed again: the one latched on to stays.

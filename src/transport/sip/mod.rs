@@ -17,6 +17,7 @@
 //! - [`offers`]: the calls offered to the app, ringing or answered;
 //! - [`digest`]: the trunks' credentials (`[[sip.users]]`), when set;
 //! - [`rtp`]: the jitter buffer, RFC 4733 keys, the packets out;
+//! - [`voice`]: the voice in the agreed codec (G.711 or Opus), both ways;
 //! - [`call`]: the edge actor.
 
 pub mod call;
@@ -24,6 +25,7 @@ pub mod digest;
 pub mod offers;
 pub mod rtp;
 pub mod sdp;
+pub mod voice;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::Arc;
@@ -296,7 +298,7 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
             return decline(inbound, &label, source, StatusCode::NOT_ACCEPTABLE_HERE, e.to_string()).await;
         }
     };
-    log::info!("{label}: a call from {source} to '{number}': {} on RTP {local}", media.law.name());
+    log::info!("{label}: a call from {source} to '{number}': {} on RTP {local}", media.codec.name());
 
     // The call's edge starts its session on the calls' arbiter (a session's start is not
     // Send); its admission's refusal comes back here.

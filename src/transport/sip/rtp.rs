@@ -4,8 +4,8 @@
 //!
 //! The jitter buffer holds up to [`DEPTH`] packets: a packet that arrives out of order within
 //! that is put back in its place; one older than what already left is dropped; a packet that
-//! never came is played as 20 ms of silence once [`DEPTH`] newer ones wait (the session's VAD
-//! and clock see an unbroken line). A new stream (another SSRC: a transfer, a bridge that
+//! never came is told as lost once [`DEPTH`] newer ones wait (played as 20 ms of silence: the
+//! session's VAD and clock see an unbroken line). A new stream (another SSRC: a transfer, a bridge that
 //! changed) or a run of [`LATE_RUN`] late packets (a stream that restarted behind) starts the
 //! buffer afresh. RFC 4733 sends each key in several packets of one RTP timestamp (and its end
 //! three times): a key is handed on once, when the first packet of a newer timestamp comes.
@@ -17,6 +17,10 @@ use rtp_types::{RtpPacket, RtpPacketBuilder};
 
 /// Samples of one 20 ms frame at 8 kHz (one byte each in G.711).
 pub const FRAME: usize = 160;
+/// One 20 ms frame's ticks on an RTP clock of `clock_rate`.
+pub fn frame_ticks(clock_rate: u32) -> u32 {
+    clock_rate / 50
+}
 /// Packets held to put them back in order: 60 ms.
 pub const DEPTH: usize = 3;
 /// Frames of silence played for a gap at most: a longer one is a pause of the trunk's, not loss.
@@ -27,8 +31,10 @@ pub const LATE_RUN: u32 = 25;
 /// What one datagram of the trunk's carried.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Heard {
-    /// A frame of the caller's voice (G.711 bytes) in order, or the silence of a lost one.
+    /// A frame of the caller's voice (its codec's payload) in order.
     Voice(Vec<u8>),
+    /// A frame that never came.
+    Lost,
     /// A key pressed (its first packet).
     Key(Keypress),
 }
@@ -59,13 +65,11 @@ pub struct Inbound {
     ssrc: Option<u32>,
     /// Late packets in a row.
     late: u32,
-    /// The byte G.711 codes silence with.
-    silence: u8,
 }
 
 impl Inbound {
-    pub fn new(voice: u8, events: Option<u8>, silence: u8) -> Inbound {
-        Inbound { voice, events, waiting: BTreeMap::new(), next: None, last_key: None, ssrc: None, late: 0, silence }
+    pub fn new(voice: u8, events: Option<u8>) -> Inbound {
+        Inbound { voice, events, waiting: BTreeMap::new(), next: None, last_key: None, ssrc: None, late: 0 }
     }
 
     /// `seq` extended to 64 bits, as the one nearest the next to play.
@@ -137,7 +141,7 @@ impl Inbound {
             let gap = first - next;
             if gap <= u64::from(MAX_GAP) {
                 for _ in 0..gap {
-                    out.push(Heard::Voice(vec![self.silence; FRAME]));
+                    out.push(Heard::Lost);
                 }
             }
             self.next = Some(first);
@@ -149,6 +153,8 @@ impl Inbound {
 #[derive(Debug)]
 pub struct Outbound {
     payload_type: u8,
+    /// A frame's ticks on the voice's RTP clock.
+    ticks: u32,
     ssrc: u32,
     seq: u16,
     timestamp: u32,
@@ -157,8 +163,9 @@ pub struct Outbound {
 }
 
 impl Outbound {
-    pub fn new(payload_type: u8, ssrc: u32, seq: u16, timestamp: u32) -> Outbound {
-        Outbound { payload_type, ssrc, seq, timestamp, spurt: true }
+    /// Packets of 20 ms frames on a clock of `clock_rate`.
+    pub fn new(payload_type: u8, clock_rate: u32, ssrc: u32, seq: u16, timestamp: u32) -> Outbound {
+        Outbound { payload_type, ticks: frame_ticks(clock_rate), ssrc, seq, timestamp, spurt: true }
     }
 
     /// One frame's packet; the clock moves on by the frame.
@@ -172,14 +179,14 @@ impl Outbound {
             .payload(frame)
             .write_vec_unchecked();
         self.seq = self.seq.wrapping_add(1);
-        self.timestamp = self.timestamp.wrapping_add(frame.len() as u32);
+        self.timestamp = self.timestamp.wrapping_add(self.ticks);
         packet
     }
 
     /// Nothing was sent for `frames` frames (a pause between answers): the clock moves on as
     /// a microphone's would, and the next packet starts a talkspurt.
     pub fn skip(&mut self, frames: u32) {
-        self.timestamp = self.timestamp.wrapping_add(frames * FRAME as u32);
+        self.timestamp = self.timestamp.wrapping_add(frames * self.ticks);
         self.spurt = true;
     }
 }
@@ -209,15 +216,15 @@ mod tests {
     }
 
     #[test]
-    fn packets_out_of_order_are_put_back_and_a_lost_one_is_silence() {
-        let mut i = Inbound::new(0, None, 0xff);
+    fn packets_out_of_order_are_put_back_and_a_lost_one_is_told() {
+        let mut i = Inbound::new(0, None);
         assert_eq!(heard(&mut i, 0, 65534), [voice(65534)]);
         // 65535 comes after 0 (across the wrap): put back in its place.
         assert!(heard(&mut i, 0, 0).is_empty());
         assert_eq!(heard(&mut i, 0, 65535), [voice(65535), voice(0)]);
-        // 1 never comes: once three packets wait behind it, it is played as silence.
+        // 1 never comes: once three packets wait behind it, it is told as lost.
         assert!(heard(&mut i, 0, 2).is_empty() && heard(&mut i, 0, 3).is_empty());
-        assert_eq!(heard(&mut i, 0, 4), [Heard::Voice(vec![0xff; 160]), voice(2), voice(3), voice(4)]);
+        assert_eq!(heard(&mut i, 0, 4), [Heard::Lost, voice(2), voice(3), voice(4)]);
         // 1 arrives late: dropped.
         let mut out = Vec::new();
         assert_eq!(i.push(&rtp(0, 1, 160, &[1; 160]), &mut out), Err(Dropped::Late(1)));
@@ -233,14 +240,14 @@ mod tests {
                 .payload(&[seq as u8; 160][..])
                 .write_vec_unchecked()
         };
-        let mut i = Inbound::new(0, None, 0xff);
+        let mut i = Inbound::new(0, None);
         let mut out = Vec::new();
         i.push(&packet(9, 1000), &mut out).unwrap();
         // Another SSRC far behind: heard at once.
         i.push(&packet(77, 5), &mut out).unwrap();
         assert_eq!(out, [voice(1000), voice(5)]);
         // The same SSRC restarting behind: dropped as late, then heard after a run of them.
-        let mut i = Inbound::new(0, None, 0xff);
+        let mut i = Inbound::new(0, None);
         i.push(&packet(9, 1000), &mut Vec::new()).unwrap();
         let mut out = Vec::new();
         let late = (0..=LATE_RUN as u16).filter(|&seq| i.push(&packet(9, seq), &mut out).is_err()).count();
@@ -249,7 +256,7 @@ mod tests {
 
     #[test]
     fn a_key_is_handed_on_once_for_its_packets_and_other_types_are_dropped() {
-        let mut i = Inbound::new(0, Some(101), 0xff);
+        let mut i = Inbound::new(0, Some(101));
         let mut out = Vec::new();
         for (end, duration) in [(0u8, 160u16), (0, 320), (0x80, 480), (0x80, 480), (0x80, 480)] {
             let [d0, d1] = duration.to_be_bytes();
@@ -265,7 +272,7 @@ mod tests {
 
     #[test]
     fn outgoing_packets_count_on_and_mark_each_talkspurt() {
-        let mut o = Outbound::new(8, 42, 65535, 0);
+        let mut o = Outbound::new(8, 8000, 42, 65535, 0);
         let first = o.packet(&[0xd5; 160]);
         let second = o.packet(&[0xd5; 160]);
         o.skip(50);
@@ -277,5 +284,9 @@ mod tests {
         assert_eq!(parse(&first), (8, 65535, 0, true, 42));
         assert_eq!(parse(&second), (8, 0, 160, false, 42));
         assert_eq!(parse(&third), (8, 1, 320 + 50 * 160, true, 42));
+        // Opus counts 960 ticks a frame (48 kHz), whatever its packet's length.
+        let mut o = Outbound::new(111, 48_000, 42, 0, 0);
+        o.packet(&[1, 2, 3]);
+        assert_eq!(RtpPacket::parse(&o.packet(&[4, 5])).unwrap().timestamp(), 960);
     }
 }

@@ -1,9 +1,10 @@
 //! A call's media, agreed in SDP (on ezk's SDP types; nothing here parses text): the trunk's
-//! offer names where it takes RTP and which codecs; the answer takes the first G.711 it
-//! offers (PCMU or PCMA, 8 kHz, 20 ms), RFC 4733 telephone events when it offers them, and
-//! names this call's RTP port. Every other stream (video, a second audio) is refused in the
-//! answer with port 0, as RFC 3264 has it. Media it cannot take (SRTP, no G.711) is refused
-//! as a whole (488).
+//! offer names where it takes RTP and which codecs; the answer takes Opus when it is offered
+//! (48 kHz on the RTP clock, 20 ms: wideband, the model hears 16 kHz instead of 8), else the
+//! first G.711 offered (PCMU or PCMA, 8 kHz, 20 ms), RFC 4733 telephone events when it offers
+//! them, and names this call's RTP port. Every other stream (video, a second audio) is
+//! refused in the answer with port 0, as RFC 3264 has it. Media it cannot take (SRTP, neither
+//! Opus nor G.711) is refused as a whole (488).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -31,16 +32,42 @@ impl Law {
     }
 }
 
+/// The voice's codec, both ways.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    G711(Law),
+    /// Opus (RFC 7587): 48 kHz on the RTP clock, mono from here.
+    Opus,
+}
+
+impl Codec {
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::G711(law) => law.name(),
+            Codec::Opus => "opus",
+        }
+    }
+
+    /// Its RTP clock, in ticks a second.
+    pub fn clock_rate(self) -> u32 {
+        match self {
+            Codec::G711(_) => 8000,
+            Codec::Opus => 48_000,
+        }
+    }
+}
+
 /// What was agreed for a call's audio.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Media {
     /// Where the trunk takes RTP (the offer's address and port).
     pub remote: SocketAddr,
-    /// The voice's G.711 law both ways and its RTP payload type.
-    pub law: Law,
+    /// The voice's codec both ways and its RTP payload type.
+    pub codec: Codec,
     pub payload_type: u8,
-    /// RFC 4733's payload type, when the trunk sends keys as telephone events.
+    /// RFC 4733's payload type, when the trunk sends keys as telephone events, and its clock.
     pub events: Option<u8>,
+    pub events_clock: u32,
     /// The trunk holds the call (`sendonly`: it may play music; `inactive`): what it sends is
     /// not the caller's voice.
     pub held: bool,
@@ -58,7 +85,7 @@ pub enum Refused {
     NoAudio,
     #[error("the offer's audio is {0}, not plain RTP (RTP/AVP)")]
     Protocol(String),
-    #[error("the offer's audio has none of PCMU and PCMA")]
+    #[error("the offer's audio has none of opus, PCMU and PCMA")]
     NoCodec,
     #[error("the offer names no address for its audio")]
     NoAddress,
@@ -79,6 +106,11 @@ fn g711(m: &MediaDescription, pt: u8) -> Option<Law> {
         None if pt == PCMA => Some(Law::Pcma),
         None => None,
     }
+}
+
+/// Whether payload type `pt` of `m` is Opus (dynamic, so named by its rtpmap).
+fn opus(m: &MediaDescription, pt: u8) -> bool {
+    m.rtpmap.iter().any(|r| r.payload == pt && r.encoding.eq_ignore_ascii_case("opus") && r.clock_rate == 48_000)
 }
 
 fn address(c: &Connection) -> Option<IpAddr> {
@@ -102,21 +134,32 @@ pub fn agreed(sdp: &SessionDescription) -> Result<(usize, Media), Refused> {
     if m.media.proto != TransportProtocol::RtpAvp {
         return Err(Refused::Protocol(m.media.proto.to_string()));
     }
-    let (payload_type, law) =
-        m.media.fmts.iter().find_map(|&pt| g711(m, pt).map(|c| (pt, c))).ok_or(Refused::NoCodec)?;
-    let events = m
-        .rtpmap
+    let (payload_type, codec) = m
+        .media
+        .fmts
         .iter()
-        .find(|r| r.encoding.eq_ignore_ascii_case("telephone-event") && r.clock_rate == 8000)
-        .map(|r| r.payload)
-        .filter(|pt| m.media.fmts.contains(pt));
+        .find(|&&pt| opus(m, pt))
+        .map(|&pt| (pt, Codec::Opus))
+        .or_else(|| m.media.fmts.iter().find_map(|&pt| g711(m, pt).map(|law| (pt, Codec::G711(law)))))
+        .ok_or(Refused::NoCodec)?;
+    // Keys on the voice's clock, else on another (user agents offer telephone-event/8000 beside
+    // Opus; a key is told by its timestamp changing, whatever the clock).
+    let keys = |same_clock: bool| {
+        m.rtpmap
+            .iter()
+            .filter(|r| r.encoding.eq_ignore_ascii_case("telephone-event") && m.media.fmts.contains(&r.payload))
+            .find(|r| (r.clock_rate == codec.clock_rate()) == same_clock)
+            .map(|r| (r.payload, r.clock_rate))
+    };
+    let events = keys(true).or_else(|| keys(false));
     let ip = m.connection.as_ref().or(offer.connection.as_ref()).and_then(address).ok_or(Refused::NoAddress)?;
     let direction = if m.direction != Direction::SendRecv { m.direction } else { offer.direction };
     let media = Media {
         remote: SocketAddr::new(ip, m.media.port),
-        law,
+        codec,
         payload_type,
-        events,
+        events: events.map(|(pt, _)| pt),
+        events_clock: events.map_or(8000, |(_, clock)| clock),
         held: matches!(direction, Direction::SendOnly | Direction::Inactive),
         sends: matches!(direction, Direction::SendRecv | Direction::SendOnly),
         receives: matches!(direction, Direction::SendRecv | Direction::RecvOnly),
@@ -146,23 +189,27 @@ pub fn answer(
 ) -> Result<(Media, SessionDescription), Refused> {
     let (audio, media) = agreed(offer)?;
     let m = &offer.media_descriptions[audio];
-    let (payload_type, law, events) = (media.payload_type, media.law, media.events);
+    let (payload_type, codec, events) = (media.payload_type, media.codec, media.events);
     let direction = if m.direction != Direction::SendRecv { m.direction } else { offer.direction };
 
     let mut fmts = vec![payload_type];
     let mut rtpmap = vec![RtpMap {
         payload: payload_type,
-        encoding: BytesStr::from_static(law.name()),
-        clock_rate: 8000,
-        params: None,
+        encoding: BytesStr::from_static(codec.name()),
+        clock_rate: codec.clock_rate(),
+        // RFC 7587: Opus is always named with two channels; it is sent mono.
+        params: (codec == Codec::Opus).then(|| BytesStr::from_static("2")),
     }];
     let mut fmtp = Vec::new();
+    if codec == Codec::Opus {
+        fmtp.push(Fmtp { format: payload_type, params: BytesStr::from_static("stereo=0;sprop-stereo=0") });
+    }
     if let Some(pt) = events {
         fmts.push(pt);
         rtpmap.push(RtpMap {
             payload: pt,
             encoding: BytesStr::from_static("telephone-event"),
-            clock_rate: 8000,
+            clock_rate: media.events_clock,
             params: None,
         });
         fmtp.push(Fmtp { format: pt, params: BytesStr::from_static("0-15") });
@@ -239,7 +286,7 @@ a=rtpmap:96 H264/90000
         let local: SocketAddr = "198.51.100.1:40000".parse().unwrap();
         let (media, answer) = answer(&parse(BARESIP), local, 7, 1).unwrap();
         assert_eq!(media.remote, "192.0.2.10:4000".parse().unwrap());
-        assert_eq!((media.law, media.payload_type, media.events), (Law::Pcmu, 0, Some(101)));
+        assert_eq!((media.codec, media.payload_type, media.events), (Codec::G711(Law::Pcmu), 0, Some(101)));
         assert!(!media.held && media.receives);
         let text = answer.to_string();
         assert!(text.contains("c=IN IP4 198.51.100.1"), "{text}");
@@ -251,14 +298,34 @@ a=rtpmap:96 H264/90000
     }
 
     #[test]
+    fn opus_offered_is_taken_before_g711_with_the_keys_it_offers() {
+        let local: SocketAddr = "198.51.100.1:40000".parse().unwrap();
+        let offer = BARESIP
+            .replace("RTP/AVP 9 0 8 101", "RTP/AVP 0 8 111 101")
+            .replace("a=rtpmap:9 G722/8000", "a=rtpmap:111 opus/48000/2\na=fmtp:111 stereo=1;sprop-stereo=1");
+        let (media, answer) = answer(&parse(&offer), local, 7, 1).unwrap();
+        assert_eq!((media.codec, media.payload_type, media.events), (Codec::Opus, 111, Some(101)));
+        let text = answer.to_string();
+        assert!(text.contains("m=audio 40000 RTP/AVP 111 101"), "{text}");
+        assert!(text.contains("a=rtpmap:111 opus/48000/2"), "{text}");
+        assert!(text.contains("a=fmtp:111 stereo=0"), "{text}");
+        // Keys on Opus's own clock when offered so.
+        let keys48 = offer.replace("a=rtpmap:101 telephone-event/8000", "a=rtpmap:101 telephone-event/48000");
+        let (media, answer) = super::answer(&parse(&keys48), local, 7, 1).unwrap();
+        assert_eq!((media.events, media.events_clock), (Some(101), 48_000));
+        assert!(answer.to_string().contains("a=rtpmap:101 telephone-event/48000"), "{answer}");
+        parse(&text.replace("\r\n", "\n"));
+    }
+
+    #[test]
     fn a_hold_is_answered_in_kind_and_an_offer_without_g711_or_over_srtp_is_refused() {
         let local: SocketAddr = "198.51.100.1:40000".parse().unwrap();
         let hold = BARESIP.replace("a=sendrecv", "a=sendonly");
         let (media, answer) = answer(&parse(&hold), local, 7, 2).unwrap();
         assert!(media.held && !media.receives, "a trunk that only sends takes no voice");
         assert!(answer.to_string().contains("a=recvonly"), "{answer}");
-        let opus_only = BARESIP.replace("RTP/AVP 9 0 8 101", "RTP/AVP 9 101");
-        assert_eq!(super::answer(&parse(&opus_only), local, 7, 1).unwrap_err(), Refused::NoCodec);
+        let g722_only = BARESIP.replace("RTP/AVP 9 0 8 101", "RTP/AVP 9 101");
+        assert_eq!(super::answer(&parse(&g722_only), local, 7, 1).unwrap_err(), Refused::NoCodec);
         let srtp = BARESIP.replace("m=audio 4000 RTP/AVP", "m=audio 4000 RTP/SAVP");
         assert!(matches!(super::answer(&parse(&srtp), local, 7, 1), Err(Refused::Protocol(_))));
     }
