@@ -17,12 +17,14 @@
 //! A session's sink builds the payload and puts it on the webhook's queue without waiting;
 //! when the queue (`queue_size`) is full the delivery is dropped and counted. One thread per
 //! webhook sends them in order, retrying a failed attempt (an error or a status other than
-//! 2xx) with backoff, up to `max_attempts`.
+//! 2xx) with backoff, up to `max_attempts`. A call offered to the app does not wait behind them:
+//! a webhook that takes `realtime.call.incoming` sends those from a queue and a thread of their
+//! own, each by its deadline (the call's ringing), after which it is neither sent nor retried.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use hmac::{Hmac, Mac};
 use omni_actors::observe::events::{Interest, SessionEvent, SessionInfo, SessionSink, Subscriber, WorkerChange};
@@ -31,6 +33,9 @@ use omni_actors::observe::recording::timestamp;
 use serde_json::{Value, json};
 
 use crate::config::{WebhookFormat, WebhookSpec};
+
+/// The event of a call offered to the app.
+pub const OFFER: &str = "realtime.call.incoming";
 
 /// Every event a webhook may ask for.
 pub const EVENTS: [&str; 9] = [
@@ -49,12 +54,16 @@ struct Delivery {
     id: String,
     event: &'static str,
     body: String,
+    /// Sent and retried until then only (a call offer: its ringing).
+    deadline: Option<Instant>,
 }
 
 /// One configured webhook.
 pub struct Webhook {
     spec: WebhookSpec,
     queue: SyncSender<Delivery>,
+    /// Calls offered to the app, when it takes them: a queue of their own.
+    offers: Option<SyncSender<Delivery>>,
     dropped: AtomicU64,
 }
 
@@ -62,12 +71,23 @@ impl Webhook {
     /// Starts its sending thread.
     pub fn start(spec: WebhookSpec) -> Arc<Webhook> {
         let (queue, rx) = sync_channel(spec.queue_size);
-        let hook = Arc::new(Webhook { spec, queue, dropped: AtomicU64::new(0) });
-        let sender = hook.clone();
-        let spawned =
-            std::thread::Builder::new().name(format!("webhook-{}", hook.spec.name)).spawn(move || sender.send_loop(rx));
-        if let Err(e) = spawned {
-            log::error!("webhook {}: cannot start its thread: {e}", hook.spec.name);
+        let (offers, offers_rx) = match spec.events.iter().any(|e| e == OFFER) {
+            true => {
+                let (tx, rx) = sync_channel(spec.queue_size);
+                (Some(tx), Some(rx))
+            }
+            false => (None, None),
+        };
+        let hook = Arc::new(Webhook { spec, queue, offers, dropped: AtomicU64::new(0) });
+        for (suffix, rx) in [("", Some(rx)), ("-calls", offers_rx)] {
+            let Some(rx) = rx else { continue };
+            let sender = hook.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("webhook-{}{suffix}", hook.spec.name))
+                .spawn(move || sender.send_loop(rx));
+            if let Err(e) = spawned {
+                log::error!("webhook {}: cannot start its thread: {e}", hook.spec.name);
+            }
         }
         hook
     }
@@ -76,8 +96,13 @@ impl Webhook {
         self.spec.events.iter().any(|e| e == event)
     }
 
-    /// Queues a delivery of `event` with `data`; never waits.
-    fn post(&self, event: &'static str, data: Value) {
+    /// Queues a delivery of `event` with `data` (on the offers' queue, by `deadline`, when it is
+    /// one); never waits. Whether it was queued.
+    fn post(&self, event: &'static str, data: Value) -> bool {
+        self.post_by(event, data, None)
+    }
+
+    fn post_by(&self, event: &'static str, data: Value, deadline: Option<Instant>) -> bool {
         let (id, body) = match self.spec.format {
             WebhookFormat::Omni => {
                 let id = uuid::Uuid::new_v4().to_string();
@@ -93,8 +118,12 @@ impl Webhook {
                 (id, body)
             }
         };
-        match self.queue.try_send(Delivery { id, event, body }) {
-            Ok(()) => {}
+        let queue = match (&self.offers, event) {
+            (Some(offers), OFFER) => offers,
+            _ => &self.queue,
+        };
+        match queue.try_send(Delivery { id, event, body, deadline }) {
+            Ok(()) => true,
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 metrics().webhook_deliveries.with_label_values(&[self.spec.name.as_str(), "dropped"]).inc();
                 let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
@@ -106,6 +135,7 @@ impl Webhook {
                         self.spec.redacted_url()
                     );
                 }
+                false
             }
         }
     }
@@ -120,15 +150,25 @@ impl Webhook {
         let name = self.spec.name.as_str();
         for delivery in rx {
             let mut attempt = 1;
+            let late = |after: std::time::Duration| delivery.deadline.is_some_and(|d| Instant::now() + after >= d);
             loop {
+                if late(std::time::Duration::ZERO) {
+                    metrics().webhook_deliveries.with_label_values(&[name, "failed"]).inc();
+                    log::warn!(
+                        "webhook {name}: {} {} not delivered before its call rang out",
+                        delivery.event,
+                        delivery.id
+                    );
+                    break;
+                }
                 match self.attempt(&agent, &delivery) {
                     Ok(()) => {
                         metrics().webhook_deliveries.with_label_values(&[name, "delivered"]).inc();
                         break;
                     }
-                    Err(why) if attempt < self.spec.max_attempts => {
+                    Err(why) if attempt < self.spec.max_attempts && !late(self.backoff(attempt)) => {
                         metrics().webhook_deliveries.with_label_values(&[name, "retried"]).inc();
-                        let wait = self.spec.retry_base * 2u32.saturating_pow(attempt - 1).min(64);
+                        let wait = self.backoff(attempt);
                         log::warn!(
                             "webhook {name}: {} {} (attempt {attempt}): {why}; again in {} ms",
                             delivery.event,
@@ -150,6 +190,11 @@ impl Webhook {
                 }
             }
         }
+    }
+
+    /// The wait before attempt `attempt + 1`.
+    fn backoff(&self, attempt: u32) -> std::time::Duration {
+        self.spec.retry_base * 2u32.saturating_pow(attempt - 1).min(64)
     }
 
     fn attempt(&self, agent: &ureq::Agent, d: &Delivery) -> Result<(), String> {
@@ -230,13 +275,10 @@ impl Announcer {
         self.hooks.iter().map(|hook| WebhookSubscriber { hook: hook.clone(), failed: Default::default() })
     }
 
-    /// Queues `event` with `data` for every webhook that takes it: how many do.
-    pub fn announce(&self, event: &'static str, data: &Value) -> usize {
-        let takers: Vec<_> = self.hooks.iter().filter(|h| h.wants(event)).collect();
-        for hook in &takers {
-            hook.post(event, data.clone());
-        }
-        takers.len()
+    /// Queues a call offered to the app (`realtime.call.incoming` with `data`) for every
+    /// webhook that takes it, to be sent by `deadline`: how many queued it.
+    pub fn offer(&self, data: &Value, deadline: Instant) -> usize {
+        self.hooks.iter().filter(|h| h.wants(OFFER) && h.post_by(OFFER, data.clone(), Some(deadline))).count()
     }
 }
 

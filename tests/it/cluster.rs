@@ -520,6 +520,9 @@ async fn hand_overs_are_pushed_on_links_kept_open_to_their_node() {
     one_session(&g1).await;
     assert_eq!(attached("opened", "n1"), 1.0);
     g1.wait_metric(&ready, 4.0, WAIT);
+    // The node has taken its worker back (else the next client would wait for it, and be
+    // handed it on a link as below, not granted it idle).
+    g1.wait_status("n1's worker idle again", WAIT, |s| s["workers"][0]["state"] == "idle");
     // A worker freed while a client of g1 waits: the node attaches it to one of those links and
     // says so there (no attach from the replica); another link is opened behind it.
     let holder = active(&g1, "audio").await;

@@ -409,7 +409,7 @@ fn an_app_told_by_webhook_accepts_a_call_with_the_sdk_rejects_one_and_lets_one_r
         "[sip]\nenabled = true\nbind = \"127.0.0.1:{port}\"\nrtp_ports = [41300, 41320]\naccept_timeout_s = 4\n\
          allowed_networks = [\"127.0.0.1\"]\n[[sip.routes]]\nnumber = \"*\"\naccept = \"webhook\"\n\
          [[webhooks]]\nurl = \"http://127.0.0.1:{app_port}/hook\"\nevents = [\"realtime.call.incoming\"]\n\
-         secret = \"{secret}\"\nformat = \"openai\"\n"
+         secret = \"{secret}\"\nformat = \"openai\"\n[[models]]\nname = \"gpt-realtime\"\nmodes = [\"audio\"]\n"
     );
     let server = Server::ready(
         Setup::default()
@@ -458,18 +458,29 @@ fn an_app_told_by_webhook_accepts_a_call_with_the_sdk_rejects_one_and_lets_one_r
     let closed = ua.event("CALL_CLOSED");
     assert!(closed["param"].as_str().is_some_and(|p| p.contains("486")), "{closed}\n{}", ua.log());
 
-    // 300: the app says nothing; a call it does not know and a wrong key are refused meanwhile,
-    // and the call rings out (480) at accept_timeout_s.
+    // 300: the app says nothing but two accepts that are refused (a model not served, a voice
+    // speed out of range: each 400, the call ringing on); a call it does not know and a wrong
+    // key are refused meanwhile; and the call rings out (480) at accept_timeout_s.
     ua.command("dial", &format!("sip:300@127.0.0.1:{port}"));
     let ignored = app.wait("incoming ");
     let ignored = ignored.split_once(' ').unwrap().0.to_string();
     assert_eq!(app.wait("ignored "), ignored);
+    app.tell(&format!("bad {ignored}"));
+    app.wait("bad refused");
     app.tell(&format!("strangers {ignored}"));
     app.wait("strangers refused");
     let closed = ua.event("CALL_CLOSED");
     assert!(closed["param"].as_str().is_some_and(|p| p.contains("480")), "{closed}\n{}", ua.log());
     assert!(server.logs().contains(&format!("{ignored} was neither accepted nor rejected")), "{}", server.logs());
-    assert!(!app.seen.iter().any(|l| l.starts_with("bad-signature") || l.starts_with("strangers:")), "{:?}", app.seen);
+    assert!(
+        !app.seen
+            .iter()
+            .any(|l| l.starts_with("bad-signature") || l.starts_with("strangers:") || l.starts_with("bad:")),
+        "{:?}",
+        app.seen
+    );
+    let why: Vec<&String> = app.seen.iter().filter(|l| l.starts_with("bad-why")).collect();
+    assert!(why[0].contains("no-such-model") && why[1].contains("speed"), "{why:?}");
     assert_eq!(server.status()["sessions"]["open"], 0);
 }
 

@@ -9,7 +9,9 @@ Prints `listening PORT` (its webhook's port) and reads the gateway's port on std
 one line per thing it did:
 `incoming CALL_ID TO`, `accepted CALL_ID`, `rejected CALL_ID`, `ignored CALL_ID`. Reads commands
 on stdin: `hangup CALL_ID` (prints `hung-up CALL_ID`), `strangers CALL_ID` (an unknown call and a
-wrong key, each refused as the SDK's errors: prints `strangers refused`).
+wrong key, each refused as the SDK's errors: prints `strangers refused`), `bad CALL_ID` (an
+accept of a model not served, and one with a voice speed out of range, each refused: prints
+`bad refused`).
 """
 
 import sys
@@ -86,6 +88,17 @@ for line in sys.stdin:
     if command == "hangup":
         client.realtime.calls.hangup(call_id)
         say(f"hung-up {call_id}")
+    elif command == "bad":
+        refused = 0
+        for settings in ({"model": "no-such-model"}, {"model": "gpt-realtime", "audio": {"output": {"speed": 9}}}):
+            try:
+                client.realtime.calls.accept(call_id, type="realtime", **settings)
+                say(f"bad: {settings} was accepted")
+            except openai.BadRequestError as e:
+                refused += 1
+                say(f"bad-why {e.message}")
+        if refused == 2:
+            say("bad refused")
     elif command == "strangers":
         try:
             client.realtime.calls.accept("rtc_nosuchcall", type="realtime")

@@ -378,16 +378,23 @@ impl Handler<Renegotiated> for SipCall {
                 "renegotiated"
             }
         );
+        // Another codec: its coder first (if it cannot start, the call goes on as it was);
+        // what waits to be played is of the old one, and is dropped.
+        if media.codec != self.voice.codec() {
+            match Voice::new(media.codec) {
+                Ok(voice) => {
+                    self.voice = voice;
+                    self.playout.clear();
+                }
+                Err(e) => {
+                    return log::warn!("session {}: the new codec cannot start ({e}); the old one goes on", self.label);
+                }
+            }
+        }
         if media.payload_type != self.media.payload_type || media.events != self.media.events {
             self.inbound = Inbound::new(media.payload_type, media.events);
             let clock = media.codec.clock_rate();
             self.outbound = Outbound::new(media.payload_type, clock, rand_u32(), rand_u32() as u16, rand_u32());
-        }
-        if media.codec != self.voice.codec() {
-            match Voice::new(media.codec) {
-                Ok(voice) => self.voice = voice,
-                Err(e) => log::warn!("session {}: the new codec cannot start ({e}); the old one goes on", self.label),
-            }
         }
         self.last_heard = Instant::now();
         // The same address agreed again: the one latched on to stays.

@@ -1,10 +1,12 @@
 //! A trunk's digest credentials (`[[sip.users]]`), asked of every INVITE when any are set (RFC
-//! 3261's digest with MD5, or RFC 8760's SHA-256: `[sip] digest_algorithm`; `qop=auth` only). An INVITE without
-//! them, or with a nonce that is not this gateway's, is challenged (401); one whose nonce is
-//! older than [`NONCE_LIFE_S`] is challenged as stale; a wrong user, a wrong response, or a nonce
-//! count that does not grow (a replay) is refused (403). The header is ezk's to parse; this
-//! file keeps the rules: the nonces (stateless: their time and an HMAC of it and the caller's
-//! address under a key of this process), the expected response, and each nonce's last count.
+//! 3261's digest with MD5, or RFC 8760's SHA-256: `[sip] digest_algorithm`; `qop=auth` only).
+//! An INVITE without them, or with a nonce that is not this gateway's, is challenged (401); one
+//! whose nonce is older than [`NONCE_LIFE_S`], or whose nonce count did not grow (a request
+//! sent again: only a fresh challenge's answer is taken), is challenged as stale; a wrong user,
+//! a wrong response, or a response for another Request-URI is refused (403). The header is
+//! ezk's to parse; this file keeps the rules: the nonces (stateless: their time, random bytes,
+//! and an HMAC of both and the caller's address under a key of this process), the expected
+//! response, and each nonce's last count per user.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -14,6 +16,7 @@ use bytesstr::BytesStr;
 use ezk_sip_types::header::typed::{
     Algorithm, AlgorithmValue, AuthChallenge, AuthResponse, DigestChallenge, DigestResponse, QopOption, Username,
 };
+use ezk_sip_types::uri::SipUri;
 use ezk_sip_types::{Headers, Name};
 use hmac::{Hmac, Mac};
 use parking_lot::Mutex;
@@ -44,8 +47,8 @@ pub struct Guard {
     algorithm: DigestAlgorithm,
     users: HashMap<String, String>,
     key: [u8; 32],
-    /// Each nonce proven with: its last count, and when it was made.
-    counts: Mutex<HashMap<String, (u32, u64)>>,
+    /// Each nonce and user proven with: its last count, and when the nonce was made.
+    counts: Mutex<HashMap<(String, String), (u32, u64)>>,
 }
 
 impl Guard {
@@ -67,14 +70,15 @@ impl Guard {
         })
     }
 
-    /// A nonce for a caller at `source`, made at `now` (Unix seconds).
+    /// A nonce for a caller at `source`, made at `now` (Unix seconds): each one of its own.
     fn nonce(&self, source: IpAddr, now: u64) -> String {
-        format!("{now:x}.{}", self.seal(source, now))
+        let salt = uuid::Uuid::new_v4().simple().to_string();
+        format!("{now:x}.{salt}.{}", self.seal(source, now, &salt))
     }
 
-    fn seal(&self, source: IpAddr, made: u64) -> String {
+    fn seal(&self, source: IpAddr, made: u64, salt: &str) -> String {
         let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&self.key).expect("HMAC takes a key of any length");
-        mac.update(format!("{made:x}|{source}").as_bytes());
+        mac.update(format!("{made:x}|{salt}|{source}").as_bytes());
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&mac.finalize().into_bytes()[..18])
     }
 
@@ -97,8 +101,8 @@ impl Guard {
         })
     }
 
-    /// Checks the credentials of a request (`method`) from `source` at `now`.
-    pub fn check(&self, method: &str, headers: &Headers, source: IpAddr, now: u64) -> Verdict {
+    /// Checks the credentials of a request (`method` to `uri`) from `source` at `now`.
+    pub fn check(&self, method: &str, uri: &SipUri, headers: &Headers, source: IpAddr, now: u64) -> Verdict {
         let responses = match headers.try_get::<Vec<AuthResponse>>(Name::AUTHORIZATION) {
             None => return Verdict::Challenge { stale: false },
             Some(Err(e)) => return Verdict::Refused(format!("its Authorization header does not parse: {e}")),
@@ -111,13 +115,14 @@ impl Guard {
             return Verdict::Challenge { stale: false };
         };
         // The nonce: this gateway's, for this address, and recent.
-        let Some((made, seal)) = digest.nonce.split_once('.') else {
+        let mut parts = digest.nonce.splitn(3, '.');
+        let (Some(made), Some(salt), Some(seal)) = (parts.next(), parts.next(), parts.next()) else {
             return Verdict::Challenge { stale: false };
         };
         let Ok(made_at) = u64::from_str_radix(made, 16) else {
             return Verdict::Challenge { stale: false };
         };
-        if !bool::from(self.seal(source, made_at).as_bytes().ct_eq(seal.as_bytes())) {
+        if !bool::from(self.seal(source, made_at, salt).as_bytes().ct_eq(seal.as_bytes())) {
             return Verdict::Challenge { stale: false };
         }
         if now.saturating_sub(made_at) > NONCE_LIFE_S || made_at > now + 5 {
@@ -145,11 +150,19 @@ impl Guard {
         if !self.proves(&digest, password, method, hash) {
             return Verdict::Refused(format!("a wrong password for user '{}'", clipped(&user)));
         }
-        // A count that grows: an old request sent again is not taken.
+        // The response is for this request's URI (the hash covers the one it names).
+        if !digest.uri.parse::<SipUri>().is_ok_and(|signed| signed.compare(uri)) {
+            return Verdict::Refused(format!(
+                "credentials for another URI than the request's ({})",
+                clipped(&digest.uri)
+            ));
+        }
+        // A count that grows: a request sent again is not taken, and is asked afresh (only the
+        // password's holder answers a new challenge).
         let mut counts = self.counts.lock();
-        let nonce = digest.nonce.to_string();
-        if counts.get(&nonce).is_some_and(|(last, _)| qop.nc <= *last) {
-            return Verdict::Refused(format!("a nonce count that did not grow ({}), as a replay", qop.nc));
+        let key = (digest.nonce.to_string(), user.clone());
+        if counts.get(&key).is_some_and(|(last, _)| qop.nc <= *last) {
+            return Verdict::Challenge { stale: true };
         }
         if counts.len() >= MAX_NONCES {
             counts.retain(|_, (_, made)| now.saturating_sub(*made) <= NONCE_LIFE_S);
@@ -157,7 +170,7 @@ impl Guard {
                 return Verdict::Challenge { stale: true };
             }
         }
-        counts.insert(nonce, (qop.nc, made_at));
+        counts.insert(key, (qop.nc, made_at));
         Verdict::Proven(user)
     }
 
@@ -207,6 +220,10 @@ mod tests {
         "198.51.100.7".parse().unwrap()
     }
 
+    fn uri() -> SipUri {
+        "sip:100@203.0.113.10".parse().unwrap()
+    }
+
     /// What ezk's own client (an implementation of its own) sends back to the gateway's 401.
     fn answered(guard: &Guard, user: &str, password: &str, stale: bool) -> (DigestAuthenticator, Headers) {
         let mut credentials = DigestCredentials::new();
@@ -214,7 +231,7 @@ mod tests {
         let mut client = DigestAuthenticator::new(credentials);
         let mut challenge = Headers::new();
         challenge.insert_type(Name::WWW_AUTHENTICATE, &guard.challenge(source(), NOW, stale));
-        let line = RequestLine { method: Method::INVITE, uri: "sip:100@203.0.113.10".parse().unwrap() };
+        let line = RequestLine { method: Method::INVITE, uri: uri() };
         let status = StatusLine { code: StatusCode::UNAUTHORIZED, reason: None };
         let empty = Headers::new();
         let request = RequestParts { line: &line, headers: &empty, body: &[] };
@@ -235,7 +252,7 @@ mod tests {
     #[test]
     fn an_invite_without_credentials_is_challenged_with_the_algorithm_asked() {
         let g = guard();
-        assert_eq!(g.check("INVITE", &Headers::new(), source(), NOW), Verdict::Challenge { stale: false });
+        assert_eq!(g.check("INVITE", &uri(), &Headers::new(), source(), NOW), Verdict::Challenge { stale: false });
         let md5 = printed(&g.challenge(source(), NOW, false));
         assert!(
             md5.contains("algorithm=MD5") && md5.contains("realm=\"omni-gateway\"") && md5.contains("qop=\"auth\"")
@@ -245,10 +262,10 @@ mod tests {
         assert!(printed(&sha.challenge(source(), NOW, true)).contains("stale=true"));
         // ezk's client answers SHA-256 as well.
         let (_, headers) = answered(&sha, "trunk", "a-long-trunk-password", false);
-        assert_eq!(sha.check("INVITE", &headers, source(), NOW), Verdict::Proven("trunk".into()));
+        assert_eq!(sha.check("INVITE", &uri(), &headers, source(), NOW), Verdict::Proven("trunk".into()));
         // An MD5 answer to a SHA-256 gateway is refused.
         let (_, md5) = answered(&g, "trunk", "a-long-trunk-password", false);
-        let verdict = sha.check("INVITE", &md5, source(), NOW);
+        let verdict = sha.check("INVITE", &uri(), &md5, source(), NOW);
         assert!(matches!(&verdict, Verdict::Refused(_) | Verdict::Challenge { .. }), "{verdict:?}");
     }
 
@@ -256,25 +273,33 @@ mod tests {
     fn ezk_s_client_proves_the_password_once_per_count_and_a_wrong_one_is_refused() {
         let g = guard();
         let (mut client, headers) = answered(&g, "trunk", "a-long-trunk-password", false);
-        assert_eq!(g.check("INVITE", &headers, source(), NOW + 1), Verdict::Proven("trunk".into()));
-        // The same again (a replay) is refused; the client's next count is taken.
-        assert!(
-            matches!(g.check("INVITE", &headers, source(), NOW + 1), Verdict::Refused(why) if why.contains("replay"))
-        );
+        assert_eq!(g.check("INVITE", &uri(), &headers, source(), NOW + 1), Verdict::Proven("trunk".into()));
+        // The same again (a replay) is asked afresh; the client's next count is taken.
+        assert_eq!(g.check("INVITE", &uri(), &headers, source(), NOW + 1), Verdict::Challenge { stale: true });
         let mut next = Headers::new();
         client.authorize_request(&mut next);
-        assert_eq!(g.check("INVITE", &next, source(), NOW + 2), Verdict::Proven("trunk".into()));
+        assert_eq!(g.check("INVITE", &uri(), &next, source(), NOW + 2), Verdict::Proven("trunk".into()));
         // Another method than the one signed does not check.
         let (_, other) = answered(&g, "trunk", "a-long-trunk-password", false);
-        assert!(matches!(g.check("BYE", &other, source(), NOW), Verdict::Refused(_)));
+        assert!(matches!(g.check("BYE", &uri(), &other, source(), NOW), Verdict::Refused(_)));
 
         let (_, wrong) = answered(&g, "trunk", "not-the-password-at-all", false);
-        let verdict = g.check("INVITE", &wrong, source(), NOW);
+        let verdict = g.check("INVITE", &uri(), &wrong, source(), NOW);
         assert!(matches!(&verdict, Verdict::Refused(why) if why.contains("wrong password")), "{verdict:?}");
         assert!(!format!("{verdict:?}").contains("not-the-password"));
+        // Signed for another number: refused on this one.
+        let (_, signed) = answered(&g, "trunk", "a-long-trunk-password", false);
+        let elsewhere: SipUri = "sip:200@203.0.113.10".parse().unwrap();
+        let verdict = g.check("INVITE", &elsewhere, &signed, source(), NOW);
+        assert!(matches!(&verdict, Verdict::Refused(why) if why.contains("another URI")), "{verdict:?}");
+        // Two calls of one trunk in the same second each get a nonce of their own.
+        let (_, one) = answered(&g, "trunk", "a-long-trunk-password", false);
+        let (_, two) = answered(&g, "trunk", "a-long-trunk-password", false);
+        assert_eq!(g.check("INVITE", &uri(), &one, source(), NOW), Verdict::Proven("trunk".into()));
+        assert_eq!(g.check("INVITE", &uri(), &two, source(), NOW), Verdict::Proven("trunk".into()));
         let (_, stranger) = answered(&g, "someone", "a-long-trunk-password", false);
         assert!(
-            matches!(g.check("INVITE", &stranger, source(), NOW), Verdict::Refused(why) if why.contains("someone"))
+            matches!(g.check("INVITE", &uri(), &stranger, source(), NOW), Verdict::Refused(why) if why.contains("someone"))
         );
     }
 
@@ -283,10 +308,13 @@ mod tests {
         let g = guard();
         let (_, headers) = answered(&g, "trunk", "a-long-trunk-password", false);
         let elsewhere: IpAddr = "198.51.100.8".parse().unwrap();
-        assert_eq!(g.check("INVITE", &headers, elsewhere, NOW), Verdict::Challenge { stale: false });
-        assert_eq!(g.check("INVITE", &headers, source(), NOW + NONCE_LIFE_S + 1), Verdict::Challenge { stale: true });
+        assert_eq!(g.check("INVITE", &uri(), &headers, elsewhere, NOW), Verdict::Challenge { stale: false });
+        assert_eq!(
+            g.check("INVITE", &uri(), &headers, source(), NOW + NONCE_LIFE_S + 1),
+            Verdict::Challenge { stale: true }
+        );
         // Another gateway's (another process's key) nonce is not this one's.
         let other = guard();
-        assert_eq!(other.check("INVITE", &headers, source(), NOW), Verdict::Challenge { stale: false });
+        assert_eq!(other.check("INVITE", &uri(), &headers, source(), NOW), Verdict::Challenge { stale: false });
     }
 }

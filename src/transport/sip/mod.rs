@@ -214,7 +214,7 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
     }
     if let Some(guard) = &sip.guard {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
-        match guard.check("INVITE", &invite.headers, source.ip(), now) {
+        match guard.check("INVITE", &invite.line.uri, &invite.headers, source.ip(), now) {
             digest::Verdict::Proven(user) => log::debug!("{label}: an INVITE from {source} proved user '{user}'"),
             digest::Verdict::Challenge { stale } => {
                 log::debug!("{label}: an INVITE from {source} asked for its credentials (401)");
@@ -274,7 +274,7 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
             if let Err(e) = sdp::agreed(&offer) {
                 return decline(inbound, &label, source, StatusCode::NOT_ACCEPTABLE_HERE, e.to_string()).await;
             }
-            match ask(&sip, &mut inbound, &label, headers, &route).await {
+            match ask(&sip, &mut inbound, source.ip().to_canonical(), &label, headers, &route).await {
                 Ok(acceptance) => acceptance,
                 Err(Unanswered::Cancelled) => return log::info!("{label}: the caller gave up while it rang"),
                 Err(Unanswered::Refused(code, why)) => return decline(inbound, &label, source, code, why).await,
@@ -337,17 +337,20 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
         let _ = started_tx.send(started);
     });
     let started = started_rx.await;
-    if let Some(done) = done {
-        let _ = done.send(match &started {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(refusal)) => Err(refusal.clone()),
-            Err(_) => Err(Refusal::new("internal", 503, "server_error", "the call's edge did not start")),
-        });
-    }
+    // The app's accept hears how its call went: refused here, or once the trunk has it.
+    let tell = |done: Option<tokio::sync::oneshot::Sender<Result<(), Refusal>>>, told: Result<(), Refusal>| {
+        if let Some(done) = done {
+            let _ = done.send(told);
+        }
+    };
     let edge = match started {
         Ok(Ok(edge)) => edge,
-        Ok(Err(refusal)) => return decline(inbound, &label, source, code_of(&refusal), refusal.message).await,
+        Ok(Err(refusal)) => {
+            tell(done, Err(refusal.clone()));
+            return decline(inbound, &label, source, code_of(&refusal), refusal.message).await;
+        }
         Err(_) => {
+            tell(done, Err(Refusal::new("internal", 503, "server_error", "the call's edge did not start")));
             return decline(
                 inbound,
                 &label,
@@ -366,15 +369,22 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
         version: 1,
         edge: edge.clone(),
     };
-    // An accepted call can be hung up by the app until it ends.
+    // An accepted call can be hung up by the app from its accept's answer on, until it ends.
     let _answered = answered.map(|(id, key_id, hang_up)| Answered::new(&sip, id, key_id, hang_up));
     let mut call = match inbound.with_media(media).accept().await {
         Ok(call) => call,
         Err(e) => {
             log::info!("{label}: the call was not set up: {e}");
+            let why = match e {
+                ezk_sip_ua::AcceptCallError::Cancelled => "the caller hung up as the call was answered".to_string(),
+                e => format!("the call was not set up: {e}"),
+            };
+            // Not a refusal of the admission's (not counted): the call was let in, and lost.
+            tell(done, Err(Refusal { reason: "internal", status: 503, code: "server_error", message: why }));
             return edge.do_send(PeerHungUp);
         }
     };
+    tell(done, Ok(()));
     loop {
         tokio::select! {
             event = call.run() => match event {
@@ -466,36 +476,58 @@ enum Unanswered {
 async fn ask(
     sip: &Sip,
     inbound: &mut InboundCall<NoMedia>,
+    inbound_source: std::net::IpAddr,
     label: &str,
     sip_headers: Vec<serde_json::Value>,
     route: &SipRouteEntry,
 ) -> Result<Acceptance, Unanswered> {
     let offers = &sip.gw.sip_calls;
     let call_id = format!("rtc_{}", uuid::Uuid::new_v4().simple());
-    let Some(mut decided) = offers.ring(&call_id) else {
-        return Err(Unanswered::Refused(StatusCode::BUSY_HERE, format!("{} calls ring already", offers::MAX_RINGING)));
+    let per_trunk = sip.gw.config.server.max_connections_per_ip.max(1);
+    let (ringing, mut decided) = match offers.ring(&call_id, inbound_source, per_trunk) {
+        Ok(ringing) => ringing,
+        Err(offers::Busy::Everywhere) => {
+            return Err(Unanswered::Refused(
+                StatusCode::BUSY_HERE,
+                format!("{} calls ring already", offers::MAX_RINGING),
+            ));
+        }
+        Err(offers::Busy::Trunk(n)) => {
+            return Err(Unanswered::Refused(
+                StatusCode::BUSY_HERE,
+                format!("{n} calls of this trunk ring already (server.max_connections_per_ip)"),
+            ));
+        }
     };
     let data = serde_json::json!({"call_id": call_id, "sip_headers": sip_headers, "sip_media_security": "rtp"});
-    if sip.gw.webhooks.announce("realtime.call.incoming", &data) == 0 {
-        offers.withdraw(&call_id);
+    if sip.gw.webhooks.offer(&data, std::time::Instant::now() + sip.spec.accept_timeout) == 0 {
         return Err(Unanswered::Refused(
             StatusCode::TEMPORARILY_UNAVAILABLE,
-            "no webhook takes realtime.call.incoming".into(),
+            "no webhook could be told (realtime.call.incoming: none takes it, or their queues are full)".into(),
         ));
     }
     log::info!("{label}: offered to the app as {call_id}");
-    if let Err(e) = inbound.respond_provisional(StatusCode::RINGING).await {
-        log::debug!("{label}: the 180 was not sent: {e}");
-    }
-    let decision = tokio::select! {
-        decision = &mut decided => decision.ok(),
-        _ = inbound.cancelled() => {
-            offers.withdraw(&call_id);
-            return Err(Unanswered::Cancelled);
+    let rang_out = tokio::time::sleep(sip.spec.accept_timeout);
+    tokio::pin!(rang_out);
+    // A 180 now and each minute: a proxy gives up on an INVITE with no word for over three.
+    let mut ring = tokio::time::interval(RING_AGAIN);
+    let decision = loop {
+        tokio::select! {
+            decision = &mut decided => break decision.ok(),
+            _ = inbound.cancelled() => return Err(Unanswered::Cancelled),
+            _ = &mut rang_out => {
+                // A decision that came as it rang out is still taken.
+                ringing.withdraw();
+                break decided.try_recv().ok();
+            }
+            _ = ring.tick() => {
+                if let Err(e) = inbound.respond_provisional(StatusCode::RINGING).await {
+                    log::debug!("{label}: a 180 was not sent: {e}");
+                }
+            }
         }
-        _ = tokio::time::sleep(sip.spec.accept_timeout) => None,
     };
-    offers.withdraw(&call_id);
+    drop(ringing);
     match decision {
         None => Err(Unanswered::Refused(
             StatusCode::TEMPORARILY_UNAVAILABLE,
@@ -540,6 +572,9 @@ fn sip_headers(invite: &IncomingRequest) -> Vec<serde_json::Value> {
         })
         .collect()
 }
+
+/// How often a ringing call says so again (180).
+const RING_AGAIN: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What of an INVITE's headers the app is told, at most.
 const MAX_HEADERS: usize = 64;

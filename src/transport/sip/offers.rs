@@ -7,6 +7,7 @@
 //! rules are plain and tested without a runtime.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
@@ -16,6 +17,15 @@ use crate::transport::admission::Refusal;
 
 /// Calls ringing at once, at most: past it a call is refused (486) rather than offered.
 pub const MAX_RINGING: usize = 1000;
+
+/// Why a call does not ring.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Busy {
+    /// [`MAX_RINGING`] calls ring.
+    Everywhere,
+    /// Its trunk's address has this many ringing already.
+    Trunk(usize),
+}
 
 /// What the app decided of a ringing call.
 pub enum Decision {
@@ -42,7 +52,7 @@ pub struct Offers {
 
 #[derive(Default)]
 struct Book {
-    ringing: HashMap<String, oneshot::Sender<Decision>>,
+    ringing: HashMap<String, (oneshot::Sender<Decision>, IpAddr)>,
     answered: HashMap<String, Answered>,
 }
 
@@ -53,27 +63,37 @@ struct Answered {
 }
 
 impl Offers {
-    /// A call starts ringing under `call_id`: where its decision will come, or `None` when
-    /// [`MAX_RINGING`] calls already ring.
-    pub fn ring(&self, call_id: &str) -> Option<oneshot::Receiver<Decision>> {
+    /// A call from `trunk` starts ringing under `call_id`: where its decision will come, and
+    /// the guard that withdraws it when dropped; refused when [`MAX_RINGING`] calls ring, or
+    /// `per_trunk` from its address.
+    pub fn ring<'a>(
+        &'a self,
+        call_id: &str,
+        trunk: IpAddr,
+        per_trunk: usize,
+    ) -> Result<(Ringing<'a>, oneshot::Receiver<Decision>), Busy> {
         let mut book = self.book.lock();
         if book.ringing.len() >= MAX_RINGING {
-            return None;
+            return Err(Busy::Everywhere);
+        }
+        let of_trunk = book.ringing.values().filter(|(_, ip)| *ip == trunk).count();
+        if of_trunk >= per_trunk {
+            return Err(Busy::Trunk(of_trunk));
         }
         let (tx, rx) = oneshot::channel();
-        book.ringing.insert(call_id.to_string(), tx);
-        Some(rx)
+        book.ringing.insert(call_id.to_string(), (tx, trunk));
+        Ok((Ringing { offers: self, call_id: call_id.to_string() }, rx))
     }
 
     /// A ringing call stops ringing undecided (the caller gave up, or no one answered).
-    pub fn withdraw(&self, call_id: &str) {
+    fn withdraw(&self, call_id: &str) {
         self.book.lock().ringing.remove(call_id);
     }
 
     /// The app's decision for a ringing call; given back when no such call rings (never
     /// offered, already decided, or gone meanwhile).
     pub fn decide(&self, call_id: &str, decision: Decision) -> Result<(), Decision> {
-        let Some(tx) = self.book.lock().ringing.remove(call_id) else {
+        let Some((tx, _)) = self.book.lock().ringing.remove(call_id) else {
             return Err(decision);
         };
         tx.send(decision)
@@ -102,6 +122,25 @@ impl Offers {
     /// How many calls ring now.
     pub fn ringing(&self) -> usize {
         self.book.lock().ringing.len()
+    }
+}
+
+/// A ringing call, in the book until dropped.
+pub struct Ringing<'a> {
+    offers: &'a Offers,
+    call_id: String,
+}
+
+impl Ringing<'_> {
+    /// Stops it ringing: no decision is taken after this.
+    pub fn withdraw(&self) {
+        self.offers.withdraw(&self.call_id);
+    }
+}
+
+impl Drop for Ringing<'_> {
+    fn drop(&mut self) {
+        self.withdraw();
     }
 }
 
@@ -145,10 +184,14 @@ mod tests {
         (Decision::Accept(Accepted { session, key_id: Some("k1".into()), done }), told)
     }
 
+    fn trunk() -> IpAddr {
+        "198.51.100.7".parse().unwrap()
+    }
+
     #[test]
     fn a_ringing_call_takes_one_decision_and_a_stranger_call_none() {
         let offers = Offers::default();
-        let mut rx = offers.ring("rtc_1").unwrap();
+        let (_ringing, mut rx) = offers.ring("rtc_1", trunk(), 8).unwrap();
         assert!(offers.decide("rtc_2", Decision::Reject { code: 486 }).is_err());
         assert!(offers.decide("rtc_1", Decision::Reject { code: 486 }).is_ok());
         assert!(matches!(rx.try_recv(), Ok(Decision::Reject { code: 486 })));
@@ -161,22 +204,32 @@ mod tests {
     #[test]
     fn a_withdrawn_or_abandoned_call_takes_no_decision() {
         let offers = Offers::default();
-        let _rx = offers.ring("rtc_1").unwrap();
-        offers.withdraw("rtc_1");
+        let (ringing, _rx) = offers.ring("rtc_1", trunk(), 8).unwrap();
+        ringing.withdraw();
         assert!(offers.decide("rtc_1", Decision::Reject { code: 603 }).is_err());
-        // The call's task went away without withdrawing: the decision comes back.
-        drop(offers.ring("rtc_2").unwrap());
+        // The call's task went away (its guard dropped): no decision is taken, no place held.
+        drop(offers.ring("rtc_2", trunk(), 8).unwrap());
         assert!(offers.decide("rtc_2", Decision::Reject { code: 603 }).is_err());
+        assert_eq!(offers.ringing(), 0);
+        // Its receiver dropped while it is still in the book: the decision comes back.
+        let (_ringing, rx) = offers.ring("rtc_3", trunk(), 8).unwrap();
+        drop(rx);
+        assert!(offers.decide("rtc_3", Decision::Reject { code: 603 }).is_err());
     }
 
     #[test]
-    fn no_more_than_max_ringing_ring_at_once() {
+    fn no_more_than_max_ringing_ring_at_once_nor_per_trunk_from_one_address() {
         let offers = Offers::default();
-        let held: Vec<_> = (0..MAX_RINGING).map(|i| offers.ring(&format!("rtc_{i}")).unwrap()).collect();
-        assert!(offers.ring("rtc_over").is_none());
-        offers.withdraw("rtc_0");
-        assert!(offers.ring("rtc_over").is_some());
+        let held: Vec<_> = (0..MAX_RINGING)
+            .map(|i| offers.ring(&format!("rtc_{i}"), IpAddr::from([10, 0, (i / 256) as u8, i as u8]), 8).unwrap())
+            .collect();
+        assert_eq!(offers.ring("rtc_over", trunk(), 8).err(), Some(Busy::Everywhere));
         drop(held);
+        let two: Vec<_> = (0..2).map(|i| offers.ring(&format!("rtc_{i}"), trunk(), 2).unwrap()).collect();
+        assert_eq!(offers.ring("rtc_2", trunk(), 2).err(), Some(Busy::Trunk(2)));
+        assert!(offers.ring("rtc_3", "198.51.100.8".parse().unwrap(), 2).is_ok());
+        drop(two);
+        assert!(offers.ring("rtc_2", trunk(), 2).is_ok());
     }
 
     #[test]

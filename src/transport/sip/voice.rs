@@ -14,6 +14,15 @@ use super::rtp::FRAME;
 use super::sdp::{Codec, Law};
 use crate::transport::webrtc::codec::{self as opus, Downlink, UPLINK_FRAME_SAMPLES, UPLINK_RATE, Uplink};
 
+/// Why a codec did not start, or a frame was not heard.
+#[derive(Debug, thiserror::Error)]
+pub enum VoiceError {
+    #[error("libopus: {0}")]
+    Codec(#[from] ::opus::Error),
+    #[error("a frame not decoded: {0:?}")]
+    NotHeard(opus::Refused),
+}
+
 /// G.711's rate, both ways.
 pub const G711_RATE: u32 = 8000;
 
@@ -35,16 +44,11 @@ pub enum Voice {
 }
 
 impl Voice {
-    pub fn new(codec: Codec) -> Result<Voice, String> {
+    pub fn new(codec: Codec) -> Result<Voice, VoiceError> {
         Ok(match codec {
             Codec::G711(law) => Voice::G711 { law, resampler: None, partial: Vec::with_capacity(FRAME) },
             Codec::Opus => {
-                let codec = |e: ::opus::Error| format!("libopus: {e}");
-                Voice::Opus {
-                    uplink: Box::new(Uplink::new().map_err(codec)?),
-                    downlink: Box::new(Downlink::new().map_err(codec)?),
-                    resampler: None,
-                }
+                Voice::Opus { uplink: Box::new(Uplink::new()?), downlink: Box::new(Downlink::new()?), resampler: None }
             }
         })
     }
@@ -56,14 +60,14 @@ impl Voice {
         }
     }
 
-    /// One frame of the caller's voice, as the session takes it; `None` when it does not decode
-    /// (or comes too fast), and why.
-    pub fn heard(&mut self, frame: &[u8], now: Instant) -> Result<CallerAudio, String> {
+    /// One frame of the caller's voice, as the session takes it; an error when it does not
+    /// decode (or comes too fast).
+    pub fn heard(&mut self, frame: &[u8], now: Instant) -> Result<CallerAudio, VoiceError> {
         match self {
             Voice::G711 { law, .. } => Ok(CallerAudio { samples: expand(*law, frame), rate: G711_RATE }),
             Voice::Opus { uplink, .. } => {
                 let mut samples = Vec::with_capacity(UPLINK_FRAME_SAMPLES);
-                uplink.decode(now, frame, &mut samples).map_err(|e| format!("{e:?}"))?;
+                uplink.decode(now, frame, &mut samples).map_err(VoiceError::NotHeard)?;
                 Ok(CallerAudio { samples, rate: UPLINK_RATE })
             }
         }

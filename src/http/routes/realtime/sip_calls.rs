@@ -1,9 +1,12 @@
 //! A SIP call offered to the app (a `[[sip.routes]]` entry with `accept = "webhook"`), accepted
 //! or rejected as OpenAI's SIP calls are: `POST /v1/realtime/calls/{call_id}/accept` with the
-//! session's settings (OpenAI's session object: `type`, `model`, `instructions`, `audio`,
-//! `tools`...), `POST /v1/realtime/calls/{call_id}/reject` with an optional `status_code` (SIP,
-//! 603 when none). Both take an API key (as minting a secret does), are read within bounds, and
-//! answer 404 for a call that does not ring here (never offered, decided already, or gone).
+//! session's settings (OpenAI's session object: `type`, `model`, `instructions`, `audio`...),
+//! `POST /v1/realtime/calls/{call_id}/reject` with an optional `status_code` (SIP, 603 when
+//! none). Both take an API key (as minting a secret does), are read within bounds, and answer
+//! 404 for a call that does not ring here (never offered, decided already, or gone). An accept
+//! whose model is not served or whose settings the OpenAI dialect refuses (read by the dialect
+//! itself) is answered 400 and the call rings on; one that is taken is answered once the trunk
+//! has the call (200), or with why it was lost.
 //! The book they decide in is `crate::transport::sip::offers`; the hang-up is the calls' own
 //! (`calls::hang_up`).
 
@@ -14,11 +17,14 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use crate::dialect::openai::{Flavor, Realtime};
 use crate::http::Gateway;
 use crate::http::body::Bounds;
 use crate::http::routes::http_error;
 use crate::transport::admission::address_admission;
-use crate::transport::sip::offers::{Accepted, Decision};
+use crate::transport::sip::offers::{Accepted, Decision, first_update};
+use bytestring::ByteString;
+use omni_actors::edge::dialect::{Dialect, Outbox};
 
 /// An accept's body at most (its session's tools may be long), and the time it has.
 const BODY_BOUNDS: Bounds = Bounds { max_bytes: 256 * 1024, deadline: Duration::from_secs(10) };
@@ -47,8 +53,8 @@ pub(crate) async fn accept(
     if session.get("type").is_some_and(|t| t != "realtime") {
         return invalid("type: a call is accepted as a \"realtime\" session".into());
     }
-    if session.get("model").is_some_and(|m| !m.is_string()) {
-        return invalid("model: must be a string".into());
+    if let Some(refused) = refused_settings(&session, &gw) {
+        return refused;
     }
     let (done, told) = tokio::sync::oneshot::channel();
     let decision = Decision::Accept(Accepted { session, key_id, done });
@@ -105,6 +111,41 @@ async fn checked_body(
     drop(reading);
     let body = body.map_err(|e| http_error(e.status(), "invalid_request_error", e.to_string()))?;
     Ok((key_id, body))
+}
+
+/// What of an accept's session would not open (a model not served), or not apply (a setting the
+/// OpenAI dialect refuses: the whole first `session.update` would be refused, the app's
+/// instructions with it): the answer, the call still ringing for another accept.
+fn refused_settings(session: &Map<String, Value>, gw: &Gateway) -> Option<HttpResponse> {
+    let model = match session.get("model") {
+        None => "",
+        Some(Value::String(m)) => m.as_str(),
+        Some(_) => return Some(invalid("model: must be a string".into())),
+    };
+    if !model.is_empty() && gw.config.model_mode(model).is_none() {
+        let known: Vec<&str> = gw.config.models.iter().map(|m| m.name.as_str()).collect();
+        let message = format!("model '{model}' is not served here (known: {})", known.join(", "));
+        return Some(http_error(StatusCode::BAD_REQUEST, "model_not_found", message));
+    }
+    if session.get("tools").and_then(Value::as_array).is_some_and(|t| !t.is_empty()) {
+        return Some(invalid(
+            "tools: a SIP call's function calls are answered on the call's WebSocket (/v1/realtime?call_id=), \
+             which this gateway does not have: accept it without tools"
+                .into(),
+        ));
+    }
+    // The dialect itself reads it, as the call's session will.
+    let mut dialect = Realtime::new(Flavor::Ga, model, gw.config.dialect_limits(), &gw.voice);
+    let update = first_update(None, session);
+    let mut replies = Outbox::with_capacity(2);
+    let refused = match dialect.decode(&ByteString::from(update), &mut replies) {
+        Err(e) => Some(e.to_string()),
+        Ok(_) => replies.texts().iter().find_map(|t| {
+            let v: Value = serde_json::from_str(t).ok()?;
+            (v["type"] == "error").then(|| v["error"]["message"].as_str().unwrap_or("refused").to_string())
+        }),
+    };
+    refused.map(|why| invalid(format!("the session's settings: {why}")))
 }
 
 fn invalid(message: String) -> HttpResponse {
