@@ -435,10 +435,15 @@ fn an_app_told_by_webhook_accepts_a_call_with_the_sdk_rejects_one_and_lets_one_r
         server.wait_status("the call's session on the worker", WAIT, |s| s["workers"][0]["session"].is_string());
     assert_eq!(status["workers"][0]["transport"], "sip", "{status}");
     let session = status["workers"][0]["session"].as_str().unwrap().to_string();
-    // The app hangs it up.
+    // On the call's own WebSocket, the app asks by text, answers the model's call of its tool,
+    // and the model speaks the answer (to the caller; its transcript to the app).
+    app.tell(&format!("tools {call_id}"));
+    assert_eq!(app.wait("tool-answer "), "The tool said: noon.");
+    // The app hangs it up; its socket closes with the call.
     app.tell(&format!("hangup {call_id}"));
     assert_eq!(app.wait("hung-up "), call_id);
     ua.event("CALL_CLOSED");
+    app.wait("sideband closed");
     server.wait_idle();
     // The accept's settings were the session's.
     let events = std::fs::read_to_string(server.recording(&session).join("events.jsonl")).unwrap();

@@ -8,7 +8,10 @@ Used by tests/it/sip.rs.
 Prints `listening PORT` (its webhook's port) and reads the gateway's port on stdin; then prints
 one line per thing it did:
 `incoming CALL_ID TO`, `accepted CALL_ID`, `rejected CALL_ID`, `ignored CALL_ID`. Reads commands
-on stdin: `hangup CALL_ID` (prints `hung-up CALL_ID`), `strangers CALL_ID` (an unknown call and a
+on stdin: `tools CALL_ID` (opens the call's WebSocket with `client.realtime.connect(call_id=)`,
+asks by text for the time, answers the model's call of `get_time` with "noon", prints
+`tool-answer TRANSCRIPT`, then reads on until the socket closes with the call: `sideband closed`),
+`hangup CALL_ID` (prints `hung-up CALL_ID`), `strangers CALL_ID` (an unknown call and a
 wrong key, each refused as the SDK's errors: prints `strangers refused`), `bad CALL_ID` (an
 accept of a model not served, and one with a voice speed out of range, each refused: prints
 `bad refused`).
@@ -47,6 +50,8 @@ def decide(event):
             model="gpt-realtime",
             instructions="You answer the phone for Example Inc.",
             audio={"output": {"voice": "marin"}},
+            tools=[{"type": "function", "name": "get_time", "description": "The time now.",
+                    "parameters": {"type": "object", "properties": {}}}],
         )
         say(f"accepted {call_id}")
     elif "sip:200@" in to:
@@ -83,9 +88,31 @@ base = f"http://127.0.0.1:{sys.stdin.readline().strip()}/v1"
 client = openai.OpenAI(api_key=key, base_url=base, webhook_secret=secret)
 say("ready")
 
+def sideband(call_id):
+    with client.realtime.connect(call_id=call_id) as conn:
+        conn.conversation.item.create(item={
+            "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "What time is it? Use get_time."}],
+        })
+        conn.response.create()
+        answered = False
+        for event in conn:
+            if event.type == "response.function_call_arguments.done" and event.name == "get_time":
+                conn.conversation.item.create(item={
+                    "type": "function_call_output", "call_id": event.call_id, "output": "noon",
+                })
+                conn.response.create()
+            elif event.type == "response.output_audio_transcript.done" and not answered and "noon" in event.transcript:
+                answered = True
+                say(f"tool-answer {event.transcript}")
+    say("sideband closed")
+
+
 for line in sys.stdin:
     command, _, call_id = line.strip().partition(" ")
-    if command == "hangup":
+    if command == "tools":
+        threading.Thread(target=sideband, args=(call_id,), daemon=True).start()
+    elif command == "hangup":
         client.realtime.calls.hangup(call_id)
         say(f"hung-up {call_id}")
     elif command == "bad":

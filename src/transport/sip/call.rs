@@ -43,6 +43,17 @@ const KEY_GAP: Duration = Duration::from_millis(100);
 #[rtype(result = "()")]
 pub struct PeerHungUp;
 
+/// The app's socket on the call (`super::sideband`) asks to hear the session's events: the
+/// session's port to hand it the app's, or `None` when the call ended or has one already.
+#[derive(Message)]
+#[rtype(result = "Option<omni_actors::session::messages::SessionPort>")]
+pub struct Attach(pub Recipient<ToClient>);
+
+/// The app's socket closed.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Detach;
+
 /// A re-INVITE agreed new media (a hold, a resume, a new address).
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -94,6 +105,8 @@ pub struct SipCall {
     settled: bool,
     /// When the last key was handed on.
     last_key: Option<Instant>,
+    /// The app's socket on the call, when one is on.
+    sideband: Option<Recipient<ToClient>>,
 }
 
 /// An address as compared: an IPv4 address mapped into IPv6 as the IPv4 one.
@@ -131,6 +144,7 @@ impl SipCall {
             agreed: media_remote,
             settled: false,
             last_key: None,
+            sideband: None,
         })
     }
 
@@ -316,6 +330,9 @@ impl Actor for SipCall {
         {
             s.do_send(FromClient::Ended(CloseReason::ClientGone));
         }
+        if let Some(app) = self.sideband.take() {
+            app.do_send(ToClient::Close(CloseReason::Client("hangup".into())));
+        }
         let _ = self.hang_up.send(());
     }
 }
@@ -345,8 +362,14 @@ impl Handler<ToClient> for SipCall {
                 if let Some(code) = crate::transport::phone::refused_setting(&text) {
                     log::warn!("session {}: the session refused something of the call's route: {code}", self.label);
                 }
+                if let Some(app) = &self.sideband {
+                    app.do_send(ToClient::Text(text));
+                }
             }
             ToClient::Close(reason) => {
+                if let Some(app) = self.sideband.take() {
+                    app.do_send(ToClient::Close(reason.clone()));
+                }
                 log::info!("session {}: the session ended ({}); hanging up", self.label, reason.as_str());
                 self.done = true;
                 self.end(None, true, ctx);
@@ -360,6 +383,26 @@ impl Handler<PeerHungUp> for SipCall {
 
     fn handle(&mut self, _: PeerHungUp, ctx: &mut Self::Context) {
         self.end(Some(CloseReason::Client("hangup".into())), false, ctx);
+    }
+}
+
+impl Handler<Attach> for SipCall {
+    type Result = Option<omni_actors::session::messages::SessionPort>;
+
+    fn handle(&mut self, Attach(app): Attach, _: &mut Self::Context) -> Self::Result {
+        if self.done || self.sideband.as_ref().is_some_and(|a| a.connected()) {
+            return None;
+        }
+        self.sideband = Some(app);
+        self.session.clone()
+    }
+}
+
+impl Handler<Detach> for SipCall {
+    type Result = ();
+
+    fn handle(&mut self, _: Detach, _: &mut Self::Context) {
+        self.sideband = None;
     }
 }
 

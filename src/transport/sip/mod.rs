@@ -16,6 +16,7 @@
 //! - [`sdp`]: the offer and the answer;
 //! - [`offers`]: the calls offered to the app, ringing or answered;
 //! - [`digest`]: the trunks' credentials (`[[sip.users]]`), when set;
+//! - [`sideband`]: the app's WebSocket on a call it accepted;
 //! - [`rtp`]: the jitter buffer, RFC 4733 keys, the packets out;
 //! - [`voice`]: the voice in the agreed codec (G.711 or Opus), both ways;
 //! - [`call`]: the edge actor.
@@ -25,6 +26,7 @@ pub mod digest;
 pub mod offers;
 pub mod rtp;
 pub mod sdp;
+pub mod sideband;
 pub mod voice;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -370,7 +372,8 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
         edge: edge.clone(),
     };
     // An accepted call can be hung up by the app from its accept's answer on, until it ends.
-    let _answered = answered.map(|(id, key_id, hang_up)| Answered::new(&sip, id, key_id, hang_up));
+    let door = (edge.clone().recipient(), edge.clone().recipient());
+    let _answered = answered.map(|(id, key_id, hang_up)| Answered::new(&sip, id, key_id, hang_up, door));
     let mut call = match inbound.with_media(media).accept().await {
         Ok(call) => call,
         Err(e) => {
@@ -592,8 +595,9 @@ impl<'a> Answered<'a> {
         call_id: String,
         key_id: Option<String>,
         hang_up: tokio::sync::mpsc::UnboundedSender<()>,
+        door: offers::Door,
     ) -> Answered<'a> {
-        sip.gw.sip_calls.answered(&call_id, key_id, hang_up);
+        sip.gw.sip_calls.answered(&call_id, key_id, hang_up, Some(door));
         Answered { sip, call_id }
     }
 }

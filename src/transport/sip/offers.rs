@@ -60,7 +60,12 @@ struct Answered {
     /// The key that accepted it (`None` on a gateway without keys).
     key_id: Option<String>,
     hang_up: mpsc::UnboundedSender<()>,
+    /// Where the app's socket on the call attaches.
+    door: Option<Door>,
 }
+
+/// Where the app's socket on an answered call attaches to its edge, and says it left.
+pub type Door = (actix::Recipient<super::call::Attach>, actix::Recipient<super::call::Detach>);
 
 impl Offers {
     /// A call from `trunk` starts ringing under `call_id`: where its decision will come, and
@@ -99,9 +104,16 @@ impl Offers {
         tx.send(decision)
     }
 
-    /// An accepted call is answered: `hang_up` ends it (as its session's end does).
-    pub fn answered(&self, call_id: &str, key_id: Option<String>, hang_up: mpsc::UnboundedSender<()>) {
-        self.book.lock().answered.insert(call_id.to_string(), Answered { key_id, hang_up });
+    /// An accepted call is answered: `hang_up` ends it (as its session's end does), and the
+    /// app's socket attaches at `door`.
+    pub fn answered(
+        &self,
+        call_id: &str,
+        key_id: Option<String>,
+        hang_up: mpsc::UnboundedSender<()>,
+        door: Option<Door>,
+    ) {
+        self.book.lock().answered.insert(call_id.to_string(), Answered { key_id, hang_up, door });
     }
 
     /// An answered call ended.
@@ -116,6 +128,15 @@ impl Offers {
         match book.answered.get(call_id) {
             Some(call) if call.key_id.is_none() || call.key_id.as_deref() == key_id => call.hang_up.send(()).is_ok(),
             _ => false,
+        }
+    }
+
+    /// Where the app's socket attaches to an answered call, for `key_id` (as [`Offers::hang_up`]).
+    pub fn door(&self, call_id: &str, key_id: Option<&str>) -> Option<Door> {
+        let book = self.book.lock();
+        match book.answered.get(call_id) {
+            Some(call) if call.key_id.is_none() || call.key_id.as_deref() == key_id => call.door.clone(),
+            _ => None,
         }
     }
 
@@ -236,7 +257,7 @@ mod tests {
     fn an_answered_call_is_hung_up_by_the_key_that_accepted_it_only() {
         let offers = Offers::default();
         let (tx, mut rx) = mpsc::unbounded_channel();
-        offers.answered("rtc_1", Some("k1".into()), tx);
+        offers.answered("rtc_1", Some("k1".into()), tx, None);
         assert!(!offers.hang_up("rtc_1", Some("k2")));
         assert!(!offers.hang_up("rtc_1", None));
         assert!(rx.try_recv().is_err());
@@ -246,7 +267,7 @@ mod tests {
         assert!(!offers.hang_up("rtc_1", Some("k1")));
         // Accepted on a gateway without keys: whoever may reach the route.
         let (tx, _rx) = mpsc::unbounded_channel();
-        offers.answered("rtc_2", None, tx);
+        offers.answered("rtc_2", None, tx, None);
         assert!(offers.hang_up("rtc_2", None));
     }
 

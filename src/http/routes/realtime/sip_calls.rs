@@ -6,7 +6,9 @@
 //! 404 for a call that does not ring here (never offered, decided already, or gone). An accept
 //! whose model is not served or whose settings the OpenAI dialect refuses (read by the dialect
 //! itself) is answered 400 and the call rings on; one that is taken is answered once the trunk
-//! has the call (200), or with why it was lost.
+//! has the call (200), or with why it was lost. `/v1/realtime?call_id=...` (a WebSocket, with
+//! the API key that accepted the call) is the app's socket on the call
+//! (`crate::transport::sip::sideband`).
 //! The book they decide in is `crate::transport::sip::offers`; the hang-up is the calls' own
 //! (`calls::hang_up`).
 
@@ -17,14 +19,50 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::websocket::Bounds as SocketBounds;
 use crate::dialect::openai::{Flavor, Realtime};
 use crate::http::Gateway;
 use crate::http::body::Bounds;
 use crate::http::routes::http_error;
 use crate::transport::admission::address_admission;
+use crate::transport::outgoing::Metered;
 use crate::transport::sip::offers::{Accepted, Decision, first_update};
+use crate::transport::sip::sideband::{Sideband, SidebandSettings};
 use bytestring::ByteString;
 use omni_actors::edge::dialect::{Dialect, Outbox};
+
+/// `/v1/realtime?call_id=CALL_ID`: the app's socket on a call it accepted, for the key that
+/// accepted it (any other finds no call: 404).
+pub(crate) async fn sideband(
+    req: HttpRequest,
+    payload: web::Payload,
+    gw: web::Data<Gateway>,
+    call_id: String,
+) -> actix_web::Result<HttpResponse> {
+    let key_id = match super::api_key(&req, &gw).await {
+        Ok(id) => id,
+        Err(refusal) => return Ok(refusal),
+    };
+    let Some(door) = gw.sip_calls.door(&call_id, key_id.as_deref()) else {
+        return Ok(http_error(StatusCode::NOT_FOUND, "not_found", format!("no call '{call_id}' of this key here")));
+    };
+    let response = actix_web_actors::ws::handshake(&req)?;
+    let config = &gw.config;
+    let settings = SidebandSettings {
+        heartbeat_interval: config.server.heartbeat_interval(),
+        heartbeat_timeout: config.server.heartbeat_timeout(),
+        rate: config.message_rate(),
+    };
+    let SocketBounds { meter, outgoing, incoming } = SocketBounds::of(&req, &gw);
+    // The id is one of this gateway's own (found in the book).
+    let label = format!("call {call_id}");
+    let edge = Sideband::new(label, settings, door, incoming.clone(), outgoing);
+    let codec = actix_http::ws::Codec::new().max_size(config.server.max_frame_bytes);
+    let payload = SocketBounds::body(payload, incoming);
+    let mut response = response;
+    Ok(response
+        .streaming(Metered::new(actix_web_actors::ws::WebsocketContext::with_codec(edge, payload, codec), meter)))
+}
 
 /// An accept's body at most (its session's tools may be long), and the time it has.
 const BODY_BOUNDS: Bounds = Bounds { max_bytes: 256 * 1024, deadline: Duration::from_secs(10) };
@@ -126,13 +164,6 @@ fn refused_settings(session: &Map<String, Value>, gw: &Gateway) -> Option<HttpRe
         let known: Vec<&str> = gw.config.models.iter().map(|m| m.name.as_str()).collect();
         let message = format!("model '{model}' is not served here (known: {})", known.join(", "));
         return Some(http_error(StatusCode::BAD_REQUEST, "model_not_found", message));
-    }
-    if session.get("tools").and_then(Value::as_array).is_some_and(|t| !t.is_empty()) {
-        return Some(invalid(
-            "tools: a SIP call's function calls are answered on the call's WebSocket (/v1/realtime?call_id=), \
-             which this gateway does not have: accept it without tools"
-                .into(),
-        ));
     }
     // The dialect itself reads it, as the call's session will.
     let mut dialect = Realtime::new(Flavor::Ga, model, gw.config.dialect_limits(), &gw.voice);

@@ -47,6 +47,10 @@ pub(crate) async fn realtime(
         Ok(q) => q,
         Err(refusal) => return Ok(refusal),
     };
+    if let Some(call_id) = query.get("call_id") {
+        // The app's socket on a SIP call it accepted.
+        return super::sip_calls::sideband(req, payload, gw, call_id.clone()).await;
+    }
     let endpoint = match (query.get("mode"), query.get("model")) {
         (None, Some(model)) => {
             let beta = req
