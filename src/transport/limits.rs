@@ -124,6 +124,17 @@ impl MessageRate {
             Verdict::Close => Admit::End,
         }
     }
+
+    /// For an edge whose peer is told nothing of a dropped message (a phone line's, an app's
+    /// socket on a call): `Some(true)` to process it, `Some(false)` to drop it, `None` to end
+    /// the connection. No rate: always processed.
+    pub fn passes(rate: &mut Option<MessageRate>, now: Instant) -> Option<bool> {
+        match rate.as_mut().map(|r| r.admit(now)) {
+            None | Some(Admit::Process) => Some(true),
+            Some(Admit::Drop) | Some(Admit::Tell(_)) => Some(false),
+            Some(Admit::End) => None,
+        }
+    }
 }
 
 /// Bytes held by every connection's unfinished fragmented messages, and the bound.

@@ -229,19 +229,26 @@ fn sip_section(port: u16, rtp: u16, networks: &str) -> String {
     )
 }
 
+/// A gateway answering calls from loopback with `rtp` on, its sessions recorded and its worker
+/// answering in 300 ms steps; and its SIP port.
+fn answering(rtp: u16) -> (Server, u16) {
+    let port = free_udp_port();
+    let setup = Setup::default().recording("enabled = true").workers(workers(1, "step_ms = 300"));
+    (Server::ready(setup.extra(&sip_section(port, rtp, "[\"127.0.0.0/8\"]"))), port)
+}
+
+/// The 20 ms windows of `heard` (at `rate`) with voice in them.
+fn voiced(heard: &[f32], rate: u32) -> usize {
+    let window = rate as usize / 50;
+    heard.chunks(window).filter(|w| (w.iter().map(|s| s * s).sum::<f32>() / w.len() as f32).sqrt() > 0.02).count()
+}
+
 #[test]
 fn a_sip_user_agent_calls_hears_the_model_presses_a_key_and_hangs_up() {
     if !needs(&[Need::Baresip]) {
         return;
     }
-    let port = free_udp_port();
-    let server = Server::ready(
-        Setup::default().recording("enabled = true").workers(workers(1, "step_ms = 300")).extra(&sip_section(
-            port,
-            41000,
-            "[\"127.0.0.0/8\"]",
-        )),
-    );
+    let (server, port) = answering(41000);
     assert!(server.logs().contains(&format!("SIP calls are on: UDP 127.0.0.1:{port}")), "{}", server.logs());
     let tmp = tempfile::tempdir().unwrap();
     let wav = call_wav(tmp.path(), &speech("What is the capital of France?"), 9.0);
@@ -268,8 +275,7 @@ fn a_sip_user_agent_calls_hears_the_model_presses_a_key_and_hangs_up() {
 
     // It heard the model's voice: 2.5 s of it (20 ms windows with voice in them).
     let heard = ua.heard();
-    let voiced =
-        heard.chunks(160).filter(|w| (w.iter().map(|s| s * s).sum::<f32>() / w.len() as f32).sqrt() > 0.02).count();
+    let voiced = voiced(&heard, 8000);
     assert!(
         (110..=140).contains(&voiced),
         "{voiced} windows of 20 ms with voice in {} s heard\n{}\n{}",
@@ -531,14 +537,7 @@ fn a_user_agent_offering_opus_is_answered_in_opus_hears_the_model_and_its_key_ar
     if !needs(&[Need::Baresip]) {
         return;
     }
-    let port = free_udp_port();
-    let server = Server::ready(
-        Setup::default().recording("enabled = true").workers(workers(1, "step_ms = 300")).extra(&sip_section(
-            port,
-            41500,
-            "[\"127.0.0.0/8\"]",
-        )),
-    );
+    let (server, port) = answering(41500);
     let tmp = tempfile::tempdir().unwrap();
     let wav = call_wav_at(tmp.path(), &speech("What is the capital of France?"), 9.0, 48_000, 2);
     // Opus offered after G.711: taken all the same (the model hears 16 kHz, not 8).

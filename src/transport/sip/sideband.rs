@@ -18,7 +18,7 @@ use omni_actors::session::messages::{FromClient, SessionPort, ToClient};
 
 use super::call::{Attach, Detach};
 use crate::transport::incoming::Backlog;
-use crate::transport::limits::{Admit, MessageRate, RateLimit};
+use crate::transport::limits::{MessageRate, RateLimit};
 use crate::transport::outgoing::OutgoingLimit;
 
 /// What the socket may do, from `[server]`.
@@ -86,16 +86,11 @@ impl Sideband {
     }
 
     fn within_rate(&mut self, ctx: &mut ws::WebsocketContext<Self>) -> bool {
-        let Some(rate) = self.rate.as_mut() else { return true };
-        match rate.admit(Instant::now()) {
-            Admit::Process => true,
-            Admit::Drop | Admit::Tell(_) => false,
-            Admit::End => {
-                log::warn!("{}: the app's socket over the message rate for too long; closed", self.label);
-                self.close(ctx, CloseReason::ProtocolViolation(Violation::RateLimited));
-                false
-            }
-        }
+        MessageRate::passes(&mut self.rate, Instant::now()).unwrap_or_else(|| {
+            log::warn!("{}: the app's socket over the message rate for too long; closed", self.label);
+            self.close(ctx, CloseReason::ProtocolViolation(Violation::RateLimited));
+            false
+        })
     }
 }
 

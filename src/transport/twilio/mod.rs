@@ -25,7 +25,7 @@ use serde_json::Value;
 use omni_actors::audio::StreamResampler;
 
 use super::incoming::Backlog;
-use super::limits::{Admit, MessageRate, RateLimit};
+use super::limits::{MessageRate, RateLimit};
 use super::outgoing::OutgoingLimit;
 use super::{SessionPort, StartSession};
 
@@ -239,16 +239,11 @@ impl TwilioEdge {
 impl TwilioEdge {
     /// A message counts against the rate: dropped over it, the stream ended when it stays over.
     fn within_rate(&mut self, ctx: &mut ws::WebsocketContext<Self>) -> bool {
-        let Some(rate) = self.rate.as_mut() else { return true };
-        match rate.admit(Instant::now()) {
-            Admit::Process => true,
-            Admit::Drop | Admit::Tell(_) => false,
-            Admit::End => {
-                log::warn!("session {}: Twilio over the message rate for too long; closing with 1008", self.label);
-                self.end(ctx, CloseReason::ProtocolViolation(Violation::RateLimited));
-                false
-            }
-        }
+        MessageRate::passes(&mut self.rate, Instant::now()).unwrap_or_else(|| {
+            log::warn!("session {}: Twilio over the message rate for too long; closing with 1008", self.label);
+            self.end(ctx, CloseReason::ProtocolViolation(Violation::RateLimited));
+            false
+        })
     }
 }
 
