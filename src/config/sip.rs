@@ -212,6 +212,26 @@ impl SipConfig {
         if self.routes.is_empty() {
             return Err(Invalid::new("routes", "at least one [[sip.routes]] (number = \"*\" answers any number)"));
         }
+        if let Some(star) = self.routes.iter().position(|r| r.number == "*")
+            && let Some(after) = self.routes.get(star + 1)
+        {
+            return Err(Invalid::new(
+                "routes",
+                format!(
+                    "route '{}' comes after number = \"*\", which takes every call first: list it before",
+                    after.number
+                ),
+            ));
+        }
+        if public_ip.is_loopback() && !bind.ip().is_loopback() {
+            return Err(Invalid::new(
+                "public_ip",
+                format!(
+                    "is {public_ip} (rtp_bind's) while SIP is heard on {bind}: a trunk on the network would be told to send \
+                     its RTP and ACK to loopback; set rtp_bind to this host's address (and public_ip to the one trunks reach, behind NAT)"
+                ),
+            ));
+        }
         if let Some(r) = self.routes.iter().find(|r| r.number.is_empty()) {
             return Err(Invalid::new(
                 "routes",
@@ -284,6 +304,22 @@ mod tests {
         assert_eq!(bad.validate(here()).unwrap_err().key, "allowed_networks");
         let host = SipConfig { enabled: true, allowed_networks: vec!["198.51.100.7".into()], ..Default::default() };
         assert!(host.validate(here()).unwrap().unwrap().allows("198.51.100.7".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_route_after_any_and_a_loopback_address_for_a_network_are_refused() {
+        let routes = vec![
+            SipRouteEntry { number: "*".into(), ..Default::default() },
+            SipRouteEntry { number: "100".into(), ..Default::default() },
+        ];
+        let e = SipConfig { enabled: true, routes, ..Default::default() }.validate(here()).unwrap_err();
+        assert!(e.key == "routes" && e.why.contains("'100' comes after"), "{e:?}");
+        let open = SipConfig { enabled: true, bind: "0.0.0.0:5060".into(), ..Default::default() };
+        let e = open.validate(here()).unwrap_err();
+        assert!(e.key == "public_ip" && e.why.contains("loopback"), "{e:?}");
+        let lan =
+            SipConfig { enabled: true, bind: "0.0.0.0:5060".into(), rtp_bind: "10.0.0.5".into(), ..Default::default() };
+        assert!(lan.validate(here()).is_ok());
     }
 
     #[test]

@@ -54,8 +54,10 @@ struct Delivery {
     id: String,
     event: &'static str,
     body: String,
-    /// Sent and retried until then only (a call offer: its ringing).
+    /// Sent and retried until then only (a call offer: its ringing), and while this is not set
+    /// (a call offer: the call was decided, or ended).
     deadline: Option<Instant>,
+    settled: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// One configured webhook.
@@ -99,10 +101,16 @@ impl Webhook {
     /// Queues a delivery of `event` with `data` (on the offers' queue, by `deadline`, when it is
     /// one); never waits. Whether it was queued.
     fn post(&self, event: &'static str, data: Value) -> bool {
-        self.post_by(event, data, None)
+        self.post_by(event, data, None, None)
     }
 
-    fn post_by(&self, event: &'static str, data: Value, deadline: Option<Instant>) -> bool {
+    fn post_by(
+        &self,
+        event: &'static str,
+        data: Value,
+        deadline: Option<Instant>,
+        settled: Option<Arc<std::sync::atomic::AtomicBool>>,
+    ) -> bool {
         let (id, body) = match self.spec.format {
             WebhookFormat::Omni => {
                 let id = uuid::Uuid::new_v4().to_string();
@@ -122,7 +130,7 @@ impl Webhook {
             (Some(offers), OFFER) => offers,
             _ => &self.queue,
         };
-        match queue.try_send(Delivery { id, event, body, deadline }) {
+        match queue.try_send(Delivery { id, event, body, deadline, settled }) {
             Ok(()) => true,
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 metrics().webhook_deliveries.with_label_values(&[self.spec.name.as_str(), "dropped"]).inc();
@@ -151,7 +159,12 @@ impl Webhook {
         for delivery in rx {
             let mut attempt = 1;
             let late = |after: std::time::Duration| delivery.deadline.is_some_and(|d| Instant::now() + after >= d);
+            let settled = || delivery.settled.as_ref().is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed));
             loop {
+                if settled() {
+                    // Decided (or ended) meanwhile: nothing more to tell.
+                    break;
+                }
                 if late(std::time::Duration::ZERO) {
                     metrics().webhook_deliveries.with_label_values(&[name, "failed"]).inc();
                     log::warn!(
@@ -276,9 +289,13 @@ impl Announcer {
     }
 
     /// Queues a call offered to the app (`realtime.call.incoming` with `data`) for every
-    /// webhook that takes it, to be sent by `deadline`: how many queued it.
-    pub fn offer(&self, data: &Value, deadline: Instant) -> usize {
-        self.hooks.iter().filter(|h| h.wants(OFFER) && h.post_by(OFFER, data.clone(), Some(deadline))).count()
+    /// webhook that takes it, to be sent by `deadline` and while `settled` is not set: how many
+    /// queued it.
+    pub fn offer(&self, data: &Value, deadline: Instant, settled: &Arc<std::sync::atomic::AtomicBool>) -> usize {
+        self.hooks
+            .iter()
+            .filter(|h| h.wants(OFFER) && h.post_by(OFFER, data.clone(), Some(deadline), Some(settled.clone())))
+            .count()
     }
 }
 

@@ -352,13 +352,13 @@ struct App {
 }
 
 impl App {
-    fn start(key: &str, secret: &str) -> (App, u16) {
+    fn start(args: &[&str]) -> (App, u16) {
         let python = sdk_python();
         assert!(python.exists(), "{} not found: run ./test.sh, which creates .venv", python.display());
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/sip_app.py");
         let mut child = Command::new(python)
             .arg(script)
-            .args([key, secret])
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -409,7 +409,8 @@ fn an_app_told_by_webhook_accepts_a_call_with_the_sdk_rejects_one_and_lets_one_r
     }
     let key = "sip-app-key-0123456789";
     let secret = "whsec_c2lwLWFwcC13ZWJob29rLXNlY3JldA==";
-    let (mut app, app_port) = App::start(key, secret);
+    let other_key = "sip-app-other-key-0123456789";
+    let (mut app, app_port) = App::start(&[key, secret, other_key]);
     let port = free_udp_port();
     let sip = format!(
         "[sip]\nenabled = true\nbind = \"127.0.0.1:{port}\"\nrtp_ports = [41300, 41320]\naccept_timeout_s = 4\n\
@@ -419,7 +420,7 @@ fn an_app_told_by_webhook_accepts_a_call_with_the_sdk_rejects_one_and_lets_one_r
     );
     let server = Server::ready(
         Setup::default()
-            .auth(&format!("api_keys = [\"{key}\"]"))
+            .auth(&format!("api_keys = [\"{key}\", \"{other_key}\"]"))
             .recording("enabled = true")
             .workers(workers(1, "step_ms = 300"))
             .extra(&sip),
@@ -445,6 +446,11 @@ fn an_app_told_by_webhook_accepts_a_call_with_the_sdk_rejects_one_and_lets_one_r
     // and the model speaks the answer (to the caller; its transcript to the app).
     app.tell(&format!("tools {call_id}"));
     assert_eq!(app.wait("tool-answer "), "The tool said: noon.");
+    // One socket a call; another key finds no call.
+    app.tell(&format!("second {call_id}"));
+    assert_eq!(app.wait("second closed "), "1008 call has an app socket");
+    app.tell(&format!("otherkey {call_id}"));
+    assert_eq!(app.wait("otherkey refused "), "404");
     // The app hangs it up; its socket closes with the call.
     app.tell(&format!("hangup {call_id}"));
     assert_eq!(app.wait("hung-up "), call_id);

@@ -11,7 +11,9 @@ one line per thing it did:
 on stdin: `tools CALL_ID` (opens the call's WebSocket with `client.realtime.connect(call_id=)`,
 asks by text for the time, answers the model's call of `get_time` with "noon", prints
 `tool-answer TRANSCRIPT`, then reads on until the socket closes with the call: `sideband closed`),
-`hangup CALL_ID` (prints `hung-up CALL_ID`), `strangers CALL_ID` (an unknown call and a
+`second CALL_ID` (another socket on the call while the first is on: prints `second closed CODE
+REASON`), `otherkey CALL_ID` (a socket with another key of the gateway's: prints `otherkey
+refused STATUS`), `hangup CALL_ID` (prints `hung-up CALL_ID`), `strangers CALL_ID` (an unknown call and a
 wrong key, each refused as the SDK's errors: prints `strangers refused`), `bad CALL_ID` (an
 accept of a model not served, and one with a voice speed out of range, each refused: prints
 `bad refused`).
@@ -22,8 +24,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import openai
+import websockets.exceptions
 
 key, secret = sys.argv[1], sys.argv[2]
+other_key = sys.argv[3] if len(sys.argv) > 3 else None
 client = None
 base = None
 
@@ -112,6 +116,21 @@ for line in sys.stdin:
     command, _, call_id = line.strip().partition(" ")
     if command == "tools":
         threading.Thread(target=sideband, args=(call_id,), daemon=True).start()
+    elif command == "second":
+        try:
+            with client.realtime.connect(call_id=call_id) as conn:
+                conn.recv()
+            say("second: it was not closed")
+        except websockets.exceptions.ConnectionClosed as e:
+            say(f"second closed {e.rcvd.code} {e.rcvd.reason}")
+    elif command == "otherkey":
+        other = openai.OpenAI(api_key=other_key, base_url=base)
+        try:
+            with other.realtime.connect(call_id=call_id) as conn:
+                conn.recv()
+            say("otherkey: it was let on")
+        except websockets.exceptions.InvalidStatus as e:
+            say(f"otherkey refused {e.response.status_code}")
     elif command == "hangup":
         client.realtime.calls.hangup(call_id)
         say(f"hung-up {call_id}")

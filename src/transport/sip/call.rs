@@ -25,6 +25,7 @@ use super::rtp::{Heard, Inbound, Outbound};
 use super::sdp::Media;
 use super::voice::Voice;
 use crate::transport::incoming::{Backlog, IncomingBudget};
+use crate::transport::outgoing::OutgoingLimit;
 use crate::transport::playout::{FRAME_MS, Playout};
 use crate::transport::{SessionPort, StartSession};
 
@@ -43,16 +44,36 @@ const KEY_GAP: Duration = Duration::from_millis(100);
 #[rtype(result = "()")]
 pub struct PeerHungUp;
 
-/// The app's socket on the call (`super::sideband`) asks to hear the session's events: the
-/// session's port to hand it the app's, or `None` when the call ended or has one already.
+/// The app's socket on the call (`super::sideband`) asks to hear the session's events, which
+/// the call counts against the socket's outgoing bound as it hands them on.
 #[derive(Message)]
-#[rtype(result = "Option<omni_actors::session::messages::SessionPort>")]
-pub struct Attach(pub Recipient<ToClient>);
+#[rtype(result = "Attached")]
+pub struct Attach {
+    pub app: Recipient<ToClient>,
+    pub outgoing: Option<Arc<OutgoingLimit>>,
+}
 
-/// The app's socket closed.
+/// The call's answer to [`Attach`].
+#[derive(MessageResponse)]
+pub enum Attached {
+    /// On: the session's port, to hand it the app's events.
+    On(omni_actors::session::messages::SessionPort),
+    /// The call has ended.
+    Ended,
+    /// The call has an app socket already.
+    Taken,
+}
+
+/// The app's socket closed (it names itself: only that one is let go).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Detach;
+pub struct Detach(pub Recipient<ToClient>);
+
+/// The app's socket on the call.
+struct AppSocket {
+    to: Recipient<ToClient>,
+    outgoing: Option<Arc<OutgoingLimit>>,
+}
 
 /// A re-INVITE agreed new media (a hold, a resume, a new address).
 #[derive(Message)]
@@ -106,7 +127,7 @@ pub struct SipCall {
     /// When the last key was handed on.
     last_key: Option<Instant>,
     /// The app's socket on the call, when one is on.
-    sideband: Option<Recipient<ToClient>>,
+    sideband: Option<AppSocket>,
 }
 
 /// An address as compared: an IPv4 address mapped into IPv6 as the IPv4 one.
@@ -255,6 +276,27 @@ impl SipCall {
         }
     }
 
+    /// One of the session's events for the app's socket, counted against its outgoing bound
+    /// here (the socket's actor does not run while its client does not read): past the bound
+    /// the socket is cut, and the call goes on.
+    fn tell_app(&mut self, text: ByteString) {
+        let Some(app) = &self.sideband else { return };
+        if let Some(limit) = &app.outgoing {
+            let waiting = limit.meter.wrote(text.len());
+            if waiting > limit.max_bytes {
+                log::warn!(
+                    "session {}: the app does not read its call's socket ({waiting} bytes waiting); cut",
+                    self.label
+                );
+                metrics().slow_consumers.inc();
+                limit.disconnect.disconnect();
+                self.sideband = None;
+                return;
+            }
+        }
+        app.to.do_send(ToClient::Text(text));
+    }
+
     /// Starts the 20 ms pacer if it is not running; the RTP clock jumps over the pause.
     fn pace(&mut self, ctx: &mut Context<Self>) {
         if self.pacer.is_some() || self.done {
@@ -331,7 +373,7 @@ impl Actor for SipCall {
             s.do_send(FromClient::Ended(CloseReason::ClientGone));
         }
         if let Some(app) = self.sideband.take() {
-            app.do_send(ToClient::Close(CloseReason::Client("hangup".into())));
+            app.to.do_send(ToClient::Close(CloseReason::Client("hangup".into())));
         }
         let _ = self.hang_up.send(());
     }
@@ -359,16 +401,20 @@ impl Handler<ToClient> for SipCall {
             // The dialect's events have no place on a phone line; its errors are logged (a
             // setting of the route's that the session refused).
             ToClient::Text(text) => {
-                if let Some(code) = crate::transport::phone::refused_setting(&text) {
-                    log::warn!("session {}: the session refused something of the call's route: {code}", self.label);
-                }
-                if let Some(app) = &self.sideband {
-                    app.do_send(ToClient::Text(text));
+                match &self.sideband {
+                    Some(_) => self.tell_app(text),
+                    // With no app to hear it, an error is the route's (or its accept's)
+                    // settings refused: the log is the only place it can be seen.
+                    None => {
+                        if let Some(code) = crate::transport::phone::refused_setting(&text) {
+                            log::warn!("session {}: the session refused something of the call's: {code}", self.label);
+                        }
+                    }
                 }
             }
             ToClient::Close(reason) => {
                 if let Some(app) = self.sideband.take() {
-                    app.do_send(ToClient::Close(reason.clone()));
+                    app.to.do_send(ToClient::Close(reason.clone()));
                 }
                 log::info!("session {}: the session ended ({}); hanging up", self.label, reason.as_str());
                 self.done = true;
@@ -387,22 +433,25 @@ impl Handler<PeerHungUp> for SipCall {
 }
 
 impl Handler<Attach> for SipCall {
-    type Result = Option<omni_actors::session::messages::SessionPort>;
+    type Result = Attached;
 
-    fn handle(&mut self, Attach(app): Attach, _: &mut Self::Context) -> Self::Result {
-        if self.done || self.sideband.as_ref().is_some_and(|a| a.connected()) {
-            return None;
+    fn handle(&mut self, Attach { app, outgoing }: Attach, _: &mut Self::Context) -> Self::Result {
+        let Some(session) = self.session.clone().filter(|_| !self.done) else { return Attached::Ended };
+        if self.sideband.as_ref().is_some_and(|a| a.to.connected()) {
+            return Attached::Taken;
         }
-        self.sideband = Some(app);
-        self.session.clone()
+        self.sideband = Some(AppSocket { to: app, outgoing });
+        Attached::On(session)
     }
 }
 
 impl Handler<Detach> for SipCall {
     type Result = ();
 
-    fn handle(&mut self, _: Detach, _: &mut Self::Context) {
-        self.sideband = None;
+    fn handle(&mut self, Detach(app): Detach, _: &mut Self::Context) {
+        if self.sideband.as_ref().is_some_and(|a| a.to == app) {
+            self.sideband = None;
+        }
     }
 }
 

@@ -116,8 +116,14 @@ impl Layer for Answering {
             // A trunk's keepalive (or a question of what the gateway takes): 200, to a
             // network allowed only.
             let mut options = request.take();
-            let code =
-                if self.0.spec.allows(options.tp_info.source.ip()) { StatusCode::OK } else { StatusCode::FORBIDDEN };
+            // A stopping gateway says so, for a trunk that fails over by its keepalives.
+            let code = if !self.0.spec.allows(options.tp_info.source.ip()) {
+                StatusCode::FORBIDDEN
+            } else if self.0.gw.registry.shutting_down() {
+                StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                StatusCode::OK
+            };
             let tsx = endpoint.create_server_tsx(&mut options);
             let response = endpoint.create_response(&options, code, None);
             if let Err(e) = tsx.respond(response).await {
@@ -143,12 +149,17 @@ fn code_of(refusal: &Refusal) -> StatusCode {
     }
 }
 
-/// The number an INVITE called: its Request-URI's user part.
+/// The number an INVITE called: its Request-URI's user part, without the parameters a carrier
+/// may add to it (`+15551230000;npdi=yes;rn=...`).
 fn called(invite: &IncomingRequest) -> String {
-    match &invite.line.uri.user_part {
+    let user = match &invite.line.uri.user_part {
         SipUriUserPart::User(u) => u.to_string(),
         SipUriUserPart::UserPw(u) => u.user.to_string(),
         SipUriUserPart::Empty => String::new(),
+    };
+    match user.split_once(';') {
+        Some((number, _)) => number.to_string(),
+        None => user,
     }
 }
 
@@ -276,7 +287,7 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
             if let Err(e) = sdp::agreed(&offer) {
                 return decline(inbound, &label, source, StatusCode::NOT_ACCEPTABLE_HERE, e.to_string()).await;
             }
-            match ask(&sip, &mut inbound, source.ip().to_canonical(), &label, headers, &route).await {
+            match ask(&sip, &mut inbound, source.ip().to_canonical(), &label, headers, (&number, &route)).await {
                 Ok(acceptance) => acceptance,
                 Err(Unanswered::Cancelled) => return log::info!("{label}: the caller gave up while it rang"),
                 Err(Unanswered::Refused(code, why)) => return decline(inbound, &label, source, code, why).await,
@@ -482,11 +493,15 @@ async fn ask(
     inbound_source: std::net::IpAddr,
     label: &str,
     sip_headers: Vec<serde_json::Value>,
-    route: &SipRouteEntry,
+    (number, route): (&str, &SipRouteEntry),
 ) -> Result<Acceptance, Unanswered> {
     let offers = &sip.gw.sip_calls;
     let call_id = format!("rtc_{}", uuid::Uuid::new_v4().simple());
-    let per_trunk = sip.gw.config.server.max_connections_per_ip.max(1);
+    // `max_connections_per_ip = 0` is no cap.
+    let per_trunk = match sip.gw.config.server.max_connections_per_ip {
+        0 => usize::MAX,
+        n => n,
+    };
     let (ringing, mut decided) = match offers.ring(&call_id, inbound_source, per_trunk) {
         Ok(ringing) => ringing,
         Err(offers::Busy::Everywhere) => {
@@ -503,13 +518,13 @@ async fn ask(
         }
     };
     let data = serde_json::json!({"call_id": call_id, "sip_headers": sip_headers, "sip_media_security": "rtp"});
-    if sip.gw.webhooks.offer(&data, std::time::Instant::now() + sip.spec.accept_timeout) == 0 {
+    if sip.gw.webhooks.offer(&data, std::time::Instant::now() + sip.spec.accept_timeout, &ringing.settled()) == 0 {
         return Err(Unanswered::Refused(
             StatusCode::TEMPORARILY_UNAVAILABLE,
             "no webhook could be told (realtime.call.incoming: none takes it, or their queues are full)".into(),
         ));
     }
-    log::info!("{label}: offered to the app as {call_id}");
+    log::info!("{label}: a call to '{number}' offered to the app as {call_id}");
     let rang_out = tokio::time::sleep(sip.spec.accept_timeout);
     tokio::pin!(rang_out);
     // A 180 now and each minute: a proxy gives up on an INVITE with no word for over three.

@@ -8,6 +8,8 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
@@ -87,7 +89,8 @@ impl Offers {
         }
         let (tx, rx) = oneshot::channel();
         book.ringing.insert(call_id.to_string(), (tx, trunk));
-        Ok((Ringing { offers: self, call_id: call_id.to_string() }, rx))
+        let settled = Arc::new(AtomicBool::new(false));
+        Ok((Ringing { offers: self, call_id: call_id.to_string(), settled }, rx))
     }
 
     /// A ringing call stops ringing undecided (the caller gave up, or no one answered).
@@ -150,12 +153,20 @@ impl Offers {
 pub struct Ringing<'a> {
     offers: &'a Offers,
     call_id: String,
+    /// Set when it stops ringing: its offer is not sent (or sent again) after that.
+    settled: Arc<AtomicBool>,
 }
 
 impl Ringing<'_> {
     /// Stops it ringing: no decision is taken after this.
     pub fn withdraw(&self) {
+        self.settled.store(true, Ordering::Relaxed);
         self.offers.withdraw(&self.call_id);
+    }
+
+    /// What says it stopped ringing, for its offer's deliveries.
+    pub fn settled(&self) -> Arc<AtomicBool> {
+        self.settled.clone()
     }
 }
 
@@ -226,7 +237,10 @@ mod tests {
     fn a_withdrawn_or_abandoned_call_takes_no_decision() {
         let offers = Offers::default();
         let (ringing, _rx) = offers.ring("rtc_1", trunk(), 8).unwrap();
+        let settled = ringing.settled();
+        assert!(!settled.load(Ordering::Relaxed));
         ringing.withdraw();
+        assert!(settled.load(Ordering::Relaxed), "its offer is not sent after");
         assert!(offers.decide("rtc_1", Decision::Reject { code: 603 }).is_err());
         // The call's task went away (its guard dropped): no decision is taken, no place held.
         drop(offers.ring("rtc_2", trunk(), 8).unwrap());

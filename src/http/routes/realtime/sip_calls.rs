@@ -27,7 +27,7 @@ use crate::http::routes::http_error;
 use crate::transport::admission::address_admission;
 use crate::transport::outgoing::Metered;
 use crate::transport::sip::offers::{Accepted, Decision, first_update};
-use crate::transport::sip::sideband::{Sideband, SidebandSettings};
+use crate::transport::sip::sideband::{Sideband, SidebandParts, SidebandSettings};
 use bytestring::ByteString;
 use omni_actors::edge::dialect::{Dialect, Outbox};
 
@@ -46,17 +46,35 @@ pub(crate) async fn sideband(
     let Some(door) = gw.sip_calls.door(&call_id, key_id.as_deref()) else {
         return Ok(http_error(StatusCode::NOT_FOUND, "not_found", format!("no call '{call_id}' of this key here")));
     };
-    let response = actix_web_actors::ws::handshake(&req)?;
+    // A socket as any: counted as a connection of its address while open (refused while the
+    // server stops), and a page of another site let in only as `server.allowed_origins` says.
+    if let Err(refusal) = super::same_site(&req, &gw) {
+        return Ok(refusal);
+    }
+    let admission = match address_admission(&super::caller(&req, &gw), &gw) {
+        Ok(a) => a,
+        Err(refusal) => return Ok(super::refused(refusal)),
+    };
+    let response = super::websocket::handshake(&req)?;
     let config = &gw.config;
     let settings = SidebandSettings {
         heartbeat_interval: config.server.heartbeat_interval(),
         heartbeat_timeout: config.server.heartbeat_timeout(),
         rate: config.message_rate(),
+        max_frame_bytes: config.server.max_frame_bytes,
+        message_timeout: Duration::from_secs_f64(config.server.message_timeout_s),
     };
     let SocketBounds { meter, outgoing, incoming } = SocketBounds::of(&req, &gw);
     // The id is one of this gateway's own (found in the book).
-    let label = format!("call {call_id}");
-    let edge = Sideband::new(label, settings, door, incoming.clone(), outgoing);
+    let edge = Sideband::new(SidebandParts {
+        label: format!("call {call_id}"),
+        settings,
+        door,
+        incoming: incoming.clone(),
+        outgoing,
+        fragments: gw.fragments.clone(),
+        admission,
+    });
     let codec = actix_http::ws::Codec::new().max_size(config.server.max_frame_bytes);
     let payload = SocketBounds::body(payload, incoming);
     let mut response = response;
@@ -99,11 +117,18 @@ pub(crate) async fn accept(
     if gw.sip_calls.decide(&path, decision).is_err() {
         return not_ringing(&path);
     }
-    match told.await {
-        Ok(Ok(())) => HttpResponse::Ok().finish(),
+    // Decided: an accept that then failed is not to be tried again (the SDKs retry a 429 or
+    // a 5xx, and would get 404 for a call that no longer rings).
+    let mut failed = match told.await {
+        Ok(Ok(())) => return HttpResponse::Ok().finish(),
         Ok(Err(refusal)) => super::refused(refusal),
         Err(_) => http_error(StatusCode::SERVICE_UNAVAILABLE, "server_error", "the call ended as it was accepted"),
-    }
+    };
+    failed.headers_mut().insert(
+        actix_web::http::header::HeaderName::from_static("x-should-retry"),
+        actix_web::http::header::HeaderValue::from_static("false"),
+    );
+    failed
 }
 
 pub(crate) async fn reject(

@@ -150,7 +150,7 @@ fn take_back(
 
 /// The WebSocket handshake's answer; browsers offer `realtime` (with their key as a
 /// subprotocol), which the server selects.
-fn handshake(req: &HttpRequest) -> actix_web::Result<actix_web::HttpResponseBuilder> {
+pub(super) fn handshake(req: &HttpRequest) -> actix_web::Result<actix_web::HttpResponseBuilder> {
     if subprotocols(req).is_empty() {
         Ok(ws::handshake(req)?)
     } else {
