@@ -327,7 +327,7 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
     let node = raw.node.as_ref().map(|n| n.validate(base).map_err(|e| e.under("node"))).transpose()?;
     let names: Vec<&str> = workers.iter().map(|w| w.name.as_str()).collect();
     let nodes = nodes::validate(&raw.nodes, &names, base)?;
-    let webhooks = webhooks::validate(&raw.webhooks)?;
+    let webhooks = webhooks::validate(&raw.webhooks, base)?;
     if let Some(route) = sip.iter().flat_map(|s| &s.routes).find(|r| r.accept == sip::Accept::Webhook)
         && !webhooks.iter().any(|w| w.events.iter().any(|e| e == "realtime.call.incoming"))
     {

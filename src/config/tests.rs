@@ -527,6 +527,7 @@ fn the_shipped_config_is_valid_and_documents_every_key() {
         "realm",
         "digest_algorithm",
         "password_file",
+        "secret_file",
     ] {
         assert!(
             text.contains(&format!("{key} "))
@@ -607,4 +608,22 @@ fn trunk_credentials_are_read_from_their_files_and_checked() {
     assert!(e.contains("sip.users[0].user"), "{e}");
     let e = config(&user("trunk", "missing.pass")).unwrap_err().to_string();
     assert!(e.contains("missing.pass"), "{e}");
+}
+
+#[test]
+fn a_webhook_secret_may_come_from_a_file_and_not_from_both() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hook.secret"), "whsec_c2lwLWFwcC13ZWJob29rLXNlY3JldA==\n").unwrap();
+    let hook = |secret: &str| {
+        format!(
+            "{MINIMAL}[[webhooks]]\nurl = \"http://127.0.0.1:9/hook\"\nevents = [\"session.closed\"]\nformat = \"openai\"\n{secret}"
+        )
+    };
+    let c = Config::parse(&hook("secret_file = \"hook.secret\"\n"), &dir.path().join("config.toml")).unwrap();
+    assert_eq!(c.webhooks[0].secret, "whsec_c2lwLWFwcC13ZWJob29rLXNlY3JldA==");
+    let both = hook("secret_file = \"hook.secret\"\nsecret = \"whsec_c2lwLWFwcC13ZWJob29rLXNlY3JldA==\"\n");
+    let e = Config::parse(&both, &dir.path().join("config.toml")).unwrap_err().to_string();
+    assert!(e.contains("not both"), "{e}");
+    let e = Config::parse(&hook(""), &dir.path().join("config.toml")).unwrap_err().to_string();
+    assert!(e.contains("webhooks[0].secret"), "{e}");
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::check::{Invalid, check_name, positive, secret};
+use super::check::{Base, Invalid, check_name, positive, secret};
 
 /// One `[[webhooks]]` entry.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -14,8 +14,11 @@ pub struct WebhookEntry {
     pub name: Option<String>,
     pub url: String,
     pub events: Vec<String>,
-    /// Signs every delivery (HMAC-SHA256); 16 bytes or more.
+    /// Signs every delivery (HMAC-SHA256); 16 bytes or more. Or `secret_file`: a file holding it.
+    #[serde(default)]
     pub secret: String,
+    #[serde(default)]
+    pub secret_file: String,
     #[serde(default = "default_webhook_timeout")]
     pub timeout_s: f64,
     #[serde(default = "default_webhook_attempts")]
@@ -82,10 +85,10 @@ impl WebhookSpec {
 }
 
 /// Every entry checked; names are unique. Errors name `webhooks[i].KEY`.
-pub(super) fn validate(entries: &[WebhookEntry]) -> Result<Vec<WebhookSpec>, Invalid> {
+pub(super) fn validate(entries: &[WebhookEntry], base: Base<'_>) -> Result<Vec<WebhookSpec>, Invalid> {
     let mut webhooks: Vec<WebhookSpec> = Vec::new();
     for (i, w) in entries.iter().enumerate() {
-        let spec = w.validate(i).map_err(|e| e.under(&format!("webhooks[{i}]")))?;
+        let spec = w.validate(i, base).map_err(|e| e.under(&format!("webhooks[{i}]")))?;
         if webhooks.iter().any(|other| other.name == spec.name) {
             return Err(Invalid::new(format!("webhooks[{i}].name"), format!("'{}' names two webhooks", spec.name)));
         }
@@ -95,7 +98,7 @@ pub(super) fn validate(entries: &[WebhookEntry]) -> Result<Vec<WebhookSpec>, Inv
 }
 
 impl WebhookEntry {
-    pub fn validate(&self, i: usize) -> Result<WebhookSpec, Invalid> {
+    pub fn validate(&self, i: usize, base: Base<'_>) -> Result<WebhookSpec, Invalid> {
         let name = self.name.clone().unwrap_or_else(|| format!("webhook{i}"));
         check_name("name", &name)?;
         if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
@@ -111,10 +114,20 @@ impl WebhookEntry {
                 return Err(Invalid::new(format!("events[{j}]"), format!("'{e}' is not one of {}", known.join(", "))));
             }
         }
-        secret("secret", &self.secret)?;
+        let (key, value) = match (self.secret.as_str(), self.secret_file.as_str()) {
+            (s, "") => ("secret", s.to_string()),
+            ("", file) => {
+                let path = base.resolve(std::path::Path::new(file));
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| Invalid::new("secret_file", format!("{}: {e}", path.display())))?;
+                ("secret_file", text.trim().to_string())
+            }
+            _ => return Err(Invalid::new("secret", "set secret or secret_file, not both")),
+        };
+        secret(key, &value)?;
         if self.format == WebhookFormat::Openai {
             use base64::Engine;
-            let key = self.secret.strip_prefix("whsec_").ok_or_else(|| {
+            let key = value.strip_prefix("whsec_").ok_or_else(|| {
                 Invalid::new(
                     "secret",
                     "an \"openai\" webhook's secret is whsec_ and base64 (as OpenAI's webhooks' are)",
@@ -136,7 +149,7 @@ impl WebhookEntry {
             name,
             url: self.url.clone(),
             events: self.events.clone(),
-            secret: self.secret.clone(),
+            secret: value,
             timeout: Duration::from_secs_f64(self.timeout_s),
             max_attempts: self.max_attempts,
             retry_base: Duration::from_secs_f64(self.retry_base_s),
