@@ -7,7 +7,7 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 use actix_web_actors::ws;
 
-use super::realtime::websocket::Bounds;
+use super::realtime::socket::Bounds;
 use super::realtime::{caller, query_of, refused, secret_used};
 use crate::dialect::openai::Flavor;
 use crate::http::auth::Credential;

@@ -9,6 +9,7 @@ pub(super) mod calls;
 pub(super) mod client_secrets;
 mod resume;
 pub(super) mod sip_calls;
+pub(super) mod socket;
 pub(super) mod websocket;
 
 use std::collections::HashMap;

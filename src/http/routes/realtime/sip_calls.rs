@@ -19,7 +19,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::websocket::Bounds as SocketBounds;
+use super::socket::{self, Bounds as SocketBounds};
 use crate::dialect::openai::{Flavor, Realtime};
 use crate::http::Gateway;
 use crate::http::body::Bounds;
@@ -55,7 +55,7 @@ pub(crate) async fn sideband(
         Ok(a) => a,
         Err(refusal) => return Ok(super::refused(refusal)),
     };
-    let response = super::websocket::handshake(&req)?;
+    let response = socket::handshake(&req)?;
     let config = &gw.config;
     let settings = SidebandSettings {
         heartbeat_interval: config.server.heartbeat_interval(),
