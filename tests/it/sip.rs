@@ -567,3 +567,34 @@ fn a_user_agent_offering_opus_is_answered_in_opus_hears_the_model_and_its_key_ar
     let events = std::fs::read_to_string(server.recording(&session).join("events.jsonl")).unwrap();
     assert!(events.contains("input_audio_buffer.dtmf_event_received"), "{events}");
 }
+
+#[test]
+fn a_call_rings_while_its_session_waits_for_a_worker_and_is_answered_when_one_is_free() {
+    if !needs(&[Need::Baresip]) {
+        return;
+    }
+    let (server, port) = answering(41600);
+    let tmp = tempfile::tempdir().unwrap();
+    let wav = call_wav(tmp.path(), &[], 60.0);
+    // The one worker is taken by a first call.
+    let mut first = Baresip::start(&wav);
+    first.command("dial", &format!("sip:100@127.0.0.1:{port}"));
+    first.event("CALL_ESTABLISHED");
+    server.wait_status("the first call on the worker", WAIT, |s| s["workers"][0]["session"].is_string());
+    // A second call rings (its caller hears ringback) while its session waits in the queue...
+    let mut second = Baresip::start(&wav);
+    second.command("dial", &format!("sip:100@127.0.0.1:{port}"));
+    second.event("CALL_RINGING");
+    server.wait_status("the second call in the queue", WAIT, |s| s["queue"]["length"] == 1);
+    // ...and is answered when the first hangs up and the worker takes it.
+    first.command("hangup", "");
+    first.event("CALL_CLOSED");
+    second.event("CALL_ESTABLISHED");
+    server.wait_status("the second call on the worker", WAIT, |s| {
+        s["queue"]["length"] == 0 && s["workers"][0]["session"].is_string()
+    });
+    second.command("hangup", "");
+    second.event("CALL_CLOSED");
+    server.wait_idle();
+    assert!(server.logs().matches("the trunk hung up").count() == 2, "{}", server.logs());
+}

@@ -164,7 +164,7 @@ pub(super) fn sip_headers(invite: &IncomingRequest) -> Vec<serde_json::Value> {
 }
 
 /// How often a ringing call says so again (180).
-const RING_AGAIN: std::time::Duration = std::time::Duration::from_secs(60);
+pub(super) const RING_AGAIN: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What of an INVITE's headers the app is told, at most.
 const MAX_HEADERS: usize = 64;

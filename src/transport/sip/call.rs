@@ -95,7 +95,14 @@ pub struct CallParts {
     pub hang_up: UnboundedSender<()>,
     /// The address the INVITE came from: RTP from its IP may be latched on to.
     pub trunk: std::net::IpAddr,
+    /// Told when the session is created (a worker took it): the call is answered then.
+    pub ready: tokio::sync::oneshot::Sender<()>,
 }
+
+/// The trunk has the call (its 200 and ACK): RTP flows from now on.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CallAnswered;
 
 pub struct SipCall {
     label: String,
@@ -128,6 +135,10 @@ pub struct SipCall {
     last_key: Option<Instant>,
     /// The app's socket on the call, when one is on.
     sideband: Option<AppSocket>,
+    /// Told when the session is created, until it is.
+    ready: Option<tokio::sync::oneshot::Sender<()>>,
+    /// The call is answered: before, it rings and no RTP is awaited.
+    answered: bool,
 }
 
 /// An address as compared: an IPv4 address mapped into IPv6 as the IPv4 one.
@@ -166,6 +177,8 @@ impl SipCall {
             settled: false,
             last_key: None,
             sideband: None,
+            ready: Some(parts.ready),
+            answered: false,
         })
     }
 
@@ -359,7 +372,7 @@ impl Actor for SipCall {
             // A trunk that sends nothing by agreement (`recvonly`, `inactive`) is not timed
             // out; the session's time limit still ends its call.
             let silent = Instant::now().saturating_duration_since(act.last_heard);
-            if act.media.sends && silent > MEDIA_TIMEOUT {
+            if act.answered && act.media.sends && silent > MEDIA_TIMEOUT {
                 log::info!("session {}: no RTP from the trunk for {MEDIA_TIMEOUT:?}", act.label);
                 act.end(Some(CloseReason::HeartbeatTimeout), true, ctx);
             }
@@ -401,6 +414,12 @@ impl Handler<ToClient> for SipCall {
             // The dialect's events have no place on a phone line; its errors are logged (a
             // setting of the route's that the session refused).
             ToClient::Text(text) => {
+                if self.ready.is_some() && text.contains(r#""type":"session.created""#) {
+                    // A worker took the session: the call is answered now.
+                    if let Some(ready) = self.ready.take() {
+                        let _ = ready.send(());
+                    }
+                }
                 match &self.sideband {
                     Some(_) => self.tell_app(text),
                     // With no app to hear it, an error is the route's (or its accept's)
@@ -429,6 +448,15 @@ impl Handler<PeerHungUp> for SipCall {
 
     fn handle(&mut self, _: PeerHungUp, ctx: &mut Self::Context) {
         self.end(Some(CloseReason::Client("hangup".into())), false, ctx);
+    }
+}
+
+impl Handler<CallAnswered> for SipCall {
+    type Result = ();
+
+    fn handle(&mut self, _: CallAnswered, _: &mut Self::Context) {
+        self.answered = true;
+        self.last_heard = Instant::now();
     }
 }
 

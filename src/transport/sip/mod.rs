@@ -52,7 +52,7 @@ use crate::http::auth::Credential;
 use crate::roles::Serving;
 use crate::transport::admission::{Caller, Endpoint as Speaks, Refusal, Transport, admit};
 use accept::{Acceptance, Answered, Unanswered, ask, sip_headers};
-use call::{CallParts, PeerHungUp, Renegotiated, SipCall};
+use call::{CallAnswered, CallParts, PeerHungUp, Renegotiated, SipCall};
 
 /// The SIP edge: what every call's signalling task shares.
 pub struct Sip {
@@ -317,6 +317,7 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
     // The call's edge starts its session on the calls' arbiter (a session's start is not
     // Send); its admission's refusal comes back here.
     let (hang_up, mut hung_up) = tokio::sync::mpsc::unbounded_channel();
+    let (ready_tx, mut ready) = tokio::sync::oneshot::channel();
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Result<Addr<SipCall>, Refusal>>();
     let gw = sip.gw.clone();
     let caller = Caller { ip: Some(source.ip()), port: source.port(), user_agent: None, origin: Default::default() };
@@ -343,6 +344,7 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
                     incoming: gw.incoming.clone(),
                     hang_up,
                     trunk: caller.ip.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into()),
+                    ready: ready_tx,
                 };
                 SipCall::new(parts)
                     .map(Actor::start)
@@ -386,20 +388,49 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
     // An accepted call can be hung up by the app from its accept's answer on, until it ends.
     let door = (edge.clone().recipient(), edge.clone().recipient());
     let _answered = answered.map(|(id, key_id, hang_up)| Answered::new(&sip, id, key_id, hang_up, door));
+    // The app's accept is taken: the call is its now (it may hang it up from here on).
+    tell(done, Ok(()));
+    // The call rings while its session waits for a worker (the caller hears ringback, not
+    // silence), and is answered once the session is created.
+    let mut ring = tokio::time::interval(accept::RING_AGAIN);
+    loop {
+        tokio::select! {
+            created = &mut ready => match created {
+                Ok(()) => break,
+                // The edge ended: so did the session (as the arm below).
+                Err(_) => {
+                    let why = "its session ended before a worker took it".to_string();
+                    return decline(inbound, &label, source, StatusCode::TEMPORARILY_UNAVAILABLE, why).await;
+                }
+            },
+            _ = inbound.cancelled() => {
+                log::info!("{label}: the caller gave up while it waited for a worker");
+                return edge.do_send(PeerHungUp);
+            }
+            _ = hung_up.recv() => {
+                let why = "its session ended before a worker took it".to_string();
+                return decline(inbound, &label, source, StatusCode::TEMPORARILY_UNAVAILABLE, why).await;
+            }
+            _ = app_hung_up.recv() => {
+                edge.do_send(PeerHungUp);
+                let why = "the app hung it up while it waited for a worker".to_string();
+                return decline(inbound, &label, source, StatusCode::TEMPORARILY_UNAVAILABLE, why).await;
+            }
+            _ = ring.tick() => {
+                if let Err(e) = inbound.respond_provisional(StatusCode::RINGING).await {
+                    log::debug!("{label}: a 180 was not sent: {e}");
+                }
+            }
+        }
+    }
     let mut call = match inbound.with_media(media).accept().await {
         Ok(call) => call,
         Err(e) => {
             log::info!("{label}: the call was not set up: {e}");
-            let why = match e {
-                ezk_sip_ua::AcceptCallError::Cancelled => "the caller hung up as the call was answered".to_string(),
-                e => format!("the call was not set up: {e}"),
-            };
-            // Not a refusal of the admission's (not counted): the call was let in, and lost.
-            tell(done, Err(Refusal { reason: "internal", status: 503, code: "server_error", message: why }));
             return edge.do_send(PeerHungUp);
         }
     };
-    tell(done, Ok(()));
+    edge.do_send(CallAnswered);
     loop {
         tokio::select! {
             event = call.run() => match event {
