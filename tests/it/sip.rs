@@ -535,6 +535,8 @@ fn with_trunk_credentials_a_call_is_challenged_and_answered_and_a_wrong_password
     assert!(logs.contains("refused (403): a wrong password for user 'trunk'"), "{logs}");
     assert!(!logs.contains("not-the-trunk-password") && !logs.contains("a-long-trunk-password"), "{logs}");
     assert_eq!(server.metric("omni_connections_refused_total{reason=\"sip_credentials\"}"), 1.0);
+    // Each call was asked for its credentials first.
+    assert_eq!(server.metric("omni_connections_refused_total{reason=\"sip_challenged\"}"), 2.0);
     assert_eq!(server.status()["sessions"]["open"], 0);
 }
 

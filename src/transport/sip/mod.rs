@@ -231,6 +231,9 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
         match guard.check("INVITE", &invite.line.uri, &invite.headers, source.ip(), now) {
             digest::Verdict::Proven(user) => log::debug!("{label}: an INVITE from {source} proved user '{user}'"),
             digest::Verdict::Challenge { stale } => {
+                // Every call of a trunk with credentials is challenged once: counted (a trunk that
+                // never answers shows as these alone), logged at debug.
+                let _ = Refusal::new("sip_challenged", 401, "unauthorized", "");
                 log::debug!("{label}: an INVITE from {source} asked for its credentials (401)");
                 let challenge = guard.challenge(source.ip(), now, stale);
                 return refuse_with(&endpoint, &mut invite, StatusCode::UNAUTHORIZED, |headers| {
