@@ -178,6 +178,17 @@ pub enum FragmentRefusal {
     NotStarted,
 }
 
+/// What a frame of a fragmented message came to ([`Fragments::take`]).
+#[derive(Debug, PartialEq)]
+pub enum Fragment {
+    /// More is to come.
+    Pending,
+    /// The message, whole.
+    Whole(bytestring::ByteString),
+    /// The connection ends with it.
+    Violation(omni_actors::protocol::Violation),
+}
+
 /// One connection's unfinished fragmented message. Its bytes count against the budget
 /// until it is finished or dropped.
 pub struct Fragments {
@@ -232,6 +243,40 @@ impl Fragments {
     /// Whether a message has been unfinished for longer than the timeout.
     pub fn overdue(&self, now: Instant) -> bool {
         self.started.is_some_and(|t| now.saturating_duration_since(t) > self.timeout)
+    }
+
+    /// A frame of a fragmented message as a WebSocket edge reads it (the rate of a message's
+    /// first frame is the edge's to judge first): nothing yet, the whole message as text, or
+    /// the violation that ends the connection.
+    pub fn take(&mut self, item: actix_http::ws::Item, now: Instant) -> Fragment {
+        use actix_http::ws::Item;
+        use omni_actors::protocol::Violation;
+        let refused = |e: FragmentRefusal| match e {
+            FragmentRefusal::TooBig => Violation::MessageTooBig,
+            FragmentRefusal::BudgetFull => Violation::FragmentsFull,
+            FragmentRefusal::NotStarted => Violation::InvalidFrame,
+        };
+        let done = match item {
+            Item::FirstText(data) => self.first(data, now),
+            Item::FirstBinary(_) => return Fragment::Violation(Violation::BinaryFrame),
+            Item::Continue(data) => self.append(data),
+            Item::Last(data) => {
+                return match self.finish(data) {
+                    Ok(bytes) => {
+                        omni_actors::observe::metrics::metrics().bytes_received.inc_by(bytes.len() as u64);
+                        match bytestring::ByteString::try_from(Bytes::from(bytes)) {
+                            Ok(text) => Fragment::Whole(text),
+                            Err(_) => Fragment::Violation(Violation::InvalidUtf8),
+                        }
+                    }
+                    Err(e) => Fragment::Violation(refused(e)),
+                };
+            }
+        };
+        match done {
+            Ok(()) => Fragment::Pending,
+            Err(e) => Fragment::Violation(refused(e)),
+        }
     }
 
     /// Drops the unfinished message, if any.

@@ -71,6 +71,20 @@ pub struct OutgoingLimit {
     pub disconnect: Box<dyn Disconnect>,
 }
 
+impl OutgoingLimit {
+    /// A frame of `bytes` is written: what waits, past the bound, as the error.
+    pub fn wrote(&self, bytes: usize) -> Result<(), u64> {
+        let waiting = self.meter.wrote(bytes);
+        if waiting > self.max_bytes { Err(waiting) } else { Ok(()) }
+    }
+
+    /// Cuts the connection of a peer that does not read (`slow_consumer`, counted).
+    pub fn cut(&self) {
+        metrics().slow_consumers.inc();
+        self.disconnect.disconnect();
+    }
+}
+
 /// A response body that counts the bytes taken from it.
 pub struct Metered<S> {
     /// `None` once dropped (see `Drop`).

@@ -294,18 +294,16 @@ impl SipCall {
     /// the socket is cut, and the call goes on.
     fn tell_app(&mut self, text: ByteString) {
         let Some(app) = &self.sideband else { return };
-        if let Some(limit) = &app.outgoing {
-            let waiting = limit.meter.wrote(text.len());
-            if waiting > limit.max_bytes {
-                log::warn!(
-                    "session {}: the app does not read its call's socket ({waiting} bytes waiting); cut",
-                    self.label
-                );
-                metrics().slow_consumers.inc();
-                limit.disconnect.disconnect();
-                self.sideband = None;
-                return;
-            }
+        if let Some(limit) = &app.outgoing
+            && let Err(waiting) = limit.wrote(text.len())
+        {
+            log::warn!(
+                "session {}: the app does not read its call's socket ({waiting} bytes waiting); cut",
+                self.label
+            );
+            limit.cut();
+            self.sideband = None;
+            return;
         }
         app.to.do_send(ToClient::Text(text));
     }

@@ -25,7 +25,7 @@ use omni_actors::session::messages::{FromClient, SessionPort, ToClient};
 
 use super::call::{Attach, Attached, Detach};
 use crate::transport::incoming::Backlog;
-use crate::transport::limits::{Admit, FragmentBudget, FragmentRefusal, Fragments, MessageRate, RateLimit};
+use crate::transport::limits::{Admit, Fragment, FragmentBudget, Fragments, MessageRate, RateLimit};
 use crate::transport::outgoing::OutgoingLimit;
 use omni_actors::session::Admission;
 
@@ -123,32 +123,13 @@ impl Sideband {
     }
 
     fn on_fragment(&mut self, item: Item, ctx: &mut ws::WebsocketContext<Self>) {
-        let result = match item {
-            Item::FirstText(data) => {
-                if !self.within_rate(ctx) {
-                    self.fragments.clear();
-                    return;
-                }
-                self.fragments.first(data, Instant::now())
-            }
-            Item::FirstBinary(_) => return self.violation(ctx, Violation::BinaryFrame),
-            Item::Continue(data) => self.fragments.append(data),
-            Item::Last(data) => match self.fragments.finish(data) {
-                Ok(bytes) => {
-                    metrics().bytes_received.inc_by(bytes.len() as u64);
-                    return match ByteString::try_from(actix_web::web::Bytes::from(bytes)) {
-                        Ok(text) => self.hand(text),
-                        Err(_) => self.violation(ctx, Violation::InvalidUtf8),
-                    };
-                }
-                Err(e) => Err(e),
-            },
-        };
-        match result {
-            Ok(()) => {}
-            Err(FragmentRefusal::TooBig) => self.violation(ctx, Violation::MessageTooBig),
-            Err(FragmentRefusal::BudgetFull) => self.violation(ctx, Violation::FragmentsFull),
-            Err(FragmentRefusal::NotStarted) => self.violation(ctx, Violation::InvalidFrame),
+        if matches!(item, Item::FirstText(_)) && !self.within_rate(ctx) {
+            return self.fragments.clear();
+        }
+        match self.fragments.take(item, Instant::now()) {
+            Fragment::Pending => {}
+            Fragment::Whole(text) => self.hand(text),
+            Fragment::Violation(v) => self.violation(ctx, v),
         }
     }
 }

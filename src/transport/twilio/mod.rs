@@ -109,17 +109,15 @@ impl TwilioEdge {
     /// A message for Twilio, counted against the outgoing bound: a socket that does not read
     /// is cut, as a WebSocket client's is (`slow_consumer`).
     fn send(&mut self, ctx: &mut ws::WebsocketContext<Self>, frame: String) {
-        if let Some(limit) = &self.outgoing {
-            let waiting = limit.meter.wrote(frame.len());
-            if waiting > limit.max_bytes {
-                log::warn!(
-                    "session {}: Twilio does not read the stream ({waiting} bytes waiting); dropping it",
-                    self.label
-                );
-                metrics().slow_consumers.inc();
-                limit.disconnect.disconnect();
-                return self.end(ctx, CloseReason::SlowConsumer);
-            }
+        if let Some(limit) = &self.outgoing
+            && let Err(waiting) = limit.wrote(frame.len())
+        {
+            log::warn!(
+                "session {}: Twilio does not read the stream ({waiting} bytes waiting); dropping it",
+                self.label
+            );
+            limit.cut();
+            return self.end(ctx, CloseReason::SlowConsumer);
         }
         metrics().bytes_sent.inc_by(frame.len() as u64);
         ctx.text(frame);

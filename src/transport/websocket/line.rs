@@ -63,12 +63,11 @@ impl ClientLine for Line {
     fn tell(&self, msg: ToClient) {
         match msg {
             ToClient::Text(text) => {
-                if let Some(limit) = &self.outgoing {
-                    let waiting = limit.meter.wrote(text.len());
-                    if waiting > limit.max_bytes {
-                        self.slow.do_send(SlowConsumer(waiting));
-                        return;
-                    }
+                if let Some(limit) = &self.outgoing
+                    && let Err(waiting) = limit.wrote(text.len())
+                {
+                    self.slow.do_send(SlowConsumer(waiting));
+                    return;
                 }
                 metrics().bytes_sent.inc_by(text.len() as u64);
                 let mut frame = BytesMut::with_capacity(text.len() + 10);

@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use actix_http::ws::Item;
-use actix_web::web::Bytes;
 use actix_web_actors::ws;
 use bytestring::ByteString;
 use omni_actors::observe::metrics::metrics;
@@ -25,7 +24,7 @@ use omni_actors::protocol::{CloseReason, Violation, bounded};
 use omni_actors::session::messages::{FromClient, ToClient};
 
 use super::incoming::Backlog;
-use super::limits::{Admit, FragmentBudget, FragmentRefusal, Fragments, MessageRate, RateLimit};
+use super::limits::{Admit, Fragment, FragmentBudget, Fragments, MessageRate, RateLimit};
 use super::outgoing::OutgoingLimit;
 use super::{SessionPort, StartSession};
 use line::{LineEnd, SlowConsumer};
@@ -202,47 +201,29 @@ impl WebSocketEdge {
     }
 
     fn on_fragment(&mut self, item: Item, ctx: &mut ws::WebsocketContext<Self>) {
-        let result = match item {
-            Item::FirstText(data) => {
-                if !self.within_rate(ctx) {
-                    // The rest of it is refused too: nothing is started.
-                    self.fragments.clear();
-                    return;
+        if matches!(item, Item::FirstText(_)) && !self.within_rate(ctx) {
+            // The rest of it is refused too: nothing is started.
+            return self.fragments.clear();
+        }
+        match self.fragments.take(item, Instant::now()) {
+            Fragment::Pending => {}
+            Fragment::Whole(text) => self.hand(text),
+            Fragment::Violation(v) => {
+                match v {
+                    Violation::MessageTooBig => log::info!(
+                        "session {}: message over {} bytes; closing with 1009",
+                        self.label,
+                        self.settings.max_frame_bytes
+                    ),
+                    Violation::FragmentsFull => log::warn!(
+                        "session {}: every connection's unfinished messages are at their bound \
+                         (server.max_fragment_buffer_mb); closing with 1013",
+                        self.label
+                    ),
+                    _ => {}
                 }
-                self.fragments.first(data, Instant::now())
+                self.violation(ctx, v);
             }
-            Item::FirstBinary(_) => return self.violation(ctx, Violation::BinaryFrame),
-            Item::Continue(data) => self.fragments.append(data),
-            Item::Last(data) => match self.fragments.finish(data) {
-                Ok(bytes) => {
-                    metrics().bytes_received.inc_by(bytes.len() as u64);
-                    return match ByteString::try_from(Bytes::from(bytes)) {
-                        Ok(text) => self.hand(text),
-                        Err(_) => self.violation(ctx, Violation::InvalidUtf8),
-                    };
-                }
-                Err(e) => Err(e),
-            },
-        };
-        match result {
-            Ok(()) => {}
-            Err(FragmentRefusal::TooBig) => {
-                log::info!(
-                    "session {}: message over {} bytes; closing with 1009",
-                    self.label,
-                    self.settings.max_frame_bytes
-                );
-                self.violation(ctx, Violation::MessageTooBig);
-            }
-            Err(FragmentRefusal::BudgetFull) => {
-                log::warn!(
-                    "session {}: every connection's unfinished messages are at their bound \
-                     (server.max_fragment_buffer_mb); closing with 1013",
-                    self.label
-                );
-                self.violation(ctx, Violation::FragmentsFull);
-            }
-            Err(FragmentRefusal::NotStarted) => self.violation(ctx, Violation::InvalidFrame),
         }
     }
 
