@@ -165,7 +165,8 @@ impl Actor for Sideband {
             }
             if now.saturating_duration_since(act.last_heard) > act.settings.heartbeat_timeout {
                 log::info!("{}: nothing heard on the app's socket; closed", act.label);
-                return act.violation(ctx, Violation::ProtocolError);
+                let code = ws::CloseCode::from(CloseReason::HeartbeatTimeout.close_code());
+                return act.close(ctx, code, CloseReason::HeartbeatTimeout.as_str());
             }
             ctx.ping(b"");
         });
