@@ -1,6 +1,7 @@
-//! Builds the reference backend three ways from one source:
-//!  - statically into the server (backend = "builtin"; entry points renamed),
-//!  - as a shared library, so the `library` path is tested with identical behaviour,
+//! Builds what the server's tests load through the C ABI, from the reference backend's one
+//! source (the backend host links the same source statically: `backends/host/build.rs`):
+//!  - a shared library, so the `library` path is tested with identical behaviour,
+//!  - a copy of it claiming ABI 2, for the loader's tests,
 //!
 //! and the C test program that drives that shared library through the header alone.
 //! Their paths reach the code and tests as OMNI_REFERENCE_LIB and OMNI_ABI_TEST_BIN
@@ -12,26 +13,13 @@ use std::process::Command;
 
 const HEADER: &str = "include/omni_backend.h";
 const REFERENCE: &str = "backends/reference/reference_backend.c";
-const LAYOUT: &str = "backends/abi_layout.c";
 const ABI_TEST: &str = "tests/c/abi_test.c";
 
 fn main() {
-    for f in [HEADER, REFERENCE, LAYOUT, ABI_TEST] {
+    for f in [HEADER, REFERENCE, ABI_TEST] {
         println!("cargo:rerun-if-changed={f}");
     }
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-
-    cc::Build::new()
-        .file(REFERENCE)
-        .file(LAYOUT)
-        .include("include")
-        .define("OMNI_REFERENCE_STATIC", None)
-        .flag_if_supported("-std=c11")
-        .warnings(true)
-        .extra_warnings(true)
-        .warnings_into_errors(true)
-        .compile("omni_reference");
-    println!("cargo:rustc-link-lib=m");
 
     let compiler = cc::Build::new().get_compiler();
     let lib = out.join("libomni_reference.so");

@@ -7,16 +7,17 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use omni_gateway::link::handshake;
-use omni_gateway::link::wire::Request;
+use omni_backend_host::link::handshake;
+use omni_backend_host::link::wire::Request;
 
 const TOKEN: &str = "Jx2d9Kp4TzY6bN1cHs5fGa8uE0iO2wRkMq3V8r7lWm0=";
 
 fn handshake(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
     let mut group = c.benchmark_group("handshake");
-    let credential = omni_gateway::link::replica::Credential::parse(&omni_gateway::link::replica::issue(TOKEN, "r1"))
-        .expect("a credential");
+    let credential =
+        omni_backend_host::link::replica::Credential::parse(&omni_backend_host::link::replica::issue(TOKEN, "r1"))
+            .expect("a credential");
     let secrets = [
         ("protocol 10, the token, both sides, in-memory pipe", handshake::Secret::Token(TOKEN)),
         (

@@ -47,7 +47,7 @@ fn detectors(c: &mut Criterion) {
         onnxruntime_library: models().join("libonnxruntime.so.1.31.1"),
     };
     if model.check().is_ok() {
-        let mut silero = omni_gateway::vad::detectors(&VadSpec::Silero(model)).detector();
+        let mut silero = omni_dialects::vad::detectors(&VadSpec::Silero(model)).detector();
         group.bench_function("silero, 1 s of sound", |b| b.iter(|| black_box(second(silero.as_mut(), &voiced))));
         group.bench_function("silero, 1 s of digital silence", |b| {
             b.iter(|| black_box(second(silero.as_mut(), &silent)))
@@ -55,7 +55,7 @@ fn detectors(c: &mut Criterion) {
     } else {
         eprintln!("vad: no Silero model in {} (python3 scripts/fetch-models.py): energy only", models().display());
     }
-    let mut energy = omni_gateway::vad::energy().detector();
+    let mut energy = omni_dialects::vad::energy().detector();
     group.bench_function("energy, 1 s of sound", |b| b.iter(|| black_box(second(energy.as_mut(), &voiced))));
     group.finish();
 }

@@ -8,9 +8,9 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use omni_actors::domain::{Mode, StepKind, StepOutcome};
 use omni_actors::edge::dialect::{Dialect, Outbox};
 use omni_actors::protocol::{Inbound, Outbound};
-use omni_gateway::dialect::Limits;
-use omni_gateway::dialect::minicpm::Current;
-use omni_gateway::dialect::wire;
+use omni_dialects::Limits;
+use omni_dialects::minicpm::Current;
+use omni_dialects::wire;
 
 fn append_event() -> String {
     let samples: Vec<f32> = (0..16000).map(|i| 0.3 * (i as f32 * 0.0863).sin()).collect();
@@ -21,7 +21,7 @@ fn append_event() -> String {
 
 fn decode(c: &mut Criterion) {
     let text: bytestring::ByteString = append_event().into();
-    let mut dialect = Current::new(Mode::Audio, Limits::default(), &omni_gateway::vad::energy());
+    let mut dialect = Current::new(Mode::Audio, Limits::default(), &omni_dialects::vad::energy());
     let mut group = c.benchmark_group("decode");
     group.throughput(Throughput::Bytes(text.len() as u64));
     group.bench_function("input.append 1 s (85 KB) to samples", |b| {
@@ -69,7 +69,7 @@ fn encode(c: &mut Criterion) {
         generate_us: 20,
         ..StepOutcome::default()
     };
-    let mut dialect = Current::new(Mode::Audio, Limits::default(), &omni_gateway::vad::energy());
+    let mut dialect = Current::new(Mode::Audio, Limits::default(), &omni_dialects::vad::energy());
     let mut out = Outbox::default();
     let mut group = c.benchmark_group("encode");
     group.throughput(Throughput::Bytes(24000 * 4));
@@ -138,7 +138,7 @@ fn base64_crates(c: &mut Criterion) {
 fn worker_chunk(c: &mut Criterion) {
     use base64::Engine;
     let text: bytestring::ByteString = append_event().into();
-    let mut dialect = Current::new(Mode::Audio, Limits::default(), &omni_gateway::vad::energy());
+    let mut dialect = Current::new(Mode::Audio, Limits::default(), &omni_dialects::vad::energy());
     let Ok(Inbound::Chunk(forwarded)) = dialect.decode(&text, &mut Outbox::default()).map(|mut c| c.remove(0)) else {
         unreachable!()
     };
@@ -146,10 +146,10 @@ fn worker_chunk(c: &mut Criterion) {
     let encoded = omni_actors::domain::DuplexChunk { audio_base64: None, ..forwarded.clone() };
     let mut group = c.benchmark_group("worker chunk");
     group.bench_function("audio_chunk 1 s: the client's base64 forwarded", |b| {
-        b.iter(|| omni_gateway::backend::minicpmo::audio_chunk(black_box(&forwarded), false).len())
+        b.iter(|| omni_backend_host::minicpmo::audio_chunk(black_box(&forwarded), false).len())
     });
     group.bench_function("audio_chunk 1 s: encoded from samples", |b| {
-        b.iter(|| omni_gateway::backend::minicpmo::audio_chunk(black_box(&encoded), false).len())
+        b.iter(|| omni_backend_host::minicpmo::audio_chunk(black_box(&encoded), false).len())
     });
     group.bench_function("audio_chunk 1 s: serde_json Value and base64 (the release before)", |b| {
         b.iter(|| {

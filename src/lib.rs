@@ -23,17 +23,12 @@
 //! - [`net`]: peers' addresses as limits count them (an IPv6 /64 as one), and networks.
 //! - [`signals`]: SIGTERM, SIGINT and SIGHUP, registered before a server says it listens.
 
-pub mod backend;
+pub mod admission;
+pub mod auth;
 pub mod config;
-pub mod dialect;
 pub mod http;
-pub mod link;
-pub mod net;
+pub mod listen;
 pub mod observe;
 pub mod roles;
 pub mod signals;
 pub mod store;
-
-pub mod transcription;
-pub mod transport;
-pub mod vad;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use omni_gateway::backend::BackendApi;
+use omni_backend_host::BackendApi;
 use omni_gateway::config::{BackendSource, Config};
 
 #[derive(Parser)]
@@ -49,7 +49,7 @@ enum Command {
     /// Hosts one worker's backend in this process, spoken to over stdin and stdout
     /// (started by the server for workers with isolation = "process").
     #[command(hide = true)]
-    WorkerHost(omni_gateway::backend::host::HostArgs),
+    WorkerHost(omni_backend_host::host::HostArgs),
 }
 
 fn main() -> ExitCode {
@@ -63,9 +63,9 @@ fn main() -> ExitCode {
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => match load_for_this_host(&cli.config, true).and_then(|config| {
             let file = cli.config.display();
-            omni_gateway::vad::check(&config.vad).map_err(|e| format!("{file}: {e}"))?;
+            omni_dialects::vad::check(&config.vad).map_err(|e| format!("{file}: {e}"))?;
             if let Some(t) = &config.transcription {
-                omni_gateway::transcription::check(t).map_err(|e| format!("{file}: transcription: {e}"))?;
+                omni_dialects::transcription::check(t).map_err(|e| format!("{file}: transcription: {e}"))?;
             }
             Ok(config)
         }) {
@@ -89,7 +89,7 @@ fn main() -> ExitCode {
         Command::Callload(args) => report(omni_tools::callload::run(args)),
         Command::Flood(args) => report(omni_tools::flood::run(args)),
         Command::CheckRecordings(args) => report(omni_tools::check_recordings::run(args)),
-        Command::WorkerHost(args) => report(omni_gateway::backend::host::run(args)),
+        Command::WorkerHost(args) => report(omni_backend_host::host::run(args)),
     }
 }
 
@@ -106,11 +106,11 @@ fn replica_credential(path: &std::path::Path, name: &str) -> ExitCode {
         eprintln!("{}: a credential is issued from a node's config (its [node] token)", path.display());
         return ExitCode::FAILURE;
     };
-    if !omni_gateway::link::replica::name_ok(name) {
+    if !omni_backend_host::link::replica::name_ok(name) {
         eprintln!("'{}' is not a replica's name: up to 64 letters, digits, '_', '.' and '-'", name.escape_debug());
         return ExitCode::FAILURE;
     }
-    println!("{}", omni_gateway::link::replica::issue(&node.token, name));
+    println!("{}", omni_backend_host::link::replica::issue(&node.token, name));
     ExitCode::SUCCESS
 }
 
@@ -118,7 +118,7 @@ fn replica_credential(path: &std::path::Path, name: &str) -> ExitCode {
 /// ([`omni_gateway::config::host`]) rather than aborting while it opens them.
 fn load_for_this_host(path: &std::path::Path, inline: bool) -> Result<Config, String> {
     let config = Config::load(path).map_err(|e| e.to_string())?;
-    omni_gateway::config::host::check(&config, inline).map_err(|e| format!("{}: {e}", path.display()))?;
+    omni_backend_host::capacity::check(&config.workers, inline).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(config)
 }
 
@@ -153,17 +153,17 @@ fn check_config(path: &std::path::Path) -> ExitCode {
     };
     let file = path.display();
     let mut failed = false;
-    if let Err(e) = omni_gateway::config::host::check(&config, config.node.is_none()) {
+    if let Err(e) = omni_backend_host::capacity::check(&config.workers, config.node.is_none()) {
         eprintln!("{file}: {e}");
         failed = true;
     }
     if let Some((cert, key)) = &config.tls
-        && let Err(e) = omni_gateway::http::tls_config("server.tls", cert, key)
+        && let Err(e) = omni_gateway::listen::tls_config("server.tls", cert, key)
     {
         eprintln!("{file}: {e}");
         failed = true;
     }
-    match omni_gateway::vad::check(&config.vad) {
+    match omni_dialects::vad::check(&config.vad) {
         Ok(()) if config.vad != omni_gateway::config::VadSpec::Energy => {
             println!("{file}: vad: Silero VAD loads and runs")
         }
@@ -174,7 +174,7 @@ fn check_config(path: &std::path::Path) -> ExitCode {
         }
     }
     if let Some(t) = &config.transcription {
-        match omni_gateway::transcription::check(t) {
+        match omni_dialects::transcription::check(t) {
             Ok(()) => println!("{file}: transcription: Whisper ({}) loads and runs", t.model.display()),
             Err(e) => {
                 eprintln!("{file}: transcription: {e}");
@@ -194,7 +194,7 @@ fn check_config(path: &std::path::Path) -> ExitCode {
                 println!("{file}: will listen on {addr} (something listens there now: a running server?)")
             }
             Err(e) => {
-                eprintln!("{file}: {key}: {}", omni_gateway::http::listen_error(*addr, &e));
+                eprintln!("{file}: {key}: {}", omni_gateway::listen::listen_error(*addr, &e));
                 failed = true;
             }
         }
@@ -216,7 +216,7 @@ fn check_config(path: &std::path::Path) -> ExitCode {
             failed = true;
             continue;
         }
-        let factory = omni_gateway::backend::factory(w, open_timeout);
+        let factory = omni_backend_host::factory(w, open_timeout);
         match factory.open() {
             Ok(backend) => {
                 let info = backend.info();
@@ -279,7 +279,7 @@ fn check_config(path: &std::path::Path) -> ExitCode {
     }
     let mut remote = 0;
     for (i, link) in config.nodes.iter().enumerate() {
-        match omni_gateway::backend::remote::discover(link) {
+        match omni_backend_host::remote::discover(link) {
             Ok(workers) => {
                 println!("{file}: node {} ({}) serves {} worker(s):", link.name, link.address, workers.len());
                 for w in &workers {
@@ -304,7 +304,7 @@ fn check_config(path: &std::path::Path) -> ExitCode {
     }
     if let Some(node) = &config.node {
         if let Some((cert, key)) = &node.tls
-            && let Err(e) = omni_gateway::http::tls_config("node.tls", cert, key)
+            && let Err(e) = omni_gateway::listen::tls_config("node.tls", cert, key)
         {
             eprintln!("{file}: {e}");
             failed = true;

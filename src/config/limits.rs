@@ -5,7 +5,7 @@ use std::time::Duration;
 use omni_actors::domain::Mode;
 use serde::Deserialize;
 
-use super::check::{Invalid, positive};
+use omni_actors::settings::{Invalid, positive};
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]

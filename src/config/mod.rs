@@ -15,43 +15,35 @@ use omni_actors::domain::Mode;
 use serde::Deserialize;
 
 mod auth;
-pub(crate) mod check;
-mod cluster;
-pub mod host;
 mod limits;
 mod models;
 mod nodes;
 mod queue;
 mod recording;
 mod server;
-pub mod sip;
 #[cfg(test)]
 mod tests;
-mod transcription;
-pub mod twilio;
-mod vad;
-mod webhooks;
-pub mod webrtc;
-mod workers;
 
-pub use auth::{AuthConfig, read_keys_file};
-pub use check::Invalid;
-pub use cluster::{ClusterConfig, ClusterSpec};
+pub use crate::observe::webhooks::{WebhookEntry, WebhookFormat, WebhookSpec};
+use crate::store::config::Part;
+pub use crate::store::{ClusterConfig, ClusterSpec};
+pub use auth::{AuthConfig, KeyError, parse_keys_file, read_keys_file};
 pub use limits::LimitsConfig;
 pub use models::{ModelEntry, ModelSpec};
-pub use nodes::{NodeConfig, NodeEntry, NodeLink, NodeServe};
+pub use nodes::{NodeConfig, NodeServe};
+pub use omni_actors::settings::Invalid;
+pub use omni_backend_host::link::config::{NodeEntry, NodeLink};
+pub use omni_backend_host::workers::{BackendKind, BackendSource, Isolation, WorkerEntry, WorkerSpec};
+pub use omni_dialects::transcription::{TranscriptionConfig, TranscriptionSpec};
+pub use omni_dialects::vad::{VadConfig, VadEngine, VadSpec};
+pub use omni_transports::sip::config::{SipConfig, SipRouteEntry, SipSpec};
+pub use omni_transports::twilio::config::{TwilioConfig, TwilioSpec};
+pub use omni_transports::webrtc::config::{WebRtcConfig, WebRtcSpec};
 pub use queue::QueueConfig;
 pub use recording::{RecordingConfig, UsageConfig};
 pub use server::{ServerConfig, TlsConfig};
-pub use sip::{SipConfig, SipRouteEntry, SipSpec};
-pub use transcription::{TranscriptionConfig, TranscriptionSpec};
-pub use twilio::{TwilioConfig, TwilioSpec};
-pub use vad::{VadConfig, VadEngine, VadSpec};
-pub use webhooks::{WebhookEntry, WebhookFormat, WebhookSpec};
-pub use webrtc::{WebRtcConfig, WebRtcSpec};
-pub use workers::{BackendKind, BackendSource, Isolation, WorkerEntry, WorkerSpec};
 
-use check::Base;
+use omni_actors::settings::Base;
 
 /// A configuration problem: which file, which key, what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -224,9 +216,9 @@ impl Config {
     }
 
     /// What one connection may send, per second (none when `max_messages_per_s` is 0).
-    pub fn message_rate(&self) -> Option<crate::transport::limits::RateLimit> {
+    pub fn message_rate(&self) -> Option<omni_transports::limits::RateLimit> {
         let s = &self.server;
-        (s.max_messages_per_s > 0.0).then(|| crate::transport::limits::RateLimit {
+        (s.max_messages_per_s > 0.0).then(|| omni_transports::limits::RateLimit {
             per_second: s.max_messages_per_s,
             burst: s.max_messages_burst,
             abuse_after: Duration::from_secs(5),
@@ -234,9 +226,9 @@ impl Config {
     }
 
     /// What a client may send and make a dialect hold.
-    pub fn dialect_limits(&self) -> crate::dialect::Limits {
+    pub fn dialect_limits(&self) -> omni_dialects::Limits {
         let l = &self.limits;
-        crate::dialect::Limits {
+        omni_dialects::Limits {
             min_audio_samples: l.min_audio_samples,
             reference: omni_actors::audio::AudioLimits { max_seconds: l.max_reference_audio_s },
             max_buffered_bytes: (l.max_buffered_mb * 1048576.0) as usize,
@@ -293,13 +285,12 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
     let server = raw.server.validate(base).map_err(|e| e.under("server"))?;
     raw.queue.validate().map_err(|e| e.under("queue"))?;
     raw.limits.validate().map_err(|e| e.under("limits"))?;
-    let part =
-        cluster::Part { node: raw.node.is_some(), own_workers: !raw.workers.is_empty() || !raw.nodes.is_empty() };
+    let part = Part { node: raw.node.is_some(), own_workers: !raw.workers.is_empty() || !raw.nodes.is_empty() };
     let cluster = raw.cluster.validate(part, base).map_err(|e| e.under("cluster"))?;
     if raw.workers.is_empty() && raw.nodes.is_empty() && cluster.is_none() {
         return Err(Invalid::new("workers", "at least one [[workers]] or [[nodes]] entry is required"));
     }
-    let workers = workers::validate(&raw.workers, base)?;
+    let workers = omni_backend_host::workers::validate(&raw.workers, base)?;
     let recording = raw.recording.validate(base).map_err(|e| e.under("recording"))?;
     let auth = raw.auth.validate(base).map_err(|e| e.under("auth"))?;
     let models = models::validate(&raw.models, &workers)?;
@@ -326,9 +317,10 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
     }
     let node = raw.node.as_ref().map(|n| n.validate(base).map_err(|e| e.under("node"))).transpose()?;
     let names: Vec<&str> = workers.iter().map(|w| w.name.as_str()).collect();
-    let nodes = nodes::validate(&raw.nodes, &names, base)?;
-    let webhooks = webhooks::validate(&raw.webhooks, base)?;
-    if let Some(route) = sip.iter().flat_map(|s| &s.routes).find(|r| r.accept == sip::Accept::Webhook)
+    let nodes = omni_backend_host::link::config::validate(&raw.nodes, &names, base)?;
+    let webhooks = crate::observe::webhooks::config::validate(&raw.webhooks, base)?;
+    if let Some(route) =
+        sip.iter().flat_map(|s| &s.routes).find(|r| r.accept == omni_transports::sip::config::Accept::Webhook)
         && !webhooks.iter().any(|w| w.events.iter().any(|e| e == "realtime.call.incoming"))
     {
         return Err(Invalid::new(
@@ -369,7 +361,7 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
 
 impl Config {
     /// The API keys as they are now: `api_keys`, and the keys file read again. For SIGHUP.
-    pub fn reload_api_keys(&self) -> Result<Vec<String>, crate::http::auth::KeyError> {
+    pub fn reload_api_keys(&self) -> Result<Vec<String>, crate::config::KeyError> {
         let mut keys = self.inline_api_keys.clone();
         if let Some(file) = &self.api_keys_file {
             keys.extend(read_keys_file(file)?);

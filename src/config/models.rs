@@ -3,8 +3,8 @@
 use omni_actors::domain::Mode;
 use serde::Deserialize;
 
-use super::check::Invalid;
-use super::workers::WorkerSpec;
+use omni_actors::settings::Invalid;
+use omni_backend_host::workers::WorkerSpec;
 
 /// One `[[models]]` entry: an OpenAI-style `model` name and the modes whose workers serve it.
 #[derive(Debug, Clone, Deserialize, PartialEq)]

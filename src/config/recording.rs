@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::check::{Base, Invalid, not_negative, positive};
+use omni_actors::settings::{Base, Invalid, not_negative, positive};
 
 /// `[recording]`: every session recorded under `dir/YYYY-MM-DD/SESSION_ID/`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]

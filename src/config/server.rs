@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::check::{Base, Invalid, network, not_negative, positive, resolve_bind};
+use omni_actors::settings::{Base, Invalid, network, not_negative, positive, resolve_bind};
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]

@@ -126,17 +126,17 @@ fn the_cluster_section_is_checked() {
     let url = "url = \"redis://:secret@10.0.0.2:6379/0\"";
     let secret = "Jx2d9Kp4TzY6bN1cHs5fGa8uE0iO2wRkMq3V8r7lWm0=";
     let token = format!("token = \"{secret}\"");
-    let cred = format!("credential = \"{}\"", crate::link::replica::issue(secret, "gw-a"));
+    let cred = format!("credential = \"{}\"", omni_backend_host::link::replica::issue(secret, "gw-a"));
     // A replica: no workers of its own, its own credential (its name is the credential's).
     let c = parse(&format!("[cluster]\nengine = \"redis\"\n{url}\n{cred}\nname = \"gw-a\"\n")).unwrap();
     let spec = c.cluster.unwrap();
     assert_eq!((spec.name.as_str(), spec.prefix.as_str(), spec.lease), ("gw-a", "og", Duration::from_secs(3)));
     assert_eq!(spec.redacted_url(), "redis://***@10.0.0.2:6379/***", "no password in logs");
-    assert_eq!(super::check::redacted_url("https://hooks.example/t0k3n?sig=1"), "https://hooks.example/***");
-    assert_eq!(super::check::redacted_url("http://u:p@h:80"), "http://***@h:80");
+    assert_eq!(omni_actors::settings::redacted_url("https://hooks.example/t0k3n?sig=1"), "https://hooks.example/***");
+    assert_eq!(omni_actors::settings::redacted_url("http://u:p@h:80"), "http://***@h:80");
     assert_eq!(spec.standby_links, 4, "links kept open to each node by default");
     assert!(c.workers.is_empty());
-    assert_eq!(spec.credential.unwrap().password(), crate::link::replica::password(secret, "gw-a"));
+    assert_eq!(spec.credential.unwrap().password(), omni_backend_host::link::replica::password(secret, "gw-a"));
     let c = parse(&format!("[cluster]\nengine = \"redis\"\n{url}\n{cred}\n")).unwrap();
     assert_eq!(c.cluster.unwrap().name, "gw-a", "named by its credential");
     // A node: its workers, its own token; none needed under [cluster].
@@ -576,7 +576,7 @@ fn a_route_the_app_accepts_needs_a_webhook_that_tells_it_and_openai_webhooks_tak
     let good = "whsec_c2lwLWFwcC13ZWJob29rLXNlY3JldA==";
     let c = parse(&format!("{MINIMAL}{sip}{}", hook("openai", good))).unwrap();
     assert_eq!(c.webhooks[0].format, WebhookFormat::Openai);
-    assert_eq!(c.sip.unwrap().routes[0].accept, sip::Accept::Webhook);
+    assert_eq!(c.sip.unwrap().routes[0].accept, omni_transports::sip::config::Accept::Webhook);
     let e = error(&format!("{MINIMAL}{}", hook("openai", "0123456789abcdef0123")));
     assert!(e.contains("webhooks[0].secret") && e.contains("whsec_"), "{e}");
     let e = error(&format!("{MINIMAL}{}", hook("openai", "whsec_c2hvcnQ=")));
@@ -598,7 +598,7 @@ fn trunk_credentials_are_read_from_their_files_and_checked() {
     let c = config(&user("trunk", "good.pass")).unwrap();
     let sip = c.sip.unwrap();
     assert_eq!(sip.users.0, vec![("trunk".to_string(), "a-long-trunk-password-0123".to_string())]);
-    assert_eq!(sip.digest_algorithm, sip::DigestAlgorithm::Sha256);
+    assert_eq!(sip.digest_algorithm, omni_transports::sip::config::DigestAlgorithm::Sha256);
     assert!(!format!("{sip:?}").contains("a-long-trunk-password"), "{sip:?}");
     let e = config(&user("trunk", "short.pass")).unwrap_err().to_string();
     assert!(e.contains("sip.users[0].password_file") && !e.contains("short\n"), "{e}");

@@ -7,12 +7,9 @@
 //! `server.shutdown_grace_s`), recordings are finalized, backends closed, and the process
 //! exits 0. A second signal exits at once.
 
-pub mod auth;
 pub mod body;
-pub mod client_secrets;
 pub mod routes;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -21,49 +18,12 @@ use omni_actors::pool::messages::ShutdownPool;
 
 use crate::config::BackendSource;
 use crate::config::Config;
+use crate::listen::{ServeError, listen_error, tls_config};
 use crate::observe::recordings;
 use crate::roles::Serving;
 
 /// What the routes share: the serving role's actors.
 pub type Gateway = Serving;
-
-/// Why the server (or a node) could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    /// A TLS identity that does not load: its key (`server.tls.cert`...), and why.
-    #[error("{key}: {why}")]
-    Tls { key: String, why: String },
-    #[error("{0}")]
-    Listen(String),
-    #[error("the cluster's store: {0}")]
-    Store(#[from] crate::store::redis::StoreError),
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-}
-
-/// The TLS settings from a PEM certificate chain and private key (also what
-/// `check-config` loads, so that it refuses what the server would). `section` names the
-/// keys in errors (`server.tls`, `node.tls`).
-pub fn tls_config(section: &str, cert: &Path, key: &Path) -> Result<rustls::ServerConfig, ServeError> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let bad = |key: &str, why: String| ServeError::Tls { key: format!("{section}{key}"), why };
-    let certs = CertificateDer::pem_file_iter(cert)
-        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| bad(".cert", format!("{}: {e}", cert.display())))?;
-    if certs.is_empty() {
-        return Err(bad(".cert", format!("{}: no certificate in the file", cert.display())));
-    }
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| bad(".key", format!("{}: {e}", key.display())))?;
-    let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| bad("", e.to_string()))?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| bad("", format!("the certificate and key do not make a TLS identity: {e}")))?;
-    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(tls)
-}
 
 /// Runs the sweep now and every `recording.sweep_interval_s`.
 fn schedule_sweep(gw: &Gateway) {
@@ -158,18 +118,6 @@ async fn shutdown_on_signal(mut stop: crate::signals::Stop, server: actix_web::d
     server.stop(true).await;
 }
 
-/// Why an address cannot be listened on, in words.
-pub fn listen_error(addr: std::net::SocketAddr, e: &std::io::Error) -> String {
-    use std::io::ErrorKind;
-    let cause = match e.kind() {
-        ErrorKind::AddrInUse => "address already in use (another server is listening there)".to_string(),
-        ErrorKind::AddrNotAvailable => "address not available (it is not an address of this machine)".to_string(),
-        ErrorKind::PermissionDenied => "permission denied (ports below 1024 need privileges)".to_string(),
-        _ => e.to_string(),
-    };
-    format!("cannot listen on {addr}: {cause}")
-}
-
 /// Binds every address of `server.bind` before anything else starts.
 fn listeners(config: &Config) -> Result<Vec<std::net::TcpListener>, ServeError> {
     let bind = |addr: &std::net::SocketAddr| {
@@ -211,7 +159,7 @@ pub fn run(config: Config) -> Result<(), ServeError> {
         // Realtime frames are small and must not wait for the peer's delayed ACK.
         .tcp_nodelay(true)
         // Keeps a handle to drop the connection of a client that does not read.
-        .on_connect(crate::transport::socket::on_connect)
+        .on_connect(omni_transports::socket::on_connect)
         .shutdown_timeout(2);
         for listener in listeners {
             let addr = listener.local_addr()?;
@@ -263,7 +211,16 @@ pub fn run(config: Config) -> Result<(), ServeError> {
         if let Some(spec) = gateway.config.sip.clone() {
             let rtp = format!("RTP on {} ports {}-{}", spec.public_ip, spec.rtp_ports.start(), spec.rtp_ports.end());
             let bind = spec.bind;
-            let bound = crate::transport::sip::start(gateway.clone(), spec)
+            let parts = omni_transports::sip::SipParts {
+                spec,
+                host: Arc::new(crate::admission::SipCalls(gateway.clone())),
+                default_model: gateway.config.models.first().map(|m| m.name.clone()).unwrap_or_default(),
+                offers: gateway.sip_calls.clone(),
+                max_connections_per_ip: gateway.config.server.max_connections_per_ip,
+                max_incoming_bytes: gateway.config.server.max_incoming_bytes as usize,
+                incoming: gateway.incoming.clone(),
+            };
+            let bound = omni_transports::sip::start(parts)
                 .await
                 .map_err(|e| ServeError::Listen(format!("[sip] {}", listen_error(bind, &e))))?;
             let line = format!("SIP calls are on: UDP {bound}, {rtp}");

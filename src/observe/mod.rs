@@ -9,20 +9,23 @@ use omni_actors::observe::Usage;
 use omni_actors::observe::events::{Subscriber, Subscribers};
 use omni_actors::observe::recording::{Recorder, RecorderSpawner};
 
-use crate::config::Config;
 use webhooks::Announcer;
 
 pub mod recordings;
 pub mod webhooks;
 
-/// The subscribers of this configuration (`webhooks`: its webhooks, started). Must run inside
-/// an actix system (they start their actors).
-pub fn register(config: &Config, recorder: Option<&RecorderSpawner>, webhooks: &Announcer) -> Subscribers {
+/// The subscribers a configuration turns on: the recorder, usage files in `usage` (`[usage]`),
+/// and `webhooks` (started). Must run inside an actix system (they start their actors).
+pub fn register(
+    recorder: Option<&RecorderSpawner>,
+    usage: Option<&std::path::PathBuf>,
+    webhooks: &Announcer,
+) -> Subscribers {
     let mut list: Vec<Arc<dyn Subscriber>> = Vec::new();
     if let Some(spawner) = recorder {
         list.push(Arc::new(Recorder::new(spawner.clone())));
     }
-    if let Some(dir) = &config.usage {
+    if let Some(dir) = usage {
         list.push(Arc::new(Usage::start(dir.clone())));
     }
     for hook in webhooks.subscribers() {

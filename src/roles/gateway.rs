@@ -12,8 +12,8 @@ use omni_actors::queue::QueueActor;
 use omni_actors::queue::messages::{QueueFeed, QueuePort};
 
 use super::{Common, Serving, backend_limits};
-use crate::backend;
 use crate::config::{Config, NodeLink};
+use omni_backend_host as backend;
 
 /// Starts the queue and the pool (which starts one BackendActor per worker). Must run inside
 /// an actix system.

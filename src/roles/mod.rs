@@ -25,10 +25,10 @@ use omni_actors::session::Registry;
 use omni_actors::status::StatusQuery;
 use omni_actors::worker::BackendLimits;
 
+use crate::auth::Keys;
 use crate::config::Config;
-use crate::http::auth::Keys;
-use crate::transport::incoming::IncomingBudget;
-use crate::transport::limits::FragmentBudget;
+use omni_transports::incoming::IncomingBudget;
+use omni_transports::limits::FragmentBudget;
 
 /// What a role that serves clients gives the HTTP server: its actors, and what every
 /// connection shares. Cheap to clone.
@@ -55,11 +55,11 @@ pub struct Serving {
     /// The gateway's recogniser (`[transcription]`), when on.
     pub transcription: Option<omni_actors::transcribe::TranscriptionPort>,
     /// WebRTC calls in progress (`[webrtc]`), when on.
-    pub calls: Option<Arc<crate::transport::webrtc::Calls>>,
+    pub calls: Option<Arc<omni_transports::webrtc::Calls>>,
     /// The webhooks, for what is told to them outside a session (`realtime.call.incoming`).
     pub webhooks: crate::observe::webhooks::Announcer,
     /// SIP calls offered to the app and not yet accepted, and those it accepted (`[sip]`).
-    pub sip_calls: Arc<crate::transport::sip::offers::Offers>,
+    pub sip_calls: Arc<omni_transports::sip::offers::Offers>,
 }
 
 /// Starts the actors of the role the configuration names: a replica with `[cluster]`, else a
@@ -98,13 +98,13 @@ impl Common {
             RecorderSpawner::new(r.dir.clone(), limits)
         });
         let webhooks = crate::observe::webhooks::Announcer::start(&config.webhooks);
-        let subscribers = crate::observe::register(config, recorder.as_ref(), &webhooks);
+        let subscribers = crate::observe::register(recorder.as_ref(), config.usage.as_ref(), &webhooks);
         let keys = Keys::new(config.api_keys.clone(), config.admin_key.clone())
             .with_client_secrets(config.webrtc.max_client_secrets, config.webrtc.max_client_secrets_per_key);
         let fragments = FragmentBudget::new((config.server.max_fragment_buffer_mb * 1048576.0) as usize);
         let incoming = IncomingBudget::new((config.server.max_incoming_total_mb * 1048576.0) as usize);
-        let voice = crate::vad::detectors(&config.vad);
-        let transcription = config.transcription.as_ref().map(crate::transcription::start);
+        let voice = omni_dialects::vad::detectors(&config.vad);
+        let transcription = config.transcription.as_ref().map(omni_dialects::transcription::start);
         let registry = Registry::new();
         Common { recorder, subscribers, webhooks, keys, fragments, incoming, registry, voice, transcription }
     }
@@ -128,7 +128,7 @@ impl Common {
             incoming: self.incoming,
             voice: self.voice,
             transcription: self.transcription,
-            calls: config.webrtc.enabled.then(|| crate::transport::webrtc::Calls::new(config.webrtc.clone())),
+            calls: config.webrtc.enabled.then(|| omni_transports::webrtc::Calls::new(config.webrtc.clone())),
             webhooks: self.webhooks,
             sip_calls: Default::default(),
             config,
@@ -146,7 +146,7 @@ pub fn worker_setups(config: &Config) -> Vec<omni_actors::pool::messages::Worker
             name: w.name.clone(),
             backend: w.source.label(),
             modes: w.modes.clone(),
-            factory: crate::backend::factory(w, open_timeout),
+            factory: omni_backend_host::factory(w, open_timeout),
             node: None,
         })
         .collect()

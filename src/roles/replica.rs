@@ -1,7 +1,7 @@
 //! A replica of a cluster: its queue is the store's ([`ClusterQueueActor`]), its workers the
 //! nodes', each lent to it for one session by its [`WorkerPoolActor`] (a BackendActor on a
 //! link attached with the store's grant). It keeps a few links open to each node
-//! ([`crate::link::standby`]), on which the nodes push grants already attached.
+//! ([`omni_backend_host::link::standby`]), on which the nodes push grants already attached.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,10 +14,10 @@ use omni_actors::queue::messages::{GrantPushed, QueueFeed, QueuePort};
 use omni_actors::queue::{ClusterQueueActor, ClusterSetup, GrantOpener};
 
 use super::{Common, Serving, backend_limits};
-use crate::backend;
 use crate::config::{Config, NodeLink};
-use crate::link::standby::Standby;
 use crate::store::redis::RedisStore;
+use omni_backend_host as backend;
+use omni_backend_host::link::standby::Standby;
 
 /// Starts the cluster's queue and the pool that lends it the nodes' workers. Must run inside
 /// an actix system.

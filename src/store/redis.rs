@@ -210,7 +210,7 @@ impl RedisStore {
 
     /// The store of a `[cluster]` section: at `url`, or, with `sentinels`, at the master they
     /// name `sentinel_master` (`url` then gives only the password, database and TLS).
-    pub fn from_spec(spec: &crate::config::ClusterSpec) -> Result<Arc<RedisStore>, StoreError> {
+    pub fn from_spec(spec: &crate::store::ClusterSpec) -> Result<Arc<RedisStore>, StoreError> {
         let ca = spec.redis_ca.as_deref();
         RedisStore::open(
             &spec.url,

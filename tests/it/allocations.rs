@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use omni_actors::domain::{Mode, StepKind, StepOutcome};
 use omni_actors::edge::dialect::{Dialect, Outbox};
 use omni_actors::protocol::{Inbound, Outbound};
-use omni_gateway::dialect::Limits;
-use omni_gateway::dialect::legacy::Legacy;
-use omni_gateway::dialect::minicpm::Current;
-use omni_gateway::dialect::wire;
+use omni_dialects::Limits;
+use omni_dialects::legacy::Legacy;
+use omni_dialects::minicpm::Current;
+use omni_dialects::wire;
 
 struct Counting;
 
@@ -75,7 +75,7 @@ fn decoding_a_chunk_and_encoding_a_delta_allocate_what_they_must() {
         format!(r#"{{"type":"input.append","input":{{"audio":"{b64}","force_listen":false,"max_slice_nums":1}}}}"#);
     assert!(text.len() > 85_000);
     let text = bytestring::ByteString::from(text);
-    let mut dialect = Current::new(Mode::Audio, Limits::default(), &omni_gateway::vad::energy());
+    let mut dialect = Current::new(Mode::Audio, Limits::default(), &omni_dialects::vad::energy());
     let mut replies = Outbox::default();
     let _ = dialect.decode(&text, &mut replies); // warm up lazily initialised state
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use omni_actors::domain::{ChatMessage, DuplexChunk, Role, SessionKind, SessionSetup, StepKind, TurnInput};
 use omni_actors::edge::backend::{Backend, BackendError, run_duplex_step};
 use omni_actors::worker::WorkerThread;
-use omni_gateway::backend::{BackendApi, LoadError};
+use omni_backend_host::{BackendApi, LoadError};
 
 const LIB: &str = env!("OMNI_REFERENCE_LIB");
 

@@ -516,7 +516,7 @@ fn info_tells_the_truth_and_interrupt_cuts_an_answer_from_another_thread() {
     let _one = one_at_a_time();
     use omni_actors::domain::{ChatMessage, Role, SessionKind, SessionSetup, TurnInput};
     use omni_actors::edge::backend::{Backend, BackendError};
-    use omni_gateway::backend::BackendApi;
+    use omni_backend_host::BackendApi;
 
     let _ = models();
     let api = BackendApi::load(&libraries().join("libomni_cascade.so")).expect("load the cascade");

@@ -220,8 +220,8 @@ fn a_replica_credential_is_issued_from_a_nodes_config_and_a_replica_loads_with_i
     let said = String::from_utf8_lossy(&checked.stdout);
     assert!(said.contains("will listen on 127.0.0.1:7100") && !said.contains(":8006"), "{said}");
     assert!(issued.starts_with("ogr1:gw-a:") && !issued.contains(token), "{issued}");
-    let credential = omni_gateway::link::replica::Credential::parse(&issued).unwrap();
-    assert_eq!(credential.password(), omni_gateway::link::replica::password(token, "gw-a"));
+    let credential = omni_backend_host::link::replica::Credential::parse(&issued).unwrap();
+    assert_eq!(credential.password(), omni_backend_host::link::replica::password(token, "gw-a"));
     // A replica holding it (from a file) is gw-a.
     std::fs::write(dir.path().join("replica.credential"), &issued).unwrap();
     let replica =

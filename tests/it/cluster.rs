@@ -19,7 +19,7 @@ fn cluster(redis: &Redis, name: &str, replica: bool) -> String {
 
 fn cluster_at(url: &str, name: &str, replica: bool) -> String {
     let credential = if replica {
-        format!("credential = \"{}\"\n", omni_gateway::link::replica::issue(NODE_TOKEN, name))
+        format!("credential = \"{}\"\n", omni_backend_host::link::replica::issue(NODE_TOKEN, name))
     } else {
         String::new()
     };
@@ -553,20 +553,20 @@ async fn hand_overs_are_pushed_on_links_kept_open_to_their_node() {
 /// grants of replica `gateway`: what the node answers first (None: it closed).
 async fn standby_as(
     node: &Node,
-    secret: omni_gateway::link::handshake::Secret<'_>,
+    secret: omni_backend_host::link::handshake::Secret<'_>,
     gateway: &str,
-) -> (tokio::net::TcpStream, Option<omni_gateway::link::wire::FromNode>) {
-    use omni_gateway::link::wire::{MAX_UNPROVEN_FRAME, Request, read_frame};
+) -> (tokio::net::TcpStream, Option<omni_backend_host::link::wire::FromNode>) {
+    use omni_backend_host::link::wire::{MAX_UNPROVEN_FRAME, Request, read_frame};
     let mut stream = tokio::net::TcpStream::connect(node.addr).await.unwrap();
     let request = Request::Standby { gateway: gateway.into() };
-    omni_gateway::link::handshake::open(&mut stream, secret, request).await.unwrap();
+    omni_backend_host::link::handshake::open(&mut stream, secret, request).await.unwrap();
     let first = read_frame(&mut stream, MAX_UNPROVEN_FRAME).await.unwrap();
     (stream, first)
 }
 
 /// Reads a link until it ends (pings skipped): whether it did within `WAIT`.
 async fn ends(link: &mut tokio::net::TcpStream) -> bool {
-    use omni_gateway::link::wire::{FromNode, MAX_UNPROVEN_FRAME, read_frame};
+    use omni_backend_host::link::wire::{FromNode, MAX_UNPROVEN_FRAME, read_frame};
     let read = async {
         loop {
             match read_frame::<FromNode>(link, MAX_UNPROVEN_FRAME).await {
@@ -580,9 +580,9 @@ async fn ends(link: &mut tokio::net::TcpStream) -> bool {
 
 #[tokio::test]
 async fn each_replica_proves_its_own_name_and_one_is_revoked_without_touching_the_others() {
-    use omni_gateway::link::handshake::Secret;
-    use omni_gateway::link::replica::{Credential, issue};
-    use omni_gateway::link::wire::{FromNode, MAX_UNPROVEN_FRAME, ToNode, read_frame, write_frame};
+    use omni_backend_host::link::handshake::Secret;
+    use omni_backend_host::link::replica::{Credential, issue};
+    use omni_backend_host::link::wire::{FromNode, MAX_UNPROVEN_FRAME, ToNode, read_frame, write_frame};
     if !needs(&[Need::Redis]) {
         return;
     }
@@ -1077,7 +1077,7 @@ fn load_embedded(name: &str, toml: &str) -> omni_gateway::config::Config {
         } else if line.trim_start().starts_with("credential_file = ") {
             // A replica's credential, mounted by its pod or service: issued here for "replica-x".
             let file = dir.path().join("replica.credential");
-            std::fs::write(&file, omni_gateway::link::replica::issue(NODE_TOKEN, "replica-x")).unwrap();
+            std::fs::write(&file, omni_backend_host::link::replica::issue(NODE_TOKEN, "replica-x")).unwrap();
             text.push_str(&format!("credential_file = \"{}\"\n", file.display()));
         } else {
             text.push_str(line);
@@ -1152,7 +1152,7 @@ fn the_compose_file_and_kubernetes_manifests_parse_and_their_configs_load() {
     let advertise = services["node"]["environment"]["OMNI_NODE_ADVERTISE"].as_str().unwrap();
     assert_eq!(advertise, format!("node:{}", node.node.as_ref().unwrap().bind[0].port()));
     let balancer = services["balancer"]["networks"]["default"]["ipv4_address"].as_str().unwrap();
-    assert!(omni_gateway::net::in_any(balancer.parse().unwrap(), &gateway.trusted_proxies), "{balancer}");
+    assert!(omni_actors::net::in_any(balancer.parse().unwrap(), &gateway.trusted_proxies), "{balancer}");
     let nginx = compose["configs"]["nginx"]["content"].as_str().unwrap();
     assert!(
         nginx.contains(&format!("server gateway-a:{0}; server gateway-b:{0};", port_of(&gateway)))

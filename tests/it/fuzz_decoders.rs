@@ -12,11 +12,11 @@ use base64::Engine;
 use omni_actors::audio::{self, AudioLimits};
 use omni_actors::domain::Mode;
 use omni_actors::edge::dialect::{DecodeError, Dialect, Outbox};
-use omni_gateway::dialect::Limits;
-use omni_gateway::dialect::legacy::Legacy;
-use omni_gateway::dialect::minicpm::Current;
-use omni_gateway::dialect::openai::{Flavor, Realtime};
-use omni_gateway::dialect::select::MiniCpmEndpoint;
+use omni_dialects::Limits;
+use omni_dialects::legacy::Legacy;
+use omni_dialects::minicpm::Current;
+use omni_dialects::openai::{Flavor, Realtime};
+use omni_dialects::select::MiniCpmEndpoint;
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 
@@ -47,13 +47,13 @@ fn limits() -> Limits {
 fn dialects() -> Vec<Box<dyn Dialect>> {
     let mut all: Vec<Box<dyn Dialect>> = Vec::new();
     for mode in [Mode::Chat, Mode::Video, Mode::Audio] {
-        let voice = omni_gateway::vad::energy();
+        let voice = omni_dialects::vad::energy();
         all.push(Box::new(Current::new(mode, limits(), &voice).with_gateway_transcription(true)));
         all.push(Box::new(Legacy::new(mode, limits())));
         all.push(Box::new(MiniCpmEndpoint::new(mode, limits(), &voice)));
     }
     for flavor in [Flavor::Ga, Flavor::Beta, Flavor::Qwen] {
-        all.push(Box::new(Realtime::new(flavor, "omni", limits(), &omni_gateway::vad::energy())));
+        all.push(Box::new(Realtime::new(flavor, "omni", limits(), &omni_dialects::vad::energy())));
     }
     all
 }
@@ -261,7 +261,7 @@ proptest! {
         let append = serde_json::json!({"type": "input_audio_buffer.append",
             "audio": base64::engine::general_purpose::STANDARD.encode(bytes)});
         for flavor in [Flavor::Ga, Flavor::Beta, Flavor::Qwen] {
-            let mut d = Realtime::new(flavor, "omni", limits(), &omni_gateway::vad::energy());
+            let mut d = Realtime::new(flavor, "omni", limits(), &omni_dialects::vad::energy());
             match d.decode(&bytestring::ByteString::from(String::from(&format.to_string())), &mut Outbox::default()) {
                 Ok(_) => prop_assert!((8000..=192_000).contains(&rate), "{rate} accepted"),
                 Err(DecodeError::Protocol(e)) => {

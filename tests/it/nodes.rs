@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use omni_gateway::link::handshake;
-use omni_gateway::link::wire::{
+use omni_backend_host::link::handshake;
+use omni_backend_host::link::wire::{
     FromNode, MAX_FRAME_BYTES, MAX_UNPROVEN_FRAME, Request, ToNode, read_frame, write_frame,
 };
 use serde_json::{Value, json};
@@ -19,7 +19,7 @@ fn gateway(entries: &str) -> Server {
 }
 
 /// A connection to `node` through the handshake, asking `request`.
-async fn prove(node: &Node, token: &str, request: Request) -> Result<TcpStream, omni_gateway::link::LinkError> {
+async fn prove(node: &Node, token: &str, request: Request) -> Result<TcpStream, omni_backend_host::link::LinkError> {
     let mut stream = TcpStream::connect(node.addr).await.unwrap();
     handshake::open(&mut stream, handshake::Secret::Token(token), request).await.map(|()| stream)
 }
@@ -153,7 +153,7 @@ async fn a_wrong_token_is_refused() {
     let (_, pake) = handshake::exchange("Wm0Jx2d9Kp4TzY6bN1cHs5fGa8uE0iO2wRkMq3V8r7l=");
     write_frame(
         &mut stream,
-        &ToNode::Hello { protocol: omni_gateway::link::wire::PROTOCOL, nonce, pake, replica: None },
+        &ToNode::Hello { protocol: omni_backend_host::link::wire::PROTOCOL, nonce, pake, replica: None },
     )
     .await
     .unwrap();
@@ -251,7 +251,7 @@ async fn strangers_idle_connections_do_not_keep_a_gateway_out() {
     // A gateway on 127.0.0.1 is served meanwhile, each time.
     for _ in 0..3 {
         let link = link_to(&node);
-        let found = tokio::task::spawn_blocking(move || omni_gateway::backend::remote::discover(&link)).await.unwrap();
+        let found = tokio::task::spawn_blocking(move || omni_backend_host::remote::discover(&link)).await.unwrap();
         assert_eq!(found.map(|w| w.len()).map_err(|e| e.to_string()), Ok(1));
     }
     stop.notify_waiters();
@@ -431,7 +431,7 @@ async fn a_link_kept_open_for_grants_checks_the_token_answers_pings_and_takes_no
     let standby = Request::Standby { gateway: "test".into() };
     // A wrong token gets no link, as for any other.
     let wrong = prove(&node, "not-the-node-token-0000", standby.clone()).await.unwrap_err();
-    assert!(matches!(wrong, omni_gateway::link::LinkError::NotTheNode), "{wrong}");
+    assert!(matches!(wrong, omni_backend_host::link::LinkError::NotTheNode), "{wrong}");
     // The node's token is no replica's name: a link kept open for grants is proved with the
     // replica's own credential (tests/cluster.rs, each_replica_proves_its_own_name...).
     let mut token_holder = prove(&node, NODE_TOKEN, standby.clone()).await.unwrap();
@@ -441,8 +441,8 @@ async fn a_link_kept_open_for_grants_checks_the_token_answers_pings_and_takes_no
     }
     // Its credential: Ready, then each ping answered (grants are pushed on it only by a node
     // of a cluster: tests/cluster.rs).
-    let credential = omni_gateway::link::replica::issue(NODE_TOKEN, "test");
-    let credential = omni_gateway::link::replica::Credential::parse(&credential).unwrap();
+    let credential = omni_backend_host::link::replica::issue(NODE_TOKEN, "test");
+    let credential = omni_backend_host::link::replica::Credential::parse(&credential).unwrap();
     let mut link = TcpStream::connect(node.addr).await.unwrap();
     let as_test = handshake::Secret::Replica { name: "test", password: credential.password() };
     handshake::open(&mut link, as_test, standby).await.unwrap();

@@ -340,7 +340,7 @@ async fn wrong_keys_are_throttled_per_address() {
         assert_eq!(refusal(e.expect_err("throttled")), (429, "too_many_attempts".to_string()));
     }
     let paced = started.elapsed();
-    assert!(paced >= 3 * omni_gateway::http::auth::THROTTLE_PACE, "3 guesses in {paced:?}");
+    assert!(paced >= 3 * omni_gateway::auth::THROTTLE_PACE, "3 guesses in {paced:?}");
     // Whoever shares the address (a NAT, an office) and holds the right key is let in, and not
     // behind the guesses: eight right keys, one after another, are all in while three more
     // guesses still wait for their turns.

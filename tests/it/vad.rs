@@ -17,7 +17,7 @@ fn silero() -> Box<dyn VoiceDetector> {
         path: models_dir().join("silero_vad.onnx"),
         onnxruntime_library: models_dir().join("libonnxruntime.so.1.31.1"),
     };
-    omni_gateway::vad::detectors(&VadSpec::Silero(model)).detector()
+    omni_dialects::vad::detectors(&VadSpec::Silero(model)).detector()
 }
 
 /// Where a clean recording's speech starts and ends (samples louder than -40 dBFS).
@@ -117,7 +117,7 @@ fn silero_does_not_take_noise_for_speech_where_loudness_does() {
     audio.resize(48000, 0.0);
     let rules = EdgeRules { threshold: 0.5, prefix_padding_ms: 0, silence_duration_ms: 500 };
     assert_eq!(edges(silero().as_mut(), &audio, &rules), []);
-    let loudness = edges(omni_gateway::vad::energy().detector().as_mut(), &audio, &rules);
+    let loudness = edges(omni_dialects::vad::energy().detector().as_mut(), &audio, &rules);
     assert_eq!(loudness.len(), 2, "the energy detector calls the hiss speech: {loudness:?}");
 }
 

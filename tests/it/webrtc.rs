@@ -540,7 +540,7 @@ fn a_page_hangs_up_its_call_with_the_secret_that_opened_it() {
     assert_eq!(code, 201, "{body}");
     let location = head.lines().find_map(|l| l.strip_prefix("location: ")).unwrap().trim().to_string();
     let hangup = format!("{location}/hangup");
-    for _ in 0..(omni_gateway::http::auth::THROTTLE_ATTEMPTS + 2) {
+    for _ in 0..(omni_gateway::auth::THROTTLE_ATTEMPTS + 2) {
         let (code, _, _) = post(&server, &hangup, &[("Authorization", "Bearer ek_not-this-calls-secret")], b"");
         assert_eq!(code, 404);
     }

@@ -13,8 +13,8 @@ use omni_actors::status::{StatusQuery, WorkerRow};
 use serde_json::json;
 
 use super::http_error;
+use crate::auth::{self, Denied};
 use crate::http::Gateway;
-use crate::http::auth::{self, Denied};
 use crate::observe::recordings;
 
 /// Marks an operator answer as not to be stored by any cache.

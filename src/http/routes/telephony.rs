@@ -1,7 +1,7 @@
 //! Telephone calls: `/v1/telephony/twilio` (or `/v1/telephony/twilio/MODEL`), the WebSocket a
 //! Twilio number's TwiML points its `<Connect><Stream>` at. The caller (Twilio, with the API key as `?key=` (or `?api_key=`, as
 //! on `/v1/realtime`) or a `Bearer` header, and the model as `?model=`) passes the same checks as any client
-//! (`crate::transport::admission`) before its stream's edge starts its session. With `[twilio]
+//! (`omni_transports::admission`) before its stream's edge starts its session. With `[twilio]
 //! auth_token_file`, a stream must carry Twilio's signature of its URL, and then needs no key.
 
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -9,12 +9,13 @@ use actix_web_actors::ws;
 
 use super::realtime::socket::Bounds;
 use super::realtime::{caller, query_of, refused, secret_used};
-use crate::dialect::openai::Flavor;
-use crate::http::auth::Credential;
-use crate::http::{Gateway, auth, client_secrets};
-use crate::transport::admission::{Endpoint, Refusal, Transport, admit, authenticate};
-use crate::transport::outgoing::Metered;
-use crate::transport::twilio::{TwilioEdge, TwilioSettings, signature};
+use crate::admission::{Endpoint, Refusal, Transport, admit, authenticate};
+use crate::auth::Credential;
+use crate::auth::{self, client_secrets};
+use crate::http::Gateway;
+use omni_dialects::openai::Flavor;
+use omni_transports::outgoing::Metered;
+use omni_transports::twilio::{TwilioEdge, TwilioSettings, signature};
 
 pub(super) async fn twilio(
     req: HttpRequest,

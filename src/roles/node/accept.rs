@@ -1,8 +1,8 @@
 //! A node's side of a new connection from a gateway: TLS (with `[node.tls]`), then the
-//! handshake ([`crate::link::handshake`]: the node proves it holds its token, the gateway proves
+//! handshake ([`omni_backend_host::link::handshake`]: the node proves it holds its token, the gateway proves
 //! it too with its request), then what the request asks: discovery is answered here; a worker
 //! link or a link kept open for grants becomes a [`GatewayLink`] (protocol in
-//! [`crate::link::wire`]).
+//! [`omni_backend_host::link::wire`]).
 //!
 //! Until a peer has proved it holds the token it gets little: [`HANDSHAKE_TIMEOUT`] to do so,
 //! frames of [`MAX_UNPROVEN_FRAME`], and a place among the unproven connections
@@ -22,8 +22,8 @@ use tokio_util::codec::FramedRead;
 use super::link::{GatewayLink, Limited, LinkParts, LinkSettings, write_loop};
 use super::messages::{Borrow, Describe, LenderPort};
 use super::unproven::Unproven;
-use crate::link::handshake::{self, HandshakeRefused, Proved};
-use crate::link::wire::{FromNode, MAX_UNPROVEN_FRAME, Request, write_frame};
+use omni_backend_host::link::handshake::{self, HandshakeRefused, Proved};
+use omni_backend_host::link::wire::{FromNode, MAX_UNPROVEN_FRAME, Request, write_frame};
 
 /// How long a new connection has for TLS and the handshake.
 pub(super) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);

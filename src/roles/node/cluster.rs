@@ -16,7 +16,7 @@ use omni_actors::edge::coordinator::{ClusterError, Grant, NodeBeat, NodeStore, O
 
 use super::lender::Lender;
 use super::messages::{JoinCluster, Push};
-use crate::link::wire::PushedGrant;
+use omni_backend_host::link::wire::PushedGrant;
 
 /// What the offers and beats need.
 pub(super) struct Cluster {
@@ -27,7 +27,7 @@ pub(super) struct Cluster {
     /// The store knows this node (its last beat said so).
     pub known: bool,
     /// The cluster's grant key (derived from the node's token): it signs its offers with it
-    /// ([`crate::link::grant`]).
+    /// ([`omni_backend_host::link::grant`]).
     pub signer: ed25519_dalek::SigningKey,
 }
 
@@ -118,7 +118,7 @@ impl Lender {
         if !w.try_offer(nonce.clone()) {
             return;
         }
-        let sig = crate::link::grant::sign(&cluster.signer, &slot, &addr, &nonce);
+        let sig = omni_backend_host::link::grant::sign(&cluster.signer, &slot, &addr, &nonce);
         let offer =
             Offer { slot, nonce: nonce.clone(), modes: w.modes.clone(), addr, sig, ended: w.ended.take(), linked };
         ctx.spawn(store.offer(offer).into_actor(self).map(move |answer, act, ctx| act.offered(i, nonce, answer, ctx)));
@@ -134,7 +134,7 @@ impl Lender {
                 log::info!("worker {name}: granted to ticket {ticket} of {replica}, pushed on its link");
                 let Some(cluster) = &self.cluster else { return };
                 let (slot, addr) = (self.slot(i), cluster.advertise.clone());
-                let sig = crate::link::grant::sign(&cluster.signer, &slot, &addr, &nonce);
+                let sig = omni_backend_host::link::grant::sign(&cluster.signer, &slot, &addr, &nonce);
                 let pushed = PushedGrant { ticket, slot, addr, nonce, mode, sig };
                 self.push(i, replica, pushed, ctx);
             }

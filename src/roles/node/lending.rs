@@ -14,7 +14,7 @@ use omni_actors::status::WorkerStatus;
 
 use super::cluster::Offers;
 use super::messages::Refusal;
-use crate::link::wire::NodeWorker;
+use omni_backend_host::link::wire::NodeWorker;
 
 /// One of the node's workers, as the lender sees it.
 pub(super) struct Lendable<W> {

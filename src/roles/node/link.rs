@@ -22,8 +22,8 @@ use tokio_util::bytes::BytesMut;
 use tokio_util::codec::{Decoder, LengthDelimitedCodec};
 
 use super::messages::{GiveBack, LenderPort, Push, Revoked, Standby, StandbyEnded};
-use crate::backend::ipc::{MAX_FRAME_BYTES, ToHost};
-use crate::link::wire::{FromNode, MAX_UNPROVEN_FRAME, ToNode, write_frame};
+use omni_backend_host::ipc::{MAX_FRAME_BYTES, ToHost};
+use omni_backend_host::link::wire::{FromNode, MAX_UNPROVEN_FRAME, ToNode, write_frame};
 
 /// The link's frames, each at most the current limit: the handshake's ([`MAX_UNPROVEN_FRAME`]) until the
 /// link serves a worker, a worker link's after.
@@ -61,7 +61,7 @@ enum Phase {
     /// Attaching `worker` for its gateway; `told` answers a push once the worker is attached.
     Attaching {
         worker: WorkerLink,
-        pushed: Option<(crate::link::wire::PushedGrant, oneshot::Sender<bool>)>,
+        pushed: Option<(omni_backend_host::link::wire::PushedGrant, oneshot::Sender<bool>)>,
     },
     Serving {
         worker: WorkerLink,
@@ -179,7 +179,7 @@ impl GatewayLink {
                 port.link.run.do_send(Run {
                     key: self.id,
                     call: Box::new(move |backend| {
-                        let value = crate::backend::host::serve(backend, call);
+                        let value = omni_backend_host::host::serve(backend, call);
                         let crashed = match &value {
                             Err(e @ BackendError::Crashed(_)) => Some(e.clone()),
                             _ => None,

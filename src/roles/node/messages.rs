@@ -6,7 +6,7 @@ use actix::prelude::*;
 use omni_actors::domain::Mode;
 use omni_actors::worker::messages::WorkerLink;
 
-use crate::link::wire::{AttachGrant, NodeWorker, PushedGrant};
+use omni_backend_host::link::wire::{AttachGrant, NodeWorker, PushedGrant};
 
 /// A gateway link asks for worker `worker`, for itself (`link`). In a cluster only with the
 /// grant the worker is offered under (its nonce is then spent). Answers the worker, or why not.

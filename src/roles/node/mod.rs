@@ -6,7 +6,7 @@
 //! present its `[node] token` over TCP (TLS with `[node.tls]`); each link is a
 //! [`link::GatewayLink`] actor, the session of the worker it borrowed. Gateways list the node
 //! under `[[nodes]]`; its workers join their pools as `NODE/WORKER`. Protocol:
-//! [`crate::link::wire`].
+//! [`omni_backend_host::link::wire`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -45,7 +45,7 @@ pub enum NodeError {
     #[error("{0}: node.bind: {1}")]
     Listen(String, String),
     #[error(transparent)]
-    Serve(#[from] crate::http::ServeError),
+    Serve(#[from] crate::listen::ServeError),
     #[error("the cluster's store: {0}")]
     Store(#[from] crate::store::redis::StoreError),
     #[error("{0}")]
@@ -61,7 +61,7 @@ pub fn run(config: Config) -> Result<(), NodeError> {
     }
     let tls = match &serve.tls {
         Some((cert, key)) => {
-            let config = crate::http::tls_config("node.tls", cert, key)?;
+            let config = crate::listen::tls_config("node.tls", cert, key)?;
             Some(TlsAcceptor::from(Arc::new(config)))
         }
         None => None,
@@ -69,7 +69,7 @@ pub fn run(config: Config) -> Result<(), NodeError> {
     let mut std_listeners = Vec::new();
     for addr in &serve.bind {
         let listener = std::net::TcpListener::bind(addr)
-            .map_err(|e| NodeError::Listen(file.clone(), crate::http::listen_error(*addr, &e)))?;
+            .map_err(|e| NodeError::Listen(file.clone(), crate::listen::listen_error(*addr, &e)))?;
         listener.set_nonblocking(true)?;
         std_listeners.push(listener);
     }
@@ -146,7 +146,7 @@ pub fn run(config: Config) -> Result<(), NodeError> {
                 advertise,
                 attach_timeout: spec.attach_timeout,
                 known: false,
-                signer: crate::link::replica::grant_signer(&serve.token),
+                signer: omni_backend_host::link::replica::grant_signer(&serve.token),
             };
             lender.do_send(messages::JoinCluster { cluster, every: spec.lease / 3 });
         }

@@ -45,7 +45,7 @@ pub(super) struct Entered {
 impl Places {
     /// A place for a connection from `ip`, or `None` when its address holds its share.
     pub(super) fn enter(&mut self, ip: IpAddr) -> Option<Entered> {
-        let address = crate::net::counted_as(ip);
+        let address = omni_actors::net::counted_as(ip);
         if self.per_address.get(&address).map_or(0, BTreeSet::len) >= MAX_UNPROVEN_PER_ADDRESS {
             return None;
         }

@@ -15,14 +15,15 @@ use futures_util::StreamExt;
 use serde_json::Value;
 
 use super::{api_key, caller, query_of, refused, resume};
-use crate::dialect::openai::Flavor;
+use crate::admission::{Endpoint, Transport, address_admission, admit, authenticate};
+use crate::auth::{self, client_secrets};
+use crate::http::Gateway;
 use crate::http::body::{BodyError, Bounded, Bounds};
 use crate::http::routes::http_error;
-use crate::http::{Gateway, auth, client_secrets};
-use crate::transport::StartSession;
-use crate::transport::admission::{Endpoint, Transport, address_admission, admit, authenticate};
-use crate::transport::webrtc::call::{CallEdge, CallParts, CallSettings};
-use crate::transport::webrtc::{AnswerError, HangUp, Hanger};
+use omni_dialects::openai::Flavor;
+use omni_transports::StartSession;
+use omni_transports::webrtc::call::{CallEdge, CallParts, CallSettings};
+use omni_transports::webrtc::{AnswerError, HangUp, Hanger};
 
 /// The largest offer, and the largest `session` part, read.
 const MAX_PART_BYTES: usize = 64 * 1024;
@@ -307,7 +308,7 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
 /// A call counted as not yet connected, until it was handed to its edge: dropped before, it
 /// no longer counts (the request was refused).
 struct Unsettled<'a> {
-    calls: &'a crate::transport::webrtc::Calls,
+    calls: &'a omni_transports::webrtc::Calls,
     id: &'a str,
     armed: bool,
 }

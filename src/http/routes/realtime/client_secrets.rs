@@ -1,5 +1,5 @@
 //! `POST /v1/realtime/client_secrets`: a server holding an API key mints a short-lived secret
-//! for a browser (see `crate::http::client_secrets`). The body is optional JSON:
+//! for a browser (see `crate::auth::client_secrets`). The body is optional JSON:
 //! `{"expires_after": {"anchor": "created_at", "seconds": 600}, "session": {...}}`; the answer
 //! is `{"value", "expires_at", "session"}`.
 
@@ -10,15 +10,15 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::config::webrtc::CLIENT_SECRET_TTL;
+use omni_transports::webrtc::config::CLIENT_SECRET_TTL;
 
 /// The largest `session` a secret holds: every outstanding secret keeps its own in memory.
 const MAX_SESSION_BYTES: usize = 16 * 1024;
+use crate::admission::address_admission;
+use crate::auth::client_secrets::{Grant, MintRefusal};
 use crate::http::Gateway;
 use crate::http::body::Bounds;
-use crate::http::client_secrets::{Grant, MintRefusal};
 use crate::http::routes::http_error;
-use crate::transport::admission::address_admission;
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]

@@ -2,7 +2,7 @@
 //! WebRTC call ([`calls`]), and a server mints client secrets for browsers
 //! ([`client_secrets`]); an app accepts or rejects the SIP calls offered to it
 //! ([`sip_calls`]). Both transports pass the same checks before their session starts
-//! (`crate::transport::admission`), their callers described from the request ([`caller`]); a
+//! (`omni_transports::admission`), their callers described from the request ([`caller`]); a
 //! client whose connection dropped takes its session back on either ([`resume`]).
 
 pub(super) mod calls;
@@ -19,9 +19,9 @@ use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::http_error;
+use crate::admission::{Caller, Origin, Refusal};
+use crate::auth::{self, Denied};
 use crate::http::Gateway;
-use crate::http::auth::{self, Denied};
-use crate::transport::admission::{Caller, Origin, Refusal};
 
 /// A request's query parameters.
 type Query = HashMap<String, String>;

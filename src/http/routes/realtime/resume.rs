@@ -8,8 +8,9 @@ use omni_actors::observe::metrics::metrics;
 use omni_actors::session::resume::{ResumeRefusal, Taken};
 
 use super::{Query, secret_used};
+use crate::auth;
+use crate::http::Gateway;
 use crate::http::routes::http_error;
-use crate::http::{Gateway, auth};
 
 /// What a caller asks to resume.
 pub(super) struct Ask {

@@ -8,8 +8,8 @@
 //! itself) is answered 400 and the call rings on; one that is taken is answered once the trunk
 //! has the call (200), or with why it was lost. `/v1/realtime?call_id=...` (a WebSocket, with
 //! the API key that accepted the call) is the app's socket on the call
-//! (`crate::transport::sip::sideband`).
-//! The book they decide in is `crate::transport::sip::offers`; the hang-up is the calls' own
+//! (`omni_transports::sip::sideband`).
+//! The book they decide in is `omni_transports::sip::offers`; the hang-up is the calls' own
 //! (`calls::hang_up`).
 
 use std::time::Duration;
@@ -20,16 +20,16 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::socket::{self, Bounds as SocketBounds};
-use crate::dialect::openai::{Flavor, Realtime};
+use crate::admission::address_admission;
 use crate::http::Gateway;
 use crate::http::body::Bounds;
 use crate::http::routes::http_error;
-use crate::transport::admission::address_admission;
-use crate::transport::outgoing::Metered;
-use crate::transport::sip::offers::{Accepted, Decision, first_update};
-use crate::transport::sip::sideband::{Sideband, SidebandParts, SidebandSettings};
 use bytestring::ByteString;
 use omni_actors::edge::dialect::{Dialect, Outbox};
+use omni_dialects::openai::{Flavor, Realtime};
+use omni_transports::outgoing::Metered;
+use omni_transports::sip::offers::{Accepted, Decision, first_update};
+use omni_transports::sip::sideband::{Sideband, SidebandParts, SidebandSettings};
 
 /// `/v1/realtime?call_id=CALL_ID`: the app's socket on a call it accepted, for the key that
 /// accepted it (any other finds no call: 404).

@@ -11,9 +11,9 @@ use actix_web_actors::ws;
 use futures_util::StreamExt;
 
 use crate::http::Gateway;
-use crate::transport::incoming::{Backlog, Gated};
-use crate::transport::outgoing::{OutgoingLimit, OutgoingMeter};
-use crate::transport::socket::ConnSocket;
+use omni_transports::incoming::{Backlog, Gated};
+use omni_transports::outgoing::{OutgoingLimit, OutgoingMeter};
+use omni_transports::socket::ConnSocket;
 
 /// The subprotocols a browser client offered.
 pub(super) fn subprotocols(req: &HttpRequest) -> Vec<&str> {

@@ -12,15 +12,15 @@ use omni_actors::domain::Mode;
 
 use super::socket::{Bounds, handshake, subprotocols};
 use super::{caller, query_of, refused, resume};
-use crate::dialect::openai::Flavor;
+use crate::admission::{Endpoint, Transport, admit, authenticate};
+use crate::auth::{self, client_secrets};
 use crate::http::Gateway;
 use crate::http::routes::http_error;
-use crate::http::{auth, client_secrets};
-use crate::transport::StartSession;
-use crate::transport::admission::{Endpoint, Transport, admit, authenticate};
-use crate::transport::outgoing::Metered;
-use crate::transport::websocket::line::{self, Merged};
-use crate::transport::websocket::{EdgeSettings, WebSocketEdge};
+use omni_dialects::openai::Flavor;
+use omni_transports::StartSession;
+use omni_transports::outgoing::Metered;
+use omni_transports::websocket::line::{self, Merged};
+use omni_transports::websocket::{EdgeSettings, WebSocketEdge};
 
 pub(crate) async fn realtime(
     req: HttpRequest,
