@@ -15,10 +15,10 @@
 use std::time::Instant;
 
 use omni_actors::domain::Mode;
+use omni_actors::edge::client::SessionPort;
 use omni_actors::edge::dialect::Dialect;
 use omni_actors::observe::events::SessionInfo;
 use omni_actors::protocol::ProtocolError;
-use omni_actors::session::messages::SessionPort;
 use omni_actors::session::{AddressCaps, Admission, Refusal as CapRefusal};
 use omni_actors::session::{ClientInfo, SessionActor, SessionLinks, SessionSettings};
 
@@ -82,7 +82,7 @@ impl Admitted {
         let sinks = gw.subscribers.session(&self.info);
         let (queue, registry, transcription) = (gw.queue.clone(), gw.registry.clone(), gw.transcription.clone());
         let Admitted { conn, settings, dialect, client, admission, .. } = self;
-        Box::new(move |edge: Box<dyn omni_actors::session::messages::ClientLine>| {
+        Box::new(move |edge: Box<dyn omni_actors::edge::client::ClientLine>| {
             let links =
                 SessionLinks { edge, conn, queue, registry, admission: Some(admission), sinks, client, transcription };
             SessionPort::new(SessionActor::new(settings, dialect, links).start_for_edge().recipient(), 0)

@@ -103,8 +103,7 @@ fn main() {
         sinks.publish(SessionEvent::Output(Output::Transcript { seq: 1, text: "(1.5 seconds of speech)" }));
         let (text, input_tokens, output_tokens, cancelled) = ("Hello!", 12, 2, false);
         sinks.publish(SessionEvent::Output(Output::TurnDone { seq: 1, text, input_tokens, output_tokens, cancelled }));
-        let meta =
-            omni_actors::observe::recording::SessionMeta { close_reason: "user_stop".into(), ..Default::default() };
+        let meta = omni_actors::observe::meta::SessionMeta { close_reason: "user_stop".into(), ..Default::default() };
         sinks.publish(SessionEvent::Closed { meta: &meta });
         actix::clock::sleep(std::time::Duration::from_millis(100)).await;
     });

@@ -40,6 +40,7 @@ pub mod audio;
 pub mod domain;
 pub mod edge;
 pub mod ids;
+pub mod messages;
 pub mod net;
 pub mod observe;
 pub mod pool;

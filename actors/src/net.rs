@@ -7,9 +7,18 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-/// The address a peer counts under: its IPv4 address (an IPv4-mapped IPv6 one too), or the
-/// /64 of its IPv6 address (the rule the session registry's caps follow).
-pub use crate::session::address_key as counted_as;
+/// The address a peer is counted under (by the session registry's caps, the key throttle,
+/// every per-address limit): an IPv4 address, or the /64 of an IPv6 one (a
+/// host gets a /64 and chooses addresses in it freely). IPv4-mapped IPv6 counts as IPv4.
+pub fn counted_as(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        },
+    }
+}
 
 /// Whether `ip` is in any of `networks`.
 pub fn in_any(ip: IpAddr, networks: &[IpNet]) -> bool {

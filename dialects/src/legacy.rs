@@ -17,7 +17,7 @@ use serde_json::json;
 
 use std::sync::Arc;
 
-use omni_actors::observe::recording::Redact;
+use omni_actors::edge::redact::Redact;
 
 use super::Limits;
 use super::minicpm::{self, duplex_chunk};

@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use omni_actors::observe::recording::Redact;
+use omni_actors::edge::redact::Redact;
 
 use super::Limits;
 use super::record::{AudioEncoding, JsonRedactor};

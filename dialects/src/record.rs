@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use omni_actors::edge::dialect::RecordedMedia;
-use omni_actors::observe::recording::{Direction, MediaSink, Recorded, Redact};
+use omni_actors::edge::redact::RecordedMedia;
+use omni_actors::edge::redact::{Direction, MediaSink, Recorded, Redact};
 use serde_json::Value;
 
 /// Strings longer than this are data, not text: they go to files.
@@ -190,7 +190,7 @@ impl JsonRedactor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use omni_actors::observe::recording::MediaRef;
+    use omni_actors::edge::redact::MediaRef;
     use serde_json::json;
 
     /// Counts what would be written, the way the recorder numbers it.

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use omni_actors::domain::Mode;
 use omni_actors::edge::dialect::{DecodeError, Dialect, Outbox};
+use omni_actors::edge::redact::Redact;
 use omni_actors::edge::vad::SharedDetectors;
-use omni_actors::observe::recording::Redact;
 use omni_actors::protocol::{Inbound, Outbound};
 
 use super::Limits;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use actix_web::{App, HttpServer, web};
-use omni_actors::pool::messages::ShutdownPool;
+use omni_actors::messages::pool::ShutdownPool;
 
 use crate::config::BackendSource;
 use crate::config::Config;

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use omni_actors::domain::Mode;
+use omni_actors::messages::pool::{JoinWorkers, PoolPort, WorkerSetup};
+use omni_actors::messages::queue::{QueueFeed, QueuePort};
 use omni_actors::pool::WorkerPoolActor;
-use omni_actors::pool::messages::{JoinWorkers, PoolPort, WorkerSetup};
 use omni_actors::queue::QueueActor;
-use omni_actors::queue::messages::{QueueFeed, QueuePort};
 
 use super::{Common, Serving, backend_limits};
 use crate::config::{Config, NodeLink};

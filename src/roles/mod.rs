@@ -17,10 +17,10 @@ pub mod replica;
 
 use std::sync::Arc;
 
+use omni_actors::messages::pool::PoolPort;
+use omni_actors::messages::queue::QueuePort;
 use omni_actors::observe::events::Subscribers;
 use omni_actors::observe::recording::{RecorderSpawner, RecordingLimits};
-use omni_actors::pool::messages::PoolPort;
-use omni_actors::queue::messages::QueuePort;
 use omni_actors::session::Registry;
 use omni_actors::status::StatusQuery;
 use omni_actors::worker::BackendLimits;
@@ -53,7 +53,7 @@ pub struct Serving {
     /// The voice activity detectors of the OpenAI-shaped dialects' sessions (`[vad]`).
     pub voice: omni_actors::edge::vad::SharedDetectors,
     /// The gateway's recogniser (`[transcription]`), when on.
-    pub transcription: Option<omni_actors::transcribe::TranscriptionPort>,
+    pub transcription: Option<omni_actors::messages::transcribe::TranscriptionPort>,
     /// WebRTC calls in progress (`[webrtc]`), when on.
     pub calls: Option<Arc<omni_transports::webrtc::Calls>>,
     /// The webhooks, for what is told to them outside a session (`realtime.call.incoming`).
@@ -81,7 +81,7 @@ struct Common {
     incoming: Arc<IncomingBudget>,
     registry: Arc<Registry>,
     voice: omni_actors::edge::vad::SharedDetectors,
-    transcription: Option<omni_actors::transcribe::TranscriptionPort>,
+    transcription: Option<omni_actors::messages::transcribe::TranscriptionPort>,
 }
 
 impl Common {
@@ -137,12 +137,12 @@ impl Common {
 }
 
 /// The pool's setups of this host's `[[workers]]`.
-pub fn worker_setups(config: &Config) -> Vec<omni_actors::pool::messages::WorkerSetup> {
+pub fn worker_setups(config: &Config) -> Vec<omni_actors::messages::pool::WorkerSetup> {
     let open_timeout = std::time::Duration::from_secs_f64(config.limits.open_timeout_s);
     config
         .workers
         .iter()
-        .map(|w| omni_actors::pool::messages::WorkerSetup {
+        .map(|w| omni_actors::messages::pool::WorkerSetup {
             name: w.name.clone(),
             backend: w.source.label(),
             modes: w.modes.clone(),

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use omni_actors::domain::Mode;
+use omni_actors::messages::pool::PoolPort;
+use omni_actors::messages::queue::{GrantPushed, QueueFeed, QueuePort};
 use omni_actors::pool::WorkerPoolActor;
-use omni_actors::pool::messages::PoolPort;
-use omni_actors::queue::messages::{GrantPushed, QueueFeed, QueuePort};
 use omni_actors::queue::{ClusterQueueActor, ClusterSetup, GrantOpener};
 
 use super::{Common, Serving, backend_limits};

@@ -2,7 +2,6 @@
 //! sessions, measured), `callload` (voice sessions over WebRTC calls or WebSockets, side by
 //! side), `flood` (hostile load) and `check-recordings` (are the recordings intact).
 
-mod attack;
 pub mod callload;
 pub mod check_recordings;
 pub mod client;

@@ -16,8 +16,8 @@ use std::task::{Context, Poll};
 
 use actix::prelude::Stream;
 use futures_util::task::AtomicWaker;
+use omni_actors::edge::client::FromClient;
 use omni_actors::observe::metrics::metrics;
-use omni_actors::session::messages::FromClient;
 
 use super::SessionPort;
 

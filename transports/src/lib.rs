@@ -21,8 +21,8 @@
 //! - [`incoming`]: the bound on what a client sent and its session has not handled (the
 //!   connection is not read past it).
 
-use omni_actors::session::messages::ClientLine;
-pub use omni_actors::session::messages::SessionPort;
+use omni_actors::edge::client::ClientLine;
+pub use omni_actors::edge::client::SessionPort;
 
 pub mod caller;
 pub mod incoming;

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use bytestring::ByteString;
 
+use crate::edge::client::{CallerAudio, Keypress, ModelAudio};
+use crate::edge::redact::RecordedMedia;
+use crate::edge::redact::Redact;
 use crate::ids;
-use crate::observe::Redact;
 use crate::protocol::{Inbound, Outbound, ProtocolError};
-use crate::session::messages::{CallerAudio, Keypress, ModelAudio};
 
 /// Why a frame could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -30,9 +31,6 @@ impl From<ProtocolError> for DecodeError {
         DecodeError::Protocol(e)
     }
 }
-
-/// The audio segments (16 kHz) and images a client event carried, for the recording.
-pub type RecordedMedia = (Vec<Vec<f32>>, Vec<Vec<u8>>);
 
 /// One thing a dialect hands its session for the client, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -148,7 +146,7 @@ pub trait Dialect {
     /// A key the caller pressed on a phone line ([`FromClient::Key`]). A dialect without a word
     /// for keys lets it pass (nothing is sent, nothing changes).
     ///
-    /// [`FromClient::Key`]: crate::session::messages::FromClient::Key
+    /// [`FromClient::Key`]: crate::edge::client::FromClient::Key
     fn press(&mut self, _key: Keypress, _replies: &mut Outbox) -> Result<Vec<Inbound>, DecodeError> {
         Ok(Vec::new())
     }

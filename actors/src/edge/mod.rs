@@ -10,7 +10,9 @@
 //!   detector, Silero VAD); [`vad::SpeechEdges`] turns it into the edges of speech.
 
 pub mod backend;
+pub mod client;
 pub mod coordinator;
 pub mod dialect;
+pub mod redact;
 pub mod transcriber;
 pub mod vad;

@@ -20,9 +20,10 @@ use actix::prelude::*;
 use bytes::Bytes;
 
 use crate::domain::{Mode, StepKind};
-use crate::edge::dialect::RecordedMedia;
+use crate::edge::redact::RecordedMedia;
+use crate::edge::redact::Redact;
+use crate::observe::meta::SessionMeta;
 use crate::observe::metrics::metrics;
-use crate::observe::recording::{Redact, SessionMeta};
 
 /// Which events a subscriber wants: a set of the constants below.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -8,8 +8,9 @@ use actix::prelude::*;
 use bytes::Bytes;
 use serde::Serialize;
 
-use super::recording::{Direction, Reservation, SessionMeta};
-use crate::edge::dialect::RecordedMedia;
+use super::meta::{Reservation, SessionMeta};
+use crate::edge::redact::Direction;
+use crate::edge::redact::RecordedMedia;
 
 /// What a session hands its recorder.
 #[derive(Message)]

@@ -7,6 +7,7 @@
 pub mod events;
 mod log_gate;
 pub mod messages;
+pub mod meta;
 pub mod metrics;
 mod recorder;
 pub mod recording;
@@ -16,6 +17,6 @@ pub use events::{
     Interest, Output, SessionEvent, SessionInfo, SessionSink, SessionSinks, Subscriber, Subscribers, WorkerChange,
 };
 pub use log_gate::gated;
+pub use meta::{RecordingSummary, SessionMeta, timestamp};
 pub use metrics::metrics;
-pub use recording::{Direction, MediaSink, Recorded, RecordingSummary, Redact, SessionMeta, timestamp};
 pub use usage::Usage;

@@ -25,11 +25,10 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use crate::audio::{to_i24, wav_spec};
-use crate::edge::dialect::RecordedMedia;
+use crate::edge::redact::RecordedMedia;
+use crate::edge::redact::{Direction, MediaRef, MediaSink, Recorded, Redact};
 use crate::observe::messages::Record;
-use crate::observe::recording::{
-    Direction, INPUT_RATE, MediaRef, MediaSink, OUTPUT_RATE, Recorded, RecordingSummary, Redact, SessionMeta,
-};
+use crate::observe::meta::{INPUT_RATE, OUTPUT_RATE, RecordingSummary, SessionMeta};
 
 /// Creates a directory (and its parents) readable by this user only.
 pub(super) fn private_dir(path: &Path) -> io::Result<()> {
@@ -241,7 +240,8 @@ mod tests {
     use std::time::{Instant, SystemTime};
 
     use super::*;
-    use crate::observe::recording::{RecorderSpawner, Recording, RecordingLimits, timestamp};
+    use crate::observe::meta::timestamp;
+    use crate::observe::recording::{RecorderSpawner, Recording, RecordingLimits};
     use bytes::Bytes;
 
     /// Records inbound media and keeps the text as a JSON string (a dialect's redactor

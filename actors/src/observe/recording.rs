@@ -18,7 +18,6 @@
 //! metrics.
 //!
 
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -28,82 +27,14 @@ use tokio::sync::watch;
 
 use actix::prelude::*;
 use bytes::Bytes;
-use serde::Serialize;
-use serde_json::value::RawValue;
 
-use crate::edge::dialect::RecordedMedia;
+use crate::edge::redact::RecordedMedia;
+use crate::edge::redact::{Direction, Redact};
 use crate::observe::events::{Interest, SessionEvent, SessionInfo, SessionSink, Subscriber};
 use crate::observe::messages::Record;
+use crate::observe::meta::{Reservation, SessionMeta, timestamp};
 use crate::observe::metrics::metrics;
 use crate::observe::recorder::RecorderActor;
-
-/// The sample rate of the recording's input audio (`input.wav`), in Hz.
-pub const INPUT_RATE: u32 = 16000;
-/// The sample rate of the recording's model audio (`output.wav`), in Hz.
-pub const OUTPUT_RATE: u32 = 24000;
-
-/// Whether a frame was received from the client or sent to it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Direction {
-    /// Received from the client.
-    In,
-    /// Sent to the client.
-    Out,
-}
-
-/// Where a medium of a recorded event was written: `{"$ref": file, ...}` in `events.jsonl`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct MediaRef {
-    /// The file, relative to the recording's directory (`input.wav`, `frames/000001.jpg`, ...).
-    #[serde(rename = "$ref")]
-    pub file: String,
-    /// First sample, for audio.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub offset: Option<u64>,
-    /// Samples written, for audio.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub samples: Option<u64>,
-    /// Characters, for an attachment.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub chars: Option<u64>,
-}
-
-/// The files of a recording, as a redactor writes media into them.
-pub trait MediaSink {
-    /// 16 kHz input audio, appended to `input.wav`.
-    fn input_audio(&mut self, samples: &[f32]) -> io::Result<MediaRef>;
-    /// 24 kHz model audio, appended to `output.wav`.
-    fn output_audio(&mut self, samples: &[f32]) -> io::Result<MediaRef>;
-    /// An image, as `frames/NNNNNN.jpg`.
-    fn frame(&mut self, image: &[u8]) -> io::Result<MediaRef>;
-    /// A large text value, as `attachments/NNNNNN.b64`.
-    fn attachment(&mut self, text: &str) -> io::Result<MediaRef>;
-}
-
-/// One event as recorded: the event (JSON) with its media replaced by references, or, for
-/// a frame that was not an event, its text.
-#[derive(Debug)]
-pub enum Recorded {
-    /// The event as JSON, its media replaced by [`MediaRef`]s.
-    Event(Box<RawValue>),
-    /// The frame's text, for a frame that was not an event.
-    Raw(String),
-}
-
-/// A dialect's knowledge of its own frames, used on the recorder's thread: which fields
-/// carry audio and images, and how the model's audio is encoded.
-pub trait Redact: Send + Sync {
-    /// Turns one frame into what `events.jsonl` keeps of it. `decoded` is the media of an
-    /// inbound frame the dialect already decoded, in the order the frame carries it.
-    fn redact(
-        &self,
-        dir: Direction,
-        text: &[u8],
-        decoded: RecordedMedia,
-        sink: &mut dyn MediaSink,
-    ) -> io::Result<Recorded>;
-}
 
 /// The bounds of recording, from `[recording]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,92 +150,6 @@ fn check_disk(root: &Path, min_free: u64, low: &AtomicBool) {
             log::info!("recording: {} MB free under {} again: recording resumes", free >> 20, root.display());
         }
     }
-}
-
-/// A record's share of the bounds; given back when the record is written or dropped.
-pub struct Reservation {
-    session: Arc<AtomicUsize>,
-    total: Arc<AtomicUsize>,
-    size: usize,
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        self.session.fetch_sub(self.size, Ordering::Relaxed);
-        self.total.fetch_sub(self.size, Ordering::Relaxed);
-        metrics().recording_lag_bytes.sub(self.size as i64);
-    }
-}
-
-/// A recorded session's facts, written to `meta.json` when it ends.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct SessionMeta {
-    /// The session's id; empty when it never got one.
-    pub session_id: String,
-    /// The mode the client asked for (`chat`, `video` or `audio`).
-    pub mode: String,
-    /// The dialect's name.
-    pub dialect: String,
-    /// `websocket` or `webrtc` (empty in recordings made before it was kept).
-    #[serde(default)]
-    pub transport: String,
-    /// The name of the worker it had; `None` when it never got one.
-    pub worker: Option<String>,
-    /// The client's address and port.
-    pub client_addr: String,
-    /// The client's `User-Agent` header, when it sent one.
-    pub user_agent: Option<String>,
-    /// When the connection was upgraded, RFC 3339 in UTC.
-    pub start: String,
-    /// When the session ended, RFC 3339 in UTC.
-    pub end: String,
-    /// Seconds from the upgrade to the end.
-    pub duration_s: f64,
-    /// Why it ended ([`CloseReason::as_str`](crate::protocol::CloseReason::as_str)).
-    pub close_reason: String,
-    /// Duplex input chunks received.
-    pub chunks_received: u64,
-    /// Duplex input chunks dropped unprocessed (the client ran ahead of its worker).
-    pub chunks_dropped: u64,
-    /// Duplex input chunks answered (a listen or speech sent; speech voided by a force-listen is
-    /// not counted).
-    pub chunks_answered: u64,
-    /// Model answers: spoken turns in duplex modes, answers in chat.
-    pub turns: u64,
-    /// Filled in by the recorder.
-    pub recording: RecordingSummary,
-}
-
-/// What the recorder wrote for a session, in its `meta.json`.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct RecordingSummary {
-    /// Lines written to `events.jsonl`.
-    pub events: u64,
-    /// Samples written to `input.wav` (16 kHz).
-    pub input_samples: u64,
-    /// Samples written to `output.wav` (24 kHz).
-    pub output_samples: u64,
-    /// Images written under `frames/`.
-    pub frames: u64,
-    /// Large text values written under `attachments/`.
-    pub attachments: u64,
-    /// Records the session dropped because a recorder was too far behind (or, before the
-    /// session had an id, because it held too much).
-    pub dropped_records: u64,
-    /// Some records were dropped (`dropped_records` is not 0).
-    pub lagged: bool,
-    /// The recording reached `recording.max_session_mb` and took nothing more.
-    pub truncated: bool,
-    /// The first error creating or writing the recording's files; `None` when there was none.
-    pub error: Option<String>,
-}
-
-/// RFC 3339 in UTC, and the `YYYY-MM-DD` of a moment.
-pub fn timestamp(t: SystemTime) -> (String, String) {
-    let t = time::OffsetDateTime::from(t);
-    let full = t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
-    let date = format!("{:04}-{:02}-{:02}", t.year(), u8::from(t.month()), t.day());
-    (full, date)
 }
 
 enum State {

@@ -18,8 +18,8 @@ use actix::prelude::*;
 use crate::domain::{Mode, StepKind};
 use crate::observe::events::{Dropped, Interest, Output, SessionEvent, SessionInfo, SessionSink, Subscriber, forward};
 use crate::observe::messages::UsageRecord;
+use crate::observe::meta::{INPUT_RATE, OUTPUT_RATE, timestamp};
 use crate::observe::metrics::metrics;
-use crate::observe::recording::{INPUT_RATE, OUTPUT_RATE, timestamp};
 
 /// Records the writer may have waiting; beyond it they are dropped and counted.
 const MAILBOX: usize = 10_000;

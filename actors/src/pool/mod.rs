@@ -13,19 +13,20 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 
 use crate::domain::BackendInfo;
+use crate::edge::backend::{BackendFactory, Opener};
 use crate::ids::WorkerId;
+use crate::messages::queue::{LendReport, QueueFeed, WorkerReport};
+use crate::messages::worker::{Stop, WorkerLink, WorkerPort};
 use crate::observe::{Subscribers, WorkerChange, metrics};
-use crate::queue::messages::{LendReport, QueueFeed, WorkerReport};
 use crate::status::{ServerStatus, StatusQuery};
-use crate::worker::messages::{Stop, WorkerLink, WorkerPort};
-use crate::worker::{BackendFactory, Opener};
 
-pub mod messages;
 mod state;
 
 pub use state::backoff;
 
-use messages::{GiveBack, JoinWorkers, Lend, ShutdownPool, StartWorker, WorkerEvent, WorkerSetup, WorkerStart};
+use crate::messages::pool::{
+    GiveBack, JoinWorkers, Lend, ShutdownPool, StartWorker, WorkerEvent, WorkerSetup, WorkerStart,
+};
 use state::{Effect, PoolState, WorkerState};
 
 /// How long a BackendActor lent for one session has to close its link once the session ends.

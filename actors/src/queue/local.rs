@@ -7,14 +7,14 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use super::messages::{Cancel, Claim, Join, Leave, QueueSnapshot, WorkerReport};
 use super::pacer::Fanout;
 use super::state::{Assignment, JoinOutcome, LeaveOutcome, ModeSet, QueueState, TicketId, WorkerId};
 use crate::domain::Mode;
+use crate::messages::queue::QueueNotice;
+use crate::messages::queue::{Cancel, Claim, Join, Leave, QueueSnapshot, WorkerReport};
+use crate::messages::worker::WorkerLink;
 use crate::observe::metrics;
 use crate::protocol::ProtocolError;
-use crate::session::messages::QueueNotice;
-use crate::worker::messages::WorkerLink;
 
 struct Waiter {
     conn: u64,

@@ -11,7 +11,6 @@
 
 mod cluster;
 mod local;
-pub mod messages;
 mod pacer;
 mod state;
 

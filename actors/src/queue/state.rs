@@ -23,6 +23,7 @@ use crate::domain::Mode;
 use crate::protocol::QueueInfo;
 
 pub(super) use crate::ids::{TicketId, WorkerId};
+pub(crate) use crate::messages::queue::TicketStatus;
 
 /// The modes one worker serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -108,23 +109,6 @@ struct Waiting {
 struct Slot {
     modes: ModeSet,
     state: Availability,
-}
-
-/// One waiting ticket as reported by `/status`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TicketStatus {
-    /// The ticket's number.
-    pub ticket: TicketId,
-    /// The mode it waits for.
-    pub mode: Mode,
-    /// Its place in the queue, 1-based.
-    pub position: usize,
-    /// How long it has waited so far.
-    pub waited: Duration,
-    /// Its estimated wait, in seconds.
-    pub estimated_wait_s: f64,
-    /// In a cluster: the replica whose client holds it.
-    pub replica: Option<String>,
 }
 
 const EMA_WEIGHT: f64 = 0.2;

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 
 use super::SessionActor;
-use super::messages::ToClient;
 use super::resume::{Resumable, Resume};
 use super::state::Phase;
+use crate::edge::client::ToClient;
 use crate::observe::metrics;
 use crate::protocol::{CloseReason, Outbound};
 

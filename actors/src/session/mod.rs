@@ -27,19 +27,19 @@ use actix::prelude::*;
 use bytestring::ByteString;
 
 use crate::domain::Mode;
-use crate::edge::dialect::{DecodeError, Dialect, Emit, Outbox, RecordedMedia};
+use crate::edge::dialect::{DecodeError, Dialect, Emit, Outbox};
+use crate::edge::redact::RecordedMedia;
+use crate::messages::queue::{Claim, Join, Leave, QueuePort};
+use crate::messages::worker::{
+    Attach, Delivery, Detach, Drain, Interrupt, Lost, Prepare, Reconfigure, SubmitChunk, SubmitTurn, WorkerLink,
+};
 use crate::observe::metrics;
 use crate::observe::{Interest, SessionEvent, SessionSinks};
 use crate::observe::{RecordingSummary, SessionMeta, timestamp};
 use crate::protocol::{CloseReason, Inbound, Outbound, ProtocolError, Violation, bounded};
-use crate::queue::messages::{Claim, Join, Leave, QueuePort};
-use crate::worker::messages::{
-    Attach, Delivery, Detach, Drain, Interrupt, Lost, Prepare, Reconfigure, SubmitChunk, SubmitTurn, WorkerLink,
-};
 
 mod flow;
 mod hold;
-pub mod messages;
 mod output;
 mod registry;
 pub mod resume;
@@ -48,13 +48,14 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-pub use registry::{AddressCaps, Admission, Labels, Refusal, Registry, address_key};
+pub use registry::{AddressCaps, Admission, Labels, Refusal, Registry};
 
-use crate::transcribe::messages::{Transcribe, Transcribed};
+use crate::edge::client::{CallerAudio, ClientLine, FromClient, FromLine, Keypress, ModelAudio, ToClient};
+use crate::messages::queue::QueueNotice;
+use crate::messages::session::Shutdown;
+use crate::messages::transcribe::{Transcribe, Transcribed};
+use crate::messages::worker::BackendEvent;
 use flow::Flow;
-use messages::{
-    BackendEvent, CallerAudio, ClientLine, FromClient, FromLine, Keypress, ModelAudio, QueueNotice, Shutdown, ToClient,
-};
 use resume::{Replay, Resume, ResumeTerms};
 use setups::Setups;
 use state::{Phase, SessionState};
@@ -113,7 +114,7 @@ pub struct SessionLinks {
     /// Who the client is, for logs and recordings.
     pub client: ClientInfo,
     /// The gateway's recogniser, when `[transcription]` is on.
-    pub transcription: Option<crate::transcribe::TranscriptionPort>,
+    pub transcription: Option<crate::messages::transcribe::TranscriptionPort>,
 }
 
 /// One client connection's session; see the module's documentation.

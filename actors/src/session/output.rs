@@ -8,10 +8,10 @@ use std::time::Instant;
 use actix::prelude::*;
 
 use super::SessionActor;
-use super::messages::BackendEvent;
 use super::state::Phase;
 use crate::domain::{BackendInfo, StepOutcome, TurnPiece, TurnSummary};
 use crate::edge::backend::BackendError;
+use crate::messages::worker::BackendEvent;
 use crate::observe::metrics;
 use crate::observe::{Output, SessionEvent};
 use crate::protocol::{CloseReason, Outbound, ProtocolError};

@@ -6,15 +6,17 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+
+use crate::net::counted_as as address_key;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use parking_lot::Mutex;
 
-use super::messages::Shutdown;
 use super::resume::Tokens;
 use crate::domain::Mode;
+use crate::messages::session::Shutdown;
 
 /// Why a connection was refused before the upgrade.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,18 +36,6 @@ pub struct AddressCaps {
     pub connections: usize,
     /// Connections one address may have waiting for a worker.
     pub waiting: usize,
-}
-
-/// The address a client is counted under: an IPv4 address, or the /64 of an IPv6 one (a
-/// host gets a /64 and chooses addresses in it freely). IPv4-mapped IPv6 counts as IPv4.
-pub fn address_key(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(v4) => IpAddr::V4(v4),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
-        },
-    }
 }
 
 #[derive(Debug, Default, Clone, Copy)]

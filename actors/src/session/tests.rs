@@ -8,22 +8,25 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use super::messages::{BackendEvent, CallerAudio, FromClient, FromLine, ModelAudio, QueueNotice, Shutdown, ToClient};
 use super::registry::Registry;
 use super::resume::{ResumeRefusal, ResumeTerms};
 use super::{ClientInfo, SessionActor, SessionLinks, SessionSettings};
 use crate::domain::{DuplexChunk, Mode, SessionKind, SessionSetup, StepKind, StepOutcome};
 use crate::edge::backend::BackendError;
+use crate::edge::client::{CallerAudio, FromClient, FromLine, ModelAudio, ToClient};
 use crate::edge::dialect::{DecodeError, Dialect, Outbox};
-use crate::observe::{Direction, MediaSink, Recorded, Redact};
-use crate::observe::{Interest, SessionEvent, SessionInfo, SessionSink, Subscriber, Subscribers};
-use crate::protocol::{CloseReason, Inbound, Outbound, ProtocolError, QueueInfo, Violation};
-use crate::queue::messages::TicketStatus;
-use crate::queue::messages::{Cancel, Claim, Join, Leave, QueuePort, QueueSnapshot};
-use crate::worker::messages::{
+use crate::edge::redact::{Direction, MediaSink, Recorded, Redact};
+use crate::messages::queue::QueueNotice;
+use crate::messages::queue::TicketStatus;
+use crate::messages::queue::{Cancel, Claim, Join, Leave, QueuePort, QueueSnapshot};
+use crate::messages::session::Shutdown;
+use crate::messages::worker::BackendEvent;
+use crate::messages::worker::{
     Attach, Control, Detach, Drain, Interrupt, Prepare, Reconfigure, Run, Stop, SubmitChunk, SubmitTurn, WorkerLink,
     WorkerPort,
 };
+use crate::observe::{Interest, SessionEvent, SessionInfo, SessionSink, Subscriber, Subscribers};
+use crate::protocol::{CloseReason, Inbound, Outbound, ProtocolError, QueueInfo, Violation};
 
 /// How long a test waits for anything before it fails.
 const WAIT: Duration = Duration::from_secs(5);
@@ -85,7 +88,7 @@ impl Dialect for Words {
                 &self,
                 _: Direction,
                 _: &[u8],
-                _: crate::edge::dialect::RecordedMedia,
+                _: crate::edge::redact::RecordedMedia,
                 _: &mut dyn MediaSink,
             ) -> std::io::Result<Recorded> {
                 Ok(Recorded::Raw(String::new()))

@@ -13,21 +13,9 @@ use actix::prelude::*;
 
 use crate::edge::transcriber::{OpenTranscriber, Transcriber, TranscriptionError};
 
-mod backlog;
-pub mod messages;
+use crate::messages::transcribe::{Backlog, Transcribe, Transcribed, TranscriptionPort};
 
-use backlog::Backlog;
-use messages::{Transcribe, Transcribed};
-
-/// Longest audio transcribed: Whisper hears at most 30 s at once.
-pub const MAX_SECONDS: usize = 30;
-
-/// What sessions hold to reach the recognisers: where jobs go, and the bound they pass first.
-#[derive(Clone)]
-pub struct TranscriptionPort {
-    transcribe: Recipient<Transcribe>,
-    backlog: Arc<Backlog>,
-}
+pub use crate::messages::transcribe::MAX_SECONDS;
 
 impl TranscriptionPort {
     /// Starts `threads` recognisers; at most `max_waiting` jobs wait or run.
@@ -38,19 +26,7 @@ impl TranscriptionPort {
             transcriber: open(),
             backlog: shared.clone(),
         });
-        TranscriptionPort { transcribe: addr.recipient(), backlog }
-    }
-
-    /// Hands a job to a recogniser, or answers it at once when the backlog is full.
-    pub fn submit(&self, mut job: Transcribe) {
-        if let Err(taken) = self.backlog.admit() {
-            log::warn!("session {}: transcription of {} refused: {taken} waiting", job.session, job.item_id);
-            let result = Err(TranscriptionError::Behind { waiting: taken });
-            job.reply.do_send(Transcribed { item_id: job.item_id, result });
-            return;
-        }
-        job.audio.truncate(MAX_SECONDS * 16000);
-        self.transcribe.do_send(job);
+        TranscriptionPort::new(addr.recipient(), backlog)
     }
 }
 

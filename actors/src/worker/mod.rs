@@ -26,21 +26,21 @@ use actix::prelude::*;
 use crate::domain::{BackendInfo, SessionSetup, StepOutcome, TurnSummary};
 use crate::edge::backend::{BackendControl, BackendError};
 use crate::ids::WorkerId;
+use crate::messages::pool::WorkerEvent;
+use crate::messages::worker::BackendEvent;
 use crate::observe::metrics;
-use crate::pool::messages::WorkerEvent;
 use crate::protocol::ProtocolError;
-use crate::session::messages::BackendEvent;
 
-pub mod messages;
 mod pending;
 mod policy;
 mod spare_threads;
 mod thread;
 
-pub use thread::{BackendFactory, Opener, WorkerThread};
+pub use crate::edge::backend::{BackendFactory, Opener};
+pub use thread::WorkerThread;
 
-use crate::pool::messages::{StartWorker, WorkerStart};
-use messages::{
+use crate::messages::pool::{StartWorker, WorkerStart};
+use crate::messages::worker::{
     Attach, Control, Detach, Drain, Interrupt, Prepare, Reconfigure, Run, Stop, SubmitChunk, SubmitTurn, WorkerPort,
 };
 use policy::{Cut, Refusal, Work, WorkerPolicy};
@@ -132,7 +132,7 @@ pub struct BackendActor {
     turn_cancel: Arc<AtomicBool>,
     /// The owner-thread calls of an edge that drives the backend itself ([`Run`]), by number,
     /// until the policy hands them out ([`Work::Run`]).
-    runs: HashMap<u64, messages::RunCall>,
+    runs: HashMap<u64, crate::messages::worker::RunCall>,
     next_run: u64,
     /// The backend's death, heard while a call was in flight: that call's own failure (which
     /// says why: a signal, an error) is awaited and this reason used only if it succeeded.
@@ -814,7 +814,7 @@ mod tests {
     use super::*;
     use crate::domain::Mode;
     use crate::edge::backend::Backend;
-    use messages::{Delivery, Lost};
+    use crate::messages::worker::{Delivery, Lost};
 
     /// Collects what a session would hear.
     struct Ear(tokio::sync::mpsc::UnboundedSender<String>);
@@ -949,7 +949,7 @@ mod tests {
             step_timeout: Duration::from_secs(1),
             open_timeout: Duration::from_secs(10),
         };
-        let factory = crate::worker::thread::BackendFactory::new(|| Err(BackendError::Open("no model".into())));
+        let factory = crate::edge::backend::BackendFactory::new(|| Err(BackendError::Open("no model".into())));
         let (told, mut reports) = tokio::sync::mpsc::unbounded_channel();
         let worker = BackendActor::new(0, "gone".into(), 1, factory, limits, Pool(told).start().recipient()).start();
         // Its backend does not open: it says so, and stops.

@@ -19,48 +19,8 @@ use std::sync::Arc;
 use std::sync::mpsc;
 
 use crate::domain::BackendInfo;
-use crate::edge::backend::{Backend, BackendControl, BackendError};
+use crate::edge::backend::{Backend, BackendControl, BackendError, BackendFactory, OpenBackend};
 use crate::worker::spare_threads;
-
-type OpenFn = dyn Fn() -> Result<Box<dyn Backend>, BackendError> + Send + Sync;
-
-/// Opens a backend instance. Called on the thread that becomes its owner: a thread of the
-/// worker's own, or its BackendActor's arbiter for a backend whose calls are all quick.
-#[derive(Clone)]
-pub struct BackendFactory {
-    open: Arc<OpenFn>,
-    quick: bool,
-}
-
-impl BackendFactory {
-    /// A factory that opens a backend with `open`, on a thread of its own.
-    pub fn new(open: impl Fn() -> Result<Box<dyn Backend>, BackendError> + Send + Sync + 'static) -> BackendFactory {
-        BackendFactory { open: Arc::new(open), quick: false }
-    }
-
-    /// Every owner-thread call of this backend returns within microseconds and never waits (no
-    /// model compute, no sleep, no I/O; the built-in reference backend when nothing paces it), and
-    /// its any-thread calls return at once: its BackendActor opens it and runs its calls itself
-    /// ([`WorkerThread::here`]), with no thread of its own.
-    pub fn quick(self) -> BackendFactory {
-        BackendFactory { quick: true, ..self }
-    }
-
-    /// Opened on a thread of its own however quick it is.
-    pub fn threaded(self) -> BackendFactory {
-        BackendFactory { quick: false, ..self }
-    }
-
-    /// Whether its BackendActor opens it and makes its calls itself ([`BackendFactory::quick`]).
-    pub fn is_quick(&self) -> bool {
-        self.quick
-    }
-
-    /// Opens an instance on the calling thread, which becomes its owner.
-    pub fn open(&self) -> Result<Box<dyn Backend>, BackendError> {
-        (self.open)()
-    }
-}
 
 /// Work for the owner thread.
 pub(super) type Job = Box<dyn FnOnce(&mut dyn Backend) + Send>;
@@ -97,25 +57,6 @@ struct Here {
     backend: Option<Box<dyn Backend>>,
     name: String,
     _exit: ExitSignal,
-}
-
-/// A backend opened before its thread started, on the caller's thread: a node's worker whose
-/// grant came on a link already attached has nothing to wait for. Its thread owns it from then on.
-pub(super) type OpenBackend = Box<dyn Backend + Send>;
-
-/// How a BackendActor gets its backend: opened on its thread by a factory, or open already.
-pub enum Opener {
-    /// Open the backend with this factory: on the worker's thread, or on the actor's own for a
-    /// quick one.
-    Factory(BackendFactory),
-    /// The backend, open already; the worker's thread takes it over.
-    Open(OpenBackend),
-}
-
-impl From<BackendFactory> for Opener {
-    fn from(factory: BackendFactory) -> Opener {
-        Opener::Factory(factory)
-    }
 }
 
 type OpenOnce = Box<dyn FnOnce() -> Result<Box<dyn Backend>, BackendError> + Send>;

@@ -27,8 +27,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use omni_actors::edge::backend::{Backend, BackendError};
+use omni_actors::edge::backend::{BackendFactory, Opener};
 use omni_actors::observe::metrics::metrics;
-use omni_actors::worker::{BackendFactory, Opener};
 
 pub use ffi::{BackendApi, FfiBackend, FfiControl, LoadError};
 pub use process::{HostSpec, ProcessBackend};

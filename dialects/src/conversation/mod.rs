@@ -37,7 +37,7 @@
 use std::time::{Duration, Instant};
 
 use omni_actors::domain::{BackendInfo, Mode};
-use omni_actors::edge::dialect::RecordedMedia;
+use omni_actors::edge::redact::RecordedMedia;
 use omni_actors::edge::vad::SharedDetectors;
 use omni_actors::observe::metrics::metrics;
 use omni_actors::protocol::{CloseReason, Inbound, ProtocolError, QueueInfo};

@@ -13,11 +13,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
-use omni_actors::edge::dialect::{DecodeError, Dialect, Outbox, RecordedMedia};
+use omni_actors::edge::client::{CallerAudio, Keypress, ModelAudio};
+use omni_actors::edge::dialect::{DecodeError, Dialect, Outbox};
+use omni_actors::edge::redact::RecordedMedia;
+use omni_actors::edge::redact::Redact;
 use omni_actors::edge::vad::SharedDetectors;
-use omni_actors::observe::recording::Redact;
 use omni_actors::protocol::{Inbound, Outbound};
-use omni_actors::session::messages::{CallerAudio, Keypress, ModelAudio};
 use serde_json::Value;
 
 /// A call's voice dropped while it waits is told to the caller only when it is more than

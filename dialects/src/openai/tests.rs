@@ -591,8 +591,8 @@ fn images_need_audio_first_and_errors_have_the_openai_shape() {
 /// the first step after creation holds only what was said from then on.
 #[test]
 fn a_calls_voice_while_queued_is_dropped_and_the_caller_told_once() {
+    use omni_actors::edge::client::CallerAudio;
     use omni_actors::protocol::QueueInfo;
-    use omni_actors::session::messages::CallerAudio;
     let mut d = Realtime::new(Flavor::Ga, "m", Limits::default(), &crate::vad::energy());
     let mut out = Outbox::default();
     let info = QueueInfo { ticket: 2, position: 1, estimated_wait_s: 5.0, queue_length: 1, measured: false };

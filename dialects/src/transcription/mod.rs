@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use omni_actors::edge::transcriber::{OpenTranscriber, Transcriber, TranscriptionError};
-use omni_actors::transcribe::TranscriptionPort;
+use omni_actors::messages::transcribe::TranscriptionPort;
 use omni_asr_client::{Asr, Heard};
 
 pub mod config;

@@ -7,8 +7,8 @@ use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
 use omni_actors::domain::Mode;
+use omni_actors::messages::queue::{Cancel, QueueSnapshot};
 use omni_actors::observe::metrics::metrics as gateway_metrics;
-use omni_actors::queue::messages::{Cancel, QueueSnapshot};
 use omni_actors::status::{StatusQuery, WorkerRow};
 use serde_json::json;
 

@@ -28,8 +28,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use hmac::{Hmac, Mac};
 use omni_actors::observe::events::{Interest, SessionEvent, SessionInfo, SessionSink, Subscriber, WorkerChange};
+use omni_actors::observe::meta::timestamp;
 use omni_actors::observe::metrics::metrics;
-use omni_actors::observe::recording::timestamp;
 use serde_json::{Value, json};
 
 pub use config::{WebhookEntry, WebhookFormat, WebhookSpec};

@@ -10,12 +10,12 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use actix::prelude::*;
-use omni_actors::queue::messages::WorkerReport;
-use omni_actors::worker::messages::WorkerLink;
+use omni_actors::messages::queue::WorkerReport;
+use omni_actors::messages::worker::WorkerLink;
 
-use super::cluster::Cluster;
 use super::lending::{Ended, Granted, Lendable};
 use super::messages::{Borrow, Describe, GiveBack, Lent, Push, Refusal, Revoke, Revoked, Standby, StandbyEnded};
+use super::offers::Cluster;
 
 pub(super) struct Lender {
     /// Its workers and their rules.

@@ -12,8 +12,8 @@ use omni_actors::domain::Mode;
 use omni_actors::edge::coordinator::Reported;
 use omni_actors::status::WorkerStatus;
 
-use super::cluster::Offers;
 use super::messages::Refusal;
+use super::offers::Offers;
 use omni_backend_host::link::wire::NodeWorker;
 
 /// One of the node's workers, as the lender sees it.

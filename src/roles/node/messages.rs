@@ -4,7 +4,7 @@
 
 use actix::prelude::*;
 use omni_actors::domain::Mode;
-use omni_actors::worker::messages::WorkerLink;
+use omni_actors::messages::worker::WorkerLink;
 
 use omni_backend_host::link::wire::{AttachGrant, NodeWorker, PushedGrant};
 
@@ -107,7 +107,7 @@ pub(super) struct Lent {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(super) struct JoinCluster {
-    pub cluster: super::cluster::Cluster,
+    pub cluster: super::offers::Cluster,
     pub every: std::time::Duration,
 }
 

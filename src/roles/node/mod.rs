@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
+use omni_actors::messages::pool::ShutdownPool;
+use omni_actors::messages::queue::QueueFeed;
 use omni_actors::observe::events::Subscribers;
 use omni_actors::pool::WorkerPoolActor;
-use omni_actors::pool::messages::ShutdownPool;
-use omni_actors::queue::messages::QueueFeed;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -28,6 +28,7 @@ mod lender;
 mod lending;
 mod link;
 mod messages;
+mod offers;
 mod unproven;
 
 use accept::Door;
@@ -141,7 +142,7 @@ pub fn run(config: Config) -> Result<(), NodeError> {
                 spec.redacted_url(),
                 spec.lease.as_secs_f64()
             );
-            let cluster = cluster::Cluster {
+            let cluster = offers::Cluster {
                 store,
                 advertise,
                 attach_timeout: spec.attach_timeout,

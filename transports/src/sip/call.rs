@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use bytestring::ByteString;
+use omni_actors::edge::client::{FromClient, ModelAudio, ToClient};
 use omni_actors::observe::metrics::metrics;
 use omni_actors::protocol::CloseReason;
-use omni_actors::session::messages::{FromClient, ModelAudio, ToClient};
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -57,7 +57,7 @@ pub struct Attach {
 #[derive(MessageResponse)]
 pub enum Attached {
     /// On: the session's port, to hand it the app's events.
-    On(omni_actors::session::messages::SessionPort),
+    On(omni_actors::edge::client::SessionPort),
     /// The call has ended.
     Ended,
     /// The call has an app socket already.

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use omni_actors::session::messages::Keypress;
+use omni_actors::edge::client::Keypress;
 use rtp_types::{RtpPacket, RtpPacketBuilder};
 
 /// Samples of one 20 ms frame at 8 kHz (one byte each in G.711).

@@ -19,9 +19,9 @@ use actix::prelude::*;
 use actix_http::ws::Item;
 use actix_web_actors::ws;
 use bytestring::ByteString;
+use omni_actors::edge::client::{FromClient, SessionPort, ToClient};
 use omni_actors::observe::metrics::metrics;
 use omni_actors::protocol::{CloseReason, Violation};
-use omni_actors::session::messages::{FromClient, SessionPort, ToClient};
 
 use super::call::{Attach, Attached, Detach};
 use crate::incoming::Backlog;

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use omni_actors::audio::StreamResampler;
-use omni_actors::session::messages::CallerAudio;
+use omni_actors::edge::client::CallerAudio;
 
 use super::rtp::FRAME;
 use super::sdp::{Codec, Law};

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use actix_web_actors::ws;
 use bytestring::ByteString;
+use omni_actors::edge::client::{CallerAudio, FromClient, ModelAudio, ToClient};
 use omni_actors::observe::metrics::metrics;
 use omni_actors::protocol::{CloseReason, Violation};
-use omni_actors::session::messages::{CallerAudio, FromClient, ModelAudio, ToClient};
 use serde_json::Value;
 
 use omni_actors::audio::StreamResampler;

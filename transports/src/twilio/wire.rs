@@ -5,7 +5,7 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use omni_actors::session::messages::Keypress;
+use omni_actors::edge::client::Keypress;
 use serde::Deserialize;
 use serde_json::{Value, json};
 

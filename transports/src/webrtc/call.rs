@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use bytestring::ByteString;
+use omni_actors::edge::client::{CallerAudio, FromClient, ModelAudio, ToClient};
 use omni_actors::observe::metrics::metrics;
 use omni_actors::protocol::{CloseReason, Violation};
-use omni_actors::session::messages::{CallerAudio, FromClient, ModelAudio, ToClient};
 use str0m::channel::ChannelId;
 use str0m::format::Codec;
 use str0m::media::{Frequency, MediaKind, MediaTime, Mid};
@@ -641,7 +641,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use actix::prelude::*;
-    use omni_actors::session::messages::{ClientLine, FromClient, FromLine, ModelAudio, SessionPort, ToClient};
+    use omni_actors::edge::client::{ClientLine, FromClient, FromLine, ModelAudio, SessionPort, ToClient};
     use parking_lot::Mutex;
     use str0m::change::SdpAnswer;
     use str0m::channel::ChannelId;

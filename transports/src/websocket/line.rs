@@ -17,9 +17,9 @@ use actix::prelude::*;
 use actix_http::ws::{CloseCode, CloseReason as WsCloseReason, Codec, Message};
 use actix_web::web::{Bytes, BytesMut};
 use futures_util::Stream;
+use omni_actors::edge::client::{ClientLine, ToClient};
 use omni_actors::observe::metrics;
 use omni_actors::protocol::{CloseReason, bounded};
-use omni_actors::session::messages::{ClientLine, ToClient};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio_util::codec::Encoder;
 

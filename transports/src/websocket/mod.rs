@@ -19,9 +19,9 @@ use actix::prelude::*;
 use actix_http::ws::Item;
 use actix_web_actors::ws;
 use bytestring::ByteString;
+use omni_actors::edge::client::{FromClient, ToClient};
 use omni_actors::observe::metrics::metrics;
 use omni_actors::protocol::{CloseReason, Violation, bounded};
-use omni_actors::session::messages::{FromClient, ToClient};
 
 use super::incoming::Backlog;
 use super::limits::{Admit, Fragment, FragmentBudget, Fragments, MessageRate, RateLimit};

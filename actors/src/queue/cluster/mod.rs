@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use super::messages::{Cancel, Claim, GrantPushed, Join, Leave, LendReport, QueueSnapshot};
+use crate::edge::backend::Opener;
 use crate::edge::coordinator::{ClusterError, ClusterView, Coordinator, Grant};
+use crate::messages::pool::{GiveBack, Lend, PoolPort};
+use crate::messages::queue::QueueNotice;
+use crate::messages::queue::{Cancel, Claim, GrantPushed, Join, Leave, LendReport, QueueSnapshot};
 use crate::observe::metrics;
-use crate::pool::messages::{GiveBack, Lend, PoolPort};
-use crate::session::messages::QueueNotice;
 use crate::status::{ClusterStatus, ServerStatus, StatusQuery};
-use crate::worker::Opener;
 
 mod state;
 #[cfg(any(test, feature = "testing"))]

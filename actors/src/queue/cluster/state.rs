@@ -122,7 +122,7 @@ pub(super) struct ClusterRules {
     pub update_interval: Duration,
 }
 
-/// What a client is told (the session's [`crate::session::messages::QueueNotice`], but for the
+/// What a client is told (the session's [`crate::messages::queue::QueueNotice`], but for the
 /// worker it is handed, which the actor adds).
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Tell {
@@ -154,7 +154,7 @@ pub(super) enum Effect<N> {
     },
     /// Beat now; the answer goes to [`ClusterState::beaten`].
     Beat,
-    /// Ask the pool to lend the grant's worker ([`crate::pool::messages::Lend`]); the answer
+    /// Ask the pool to lend the grant's worker ([`crate::messages::pool::Lend`]); the answer
     /// goes to [`ClusterState::lent`] or [`ClusterState::lend_failed`].
     Lend(Grant),
     /// A lent worker's client is gone: it goes back to its node.

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use super::messages::ClientLine;
+use crate::edge::client::ClientLine;
 
 pub mod replay;
 pub mod tokens;

@@ -11,7 +11,7 @@ use bytestring::ByteString;
 use parking_lot::Mutex;
 
 use super::Resume;
-use crate::session::messages::{ClientLine, FromLine, SessionPort};
+use crate::edge::client::{ClientLine, FromLine, SessionPort};
 
 /// Why a token did not resume a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

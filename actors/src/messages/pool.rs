@@ -9,9 +9,9 @@ use actix::prelude::*;
 use crate::domain::Mode;
 use crate::ids::{TicketId, WorkerId};
 
+use crate::edge::backend::{BackendFactory, Opener};
+use crate::messages::worker::{Stop, WorkerPort};
 use crate::status::StatusQuery;
-use crate::worker::messages::{Stop, WorkerPort};
-use crate::worker::{BackendFactory, Opener};
 
 /// One configured worker (or one of a node's, once the gateway has reached it).
 pub struct WorkerSetup {

@@ -1,23 +1,17 @@
-//! What a SessionActor handles: its client, through the transport's edge ([`FromClient`]);
-//! its queue ([`QueueNotice`]); its worker's BackendActor ([`BackendEvent`]); the server
-//! stopping ([`Shutdown`]). And what it says to its edge ([`ToClient`]): the one seam a
-//! transport (a WebSocket, a WebRTC call, a phone line, a test) implements.
+//! The seam between a transport's edge and its session: what the edge hands the session
+//! ([`FromClient`], on the edge's line: [`FromLine`], through its [`SessionPort`]) and what the
+//! session tells the edge ([`ToClient`], on its [`ClientLine`]). A transport (a WebSocket, a
+//! WebRTC call, a phone line, a test) implements this one seam.
 //!
 //! The seam is typed: text messages are a dialect's own, but audio crosses it as samples
-//! ([`CallerAudio`] in, [`ModelAudio`] out) for an edge that carries audio itself (a WebRTC
-//! call's tracks, a raw PCM socket), so that no such edge writes or parses a dialect's JSON
-//! to move a voice.
-
-use std::time::Duration;
+//! ([`CallerAudio`] in, [`ModelAudio`] out) and a phone's keys as keys ([`Keypress`]), for an
+//! edge that carries them itself (a WebRTC call's tracks, a phone line, a raw PCM socket), so
+//! that no such edge writes or parses a dialect's JSON to move a voice.
 
 use actix::prelude::*;
 use bytestring::ByteString;
 
-use crate::domain::{BackendInfo, StepOutcome, TurnPiece, TurnSummary};
-use crate::edge::backend::BackendError;
-use crate::ids::TicketId;
-use crate::protocol::{CloseReason, ProtocolError, QueueInfo};
-use crate::worker::messages::WorkerLink;
+use crate::protocol::{CloseReason, ProtocolError};
 
 /// What the client's transport hands its session.
 #[derive(Message, Debug)]
@@ -173,94 +167,4 @@ impl ClientLine for Recipient<ToClient> {
     fn tell(&self, msg: ToClient) {
         self.do_send(msg);
     }
-}
-
-/// What the queue tells a session.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub enum QueueNotice {
-    /// It must wait (the first notice).
-    Queued(QueueInfo),
-    /// Its position or ETA changed.
-    Update(QueueInfo),
-    /// A worker is reserved for it; it must claim it.
-    Assigned {
-        /// The session's ticket.
-        ticket: TicketId,
-        /// The worker reserved for it.
-        worker: WorkerLink,
-    },
-    /// It cannot be served: queue full, or no worker for its mode.
-    Rejected(ProtocolError),
-    /// An operator cancelled its ticket.
-    Cancelled,
-}
-
-/// What the worker's BackendActor tells its session.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub enum BackendEvent {
-    /// The backend is prepared with the session's setup (after `Prepare`, or after `Reconfigure`).
-    Prepared {
-        /// The backend's KV cache length after the system prompt, in tokens.
-        prompt_length: u64,
-        /// What the backend can do, for the client (transcripts, settings applied).
-        backend: Box<BackendInfo>,
-    },
-    /// The backend refused the setup (or cannot run its kind of session): why.
-    PrepareFailed(BackendError),
-    /// The worker could not take the session's first setup for now, through no fault of the
-    /// client (its server's session slot was taken by someone else): the worker is let go and
-    /// retried with backoff, and the session waits at the head of the queue for the next one.
-    SlotTaken {
-        /// Why, for the log (the server and its words).
-        reason: String,
-    },
-    /// The step that answered chunk `seq`.
-    Step {
-        /// The chunk's number in the session (`input_N`).
-        seq: u64,
-        /// The step's merged output, or why it failed.
-        result: Result<StepOutcome, BackendError>,
-        /// Time the step took on the backend's thread.
-        elapsed: Duration,
-    },
-    /// Chunk `seq` was dropped unprocessed (the client ran ahead).
-    Dropped {
-        /// The chunk's number in the session (`input_N`).
-        seq: u64,
-    },
-    /// One piece of the answer to turn-mode request `seq`.
-    TurnPiece {
-        /// The request's number in the session (`input_N`).
-        seq: u64,
-        /// The piece.
-        piece: TurnPiece,
-    },
-    /// The answer to turn-mode request `seq` is over: its totals, or why it ended early
-    /// (`Interrupted` for one cut short).
-    TurnDone {
-        /// The request's number in the session (`input_N`).
-        seq: u64,
-        /// The answer's totals, or why it failed.
-        result: Result<TurnSummary, BackendError>,
-    },
-    /// The worker failed for good (hang past the step timeout, crash).
-    Failed {
-        /// Why, for the logs.
-        reason: String,
-    },
-    /// After `Drain`: the job in flight is done, nothing is pending.
-    Drained,
-    /// The answer to `Attach`: the worker is this session's, or why not.
-    Attached(Result<(), ProtocolError>),
-}
-
-/// Asks a session to end because the server is stopping: at once when it has no step in
-/// flight, else when the step has finished, at the latest after `grace`.
-#[derive(Message, Clone, Copy)]
-#[rtype(result = "()")]
-pub struct Shutdown {
-    /// The longest the session waits for its step in flight before it ends anyway.
-    pub grace: Duration,
 }

@@ -9,10 +9,27 @@ use actix::prelude::*;
 
 use crate::domain::Mode;
 use crate::edge::coordinator::Grant;
-pub use crate::queue::state::TicketStatus;
-use crate::queue::state::{TicketId, WorkerId};
-use crate::session::messages::QueueNotice;
-use crate::worker::messages::WorkerLink;
+use crate::ids::{TicketId, WorkerId};
+use crate::protocol::{ProtocolError, QueueInfo};
+
+use super::worker::WorkerLink;
+
+/// One waiting ticket as reported by `/status`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TicketStatus {
+    /// The ticket's number.
+    pub ticket: TicketId,
+    /// The mode it waits for.
+    pub mode: Mode,
+    /// Its place in the queue, 1-based.
+    pub position: usize,
+    /// How long it has waited so far.
+    pub waited: Duration,
+    /// Its estimated wait, in seconds.
+    pub estimated_wait_s: f64,
+    /// In a cluster: the replica whose client holds it.
+    pub replica: Option<String>,
+}
 
 /// A session asks for a worker. `conn` identifies it in `Leave` and `Claim`.
 #[derive(Message)]
@@ -144,7 +161,7 @@ pub enum WorkerReport {
 }
 
 /// What the pool tells a cluster's queue of a worker it asked the pool to lend to `ticket`
-/// ([`crate::pool::messages::Lend`]).
+/// ([`crate::messages::pool::Lend`]).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub enum LendReport {
@@ -179,3 +196,24 @@ pub enum QueueFeed {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct GrantPushed(pub Grant);
+
+/// What the queue tells a session.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub enum QueueNotice {
+    /// It must wait (the first notice).
+    Queued(QueueInfo),
+    /// Its position or ETA changed.
+    Update(QueueInfo),
+    /// A worker is reserved for it; it must claim it.
+    Assigned {
+        /// The session's ticket.
+        ticket: TicketId,
+        /// The worker reserved for it.
+        worker: WorkerLink,
+    },
+    /// It cannot be served: queue full, or no worker for its mode.
+    Rejected(ProtocolError),
+    /// An operator cancelled its ticket.
+    Cancelled,
+}

@@ -9,11 +9,10 @@ use actix::prelude::*;
 
 use std::sync::Arc;
 
-use crate::domain::{BackendInfo, DuplexChunk, Mode, SessionSetup, TurnInput};
+use crate::domain::{BackendInfo, DuplexChunk, Mode, SessionSetup, StepOutcome, TurnInput, TurnPiece, TurnSummary};
 use crate::edge::backend::{Backend, BackendError};
 use crate::ids::WorkerId;
 use crate::protocol::ProtocolError;
-use crate::session::messages::BackendEvent;
 
 /// What a session hears when one of its messages to a worker is lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,7 +208,7 @@ pub enum Control {
 
 /// Where a session reaches its worker's BackendActor.
 #[derive(Clone)]
-pub struct SessionPort {
+pub struct SessionCalls {
     /// Takes the worker for a session ([`Attach`]).
     pub attach: Recipient<Attach>,
     /// Starts the session on the backend ([`Prepare`]).
@@ -232,7 +231,7 @@ pub struct SessionPort {
 /// worker's BackendActor: it attaches and detaches as a session does, and runs the backend's
 /// own calls.
 #[derive(Clone)]
-pub struct LinkPort {
+pub struct LinkCalls {
     /// Takes the worker for the link ([`Attach`]).
     pub attach: Recipient<Attach>,
     /// The link is done with the worker ([`Detach`]).
@@ -247,9 +246,9 @@ pub struct LinkPort {
 #[derive(Clone)]
 pub struct WorkerPort {
     /// The messages of a session.
-    pub session: SessionPort,
+    pub session: SessionCalls,
     /// The messages of an edge that drives the backend itself.
-    pub link: LinkPort,
+    pub link: LinkCalls,
 }
 
 impl WorkerPort {
@@ -269,7 +268,7 @@ impl WorkerPort {
             + Handler<Run>
             + Handler<Control>,
     {
-        let session = SessionPort {
+        let session = SessionCalls {
             attach: addr.clone().recipient(),
             prepare: addr.clone().recipient(),
             chunk: addr.clone().recipient(),
@@ -279,7 +278,7 @@ impl WorkerPort {
             interrupt: addr.clone().recipient(),
             drain: addr.clone().recipient(),
         };
-        let link = LinkPort {
+        let link = LinkCalls {
             attach: addr.clone().recipient(),
             detach: addr.clone().recipient(),
             run: addr.clone().recipient(),
@@ -302,4 +301,64 @@ pub struct WorkerLink {
     pub port: Arc<WorkerPort>,
     /// What its backend can do, as it reported when it opened.
     pub info: Arc<BackendInfo>,
+}
+
+/// What the worker's BackendActor tells its session.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub enum BackendEvent {
+    /// The backend is prepared with the session's setup (after `Prepare`, or after `Reconfigure`).
+    Prepared {
+        /// The backend's KV cache length after the system prompt, in tokens.
+        prompt_length: u64,
+        /// What the backend can do, for the client (transcripts, settings applied).
+        backend: Box<BackendInfo>,
+    },
+    /// The backend refused the setup (or cannot run its kind of session): why.
+    PrepareFailed(BackendError),
+    /// The worker could not take the session's first setup for now, through no fault of the
+    /// client (its server's session slot was taken by someone else): the worker is let go and
+    /// retried with backoff, and the session waits at the head of the queue for the next one.
+    SlotTaken {
+        /// Why, for the log (the server and its words).
+        reason: String,
+    },
+    /// The step that answered chunk `seq`.
+    Step {
+        /// The chunk's number in the session (`input_N`).
+        seq: u64,
+        /// The step's merged output, or why it failed.
+        result: Result<StepOutcome, BackendError>,
+        /// Time the step took on the backend's thread.
+        elapsed: Duration,
+    },
+    /// Chunk `seq` was dropped unprocessed (the client ran ahead).
+    Dropped {
+        /// The chunk's number in the session (`input_N`).
+        seq: u64,
+    },
+    /// One piece of the answer to turn-mode request `seq`.
+    TurnPiece {
+        /// The request's number in the session (`input_N`).
+        seq: u64,
+        /// The piece.
+        piece: TurnPiece,
+    },
+    /// The answer to turn-mode request `seq` is over: its totals, or why it ended early
+    /// (`Interrupted` for one cut short).
+    TurnDone {
+        /// The request's number in the session (`input_N`).
+        seq: u64,
+        /// The answer's totals, or why it failed.
+        result: Result<TurnSummary, BackendError>,
+    },
+    /// The worker failed for good (hang past the step timeout, crash).
+    Failed {
+        /// Why, for the logs.
+        reason: String,
+    },
+    /// After `Drain`: the job in flight is done, nothing is pending.
+    Drained,
+    /// The answer to `Attach`: the worker is this session's, or why not.
+    Attached(Result<(), ProtocolError>),
 }

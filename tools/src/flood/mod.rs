@@ -23,51 +23,16 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use clap::{Args, ValueEnum};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
-use super::client::{self, WireDialect};
+use crate::client::{self, WireDialect};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum FloodKind {
-    ConnectDrop,
-    Chunks,
-    Tiny,
-    Oversize,
-    WavRate,
-    Items,
-    AudioBuffer,
-    Images,
-    Prelude,
-    Turns,
-    Fragments,
-}
+mod args;
+mod attack;
 
-#[derive(Args, Debug, Clone)]
-pub struct FloodArgs {
-    #[arg(long, default_value = "ws://127.0.0.1:8006")]
-    pub url: String,
-    #[arg(long, value_enum)]
-    pub kind: FloodKind,
-    /// connect-drop: connections to open and drop.
-    #[arg(long, default_value_t = 1000)]
-    pub count: usize,
-    /// chunks, tiny: frames per second.
-    #[arg(long, default_value_t = 100.0)]
-    pub rate: f64,
-    /// chunks, tiny: how long, seconds.
-    #[arg(long, default_value_t = 10.0)]
-    pub seconds: f64,
-    /// oversize: the server's max_frame_bytes.
-    #[arg(long, default_value_t = 4_194_304)]
-    pub bytes: usize,
-    #[arg(long, default_value = "audio")]
-    pub mode: String,
-    #[arg(long, env = "OMNI_API_KEY")]
-    pub api_key: Option<String>,
-}
+pub use args::{FloodArgs, FloodKind};
 
 pub fn run(args: FloodArgs) -> Result<(), String> {
     let runtime = client::runtime()?;
@@ -77,7 +42,7 @@ pub fn run(args: FloodArgs) -> Result<(), String> {
             FloodKind::Chunks => stream_at_rate(&args, true).await,
             FloodKind::Tiny => stream_at_rate(&args, false).await,
             FloodKind::Oversize => oversize(&args).await,
-            kind => super::attack::run(kind, &args).await,
+            kind => attack::run(kind, &args).await,
         }
     })?;
     println!("{report}");

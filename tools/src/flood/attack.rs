@@ -15,8 +15,8 @@ use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
 use tokio_tungstenite::tungstenite::{Bytes, Message};
 
-use super::client::{self, Ws};
-use super::flood::{FloodArgs, FloodKind};
+use super::args::{FloodArgs, FloodKind};
+use crate::client::{self, Ws};
 
 /// What came back from the server.
 #[derive(Default)]
