@@ -15,6 +15,7 @@
 use std::time::Instant;
 
 use omni_actors::domain::Mode;
+use omni_actors::edge::client::FromClient;
 use omni_actors::edge::client::SessionPort;
 use omni_actors::edge::dialect::Dialect;
 use omni_actors::observe::events::SessionInfo;
@@ -74,18 +75,32 @@ pub struct Admitted {
     pub session: Option<serde_json::Value>,
     /// Its API key's id (a client secret's: the minting key's).
     pub key_id: Option<String>,
+    /// What its session is handed before anything of its client's ([`Admitted::opening`]).
+    first: Vec<FromClient>,
 }
 
 impl Admitted {
+    /// The session is handed these first, in order, before anything of its client's: a call's
+    /// settings ([`FromClient::Configure`]), and what a client secret or an app's accept asked
+    /// of it, in its dialect (the server writes those, never the edge).
+    pub fn opening(mut self, first: impl IntoIterator<Item = FromClient>) -> Admitted {
+        self.first.extend(first);
+        self
+    }
+
     /// How the transport's edge starts the session, once it has an address.
     pub fn starter(self, gw: &Serving) -> StartSession {
         let sinks = gw.subscribers.session(&self.info);
         let (queue, registry, transcription) = (gw.queue.clone(), gw.registry.clone(), gw.transcription.clone());
-        let Admitted { conn, settings, dialect, client, admission, .. } = self;
+        let Admitted { conn, settings, dialect, client, admission, first, .. } = self;
         Box::new(move |edge: Box<dyn omni_actors::edge::client::ClientLine>| {
             let links =
                 SessionLinks { edge, conn, queue, registry, admission: Some(admission), sinks, client, transcription };
-            SessionPort::new(SessionActor::new(settings, dialect, links).start_for_edge().recipient(), 0)
+            let port = SessionPort::new(SessionActor::new(settings, dialect, links).start_for_edge().recipient(), 0);
+            for msg in first {
+                port.do_send(msg);
+            }
+            port
         })
     }
 }
@@ -178,7 +193,7 @@ pub fn admit(
         upgraded_at: std::time::SystemTime::now(),
     };
     let key_id = info.key_id.clone();
-    Ok(Admitted { conn, settings, dialect, client, info, admission, session: key.session, key_id })
+    Ok(Admitted { conn, settings, dialect, client, info, admission, session: key.session, key_id, first: Vec::new() })
 }
 
 /// The caller's address counted against its caps (connections, waiting) while the returned
@@ -213,11 +228,13 @@ pub fn address_admission(caller: &Caller, gw: &Serving) -> Result<Admission, Ref
 pub struct SipCalls(pub Serving);
 
 impl omni_transports::sip::CallHost for SipCalls {
-    fn admit(&self, caller: &Caller, model: String, key_id: Option<String>) -> Result<StartSession, Refusal> {
-        let credential = auth::Credential { key_id, session: None, untaken_secret: None };
+    fn admit(&self, caller: &Caller, call: omni_transports::sip::CallStart) -> Result<StartSession, Refusal> {
+        let credential = auth::Credential { key_id: call.key_id, session: None, untaken_secret: None };
         let transport = Transport { name: "sip", carries_audio: true };
-        admit(caller, &self.0, Endpoint::Realtime(Flavor::Ga, model), credential, transport)
-            .map(|admitted| admitted.starter(&self.0))
+        let settings = Some(call.settings).filter(|s| !s.is_empty()).map(FromClient::Configure);
+        let app = call.app.map(|text| FromClient::Text(text.into()));
+        admit(caller, &self.0, Endpoint::Realtime(Flavor::Ga, call.model), credential, transport)
+            .map(|admitted| admitted.opening(settings.into_iter().chain(app)).starter(&self.0))
     }
 
     fn offer(

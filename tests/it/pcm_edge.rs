@@ -119,6 +119,7 @@ impl Handler<ToClient> for PcmEdge {
                 self.texts.seen.lock().push(v["type"].as_str().unwrap_or_default().to_string());
                 self.texts.changed.notify_waiters();
             }
+            ToClient::Notice(_) => {}
             ToClient::Close(_) => {
                 self.writer.close();
                 ctx.stop();

@@ -20,6 +20,19 @@ fn free_udp_port() -> u16 {
     UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// A port baresip can listen on: free for SIP over UDP and TCP, and the next one for its TLS
+/// (it binds all three; a port free for UDP alone was seen taken for TCP).
+fn free_sip_port() -> u16 {
+    loop {
+        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = udp.local_addr().unwrap().port();
+        let free = |p: u16| p != 0 && std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if port < u16::MAX && free(port) && free(port + 1) {
+            return port;
+        }
+    }
+}
+
 /// baresip, headless, with its control socket; stopped when dropped.
 struct Baresip {
     child: Child,
@@ -46,19 +59,19 @@ impl Baresip {
     /// [`Baresip::start_as`] with its codecs' modules (offered in this order).
     fn start_with(wav: &Path, account: &str, codecs: &[&str]) -> Baresip {
         let mut said = String::new();
-        for _ in 0..3 {
+        for _ in 0..5 {
             match Baresip::try_start(wav, account, codecs) {
                 Ok(ua) => return ua,
                 Err(log) => said = log,
             }
         }
-        panic!("baresip did not start in three tries; the last said:\n{said}");
+        panic!("baresip did not start in five tries; the last said:\n{said}");
     }
 
     fn try_start(wav: &Path, account: &str, codecs: &[&str]) -> Result<Baresip, String> {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
-        let (sip, control) = (free_udp_port(), free_tcp_port());
+        let (sip, control) = (free_sip_port(), free_tcp_port());
         std::fs::write(
             dir.join("config"),
             format!(

@@ -61,7 +61,12 @@ impl Backlog {
         let bytes = match &message {
             FromClient::Text(text) => text.len(),
             FromClient::Audio(audio) => audio.bytes(),
-            FromClient::Key(_) | FromClient::Refused(_) | FromClient::Ended(_) | FromClient::Lost(_) => 0,
+            FromClient::Key(_)
+            | FromClient::Configure(_)
+            | FromClient::Playback(_)
+            | FromClient::Refused(_)
+            | FromClient::Ended(_)
+            | FromClient::Lost(_) => 0,
         };
         let handing = Handing { backlog: self.clone(), bytes };
         self.handed(handing.bytes);

@@ -1,7 +1,7 @@
 //! The model's voice on its way out of a call, as rules without a runtime: frames wait here
 //! (already encoded), each with the response it belongs to, until the call's pacer takes one
-//! every 20 ms; the rules say when to tell the client `output_audio_buffer.started`,
-//! `.stopped` and `.cleared`.
+//! every 20 ms; the rules say when a response's voice started playing, stopped, or was
+//! cleared (what the session is told, as `Playback`, for its dialect to tell the client).
 //!
 //! A response's audio starts playing with its first frame. It has stopped when its audio is
 //! done and every frame of it has left, or when the next response's first frame leaves. A

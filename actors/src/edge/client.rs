@@ -3,15 +3,19 @@
 //! session tells the edge ([`ToClient`], on its [`ClientLine`]). A transport (a WebSocket, a
 //! WebRTC call, a phone line, a test) implements this one seam.
 //!
-//! The seam is typed: text messages are a dialect's own, but audio crosses it as samples
-//! ([`CallerAudio`] in, [`ModelAudio`] out) and a phone's keys as keys ([`Keypress`]), for an
-//! edge that carries them itself (a WebRTC call's tracks, a phone line, a raw PCM socket), so
-//! that no such edge writes or parses a dialect's JSON to move a voice.
+//! The seam is typed: text messages are a dialect's own, and nothing else is. Audio crosses it
+//! as samples ([`CallerAudio`] in, [`ModelAudio`] out), a phone's keys as keys ([`Keypress`]),
+//! what the caller heard as [`Playback`], a call's settings as [`CallSettings`], and what became
+//! of the session as [`Notice`]s (queued, created, an error, and [`ToClient::Close`]): so that an
+//! edge that carries a call itself (a WebRTC call's tracks, a phone line, a raw PCM socket)
+//! never writes, sniffs or parses a dialect's JSON, and one with no use for the dialect's
+//! events (a phone line with no app on it) is sent none ([`ClientLine::wants_text`]).
 
 use actix::prelude::*;
 use bytestring::ByteString;
 
-use crate::protocol::{CloseReason, ProtocolError};
+use crate::domain::Tools;
+use crate::protocol::{CloseReason, ProtocolError, QueueInfo};
 
 /// What the client's transport hands its session.
 #[derive(Message, Debug)]
@@ -25,8 +29,15 @@ pub enum FromClient {
     /// The caller pressed a key of a telephone keypad (`0`-`9`, `*`, `#`, `A`-`D`): a phone
     /// line's DTMF, from an edge that carries audio. Never logged (callers type PINs).
     Key(Keypress),
+    /// A call's settings, from an edge whose caller speaks no dialect (a phone route's, a
+    /// telephony stream's parameters): the session's dialect applies them as its client's own.
+    Configure(CallSettings),
+    /// What the caller heard of the model's voice, from an edge that plays it (a call's
+    /// pacer): the dialect tells its client, where its events say so.
+    Playback(Playback),
     /// The edge refused something of the client's without ending the connection (messages
-    /// over the rate): the client is told with this error.
+    /// over the rate, an event dropped while the session is behind): the client is told with
+    /// this error.
     Refused(ProtocolError),
     /// The connection ended, or the edge ended it (the client closed it, broke the protocol,
     /// does not read): the session ends for this reason. The client is not told any more.
@@ -87,9 +98,79 @@ pub enum ToClient {
     /// The model's voice, for an edge that carries audio itself (the dialect sends it as
     /// samples rather than in its events).
     Audio(ModelAudio),
+    /// What became of the session, for an edge that acts on it (a phone call is answered once
+    /// its session is created) or shows it (a phone line logs what its session refused).
+    Notice(Notice),
     /// The session is over: close the connection for this reason (its close code and
     /// description), after what was sent before.
     Close(CloseReason),
+}
+
+/// What became of a session, as every edge can read it whatever its dialect.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Notice {
+    /// It waits for a worker (told once, when it first joins the queue).
+    Queued(QueueInfo),
+    /// A worker took it and its backend is prepared: it is live.
+    Created {
+        /// The session's id, as its dialect made it.
+        session_id: String,
+    },
+    /// Its client is told this error (whether the session ends follows from the error, and
+    /// then comes [`ToClient::Close`]).
+    Error(ProtocolError),
+}
+
+/// A call's settings, as an edge that speaks no dialect knows them (a phone route's
+/// `instructions` and `voice`, a telephony stream's parameters). `None` leaves a setting as the
+/// dialect has it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CallSettings {
+    /// What the model is told to be and do.
+    pub instructions: Option<String>,
+    /// The model's voice, by name.
+    pub voice: Option<String>,
+    /// Who decides when the caller's turn ends.
+    pub turn_detection: Option<TurnDetection>,
+    /// The functions the model may call, and the choice among them.
+    pub tools: Option<Tools>,
+}
+
+impl CallSettings {
+    /// Whether it sets nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == CallSettings::default()
+    }
+}
+
+/// Who decides when a caller's turn ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnDetection {
+    /// The gateway, from the caller's voice (the dialect's server VAD, at its defaults).
+    Server,
+    /// The client commits its turns and asks for answers itself.
+    Off,
+}
+
+/// What the caller heard of the model's voice, as the edge that plays it tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Playback {
+    /// Response `response`'s voice started playing.
+    Started {
+        /// The response's id, as the dialect named it.
+        response: String,
+    },
+    /// Response `response`'s voice has all been played.
+    Stopped {
+        /// The response's id, as the dialect named it.
+        response: String,
+    },
+    /// The voice was cleared ([`ModelAudio::Clear`]): what was playing of `response` stopped at
+    /// once; `None` when nothing was playing.
+    Cleared {
+        /// The response whose voice was cut, if one was playing.
+        response: Option<String>,
+    },
 }
 
 /// A key of a telephone keypad the caller pressed (RFC 4733 events 0-15).
@@ -161,6 +242,12 @@ pub enum ModelAudio {
 pub trait ClientLine: Send {
     /// Hands the client's side a message, in order with the ones before it.
     fn tell(&self, msg: ToClient);
+
+    /// Whether the client's side takes the dialect's text messages now: a phone line with no
+    /// app on its call has no use for them, and its session's dialect does not write them.
+    fn wants_text(&self) -> bool {
+        true
+    }
 }
 
 impl ClientLine for Recipient<ToClient> {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytestring::ByteString;
 
-use crate::edge::client::{CallerAudio, Keypress, ModelAudio};
+use crate::edge::client::{CallSettings, CallerAudio, Keypress, ModelAudio, Playback};
 use crate::edge::redact::RecordedMedia;
 use crate::edge::redact::Redact;
 use crate::ids;
@@ -46,22 +46,40 @@ pub enum Emit {
 #[derive(Debug, Default)]
 pub struct Outbox {
     items: Vec<Emit>,
+    /// Nobody reads the dialect's text frames now (a phone line with no app on its call, and
+    /// no recording): they are not written, and those pushed are dropped.
+    no_text: bool,
 }
 
 impl Outbox {
     /// An outbox with room for `n` items.
     pub fn with_capacity(n: usize) -> Outbox {
-        Outbox { items: Vec::with_capacity(n) }
+        Outbox { items: Vec::with_capacity(n), no_text: false }
     }
 
-    /// A text frame.
+    /// Whether text frames are read: a dialect writes none while they are not (its events
+    /// are not serialised only to be dropped).
+    pub fn wants_text(&self) -> bool {
+        !self.no_text
+    }
+
+    /// Whether text frames are read from now on (the session says so before each call).
+    pub fn set_wants_text(&mut self, wanted: bool) {
+        self.no_text = !wanted;
+    }
+
+    /// A text frame (dropped while text is not read).
     pub fn push(&mut self, text: String) {
-        self.items.push(Emit::Text(text));
+        if !self.no_text {
+            self.items.push(Emit::Text(text));
+        }
     }
 
-    /// Text frames, in order.
+    /// Text frames, in order (dropped while text is not read).
     pub fn extend(&mut self, texts: impl IntoIterator<Item = String>) {
-        self.items.extend(texts.into_iter().map(Emit::Text));
+        if !self.no_text {
+            self.items.extend(texts.into_iter().map(Emit::Text));
+        }
     }
 
     /// The model's voice, for an edge that carries audio.
@@ -150,6 +168,24 @@ pub trait Dialect {
     fn press(&mut self, _key: Keypress, _replies: &mut Outbox) -> Result<Vec<Inbound>, DecodeError> {
         Ok(Vec::new())
     }
+
+    /// A call's settings from an edge whose caller speaks no dialect ([`FromClient::Configure`]),
+    /// applied as the client's own (an error is told as a client's would be). A dialect that
+    /// takes its settings only in its own events refuses them.
+    ///
+    /// [`FromClient::Configure`]: crate::edge::client::FromClient::Configure
+    fn configure(&mut self, _settings: CallSettings, _replies: &mut Outbox) -> Result<Vec<Inbound>, DecodeError> {
+        Err(DecodeError::Protocol(ProtocolError::InvalidPayload(format!(
+            "the {} dialect takes its settings in its own events only",
+            self.name()
+        ))))
+    }
+
+    /// What the caller heard of the model's voice ([`FromClient::Playback`]), from an edge that
+    /// plays it: a dialect whose events tell it says so on `out`; by default nothing is sent.
+    ///
+    /// [`FromClient::Playback`]: crate::edge::client::FromClient::Playback
+    fn played(&mut self, _playback: Playback, _out: &mut Outbox) {}
 
     /// Encodes one event into zero or more text frames (and, for an edge that carries
     /// audio, the model's voice).

@@ -114,7 +114,7 @@ impl SessionActor {
             away_ms: catchup.away.as_millis() as u64,
         };
         // Told outside the line's numbering (a client counts the session's messages, not these).
-        let mut out = std::mem::take(&mut self.outbox);
+        let mut out = self.take_outbox();
         self.dialect.encode(resumed, &mut out);
         for item in out.drain() {
             if let crate::edge::dialect::Emit::Text(frame) = item {

@@ -50,7 +50,9 @@ mod tests;
 
 pub use registry::{AddressCaps, Admission, Labels, Refusal, Registry};
 
-use crate::edge::client::{CallerAudio, ClientLine, FromClient, FromLine, Keypress, ModelAudio, ToClient};
+use crate::edge::client::{
+    CallSettings, CallerAudio, ClientLine, FromClient, FromLine, Keypress, ModelAudio, Notice, Playback, ToClient,
+};
 use crate::messages::queue::QueueNotice;
 use crate::messages::session::Shutdown;
 use crate::messages::transcribe::{Transcribe, Transcribed};
@@ -237,8 +239,23 @@ impl SessionActor {
         self.encode_and_send(event);
     }
 
-    fn encode_and_send(&mut self, event: Outbound<'_>) {
+    /// The outbox for a call of the dialect, saying whether text frames are read now: by the
+    /// client's side (a phone line with no app on its call reads none), or by the recording.
+    fn take_outbox(&mut self) -> Outbox {
         let mut out = std::mem::take(&mut self.outbox);
+        out.set_wants_text(self.links.edge.wants_text() || self.links.sinks.wants(Interest::WIRE));
+        out
+    }
+
+    /// A notice of what became of the session, for its edge (while its client is there).
+    fn notice(&mut self, notice: Notice) {
+        if !self.replay.away() {
+            self.links.edge.tell(ToClient::Notice(notice));
+        }
+    }
+
+    fn encode_and_send(&mut self, event: Outbound<'_>) {
+        let mut out = self.take_outbox();
         self.dialect.encode(event, &mut out);
         self.send_all(&mut out);
         self.outbox = out;
@@ -313,6 +330,7 @@ impl SessionActor {
     fn send_error(&mut self, ctx: &mut Context<Self>, e: &ProtocolError) {
         self.count_error(e);
         self.emit(Outbound::Error(e));
+        self.notice(Notice::Error(e.clone()));
         if let Some(reason) = CloseReason::rejected(e) {
             self.finish(ctx, reason);
         }
@@ -357,7 +375,7 @@ impl SessionActor {
 
     /// The caller's voice, from an edge that carries audio.
     fn handle_audio(&mut self, audio: CallerAudio, ctx: &mut Context<Self>) {
-        let mut replies = std::mem::take(&mut self.outbox);
+        let mut replies = self.take_outbox();
         let rate = audio.rate;
         let Some(decoded) = self.decode_with(ctx, "audio", |dialect| dialect.hear(audio, &mut replies)) else {
             return;
@@ -374,7 +392,7 @@ impl SessionActor {
 
     /// A key the caller pressed: the dialect's to tell and to carry into the conversation.
     fn handle_key(&mut self, key: Keypress, ctx: &mut Context<Self>) {
-        let mut replies = std::mem::take(&mut self.outbox);
+        let mut replies = self.take_outbox();
         let Some(decoded) = self.decode_with(ctx, "a key", |dialect| dialect.press(key, &mut replies)) else {
             return;
         };
@@ -386,6 +404,30 @@ impl SessionActor {
         }
         self.carry_out(decoded, &mut replies, ctx);
         self.outbox = replies;
+    }
+
+    /// A call's settings from its edge: the dialect's to apply as its client's own.
+    fn handle_configure(&mut self, settings: CallSettings, ctx: &mut Context<Self>) {
+        let mut replies = self.take_outbox();
+        let Some(decoded) = self.decode_with(ctx, "call settings", |dialect| dialect.configure(settings, &mut replies))
+        else {
+            return;
+        };
+        if self.links.sinks.wants(Interest::WIRE) {
+            let media = self.media_of(&decoded);
+            let frame = bytes::Bytes::from_static(br#"{"type":"caller.settings"}"#);
+            self.links.sinks.publish(SessionEvent::WireIn { frame: &frame, media: &media });
+        }
+        self.carry_out(decoded, &mut replies, ctx);
+        self.outbox = replies;
+    }
+
+    /// What the caller heard of the model's voice: the dialect's to tell its client.
+    fn handle_playback(&mut self, playback: Playback) {
+        let mut out = self.take_outbox();
+        self.dialect.played(playback, &mut out);
+        self.send_all(&mut out);
+        self.outbox = out;
     }
 
     /// What the dialect made of the client's input (`what`: for the log). A dialect bug costs
@@ -442,7 +484,7 @@ impl SessionActor {
 
     /// A whole message from the client.
     fn handle_text(&mut self, text: ByteString, ctx: &mut Context<Self>) {
-        let mut replies = std::mem::take(&mut self.outbox);
+        let mut replies = self.take_outbox();
         let Some(decoded) = self.decode_with(ctx, "a frame", |dialect| dialect.decode(&text, &mut replies)) else {
             return;
         };
@@ -671,7 +713,7 @@ impl Actor for SessionActor {
                 if act.end.is_some() {
                     return;
                 }
-                let mut out = std::mem::take(&mut act.outbox);
+                let mut out = act.take_outbox();
                 act.dialect.tick(Instant::now(), &mut out);
                 act.send_all(&mut out);
                 act.outbox = out;
@@ -753,6 +795,8 @@ impl Handler<FromLine> for SessionActor {
             FromClient::Text(text) => self.handle_text(text, ctx),
             FromClient::Audio(audio) => self.handle_audio(audio, ctx),
             FromClient::Key(key) => self.handle_key(key, ctx),
+            FromClient::Configure(settings) => self.handle_configure(settings, ctx),
+            FromClient::Playback(playback) => self.handle_playback(playback),
             FromClient::Refused(e) => self.send_error(ctx, &e),
             FromClient::Ended(reason) => {
                 // The edge has closed the connection: nothing more reaches the client.
@@ -796,6 +840,7 @@ impl SessionActor {
                 log::info!("session c{}: waiting at position {} of {}", self.conn, info.position, info.queue_length);
                 self.links.sinks.publish(SessionEvent::Queued { position: info.position });
                 self.emit(Outbound::Queued(info));
+                self.notice(Notice::Queued(info));
             }
             QueueNotice::Update(info) => {
                 if self.state.phase() == Phase::Queued && self.worker.is_none() {

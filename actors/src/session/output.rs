@@ -11,6 +11,7 @@ use super::SessionActor;
 use super::state::Phase;
 use crate::domain::{BackendInfo, StepOutcome, TurnPiece, TurnSummary};
 use crate::edge::backend::BackendError;
+use crate::edge::client::Notice;
 use crate::messages::worker::BackendEvent;
 use crate::observe::metrics;
 use crate::observe::{Output, SessionEvent};
@@ -137,6 +138,7 @@ impl SessionActor {
         let queue_wait_ms = self.upgraded.elapsed().as_millis() as u64;
         let kind = self.settings.mode.session_kind();
         self.emit(Outbound::Created { session_id: &session_id, kind, prompt_length, queue_wait_ms, backend });
+        self.notice(Notice::Created { session_id: session_id.clone() });
     }
 
     fn on_step(&mut self, seq: u64, result: Result<StepOutcome, BackendError>, ctx: &mut Context<Self>) {
@@ -287,7 +289,7 @@ impl SessionActor {
     /// The backend's context is full: the session goes on if its dialect makes room (its
     /// commands follow), else it ends with `context_full`.
     fn context_full(&mut self, ctx: &mut Context<Self>) {
-        let mut out = std::mem::take(&mut self.outbox);
+        let mut out = self.take_outbox();
         let goes_on = self.dialect.context_full(&mut out);
         self.send_all(&mut out);
         self.outbox = out;

@@ -13,7 +13,7 @@ use super::resume::{ResumeRefusal, ResumeTerms};
 use super::{ClientInfo, SessionActor, SessionLinks, SessionSettings};
 use crate::domain::{DuplexChunk, Mode, SessionKind, SessionSetup, StepKind, StepOutcome};
 use crate::edge::backend::BackendError;
-use crate::edge::client::{CallerAudio, FromClient, FromLine, ModelAudio, ToClient};
+use crate::edge::client::{CallSettings, CallerAudio, ClientLine, FromClient, FromLine, ModelAudio, Notice, ToClient};
 use crate::edge::dialect::{DecodeError, Dialect, Outbox};
 use crate::edge::redact::{Direction, MediaSink, Recorded, Redact};
 use crate::messages::queue::QueueNotice;
@@ -133,6 +133,8 @@ enum Seen {
 /// The edge, the queue and the worker in one actor: each hands what it got to the test.
 struct Stand {
     seen: UnboundedSender<Seen>,
+    /// The edge's notices, apart from what it sends (in order among themselves).
+    notices: UnboundedSender<Notice>,
     /// The session's notice recipient, from its Join.
     notify: UnboundedSender<Recipient<QueueNotice>>,
     /// The session's event recipient, from its Attach (answered `Attached` unless refused).
@@ -164,6 +166,10 @@ stand! {
             ToClient::Text(t) => Seen::Text(t.to_string()),
             ToClient::Audio(a) => Seen::Audio(a),
             ToClient::Close(r) => Seen::Close(r),
+            ToClient::Notice(n) => {
+                let _ = s.notices.send(n);
+                return;
+            }
         });
     };
     Join => |s, m| {
@@ -244,6 +250,7 @@ impl Subscriber for Ending {
 
 struct Test {
     seen: UnboundedReceiver<Seen>,
+    notices: UnboundedReceiver<Notice>,
     /// What the session's sinks heard at its end (on its own thread, so in no order with the
     /// stand-ins' mailbox).
     ended: UnboundedReceiver<Seen>,
@@ -264,6 +271,20 @@ struct Options {
     carries_audio: bool,
     /// How the session is held when its connection is lost (off by default).
     resume: Option<ResumeTerms>,
+    /// The edge reads no text (a phone line with no app on its call).
+    no_text: bool,
+}
+
+/// An edge's line that reads no text.
+struct NoText(Recipient<ToClient>);
+
+impl ClientLine for NoText {
+    fn tell(&self, msg: ToClient) {
+        self.0.do_send(msg);
+    }
+    fn wants_text(&self) -> bool {
+        false
+    }
 }
 
 fn settings(o: &Options) -> SessionSettings {
@@ -279,11 +300,13 @@ fn settings(o: &Options) -> SessionSettings {
 
 fn start(o: Options) -> Test {
     let (seen_tx, seen) = unbounded_channel();
+    let (notices_tx, notices) = unbounded_channel();
     let (notify_tx, notify) = unbounded_channel();
     let (events_tx, events) = unbounded_channel();
     let (ended_tx, ended) = unbounded_channel();
     let stand = Stand {
         seen: seen_tx,
+        notices: notices_tx,
         notify: notify_tx,
         events: events_tx,
         refuse_attach: o.refuse_attach,
@@ -302,7 +325,11 @@ fn start(o: Options) -> Test {
         upgraded_at: std::time::SystemTime::now(),
     };
     let links = SessionLinks {
-        edge: Box::new(stand.clone().recipient::<ToClient>()),
+        edge: if o.no_text {
+            Box::new(NoText(stand.clone().recipient::<ToClient>())) as Box<dyn ClientLine>
+        } else {
+            Box::new(stand.clone().recipient::<ToClient>())
+        },
         conn: 1,
         queue: QueuePort::of(&stand),
         registry: registry.clone(),
@@ -312,12 +339,17 @@ fn start(o: Options) -> Test {
         transcription: None,
     };
     let session = SessionActor::new(settings(&o), Box::new(Words), links).start();
-    Test { seen, ended, notify, events, session, worker: WorkerPort::of(&stand).0, registry, stand }
+    Test { seen, notices, ended, notify, events, session, worker: WorkerPort::of(&stand).0, registry, stand }
 }
 
 impl Test {
     async fn next(&mut self) -> Seen {
         tokio::time::timeout(WAIT, self.seen.recv()).await.expect("something within the wait").expect("open")
+    }
+
+    /// The next notice the edge was told.
+    async fn notice(&mut self) -> Notice {
+        tokio::time::timeout(WAIT, self.notices.recv()).await.expect("a notice within the wait").expect("open")
     }
 
     /// The next text the edge was told to send.
@@ -389,6 +421,56 @@ async fn a_waiting_client_hears_its_place_and_the_time_limit_ends_it() {
     t.expect("Close(Timeout)").await;
     t.expect("Leave").await;
     t.ended("Closed { received: 0, dropped: 0, answered: 0 }").await;
+}
+
+#[actix::test]
+async fn the_edge_is_told_what_became_of_its_session_as_typed_notices() {
+    let mut t = start(Options::default());
+    t.expect("Join { front: false }").await;
+    let notify = t.notify.recv().await.unwrap();
+    let info = QueueInfo { ticket: 1, position: 2, estimated_wait_s: 1.0, queue_length: 2, measured: true };
+    notify.do_send(QueueNotice::Queued(info));
+    assert_eq!(t.text().await, "queued 2");
+    assert_eq!(t.notice().await, Notice::Queued(info));
+    notify.do_send(QueueNotice::Update(QueueInfo { position: 1, ..info }));
+    assert_eq!(t.text().await, "update 1");
+    t.client("init");
+    assert_eq!(t.text().await, "error not_ready");
+    assert!(matches!(t.notice().await, Notice::Error(e) if e.code() == "not_ready"), "an error the client hears");
+    notify.do_send(QueueNotice::Assigned { ticket: 1, worker: t.link() });
+    t.expect("Claim").await;
+    t.expect("Attach").await;
+    let events = t.events.recv().await.unwrap();
+    assert_eq!(t.text().await, "queue_done");
+    t.client("init");
+    t.expect("Prepare").await;
+    events.do_send(BackendEvent::Prepared { prompt_length: 3, backend: Box::default() });
+    assert_eq!(t.text().await, "created");
+    // No notice for an update of the queue: the next one says the session is live.
+    assert!(matches!(t.notice().await, Notice::Created { session_id } if !session_id.is_empty()));
+}
+
+#[actix::test]
+async fn an_edge_that_reads_no_text_is_sent_none_and_still_told_its_notices() {
+    let mut t = start(Options { no_text: true, ..Default::default() });
+    t.expect("Join { front: false }").await;
+    let notify = t.notify.recv().await.unwrap();
+    notify.do_send(QueueNotice::Assigned { ticket: 1, worker: t.link() });
+    t.expect("Claim").await;
+    t.expect("Attach").await;
+    let events = t.events.recv().await.unwrap();
+    t.client("init");
+    t.expect("Prepare").await;
+    events.do_send(BackendEvent::Prepared { prompt_length: 3, backend: Box::default() });
+    assert!(matches!(t.notice().await, Notice::Created { .. }));
+    // A call's settings the dialect does not take: the edge hears the error as a notice.
+    t.session.do_send(FromClient::Configure(CallSettings { voice: Some("alloy".into()), ..Default::default() }));
+    assert!(matches!(t.notice().await, Notice::Error(e) if e.code() == "invalid_payload"));
+    t.client("close");
+    t.expect(r#"Close(Client("user_stop"))"#).await;
+    t.expect("Leave").await;
+    t.expect("Detach").await;
+    assert!(t.seen.try_recv().is_err(), "nothing but the close and the worker's messages: no text");
 }
 
 #[actix::test]

@@ -3,6 +3,7 @@
 //! defaults.
 
 use omni_actors::domain::{Tool, ToolChoice, Tools};
+use omni_actors::edge::client::{CallSettings, TurnDetection};
 use omni_actors::protocol::ProtocolError;
 use serde_json::{Value, json};
 
@@ -331,6 +332,29 @@ pub(super) fn max_tokens(v: &Value, param: &str) -> Result<Option<u32>, Protocol
 
 /// `conf` with a `session` object in any flavor's shape (beta, GA, Qwen) applied; nothing of
 /// it applies if any of it is refused.
+/// A call's settings (typed, from an edge whose caller speaks no dialect) over `conf`, as a
+/// client's `session.update` of the same settings would set them.
+pub(super) fn configured(conf: &Conf, settings: &CallSettings, flavor: Flavor) -> Result<Conf, ProtocolError> {
+    let mut next = conf.clone();
+    if let Some(i) = &settings.instructions {
+        next.instructions = i.clone();
+    }
+    if let Some(v) = &settings.voice {
+        next.voice = v.clone();
+        next.voice_named = true;
+    }
+    match settings.turn_detection {
+        Some(TurnDetection::Server) => next.vad = Some(vad_of(flavor)),
+        Some(TurnDetection::Off) => next.vad = None,
+        None => {}
+    }
+    if let Some(tools) = &settings.tools {
+        next.tools = tools.clone();
+        check_choice(&next.tools, "tool_choice")?;
+    }
+    Ok(next)
+}
+
 pub(super) fn apply(conf: &Conf, s: &Value, flavor: Flavor) -> Result<Conf, ProtocolError> {
     let s = s.as_object().ok_or_else(|| ProtocolError::MissingField("session must be an object".into()))?;
     let mut next = conf.clone();

@@ -92,6 +92,16 @@ impl Encoder {
         Some(self.event(self.flavor.audio_delta(), fields))
     }
 
+    /// `output_audio_buffer.{kind}` for response `response_id`: what the caller heard of the
+    /// model's voice on an edge that plays it; a `cleared` the client asked for names its event.
+    pub(super) fn playback(&mut self, kind: &str, response_id: &str, client_event_id: Option<&str>) -> String {
+        let mut fields = json!({"response_id": response_id});
+        if let Some(id) = client_event_id {
+            fields["client_event_id"] = json!(id);
+        }
+        self.event(&format!("output_audio_buffer.{kind}"), fields)
+    }
+
     /// The event's JSON, or `None` for one this flavor does not send. The voice's own events
     /// (`AudioDelta` for an edge that plays it, `VoiceDone`, `VoiceCleared`) are its caller's.
     pub(super) fn encode(&mut self, event: Event) -> Option<String> {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
-use omni_actors::edge::client::{CallerAudio, Keypress, ModelAudio};
+use omni_actors::edge::client::{CallSettings, CallerAudio, Keypress, ModelAudio, Playback};
 use omni_actors::edge::dialect::{DecodeError, Dialect, Outbox};
 use omni_actors::edge::redact::RecordedMedia;
 use omni_actors::edge::redact::Redact;
@@ -101,6 +101,8 @@ pub struct Realtime {
     /// How the model's audio is coded in the frames, for the recording's redactor
     /// ([`AudioEncoding`] as a number).
     recorded_output: Arc<AtomicU8>,
+    /// The client's `output_audio_buffer.clear` the next `cleared` answers (its `event_id`).
+    clear_asked: Option<Option<String>>,
 }
 
 impl Realtime {
@@ -110,6 +112,7 @@ impl Realtime {
             driver: Driver::new(conf::defaults(flavor), limits, voice),
             carries_audio: false,
             recorded_output: Arc::new(AtomicU8::new(AudioEncoding::Pcm16 as u8)),
+            clear_asked: None,
         }
     }
 
@@ -124,7 +127,13 @@ impl Realtime {
         Driver::mode()
     }
 
-    /// Renders what the driver said, in order.
+    /// Whether this session tells its client what it heard (`output_audio_buffer.*`): the
+    /// OpenAI flavors, on an edge that plays the voice itself (a WebRTC call).
+    fn tells_playback(&self) -> bool {
+        self.carries_audio && self.encoder.flavor != Flavor::Qwen
+    }
+
+    /// Renders what the driver said, in order (text only when it is read).
     fn render(&mut self, out: &mut Outbox) {
         // The model's voice in the coding the client asked for (a change applies from its next
         // piece), and the recording told how to read it.
@@ -145,6 +154,7 @@ impl Realtime {
                     out.audio(ModelAudio::Done { response: response_id })
                 }
                 Event::VoiceCleared if self.carries_audio => out.audio(ModelAudio::Clear),
+                _ if !out.wants_text() => {}
                 event => {
                     // A G.711 voice's last piece goes before its `audio.done`.
                     if let Event::AudioDone { at } = &event
@@ -178,6 +188,12 @@ impl Dialect for Realtime {
             // Replies to anything else are held until the session is created.
             self.driver.admit(&kind, "replies", 1)?;
         }
+        if kind == "output_audio_buffer.clear" && self.tells_playback() {
+            // The voice the call plays stops at once; what was cut is told when the call says.
+            self.clear_asked = Some(self.encoder.client_event_id.clone());
+            replies.audio(ModelAudio::Clear);
+            return Ok(Vec::new());
+        }
         match decode::command(&kind, &v, &self.driver, self.encoder.flavor, self.carries_audio)? {
             Decoded::Command(command) => self.driver.command(command, Instant::now())?,
             Decoded::Finish => return Ok(vec![Inbound::Close { reason: Some("finished".into()) }]),
@@ -206,6 +222,35 @@ impl Dialect for Realtime {
         self.driver.command(Command::Audio { samples, rate }, Instant::now())?;
         self.render(replies);
         Ok(self.driver.take_commands())
+    }
+
+    fn configure(&mut self, settings: CallSettings, replies: &mut Outbox) -> Result<Vec<Inbound>, DecodeError> {
+        self.encoder.client_event_id = None;
+        let conf = conf::configured(self.driver.conf(), &settings, self.encoder.flavor)?;
+        self.driver.command(Command::Update(Box::new(conf)), Instant::now())?;
+        self.render(replies);
+        Ok(self.driver.take_commands())
+    }
+
+    fn played(&mut self, playback: Playback, out: &mut Outbox) {
+        if !self.tells_playback() {
+            return;
+        }
+        let (kind, response, asked) = match playback {
+            Playback::Started { response } => ("started", response, None),
+            Playback::Stopped { response } => ("stopped", response, None),
+            Playback::Cleared { response } => {
+                let asked = self.clear_asked.take().flatten();
+                match response {
+                    Some(response) => ("cleared", response, asked),
+                    // Nothing was playing: nothing to tell.
+                    None => return,
+                }
+            }
+        };
+        if out.wants_text() {
+            out.push(self.encoder.playback(kind, &response, asked.as_deref()));
+        }
     }
 
     fn press(&mut self, key: Keypress, replies: &mut Outbox) -> Result<Vec<Inbound>, DecodeError> {

@@ -632,3 +632,91 @@ fn a_calls_voice_while_queued_is_dropped_and_the_caller_told_once() {
     assert!(heard <= 16000 * 6 / 5, "only the 1.2 s said after creation reach the backend: {heard} samples");
     assert!(heard > 0, "the voice after creation reaches the backend");
 }
+
+#[test]
+fn a_calls_settings_are_applied_as_the_clients_own_and_a_bad_choice_is_refused() {
+    use omni_actors::domain::{Tool, ToolChoice, Tools};
+    use omni_actors::edge::client::{CallSettings, TurnDetection};
+    let (mut d, _) = active(Flavor::Ga);
+    let mut out = Outbox::default();
+    let settings = CallSettings {
+        instructions: Some("Answer the phone.".into()),
+        voice: Some("marin".into()),
+        turn_detection: Some(TurnDetection::Off),
+        tools: None,
+    };
+    let cmds = d.configure(settings, &mut out).unwrap();
+    assert!(matches!(&cmds[..], [Inbound::Reconfigure(s)] if s.system_prompt == "Answer the phone."), "{cmds:?}");
+    reconfigured(&mut d, &mut out);
+    let shown = frame(out.texts().last().unwrap());
+    assert_eq!(shown["type"], "session.updated");
+    assert_eq!(shown["session"]["audio"]["output"]["voice"], "marin");
+    assert_eq!(shown["session"]["audio"]["input"]["turn_detection"], Value::Null, "turns off: the client commits");
+    // A choice of a tool the settings do not give is the client's error, told as one.
+    let tools = Tools { functions: vec![], choice: ToolChoice::Function("lookup".into()) };
+    let bad = CallSettings { tools: Some(tools), ..Default::default() };
+    assert!(matches!(d.configure(bad, &mut out), Err(DecodeError::Protocol(_))));
+    let tool = Tool { name: "lookup".into(), description: "".into(), parameters: r#"{"type":"object"}"#.into() };
+    let good =
+        CallSettings { tools: Some(Tools { functions: vec![tool], choice: ToolChoice::Auto }), ..Default::default() };
+    assert_eq!(d.configure(good, &mut out).unwrap().len(), 1);
+}
+
+#[test]
+fn a_call_that_plays_the_voice_is_told_what_was_heard_in_openai_and_not_in_qwen() {
+    use omni_actors::edge::client::{ModelAudio, Playback};
+    use omni_actors::edge::dialect::Emit;
+    let (mut d, _) = active(Flavor::Ga);
+    assert!(d.carry_audio());
+    let mut out = Outbox::default();
+    d.played(Playback::Started { response: "resp_1".into() }, &mut out);
+    assert_eq!(types(&out), ["output_audio_buffer.started"]);
+    assert_eq!(frame(out.texts()[0])["response_id"], "resp_1");
+    out.clear();
+    // The client's clear: the call is told to stop the voice, and the `cleared` names the clear.
+    let clear = json!({"type": "output_audio_buffer.clear", "event_id": "c1"}).to_string();
+    assert!(d.decode(&clear.into(), &mut out).unwrap().is_empty());
+    assert!(matches!(out.items(), [Emit::Audio(ModelAudio::Clear)]), "{out:?}");
+    out.clear();
+    d.played(Playback::Cleared { response: Some("resp_1".into()) }, &mut out);
+    let cleared = frame(out.texts()[0]);
+    assert_eq!(
+        (cleared["type"].as_str(), cleared["client_event_id"].as_str()),
+        (Some("output_audio_buffer.cleared"), Some("c1"))
+    );
+    out.clear();
+    // A clear the server made (the caller spoke over the voice) names no client event; one of
+    // nothing playing is not told.
+    d.played(Playback::Cleared { response: Some("resp_2".into()) }, &mut out);
+    assert!(frame(out.texts()[0]).get("client_event_id").is_none());
+    out.clear();
+    d.played(Playback::Cleared { response: None }, &mut out);
+    assert!(out.is_empty());
+    // Qwen has no such events.
+    let (mut q, _) = active(Flavor::Qwen);
+    assert!(q.carry_audio());
+    q.played(Playback::Started { response: "resp_1".into() }, &mut out);
+    assert!(out.is_empty());
+}
+
+#[test]
+fn with_nobody_reading_text_the_dialect_writes_none_and_the_voice_still_goes() {
+    use omni_actors::edge::dialect::Emit;
+    let (mut d, _) = active(Flavor::Ga);
+    assert!(d.carry_audio());
+    let mut out = Outbox::default();
+    out.set_wants_text(false);
+    let speech = StepOutcome {
+        kind: StepKind::Speak,
+        text: "Hello".into(),
+        audio: vec![0.1; 2400],
+        end_of_turn: true,
+        ..StepOutcome::listen(0)
+    };
+    d.encode(
+        Outbound::Step { session_id: "sess_1", response_id: Some("r1"), input_id: "input_1", outcome: &speech },
+        &mut out,
+    );
+    assert!(out.texts().is_empty(), "no event written: {out:?}");
+    assert!(out.items().iter().any(|e| matches!(e, Emit::Audio(_))), "the voice goes to the edge: {out:?}");
+}

@@ -6,6 +6,7 @@
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use actix_web_actors::ws;
+use omni_actors::edge::client::FromClient;
 
 use super::realtime::socket::Bounds;
 use super::realtime::{caller, query_of, refused, secret_used};
@@ -86,8 +87,8 @@ pub(super) async fn twilio(
     let Bounds { meter, outgoing, incoming } = Bounds::of(&req, &gw);
     let conn = admitted.conn;
     // A client secret's settings reach the session first (the call's parameters after them).
-    let first = admitted.session.as_ref().map(client_secrets::session_update);
-    let edge = TwilioEdge::new(settings, conn, incoming.clone(), outgoing, admitted.starter(&gw)).with_first(first);
+    let first = admitted.session.as_ref().map(|s| FromClient::Text(client_secrets::session_update(s).into()));
+    let edge = TwilioEdge::new(settings, conn, incoming.clone(), outgoing, admitted.opening(first).starter(&gw));
     let codec = actix_http::ws::Codec::new().max_size(config.server.max_frame_bytes);
     let payload = Bounds::body(payload, incoming);
     let mut response = response;

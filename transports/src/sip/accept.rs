@@ -6,17 +6,20 @@
 use ezk_sip_core::IncomingRequest;
 use ezk_sip_types::StatusCode;
 use ezk_sip_ua::{InboundCall, NoMedia};
+use omni_actors::edge::client::CallSettings;
 
 use super::Sip;
 use super::config::SipRouteEntry;
 use super::offers::{self, Decision};
 use crate::caller::Refusal;
 
-/// What a call's session is: its model, its first `session.update`, and for a call the app
-/// accepted, the key that did, where its accept hears how the start went, and its `call_id`.
+/// What a call's session is: its model, its route's settings, and for a call the app accepted,
+/// the app's settings (in the session's dialect), the key that did, where its accept hears how
+/// the start went, and its `call_id`.
 pub(super) struct Acceptance {
     pub model: String,
-    pub first: Option<String>,
+    pub settings: CallSettings,
+    pub app: Option<String>,
     pub key_id: Option<String>,
     pub done: Option<tokio::sync::oneshot::Sender<Result<(), Refusal>>>,
     pub call_id: Option<String>,
@@ -27,7 +30,8 @@ impl Acceptance {
     pub(super) fn of_route(sip: &Sip, route: &SipRouteEntry) -> Acceptance {
         Acceptance {
             model: sip.model_of(route, None),
-            first: route_settings(route),
+            settings: route_settings(route),
+            app: None,
             key_id: None,
             done: None,
             call_id: None,
@@ -42,12 +46,10 @@ impl Acceptance {
     }
 }
 
-/// A route's instructions and voice as a call's first `session.update`.
-fn route_settings(route: &SipRouteEntry) -> Option<String> {
-    crate::phone::call_settings(
-        Some(route.instructions.as_str()).filter(|s| !s.is_empty()),
-        Some(route.voice.as_str()).filter(|s| !s.is_empty()),
-    )
+/// A route's instructions and voice, as its calls' settings.
+fn route_settings(route: &SipRouteEntry) -> CallSettings {
+    let text = |s: &str| Some(s.to_string()).filter(|s| !s.is_empty());
+    CallSettings { instructions: text(&route.instructions), voice: text(&route.voice), ..CallSettings::default() }
 }
 
 /// Why a call the app was asked about is not answered.
@@ -127,11 +129,11 @@ pub(super) async fn ask(
             Err(Unanswered::Refused(StatusCode::from(code), format!("the app rejected {call_id}")))
         }
         Some(Decision::Accept(accepted)) => {
-            let asked = accepted.session.get("model").and_then(|m| m.as_str());
             log::info!("{label}: {call_id} accepted");
             Ok(Acceptance {
-                model: sip.model_of(route, asked),
-                first: Some(offers::first_update(route_settings(route).as_deref(), &accepted.session)),
+                model: sip.model_of(route, accepted.model.as_deref()),
+                settings: route_settings(route),
+                app: accepted.first,
                 key_id: accepted.key_id,
                 done: Some(accepted.done),
                 call_id: Some(call_id),

@@ -11,11 +11,12 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use bytestring::ByteString;
-use omni_actors::edge::client::{FromClient, ModelAudio, ToClient};
+use omni_actors::edge::client::{ClientLine, FromClient, ModelAudio, Notice, ToClient};
 use omni_actors::observe::metrics::metrics;
 use omni_actors::protocol::CloseReason;
 use tokio::net::UdpSocket;
@@ -69,6 +70,23 @@ pub enum Attached {
 #[rtype(result = "()")]
 pub struct Detach(pub Recipient<ToClient>);
 
+/// The session's line to its call: the call's edge, reading the dialect's text only while an
+/// app's socket is on the call (to hand it on).
+struct CallLine {
+    to: Recipient<ToClient>,
+    app_on: Arc<AtomicBool>,
+}
+
+impl ClientLine for CallLine {
+    fn tell(&self, msg: ToClient) {
+        self.to.do_send(msg);
+    }
+
+    fn wants_text(&self) -> bool {
+        self.app_on.load(Ordering::Relaxed)
+    }
+}
+
 /// The app's socket on the call.
 struct AppSocket {
     to: Recipient<ToClient>,
@@ -87,8 +105,6 @@ pub struct CallParts {
     pub socket: std::net::UdpSocket,
     pub media: Media,
     pub start: StartSession,
-    /// The session's settings of the call's route, handed first.
-    pub first: Option<String>,
     pub max_incoming_bytes: usize,
     pub incoming: Arc<IncomingBudget>,
     /// Tells the signalling task to hang up (send BYE).
@@ -109,7 +125,6 @@ pub struct SipCall {
     socket: Arc<UdpSocket>,
     media: Media,
     start: Option<StartSession>,
-    first: Option<String>,
     session: Option<SessionPort>,
     incoming: Arc<Backlog>,
     hang_up: UnboundedSender<()>,
@@ -135,6 +150,8 @@ pub struct SipCall {
     last_key: Option<Instant>,
     /// The app's socket on the call, when one is on.
     sideband: Option<AppSocket>,
+    /// Whether one is: the session's line reads it (no app, no text of the dialect's).
+    app_on: Arc<AtomicBool>,
     /// Told when the session is created, until it is.
     ready: Option<tokio::sync::oneshot::Sender<()>>,
     /// The call is answered: before, it rings and no RTP is awaited.
@@ -162,7 +179,6 @@ impl SipCall {
             voice,
             media,
             start: Some(parts.start),
-            first: parts.first,
             session: None,
             incoming: Backlog::new(parts.max_incoming_bytes, parts.incoming),
             hang_up: parts.hang_up,
@@ -177,6 +193,7 @@ impl SipCall {
             settled: false,
             last_key: None,
             sideband: None,
+            app_on: Arc::default(),
             ready: Some(parts.ready),
             answered: false,
         })
@@ -186,6 +203,12 @@ impl SipCall {
         if let Some(s) = &self.session {
             self.incoming.hand(s, msg);
         }
+    }
+
+    /// The app's socket on the call from now on (or none).
+    fn set_sideband(&mut self, app: Option<AppSocket>) {
+        self.app_on.store(app.is_some(), Ordering::Relaxed);
+        self.sideband = app;
     }
 
     /// The call ends: the session hears why (unless it ended it), the trunk gets a BYE (unless
@@ -302,7 +325,7 @@ impl SipCall {
                 self.label
             );
             limit.cut();
-            self.sideband = None;
+            self.set_sideband(None);
             return;
         }
         app.to.do_send(ToClient::Text(text));
@@ -357,10 +380,8 @@ impl Actor for SipCall {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         if let Some(start) = self.start.take() {
-            self.session = Some(start(Box::new(ctx.address().recipient::<ToClient>())));
-        }
-        if let Some(first) = self.first.take() {
-            self.hand(FromClient::Text(ByteString::from(first)));
+            let line = CallLine { to: ctx.address().recipient(), app_on: self.app_on.clone() };
+            self.session = Some(start(Box::new(line)));
         }
         ctx.add_stream(crate::udp::datagrams(self.socket.clone(), DATAGRAM_BYTES));
         ctx.run_interval(MEDIA_CHECK, |act, ctx| {
@@ -386,6 +407,7 @@ impl Actor for SipCall {
         if let Some(app) = self.sideband.take() {
             app.to.do_send(ToClient::Close(CloseReason::Client("hangup".into())));
         }
+        self.app_on.store(false, Ordering::Relaxed);
         let _ = self.hang_up.send(());
     }
 }
@@ -409,30 +431,27 @@ impl Handler<ToClient> for SipCall {
     fn handle(&mut self, msg: ToClient, ctx: &mut Self::Context) {
         match msg {
             ToClient::Audio(audio) => self.on_model_audio(audio, ctx),
-            // The dialect's events have no place on a phone line; its errors are logged (a
-            // setting of the route's that the session refused).
-            ToClient::Text(text) => {
-                if self.ready.is_some() && text.contains(r#""type":"session.created""#) {
-                    // A worker took the session: the call is answered now.
-                    if let Some(ready) = self.ready.take() {
-                        let _ = ready.send(());
-                    }
+            // The dialect's events have no place on a phone line: the app's socket takes them
+            // when one is on (none are written otherwise).
+            ToClient::Text(text) => self.tell_app(text),
+            // A worker took the session: the call is answered now.
+            ToClient::Notice(Notice::Created { .. }) => {
+                if let Some(ready) = self.ready.take() {
+                    let _ = ready.send(());
                 }
-                match &self.sideband {
-                    Some(_) => self.tell_app(text),
-                    // With no app to hear it, an error is the route's (or its accept's)
-                    // settings refused: the log is the only place it can be seen.
-                    None => {
-                        if let Some(code) = crate::phone::refused_setting(&text) {
-                            log::warn!("session {}: the session refused something of the call's: {code}", self.label);
-                        }
-                    }
+            }
+            // With no app to hear it, an error is the route's (or its accept's) settings
+            // refused: the log is the only place it can be seen.
+            ToClient::Notice(notice) => {
+                if self.sideband.is_none() {
+                    crate::phone::log_refusal(&self.label, &notice);
                 }
             }
             ToClient::Close(reason) => {
                 if let Some(app) = self.sideband.take() {
                     app.to.do_send(ToClient::Close(reason.clone()));
                 }
+                self.app_on.store(false, Ordering::Relaxed);
                 log::info!("session {}: the session ended ({}); hanging up", self.label, reason.as_str());
                 self.done = true;
                 self.end(None, true, ctx);
@@ -466,7 +485,7 @@ impl Handler<Attach> for SipCall {
         if self.sideband.as_ref().is_some_and(|a| a.to.connected()) {
             return Attached::Taken;
         }
-        self.sideband = Some(AppSocket { to: app, outgoing });
+        self.set_sideband(Some(AppSocket { to: app, outgoing }));
         Attached::On(session)
     }
 }
@@ -476,7 +495,7 @@ impl Handler<Detach> for SipCall {
 
     fn handle(&mut self, Detach(app): Detach, _: &mut Self::Context) {
         if self.sideband.as_ref().is_some_and(|a| a.to == app) {
-            self.sideband = None;
+            self.set_sideband(None);
         }
     }
 }

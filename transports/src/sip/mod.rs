@@ -53,15 +53,16 @@ use accept::{Acceptance, Answered, Unanswered, ask, sip_headers};
 use call::{CallAnswered, CallParts, PeerHungUp, Renegotiated, SipCall};
 use config::{Accept, SipRouteEntry};
 pub use config::{SipConfig, SipSpec};
+use omni_actors::edge::client::CallSettings;
 
 /// What the SIP edge asks of the server it runs in: a call's session admitted (the server's
 /// checks, its dialect, its caps), the app told of a call that rings, and whether the server is
 /// stopping.
 pub trait CallHost: Send + Sync + 'static {
-    /// Admits the session of a call from `caller` that speaks as `model` (a call the app
-    /// accepted counts as `key_id`'s): how its edge starts it, or why it is refused. Called on
-    /// the calls' arbiter, where the edge and its session run.
-    fn admit(&self, caller: &Caller, model: String, key_id: Option<String>) -> Result<StartSession, Refusal>;
+    /// Admits the session of a call from `caller`: how its edge starts it (with the call's
+    /// settings, then the app's), or why it is refused. Called on the calls' arbiter, where the
+    /// edge and its session run.
+    fn admit(&self, caller: &Caller, call: CallStart) -> Result<StartSession, Refusal>;
 
     /// Tells the app of a call that rings (`realtime.call.incoming` with `data`), to be told by
     /// `deadline` and while `settled` is not set: how many of its webhooks took it.
@@ -69,6 +70,19 @@ pub trait CallHost: Send + Sync + 'static {
 
     /// Whether the server is stopping (OPTIONS says so, for a trunk that fails over).
     fn shutting_down(&self) -> bool;
+}
+
+/// What a call's session starts with.
+pub struct CallStart {
+    /// The model it speaks as.
+    pub model: String,
+    /// A call the app accepted counts as this key's.
+    pub key_id: Option<String>,
+    /// Its route's settings, handed to the session first.
+    pub settings: CallSettings,
+    /// The app's settings from its accept, in the session's dialect (written by the server's
+    /// accept route): handed after the route's, as the app's own.
+    pub app: Option<String>,
 }
 
 /// What the SIP edge is given by the server that starts it.
@@ -367,7 +381,7 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Result<Addr<SipCall>, Refusal>>();
     let edge_sip = sip.clone();
     let caller = Caller { ip: Some(source.ip()), port: source.port(), user_agent: None, origin: Default::default() };
-    let Acceptance { model, first, key_id, done, call_id } = acceptance;
+    let Acceptance { model, settings, app, key_id, done, call_id } = acceptance;
     // The app's hang-up of a call it accepted (the sender kept here too: never closed).
     let (app_hang_up, mut app_hung_up) = tokio::sync::mpsc::unbounded_channel();
     let answered = call_id.map(|id| (id, key_id.clone(), app_hang_up.clone()));
@@ -377,13 +391,12 @@ async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) 
         // A trunk is let in by its network, not a key; a call the app accepted counts as its
         // key's.
         let sip = edge_sip;
-        let started = sip.host.admit(&caller, model, key_id).and_then(|start| {
+        let started = sip.host.admit(&caller, CallStart { model, key_id, settings, app }).and_then(|start| {
             let parts = CallParts {
                 label: call_label,
                 socket,
                 media: call_media,
                 start,
-                first,
                 max_incoming_bytes: sip.max_incoming_bytes,
                 incoming: sip.incoming.clone(),
                 hang_up,

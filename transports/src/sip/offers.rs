@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
-use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::caller::Refusal;
@@ -38,10 +37,12 @@ pub enum Decision {
     },
 }
 
-/// An accept: the session's settings (OpenAI's session object, `model` among them), the key
-/// that accepted it, and where the call's start (its admission) is told.
+/// An accept: the model it asked for, the app's settings for the session (as the server wrote
+/// them in the session's dialect: handed to the session as the app's own first message), the
+/// key that accepted it, and where the call's start (its admission) is told.
 pub struct Accepted {
-    pub session: Map<String, Value>,
+    pub model: Option<String>,
+    pub first: Option<String>,
     pub key_id: Option<String>,
     pub done: oneshot::Sender<Result<(), Refusal>>,
 }
@@ -176,44 +177,15 @@ impl Drop for Ringing<'_> {
     }
 }
 
-/// The first `session.update` of an accepted call: the route's settings (`defaults`, as
-/// [`crate::phone::call_settings`] writes them) under the accept's, object by
-/// object, without the accept's `model` (the session is opened for it).
-pub fn first_update(defaults: Option<&str>, accepted: &Map<String, Value>) -> String {
-    let mut session = defaults
-        .and_then(|d| serde_json::from_str::<Value>(d).ok())
-        .map(|mut v| v["session"].take())
-        .filter(Value::is_object)
-        .unwrap_or_else(|| serde_json::json!({"type": "realtime"}));
-    let mut accepted = Value::Object(accepted.clone());
-    if let Some(a) = accepted.as_object_mut() {
-        a.remove("model");
-    }
-    overlay(&mut session, accepted);
-    serde_json::json!({"type": "session.update", "session": session}).to_string()
-}
-
-/// `top` written over `base`: objects key by key, anything else replaced.
-fn overlay(base: &mut Value, top: Value) {
-    match (base, top) {
-        (Value::Object(b), Value::Object(t)) => {
-            for (k, v) in t {
-                overlay(b.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (b, t) => *b = t,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn accept(session: Value) -> (Decision, oneshot::Receiver<Result<(), Refusal>>) {
         let (done, told) = oneshot::channel();
-        let session = session.as_object().unwrap().clone();
-        (Decision::Accept(Accepted { session, key_id: Some("k1".into()), done }), told)
+        let first = Some(session.to_string());
+        (Decision::Accept(Accepted { model: None, first, key_id: Some("k1".into()), done }), told)
     }
 
     fn trunk() -> IpAddr {
@@ -283,23 +255,5 @@ mod tests {
         let (tx, _rx) = mpsc::unbounded_channel();
         offers.answered("rtc_2", None, tx, None);
         assert!(offers.hang_up("rtc_2", None));
-    }
-
-    #[test]
-    fn the_first_update_is_the_accept_over_the_route() {
-        let route = crate::phone::call_settings(Some("Be brief."), Some("alloy"));
-        let accepted = json!({"type": "realtime", "model": "omni", "audio": {"input": {"turn_detection": null}},
-                              "instructions": "You answer for Example Inc."});
-        let update: Value =
-            serde_json::from_str(&first_update(route.as_deref(), accepted.as_object().unwrap())).unwrap();
-        assert_eq!(update["type"], "session.update");
-        let session = &update["session"];
-        assert_eq!(session["instructions"], "You answer for Example Inc.");
-        assert_eq!(session["audio"]["output"]["voice"], "alloy");
-        assert!(session["audio"]["input"]["turn_detection"].is_null());
-        assert!(session.get("model").is_none());
-        let bare: Value =
-            serde_json::from_str(&first_update(None, json!({"model": "omni"}).as_object().unwrap())).unwrap();
-        assert_eq!(bare, json!({"type": "session.update", "session": {"type": "realtime"}}));
     }
 }

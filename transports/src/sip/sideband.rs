@@ -1,7 +1,7 @@
 //! The app's WebSocket on a SIP call it accepted (`/v1/realtime?call_id=rtc_...`, as OpenAI's
 //! SIP calls have it): what the call's session says (the OpenAI dialect's events, which the
 //! phone line cannot carry) reaches it from the moment it connects, and what it sends
-//! (`session.update`, conversation items, a function call's output, `response.create`...)
+//! (its settings, conversation items, a function call's output, asking for an answer...)
 //! reaches the session as a client's events do. One per call; it ends with the call, and the
 //! call goes on when it closes.
 //!
@@ -187,8 +187,8 @@ impl Handler<ToClient> for Sideband {
                 metrics().bytes_sent.inc_by(text.len() as u64);
                 ctx.text(text);
             }
-            // The voice is the phone line's.
-            ToClient::Audio(_) => {}
+            // The voice is the phone line's, what became of the session the call's.
+            ToClient::Audio(_) | ToClient::Notice(_) => {}
             ToClient::Close(reason) => {
                 log::info!("{}: the call ended ({}); its app socket closes", self.label, reason.as_str());
                 self.close(ctx, ws::CloseCode::Normal, "call ended");

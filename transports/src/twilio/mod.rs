@@ -4,9 +4,10 @@
 //! μ-law frames are handed to the session as samples (at 8 kHz, which the dialect resamples),
 //! and the model's voice comes back as μ-law `media` for the stream, a `mark` after each
 //! answer's voice and a `clear` when the caller speaks over it. The session is an ordinary
-//! session of the OpenAI dialect, server VAD turning; the dialect's own events have no place on
-//! Twilio's socket and are not sent. `start`'s custom parameters `instructions` and `voice`
-//! reach the session as its first `session.update`; `stop` ends it (`hangup`).
+//! session (the server opens it in the dialect of its choice, server VAD turning); the dialect's
+//! own events have no place on Twilio's socket and are not written. `start`'s custom parameters
+//! `instructions` and `voice` reach the session as the call's settings
+//! ([`FromClient::Configure`]); `stop` ends it (`hangup`).
 //!
 //! A stream that drops is not resumed (Twilio does not resume a stream): its session ends at
 //! once.
@@ -16,8 +17,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use actix_web_actors::ws;
-use bytestring::ByteString;
-use omni_actors::edge::client::{CallerAudio, FromClient, ModelAudio, ToClient};
+use omni_actors::edge::client::{CallSettings, CallerAudio, ClientLine, FromClient, ModelAudio, ToClient};
 use omni_actors::observe::metrics::metrics;
 use omni_actors::protocol::{CloseReason, Violation};
 use serde_json::Value;
@@ -71,8 +71,19 @@ pub struct TwilioEdge {
     /// The bound on what waits for a Twilio socket that does not read; `None`: unbounded.
     outgoing: Option<Arc<OutgoingLimit>>,
     rate: Option<MessageRate>,
-    /// The session settings of the client secret the stream presented, handed first.
-    first: Option<String>,
+}
+
+/// The session's line to a stream: Twilio's socket reads no text of the dialect's.
+struct StreamLine(Recipient<ToClient>);
+
+impl ClientLine for StreamLine {
+    fn tell(&self, msg: ToClient) {
+        self.0.do_send(msg);
+    }
+
+    fn wants_text(&self) -> bool {
+        false
+    }
 }
 
 impl TwilioEdge {
@@ -97,14 +108,7 @@ impl TwilioEdge {
             last_mark: None,
             downlink: None,
             outgoing,
-            first: None,
         }
-    }
-
-    /// The session gets `first` (a client secret's settings) before anything of Twilio's.
-    pub fn with_first(mut self, first: Option<String>) -> TwilioEdge {
-        self.first = first;
-        self
     }
 
     /// A message for Twilio, counted against the outgoing bound: a socket that does not read
@@ -163,8 +167,9 @@ impl TwilioEdge {
                         self.label
                     );
                 }
-                if let Some(update) = session_update(&parameters) {
-                    self.hand(FromClient::Text(ByteString::from(update)));
+                let settings = call_settings(&parameters);
+                if !settings.is_empty() {
+                    self.hand(FromClient::Configure(settings));
                 }
             }
             Ok(wire::Incoming::Media { samples }) if samples.is_empty() => {}
@@ -246,11 +251,10 @@ impl TwilioEdge {
     }
 }
 
-/// The session settings `start`'s custom parameters carry (`instructions`, `voice`), as the
-/// session's first `session.update`.
-fn session_update(parameters: &serde_json::Map<String, Value>) -> Option<String> {
-    let text = |key: &str| parameters.get(key).and_then(Value::as_str).filter(|s| !s.is_empty());
-    super::phone::call_settings(text("instructions"), text("voice"))
+/// The call's settings `start`'s custom parameters carry (`instructions`, `voice`).
+fn call_settings(parameters: &serde_json::Map<String, Value>) -> CallSettings {
+    let text = |key: &str| parameters.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()).map(String::from);
+    CallSettings { instructions: text("instructions"), voice: text("voice"), ..CallSettings::default() }
 }
 
 impl Actor for TwilioEdge {
@@ -258,10 +262,7 @@ impl Actor for TwilioEdge {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         if let Some(start) = self.start.take() {
-            self.session = Some(start(Box::new(ctx.address().recipient::<ToClient>())));
-        }
-        if let Some(first) = self.first.take() {
-            self.hand(FromClient::Text(ByteString::from(first)));
+            self.session = Some(start(Box::new(StreamLine(ctx.address().recipient()))));
         }
         ctx.run_interval(self.settings.heartbeat_interval, |act, ctx| {
             if act.session.as_ref().is_some_and(|s| !s.connected()) {
@@ -294,13 +295,10 @@ impl Handler<ToClient> for TwilioEdge {
     fn handle(&mut self, msg: ToClient, ctx: &mut Self::Context) {
         match msg {
             ToClient::Audio(audio) => self.model_audio(audio, ctx),
-            // The dialect's events have no place on Twilio's socket; its errors are logged (a
-            // setting the call's parameters gave that the session refused).
-            ToClient::Text(text) => {
-                if let Some(code) = super::phone::refused_setting(&text) {
-                    log::warn!("session {}: the session refused something of the call's: {code}", self.label);
-                }
-            }
+            // The dialect's events have no place on Twilio's socket (none are written for it).
+            ToClient::Text(_) => {}
+            // Its errors are logged (a setting the call's parameters gave that it refused).
+            ToClient::Notice(notice) => super::phone::log_refusal(&self.label, &notice),
             ToClient::Close(reason) => {
                 log::info!("session {}: the session ended ({}); closing the stream", self.label, reason.as_str());
                 self.done = true;

@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use bytestring::ByteString;
-use omni_actors::edge::client::{CallerAudio, FromClient, ModelAudio, ToClient};
+use omni_actors::edge::client::{CallerAudio, FromClient, ModelAudio, Playback, ToClient};
 use omni_actors::observe::metrics::metrics;
-use omni_actors::protocol::{CloseReason, Violation};
+use omni_actors::protocol::{CloseReason, ProtocolError, Violation};
 use str0m::channel::ChannelId;
 use str0m::format::Codec;
 use str0m::media::{Frequency, MediaKind, MediaTime, Mid};
@@ -30,7 +30,6 @@ use tokio::net::UdpSocket;
 
 use super::Calls;
 use super::codec::{Downlink, RATE, RTP_TICKS_PER_FRAME, Refused, UPLINK_FRAME_SAMPLES, UPLINK_RATE, Uplink};
-use super::events::{self, Incoming};
 use crate::incoming::{Backlog, IncomingBudget};
 use crate::limits::{Admit, MessageRate, RateLimit};
 use crate::playout::{FRAME_MS, Notice, Playout};
@@ -51,7 +50,7 @@ pub const CLOSE_GRACE: Duration = Duration::from_millis(200);
 
 /// What a call may do, from `[server]` and `[webrtc]`.
 #[derive(Debug, Clone)]
-pub struct CallSettings {
+pub struct CallBounds {
     pub connect_timeout: Duration,
     /// Events the client may send per second; `None`: no limit.
     pub rate: Option<RateLimit>,
@@ -83,10 +82,8 @@ pub struct CallEdge {
     rtc: Rtc,
     socket: Arc<UdpSocket>,
     local: SocketAddr,
-    settings: CallSettings,
+    settings: CallBounds,
     start: Option<StartSession>,
-    /// Events for the session before the client's own (the settings the call was made with).
-    first: Vec<String>,
     session: Option<SessionPort>,
     calls: Arc<Calls>,
     phase: Phase,
@@ -120,9 +117,8 @@ pub struct CallParts {
     pub id: String,
     pub rtc: Rtc,
     pub socket: std::net::UdpSocket,
-    pub settings: CallSettings,
+    pub settings: CallBounds,
     pub start: StartSession,
-    pub first: Vec<String>,
     pub calls: Arc<Calls>,
     /// What every session may have read and not handled, together.
     pub incoming: Arc<IncomingBudget>,
@@ -149,7 +145,6 @@ impl CallEdge {
             behind_told: None,
             settings: parts.settings,
             start: Some(parts.start),
-            first: parts.first,
             session: None,
             calls: parts.calls,
             phase: Phase::Live,
@@ -345,24 +340,22 @@ impl CallEdge {
         if !self.within_rate(ctx) {
             return;
         }
-        match events::incoming(&text) {
-            Incoming::Clear { event_id } => {
-                if let Some(notice) = self.clear() {
-                    self.notify(notice, event_id.as_deref(), ctx);
-                }
+        if self.incoming.full() {
+            // The session is behind by `max_incoming_bytes` (a WebSocket would stop being
+            // read; a call cannot, without losing its voice): the event is dropped, and the
+            // client told so by its session, once a second at most.
+            metrics().chunks_dropped.with_label_values(&["audio"]).inc();
+            if self.behind_told.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                self.behind_told = Some(Instant::now());
+                self.tell(FromClient::Refused(ProtocolError::BufferFull(
+                    "the session is behind on what this call sent: an event was dropped; send it again once the \
+                     session has answered"
+                        .into(),
+                )));
             }
-            Incoming::Forward if self.incoming.full() => {
-                // The session is behind by `max_incoming_bytes` (a WebSocket would stop being
-                // read; a call cannot, without losing its voice): the event is dropped, and the
-                // client told so, once a second at most.
-                metrics().chunks_dropped.with_label_values(&["audio"]).inc();
-                if self.behind_told.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                    self.behind_told = Some(Instant::now());
-                    self.send(ByteString::from(events::behind_error()), ctx);
-                }
-            }
-            Incoming::Forward => self.hand(FromClient::Text(ByteString::from(text))),
+            return;
         }
+        self.hand(FromClient::Text(ByteString::from(text)));
     }
 
     /// Hands the session a client's event or voice, counted until it is handled.
@@ -433,15 +426,15 @@ impl CallEdge {
         self.playout.clear()
     }
 
-    fn notify(&mut self, notice: Notice, client_event_id: Option<&str>, ctx: &mut Context<Self>) {
-        let (kind, id) = match &notice {
-            Notice::Started { response_id } => ("started", response_id),
-            Notice::Stopped { response_id } => ("stopped", response_id),
-            Notice::Cleared { response_id } => ("cleared", response_id),
+    /// What the caller heard, for its session's dialect to tell it.
+    fn notify(&mut self, notice: Notice) {
+        let playback = match notice {
+            Notice::Started { response_id } => Playback::Started { response: response_id },
+            Notice::Stopped { response_id } => Playback::Stopped { response: response_id },
+            Notice::Cleared { response_id } => Playback::Cleared { response: Some(response_id) },
         };
-        log::debug!("call {}: output_audio_buffer.{kind} ({id})", self.id);
-        let text = events::buffer_event(kind, id, client_event_id);
-        self.send(ByteString::from(text), ctx);
+        log::debug!("call {}: {playback:?}", self.id);
+        self.tell(FromClient::Playback(playback));
     }
 
     /// Starts the 20 ms pacer if it is not running; the RTP clock jumps over the pause.
@@ -460,7 +453,7 @@ impl CallEdge {
     fn tick(&mut self, ctx: &mut Context<Self>) {
         let (frame, notices) = self.playout.tick();
         for notice in notices {
-            self.notify(notice, None, ctx);
+            self.notify(notice);
         }
         let time = MediaTime::new(self.rtp_time, Frequency::FORTY_EIGHT_KHZ);
         self.rtp_time += RTP_TICKS_PER_FRAME;
@@ -515,14 +508,14 @@ impl CallEdge {
                     self.playout.push(&response, [last]);
                 }
                 if let Some(notice) = self.playout.finish(&response) {
-                    self.notify(notice, None, ctx);
+                    self.notify(notice);
                 }
             }
-            ModelAudio::Clear => {
-                if let Some(notice) = self.clear() {
-                    self.notify(notice, None, ctx);
-                }
-            }
+            // Cleared: what was playing is told (nothing, when nothing was).
+            ModelAudio::Clear => match self.clear() {
+                Some(notice) => self.notify(notice),
+                None => self.tell(FromClient::Playback(Playback::Cleared { response: None })),
+            },
         }
     }
 }
@@ -532,11 +525,7 @@ impl Actor for CallEdge {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         if let Some(start) = self.start.take() {
-            let session = start(Box::new(ctx.address().recipient::<ToClient>()));
-            for text in self.first.drain(..) {
-                session.do_send(FromClient::Text(ByteString::from(text)));
-            }
-            self.session = Some(session);
+            self.session = Some(start(Box::new(ctx.address().recipient::<ToClient>())));
         }
         ctx.add_stream(crate::udp::datagrams(self.socket.clone(), DATAGRAM_BYTES));
         ctx.run_later(self.settings.connect_timeout, |act, ctx| {
@@ -609,6 +598,8 @@ impl Handler<ToClient> for CallEdge {
             // The session's frame itself waits, not a copy.
             ToClient::Text(text) => self.send(text, ctx),
             ToClient::Audio(audio) => self.on_model_audio(audio, ctx),
+            // The client hears what became of its session in the dialect's own events.
+            ToClient::Notice(_) => {}
             ToClient::Close(reason) => {
                 log::info!("call {}: the session ended ({}); hanging up", self.id, reason.as_str());
                 self.session_told = true;
@@ -651,7 +642,7 @@ mod tests {
     use str0m::{Candidate, Event, Input, Output, Rtc, RtcConfig};
     use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-    use super::{CallEdge, CallParts, CallSettings, EVENTS_CHANNEL};
+    use super::{CallBounds, CallEdge, CallParts, EVENTS_CHANNEL};
     use crate::incoming::IncomingBudget;
     use crate::limits::RateLimit;
     use crate::webrtc::Calls;
@@ -675,6 +666,8 @@ mod tests {
                 FromClient::Text(t) => format!("text {t}"),
                 FromClient::Audio(a) => format!("audio at {}", a.rate),
                 FromClient::Key(k) => format!("key {}", k.key()),
+                FromClient::Configure(c) => format!("configure {c:?}"),
+                FromClient::Playback(p) => format!("played {p:?}"),
                 FromClient::Refused(e) => format!("refused {}", e.code()),
                 FromClient::Ended(r) => format!("ended {}", r.as_str()),
                 FromClient::Lost(r) => format!("lost {}", r.as_str()),
@@ -843,7 +836,7 @@ mod tests {
             *slot.lock() = Some(to);
             SessionPort::new(Stand(tx, busy).start().recipient(), 0)
         });
-        let settings = CallSettings {
+        let settings = CallBounds {
             connect_timeout: Duration::from_secs(5),
             rate,
             max_outgoing_bytes: 1 << 20,
@@ -855,7 +848,6 @@ mod tests {
             socket: answered.socket,
             settings,
             start,
-            first: Vec::new(),
             calls: calls.clone(),
             incoming: IncomingBudget::new(1 << 20),
             resumed: false,
@@ -883,13 +875,13 @@ mod tests {
     }
 
     /// A session behind on what its call sent (the call's backlog past `max_incoming_bytes`):
-    /// the next event is dropped and the caller told (`buffer_full`), never held; once the
-    /// session catches up, events go through again.
+    /// the next event is dropped, never held, and the session told to tell the caller
+    /// (`buffer_full`, in its dialect); once it catches up, events go through again.
     #[actix::test]
     async fn an_event_for_a_session_that_is_behind_is_dropped_and_the_caller_told() {
         let busy = Arc::new(tokio::sync::Semaphore::new(0));
         let mut call = call_with(None, false, Some((busy.clone(), 64))).await;
-        let event = |n: u32| format!(r#"{{"type":"conversation.item.retrieve","item_id":"item_{n:04}"}}"#);
+        let event = |n: u32| format!(r#"{{"type":"a.dialects.event","seq":"item_{n:04}","pad":"0123456"}}"#);
         assert_eq!(event(1).len(), 59);
         // The first is in the session's hands (59 bytes of 64 waiting); the second still fits
         // under the bound when it is checked; the third finds 118 bytes waiting.
@@ -898,7 +890,7 @@ mod tests {
         call.caller.send_text(&event(2));
         assert_eq!(call.heard().await, format!("text {}", event(2)));
         call.caller.send_text(&event(3));
-        call.caller_sees(|s| matches!(s, Seen::Text(t) if t.contains("\"buffer_full\""))).await;
+        assert_eq!(call.heard().await, "refused buffer_full", "not the event: what the caller is to be told");
         assert!(call.heard.try_recv().is_err(), "the third was handed to a session that is behind");
         // The session catches up: the next event goes through.
         busy.add_permits(1 << 20);
@@ -915,28 +907,36 @@ mod tests {
             format!("audio at {}", crate::webrtc::codec::UPLINK_RATE),
             "samples, not an event"
         );
-        call.caller.send_text(r#"{"type":"response.create"}"#);
-        assert_eq!(call.heard().await, r#"text {"type":"response.create"}"#);
-        call.say(ToClient::Text(r#"{"type":"response.created"}"#.into()));
-        call.caller_sees(|s| matches!(s, Seen::Text(t) if t.contains("response.created"))).await;
+        call.caller.send_text(r#"{"type":"ask"}"#);
+        assert_eq!(call.heard().await, r#"text {"type":"ask"}"#);
+        call.say(ToClient::Text(r#"{"type":"answer"}"#.into()));
+        call.caller_sees(|s| matches!(s, Seen::Text(t) if t.contains("answer"))).await;
     }
 
     #[actix::test]
-    async fn the_models_voice_plays_on_the_track_and_the_callers_clear_stops_it() {
+    async fn the_models_voice_plays_on_the_track_and_what_was_heard_is_told_to_the_session() {
         let mut call = call().await;
-        // Two seconds of voice: it starts playing, and is still playing when the caller clears it.
+        // Two seconds of voice: it starts playing, and is still playing when it is cleared.
         let samples = vec![0.2f32; RATE as usize * 2];
         call.say(ToClient::Audio(ModelAudio::Delta { response: "resp_1".into(), samples, rate: RATE }));
-        call.caller_sees(|s| matches!(s, Seen::Text(t) if t.contains("output_audio_buffer.started"))).await;
+        assert_eq!(call.heard().await, r#"played Started { response: "resp_1" }"#);
         call.caller_sees(|s| *s == Seen::Voice).await;
-        call.caller.send_text(r#"{"type":"output_audio_buffer.clear","event_id":"c1"}"#);
-        call.caller_sees(
-            |s| matches!(s, Seen::Text(t) if t.contains("output_audio_buffer.cleared") && t.contains("c1")),
-        )
-        .await;
-        // The clear is the call's own: the session is not handed it.
-        call.caller.send_text(r#"{"type":"ping"}"#);
-        assert_eq!(call.heard().await, r#"text {"type":"ping"}"#);
+        // Every event is the session's, a clear too (its dialect answers it, and clears the voice).
+        call.caller.send_text(r#"{"type":"stop","event_id":"c1"}"#);
+        assert_eq!(call.heard().await, r#"text {"type":"stop","event_id":"c1"}"#);
+        call.say(ToClient::Audio(ModelAudio::Clear));
+        assert_eq!(call.heard().await, r#"played Cleared { response: Some("resp_1") }"#);
+        call.say(ToClient::Audio(ModelAudio::Clear));
+        assert_eq!(call.heard().await, "played Cleared { response: None }", "nothing playing any more");
+        // The rest of a cleared response is not played.
+        let samples = vec![0.2f32; RATE as usize];
+        call.say(ToClient::Audio(ModelAudio::Delta { response: "resp_1".into(), samples, rate: RATE }));
+        call.say(ToClient::Audio(ModelAudio::Delta {
+            response: "resp_2".into(),
+            samples: vec![0.2f32; RATE as usize / 10],
+            rate: RATE,
+        }));
+        assert_eq!(call.heard().await, r#"played Started { response: "resp_2" }"#);
     }
 
     #[actix::test]

@@ -8,13 +8,12 @@
 //!   (ICE-lite with host candidates, DTLS-SRTP, Opus only), on `str0m`, a sans-IO stack;
 //! - [`call`]: the edge actor between a call's socket and its session;
 //! - [`codec`]: Opus both ways (libopus);
-//! - [`events`]: which events become audio and which travel on the data channel;
-//! - [`crate::playout`] (shared with SIP calls): the model's voice, 20 ms at a time,
-//!   and the `output_audio_buffer.*` rules.
+//! - [`crate::playout`] (shared with SIP calls): the model's voice, 20 ms at a time, and
+//!   when it started, stopped or was cleared (told to the session as `Playback`, for its
+//!   dialect to tell the client).
 
 pub mod call;
 pub mod codec;
-pub mod events;
 pub mod pending;
 
 pub mod config;

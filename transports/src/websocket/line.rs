@@ -77,6 +77,8 @@ impl ClientLine for Line {
             }
             // This transport carries no audio of its own: its sessions' dialects send it in events.
             ToClient::Audio(_) => log::debug!("a WebSocket session's audio not in its dialect's events: dropped"),
+            // Its client hears what became of its session in the dialect's own events.
+            ToClient::Notice(_) => {}
             ToClient::Close(reason) => {
                 let _ = self.said.send(Said::Close(reason.clone()));
                 self.edge.do_send(ToClient::Close(reason));

@@ -53,8 +53,6 @@ pub struct WebSocketEdge {
     /// Names the connection in logs (`c12`).
     label: String,
     start: Option<StartSession>,
-    /// An event the session gets before the client's own (a client secret's settings).
-    first: Option<String>,
     session: Option<SessionPort>,
     fragments: Fragments,
     rate: Option<MessageRate>,
@@ -90,7 +88,6 @@ impl WebSocketEdge {
             settings,
             label: format!("c{conn}"),
             start: Some(start),
-            first: None,
             session: None,
             last_heard: now,
             outgoing,
@@ -99,12 +96,6 @@ impl WebSocketEdge {
             lost: false,
             closed_by_session: false,
         }
-    }
-
-    /// The session gets `first` before the client's own events.
-    pub fn with_first(mut self, first: Option<String>) -> WebSocketEdge {
-        self.first = first;
-        self
     }
 
     fn tell(&self, msg: FromClient) {
@@ -250,9 +241,6 @@ impl Actor for WebSocketEdge {
             let line = line.complete(ctx.address().recipient(), ctx.address().recipient());
             self.session = Some(start(Box::new(line)));
         }
-        if let Some(first) = self.first.take() {
-            self.tell(FromClient::Text(ByteString::from(first)));
-        }
         self.heartbeat(ctx);
     }
 
@@ -279,6 +267,7 @@ impl Handler<ToClient> for WebSocketEdge {
     fn handle(&mut self, msg: ToClient, _: &mut Self::Context) {
         match msg {
             ToClient::Close(_) => self.closed_by_session = true,
+            ToClient::Notice(_) => {}
             ToClient::Text(_) | ToClient::Audio(_) => {
                 log::debug!("session {}: its words reach the edge, not its line: not sent", self.label)
             }

@@ -36,6 +36,8 @@ impl Handler<FromLine> for Stand {
             FromClient::Text(t) => format!("text {t}"),
             FromClient::Audio(a) => format!("audio {} at {}", a.samples.len(), a.rate),
             FromClient::Key(k) => format!("key {}", k.key()),
+            FromClient::Configure(c) => format!("configure {c:?}"),
+            FromClient::Playback(p) => format!("played {p:?}"),
             FromClient::Refused(e) => format!("refused {}", e.code()),
             FromClient::Ended(r) => format!("ended {}", r.as_str()),
             FromClient::Lost(r) => format!("lost {}", r.as_str()),

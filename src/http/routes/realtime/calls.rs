@@ -12,6 +12,7 @@ use actix_web::http::StatusCode;
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 use futures_util::StreamExt;
+use omni_actors::edge::client::FromClient;
 use serde_json::Value;
 
 use super::{api_key, caller, query_of, refused, resume};
@@ -22,7 +23,7 @@ use crate::http::body::{BodyError, Bounded, Bounds};
 use crate::http::routes::http_error;
 use omni_dialects::openai::Flavor;
 use omni_transports::StartSession;
-use omni_transports::webrtc::call::{CallEdge, CallParts, CallSettings};
+use omni_transports::webrtc::call::{CallBounds, CallEdge, CallParts};
 use omni_transports::webrtc::{AnswerError, HangUp, Hanger};
 
 /// The largest offer, and the largest `session` part, read.
@@ -245,30 +246,30 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
             None
         }
     };
-    let (start, first, conn): (StartSession, Vec<String>, u64) = match (admitted, taken) {
+    let (start, conn): (StartSession, u64) = match (admitted, taken) {
         (Some(admitted), _) => {
             // The settings the call was made with come first (its session's dialect leaves their
             // audio formats to the call).
-            let first = [admitted.session.as_ref(), offer.session.as_ref()]
+            let first: Vec<FromClient> = [admitted.session.as_ref(), offer.session.as_ref()]
                 .into_iter()
                 .flatten()
-                .map(client_secrets::session_update)
+                .map(|s| FromClient::Text(client_secrets::session_update(s).into()))
                 .collect();
             let conn = admitted.conn;
-            (admitted.starter(&gw), first, conn)
+            (admitted.opening(first).starter(&gw), conn)
         }
         (None, Some(taken)) => {
             let (conn, line_no) = (taken.conn, omni_actors::ids::connection());
             let received = ask.as_ref().and_then(|a| a.received);
             log::info!("session c{conn}: resumed by call {id} (line {line_no})");
-            (Box::new(move |line| taken.hand(line, line_no, received)), Vec::new(), conn)
+            (Box::new(move |line| taken.hand(line, line_no, received)), conn)
         }
         (None, None) => {
             return http_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "the call has no session");
         }
     };
     let config = &gw.config;
-    let settings = CallSettings {
+    let settings = CallBounds {
         connect_timeout: calls.spec().connect_timeout,
         rate: config.message_rate(),
         max_outgoing_bytes: config.server.max_outgoing_bytes as usize,
@@ -280,7 +281,6 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
         socket: answered.socket,
         settings,
         start,
-        first,
         calls: calls.clone(),
         incoming: gw.incoming.clone(),
         resumed: ask.is_some(),

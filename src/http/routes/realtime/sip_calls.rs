@@ -28,7 +28,7 @@ use bytestring::ByteString;
 use omni_actors::edge::dialect::{Dialect, Outbox};
 use omni_dialects::openai::{Flavor, Realtime};
 use omni_transports::outgoing::Metered;
-use omni_transports::sip::offers::{Accepted, Decision, first_update};
+use omni_transports::sip::offers::{Accepted, Decision};
 use omni_transports::sip::sideband::{Sideband, SidebandParts, SidebandSettings};
 
 /// `/v1/realtime?call_id=CALL_ID`: the app's socket on a call it accepted, for the key that
@@ -113,7 +113,9 @@ pub(crate) async fn accept(
         return refused;
     }
     let (done, told) = tokio::sync::oneshot::channel();
-    let decision = Decision::Accept(Accepted { session, key_id, done });
+    let model = session.get("model").and_then(Value::as_str).filter(|m| !m.is_empty()).map(String::from);
+    let first = Some(app_update(&session));
+    let decision = Decision::Accept(Accepted { model, first, key_id, done });
     if gw.sip_calls.decide(&path, decision).is_err() {
         return not_ringing(&path);
     }
@@ -192,7 +194,7 @@ fn refused_settings(session: &Map<String, Value>, gw: &Gateway) -> Option<HttpRe
     }
     // The dialect itself reads it, as the call's session will.
     let mut dialect = Realtime::new(Flavor::Ga, model, gw.config.dialect_limits(), &gw.voice);
-    let update = first_update(None, session);
+    let update = app_update(session);
     let mut replies = Outbox::with_capacity(2);
     let refused = match dialect.decode(&ByteString::from(update), &mut replies) {
         Err(e) => Some(e.to_string()),
@@ -202,6 +204,15 @@ fn refused_settings(session: &Map<String, Value>, gw: &Gateway) -> Option<HttpRe
         }),
     };
     refused.map(|why| invalid(format!("the session's settings: {why}")))
+}
+
+/// An accept's session as the call's session hears it: the app's own `session.update`, without
+/// the `model` (the session is opened for it), after the route's settings.
+fn app_update(session: &Map<String, Value>) -> String {
+    let mut session = session.clone();
+    session.remove("model");
+    session.entry("type").or_insert_with(|| Value::from("realtime"));
+    serde_json::json!({"type": "session.update", "session": session}).to_string()
 }
 
 fn invalid(message: String) -> HttpResponse {

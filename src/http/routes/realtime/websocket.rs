@@ -2,6 +2,7 @@
 //! headers), and the WebSocket edge it becomes once admitted ([`super::admit`]), which starts
 //! the connection's SessionActor.
 
+use omni_actors::edge::client::FromClient;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -105,9 +106,9 @@ async fn upgrade(
     let conn = admitted.conn;
     // A client secret's settings, for the OpenAI-shaped dialects (the MiniCPM-o ones have none).
     let first = admitted.session.as_ref().filter(|_| openai).map(client_secrets::session_update);
-    let start = admitted.starter(&gw);
+    let start = admitted.opening(first.map(|text| FromClient::Text(text.into()))).starter(&gw);
     let response = handshake(&req)?;
-    Ok(serve(&req, payload, &gw, response, conn, start, first))
+    Ok(serve(&req, payload, &gw, response, conn, start))
 }
 
 /// `?resume=TOKEN`: the connection takes back the session the token names (the URL's mode or
@@ -129,7 +130,7 @@ fn take_back(
     let (conn, line_no, received) = (taken.conn, omni_actors::ids::connection(), ask.received);
     log::info!("session c{conn}: resumed by a new connection (line {line_no})");
     let start: StartSession = Box::new(move |line| taken.hand(line, line_no, received));
-    Ok(serve(&req, payload, &gw, response, conn, start, None))
+    Ok(serve(&req, payload, &gw, response, conn, start))
 }
 
 /// The connection as a WebSocket edge in front of the session `start` starts (or resumes).
@@ -140,7 +141,6 @@ fn serve(
     mut response: actix_web::HttpResponseBuilder,
     conn: u64,
     start: StartSession,
-    first: Option<String>,
 ) -> HttpResponse {
     let config = &gw.config;
     let edge_settings = EdgeSettings {
@@ -153,8 +153,7 @@ fn serve(
     let Bounds { meter, outgoing, incoming } = Bounds::of(req, gw);
     // The session's frames go straight into the connection's outgoing stream.
     let (said, heard) = line::line();
-    let edge = WebSocketEdge::new(edge_settings, conn, gw.fragments.clone(), outgoing, incoming.clone(), said, start)
-        .with_first(first);
+    let edge = WebSocketEdge::new(edge_settings, conn, gw.fragments.clone(), outgoing, incoming.clone(), said, start);
     let codec = actix_http::ws::Codec::new().max_size(config.server.max_frame_bytes);
     let payload = Bounds::body(payload, incoming);
     let outgoing =
