@@ -12,6 +12,7 @@
 //! A `$ref` is the recording's own: a key of that name in what a client sent is kept as
 //! `$client_ref`, so that a replay follows only references the server wrote.
 
+use omni_actors::audio::g711::{self, Law};
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -62,20 +63,17 @@ impl JsonRedactor {
     /// The model's audio of a delta, at 24 kHz for `output.wav`.
     fn decode_output(&self, b64: &str) -> Option<Vec<f32>> {
         let bytes = STANDARD.decode(b64).ok()?;
-        let sample = |s: i16| s as f32 / 32768.0;
-        Some(match self.output.load(Ordering::Relaxed) {
-            0 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-            1 => bytes.chunks_exact(2).map(|c| sample(i16::from_le_bytes([c[0], c[1]]))).collect(),
+        let mut samples = Vec::with_capacity(bytes.len());
+        match self.output.load(Ordering::Relaxed) {
+            0 => samples.extend(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+            1 => omni_actors::audio::pcm::decode_i16_le(&bytes, &mut samples),
             law => {
-                let decode = if law == AudioEncoding::Ulaw as u8 {
-                    audio_codec_algorithms::decode_ulaw
-                } else {
-                    audio_codec_algorithms::decode_alaw
-                };
-                let narrow: Vec<f32> = bytes.iter().map(|&b| sample(decode(b))).collect();
-                omni_actors::audio::resample(&narrow, 8000, 24000).ok()?
+                let law = if law == AudioEncoding::Ulaw as u8 { Law::Mu } else { Law::A };
+                law.expand(&bytes, &mut samples);
+                return omni_actors::audio::resample(&samples, g711::RATE, 24000).ok();
             }
-        })
+        }
+        Some(samples)
     }
 }
 

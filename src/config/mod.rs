@@ -225,6 +225,18 @@ impl Config {
         })
     }
 
+    /// What every WebSocket connection may do (the realtime route's, a Twilio stream's, a call's
+    /// app socket): frames, the heartbeat, the message rate.
+    pub fn edge_settings(&self) -> omni_transports::websocket::EdgeSettings {
+        omni_transports::websocket::EdgeSettings {
+            max_frame_bytes: self.server.max_frame_bytes,
+            heartbeat_interval: self.server.heartbeat_interval(),
+            heartbeat_timeout: self.server.heartbeat_timeout(),
+            message_timeout: Duration::from_secs_f64(self.server.message_timeout_s),
+            rate: self.message_rate(),
+        }
+    }
+
     /// What a client may send and make a dialect hold.
     pub fn dialect_limits(&self) -> omni_dialects::Limits {
         let l = &self.limits;

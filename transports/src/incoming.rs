@@ -77,6 +77,29 @@ impl Backlog {
         });
     }
 
+    /// The one gate of what an edge cannot hold back (a call's voice over UDP, a data channel's
+    /// event): handed to `session` as [`Backlog::hand`] does, unless the session is `max_bytes`
+    /// behind ([`Backlog::full`]); then it is dropped and counted
+    /// (`omni_input_dropped_total{transport, what}`), and `false` says so. The message is made
+    /// only when it is taken (a dropped voice is not decoded): `make` may find there is none.
+    /// (An edge that can hold its client back, a WebSocket, never drops: its connection is not
+    /// read past the bound.)
+    pub fn offer(
+        self: &Arc<Self>,
+        session: &SessionPort,
+        (transport, what): (&'static str, &'static str),
+        make: impl FnOnce() -> Option<FromClient>,
+    ) -> bool {
+        if self.full() {
+            metrics().input_dropped.with_label_values(&[transport, what]).inc();
+            return false;
+        }
+        if let Some(message) = make() {
+            self.hand(session, message);
+        }
+        true
+    }
+
     /// A message of `bytes` goes to the session.
     fn handed(&self, bytes: usize) {
         self.waiting.fetch_add(bytes, Ordering::AcqRel);
@@ -179,6 +202,41 @@ mod tests {
         assert!(flag.0.load(Ordering::SeqCst), "woken");
         assert_eq!(Pin::new(&mut body).poll_next(&mut cx), Poll::Ready(Some(2)));
         assert_eq!(backlog.waiting(), 500);
+    }
+
+    /// A session that holds on to what it is handed (never done with it).
+    struct Holding(Vec<FromClient>);
+
+    impl actix::Actor for Holding {
+        type Context = actix::Context<Self>;
+    }
+
+    impl actix::Handler<omni_actors::edge::client::FromLine> for Holding {
+        type Result = actix::ResponseFuture<()>;
+        fn handle(&mut self, msg: omni_actors::edge::client::FromLine, _: &mut Self::Context) -> Self::Result {
+            self.0.push(msg.msg);
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[actix::test]
+    async fn the_gate_drops_and_counts_what_a_session_behind_cannot_take_and_makes_nothing_for_it() {
+        use actix::Actor;
+        let session = SessionPort::new(Holding(Vec::new()).start().recipient(), 0);
+        let backlog = Backlog::new(100, IncomingBudget::new(1 << 20));
+        let dropped = || metrics().input_dropped.with_label_values(&["test", "audio"]).get();
+        let before = dropped();
+        let voice =
+            || Some(FromClient::Audio(omni_actors::edge::client::CallerAudio { samples: vec![0.0; 40], rate: 8000 }));
+        assert!(backlog.offer(&session, ("test", "audio"), voice), "taken: 160 bytes now wait");
+        let mut made = false;
+        assert!(!backlog.offer(&session, ("test", "audio"), || {
+            made = true;
+            voice()
+        }));
+        assert!(!made, "a dropped message is not made");
+        assert_eq!(dropped(), before + 1);
+        assert_eq!(backlog.waiting(), 160);
     }
 
     #[test]

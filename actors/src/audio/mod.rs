@@ -7,6 +7,7 @@
 //! to it is allocated: a WAV header is 44 bytes, and what it declares must not decide how
 //! much memory the server spends.
 
+pub mod g711;
 pub mod pcm;
 
 use std::io::Cursor;

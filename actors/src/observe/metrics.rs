@@ -71,6 +71,10 @@ pub struct Metrics {
     pub recording_dropped: IntCounterVec,
     /// Sessions closed because they did not read their output.
     pub slow_consumers: IntCounter,
+    /// What a client sent over a transport that cannot be held back (a call's voice over UDP,
+    /// a data channel's events) and was dropped because its session was behind, by transport
+    /// and what it was (`audio`, `event`).
+    pub input_dropped: IntCounterVec,
     /// Sessions held now for a client whose connection dropped (their place in the queue or
     /// their worker kept for its resume).
     pub sessions_held: IntGauge,
@@ -292,6 +296,12 @@ impl Metrics {
                 &r,
                 "omni_slow_consumers_total",
                 "Sessions closed because they did not read their output",
+            ),
+            input_dropped: counter_vec(
+                &r,
+                "omni_input_dropped_total",
+                "Input a client sent that its session was too far behind to take, dropped at its edge",
+                &["transport", "what"],
             ),
             buffer_refusals: counter_vec(
                 &r,

@@ -99,8 +99,7 @@ pub struct Conf {
 pub enum Coding {
     #[default]
     Pcm16,
-    Ulaw,
-    Alaw,
+    G711(omni_actors::audio::g711::Law),
 }
 
 /// Settings echoed and not reported as unapplied: they ask nothing of the model. `tracing`

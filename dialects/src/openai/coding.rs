@@ -1,17 +1,19 @@
 //! How the client's audio is coded in its events, each way: 16-bit PCM (at the session's input
 //! rate in, 24 kHz out), or G.711 at 8 kHz, μ-law (`g711_ulaw`, GA `audio/pcmu`) or A-law
-//! (`g711_alaw`, `audio/pcma`), the telephone's. The companding is the
-//! `audio-codec-algorithms` crate's; the model's 24 kHz voice is resampled to 8 kHz first.
+//! (`g711_alaw`, `audio/pcma`), the telephone's: the gateway's one G.711 codec
+//! (`omni_actors::audio::g711`); the model's 24 kHz voice is resampled to 8 kHz first.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use omni_actors::audio::g711::{self, Law};
+use omni_actors::audio::pcm;
 use omni_actors::protocol::ProtocolError;
 
 use super::Flavor;
 use crate::conversation::Coding;
 
 /// The rate of G.711 audio, both ways.
-pub(super) const G711_RATE: u32 = 8000;
+pub(super) const G711_RATE: u32 = g711::RATE;
 
 /// The coding a format names (`pcm16`, `g711_ulaw`, `audio/pcmu`...); `None` for a name that is
 /// not a format here.
@@ -20,8 +22,8 @@ pub(super) fn coding_of(kind: &str, flavor: Flavor) -> Option<Coding> {
         "pcm16" | "pcm" | "audio/pcm" => Some(Coding::Pcm16),
         // Qwen-Omni's realtime API takes 16-bit PCM only.
         _ if flavor == Flavor::Qwen => None,
-        "g711_ulaw" | "audio/pcmu" => Some(Coding::Ulaw),
-        "g711_alaw" | "audio/pcma" => Some(Coding::Alaw),
+        "g711_ulaw" | "audio/pcmu" => Some(Coding::G711(Law::Mu)),
+        "g711_alaw" | "audio/pcma" => Some(Coding::G711(Law::A)),
         _ => None,
     }
 }
@@ -40,10 +42,10 @@ pub(super) fn name(coding: Coding, flavor: Flavor) -> &'static str {
         (Coding::Pcm16, Flavor::Qwen) => "pcm",
         (Coding::Pcm16, Flavor::Beta) => "pcm16",
         (Coding::Pcm16, Flavor::Ga) => "audio/pcm",
-        (Coding::Ulaw, Flavor::Ga) => "audio/pcmu",
-        (Coding::Alaw, Flavor::Ga) => "audio/pcma",
-        (Coding::Ulaw, _) => "g711_ulaw",
-        (Coding::Alaw, _) => "g711_alaw",
+        (Coding::G711(Law::Mu), Flavor::Ga) => "audio/pcmu",
+        (Coding::G711(Law::A), Flavor::Ga) => "audio/pcma",
+        (Coding::G711(Law::Mu), _) => "g711_ulaw",
+        (Coding::G711(Law::A), _) => "g711_alaw",
     }
 }
 
@@ -51,7 +53,7 @@ pub(super) fn name(coding: Coding, flavor: Flavor) -> &'static str {
 pub(super) fn sample_bytes(coding: Coding) -> usize {
     match coding {
         Coding::Pcm16 => 2,
-        Coding::Ulaw | Coding::Alaw => 1,
+        Coding::G711(_) => 1,
     }
 }
 
@@ -59,8 +61,8 @@ pub(super) fn sample_bytes(coding: Coding) -> usize {
 pub(super) fn decode(coding: Coding, b64: &str, param: &str) -> Result<Vec<f32>, ProtocolError> {
     let bytes =
         STANDARD.decode(b64).map_err(|e| ProtocolError::InvalidPayload(format!("{param}: not valid base64 ({e})")))?;
-    let sample = |s: i16| s as f32 / 32768.0;
-    Ok(match coding {
+    let mut samples = Vec::with_capacity(bytes.len());
+    match coding {
         Coding::Pcm16 => {
             if bytes.len() % 2 != 0 {
                 return Err(ProtocolError::InvalidPayload(format!(
@@ -68,36 +70,35 @@ pub(super) fn decode(coding: Coding, b64: &str, param: &str) -> Result<Vec<f32>,
                     bytes.len()
                 )));
             }
-            bytes.chunks_exact(2).map(|c| sample(i16::from_le_bytes([c[0], c[1]]))).collect()
+            pcm::decode_i16_le(&bytes, &mut samples);
         }
-        Coding::Ulaw => bytes.iter().map(|&b| sample(audio_codec_algorithms::decode_ulaw(b))).collect(),
-        Coding::Alaw => bytes.iter().map(|&b| sample(audio_codec_algorithms::decode_alaw(b))).collect(),
-    })
+        Coding::G711(law) => law.expand(&bytes, &mut samples),
+    }
+    Ok(samples)
 }
 
 /// The model's voice (at `rate`) as base64 audio of `coding`, resampled as one clip (a
 /// stream's pieces go through [`G711Downlink`] instead).
 pub(super) fn encode(coding: Coding, samples: &[f32], rate: u32) -> String {
     match coding {
-        Coding::Pcm16 => STANDARD.encode(samples.iter().flat_map(|&s| linear(s).to_le_bytes()).collect::<Vec<u8>>()),
-        Coding::Ulaw | Coding::Alaw => {
-            compand(coding, &omni_actors::audio::resample(samples, rate, G711_RATE).unwrap_or_default())
+        Coding::Pcm16 => {
+            let mut bytes = Vec::with_capacity(samples.len() * 2);
+            pcm::encode_i16_le(samples, &mut bytes);
+            STANDARD.encode(bytes)
         }
+        Coding::G711(_) => compand(coding, &omni_actors::audio::resample(samples, rate, G711_RATE).unwrap_or_default()),
     }
-}
-
-fn linear(s: f32) -> i16 {
-    (s.clamp(-1.0, 1.0) * 32767.0).round() as i16
 }
 
 /// 8 kHz samples as base64 G.711 of `coding` (16-bit PCM for `Pcm16`).
 pub(super) fn compand(coding: Coding, narrow: &[f32]) -> String {
     let law = match coding {
         Coding::Pcm16 => return encode(Coding::Pcm16, narrow, G711_RATE),
-        Coding::Ulaw => audio_codec_algorithms::encode_ulaw,
-        Coding::Alaw => audio_codec_algorithms::encode_alaw,
+        Coding::G711(law) => law,
     };
-    STANDARD.encode(narrow.iter().map(|&s| law(linear(s))).collect::<Vec<u8>>())
+    let mut bytes = Vec::with_capacity(narrow.len());
+    law.compand(narrow, &mut bytes);
+    STANDARD.encode(bytes)
 }
 
 /// The model's voice of one response, from its rate down to G.711's, piece by piece: one
@@ -141,7 +142,7 @@ mod tests {
     fn g711_round_trips_a_tone_at_8_khz_and_the_voice_is_narrowed_to_it() {
         let tone: Vec<f32> =
             (0..24000).map(|i| 0.5 * (i as f32 * 440.0 * std::f32::consts::TAU / 24000.0).sin()).collect();
-        for coding in [Coding::Ulaw, Coding::Alaw] {
+        for coding in [Coding::G711(Law::Mu), Coding::G711(Law::A)] {
             let b64 = encode(coding, &tone, 24000);
             let back = decode(coding, &b64, "audio").unwrap();
             assert_eq!(back.len(), 8000, "one second at 8 kHz, a byte a sample");
@@ -154,8 +155,8 @@ mod tests {
     #[test]
     fn qwen_takes_pcm_only_and_every_name_echoes() {
         assert_eq!(coding_of("g711_ulaw", Flavor::Qwen), None);
-        assert_eq!(coding_of("audio/pcma", Flavor::Ga), Some(Coding::Alaw));
-        assert_eq!(name(Coding::Ulaw, Flavor::Beta), "g711_ulaw");
+        assert_eq!(coding_of("audio/pcma", Flavor::Ga), Some(Coding::G711(Law::A)));
+        assert_eq!(name(Coding::G711(Law::Mu), Flavor::Beta), "g711_ulaw");
         assert_eq!(coding_of("opus", Flavor::Ga), None);
     }
 }

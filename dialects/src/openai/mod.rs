@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
+use omni_actors::audio::g711::Law;
 use omni_actors::edge::client::{CallSettings, CallerAudio, Keypress, ModelAudio, Playback};
 use omni_actors::edge::dialect::{DecodeError, Dialect, Outbox};
 use omni_actors::edge::redact::RecordedMedia;
@@ -141,8 +142,8 @@ impl Realtime {
         self.encoder.output = output;
         let recorded = match output {
             Coding::Pcm16 => AudioEncoding::Pcm16,
-            Coding::Ulaw => AudioEncoding::Ulaw,
-            Coding::Alaw => AudioEncoding::Alaw,
+            Coding::G711(Law::Mu) => AudioEncoding::Ulaw,
+            Coding::G711(Law::A) => AudioEncoding::Alaw,
         };
         self.recorded_output.store(recorded as u8, Ordering::Relaxed);
         for event in self.driver.take_events() {

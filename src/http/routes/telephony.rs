@@ -16,7 +16,7 @@ use crate::auth::{self, client_secrets};
 use crate::http::Gateway;
 use omni_dialects::openai::Flavor;
 use omni_transports::outgoing::Metered;
-use omni_transports::twilio::{TwilioEdge, TwilioSettings, signature};
+use omni_transports::twilio::{TwilioEdge, signature};
 
 pub(super) async fn twilio(
     req: HttpRequest,
@@ -79,16 +79,13 @@ pub(super) async fn twilio(
         return Ok(secret_used());
     }
     let config = &gw.config;
-    let settings = TwilioSettings {
-        heartbeat_interval: config.server.heartbeat_interval(),
-        heartbeat_timeout: config.server.heartbeat_timeout(),
-        rate: config.message_rate(),
-    };
+    let settings = config.edge_settings();
     let Bounds { meter, outgoing, incoming } = Bounds::of(&req, &gw);
     let conn = admitted.conn;
     // A client secret's settings reach the session first (the call's parameters after them).
     let first = admitted.session.as_ref().map(|s| FromClient::Text(client_secrets::session_update(s).into()));
-    let edge = TwilioEdge::new(settings, conn, incoming.clone(), outgoing, admitted.opening(first).starter(&gw));
+    let start = admitted.opening(first).starter(&gw);
+    let edge = TwilioEdge::new(settings, conn, gw.fragments.clone(), incoming.clone(), outgoing, start);
     let codec = actix_http::ws::Codec::new().max_size(config.server.max_frame_bytes);
     let payload = Bounds::body(payload, incoming);
     let mut response = response;

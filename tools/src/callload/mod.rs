@@ -16,6 +16,7 @@ mod twilio;
 mod webrtc;
 mod websocket;
 
+use omni_actors::audio::{g711::Law, pcm};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -137,7 +138,7 @@ pub fn run(args: CallloadArgs) -> Result<(), String> {
         frame_delay_us: Mutex::new(histogram()),
         ulaw: pcm
             .iter()
-            .map(|f| f.iter().step_by(3).map(|&s| audio_codec_algorithms::encode_ulaw(s)).collect())
+            .map(|f| f.iter().step_by(3).map(|&s| Law::Mu.compand_one(pcm::from_i16(s))).collect())
             .collect(),
         opus,
         pcm,

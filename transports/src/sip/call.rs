@@ -263,14 +263,27 @@ impl SipCall {
         }
         for h in heard {
             match h {
-                // UDP cannot be told to wait: the voice of a session that is behind is dropped;
-                // what a trunk sends while it holds the call (music) is not the caller's voice.
-                Heard::Voice(_) | Heard::Lost if self.incoming.full() || self.media.held => {}
-                Heard::Voice(frame) => match self.voice.heard(&frame, Instant::now()) {
-                    Ok(audio) => self.hand(FromClient::Audio(audio)),
-                    Err(why) => log::debug!("session {}: a frame not heard: {why}", self.label),
-                },
-                Heard::Lost => self.hand(FromClient::Audio(self.voice.lost())),
+                // What a trunk sends while it holds the call (music) is not the caller's voice.
+                Heard::Voice(_) | Heard::Lost if self.media.held => {}
+                // UDP cannot be told to wait: the voice of a session that is behind is dropped.
+                Heard::Voice(frame) => {
+                    let (voice, label) = (&mut self.voice, &self.label);
+                    if let Some(s) = &self.session {
+                        self.incoming.offer(s, ("sip", "audio"), || match voice.heard(&frame, Instant::now()) {
+                            Ok(audio) => Some(FromClient::Audio(audio)),
+                            Err(why) => {
+                                log::debug!("session {label}: a frame not heard: {why}");
+                                None
+                            }
+                        });
+                    }
+                }
+                Heard::Lost => {
+                    if let Some(s) = &self.session {
+                        let voice = &mut self.voice;
+                        self.incoming.offer(s, ("sip", "audio"), || Some(FromClient::Audio(voice.lost())));
+                    }
+                }
                 // Never logged which (callers type PINs); a flood of them is not a person's.
                 Heard::Key(key) => {
                     let now = Instant::now();

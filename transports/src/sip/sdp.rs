@@ -14,23 +14,7 @@ use ezk_sdp_types::{
     TransportProtocol,
 };
 
-/// G.711's two laws, as SDP names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Law {
-    /// μ-law (PCMU), North America and Japan.
-    Pcmu,
-    /// A-law (PCMA), elsewhere.
-    Pcma,
-}
-
-impl Law {
-    pub fn name(self) -> &'static str {
-        match self {
-            Law::Pcmu => "PCMU",
-            Law::Pcma => "PCMA",
-        }
-    }
-}
+pub use omni_actors::audio::g711::Law;
 
 /// The voice's codec, both ways.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +27,7 @@ pub enum Codec {
 impl Codec {
     pub fn name(self) -> &'static str {
         match self {
-            Codec::G711(law) => law.name(),
+            Codec::G711(law) => law.sdp_name(),
             Codec::Opus => "opus",
         }
     }
@@ -99,11 +83,11 @@ const PCMA: u8 = 8;
 fn g711(m: &MediaDescription, pt: u8) -> Option<Law> {
     match m.rtpmap.iter().find(|r| r.payload == pt) {
         Some(r) if r.clock_rate != 8000 => None,
-        Some(r) if r.encoding.eq_ignore_ascii_case("PCMU") => Some(Law::Pcmu),
-        Some(r) if r.encoding.eq_ignore_ascii_case("PCMA") => Some(Law::Pcma),
+        Some(r) if r.encoding.eq_ignore_ascii_case("PCMU") => Some(Law::Mu),
+        Some(r) if r.encoding.eq_ignore_ascii_case("PCMA") => Some(Law::A),
         Some(_) => None,
-        None if pt == PCMU => Some(Law::Pcmu),
-        None if pt == PCMA => Some(Law::Pcma),
+        None if pt == PCMU => Some(Law::Mu),
+        None if pt == PCMA => Some(Law::A),
         None => None,
     }
 }
@@ -286,7 +270,7 @@ a=rtpmap:96 H264/90000
         let local: SocketAddr = "198.51.100.1:40000".parse().unwrap();
         let (media, answer) = answer(&parse(BARESIP), local, 7, 1).unwrap();
         assert_eq!(media.remote, "192.0.2.10:4000".parse().unwrap());
-        assert_eq!((media.codec, media.payload_type, media.events), (Codec::G711(Law::Pcmu), 0, Some(101)));
+        assert_eq!((media.codec, media.payload_type, media.events), (Codec::G711(Law::Mu), 0, Some(101)));
         assert!(!media.held && media.receives);
         let text = answer.to_string();
         assert!(text.contains("c=IN IP4 198.51.100.1"), "{text}");

@@ -64,7 +64,7 @@ impl Voice {
     /// decode (or comes too fast).
     pub fn heard(&mut self, frame: &[u8], now: Instant) -> Result<CallerAudio, VoiceError> {
         match self {
-            Voice::G711 { law, .. } => Ok(CallerAudio { samples: expand(*law, frame), rate: G711_RATE }),
+            Voice::G711 { law, .. } => Ok(CallerAudio { samples: law.expand_vec(frame), rate: G711_RATE }),
             Voice::Opus { uplink, .. } => {
                 let mut samples = Vec::with_capacity(UPLINK_FRAME_SAMPLES);
                 uplink.decode(now, frame, &mut samples).map_err(VoiceError::NotHeard)?;
@@ -89,7 +89,7 @@ impl Voice {
                 let r = resampler.get_or_insert_with(|| stream(rate, G711_RATE));
                 let mut narrow = Vec::with_capacity(samples.len() * G711_RATE as usize / rate.max(1) as usize + 1);
                 r.push(samples, &mut narrow);
-                compand(*law, &narrow, partial);
+                law.compand(&narrow, partial);
                 let whole = partial.len() / FRAME * FRAME;
                 partial.drain(..whole).collect::<Vec<u8>>().chunks(FRAME).map(<[u8]>::to_vec).collect()
             }
@@ -113,11 +113,11 @@ impl Voice {
                 if let Some(mut r) = resampler.take() {
                     r.flush(&mut tail);
                 }
-                compand(*law, &tail, partial);
+                law.compand(&tail, partial);
                 let mut frames: Vec<Vec<u8>> = partial.chunks(FRAME).map(<[u8]>::to_vec).collect();
                 partial.clear();
                 if let Some(last) = frames.last_mut() {
-                    last.resize(FRAME, silence(*law));
+                    last.resize(FRAME, law.silence());
                 }
                 frames
             }
@@ -154,37 +154,6 @@ fn stream(from: u32, to: u32) -> StreamResampler {
     StreamResampler::new(from, to).unwrap_or_else(|_| StreamResampler::new(to, to).expect("a resampler at one rate"))
 }
 
-/// The byte G.711 codes silence with.
-fn silence(law: Law) -> u8 {
-    match law {
-        Law::Pcmu => 0xff,
-        Law::Pcma => 0xd5,
-    }
-}
-
-fn expand(law: Law, bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .iter()
-        .map(|&b| {
-            let s = match law {
-                Law::Pcmu => audio_codec_algorithms::decode_ulaw(b),
-                Law::Pcma => audio_codec_algorithms::decode_alaw(b),
-            };
-            f32::from(s) / 32768.0
-        })
-        .collect()
-}
-
-fn compand(law: Law, samples: &[f32], out: &mut Vec<u8>) {
-    out.extend(samples.iter().map(|&s| {
-        let s = (s.clamp(-1.0, 1.0) * 32767.0) as i16;
-        match law {
-            Law::Pcmu => audio_codec_algorithms::encode_ulaw(s),
-            Law::Pcma => audio_codec_algorithms::encode_alaw(s),
-        }
-    }));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,7 +169,7 @@ mod tests {
 
     #[test]
     fn each_codec_carries_an_answer_both_ways_in_20_ms_frames() {
-        for codec in [Codec::G711(Law::Pcmu), Codec::G711(Law::Pcma), Codec::Opus] {
+        for codec in [Codec::G711(Law::Mu), Codec::G711(Law::A), Codec::Opus] {
             let mut speaker = Voice::new(codec).unwrap();
             let mut frames = speaker.speak(&tone(24_000, 110), 24_000);
             frames.extend(speaker.finish());
@@ -218,7 +187,7 @@ mod tests {
 
     #[test]
     fn a_cleared_answer_leaves_nothing_behind_and_a_lost_frame_is_silence() {
-        for codec in [Codec::G711(Law::Pcmu), Codec::Opus] {
+        for codec in [Codec::G711(Law::Mu), Codec::Opus] {
             let mut v = Voice::new(codec).unwrap();
             v.speak(&tone(24_000, 10), 24_000);
             v.clear();

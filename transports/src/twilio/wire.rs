@@ -5,6 +5,7 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use omni_actors::audio::g711::Law;
 use omni_actors::edge::client::Keypress;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -112,7 +113,8 @@ pub fn parse(text: &str) -> Result<Incoming, Refused> {
                 return Err(Refused::Unknown("media of another track than the caller's".into()));
             }
             let bytes = STANDARD.decode(&media.payload).map_err(|e| Refused::Malformed(format!("payload: {e}")))?;
-            let samples = bytes.iter().map(|&b| audio_codec_algorithms::decode_ulaw(b) as f32 / 32768.0).collect();
+            let mut samples = Vec::with_capacity(bytes.len());
+            Law::Mu.expand(&bytes, &mut samples);
             Incoming::Media { samples }
         }
         "mark" => Incoming::Mark { name: m.mark.ok_or_else(|| missing("mark"))?.name },
@@ -134,10 +136,8 @@ pub fn clipped(id: &str) -> String {
 
 /// The model's voice for the stream: samples in -1..1 at 8 kHz, as a `media` message.
 pub fn media(stream_sid: &str, samples: &[f32]) -> String {
-    let bytes: Vec<u8> = samples
-        .iter()
-        .map(|&s| audio_codec_algorithms::encode_ulaw((s.clamp(-1.0, 1.0) * 32767.0).round() as i16))
-        .collect();
+    let mut bytes = Vec::with_capacity(samples.len());
+    Law::Mu.compand(samples, &mut bytes);
     json!({"event": "media", "streamSid": stream_sid, "media": {"payload": STANDARD.encode(bytes)}}).to_string()
 }
 

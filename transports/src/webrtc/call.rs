@@ -324,15 +324,11 @@ impl CallEdge {
             }
         }
         if self.voice.len() >= UPLINK_SAMPLES {
-            if self.incoming.full() {
-                // The session is behind by `max_incoming_bytes`: this voice is dropped.
-                metrics().chunks_dropped.with_label_values(&["audio"]).inc();
-                log::debug!("call {}: its session is behind; {} samples of voice dropped", self.id, self.voice.len());
-                self.voice.clear();
-                return;
-            }
+            // The session is behind by `max_incoming_bytes`: this voice is dropped.
             let samples = std::mem::replace(&mut self.voice, Vec::with_capacity(UPLINK_SAMPLES * 2));
-            self.hand(FromClient::Audio(CallerAudio { samples, rate: UPLINK_RATE }));
+            if !self.offer("audio", || Some(FromClient::Audio(CallerAudio { samples, rate: UPLINK_RATE }))) {
+                log::debug!("call {}: its session is behind; voice dropped", self.id);
+            }
         }
     }
 
@@ -340,11 +336,10 @@ impl CallEdge {
         if !self.within_rate(ctx) {
             return;
         }
-        if self.incoming.full() {
-            // The session is behind by `max_incoming_bytes` (a WebSocket would stop being
-            // read; a call cannot, without losing its voice): the event is dropped, and the
-            // client told so by its session, once a second at most.
-            metrics().chunks_dropped.with_label_values(&["audio"]).inc();
+        // The session is behind by `max_incoming_bytes` (a WebSocket would stop being read; a
+        // call cannot, without losing its voice): the event is dropped, and the client told so
+        // by its session, once a second at most.
+        if !self.offer("event", || Some(FromClient::Text(ByteString::from(text)))) {
             if self.behind_told.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
                 self.behind_told = Some(Instant::now());
                 self.tell(FromClient::Refused(ProtocolError::BufferFull(
@@ -353,16 +348,13 @@ impl CallEdge {
                         .into(),
                 )));
             }
-            return;
         }
-        self.hand(FromClient::Text(ByteString::from(text)));
     }
 
-    /// Hands the session a client's event or voice, counted until it is handled.
-    fn hand(&self, message: FromClient) {
-        if let Some(s) = &self.session {
-            self.incoming.hand(s, message);
-        }
+    /// Hands the session a client's event or voice through the gate (counted until it is
+    /// handled): `false` when the session is behind and it was dropped.
+    fn offer(&self, what: &'static str, make: impl FnOnce() -> Option<FromClient>) -> bool {
+        self.session.as_ref().is_none_or(|s| self.incoming.offer(s, ("webrtc", what), make))
     }
 
     fn within_rate(&mut self, ctx: &mut Context<Self>) -> bool {
@@ -881,7 +873,7 @@ mod tests {
     async fn an_event_for_a_session_that_is_behind_is_dropped_and_the_caller_told() {
         let busy = Arc::new(tokio::sync::Semaphore::new(0));
         let mut call = call_with(None, false, Some((busy.clone(), 64))).await;
-        let event = |n: u32| format!(r#"{{"type":"a.dialects.event","seq":"item_{n:04}","pad":"0123456"}}"#);
+        let event = |n: u32| format!(r#"{{"type":"a.dialects.event","seq":"item_{n:04}","pad":"01234"}}"#);
         assert_eq!(event(1).len(), 59);
         // The first is in the session's hands (59 bytes of 64 waiting); the second still fits
         // under the bound when it is checked; the third finds 118 bytes waiting.

@@ -1,16 +1,18 @@
-//! The WebSocket edge: one actor per connection (on `actix-web-actors`) between the socket and
-//! its session (`omni_actors::session::SessionActor`). It owns what is the socket's: frames and
-//! their fragments, pings and the heartbeat, the message rate, the outgoing bound, and close
-//! codes. It hands the session whole text messages ([`FromClient`]); what the session says
-//! ([`ToClient`]) goes straight into the connection's outgoing stream on the session's line
-//! ([`line`]), the edge hearing only the session's close and a client that does not read.
+//! The one WebSocket edge: an actor per connection (on `actix-web-actors`) between a socket and
+//! a session, generic over what the socket carries ([`Carried`]): a dialect's text (the
+//! realtime route: [`realtime`]), a telephony provider's media stream (`crate::twilio`), or the
+//! app's events on a call it accepted (`crate::sip::sideband`). What every socket needs is here,
+//! once: frames and their fragments (within the shared budget and the message timeout), pings and
+//! the heartbeat, the message rate, the bound on what the peer has not read, the incoming
+//! backlog (the connection is not read past it), close codes, and how the session hears the
+//! socket ended. What the carried thing is, its messages in and out, is its own.
 //!
-//! The edge ends the connection itself when the client breaks the WebSocket's rules (a binary
+//! The edge ends the connection itself when the peer breaks the WebSocket's rules (a binary
 //! frame, a message too big, a fragmented message never finished, too fast for too long), stops
-//! answering pings, or does not read; the session then hears why ([`FromClient::Ended`]) and
-//! ends untold. The session ends it for everything else ([`ToClient::Close`]). A connection
-//! that breaks, or ends without a close frame, or whose client stops answering pings, is
-//! lost rather than ended ([`FromClient::Lost`]): its session may be held for a resume.
+//! answering pings, or does not read; the session then hears why (as the carried thing says:
+//! [`Carried::farewell`]). The session ends it for everything else ([`ToClient::Close`]). A
+//! connection that breaks, or ends without a close frame, or whose peer stops answering pings, is
+//! lost rather than ended: a session whose client may come back is held for a resume.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,15 +21,20 @@ use actix::prelude::*;
 use actix_http::ws::Item;
 use actix_web_actors::ws;
 use bytestring::ByteString;
-use omni_actors::edge::client::{FromClient, ToClient};
+use omni_actors::edge::client::{FromClient, SessionPort, ToClient};
 use omni_actors::observe::metrics::metrics;
 use omni_actors::protocol::{CloseReason, Violation, bounded};
 
-use super::incoming::Backlog;
-use super::limits::{Admit, Fragment, FragmentBudget, Fragments, MessageRate, RateLimit};
-use super::outgoing::OutgoingLimit;
-use super::{SessionPort, StartSession};
-use line::{LineEnd, SlowConsumer};
+use crate::incoming::Backlog;
+use crate::limits::{Admit, Fragment, FragmentBudget, Fragments, MessageRate, RateLimit};
+use crate::outgoing::OutgoingLimit;
+
+pub mod line;
+pub mod realtime;
+#[cfg(test)]
+mod tests;
+
+pub use realtime::{Realtime, WebSocketEdge};
 
 /// What a connection may do, from `[server]`.
 #[derive(Debug, Clone)]
@@ -36,272 +43,411 @@ pub struct EdgeSettings {
     pub max_frame_bytes: usize,
     /// How often the server pings.
     pub heartbeat_interval: Duration,
-    /// Silence from the client (no frame, no pong) after which it is considered gone.
+    /// Silence from the peer (no frame, no pong) after which it is considered gone.
     pub heartbeat_timeout: Duration,
     /// A fragmented message must be finished this long after its first frame.
     pub message_timeout: Duration,
-    /// Messages per second the client may send; `None`: no limit.
+    /// Messages per second the peer may send; `None`: no limit.
     pub rate: Option<RateLimit>,
 }
 
-pub mod line;
+/// What a WebSocket carries between its peer and a session: the one part of an edge that
+/// differs from one socket to the next.
+pub trait Carried: Unpin + Sized + 'static {
+    /// Whether the peer hears of its messages dropped over the rate (its session tells it,
+    /// `rate_limited`); a peer that cannot (a phone line's) has them dropped without a word.
+    const TELLS_RATE: bool;
 
-pub struct WebSocketEdge {
+    /// The socket is up: reach the session (start it, or attach to it).
+    fn started(&mut self, edge: &mut Io<'_, Self>);
+
+    /// A whole text message from the peer, within the rate (fragments joined).
+    fn text(&mut self, text: ByteString, edge: &mut Io<'_, Self>);
+
+    /// What the session says to the peer (what it did not put on a line of its own).
+    fn told(&mut self, msg: ToClient, edge: &mut Io<'_, Self>);
+
+    /// The close frame of an ending the edge decided.
+    fn close_frame(reason: &CloseReason) -> ws::CloseReason {
+        let description = bounded(reason.as_str(), 123).to_string();
+        ws::CloseReason { code: ws::CloseCode::from(reason.close_code()), description: Some(description) }
+    }
+
+    /// What the session hears when the socket ended for `reason` (`lost`: it broke, ended
+    /// without a close frame, or stopped answering pings), unless the session ended it: by
+    /// default, lost (it may be held for a resume) or ended.
+    fn farewell(&mut self, reason: CloseReason, lost: bool) -> Option<FromClient> {
+        Some(if lost { FromClient::Lost(reason) } else { FromClient::Ended(reason) })
+    }
+
+    /// The socket has stopped, however it ended (after [`Carried::farewell`], when called).
+    fn stopped(&mut self) {}
+}
+
+/// What every socket's edge keeps, whatever it carries.
+pub struct Common {
     settings: EdgeSettings,
-    /// The session's line to the connection, until it is handed to the session.
-    line: Option<LineEnd>,
-    /// Names the connection in logs (`c12`).
+    /// Names the connection in logs (`c12`, `call rtc_...`).
     label: String,
-    start: Option<StartSession>,
     session: Option<SessionPort>,
     fragments: Fragments,
     rate: Option<MessageRate>,
     last_heard: Instant,
-    /// The bound on what waits to be sent to a client that does not read; `None`: unbounded.
-    outgoing: Option<Arc<OutgoingLimit>>,
     /// What the session has been handed and not handled yet (the request body waits on it).
     incoming: Arc<Backlog>,
+    /// The bound on what waits to be sent to a peer that does not read; `None`: unbounded.
+    outgoing: Option<Arc<OutgoingLimit>>,
     /// Why the edge ended the connection (the session is told when the edge stops).
     ended: Option<CloseReason>,
     /// The connection was lost rather than closed (no close frame): the session may hold.
     lost: bool,
-    /// The session asked for the close: it needs no telling.
+    /// The session asked for the close (or the carried thing closed it): nobody to tell.
     closed_by_session: bool,
 }
 
-impl WebSocketEdge {
-    pub fn new(
-        settings: EdgeSettings,
-        conn: u64,
-        fragments: std::sync::Arc<FragmentBudget>,
-        outgoing: Option<Arc<OutgoingLimit>>,
-        incoming: Arc<Backlog>,
-        said: tokio::sync::mpsc::UnboundedSender<line::Said>,
-        start: StartSession,
-    ) -> WebSocketEdge {
+/// What a socket is made of, whatever it carries.
+pub struct SocketParts {
+    pub label: String,
+    pub settings: EdgeSettings,
+    pub fragments: Arc<FragmentBudget>,
+    pub incoming: Arc<Backlog>,
+    pub outgoing: Option<Arc<OutgoingLimit>>,
+}
+
+/// One socket's edge; see the module's documentation.
+pub struct SocketEdge<C: Carried> {
+    common: Common,
+    carried: C,
+}
+
+/// The edge as a carried thing reaches it: the session, the peer, the socket's end.
+pub struct Io<'a, C: Carried> {
+    common: &'a mut Common,
+    ctx: &'a mut ws::WebsocketContext<SocketEdge<C>>,
+}
+
+impl<C: Carried> SocketEdge<C> {
+    /// An edge of `parts` carrying `carried`.
+    pub fn with(parts: SocketParts, carried: C) -> SocketEdge<C> {
         let now = Instant::now();
-        let line = LineEnd { said, outgoing: outgoing.clone(), max_frame_bytes: settings.max_frame_bytes };
-        WebSocketEdge {
-            line: Some(line),
-            fragments: Fragments::new(fragments, settings.max_frame_bytes, settings.message_timeout),
+        let settings = parts.settings;
+        let common = Common {
+            fragments: Fragments::new(parts.fragments, settings.max_frame_bytes, settings.message_timeout),
             rate: settings.rate.map(|limit| MessageRate::new(limit, now)),
             settings,
-            label: format!("c{conn}"),
-            start: Some(start),
+            label: parts.label,
             session: None,
             last_heard: now,
-            outgoing,
-            incoming,
+            incoming: parts.incoming,
+            outgoing: parts.outgoing,
             ended: None,
             lost: false,
             closed_by_session: false,
-        }
+        };
+        SocketEdge { common, carried }
     }
 
-    fn tell(&self, msg: FromClient) {
-        if let Some(s) = &self.session {
-            s.do_send(msg);
-        }
+    /// The carried thing and the edge, apart.
+    fn split<'a>(&'a mut self, ctx: &'a mut ws::WebsocketContext<Self>) -> (&'a mut C, Io<'a, C>) {
+        (&mut self.carried, Io { common: &mut self.common, ctx })
     }
 
-    fn hand(&self, text: ByteString) {
-        if let Some(s) = &self.session {
-            self.incoming.hand(s, FromClient::Text(text));
-        }
+    /// The session this socket reaches, once it has one (a socket that attaches to a call's
+    /// session gets it later than it starts).
+    pub fn attached(&mut self, session: SessionPort) {
+        self.common.session = Some(session);
     }
 
-    /// The edge ends the connection: its close code goes to the client, the reason to the
-    /// session (when the edge stops).
-    fn end(&mut self, ctx: &mut ws::WebsocketContext<Self>, reason: CloseReason) {
-        if self.ended.is_some() || self.closed_by_session {
-            return;
-        }
-        let description = bounded(reason.as_str(), 123).to_string();
-        ctx.close(Some(ws::CloseReason {
-            code: ws::CloseCode::from(reason.close_code()),
-            description: Some(description),
-        }));
-        self.ended = Some(reason);
-        ctx.stop();
+    /// Names the connection in logs.
+    pub fn label(&self) -> &str {
+        &self.common.label
     }
 
-    /// The connection is lost rather than closed (it broke, or the client stopped answering
-    /// pings): the session hears [`FromClient::Lost`] and may hold for a resume.
-    fn lose(&mut self, ctx: &mut ws::WebsocketContext<Self>, reason: CloseReason) {
-        if self.ended.is_none() && !self.closed_by_session {
-            self.lost = true;
-            self.end(ctx, reason);
-        }
+    /// Whether the session it had is gone.
+    pub fn session_gone(&self) -> bool {
+        self.common.session.as_ref().is_some_and(|s| !s.connected())
     }
 
-    fn violation(&mut self, ctx: &mut ws::WebsocketContext<Self>, v: Violation) {
-        self.end(ctx, CloseReason::ProtocolViolation(v));
+    /// Closes the connection with `code` and `why`, the session told nothing (it goes on
+    /// without this socket, or ended it).
+    pub fn close_with(&mut self, ctx: &mut ws::WebsocketContext<Self>, code: ws::CloseCode, why: &str) {
+        self.split(ctx).1.close(code, Some(why));
     }
 
-    /// Pings the client; ends the connection when it has been silent too long, or when a
+    /// Pings the peer; ends the connection when it has been silent too long, or when a
     /// fragmented message stays unfinished past its deadline (pings do not extend it).
     fn heartbeat(&self, ctx: &mut ws::WebsocketContext<Self>) {
-        ctx.run_interval(self.settings.heartbeat_interval, |act, ctx| {
-            if act.session.as_ref().is_some_and(|s| !s.connected()) {
-                // The session is gone without a close (it cannot be: a bug); so is the connection.
-                return ctx.stop();
+        ctx.run_interval(self.common.settings.heartbeat_interval, |act, ctx| {
+            let (_, mut io) = act.split(ctx);
+            if io.common.session.as_ref().is_some_and(|s| !s.connected()) {
+                // The session is gone without a close (it cannot be: a bug); so is the socket.
+                io.common.closed_by_session = true;
+                return io.ctx.stop();
             }
             let now = Instant::now();
-            if act.incoming.waiting() > 0 {
-                // The session is behind on this client's messages, and the connection may be
-                // held unread (`incoming`): its pongs and fragments wait there; it is not silent.
-                act.last_heard = now;
-                return ctx.ping(b"");
+            if io.common.incoming.waiting() > 0 {
+                // The session is behind on this peer's messages, and the connection may be held
+                // unread (`incoming`): its pongs and fragments wait there; it is not silent.
+                io.common.last_heard = now;
+                return io.ctx.ping(b"");
             }
-            if now.saturating_duration_since(act.last_heard) > act.settings.heartbeat_timeout {
+            if now.saturating_duration_since(io.common.last_heard) > io.common.settings.heartbeat_timeout {
                 log::info!(
-                    "session {}: nothing heard for {:?}; the client is gone",
-                    act.label,
-                    act.settings.heartbeat_timeout
+                    "session {}: nothing heard for {:?}; the peer is gone",
+                    io.common.label,
+                    io.common.settings.heartbeat_timeout
                 );
-                return act.lose(ctx, CloseReason::HeartbeatTimeout);
+                return io.lose(CloseReason::HeartbeatTimeout);
             }
-            if act.fragments.overdue(now) {
+            if io.common.fragments.overdue(now) {
                 log::info!(
                     "session {}: a fragmented message unfinished after {:?}; closing with 1008",
-                    act.label,
-                    act.settings.message_timeout
+                    io.common.label,
+                    io.common.settings.message_timeout
                 );
-                return act.violation(ctx, Violation::MessageTimeout);
+                return io.violation(Violation::MessageTimeout);
             }
-            ctx.ping(b"");
+            io.ctx.ping(b"");
         });
     }
 
-    /// A complete message counts against the rate; `false` when it is not to be processed.
+    /// A whole message counts against the rate; `false` when it is not to be processed.
     fn within_rate(&mut self, ctx: &mut ws::WebsocketContext<Self>) -> bool {
-        let Some(rate) = self.rate.as_mut() else { return true };
+        let (_, mut io) = self.split(ctx);
+        let Some(rate) = io.common.rate.as_mut() else { return true };
         match rate.admit(Instant::now()) {
             Admit::Process => true,
             Admit::Drop => false,
             Admit::Tell(error) => {
-                self.tell(FromClient::Refused(error));
+                if C::TELLS_RATE {
+                    io.tell(FromClient::Refused(error));
+                }
                 false
             }
             Admit::End => {
-                log::warn!("session {}: over the message rate for too long; closing with 1008", self.label);
-                self.violation(ctx, Violation::RateLimited);
+                log::warn!("session {}: over the message rate for too long; closing with 1008", io.common.label);
+                io.violation(Violation::RateLimited);
                 false
             }
         }
+    }
+
+    fn on_text(&mut self, text: ByteString, ctx: &mut ws::WebsocketContext<Self>) {
+        let (carried, mut io) = self.split(ctx);
+        carried.text(text, &mut io);
     }
 
     fn on_fragment(&mut self, item: Item, ctx: &mut ws::WebsocketContext<Self>) {
         if matches!(item, Item::FirstText(_)) && !self.within_rate(ctx) {
             // The rest of it is refused too: nothing is started.
-            return self.fragments.clear();
+            return self.common.fragments.clear();
         }
-        match self.fragments.take(item, Instant::now()) {
+        match self.common.fragments.take(item, Instant::now()) {
             Fragment::Pending => {}
-            Fragment::Whole(text) => self.hand(text),
+            Fragment::Whole(text) => self.on_text(text, ctx),
             Fragment::Violation(v) => {
                 match v {
                     Violation::MessageTooBig => log::info!(
                         "session {}: message over {} bytes; closing with 1009",
-                        self.label,
-                        self.settings.max_frame_bytes
+                        self.common.label,
+                        self.common.settings.max_frame_bytes
                     ),
                     Violation::FragmentsFull => log::warn!(
                         "session {}: every connection's unfinished messages are at their bound \
                          (server.max_fragment_buffer_mb); closing with 1013",
-                        self.label
+                        self.common.label
                     ),
                     _ => {}
                 }
-                self.violation(ctx, v);
+                self.split(ctx).1.violation(v);
             }
-        }
-    }
-
-    /// The client has not read `waiting` bytes: the connection is dropped (a close frame would
-    /// wait behind the backlog forever).
-    fn slow_consumer(&mut self, ctx: &mut ws::WebsocketContext<Self>, waiting: u64) {
-        log::warn!(
-            "session {}: the client does not read its output ({waiting} bytes waiting); dropping the connection",
-            self.label
-        );
-        metrics().slow_consumers.inc();
-        self.end(ctx, CloseReason::SlowConsumer);
-        if let Some(limit) = &self.outgoing {
-            limit.disconnect.disconnect();
         }
     }
 }
 
-impl Actor for WebSocketEdge {
+impl<C: Carried> Io<'_, C> {
+    /// Names the connection in logs.
+    pub fn label(&self) -> &str {
+        &self.common.label
+    }
+
+    /// The session, once there is one.
+    pub fn session(&self) -> Option<&SessionPort> {
+        self.common.session.as_ref()
+    }
+
+    /// The socket's session from now on.
+    pub fn attached(&mut self, session: SessionPort) {
+        self.common.session = Some(session);
+    }
+
+    /// Hands the session a message of the peer's, counted until it is handled (past
+    /// `max_incoming_bytes` the connection is not read).
+    pub fn hand(&self, msg: FromClient) {
+        if let Some(s) = &self.common.session {
+            self.common.incoming.hand(s, msg);
+        }
+    }
+
+    /// Tells the session something of the socket's own, not counted.
+    pub fn tell(&self, msg: FromClient) {
+        if let Some(s) = &self.common.session {
+            s.do_send(msg);
+        }
+    }
+
+    /// A text frame for the peer, counted against what it has not read: a peer past the bound
+    /// is cut (`slow_consumer`).
+    pub fn send(&mut self, frame: String) {
+        if let Some(limit) = &self.common.outgoing
+            && let Err(waiting) = limit.wrote(frame.len())
+        {
+            return self.slow_consumer(waiting);
+        }
+        metrics().bytes_sent.inc_by(frame.len() as u64);
+        self.ctx.text(frame);
+    }
+
+    /// A text frame for the peer, already counted against its bound (by whoever handed it on).
+    pub fn send_counted(&mut self, frame: ByteString) {
+        metrics().bytes_sent.inc_by(frame.len() as u64);
+        self.ctx.text(frame);
+    }
+
+    /// The peer does not read: `waiting` bytes wait for it. The connection is dropped (a close
+    /// frame would wait behind the backlog forever).
+    pub fn slow_consumer(&mut self, waiting: u64) {
+        log::warn!(
+            "session {}: the peer does not read its output ({waiting} bytes waiting); dropping the connection",
+            self.common.label
+        );
+        self.end(CloseReason::SlowConsumer);
+        // Cut (and counted, `omni_slow_consumers_total`) where the bound is kept.
+        if let Some(limit) = &self.common.outgoing {
+            limit.cut();
+        }
+    }
+
+    /// The edge ends the connection: its close frame goes to the peer, the reason to the
+    /// session (when the edge stops).
+    pub fn end(&mut self, reason: CloseReason) {
+        if self.common.ended.is_some() || self.common.closed_by_session {
+            return;
+        }
+        self.ctx.close(Some(C::close_frame(&reason)));
+        self.common.ended = Some(reason);
+        self.ctx.stop();
+    }
+
+    /// The connection is lost rather than closed: the session may be held for a resume.
+    pub fn lose(&mut self, reason: CloseReason) {
+        if self.common.ended.is_none() && !self.common.closed_by_session {
+            self.common.lost = true;
+            self.end(reason);
+        }
+    }
+
+    /// The peer broke the protocol: the connection ends with the violation's code.
+    pub fn violation(&mut self, v: Violation) {
+        self.end(CloseReason::ProtocolViolation(v));
+    }
+
+    /// The connection closes with `code` (and `why`, when given), and the session hears
+    /// nothing of it (it ended it, or it goes on without this socket).
+    pub fn close(&mut self, code: ws::CloseCode, why: Option<&str>) {
+        self.common.closed_by_session = true;
+        self.ctx.close(Some(ws::CloseReason { code, description: why.map(String::from) }));
+        self.ctx.stop();
+    }
+
+    /// The session ended: its close was written on the socket (by its line, or here), and the
+    /// socket ends with it.
+    pub fn session_closed(&mut self) {
+        self.common.closed_by_session = true;
+    }
+
+    /// How often the peer is pinged (and a carried thing may look at what it waits on).
+    pub fn heartbeat_interval(&self) -> Duration {
+        self.common.settings.heartbeat_interval
+    }
+
+    /// The socket's actor context, for a carried thing that waits on something of its own.
+    pub fn ctx(&mut self) -> &mut ws::WebsocketContext<SocketEdge<C>> {
+        self.ctx
+    }
+}
+
+impl<C: Carried> Actor for SocketEdge<C> {
     type Context = ws::WebsocketContext<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        if let (Some(start), Some(line)) = (self.start.take(), self.line.take()) {
-            let line = line.complete(ctx.address().recipient(), ctx.address().recipient());
-            self.session = Some(start(Box::new(line)));
-        }
+        let (carried, mut io) = self.split(ctx);
+        carried.started(&mut io);
         self.heartbeat(ctx);
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
-        self.fragments.clear();
-        if !self.closed_by_session {
-            // No reason: the connection went away under the edge (a write to it failed): lost.
-            let msg = match self.ended.take() {
-                Some(reason) if !self.lost => FromClient::Ended(reason),
-                Some(reason) => FromClient::Lost(reason),
-                None => FromClient::Lost(CloseReason::ClientGone),
-            };
-            self.tell(msg);
-        }
+        self.common.fragments.clear();
+        self.told_the_end();
+        self.carried.stopped();
     }
 }
 
-impl Handler<ToClient> for WebSocketEdge {
-    type Result = ();
-
-    /// The session's line carries what it says; the edge hears its close: the close frame
-    /// leaves on the line after everything before it, the connection's stream ends with it, and
-    /// the edge with the stream.
-    fn handle(&mut self, msg: ToClient, _: &mut Self::Context) {
-        match msg {
-            ToClient::Close(_) => self.closed_by_session = true,
-            ToClient::Notice(_) => {}
-            ToClient::Text(_) | ToClient::Audio(_) => {
-                log::debug!("session {}: its words reach the edge, not its line: not sent", self.label)
-            }
-        }
-    }
-}
-
-impl Handler<SlowConsumer> for WebSocketEdge {
-    type Result = ();
-
-    fn handle(&mut self, msg: SlowConsumer, ctx: &mut Self::Context) {
-        if self.ended.is_none() && !self.closed_by_session {
-            self.slow_consumer(ctx, msg.0);
-        }
-    }
-}
-
-impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for WebSocketEdge {
-    fn handle(&mut self, msg: Result<ws::Message, ws::ProtocolError>, ctx: &mut Self::Context) {
-        if self.ended.is_some() || self.closed_by_session {
+impl<C: Carried> SocketEdge<C> {
+    /// The session hears how the socket ended, unless it ended it.
+    fn told_the_end(&mut self) {
+        if self.common.closed_by_session {
             return;
         }
-        self.last_heard = Instant::now();
+        // No reason: the connection went away under the edge (a write to it failed): lost.
+        let (reason, lost) = match self.common.ended.take() {
+            Some(reason) => (reason, self.common.lost),
+            None => (CloseReason::ClientGone, true),
+        };
+        if let Some(msg) = self.carried.farewell(reason, lost)
+            && let Some(s) = &self.common.session
+        {
+            s.do_send(msg);
+        }
+    }
+}
+
+impl<C: Carried> Handler<ToClient> for SocketEdge<C> {
+    type Result = ();
+
+    fn handle(&mut self, msg: ToClient, ctx: &mut Self::Context) {
+        let (carried, mut io) = self.split(ctx);
+        carried.told(msg, &mut io);
+    }
+}
+
+impl<C: Carried> Handler<line::SlowConsumer> for SocketEdge<C> {
+    type Result = ();
+
+    fn handle(&mut self, msg: line::SlowConsumer, ctx: &mut Self::Context) {
+        if self.common.ended.is_none() && !self.common.closed_by_session {
+            self.split(ctx).1.slow_consumer(msg.0);
+        }
+    }
+}
+
+impl<C: Carried> StreamHandler<Result<ws::Message, ws::ProtocolError>> for SocketEdge<C> {
+    fn handle(&mut self, msg: Result<ws::Message, ws::ProtocolError>, ctx: &mut Self::Context) {
+        if self.common.ended.is_some() || self.common.closed_by_session {
+            return;
+        }
+        self.common.last_heard = Instant::now();
         match msg {
             Ok(ws::Message::Text(text)) => {
                 metrics().bytes_received.inc_by(text.len() as u64);
                 if self.within_rate(ctx) {
-                    self.hand(text);
+                    self.on_text(text, ctx);
                 }
             }
             Ok(ws::Message::Binary(data)) => {
                 metrics().bytes_received.inc_by(data.len() as u64);
-                log::info!("session {}: binary frame; closing with 1003", self.label);
-                self.violation(ctx, Violation::BinaryFrame);
+                log::info!("session {}: binary frame; closing with 1003", self.common.label);
+                self.split(ctx).1.violation(Violation::BinaryFrame);
             }
             Ok(ws::Message::Continuation(item)) => self.on_fragment(item, ctx),
             Ok(ws::Message::Ping(payload)) => {
@@ -311,43 +457,40 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for WebSocketEdge {
             }
             Ok(ws::Message::Pong(_)) | Ok(ws::Message::Nop) => {}
             Ok(ws::Message::Close(reason)) => {
-                log::debug!("session {}: client sent close {:?}", self.label, reason);
-                self.ended = Some(CloseReason::ClientGone);
+                log::debug!("session {}: the peer sent close {:?}", self.common.label, reason);
+                self.common.ended = Some(CloseReason::ClientGone);
                 ctx.close(reason);
                 ctx.stop();
             }
             Err(ws::ProtocolError::Overflow) => {
                 log::info!(
                     "session {}: frame over {} bytes; closing with 1009",
-                    self.label,
-                    self.settings.max_frame_bytes
+                    self.common.label,
+                    self.common.settings.max_frame_bytes
                 );
-                self.violation(ctx, Violation::MessageTooBig);
+                self.split(ctx).1.violation(Violation::MessageTooBig);
             }
             Err(ws::ProtocolError::Io(e)) => {
-                // The connection broke (reset, or closed mid-frame): the client is gone.
-                log::info!("session {}: connection lost: {e}", self.label);
-                self.ended = Some(CloseReason::ClientGone);
-                self.lost = true;
+                // The connection broke (reset, or closed mid-frame): the peer is gone.
+                log::info!("session {}: connection lost: {e}", self.common.label);
+                self.common.ended = Some(CloseReason::ClientGone);
+                self.common.lost = true;
                 ctx.stop();
             }
             Err(e) => {
-                log::info!("session {}: WebSocket protocol error: {e}", self.label);
-                self.violation(ctx, Violation::ProtocolError);
+                log::info!("session {}: WebSocket protocol error: {e}", self.common.label);
+                self.split(ctx).1.violation(Violation::ProtocolError);
             }
         }
     }
 
     fn finished(&mut self, ctx: &mut Self::Context) {
-        if self.ended.is_none() {
+        if self.common.ended.is_none() && !self.common.closed_by_session {
             // The stream ended without a close frame: the connection was lost.
-            log::info!("session {}: the connection ended without a close frame", self.label);
-            self.ended = Some(CloseReason::ClientGone);
-            self.lost = true;
+            log::info!("session {}: the connection ended without a close frame", self.common.label);
+            self.common.ended = Some(CloseReason::ClientGone);
+            self.common.lost = true;
         }
         ctx.stop();
     }
 }
-
-#[cfg(test)]
-mod tests;

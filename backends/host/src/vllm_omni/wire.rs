@@ -216,7 +216,9 @@ fn pcm16(b64: &str) -> Result<Vec<f32>, BadEvent> {
     if bytes.len() % 2 != 0 {
         return Err(BadEvent(format!("audio delta: {} bytes is not whole 16-bit samples", bytes.len())));
     }
-    Ok(bytes.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]]) as f32 / 32768.0).collect())
+    let mut samples = Vec::with_capacity(bytes.len() / 2);
+    omni_actors::audio::pcm::decode_i16_le(&bytes, &mut samples);
+    Ok(samples)
 }
 
 #[cfg(test)]

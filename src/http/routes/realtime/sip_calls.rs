@@ -29,7 +29,7 @@ use omni_actors::edge::dialect::{Dialect, Outbox};
 use omni_dialects::openai::{Flavor, Realtime};
 use omni_transports::outgoing::Metered;
 use omni_transports::sip::offers::{Accepted, Decision};
-use omni_transports::sip::sideband::{Sideband, SidebandParts, SidebandSettings};
+use omni_transports::sip::sideband::{Sideband, SidebandParts};
 
 /// `/v1/realtime?call_id=CALL_ID`: the app's socket on a call it accepted, for the key that
 /// accepted it (any other finds no call: 404).
@@ -57,13 +57,7 @@ pub(crate) async fn sideband(
     };
     let response = socket::handshake(&req)?;
     let config = &gw.config;
-    let settings = SidebandSettings {
-        heartbeat_interval: config.server.heartbeat_interval(),
-        heartbeat_timeout: config.server.heartbeat_timeout(),
-        rate: config.message_rate(),
-        max_frame_bytes: config.server.max_frame_bytes,
-        message_timeout: Duration::from_secs_f64(config.server.message_timeout_s),
-    };
+    let settings = config.edge_settings();
     let SocketBounds { meter, outgoing, incoming } = SocketBounds::of(&req, &gw);
     // The id is one of this gateway's own (found in the book).
     let edge = Sideband::new(SidebandParts {

@@ -4,7 +4,6 @@
 
 use omni_actors::edge::client::FromClient;
 use std::collections::HashMap;
-use std::time::Duration;
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -20,8 +19,8 @@ use crate::http::routes::http_error;
 use omni_dialects::openai::Flavor;
 use omni_transports::StartSession;
 use omni_transports::outgoing::Metered;
+use omni_transports::websocket::WebSocketEdge;
 use omni_transports::websocket::line::{self, Merged};
-use omni_transports::websocket::{EdgeSettings, WebSocketEdge};
 
 pub(crate) async fn realtime(
     req: HttpRequest,
@@ -143,13 +142,7 @@ fn serve(
     start: StartSession,
 ) -> HttpResponse {
     let config = &gw.config;
-    let edge_settings = EdgeSettings {
-        max_frame_bytes: config.server.max_frame_bytes,
-        heartbeat_interval: config.server.heartbeat_interval(),
-        heartbeat_timeout: config.server.heartbeat_timeout(),
-        message_timeout: Duration::from_secs_f64(config.server.message_timeout_s),
-        rate: config.message_rate(),
-    };
+    let edge_settings = config.edge_settings();
     let Bounds { meter, outgoing, incoming } = Bounds::of(req, gw);
     // The session's frames go straight into the connection's outgoing stream.
     let (said, heard) = line::line();
