@@ -37,6 +37,7 @@ pub use omni_backend_host::workers::{BackendKind, BackendSource, Isolation, Work
 pub use omni_dialects::transcription::{TranscriptionConfig, TranscriptionSpec};
 pub use omni_dialects::vad::{VadConfig, VadEngine, VadSpec};
 pub use omni_transports::sip::config::{SipConfig, SipRouteEntry, SipSpec};
+pub use omni_transports::telnyx::config::{TelnyxConfig, TelnyxSpec};
 pub use omni_transports::twilio::config::{TwilioConfig, TwilioSpec};
 pub use omni_transports::webrtc::config::{WebRtcConfig, WebRtcSpec};
 pub use queue::QueueConfig;
@@ -89,6 +90,8 @@ struct RawConfig {
     #[serde(default)]
     twilio: TwilioConfig,
     #[serde(default)]
+    telnyx: TelnyxConfig,
+    #[serde(default)]
     models: Vec<ModelEntry>,
     #[serde(default)]
     workers: Vec<WorkerEntry>,
@@ -138,6 +141,8 @@ pub struct Config {
     pub sip: Option<SipSpec>,
     /// `[twilio]`: what proves a Media Stream is Twilio's.
     pub twilio: TwilioSpec,
+    /// `[telnyx]`: what proves a media stream is Telnyx's.
+    pub telnyx: TelnyxSpec,
     /// `[[models]]`; empty means any model name is served by the pool (in audio mode).
     pub models: Vec<ModelSpec>,
     pub workers: Vec<WorkerSpec>,
@@ -311,6 +316,7 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
     let webrtc = raw.webrtc.validate().map_err(|e| e.under("webrtc"))?;
     let sip = raw.sip.validate(base).map_err(|e| e.under("sip"))?;
     let twilio = raw.twilio.validate(base).map_err(|e| e.under("twilio"))?;
+    let telnyx = raw.telnyx.validate(base).map_err(|e| e.under("telnyx"))?;
     if let Some(route) = sip
         .iter()
         .flat_map(|s| &s.routes)
@@ -361,6 +367,7 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
         webrtc,
         sip,
         twilio,
+        telnyx,
         models,
         workers,
         node,

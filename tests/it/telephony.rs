@@ -37,34 +37,50 @@ fn media(n: usize, payload: &str) -> Message {
     )
 }
 
-#[tokio::test]
-async fn a_twilio_stream_is_heard_answered_marked_and_cleared() {
-    let key = "twilio-key-0123456789";
-    let server = Server::ready(
-        Setup::default()
-            .auth(&format!("api_keys = [\"{key}\"]"))
-            .recording("enabled = true")
-            .workers(workers(1, "step_ms = 300")),
-    );
-    let url = server.url(&format!("/v1/telephony/twilio?model=omni&key={key}")).replacen("http", "ws", 1);
-    let (ws, _) = tokio_tungstenite::connect_async(url.as_str()).await.expect("Twilio connects");
-    let (mut to, mut from) = ws.split();
-    to.send(Message::text(json!({"event": "connected", "protocol": "Call", "version": "1.0.0"}).to_string()))
-        .await
-        .unwrap();
-    let start = json!({"event": "start", "sequenceNumber": "1", "streamSid": SID,
-        "start": {"accountSid": "AC1", "streamSid": SID, "callSid": "CA1", "tracks": ["inbound"],
-                  "customParameters": {"instructions": "Be brief."},
-                  "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}});
-    to.send(Message::text(start.to_string())).await.unwrap();
+/// A provider's messages, as its documentation writes them.
+struct Provider {
+    /// The `n`th 20 ms frame of the caller's voice.
+    media: fn(usize, &str) -> Message,
+    /// A mark sent back once what came before it played.
+    mark: fn(&Value) -> Message,
+    /// The caller pressed `digit`.
+    dtmf: fn(&str) -> Message,
+    /// What every message of the gateway's must be (it names the stream, it is 20 ms at least...).
+    check: fn(&Value),
+}
 
-    // The caller asks; once the answer has played (its mark came back) it asks again, and speaks
-    // over that second answer as soon as it starts. Between, the line is open (silence), a frame
-    // every 20 ms as Twilio sends them.
+const TWILIO: Provider = Provider {
+    media,
+    mark: |name| {
+        Message::text(
+            json!({"event": "mark", "streamSid": SID, "sequenceNumber": "0", "mark": {"name": name}}).to_string(),
+        )
+    },
+    dtmf: |digit| {
+        Message::text(
+            json!({"event": "dtmf", "streamSid": SID, "sequenceNumber": "0",
+                   "dtmf": {"track": "inbound_track", "digit": digit}})
+            .to_string(),
+        )
+    },
+    check: |v| assert_eq!(v["streamSid"], SID, "every message names the stream: {v}"),
+};
+
+/// The caller asks; once the answer has played (its mark came back) it presses 7 and asks
+/// again, and speaks over that second answer as soon as it starts. Between, the line is open
+/// (silence), a frame every 20 ms as a provider sends them. Answers the first answer's mark and
+/// how many bytes of voice came before it, once the provider was told to clear the second.
+async fn converse<S, R>(to: &mut S, from: R, provider: &Provider, server: &Server) -> (Value, usize)
+where
+    S: futures_util::Sink<Message> + Unpin,
+    S::Error: std::fmt::Debug,
+    R: futures_util::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin + Send + 'static,
+{
     let question = frames(&speech("What is the capital of France?"));
     let silence = frames(&[0.0; 160 * 2])[0].clone();
     let (tx, mut heard) = tokio::sync::mpsc::unbounded_channel::<Value>();
-    let reader = tokio::spawn(async move {
+    let mut from = from;
+    tokio::spawn(async move {
         while let Some(Ok(msg)) = from.next().await {
             match msg {
                 Message::Text(t) => drop(tx.send(serde_json::from_str::<Value>(&t).unwrap())),
@@ -85,10 +101,10 @@ async fn a_twilio_stream_is_heard_answered_marked_and_cleared() {
         );
         pace.tick().await;
         let payload = script.pop_front().unwrap_or_else(|| silence.clone());
-        to.send(media(sent, &payload)).await.unwrap();
+        to.send((provider.media)(sent, &payload)).await.unwrap();
         sent += 1;
         while let Ok(v) = heard.try_recv() {
-            assert_eq!(v["streamSid"], SID, "every message names the stream: {v}");
+            (provider.check)(&v);
             match v["event"].as_str() {
                 Some("media") => {
                     voice_bytes += STANDARD.decode(v["media"]["payload"].as_str().unwrap()).unwrap().len();
@@ -99,20 +115,11 @@ async fn a_twilio_stream_is_heard_answered_marked_and_cleared() {
                     }
                 }
                 Some("mark") => {
-                    // Played (Twilio sends the mark back once it has played what came before).
-                    to.send(Message::text(
-                        json!({"event": "mark", "streamSid": SID, "sequenceNumber": "0",
-                        "mark": {"name": v["mark"]["name"]}})
-                        .to_string(),
-                    ))
-                    .await
-                    .unwrap();
+                    // Played (the provider sends the mark back once it has played what came before).
+                    to.send((provider.mark)(&v["mark"]["name"])).await.unwrap();
                     if marked.is_none() {
                         marked = Some((v["mark"]["name"].clone(), voice_bytes));
-                        // The caller presses 7, then asks again.
-                        let dtmf = json!({"event": "dtmf", "streamSid": SID, "sequenceNumber": "0",
-                            "dtmf": {"track": "inbound_track", "digit": "7"}});
-                        to.send(Message::text(dtmf.to_string())).await.unwrap();
+                        to.send((provider.dtmf)("7")).await.unwrap();
                         asked_again = true;
                         script.extend(question.iter().cloned());
                     }
@@ -121,26 +128,17 @@ async fn a_twilio_stream_is_heard_answered_marked_and_cleared() {
                     assert!(barged, "a clear only when the caller speaks over the voice: {v}");
                     cleared = true;
                 }
-                other => panic!("Twilio does not take {other:?}: {v}"),
+                other => panic!("the provider does not take {other:?}: {v}"),
             }
         }
     }
-    let (name, first_answer) = marked.expect("a mark after the answer's voice");
-    assert!(name.as_str().is_some_and(|n| n.starts_with("resp_")), "the mark names the answer: {name}");
-    assert!((19_800..=20_200).contains(&first_answer), "2.5 s of voice at 8 kHz before the mark: {first_answer}");
-    let status = server.status();
-    assert_eq!(status["workers"][0]["transport"], "twilio", "{status}");
-    let session = status["workers"][0]["session"].as_str().expect("the call's session").to_string();
-    // The call hangs up.
-    to.send(Message::text(json!({"event": "stop", "sequenceNumber": "999", "streamSid": SID, "stop": {}}).to_string()))
-        .await
-        .unwrap();
-    let _ = tokio::time::timeout(WAIT, reader).await;
-    server.wait_idle();
-    assert!(server.logs().contains("ended (hangup)"), "{}", server.logs());
-    // The key reached the session: told as the hosted API tells a SIP call's, and in the
-    // conversation as the caller's; the log never says which key.
-    let events = std::fs::read_to_string(server.recording(&session).join("events.jsonl")).unwrap();
+    marked.expect("a mark after the answer's voice")
+}
+
+/// The key reached the session: told as the hosted API tells a SIP call's, and in the
+/// conversation as the caller's; the log never says which key.
+fn the_key_reached_the_conversation(server: &Server, session: &str) {
+    let events = std::fs::read_to_string(server.recording(session).join("events.jsonl")).unwrap();
     let told: Vec<Value> = events
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -150,6 +148,132 @@ async fn a_twilio_stream_is_heard_answered_marked_and_cleared() {
     assert_eq!(told[0]["event"]["event"], "7", "{}", told[0]);
     assert!(events.contains("(the caller pressed 7 on the keypad)"), "{events}");
     assert!(!server.logs().contains("pressed 7"), "{}", server.logs());
+}
+
+#[tokio::test]
+async fn a_twilio_stream_is_heard_answered_marked_and_cleared() {
+    let key = "twilio-key-0123456789";
+    let server = Server::ready(
+        Setup::default()
+            .auth(&format!("api_keys = [\"{key}\"]"))
+            .recording("enabled = true")
+            .workers(workers(1, "step_ms = 300")),
+    );
+    let url = server.url(&format!("/v1/telephony/twilio?model=omni&key={key}")).replacen("http", "ws", 1);
+    let (ws, _) = tokio_tungstenite::connect_async(url.as_str()).await.expect("Twilio connects");
+    let (mut to, from) = ws.split();
+    to.send(Message::text(json!({"event": "connected", "protocol": "Call", "version": "1.0.0"}).to_string()))
+        .await
+        .unwrap();
+    let start = json!({"event": "start", "sequenceNumber": "1", "streamSid": SID,
+        "start": {"accountSid": "AC1", "streamSid": SID, "callSid": "CA1", "tracks": ["inbound"],
+                  "customParameters": {"instructions": "Be brief."},
+                  "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}});
+    to.send(Message::text(start.to_string())).await.unwrap();
+    let (name, first_answer) = converse(&mut to, from, &TWILIO, &server).await;
+    assert!(name.as_str().is_some_and(|n| n.starts_with("resp_")), "the mark names the answer: {name}");
+    assert!((19_800..=20_200).contains(&first_answer), "2.5 s of voice at 8 kHz before the mark: {first_answer}");
+    let status = server.status();
+    assert_eq!(status["workers"][0]["transport"], "twilio", "{status}");
+    let session = status["workers"][0]["session"].as_str().expect("the call's session").to_string();
+    // The call hangs up.
+    to.send(Message::text(json!({"event": "stop", "sequenceNumber": "999", "streamSid": SID, "stop": {}}).to_string()))
+        .await
+        .unwrap();
+    server.wait_idle();
+    assert!(server.logs().contains("ended (hangup)"), "{}", server.logs());
+    the_key_reached_the_conversation(&server, &session);
+}
+
+const STREAM_ID: &str = "32DE0DEA-53CB-4B21-89A4-9E1819C043BC";
+
+const TELNYX: Provider = Provider {
+    media: |n, payload| {
+        // Telnyx's counters are strings; its media names no stream but the message does.
+        Message::text(
+            json!({"event": "media", "sequence_number": (n + 3).to_string(), "stream_id": STREAM_ID,
+                   "media": {"track": "inbound", "chunk": (n + 1).to_string(), "timestamp": (n * 20).to_string(),
+                             "payload": payload}})
+            .to_string(),
+        )
+    },
+    mark: |name| {
+        Message::text(
+            json!({"event": "mark", "stream_id": STREAM_ID, "sequence_number": "0", "mark": {"name": name}})
+                .to_string(),
+        )
+    },
+    dtmf: |digit| {
+        Message::text(
+            json!({"event": "dtmf", "stream_id": STREAM_ID, "occurred_at": "2026-12-07T08:54:19.698408Z",
+                   "sequence_number": "0", "dtmf": {"digit": digit}})
+            .to_string(),
+        )
+    },
+    check: |v| {
+        // What goes back is Telnyx's own shape (no stream id), and a media message holds 20 ms
+        // at least (Telnyx refuses less).
+        assert!(v.get("stream_id").is_none() && v.get("streamSid").is_none(), "{v}");
+        if v["event"] == "media" {
+            let bytes = STANDARD.decode(v["media"]["payload"].as_str().unwrap()).unwrap().len();
+            assert!(bytes >= 160, "{bytes} bytes: under 20 ms");
+        }
+    },
+};
+
+#[tokio::test]
+async fn a_telnyx_stream_with_its_token_is_heard_answered_marked_and_cleared_and_needs_no_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("telnyx-token");
+    std::fs::write(&token, "telnyx-stream-token-0123456789\n").unwrap();
+    let server = Server::ready(
+        Setup::default()
+            .auth("api_keys = [\"some-api-key-0123456789\"]")
+            .recording("enabled = true")
+            .workers(workers(1, "step_ms = 300"))
+            .extra(&format!("[telnyx]\nauth_token_file = \"{}\"\n", token.display())),
+    );
+    let url = server.url("/v1/telephony/telnyx").replacen("http", "ws", 1);
+    let request = |token: Option<&str>| {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let mut req = url.as_str().into_client_request().unwrap();
+        if let Some(t) = token {
+            req.headers_mut().insert("x-telnyx-streaming-auth-token", t.parse().unwrap());
+        }
+        req
+    };
+    // No token and no key: 401; a wrong token: 403.
+    for (token, status) in [(None, 401), (Some("telnyx-stream-token-0123456780"), 403)] {
+        match tokio_tungstenite::connect_async(request(token)).await {
+            Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status().as_u16(), status),
+            other => panic!("taken with {token:?}: {:?}", other.map(|_| ())),
+        }
+    }
+    let (ws, _) = tokio_tungstenite::connect_async(request(Some("telnyx-stream-token-0123456789")))
+        .await
+        .expect("Telnyx connects");
+    let (mut to, from) = ws.split();
+    to.send(Message::text(json!({"event": "connected", "version": "1.0.0"}).to_string())).await.unwrap();
+    let start = json!({"event": "start", "sequence_number": "1", "stream_id": STREAM_ID,
+        "start": {"user_id": "3E6F995F-85F7-4705-9741-53B116D28237", "call_control_id": "v2:T02llQxIyaRkhfRK",
+                  "call_session_id": "ff55a038-6f5d-11ef-9692-02420aeffb1f", "from": "+13122010094",
+                  "to": "+13122123456", "tags": [], "client_state": "aGF2ZQ==",
+                  "custom_parameters": {"instructions": "Be brief."},
+                  "media_format": {"encoding": "PCMU", "sample_rate": 8000, "channels": 1}}});
+    to.send(Message::text(start.to_string())).await.unwrap();
+    let (name, first_answer) = converse(&mut to, from, &TELNYX, &server).await;
+    assert!(name.as_str().is_some_and(|n| n.starts_with("resp_")), "the mark names the answer: {name}");
+    assert!((19_800..=20_400).contains(&first_answer), "2.5 s of voice at 8 kHz before the mark: {first_answer}");
+    let status = server.status();
+    assert_eq!(status["workers"][0]["transport"], "telnyx", "{status}");
+    let session = status["workers"][0]["session"].as_str().expect("the call's session").to_string();
+    let stop = json!({"event": "stop", "sequence_number": "999", "stream_id": STREAM_ID,
+        "stop": {"user_id": "3E6F995F-85F7-4705-9741-53B116D28237", "call_control_id": "v2:T02llQxIyaRkhfRK"}});
+    to.send(Message::text(stop.to_string())).await.unwrap();
+    server.wait_idle();
+    assert!(server.logs().contains("ended (hangup)"), "{}", server.logs());
+    assert!(!server.logs().contains("telnyx-stream-token"), "the token is never logged");
+    the_key_reached_the_conversation(&server, &session);
 }
 
 #[tokio::test]
@@ -222,7 +346,7 @@ async fn with_the_auth_token_only_a_stream_twilio_signed_is_taken_and_needs_no_k
     server.wait_status("the stream's session", WAIT, |s| s["sessions"]["open"] == 1);
     ws.send(Message::text(json!({"event": "stop", "streamSid": SID, "stop": {}}).to_string())).await.unwrap();
     server.wait_idle();
-    assert!(server.logs().contains("no valid X-Twilio-Signature"), "{}", server.logs());
+    assert!(server.logs().contains("X-Twilio-Signature is missing or does not match"), "{}", server.logs());
     assert!(!server.logs().contains("twilio-auth-token"), "{}", server.logs());
     // The path names the model: one not served ends the stream's session with its reason.
     let nope = url.replace("/twilio/omni", "/twilio/nope");

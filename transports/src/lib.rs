@@ -6,14 +6,16 @@
 //!
 //! - [`caller`]: a caller as every transport describes it, how it reaches its session, and why
 //!   it may be refused (the server's admission checks every caller on these);
-//! - [`websocket`]: the WebSocket edge (frames, fragments, pings, rate, close codes);
+//! - [`websocket`]: the one WebSocket edge, generic over what its socket carries (frames,
+//!   fragments, pings, rate, bounds, close codes), and the realtime route's dialect text;
 //! - [`webrtc`]: WebRTC calls (an SDP offer and answer, Opus on an audio track, events on a
 //!   data channel);
 //! - [`twilio`]: telephone calls streamed by Twilio Media Streams (μ-law frames on a WebSocket);
+//! - [`telnyx`]: telephone calls streamed by Telnyx Media Streaming (G.711 frames on a WebSocket);
 //! - [`sip`]: telephone calls from a SIP trunk (SIP over UDP, G.711 over RTP);
 //! - [`playout`]: the model's voice leaving a call 20 ms at a time (WebRTC and SIP calls);
-//! - [`phone`]: what the phone edges (Twilio, SIP) share: a call's settings as its session's
-//!   first update, and the errors of its session worth a log line;
+//! - [`phone`]: what the phone edges (Twilio, Telnyx, SIP) share: which of their session's
+//!   notices are logged, and the model's voice on its way to a telephony stream;
 //! - [`udp`]: a call's socket as a stream of datagrams (WebRTC and SIP calls);
 //! - [`limits`]: what one connection may send (the message rate, unfinished fragments);
 //! - [`outgoing`] and [`socket`]: the bound on what a client has not read, and dropping its
@@ -32,6 +34,7 @@ pub mod phone;
 pub mod playout;
 pub mod sip;
 pub mod socket;
+pub mod telnyx;
 pub mod twilio;
 pub mod udp;
 pub mod webrtc;

@@ -1,5 +1,5 @@
 //! HTTP routes: the realtime endpoints (`realtime/`: WebSocket, WebRTC calls, client secrets), telephone
-//! calls (`telephony.rs`: Twilio Media Streams), health, the operator
+//! calls (`telephony.rs`: Twilio and Telnyx media streams), health, the operator
 //! routes (`admin.rs`: status, metrics, recordings, queue cancellation), and the pages
 //! (`pages.rs`: the client and the console).
 
@@ -22,6 +22,8 @@ pub fn configure(cfg: &mut web::ServiceConfig, origins: &[String]) {
         .route("/v1/telephony/twilio", web::get().to(telephony::twilio))
         // The model in the path: Twilio's <Stream url> takes no query string.
         .route("/v1/telephony/twilio/{model}", web::get().to(telephony::twilio))
+        .route("/v1/telephony/telnyx", web::get().to(telephony::telnyx))
+        .route("/v1/telephony/telnyx/{model}", web::get().to(telephony::telnyx))
         .route("/api-ws/v1/realtime", web::get().to(realtime::websocket::qwen_realtime))
         .service(
             web::scope("/v1/realtime/calls")

@@ -17,7 +17,6 @@ use std::sync::Arc;
 use actix::prelude::*;
 use actix_web_actors::ws;
 use bytestring::ByteString;
-use omni_actors::audio::StreamResampler;
 use omni_actors::edge::client::{CallSettings, CallerAudio, ClientLine, FromClient, ModelAudio, ToClient};
 use omni_actors::protocol::{CloseReason, Violation};
 use serde_json::Value;
@@ -26,6 +25,7 @@ use crate::StartSession;
 use crate::incoming::Backlog;
 use crate::limits::FragmentBudget;
 use crate::outgoing::OutgoingLimit;
+use crate::phone::StreamVoice;
 use crate::websocket::{Carried, EdgeSettings, Io, SocketEdge, SocketParts};
 
 pub mod config;
@@ -37,15 +37,8 @@ pub struct TwilioStream {
     start: Option<StartSession>,
     /// The stream's id, from `start`: every message back names it.
     stream_sid: Option<String>,
-    /// The model's voice sent that Twilio may not have played yet (no mark of it back): what a
-    /// `clear` would cut.
-    unplayed: bool,
-    /// The last mark sent after the last voice: when Twilio sends it back, that voice has
-    /// played.
-    last_mark: Option<String>,
-    /// The model's voice from 24 kHz to the stream's 8 kHz, one answer at a time (a stream
-    /// resampler: no edge at each piece).
-    downlink: Option<StreamResampler>,
+    /// The model's voice on its way to the stream.
+    voice: StreamVoice,
 }
 
 /// A Twilio stream's edge.
@@ -62,8 +55,7 @@ impl SocketEdge<TwilioStream> {
         start: StartSession,
     ) -> TwilioEdge {
         let parts = SocketParts { label: format!("c{conn}"), settings, fragments, incoming, outgoing };
-        let stream =
-            TwilioStream { start: Some(start), stream_sid: None, unplayed: false, last_mark: None, downlink: None };
+        let stream = TwilioStream { start: Some(start), stream_sid: None, voice: StreamVoice::default() };
         SocketEdge::with(parts, stream)
     }
 }
@@ -95,37 +87,21 @@ impl TwilioStream {
         let Some(sid) = self.stream_sid.clone() else { return };
         match audio {
             ModelAudio::Delta { samples, rate, .. } => {
-                let mut narrow = Vec::with_capacity(samples.len() * wire::RATE as usize / rate.max(1) as usize + 1);
-                if self.downlink.is_none() {
-                    self.downlink = StreamResampler::new(rate, wire::RATE).ok();
-                }
-                if let Some(r) = self.downlink.as_mut() {
-                    r.push(&samples, &mut narrow);
-                }
-                self.unplayed = true;
-                // Only a mark sent after this voice says it played.
-                self.last_mark = None;
+                let narrow = self.voice.delta(&samples, rate);
                 if !narrow.is_empty() {
                     edge.send(wire::media(&sid, &narrow));
                 }
             }
             // The answer's last piece, then its mark: Twilio sends the mark back once it played.
             ModelAudio::Done { response } => {
-                let mut tail = Vec::new();
-                if let Some(mut r) = self.downlink.take() {
-                    r.flush(&mut tail);
-                }
+                let (tail, mark) = self.voice.done(response);
                 if !tail.is_empty() {
                     edge.send(wire::media(&sid, &tail));
                 }
-                edge.send(wire::mark(&sid, &response));
-                self.last_mark = Some(response);
+                edge.send(wire::mark(&sid, &mark));
             }
-            // Only voice Twilio may still be playing is cut (the caller starting to speak
-            // with none is no barge-in).
             ModelAudio::Clear => {
-                self.downlink = None;
-                if std::mem::take(&mut self.unplayed) {
+                if self.voice.clear() {
                     edge.send(wire::clear(&sid));
                 }
             }
@@ -174,11 +150,7 @@ impl Carried for TwilioStream {
             Ok(wire::Incoming::Media { samples }) => {
                 edge.hand(FromClient::Audio(CallerAudio { samples, rate: wire::RATE }));
             }
-            Ok(wire::Incoming::Mark { name }) => {
-                if self.last_mark.as_deref() == Some(name.as_str()) {
-                    self.unplayed = false;
-                }
-            }
+            Ok(wire::Incoming::Mark { name }) => self.voice.marked(&name),
             // Never logged which (callers type PINs).
             Ok(wire::Incoming::Dtmf { key }) => edge.hand(FromClient::Key(key)),
             Ok(wire::Incoming::Stop) => {
