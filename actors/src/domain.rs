@@ -513,11 +513,28 @@ pub struct BackendInfo {
     pub step_samples: u32,
     /// It calls the tools it is given (ABI 1.3, `OMNI_CAP_TOOLS`).
     pub tools: bool,
-    /// What a dialect takes as applied that it does not apply (`voice`: a voice by name, for a
-    /// backend that speaks only in a reference recording's; `length_penalty`, `max_slice_nums`):
-    /// a client that asks for one hears it is not applied.
+    /// What of a session's setup it does not apply (a voice by name, for a backend that speaks
+    /// only in a reference recording's; a length penalty; image slices): a client that asks for
+    /// one hears it is not applied.
     #[serde(default)]
-    pub ignored: Vec<String>,
+    pub ignored: Vec<SetupField>,
+}
+
+/// A part of a session's setup ([`SessionSetup`], its [`Generation`]) that a backend may not
+/// apply, so that a dialect tells its client so in its own words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SetupField {
+    /// [`SessionSetup::voice`]: a voice by name.
+    Voice,
+    /// [`Generation::length_penalty`].
+    LengthPenalty,
+    /// [`Generation::max_slice_nums`].
+    MaxSliceNums,
+    /// [`Generation::temperature`].
+    Temperature,
+    /// [`Generation::max_new_tokens`].
+    MaxNewTokens,
 }
 
 impl BackendInfo {

@@ -5,7 +5,8 @@
 
 use bytestring::ByteString;
 use omni_actors::domain::{
-    BackendInfo, ChatMessage, DuplexChunk, Generation, Mode, Role, SessionSetup, StepKind, StepOutcome, TurnInput,
+    BackendInfo, ChatMessage, DuplexChunk, Generation, Mode, Role, SessionSetup, SetupField, StepKind, StepOutcome,
+    TurnInput,
 };
 use omni_actors::edge::dialect::{DecodeError, Dialect, Outbox};
 use omni_actors::protocol::{Inbound, Outbound, ProtocolError, QueueInfo};
@@ -552,6 +553,17 @@ pub(crate) fn encode_common(event: &Outbound<'_>, closed_reason: &str) -> Option
     })
 }
 
+/// The part of a session's setup a `payload.config` setting of this name sets.
+fn setup_field(name: &str) -> Option<SetupField> {
+    match name {
+        "length_penalty" => Some(SetupField::LengthPenalty),
+        "max_slice_nums" => Some(SetupField::MaxSliceNums),
+        "temperature" => Some(SetupField::Temperature),
+        "max_new_tokens" => Some(SetupField::MaxNewTokens),
+        _ => None,
+    }
+}
+
 impl Current {
     /// The settings of `payload.config` the backend does not apply: by name, and those of the
     /// ABI's own fields it ignores (a `max_slice_nums` of 1 asks for nothing).
@@ -560,7 +572,8 @@ impl Current {
         for (name, v) in &self.config {
             // Null, or one slice, asks for nothing.
             let neutral = v.is_null() || (name == "max_slice_nums" && v.as_i64() == Some(1));
-            if !neutral && backend.ignored.contains(name) && !names.contains(name) {
+            let ignored = setup_field(name).is_some_and(|f| backend.ignored.contains(&f));
+            if !neutral && ignored && !names.contains(name) {
                 names.push(name.clone());
             }
         }

@@ -317,9 +317,12 @@ pub enum BackendEvent {
     /// The backend refused the setup (or cannot run its kind of session): why.
     PrepareFailed(BackendError),
     /// The worker could not take the session's first setup for now, through no fault of the
-    /// client (its server's session slot was taken by someone else): the worker is let go and
-    /// retried with backoff, and the session waits at the head of the queue for the next one.
-    SlotTaken {
+    /// client: its backend had no room for it (it answered its prepare
+    /// [`BackendError::Unavailable`]: a model server's session slots all taken, a node busy). The
+    /// worker is let go and retried with backoff, and the session waits at the head of the queue
+    /// for the next one. A backend with a capacity rule of its own says so this way, and nothing
+    /// of the actors changes for it.
+    NoRoom {
         /// Why, for the log (the server and its words).
         reason: String,
     },

@@ -135,7 +135,7 @@ pub struct SessionActor {
     attach_sent: bool,
     /// It went back to the head of the queue once because its worker was gone.
     requeued: bool,
-    /// Its worker had no room for its first setup (`BackendEvent::SlotTaken`): it waits at the
+    /// Its worker had no room for its first setup (`BackendEvent::NoRoom`): it waits at the
     /// head of the queue, and the next worker is asked the same setup. The client saw
     /// `session.queue_done` already and hears nothing of this but a later `session.created`.
     reseating: bool,

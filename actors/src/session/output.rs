@@ -32,10 +32,8 @@ impl SessionActor {
                 self.created(prompt_length, &backend)
             }
             BackendEvent::PrepareFailed(e) if self.state.phase() == Phase::Active => self.reconfigure_failed(e, ctx),
-            BackendEvent::SlotTaken { reason } if self.state.phase() == Phase::Initializing => {
-                self.reseat(&reason, ctx)
-            }
-            BackendEvent::SlotTaken { reason } => {
+            BackendEvent::NoRoom { reason } if self.state.phase() == Phase::Initializing => self.reseat(&reason, ctx),
+            BackendEvent::NoRoom { reason } => {
                 log::error!("session {}: worker {} lost its slot: {reason}", self.who(), self.worker_name());
                 self.finish(ctx, CloseReason::BackendError(reason));
             }

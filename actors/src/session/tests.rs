@@ -611,7 +611,7 @@ async fn a_worker_with_no_room_sends_the_session_back_to_the_head_and_the_next_i
     // Its server's slot was taken by someone else: as often as it takes, the session waits at
     // the head, unheard by the client, and the next worker is asked the setup it was asked.
     for ticket in 2..4 {
-        events.do_send(BackendEvent::SlotTaken { reason: "no free session slot".into() });
+        events.do_send(BackendEvent::NoRoom { reason: "no free session slot".into() });
         t.expect("Join { front: true }").await;
         let info = QueueInfo { ticket, position: 1, estimated_wait_s: 1.0, queue_length: 1, measured: true };
         let notify = t.notify.recv().await.unwrap();

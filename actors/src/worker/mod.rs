@@ -99,7 +99,7 @@ enum JobOutcome {
     /// The backend had no room for a session's first setup (`BackendError::Unavailable` at
     /// its first prepare: a server's slot taken by someone else). The session is told to wait
     /// for another worker, and this one fails, to be retried with backoff.
-    SlotTaken(String),
+    NoRoom(String),
 }
 
 struct AttachedSession {
@@ -245,7 +245,7 @@ impl BackendActor {
         }
         log::warn!("worker {}: no room for a session: {reason}; tried again with backoff", self.name);
         if let Some(session) = self.session.take() {
-            session.events.do_send(BackendEvent::SlotTaken { reason: reason.clone() });
+            session.events.do_send(BackendEvent::NoRoom { reason: reason.clone() });
         }
         let reason = format!("no room for a session: {reason}");
         self.event(|worker, generation| WorkerEvent::NoRoom { worker, generation, reason });
@@ -428,7 +428,7 @@ fn prepare_job(
         match (reset_first, &result) {
             // Not the client's failure: the actor tells the session to wait for another worker.
             (false, Err(BackendError::Unavailable(why))) => {
-                return addr.do_send(JobDone { job, outcome: JobOutcome::SlotTaken(why.clone()) });
+                return addr.do_send(JobDone { job, outcome: JobOutcome::NoRoom(why.clone()) });
             }
             // Its session could not be started again on this worker (its slot taken meanwhile):
             // the worker fails, and its session with it, instead of asking again and again.
@@ -687,7 +687,7 @@ impl Handler<JobDone> for BackendActor {
             JobOutcome::Unhealthy(reason) => return self.fail(ctx, format!("idle health check: {reason}")),
             JobOutcome::Reset(Ok(())) => true,
             JobOutcome::Reset(Err(e)) => return self.fail(ctx, format!("reset failed: {e}")),
-            JobOutcome::SlotTaken(why) => return self.no_room(ctx, why),
+            JobOutcome::NoRoom(why) => return self.no_room(ctx, why),
         };
         if let Some(reason) = self.died.take() {
             return self.fail(ctx, reason);

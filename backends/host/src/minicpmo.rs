@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use omni_actors::domain::{
-    BackendInfo, ChatMessage, DuplexChunk, Role, SessionKind, SessionSetup, StepKind, StepOutcome, StepPiece,
-    TurnInput, TurnPiece,
+    BackendInfo, ChatMessage, DuplexChunk, Role, SessionKind, SessionSetup, SetupField, StepKind, StepOutcome,
+    StepPiece, TurnInput, TurnPiece,
 };
 use omni_actors::edge::backend::{Backend, BackendControl, BackendError};
 use omni_actors::observe::metrics::metrics;
@@ -229,7 +229,7 @@ impl MinicpmoBackend {
             // Its worker API takes no tools.
             tools: false,
             // Its voice is the reference audio the client sends; it knows no voice names.
-            ignored: vec!["voice".into()],
+            ignored: vec![SetupField::Voice],
         };
         log::info!("worker {name}: MiniCPM-o worker at {url} is healthy");
         Ok(MinicpmoBackend {

@@ -1,7 +1,7 @@
 //! The session's configuration as the driver keeps it: typed, whatever wire shape it came in
 //! (a codec validates a client's update and hands the driver the whole next configuration).
 
-use omni_actors::domain::{BackendInfo, Generation, SessionKind, SessionSetup, Tools};
+use omni_actors::domain::{BackendInfo, Generation, SessionKind, SessionSetup, SetupField, Tools};
 use omni_actors::edge::vad::EdgeRules;
 use serde_json::Value;
 
@@ -139,7 +139,7 @@ impl Conf {
         if !self.tools.functions.is_empty() && !backend.tools {
             names.push("tools".into());
         }
-        if self.voice_named && backend.ignored.iter().any(|s| s == "voice") {
+        if self.voice_named && backend.ignored.contains(&SetupField::Voice) {
             names.push("voice".into());
         }
         names.extend(

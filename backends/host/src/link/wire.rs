@@ -33,8 +33,9 @@ use crate::ipc::{ToHost, Value};
 
 /// The version of this protocol; a node refuses another.
 /// 8: ABI 1.3 (tools, calls, prefill-only turns) in the setups, turns and outputs it carries.
-/// 9: the handshake is SPAKE2. 10: a replica proves its own name (its credential).
-pub const PROTOCOL: u32 = 10;
+/// 9: the handshake is SPAKE2. 10: a replica proves its own name (its credential). 11: what a
+/// backend ignores is typed (`SetupField`).
+pub const PROTOCOL: u32 = 11;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ToNode {

@@ -49,7 +49,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use omni_actors::domain::{
-    BackendInfo, DuplexChunk, SessionKind, SessionSetup, StepOutcome, StepPiece, TurnInput, TurnPiece,
+    BackendInfo, DuplexChunk, SessionKind, SessionSetup, SetupField, StepOutcome, StepPiece, TurnInput, TurnPiece,
 };
 use omni_actors::edge::backend::{Backend, BackendControl, BackendError};
 
@@ -60,7 +60,7 @@ use server::Server;
 /// The context size reported: the gateway counts no tokens against it (the KV length is 0).
 const CONTEXT_TOKENS: u32 = 8192;
 /// What the dialects take as applied that vLLM-Omni does not apply.
-const IGNORED: [&str; 3] = ["voice", "length_penalty", "max_slice_nums"];
+const IGNORED: [SetupField; 3] = [SetupField::Voice, SetupField::LengthPenalty, SetupField::MaxSliceNums];
 /// The largest message taken from the server: an event carries a second or two of voice, and
 /// `session.created` echoes the voice prompt (a WAV of up to 30 s).
 const MAX_MESSAGE: usize = 4 << 20;
@@ -138,7 +138,7 @@ impl VllmOmniBackend {
             tools: false,
             // MiniCPM-o speaks in the voice of `ref_audio` (vLLM-Omni stores a voice name unread),
             // takes no length penalty, and a unit's frames whole.
-            ignored: IGNORED.iter().map(|s| s.to_string()).collect(),
+            ignored: IGNORED.to_vec(),
         };
         log::info!("worker {name}: vLLM-Omni at {url} is healthy");
         let name = name.to_string();
