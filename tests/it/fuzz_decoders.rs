@@ -72,7 +72,6 @@ fn decode_all(frames: &[String]) -> Result<(), TestCaseError> {
                     e.code()
                 ),
             }
-            d.take_commands();
             d.take_recorded_media();
             prop_assert!(replies.texts().iter().all(|r| serde_json::from_str::<Value>(r).is_ok()), "replies are JSON");
             replies.clear();

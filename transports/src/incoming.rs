@@ -16,7 +16,7 @@ use std::task::{Context, Poll};
 
 use actix::prelude::Stream;
 use futures_util::task::AtomicWaker;
-use omni_actors::edge::client::FromClient;
+use omni_actors::edge::client::{FromClient, Handled, Receipt};
 use omni_actors::observe::metrics::metrics;
 
 use super::SessionPort;
@@ -68,13 +68,8 @@ impl Backlog {
             | FromClient::Ended(_)
             | FromClient::Lost(_) => 0,
         };
-        let handing = Handing { backlog: self.clone(), bytes };
-        self.handed(handing.bytes);
-        let handled = session.send(message);
-        actix::spawn(async move {
-            let _ = handled.await;
-            drop(handing);
-        });
+        self.handed(bytes);
+        session.hand(message, Receipt::new(self.clone(), bytes));
     }
 
     /// The one gate of what an edge cannot hold back (a call's voice over UDP, a data channel's
@@ -129,15 +124,11 @@ impl Backlog {
     }
 }
 
-/// A message in a session's mailbox: out of the backlog once handled, or dropped unhandled.
-struct Handing {
-    backlog: Arc<Backlog>,
-    bytes: usize,
-}
-
-impl Drop for Handing {
-    fn drop(&mut self) {
-        self.backlog.handled(self.bytes);
+/// A message in a session's mailbox is out of the backlog once handled, or dropped unhandled
+/// (its receipt says so: no task waits on it).
+impl Handled for Backlog {
+    fn handled(&self, bytes: usize) {
+        Backlog::handled(self, bytes);
     }
 }
 

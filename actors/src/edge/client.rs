@@ -57,6 +57,42 @@ pub struct FromLine {
     pub line: u64,
     /// What the client sent.
     pub msg: FromClient,
+    /// Says the message was handled when it is dropped (see [`Receipt`]), for an edge that
+    /// counts what its session has not handled yet.
+    pub receipt: Option<Receipt>,
+}
+
+/// What counts the messages an edge handed its session and the session has not handled yet.
+pub trait Handled: Send + Sync {
+    /// A message of `bytes` was handled (or dropped unhandled, its session gone).
+    fn handled(&self, bytes: usize);
+}
+
+/// Travels with a message to the session and says it was handled when dropped: once the
+/// session's handler is done with it, or when a mailbox drops it unhandled. No task waits on
+/// the message's answer.
+pub struct Receipt {
+    to: std::sync::Arc<dyn Handled>,
+    bytes: usize,
+}
+
+impl Receipt {
+    /// A receipt of a message of `bytes`, for `to`.
+    pub fn new(to: std::sync::Arc<dyn Handled>, bytes: usize) -> Receipt {
+        Receipt { to, bytes }
+    }
+}
+
+impl Drop for Receipt {
+    fn drop(&mut self) {
+        self.to.handled(self.bytes);
+    }
+}
+
+impl std::fmt::Debug for Receipt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Receipt({} bytes)", self.bytes)
+    }
 }
 
 /// Where an edge reaches its session: the session's mailbox, and the number of the edge's
@@ -75,12 +111,13 @@ impl SessionPort {
 
     /// Hands the session a message, not waiting.
     pub fn do_send(&self, msg: FromClient) {
-        self.to.do_send(FromLine { line: self.line, msg });
+        self.to.do_send(FromLine { line: self.line, msg, receipt: None });
     }
 
-    /// Hands the session a message; the answer comes once it was handled.
-    pub fn send(&self, msg: FromClient) -> actix::dev::RecipientRequest<FromLine> {
-        self.to.send(FromLine { line: self.line, msg })
+    /// Hands the session a message with its receipt: said handled once the session is done
+    /// with it (or dropped it).
+    pub fn hand(&self, msg: FromClient, receipt: Receipt) {
+        self.to.do_send(FromLine { line: self.line, msg, receipt: Some(receipt) });
     }
 
     /// Whether the session is still there.

@@ -1,8 +1,14 @@
 //! The edge between a session and its wire format. A dialect decodes a client's text frames
 //! (and, from an edge that carries audio itself, its voice as samples) into [`Inbound`]
 //! commands, and encodes [`Outbound`] events into what the session hands its edge: text
-//! frames and, to an edge that carries audio, the model's voice as samples ([`Outbox`]). The
-//! session's state machine, limits and routing stay in the actors.
+//! frames and, to an edge that carries audio, the model's voice as samples ([`Outbox`]).
+//!
+//! A dialect is a part of its session's one state machine (`crate::session::core`), called
+//! synchronously: what it says and the commands it issues on its own (a session its clients
+//! never initialise, input held until the session was created, pacing steps) go into the same
+//! [`Outbox`], in order, and the session carries out the commands in one queue with its own.
+//! Time is data: the dialect says when it next needs the time ([`Dialect::tick_interval`]),
+//! the session calls [`Dialect::tick`] then.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,6 +45,9 @@ pub enum Emit {
     Text(String),
     /// The model's voice as samples, for an edge that carries audio itself.
     Audio(ModelAudio),
+    /// A command the dialect issues on its own, carried out by the session after what came
+    /// before it was sent.
+    Command(Inbound),
 }
 
 /// What a dialect hands its session for the client: text frames, and the model's voice as
@@ -87,6 +96,11 @@ impl Outbox {
         self.items.push(Emit::Audio(audio));
     }
 
+    /// Commands the dialect issues on its own, in order.
+    pub fn commands(&mut self, commands: impl IntoIterator<Item = Inbound>) {
+        self.items.extend(commands.into_iter().map(Emit::Command));
+    }
+
     /// Whether nothing is waiting to be sent.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
@@ -126,7 +140,18 @@ impl Outbox {
             .iter()
             .filter_map(|e| match e {
                 Emit::Text(t) => Some(t.as_str()),
-                Emit::Audio(_) => None,
+                Emit::Audio(_) | Emit::Command(_) => None,
+            })
+            .collect()
+    }
+
+    /// The commands, in order (what a test of a dialect reads).
+    pub fn issued(&self) -> Vec<&Inbound> {
+        self.items
+            .iter()
+            .filter_map(|e| match e {
+                Emit::Command(c) => Some(c),
+                Emit::Text(_) | Emit::Audio(_) => None,
             })
             .collect()
     }
@@ -199,25 +224,19 @@ pub trait Dialect {
         ids::session_id()
     }
 
-    /// Commands the dialect issues on its own: initialising a session its clients never
-    /// initialise, input held until the session was created, pacing steps. The session
-    /// takes them after every decode, encode and tick.
-    fn take_commands(&mut self) -> Vec<Inbound> {
-        Vec::new()
-    }
-
     /// The audio (16 kHz) and images the last decoded frame carried, for the recording,
     /// when they are not simply those of its commands (a dialect that gathers audio).
     fn take_recorded_media(&mut self) -> Option<RecordedMedia> {
         None
     }
 
-    /// How often the session calls [`Dialect::tick`]; `None` for never.
+    /// How often the session calls [`Dialect::tick`] (a deadline of the session's, armed
+    /// again after each); `None` for never.
     fn tick_interval(&self) -> Option<Duration> {
         None
     }
 
-    /// Time passes: the dialect may push frames onto `out` and queue commands.
+    /// Time passes: the dialect may push frames and commands onto `out`.
     fn tick(&mut self, _now: Instant, _out: &mut Outbox) {}
 
     /// The backend's context is full. A dialect that keeps the conversation itself may make

@@ -719,7 +719,7 @@ async fn a_lost_connection_is_held_and_a_resume_takes_it_back_with_what_it_misse
     t.client("chunk");
     port.do_send(FromClient::Text("force".to_string().into()));
     t.expect("Chunk { seq: 2, force_listen: true }").await;
-    t.session.do_send(FromLine { line: 7, msg: FromClient::Ended(CloseReason::ClientGone) });
+    t.session.do_send(FromLine { line: 7, msg: FromClient::Ended(CloseReason::ClientGone), receipt: None });
     t.expect("Leave").await;
     t.expect("Detach").await;
 }

@@ -170,6 +170,13 @@ impl Realtime {
             }
         }
     }
+
+    /// Renders what the driver said, then the commands it issued on its own (in answer to an
+    /// event or to time: a decode answers its commands itself).
+    fn render_and_issue(&mut self, out: &mut Outbox) {
+        self.render(out);
+        out.commands(self.driver.take_commands());
+    }
 }
 
 impl Dialect for Realtime {
@@ -299,11 +306,7 @@ impl Dialect for Realtime {
             Outbound::TurnFailed { error, .. } => d.turn_failed(error),
             Outbound::Closed { reason, .. } => d.ended(reason),
         }
-        self.render(out);
-    }
-
-    fn take_commands(&mut self) -> Vec<Inbound> {
-        self.driver.take_commands()
+        self.render_and_issue(out);
     }
 
     fn take_recorded_media(&mut self) -> Option<RecordedMedia> {
@@ -317,13 +320,13 @@ impl Dialect for Realtime {
     fn tick(&mut self, now: Instant, out: &mut Outbox) {
         self.encoder.client_event_id = None;
         self.driver.tick(now);
-        self.render(out);
+        self.render_and_issue(out);
     }
 
     fn context_full(&mut self, out: &mut Outbox) -> bool {
         self.encoder.client_event_id = None;
         let goes_on = self.driver.context_full();
-        self.render(out);
+        self.render_and_issue(out);
         goes_on
     }
 }

@@ -644,7 +644,8 @@ mod tests {
     const WAIT: Duration = Duration::from_secs(10);
 
     /// A session that only says what it was handed; with `busy`, it is done with each message
-    /// only once `busy` has permits (until then, what it was handed counts as not yet handled).
+    /// only once `busy` has permits (until then, what it was handed counts as not yet handled:
+    /// its receipt is kept).
     struct Stand(UnboundedSender<String>, Option<Arc<tokio::sync::Semaphore>>);
 
     impl Actor for Stand {
@@ -653,7 +654,7 @@ mod tests {
 
     impl Handler<FromLine> for Stand {
         type Result = ResponseFuture<()>;
-        fn handle(&mut self, FromLine { msg, .. }: FromLine, _: &mut Context<Self>) -> Self::Result {
+        fn handle(&mut self, FromLine { msg, receipt, .. }: FromLine, _: &mut Context<Self>) -> Self::Result {
             let _ = self.0.send(match msg {
                 FromClient::Text(t) => format!("text {t}"),
                 FromClient::Audio(a) => format!("audio at {}", a.rate),
@@ -669,6 +670,8 @@ mod tests {
                 if let Some(busy) = busy {
                     let _ = busy.acquire().await;
                 }
+                // Handled now (and not before).
+                drop(receipt);
             })
         }
     }

@@ -5,10 +5,7 @@
 
 use std::time::Instant;
 
-use actix::prelude::*;
-
-use super::SessionActor;
-use super::state::Phase;
+use super::SessionCore;
 use crate::domain::{BackendInfo, StepOutcome, TurnPiece, TurnSummary};
 use crate::edge::backend::BackendError;
 use crate::edge::client::Notice;
@@ -16,9 +13,16 @@ use crate::messages::worker::BackendEvent;
 use crate::observe::metrics;
 use crate::observe::{Output, SessionEvent};
 use crate::protocol::{CloseReason, Outbound, ProtocolError};
+use crate::session::state::Phase;
 
-impl SessionActor {
-    pub(super) fn on_backend_event(&mut self, event: BackendEvent, ctx: &mut Context<Self>) {
+impl SessionCore {
+    /// What the session's worker says.
+    pub fn backend(&mut self, event: BackendEvent) {
+        self.on_backend_event(event);
+        self.run_work();
+    }
+
+    fn on_backend_event(&mut self, event: BackendEvent) {
         if self.end.is_some() {
             return;
         }
@@ -31,23 +35,23 @@ impl SessionActor {
                 self.setups.took();
                 self.created(prompt_length, &backend)
             }
-            BackendEvent::PrepareFailed(e) if self.state.phase() == Phase::Active => self.reconfigure_failed(e, ctx),
-            BackendEvent::NoRoom { reason } if self.state.phase() == Phase::Initializing => self.reseat(&reason, ctx),
+            BackendEvent::PrepareFailed(e) if self.state.phase() == Phase::Active => self.reconfigure_failed(e),
+            BackendEvent::NoRoom { reason } if self.state.phase() == Phase::Initializing => self.reseat(&reason),
             BackendEvent::NoRoom { reason } => {
                 log::error!("session {}: worker {} lost its slot: {reason}", self.who(), self.worker_name());
-                self.finish(ctx, CloseReason::BackendError(reason));
+                self.finish(CloseReason::BackendError(reason));
             }
             BackendEvent::PrepareFailed(e) => {
                 self.state.init_failed();
                 self.setups.refused();
                 match e {
-                    BackendError::ContextFull(_) => self.finish(ctx, CloseReason::ContextFull),
-                    BackendError::InvalidArgument(why) => self.send_error(ctx, &ProtocolError::InvalidPayload(why)),
-                    BackendError::Unsupported(why) => self.send_error(ctx, &ProtocolError::ServiceUnavailable(why)),
-                    other => self.send_error(ctx, &ProtocolError::Inference(other.to_string())),
+                    BackendError::ContextFull(_) => self.finish(CloseReason::ContextFull),
+                    BackendError::InvalidArgument(why) => self.send_error(&ProtocolError::InvalidPayload(why)),
+                    BackendError::Unsupported(why) => self.send_error(&ProtocolError::ServiceUnavailable(why)),
+                    other => self.send_error(&ProtocolError::Inference(other.to_string())),
                 }
             }
-            BackendEvent::Step { seq, result, .. } => self.on_step(seq, result, ctx),
+            BackendEvent::Step { seq, result, .. } => self.on_step(seq, result),
             BackendEvent::Dropped { seq } => {
                 self.flow.dropped(seq);
                 self.links.sinks.publish(SessionEvent::ChunkDropped { seq });
@@ -55,23 +59,23 @@ impl SessionActor {
                 log::debug!("session {}: input_{seq} dropped (client ahead of the worker)", self.who());
             }
             BackendEvent::TurnPiece { seq, piece } => self.on_turn_piece(seq, piece),
-            BackendEvent::TurnDone { seq, result } => self.on_turn_done(seq, result, ctx),
+            BackendEvent::TurnDone { seq, result } => self.on_turn_done(seq, result),
             BackendEvent::Failed { reason } => {
                 log::error!("session {}: worker {} failed: {reason}", self.who(), self.worker_name());
-                self.finish(ctx, CloseReason::BackendError(reason));
+                self.finish(CloseReason::BackendError(reason));
             }
-            BackendEvent::Drained => self.finish(ctx, CloseReason::ServerShutdown),
-            BackendEvent::Attached(Ok(())) if self.reseating => self.attached_again(ctx),
+            BackendEvent::Drained => self.finish(CloseReason::ServerShutdown),
+            BackendEvent::Attached(Ok(())) if self.reseating => self.attached_again(),
             BackendEvent::Attached(Ok(())) => self.attached(),
-            BackendEvent::Attached(Err(e)) => self.attach_failed(e, ctx),
+            BackendEvent::Attached(Err(e)) => self.attach_failed(e),
         }
     }
 
     /// The backend refused new settings: one error, and the settings it had are asked again
     /// (the session goes on as it was; the dialect keeps its previous configuration).
-    fn reconfigure_failed(&mut self, e: BackendError, ctx: &mut Context<Self>) {
+    fn reconfigure_failed(&mut self, e: BackendError) {
         if let BackendError::ContextFull(_) = e {
-            return self.finish(ctx, CloseReason::ContextFull);
+            return self.finish(CloseReason::ContextFull);
         }
         let error = match e {
             BackendError::InvalidArgument(why) => ProtocolError::InvalidPayload(why),
@@ -90,7 +94,7 @@ impl SessionActor {
         }
         self.emit(Outbound::ReconfigureFailed(&error));
         if let Some(previous) = self.setups.refused() {
-            self.restore(previous, ctx);
+            self.restore(previous);
         }
     }
 
@@ -101,26 +105,31 @@ impl SessionActor {
         }
         let waited = self.upgraded.elapsed();
         metrics().queue_wait_seconds.observe(waited.as_secs_f64());
-        log::info!("session c{}: worker {} assigned after {} ms", self.conn, self.worker_name(), waited.as_millis());
+        log::info!(
+            "session c{}: worker {} assigned after {} ms",
+            self.links.conn,
+            self.worker_name(),
+            waited.as_millis()
+        );
         if let Some(w) = &self.worker {
             self.links.sinks.publish(SessionEvent::Assigned { worker: &w.name, waited });
         }
         self.emit(Outbound::QueueDone);
     }
 
-    /// A worker taken again after the last one had no room ([`SessionActor::reseat`]): no
+    /// A worker taken again after the last one had no room ([`SessionCore::reseat`]): no
     /// second `session.queue_done`; the setup is asked again.
-    fn attached_again(&mut self, ctx: &mut Context<Self>) {
+    fn attached_again(&mut self) {
         log::info!(
             "session c{}: worker {} assigned after {} ms",
-            self.conn,
+            self.links.conn,
             self.worker_name(),
             self.upgraded.elapsed().as_millis()
         );
         if let Some(w) = &self.worker {
             self.links.sinks.publish(SessionEvent::Assigned { worker: &w.name, waited: self.upgraded.elapsed() });
         }
-        self.prepare_again(ctx);
+        self.prepare_again();
     }
 
     fn created(&mut self, prompt_length: u64, backend: &BackendInfo) {
@@ -139,16 +148,16 @@ impl SessionActor {
         self.notice(Notice::Created { session_id: session_id.clone() });
     }
 
-    fn on_step(&mut self, seq: u64, result: Result<StepOutcome, BackendError>, ctx: &mut Context<Self>) {
+    fn on_step(&mut self, seq: u64, result: Result<StepOutcome, BackendError>) {
         let outcome = match result {
             Ok(o) => o,
             Err(BackendError::ContextFull(why)) => {
                 log::info!("session {}: context full ({why})", self.who());
-                return self.context_full(ctx);
+                return self.context_full();
             }
             Err(e) => {
                 log::warn!("session {}: step for input_{seq} failed on worker {}: {e}", self.who(), self.worker_name());
-                return self.send_error(ctx, &ProtocolError::Inference(e.to_string()));
+                return self.send_error(&ProtocolError::Inference(e.to_string()));
             }
         };
         let input_id = format!("input_{seq}");
@@ -192,7 +201,7 @@ impl SessionActor {
         }
         if outcome.kv_length >= self.settings.context_tokens {
             log::info!("session {}: KV length {} reached the context limit", self.who(), outcome.kv_length);
-            self.context_full(ctx);
+            self.context_full();
         }
     }
 
@@ -238,7 +247,7 @@ impl SessionActor {
         }
     }
 
-    fn on_turn_done(&mut self, seq: u64, result: Result<TurnSummary, BackendError>, ctx: &mut Context<Self>) {
+    fn on_turn_done(&mut self, seq: u64, result: Result<TurnSummary, BackendError>) {
         let Some(answer) = self.flow.turn_done(seq) else { return };
         let (summary, cancelled) = match result {
             Ok(summary) => (summary, false),
@@ -248,7 +257,7 @@ impl SessionActor {
             }
             Err(BackendError::ContextFull(why)) => {
                 log::info!("session {}: context full in answer {} ({why})", self.who(), answer.response_id);
-                return self.context_full(ctx);
+                return self.context_full();
             }
             Err(e) => {
                 log::warn!("session {}: answer {} failed: {e}", self.who(), answer.response_id);
@@ -280,16 +289,16 @@ impl SessionActor {
             cancelled,
         });
         if summary.kv_length >= self.settings.context_tokens {
-            self.context_full(ctx);
+            self.context_full();
         }
     }
 
     /// The backend's context is full: the session goes on if its dialect makes room (its
     /// commands follow), else it ends with `context_full`.
-    fn context_full(&mut self, ctx: &mut Context<Self>) {
+    fn context_full(&mut self) {
         let mut out = self.take_outbox();
         let goes_on = self.dialect.context_full(&mut out);
-        self.send_all(&mut out);
+        self.absorb(&mut out);
         self.outbox = out;
         if goes_on {
             metrics().context_evictions.inc();
@@ -299,7 +308,7 @@ impl SessionActor {
                 self.worker_name()
             );
         } else {
-            self.finish(ctx, CloseReason::ContextFull);
+            self.finish(CloseReason::ContextFull);
         }
     }
 }
