@@ -6,14 +6,14 @@
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 /// SIGTERM and SIGINT: stop.
-pub struct Stop {
+pub(crate) struct Stop {
     term: Signal,
     int: Signal,
 }
 
 impl Stop {
     /// The next SIGTERM or SIGINT, by name.
-    pub async fn next(&mut self) -> &'static str {
+    pub(crate) async fn next(&mut self) -> &'static str {
         tokio::select! {
             _ = self.term.recv() => "SIGTERM",
             _ = self.int.recv() => "SIGINT",
@@ -22,14 +22,14 @@ impl Stop {
 }
 
 /// What a server listens for.
-pub struct Signals {
+pub(crate) struct Signals {
     pub stop: Stop,
     /// SIGHUP: a gateway reloads its API keys; a node only says so.
     pub hangup: Signal,
 }
 
 /// Registers the handlers (inside the runtime), before the server says it listens.
-pub fn register() -> std::io::Result<Signals> {
+pub(crate) fn register() -> std::io::Result<Signals> {
     Ok(Signals {
         stop: Stop { term: signal(SignalKind::terminate())?, int: signal(SignalKind::interrupt())? },
         hangup: signal(SignalKind::hangup())?,

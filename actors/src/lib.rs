@@ -4,34 +4,36 @@
 //!
 //! One session, across the actors:
 //!
-//! 1. A client connects; the server's transport edge starts a [`session::SessionActor`] and
-//!    hands it whole messages ([`session::messages::FromClient`]). The session decodes them
+//! 1. A client connects; its transport's edge starts a [`session::SessionActor`] and
+//!    hands it whole messages ([`edge::client::FromClient`]). The session decodes them
 //!    with its [`edge::dialect::Dialect`] and answers through the edge
-//!    ([`session::messages::ToClient`]).
-//! 2. It joins its queue through a [`queue::messages::QueuePort`]: a [`queue::QueueActor`]
+//!    ([`edge::client::ToClient`]).
+//! 2. It joins its queue through a [`messages::queue::QueuePort`]: a [`queue::QueueActor`]
 //!    in one process, or a [`queue::ClusterQueueActor`] on a replica of a cluster.
-//!    Positions and ETAs come back as [`session::messages::QueueNotice`]s, paced by
+//!    Positions and ETAs come back as [`messages::queue::QueueNotice`]s, paced by
 //!    `queue::pacer`.
 //! 3. The [`pool::WorkerPoolActor`] owns every worker's [`worker::BackendActor`]: configured,
 //!    a node's, or lent by the cluster for one session. It tells the queue which are idle
-//!    through a [`queue::messages::QueueFeed`]; the queue hands one to the session
-//!    ([`worker::messages::WorkerLink`]).
+//!    through a [`messages::queue::QueueFeed`]; the queue hands one to the session
+//!    ([`messages::worker::WorkerLink`]).
 //! 4. The session attaches to the worker and sends it chunks and turns
-//!    ([`worker::messages`]). The BackendActor's mailbox rules (`worker::policy`) drop the
+//!    ([`messages::worker`]). The BackendActor's mailbox rules (`worker::policy`) drop the
 //!    oldest chunk when the client runs ahead, let force-listen overtake the backlog, and fail a
 //!    step past its deadline; its thread (`worker::thread`) calls the [`edge::backend::Backend`].
-//!    Results go straight to the session ([`session::messages::BackendEvent`]).
+//!    Results go straight to the session ([`messages::worker::BackendEvent`]).
 //! 5. The session's dialect decides the user's turns (for the OpenAI shapes, with an
 //!    [`edge::vad::VoiceDetector`] and [`edge::vad::SpeechEdges`]); when the backend does not
 //!    transcribe, each turn's audio goes to the [`transcribe::TranscriptionActor`], whose answer
-//!    comes back to the session ([`transcribe::messages::Transcribed`]).
+//!    comes back to the session ([`messages::transcribe::Transcribed`]).
 //! 6. Everything that happens is published to the subscribers ([`observe::events`]): the
 //!    recorder, usage, webhooks. When the session ends it detaches; the worker resets and is
 //!    offered again.
 //!
-//! Each part is a folder: its actors (in `mod.rs`, or a file named for each), the messages they
-//! handle in `messages.rs` (addressed through ports of recipients, so no actor imports another),
-//! their rules in plain structs tested without a runtime (`state.rs`, `policy.rs`, `flow.rs`).
+//! Each part is a folder: its actors (in `mod.rs`, or a file named for each) and their rules in
+//! plain structs tested without a runtime (`state.rs`, `policy.rs`, the session's `core/`). The
+//! messages between the parts are in [`messages`], one file per part that receives them,
+//! addressed through ports of recipients, so that no actor imports another; what an edge
+//! exchanges with its session is in [`edge::client`].
 //! `docs/architecture.md` has the whole picture.
 
 #![deny(missing_docs)]

@@ -376,7 +376,7 @@ pub enum Outbound<'a> {
         token: &'a str,
         /// Messages that follow: those the client did not receive, in order.
         replayed: u64,
-        /// Messages it did not receive that were no longer kept ([server] resume_replay_kb).
+        /// Messages it did not receive that were no longer kept (`[server] resume_replay_kb`).
         lost: u64,
         /// The model's voice produced while it was away, not sent, in milliseconds.
         voice_skipped_ms: u64,

@@ -52,7 +52,7 @@ pub struct ClientSecrets {
 }
 
 /// The prefix of every client secret: it tells one from an API key without a lookup.
-pub const PREFIX: &str = "ek_";
+pub(crate) const PREFIX: &str = "ek_";
 
 fn digest(value: &str) -> [u8; 32] {
     sha2::Sha256::digest(value.as_bytes()).into()
@@ -65,8 +65,8 @@ impl Default for ClientSecrets {
 }
 
 /// Secrets held at most, and per minting key, unless `[webrtc]` says otherwise.
-pub const DEFAULT_MAX: usize = 10_000;
-pub const DEFAULT_MAX_PER_KEY: usize = 1_000;
+pub(crate) const DEFAULT_MAX: usize = 10_000;
+pub(crate) const DEFAULT_MAX_PER_KEY: usize = 1_000;
 
 impl ClientSecrets {
     pub fn new(max: usize, max_per_key: usize) -> ClientSecrets {
@@ -153,7 +153,7 @@ impl ClientSecrets {
 
 /// The `session.update` a session opened with a secret starts with: the secret's settings,
 /// less what is not a setting (the model was chosen when the client connected).
-pub fn session_update(session: &serde_json::Value) -> String {
+pub(crate) fn session_update(session: &serde_json::Value) -> String {
     let mut session = session.clone();
     if let Some(s) = session.as_object_mut() {
         s.remove("model");

@@ -29,7 +29,7 @@ use subtle::ConstantTimeEq;
 use client_secrets::ClientSecrets;
 use omni_transports::caller::Origin;
 
-pub mod client_secrets;
+pub(crate) mod client_secrets;
 
 pub use omni_actors::settings::MIN_KEY_BYTES;
 

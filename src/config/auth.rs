@@ -17,7 +17,7 @@ pub struct AuthConfig {
 }
 
 /// What `[auth]` settles.
-pub struct Checked {
+pub struct AuthChecked {
     /// `api_keys` and the keys of the file.
     pub api_keys: Vec<String>,
     /// The file, resolved: read again on SIGHUP.
@@ -26,7 +26,7 @@ pub struct Checked {
 }
 
 impl AuthConfig {
-    pub fn validate(&self, base: Base<'_>) -> Result<Checked, Invalid> {
+    pub fn validate(&self, base: Base<'_>) -> Result<AuthChecked, Invalid> {
         for (i, key) in self.api_keys.iter().enumerate() {
             secret(&format!("api_keys[{i}]"), key)?;
         }
@@ -43,7 +43,7 @@ impl AuthConfig {
             secret("admin_key", admin)?;
         }
         let admin_key = (!admin.is_empty()).then(|| admin.clone());
-        Ok(Checked { api_keys, api_keys_file, admin_key })
+        Ok(AuthChecked { api_keys, api_keys_file, admin_key })
     }
 }
 

@@ -85,7 +85,7 @@ pub struct TlsConfig {
 }
 
 /// What `[server]` settles besides its plain values.
-pub struct Checked {
+pub struct ServerChecked {
     /// `bind` resolved: every address a host name stands for.
     pub bind: Vec<SocketAddr>,
     pub tls: Option<(PathBuf, PathBuf)>,
@@ -110,7 +110,7 @@ impl ServerConfig {
     }
 
     /// Checks the section; keys in errors are its own (`bind`, `tls.cert`...).
-    pub fn validate(&self, base: Base<'_>) -> Result<Checked, Invalid> {
+    pub fn validate(&self, base: Base<'_>) -> Result<ServerChecked, Invalid> {
         let bind = resolve_bind("bind", &self.bind)?;
         positive("max_frame_bytes", self.max_frame_bytes as f64)?;
         if self.max_outgoing_bytes < 65536 {
@@ -150,6 +150,6 @@ impl ServerConfig {
                 return Err(Invalid::new(format!("allowed_origins[{i}]"), why));
             }
         }
-        Ok(Checked { bind, tls, trusted_proxies })
+        Ok(ServerChecked { bind, tls, trusted_proxies })
     }
 }

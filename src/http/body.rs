@@ -13,7 +13,7 @@ use futures_util::{Stream, StreamExt};
 
 /// Why a body was not read whole.
 #[derive(Debug, thiserror::Error)]
-pub enum BodyError {
+pub(crate) enum BodyError {
     #[error("the request's body is over {0} bytes")]
     TooLarge(usize),
     #[error("the request's body did not arrive within {} s", .0.as_secs())]
@@ -23,7 +23,7 @@ pub enum BodyError {
 }
 
 impl BodyError {
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             BodyError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             BodyError::TooSlow(_) => StatusCode::REQUEST_TIMEOUT,
@@ -34,14 +34,14 @@ impl BodyError {
 
 /// A body's bounds.
 #[derive(Clone, Copy)]
-pub struct Bounds {
+pub(crate) struct Bounds {
     pub max_bytes: usize,
     pub deadline: Duration,
 }
 
 impl Bounds {
     /// Refused at once when the declared length is over the bound.
-    pub fn check_declared(&self, req: &HttpRequest) -> Result<(), BodyError> {
+    pub(crate) fn check_declared(&self, req: &HttpRequest) -> Result<(), BodyError> {
         let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
         match declared {
             Some(n) if n > self.max_bytes as u64 => Err(BodyError::TooLarge(self.max_bytes)),
@@ -51,7 +51,7 @@ impl Bounds {
 
     /// `read` over the body as a stream that ends in an error past the bound, within the
     /// deadline: its result, or why the body was refused.
-    pub async fn read<T, E, F, Fut>(&self, req: &HttpRequest, payload: web::Payload, read: F) -> Result<T, E>
+    pub(crate) async fn read<T, E, F, Fut>(&self, req: &HttpRequest, payload: web::Payload, read: F) -> Result<T, E>
     where
         E: From<BodyError>,
         F: FnOnce(Bounded) -> Fut,
@@ -69,7 +69,7 @@ impl Bounds {
     }
 
     /// The whole body, as bytes.
-    pub async fn bytes(&self, req: &HttpRequest, payload: web::Payload) -> Result<Vec<u8>, BodyError> {
+    pub(crate) async fn bytes(&self, req: &HttpRequest, payload: web::Payload) -> Result<Vec<u8>, BodyError> {
         self.read(req, payload, |mut body| async move {
             let mut bytes = Vec::new();
             while let Some(chunk) = body.next().await {
@@ -82,7 +82,7 @@ impl Bounds {
 }
 
 /// A body that ends in an error once it passed its bound.
-pub struct Bounded {
+pub(crate) struct Bounded {
     payload: web::Payload,
     total: usize,
     max: usize,

@@ -1,5 +1,5 @@
 //! The HTTP server of a gateway or a replica: the routes ([`routes`]) over the actors its role
-//! started ([`crate::roles::Serving`]), TLS, API and admin keys ([`auth`]), the recording sweep,
+//! started ([`crate::roles::Serving`]), TLS, API and admin keys ([`crate::auth`]), the recording sweep,
 //! and graceful shutdown.
 //!
 //! Shutdown (SIGINT or SIGTERM): stop accepting connections; every session is told
@@ -7,8 +7,8 @@
 //! `server.shutdown_grace_s`), recordings are finalized, backends closed, and the process
 //! exits 0. A second signal exits at once.
 
-pub mod body;
-pub mod routes;
+pub(crate) mod body;
+pub(crate) mod routes;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};

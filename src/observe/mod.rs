@@ -11,7 +11,7 @@ use omni_actors::observe::recording::{Recorder, RecorderSpawner};
 
 use webhooks::Announcer;
 
-pub mod recordings;
+pub(crate) mod recordings;
 pub mod webhooks;
 
 /// The subscribers a configuration turns on: the recorder, usage files in `usage` (`[usage]`),

@@ -9,12 +9,12 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 /// A session id as it may appear in a URL: letters, digits, `_` and `-`.
-pub fn valid_session_id(id: &str) -> bool {
+pub(crate) fn valid_session_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// A file of a recording as it may appear in a URL.
-pub fn valid_file(name: &str) -> bool {
+pub(crate) fn valid_file(name: &str) -> bool {
     let numbered = |prefix: &str, ext: &str| {
         name.strip_prefix(prefix)
             .and_then(|r| r.strip_suffix(ext))
@@ -32,7 +32,7 @@ fn is_date(name: &str) -> bool {
 
 /// One recorded session directory.
 #[derive(Debug, Clone)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub id: String,
     pub date: String,
     pub dir: PathBuf,
@@ -41,7 +41,7 @@ pub struct Entry {
 }
 
 /// Every session directory, newest first (by end, then by date and id).
-pub fn entries(root: &Path) -> io::Result<Vec<Entry>> {
+pub(crate) fn entries(root: &Path) -> io::Result<Vec<Entry>> {
     let mut out = Vec::new();
     let dates = match fs::read_dir(root) {
         Ok(d) => d,
@@ -71,7 +71,7 @@ pub fn entries(root: &Path) -> io::Result<Vec<Entry>> {
 }
 
 /// The directory of a finished session.
-pub fn find(root: &Path, id: &str) -> Option<PathBuf> {
+pub(crate) fn find(root: &Path, id: &str) -> Option<PathBuf> {
     if !valid_session_id(id) {
         return None;
     }
@@ -84,7 +84,7 @@ pub fn find(root: &Path, id: &str) -> Option<PathBuf> {
 }
 
 /// A page of finished sessions with a summary of each.
-pub fn list(root: &Path, page: usize, per_page: usize) -> io::Result<(usize, Vec<Value>)> {
+pub(crate) fn list(root: &Path, page: usize, per_page: usize) -> io::Result<(usize, Vec<Value>)> {
     let finished: Vec<Entry> = entries(root)?.into_iter().filter(|e| e.finished.is_some()).collect();
     let items = finished
         .iter()
@@ -133,7 +133,7 @@ fn last_write(dir: &Path) -> Option<SystemTime> {
 }
 
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Swept {
+pub(crate) struct Swept {
     pub deleted: usize,
     pub kept: usize,
     pub bytes: u64,
@@ -146,7 +146,7 @@ const ABANDONED: Duration = Duration::from_secs(24 * 3600);
 
 /// Deletes recordings older than `retention` and, beyond `max_total_bytes`, the oldest
 /// first. Sessions still being recorded are never deleted.
-pub fn sweep(
+pub(crate) fn sweep(
     root: &Path,
     retention: Option<Duration>,
     max_total_bytes: Option<u64>,

@@ -17,7 +17,7 @@ use omni_backend_host as backend;
 
 /// Starts the queue and the pool (which starts one BackendActor per worker). Must run inside
 /// an actix system.
-pub fn start(config: Arc<Config>) -> Serving {
+pub(crate) fn start(config: Arc<Config>) -> Serving {
     let common = Common::start(&config);
     let modes: Vec<Vec<Mode>> = config.workers.iter().map(|w| w.modes.clone()).collect();
     // Until sessions have ended, a waiting client's ETA assumes the typical length of a

@@ -11,9 +11,9 @@
 //! A gateway and a replica both serve clients over HTTP ([`crate::http`]); what they hand it
 //! is a [`Serving`].
 
-pub mod gateway;
+pub(crate) mod gateway;
 pub mod node;
-pub mod replica;
+pub(crate) mod replica;
 
 use std::sync::Arc;
 

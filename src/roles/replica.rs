@@ -21,7 +21,7 @@ use omni_backend_host::link::standby::Standby;
 
 /// Starts the cluster's queue and the pool that lends it the nodes' workers. Must run inside
 /// an actix system.
-pub fn start(config: Arc<Config>) -> Result<Serving, crate::store::redis::StoreError> {
+pub(crate) fn start(config: Arc<Config>) -> Result<Serving, crate::store::redis::StoreError> {
     let spec = config.cluster.as_ref().expect("a replica's config has a [cluster] section");
     // The section was checked when the config was loaded; what is left is the store's own (a
     // CA file that does not load, a Sentinel the crate refuses): the server does not start.

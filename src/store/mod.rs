@@ -3,7 +3,7 @@
 //! script). A new store implements both traits and passes the same suite
 //! (`omni_actors::queue::suite`).
 
-pub mod config;
+pub(crate) mod config;
 pub mod redis;
 
 pub use config::{ClusterConfig, ClusterSpec};

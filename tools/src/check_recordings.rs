@@ -19,7 +19,11 @@ pub struct CheckRecordingsArgs {
     pub chunk_samples: Option<u64>,
 }
 
-pub fn run(args: CheckRecordingsArgs) -> Result<(), String> {
+pub fn run(args: CheckRecordingsArgs) -> Result<(), crate::ToolError> {
+    check_all(args).map_err(crate::ToolError::Recordings)
+}
+
+fn check_all(args: CheckRecordingsArgs) -> Result<(), String> {
     let mut sessions = Vec::new();
     let days = std::fs::read_dir(&args.dir).map_err(|e| format!("{}: {e}", args.dir.display()))?;
     for day in days.flatten().filter(|d| d.path().is_dir()) {
@@ -58,7 +62,7 @@ pub fn run(args: CheckRecordingsArgs) -> Result<(), String> {
 }
 
 /// Checks one session's directory; returns its input and output sample counts.
-pub fn check(dir: &Path, chunk_samples: Option<u64>) -> Result<(u64, u64), String> {
+pub(crate) fn check(dir: &Path, chunk_samples: Option<u64>) -> Result<(u64, u64), String> {
     if dir.join("meta.json.tmp").exists() {
         return Err("meta.json.tmp left behind".into());
     }

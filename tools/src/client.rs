@@ -13,7 +13,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-pub type Ws = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
+pub(crate) type Ws = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum WireDialect {
@@ -24,7 +24,7 @@ pub enum WireDialect {
 }
 
 /// Connects to `base` (`ws://host:port`) with `?mode=`, sending the key as a Bearer header.
-pub async fn connect(base: &str, mode: &str, api_key: Option<&str>) -> Result<Ws, String> {
+pub(crate) async fn connect(base: &str, mode: &str, api_key: Option<&str>) -> Result<Ws, String> {
     let url = format!("{}/v1/realtime?mode={mode}", base.trim_end_matches('/'));
     let mut req = url.as_str().into_client_request().map_err(|e| format!("{url}: {e}"))?;
     if let Some(key) = api_key {
@@ -55,25 +55,25 @@ fn refused(url: &str, e: tokio_tungstenite::tungstenite::Error) -> String {
 }
 
 /// The tools' runtime: two worker threads, like the machine they are measured on.
-pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())
 }
 
 /// Base64 of little-endian float32 samples.
-pub fn b64_f32(samples: &[f32]) -> String {
+pub(crate) fn b64_f32(samples: &[f32]) -> String {
     let bytes: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
     STANDARD.encode(bytes)
 }
 
 /// Float32 samples from base64 (the server's audio).
-pub fn f32_of(b64: &str) -> Vec<f32> {
+pub(crate) fn f32_of(b64: &str) -> Vec<f32> {
     STANDARD
         .decode(b64)
         .map(|bytes| bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
         .unwrap_or_default()
 }
 
-pub fn init_event(dialect: WireDialect, instructions: &str) -> String {
+pub(crate) fn init_event(dialect: WireDialect, instructions: &str) -> String {
     match dialect {
         WireDialect::Current => json!({"type": "session.init", "payload": {"system_prompt": instructions}}),
         WireDialect::Legacy => json!({"type": "session.update", "session": {"instructions": instructions}}),
@@ -82,7 +82,7 @@ pub fn init_event(dialect: WireDialect, instructions: &str) -> String {
 }
 
 /// The same, asking for `input.transcript` events (what the model heard) where the dialect has them.
-pub fn init_event_with_transcripts(dialect: WireDialect, instructions: &str) -> String {
+pub(crate) fn init_event_with_transcripts(dialect: WireDialect, instructions: &str) -> String {
     match dialect {
         WireDialect::Current => {
             json!({"type": "session.init", "payload": {"system_prompt": instructions, "transcripts": true}})
@@ -93,7 +93,7 @@ pub fn init_event_with_transcripts(dialect: WireDialect, instructions: &str) -> 
 }
 
 /// One duplex chunk event.
-pub fn chunk_event(dialect: WireDialect, samples: &[f32], frames: &[String], force_listen: bool) -> String {
+pub(crate) fn chunk_event(dialect: WireDialect, samples: &[f32], frames: &[String], force_listen: bool) -> String {
     let audio = b64_f32(samples);
     match dialect {
         WireDialect::Current => {
@@ -132,12 +132,12 @@ fn typed(kind: &str, body: Value) -> String {
 }
 
 /// A MiniCPM-o model worker's own `prepare` (its `/ws/duplex`, no gateway between).
-pub fn worker_prepare_event(instructions: &str) -> String {
+pub(crate) fn worker_prepare_event(instructions: &str) -> String {
     json!({"type": "prepare", "system_prompt": instructions}).to_string()
 }
 
 /// A MiniCPM-o model worker's own `audio_chunk`: float32 at 16 kHz, as the gateway forwards it.
-pub fn worker_chunk_event(samples: &[f32], frames: &[String], force_listen: bool) -> String {
+pub(crate) fn worker_chunk_event(samples: &[f32], frames: &[String], force_listen: bool) -> String {
     let mut event = json!({"audio_base64": b64_f32(samples), "force_listen": force_listen});
     if !frames.is_empty() {
         event["frame_base64_list"] = json!(frames);
@@ -147,7 +147,7 @@ pub fn worker_chunk_event(samples: &[f32], frames: &[String], force_listen: bool
 
 /// vLLM-Omni's opening `session.update` as the gateway's `vllm-omni` backend sends it, with a
 /// tenth of a second of silence as the voice prompt.
-pub fn vllm_session_event(instructions: &str) -> String {
+pub(crate) fn vllm_session_event(instructions: &str) -> String {
     let mut wav = Vec::new();
     let mut w = hound::WavWriter::new(
         std::io::Cursor::new(&mut wav),
@@ -174,7 +174,7 @@ pub fn vllm_session_event(instructions: &str) -> String {
 }
 
 /// vLLM-Omni's `input_audio_buffer.append` of float32 at 16 kHz, frames as bare base64.
-pub fn vllm_append_event(samples: &[f32], frames: &[String], force_listen: bool) -> String {
+pub(crate) fn vllm_append_event(samples: &[f32], frames: &[String], force_listen: bool) -> String {
     let mut event = json!({"audio": b64_f32(samples)});
     if force_listen {
         event["force_listen"] = json!(true);
@@ -186,7 +186,7 @@ pub fn vllm_append_event(samples: &[f32], frames: &[String], force_listen: bool)
 }
 
 /// Connects to a vLLM-Omni server's duplex endpoint (`base`: `ws://host:port`).
-pub async fn connect_vllm(base: &str) -> Result<Ws, String> {
+pub(crate) async fn connect_vllm(base: &str) -> Result<Ws, String> {
     let url = format!("{}/v1/realtime?duplex=1&autostart=0", base.trim_end_matches('/'));
     let (ws, _) = tokio_tungstenite::connect_async_with_config(url.as_str(), None, true)
         .await
@@ -195,7 +195,7 @@ pub async fn connect_vllm(base: &str) -> Result<Ws, String> {
 }
 
 /// Connects to a MiniCPM-o model worker's `/ws/duplex` (`base`: `ws://host:port`).
-pub async fn connect_worker(base: &str) -> Result<Ws, String> {
+pub(crate) async fn connect_worker(base: &str) -> Result<Ws, String> {
     let url = format!("{}/ws/duplex", base.trim_end_matches('/'));
     let (ws, _) = tokio_tungstenite::connect_async_with_config(url.as_str(), None, true)
         .await
@@ -203,21 +203,21 @@ pub async fn connect_worker(base: &str) -> Result<Ws, String> {
     Ok(ws)
 }
 
-pub fn close_event() -> String {
+pub(crate) fn close_event() -> String {
     json!({"type": "session.close", "reason": "user_stop"}).to_string()
 }
 
-pub async fn send(ws: &mut Ws, text: impl Into<Utf8Bytes>) -> Result<(), String> {
+pub(crate) async fn send(ws: &mut Ws, text: impl Into<Utf8Bytes>) -> Result<(), String> {
     ws.send(Message::Text(text.into())).await.map_err(|e| e.to_string())
 }
 
 /// A tiny JPEG (start and end markers): the gateway checks the marker, the reference
 /// backend counts frames.
-pub const TINY_JPEG: &str = "/9j/4AAQSkZJRgABAQAAAQABAAD/2Q==";
+pub(crate) const TINY_JPEG: &str = "/9j/4AAQSkZJRgABAQAAAQABAAD/2Q==";
 
 /// The next text frame of a split connection (pings are answered by the library),
 /// `None` when the connection closed.
-pub async fn next(stream: &mut SplitStream<Ws>, within: Duration) -> Result<Option<Utf8Bytes>, String> {
+pub(crate) async fn next(stream: &mut SplitStream<Ws>, within: Duration) -> Result<Option<Utf8Bytes>, String> {
     loop {
         match tokio::time::timeout(within, stream.next()).await {
             Err(_) => return Err(format!("nothing from the server for {within:?}")),
@@ -231,7 +231,7 @@ pub async fn next(stream: &mut SplitStream<Ws>, within: Duration) -> Result<Opti
 
 /// The `type` of an event, read from its first bytes when the server put it first (it
 /// does), so that large audio events are not parsed whole.
-pub fn event_type(text: &str) -> Option<String> {
+pub(crate) fn event_type(text: &str) -> Option<String> {
     let prefix = head(text, 160);
     if let Some(rest) = prefix.strip_prefix("{\"type\":\"")
         && let Some(end) = rest.find('"')
@@ -251,7 +251,7 @@ fn head(text: &str, n: usize) -> &str {
 }
 
 /// A string field found in the first bytes of an event (`"input_id":"input_7"`).
-pub fn early_field<'a>(text: &'a str, field: &str) -> Option<&'a str> {
+pub(crate) fn early_field<'a>(text: &'a str, field: &str) -> Option<&'a str> {
     let prefix = head(text, 400);
     let key = format!("\"{field}\":\"");
     let start = prefix.find(&key)? + key.len();
@@ -260,7 +260,7 @@ pub fn early_field<'a>(text: &'a str, field: &str) -> Option<&'a str> {
 }
 
 /// A tone (speech to the reference backend) or silence, one second at 16 kHz.
-pub fn second(loud: bool) -> Vec<f32> {
+pub(crate) fn second(loud: bool) -> Vec<f32> {
     (0..16000)
         .map(|i| if loud { 0.3 * (2.0 * std::f32::consts::PI * 220.0 * i as f32 / 16000.0).sin() } else { 0.0 })
         .collect()

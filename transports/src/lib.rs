@@ -1,6 +1,6 @@
 //! omni-transports: how clients reach their sessions. A transport's edge is an actor between a
 //! connection and its [`omni_actors::session::SessionActor`]: it hands the session whole
-//! messages and carries out what the session tells it (`omni_actors::session::messages`). A new
+//! messages and carries out what the session tells it (`omni_actors::edge::client`). A new
 //! transport is one more edge here; it depends on the actors crate only, and its session starts
 //! as the server that admitted its caller says ([`StartSession`]).
 //!

@@ -26,7 +26,7 @@ pub struct RateLimit {
 
 /// What to do with a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Intake {
     Take,
     /// Drop it; tell the client that `dropped` messages were dropped since the last word.
     DropAndTell {
@@ -65,7 +65,7 @@ impl MessageRate {
     }
 
     /// A message arrives.
-    pub fn message(&mut self, now: Instant) -> Verdict {
+    pub fn message(&mut self, now: Instant) -> Intake {
         let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
         self.last = now;
         self.tokens = (self.tokens + elapsed * self.limit.per_second).min(self.limit.burst.max(1.0));
@@ -75,19 +75,19 @@ impl MessageRate {
             if self.last_over.is_some_and(|t| now.saturating_duration_since(t) >= Duration::from_secs(1)) {
                 self.over_since = None;
             }
-            return Verdict::Take;
+            return Intake::Take;
         }
         let since = *self.over_since.get_or_insert(now);
         self.last_over = Some(now);
         if now.saturating_duration_since(since) >= self.limit.abuse_after {
-            return Verdict::Close;
+            return Intake::Close;
         }
         self.untold += 1;
         if self.told_at.is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_secs(1)) {
             self.told_at = Some(now);
-            Verdict::DropAndTell { dropped: std::mem::take(&mut self.untold) }
+            Intake::DropAndTell { dropped: std::mem::take(&mut self.untold) }
         } else {
-            Verdict::Drop
+            Intake::Drop
         }
     }
 }
@@ -109,19 +109,17 @@ impl MessageRate {
     /// (`omni_rate_limited_total`), with the words the client hears.
     pub fn admit(&mut self, now: Instant) -> Admit {
         let verdict = self.message(now);
-        if verdict != Verdict::Take {
+        if verdict != Intake::Take {
             omni_actors::observe::metrics::metrics().rate_limited.inc();
         }
         match verdict {
-            Verdict::Take => Admit::Process,
-            Verdict::Drop => Admit::Drop,
-            Verdict::DropAndTell { dropped } => {
-                Admit::Tell(omni_actors::protocol::ProtocolError::RateLimited(format!(
-                    "{dropped} message(s) dropped unprocessed: more than {} a second (server.max_messages_per_s)",
-                    self.limit.per_second
-                )))
-            }
-            Verdict::Close => Admit::End,
+            Intake::Take => Admit::Process,
+            Intake::Drop => Admit::Drop,
+            Intake::DropAndTell { dropped } => Admit::Tell(omni_actors::protocol::ProtocolError::RateLimited(format!(
+                "{dropped} message(s) dropped unprocessed: more than {} a second (server.max_messages_per_s)",
+                self.limit.per_second
+            ))),
+            Intake::Close => Admit::End,
         }
     }
 
@@ -304,11 +302,11 @@ mod tests {
     fn a_burst_is_taken_then_the_rate_holds() {
         let t = Instant::now();
         let mut r = MessageRate::new(LIMIT, t);
-        assert!((0..20).all(|_| r.message(t) == Verdict::Take), "the burst");
-        assert_eq!(r.message(t), Verdict::DropAndTell { dropped: 1 });
-        assert_eq!(r.message(t), Verdict::Drop, "told at most once a second");
+        assert!((0..20).all(|_| r.message(t) == Intake::Take), "the burst");
+        assert_eq!(r.message(t), Intake::DropAndTell { dropped: 1 });
+        assert_eq!(r.message(t), Intake::Drop, "told at most once a second");
         // 10 a second are taken, sustained.
-        let taken = (1..=100).filter(|i| r.message(t + Duration::from_millis(i * 100)) == Verdict::Take).count();
+        let taken = (1..=100).filter(|i| r.message(t + Duration::from_millis(i * 100)) == Intake::Take).count();
         assert!(taken >= 95, "{taken}");
     }
 
@@ -316,14 +314,14 @@ mod tests {
     fn the_count_of_drops_comes_with_the_next_word() {
         let t = Instant::now();
         let mut r = MessageRate::new(RateLimit { burst: 1.0, ..LIMIT }, t);
-        assert_eq!(r.message(t), Verdict::Take);
-        assert_eq!(r.message(t), Verdict::DropAndTell { dropped: 1 });
+        assert_eq!(r.message(t), Intake::Take);
+        assert_eq!(r.message(t), Intake::DropAndTell { dropped: 1 });
         for _ in 0..4 {
-            assert_eq!(r.message(t), Verdict::Drop);
+            assert_eq!(r.message(t), Intake::Drop);
         }
         let later = t + Duration::from_millis(1001);
-        assert_eq!(r.message(later), Verdict::Take, "a token came back");
-        assert_eq!(r.message(later), Verdict::DropAndTell { dropped: 5 });
+        assert_eq!(r.message(later), Intake::Take, "a token came back");
+        assert_eq!(r.message(later), Intake::DropAndTell { dropped: 5 });
     }
 
     #[test]
@@ -331,23 +329,23 @@ mod tests {
         let t = Instant::now();
         let mut r = MessageRate::new(LIMIT, t);
         let mut at = t;
-        let mut verdict = Verdict::Take;
+        let mut verdict = Intake::Take;
         // 1,000 a second: over the rate all the time.
         while at < t + Duration::from_secs(6) {
             verdict = r.message(at);
-            if verdict == Verdict::Close {
+            if verdict == Intake::Close {
                 break;
             }
             at += Duration::from_millis(1);
         }
-        assert_eq!(verdict, Verdict::Close);
+        assert_eq!(verdict, Intake::Close);
         assert!(at >= t + Duration::from_secs(5), "not before abuse_after");
         // A client over the rate now and then, with quiet seconds between, is never closed.
         let mut r = MessageRate::new(LIMIT, t);
         for burst in 0..20u64 {
             let start = t + Duration::from_secs(3 * burst);
             for i in 0..40 {
-                assert_ne!(r.message(start + Duration::from_millis(i)), Verdict::Close, "burst {burst}");
+                assert_ne!(r.message(start + Duration::from_millis(i)), Intake::Close, "burst {burst}");
             }
         }
     }

@@ -44,7 +44,7 @@ pub enum FromClient {
     Ended(CloseReason),
     /// The connection was lost without a close (it broke, or the client stopped answering
     /// pings): the session is held for a resume when resumption is on
-    /// ([`super::resume`]), else it ends for this reason.
+    /// ([`crate::session`]'s resume), else it ends for this reason.
     Lost(CloseReason),
 }
 

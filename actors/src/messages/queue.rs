@@ -1,5 +1,5 @@
-//! What a queue handles, local ([`super::local::QueueActor`]) or a cluster's
-//! ([`super::cluster::ClusterQueueActor`]) alike: from sessions and routes (join, leave, claim,
+//! What a queue handles, local ([`crate::queue::QueueActor`]) or a cluster's
+//! ([`crate::queue::ClusterQueueActor`]) alike: from sessions and routes (join, leave, claim,
 //! cancel, snapshot: [`QueuePort`]), from the pool (its workers' availability and the workers
 //! it lent: [`QueueFeed`]), and a replica's own (grants pushed by nodes).
 
@@ -75,8 +75,8 @@ pub struct Cancel {
 #[rtype(result = "Vec<TicketStatus>")]
 pub struct QueueSnapshot;
 
-/// Where sessions and routes reach the queue: a [`super::local::QueueActor`] (one process),
-/// or a [`super::cluster::ClusterQueueActor`] (replicas sharing a store).
+/// Where sessions and routes reach the queue: a [`crate::queue::QueueActor`] (one process),
+/// or a [`crate::queue::ClusterQueueActor`] (replicas sharing a store).
 #[derive(Clone)]
 pub struct QueuePort {
     /// A session asks for a worker ([`Join`]).

@@ -1,6 +1,6 @@
 //! WorkerPoolActor: owns every worker's BackendActor, in every role. It starts one per
-//! configured worker, per worker of a node once reached ([`messages::JoinWorkers`]), and per
-//! worker a cluster lends this replica for one session ([`messages::Lend`]). What becomes of
+//! configured worker, per worker of a node once reached ([`crate::messages::pool::JoinWorkers`]), and per
+//! worker a cluster lends this replica for one session ([`crate::messages::pool::Lend`]). What becomes of
 //! each worker is its rules' (`state::PoolState`): the actor hands them its BackendActors'
 //! reports and carries out what they decide (`state::Effect`: offer a worker to the queue,
 //! hand a lent one to its ticket, tell the queue a worker is starting or down, restart it

@@ -6,8 +6,8 @@
 //!   [`crate::edge::coordinator::Coordinator`]: its rules are `cluster::state::ClusterState`,
 //!   its actor [`ClusterQueueActor`].
 //! - `pacer`: how position updates are coalesced and spread (both queues).
-//! - [`messages`]: what a queue handles, from sessions ([`messages::QueuePort`]) and from the
-//!   pool ([`messages::QueueFeed`]). Either queue fits both ports.
+//! - [`crate::messages::queue`]: what a queue handles, from sessions ([`crate::messages::queue::QueuePort`]) and from the
+//!   pool ([`crate::messages::queue::QueueFeed`]). Either queue fits both ports.
 
 mod cluster;
 mod local;

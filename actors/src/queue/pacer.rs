@@ -11,7 +11,7 @@
 //! [`Fanout`] is the one-process queue's use of it: the tickets from the lowest index that
 //! moved are told in order; moves ahead of a fan-out in progress ride along with it, moves
 //! behind it start another after it ends. A cluster's queue keeps its own list of notices and
-//! takes batches of it ([`crate::queue::cluster::state`]).
+//! takes batches of it (`queue::cluster::state`).
 
 use std::ops::Range;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! The transcription actor: Whisper (or any [`Transcriber`]) on threads of its own, for user
 //! speech a backend does not transcribe. A session sends the audio of each user item as its
-//! speech ends; the answer comes back to the session as [`messages::Transcribed`]. It never
+//! speech ends; the answer comes back to the session as [`crate::messages::transcribe::Transcribed`]. It never
 //! delays the model's answer (the model's worker runs elsewhere), and its backlog is bounded
 //! (`backlog::Backlog`): past it a job is refused at once with the reason.
 //!

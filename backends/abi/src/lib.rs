@@ -1,6 +1,6 @@
 //! Raw mirror of `include/omni_backend.h`, shared by the gateway (which calls backends) and
 //! the backends written in Rust (which implement it). Field order and types follow the header
-//! one to one; the gateway's unit test (src/backend/sys.rs) compares every size and offset
+//! one to one; the backend host's unit test (backends/host/src/sys.rs) compares every size and offset
 //! with what the C compiler computed.
 #![allow(non_camel_case_types)]
 

@@ -29,17 +29,37 @@ pub enum Heard {
     Aborted,
 }
 
+/// Why recognition could not start or finish.
+#[derive(Debug, thiserror::Error)]
+pub enum AsrError {
+    /// The library did not load.
+    #[error("asr_library {library}: {reason}")]
+    Load { library: String, reason: String },
+    /// The library lacks one of the ABI's functions: not asr-whisper, or another version.
+    #[error("asr_library: {0}")]
+    Symbol(String),
+    /// The model did not open (what whisper.cpp said).
+    #[error("asr model: {0}")]
+    Open(String),
+    /// Recognition failed (what whisper.cpp said).
+    #[error("transcription: {0}")]
+    Transcribe(String),
+}
+
 impl Asr {
-    pub fn open(library: &Path, model: &Path, threads: i32) -> Result<Asr, String> {
+    pub fn open(library: &Path, model: &Path, threads: i32) -> Result<Asr, AsrError> {
         // SAFETY: loading a library runs its initialisers; this one is ours (asr-whisper).
-        let lib = unsafe { Library::new(library) }.map_err(|e| format!("asr_library {}: {e}", library.display()))?;
+        let lib = unsafe { Library::new(library) }
+            .map_err(|e| AsrError::Load { library: library.display().to_string(), reason: e.to_string() })?;
         // SAFETY: the symbols have the types asr-whisper exports (see its lib.rs).
         let (open, transcribe, abort, close) = unsafe {
-            let open: OpenFn = *lib.get::<OpenFn>(b"omni_asr_open\0").map_err(|e| e.to_string())?;
+            let open: OpenFn = *lib.get::<OpenFn>(b"omni_asr_open\0").map_err(|e| AsrError::Symbol(e.to_string()))?;
             let transcribe: TranscribeFn =
-                *lib.get::<TranscribeFn>(b"omni_asr_transcribe\0").map_err(|e| e.to_string())?;
-            let abort: HandleFn = *lib.get::<HandleFn>(b"omni_asr_abort\0").map_err(|e| e.to_string())?;
-            let close: HandleFn = *lib.get::<HandleFn>(b"omni_asr_close\0").map_err(|e| e.to_string())?;
+                *lib.get::<TranscribeFn>(b"omni_asr_transcribe\0").map_err(|e| AsrError::Symbol(e.to_string()))?;
+            let abort: HandleFn =
+                *lib.get::<HandleFn>(b"omni_asr_abort\0").map_err(|e| AsrError::Symbol(e.to_string()))?;
+            let close: HandleFn =
+                *lib.get::<HandleFn>(b"omni_asr_close\0").map_err(|e| AsrError::Symbol(e.to_string()))?;
             (open, transcribe, abort, close)
         };
         let path = model.to_string_lossy();
@@ -50,13 +70,13 @@ impl Asr {
         };
         if handle.is_null() {
             let end = err.iter().position(|b| *b == 0).unwrap_or(err.len());
-            return Err(String::from_utf8_lossy(&err[..end]).into_owned());
+            return Err(AsrError::Open(String::from_utf8_lossy(&err[..end]).into_owned()));
         }
         Ok(Asr { handle, transcribe, abort, close, _lib: lib })
     }
 
     /// The words in 16 kHz audio (English).
-    pub fn transcribe(&self, audio: &[f32]) -> Result<Heard, String> {
+    pub fn transcribe(&self, audio: &[f32]) -> Result<Heard, AsrError> {
         let mut buf = vec![0u8; 4096];
         loop {
             let mut len = 0usize;
@@ -75,7 +95,9 @@ impl Asr {
                 0 => return Ok(Heard::Text(String::from_utf8_lossy(&buf[..len.min(buf.len())]).into_owned())),
                 2 if len > buf.len() => buf.resize(len, 0),
                 3 => return Ok(Heard::Aborted),
-                _ => return Err(String::from_utf8_lossy(&buf[..len.min(buf.len())]).into_owned()),
+                _ => {
+                    return Err(AsrError::Transcribe(String::from_utf8_lossy(&buf[..len.min(buf.len())]).into_owned()));
+                }
             }
         }
     }

@@ -16,7 +16,7 @@ fn main() {
     let models = std::env::var_os("OMNI_MODELS")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/omni-gateway/models"));
-    let run = || -> Result<(), String> {
+    let run = || -> Result<(), Box<dyn std::error::Error>> {
         let runtime = models.join("libonnxruntime.so.1.31.1");
         let mut voice =
             omni_cascade::tts::Voice::open(&runtime, &models.join("en_US-joe-medium.onnx"), 1, "espeak-ng")?;
@@ -25,7 +25,7 @@ fn main() {
         let speech = voice.speak(text, &|| false)?;
         let speech = omni_cascade::tts::resample(&speech, omni_cascade::tts::OUT_RATE, 16000)?;
         let bytes: Vec<u8> = speech.iter().flat_map(|s| s.to_le_bytes()).collect();
-        std::fs::write(out, bytes).map_err(|e| format!("{out}: {e}"))
+        std::fs::write(out, bytes).map_err(|e| format!("{out}: {e}").into())
     };
     if let Err(e) = run() {
         eprintln!("speak: {e}");

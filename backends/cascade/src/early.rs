@@ -16,7 +16,7 @@ pub(crate) type Point = (u64, u32);
 struct Job {
     /// The utterance and its voiced milliseconds when the job started.
     at: Point,
-    handle: JoinHandle<Result<Heard, String>>,
+    handle: JoinHandle<Result<Heard, omni_asr_client::AsrError>>,
     asr: Arc<Asr>,
 }
 

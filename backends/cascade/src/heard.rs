@@ -1,7 +1,7 @@
 //! What Whisper heard, made into the user's words: its non-speech tags and its repetitions
 //! left out.
 
-/// What Whisper heard, without its non-speech tags ("[BLANK_AUDIO]", "(music)") and without a
+/// What Whisper heard, without its non-speech tags (`[BLANK_AUDIO]`, `(music)`) and without a
 /// sentence repeated right after itself (Whisper's repetition on short audio: "What do bees
 /// make? What do bees make?"); empty when no word is left.
 pub(crate) fn words(heard: &str) -> String {

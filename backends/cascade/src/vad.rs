@@ -50,7 +50,7 @@ impl Detector {
                 Ok(if energy >= *threshold * *threshold { Window::Voiced } else { Window::Silent })
             }
             Detector::Silero { silero, probability } => {
-                let p = silero.probability(window)?;
+                let p = silero.probability(window).map_err(|e| e.to_string())?;
                 Ok(if p >= *probability {
                     Window::Voiced
                 } else if p < (*probability - 0.15).max(*probability / 2.0) {

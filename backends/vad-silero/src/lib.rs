@@ -29,14 +29,31 @@ const STATE: usize = 2 * 128;
 /// silence: probability 0, no model run.
 const SILENT_RMS: f32 = 1e-3;
 
-static ORT: OnceLock<Result<Environment, String>> = OnceLock::new();
+static ORT: OnceLock<Result<Environment, VadError>> = OnceLock::new();
+
+/// Why a window got no probability.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum VadError {
+    /// ONNX Runtime did not load from this library.
+    #[error("onnxruntime_library {library}: {reason}")]
+    Runtime { library: String, reason: String },
+    /// The model did not load, or its outputs are not Silero VAD's.
+    #[error("vad model {model}: {reason}")]
+    Model { model: String, reason: String },
+    /// A run failed.
+    #[error("vad: {0}")]
+    Run(String),
+}
 
 /// Loads ONNX Runtime from `library` once per process; every model shares it. A second call
 /// with another path gets the first library.
-pub fn runtime(library: &Path) -> Result<&'static Environment, String> {
+pub fn runtime(library: &Path) -> Result<&'static Environment, VadError> {
     ORT.get_or_init(|| {
-        let builder = ort::init_from(library).map_err(|e| format!("onnxruntime_library {}: {e}", library.display()))?;
-        builder.with_name("omni-gateway").build().map_err(|e| format!("ONNX Runtime: {e}"))
+        let fail = |e: &dyn std::fmt::Display| VadError::Runtime {
+            library: library.display().to_string(),
+            reason: e.to_string(),
+        };
+        ort::init_from(library).map_err(|e| fail(&e))?.with_name("omni-gateway").build().map_err(|e| fail(&e))
     })
     .as_ref()
     .map_err(|e| e.clone())
@@ -58,7 +75,7 @@ impl Model {
     /// Loads the runtime and the model on this thread and runs one window: the errors a
     /// configuration check reports (a missing file, a library that is not ONNX Runtime, a
     /// model that is not Silero's).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), VadError> {
         let mut s = Silero::new(self.clone());
         let mut noise = [0f32; WINDOW];
         for (i, x) in noise.iter_mut().enumerate() {
@@ -67,9 +84,9 @@ impl Model {
         s.probability(&noise).map(|_| ())
     }
 
-    fn session(&self) -> Result<Session, String> {
+    fn session(&self) -> Result<Session, VadError> {
         let env = runtime(&self.onnxruntime_library)?;
-        let fail = |e: ort::Error| format!("vad model {}: {e}", self.path.display());
+        let fail = |e: ort::Error| VadError::Model { model: self.path.display().to_string(), reason: e.to_string() };
         Session::builder(env)
             .map_err(fail)?
             .with_intra_threads(1)
@@ -101,7 +118,7 @@ impl Silero {
 
     /// The speech probability of the next window (`WINDOW` samples; a shorter one is padded
     /// with silence).
-    pub fn probability(&mut self, window: &[f32]) -> Result<f32, String> {
+    pub fn probability(&mut self, window: &[f32]) -> Result<f32, VadError> {
         let n = window.len().min(WINDOW);
         self.input.copy_within(WINDOW.., 0);
         self.input[CONTEXT..CONTEXT + n].copy_from_slice(&window[..n]);
@@ -112,9 +129,11 @@ impl Silero {
         }
         // The runtime first: making a tensor needs it.
         runtime(&self.model.onnxruntime_library)?;
-        let input = Tensor::from_array(([1usize, CONTEXT + WINDOW], self.input.clone())).map_err(|e| e.to_string())?;
-        let state = Tensor::from_array(([2usize, 1, 128], self.state.clone())).map_err(|e| e.to_string())?;
-        let rate = Tensor::from_array(((), vec![16000i64])).map_err(|e| e.to_string())?;
+        let input = Tensor::from_array(([1usize, CONTEXT + WINDOW], self.input.clone()))
+            .map_err(|e| VadError::Run(e.to_string()))?;
+        let state =
+            Tensor::from_array(([2usize, 1, 128], self.state.clone())).map_err(|e| VadError::Run(e.to_string()))?;
+        let rate = Tensor::from_array(((), vec![16000i64])).map_err(|e| VadError::Run(e.to_string()))?;
         SESSIONS.with(|sessions| {
             let mut sessions = sessions.borrow_mut();
             let at = match sessions.iter().position(|(p, _)| *p == self.model.path) {
@@ -127,11 +146,14 @@ impl Silero {
             let session = &mut sessions[at].1;
             let outputs = session
                 .run(ort::inputs!["input" => input, "state" => state, "sr" => rate])
-                .map_err(|e| format!("vad: {e}"))?;
-            let (_, p) = outputs["output"].try_extract_tensor::<f32>().map_err(|e| format!("vad: {e}"))?;
-            let (_, next) = outputs["stateN"].try_extract_tensor::<f32>().map_err(|e| format!("vad: {e}"))?;
+                .map_err(|e| VadError::Run(e.to_string()))?;
+            let (_, p) = outputs["output"].try_extract_tensor::<f32>().map_err(|e| VadError::Run(e.to_string()))?;
+            let (_, next) = outputs["stateN"].try_extract_tensor::<f32>().map_err(|e| VadError::Run(e.to_string()))?;
             if next.len() != STATE || p.is_empty() {
-                return Err(format!("vad model {}: not Silero VAD's outputs", self.model.path.display()));
+                return Err(VadError::Model {
+                    model: self.model.path.display().to_string(),
+                    reason: "not Silero VAD's outputs".into(),
+                });
             }
             self.state.copy_from_slice(next);
             Ok(p[0])

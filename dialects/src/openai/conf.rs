@@ -415,23 +415,7 @@ pub(super) fn apply(conf: &Conf, s: &Value, flavor: Flavor) -> Result<Conf, Prot
     if let Some(t) = s.get("truncation") {
         next.truncation = truncation(t, "session.truncation")?;
     }
-    // Accepted, echoed, and reported as not applied.
-    for (key, name) in
-        [("tracing", "tracing"), ("prompt", "prompt"), ("input_audio_noise_reduction", "input_audio_noise_reduction")]
-    {
-        if let Some(v) = s.get(key) {
-            unapplied(&mut next, name, (!v.is_null()).then(|| v.clone()));
-        }
-    }
-    if let Some(v) = s.get("include") {
-        let list = v.as_array().filter(|l| l.iter().all(Value::is_string));
-        let list = list.ok_or_else(|| invalid("session.include", "must be a list of strings"))?;
-        unapplied(&mut next, "include", (!list.is_empty()).then(|| v.clone()));
-    }
-    if let Some(v) = s.get("speed") {
-        let speed = speed(v, "session.speed")?;
-        unapplied(&mut next, "speed", (speed != 1.0).then(|| v.clone()));
-    }
+    echoed(&mut next, s)?;
     if let Some(v) = s.get("type")
         && v != "realtime"
     {
@@ -439,40 +423,7 @@ pub(super) fn apply(conf: &Conf, s: &Value, flavor: Flavor) -> Result<Conf, Prot
     }
     // GA: audio.input.{format, turn_detection, transcription}, audio.output.{format, voice}
     if let Some(audio) = s.get("audio") {
-        let input = &audio["input"];
-        if let Some(f) = input.get("format") {
-            set_input(&mut next, audio_format(f, "session.audio.input.format", flavor)?, flavor);
-        }
-        if let Some(td) = input.get("turn_detection") {
-            next.vad = turn_detection(td, "session.audio.input.turn_detection", flavor)?;
-        }
-        if let Some(t) = input.get("transcription") {
-            next.transcription = transcription(t, "session.audio.input.transcription")?;
-        }
-        if let Some(v) = input.get("noise_reduction") {
-            if !v.is_null()
-                && v.get("type").and_then(Value::as_str).is_none_or(|t| !matches!(t, "near_field" | "far_field"))
-            {
-                return Err(invalid(
-                    "session.audio.input.noise_reduction",
-                    "must be null or {\"type\": near_field|far_field}",
-                ));
-            }
-            unapplied(&mut next, "audio.input.noise_reduction", (!v.is_null()).then(|| v.clone()));
-        }
-        let output = &audio["output"];
-        if let Some(v) = output.get("speed") {
-            let speed = speed(v, "session.audio.output.speed")?;
-            unapplied(&mut next, "audio.output.speed", (speed != 1.0).then(|| v.clone()));
-        }
-        if let Some(v) = output.get("voice").and_then(Value::as_str) {
-            next.voice = v.to_string();
-            next.voice_named = true;
-        }
-        if let Some(f) = output.get("format") {
-            let param = "session.audio.output.format";
-            set_output(&mut next, audio_format(f, param, flavor)?, param)?;
-        }
+        apply_audio(&mut next, audio, flavor)?;
     }
     // The transcription's language and prompt: kept, echoed, not applied.
     for key in ["language", "prompt"] {
@@ -480,6 +431,68 @@ pub(super) fn apply(conf: &Conf, s: &Value, flavor: Flavor) -> Result<Conf, Prot
         unapplied(&mut next, &format!("transcription.{key}"), given);
     }
     Ok(next)
+}
+
+/// The settings accepted, echoed, and reported as not applied.
+fn echoed(next: &mut Conf, s: &serde_json::Map<String, Value>) -> Result<(), ProtocolError> {
+    // Accepted, echoed, and reported as not applied.
+    for (key, name) in
+        [("tracing", "tracing"), ("prompt", "prompt"), ("input_audio_noise_reduction", "input_audio_noise_reduction")]
+    {
+        if let Some(v) = s.get(key) {
+            unapplied(next, name, (!v.is_null()).then(|| v.clone()));
+        }
+    }
+    if let Some(v) = s.get("include") {
+        let list = v.as_array().filter(|l| l.iter().all(Value::is_string));
+        let list = list.ok_or_else(|| invalid("session.include", "must be a list of strings"))?;
+        unapplied(next, "include", (!list.is_empty()).then(|| v.clone()));
+    }
+    if let Some(v) = s.get("speed") {
+        let speed = speed(v, "session.speed")?;
+        unapplied(next, "speed", (speed != 1.0).then(|| v.clone()));
+    }
+    Ok(())
+}
+
+/// GA's `audio`: `input.{format, turn_detection, transcription, noise_reduction}`,
+/// `output.{speed, voice, format}`.
+fn apply_audio(next: &mut Conf, audio: &Value, flavor: Flavor) -> Result<(), ProtocolError> {
+    let input = &audio["input"];
+    if let Some(f) = input.get("format") {
+        set_input(next, audio_format(f, "session.audio.input.format", flavor)?, flavor);
+    }
+    if let Some(td) = input.get("turn_detection") {
+        next.vad = turn_detection(td, "session.audio.input.turn_detection", flavor)?;
+    }
+    if let Some(t) = input.get("transcription") {
+        next.transcription = transcription(t, "session.audio.input.transcription")?;
+    }
+    if let Some(v) = input.get("noise_reduction") {
+        if !v.is_null()
+            && v.get("type").and_then(Value::as_str).is_none_or(|t| !matches!(t, "near_field" | "far_field"))
+        {
+            return Err(invalid(
+                "session.audio.input.noise_reduction",
+                "must be null or {\"type\": near_field|far_field}",
+            ));
+        }
+        unapplied(next, "audio.input.noise_reduction", (!v.is_null()).then(|| v.clone()));
+    }
+    let output = &audio["output"];
+    if let Some(v) = output.get("speed") {
+        let speed = speed(v, "session.audio.output.speed")?;
+        unapplied(next, "audio.output.speed", (speed != 1.0).then(|| v.clone()));
+    }
+    if let Some(v) = output.get("voice").and_then(Value::as_str) {
+        next.voice = v.to_string();
+        next.voice_named = true;
+    }
+    if let Some(f) = output.get("format") {
+        let param = "session.audio.output.format";
+        set_output(next, audio_format(f, param, flavor)?, param)?;
+    }
+    Ok(())
 }
 
 /// A `session` object without its audio formats (`input_audio_format`,

@@ -16,7 +16,7 @@ struct Whisper(Asr);
 
 impl Transcriber for Whisper {
     fn transcribe(&mut self, audio: &[f32]) -> Result<String, TranscriptionError> {
-        match self.0.transcribe(audio).map_err(TranscriptionError::Failed)? {
+        match self.0.transcribe(audio).map_err(|e| TranscriptionError::Failed(e.to_string()))? {
             Heard::Text(text) => Ok(text.trim().to_string()),
             Heard::Aborted => Err(TranscriptionError::Failed("aborted".into())),
         }

@@ -46,6 +46,6 @@ pub enum VadError {
 pub fn check(spec: &VadSpec) -> Result<(), VadError> {
     match spec {
         VadSpec::Energy => Ok(()),
-        VadSpec::Silero(model) => model.check().map_err(VadError::Silero),
+        VadSpec::Silero(model) => model.check().map_err(|e| VadError::Silero(e.to_string())),
     }
 }

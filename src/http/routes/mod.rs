@@ -17,7 +17,7 @@ mod telephony;
 
 /// The routes; `origins` are `server.allowed_origins`, the other sites whose pages may make
 /// calls and mint secrets here (CORS on those routes: [`realtime::cors`]).
-pub fn configure(cfg: &mut web::ServiceConfig, origins: &[String]) {
+pub(crate) fn configure(cfg: &mut web::ServiceConfig, origins: &[String]) {
     cfg.route("/v1/realtime", web::get().to(realtime::websocket::realtime))
         .route("/v1/telephony/twilio", web::get().to(telephony::twilio))
         // The model in the path: Twilio's <Stream url> takes no query string.
@@ -54,7 +54,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, origins: &[String]) {
 }
 
 /// An HTTP error with the same JSON shape as the WebSocket `error` event.
-pub fn http_error(status: StatusCode, code: &str, message: impl Into<String>) -> HttpResponse {
+pub(crate) fn http_error(status: StatusCode, code: &str, message: impl Into<String>) -> HttpResponse {
     let kind = if status.is_client_error() { "client_error" } else { "server_error" };
     HttpResponse::build(status).json(json!({"error": {"code": code, "message": message.into(), "type": kind}}))
 }

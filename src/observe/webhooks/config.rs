@@ -85,7 +85,7 @@ impl WebhookSpec {
 }
 
 /// Every entry checked; names are unique. Errors name `webhooks[i].KEY`.
-pub fn validate(entries: &[WebhookEntry], base: Base<'_>) -> Result<Vec<WebhookSpec>, Invalid> {
+pub(crate) fn validate(entries: &[WebhookEntry], base: Base<'_>) -> Result<Vec<WebhookSpec>, Invalid> {
     let mut webhooks: Vec<WebhookSpec> = Vec::new();
     for (i, w) in entries.iter().enumerate() {
         let spec = w.validate(i, base).map_err(|e| e.under(&format!("webhooks[{i}]")))?;

@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 
 pub use config::{WebhookEntry, WebhookFormat, WebhookSpec};
 
-pub mod config;
+pub(crate) mod config;
 
 /// The event of a call offered to the app.
 pub const OFFER: &str = "realtime.call.incoming";

@@ -126,7 +126,11 @@ fn cycle(tone: f64, silence: f64) -> (Vec<Vec<i16>>, usize) {
     (pcm, tone_frames)
 }
 
-pub fn run(args: CallloadArgs) -> Result<(), String> {
+pub fn run(args: CallloadArgs) -> Result<(), crate::ToolError> {
+    place_calls(args).map_err(crate::ToolError::Calls)
+}
+
+fn place_calls(args: CallloadArgs) -> Result<(), String> {
     let (pcm, tone_frames) = cycle(args.tone, args.silence);
     let mut encoder =
         opus::Encoder::new(RATE, opus::Channels::Mono, opus::Application::Voip).map_err(|e| e.to_string())?;

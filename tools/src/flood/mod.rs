@@ -34,7 +34,11 @@ mod attack;
 
 pub use args::{FloodArgs, FloodKind};
 
-pub fn run(args: FloodArgs) -> Result<(), String> {
+pub fn run(args: FloodArgs) -> Result<(), crate::ToolError> {
+    flood(args).map_err(crate::ToolError::Flood)
+}
+
+fn flood(args: FloodArgs) -> Result<(), String> {
     let runtime = client::runtime()?;
     let report = runtime.block_on(async {
         match args.kind {

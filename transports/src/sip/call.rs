@@ -22,7 +22,7 @@ use omni_actors::protocol::CloseReason;
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::rtp::{Heard, Inbound, Outbound};
+use super::rtp::{Datagram, Inbound, Outbound};
 use super::sdp::Media;
 use super::voice::Voice;
 use crate::incoming::{Backlog, IncomingBudget};
@@ -99,7 +99,7 @@ struct AppSocket {
 pub struct Renegotiated(pub Media);
 
 /// What a call starts from.
-pub struct CallParts {
+pub struct SipCallParts {
     /// Names the call in logs (`sip-3`).
     pub label: String,
     pub socket: std::net::UdpSocket,
@@ -164,7 +164,7 @@ fn canonical(a: SocketAddr) -> SocketAddr {
 }
 
 impl SipCall {
-    pub fn new(parts: CallParts) -> std::io::Result<SipCall> {
+    pub fn new(parts: SipCallParts) -> std::io::Result<SipCall> {
         let voice = Voice::new(parts.media.codec).map_err(std::io::Error::other)?;
         parts.socket.set_nonblocking(true)?;
         let socket = Arc::new(UdpSocket::from_std(parts.socket)?);
@@ -264,9 +264,9 @@ impl SipCall {
         for h in heard {
             match h {
                 // What a trunk sends while it holds the call (music) is not the caller's voice.
-                Heard::Voice(_) | Heard::Lost if self.media.held => {}
+                Datagram::Voice(_) | Datagram::Lost if self.media.held => {}
                 // UDP cannot be told to wait: the voice of a session that is behind is dropped.
-                Heard::Voice(frame) => {
+                Datagram::Voice(frame) => {
                     let (voice, label) = (&mut self.voice, &self.label);
                     if let Some(s) = &self.session {
                         self.incoming.offer(s, ("sip", "audio"), || match voice.heard(&frame, Instant::now()) {
@@ -278,14 +278,14 @@ impl SipCall {
                         });
                     }
                 }
-                Heard::Lost => {
+                Datagram::Lost => {
                     if let Some(s) = &self.session {
                         let voice = &mut self.voice;
                         self.incoming.offer(s, ("sip", "audio"), || Some(FromClient::Audio(voice.lost())));
                     }
                 }
                 // Never logged which (callers type PINs); a flood of them is not a person's.
-                Heard::Key(key) => {
+                Datagram::Key(key) => {
                     let now = Instant::now();
                     if self.last_key.is_none_or(|at| now.saturating_duration_since(at) >= KEY_GAP) {
                         self.last_key = Some(now);

@@ -32,7 +32,7 @@ const MAX_NONCES: usize = 10_000;
 
 /// What an INVITE's credentials come to.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub enum DigestVerdict {
     /// Proven, as this user.
     Proven(String),
     /// To be asked (again): 401 with fresh challenges (`stale`: the nonce was only old).
@@ -102,38 +102,38 @@ impl Guard {
     }
 
     /// Checks the credentials of a request (`method` to `uri`) from `source` at `now`.
-    pub fn check(&self, method: &str, uri: &SipUri, headers: &Headers, source: IpAddr, now: u64) -> Verdict {
+    pub fn check(&self, method: &str, uri: &SipUri, headers: &Headers, source: IpAddr, now: u64) -> DigestVerdict {
         let responses = match headers.try_get::<Vec<AuthResponse>>(Name::AUTHORIZATION) {
-            None => return Verdict::Challenge { stale: false },
-            Some(Err(e)) => return Verdict::Refused(format!("its Authorization header does not parse: {e}")),
+            None => return DigestVerdict::Challenge { stale: false },
+            Some(Err(e)) => return DigestVerdict::Refused(format!("its Authorization header does not parse: {e}")),
             Some(Ok(r)) => r,
         };
         let Some(digest) = responses.into_iter().find_map(|r| match r {
             AuthResponse::Digest(d) if d.realm == self.realm.as_str() => Some(d),
             _ => None,
         }) else {
-            return Verdict::Challenge { stale: false };
+            return DigestVerdict::Challenge { stale: false };
         };
         // The nonce: this gateway's, for this address, and recent.
         let mut parts = digest.nonce.splitn(3, '.');
         let (Some(made), Some(salt), Some(seal)) = (parts.next(), parts.next(), parts.next()) else {
-            return Verdict::Challenge { stale: false };
+            return DigestVerdict::Challenge { stale: false };
         };
         let Ok(made_at) = u64::from_str_radix(made, 16) else {
-            return Verdict::Challenge { stale: false };
+            return DigestVerdict::Challenge { stale: false };
         };
         if !bool::from(self.seal(source, made_at, salt).as_bytes().ct_eq(seal.as_bytes())) {
-            return Verdict::Challenge { stale: false };
+            return DigestVerdict::Challenge { stale: false };
         }
         if now.saturating_sub(made_at) > NONCE_LIFE_S || made_at > now + 5 {
-            return Verdict::Challenge { stale: true };
+            return DigestVerdict::Challenge { stale: true };
         }
         let user = match &digest.username {
             Username::Username(u) => u.to_string(),
-            Username::UsernameNonASCII(_) => return Verdict::Refused("a user name it does not know".into()),
+            Username::UsernameNonASCII(_) => return DigestVerdict::Refused("a user name it does not know".into()),
         };
         let Some(password) = self.users.get(&user) else {
-            return Verdict::Refused(format!("user '{}' is not one of sip.users", clipped(&user)));
+            return DigestVerdict::Refused(format!("user '{}' is not one of sip.users", clipped(&user)));
         };
         let hash: fn(&str) -> String = match (&digest.algorithm, self.algorithm) {
             (Algorithm::AlgorithmValue(AlgorithmValue::MD5), DigestAlgorithm::Md5) => {
@@ -142,17 +142,17 @@ impl Guard {
             (Algorithm::AlgorithmValue(AlgorithmValue::SHA256), DigestAlgorithm::Sha256) => {
                 |s| hex::encode(sha2::Sha256::digest(s))
             }
-            _ => return Verdict::Refused(format!("another algorithm than the one asked ({})", digest.algorithm)),
+            _ => return DigestVerdict::Refused(format!("another algorithm than the one asked ({})", digest.algorithm)),
         };
         let Some(qop) = digest.qop_response.as_ref().filter(|q| q.qop == QopOption::Auth) else {
-            return Verdict::Refused("no qop=auth (a nonce count is required)".into());
+            return DigestVerdict::Refused("no qop=auth (a nonce count is required)".into());
         };
         if !self.proves(&digest, password, method, hash) {
-            return Verdict::Refused(format!("a wrong password for user '{}'", clipped(&user)));
+            return DigestVerdict::Refused(format!("a wrong password for user '{}'", clipped(&user)));
         }
         // The response is for this request's URI (the hash covers the one it names).
         if !digest.uri.parse::<SipUri>().is_ok_and(|signed| signed.compare(uri)) {
-            return Verdict::Refused(format!(
+            return DigestVerdict::Refused(format!(
                 "credentials for another URI than the request's ({})",
                 clipped(&digest.uri)
             ));
@@ -162,16 +162,16 @@ impl Guard {
         let mut counts = self.counts.lock();
         let key = (digest.nonce.to_string(), user.clone());
         if counts.get(&key).is_some_and(|(last, _)| qop.nc <= *last) {
-            return Verdict::Challenge { stale: true };
+            return DigestVerdict::Challenge { stale: true };
         }
         if counts.len() >= MAX_NONCES {
             counts.retain(|_, (_, made)| now.saturating_sub(*made) <= NONCE_LIFE_S);
             if counts.len() >= MAX_NONCES {
-                return Verdict::Challenge { stale: true };
+                return DigestVerdict::Challenge { stale: true };
             }
         }
         counts.insert(key, (qop.nc, made_at));
-        Verdict::Proven(user)
+        DigestVerdict::Proven(user)
     }
 
     /// Whether the response is the one the password gives (RFC 2617's, qop auth). The count is
@@ -252,7 +252,10 @@ mod tests {
     #[test]
     fn an_invite_without_credentials_is_challenged_with_the_algorithm_asked() {
         let g = guard();
-        assert_eq!(g.check("INVITE", &uri(), &Headers::new(), source(), NOW), Verdict::Challenge { stale: false });
+        assert_eq!(
+            g.check("INVITE", &uri(), &Headers::new(), source(), NOW),
+            DigestVerdict::Challenge { stale: false }
+        );
         let md5 = printed(&g.challenge(source(), NOW, false));
         assert!(
             md5.contains("algorithm=MD5") && md5.contains("realm=\"omni-gateway\"") && md5.contains("qop=\"auth\"")
@@ -262,44 +265,44 @@ mod tests {
         assert!(printed(&sha.challenge(source(), NOW, true)).contains("stale=true"));
         // ezk's client answers SHA-256 as well.
         let (_, headers) = answered(&sha, "trunk", "a-long-trunk-password", false);
-        assert_eq!(sha.check("INVITE", &uri(), &headers, source(), NOW), Verdict::Proven("trunk".into()));
+        assert_eq!(sha.check("INVITE", &uri(), &headers, source(), NOW), DigestVerdict::Proven("trunk".into()));
         // An MD5 answer to a SHA-256 gateway is refused.
         let (_, md5) = answered(&g, "trunk", "a-long-trunk-password", false);
         let verdict = sha.check("INVITE", &uri(), &md5, source(), NOW);
-        assert!(matches!(&verdict, Verdict::Refused(_) | Verdict::Challenge { .. }), "{verdict:?}");
+        assert!(matches!(&verdict, DigestVerdict::Refused(_) | DigestVerdict::Challenge { .. }), "{verdict:?}");
     }
 
     #[test]
     fn ezk_s_client_proves_the_password_once_per_count_and_a_wrong_one_is_refused() {
         let g = guard();
         let (mut client, headers) = answered(&g, "trunk", "a-long-trunk-password", false);
-        assert_eq!(g.check("INVITE", &uri(), &headers, source(), NOW + 1), Verdict::Proven("trunk".into()));
+        assert_eq!(g.check("INVITE", &uri(), &headers, source(), NOW + 1), DigestVerdict::Proven("trunk".into()));
         // The same again (a replay) is asked afresh; the client's next count is taken.
-        assert_eq!(g.check("INVITE", &uri(), &headers, source(), NOW + 1), Verdict::Challenge { stale: true });
+        assert_eq!(g.check("INVITE", &uri(), &headers, source(), NOW + 1), DigestVerdict::Challenge { stale: true });
         let mut next = Headers::new();
         client.authorize_request(&mut next);
-        assert_eq!(g.check("INVITE", &uri(), &next, source(), NOW + 2), Verdict::Proven("trunk".into()));
+        assert_eq!(g.check("INVITE", &uri(), &next, source(), NOW + 2), DigestVerdict::Proven("trunk".into()));
         // Another method than the one signed does not check.
         let (_, other) = answered(&g, "trunk", "a-long-trunk-password", false);
-        assert!(matches!(g.check("BYE", &uri(), &other, source(), NOW), Verdict::Refused(_)));
+        assert!(matches!(g.check("BYE", &uri(), &other, source(), NOW), DigestVerdict::Refused(_)));
 
         let (_, wrong) = answered(&g, "trunk", "not-the-password-at-all", false);
         let verdict = g.check("INVITE", &uri(), &wrong, source(), NOW);
-        assert!(matches!(&verdict, Verdict::Refused(why) if why.contains("wrong password")), "{verdict:?}");
+        assert!(matches!(&verdict, DigestVerdict::Refused(why) if why.contains("wrong password")), "{verdict:?}");
         assert!(!format!("{verdict:?}").contains("not-the-password"));
         // Signed for another number: refused on this one.
         let (_, signed) = answered(&g, "trunk", "a-long-trunk-password", false);
         let elsewhere: SipUri = "sip:200@203.0.113.10".parse().unwrap();
         let verdict = g.check("INVITE", &elsewhere, &signed, source(), NOW);
-        assert!(matches!(&verdict, Verdict::Refused(why) if why.contains("another URI")), "{verdict:?}");
+        assert!(matches!(&verdict, DigestVerdict::Refused(why) if why.contains("another URI")), "{verdict:?}");
         // Two calls of one trunk in the same second each get a nonce of their own.
         let (_, one) = answered(&g, "trunk", "a-long-trunk-password", false);
         let (_, two) = answered(&g, "trunk", "a-long-trunk-password", false);
-        assert_eq!(g.check("INVITE", &uri(), &one, source(), NOW), Verdict::Proven("trunk".into()));
-        assert_eq!(g.check("INVITE", &uri(), &two, source(), NOW), Verdict::Proven("trunk".into()));
+        assert_eq!(g.check("INVITE", &uri(), &one, source(), NOW), DigestVerdict::Proven("trunk".into()));
+        assert_eq!(g.check("INVITE", &uri(), &two, source(), NOW), DigestVerdict::Proven("trunk".into()));
         let (_, stranger) = answered(&g, "someone", "a-long-trunk-password", false);
         assert!(
-            matches!(g.check("INVITE", &uri(), &stranger, source(), NOW), Verdict::Refused(why) if why.contains("someone"))
+            matches!(g.check("INVITE", &uri(), &stranger, source(), NOW), DigestVerdict::Refused(why) if why.contains("someone"))
         );
     }
 
@@ -308,13 +311,13 @@ mod tests {
         let g = guard();
         let (_, headers) = answered(&g, "trunk", "a-long-trunk-password", false);
         let elsewhere: IpAddr = "198.51.100.8".parse().unwrap();
-        assert_eq!(g.check("INVITE", &uri(), &headers, elsewhere, NOW), Verdict::Challenge { stale: false });
+        assert_eq!(g.check("INVITE", &uri(), &headers, elsewhere, NOW), DigestVerdict::Challenge { stale: false });
         assert_eq!(
             g.check("INVITE", &uri(), &headers, source(), NOW + NONCE_LIFE_S + 1),
-            Verdict::Challenge { stale: true }
+            DigestVerdict::Challenge { stale: true }
         );
         // Another gateway's (another process's key) nonce is not this one's.
         let other = guard();
-        assert_eq!(other.check("INVITE", &uri(), &headers, source(), NOW), Verdict::Challenge { stale: false });
+        assert_eq!(other.check("INVITE", &uri(), &headers, source(), NOW), DigestVerdict::Challenge { stale: false });
     }
 }

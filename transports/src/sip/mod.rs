@@ -5,7 +5,7 @@
 //!
 //! SIP itself (parsing, transactions and their retransmissions, the INVITE dialog, CANCEL,
 //! BYE, re-INVITE) is ezk's (`ezk-sip-core`, `ezk-sip-ua`), running on an arbiter of its own:
-//! one signalling task per call ([`answer`]) takes the INVITE, checks where it comes from (not
+//! one signalling task per call ([`invite::answer`]) takes the INVITE, checks where it comes from (not
 //! from `allowed_networks`: 403) and which number it called (no route: 404), agrees on the
 //! media ([`sdp`]; nothing it can take: 488), binds the call's RTP port, starts the call's
 //! edge ([`call::SipCall`], which starts the session; a refusal of the admission is answered
@@ -25,6 +25,7 @@ mod accept;
 pub mod call;
 pub mod config;
 pub mod digest;
+mod invite;
 pub mod offers;
 pub mod rtp;
 pub mod sdp;
@@ -35,23 +36,18 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-use actix::{Actor, Addr, ArbiterHandle};
-use bytesstr::BytesStr;
-use ezk_sdp_types::SessionDescription;
+use actix::ArbiterHandle;
 use ezk_sip_core::{Endpoint, IncomingRequest, Layer, MayTake};
 use ezk_sip_types::header::typed::Contact;
-use ezk_sip_types::uri::{NameAddr, SipUri, SipUriUserPart};
+use ezk_sip_types::uri::{NameAddr, SipUri};
 use ezk_sip_types::{Method, StatusCode};
 use ezk_sip_ua::dialog::DialogLayer;
 use ezk_sip_ua::invite::InviteLayer;
-use ezk_sip_ua::{CallError, CallEvent, InboundCall, MediaBackend, NoMedia};
 
 use crate::StartSession;
 use crate::caller::{Caller, Refusal};
 use crate::incoming::IncomingBudget;
-use accept::{Acceptance, Answered, Unanswered, ask, sip_headers};
-use call::{CallAnswered, CallParts, PeerHungUp, Renegotiated, SipCall};
-use config::{Accept, SipRouteEntry};
+use config::SipRouteEntry;
 pub use config::{SipConfig, SipSpec};
 use omni_actors::edge::client::CallSettings;
 
@@ -193,31 +189,7 @@ impl Layer for Answering {
             return;
         }
         let invite = request.take();
-        answer(self.0.clone(), endpoint.clone(), invite).await;
-    }
-}
-
-/// The SIP code a refused admission is answered with.
-fn code_of(refusal: &Refusal) -> StatusCode {
-    match refusal.status {
-        429 => StatusCode::BUSY_HERE,
-        503 => StatusCode::SERVICE_UNAVAILABLE,
-        400 | 404 => StatusCode::NOT_FOUND,
-        _ => StatusCode::FORBIDDEN,
-    }
-}
-
-/// The number an INVITE called: its Request-URI's user part, without the parameters a carrier
-/// may add to it (`+15551230000;npdi=yes;rn=...`).
-fn called(invite: &IncomingRequest) -> String {
-    let user = match &invite.line.uri.user_part {
-        SipUriUserPart::User(u) => u.to_string(),
-        SipUriUserPart::UserPw(u) => u.user.to_string(),
-        SipUriUserPart::Empty => String::new(),
-    };
-    match user.split_once(';') {
-        Some((number, _)) => number.to_string(),
-        None => user,
+        invite::answer(self.0.clone(), endpoint.clone(), invite).await;
     }
 }
 
@@ -268,345 +240,5 @@ impl Sip {
         let uri: SipUri =
             format!("sip:omni-gateway@{host}:{}", self.spec.bind.port()).parse().expect("a SIP URI of an address");
         Contact::new(NameAddr::uri(uri))
-    }
-}
-
-/// One INVITE, from its arrival to the call's end.
-async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) {
-    let n = sip.calls.fetch_add(1, Ordering::Relaxed) + 1;
-    let label = format!("sip-{n}");
-    let source = invite.tp_info.source;
-    if !sip.spec.allows(source.ip()) {
-        // Refused before anything of it is kept (no dialog); counted with the other refusals,
-        // and said in the log at debug level only (a scanner's INVITEs would flood it).
-        let _ = Refusal::new("forbidden_network", 403, "forbidden", "");
-        log::debug!("{label}: an INVITE from {source} refused (403): not from sip.allowed_networks");
-        return refuse(&endpoint, &mut invite, StatusCode::FORBIDDEN).await;
-    }
-    if let Some(guard) = &sip.guard {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
-        match guard.check("INVITE", &invite.line.uri, &invite.headers, source.ip(), now) {
-            digest::Verdict::Proven(user) => log::debug!("{label}: an INVITE from {source} proved user '{user}'"),
-            digest::Verdict::Challenge { stale } => {
-                // Every call of a trunk with credentials is challenged once: counted (a trunk that
-                // never answers shows as these alone), logged at debug.
-                let _ = Refusal::new("sip_challenged", 401, "unauthorized", "");
-                log::debug!("{label}: an INVITE from {source} asked for its credentials (401)");
-                let challenge = guard.challenge(source.ip(), now, stale);
-                return refuse_with(&endpoint, &mut invite, StatusCode::UNAUTHORIZED, |headers| {
-                    headers.insert_type(ezk_sip_types::Name::WWW_AUTHENTICATE, &challenge)
-                })
-                .await;
-            }
-            digest::Verdict::Refused(why) => {
-                let _ = Refusal::new("sip_credentials", 403, "forbidden", "");
-                log::info!("{label}: an INVITE from {source} refused (403): {why}");
-                return refuse(&endpoint, &mut invite, StatusCode::FORBIDDEN).await;
-            }
-        }
-    }
-    let number = called(&invite);
-    let inbound_has_tag = invite.base_headers.to.tag.is_some();
-    let body = BytesStr::from_utf8_bytes(invite.body.clone()).ok();
-    let offer = body.as_ref().and_then(|b| SessionDescription::parse(b).ok());
-    let headers = sip_headers(&invite);
-    let mut inbound = match InboundCall::from_invite(endpoint.clone(), invite, sip.contact()) {
-        Ok(call) => call,
-        Err(e) => {
-            let (mut invite, why) = *e;
-            log::info!("{label}: an INVITE from {source} is not a call (400): {why}");
-            return refuse(&endpoint, &mut invite, StatusCode::BAD_REQUEST).await;
-        }
-    };
-    if inbound_has_tag {
-        return decline(
-            inbound,
-            &label,
-            source,
-            StatusCode::CALL_OR_TRANSACTION_DOES_NOT_EXIST,
-            "an INVITE within a dialog that is not here".into(),
-        )
-        .await;
-    }
-    let Some(route) = sip.spec.route(&number).cloned() else {
-        return decline(
-            inbound,
-            &label,
-            source,
-            StatusCode::NOT_FOUND,
-            format!("no [[sip.routes]] for the number called, '{number}'"),
-        )
-        .await;
-    };
-    let Some(offer) = offer.filter(|_| inbound.has_sdp_offer()) else {
-        return decline(inbound, &label, source, StatusCode::NOT_ACCEPTABLE_HERE, "the INVITE has no SDP offer".into())
-            .await;
-    };
-    let acceptance = match route.accept {
-        Accept::Route => Acceptance::of_route(&sip, &route),
-        Accept::Webhook => {
-            if let Err(e) = sdp::agreed(&offer) {
-                return decline(inbound, &label, source, StatusCode::NOT_ACCEPTABLE_HERE, e.to_string()).await;
-            }
-            match ask(&sip, &mut inbound, source.ip().to_canonical(), &label, headers, (&number, &route)).await {
-                Ok(acceptance) => acceptance,
-                Err(Unanswered::Cancelled) => return log::info!("{label}: the caller gave up while it rang"),
-                Err(Unanswered::Refused(code, why)) => return decline(inbound, &label, source, code, why).await,
-            }
-        }
-    };
-    let socket = match sip.bind_rtp() {
-        Ok(s) => s,
-        Err(e) => {
-            let why = e.to_string();
-            acceptance.tell(Err(Refusal::new("no_port", 503, "server_error", why.clone())));
-            return decline(inbound, &label, source, StatusCode::SERVICE_UNAVAILABLE, why).await;
-        }
-    };
-    let local = SocketAddr::new(sip.spec.public_ip, socket.local_addr().map_or(0, |a| a.port()));
-    let session_id = u64::from(call_id_number());
-    let (media, sdp_answer) = match sdp::answer(&offer, local, session_id, 1) {
-        Ok(agreed) => agreed,
-        Err(e) => {
-            acceptance.tell(Err(Refusal::new("internal", 400, "invalid_request_error", e.to_string())));
-            return decline(inbound, &label, source, StatusCode::NOT_ACCEPTABLE_HERE, e.to_string()).await;
-        }
-    };
-    log::info!("{label}: a call from {source} to '{number}': {} on RTP {local}", media.codec.name());
-
-    // The call's edge starts its session on the calls' arbiter (a session's start is not
-    // Send); its admission's refusal comes back here.
-    let (hang_up, mut hung_up) = tokio::sync::mpsc::unbounded_channel();
-    let (ready_tx, mut ready) = tokio::sync::oneshot::channel();
-    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Result<Addr<SipCall>, Refusal>>();
-    let edge_sip = sip.clone();
-    let caller = Caller { ip: Some(source.ip()), port: source.port(), user_agent: None, origin: Default::default() };
-    let Acceptance { model, settings, app, key_id, done, call_id } = acceptance;
-    // The app's hang-up of a call it accepted (the sender kept here too: never closed).
-    let (app_hang_up, mut app_hung_up) = tokio::sync::mpsc::unbounded_channel();
-    let answered = call_id.map(|id| (id, key_id.clone(), app_hang_up.clone()));
-    let call_label = label.clone();
-    let call_media = media.clone();
-    sip.arbiter.spawn(async move {
-        // A trunk is let in by its network, not a key; a call the app accepted counts as its
-        // key's.
-        let sip = edge_sip;
-        let started = sip.host.admit(&caller, CallStart { model, key_id, settings, app }).and_then(|start| {
-            let parts = CallParts {
-                label: call_label,
-                socket,
-                media: call_media,
-                start,
-                max_incoming_bytes: sip.max_incoming_bytes,
-                incoming: sip.incoming.clone(),
-                hang_up,
-                trunk: caller.ip.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into()),
-                ready: ready_tx,
-            };
-            SipCall::new(parts)
-                .map(Actor::start)
-                .map_err(|e| Refusal::new("internal", 503, "server_error", format!("the call's RTP socket: {e}")))
-        });
-        let _ = started_tx.send(started);
-    });
-    let started = started_rx.await;
-    // The app's accept hears how its call went: refused here, or once the trunk has it.
-    let tell = |done: Option<tokio::sync::oneshot::Sender<Result<(), Refusal>>>, told: Result<(), Refusal>| {
-        if let Some(done) = done {
-            let _ = done.send(told);
-        }
-    };
-    let edge = match started {
-        Ok(Ok(edge)) => edge,
-        Ok(Err(refusal)) => {
-            tell(done, Err(refusal.clone()));
-            return decline(inbound, &label, source, code_of(&refusal), refusal.message).await;
-        }
-        Err(_) => {
-            tell(done, Err(Refusal::new("internal", 503, "server_error", "the call's edge did not start")));
-            return decline(
-                inbound,
-                &label,
-                source,
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the call's edge did not start".into(),
-            )
-            .await;
-        }
-    };
-    let media = CallMedia {
-        first: Some(sdp_answer.clone()),
-        last: sdp_answer,
-        local,
-        session_id,
-        version: 1,
-        edge: edge.clone(),
-    };
-    // An accepted call can be hung up by the app from its accept's answer on, until it ends.
-    let door = (edge.clone().recipient(), edge.clone().recipient());
-    let _answered = answered.map(|(id, key_id, hang_up)| Answered::new(&sip, id, key_id, hang_up, door));
-    // The app's accept is taken: the call is its now (it may hang it up from here on).
-    tell(done, Ok(()));
-    // The call rings while its session waits for a worker (the caller hears ringback, not
-    // silence), and is answered once the session is created.
-    let mut ring = tokio::time::interval(accept::RING_AGAIN);
-    loop {
-        tokio::select! {
-            created = &mut ready => match created {
-                Ok(()) => break,
-                // The edge ended: so did the session (as the arm below).
-                Err(_) => {
-                    let why = "its session ended before a worker took it".to_string();
-                    return decline(inbound, &label, source, StatusCode::TEMPORARILY_UNAVAILABLE, why).await;
-                }
-            },
-            _ = inbound.cancelled() => {
-                log::info!("{label}: the caller gave up while it waited for a worker");
-                return edge.do_send(PeerHungUp);
-            }
-            _ = hung_up.recv() => {
-                let why = "its session ended before a worker took it".to_string();
-                return decline(inbound, &label, source, StatusCode::TEMPORARILY_UNAVAILABLE, why).await;
-            }
-            _ = app_hung_up.recv() => {
-                edge.do_send(PeerHungUp);
-                let why = "the app hung it up while it waited for a worker".to_string();
-                return decline(inbound, &label, source, StatusCode::TEMPORARILY_UNAVAILABLE, why).await;
-            }
-            _ = ring.tick() => {
-                if let Err(e) = inbound.respond_provisional(StatusCode::RINGING).await {
-                    log::debug!("{label}: a 180 was not sent: {e}");
-                }
-            }
-        }
-    }
-    let mut call = match inbound.with_media(media).accept().await {
-        Ok(call) => call,
-        Err(e) => {
-            log::info!("{label}: the call was not set up: {e}");
-            return edge.do_send(PeerHungUp);
-        }
-    };
-    edge.do_send(CallAnswered);
-    loop {
-        tokio::select! {
-            event = call.run() => match event {
-                Ok(CallEvent::Internal(event)) => match call.handle_internal_event(event).await {
-                    Ok(()) => {}
-                    // A re-INVITE whose media cannot be taken was refused; the call goes on as it was.
-                    Err(CallError::Media(e)) => log::info!("{label}: a re-INVITE refused: {e}"),
-                    Err(e) => {
-                        log::info!("{label}: the dialog failed: {e}");
-                        return edge.do_send(PeerHungUp);
-                    }
-                },
-                Ok(CallEvent::Media(())) => {}
-                Ok(CallEvent::Terminated) => {
-                    log::info!("{label}: the trunk hung up");
-                    return edge.do_send(PeerHungUp);
-                }
-                Err(e) => {
-                    log::info!("{label}: the dialog failed: {e}");
-                    return edge.do_send(PeerHungUp);
-                }
-            },
-            _ = app_hung_up.recv() => {
-                log::info!("{label}: the app hung up");
-                edge.do_send(PeerHungUp);
-                if let Err(e) = call.terminate().await {
-                    log::info!("{label}: the BYE was not answered: {e}");
-                }
-                drop(app_hang_up);
-                return;
-            }
-            _ = hung_up.recv() => {
-                if let Err(e) = call.terminate().await {
-                    log::info!("{label}: the BYE was not answered: {e}");
-                }
-                return;
-            }
-        }
-    }
-}
-
-/// Answers an INVITE that opens no dialog with `code`, in its own transaction (retransmitted
-/// until the trunk's ACK, as RFC 3261 has it).
-async fn refuse(endpoint: &Endpoint, invite: &mut IncomingRequest, code: StatusCode) {
-    refuse_with(endpoint, invite, code, |_| {}).await
-}
-
-/// [`refuse`], with headers of its own (a 401's challenges).
-async fn refuse_with(
-    endpoint: &Endpoint,
-    invite: &mut IncomingRequest,
-    code: StatusCode,
-    headers: impl FnOnce(&mut ezk_sip_types::Headers),
-) {
-    let tsx = endpoint.create_server_inv_tsx(invite);
-    let mut response = endpoint.create_response(invite, code, None);
-    headers(&mut response.msg.headers);
-    if let Err(e) = tsx.respond_failure(response).await {
-        log::debug!("an INVITE's refusal ({}) was not delivered: {e}", code.into_u16());
-    }
-}
-
-/// Refuses a call with `code`, saying why in the log.
-async fn decline(inbound: InboundCall<NoMedia>, label: &str, source: SocketAddr, code: StatusCode, why: String) {
-    log::info!("{label}: a call from {source} refused ({}): {why}", code.into_u16());
-    if let Err(e) = inbound.decline(code, None).await {
-        log::debug!("{label}: the refusal was not delivered: {e}");
-    }
-}
-
-/// A number for an SDP session id.
-fn call_id_number() -> u32 {
-    let b = uuid::Uuid::new_v4().into_bytes();
-    u32::from_le_bytes([b[0], b[1], b[2], b[3]]) >> 1
-}
-
-/// The call's media as ezk's dialog sees it: the first offer was agreed before the call was
-/// answered; a re-INVITE's offer is agreed here and its media handed to the call's edge.
-struct CallMedia {
-    first: Option<SessionDescription>,
-    /// The answer last given (offered again when a re-INVITE asks for an offer).
-    last: SessionDescription,
-    local: SocketAddr,
-    session_id: u64,
-    version: u64,
-    edge: Addr<SipCall>,
-}
-
-impl MediaBackend for CallMedia {
-    type Error = sdp::Refused;
-    type Event = ();
-
-    fn has_media(&self) -> bool {
-        true
-    }
-
-    async fn create_sdp_offer(&mut self) -> Result<SessionDescription, sdp::Refused> {
-        self.version += 1;
-        Ok(sdp::reoffer(&self.last, self.version))
-    }
-
-    async fn receive_sdp_answer(&mut self, answer: SessionDescription) -> Result<(), sdp::Refused> {
-        let (_, media) = sdp::agreed(&answer)?;
-        self.edge.do_send(Renegotiated(media));
-        Ok(())
-    }
-
-    async fn receive_sdp_offer(&mut self, offer: SessionDescription) -> Result<SessionDescription, sdp::Refused> {
-        if let Some(first) = self.first.take() {
-            return Ok(first);
-        }
-        self.version += 1;
-        let (media, answer) = sdp::answer(&offer, self.local, self.session_id, self.version)?;
-        self.edge.do_send(Renegotiated(media));
-        self.last = answer.clone();
-        Ok(answer)
-    }
-
-    async fn run(&mut self) -> Result<(), sdp::Refused> {
-        std::future::pending().await
     }
 }

@@ -3,7 +3,7 @@
 //! session's settings (`POST /v1/realtime/calls/{call_id}/accept`) or rejects it with a SIP code
 //! (`/reject`), and may later hang it up (`/hangup`). This is the book of those calls: the
 //! ringing ones, each waiting for its [`Decision`], and the answered ones, each with a way to hang
-//! it up. The signalling task of a call ([`super::answer`]) and the HTTP routes meet here; the
+//! it up. The signalling task of a call ([`super::invite::answer`]) and the HTTP routes meet here; the
 //! rules are plain and tested without a runtime.
 
 use std::collections::HashMap;

@@ -1,5 +1,5 @@
 //! A call's RTP, as rules without a runtime (packets are rtp-types'): what arrives is put back
-//! in order in a short jitter buffer ([`Jitter`]) and split into the voice and the keys
+//! in order in a short jitter buffer (`Jitter`) and split into the voice and the keys
 //! ([`Inbound`]); what leaves is numbered and stamped ([`Outbound`]).
 //!
 //! The jitter buffer holds up to [`DEPTH`] packets: a packet that arrives out of order within
@@ -30,7 +30,7 @@ pub const LATE_RUN: u32 = 25;
 
 /// What one datagram of the trunk's carried.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Heard {
+pub enum Datagram {
     /// A frame of the caller's voice (its codec's payload) in order.
     Voice(Vec<u8>),
     /// A frame that never came.
@@ -84,7 +84,7 @@ impl Inbound {
     }
 
     /// One datagram: what it makes playable now, in order.
-    pub fn push(&mut self, datagram: &[u8], out: &mut Vec<Heard>) -> Result<(), Dropped> {
+    pub fn push(&mut self, datagram: &[u8], out: &mut Vec<Datagram>) -> Result<(), Dropped> {
         let packet = RtpPacket::parse(datagram).map_err(|e| Dropped::NotRtp(format!("{e:?}")))?;
         let pt = packet.payload_type();
         if Some(pt) == self.events {
@@ -100,7 +100,7 @@ impl Inbound {
             {
                 self.last_key = Some(packet.timestamp());
                 if let Some(key) = Keypress::of_event(event) {
-                    out.push(Heard::Key(key));
+                    out.push(Datagram::Key(key));
                 }
             }
             return Ok(());
@@ -127,10 +127,10 @@ impl Inbound {
     }
 
     /// Plays what is in order, and past a gap once [`DEPTH`] packets wait behind it.
-    fn release(&mut self, out: &mut Vec<Heard>) {
+    fn release(&mut self, out: &mut Vec<Datagram>) {
         while let Some(next) = self.next {
             if let Some(frame) = self.waiting.remove(&next) {
-                out.push(Heard::Voice(frame));
+                out.push(Datagram::Voice(frame));
                 self.next = Some(next + 1);
                 continue;
             }
@@ -141,7 +141,7 @@ impl Inbound {
             let gap = first - next;
             if gap <= u64::from(MAX_GAP) {
                 for _ in 0..gap {
-                    out.push(Heard::Lost);
+                    out.push(Datagram::Lost);
                 }
             }
             self.next = Some(first);
@@ -205,14 +205,14 @@ mod tests {
             .write_vec_unchecked()
     }
 
-    fn heard(i: &mut Inbound, pt: u8, seq: u16) -> Vec<Heard> {
+    fn heard(i: &mut Inbound, pt: u8, seq: u16) -> Vec<Datagram> {
         let mut out = Vec::new();
         i.push(&rtp(pt, seq, u32::from(seq) * 160, &[seq as u8; 160]), &mut out).unwrap();
         out
     }
 
-    fn voice(seq: u16) -> Heard {
-        Heard::Voice(vec![seq as u8; 160])
+    fn voice(seq: u16) -> Datagram {
+        Datagram::Voice(vec![seq as u8; 160])
     }
 
     #[test]
@@ -224,7 +224,7 @@ mod tests {
         assert_eq!(heard(&mut i, 0, 65535), [voice(65535), voice(0)]);
         // 1 never comes: once three packets wait behind it, it is told as lost.
         assert!(heard(&mut i, 0, 2).is_empty() && heard(&mut i, 0, 3).is_empty());
-        assert_eq!(heard(&mut i, 0, 4), [Heard::Lost, voice(2), voice(3), voice(4)]);
+        assert_eq!(heard(&mut i, 0, 4), [Datagram::Lost, voice(2), voice(3), voice(4)]);
         // 1 arrives late: dropped.
         let mut out = Vec::new();
         assert_eq!(i.push(&rtp(0, 1, 160, &[1; 160]), &mut out), Err(Dropped::Late(1)));
@@ -265,7 +265,7 @@ mod tests {
         i.push(&rtp(101, 12, 9600, &[11, 10, 0, 160]), &mut out).unwrap();
         // A late repeat of the first key's end: not a key again.
         i.push(&rtp(101, 9, 8000, &[5, 0x80 | 10, 1, 224]), &mut out).unwrap();
-        assert_eq!(out, [Heard::Key(Keypress::new('5').unwrap()), Heard::Key(Keypress::new('#').unwrap())]);
+        assert_eq!(out, [Datagram::Key(Keypress::new('5').unwrap()), Datagram::Key(Keypress::new('#').unwrap())]);
         assert_eq!(i.push(&rtp(96, 1, 0, &[0; 10]), &mut out), Err(Dropped::PayloadType(96)));
         assert!(matches!(i.push(&[1, 2, 3], &mut out), Err(Dropped::NotRtp(_))));
     }

@@ -64,7 +64,7 @@ pub struct Media {
 
 /// Why an offer gets no answer.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum Refused {
+pub enum OfferRefused {
     #[error("the offer has no audio stream")]
     NoAudio,
     #[error("the offer's audio is {0}, not plain RTP (RTP/AVP)")]
@@ -107,16 +107,16 @@ fn address(c: &Connection) -> Option<IpAddr> {
 }
 
 /// The audio `sdp` (an offer, or the answer to ours) agrees on, and the index of its stream.
-pub fn agreed(sdp: &SessionDescription) -> Result<(usize, Media), Refused> {
+pub fn agreed(sdp: &SessionDescription) -> Result<(usize, Media), OfferRefused> {
     let offer = sdp;
     let audio = offer
         .media_descriptions
         .iter()
         .position(|m| m.media.media_type == MediaType::Audio && m.media.port != 0)
-        .ok_or(Refused::NoAudio)?;
+        .ok_or(OfferRefused::NoAudio)?;
     let m = &offer.media_descriptions[audio];
     if m.media.proto != TransportProtocol::RtpAvp {
-        return Err(Refused::Protocol(m.media.proto.to_string()));
+        return Err(OfferRefused::Protocol(m.media.proto.to_string()));
     }
     let (payload_type, codec) = m
         .media
@@ -125,7 +125,7 @@ pub fn agreed(sdp: &SessionDescription) -> Result<(usize, Media), Refused> {
         .find(|&&pt| opus(m, pt))
         .map(|&pt| (pt, Codec::Opus))
         .or_else(|| m.media.fmts.iter().find_map(|&pt| g711(m, pt).map(|law| (pt, Codec::G711(law)))))
-        .ok_or(Refused::NoCodec)?;
+        .ok_or(OfferRefused::NoCodec)?;
     // Keys on the voice's clock, else on another (user agents offer telephone-event/8000 beside
     // Opus; a key is told by its timestamp changing, whatever the clock).
     let keys = |same_clock: bool| {
@@ -136,7 +136,7 @@ pub fn agreed(sdp: &SessionDescription) -> Result<(usize, Media), Refused> {
             .map(|r| (r.payload, r.clock_rate))
     };
     let events = keys(true).or_else(|| keys(false));
-    let ip = m.connection.as_ref().or(offer.connection.as_ref()).and_then(address).ok_or(Refused::NoAddress)?;
+    let ip = m.connection.as_ref().or(offer.connection.as_ref()).and_then(address).ok_or(OfferRefused::NoAddress)?;
     let direction = if m.direction != Direction::SendRecv { m.direction } else { offer.direction };
     let media = Media {
         remote: SocketAddr::new(ip, m.media.port),
@@ -170,7 +170,7 @@ pub fn answer(
     local: SocketAddr,
     session_id: u64,
     version: u64,
-) -> Result<(Media, SessionDescription), Refused> {
+) -> Result<(Media, SessionDescription), OfferRefused> {
     let (audio, media) = agreed(offer)?;
     let m = &offer.media_descriptions[audio];
     let (payload_type, codec, events) = (media.payload_type, media.codec, media.events);
@@ -309,8 +309,8 @@ a=rtpmap:96 H264/90000
         assert!(media.held && !media.receives, "a trunk that only sends takes no voice");
         assert!(answer.to_string().contains("a=recvonly"), "{answer}");
         let g722_only = BARESIP.replace("RTP/AVP 9 0 8 101", "RTP/AVP 9 101");
-        assert_eq!(super::answer(&parse(&g722_only), local, 7, 1).unwrap_err(), Refused::NoCodec);
+        assert_eq!(super::answer(&parse(&g722_only), local, 7, 1).unwrap_err(), OfferRefused::NoCodec);
         let srtp = BARESIP.replace("m=audio 4000 RTP/AVP", "m=audio 4000 RTP/SAVP");
-        assert!(matches!(super::answer(&parse(&srtp), local, 7, 1), Err(Refused::Protocol(_))));
+        assert!(matches!(super::answer(&parse(&srtp), local, 7, 1), Err(OfferRefused::Protocol(_))));
     }
 }

@@ -20,7 +20,7 @@ pub enum VoiceError {
     #[error("libopus: {0}")]
     Codec(#[from] ::opus::Error),
     #[error("a frame not decoded: {0:?}")]
-    NotHeard(opus::Refused),
+    NotHeard(opus::PacketRefused),
 }
 
 /// G.711's rate, both ways.

@@ -128,11 +128,11 @@ impl Carried for TelnyxStream {
 
     fn text(&mut self, text: ByteString, edge: &mut Io<'_, Self>) {
         match wire::parse(&text, self.law) {
-            Ok(wire::Incoming::Connected) => {}
-            Ok(wire::Incoming::Start { .. }) if self.law.is_some() => {
+            Ok(wire::TelnyxMessage::Connected) => {}
+            Ok(wire::TelnyxMessage::Start { .. }) if self.law.is_some() => {
                 log::debug!("session {}: a second start on one stream; ignored", edge.label())
             }
-            Ok(wire::Incoming::Start { stream_id, call_control_id, law, parameters }) => {
+            Ok(wire::TelnyxMessage::Start { stream_id, call_control_id, law, parameters }) => {
                 log::info!(
                     "session {}: Telnyx stream {} started (call {}, {})",
                     edge.label(),
@@ -146,21 +146,23 @@ impl Carried for TelnyxStream {
                     edge.hand(FromClient::Configure(settings));
                 }
             }
-            Ok(wire::Incoming::Media { samples }) if samples.is_empty() => {}
-            Ok(wire::Incoming::Media { samples }) => {
+            Ok(wire::TelnyxMessage::Media { samples }) if samples.is_empty() => {}
+            Ok(wire::TelnyxMessage::Media { samples }) => {
                 edge.hand(FromClient::Audio(CallerAudio { samples, rate: wire::RATE }));
             }
-            Ok(wire::Incoming::Mark { name }) => self.voice.marked(&name),
+            Ok(wire::TelnyxMessage::Mark { name }) => self.voice.marked(&name),
             // Never logged which (callers type PINs).
-            Ok(wire::Incoming::Dtmf { key }) => edge.hand(FromClient::Key(key)),
-            Ok(wire::Incoming::Error { code, title }) => {
+            Ok(wire::TelnyxMessage::Dtmf { key }) => edge.hand(FromClient::Key(key)),
+            Ok(wire::TelnyxMessage::Error { code, title }) => {
                 log::warn!("session {}: Telnyx refused what it was sent: {code} {title}", edge.label())
             }
-            Ok(wire::Incoming::Stop) => {
+            Ok(wire::TelnyxMessage::Stop) => {
                 log::info!("session {}: Telnyx stopped the stream", edge.label());
                 edge.end(CloseReason::Client("hangup".into()));
             }
-            Err(wire::Refused::Unknown(what)) => log::debug!("session {}: Telnyx sent {what}; not used", edge.label()),
+            Err(wire::TelnyxRefused::Unknown(what)) => {
+                log::debug!("session {}: Telnyx sent {what}; not used", edge.label())
+            }
             Err(e) => {
                 log::info!("session {}: {e}; closing with 1003", edge.label());
                 edge.violation(Violation::InvalidJson);

@@ -19,7 +19,7 @@ pub const MIN_SAMPLES: usize = RATE as usize / 50;
 
 /// One message from Telnyx.
 #[derive(Debug, PartialEq)]
-pub enum Incoming {
+pub enum TelnyxMessage {
     /// The socket is up (`connected`).
     Connected,
     /// The stream starts: its id, its call, its codec, and the parameters the call gave
@@ -90,7 +90,7 @@ struct ErrorPayload {
 
 /// Why a message from Telnyx was not taken.
 #[derive(Debug, PartialEq, thiserror::Error)]
-pub enum Refused {
+pub enum TelnyxRefused {
     #[error("not a Telnyx media streaming message: {0}")]
     Malformed(String),
     #[error("the stream's audio is {0}, not PCMU or PCMA at 8000 Hz")]
@@ -101,20 +101,20 @@ pub enum Refused {
 }
 
 /// One text message from Telnyx, for a stream of `law` (`None` before its `start`).
-pub fn parse(text: &str, law: Option<Law>) -> Result<Incoming, Refused> {
-    let m: Message = serde_json::from_str(text).map_err(|e| Refused::Malformed(e.to_string()))?;
-    let missing = |what: &str| Refused::Malformed(format!("a {} event without its '{what}'", m.event));
+pub fn parse(text: &str, law: Option<Law>) -> Result<TelnyxMessage, TelnyxRefused> {
+    let m: Message = serde_json::from_str(text).map_err(|e| TelnyxRefused::Malformed(e.to_string()))?;
+    let missing = |what: &str| TelnyxRefused::Malformed(format!("a {} event without its '{what}'", m.event));
     Ok(match m.event.as_str() {
-        "connected" => Incoming::Connected,
+        "connected" => TelnyxMessage::Connected,
         "start" => {
             let start = m.start.ok_or_else(|| missing("start"))?;
             let f = &start.media_format;
             let law = match (f.encoding.as_str(), f.sample_rate) {
                 ("PCMU", RATE) => Law::Mu,
                 ("PCMA", RATE) => Law::A,
-                _ => return Err(Refused::Format(format!("{} at {} Hz", clipped(&f.encoding), f.sample_rate))),
+                _ => return Err(TelnyxRefused::Format(format!("{} at {} Hz", clipped(&f.encoding), f.sample_rate))),
             };
-            Incoming::Start {
+            TelnyxMessage::Start {
                 stream_id: m.stream_id.ok_or_else(|| missing("stream_id"))?,
                 call_control_id: start.call_control_id,
                 law,
@@ -125,25 +125,28 @@ pub fn parse(text: &str, law: Option<Law>) -> Result<Incoming, Refused> {
             let media = m.media.ok_or_else(|| missing("media"))?;
             if media.track.as_deref().is_some_and(|t| t != "inbound") {
                 // (a stream of both tracks: the call's own outbound audio is not the caller's)
-                return Err(Refused::Unknown("media of another track than the caller's".into()));
+                return Err(TelnyxRefused::Unknown("media of another track than the caller's".into()));
             }
-            let law = law.ok_or_else(|| Refused::Malformed("media before the stream's start".into()))?;
-            let bytes = STANDARD.decode(&media.payload).map_err(|e| Refused::Malformed(format!("payload: {e}")))?;
-            Incoming::Media { samples: law.expand_vec(&bytes) }
+            let law = law.ok_or_else(|| TelnyxRefused::Malformed("media before the stream's start".into()))?;
+            let bytes =
+                STANDARD.decode(&media.payload).map_err(|e| TelnyxRefused::Malformed(format!("payload: {e}")))?;
+            TelnyxMessage::Media { samples: law.expand_vec(&bytes) }
         }
-        "mark" => Incoming::Mark { name: m.mark.ok_or_else(|| missing("mark"))?.name },
+        "mark" => TelnyxMessage::Mark { name: m.mark.ok_or_else(|| missing("mark"))?.name },
         "dtmf" => {
             let digit = m.dtmf.ok_or_else(|| missing("dtmf"))?.digit;
             let key = digit.chars().next().filter(|_| digit.chars().count() == 1).and_then(Keypress::new);
             // A key no keypad has is passed over, not worth the call.
-            Incoming::Dtmf { key: key.ok_or_else(|| Refused::Unknown("a dtmf of a key no keypad has".into()))? }
+            TelnyxMessage::Dtmf {
+                key: key.ok_or_else(|| TelnyxRefused::Unknown("a dtmf of a key no keypad has".into()))?,
+            }
         }
         "error" => {
             let e = m.payload.ok_or_else(|| missing("payload"))?;
-            Incoming::Error { code: e.code, title: clipped(&e.title) }
+            TelnyxMessage::Error { code: e.code, title: clipped(&e.title) }
         }
-        "stop" => Incoming::Stop,
-        other => return Err(Refused::Unknown(clipped(other))),
+        "stop" => TelnyxMessage::Stop,
+        other => return Err(TelnyxRefused::Unknown(clipped(other))),
     })
 }
 
@@ -183,8 +186,8 @@ mod tests {
 
     #[test]
     fn the_documented_messages_are_read_and_the_codec_is_the_streams() {
-        assert_eq!(parse(r#"{"event":"connected","version":"1.0.0"}"#, None), Ok(Incoming::Connected));
-        let Ok(Incoming::Start { stream_id, law, parameters, .. }) = parse(START, None) else { panic!("a start") };
+        assert_eq!(parse(r#"{"event":"connected","version":"1.0.0"}"#, None), Ok(TelnyxMessage::Connected));
+        let Ok(TelnyxMessage::Start { stream_id, law, parameters, .. }) = parse(START, None) else { panic!("a start") };
         assert_eq!((stream_id.as_str(), law), ("32DE0DEA-53CB-4B21-89A4-9E1819C043BC", Law::A));
         assert_eq!(parameters["instructions"], "Be brief.");
         let tone: Vec<f32> = (0..160).map(|i| (i as f32 * 0.3).sin() * 0.4).collect();
@@ -192,19 +195,22 @@ mod tests {
         Law::A.compand(&tone, &mut bytes);
         let media = json!({"event": "media", "sequence_number": "4", "stream_id": "s",
             "media": {"track": "inbound", "chunk": "2", "timestamp": "5", "payload": STANDARD.encode(&bytes)}});
-        let Ok(Incoming::Media { samples }) = parse(&media.to_string(), Some(Law::A)) else { panic!("media") };
+        let Ok(TelnyxMessage::Media { samples }) = parse(&media.to_string(), Some(Law::A)) else { panic!("media") };
         assert!(samples.iter().zip(&tone).all(|(a, b)| (a - b).abs() < 0.02));
-        assert!(matches!(parse(&media.to_string(), None), Err(Refused::Malformed(_))), "media before its start");
+        assert!(matches!(parse(&media.to_string(), None), Err(TelnyxRefused::Malformed(_))), "media before its start");
         let dtmf = r#"{"event":"dtmf","stream_id":"s","occurred_at":"2025-06-05T08:54:19.698408Z","sequence_number":"5","dtmf":{"digit":"1"}}"#;
-        assert_eq!(parse(dtmf, Some(Law::A)), Ok(Incoming::Dtmf { key: Keypress::new('1').unwrap() }));
+        assert_eq!(parse(dtmf, Some(Law::A)), Ok(TelnyxMessage::Dtmf { key: Keypress::new('1').unwrap() }));
         let error =
             r#"{"event":"error","payload":{"code":100003,"title":"malformed_frame","detail":"x"},"stream_id":"s"}"#;
-        assert_eq!(parse(error, Some(Law::A)), Ok(Incoming::Error { code: 100003, title: "malformed_frame".into() }));
+        assert_eq!(
+            parse(error, Some(Law::A)),
+            Ok(TelnyxMessage::Error { code: 100003, title: "malformed_frame".into() })
+        );
         let stop =
             r#"{"event":"stop","sequence_number":"5","stop":{"user_id":"u","call_control_id":"c"},"stream_id":"s"}"#;
-        assert_eq!(parse(stop, Some(Law::A)), Ok(Incoming::Stop));
+        assert_eq!(parse(stop, Some(Law::A)), Ok(TelnyxMessage::Stop));
         let l16 = START.replace("PCMA", "L16").replace("8000", "16000");
-        assert_eq!(parse(&l16, None), Err(Refused::Format("L16 at 16000 Hz".into())));
+        assert_eq!(parse(&l16, None), Err(TelnyxRefused::Format("L16 at 16000 Hz".into())));
     }
 
     #[test]

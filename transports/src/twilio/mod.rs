@@ -122,11 +122,11 @@ impl Carried for TwilioStream {
 
     fn text(&mut self, text: ByteString, edge: &mut Io<'_, Self>) {
         match wire::parse(&text) {
-            Ok(wire::Incoming::Connected) => {}
-            Ok(wire::Incoming::Start { .. }) if self.stream_sid.is_some() => {
+            Ok(wire::TwilioMessage::Connected) => {}
+            Ok(wire::TwilioMessage::Start { .. }) if self.stream_sid.is_some() => {
                 log::debug!("session {}: a second start on one stream; ignored", edge.label())
             }
-            Ok(wire::Incoming::Start { stream_sid, call_sid, parameters }) => {
+            Ok(wire::TwilioMessage::Start { stream_sid, call_sid, parameters }) => {
                 log::info!("session {}: Twilio stream started (call {})", edge.label(), wire::clipped(&call_sid));
                 self.stream_sid = Some(stream_sid);
                 let unused: Vec<String> = parameters
@@ -146,18 +146,20 @@ impl Carried for TwilioStream {
                     edge.hand(FromClient::Configure(settings));
                 }
             }
-            Ok(wire::Incoming::Media { samples }) if samples.is_empty() => {}
-            Ok(wire::Incoming::Media { samples }) => {
+            Ok(wire::TwilioMessage::Media { samples }) if samples.is_empty() => {}
+            Ok(wire::TwilioMessage::Media { samples }) => {
                 edge.hand(FromClient::Audio(CallerAudio { samples, rate: wire::RATE }));
             }
-            Ok(wire::Incoming::Mark { name }) => self.voice.marked(&name),
+            Ok(wire::TwilioMessage::Mark { name }) => self.voice.marked(&name),
             // Never logged which (callers type PINs).
-            Ok(wire::Incoming::Dtmf { key }) => edge.hand(FromClient::Key(key)),
-            Ok(wire::Incoming::Stop) => {
+            Ok(wire::TwilioMessage::Dtmf { key }) => edge.hand(FromClient::Key(key)),
+            Ok(wire::TwilioMessage::Stop) => {
                 log::info!("session {}: Twilio stopped the stream", edge.label());
                 edge.end(CloseReason::Client("hangup".into()));
             }
-            Err(wire::Refused::Unknown(what)) => log::debug!("session {}: Twilio sent {what}; not used", edge.label()),
+            Err(wire::TwilioRefused::Unknown(what)) => {
+                log::debug!("session {}: Twilio sent {what}; not used", edge.label())
+            }
             Err(e) => {
                 log::info!("session {}: {e}; closing with 1003", edge.label());
                 edge.violation(Violation::InvalidJson);

@@ -15,7 +15,7 @@ pub const RATE: u32 = 8000;
 
 /// One message from Twilio.
 #[derive(Debug, PartialEq)]
-pub enum Incoming {
+pub enum TwilioMessage {
     /// The socket is up (`connected`).
     Connected,
     /// The stream starts: its id, its call, and the parameters the TwiML gave
@@ -77,7 +77,7 @@ struct Dtmf {
 
 /// Why a message from Twilio was not taken.
 #[derive(Debug, PartialEq, thiserror::Error)]
-pub enum Refused {
+pub enum TwilioRefused {
     #[error("not a Twilio Media Streams message: {0}")]
     Malformed(String),
     #[error("the stream's audio is {0}, not audio/x-mulaw at 8000 Hz")]
@@ -88,19 +88,19 @@ pub enum Refused {
 }
 
 /// One text message from Twilio.
-pub fn parse(text: &str) -> Result<Incoming, Refused> {
-    let m: Message = serde_json::from_str(text).map_err(|e| Refused::Malformed(e.to_string()))?;
-    let missing = |what: &str| Refused::Malformed(format!("a {} event without its '{what}'", m.event));
+pub fn parse(text: &str) -> Result<TwilioMessage, TwilioRefused> {
+    let m: Message = serde_json::from_str(text).map_err(|e| TwilioRefused::Malformed(e.to_string()))?;
+    let missing = |what: &str| TwilioRefused::Malformed(format!("a {} event without its '{what}'", m.event));
     Ok(match m.event.as_str() {
-        "connected" => Incoming::Connected,
+        "connected" => TwilioMessage::Connected,
         "start" => {
             let start = m.start.ok_or_else(|| missing("start"))?;
             if let Some(f) = &start.media_format
                 && (f.encoding != "audio/x-mulaw" || f.sample_rate != RATE)
             {
-                return Err(Refused::Format(format!("{} at {} Hz", f.encoding, f.sample_rate)));
+                return Err(TwilioRefused::Format(format!("{} at {} Hz", f.encoding, f.sample_rate)));
             }
-            Incoming::Start {
+            TwilioMessage::Start {
                 stream_sid: start.stream_sid,
                 call_sid: start.call_sid,
                 parameters: start.custom_parameters,
@@ -110,22 +110,25 @@ pub fn parse(text: &str) -> Result<Incoming, Refused> {
             let media = m.media.as_ref().ok_or_else(|| missing("media"))?;
             if media.track.as_deref().is_some_and(|t| t != "inbound") {
                 // (a stream of both tracks: the call's own outbound audio is not the caller's)
-                return Err(Refused::Unknown("media of another track than the caller's".into()));
+                return Err(TwilioRefused::Unknown("media of another track than the caller's".into()));
             }
-            let bytes = STANDARD.decode(&media.payload).map_err(|e| Refused::Malformed(format!("payload: {e}")))?;
+            let bytes =
+                STANDARD.decode(&media.payload).map_err(|e| TwilioRefused::Malformed(format!("payload: {e}")))?;
             let mut samples = Vec::with_capacity(bytes.len());
             Law::Mu.expand(&bytes, &mut samples);
-            Incoming::Media { samples }
+            TwilioMessage::Media { samples }
         }
-        "mark" => Incoming::Mark { name: m.mark.ok_or_else(|| missing("mark"))?.name },
+        "mark" => TwilioMessage::Mark { name: m.mark.ok_or_else(|| missing("mark"))?.name },
         "dtmf" => {
             let digit = m.dtmf.ok_or_else(|| missing("dtmf"))?.digit;
             let key = digit.chars().next().filter(|_| digit.chars().count() == 1).and_then(Keypress::new);
             // A key no keypad has is passed over, not worth the call.
-            Incoming::Dtmf { key: key.ok_or_else(|| Refused::Unknown("a dtmf of a key no keypad has".into()))? }
+            TwilioMessage::Dtmf {
+                key: key.ok_or_else(|| TwilioRefused::Unknown("a dtmf of a key no keypad has".into()))?,
+            }
         }
-        "stop" => Incoming::Stop,
-        other => return Err(Refused::Unknown(other.to_string())),
+        "stop" => TwilioMessage::Stop,
+        other => return Err(TwilioRefused::Unknown(other.to_string())),
     })
 }
 
@@ -160,25 +163,27 @@ mod tests {
         let start = r#"{"event":"start","sequenceNumber":"1","start":{"accountSid":"AC1","streamSid":"MZ1","callSid":"CA1",
             "tracks":["inbound"],"customParameters":{"instructions":"Be brief."},
             "mediaFormat":{"encoding":"audio/x-mulaw","sampleRate":8000,"channels":1}},"streamSid":"MZ1"}"#;
-        let Incoming::Start { stream_sid, call_sid, parameters } = parse(start).unwrap() else { panic!("a start") };
+        let TwilioMessage::Start { stream_sid, call_sid, parameters } = parse(start).unwrap() else {
+            panic!("a start")
+        };
         assert_eq!((stream_sid.as_str(), call_sid.as_str()), ("MZ1", "CA1"));
         assert_eq!(parameters["instructions"], "Be brief.");
         let media = r#"{"event":"media","sequenceNumber":"3","media":{"track":"inbound","chunk":"1","timestamp":"5","payload":"//8="},"streamSid":"MZ1"}"#;
-        assert_eq!(parse(media).unwrap(), Incoming::Media { samples: vec![0.0, 0.0] }, "0xff is μ-law's zero");
+        assert_eq!(parse(media).unwrap(), TwilioMessage::Media { samples: vec![0.0, 0.0] }, "0xff is μ-law's zero");
         let dtmf =
             r#"{"event":"dtmf","streamSid":"MZ1","sequenceNumber":"5","dtmf":{"track":"inbound_track","digit":"7"}}"#;
-        assert_eq!(parse(dtmf).unwrap(), Incoming::Dtmf { key: Keypress::new('7').unwrap() });
+        assert_eq!(parse(dtmf).unwrap(), TwilioMessage::Dtmf { key: Keypress::new('7').unwrap() });
         let no_key = r#"{"event":"dtmf","streamSid":"MZ1","dtmf":{"digit":"77"}}"#;
-        assert!(matches!(parse(no_key), Err(Refused::Unknown(_))));
-        assert_eq!(parse(r#"{"event":"stop","streamSid":"MZ1","stop":{}}"#).unwrap(), Incoming::Stop);
+        assert!(matches!(parse(no_key), Err(TwilioRefused::Unknown(_))));
+        assert_eq!(parse(r#"{"event":"stop","streamSid":"MZ1","stop":{}}"#).unwrap(), TwilioMessage::Stop);
         assert!(matches!(
             parse(
                 r#"{"event":"start","start":{"streamSid":"MZ","mediaFormat":{"encoding":"audio/x-l16","sampleRate":16000}}}"#
             ),
-            Err(Refused::Format(_))
+            Err(TwilioRefused::Format(_))
         ));
-        assert!(matches!(parse("[]"), Err(Refused::Malformed(_))));
-        assert!(matches!(parse(r#"{"event":"somethingnew"}"#), Err(Refused::Unknown(_))));
+        assert!(matches!(parse("[]"), Err(TwilioRefused::Malformed(_))));
+        assert!(matches!(parse(r#"{"event":"somethingnew"}"#), Err(TwilioRefused::Unknown(_))));
     }
 
     #[test]

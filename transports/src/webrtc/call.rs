@@ -29,7 +29,7 @@ use str0m::{Event, IceConnectionState, Input, Output, Rtc};
 use tokio::net::UdpSocket;
 
 use super::Calls;
-use super::codec::{Downlink, RATE, RTP_TICKS_PER_FRAME, Refused, UPLINK_FRAME_SAMPLES, UPLINK_RATE, Uplink};
+use super::codec::{Downlink, PacketRefused, RATE, RTP_TICKS_PER_FRAME, UPLINK_FRAME_SAMPLES, UPLINK_RATE, Uplink};
 use crate::incoming::{Backlog, IncomingBudget};
 use crate::limits::{Admit, MessageRate, RateLimit};
 use crate::playout::{FRAME_MS, Notice, Playout};
@@ -77,7 +77,7 @@ enum Phase {
 
 pub struct CallEdge {
     id: String,
-    /// It resumes a session ([`CallParts::resumed`]).
+    /// It resumes a session ([`RtcCallParts::resumed`]).
     resumed: bool,
     rtc: Rtc,
     socket: Arc<UdpSocket>,
@@ -113,7 +113,7 @@ pub struct CallEdge {
 }
 
 /// What a call starts from: its negotiated `Rtc` and socket, and how it reaches the rest.
-pub struct CallParts {
+pub struct RtcCallParts {
     pub id: String,
     pub rtc: Rtc,
     pub socket: std::net::UdpSocket,
@@ -128,7 +128,7 @@ pub struct CallParts {
 }
 
 impl CallEdge {
-    pub fn new(parts: CallParts) -> std::io::Result<CallEdge> {
+    pub fn new(parts: RtcCallParts) -> std::io::Result<CallEdge> {
         parts.socket.set_nonblocking(true)?;
         let local = parts.socket.local_addr()?;
         let socket = Arc::new(UdpSocket::from_std(parts.socket)?);
@@ -314,11 +314,11 @@ impl CallEdge {
     fn on_voice(&mut self, packet: &[u8]) {
         match self.uplink.decode(Instant::now(), packet, &mut self.voice) {
             Ok(_) => {}
-            Err(Refused::TooFast) => {
+            Err(PacketRefused::TooFast) => {
                 log::debug!("call {}: voice faster than real time and a half; a packet dropped", self.id);
                 return;
             }
-            Err(Refused::Malformed(why)) => {
+            Err(PacketRefused::Malformed(why)) => {
                 log::debug!("call {}: an Opus packet does not decode: {why}", self.id);
                 return;
             }
@@ -634,7 +634,7 @@ mod tests {
     use str0m::{Candidate, Event, Input, Output, Rtc, RtcConfig};
     use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-    use super::{CallBounds, CallEdge, CallParts, EVENTS_CHANNEL};
+    use super::{CallBounds, CallEdge, EVENTS_CHANNEL, RtcCallParts};
     use crate::incoming::IncomingBudget;
     use crate::limits::RateLimit;
     use crate::webrtc::Calls;
@@ -837,7 +837,7 @@ mod tests {
             max_outgoing_bytes: 1 << 20,
             max_incoming_bytes,
         };
-        let parts = CallParts {
+        let parts = RtcCallParts {
             id: "rtc_test".into(),
             rtc: answered.rtc,
             socket: answered.socket,

@@ -34,7 +34,7 @@ const UPLINK_SLACK_S: f64 = 1.0;
 
 /// Why a packet of the client's voice was not decoded.
 #[derive(Debug, PartialEq)]
-pub enum Refused {
+pub enum PacketRefused {
     /// Empty, or not Opus.
     Malformed(String),
     /// Over real time and a half since the first packet: dropped undecoded.
@@ -61,18 +61,18 @@ impl Uplink {
     }
 
     /// Decodes one packet that arrived at `now`, appending its samples to `out`.
-    pub fn decode(&mut self, now: Instant, packet: &[u8], out: &mut Vec<f32>) -> Result<usize, Refused> {
-        let malformed = |e: opus::Error| Refused::Malformed(e.to_string());
+    pub fn decode(&mut self, now: Instant, packet: &[u8], out: &mut Vec<f32>) -> Result<usize, PacketRefused> {
+        let malformed = |e: opus::Error| PacketRefused::Malformed(e.to_string());
         // An empty packet would make libopus conceal a lost one: nothing was sent, nothing is heard.
         if packet.is_empty() {
-            return Err(Refused::Malformed("an empty packet".into()));
+            return Err(PacketRefused::Malformed("an empty packet".into()));
         }
         let n = opus::packet::get_nb_samples(packet, UPLINK_RATE).map_err(malformed)?;
         let first = *self.first.get_or_insert(now);
         let allowed =
             (now.saturating_duration_since(first).as_secs_f64() * UPLINK_PACE + UPLINK_SLACK_S) * UPLINK_RATE as f64;
         if (self.samples + n as u64) as f64 > allowed {
-            return Err(Refused::TooFast);
+            return Err(PacketRefused::TooFast);
         }
         let n = self.decoder.decode_float(packet, &mut self.scratch, false).map_err(malformed)?;
         self.samples += n as u64;
@@ -164,8 +164,8 @@ mod tests {
     fn a_corrupt_or_empty_packet_is_an_error_not_a_panic() {
         let mut up = Uplink::new().unwrap();
         let mut pcm = Vec::new();
-        assert!(matches!(up.decode(Instant::now(), &[0xff; 3], &mut pcm), Err(Refused::Malformed(_))));
-        assert!(matches!(up.decode(Instant::now(), &[], &mut pcm), Err(Refused::Malformed(_))));
+        assert!(matches!(up.decode(Instant::now(), &[0xff; 3], &mut pcm), Err(PacketRefused::Malformed(_))));
+        assert!(matches!(up.decode(Instant::now(), &[], &mut pcm), Err(PacketRefused::Malformed(_))));
         assert!(pcm.is_empty());
     }
 
@@ -179,13 +179,13 @@ mod tests {
         for _ in 0..50 {
             up.decode(t0, &frame, &mut pcm).unwrap();
         }
-        assert_eq!(up.decode(t0, &frame, &mut pcm), Err(Refused::TooFast));
+        assert_eq!(up.decode(t0, &frame, &mut pcm), Err(PacketRefused::TooFast));
         // Two seconds on, 1.5 x 2 s more are allowed: 150 frames, not 151.
         let later = t0 + std::time::Duration::from_secs(2);
         for _ in 0..150 {
             up.decode(later, &frame, &mut pcm).unwrap();
         }
-        assert_eq!(up.decode(later, &frame, &mut pcm), Err(Refused::TooFast));
+        assert_eq!(up.decode(later, &frame, &mut pcm), Err(PacketRefused::TooFast));
         assert_eq!(pcm.len(), 200 * UPLINK_FRAME_SAMPLES);
     }
 }

@@ -125,7 +125,12 @@ impl Calls {
 
     /// Counts call `id` as not yet connected, unless its address or key is at its cap. Until
     /// [`Calls::connected`] (or [`Calls::remove`]).
-    pub fn admit_unconnected(&self, id: &str, ip: Option<IpAddr>, key: Option<&str>) -> Result<(), pending::Refused> {
+    pub fn admit_unconnected(
+        &self,
+        id: &str,
+        ip: Option<IpAddr>,
+        key: Option<&str>,
+    ) -> Result<(), pending::CallRefused> {
         let caps = pending::Caps {
             per_address: self.spec.max_unconnected_calls_per_ip,
             per_key: self.spec.max_unconnected_calls_per_key,

@@ -15,7 +15,7 @@ pub struct Caps {
 
 /// Why a call is not answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum Refused {
+pub enum CallRefused {
     #[error("this address has {0} calls not yet connected (webrtc.max_unconnected_calls_per_ip)")]
     Address(usize),
     #[error("this API key has {0} calls not yet connected (webrtc.max_unconnected_calls_per_key)")]
@@ -32,13 +32,13 @@ pub struct Pending {
 
 impl Pending {
     /// Counts call `id` as not yet connected, unless its address or its key is at its cap.
-    pub fn admit(&mut self, id: &str, ip: Option<IpAddr>, key: Option<&str>, caps: Caps) -> Result<(), Refused> {
+    pub fn admit(&mut self, id: &str, ip: Option<IpAddr>, key: Option<&str>, caps: Caps) -> Result<(), CallRefused> {
         let ip = ip.map(omni_actors::net::counted_as);
         if ip.is_some() && self.calls.values().filter(|(a, _)| *a == ip).count() >= caps.per_address {
-            return Err(Refused::Address(caps.per_address));
+            return Err(CallRefused::Address(caps.per_address));
         }
         if key.is_some() && self.calls.values().filter(|(_, k)| k.as_deref() == key).count() >= caps.per_key {
-            return Err(Refused::Key(caps.per_key));
+            return Err(CallRefused::Key(caps.per_key));
         }
         self.calls.insert(id.to_string(), (ip, key.map(String::from)));
         Ok(())
@@ -62,9 +62,9 @@ mod tests {
         let mut p = Pending::default();
         p.admit("1", Some(a), Some("k"), caps).unwrap();
         p.admit("2", Some(a), Some("k"), caps).unwrap();
-        assert_eq!(p.admit("3", Some(a), Some("j"), caps), Err(Refused::Address(2)));
+        assert_eq!(p.admit("3", Some(a), Some("j"), caps), Err(CallRefused::Address(2)));
         p.admit("3", Some(b), Some("k"), caps).unwrap();
-        assert_eq!(p.admit("4", Some(c), Some("k"), caps), Err(Refused::Key(3)), "another address, the same key");
+        assert_eq!(p.admit("4", Some(c), Some("k"), caps), Err(CallRefused::Key(3)), "another address, the same key");
         p.admit("4", Some(c), Some("j"), caps).unwrap();
         // Another address of the same /64 counts as the same.
         assert!(p.admit("5", Some("2001:db8::2".parse().unwrap()), None, caps).is_ok());

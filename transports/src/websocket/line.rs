@@ -5,7 +5,7 @@
 //! read.
 //!
 //! The connection's outgoing stream is the edge's own (pings, pongs, the close of a connection
-//! the edge ends) merged with the session's line ([`Outgoing`]). The session's close is written
+//! the edge ends) merged with the session's line ([`Merged`]). The session's close is written
 //! after everything it said before and ends the stream; the edge's end ends it too, whatever
 //! of the session's is left unsent.
 
@@ -88,14 +88,14 @@ impl ClientLine for Line {
 }
 
 /// The connection's side of the line.
-pub struct Heard {
+pub struct Hearing {
     said: UnboundedReceiver<Said>,
 }
 
 /// A new line: the session's end (completed by the edge when it starts), and the connection's.
-pub fn line() -> (UnboundedSender<Said>, Heard) {
+pub fn line() -> (UnboundedSender<Said>, Hearing) {
     let (said, heard) = unbounded_channel();
-    (said, Heard { said: heard })
+    (said, Hearing { said: heard })
 }
 
 /// What the edge hands its session: the line, with the edge's own addresses.
@@ -115,13 +115,13 @@ impl LineEnd {
 /// The connection's outgoing stream: the edge's frames and the session's, until either ends it.
 pub struct Merged<S> {
     edge: Pin<Box<S>>,
-    session: Heard,
+    session: Hearing,
     codec: Codec,
     done: bool,
 }
 
 impl<S> Merged<S> {
-    pub fn new(edge: S, session: Heard, max_frame_bytes: usize) -> Merged<S> {
+    pub fn new(edge: S, session: Hearing, max_frame_bytes: usize) -> Merged<S> {
         Merged { edge: Box::pin(edge), session, codec: Codec::new().max_size(max_frame_bytes), done: false }
     }
 }

@@ -1,7 +1,7 @@
 //! ClusterQueueActor: the queue of a gateway replica that shares its queue and its workers
 //! (node workers) with other replicas through a [`Coordinator`]. Sessions reach it exactly as
-//! they reach the [`super::local::QueueActor`] (a [`QueuePort`]), and the pool feeds it as it
-//! feeds that one (a [`QueueFeed`]). What it decides is [`state::ClusterState`]'s: this actor
+//! they reach the [`super::local::QueueActor`] (a [`crate::messages::queue::QueuePort`]), and the pool feeds it as it
+//! feeds that one (a [`crate::messages::queue::QueueFeed`]). What it decides is [`state::ClusterState`]'s: this actor
 //! makes the store's calls, asks the pool to lend granted workers, arms the timers, and tells
 //! the sessions. A beat every third of the lease keeps this replica known; the store's version
 //! is read every [`POLL`], and a view of the whole queue when it changed.
@@ -22,6 +22,7 @@ use crate::status::{ClusterStatus, ServerStatus, StatusQuery};
 mod state;
 #[cfg(any(test, feature = "testing"))]
 pub mod suite;
+mod view;
 
 use state::{ClusterRules, ClusterState, Effect, Tell, Timer};
 
@@ -274,7 +275,7 @@ impl Handler<StatusQuery> for ClusterQueueActor {
                 store_up: act.state.store_up(),
                 store_error: act.state.store_error().map(str::to_string),
             };
-            ServerStatus { workers: state::rows(act.state.view(), &lent), cluster: Some(cluster) }
+            ServerStatus { workers: view::rows(act.state.view(), &lent), cluster: Some(cluster) }
         }))
     }
 }

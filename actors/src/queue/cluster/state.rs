@@ -4,7 +4,7 @@
 //! of the whole queue arrived, a worker was lent) and returns [`Effect`]s: calls to make on the
 //! store, on the pool, timers, and what to tell whom. The actor only carries them out
 //! ([`super::ClusterQueueActor`]); everything here is tested without a runtime, against the
-//! in-memory store ([`crate::edge::coordinator::memory`]) and, by the same suite, against Redis.
+//! in-memory store (`crate::edge::coordinator::memory`) and, by the same suite, against Redis.
 //!
 //! - Every decision on the queue is one call to the store (enqueue, claim, leave, cancel), so
 //!   positions are global and a worker freed on a node goes to the first waiting ticket of any
@@ -25,66 +25,12 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
+use super::view::view_queue;
 use crate::domain::Mode;
-use crate::edge::coordinator::{Beat, ClusterError, ClusterView, Enqueued, Grant, SlotState};
+use crate::edge::coordinator::{Beat, ClusterError, ClusterView, Enqueued, Grant};
 use crate::protocol::{ProtocolError, QueueInfo};
 use crate::queue::pacer::{Batch, Pacer};
-use crate::queue::state::{Availability, ModeSet, QueueState, TicketId, TicketStatus, WorkerId};
-use crate::status::{WorkerRow, WorkerStatus};
-
-/// Every node's worker as the store has it, in the one vocabulary, with what this replica's
-/// pool knows of those it was lent (`lent`, by name: their sessions here, counters, failures).
-pub(crate) fn rows(view: &ClusterView, lent: &[WorkerRow]) -> Vec<WorkerRow> {
-    view.slots
-        .iter()
-        .map(|s| {
-            let here = lent.iter().find(|w| w.name == s.slot);
-            let state = WorkerStatus::from(s.state);
-            let mut row = here.cloned().unwrap_or_else(|| WorkerRow::new(s.slot.clone(), Vec::new(), state));
-            // The session is this replica's only while the worker is busy with it here.
-            if !(state == WorkerStatus::Busy && row.state == WorkerStatus::Busy) {
-                row.conn = None;
-            }
-            row.failure = (state == WorkerStatus::Failed).then(|| {
-                here.and_then(|h| h.failure.clone()).unwrap_or_else(|| "its backend is not open on its node".into())
-            });
-            row.node = Some(s.node.clone());
-            row.modes = s.modes.clone();
-            row.state = state;
-            row.mode = s.busy.map(|(mode, _)| mode);
-            row
-        })
-        .collect()
-}
-
-/// The queue's rules over a view of the store, for ETAs: the waiting tickets (not the granted
-/// ones) and every live slot; `typical` fills averages the store has not learnt yet.
-pub(crate) fn view_queue(view: &ClusterView, typical: [f64; 3], now: Instant) -> QueueState {
-    let average = std::array::from_fn(|i| view.average_s[i].unwrap_or(typical[i]));
-    let workers: Vec<(ModeSet, Availability)> = view
-        .slots
-        .iter()
-        .map(|s| {
-            let state = match (s.state, s.busy) {
-                (SlotState::Free, _) => Availability::Idle,
-                (SlotState::Busy, Some((mode, since_ms))) => {
-                    let ago = Duration::from_millis(view.now_ms.saturating_sub(since_ms));
-                    Availability::Busy { mode, since: now.checked_sub(ago).unwrap_or(now) }
-                }
-                // A grant being taken: a session starts now.
-                (SlotState::Assigned, _) | (SlotState::Busy, None) => {
-                    Availability::Busy { mode: Mode::Audio, since: now }
-                }
-                (SlotState::Down, _) => Availability::Failed,
-            };
-            (ModeSet::of(&s.modes), state)
-        })
-        .collect();
-    let waiting: Vec<(TicketId, Mode)> =
-        view.tickets.iter().filter(|t| !t.granted).map(|t| (t.ticket, t.mode)).collect();
-    let measured = std::array::from_fn(|i| view.average_s[i].is_some());
-    QueueState::observed(&workers, &waiting, average, measured, now)
-}
+use crate::queue::state::{TicketId, TicketStatus, WorkerId};
 
 /// Views are read at most this often: with thousands waiting, every view costs each replica
 /// the parse and the ETAs (docs/performance.md).
@@ -816,6 +762,7 @@ pub(super) fn telling(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::edge::coordinator::SlotState;
 
     #[test]
     fn a_move_is_told_at_once_after_a_quiet_spell_then_at_most_once_per_interval() {

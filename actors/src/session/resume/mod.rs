@@ -12,7 +12,7 @@
 //! - [`Resume`]: what a resumed connection's edge hands the session (its new line).
 //!
 //! The hold itself is the session's (`super::hold`): a lost connection
-//! ([`super::messages::FromClient::Lost`]) puts its client away, and the grace is one more timer
+//! ([`crate::edge::client::FromClient::Lost`]) puts its client away, and the grace is one more timer
 //! of its own context, which ends it unless the token was taken in the meantime.
 
 use std::time::Duration;
@@ -53,7 +53,7 @@ pub struct Resume {
     /// Where the session now speaks to its client.
     pub line: Box<dyn ClientLine>,
     /// The line's number: what its edge hands the session comes tagged with it
-    /// ([`super::messages::FromLine`]); anything from an earlier line is not heard.
+    /// ([`crate::edge::client::FromLine`]); anything from an earlier line is not heard.
     pub line_no: u64,
     /// How many of the session's messages the client received (`?received=`), when it says.
     pub received: Option<u64>,

@@ -4,7 +4,7 @@
 //! /v1/realtime/calls/{call_id}`; `POST /v1/realtime/calls/{call_id}/hangup` (or `DELETE
 //! /v1/realtime/calls/{call_id}`) ends the call.
 //!
-//! The client is checked like a WebSocket client ([`super::admit`]) before its offer is read;
+//! The client is checked like a WebSocket client ([`crate::admission::admit`]) before its offer is read;
 //! the session behind the call is an ordinary one of the OpenAI dialect.
 
 use actix::Actor;
@@ -23,7 +23,7 @@ use crate::http::body::{BodyError, Bounded, Bounds};
 use crate::http::routes::http_error;
 use omni_dialects::openai::Flavor;
 use omni_transports::StartSession;
-use omni_transports::webrtc::call::{CallBounds, CallEdge, CallParts};
+use omni_transports::webrtc::call::{CallBounds, CallEdge, RtcCallParts};
 use omni_transports::webrtc::{AnswerError, HangUp, Hanger};
 
 /// The largest offer, and the largest `session` part, read.
@@ -153,56 +153,38 @@ fn model_of(gw: &Gateway, query: Option<&String>, sessions: [Option<&Value>; 2])
 }
 
 pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Data<Gateway>) -> HttpResponse {
-    let Some(calls) = gw.calls.clone() else {
-        return http_error(StatusCode::NOT_FOUND, "not_found", "WebRTC calls are off here ([webrtc] enabled = false)");
-    };
-    let query = match query_of(&req) {
-        Ok(q) => q,
-        Err(refusal) => return refusal,
-    };
-    if let Err(refusal) = super::same_site(&req, &gw) {
-        return refusal;
+    match place(&req, payload, &gw).await {
+        Ok(answer) | Err(answer) => answer,
     }
+}
+
+/// A call placed: its caller and offer checked, its session admitted (or resumed), its port
+/// taken and its edge started; the answer, or the refusal.
+async fn place(req: &HttpRequest, payload: web::Payload, gw: &Gateway) -> Result<HttpResponse, HttpResponse> {
+    let Some(calls) = gw.calls.clone() else {
+        return Err(http_error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "WebRTC calls are off here ([webrtc] enabled = false)",
+        ));
+    };
+    let query = query_of(req)?;
+    super::same_site(req, gw)?;
     // The key is checked before a byte of the offer is read; a client secret is taken only
     // once the call is answered (a refused call leaves it good).
-    let caller = caller(&req, &gw);
-    let key = match authenticate(&caller, &gw, [auth::bearer(&req), None, None], false).await {
-        Ok(key) => key,
-        Err(refusal) => return refused(refusal),
-    };
-    // While its offer is read, the request counts as a connection of its address (a client
-    // cannot hold more offers open than it may hold sessions).
-    let reading = match address_admission(&caller, &gw) {
-        Ok(a) => a,
-        Err(refusal) => return refused(refusal),
-    };
-    let offer = offer_of(&req, payload).await;
-    drop(reading);
-    let offer = match offer {
-        Ok(o) => o,
-        Err(why) => {
-            // (debug: a stranger's junk is not worth a line each at the default level)
-            log::debug!("a call's offer from {:?} was refused: {why}", caller.ip);
-            return http_error(why.status(), "invalid_request_error", why.to_string());
-        }
-    };
-    let secret = key.untaken_secret.clone();
+    let caller = caller(req, gw);
+    let key = authenticate(&caller, gw, [auth::bearer(req), None, None], false).await.map_err(refused)?;
+    let offer = read_counted(req, payload, &caller, gw).await?;
     // `?resume=TOKEN`: the call takes back a session whose connection dropped (its token is
     // used only once the call is answered); else a new session is admitted.
-    let ask = match resume::asked(&query) {
-        Ok(ask) => ask,
-        Err(refusal) => return refusal,
-    };
+    let ask = resume::asked(&query)?;
     let admitted = match ask {
         Some(_) => None,
         None => {
-            let model = model_of(&gw, query.get("model"), [offer.session.as_ref(), key.session.as_ref()]);
+            let model = model_of(gw, query.get("model"), [offer.session.as_ref(), key.session.as_ref()]);
             // The call carries the voice on its tracks: its session's dialect takes and gives samples.
             let transport = Transport { name: "webrtc", carries_audio: true };
-            match admit(&caller, &gw, Endpoint::Realtime(Flavor::Ga, model), key.clone(), transport) {
-                Ok(a) => Some(a),
-                Err(refusal) => return refused(refusal),
-            }
+            Some(admit(&caller, gw, Endpoint::Realtime(Flavor::Ga, model), key.clone(), transport).map_err(refused)?)
         }
     };
     let key_id = admitted.as_ref().map_or_else(|| key.key_id.clone(), |a| a.key_id.clone());
@@ -211,43 +193,20 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
     let id = format!("rtc_{}", uuid::Uuid::new_v4().simple());
     if let Err(why) = calls.admit_unconnected(&id, caller.ip, key_id.as_deref()) {
         omni_actors::observe::metrics().connections_refused.with_label_values(&["too_many_unconnected_calls"]).inc();
-        return http_error(StatusCode::TOO_MANY_REQUESTS, "too_many_unconnected_calls", why.to_string());
+        return Err(http_error(StatusCode::TOO_MANY_REQUESTS, "too_many_unconnected_calls", why.to_string()));
     }
     // Refused from here on, it no longer counts; answered, its edge settles it.
     let mut unsettled = Unsettled { calls: &calls, id: &id, armed: true };
-    let answered = match calls.answer(&offer.sdp) {
-        Ok(a) => a,
-        Err(AnswerError::Offer(why)) => return bad_request(format!("the offer cannot be answered: {why}")),
-        Err(e @ AnswerError::NoPort { .. }) => {
-            omni_actors::observe::metrics().connections_refused.with_label_values(&["no_port"]).inc();
-            if let Some(more) = omni_actors::observe::gated("call_no_port") {
-                log::warn!("a call was refused: {e}{more}");
-            }
-            return http_error(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", e.to_string());
-        }
-        Err(AnswerError::Io(e)) => {
-            log::error!("a call was refused: cannot bind its UDP socket: {e}");
-            return http_error(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "cannot open a UDP port");
-        }
-    };
-    let taken = match &ask {
-        // (the client secret, if any, is used up there)
-        Some(ask) => match resume::take(&gw, ask, &key, "webrtc") {
-            Ok(taken) => Some(taken),
-            Err(refusal) => return refusal,
-        },
-        None => {
+    let answered = calls.answer(&offer.sdp).map_err(unanswered)?;
+    let secret = key.untaken_secret.clone();
+    let (start, conn) = match admitted {
+        Some(admitted) => {
             if let Some(secret) = &secret
                 && !gw.keys.take_secret(secret)
             {
                 // Used by another request meanwhile (or just expired).
-                return super::secret_used();
+                return Err(super::secret_used());
             }
-            None
-        }
-    };
-    let (start, conn): (StartSession, u64) = match (admitted, taken) {
-        (Some(admitted), _) => {
             // The settings the call was made with come first (its session's dialect leaves their
             // audio formats to the call).
             let first: Vec<FromClient> = [admitted.session.as_ref(), offer.session.as_ref()]
@@ -256,30 +215,25 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
                 .map(|s| FromClient::Text(client_secrets::session_update(s).into()))
                 .collect();
             let conn = admitted.conn;
-            (admitted.opening(first).starter(&gw), conn)
+            (admitted.opening(first).starter(gw), conn)
         }
-        (None, Some(taken)) => {
-            let (conn, line_no) = (taken.conn, omni_actors::ids::connection());
-            let received = ask.as_ref().and_then(|a| a.received);
+        None => {
+            let ask = ask.as_ref().ok_or_else(|| {
+                http_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "the call has no session")
+            })?;
+            // (the client secret, if any, is used up there)
+            let taken = resume::take(gw, ask, &key, "webrtc")?;
+            let (conn, line_no, received) = (taken.conn, omni_actors::ids::connection(), ask.received);
             log::info!("session c{conn}: resumed by call {id} (line {line_no})");
-            (Box::new(move |line| taken.hand(line, line_no, received)), conn)
-        }
-        (None, None) => {
-            return http_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "the call has no session");
+            let start: StartSession = Box::new(move |line| taken.hand(line, line_no, received));
+            (start, conn)
         }
     };
-    let config = &gw.config;
-    let settings = CallBounds {
-        connect_timeout: calls.spec().connect_timeout,
-        rate: config.message_rate(),
-        max_outgoing_bytes: config.server.max_outgoing_bytes as usize,
-        max_incoming_bytes: config.server.max_incoming_bytes as usize,
-    };
-    let parts = CallParts {
+    let parts = RtcCallParts {
         id: id.clone(),
         rtc: answered.rtc,
         socket: answered.socket,
-        settings,
+        settings: bounds(gw, &calls),
         start,
         calls: calls.clone(),
         incoming: gw.incoming.clone(),
@@ -293,16 +247,62 @@ pub(crate) async fn create(req: HttpRequest, payload: web::Payload, gw: web::Dat
         }
         Err(e) => {
             log::error!("a call was refused: {e}");
-            return http_error(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "cannot start the call");
+            return Err(http_error(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "cannot start the call"));
         }
     }
     log::info!("call {id}: answered (connection c{conn})");
-    HttpResponse::Created()
+    Ok(HttpResponse::Created()
         .insert_header((header::LOCATION, format!("/v1/realtime/calls/{id}")))
         // The answer carries the call's ICE credentials: not for a cache on the way.
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .content_type("application/sdp")
-        .body(answered.sdp)
+        .body(answered.sdp))
+}
+
+/// The offer, read while the request counts as a connection of its address (a client cannot
+/// hold more offers open than it may hold sessions).
+async fn read_counted(
+    req: &HttpRequest,
+    payload: web::Payload,
+    caller: &crate::admission::Caller,
+    gw: &Gateway,
+) -> Result<Offer, HttpResponse> {
+    let reading = address_admission(caller, gw).map_err(refused)?;
+    let offer = offer_of(req, payload).await;
+    drop(reading);
+    offer.map_err(|why| {
+        // (debug: a stranger's junk is not worth a line each at the default level)
+        log::debug!("a call's offer from {:?} was refused: {why}", caller.ip);
+        http_error(why.status(), "invalid_request_error", why.to_string())
+    })
+}
+
+/// Why an offer got no answer, as the client is told.
+fn unanswered(e: AnswerError) -> HttpResponse {
+    match e {
+        AnswerError::Offer(why) => bad_request(format!("the offer cannot be answered: {why}")),
+        e @ AnswerError::NoPort { .. } => {
+            omni_actors::observe::metrics().connections_refused.with_label_values(&["no_port"]).inc();
+            if let Some(more) = omni_actors::observe::gated("call_no_port") {
+                log::warn!("a call was refused: {e}{more}");
+            }
+            http_error(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", e.to_string())
+        }
+        AnswerError::Io(e) => {
+            log::error!("a call was refused: cannot bind its UDP socket: {e}");
+            http_error(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "cannot open a UDP port")
+        }
+    }
+}
+
+fn bounds(gw: &Gateway, calls: &omni_transports::webrtc::Calls) -> CallBounds {
+    let config = &gw.config;
+    CallBounds {
+        connect_timeout: calls.spec().connect_timeout,
+        rate: config.message_rate(),
+        max_outgoing_bytes: config.server.max_outgoing_bytes as usize,
+        max_incoming_bytes: config.server.max_incoming_bytes as usize,
+    }
 }
 
 /// A call counted as not yet connected, until it was handed to its edge: dropped before, it

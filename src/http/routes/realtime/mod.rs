@@ -2,7 +2,7 @@
 //! WebRTC call ([`calls`]), and a server mints client secrets for browsers
 //! ([`client_secrets`]); an app accepts or rejects the SIP calls offered to it
 //! ([`sip_calls`]). Both transports pass the same checks before their session starts
-//! (`omni_transports::admission`), their callers described from the request ([`caller`]); a
+//! ([`crate::admission`]), their callers described from the request ([`caller`]); a
 //! client whose connection dropped takes its session back on either ([`resume`]).
 
 pub(super) mod calls;

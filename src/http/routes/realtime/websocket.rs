@@ -1,5 +1,5 @@
 //! The realtime WebSocket endpoints: which dialect a connection speaks (from its URL and
-//! headers), and the WebSocket edge it becomes once admitted ([`super::admit`]), which starts
+//! headers), and the WebSocket edge it becomes once admitted ([`crate::admission::admit`]), which starts
 //! the connection's SessionActor.
 
 use omni_actors::edge::client::FromClient;
