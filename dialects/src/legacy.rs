@@ -111,14 +111,14 @@ impl Legacy {
         Ok(Inbound::Chunk(chunk))
     }
 
-    fn delta(text: &str, audio: &[f32], end_of_turn: bool, kv: u64) -> String {
+    fn delta(out: &mut Outbox, text: &str, audio: &[f32], end_of_turn: bool, kv: u64) {
         JsonWriter::new(256 + text.len() + wire::pcm_b64_len(audio.len()))
             .field("type", "response.output_audio.delta")
             .field("text", text)
             .pcm_field("audio", audio)
             .field("end_of_turn", end_of_turn)
             .field("kv_cache_length", kv)
-            .finish()
+            .finish_into(out, audio.len())
     }
 }
 
@@ -187,11 +187,11 @@ impl Dialect for Legacy {
                             && !(outcome.end_of_turn && self.carry.len() == DELTA_SAMPLES)
                         {
                             let text = std::mem::take(&mut self.carry_text);
-                            out.push(Self::delta(&text, &self.carry[..DELTA_SAMPLES], false, kv));
+                            Self::delta(out, &text, &self.carry[..DELTA_SAMPLES], false, kv);
                             self.carry.drain(..DELTA_SAMPLES);
                         }
                         if outcome.end_of_turn {
-                            out.push(Self::delta(&self.carry_text, &self.carry, true, kv));
+                            Self::delta(out, &self.carry_text, &self.carry, true, kv);
                             self.carry.clear();
                             self.carry_text.clear();
                         }

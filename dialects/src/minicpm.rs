@@ -656,15 +656,13 @@ fn encode(event: Outbound<'_>, out: &mut Outbox) {
                 // ends it said nothing more (a model that did not know the answer was over when
                 // it sent its last words).
                 if !outcome.audio.is_empty() || outcome.end_of_turn {
-                    out.push(
-                        delta("audio", session_id, 256 + wire::pcm_b64_len(outcome.audio.len()))
-                            .field("response_id", response_id)
-                            .field("input_id", input_id)
-                            .pcm_field("audio", &outcome.audio)
-                            .field("end_of_turn", outcome.end_of_turn)
-                            .field("metrics", step_metrics(outcome))
-                            .finish(),
-                    );
+                    delta("audio", session_id, 256 + wire::pcm_b64_len(outcome.audio.len()))
+                        .field("response_id", response_id)
+                        .field("input_id", input_id)
+                        .pcm_field("audio", &outcome.audio)
+                        .field("end_of_turn", outcome.end_of_turn)
+                        .field("metrics", step_metrics(outcome))
+                        .finish_into(out, outcome.audio.len());
                 }
             }
         },
@@ -681,14 +679,12 @@ fn encode(event: Outbound<'_>, out: &mut Outbox) {
                 );
             }
             if !audio.is_empty() {
-                out.push(
-                    delta("audio", session_id, 256 + wire::pcm_b64_len(audio.len()))
-                        .field("response_id", response_id)
-                        .field("input_id", input_id)
-                        .pcm_field("audio", audio)
-                        .field("metrics", &metrics)
-                        .finish(),
-                );
+                delta("audio", session_id, 256 + wire::pcm_b64_len(audio.len()))
+                    .field("response_id", response_id)
+                    .field("input_id", input_id)
+                    .pcm_field("audio", audio)
+                    .field("metrics", &metrics)
+                    .finish_into(out, audio.len());
             }
         }
         Outbound::TurnDone {
@@ -719,7 +715,7 @@ fn encode(event: Outbound<'_>, out: &mut Outbox) {
             if let Some(audio) = audio {
                 w = w.pcm_field("audio", audio);
             }
-            out.push(w.finish());
+            w.finish_into(out, audio.map_or(0, <[f32]>::len));
         }
         Outbound::Queued(_)
         | Outbound::QueueUpdate(_)

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use omni_actors::edge::dialect::DecodeError;
+use omni_actors::edge::dialect::{DecodeError, Outbox};
 use omni_actors::protocol::ProtocolError;
 use serde::{Deserialize, Serialize};
 
@@ -219,13 +219,15 @@ pub fn slice_nums(v: Option<i64>, field: &str) -> Result<Option<u32>, ProtocolEr
 pub struct JsonWriter {
     out: String,
     first: bool,
+    /// Where the PCM field's base64 is, once written.
+    voice: Option<std::ops::Range<usize>>,
 }
 
 impl JsonWriter {
     pub fn new(capacity: usize) -> JsonWriter {
         let mut out = String::with_capacity(capacity);
         out.push('{');
-        JsonWriter { out, first: true }
+        JsonWriter { out, first: true, voice: None }
     }
 
     fn key(&mut self, key: &str) {
@@ -250,7 +252,9 @@ impl JsonWriter {
     pub fn pcm_field(mut self, key: &str, samples: &[f32]) -> JsonWriter {
         self.key(key);
         self.out.push('"');
+        let start = self.out.len();
         encode_pcm_f32(samples, &mut self.out);
+        self.voice = Some(start..self.out.len());
         self.out.push('"');
         self
     }
@@ -258,6 +262,16 @@ impl JsonWriter {
     pub fn finish(mut self) -> String {
         self.out.push('}');
         self.out
+    }
+
+    /// Finishes the object into `out`: as a frame carrying the model's voice (`samples` of it,
+    /// at 24 kHz) when a PCM field was written, else as a plain frame.
+    pub fn finish_into(mut self, out: &mut Outbox, samples: usize) {
+        self.out.push('}');
+        match self.voice {
+            Some(voice) => out.push_voiced(self.out, voice, samples),
+            None => out.push(self.out),
+        }
     }
 }
 
@@ -330,6 +344,21 @@ mod tests {
         assert_eq!(decode_jpeg(&b64, "f").unwrap(), jpeg);
         assert_eq!(decode_jpeg(&format!("data:image/jpeg;base64,{b64}"), "f").unwrap(), jpeg);
         assert_eq!(decode_jpeg(&STANDARD.encode(b"GIF89a"), "f").unwrap_err().to_string(), "f: not a JPEG image");
+    }
+
+    #[test]
+    fn a_frame_with_pcm_says_where_its_voice_is() {
+        let mut out = Outbox::default();
+        JsonWriter::new(64).field("type", "x").pcm_field("audio", &[0.5; 30]).field("n", 1).finish_into(&mut out, 30);
+        JsonWriter::new(64).field("type", "y").finish_into(&mut out, 0);
+        match out.items() {
+            [omni_actors::edge::dialect::Emit::Voiced(v), omni_actors::edge::dialect::Emit::Text(t)] => {
+                assert_eq!(v.quiet(), r#"{"type":"x","audio":"","n":1}"#);
+                assert_eq!(v.text[v.voice.clone()].len(), omni_actors::audio::pcm::pcm_b64_len(30));
+                assert_eq!((v.samples, t.as_str()), (30, r#"{"type":"y"}"#));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

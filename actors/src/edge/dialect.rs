@@ -43,11 +43,37 @@ impl From<ProtocolError> for DecodeError {
 pub enum Emit {
     /// A text frame of the dialect.
     Text(String),
+    /// A text frame that carries the model's voice (base64 in it).
+    Voiced(Voiced),
     /// The model's voice as samples, for an edge that carries audio itself.
     Audio(ModelAudio),
     /// A command the dialect issues on its own, carried out by the session after what came
     /// before it was sent.
     Command(Inbound),
+}
+
+/// A text frame carrying the model's voice: where the voice is in it, so that a session kept
+/// for a resume keeps the frame without it (a resumed client is not sent stale voice).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Voiced {
+    /// The frame, whole: what is sent now.
+    pub text: String,
+    /// The bytes of `text` that are the voice (the contents of a JSON string: removing them
+    /// leaves the same event with an empty string there).
+    pub voice: std::ops::Range<usize>,
+    /// The voice's length, in samples at 24 kHz.
+    pub samples: usize,
+}
+
+impl Voiced {
+    /// The frame without its voice.
+    pub fn quiet(&self) -> String {
+        let (head, tail) = (&self.text[..self.voice.start], &self.text[self.voice.end..]);
+        let mut quiet = String::with_capacity(head.len() + tail.len());
+        quiet.push_str(head);
+        quiet.push_str(tail);
+        quiet
+    }
 }
 
 /// What a dialect hands its session for the client: text frames, and the model's voice as
@@ -81,6 +107,17 @@ impl Outbox {
     pub fn push(&mut self, text: String) {
         if !self.no_text {
             self.items.push(Emit::Text(text));
+        }
+    }
+
+    /// A text frame carrying `samples` (at 24 kHz) of the model's voice in its bytes `voice`
+    /// (dropped while text is not read).
+    pub fn push_voiced(&mut self, text: String, voice: std::ops::Range<usize>, samples: usize) {
+        if !self.no_text {
+            debug_assert!(
+                voice.end <= text.len() && text.is_char_boundary(voice.start) && text.is_char_boundary(voice.end)
+            );
+            self.items.push(Emit::Voiced(Voiced { text, voice, samples }));
         }
     }
 
@@ -140,6 +177,7 @@ impl Outbox {
             .iter()
             .filter_map(|e| match e {
                 Emit::Text(t) => Some(t.as_str()),
+                Emit::Voiced(v) => Some(v.text.as_str()),
                 Emit::Audio(_) | Emit::Command(_) => None,
             })
             .collect()
@@ -151,7 +189,7 @@ impl Outbox {
             .iter()
             .filter_map(|e| match e {
                 Emit::Command(c) => Some(c),
-                Emit::Text(_) | Emit::Audio(_) => None,
+                Emit::Text(_) | Emit::Voiced(_) | Emit::Audio(_) => None,
             })
             .collect()
     }

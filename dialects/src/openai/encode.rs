@@ -4,6 +4,7 @@
 //! its own session fields, usage spelling and statuses).
 
 use omni_actors::domain::{Role, ToolChoice, Tools};
+use omni_actors::edge::dialect::Voiced;
 use omni_actors::protocol::{CloseReason, ErrorKind, ProtocolError, QueueInfo};
 use serde_json::{Map, Value, json};
 
@@ -90,6 +91,28 @@ impl Encoder {
         let mut fields = at_fields(at);
         fields["delta"] = json!(delta);
         Some(self.event(self.flavor.audio_delta(), fields))
+    }
+
+    /// The model's voice as an audio delta, coded as the session's output asks; where the voice
+    /// is in the frame, for a session that keeps it without (its resume).
+    pub(super) fn audio_delta(&mut self, at: &Output, samples: &[f32]) -> Voiced {
+        let delta = match self.output {
+            Coding::Pcm16 => coding::encode(Coding::Pcm16, samples, OUTPUT_RATE),
+            g711 => {
+                let narrow = G711Downlink::push(&mut self.downlink, &at.response_id, samples, OUTPUT_RATE);
+                coding::compand(g711, &narrow)
+            }
+        };
+        let len = delta.len();
+        let mut fields = at_fields(at);
+        fields["delta"] = json!(delta);
+        let text = self.event(self.flavor.audio_delta(), fields);
+        // Base64 needs no escapes: the delta is its string's contents as they are.
+        const KEY: &str = "\"delta\":\"";
+        let start = text.find(KEY).map_or(0, |at| at + KEY.len());
+        let voice =
+            if text.get(start..start + len).is_some_and(|v| !v.contains('"')) { start..start + len } else { 0..0 };
+        Voiced { text, voice, samples: samples.len() }
     }
 
     /// `output_audio_buffer.{kind}` for response `response_id`: what the caller heard of the
@@ -224,16 +247,7 @@ impl Encoder {
                 let kind = if audio { f.transcript_delta() } else { f.text_delta() };
                 self.event(kind, with(at(&o), "delta", json!(delta)))
             }
-            Event::AudioDelta { at: o, samples } => {
-                let delta = match self.output {
-                    Coding::Pcm16 => coding::encode(Coding::Pcm16, &samples, OUTPUT_RATE),
-                    g711 => {
-                        let narrow = G711Downlink::push(&mut self.downlink, &o.response_id, &samples, OUTPUT_RATE);
-                        coding::compand(g711, &narrow)
-                    }
-                };
-                self.event(f.audio_delta(), with(at(&o), "delta", json!(delta)))
-            }
+            Event::AudioDelta { at: o, samples } => return Some(self.audio_delta(&o, &samples).text),
             Event::AudioDone { at: o } => self.event(f.audio_done(), at(&o)),
             Event::TextDone { at: o, audio, text } => {
                 if audio {

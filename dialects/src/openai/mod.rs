@@ -156,6 +156,10 @@ impl Realtime {
                 }
                 Event::VoiceCleared if self.carries_audio => out.audio(ModelAudio::Clear),
                 _ if !out.wants_text() => {}
+                Event::AudioDelta { at, samples } => {
+                    let voiced = self.encoder.audio_delta(&at, &samples);
+                    out.push_voiced(voiced.text, voiced.voice, voiced.samples);
+                }
                 event => {
                     // A G.711 voice's last piece goes before its `audio.done`.
                     if let Event::AudioDone { at } = &event

@@ -1,7 +1,7 @@
 //! The OpenAI-shaped dialects as codecs, without a server.
 
 use omni_actors::domain::{BackendInfo, SessionKind, StepKind, StepOutcome};
-use omni_actors::edge::dialect::{DecodeError, Dialect, Outbox};
+use omni_actors::edge::dialect::{DecodeError, Dialect, Emit, Outbox};
 use omni_actors::protocol::{Inbound, Outbound, ProtocolError};
 use serde_json::{Value, json};
 
@@ -563,6 +563,17 @@ fn manual_turn_commit_and_create() {
             "response.done",
         ]
     );
+    // The voice's delta says where its voice is: kept for a resume, it is the same event, empty.
+    let voiced = out.items().iter().find_map(|e| match e {
+        Emit::Voiced(v) => Some(v),
+        _ => None,
+    });
+    let voiced = voiced.expect("the audio delta is a voiced frame");
+    let quiet: Value = serde_json::from_str(&voiced.quiet()).unwrap();
+    let whole: Value = serde_json::from_str(&voiced.text).unwrap();
+    assert_eq!((quiet["type"].as_str(), quiet["delta"].as_str()), (Some("response.output_audio.delta"), Some("")));
+    assert_eq!(whole["delta"].as_str().map(str::len), Some(voiced.voice.len()));
+    assert_eq!(voiced.samples, 6000);
 }
 
 #[test]
@@ -667,7 +678,6 @@ fn a_calls_settings_are_applied_as_the_clients_own_and_a_bad_choice_is_refused()
 #[test]
 fn a_call_that_plays_the_voice_is_told_what_was_heard_in_openai_and_not_in_qwen() {
     use omni_actors::edge::client::{ModelAudio, Playback};
-    use omni_actors::edge::dialect::Emit;
     let (mut d, _) = active(Flavor::Ga);
     assert!(d.carry_audio());
     let mut out = Outbox::default();

@@ -9,7 +9,7 @@ use bytestring::ByteString;
 
 use super::{Effect, SessionCore, ToWorker};
 use crate::edge::client::{CallSettings, CallerAudio, FromClient, Keypress, ModelAudio, Notice, Playback, ToClient};
-use crate::edge::dialect::{DecodeError, Emit, Outbox};
+use crate::edge::dialect::{DecodeError, Emit, Outbox, Voiced};
 use crate::edge::redact::RecordedMedia;
 use crate::messages::queue::QueueNotice;
 use crate::observe::metrics;
@@ -112,6 +112,7 @@ impl SessionCore {
         for item in out.drain() {
             match item {
                 Emit::Text(frame) => self.send_frame(ByteString::from(frame)),
+                Emit::Voiced(voiced) => self.send_voiced(voiced),
                 Emit::Audio(audio) => self.send_audio(audio),
                 Emit::Command(cmd) => self.work.push_back(cmd),
             }
@@ -125,6 +126,21 @@ impl SessionCore {
         self.record_out(frame.as_bytes().clone());
         // Kept without the token: a message sent again never carries a token already used.
         if self.replay.say(&frame) {
+            let frame = match self.token_first.take() {
+                Some(token) => resume::with_token(&frame, &token),
+                None => frame,
+            };
+            self.links.line.tell(ToClient::Text(frame));
+        }
+    }
+
+    /// A message carrying the model's voice: recorded and numbered like any, but kept on its
+    /// line without the voice (a resumed client is not sent it late).
+    fn send_voiced(&mut self, voiced: Voiced) {
+        let send = self.replay.say_voiced(voiced.samples, || voiced.quiet());
+        let frame = ByteString::from(voiced.text);
+        self.record_out(frame.as_bytes().clone());
+        if send {
             let frame = match self.token_first.take() {
                 Some(token) => resume::with_token(&frame, &token),
                 None => frame,

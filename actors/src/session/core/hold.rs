@@ -121,7 +121,7 @@ impl SessionCore {
                     self.links.line.tell(ToClient::Text(frame.into()));
                 }
                 Emit::Command(cmd) => self.work.push_back(cmd),
-                Emit::Audio(_) => {}
+                Emit::Voiced(_) | Emit::Audio(_) => {}
             }
         }
         self.outbox = out;

@@ -3,6 +3,10 @@
 //! messages, nothing sent while the client is away, and what it missed counted. A resumed
 //! client that says how many it received gets every later one still kept, in order, and is
 //! told how many were not kept any more.
+//!
+//! A message that carried the model's voice is kept without it (the voice is most of a
+//! session's bytes): a resumed client is not sent voice late as if fresh, whether it was
+//! produced while the client was away or before, and is told how much it missed.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -35,8 +39,9 @@ struct Away {
 /// What a session said to its client, numbered, and the last of it kept; see the module's
 /// documentation.
 pub struct Replay {
-    /// The last messages said, with their numbers (1 for the session's first).
-    kept: VecDeque<(u64, ByteString)>,
+    /// The last messages said, with their numbers (1 for the session's first) and the voice
+    /// left out of them (in samples at 24 kHz).
+    kept: VecDeque<(u64, ByteString, u32)>,
     kept_bytes: usize,
     max_bytes: usize,
     said: u64,
@@ -55,15 +60,30 @@ impl Replay {
     pub fn say(&mut self, frame: &ByteString) -> bool {
         self.said += 1;
         if self.max_bytes > 0 {
-            self.kept.push_back((self.said, frame.clone()));
-            self.kept_bytes += frame.len();
-            while self.kept.len() > REPLAY_FRAMES || self.kept_bytes > self.max_bytes {
-                if let Some((_, old)) = self.kept.pop_front() {
-                    self.kept_bytes -= old.len();
-                }
-            }
+            self.keep(frame.clone(), 0);
         }
         self.away.is_none()
+    }
+
+    /// One more message for the client, carrying `samples` (at 24 kHz) of the model's voice:
+    /// numbered, and kept as `quiet` makes it without the voice (made only when kept). Answers
+    /// whether to send it now.
+    pub fn say_voiced(&mut self, samples: usize, quiet: impl FnOnce() -> String) -> bool {
+        self.said += 1;
+        if self.max_bytes > 0 {
+            self.keep(ByteString::from(quiet()), u32::try_from(samples).unwrap_or(u32::MAX));
+        }
+        self.away.is_none()
+    }
+
+    fn keep(&mut self, frame: ByteString, voice: u32) {
+        self.kept_bytes += frame.len();
+        self.kept.push_back((self.said, frame, voice));
+        while self.kept.len() > REPLAY_FRAMES || self.kept_bytes > self.max_bytes {
+            if let Some((_, old, _)) = self.kept.pop_front() {
+                self.kept_bytes -= old.len();
+            }
+        }
     }
 
     /// Messages said so far.
@@ -100,13 +120,16 @@ impl Replay {
     pub fn back(&mut self, received: Option<u64>, now: Instant) -> Catchup {
         let away = self.away.take();
         let from = received.or(away.as_ref().map(|a| a.said_by_then)).unwrap_or(self.said).min(self.said);
-        let oldest_kept = self.kept.front().map_or(self.said + 1, |(n, _)| *n);
+        let oldest_kept = self.kept.front().map_or(self.said + 1, |(n, _, _)| *n);
         let lost = oldest_kept.saturating_sub(from + 1);
-        let frames = self.kept.iter().filter(|(n, _)| *n > from).map(|(_, f)| f.clone()).collect();
-        let (voice_skipped_ms, away_for) = match away {
-            Some(a) => (a.voice_samples * 1000 / 24_000, now.saturating_duration_since(a.since)),
+        let missed = self.kept.iter().filter(|(n, _, _)| *n > from);
+        let frames = missed.clone().map(|(_, f, _)| f.clone()).collect();
+        let voice_left_out: u64 = missed.map(|(_, _, voice)| u64::from(*voice)).sum();
+        let (away_voice, away_for) = match away {
+            Some(a) => (a.voice_samples, now.saturating_duration_since(a.since)),
             None => (0, Duration::ZERO),
         };
+        let voice_skipped_ms = (away_voice + voice_left_out) * 1000 / 24_000;
         Catchup { frames, lost, voice_skipped_ms, away: away_for }
     }
 }
@@ -117,6 +140,26 @@ mod tests {
 
     fn frame(n: u64) -> ByteString {
         ByteString::from(format!("{{\"n\":{n}}}"))
+    }
+
+    #[test]
+    fn a_message_with_the_models_voice_is_kept_without_it_and_counted() {
+        let mut line = Replay::new(1 << 20);
+        let t0 = Instant::now();
+        let voiced = format!("{{\"audio\":\"{}\",\"n\":2}}", "A".repeat(64_000));
+        line.say(&frame(1));
+        assert!(line.say_voiced(48_000, || voiced.replacen(&"A".repeat(64_000), "", 1)));
+        line.say(&frame(3));
+        assert!(line.kept_bytes < 100, "the voice is not kept: {} bytes", line.kept_bytes);
+        line.lose(t0);
+        line.skip_voice(12_000);
+        let back = line.back(Some(1), t0);
+        assert_eq!(back.frames, [ByteString::from("{\"audio\":\"\",\"n\":2}"), frame(3)]);
+        assert_eq!(back.voice_skipped_ms, 2_500, "2 s left out of a message it missed, 0.5 s produced while away");
+        // A voiced message it received is not counted.
+        line.say_voiced(24_000, String::new);
+        line.lose(t0);
+        assert_eq!(line.back(Some(4), t0).voice_skipped_ms, 0);
     }
 
     #[test]
