@@ -8,7 +8,8 @@
 # ISOLATION=process runs every backend in a worker-host child process instead of a thread.
 # VIA=node runs the workers in an `omni-gateway node` on the same machine instead, which the
 # gateway reaches over loopback TCP ([[nodes]]); the node's CPU is reported too.
-# EXTRA_TOML is appended to the gateway's config (e.g. [usage], [[webhooks]]).
+# EXTRA_TOML is appended to the gateway's config (e.g. [usage], [[webhooks]]); SERVER_TOML goes
+# under its [server] (e.g. resume_grace_s = 0).
 # SERVER_BIN runs another build as the server (and node), under this build's load generator.
 # The figures in docs/performance.md and docs/reliability.md come from this script.
 set -euo pipefail
@@ -52,6 +53,7 @@ bind = "127.0.0.1:$port"
 # every client of this script comes from 127.0.0.1
 max_connections_per_ip = 0
 max_waiting_per_ip = 0
+${SERVER_TOML:-}
 [queue]
 max_waiting = 20000
 $workers_toml

@@ -86,6 +86,9 @@
 
 #define IN_RATE 16000
 #define OUT_RATE 24000
+/* the reply tones (synth): five, each with a whole number of periods in TONE_PERIOD samples */
+#define TONES 5
+#define TONE_PERIOD 240
 #define STEP_AUDIO 24000      /* samples per speaking step */
 #define LAST_STEP_AUDIO 12000 /* samples on the end_of_turn step */
 #define TURN_PIECE_AUDIO 6000 /* 0.25 s per turn-mode piece */
@@ -130,6 +133,8 @@ struct tools {
 
 struct omni_backend {
     struct options opt;
+    /* one period of each reply tone (synth) */
+    float tones[TONES][TONE_PERIOD];
     /* reached from any thread */
     atomic_uint_fast64_t kv;
     atomic_int force_listen;
@@ -239,30 +244,33 @@ static int pcm_ok(omni_pcm p) { return p.len == 0 || p.ptr != NULL; }
 static int str_ok(omni_str s) { return s.len == 0 || s.ptr != NULL; }
 
 /* A recognisable signal: a tone per piece (300..700 Hz), 5 ms fades at the edges. */
-/* The tone comes from a rotating phasor (one complex multiply per sample, renormalised
- * every 1024 samples) instead of one sin() per sample: the same signal, deterministic,
- * ten times cheaper. */
-static void synth(float *dst, size_t n, size_t offset, size_t total, int piece) {
-    double freq = 300.0 + 100.0 * (piece % 5);
-    double w = TWO_PI * freq / OUT_RATE;
-    double c = cos(w * (double)offset), s = sin(w * (double)offset);
-    double dc = cos(w), ds = sin(w);
-    size_t fade = OUT_RATE / 200;
-    for (size_t i = 0; i < n; i++) {
-        size_t k = offset + i;
-        double env = 1.0;
-        if (k < fade) env = (double)k / fade;
-        if (total - k <= fade) env = (double)(total - k) / fade;
-        dst[i] = (float)(0.25 * env * s);
-        double c2 = c * dc - s * ds;
-        s = s * dc + c * ds;
-        c = c2;
-        if ((i & 1023) == 1023) {
-            double norm = 1.0 / sqrt(c * c + s * s);
-            c *= norm;
-            s *= norm;
-        }
+/* Every tone has a whole number of periods in TONE_PERIOD samples (3 of 300 Hz ... 7 of
+ * 700 Hz at 24 kHz): each backend computes the five periods once (tone_table) and a step's
+ * audio is copies of them, faded at the edges: the same signal, deterministic, and a copy's
+ * cost rather than a sine's per sample. */
+static void tone_table(float table[TONES][TONE_PERIOD]) {
+    for (int p = 0; p < TONES; p++) {
+        double w = TWO_PI * (300.0 + 100.0 * p) / OUT_RATE;
+        for (int k = 0; k < TONE_PERIOD; k++) table[p][k] = (float)(0.25 * sin(w * k));
     }
+}
+
+static void synth(const float table[TONES][TONE_PERIOD], float *dst, size_t n, size_t offset, size_t total, int piece) {
+    const float *tone = table[piece % TONES];
+    size_t at = offset % TONE_PERIOD;
+    for (size_t i = 0; i < n;) {
+        size_t run = TONE_PERIOD - at < n - i ? TONE_PERIOD - at : n - i;
+        memcpy(dst + i, tone + at, run * sizeof *dst);
+        i += run;
+        at = 0;
+    }
+    size_t fade = OUT_RATE / 200;
+    size_t tail = total > fade ? total - fade : 0;
+    /* the fades, where this part of the step meets them (the last one wins where they meet) */
+    for (size_t k = offset; k < fade && k < tail && k < offset + n; k++)
+        dst[k - offset] = (float)((double)tone[k % TONE_PERIOD] * ((double)k / fade));
+    for (size_t k = tail > offset ? tail : offset; k < offset + n; k++)
+        dst[k - offset] = (float)((double)tone[k % TONE_PERIOD] * ((double)(total - k) / fade));
 }
 
 /* ---- options ------------------------------------------------------------ */
@@ -505,6 +513,7 @@ static omni_status ref_open(const omni_option *options, size_t n_options, omni_b
         return OMNI_ERR_OPEN_FAILED;
     }
     b->opt = opt;
+    tone_table(b->tones);
     atomic_init(&b->kv, 0);
     atomic_init(&b->force_listen, 0);
     atomic_init(&b->interrupt_epoch, 0);
@@ -699,8 +708,14 @@ static omni_status ref_duplex_prefill(omni_backend *b, const omni_duplex_input *
     long voiced = 0;
     for (size_t off = 0; off < n; off += VAD_WINDOW) {
         size_t w = n - off < VAD_WINDOW ? n - off : VAD_WINDOW;
-        double e = 0;
-        for (size_t i = 0; i < w; i++) e += (double)in->audio.ptr[off + i] * in->audio.ptr[off + i];
+        /* four sums, not one: a chain of dependent additions is the loop's whole cost */
+        const float *x = in->audio.ptr + off;
+        double e4[4] = {0, 0, 0, 0};
+        size_t i = 0;
+        for (; i + 4 <= w; i += 4)
+            for (int j = 0; j < 4; j++) e4[j] += (double)x[i + j] * x[i + j];
+        for (; i < w; i++) e4[0] += (double)x[i] * x[i];
+        double e = (e4[0] + e4[1]) + (e4[2] + e4[3]);
         total += e;
         if (e / w >= thr2) voiced += (long)(w * 1000 / IN_RATE);
     }
@@ -778,7 +793,7 @@ static omni_status emit_step(omni_backend *b, omni_step_output *out, int first, 
         out->output_audio_tokens = speech_tokens(b->audio_done, audio_n);
     }
     if (text_n) memcpy(out->text_buf, b->out_text, text_n);
-    if (audio_n) synth(out->audio_buf, audio_n, b->audio_done, b->audio_total_step, b->out_piece);
+    if (audio_n) synth(b->tones, out->audio_buf, audio_n, b->audio_done, b->audio_total_step, b->out_piece);
     b->audio_done += audio_n;
     out->kind = b->out_kind;
     out->end_of_turn = b->out_kind == OMNI_OUTPUT_SPEAK && b->out_eot && b->audio_done == b->audio_total_step;
@@ -1151,7 +1166,7 @@ static omni_status ref_turn_generate(omni_backend *b, omni_turn_output *out) {
         }
     }
     if (b->out_text_len) memcpy(out->text_buf, b->out_text, b->out_text_len);
-    if (audio_n) synth(out->audio_buf, audio_n, 0, audio_n, b->out_piece);
+    if (audio_n) synth(b->tones, out->audio_buf, audio_n, 0, audio_n, b->out_piece);
     uint32_t tokens = b->out_text_len ? (uint32_t)count_words(b->out_text, b->out_text_len) : 0;
     uint64_t kv = atomic_load(&b->kv) + tokens;
     if (kv > (uint64_t)b->opt.n_ctx) {

@@ -475,18 +475,10 @@ impl Dialect for Current {
                 out.push(self.created(session_id, kind, prompt_length, queue_wait_ms, backend))
             }
             Outbound::TurnDone { .. } => {
-                let unsupported = self.turns.pop_front().unwrap_or_default();
-                let at = out.len();
-                encode(event, out);
                 // The settings of the turn's `generation` the backend does not apply.
-                if !unsupported.is_empty()
-                    && let Some(frame) = out.text_mut(at)
-                    && let Ok(Value::Object(mut done)) = serde_json::from_str::<Value>(frame)
-                {
-                    let names: Vec<String> = unsupported.into_iter().map(|n| format!("generation.{n}")).collect();
-                    done.insert("unsupported_settings".into(), json!(names));
-                    *frame = Value::Object(done).to_string();
-                }
+                let unsupported = self.turns.pop_front().unwrap_or_default();
+                let names: Vec<String> = unsupported.into_iter().map(|n| format!("generation.{n}")).collect();
+                turn_done(event, &names, out);
             }
             // What the model heard the user say, when the backend reports it and the client
             // asked (`payload.transcripts`).
@@ -687,36 +679,7 @@ fn encode(event: Outbound<'_>, out: &mut Outbox) {
                     .finish_into(out, audio.len());
             }
         }
-        Outbound::TurnDone {
-            session_id,
-            response_id,
-            text,
-            audio,
-            input_tokens,
-            output_tokens,
-            kv_length,
-            duration_ms,
-            cancelled,
-            ..
-        } => {
-            let metrics = json!({
-                "input_tokens": input_tokens,
-                "output_tokens": output_tokens,
-                "kv_cache_length": kv_length,
-                "duration_ms": duration_ms,
-            });
-            let mut w = JsonWriter::new(256 + text.len() + audio.map_or(0, |a| wire::pcm_b64_len(a.len())))
-                .field("type", "response.done")
-                .field("session_id", session_id)
-                .field("response_id", response_id)
-                .field("text", text)
-                .field("reason", if cancelled { "cancelled" } else { "turn_end" })
-                .field("metrics", metrics);
-            if let Some(audio) = audio {
-                w = w.pcm_field("audio", audio);
-            }
-            w.finish_into(out, audio.map_or(0, <[f32]>::len));
-        }
+        Outbound::TurnDone { .. } => turn_done(event, &[], out),
         Outbound::Queued(_)
         | Outbound::QueueUpdate(_)
         | Outbound::QueueDone
@@ -730,6 +693,45 @@ fn encode(event: Outbound<'_>, out: &mut Outbox) {
         | Outbound::Transcript { .. }
         | Outbound::Reconfigured { .. } => {}
     }
+}
+
+/// `response.done`, with the settings of the turn the backend did not apply when there are some.
+fn turn_done(event: Outbound<'_>, unsupported: &[String], out: &mut Outbox) {
+    let Outbound::TurnDone {
+        session_id,
+        response_id,
+        text,
+        audio,
+        input_tokens,
+        output_tokens,
+        kv_length,
+        duration_ms,
+        cancelled,
+        ..
+    } = event
+    else {
+        return;
+    };
+    let metrics = json!({
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "kv_cache_length": kv_length,
+        "duration_ms": duration_ms,
+    });
+    let mut w = JsonWriter::new(256 + text.len() + audio.map_or(0, |a| wire::pcm_b64_len(a.len())))
+        .field("type", "response.done")
+        .field("session_id", session_id)
+        .field("response_id", response_id)
+        .field("text", text)
+        .field("reason", if cancelled { "cancelled" } else { "turn_end" })
+        .field("metrics", metrics);
+    if !unsupported.is_empty() {
+        w = w.field("unsupported_settings", unsupported);
+    }
+    if let Some(audio) = audio {
+        w = w.pcm_field("audio", audio);
+    }
+    w.finish_into(out, audio.map_or(0, <[f32]>::len));
 }
 
 #[cfg(test)]
@@ -775,14 +777,16 @@ mod tests {
             code(decode(&mut d, turn(json!({"top_k": "x"})))),
             "invalid_payload: input.generation.top_k: must be a whole number"
         );
-        let done = |d: &mut Current| {
+        // The first answer is spoken and not streamed: its `response.done` carries the audio.
+        let voice = [0.25f32; 8];
+        let done = |d: &mut Current, audio: Option<&[f32]>| {
             let mut out = Outbox::default();
             d.encode(
                 Outbound::TurnDone {
                     session_id: "s",
                     response_id: "r",
                     text: "ok",
-                    audio: None,
+                    audio,
                     input_tokens: 1,
                     output_tokens: 1,
                     input_audio_tokens: 0,
@@ -795,8 +799,10 @@ mod tests {
             );
             serde_json::from_str::<Value>(out.texts()[0]).unwrap()
         };
-        assert_eq!(done(&mut d)["unsupported_settings"], json!(["generation.mystery"]));
-        assert!(done(&mut d).get("unsupported_settings").is_none(), "the second turn asked for none");
+        let first = done(&mut d, Some(&voice));
+        assert_eq!(first["unsupported_settings"], json!(["generation.mystery"]));
+        assert_eq!(first["audio"], json!(b64(&voice)));
+        assert!(done(&mut d, None).get("unsupported_settings").is_none(), "the second turn asked for none");
     }
 
     /// A session created on a backend that reports no transcripts, for a client that asked.

@@ -158,14 +158,6 @@ impl Outbox {
         self.items.drain(..)
     }
 
-    /// The text frame at `at` (as [`Outbox::len`] counted before it was pushed), to amend.
-    pub fn text_mut(&mut self, at: usize) -> Option<&mut String> {
-        match self.items.get_mut(at) {
-            Some(Emit::Text(t)) => Some(t),
-            _ => None,
-        }
-    }
-
     /// Everything, in order.
     pub fn items(&self) -> &[Emit] {
         &self.items

@@ -157,13 +157,14 @@ impl BackendApi {
             shared,
             handle,
             info: BackendInfo::default(),
-            buffers: Buffers { text: Vec::new(), audio: Vec::new(), transcript: Vec::new() },
+            buffers: Buffers { text: Vec::new(), audio: Vec::new(), audio_cap: 0, transcript: Vec::new() },
             replay: None,
         };
         backend.info = backend.query_info()?;
         backend.buffers = Buffers {
             text: vec![0; backend.info.max_output_text_bytes.max(256) as usize],
-            audio: vec![0.0; backend.info.max_output_samples.max(4096) as usize],
+            audio: Vec::new(),
+            audio_cap: backend.info.max_output_samples.max(4096) as usize,
             transcript: if backend.info.transcripts { vec![0; TRANSCRIPT_BYTES] } else { Vec::new() },
         };
         Ok(backend)
@@ -223,7 +224,10 @@ fn names(raw: &[c_char], len: u32) -> Vec<String> {
 /// The output buffers handed to generate and drain calls, grown on BUFFER_TOO_SMALL.
 struct Buffers {
     text: Vec<u8>,
+    /// The audio a call writes: a fresh vector of `audio_cap` samples' capacity for each call,
+    /// handed on as it is (the backend's samples are not copied out).
     audio: Vec<f32>,
+    audio_cap: usize,
     transcript: Vec<u8>,
 }
 
@@ -241,7 +245,7 @@ macro_rules! point_at {
         $out.text_buf = $b.text.as_mut_ptr().cast();
         $out.text_cap = $b.text.len();
         $out.audio_buf = $b.audio.as_mut_ptr();
-        $out.audio_cap = $b.audio.len();
+        $out.audio_cap = $b.audio.capacity();
         $out.transcript_buf =
             if $b.transcript.is_empty() { ptr::null_mut() } else { $b.transcript.as_mut_ptr().cast() };
         $out.transcript_cap = $b.transcript.len();
@@ -387,17 +391,18 @@ impl FfiBackend {
         mut f: impl FnMut(*mut omni_backend, &mut Buffers) -> (sys::omni_status, O, Written),
     ) -> Result<(O, Yielded), BackendError> {
         for attempt in 0..2 {
+            self.buffers.audio = Vec::with_capacity(self.buffers.audio_cap);
             let (st, out, n) = f(self.handle, &mut self.buffers);
             let b = &mut self.buffers;
             if st == sys::ERR_BUFFER_TOO_SMALL && attempt == 0 {
                 b.text.resize(n.text.max(b.text.len()), 0);
-                b.audio.resize(n.audio.max(b.audio.len()), 0.0);
+                b.audio_cap = n.audio.max(b.audio_cap);
                 b.transcript.resize(n.transcript.max(b.transcript.len()), 0);
                 continue;
             }
             self.check(st, call)?;
-            let b = &self.buffers;
-            if n.text > b.text.len() || n.audio > b.audio.len() || n.transcript > b.transcript.len() {
+            let b = &mut self.buffers;
+            if n.text > b.text.len() || n.audio > b.audio.capacity() || n.transcript > b.transcript.len() {
                 return Err(BackendError::Internal(format!(
                     "{call}: the backend reported more output than the buffer holds"
                 )));
@@ -405,7 +410,11 @@ impl FfiBackend {
             let transcript =
                 (n.transcript > 0).then(|| String::from_utf8_lossy(&b.transcript[..n.transcript]).into_owned());
             let text = String::from_utf8_lossy(&b.text[..n.text]).into_owned();
-            return Ok((out, Yielded { text, audio: b.audio[..n.audio].to_vec(), transcript }));
+            let mut audio = std::mem::take(&mut b.audio);
+            // SAFETY: the backend wrote `n.audio` samples from the start of the vector's buffer,
+            // which holds that many (checked above): the ABI's contract for `audio_len`.
+            unsafe { audio.set_len(n.audio) };
+            return Ok((out, Yielded { text, audio, transcript }));
         }
         Err(BackendError::Internal(format!("{call}: still BUFFER_TOO_SMALL after growing the buffers")))
     }

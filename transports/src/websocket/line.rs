@@ -37,10 +37,30 @@ pub(super) fn close_frame(reason: &CloseReason) -> WsCloseReason {
 
 /// What the session's line carries to the connection.
 pub enum Said {
-    /// An encoded frame.
-    Frame(Bytes),
+    /// A text frame: its header, and its payload as the session made it (not copied: the
+    /// connection's writer copies both once into what it sends).
+    Frame { head: Bytes, payload: Bytes },
     /// The session's end: its close frame goes last.
     Close(CloseReason),
+}
+
+/// The header of a server's text frame of `len` bytes, whole (RFC 6455 5.2: FIN, opcode 1, no
+/// mask, the length in 7, 16 or 64 bits).
+fn text_head(len: usize) -> Bytes {
+    let mut head = Vec::with_capacity(10);
+    head.push(0x81);
+    match len {
+        0..=125 => head.push(len as u8),
+        126..=0xFFFF => {
+            head.push(126);
+            head.extend_from_slice(&(len as u16).to_be_bytes());
+        }
+        _ => {
+            head.push(127);
+            head.extend_from_slice(&(len as u64).to_be_bytes());
+        }
+    }
+    Bytes::from(head)
 }
 
 /// The client does not read: `waiting` bytes wait for it (the edge drops the connection).
@@ -56,7 +76,6 @@ pub(super) struct Line {
     slow: Recipient<SlowConsumer>,
     /// The bound on what waits for a client that does not read; `None`: unbounded.
     outgoing: Option<Arc<OutgoingLimit>>,
-    codec: parking_lot::Mutex<Codec>,
 }
 
 impl ClientLine for Line {
@@ -70,10 +89,7 @@ impl ClientLine for Line {
                     return;
                 }
                 metrics().bytes_sent.inc_by(text.len() as u64);
-                let mut frame = BytesMut::with_capacity(text.len() + 10);
-                if self.codec.lock().encode(Message::Text(text), &mut frame).is_ok() {
-                    let _ = self.said.send(Said::Frame(frame.freeze()));
-                }
+                let _ = self.said.send(Said::Frame { head: text_head(text.len()), payload: text.into_bytes() });
             }
             // This transport carries no audio of its own: its sessions' dialects send it in events.
             ToClient::Audio(_) => log::debug!("a WebSocket session's audio not in its dialect's events: dropped"),
@@ -102,13 +118,11 @@ pub fn line() -> (UnboundedSender<Said>, Hearing) {
 pub(super) struct LineEnd {
     pub(super) said: UnboundedSender<Said>,
     pub(super) outgoing: Option<Arc<OutgoingLimit>>,
-    pub(super) max_frame_bytes: usize,
 }
 
 impl LineEnd {
     pub(super) fn complete(self, edge: Recipient<ToClient>, slow: Recipient<SlowConsumer>) -> Line {
-        let codec = Codec::new().max_size(self.max_frame_bytes);
-        Line { said: self.said, edge, slow, outgoing: self.outgoing, codec: parking_lot::Mutex::new(codec) }
+        Line { said: self.said, edge, slow, outgoing: self.outgoing }
     }
 }
 
@@ -117,12 +131,15 @@ pub struct Merged<S> {
     edge: Pin<Box<S>>,
     session: Hearing,
     codec: Codec,
+    /// A frame's payload whose header went out: next, before anything else.
+    payload: Option<Bytes>,
     done: bool,
 }
 
 impl<S> Merged<S> {
     pub fn new(edge: S, session: Hearing, max_frame_bytes: usize) -> Merged<S> {
-        Merged { edge: Box::pin(edge), session, codec: Codec::new().max_size(max_frame_bytes), done: false }
+        let codec = Codec::new().max_size(max_frame_bytes);
+        Merged { edge: Box::pin(edge), session, codec, payload: None, done: false }
     }
 }
 
@@ -134,6 +151,9 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
+        if let Some(payload) = this.payload.take() {
+            return Poll::Ready(Some(Ok(payload)));
+        }
         if this.done {
             return Poll::Ready(None);
         }
@@ -148,7 +168,10 @@ where
             Poll::Pending => {}
         }
         match this.session.said.poll_recv(cx) {
-            Poll::Ready(Some(Said::Frame(frame))) => Poll::Ready(Some(Ok(frame))),
+            Poll::Ready(Some(Said::Frame { head, payload })) => {
+                this.payload = Some(payload);
+                Poll::Ready(Some(Ok(head)))
+            }
             Poll::Ready(Some(Said::Close(reason))) => {
                 this.done = true;
                 let mut frame = BytesMut::new();

@@ -38,7 +38,7 @@ impl SocketEdge<Realtime> {
         said: tokio::sync::mpsc::UnboundedSender<Said>,
         start: StartSession,
     ) -> WebSocketEdge {
-        let line = LineEnd { said, outgoing: outgoing.clone(), max_frame_bytes: settings.max_frame_bytes };
+        let line = LineEnd { said, outgoing: outgoing.clone() };
         let parts = SocketParts { label: format!("c{conn}"), settings, fragments, incoming, outgoing };
         SocketEdge::with(parts, Realtime { line: Some(line), start: Some(start) })
     }
