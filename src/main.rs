@@ -53,7 +53,13 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+    // The SIP stack (ezk) logs what anyone may send the SIP port (a junk datagram, at WARN) and
+    // a span per request and layer at INFO: off unless RUST_LOG names it
+    // (`RUST_LOG=info,ezk_sip_core=debug`). The gateway logs what matters of SIP itself.
+    env_logger::Builder::new()
+        .filter_level(log::LevelFilter::Info)
+        .filter_module("ezk", log::LevelFilter::Off)
+        .parse_env(env_logger::Env::default())
         .format_timestamp_micros()
         .init();
     if matches!(cli.command, None | Some(Command::Serve | Command::Node)) {

@@ -41,6 +41,10 @@ pub struct Limits {
     /// Bytes a dialect may hold for one client: audio not yet committed, conversation
     /// items and images not yet answered, replies held until the session is created.
     pub max_buffered_bytes: usize,
+    /// The same, for a session whose worker it has not got yet (a queued client holds less).
+    pub max_waiting_bytes: usize,
+    /// What every session's dialect may hold together (one budget for the process).
+    pub max_total_bytes: usize,
     /// Turn-mode answers a session may have outstanding: one in progress and the rest waiting.
     pub max_turns: usize,
 }
@@ -52,6 +56,8 @@ impl Default for Limits {
             min_audio_samples: 4000,
             reference: AudioLimits { max_seconds: 30.0 },
             max_buffered_bytes: 16 << 20,
+            max_waiting_bytes: 4 << 20,
+            max_total_bytes: 1 << 30,
             max_turns: 5,
         }
     }

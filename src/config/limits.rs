@@ -25,6 +25,10 @@ pub struct LimitsConfig {
     /// What the server holds for one client before its events are refused (`buffer_full`):
     /// audio not yet committed, items and images not yet answered, replies held while queued.
     pub max_buffered_mb: f64,
+    /// The same for a client still waiting for a worker (queued).
+    pub max_buffered_waiting_mb: f64,
+    /// What all sessions together may make the server hold so (one budget for the process).
+    pub max_buffered_total_mb: f64,
     /// Chat answers a session may have waiting behind the one in progress.
     pub max_pending_turns: usize,
 }
@@ -42,6 +46,8 @@ impl Default for LimitsConfig {
             open_timeout_s: 300.0,
             max_reference_audio_s: 30.0,
             max_buffered_mb: 16.0,
+            max_buffered_waiting_mb: 4.0,
+            max_buffered_total_mb: 1024.0,
             max_pending_turns: 4,
         }
     }
@@ -67,6 +73,8 @@ impl LimitsConfig {
         positive("step_timeout_ms", self.step_timeout_ms as f64)?;
         positive("open_timeout_s", self.open_timeout_s)?;
         positive("max_reference_audio_s", self.max_reference_audio_s)?;
-        positive("max_buffered_mb", self.max_buffered_mb)
+        positive("max_buffered_mb", self.max_buffered_mb)?;
+        positive("max_buffered_waiting_mb", self.max_buffered_waiting_mb)?;
+        positive("max_buffered_total_mb", self.max_buffered_total_mb)
     }
 }

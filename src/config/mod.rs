@@ -249,6 +249,8 @@ impl Config {
             min_audio_samples: l.min_audio_samples,
             reference: omni_actors::audio::AudioLimits { max_seconds: l.max_reference_audio_s },
             max_buffered_bytes: (l.max_buffered_mb * 1048576.0) as usize,
+            max_waiting_bytes: (l.max_buffered_waiting_mb * 1048576.0) as usize,
+            max_total_bytes: (l.max_buffered_total_mb * 1048576.0) as usize,
             max_turns: l.max_pending_turns + 1,
         }
     }

@@ -219,6 +219,7 @@ pub fn run(config: Config) -> Result<(), ServeError> {
                 max_connections_per_ip: gateway.config.server.max_connections_per_ip,
                 max_incoming_bytes: gateway.config.server.max_incoming_bytes as usize,
                 incoming: gateway.incoming.clone(),
+                liveness: gateway.sip.clone(),
             };
             let bound = omni_transports::sip::start(parts)
                 .await

@@ -60,6 +60,8 @@ pub struct Serving {
     pub webhooks: crate::observe::webhooks::Announcer,
     /// SIP calls offered to the app and not yet accepted, and those it accepted (`[sip]`).
     pub sip_calls: Arc<omni_transports::sip::offers::Offers>,
+    /// Whether the SIP edge reads its port (`[sip]`; not started with SIP off).
+    pub sip: Arc<omni_transports::sip::SipLiveness>,
 }
 
 /// Starts the actors of the role the configuration names: a replica with `[cluster]`, else a
@@ -131,6 +133,7 @@ impl Common {
             calls: config.webrtc.enabled.then(|| omni_transports::webrtc::Calls::new(config.webrtc.clone())),
             webhooks: self.webhooks,
             sip_calls: Default::default(),
+            sip: Default::default(),
             config,
         }
     }

@@ -338,3 +338,51 @@ async fn a_client_sending_faster_than_its_session_handles_is_read_no_faster() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// Queued clients hold less each (`limits.max_buffered_waiting_mb`), and all sessions together
+/// at most `max_buffered_total_mb`: one budget for the process, however many addresses the
+/// clients come from; what a client held is given back when it goes.
+#[tokio::test]
+async fn what_queued_clients_hold_is_bounded_each_and_together() {
+    let server = Server::ready(
+        Setup::default().limits("max_buffered_waiting_mb = 1\nmax_buffered_total_mb = 3").workers(workers(1, "")),
+    );
+    let holder = active(&server, "audio").await; // the only worker
+    // 10 s of 24 kHz pcm16 per item: 640,000 bytes held (16 kHz float).
+    let item = json!({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+        "content": [{"type": "input_audio", "audio": pcm16_silence(10.0, 24000)}]}});
+    let mut clients = Vec::new();
+    // Four items fit in 3 MiB, one per client.
+    for n in 1..=4 {
+        let mut c = openai(&server).await;
+        c.expect("session.queued").await;
+        c.send(item.clone()).await;
+        server.wait_metric("omni_buffered_bytes", n as f64 * 640_000.0, WAIT);
+        clients.push(c);
+    }
+    // A second item does not fit in what one queued client may hold (1 MiB).
+    clients[0].send(item.clone()).await;
+    let e = clients[0].until("error").await;
+    assert_eq!(e["error"]["code"], "buffer_full", "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("limits.max_buffered_waiting_mb"), "{e}");
+    // A fifth client's first does not fit in what all hold together.
+    let mut fifth = openai(&server).await;
+    fifth.expect("session.queued").await;
+    fifth.send(item.clone()).await;
+    let e = fifth.until("error").await;
+    assert_eq!(e["error"]["code"], "buffer_full", "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("limits.max_buffered_total_mb"), "{e}");
+    assert_eq!(server.metric("omni_buffer_refusals_total{buffer=\"items\"}"), 2.0);
+    // Gone, they hold nothing; the fifth's item fits now.
+    for c in clients {
+        c.close_socket().await;
+    }
+    let deadline = std::time::Instant::now() + WAIT;
+    while server.metric("omni_buffered_bytes") > 0.0 {
+        assert!(std::time::Instant::now() < deadline, "still {} bytes held", server.metric("omni_buffered_bytes"));
+        std::thread::sleep(std::time::Duration::from_millis(20)); // the next look at the gauge
+    }
+    fifth.send(item).await;
+    server.wait_metric("omni_buffered_bytes", 640_000.0, WAIT);
+    drop(holder);
+}

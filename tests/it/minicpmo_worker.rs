@@ -456,3 +456,54 @@ async fn a_check_that_fails_as_a_session_takes_the_worker_spares_that_session() 
     assert_eq!(c.until("session.closed").await["reason"], "user_stop");
     server.wait_idle();
 }
+
+/// A worker is not trusted with the gateway's memory or threads: one that only pings is cut off
+/// at its reply's deadline (pings do not extend it), one that streams an answer without end at
+/// the answer's cap, one that sends an 8 MB message at the message cap; each time its link's
+/// thread ends (the gateway ends up with the threads it started with) and the next session is
+/// served.
+#[tokio::test]
+async fn a_worker_that_pings_forever_talks_forever_or_sends_a_huge_message_is_cut_off() {
+    let threads = |server: &Server| std::fs::read_dir(format!("/proc/{}/task", server.pid())).unwrap().count();
+    let worker = MockWorker::start();
+    let server = Server::ready(
+        Setup::default().workers(worker.entry("gpu", "reply_timeout_s = 1")).limits("step_timeout_ms = 3000"),
+    );
+    let before = threads(&server);
+    let back_to_before = |server: &Server| {
+        let deadline = std::time::Instant::now() + WAIT;
+        while threads(server) > before {
+            assert!(std::time::Instant::now() < deadline, "{} threads, {before} before", threads(server));
+            std::thread::sleep(std::time::Duration::from_millis(20)); // the next look at its threads
+        }
+    };
+    worker.with(|s| s.misbehave = Some(Misbehave::PingsOnly));
+    let mut c = active(&server, "audio").await;
+    c.send(append(&quiet())).await;
+    assert_eq!(c.until("session.closed").await["reason"], "backend_error");
+    server.wait_log("audio_chunk: no answer within 1 s", WAIT);
+    server.wait_idle();
+    back_to_before(&server);
+
+    let ask = json!({"type": "input.append", "input": {"messages": [{"role": "user", "content": "hi"}]}});
+    worker.with(|s| s.misbehave = Some(Misbehave::EndlessAnswer));
+    let mut c = active(&server, "chat").await;
+    c.send(ask.clone()).await;
+    c.until("session.closed").await;
+    server.wait_log("an answer of more than 256 KB of text", WAIT);
+    server.wait_idle();
+    back_to_before(&server);
+
+    worker.with(|s| s.misbehave = Some(Misbehave::HugeMessage));
+    let mut c = active(&server, "chat").await;
+    c.send(ask.clone()).await;
+    c.until("session.closed").await;
+    server.wait_log("Message too long", WAIT);
+    server.wait_idle();
+    back_to_before(&server);
+
+    worker.with(|s| s.misbehave = None);
+    let mut c = active(&server, "chat").await;
+    c.send(ask).await;
+    assert!(c.until("response.done").await["text"].as_str().is_some_and(|t| t.starts_with("Mock answer")));
+}

@@ -58,6 +58,9 @@ pub struct Metrics {
     pub incoming_bytes_waiting: IntGauge,
     /// Bytes sessions wrote that their clients have not taken yet.
     pub outgoing_bytes_waiting: IntGauge,
+    /// Bytes the sessions' dialects hold for their clients together (audio not yet committed,
+    /// items and images not yet answered, replies held while queued): `limits.max_buffered_total_mb`.
+    pub buffered_bytes: IntGauge,
     /// Workers per state.
     pub workers: IntGaugeVec,
     /// Worker restarts, by worker.
@@ -106,6 +109,16 @@ pub struct Metrics {
     pub node_handshakes_refused: IntCounter,
     /// Client secrets minted.
     pub client_secrets_minted: IntCounter,
+    /// 1 while the SIP edge (`[sip]`) reads its port; 0 once it stopped, or with SIP off.
+    pub sip_up: IntGauge,
+    /// SIP requests the edge's first look dropped or answered itself, by reason: `stranger`
+    /// (from outside `sip.allowed_networks`), `rate` (an address past
+    /// `max_invites_per_s_per_ip`), `no_dialog`, `dialog_elsewhere` (an in-dialog request from
+    /// another address than its call's), `method` (a method not served), `busy` (every call's
+    /// place taken).
+    pub sip_requests_refused: IntCounterVec,
+    /// Datagrams on the SIP port discarded before any rule saw them (not SIP, malformed).
+    pub sip_messages_discarded: IntCounter,
     /// A cluster replica's grants not dialled because their node did not sign them (no label:
     /// a forged grant names what it likes).
     pub grants_refused: IntCounter,
@@ -277,6 +290,11 @@ impl Metrics {
                 "omni_outgoing_bytes_waiting",
                 "Bytes sessions wrote that their clients have not taken yet",
             ),
+            buffered_bytes: gauge(
+                &r,
+                "omni_buffered_bytes",
+                "Bytes the sessions' dialects hold for their clients together",
+            ),
             workers: gauge_vec(&r, "omni_workers", "Workers per state", &["state"]),
             worker_restarts: counter_vec(&r, "omni_worker_restarts_total", "Worker restarts", &["worker"]),
             recording_lag_bytes: gauge(&r, "omni_recording_lag_bytes", "Bytes handed to recorders and not yet written"),
@@ -343,6 +361,18 @@ impl Metrics {
                 "Handshakes a node refused: a wrong token, a bad hello",
             ),
             client_secrets_minted: counter(&r, "omni_client_secrets_minted_total", "Client secrets minted"),
+            sip_up: gauge(&r, "omni_sip_up", "Whether the SIP edge reads its port"),
+            sip_requests_refused: counter_vec(
+                &r,
+                "omni_sip_requests_refused_total",
+                "SIP requests dropped or answered by the edge's first look, by reason",
+                &["reason"],
+            ),
+            sip_messages_discarded: counter(
+                &r,
+                "omni_sip_messages_discarded_total",
+                "Datagrams on the SIP port discarded unparsed (not SIP, malformed)",
+            ),
             grants_refused: counter(
                 &r,
                 "omni_grants_refused_total",

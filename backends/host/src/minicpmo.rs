@@ -16,7 +16,13 @@
 //!   ([`Backend::check_idle`], a job the BackendActor runs on the link's own thread): a worker
 //!   that went offline or into error fails its link, which the pool reopens when the worker is
 //!   healthy again. A link has no thread or connection besides.
+//!
+//! The worker is not trusted with the gateway's memory or threads: its messages are at most
+//! [`MAX_MESSAGE`], a piece's text and audio and an answer's text are capped, each reply has one
+//! deadline (`reply_timeout_s`) that pings do not extend, and a link the gateway gives up on
+//! (the step watchdog, a failed worker) has its socket shut down, which ends the blocked read.
 
+use parking_lot::Mutex;
 use std::io::ErrorKind;
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -47,6 +53,16 @@ const APPLIED: [&str; 8] = [
     "text_repetition_penalty",
     "text_repetition_window_size",
 ];
+
+/// The largest message the worker may send: a step's or a chat piece's answer with its audio (a
+/// second of 24 kHz float32 is 128 KB of base64).
+const MAX_MESSAGE: usize = 4 << 20;
+/// The text of one piece (a step's, a chat chunk's), at most.
+const MAX_PIECE_TEXT: usize = 16 << 10;
+/// The text of one chat answer, at most (the conversation keeps it).
+const MAX_ANSWER_TEXT: usize = 256 << 10;
+/// The audio of one piece, at most: ten seconds at 24 kHz.
+const MAX_PIECE_SAMPLES: usize = 240_000;
 
 /// The worker's own name of a setting a client gave under the Realtime API's.
 fn worker_name(setting: &str) -> &str {
@@ -148,6 +164,9 @@ struct Control {
     kv_length: AtomicU64,
     /// How often an idle worker's `/health` is asked.
     health_interval: Duration,
+    /// The connection of the reply being waited for: shut down when the link is given up on,
+    /// so the thread blocked reading it ends instead of holding it.
+    live: Mutex<Option<TcpStream>>,
 }
 
 impl BackendControl for Control {
@@ -161,8 +180,13 @@ impl BackendControl for Control {
     fn kv_length(&self) -> u64 {
         self.kv_length.load(Ordering::Relaxed)
     }
+    fn terminate(&self) {
+        if let Some(tcp) = self.live.lock().take() {
+            let _ = tcp.shutdown(std::net::Shutdown::Both);
+        }
+    }
     fn never_blocks(&self) -> bool {
-        true // flags only
+        true // flags, and a socket's shutdown
     }
     fn idle_check_every(&self) -> Option<Duration> {
         Some(self.health_interval)
@@ -208,6 +232,7 @@ impl MinicpmoBackend {
             force_listen: AtomicBool::new(false),
             kv_length: AtomicU64::new(0),
             health_interval: options.health_interval,
+            live: Mutex::new(None),
         });
         let info = BackendInfo {
             name: "minicpmo-worker".into(),
@@ -248,25 +273,40 @@ impl MinicpmoBackend {
         })
     }
 
-    /// A WebSocket to `path` of the worker, with the reply timeout on reads.
+    /// A WebSocket to `path` of the worker, its messages bounded, its reads and writes timed;
+    /// the live connection from now on (see [`Control::terminate`]).
     fn connect(&self, path: &str) -> Result<Socket, BackendError> {
         let dial = super::ws_client::Dial {
             connect_timeout: self.options.connect_timeout,
             read_timeout: self.options.reply_timeout,
-            write_timeout: None,
-            config: None,
+            write_timeout: Some(self.options.reply_timeout),
+            config: Some(
+                tungstenite::protocol::WebSocketConfig::default()
+                    .max_message_size(Some(MAX_MESSAGE))
+                    .max_frame_size(Some(MAX_MESSAGE)),
+            ),
         };
-        super::ws_client::connect(&self.url, path, &dial)
-            .map_err(|e| BackendError::Unavailable(format!("{}{path}: {e}", self.url)))
+        let socket = super::ws_client::connect(&self.url, path, &dial)
+            .map_err(|e| BackendError::Unavailable(format!("{}{path}: {e}", self.url)))?;
+        *self.control.live.lock() = socket.get_ref().try_clone().ok();
+        Ok(socket)
     }
 
     fn lost(&self, what: &str, e: impl std::fmt::Display) -> BackendError {
         BackendError::Crashed(format!("worker {} ({}): {what}: {e}", self.name, self.url))
     }
 
-    /// The next JSON message; the worker's `error` events become errors.
+    /// The next JSON message, within `reply_timeout_s` of the call however many pings come;
+    /// the worker's `error` events become errors.
     fn receive(&self, socket: &mut Socket, what: &str) -> Result<Value, BackendError> {
+        let deadline = Instant::now() + self.options.reply_timeout;
         loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let waited = self.options.reply_timeout.as_secs_f64();
+                return Err(self.lost(what, format!("no answer within {waited} s")));
+            }
+            let _ = socket.get_ref().set_read_timeout(Some(left));
             let message = socket.read().map_err(|e| match e {
                 tungstenite::Error::Io(io) if matches!(io.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
                     self.lost(what, format!("no answer within {} s", self.options.reply_timeout.as_secs_f64()))
@@ -392,8 +432,21 @@ fn f32_base64(samples: &[f32]) -> String {
     out
 }
 
-/// f32 PCM from base64 (the worker's `audio_data`); a broken field is the worker's fault.
+/// A piece's text, within [`MAX_PIECE_TEXT`].
+fn piece_text(v: &Value) -> Result<String, String> {
+    let text = v.as_str().unwrap_or("");
+    if text.len() > MAX_PIECE_TEXT {
+        return Err(format!("a piece of {} KB of text (at most {} KB)", text.len() >> 10, MAX_PIECE_TEXT >> 10));
+    }
+    Ok(text.to_string())
+}
+
+/// f32 PCM from base64 (the worker's `audio_data`), at most [`MAX_PIECE_SAMPLES`]; a broken
+/// field is the worker's fault.
 fn f32_samples(b64: &str) -> Result<Vec<f32>, String> {
+    if b64.len() / 4 * 3 / 4 > MAX_PIECE_SAMPLES {
+        return Err(format!("audio_data of more than {MAX_PIECE_SAMPLES} samples"));
+    }
     let bytes = STANDARD.decode(b64).map_err(|e| format!("audio_data: {e}"))?;
     if bytes.len() % 4 != 0 {
         return Err(format!("audio_data: {} bytes is not whole float32 samples", bytes.len()));
@@ -497,7 +550,7 @@ impl Backend for MinicpmoBackend {
         };
         if v["is_listen"] != true {
             piece.kind = StepKind::Speak;
-            piece.text = v["text"].as_str().unwrap_or("").to_string();
+            piece.text = piece_text(&v["text"]).map_err(|e| self.lost("result", e))?;
             piece.end_of_turn = v["end_of_turn"] == true;
             if let Some(b64) = v["audio_data"].as_str() {
                 piece.audio = f32_samples(b64).map_err(|e| self.lost("result", e))?;
@@ -575,9 +628,14 @@ impl Backend for MinicpmoBackend {
         }
         match v["type"].as_str() {
             Some("chunk") => {
-                piece.text = v["text_delta"].as_str().unwrap_or("").to_string();
+                piece.text = piece_text(&v["text_delta"]).map_err(|e| self.lost("chunk", e))?;
                 if let Some(b64) = v["audio_data"].as_str() {
                     piece.audio = f32_samples(b64).map_err(|e| self.lost("chunk", e))?;
+                }
+                if answer.text.len() + piece.text.len() > MAX_ANSWER_TEXT {
+                    return Err(
+                        self.lost("chat", format!("an answer of more than {} KB of text", MAX_ANSWER_TEXT >> 10))
+                    );
                 }
                 answer.text.push_str(&piece.text);
                 piece.kv_length = self.control.kv_length();
@@ -589,7 +647,10 @@ impl Backend for MinicpmoBackend {
                 let kv = answer.input_tokens as u64 + piece.output_tokens as u64;
                 self.control.kv_length.store(kv, Ordering::Relaxed);
                 piece.kv_length = kv;
-                let text = v["text"].as_str().map_or(answer.text, String::from);
+                let text = match v["text"].as_str() {
+                    Some(t) if t.len() <= MAX_ANSWER_TEXT => t.to_string(),
+                    _ => answer.text,
+                };
                 self.conversation.push(ChatMessage::text(Role::Assistant, &text));
                 let _ = answer.socket.close(None);
             }

@@ -7,6 +7,7 @@
 //! that would take it past `limits.max_buffered_bytes` is refused before anything is kept.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use omni_actors::domain::{ChatMessage, DuplexChunk, TurnInput};
 use omni_actors::protocol::Inbound;
@@ -20,6 +21,40 @@ pub trait Weigh {
 }
 
 const OVERHEAD: usize = 64;
+
+/// What every session's conversation holds, together, in bytes: one budget for the process
+/// (`limits.max_buffered_total_mb`), kept by each conversation's [`Share`].
+static HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// A conversation's part of [`HELD`]: what it reported last, given back when it is dropped.
+#[derive(Debug, Default)]
+pub struct Share(usize);
+
+impl Share {
+    /// The conversation holds `now` bytes.
+    pub fn report(&mut self, now: usize) {
+        if now >= self.0 {
+            HELD.fetch_add(now - self.0, Ordering::Relaxed);
+        } else {
+            HELD.fetch_sub(self.0 - now, Ordering::Relaxed);
+        }
+        self.0 = now;
+        omni_actors::observe::metrics::metrics()
+            .buffered_bytes
+            .set(HELD.load(Ordering::Relaxed).min(i64::MAX as usize) as i64);
+    }
+
+    /// What the other conversations hold, together.
+    pub fn others(&self) -> usize {
+        HELD.load(Ordering::Relaxed).saturating_sub(self.0)
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        self.report(0);
+    }
+}
 
 impl Weigh for String {
     fn weight(&self) -> usize {

@@ -120,6 +120,8 @@ pub struct Driver {
     commands: Vec<Inbound>,
     /// The audio (16 kHz) and images the last command carried, for the recording.
     recorded: Option<RecordedMedia>,
+    /// What it holds, as a part of what every session's conversation holds together.
+    share: held::Share,
 }
 
 impl Driver {
@@ -139,6 +141,7 @@ impl Driver {
             events: Vec::new(),
             commands: Vec::new(),
             recorded: None,
+            share: held::Share::default(),
         }
     }
 
@@ -164,12 +167,20 @@ impl Driver {
 
     /// Events for the client, in order.
     pub fn take_events(&mut self) -> Vec<Event> {
+        self.account();
         std::mem::take(&mut self.events)
     }
 
     /// Commands for the session, in order.
     pub fn take_commands(&mut self) -> Vec<Inbound> {
+        self.account();
         std::mem::take(&mut self.commands)
+    }
+
+    /// Tells the process's budget what this conversation holds now.
+    fn account(&mut self) {
+        let held = self.held_bytes();
+        self.share.report(held);
     }
 
     /// The audio and images the last command carried, for the recording.
@@ -180,6 +191,12 @@ impl Driver {
     /// Carries out one client command.
     pub fn command(&mut self, cmd: Command, now: Instant) -> Result<(), ProtocolError> {
         self.recorded = None;
+        let done = self.carry_out(cmd, now);
+        self.account();
+        done
+    }
+
+    fn carry_out(&mut self, cmd: Command, now: Instant) -> Result<(), ProtocolError> {
         match cmd {
             Command::Update(conf) => self.update(*conf),
             Command::Audio { samples, rate } => self.audio(&samples, rate, now),
@@ -262,18 +279,36 @@ impl Driver {
     }
 
     /// Refuses an event that would take what is held for the client past
-    /// `limits.max_buffered_bytes`; `buffer` names what would grow (and labels the metric).
+    /// `limits.max_buffered_bytes` (`max_waiting_bytes` while it waits for a worker), or what
+    /// every session holds together past `max_total_bytes`; `buffer` names what would grow
+    /// (and labels the metric).
     pub fn admit(&self, event: &str, buffer: &'static str, extra: usize) -> Result<(), ProtocolError> {
-        let (held, max) = (self.held_bytes(), self.limits.max_buffered_bytes);
-        if held.saturating_add(extra) <= max {
+        let held = self.held_bytes();
+        let l = &self.limits;
+        let (max, key) = if self.life.phase != Phase::Active && l.max_waiting_bytes < l.max_buffered_bytes {
+            (l.max_waiting_bytes, "limits.max_buffered_waiting_mb, while it waits for a worker")
+        } else {
+            (l.max_buffered_bytes, "limits.max_buffered_mb")
+        };
+        let others = self.share.others();
+        let refusal = if held.saturating_add(extra) > max {
+            format!(
+                "{event}: refused: the server already holds {held} bytes for this session (audio not yet \
+                 committed, items and images not yet answered, replies not yet sent) and holds at most \
+                 {max} ({key}); commit, clear or wait for the session to start"
+            )
+        } else if others.saturating_add(held).saturating_add(extra) > l.max_total_bytes {
+            format!(
+                "{event}: refused: the server holds {} bytes for all its sessions together and holds at \
+                 most {} (limits.max_buffered_total_mb); try again later",
+                others + held,
+                l.max_total_bytes
+            )
+        } else {
             return Ok(());
-        }
+        };
         metrics().buffer_refusals.with_label_values(&[buffer]).inc();
-        Err(ProtocolError::BufferFull(format!(
-            "{event}: refused: the server already holds {held} bytes for this session (audio not yet \
-             committed, items and images not yet answered, replies not yet sent) and holds at most \
-             {max} (limits.max_buffered_mb); commit, clear or wait for the session to start"
-        )))
+        Err(ProtocolError::BufferFull(refusal))
     }
 
     /// Samples per duplex step: the backend's preferred chunk once the session is created.

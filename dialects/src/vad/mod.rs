@@ -1,5 +1,5 @@
 //! Voice activity detectors for the OpenAI-shaped dialects' server VAD, one per session, made
-//! by the engine `[vad]` names: [`energy`] (loudness) or [`silero`] (Silero VAD). The rules
+//! by the engine `[vad]` names: [`energy`](mod@energy) (loudness) or [`silero`] (Silero VAD). The rules
 //! that turn their probabilities into speech events are the actors' (`edge::vad`).
 
 use std::sync::Arc;

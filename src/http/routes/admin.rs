@@ -94,6 +94,8 @@ pub(super) async fn status(req: HttpRequest, gw: web::Data<Gateway>) -> actix_we
         "queue": {"length": tickets.len(), "tickets": tickets},
         "sessions": {"open": gw.registry.len(), "active": active, "held": gw.registry.held()},
         "cluster": cluster,
+        // The SIP edge (`[sip]`): whether it reads its port; null with SIP off.
+        "sip": gw.sip.up().map(|up| json!({"up": up})),
     }))))
 }
 

@@ -77,9 +77,16 @@ async fn modes(gw: web::Data<Gateway>) -> HttpResponse {
     HttpResponse::Ok().json(json!({"modes": out, "webrtc": gw.calls.is_some()}))
 }
 
-/// Ready: some worker can serve (a replica: and it reaches its store), and the server is not
-/// stopping.
+/// Ready: some worker can serve (a replica: and it reaches its store), the SIP edge (when on)
+/// reads its port, and the server is not stopping.
 async fn readyz(gw: web::Data<Gateway>) -> HttpResponse {
+    if gw.sip.up() == Some(false) {
+        return http_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            "the SIP edge stopped reading its port",
+        );
+    }
     let ready = gw.status.send(StatusQuery).await.is_ok_and(|s| s.ready());
     if ready && !gw.registry.shutting_down() {
         HttpResponse::Ok().json(json!({"status": "ready"}))

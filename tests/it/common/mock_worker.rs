@@ -43,6 +43,38 @@ pub(crate) struct MockState {
     pub health_asks: usize,
     /// Seconds `/health` takes to answer.
     pub health_delay: f64,
+    /// How the worker misbehaves when asked for an answer (a step or a chat), if it does.
+    pub misbehave: Option<Misbehave>,
+}
+
+/// What a broken or hostile worker does instead of answering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Misbehave {
+    /// Pings every 100 ms, and never answers.
+    PingsOnly,
+    /// Streams words of a chat answer without end (1 KB a message, as fast as they are taken).
+    EndlessAnswer,
+    /// Answers with one 8 MB text message.
+    HugeMessage,
+}
+
+/// Does what `how` says instead of an answer, until the peer goes (or, for a huge message, once).
+async fn misbehave(how: Misbehave, session: &mut actix_ws::Session) {
+    match how {
+        Misbehave::PingsOnly => loop {
+            if session.ping(b"still here").await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await; // the pace of its pings
+        },
+        Misbehave::EndlessAnswer => {
+            let word = "word ".repeat(200);
+            while session.text(json!({"type": "chunk", "text_delta": word}).to_string()).await.is_ok() {}
+        }
+        Misbehave::HugeMessage => {
+            let _ = session.text(json!({"type": "chunk", "text_delta": "x".repeat(8 << 20)}).to_string()).await;
+        }
+    }
 }
 
 pub(crate) struct MockWorker {
@@ -66,6 +98,7 @@ impl MockWorker {
             step_delay: 0.0,
             health_asks: 0,
             health_delay: 0.0,
+            misbehave: None,
         }));
         let shared = state.clone();
         std::thread::spawn(move || {
@@ -216,12 +249,16 @@ async fn duplex(req: HttpRequest, body: web::Payload, state: Shared) -> actix_we
                     json!({"type": "prepared", "prompt_length": len})
                 }
                 "audio_chunk" => {
-                    let (drop_now, delay) = {
+                    let (drop_now, delay, broken) = {
                         let mut s = state.lock().unwrap();
                         s.chunks += 1;
                         s.forced += (v["force_listen"] == true) as usize;
-                        (std::mem::take(&mut s.drop_next_chunk), s.step_delay)
+                        (std::mem::take(&mut s.drop_next_chunk), s.step_delay, s.misbehave)
                     };
+                    if let Some(how) = broken {
+                        misbehave(how, &mut session).await;
+                        break;
+                    }
                     if drop_now {
                         release(&state);
                         return; // dropped without a word: the socket closes
@@ -321,7 +358,17 @@ async fn chat(req: HttpRequest, body: web::Payload, state: Shared) -> actix_web:
             let _ = session.close(None).await;
             return;
         }
-        state.lock().unwrap().chats.push(request.clone());
+        let broken = {
+            let mut s = state.lock().unwrap();
+            s.chats.push(request.clone());
+            s.misbehave
+        };
+        if let Some(how) = broken {
+            let _ = session.text(json!({"type": "prefill_done", "input_tokens": 1}).to_string()).await;
+            misbehave(how, &mut session).await;
+            release(&state);
+            return;
+        }
         let messages = request["messages"].as_array().cloned().unwrap_or_default();
         let words = |v: &Value| match v {
             Value::String(s) => s.split_whitespace().count(),

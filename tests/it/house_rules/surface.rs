@@ -24,6 +24,7 @@ const GLOBALS: &[(&str, &str, &str)] = &[
     ("omni-vad-silero", "ORT", "ONNX Runtime's environment, one per process"),
     ("omni-vad-silero", "SESSIONS", "one ONNX session per thread and model (thread-local)"),
     ("omni-tools", "ENDPOINT", "callload's one SIP endpoint for all its calls"),
+    ("omni-dialects", "HELD", "what every session's conversation holds: one buffer budget per process"),
 ];
 
 /// What one file declares that the rules below read.

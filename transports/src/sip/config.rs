@@ -1,8 +1,10 @@
 //! `[sip]`: telephone calls from a SIP trunk (see `crate::sip`). SIP over UDP on
 //! `bind`; each call's RTP on its own UDP port of `rtp_ports`, bound on `rtp_bind` and
-//! advertised in the SDP answer as `public_ip` (default: `rtp_bind`). Only INVITEs from
-//! `allowed_networks` (the trunk's addresses) are answered; others get 403. Which session a call
-//! opens is chosen by the number it called (`[[sip.routes]]`).
+//! advertised in the SDP answer as `public_ip` (default: `rtp_bind`). Only requests from
+//! `allowed_networks` (the trunk's addresses) are served; a stranger's INVITE gets one stateless
+//! 403 (`crate::sip::gate`). A UDP source address can be forged: on the internet, set
+//! `[[sip.users]]` too. Which session a call opens is chosen by the number it called
+//! (`[[sip.routes]]`).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -27,8 +29,12 @@ pub struct SipConfig {
     /// The address trunks reach the gateway at (behind NAT): put in the SDP answer and in the
     /// SIP Contact (where in-dialog requests go); empty: `rtp_bind`.
     pub public_ip: String,
-    /// The networks INVITEs may come from (CIDR; a bare address is one host). Others: 403.
+    /// The networks requests may come from (CIDR; a bare address is one host). Others are
+    /// dropped (an INVITE: one stateless 403).
     pub allowed_networks: Vec<String>,
+    /// INVITEs that open a call, a second, from one address, at most (past it: dropped
+    /// unanswered; 0: no cap).
+    pub max_invites_per_s_per_ip: u32,
     /// Which session each called number opens; the first that matches is taken.
     pub routes: Vec<SipRouteEntry>,
     /// How long a call offered to the app (a route's `accept = "webhook"`) rings for its
@@ -120,6 +126,7 @@ impl Default for SipConfig {
             rtp_ports: [40000, 40999],
             public_ip: String::new(),
             allowed_networks: vec!["127.0.0.0/8".into(), "::1/128".into()],
+            max_invites_per_s_per_ip: 30,
             routes: vec![SipRouteEntry { number: "*".into(), ..Default::default() }],
             accept_timeout_s: 20.0,
             users: Vec::new(),
@@ -137,6 +144,7 @@ pub struct SipSpec {
     pub rtp_ports: std::ops::RangeInclusive<u16>,
     pub public_ip: IpAddr,
     pub allowed_networks: Vec<ipnet::IpNet>,
+    pub max_invites_per_s_per_ip: u32,
     pub routes: Vec<SipRouteEntry>,
     pub accept_timeout: std::time::Duration,
     /// With any, INVITEs must prove one by digest.
@@ -151,7 +159,7 @@ impl SipSpec {
         self.routes.iter().find(|r| r.number == "*" || r.number == number)
     }
 
-    /// Whether an INVITE from `ip` is answered.
+    /// Whether a request from `ip` is served.
     pub fn allows(&self, ip: IpAddr) -> bool {
         let ip = match ip {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
@@ -271,6 +279,7 @@ impl SipConfig {
             rtp_ports: first..=last,
             public_ip,
             allowed_networks,
+            max_invites_per_s_per_ip: self.max_invites_per_s_per_ip,
             routes: self.routes.clone(),
         }))
     }
@@ -288,6 +297,7 @@ mod tests {
     fn off_by_default_and_on_with_its_defaults() {
         assert_eq!(SipConfig::default().validate(here()).unwrap(), None);
         let on = SipConfig { enabled: true, ..Default::default() }.validate(here()).unwrap().unwrap();
+        assert_eq!(on.max_invites_per_s_per_ip, 30);
         assert!(on.allows("127.0.0.1".parse().unwrap()) && on.allows("::ffff:127.0.0.1".parse().unwrap()));
         assert!(!on.allows("203.0.113.9".parse().unwrap()));
         assert_eq!(on.route("+15551230000").map(|r| r.number.as_str()), Some("*"));

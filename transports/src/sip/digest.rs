@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use base64::Engine;
 use bytesstr::BytesStr;
@@ -27,7 +28,9 @@ use super::config::{DigestAlgorithm, SipUsers};
 
 /// How long a nonce this gateway gave is good for, in seconds.
 pub const NONCE_LIFE_S: u64 = 300;
-/// Nonces whose counts are kept, at most (only proven requests add one).
+/// Nonces whose counts are kept, at most (only proven requests add one). A full table forgets
+/// its oldest tenth: a nonce given no later than those it forgot is then asked afresh (stale),
+/// never refused, and a nonce given since is taken, so one busy trunk cannot lock others out.
 const MAX_NONCES: usize = 10_000;
 
 /// What an INVITE's credentials come to.
@@ -48,7 +51,56 @@ pub struct Guard {
     users: HashMap<String, String>,
     key: [u8; 32],
     /// Each nonce and user proven with: its last count, and when the nonce was made.
-    counts: Mutex<HashMap<(String, String), (u32, u64)>>,
+    counts: Mutex<Counts>,
+    /// The number of the next nonce given (nonces are told apart, and forgotten, in order).
+    given: AtomicU64,
+}
+
+/// The nonce counts of proven requests.
+#[derive(Default)]
+struct Counts {
+    /// Per nonce and user: its last count, and the nonce's number and when it was made.
+    last: HashMap<(String, String), (u32, Given)>,
+    /// Nonces numbered up to this one may have been forgotten: one not in `last` is asked
+    /// afresh rather than taken (its count cannot be checked any more).
+    forgot_through: u64,
+}
+
+/// A nonce's number and when it was made (Unix seconds).
+#[derive(Clone, Copy, Debug)]
+struct Given {
+    number: u64,
+    made: u64,
+}
+
+impl Counts {
+    /// Takes count `nc` of `key`'s nonce `given`: whether it grew (a request sent again is not
+    /// taken, and neither is a nonce whose counts may have been forgotten).
+    fn take(&mut self, key: (String, String), nc: u32, given: Given, now: u64) -> bool {
+        match self.last.get(&key) {
+            Some((last, _)) if nc <= *last => return false,
+            None if given.number <= self.forgot_through => return false,
+            _ => {}
+        }
+        if self.last.len() >= MAX_NONCES && !self.last.contains_key(&key) {
+            self.last.retain(|_, (_, g)| now.saturating_sub(g.made) <= NONCE_LIFE_S);
+        }
+        if self.last.len() >= MAX_NONCES && !self.last.contains_key(&key) {
+            self.forget_oldest();
+        }
+        self.last.insert(key, (nc, given));
+        true
+    }
+
+    /// Forgets the oldest tenth of the nonces, and remembers how far it forgot.
+    fn forget_oldest(&mut self) {
+        let mut numbers: Vec<u64> = self.last.values().map(|(_, g)| g.number).collect();
+        let nth = numbers.len() / 10;
+        let (_, cutoff, _) = numbers.select_nth_unstable(nth);
+        let cutoff = *cutoff;
+        self.last.retain(|_, (_, g)| g.number > cutoff);
+        self.forgot_through = self.forgot_through.max(cutoff);
+    }
 }
 
 impl Guard {
@@ -66,13 +118,16 @@ impl Guard {
             algorithm,
             users: users.0.iter().cloned().collect(),
             key: k,
-            counts: Mutex::new(HashMap::new()),
+            counts: Mutex::new(Counts::default()),
+            given: AtomicU64::new(1),
         })
     }
 
-    /// A nonce for a caller at `source`, made at `now` (Unix seconds): each one of its own.
+    /// A nonce for a caller at `source`, made at `now` (Unix seconds): each one of its own,
+    /// its salt its number and random bytes.
     fn nonce(&self, source: IpAddr, now: u64) -> String {
-        let salt = uuid::Uuid::new_v4().simple().to_string();
+        let number = self.given.fetch_add(1, Ordering::Relaxed);
+        let salt = format!("{number:x}-{}", uuid::Uuid::new_v4().simple());
         format!("{now:x}.{salt}.{}", self.seal(source, now, &salt))
     }
 
@@ -159,18 +214,12 @@ impl Guard {
         }
         // A count that grows: a request sent again is not taken, and is asked afresh (only the
         // password's holder answers a new challenge).
-        let mut counts = self.counts.lock();
         let key = (digest.nonce.to_string(), user.clone());
-        if counts.get(&key).is_some_and(|(last, _)| qop.nc <= *last) {
+        // The salt of a nonce this gateway sealed starts with its number.
+        let number = salt.split_once('-').and_then(|(n, _)| u64::from_str_radix(n, 16).ok()).unwrap_or(0);
+        if !self.counts.lock().take(key, qop.nc, Given { number, made: made_at }, now) {
             return DigestVerdict::Challenge { stale: true };
         }
-        if counts.len() >= MAX_NONCES {
-            counts.retain(|_, (_, made)| now.saturating_sub(*made) <= NONCE_LIFE_S);
-            if counts.len() >= MAX_NONCES {
-                return DigestVerdict::Challenge { stale: true };
-            }
-        }
-        counts.insert(key, (qop.nc, made_at));
         DigestVerdict::Proven(user)
     }
 
@@ -319,5 +368,44 @@ mod tests {
         // Another gateway's (another process's key) nonce is not this one's.
         let other = guard();
         assert_eq!(other.check("INVITE", &uri(), &headers, source(), NOW), DigestVerdict::Challenge { stale: false });
+    }
+
+    #[test]
+    fn a_full_table_forgets_its_oldest_nonces_and_never_locks_a_trunk_out() {
+        let mut counts = Counts::default();
+        let key = |i: u64| (format!("nonce-{i}"), "trunk".to_string());
+        let given = |number: u64| Given { number, made: NOW - 1 };
+        // One trunk fills the table with nonces of the last second (none expired).
+        for i in 1..=MAX_NONCES as u64 {
+            assert!(counts.take(key(i), 1, given(i), NOW));
+        }
+        // Another user's call, on a nonce given before the flood's last ones, still gets in:
+        // the oldest tenth is forgotten to make room.
+        let other = ("other-nonce".to_string(), "other".to_string());
+        assert!(counts.take(other.clone(), 1, given(MAX_NONCES as u64 / 2), NOW));
+        assert_eq!(counts.forgot_through, MAX_NONCES as u64 / 10 + 1);
+        assert!(counts.last.len() < MAX_NONCES);
+        // A forgotten nonce is not taken again, with an old count (a replay) or a new one: it is
+        // asked afresh.
+        assert!(!counts.take(key(1), 1, given(1), NOW));
+        assert!(!counts.take(key(1), 2, given(1), NOW));
+        // A kept one goes on counting.
+        assert!(counts.take(other.clone(), 2, given(MAX_NONCES as u64 / 2), NOW));
+        assert!(!counts.take(other, 2, given(MAX_NONCES as u64 / 2), NOW));
+        // Tens of thousands of calls in the same second at a full table: every new nonce is taken.
+        let next = MAX_NONCES as u64 + 1;
+        for i in next..next + 3 * MAX_NONCES as u64 {
+            assert!(counts.take(key(i), 1, Given { number: i, made: NOW }, NOW), "call {i}");
+        }
+    }
+
+    #[test]
+    fn a_nonce_carries_its_number_under_the_seal() {
+        let g = guard();
+        let (_, headers) = answered(&g, "trunk", "a-long-trunk-password", false);
+        assert_eq!(g.check("INVITE", &uri(), &headers, source(), NOW), DigestVerdict::Proven("trunk".into()));
+        let counts = g.counts.lock();
+        let (_, given) = counts.last.values().next().unwrap();
+        assert!(given.number >= 1 && given.made == NOW, "{given:?}");
     }
 }

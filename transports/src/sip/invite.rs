@@ -1,5 +1,5 @@
-//! One INVITE, from its arrival to the call's end: screened (its network, its credentials),
-//! read (a call, a route, an offer), accepted (by its route, or by the app), agreed (an RTP
+//! One INVITE, from its arrival to the call's end: screened (its credentials: its network was
+//! the gate's), read (a call, a route, an offer), accepted (by its route, or by the app), agreed (an RTP
 //! port and the answer), started (the call's edge and its session, on the calls' arbiter), rung
 //! while the session waits for a worker, answered, and carried until either side hangs up.
 
@@ -19,20 +19,23 @@ use tokio::sync::{mpsc, oneshot};
 use super::accept::{self, Acceptance, Answered, Unanswered, ask, sip_headers};
 use super::call::{CallAnswered, PeerHungUp, Renegotiated, SipCall, SipCallParts};
 use super::config::Accept;
-use super::{CallStart, Sip, digest, sdp};
+use super::{CallStart, Sip, digest, gate, sdp};
 use crate::caller::{Caller, Refusal};
 
 /// A refusal of a call: its SIP code, and why (for the log).
 type Declined = (StatusCode, String);
 
 /// One INVITE, from its arrival to the call's end.
-pub(super) async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: IncomingRequest) {
+pub(super) async fn answer(sip: Arc<Sip>, endpoint: Endpoint, invite: IncomingRequest) {
     let n = sip.calls.fetch_add(1, Ordering::Relaxed) + 1;
     let label = format!("sip-{n}");
     let source = invite.tp_info.source;
-    if !screen(&sip, &endpoint, &mut invite, &label, source).await {
+    if !screen(&sip, &endpoint, &invite, &label, source).await {
         return;
     }
+    // From here until the call ends, its in-dialog requests (CANCEL, ACK, BYE, re-INVITE) are
+    // taken from this address only.
+    let _entered = gate::Entered::new(&sip.screen, invite.base_headers.call_id.0.as_str(), source.ip());
     let number = called(&invite);
     let inbound_has_tag = invite.base_headers.to.tag.is_some();
     let body = BytesStr::from_utf8_bytes(invite.body.clone()).ok();
@@ -111,17 +114,10 @@ pub(super) async fn answer(sip: Arc<Sip>, endpoint: Endpoint, mut invite: Incomi
     }
 }
 
-/// Whether an INVITE may go on: from `allowed_networks`, with the credentials of a trunk when
-/// `[[sip.users]]` are set. Else it is refused (403, or 401 with the challenges) here.
-async fn screen(sip: &Sip, endpoint: &Endpoint, invite: &mut IncomingRequest, label: &str, source: SocketAddr) -> bool {
-    if !sip.spec.allows(source.ip()) {
-        // Refused before anything of it is kept (no dialog); counted with the other refusals,
-        // and said in the log at debug level only (a scanner's INVITEs would flood it).
-        let _ = Refusal::new("forbidden_network", 403, "forbidden", "");
-        log::debug!("{label}: an INVITE from {source} refused (403): not from sip.allowed_networks");
-        refuse(endpoint, invite, StatusCode::FORBIDDEN).await;
-        return false;
-    }
+/// Whether an INVITE (from `allowed_networks`: the gate saw to it) may go on: with the
+/// credentials of a trunk when `[[sip.users]]` are set. Else it is refused (403, or 401 with the
+/// challenges) here.
+async fn screen(sip: &Sip, endpoint: &Endpoint, invite: &IncomingRequest, label: &str, source: SocketAddr) -> bool {
     let Some(guard) = &sip.guard else { return true };
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
     match guard.check("INVITE", &invite.line.uri, &invite.headers, source.ip(), now) {
@@ -135,7 +131,10 @@ async fn screen(sip: &Sip, endpoint: &Endpoint, invite: &mut IncomingRequest, la
             let _ = Refusal::new("sip_challenged", 401, "unauthorized", "");
             log::debug!("{label}: an INVITE from {source} asked for its credentials (401)");
             let challenge = guard.challenge(source.ip(), now, stale);
-            refuse_with(endpoint, invite, StatusCode::UNAUTHORIZED, |headers| {
+            // Stateless, as an edge proxy challenges: nothing is kept of an INVITE until it
+            // proves a trunk's credentials (a lost 401 is asked again by the INVITE's own
+            // retransmission).
+            gate::stateless_with(endpoint, invite, StatusCode::UNAUTHORIZED, |headers| {
                 headers.insert_type(ezk_sip_types::Name::WWW_AUTHENTICATE, &challenge)
             })
             .await;
@@ -144,7 +143,7 @@ async fn screen(sip: &Sip, endpoint: &Endpoint, invite: &mut IncomingRequest, la
         digest::DigestVerdict::Refused(why) => {
             let _ = Refusal::new("sip_credentials", 403, "forbidden", "");
             log::info!("{label}: an INVITE from {source} refused (403): {why}");
-            refuse(endpoint, invite, StatusCode::FORBIDDEN).await;
+            gate::stateless_with(endpoint, invite, StatusCode::FORBIDDEN, |_| {}).await;
             false
         }
     }

@@ -4,9 +4,11 @@
 //! which the call opens as any client does, through the server that runs the edge ([`CallHost`]).
 //!
 //! SIP itself (parsing, transactions and their retransmissions, the INVITE dialog, CANCEL,
-//! BYE, re-INVITE) is ezk's (`ezk-sip-core`, `ezk-sip-ua`), running on an arbiter of its own:
-//! one signalling task per call ([`invite::answer`]) takes the INVITE, checks where it comes from (not
-//! from `allowed_networks`: 403) and which number it called (no route: 404), agrees on the
+//! BYE, re-INVITE) is ezk's (`ezk-sip-core`, `ezk-sip-ua`), running on an arbiter of its own.
+//! Every request first meets the [`gate`] (strangers, rates, dialogs from elsewhere, methods not
+//! served: dropped or answered once, before any transaction). Then one signalling task per call
+//! ([`invite::answer`]) takes the INVITE, checks its credentials (`[[sip.users]]`) and which
+//! number it called (no route: 404), agrees on the
 //! media ([`sdp`]; nothing it can take: 488), binds the call's RTP port, starts the call's
 //! edge ([`call::SipCall`], which starts the session; a refusal of the admission is answered
 //! with its SIP code), answers 200, and then carries the dialog: a re-INVITE is answered and
@@ -25,6 +27,7 @@ mod accept;
 pub mod call;
 pub mod config;
 pub mod digest;
+pub mod gate;
 mod invite;
 pub mod offers;
 pub mod rtp;
@@ -34,7 +37,8 @@ pub mod voice;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::time::Instant;
 
 use actix::ArbiterHandle;
 use ezk_sip_core::{Endpoint, IncomingRequest, Layer, MayTake};
@@ -43,6 +47,8 @@ use ezk_sip_types::uri::{NameAddr, SipUri};
 use ezk_sip_types::{Method, StatusCode};
 use ezk_sip_ua::dialog::DialogLayer;
 use ezk_sip_ua::invite::InviteLayer;
+use parking_lot::Mutex;
+use tokio::sync::Semaphore;
 
 use crate::StartSession;
 use crate::caller::{Caller, Refusal};
@@ -50,6 +56,7 @@ use crate::incoming::IncomingBudget;
 use config::SipRouteEntry;
 pub use config::{SipConfig, SipSpec};
 use omni_actors::edge::client::CallSettings;
+use omni_actors::observe::metrics::metrics;
 
 /// What the SIP edge asks of the server it runs in: a call's session admitted (the server's
 /// checks, its dialect, its caps), the app told of a call that rings, and whether the server is
@@ -94,6 +101,32 @@ pub struct SipParts {
     /// `server.max_incoming_bytes`: what a call's session may have been handed and not handled.
     pub max_incoming_bytes: usize,
     pub incoming: Arc<IncomingBudget>,
+    /// Told whether the edge reads its port (for `/status` and `/readyz`).
+    pub liveness: Arc<SipLiveness>,
+}
+
+/// Whether the SIP edge reads its port: not started (SIP off, or not bound yet), up, or
+/// stopped (nothing reads the port any more: the server is not ready).
+#[derive(Debug, Default)]
+pub struct SipLiveness(AtomicU8);
+
+impl SipLiveness {
+    const UP: u8 = 1;
+    const STOPPED: u8 = 2;
+
+    /// `None` while the edge is not started; else whether it reads its port.
+    pub fn up(&self) -> Option<bool> {
+        match self.0.load(Ordering::Relaxed) {
+            Self::UP => Some(true),
+            Self::STOPPED => Some(false),
+            _ => None,
+        }
+    }
+
+    fn set(&self, state: u8) {
+        self.0.store(state, Ordering::Relaxed);
+        metrics().sip_up.set(i64::from(state == Self::UP));
+    }
 }
 
 /// The SIP edge: what every call's signalling task shares.
@@ -112,14 +145,23 @@ pub struct Sip {
     /// Where the next RTP port search starts.
     cursor: AtomicU32,
     calls: AtomicU64,
+    /// The first look's rules and state ([`gate`]), and the clock its seconds count from.
+    screen: Arc<Mutex<gate::Screen>>,
+    started: Instant,
+    /// A place for each call being set up or carried: one per RTP port pair.
+    places: Arc<Semaphore>,
 }
 
 /// Starts the SIP edge: binds `[sip] bind`, and answers INVITEs from then on. Answers the bound
 /// address, or why it could not bind.
 pub async fn start(parts: SipParts) -> std::io::Result<SocketAddr> {
     let arbiter = actix::Arbiter::new();
-    let SipParts { spec, host, default_model, offers, max_connections_per_ip, max_incoming_bytes, incoming } = parts;
+    let SipParts { spec, host, default_model, offers, max_connections_per_ip, max_incoming_bytes, incoming, liveness } =
+        parts;
     let guard = digest::Guard::new(&spec.realm, spec.digest_algorithm, &spec.users);
+    let allowed = spec.clone();
+    let screen = gate::Screen::new(move |ip| allowed.allows(ip), spec.max_invites_per_s_per_ip);
+    let pairs = (usize::from(spec.rtp_ports.end().saturating_sub(*spec.rtp_ports.start())) / 2 + 1).max(1);
     let sip = Arc::new(Sip {
         spec,
         host,
@@ -132,20 +174,26 @@ pub async fn start(parts: SipParts) -> std::io::Result<SocketAddr> {
         arbiter: arbiter.handle(),
         cursor: AtomicU32::new(0),
         calls: AtomicU64::new(0),
+        screen: Arc::new(Mutex::new(screen)),
+        started: Instant::now(),
+        places: Arc::new(Semaphore::new(pairs)),
     });
     let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
     let bind = sip.spec.bind;
     arbiter.spawn(async move {
         let mut builder = Endpoint::builder();
         builder.user_agent("omni-gateway");
+        builder.add_layer(gate::Gate(sip.clone()));
         builder.add_layer(DialogLayer::default());
         builder.add_layer(InviteLayer::default());
         builder.add_layer(Answering(sip));
         match builder.bind_udp(bind).await {
-            Ok(_) => {
+            Ok(udp) => {
                 let _endpoint = builder.build();
                 let _ = bound_tx.send(Ok(bind));
-                // The endpoint lives as long as the arbiter.
+                liveness.set(SipLiveness::UP);
+                watch(udp, &liveness, bind).await;
+                // The endpoint lives as long as the arbiter (the calls it carries go on).
                 std::future::pending::<()>().await;
             }
             Err(e) => drop(bound_tx.send(Err(e))),
@@ -156,7 +204,31 @@ pub async fn start(parts: SipParts) -> std::io::Result<SocketAddr> {
     bound_rx.await.map_err(|_| std::io::Error::other("the SIP edge's arbiter stopped"))?
 }
 
-/// The layer of ezk's endpoint that takes INVITEs outside a dialog.
+/// Watches the task that reads the SIP port until it ends (it should not: a datagram that
+/// makes the parser panic is dropped inside it), counting meanwhile the datagrams it
+/// discarded; then the edge is stopped, and says so (`/readyz`, `omni_sip_up`, the log).
+async fn watch(udp: ezk_sip_core::transport::TpHandle, liveness: &SipLiveness, bind: SocketAddr) {
+    use ezk_sip_core::transport::{TransportState, discarded_messages};
+    let mut state = udp.watch_state();
+    let mut counted = 0;
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = state.wait_for(|s| matches!(s, TransportState::Closed(_))) => break,
+            _ = tick.tick() => {}
+        }
+        let discarded = discarded_messages();
+        metrics().sip_messages_discarded.inc_by(discarded.saturating_sub(counted));
+        counted = discarded;
+    }
+    liveness.set(SipLiveness::STOPPED);
+    log::error!(
+        "sip: nothing reads {bind} any more (its receive task ended): SIP calls are not answered; restart the gateway"
+    );
+}
+
+/// The layer of ezk's endpoint that takes INVITEs and OPTIONS outside a dialog (the [`gate`]
+/// let them through).
 struct Answering(Arc<Sip>);
 
 #[async_trait::async_trait]
@@ -167,29 +239,25 @@ impl Layer for Answering {
 
     async fn receive(&self, endpoint: &Endpoint, request: MayTake<'_, IncomingRequest>) {
         if request.line.method == Method::OPTIONS {
-            // A trunk's keepalive (or a question of what the gateway takes): 200, to a
-            // network allowed only.
-            let mut options = request.take();
-            // A stopping gateway says so, for a trunk that fails over by its keepalives.
-            let code = if !self.0.spec.allows(options.tp_info.source.ip()) {
-                StatusCode::FORBIDDEN
-            } else if self.0.host.shutting_down() {
-                StatusCode::SERVICE_UNAVAILABLE
-            } else {
-                StatusCode::OK
-            };
-            let tsx = endpoint.create_server_tsx(&mut options);
-            let response = endpoint.create_response(&options, code, None);
-            if let Err(e) = tsx.respond(response).await {
-                log::debug!("an OPTIONS' answer was not delivered: {e}");
-            }
-            return;
+            // A trunk's keepalive (or a question of what the gateway takes): 200, stateless (a
+            // lost answer is asked again by the next keepalive). A stopping gateway says so,
+            // for a trunk that fails over by its keepalives.
+            let code = if self.0.host.shutting_down() { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+            return gate::stateless(endpoint, request.take(), code).await;
         }
         if request.line.method != Method::INVITE {
             return;
         }
         let invite = request.take();
+        // A place for the call while it is set up and carried: none free, 503 (stateless;
+        // nothing of the call is kept).
+        let Ok(place) = self.0.places.clone().try_acquire_owned() else {
+            metrics().sip_requests_refused.with_label_values(&["busy"]).inc();
+            log::info!("sip: an INVITE from {} refused (503): every call's place is taken", invite.tp_info.source);
+            return gate::stateless(endpoint, invite, StatusCode::SERVICE_UNAVAILABLE).await;
+        };
         invite::answer(self.0.clone(), endpoint.clone(), invite).await;
+        drop(place);
     }
 }
 
