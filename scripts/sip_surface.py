@@ -55,7 +55,8 @@ def invite(via, call_id, pad=0):
         "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
         "m=audio 9 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n"
     )
-    padding = "".join(f"X-Pad-{i}: {'a' * 900}\r\n" for i in range(pad // 920))
+    # Padding in Via headers, which every response copies.
+    padding = "".join(f"Via: SIP/2.0/UDP 127.0.0.9:5060;branch=z9hG4bKpad{i}{'a' * 900}\r\n" for i in range(pad // 960))
     return (
         f"INVITE sip:100@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP {via};branch=z9hG4bK{call_id}\r\n"
         f"Max-Forwards: 70\r\nFrom: <sip:a@127.0.0.2>;tag=t{call_id}\r\nTo: <sip:100@127.0.0.1>\r\n"
@@ -219,24 +220,36 @@ def junk(binary):
 
 
 def secrets(binary):
-    """200 unauthenticated client-secret mints, each declaring a 256 KiB body and sending 1 KiB."""
+    """200 unauthenticated client-secret mints from one address, each with its whole declared
+    body of 256 KiB."""
     srv = Server(binary, sip_config(free_port()))
     conns = []
     head = (
         "POST /v1/realtime/client_secrets HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         "Content-Type: application/json\r\nContent-Length: 262144\r\n\r\n{"
     ).encode()
+    peak = srv.rss()
     for _ in range(200):
         try:
             c = socket.create_connection(("127.0.0.1", srv.port), timeout=2)
-            c.sendall(head + b" " * 1024)
+            c.setblocking(False)
+            try:
+                c.send(head + b" " * (262144 - 1))
+            except OSError:
+                pass
             conns.append(c)
         except OSError:
             pass
-    time.sleep(2)
-    grown = srv.rss() - srv.rss0
+        peak = max(peak, srv.rss())
+    end = time.monotonic() + 2
+    while time.monotonic() < end:
+        peak = max(peak, srv.rss())
+        time.sleep(0.1)
+    grown = peak - srv.rss0
     still_open = 0
     for c in conns:
+        c.settimeout(0.05)
+        c.setblocking(True)
         c.settimeout(0.05)
         try:
             data = c.recv(65536)
@@ -248,7 +261,7 @@ def secrets(binary):
             pass
         c.close()
     srv.stop()
-    return f"+{grown:.0f} MB; {still_open} of {len(conns)} connections still open 2 s after their 401"
+    return f"+{grown:.0f} MB peak; {still_open} of {len(conns)} connections still open 2 s after"
 
 
 def queued(binary):
@@ -299,7 +312,7 @@ ATTACKS = [
     ("1,000 INVITEs of 60 KB in 1 s from a stranger, each Via's maddr a third party", reflect),
     ("5,000 INVITEs from a stranger at 1,000/s", flood),
     ("13 MB of junk datagrams from a stranger", junk),
-    ("200 unauthenticated client-secret mints declaring 256 KiB, sending 1 KiB", secrets),
+    ("200 unauthenticated client-secret mints from one address, 256 KiB bodies", secrets),
     ("40 queued OpenAI clients from 5 addresses, 10 items of 30 s audio each", queued),
 ]
 

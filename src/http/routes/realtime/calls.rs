@@ -168,15 +168,12 @@ async fn place(req: &HttpRequest, payload: web::Payload, gw: &Gateway) -> Result
             "WebRTC calls are off here ([webrtc] enabled = false)",
         ));
     };
-    // A refusal before the offer is read closes the connection rather than drain the body.
-    let query = query_of(req).map_err(super::unread)?;
-    super::same_site(req, gw).map_err(super::unread)?;
+    let query = query_of(req)?;
+    super::same_site(req, gw)?;
     // The key is checked before a byte of the offer is read; a client secret is taken only
     // once the call is answered (a refused call leaves it good).
     let caller = caller(req, gw);
-    let key = authenticate(&caller, gw, [auth::bearer(req), None, None], false)
-        .await
-        .map_err(|r| super::unread(refused(r)))?;
+    let key = authenticate(&caller, gw, [auth::bearer(req), None, None], false).await.map_err(refused)?;
     let offer = read_counted(req, payload, &caller, gw).await?;
     // `?resume=TOKEN`: the call takes back a session whose connection dropped (its token is
     // used only once the call is answered); else a new session is admitted.
@@ -270,7 +267,7 @@ async fn read_counted(
     caller: &crate::admission::Caller,
     gw: &Gateway,
 ) -> Result<Offer, HttpResponse> {
-    let reading = address_admission(caller, gw).map_err(|r| super::unread(refused(r)))?;
+    let reading = address_admission(caller, gw).map_err(refused)?;
     let offer = offer_of(req, payload).await;
     drop(reading);
     offer.map_err(|why| {

@@ -44,18 +44,17 @@ pub(crate) async fn mint(req: HttpRequest, payload: web::Payload, gw: web::Data<
     // An API key, not a client secret: a secret cannot mint another. Checked from the headers
     // before a byte of the body is read; the body is then read within bounds, counted as a
     // connection of its address meanwhile.
-    // A refusal closes the connection rather than drain the body.
     if let Err(refusal) = super::same_site(&req, &gw) {
-        return super::unread(refusal);
+        return refusal;
     }
     let key_id = match super::api_key(&req, &gw).await {
         Ok(id) => id,
-        Err(refusal) => return super::unread(refusal),
+        Err(refusal) => return refusal,
     };
     let caller = super::caller(&req, &gw);
     let reading = match address_admission(&caller, &gw) {
         Ok(a) => a,
-        Err(refusal) => return super::unread(super::refused(refusal)),
+        Err(refusal) => return super::refused(refusal),
     };
     let body = BODY_BOUNDS.bytes(&req, payload).await;
     drop(reading);

@@ -88,14 +88,6 @@ pub(crate) fn cors(origins: &[String]) -> actix_cors::Cors {
         .max_age(600)
 }
 
-/// An answer given before the request's body was read: the connection is closed after it
-/// (draining a body the caller declared, to keep the connection, would let a refused caller
-/// hold the server's buffers and time).
-pub(super) fn unread(mut answer: HttpResponse) -> HttpResponse {
-    answer.head_mut().set_connection_type(actix_web::http::ConnectionType::Close);
-    answer
-}
-
 /// A refused caller's HTTP answer.
 pub(super) fn refused(refusal: Refusal) -> HttpResponse {
     let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST);
