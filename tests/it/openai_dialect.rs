@@ -426,3 +426,51 @@ async fn g711_sessions_hear_and_speak_at_8_khz() {
         assert!((2.4..2.6).contains(&seconds), "output.wav holds {seconds} s");
     }
 }
+
+/// The gateway checks a model's call before the client hears of it: the reference backend
+/// calls a tool whose name the user said with `{}`; where the tool's schema requires a
+/// property, the client gets one `invalid_tool_arguments` error and no call, and a call the
+/// schema takes goes out whole. (A tool not given, `tool_not_found`: `conversation::calls`'s
+/// and `conversation::tests`' unit tests.)
+#[tokio::test]
+async fn a_call_its_schema_refuses_is_one_error_and_never_reaches_the_client() {
+    let server = Server::ready(Setup::default());
+    let mut c = openai(&server, false).await;
+    let weather = json!({"type": "function", "name": "get_weather", "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}});
+    c.send(json!({"type": "session.update", "session": {"type": "realtime", "tools": [weather],
+        "turn_detection": null}}))
+        .await;
+    c.until("session.updated").await;
+    c.send(json!({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+        "content": [{"type": "input_text", "text": "What is the weather?"}]}}))
+        .await;
+    c.send(json!({"type": "response.create", "response": {"output_modalities": ["text"]}})).await;
+    let mut errors = Vec::new();
+    let done = loop {
+        let v = c.event().await;
+        match v["type"].as_str() {
+            Some("error") => errors.push(v),
+            Some("response.function_call_arguments.done" | "response.function_call_arguments.delta") => {
+                panic!("a refused call reached the client: {v}")
+            }
+            Some("response.done") => break v,
+            _ => {}
+        }
+    };
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0]["error"]["code"], "invalid_tool_arguments", "{}", errors[0]);
+    assert!(errors[0]["error"]["message"].as_str().unwrap().contains("city"), "{}", errors[0]);
+    assert!(done["response"]["output"].as_array().unwrap().is_empty(), "{done}");
+    assert_eq!(server.metric("omni_function_calls_refused_total{code=\"invalid_tool_arguments\"}"), 1.0);
+    // A tool whose parameters take `{}`: its call goes out.
+    let time = json!({"type": "function", "name": "get_time", "description": "The time now",
+        "parameters": {"type": "object", "properties": {}}});
+    c.send(json!({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+        "content": [{"type": "input_text", "text": "What time is it?"}]}}))
+        .await;
+    c.send(json!({"type": "response.create", "response": {"output_modalities": ["text"], "tools": [time]}})).await;
+    let call = c.until("response.function_call_arguments.done").await;
+    assert_eq!((call["name"].as_str(), call["arguments"].as_str()), (Some("get_time"), Some("{}")), "{call}");
+    c.until("response.done").await;
+}

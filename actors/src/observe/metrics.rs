@@ -97,6 +97,9 @@ pub struct Metrics {
     pub conversation_replays: IntCounter,
     /// Function calls the models made.
     pub function_calls: IntCounter,
+    /// Function calls the models made that the gateway did not send, by error code
+    /// (`tool_not_found`, `invalid_tool_arguments`).
+    pub function_calls_refused: IntCounterVec,
     /// Worker links open to each node (`[[nodes]]`): as many as its workers when it is up.
     pub node_links: IntGaugeVec,
     /// Worker links to a node that failed or ended, by node and reason (`unreachable`,
@@ -343,6 +346,12 @@ impl Metrics {
                 "Conversations replayed into a backend prepared again",
             ),
             function_calls: counter(&r, "omni_function_calls_total", "Function calls the models made"),
+            function_calls_refused: counter_vec(
+                &r,
+                "omni_function_calls_refused_total",
+                "Function calls the models made that were not sent: no such tool, or arguments its schema refuses",
+                &["code"],
+            ),
             node_links: gauge_vec(&r, "omni_node_links", "Worker links open to a node", &["node"]),
             node_link_failures: counter_vec(
                 &r,

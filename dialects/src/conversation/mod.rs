@@ -44,6 +44,7 @@ use omni_actors::protocol::{CloseReason, Inbound, ProtocolError, QueueInfo};
 
 use super::Limits;
 
+pub mod calls;
 pub mod config;
 mod edits;
 pub mod events;

@@ -6,10 +6,11 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use omni_actors::domain::{CallPiece, Generation, Role, StepKind, StepOutcome, TurnInput};
+use omni_actors::domain::{CallPiece, Generation, Role, StepKind, StepOutcome, Tools, TurnInput};
 use omni_actors::observe::metrics::metrics;
 use omni_actors::protocol::{Inbound, ProtocolError};
 
+use super::calls::{self, WrittenCall};
 use super::events::{Event, Output, ResponseRequest, ResponseStatus, ResponseView, Usage};
 use super::items::{Item, ItemStatus, Part};
 use super::{Driver, OUTPUT_RATE};
@@ -30,6 +31,10 @@ pub struct Response {
     max_tokens: Option<u32>,
     /// `conversation: "none"`: its items are not the conversation's.
     out_of_band: bool,
+    /// The tools it may call (the request's, else the session's).
+    tools: Tools,
+    /// A call being written, told once it is whole and checked ([`calls`]).
+    call: Option<WrittenCall>,
 }
 
 /// One output item of a response.
@@ -186,6 +191,7 @@ impl Driver {
             }
             t
         });
+        let callable = tools.clone().unwrap_or_else(|| conf.tools.clone());
         let input = TurnInput {
             messages,
             generation: Generation {
@@ -205,7 +211,7 @@ impl Driver {
             self.sync.pending.take();
             self.sync.stale = false;
         }
-        self.start_response(false, audio, request.metadata, max_tokens, out_of_band);
+        self.start_response(false, audio, request.metadata, max_tokens, (out_of_band, callable));
         let response = self.responses.current.as_ref().map(|r| r.id.clone());
         self.responses.turns.push_back(Turn { response, transcript_item, input_samples, replay: false });
         self.send(Inbound::Turn { input, streaming: true });
@@ -251,7 +257,7 @@ impl Driver {
         audio: bool,
         metadata: Option<Vec<(String, String)>>,
         max_tokens: Option<u32>,
-        out_of_band: bool,
+        (out_of_band, tools): (bool, Tools),
     ) {
         if duplex {
             self.model_takes_the_floor();
@@ -266,6 +272,8 @@ impl Driver {
             metadata,
             max_tokens,
             out_of_band,
+            tools,
+            call: None,
         };
         let view = self.view(&r, ResponseStatus::InProgress, None, Vec::new());
         self.say(Event::ResponseCreated(view));
@@ -326,45 +334,58 @@ impl Driver {
         }
     }
 
-    /// A piece of a function call: a new call begins with its tool's name; the arguments
-    /// stream.
+    /// A piece of a function call: a new call begins with its tool's name; its arguments come
+    /// in pieces. It is held until written whole ([`calls`]).
     fn call_piece(&mut self, piece: &CallPiece) {
-        let open_call = matches!(
-            self.responses.current.as_ref().and_then(|r| r.outputs.last()),
-            Some(Out { kind: OutKind::Call { .. }, closed: false, .. })
-        );
-        if piece.name.is_some() || !open_call {
+        let Some(r) = self.responses.current.as_ref() else { return };
+        if piece.name.is_some() || r.call.is_none() {
+            // The open message, or a call written before, is done.
             self.close_output(ItemStatus::Completed);
-            metrics().function_calls.inc();
-            let item_id = self.conversation.new_item_id();
-            let call_id = format!("call_{}", item_id.trim_start_matches("item_"));
-            let name = piece.name.clone().unwrap_or_default();
             let Some(r) = self.responses.current.as_mut() else { return };
-            let out_of_band = r.out_of_band;
-            let kind = OutKind::Call { call_id: call_id.clone(), name: name.clone(), arguments: String::new() };
-            r.outputs.push(Out { item_id: item_id.clone(), kind, closed: false });
-            let Some(at) = Self::output_at(r) else { return };
-            let item = Item::function_call(item_id, ItemStatus::InProgress, &call_id, &name, "");
-            self.say(Event::OutputItemAdded { at, item: item.clone() });
-            if !out_of_band {
-                let previous_item_id = self.conversation.push(item.clone());
-                self.say(Event::ItemAdded { previous_item_id, item });
-            }
+            r.call = Some(WrittenCall::new(piece.name.as_deref().unwrap_or_default()));
         }
-        if piece.arguments.is_empty() {
+        if let Some(call) = self.responses.current.as_mut().and_then(|r| r.call.as_mut()) {
+            call.push(&piece.arguments);
+        }
+    }
+
+    /// The call written so far, checked: told as an output item with its arguments (which
+    /// [`Driver::close_output`] then closes), or refused with one error. A response that did
+    /// not complete drops it.
+    fn tell_call(&mut self, status: ItemStatus) {
+        let Some(r) = self.responses.current.as_mut() else { return };
+        let Some(call) = r.call.take() else { return };
+        if status != ItemStatus::Completed {
             return;
         }
+        if let Err(e) = calls::check(&call, &r.tools) {
+            metrics().function_calls_refused.with_label_values(&[e.code()]).inc();
+            self.events.push(Event::Error(e));
+            return;
+        }
+        metrics().function_calls.inc();
+        let item_id = self.conversation.new_item_id();
+        let call_id = format!("call_{}", item_id.trim_start_matches("item_"));
         let Some(r) = self.responses.current.as_mut() else { return };
+        let out_of_band = r.out_of_band;
+        let WrittenCall { name, arguments, .. } = call;
+        let kind = OutKind::Call { call_id: call_id.clone(), name: name.clone(), arguments: arguments.clone() };
+        r.outputs.push(Out { item_id: item_id.clone(), kind, closed: false });
         let Some(at) = Self::output_at(r) else { return };
-        if let Some(Out { kind: OutKind::Call { call_id, arguments, .. }, .. }) = r.outputs.last_mut() {
-            arguments.push_str(&piece.arguments);
-            let call_id = call_id.clone();
-            self.say(Event::ArgumentsDelta { at, call_id, delta: piece.arguments.clone() });
+        let item = Item::function_call(item_id, ItemStatus::InProgress, &call_id, &name, "");
+        self.say(Event::OutputItemAdded { at: at.clone(), item: item.clone() });
+        if !out_of_band {
+            let previous_item_id = self.conversation.push(item.clone());
+            self.say(Event::ItemAdded { previous_item_id, item });
+        }
+        if !arguments.is_empty() {
+            self.say(Event::ArgumentsDelta { at, call_id, delta: arguments });
         }
     }
 
     /// Closes the response's open output item with its done events, as `status`.
     fn close_output(&mut self, status: ItemStatus) {
+        self.tell_call(status);
         let Some(r) = self.responses.current.as_mut() else { return };
         let (audio, out_of_band) = (r.audio, r.out_of_band);
         let Some(at) = Self::output_at(r) else { return };
@@ -402,6 +423,8 @@ impl Driver {
         let item_status =
             if status == ResponseStatus::Completed { ItemStatus::Completed } else { ItemStatus::Incomplete };
         let Some(id) = self.responses.current.as_ref().map(|r| r.id.clone()) else { return };
+        // A call written last is told (or refused) before the voice ends.
+        self.tell_call(item_status);
         // An edge that plays the voice hears its end first.
         self.events.push(Event::VoiceDone { response_id: id });
         self.close_output(item_status);
@@ -481,7 +504,8 @@ impl Driver {
             StepKind::Speak => {
                 if self.responses.current.is_none() {
                     let (audio, max_tokens) = (self.setup.conf.audio_out, self.setup.conf.max_tokens);
-                    self.start_response(true, audio, None, max_tokens, false);
+                    let tools = self.setup.conf.tools.clone();
+                    self.start_response(true, audio, None, max_tokens, (false, tools));
                 }
                 if let Some(r) = self.responses.current.as_mut() {
                     r.tokens.input += outcome.input_tokens as u64;

@@ -395,12 +395,12 @@ fn a_function_call_is_an_output_item_and_its_result_continues_the_turn() {
     d.turn_delta("", &[], Some(&CallPiece { name: None, arguments: "}".into() }));
     d.turn_done([4, 2, 0, 0], false);
     let events = d.take_events();
+    // The call is told once written whole and checked: its arguments in one delta.
     assert_eq!(
         kinds(&events),
         [
             "output_item_added",
             "item_added",
-            "arguments_delta",
             "arguments_delta",
             "voice_done",
             "arguments_done",
@@ -409,7 +409,7 @@ fn a_function_call_is_an_output_item_and_its_result_continues_the_turn() {
             "response_done",
         ]
     );
-    let Event::ArgumentsDone { call_id, name, arguments, at } = &events[5] else { panic!() };
+    let Event::ArgumentsDone { call_id, name, arguments, at } = &events[4] else { panic!() };
     assert_eq!((name.as_str(), arguments.as_str(), at.output_index), ("get_time", "{}", 0));
     let Some(Event::ResponseDone(done)) = events.last() else { panic!() };
     assert_eq!(done.metadata, Some(vec![("k".into(), "v".into())]), "the client's metadata, echoed");
@@ -425,6 +425,49 @@ fn a_function_call_is_an_output_item_and_its_result_continues_the_turn() {
     assert!(turn.continues, "the call is in the backend's context already");
     assert_eq!(turn.messages[0].call.as_ref().map(|c| c.name.as_str()), Some("get_time"));
     assert_eq!(texts(&turn), [(Role::Tool, "noon")]);
+}
+
+#[test]
+fn a_call_of_a_tool_not_given_or_with_arguments_its_schema_refuses_is_one_error_and_no_call() {
+    let mut d = active(false);
+    let mut next = d.conf().clone();
+    let city = r#"{"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}"#;
+    next.tools = Tools {
+        functions: vec![Tool { name: "get_weather".into(), description: String::new(), parameters: city.into() }],
+        choice: ToolChoice::Auto,
+    };
+    d.command(Command::Update(Box::new(next)), Instant::now()).unwrap();
+    d.take_commands();
+    d.reconfigured(&backend());
+    for (name, arguments, code) in
+        [("get_stock", "{}", "tool_not_found"), ("get_weather", "{}", "invalid_tool_arguments")]
+    {
+        create(&mut d, said(None, Role::User, "Weather in Paris?"));
+        respond(&mut d, ResponseRequest::default()).unwrap();
+        the_turn(&mut d);
+        d.take_events();
+        d.turn_delta("", &[], Some(&CallPiece { name: Some(name.into()), arguments: arguments.into() }));
+        d.turn_done([4, 2, 0, 0], false);
+        let events = d.take_events();
+        assert_eq!(kinds(&events), ["error", "voice_done", "response_done"], "{name}");
+        let Event::Error(e) = &events[0] else { panic!() };
+        assert_eq!(e.code(), code);
+        let Some(Event::ResponseDone(done)) = events.last() else { panic!() };
+        assert!(done.output.is_empty(), "no call reaches the client: {:?}", done.output);
+    }
+    assert!(
+        !d.conversation.items().any(|i| matches!(i.body, ItemBody::FunctionCall { .. })),
+        "and none is kept in the conversation"
+    );
+    // A call the schema takes goes out.
+    create(&mut d, said(None, Role::User, "Weather in Paris?"));
+    respond(&mut d, ResponseRequest::default()).unwrap();
+    the_turn(&mut d);
+    d.take_events();
+    d.turn_delta("", &[], Some(&CallPiece { name: Some("get_weather".into()), arguments: r#"{"city":"#.into() }));
+    d.turn_delta("", &[], Some(&CallPiece { name: None, arguments: r#" "Paris"}"#.into() }));
+    d.turn_done([4, 2, 0, 0], false);
+    assert!(kinds(&d.take_events()).contains(&"arguments_done"));
 }
 
 #[test]
