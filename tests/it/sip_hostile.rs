@@ -221,8 +221,8 @@ fn a_stranger_gets_one_stateless_403_for_an_invite_and_nothing_for_anything_else
 
 #[test]
 fn a_call_is_obeyed_only_from_where_it_came_and_holds_its_place() {
-    // One call's place (one RTP port pair).
-    let (server, port) = gateway("[\"127.0.0.0/8\"]", 42300, 1, "");
+    // One call's place (one RTP port pair); two trunks, each its own entry of the networks.
+    let (server, port) = gateway("[\"127.0.0.1/32\", \"127.0.0.2/32\"]", 42300, 1, "");
     let (trunk, intruder) = (Peer::on("127.0.0.1"), Peer::on("127.0.0.2"));
     let media = UdpSocket::bind("127.0.0.1:0").unwrap();
     let sdp = offer(media.local_addr().unwrap().port());
@@ -239,7 +239,7 @@ fn a_call_is_obeyed_only_from_where_it_came_and_holds_its_place() {
     };
     trunk.send(port, &in_dialog("ACK", 1, &trunk));
     server.wait_status("the call's session", WAIT, |s| s["sessions"]["open"] == 1);
-    // Another address (allowed, or a forged source) cannot hang it up or move its media.
+    // Another trunk (or a source forged in its network) cannot hang it up or move its media.
     intruder.send(port, &in_dialog("BYE", 2, &intruder));
     let mut reinvite = Request::new("INVITE", "call-1", &intruder);
     reinvite.to_tag = Some(&to_tag);
@@ -250,6 +250,9 @@ fn a_call_is_obeyed_only_from_where_it_came_and_holds_its_place() {
     server.wait_metric("omni_sip_requests_refused_total{reason=\"dialog_elsewhere\"}", 2.0, WAIT);
     assert_eq!(intruder.within(Duration::from_millis(200)), None);
     assert_eq!(server.status()["sessions"]["open"], 1);
+    // A late copy of its INVITE opens no second call.
+    trunk.send(port, &invite.text());
+    server.wait_metric("omni_sip_requests_refused_total{reason=\"call_exists\"}", 1.0, WAIT);
     // The call holds the only place: another INVITE gets a stateless 503.
     let mut second = Request::new("INVITE", "call-2", &trunk);
     second.body = &sdp;

@@ -117,8 +117,9 @@ pub struct Metrics {
     /// SIP requests the edge's first look dropped or answered itself, by reason: `stranger`
     /// (from outside `sip.allowed_networks`), `rate` (an address past
     /// `max_invites_per_s_per_ip`), `no_dialog`, `dialog_elsewhere` (an in-dialog request from
-    /// another address than its call's), `method` (a method not served), `busy` (every call's
-    /// place taken).
+    /// outside the network entry its call came from), `call_exists` (an INVITE under the
+    /// Call-ID of a call here), `method` (a method not served), `busy` (every call's place
+    /// taken).
     pub sip_requests_refused: IntCounterVec,
     /// Datagrams on the SIP port discarded before any rule saw them (not SIP, malformed).
     pub sip_messages_discarded: IntCounter,

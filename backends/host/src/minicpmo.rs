@@ -156,7 +156,37 @@ fn health(agent: &ureq::Agent, name: &str, url: &str) -> Health {
     health
 }
 
-type Socket = WebSocket<TcpStream>;
+/// A WebSocket to the worker, which is the link's live connection ([`Control::terminate`]
+/// shuts it down) until it is dropped.
+struct Socket {
+    ws: WebSocket<TcpStream>,
+    /// Its number among the link's connections.
+    number: u64,
+    control: Arc<Control>,
+}
+
+impl std::ops::Deref for Socket {
+    type Target = WebSocket<TcpStream>;
+    fn deref(&self) -> &WebSocket<TcpStream> {
+        &self.ws
+    }
+}
+
+impl std::ops::DerefMut for Socket {
+    fn deref_mut(&mut self) -> &mut WebSocket<TcpStream> {
+        &mut self.ws
+    }
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        // No longer the live one: its copy for terminate() goes, and the connection closes.
+        let mut live = self.control.live.lock();
+        if live.as_ref().is_some_and(|(n, _)| *n == self.number) {
+            *live = None;
+        }
+    }
+}
 
 /// The any-thread half.
 struct Control {
@@ -164,9 +194,12 @@ struct Control {
     kv_length: AtomicU64,
     /// How often an idle worker's `/health` is asked.
     health_interval: Duration,
-    /// The connection of the reply being waited for: shut down when the link is given up on,
-    /// so the thread blocked reading it ends instead of holding it.
-    live: Mutex<Option<TcpStream>>,
+    /// The connection of the reply being waited for (its number, and a copy of its socket):
+    /// shut down when the link is given up on, so the thread blocked reading it ends instead
+    /// of holding it.
+    live: Mutex<Option<(u64, TcpStream)>>,
+    /// Connections made so far.
+    connections: AtomicU64,
 }
 
 impl BackendControl for Control {
@@ -181,7 +214,7 @@ impl BackendControl for Control {
         self.kv_length.load(Ordering::Relaxed)
     }
     fn terminate(&self) {
-        if let Some(tcp) = self.live.lock().take() {
+        if let Some((_, tcp)) = self.live.lock().take() {
             let _ = tcp.shutdown(std::net::Shutdown::Both);
         }
     }
@@ -233,6 +266,7 @@ impl MinicpmoBackend {
             kv_length: AtomicU64::new(0),
             health_interval: options.health_interval,
             live: Mutex::new(None),
+            connections: AtomicU64::new(0),
         });
         let info = BackendInfo {
             name: "minicpmo-worker".into(),
@@ -286,10 +320,11 @@ impl MinicpmoBackend {
                     .max_frame_size(Some(MAX_MESSAGE)),
             ),
         };
-        let socket = super::ws_client::connect(&self.url, path, &dial)
+        let ws = super::ws_client::connect(&self.url, path, &dial)
             .map_err(|e| BackendError::Unavailable(format!("{}{path}: {e}", self.url)))?;
-        *self.control.live.lock() = socket.get_ref().try_clone().ok();
-        Ok(socket)
+        let number = self.control.connections.fetch_add(1, Ordering::Relaxed) + 1;
+        *self.control.live.lock() = ws.get_ref().try_clone().ok().map(|tcp| (number, tcp));
+        Ok(Socket { ws, number, control: self.control.clone() })
     }
 
     fn lost(&self, what: &str, e: impl std::fmt::Display) -> BackendError {

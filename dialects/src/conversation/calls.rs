@@ -5,7 +5,7 @@
 //! The pieces of a call are held until it is written whole (its arguments at most
 //! [`MAX_ARGUMENTS`]), then told at once.
 
-use omni_actors::domain::Tools;
+use omni_actors::domain::{ToolChoice, Tools};
 use omni_actors::protocol::ProtocolError;
 use serde_json::{Value, json};
 
@@ -39,6 +39,17 @@ impl WrittenCall {
 /// Whether `call` may go to the client: a tool of `tools`, with arguments its parameters take.
 pub fn check(call: &WrittenCall, tools: &Tools) -> Result<(), ProtocolError> {
     let name = clip(&call.name);
+    let chosen = match &tools.choice {
+        ToolChoice::None => Some("none"),
+        ToolChoice::Function(f) if *f != call.name => Some(f.as_str()),
+        _ => None,
+    };
+    if let Some(chosen) = chosen {
+        return Err(ProtocolError::Refused {
+            code: "tool_not_found",
+            message: format!("the model called '{name}', where tool_choice is '{}'", clip(chosen)),
+        });
+    }
     let Some(tool) = tools.functions.iter().find(|t| t.name == call.name) else {
         let known: Vec<&str> = tools.functions.iter().map(|t| t.name.as_str()).collect();
         return Err(ProtocolError::Refused {
@@ -127,6 +138,12 @@ mod tests {
         assert!(extra.starts_with("invalid_tool_arguments:"), "{extra}");
         assert!(code(check(&call("get_weather", "{\"city\": "), &t)).contains("are not JSON"));
         assert!(code(check(&call("get_time", "[1]"), &t)).contains("not a JSON object"));
+        // What tool_choice rules out is not sent either.
+        let none = Tools { choice: ToolChoice::None, ..tools() };
+        assert!(code(check(&call("get_time", "{}"), &none)).contains("tool_choice is 'none'"));
+        let only = Tools { choice: ToolChoice::Function("get_weather".into()), ..tools() };
+        assert!(code(check(&call("get_time", "{}"), &only)).starts_with("tool_not_found:"));
+        assert_eq!(code(check(&call("get_weather", r#"{"city": "Oslo"}"#), &only)), "ok");
     }
 
     #[test]

@@ -361,6 +361,9 @@ impl Driver {
         if let Err(e) = calls::check(&call, &r.tools) {
             metrics().function_calls_refused.with_label_values(&[e.code()]).inc();
             self.events.push(Event::Error(e));
+            // The backend's context holds the call it wrote, the conversation does not: the
+            // next answer replays the conversation.
+            self.sync.stale = true;
             return;
         }
         metrics().function_calls.inc();
@@ -588,11 +591,15 @@ impl Driver {
     /// The backend answers again, within the response in progress, on `messages` that replace
     /// its context (after the context was full and the conversation was cut).
     pub(super) fn answer_again(&mut self, messages: Vec<omni_actors::domain::ChatMessage>) {
+        // A call the failed attempt was writing is not the answer's: the new attempt writes its own.
+        let Some(r) = self.responses.current.as_mut() else { return };
+        r.call = None;
+        let messages = self.for_backend(messages);
         let Some(r) = self.responses.current.as_ref() else { return };
         let response = Some(r.id.clone());
         let conf = &self.setup.conf;
         let input = TurnInput {
-            messages: self.for_backend(messages),
+            messages,
             generation: Generation {
                 max_new_tokens: r.max_tokens,
                 temperature: conf.temperature.map(|t| t as f32),
@@ -600,6 +607,7 @@ impl Driver {
             },
             speech: r.audio,
             continues: false,
+            tools: Some(r.tools.clone()),
             ..TurnInput::default()
         };
         self.responses.turns.push_back(Turn { response, transcript_item: None, input_samples: 0, replay: false });

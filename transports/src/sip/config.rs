@@ -161,11 +161,16 @@ impl SipSpec {
 
     /// Whether a request from `ip` is served.
     pub fn allows(&self, ip: IpAddr) -> bool {
+        self.network_of(ip).is_some()
+    }
+
+    /// Which entry of `allowed_networks` (the first) `ip` is in.
+    pub fn network_of(&self, ip: IpAddr) -> Option<usize> {
         let ip = match ip {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
             v4 => v4,
         };
-        self.allowed_networks.iter().any(|n| n.contains(&ip))
+        self.allowed_networks.iter().position(|n| n.contains(&ip))
     }
 }
 

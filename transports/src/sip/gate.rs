@@ -6,9 +6,11 @@
 //! - A request from a network not in `allowed_networks` is dropped unanswered; an INVITE gets
 //!   one stateless 403 (never retransmitted), at most [`STRANGER_ANSWERS_PER_S`] a second
 //!   over all strangers.
-//! - A request in a dialog (a To tag, an ACK, a CANCEL) goes on only from the address its call
-//!   came from; for a call that is not here: 481, stateless (an ACK: dropped, uncounted: the
-//!   ACK of a stateless refusal comes this way).
+//! - A request in a dialog (a To tag, an ACK, a CANCEL) goes on only from the entry of
+//!   `allowed_networks` its call came from (a trunk's other nodes, not another trunk); for a
+//!   call that is not here: 481, stateless (an ACK: dropped, uncounted: the ACK of a stateless
+//!   refusal comes this way). An INVITE that opens no dialog under a Call-ID already here (a
+//!   late retransmission, a forked copy) is dropped: one call per Call-ID.
 //! - An INVITE that opens a call: at most `max_invites_per_s_per_ip` a second per address
 //!   (past it: dropped); OPTIONS: answered statelessly; any other method: 405, stateless.
 //!
@@ -61,12 +63,14 @@ pub enum Verdict {
 /// The rules' state: the calls here and where each came from, each address's INVITEs in the
 /// current second, and the strangers answered in it.
 pub struct Screen {
-    /// `allowed_networks`, asked of an address.
-    allows: Box<dyn Fn(IpAddr) -> bool + Send + Sync>,
+    /// `allowed_networks`, asked of an address: which entry it is in.
+    network_of: Box<dyn Fn(IpAddr) -> Option<usize> + Send + Sync>,
     /// `max_invites_per_s_per_ip` (0: no cap).
     invites_per_s: u32,
-    /// The calls being set up or carried: Call-ID to the address it came from.
-    calls: HashMap<String, IpAddr>,
+    /// The calls being set up or carried: Call-ID to the network entry it came from, and the
+    /// number of its [`Entered`].
+    calls: HashMap<String, (usize, u64)>,
+    entries: u64,
     /// The second counted, each address's INVITEs in it, and those of addresses past
     /// [`MAX_RATED`].
     second: u64,
@@ -76,11 +80,12 @@ pub struct Screen {
 }
 
 impl Screen {
-    pub fn new(allows: impl Fn(IpAddr) -> bool + Send + Sync + 'static, invites_per_s: u32) -> Screen {
+    pub fn new(network_of: impl Fn(IpAddr) -> Option<usize> + Send + Sync + 'static, invites_per_s: u32) -> Screen {
         Screen {
-            allows: Box::new(allows),
+            network_of: Box::new(network_of),
             invites_per_s,
             calls: HashMap::new(),
+            entries: 0,
             second: 0,
             invites: HashMap::new(),
             crowd: 0,
@@ -98,16 +103,16 @@ impl Screen {
         }
         let source = knock.source.to_canonical();
         let method = knock.method;
-        if !(self.allows)(source) {
+        let Some(network) = (self.network_of)(source) else {
             if *method == Method::INVITE && !knock.tagged && self.strangers_answered < STRANGER_ANSWERS_PER_S {
                 self.strangers_answered += 1;
                 return Verdict::Answer(403, "stranger");
             }
             return Verdict::Drop("stranger");
-        }
+        };
         if knock.tagged || *method == Method::ACK || *method == Method::CANCEL {
             return match self.calls.get(knock.call_id) {
-                Some(origin) if *origin == source => Verdict::Pass,
+                Some((origin, _)) if *origin == network => Verdict::Pass,
                 Some(_) => Verdict::Drop("dialog_elsewhere"),
                 None if *method == Method::ACK => Verdict::Ignore,
                 None => Verdict::Answer(481, "no_dialog"),
@@ -118,6 +123,9 @@ impl Screen {
         }
         if *method != Method::INVITE {
             return Verdict::Answer(405, "method");
+        }
+        if self.calls.contains_key(knock.call_id) {
+            return Verdict::Drop("call_exists");
         }
         if self.invites_per_s == 0 {
             return Verdict::Pass;
@@ -132,13 +140,23 @@ impl Screen {
     }
 
     /// A call from `source` is being set up under `call_id`: its in-dialog requests (CANCEL,
-    /// ACK, BYE, re-INVITE) are taken from that address until [`Screen::ended`].
-    pub fn entered(&mut self, call_id: &str, source: IpAddr) {
-        self.calls.insert(call_id.to_string(), source.to_canonical());
+    /// ACK, BYE, re-INVITE) are taken from that network entry until [`Screen::ended`] with the
+    /// number given here. `None`: a call of that Call-ID is here already.
+    pub fn entered(&mut self, call_id: &str, source: IpAddr) -> Option<u64> {
+        let network = (self.network_of)(source.to_canonical())?;
+        if self.calls.contains_key(call_id) {
+            return None;
+        }
+        self.entries += 1;
+        self.calls.insert(call_id.to_string(), (network, self.entries));
+        Some(self.entries)
     }
 
-    pub fn ended(&mut self, call_id: &str) {
-        self.calls.remove(call_id);
+    /// Call `call_id`'s entry `number` ended (an entry of another call of that id stays).
+    pub fn ended(&mut self, call_id: &str, number: u64) {
+        if self.calls.get(call_id).is_some_and(|(_, n)| *n == number) {
+            self.calls.remove(call_id);
+        }
     }
 }
 
@@ -146,18 +164,20 @@ impl Screen {
 pub(super) struct Entered {
     screen: Arc<Mutex<Screen>>,
     call_id: String,
+    number: u64,
 }
 
 impl Entered {
-    pub(super) fn new(screen: &Arc<Mutex<Screen>>, call_id: &str, source: IpAddr) -> Entered {
-        screen.lock().entered(call_id, source);
-        Entered { screen: screen.clone(), call_id: call_id.to_string() }
+    /// `None`: a call of that Call-ID is here already (the INVITE is not another call).
+    pub(super) fn new(screen: &Arc<Mutex<Screen>>, call_id: &str, source: IpAddr) -> Option<Entered> {
+        let number = screen.lock().entered(call_id, source)?;
+        Some(Entered { screen: screen.clone(), call_id: call_id.to_string(), number })
     }
 }
 
 impl Drop for Entered {
     fn drop(&mut self) {
-        self.screen.lock().ended(&self.call_id);
+        self.screen.lock().ended(&self.call_id, self.number);
     }
 }
 
@@ -222,6 +242,10 @@ pub(super) async fn stateless_with(
         return;
     }
     let mut response = endpoint.create_response(request, code, None);
+    if code == StatusCode::METHOD_NOT_ALLOWED {
+        // RFC 3261 21.4.6: a 405 says what is allowed.
+        response.msg.headers.insert(ezk_sip_types::Name::ALLOW, "INVITE, ACK, CANCEL, BYE, OPTIONS");
+    }
     headers(&mut response.msg.headers);
     response.parts.destination = request.tp_info.source;
     if let Err(e) = endpoint.send_outgoing_response(&mut response).await {
@@ -233,8 +257,16 @@ pub(super) async fn stateless_with(
 mod tests {
     use super::*;
 
+    /// Two trunks' networks: 10.0.0.0/24 (entry 0) and 10.0.1.0/24 (entry 1).
     fn screen(per_s: u32) -> Screen {
-        Screen::new(|ip: IpAddr| ip.to_string().starts_with("10."), per_s)
+        Screen::new(
+            |ip: IpAddr| match ip.to_string() {
+                a if a.starts_with("10.0.0.") => Some(0),
+                a if a.starts_with("10.0.1.") => Some(1),
+                _ => None,
+            },
+            per_s,
+        )
     }
 
     fn knock<'a>(source: &str, method: &'a Method, tagged: bool, call_id: &'a str) -> Knock<'a> {
@@ -258,22 +290,31 @@ mod tests {
         assert_eq!(s.judge(knock("192.0.2.1", &Method::INVITE, false, "c"), 9), Verdict::Answer(403, "stranger"));
         // An IPv4 trunk seen as an IPv6-mapped address is itself.
         assert_eq!(s.judge(knock("::ffff:10.0.0.1", &Method::OPTIONS, false, "c"), 9), Verdict::Pass);
+        assert_eq!(s.judge(knock("10.0.2.1", &Method::OPTIONS, false, "c"), 9), Verdict::Drop("stranger"));
     }
 
     #[test]
-    fn a_dialog_is_obeyed_only_from_where_its_call_came() {
+    fn a_dialog_is_obeyed_only_from_the_network_its_call_came_from() {
         let mut s = screen(0);
         assert_eq!(s.judge(knock("10.0.0.1", &Method::BYE, true, "call-1"), 1), Verdict::Answer(481, "no_dialog"));
         assert_eq!(s.judge(knock("10.0.0.1", &Method::ACK, true, "call-1"), 1), Verdict::Ignore);
-        s.entered("call-1", "10.0.0.1".parse().unwrap());
+        let entry = s.entered("call-1", "10.0.0.1".parse().unwrap()).unwrap();
         for m in [Method::BYE, Method::INVITE, Method::ACK, Method::CANCEL, Method::INFO] {
             assert_eq!(s.judge(knock("10.0.0.1", &m, true, "call-1"), 1), Verdict::Pass, "{m}");
-            // Another allowed address (a spoofed trunk, another trunk): dropped.
-            assert_eq!(s.judge(knock("10.0.0.2", &m, true, "call-1"), 1), Verdict::Drop("dialog_elsewhere"));
+            // The trunk's other node: taken.
+            assert_eq!(s.judge(knock("10.0.0.7", &m, true, "call-1"), 1), Verdict::Pass, "{m}");
+            // Another trunk (or a source forged in its network): dropped.
+            assert_eq!(s.judge(knock("10.0.1.2", &m, true, "call-1"), 1), Verdict::Drop("dialog_elsewhere"));
         }
         // A CANCEL carries no To tag: it is judged as in the dialog of its call.
-        assert_eq!(s.judge(knock("10.0.0.2", &Method::CANCEL, false, "call-1"), 1), Verdict::Drop("dialog_elsewhere"));
-        s.ended("call-1");
+        assert_eq!(s.judge(knock("10.0.1.2", &Method::CANCEL, false, "call-1"), 1), Verdict::Drop("dialog_elsewhere"));
+        // One call per Call-ID: a late copy of its INVITE opens no second one, and cannot
+        // take the first's place in the book.
+        assert_eq!(s.judge(knock("10.0.0.1", &Method::INVITE, false, "call-1"), 1), Verdict::Drop("call_exists"));
+        assert_eq!(s.entered("call-1", "10.0.1.2".parse().unwrap()), None);
+        s.ended("call-1", entry + 1);
+        assert_eq!(s.judge(knock("10.0.0.1", &Method::BYE, true, "call-1"), 1), Verdict::Pass, "another's end");
+        s.ended("call-1", entry);
         assert_eq!(s.judge(knock("10.0.0.1", &Method::BYE, true, "call-1"), 1), Verdict::Answer(481, "no_dialog"));
     }
 
@@ -298,7 +339,7 @@ mod tests {
 
     #[test]
     fn addresses_past_the_books_size_share_one_count() {
-        let mut s = Screen::new(|_| true, 2);
+        let mut s = Screen::new(|_| Some(0), 2);
         for i in 0..MAX_RATED as u32 {
             let ip = IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i));
             assert_eq!(

@@ -34,8 +34,11 @@ pub(super) async fn answer(sip: Arc<Sip>, endpoint: Endpoint, invite: IncomingRe
         return;
     }
     // From here until the call ends, its in-dialog requests (CANCEL, ACK, BYE, re-INVITE) are
-    // taken from this address only.
-    let _entered = gate::Entered::new(&sip.screen, invite.base_headers.call_id.0.as_str(), source.ip());
+    // taken from this address's network entry only.
+    let Some(_entered) = gate::Entered::new(&sip.screen, invite.base_headers.call_id.0.as_str(), source.ip()) else {
+        // Another INVITE of this Call-ID got here first (a late retransmission, a forked copy).
+        return log::debug!("{label}: an INVITE from {source} for a call here already, dropped");
+    };
     let number = called(&invite);
     let inbound_has_tag = invite.base_headers.to.tag.is_some();
     let body = BytesStr::from_utf8_bytes(invite.body.clone()).ok();

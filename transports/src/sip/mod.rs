@@ -160,7 +160,7 @@ pub async fn start(parts: SipParts) -> std::io::Result<SocketAddr> {
         parts;
     let guard = digest::Guard::new(&spec.realm, spec.digest_algorithm, &spec.users);
     let allowed = spec.clone();
-    let screen = gate::Screen::new(move |ip| allowed.allows(ip), spec.max_invites_per_s_per_ip);
+    let screen = gate::Screen::new(move |ip| allowed.network_of(ip), spec.max_invites_per_s_per_ip);
     let pairs = (usize::from(spec.rtp_ports.end().saturating_sub(*spec.rtp_ports.start())) / 2 + 1).max(1);
     let sip = Arc::new(Sip {
         spec,
