@@ -203,7 +203,8 @@ fn a_stranger_gets_one_stateless_403_for_an_invite_and_nothing_for_anything_else
     let (server, port) = gateway("[\"127.0.0.1/32\"]", 42200, 4, "");
     let stranger = Peer::on("127.0.0.2");
     stranger.send(port, &Request::new("INVITE", "s-1", &stranger).text());
-    stranger.response(403, "s-1");
+    let forbidden = stranger.response(403, "s-1");
+    assert!(to_tag(&forbidden).len() >= 8, "a final answer carries the answerer's To tag:\n{forbidden}");
     for method in ["OPTIONS", "REGISTER", "MESSAGE"] {
         stranger.send(port, &Request::new(method, "s-2", &stranger).text());
     }

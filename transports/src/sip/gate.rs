@@ -242,6 +242,13 @@ pub(super) async fn stateless_with(
         return;
     }
     let mut response = endpoint.create_response(request, code, None);
+    if request.base_headers.to.tag.is_none() {
+        // RFC 3261 8.2.6.2: a final answer outside a dialog carries a To tag of the answerer's.
+        let tag = uuid::Uuid::new_v4().simple().to_string();
+        let _ = response.msg.headers.edit(ezk_sip_types::Name::TO, |to: &mut ezk_sip_types::header::typed::FromTo| {
+            to.tag = Some(tag[..16].into());
+        });
+    }
     if code == StatusCode::METHOD_NOT_ALLOWED {
         // RFC 3261 21.4.6: a 405 says what is allowed.
         response.msg.headers.insert(ezk_sip_types::Name::ALLOW, "INVITE, ACK, CANCEL, BYE, OPTIONS");
