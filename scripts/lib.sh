@@ -115,3 +115,13 @@ def total(pid):
 print(" ".join(f"{total(int(p)):.2f}" for p in sys.argv[1:]))
 PY
 }
+
+# python_side_by_side SCRIPT BASE: SCRIPT (a Python script under scripts/) run with LABEL=BINARY
+# for BASE's release build and this tree's (side_by_side); .venv's Python when there is one.
+python_side_by_side() {
+    local script=$1 python=python3 pairs=() i
+    side_by_side "" "$2"
+    [ -x .venv/bin/python ] && python=.venv/bin/python
+    for i in "${!labels[@]}"; do pairs+=("${labels[$i]}=${bins[$i]}"); done
+    "$python" "scripts/$script" "${pairs[@]}"
+}

@@ -142,24 +142,37 @@ def http_code(port, path):
         return "none"
 
 
+def paced(count, per_s, send, srv, peak):
+    """Calls send(i) `count` times at `per_s` a second; the server's peak RSS meanwhile."""
+    start = time.monotonic()
+    for i in range(count):
+        send(i)
+        if i % 200 == 0:
+            peak = max(peak, srv.rss())
+        time.sleep(max(0.0, start + (i + 1) / per_s - time.monotonic()))
+    return peak
+
+
+def peak_for(srv, seconds, peak):
+    """The server's peak RSS over the next `seconds`."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        peak = max(peak, srv.rss())
+        time.sleep(0.25)
+    return peak
+
+
 def reflect(binary):
     """1,000 INVITEs of 60 KB from a stranger in 1 s, each Via naming a third party by maddr."""
     sip_port = free_port()
     srv = Server(binary, sip_config(sip_port))
     victim, source = Counter("127.0.0.3"), Counter("127.0.0.2")
     vip, vport = victim.addr().split(":")
-    cpu0, sent = cpu_s(srv.proc.pid), 0
-    start = time.monotonic()
-    for i in range(1000):
-        msg = invite(f"{vip}:{vport};maddr={vip}", f"r{i}", pad=60_000)
-        source.sock.sendto(msg, ("127.0.0.1", sip_port))
-        sent += len(msg)
-        time.sleep(max(0.0, start + (i + 1) / 1000 - time.monotonic()))  # 1,000 a second
-    peak = srv.rss()
-    end = time.monotonic() + 34  # a transaction's retransmissions end within 32 s
-    while time.monotonic() < end:
-        peak = max(peak, srv.rss())
-        time.sleep(0.5)
+    cpu0 = cpu_s(srv.proc.pid)
+    msg = lambda i: invite(f"{vip}:{vport};maddr={vip}", f"r{i}", pad=60_000)  # noqa: E731
+    sent = sum(len(msg(i)) for i in range(1000))
+    peak = paced(1000, 1000, lambda i: source.sock.sendto(msg(i), ("127.0.0.1", sip_port)), srv, srv.rss())
+    peak = peak_for(srv, 34, peak)  # a transaction's retransmissions end within 32 s
     victim.stop()
     source.stop()
     cpu = cpu_s(srv.proc.pid) - cpu0
@@ -178,17 +191,8 @@ def flood(binary):
     srv = Server(binary, sip_config(sip_port))
     source = Counter("127.0.0.2")
     cpu0, log0 = cpu_s(srv.proc.pid), log_bytes(srv)
-    start = time.monotonic()
-    peak = srv.rss()
-    for i in range(5000):
-        source.sock.sendto(invite(source.addr(), f"f{i}"), ("127.0.0.1", sip_port))
-        if i % 200 == 0:
-            peak = max(peak, srv.rss())
-        time.sleep(max(0.0, start + (i + 1) / 1000 - time.monotonic()))
-    end = time.monotonic() + 5
-    while time.monotonic() < end:
-        peak = max(peak, srv.rss())
-        time.sleep(0.25)
+    send = lambda i: source.sock.sendto(invite(source.addr(), f"f{i}"), ("127.0.0.1", sip_port))  # noqa: E731
+    peak = peak_for(srv, 5, paced(5000, 1000, send, srv, srv.rss()))
     held = srv.rss() - srv.rss0
     source.stop()
     cpu = cpu_s(srv.proc.pid) - cpu0

@@ -7,9 +7,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-side_by_side "" "${1:-c5dff83}"
-python=python3
-[ -x .venv/bin/python ] && python=.venv/bin/python   # websockets, for the queued clients
-pairs=()
-for i in "${!labels[@]}"; do pairs+=("${labels[$i]}=${bins[$i]}"); done
-"$python" scripts/sip_surface.py "${pairs[@]}"
+# (.venv's Python has websockets, for the queued clients)
+python_side_by_side sip_surface.py "${1:-c5dff83}"

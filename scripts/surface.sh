@@ -7,9 +7,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-side_by_side "" "${1:-333752c}"
-python=python3
-[ -x .venv/bin/python ] && python=.venv/bin/python   # aiortc, for real call offers
-pairs=()
-for i in "${!labels[@]}"; do pairs+=("${labels[$i]}=${bins[$i]}"); done
-"$python" scripts/surface.py "${pairs[@]}"
+# (.venv's Python has aiortc, for real call offers)
+python_side_by_side surface.py "${1:-333752c}"

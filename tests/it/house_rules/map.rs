@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use super::{production_files, root, shown};
+use super::{cargo_metadata, production_files, root, shown};
 
 fn the_map() -> String {
     std::fs::read_to_string(root().join("docs/architecture.md")).unwrap()
@@ -257,17 +257,6 @@ fn deps_problems(documented: &Deps, actual: &Deps) -> Vec<String> {
         problems.push(format!("{name}: in the map, not a workspace crate"));
     }
     problems
-}
-
-fn cargo_metadata() -> serde_json::Value {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = std::process::Command::new(cargo)
-        .args(["metadata", "--no-deps", "--format-version", "1", "--offline"])
-        .current_dir(root())
-        .output()
-        .expect("cargo metadata runs");
-    assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("cargo metadata answers JSON")
 }
 
 #[test]

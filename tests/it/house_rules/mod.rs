@@ -48,8 +48,8 @@ pub(crate) struct Package {
     pub(crate) uses: Vec<String>,
 }
 
-/// The workspace's crates, read with `cargo metadata`.
-pub(crate) fn workspace() -> Vec<Package> {
+/// What `cargo metadata` says of the workspace's own crates.
+pub(crate) fn cargo_metadata() -> serde_json::Value {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = std::process::Command::new(cargo)
         .args(["metadata", "--no-deps", "--format-version", "1", "--offline"])
@@ -57,7 +57,12 @@ pub(crate) fn workspace() -> Vec<Package> {
         .output()
         .expect("cargo metadata runs");
     assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).expect("cargo metadata answers JSON")
+}
+
+/// The workspace's crates, read with `cargo metadata`.
+pub(crate) fn workspace() -> Vec<Package> {
+    let meta = cargo_metadata();
     let packages = meta["packages"].as_array().unwrap();
     let names: Vec<String> = packages.iter().map(|p| p["name"].as_str().unwrap().to_string()).collect();
     packages

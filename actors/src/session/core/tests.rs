@@ -118,25 +118,9 @@ fn core(words: Words, resume: ResumeTerms, t0: Instant) -> (SessionCore, Heard) 
         reject: None,
         resume,
     };
-    let links = CoreLinks {
-        line: Box::new(heard.clone()),
-        conn: 7,
-        registry: Registry::new(),
-        admission: None,
-        sinks: Subscribers::new(Vec::new()).session(&crate::observe::SessionInfo {
-            conn: 7,
-            mode: Mode::Audio,
-            client_addr: "test".into(),
-            user_agent: None,
-            key_id: None,
-            upgraded: t0,
-            upgraded_at: std::time::SystemTime::now(),
-        }),
-        client: ClientInfo::default(),
-        transcribes: false,
-        // Where a resumed connection reaches it, when it may be resumed.
-        resumable: resume.on().then(resumable),
-    };
+    let mut links = core_links(&heard, t0);
+    // Where a resumed connection reaches it, when it may be resumed.
+    links.resumable = resume.on().then(resumable);
     let mut core = SessionCore::new(settings, Box::new(words), links, t0);
     core.start(t0);
     (core, heard)
@@ -321,7 +305,7 @@ fn a_shutdown_drains_the_step_in_flight_within_its_grace() {
     // A session refused by its settings is told and ended at its start.
     let (mut refused, heard) = {
         let heard = Heard::default();
-        let mut links = core_links(&heard);
+        let mut links = core_links(&heard, Instant::now());
         links.conn = 8;
         let settings = SessionSettings {
             mode: Mode::Audio,
@@ -338,7 +322,8 @@ fn a_shutdown_drains_the_step_in_flight_within_its_grace() {
     assert_eq!(effects(&mut refused), ["Leave", "Stop"], "never joined");
 }
 
-fn core_links(heard: &Heard) -> CoreLinks {
+/// The links of a core on connection 7, upgraded at `upgraded`.
+fn core_links(heard: &Heard, upgraded: Instant) -> CoreLinks {
     CoreLinks {
         line: Box::new(heard.clone()),
         conn: 7,
@@ -350,7 +335,7 @@ fn core_links(heard: &Heard) -> CoreLinks {
             client_addr: "test".into(),
             user_agent: None,
             key_id: None,
-            upgraded: Instant::now(),
+            upgraded,
             upgraded_at: std::time::SystemTime::now(),
         }),
         client: ClientInfo::default(),
