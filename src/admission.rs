@@ -92,10 +92,12 @@ impl Admitted {
     pub fn starter(self, gw: &Serving) -> StartSession {
         let sinks = gw.subscribers.session(&self.info);
         let (queue, registry, transcription) = (gw.queue.clone(), gw.registry.clone(), gw.transcription.clone());
+        let delegation = gw.delegation.clone();
         let Admitted { conn, settings, dialect, client, admission, first, .. } = self;
         Box::new(move |edge: Box<dyn omni_actors::edge::client::ClientLine>| {
+            let admission = Some(admission);
             let links =
-                SessionLinks { edge, conn, queue, registry, admission: Some(admission), sinks, client, transcription };
+                SessionLinks { edge, conn, queue, registry, admission, sinks, client, transcription, delegation };
             let port = SessionPort::new(SessionActor::new(settings, dialect, links).start_for_edge().recipient(), 0);
             for msg in first {
                 port.do_send(msg);
@@ -150,7 +152,8 @@ pub fn admit(
         Endpoint::Realtime(flavor, model) => {
             let dialect = Box::new(
                 Realtime::new(*flavor, model, config.dialect_limits(), &gw.voice)
-                    .with_gateway_transcription(gw.transcription.is_some()),
+                    .with_gateway_transcription(gw.transcription.is_some())
+                    .with_delegation(gw.delegation.is_some()),
             );
             match config.model_mode(model) {
                 Some(mode) => (mode, dialect, None),

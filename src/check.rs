@@ -80,6 +80,9 @@ impl Check {
                 Err(e) => self.fail(format_args!("transcription: {e}")),
             }
         }
+        if let Some(d) = &config.delegation {
+            println!("{}: {}", self.file, d.describe());
+        }
     }
 
     /// The addresses it will listen on: a node on its `[node]` bind (the server's is not used

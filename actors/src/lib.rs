@@ -39,6 +39,7 @@
 #![deny(missing_docs)]
 
 pub mod audio;
+pub mod delegate;
 pub mod domain;
 pub mod edge;
 pub mod ids;

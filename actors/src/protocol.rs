@@ -66,6 +66,10 @@ pub enum ProtocolError {
     /// Messages over the connection's rate were dropped unprocessed (`server.max_messages_per_s`).
     #[error("{0}")]
     RateLimited(String),
+    /// The decider beside a voice that calls no tools gave no decision for a user turn
+    /// (`decider_unavailable`, `decider_timeout`, `decider_invalid_output`); the session goes on.
+    #[error("{0}")]
+    Decider(crate::edge::decider::DeciderError),
     /// A request the conversation's rules refuse, under the code the dialect's clients know
     /// it by (`conversation_already_has_active_response`, `response_cancel_not_active`,
     /// `item_truncate_invalid_item_id`...).
@@ -94,6 +98,7 @@ impl ProtocolError {
             ProtocolError::ModelNotFound(_) => "model_not_found",
             ProtocolError::BufferFull(_) => "buffer_full",
             ProtocolError::RateLimited(_) => "rate_limited",
+            ProtocolError::Decider(e) => e.code(),
             ProtocolError::Refused { code, .. } => code,
         }
     }
@@ -338,6 +343,14 @@ pub enum Inbound {
         /// The item's audio, 16 kHz mono.
         audio: Vec<f32>,
     },
+    /// Ask the decider beside the voice (delegation) about the newest user turn: for a backend
+    /// that calls no tools. The answer comes as [`Outbound::Decided`].
+    Decide {
+        /// The dialect's number of this decision; the answer names it.
+        id: u64,
+        /// The session's instructions, tools and conversation as text.
+        request: Box<crate::edge::decider::DecideRequest>,
+    },
 }
 
 /// Queue position as told to a waiting client.
@@ -479,6 +492,13 @@ pub enum Outbound<'a> {
         item_id: &'a str,
         /// The words, or why there are none (the reason may be empty).
         result: Result<&'a str, &'a str>,
+    },
+    /// The decider's answer to [`Inbound::Decide`]: a call, none, or why there is none.
+    Decided {
+        /// The decision, as the dialect numbered it.
+        id: u64,
+        /// What was decided.
+        result: &'a Result<crate::edge::decider::Decision, crate::edge::decider::DeciderError>,
     },
     /// A `Reconfigure` the backend refused: the session goes on with the settings it had.
     ReconfigureFailed(&'a ProtocolError),

@@ -688,6 +688,7 @@ fn encode(event: Outbound<'_>, out: &mut Outbox) {
         | Outbound::ReconfigureFailed(_)
         | Outbound::TurnFailed { .. }
         | Outbound::UserTranscript { .. }
+        | Outbound::Decided { .. }
         | Outbound::Closed { .. }
         | Outbound::Created { .. }
         | Outbound::Transcript { .. }

@@ -32,6 +32,7 @@ pub use limits::LimitsConfig;
 pub use models::{ModelEntry, ModelSpec};
 pub use nodes::{NodeConfig, NodeServe};
 pub use omni_actors::settings::Invalid;
+pub use omni_backend_host::decider::{DelegationConfig, DelegationSpec};
 pub use omni_backend_host::link::config::{NodeEntry, NodeLink};
 pub use omni_backend_host::workers::{BackendKind, BackendSource, Isolation, WorkerEntry, WorkerSpec};
 pub use omni_dialects::transcription::{TranscriptionConfig, TranscriptionSpec};
@@ -84,6 +85,8 @@ struct RawConfig {
     #[serde(default)]
     transcription: TranscriptionConfig,
     #[serde(default)]
+    delegation: DelegationConfig,
+    #[serde(default)]
     webrtc: WebRtcConfig,
     #[serde(default)]
     sip: SipConfig,
@@ -135,6 +138,8 @@ pub struct Config {
     pub vad: VadSpec,
     /// `[transcription]`, when on: the gateway's own recogniser.
     pub transcription: Option<TranscriptionSpec>,
+    /// `[delegation]`, when on: the decider that calls tools for backends that call none.
+    pub delegation: Option<DelegationSpec>,
     /// `[webrtc]`: calls over WebRTC.
     pub webrtc: WebRtcSpec,
     /// `[sip]`, when on: calls from a SIP trunk.
@@ -315,6 +320,13 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
     let models = models::validate(&raw.models, &workers)?;
     let vad = raw.vad.validate(base).map_err(|e| e.under("vad"))?;
     let transcription = raw.transcription.validate(base).map_err(|e| e.under("transcription"))?;
+    let delegation = raw.delegation.validate(base).map_err(|e| e.under("delegation"))?;
+    if delegation.is_some() && transcription.is_none() {
+        return Err(Invalid::new(
+            "delegation.decider",
+            "the decider reads the gateway's transcript of each user turn: enable [transcription] too",
+        ));
+    }
     let webrtc = raw.webrtc.validate().map_err(|e| e.under("webrtc"))?;
     let sip = raw.sip.validate(base).map_err(|e| e.under("sip"))?;
     let twilio = raw.twilio.validate(base).map_err(|e| e.under("twilio"))?;
@@ -366,6 +378,7 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
         admin_key: auth.admin_key,
         vad,
         transcription,
+        delegation,
         webrtc,
         sip,
         twilio,

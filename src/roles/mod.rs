@@ -54,6 +54,8 @@ pub struct Serving {
     pub voice: omni_actors::edge::vad::SharedDetectors,
     /// The gateway's recogniser (`[transcription]`), when on.
     pub transcription: Option<omni_actors::messages::transcribe::TranscriptionPort>,
+    /// The decider beside voices that call no tools (`[delegation]`), when on.
+    pub delegation: Option<omni_actors::messages::delegate::DelegationPort>,
     /// WebRTC calls in progress (`[webrtc]`), when on.
     pub calls: Option<Arc<omni_transports::webrtc::Calls>>,
     /// The webhooks, for what is told to them outside a session (`realtime.call.incoming`).
@@ -84,6 +86,7 @@ struct Common {
     registry: Arc<Registry>,
     voice: omni_actors::edge::vad::SharedDetectors,
     transcription: Option<omni_actors::messages::transcribe::TranscriptionPort>,
+    delegation: Option<omni_actors::messages::delegate::DelegationPort>,
 }
 
 impl Common {
@@ -107,8 +110,12 @@ impl Common {
         let incoming = IncomingBudget::new((config.server.max_incoming_total_mb * 1048576.0) as usize);
         let voice = omni_dialects::vad::detectors(&config.vad);
         let transcription = config.transcription.as_ref().map(omni_dialects::transcription::start);
+        let delegation = config.delegation.as_ref().map(|d| {
+            log::info!("{}", d.describe());
+            omni_backend_host::decider::start(d)
+        });
         let registry = Registry::new();
-        Common { recorder, subscribers, webhooks, keys, fragments, incoming, registry, voice, transcription }
+        Common { recorder, subscribers, webhooks, keys, fragments, incoming, registry, voice, transcription, delegation }
     }
 
     fn serving(
@@ -130,6 +137,7 @@ impl Common {
             incoming: self.incoming,
             voice: self.voice,
             transcription: self.transcription,
+            delegation: self.delegation,
             calls: config.webrtc.enabled.then(|| omni_transports::webrtc::Calls::new(config.webrtc.clone())),
             webhooks: self.webhooks,
             sip_calls: Default::default(),

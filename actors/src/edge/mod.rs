@@ -6,12 +6,15 @@
 //! - [`coordinator::Coordinator`] and [`coordinator::NodeStore`]: a store that replicas and nodes
 //!   of a cluster share (Redis; `coordinator::memory` in tests);
 //! - [`transcriber::Transcriber`]: a speech recogniser the gateway runs itself;
+//! - [`decider::Decider`]: a text model that decides tool calls for a voice that makes none
+//!   (delegation);
 //! - [`vad::VoiceDetector`]: how likely a window of a client's audio is speech (an energy
 //!   detector, Silero VAD); [`vad::SpeechEdges`] turns it into the edges of speech.
 
 pub mod backend;
 pub mod client;
 pub mod coordinator;
+pub mod decider;
 pub mod dialect;
 pub mod redact;
 pub mod transcriber;

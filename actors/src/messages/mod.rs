@@ -11,8 +11,10 @@
 //! - [`pool`]: the pool and its workers, and what the queue asks of the pool (lend, give
 //!   back).
 //! - [`transcribe`]: a session and the gateway's recogniser.
+//! - [`delegate`]: a session and the decider beside its voice.
 //! - [`session`]: the server and its sessions (shutdown).
 
+pub mod delegate;
 pub mod pool;
 pub mod queue;
 pub mod session;

@@ -100,6 +100,11 @@ pub struct Metrics {
     /// Function calls the models made that the gateway did not send, by error code
     /// (`tool_not_found`, `invalid_tool_arguments`).
     pub function_calls_refused: IntCounterVec,
+    /// Decisions of the decider beside a voice that calls no tools (delegation), by outcome
+    /// (`call`, `no_call`, `decider_unavailable`, `decider_timeout`, `decider_invalid_output`).
+    pub decisions: IntCounterVec,
+    /// How long the decider took, per decision.
+    pub decision_seconds: Histogram,
     /// Worker links open to each node (`[[nodes]]`): as many as its workers when it is up.
     pub node_links: IntGaugeVec,
     /// Worker links to a node that failed or ended, by node and reason (`unreachable`,
@@ -231,6 +236,12 @@ impl Metrics {
         )
         .expect("valid metric");
         r.register("omni_worker_handover_seconds", Box::new(worker_handover_seconds.clone()));
+        let decision_seconds = Histogram::with_opts(
+            HistogramOpts::new("omni_decision_seconds", "Time the decider beside a voice took per decision")
+                .buckets(LATENCY_BUCKETS.to_vec()),
+        )
+        .expect("valid metric");
+        r.register("omni_decision_seconds", Box::new(decision_seconds.clone()));
         Metrics {
             connections_total: counter(&r, "omni_connections_total", "WebSocket connections accepted"),
             connections_open: gauge(&r, "omni_connections_open", "WebSocket connections open now"),
@@ -353,6 +364,13 @@ impl Metrics {
                 "Function calls the models made that were not sent: no such tool, or arguments its schema refuses",
                 &["code"],
             ),
+            decisions: counter_vec(
+                &r,
+                "omni_decisions_total",
+                "Decisions of the decider beside a voice that calls no tools, by outcome",
+                &["outcome"],
+            ),
+            decision_seconds,
             node_links: gauge_vec(&r, "omni_node_links", "Worker links open to a node", &["node"]),
             node_link_failures: counter_vec(
                 &r,

@@ -27,6 +27,7 @@ use crate::edge::client::{ClientLine, FromLine};
 use crate::edge::dialect::Dialect;
 use crate::messages::queue::{Claim, Join, Leave, QueueNotice, QueuePort};
 use crate::messages::session::Shutdown;
+use crate::messages::delegate::{Decide, Decided, DelegationPort};
 use crate::messages::transcribe::{Transcribe, Transcribed, TranscriptionPort};
 use crate::messages::worker::{
     Attach, BackendEvent, Delivery, Detach, Drain, Interrupt, Lost, Prepare, Reconfigure, SubmitChunk, SubmitTurn,
@@ -107,6 +108,8 @@ pub struct SessionLinks {
     pub client: ClientInfo,
     /// The gateway's recogniser, when `[transcription]` is on.
     pub transcription: Option<TranscriptionPort>,
+    /// The decider beside a voice that calls no tools, when `[delegation]` is on.
+    pub delegation: Option<DelegationPort>,
 }
 
 /// One client connection's session: its core, and where the core's effects go; see the
@@ -117,6 +120,7 @@ pub struct SessionActor {
     queue: QueuePort,
     registry: Arc<Registry>,
     transcription: Option<TranscriptionPort>,
+    delegation: Option<DelegationPort>,
     /// The one timer armed: the core's deadline, and its handle.
     timer: Option<(Instant, SpawnHandle)>,
 }
@@ -125,7 +129,7 @@ impl SessionActor {
     /// A session for one connection, upgraded now (its time limit counts from here), speaking
     /// `dialect`.
     pub fn new(settings: SessionSettings, dialect: Box<dyn Dialect>, links: SessionLinks) -> SessionActor {
-        let SessionLinks { edge, conn, queue, registry, admission, sinks, client, transcription } = links;
+        let SessionLinks { edge, conn, queue, registry, admission, sinks, client, transcription, delegation } = links;
         let mode = settings.mode;
         let core_links = CoreLinks {
             line: edge,
@@ -135,10 +139,11 @@ impl SessionActor {
             sinks,
             client,
             transcribes: transcription.is_some(),
+            decides: delegation.is_some(),
             resumable: None,
         };
         let core = SessionCore::new(settings, dialect, core_links, Instant::now());
-        SessionActor { core, mode, queue, registry, transcription, timer: None }
+        SessionActor { core, mode, queue, registry, transcription, delegation, timer: None }
     }
 
     /// Starts the session with a mailbox of no fixed capacity: its edge bounds what it hands
@@ -166,6 +171,12 @@ impl SessionActor {
                     if let Some(port) = &self.transcription {
                         let reply = ctx.address().recipient();
                         port.submit(Transcribe { session: self.core.label(), item_id, audio, reply });
+                    }
+                }
+                Effect::Decide { id, request } => {
+                    if let Some(port) = &self.delegation {
+                        let reply = ctx.address().recipient();
+                        port.submit(Decide { session: self.core.label(), id, request, reply });
                     }
                 }
                 Effect::Stop => ctx.stop(),
@@ -284,6 +295,15 @@ impl Handler<BackendEvent> for SessionActor {
 
     fn handle(&mut self, event: BackendEvent, ctx: &mut Self::Context) {
         self.core.backend(event);
+        self.deliver(ctx);
+    }
+}
+
+impl Handler<Decided> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, d: Decided, ctx: &mut Self::Context) {
+        self.core.decided(d.id, &d.result);
         self.deliver(ctx);
     }
 }

@@ -337,6 +337,7 @@ fn start(o: Options) -> Test {
         sinks: subscribers.session(&info),
         client: ClientInfo { carries_audio: o.carries_audio, ..ClientInfo::default() },
         transcription: None,
+        delegation: None,
     };
     let session = SessionActor::new(settings(&o), Box::new(Words), links).start();
     Test { seen, notices, ended, notify, events, session, worker: WorkerPort::of(&stand).0, registry, stand }

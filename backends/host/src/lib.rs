@@ -4,12 +4,14 @@
 //! on a node (`remote.rs`, over the [`link`]); a MiniCPM-o model worker over its own protocol
 //! (`minicpmo.rs`); a session slot of a vLLM-Omni server (`vllm_omni/`). Its sections of
 //! `config.toml` are its own: `[[workers]]` ([`workers`]) and `[[nodes]]` ([`link::config`]);
-//! [`capacity`] checks what the workers ask of the host. It depends on the actors crate and the
+//! [`capacity`] checks what the workers ask of the host; [`decider`] is `[delegation]`, the
+//! text model that calls tools for a voice that calls none. It depends on the actors crate and the
 //! ABI's Rust mirror only. (The links a cluster's replica keeps open to its nodes, on which they
 //! push their grants, are [`link::standby`].)
 
 pub mod capacity;
 mod chunk_text;
+pub mod decider;
 pub mod ffi;
 pub mod host;
 pub mod ipc;

@@ -103,6 +103,7 @@ impl Weigh for Inbound {
                 Inbound::Close { reason } => reason.as_ref().map_or(0, String::len),
                 Inbound::Interrupt => 0,
                 Inbound::Transcribe { item_id, audio } => item_id.len() + audio.len() * 4,
+                Inbound::Decide { request, .. } => request.weight(),
             }
     }
 }

@@ -18,6 +18,7 @@
 //! | [`turns::TurnDetection`] | `turns.rs` | server VAD: the speech edges, the user's turn in progress, what the model heard |
 //! | [`responses::Responses`] | `responses.rs` | the response in progress, turn-mode answers outstanding, items not yet answered |
 //! | [`pacing::Pacer`] | `pacing.rs` | stepping the backend with silence while the client says nothing |
+//! | [`delegation::Delegation`] | `delegation.rs` | the decider beside a voice that calls no tools, its decision in flight |
 //! | [`Held`] | here | events and commands held until the session is created |
 //!
 //! # Calling contract
@@ -46,6 +47,7 @@ use super::Limits;
 
 pub mod calls;
 pub mod config;
+pub mod delegation;
 mod edits;
 pub mod events;
 pub mod held;
@@ -113,6 +115,7 @@ pub struct Driver {
     responses: Responses,
     sync: Sync,
     pacer: Pacer,
+    delegation: delegation::Delegation,
     held: Held,
     limits: Limits,
     /// Events for the client, in order, not yet taken.
@@ -137,6 +140,7 @@ impl Driver {
             responses: Responses::default(),
             sync: Sync::default(),
             pacer: Pacer::default(),
+            delegation: delegation::Delegation::default(),
             held: Held::default(),
             limits,
             events: Vec::new(),

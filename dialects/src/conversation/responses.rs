@@ -125,6 +125,12 @@ impl Driver {
             });
         }
         let holds = self.holds_conversations();
+        if self.setup.conf.vad.is_some() && !holds && self.delegates() {
+            // The voice takes no typed turns: it is prepared again with the conversation (a
+            // tool's result among it) and answers when it next speaks.
+            self.brief_voice(request.instructions.as_deref());
+            return Ok(());
+        }
         if self.setup.conf.vad.is_some() && !holds {
             let model = self.life.backend.as_ref().map_or("the model", |b| b.name.as_str());
             return Err(ProtocolError::Refused {
@@ -251,7 +257,7 @@ impl Driver {
     }
 
     /// Opens a response: the duplex model's first closes the user's turn.
-    fn start_response(
+    pub(super) fn start_response(
         &mut self,
         duplex: bool,
         audio: bool,
@@ -336,7 +342,7 @@ impl Driver {
 
     /// A piece of a function call: a new call begins with its tool's name; its arguments come
     /// in pieces. It is held until written whole ([`calls`]).
-    fn call_piece(&mut self, piece: &CallPiece) {
+    pub(super) fn call_piece(&mut self, piece: &CallPiece) {
         let Some(r) = self.responses.current.as_ref() else { return };
         if piece.name.is_some() || r.call.is_none() {
             // The open message, or a call written before, is done.
@@ -436,6 +442,7 @@ impl Driver {
         let output: Vec<Item> = r.outputs.iter().filter_map(|o| self.finished_item(&r, o, item_status)).collect();
         let view = self.view(&r, status, reason, output);
         self.say(Event::ResponseDone(view));
+        self.release_held_call();
     }
 
     /// An output item as it ended.

@@ -98,6 +98,8 @@ impl Driver {
     pub(super) fn reconfigure_if_changed(&mut self, announce: bool) -> bool {
         let Some(setup) = self.setup.changed() else { return false };
         self.cut_response("client_cancelled");
+        // A voice a decider serves keeps the conversation in its prompt (a handoff goes on).
+        let setup = self.briefed(setup);
         self.reconfigure(setup, announce);
         self.resync();
         true
@@ -107,10 +109,11 @@ impl Driver {
     pub(super) fn prepare_again(&mut self) {
         let setup = self.setup.conf.setup();
         self.setup.prepared = Some(setup.clone());
+        let setup = self.briefed(setup);
         self.reconfigure(setup, false);
     }
 
-    fn reconfigure(&mut self, setup: omni_actors::domain::SessionSetup, announce: bool) {
+    pub(super) fn reconfigure(&mut self, setup: omni_actors::domain::SessionSetup, announce: bool) {
         self.intake.drop_step();
         let conf = self.setup.conf.clone();
         self.setup.reconfigures.push_back(Reconf { announce, conf, restore: false });
@@ -122,6 +125,10 @@ impl Driver {
     pub(super) fn report_unsupported(&mut self) {
         let Some(backend) = self.life.backend.clone() else { return };
         for setting in self.setup.unreported(&backend) {
+            if setting == "tools" && self.delegates() {
+                // A decider calls them for this model.
+                continue;
+            }
             self.say(Event::Unsupported { setting, model: backend.name.clone() });
         }
     }
@@ -141,6 +148,7 @@ impl Driver {
         self.life.session_id = Some(session_id.to_string());
         self.life.backend = Some(backend.clone());
         self.life.phase = Phase::Active;
+        self.delegate_for(backend.tools);
         let mut view = self.session_view();
         view.backend = Some(backend.name.clone());
         self.events.push(Event::SessionCreated(view));
@@ -161,6 +169,7 @@ impl Driver {
     /// The backend took the oldest reconfigure.
     pub fn reconfigured(&mut self, backend: &BackendInfo) {
         self.life.backend = Some(backend.clone());
+        self.delegate_for(backend.tools);
         if let Some(Reconf { announce, conf, restore }) = self.setup.reconfigures.pop_front() {
             self.setup.in_force = conf;
             if announce {

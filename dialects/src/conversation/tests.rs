@@ -12,7 +12,7 @@ use super::items::{Item, ItemBody, ItemStatus, Part, Place, TextKind};
 use super::*;
 use crate::settings::Settings;
 
-fn conf(vad: bool) -> Conf {
+pub(super) fn conf(vad: bool) -> Conf {
     Conf {
         instructions: String::new(),
         voice: "alloy".into(),
@@ -56,7 +56,7 @@ fn backend() -> BackendInfo {
 }
 
 /// A backend of ABI 1.2: no calls, no turns in duplex sessions, no prefill-only turns.
-fn older() -> BackendInfo {
+pub(super) fn older() -> BackendInfo {
     BackendInfo { abi_revision: 2, tools: false, name: "older".into(), ..backend() }
 }
 
@@ -84,11 +84,11 @@ fn said(id: Option<&str>, role: Role, text: &str) -> NewItem {
     }
 }
 
-fn create(d: &mut Driver, item: NewItem) {
+pub(super) fn create(d: &mut Driver, item: NewItem) {
     d.command(Command::CreateItem(Box::new(item)), Instant::now()).unwrap();
 }
 
-fn respond(d: &mut Driver, request: ResponseRequest) -> Result<(), ProtocolError> {
+pub(super) fn respond(d: &mut Driver, request: ResponseRequest) -> Result<(), ProtocolError> {
     d.command(Command::CreateResponse(Box::new(request)), Instant::now())
 }
 
@@ -151,15 +151,15 @@ fn kind(e: &Event) -> &'static str {
     }
 }
 
-fn kinds(events: &[Event]) -> Vec<&'static str> {
+pub(super) fn kinds(events: &[Event]) -> Vec<&'static str> {
     events.iter().map(kind).collect()
 }
 
-fn tone(seconds: f32) -> Vec<f32> {
+pub(super) fn tone(seconds: f32) -> Vec<f32> {
     (0..(16000.0 * seconds) as usize).map(|i| 0.3 * (i as f32 * 0.1).sin()).collect()
 }
 
-fn speak(text: &str, end_of_turn: bool) -> StepOutcome {
+pub(super) fn speak(text: &str, end_of_turn: bool) -> StepOutcome {
     StepOutcome {
         kind: StepKind::Speak,
         text: text.into(),
@@ -173,7 +173,7 @@ fn speak(text: &str, end_of_turn: bool) -> StepOutcome {
     }
 }
 
-fn audio(d: &mut Driver, samples: Vec<f32>) {
+pub(super) fn audio(d: &mut Driver, samples: Vec<f32>) {
     d.command(Command::Audio { samples, rate: 16000 }, Instant::now()).unwrap();
 }
 

@@ -70,10 +70,11 @@ impl Driver {
         self.turns.speech.trim(self.turns.user.is_some(), rules.prefix_padding_ms);
     }
 
-    /// The gateway transcribes this session's user turns (its backend does not).
+    /// The gateway transcribes this session's user turns (its backend does not): the client
+    /// asked for transcripts, or a decider reads them.
     fn gateway_transcribes(&self) -> bool {
         self.turns.gateway_asr
-            && self.setup.conf.transcription.is_some()
+            && (self.setup.conf.transcription.is_some() || self.delegates())
             && self.life.backend.as_ref().is_some_and(|b| !b.transcripts)
     }
 
@@ -183,6 +184,10 @@ impl Driver {
     /// What became of the transcription of a user item's audio: the words, or that there are
     /// none (the model does not transcribe, or reported nothing).
     pub(super) fn transcribed(&mut self, item_id: &str, text: Option<&str>) {
+        if let Some(text) = text.filter(|_| self.delegates()) {
+            self.conversation.heard(item_id, text);
+            self.decide_turn(item_id);
+        }
         if self.setup.conf.transcription.is_none() {
             return;
         }
@@ -263,6 +268,14 @@ impl Driver {
     /// The gateway's own transcript of a user item (its backend does not transcribe): a delta
     /// and `completed`, or `failed` with the reason.
     pub fn gateway_transcribed(&mut self, item_id: &str, result: Result<&str, &str>) {
+        if let Ok(text) = result
+            && !text.trim().is_empty()
+            && self.delegates()
+        {
+            // The decider reads it whether or not the client asked for transcripts.
+            self.conversation.heard(item_id, text);
+            self.decide_turn(item_id);
+        }
         if self.setup.conf.transcription.is_none() {
             return;
         }

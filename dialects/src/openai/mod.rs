@@ -123,6 +123,12 @@ impl Realtime {
         self
     }
 
+    /// A decider calls the session's tools when its backend calls none (`[delegation]` is on).
+    pub fn with_delegation(mut self, on: bool) -> Realtime {
+        self.driver = self.driver.with_delegation(on);
+        self
+    }
+
     /// The public mode sessions of this dialect queue for.
     pub fn mode() -> omni_actors::domain::Mode {
         Driver::mode()
@@ -294,6 +300,7 @@ impl Dialect for Realtime {
             Outbound::Reconfigured { backend, .. } => d.reconfigured(backend),
             Outbound::ReconfigureFailed(e) => d.reconfigure_failed(e),
             Outbound::UserTranscript { item_id, result } => d.gateway_transcribed(item_id, result),
+            Outbound::Decided { id, result } => d.decided(id, result),
             Outbound::Transcript { response_id: None, text, .. } => d.model_heard(text),
             Outbound::Transcript { response_id: Some(_), text, .. } => d.turn_heard(text),
             Outbound::Step { outcome, .. } => d.step(outcome),

@@ -44,6 +44,15 @@ impl SessionCore {
         self.run_work();
     }
 
+    /// The decider's answer about a user turn.
+    pub fn decided(&mut self, id: u64, result: &Result<crate::edge::decider::Decision, crate::edge::decider::DeciderError>) {
+        if self.end.is_some() {
+            return;
+        }
+        self.emit(Outbound::Decided { id, result });
+        self.run_work();
+    }
+
     /// The gateway's transcript of a user item (`Ok`), or why there is none.
     pub fn transcribed(&mut self, item_id: &str, result: Result<&str, &str>) {
         if self.end.is_some() {
@@ -310,6 +319,18 @@ impl SessionCore {
         }
     }
 
+    /// The newest user turn to the decider beside the voice; without one, the client hears why.
+    fn decide(&mut self, id: u64, request: Box<crate::edge::decider::DecideRequest>) {
+        if self.links.decides {
+            self.effects.push_back(Effect::Decide { id, request });
+        } else {
+            let why = crate::edge::decider::DeciderError::Unavailable(
+                "the model calls no tools and no decider is configured ([delegation])".into(),
+            );
+            self.emit(Outbound::Decided { id, result: &Err(why) });
+        }
+    }
+
     /// Asks the backend again for the setup it had, after it refused a new one.
     pub(super) fn restore(&mut self, setup: crate::domain::SessionSetup) {
         if self.worker.is_none() {
@@ -370,6 +391,7 @@ impl SessionCore {
                 self.effects.push_back(Effect::Worker(ToWorker::Interrupt));
             }
             Inbound::Transcribe { item_id, audio } => self.transcribe(item_id, audio),
+            Inbound::Decide { id, request } => self.decide(id, request),
         }
     }
 
@@ -516,7 +538,8 @@ fn recorded_media(commands: &[Inbound]) -> RecordedMedia {
             | Inbound::Close { .. }
             | Inbound::Reconfigure(_)
             | Inbound::Interrupt
-            | Inbound::Transcribe { .. } => {}
+            | Inbound::Transcribe { .. }
+            | Inbound::Decide { .. } => {}
         }
     }
     (audio, frames)

@@ -70,6 +70,14 @@ pub enum Effect {
         /// Its audio, 16 kHz mono.
         audio: Vec<f32>,
     },
+    /// The newest user turn for the decider beside the voice; the answer comes back to
+    /// [`SessionCore::decided`].
+    Decide {
+        /// The dialect's number of the decision.
+        id: u64,
+        /// What the decider is asked.
+        request: Box<crate::edge::decider::DecideRequest>,
+    },
     /// The session is over: the actor stops.
     Stop,
 }
@@ -111,6 +119,8 @@ pub struct CoreLinks {
     pub client: ClientInfo,
     /// Whether the gateway's recogniser is on.
     pub transcribes: bool,
+    /// A decider serves sessions whose backend calls no tools (`[delegation]`).
+    pub decides: bool,
     /// Where a resumed connection reaches the session (for its tokens); `None`: it is not
     /// resumed.
     pub resumable: Option<Resumable>,

@@ -340,6 +340,7 @@ fn core_links(heard: &Heard, upgraded: Instant) -> CoreLinks {
         }),
         client: ClientInfo::default(),
         transcribes: false,
+        decides: false,
         resumable: None,
     }
 }

@@ -1,0 +1,428 @@
+//! Delegation: a text model beside a voice that calls no tools. When the session's backend
+//! calls no tools itself (a MiniCPM-o worker, a vLLM-Omni slot, an ABI library without
+//! `OMNI_CAP_TOOLS`) and the gateway has a decider (`[delegation]`), each user turn's
+//! transcript goes to the decider with the session's instructions, tools and conversation; a
+//! call it decides is told to the client as a model's call is (a response with a
+//! `function_call` item, checked against the tool's schema first), and its errors as one
+//! `error` each. The voice learns what the decider learned by being prepared again: its system
+//! prompt holds the instructions, a compact transcript of the conversation and the tools'
+//! results word for word ([`Driver::briefed`]) — after a tool's result, when the client asks
+//! for a response, and when the instructions change (an agent's handoff).
+
+use omni_actors::domain::{CallPiece, ChatMessage, Role, SessionSetup, ToolChoice};
+use omni_actors::edge::decider::{DecideRequest, Decision, DeciderError};
+use omni_actors::observe::metrics::metrics;
+use omni_actors::protocol::{Inbound, ProtocolError};
+
+use super::Driver;
+use super::events::{Event, ResponseStatus};
+
+/// The most bytes of conversation a decider is sent (the oldest messages go first).
+pub const MAX_DECIDER_CONVERSATION: usize = 64 << 10;
+/// The most bytes of transcript a voice's system prompt holds besides its instructions (the
+/// oldest lines go first; the newest line, a tool's result, is kept whole up to this).
+pub const MAX_BRIEF: usize = 16 << 10;
+
+/// Whether a decider serves the session, and the decision in flight.
+#[derive(Debug, Default)]
+pub struct Delegation {
+    /// The gateway has a decider for backends that call no tools.
+    pub configured: bool,
+    /// It serves this session: configured, and its backend calls no tools.
+    pub serves: bool,
+    /// The decision asked for last and not answered yet (a newer turn's replaces it).
+    asked: Option<u64>,
+    /// The number of the next decision.
+    next: u64,
+    /// A call decided while a response was in progress, told when it ends.
+    held: Option<(String, String)>,
+}
+
+impl Driver {
+    /// The gateway has a decider for sessions whose backend calls no tools (`[delegation]`).
+    pub fn with_delegation(mut self, on: bool) -> Driver {
+        self.delegation.configured = on;
+        self
+    }
+
+    /// Whether a decider serves this session.
+    pub(super) fn delegates(&self) -> bool {
+        self.delegation.serves
+    }
+
+    /// The backend is known (created, or prepared again): a decider serves it if it calls no tools.
+    pub(super) fn delegate_for(&mut self, calls_tools: bool) {
+        self.delegation.serves = self.delegation.configured && !calls_tools;
+    }
+
+    /// The user's turn `item_id` has its transcript: the decider is asked whether to call a tool
+    /// (unless the session has none, or `tool_choice` is `none`).
+    pub(super) fn decide_turn(&mut self, item_id: &str) {
+        let tools = &self.setup.conf.tools;
+        if !self.delegates() || tools.functions.is_empty() || tools.choice == ToolChoice::None {
+            return;
+        }
+        // The conversation up to this turn, as text: what comes after it is not what it asks.
+        let mut messages = Vec::new();
+        for item in self.conversation.items() {
+            if let Some(m) = item.to_message(|c| self.conversation.tool_of(c)) {
+                messages.push(m);
+            }
+            if item.id == item_id {
+                break;
+            }
+        }
+        if !messages.iter().any(|m| m.role == Role::User) {
+            return;
+        }
+        let mut bytes: usize = messages.iter().map(|m| m.text.len()).sum();
+        while bytes > MAX_DECIDER_CONVERSATION && messages.len() > 1 {
+            bytes -= messages.remove(0).text.len();
+        }
+        let request = DecideRequest { instructions: self.setup.conf.instructions.clone(), tools: tools.clone(), messages };
+        let id = self.delegation.next;
+        self.delegation.next += 1;
+        // A newer turn's decision replaces the one in flight (whose answer is then dropped).
+        self.delegation.asked = Some(id);
+        self.commands.push(Inbound::Decide { id, request: Box::new(request) });
+    }
+
+    /// The decider's answer: a call is told as the model's would be (after the response in
+    /// progress, if one is); no call leaves the answer to the voice; a failure is one error.
+    pub fn decided(&mut self, id: u64, result: &Result<Decision, DeciderError>) {
+        if self.delegation.asked != Some(id) {
+            log::debug!("session {:?}: decision {id} came after a newer turn's; dropped", self.life.session_id);
+            return;
+        }
+        self.delegation.asked = None;
+        match result {
+            Ok(Decision::Call { name, arguments }) => {
+                let call = (name.clone(), arguments.clone());
+                if self.responses.current.is_some() {
+                    // The voice has the floor: the call follows its response.
+                    self.delegation.held = Some(call);
+                } else {
+                    self.tell_decided(call);
+                }
+            }
+            Ok(Decision::NoCall(_)) => {
+                let tools = &self.setup.conf.tools;
+                let forced = match &tools.choice {
+                    ToolChoice::Required => Some("required".to_string()),
+                    ToolChoice::Function(f) => Some(f.clone()),
+                    ToolChoice::Auto | ToolChoice::None => None,
+                };
+                if let Some(forced) = forced {
+                    let why = format!("tool_choice is '{forced}' and the decider called no tool");
+                    metrics().function_calls_refused.with_label_values(&["decider_invalid_output"]).inc();
+                    self.events.push(Event::Error(ProtocolError::Decider(DeciderError::InvalidOutput(why))));
+                }
+            }
+            Err(e) => self.events.push(Event::Error(ProtocolError::Decider(e.clone()))),
+        }
+    }
+
+    /// A response ended: a call decided meanwhile is told now.
+    pub(super) fn release_held_call(&mut self) {
+        if self.responses.current.is_none()
+            && let Some(call) = self.delegation.held.take()
+        {
+            self.tell_decided(call);
+        }
+    }
+
+    /// A decided call, as a response of its own with one `function_call` item (checked against
+    /// the tool's schema first: a call that fails it is one error and no item).
+    fn tell_decided(&mut self, (name, arguments): (String, String)) {
+        let (audio, max_tokens, tools) =
+            (self.setup.conf.audio_out, self.setup.conf.max_tokens, self.setup.conf.tools.clone());
+        self.start_response(false, audio, None, max_tokens, (false, tools));
+        self.call_piece(&CallPiece { name: Some(name), arguments });
+        self.finish_response(ResponseStatus::Completed, None);
+    }
+
+    /// The client asks for a response where the voice takes no typed turns (server VAD on a
+    /// backend that calls no tools): the voice is prepared again with what the conversation
+    /// holds now, the response's own instructions last, and answers when it next speaks.
+    pub(super) fn brief_voice(&mut self, instructions: Option<&str>) {
+        let mut setup = self.briefed(self.setup.conf.setup());
+        if let Some(extra) = instructions.filter(|s| !s.is_empty()) {
+            setup.system_prompt.push_str("\n\nNow: ");
+            setup.system_prompt.push_str(extra);
+        }
+        self.reconfigure(setup, false);
+    }
+
+    /// `setup` with a system prompt that holds the conversation so far, for a voice a decider
+    /// serves (its model takes context only when it is prepared); else as it is.
+    pub(super) fn briefed(&self, mut setup: SessionSetup) -> SessionSetup {
+        if !self.delegates() {
+            return setup;
+        }
+        let lines: Vec<String> = self
+            .conversation
+            .items()
+            .filter_map(|i| i.to_message(|c| self.conversation.tool_of(c)))
+            .filter_map(|m| line(&m))
+            .collect();
+        if lines.is_empty() {
+            return setup;
+        }
+        // The newest lines, within the bound; the newest one always (clipped to it).
+        let mut kept: Vec<&str> = Vec::new();
+        let mut bytes = 0;
+        for l in lines.iter().rev() {
+            if !kept.is_empty() && bytes + l.len() > MAX_BRIEF {
+                break;
+            }
+            bytes += l.len();
+            kept.push(clip(l, MAX_BRIEF));
+        }
+        kept.reverse();
+        metrics().conversation_replays.inc();
+        let mut prompt = setup.system_prompt.trim_end().to_string();
+        if !prompt.is_empty() {
+            prompt.push_str("\n\n");
+        }
+        prompt.push_str("The conversation so far (you are the assistant; tools were called for you):\n");
+        prompt.push_str(&kept.join("\n"));
+        setup.system_prompt = prompt;
+        setup
+    }
+}
+
+/// One message as a line of the voice's transcript.
+fn line(m: &ChatMessage) -> Option<String> {
+    let text = m.text.trim();
+    match (m.role, &m.call) {
+        (Role::Assistant, Some(call)) => Some(format!("Assistant called the tool {} with {text}", call.name)),
+        (Role::Tool, call) => {
+            let name = call.as_ref().map_or("a tool", |c| if c.name.is_empty() { "a tool" } else { c.name.as_str() });
+            Some(format!("The tool {name} answered: {text}"))
+        }
+        _ if text.is_empty() => None,
+        (Role::User, _) => Some(format!("User: {text}")),
+        (Role::Assistant, _) => Some(format!("Assistant: {text}")),
+        (Role::System, _) => Some(format!("System: {text}")),
+    }
+}
+
+/// At most `max` bytes of `s`, cut at a character boundary.
+fn clip(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut at = max;
+    while !s.is_char_boundary(at) {
+        at -= 1;
+    }
+    &s[..at]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use omni_actors::domain::{BackendInfo, Tool, Tools};
+
+    use super::super::tests::{audio, conf, create, kinds, older, respond, speak, tone};
+    use super::super::{Command, Limits, NewItem, ResponseRequest};
+    use super::*;
+    use crate::conversation::items::{ItemBody, Place};
+
+    fn weather() -> Tools {
+        let city = r#"{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}"#;
+        Tools {
+            functions: vec![Tool { name: "get_weather".into(), description: "weather".into(), parameters: city.into() }],
+            choice: ToolChoice::Auto,
+        }
+    }
+
+    /// A session under server VAD on a backend that calls no tools, with a decider.
+    fn delegated(tools: Tools) -> Driver {
+        let mut c = conf(true);
+        c.instructions = "Be brief.".into();
+        c.transcription = None;
+        c.tools = tools;
+        let mut d = Driver::new(c, Limits::default(), &crate::vad::energy())
+            .with_gateway_transcription(true)
+            .with_delegation(true);
+        d.queue_done();
+        d.take_commands();
+        // A MiniCPM-o worker: no tools, no typed turns, no transcripts of its own.
+        d.created("sess_1", &BackendInfo { transcripts: false, ..older() });
+        d.take_events();
+        d.take_commands();
+        d
+    }
+
+    /// The user speaks a turn the gateway transcribes as `words`: the decision asked, if any.
+    fn user_says(d: &mut Driver, words: &str) -> Option<(u64, DecideRequest)> {
+        audio(d, tone(1.0));
+        audio(d, vec![0.0; 16000]);
+        let item_id = d
+            .take_commands()
+            .into_iter()
+            .find_map(|c| match c {
+                Inbound::Transcribe { item_id, .. } => Some(item_id),
+                _ => None,
+            })
+            .expect("the turn is transcribed though the client asked for no transcripts");
+        d.gateway_transcribed(&item_id, Ok(words));
+        d.take_commands().into_iter().find_map(|c| match c {
+            Inbound::Decide { id, request } => Some((id, *request)),
+            _ => None,
+        })
+    }
+
+    fn call(name: &str, arguments: &str) -> Result<Decision, DeciderError> {
+        Ok(Decision::Call { name: name.into(), arguments: arguments.into() })
+    }
+
+    fn codes(events: &[Event]) -> Vec<&'static str> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Error(e) => Some(e.code()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_decided_call_is_told_as_a_models_and_its_result_briefs_the_voice() {
+        let mut d = delegated(weather());
+        assert!(d.delegates());
+        let (id, request) = user_says(&mut d, "What is the weather in Paris?").expect("a decision is asked");
+        assert_eq!(request.instructions, "Be brief.");
+        assert_eq!(request.tools, weather());
+        let last = request.messages.last().unwrap();
+        assert_eq!((last.role, last.text.as_str()), (Role::User, "What is the weather in Paris?"));
+        d.take_events();
+        d.decided(id, &call("get_weather", r#"{"city":"Paris"}"#));
+        let events = d.take_events();
+        assert_eq!(
+            kinds(&events),
+            [
+                "response_created",
+                "output_item_added",
+                "item_added",
+                "arguments_delta",
+                "voice_done",
+                "arguments_done",
+                "output_item_done",
+                "item_done",
+                "response_done"
+            ]
+        );
+        let Event::ArgumentsDone { call_id, .. } = &events[5] else { panic!() };
+        // The client's tool answers and asks for a response: the voice is prepared again with
+        // the conversation and the result, word for word.
+        let output = ItemBody::FunctionCallOutput { call_id: call_id.clone(), output: "21 C and sunny".into() };
+        let message = ChatMessage::tool_result(call_id.as_str(), "get_weather", "21 C and sunny");
+        create(&mut d, NewItem { id: None, place: Place::End, message, body: output });
+        respond(&mut d, ResponseRequest::default()).expect("response.create under VAD works with a decider");
+        let commands = d.take_commands();
+        let [Inbound::Reconfigure(setup)] = &commands[..] else { panic!("{commands:?}") };
+        let prompt = &setup.system_prompt;
+        assert!(prompt.starts_with("Be brief.\n\n"), "{prompt}");
+        assert!(prompt.contains("User: What is the weather in Paris?"), "{prompt}");
+        assert!(prompt.contains(r#"Assistant called the tool get_weather with {"city":"Paris"}"#), "{prompt}");
+        assert!(prompt.ends_with("The tool get_weather answered: 21 C and sunny"), "{prompt}");
+        // No error, and the tools are not reported unsupported.
+        assert!(codes(&d.take_events()).is_empty());
+    }
+
+    #[test]
+    fn each_failed_turn_is_one_error_and_the_session_goes_on() {
+        let mut d = delegated(weather());
+        let failures = [
+            (Err(DeciderError::Unavailable("down".into())), "decider_unavailable"),
+            (Err(DeciderError::Timeout("slow".into())), "decider_timeout"),
+            (Err(DeciderError::InvalidOutput("junk".into())), "decider_invalid_output"),
+            (call("get_stock", "{}"), "tool_not_found"),
+            (call("get_weather", r#"{"town":"Paris"}"#), "invalid_tool_arguments"),
+        ];
+        for (result, code) in failures {
+            let (id, _) = user_says(&mut d, "Weather?").unwrap();
+            d.take_events();
+            d.decided(id, &result);
+            let events = d.take_events();
+            assert_eq!(codes(&events), [code], "{events:?}");
+            assert!(!events.iter().any(|e| matches!(e, Event::ArgumentsDone { .. })), "no call reaches the client");
+        }
+        // No call: the voice answers by itself, nothing is said.
+        let (id, _) = user_says(&mut d, "Hello").unwrap();
+        d.take_events();
+        d.decided(id, &Ok(Decision::NoCall("Hi!".into())));
+        assert!(d.take_events().is_empty());
+    }
+
+    #[test]
+    fn a_newer_turn_replaces_the_decision_in_flight_and_a_call_waits_for_the_voice() {
+        let mut d = delegated(weather());
+        let (first, _) = user_says(&mut d, "Weather in Oslo?").unwrap();
+        let (second, request) = user_says(&mut d, "No, in Paris.").unwrap();
+        assert_eq!(request.messages.len(), 2, "both turns, the newest last");
+        d.decided(first, &call("get_weather", r#"{"city":"Oslo"}"#));
+        d.take_events();
+        // The voice speaks meanwhile: the call is told after its response.
+        d.step(&speak("Let me check.", false));
+        d.take_events();
+        d.decided(second, &call("get_weather", r#"{"city":"Paris"}"#));
+        assert!(!kinds(&d.take_events()).contains(&"arguments_done"), "the voice has the floor");
+        d.step(&speak(" One moment.", true));
+        let events = d.take_events();
+        let told: Vec<&str> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::ArgumentsDone { arguments, .. } => Some(arguments.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(told, [r#"{"city":"Paris"}"#], "only the newest turn's call");
+    }
+
+    #[test]
+    fn tool_choice_none_asks_nothing_and_required_wants_a_call() {
+        let mut d = delegated(Tools { choice: ToolChoice::None, ..weather() });
+        assert!(user_says(&mut d, "Weather?").is_none());
+        let mut d = delegated(Tools { choice: ToolChoice::Required, ..weather() });
+        let (id, _) = user_says(&mut d, "Weather?").unwrap();
+        d.take_events();
+        d.decided(id, &Ok(Decision::NoCall("no".into())));
+        assert_eq!(codes(&d.take_events()), ["decider_invalid_output"]);
+    }
+
+    #[test]
+    fn new_instructions_keep_the_conversation_in_the_voices_prompt() {
+        let mut d = delegated(weather());
+        let (id, _) = user_says(&mut d, "My name is Ada.").unwrap();
+        d.decided(id, &Ok(Decision::NoCall(String::new())));
+        d.step(&speak("Hello Ada.", true));
+        d.take_events();
+        let mut next = d.conf().clone();
+        next.instructions = "You are the billing agent.".into();
+        d.command(Command::Update(Box::new(next)), Instant::now()).unwrap();
+        let commands = d.take_commands();
+        let [Inbound::Reconfigure(setup)] = &commands[..] else { panic!("{commands:?}") };
+        let prompt = &setup.system_prompt;
+        assert!(prompt.starts_with("You are the billing agent."), "{prompt}");
+        assert!(prompt.contains("User: My name is Ada.\nAssistant: Hello Ada."), "{prompt}");
+    }
+
+    #[test]
+    fn what_a_voice_and_a_decider_are_given_is_bounded() {
+        let mut d = delegated(weather());
+        for _ in 0..40 {
+            let long = "word ".repeat(1000);
+            let (id, request) = user_says(&mut d, &long).unwrap();
+            assert!(request.messages.iter().map(|m| m.text.len()).sum::<usize>() <= MAX_DECIDER_CONVERSATION);
+            d.decided(id, &Ok(Decision::NoCall(String::new())));
+        }
+        respond(&mut d, ResponseRequest::default()).unwrap();
+        let commands = d.take_commands();
+        let [Inbound::Reconfigure(setup)] = &commands[..] else { panic!("{commands:?}") };
+        assert!(setup.system_prompt.len() <= MAX_BRIEF + 200, "{}", setup.system_prompt.len());
+    }
+}
