@@ -69,7 +69,7 @@ pub enum ProtocolError {
     /// The decider beside a voice that calls no tools gave no decision for a user turn
     /// (`decider_unavailable`, `decider_timeout`, `decider_invalid_output`); the session goes on.
     #[error("{0}")]
-    Decider(crate::edge::decider::DeciderError),
+    Decider(crate::domain::DeciderError),
     /// A request the conversation's rules refuse, under the code the dialect's clients know
     /// it by (`conversation_already_has_active_response`, `response_cancel_not_active`,
     /// `item_truncate_invalid_item_id`...).
@@ -349,7 +349,7 @@ pub enum Inbound {
         /// The dialect's number of this decision; the answer names it.
         id: u64,
         /// The session's instructions, tools and conversation as text.
-        request: Box<crate::edge::decider::DecideRequest>,
+        request: Box<crate::domain::DecideRequest>,
     },
 }
 
@@ -498,7 +498,7 @@ pub enum Outbound<'a> {
         /// The decision, as the dialect numbered it.
         id: u64,
         /// What was decided.
-        result: &'a Result<crate::edge::decider::Decision, crate::edge::decider::DeciderError>,
+        result: &'a Result<crate::domain::Decision, crate::domain::DeciderError>,
     },
     /// A `Reconfigure` the backend refused: the session goes on with the settings it had.
     ReconfigureFailed(&'a ProtocolError),

@@ -115,7 +115,18 @@ impl Common {
             omni_backend_host::decider::start(d)
         });
         let registry = Registry::new();
-        Common { recorder, subscribers, webhooks, keys, fragments, incoming, registry, voice, transcription, delegation }
+        Common {
+            recorder,
+            subscribers,
+            webhooks,
+            keys,
+            fragments,
+            incoming,
+            registry,
+            voice,
+            transcription,
+            delegation,
+        }
     }
 
     fn serving(

@@ -27,6 +27,7 @@ mod browser;
 mod cascade;
 mod cli;
 mod cluster;
+mod delegation;
 mod docs;
 mod extending;
 mod fidelity;

@@ -12,7 +12,8 @@ use std::time::Instant;
 
 use actix::prelude::*;
 
-use crate::edge::decider::{Decider, Decision, OpenDecider};
+use crate::domain::Decision;
+use crate::edge::decider::{Decider, OpenDecider};
 use crate::messages::delegate::{Decide, Decided, DelegationPort};
 use crate::messages::transcribe::Backlog;
 use crate::observe::metrics::metrics;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
-use crate::edge::decider::{DecideRequest, Decision, DeciderError};
+use crate::domain::{DecideRequest, DeciderError, Decision};
 use crate::messages::transcribe::Backlog;
 
 /// Decide on the newest user turn of a session's conversation; the answer goes to `reply`.

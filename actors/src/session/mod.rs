@@ -25,9 +25,9 @@ use actix::prelude::*;
 use crate::domain::Mode;
 use crate::edge::client::{ClientLine, FromLine};
 use crate::edge::dialect::Dialect;
+use crate::messages::delegate::{Decide, Decided, DelegationPort};
 use crate::messages::queue::{Claim, Join, Leave, QueueNotice, QueuePort};
 use crate::messages::session::Shutdown;
-use crate::messages::delegate::{Decide, Decided, DelegationPort};
 use crate::messages::transcribe::{Transcribe, Transcribed, TranscriptionPort};
 use crate::messages::worker::{
     Attach, BackendEvent, Delivery, Detach, Drain, Interrupt, Lost, Prepare, Reconfigure, SubmitChunk, SubmitTurn,

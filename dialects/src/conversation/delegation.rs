@@ -10,7 +10,7 @@
 //! for a response, and when the instructions change (an agent's handoff).
 
 use omni_actors::domain::{CallPiece, ChatMessage, Role, SessionSetup, ToolChoice};
-use omni_actors::edge::decider::{DecideRequest, Decision, DeciderError};
+use omni_actors::domain::{DecideRequest, DeciderError, Decision};
 use omni_actors::observe::metrics::metrics;
 use omni_actors::protocol::{Inbound, ProtocolError};
 
@@ -79,7 +79,8 @@ impl Driver {
         while bytes > MAX_DECIDER_CONVERSATION && messages.len() > 1 {
             bytes -= messages.remove(0).text.len();
         }
-        let request = DecideRequest { instructions: self.setup.conf.instructions.clone(), tools: tools.clone(), messages };
+        let request =
+            DecideRequest { instructions: self.setup.conf.instructions.clone(), tools: tools.clone(), messages };
         let id = self.delegation.next;
         self.delegation.next += 1;
         // A newer turn's decision replaces the one in flight (whose answer is then dropped).
@@ -233,7 +234,11 @@ mod tests {
     fn weather() -> Tools {
         let city = r#"{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}"#;
         Tools {
-            functions: vec![Tool { name: "get_weather".into(), description: "weather".into(), parameters: city.into() }],
+            functions: vec![Tool {
+                name: "get_weather".into(),
+                description: "weather".into(),
+                parameters: city.into(),
+            }],
             choice: ToolChoice::Auto,
         }
     }

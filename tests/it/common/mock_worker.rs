@@ -5,7 +5,10 @@
 //! Duplex: the first three steps listen (as the real worker's do); after that a chunk of
 //! sound is heard, and the first quiet chunk after it starts a reply of two speaking steps
 //! ("Mock reply N." with 1 s of 24 kHz audio, then " Done." with 0.5 s and `end_of_turn`).
-//! `force_listen` ends a reply at once. `kv_cache_length` grows by 25 a chunk and 64 a frame.
+//! `force_listen` ends a reply at once. A system prompt of more than one line is context the
+//! model was given (what a gateway's delegation prepares it with): its first reply after the
+//! three warm-up steps comes unasked and says the prompt's last line back ("Mock reply N, from
+//! what I was told: ..."). `kv_cache_length` grows by 25 a chunk and 64 a frame.
 //! Chat: "Reply with exactly: X" answers X, anything else "Mock answer to N message(s).",
 //! one streamed chunk per word (with 0.25 s of audio each when TTS is on).
 
@@ -217,6 +220,8 @@ async fn duplex(req: HttpRequest, body: web::Payload, state: Shared) -> actix_we
             return;
         }
         let (mut steps, mut kv, mut heard, mut speaking, mut replies) = (0u64, 0u64, false, 0u32, 0u32);
+        // The last line of a prompt that gave the model context, told in its next reply.
+        let mut told = String::new();
         let mut paused: Option<tokio::time::Instant> = None;
         loop {
             let next = match paused {
@@ -245,7 +250,13 @@ async fn duplex(req: HttpRequest, body: web::Payload, state: Shared) -> actix_we
                 "prepare" => {
                     state.lock().unwrap().prepares.push(v.clone());
                     (steps, kv, heard, speaking) = (0, 50, false, 0);
-                    let len = v["system_prompt"].as_str().map_or(0, str::len);
+                    let prompt = v["system_prompt"].as_str().unwrap_or_default();
+                    told = if prompt.contains('\n') {
+                        prompt.lines().last().unwrap_or_default().to_string()
+                    } else {
+                        String::new()
+                    };
+                    let len = prompt.len();
                     json!({"type": "prepared", "prompt_length": len})
                 }
                 "audio_chunk" => {
@@ -283,7 +294,10 @@ async fn duplex(req: HttpRequest, body: web::Payload, state: Shared) -> actix_we
                         speaking = 0;
                         heard = false;
                     } else if steps > 3 && speaking == 0 {
-                        if rms > 0.02 {
+                        if !told.is_empty() && rms <= 0.02 {
+                            replies += 1;
+                            speaking = 1;
+                        } else if rms > 0.02 {
                             heard = true;
                         } else if heard {
                             replies += 1;
@@ -297,7 +311,11 @@ async fn duplex(req: HttpRequest, body: web::Payload, state: Shared) -> actix_we
                     match speaking {
                         1 => {
                             result["is_listen"] = json!(false);
-                            result["text"] = json!(format!("Mock reply {replies}."));
+                            let text = match std::mem::take(&mut told) {
+                                t if t.is_empty() => format!("Mock reply {replies}."),
+                                t => format!("Mock reply {replies}, from what I was told: {t}"),
+                            };
+                            result["text"] = json!(text);
                             result["audio_data"] = json!(f32_b64(&tone(24000)));
                             result["n_tokens"] = json!(3);
                             kv += 3;

@@ -17,6 +17,7 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 mod browser;
+mod decider;
 mod mock_worker;
 mod needs;
 mod node;
@@ -26,6 +27,8 @@ mod redis;
 mod vllm_omni;
 #[allow(unused_imports)]
 pub(crate) use browser::*;
+#[allow(unused_imports)]
+pub(crate) use decider::*;
 #[allow(unused_imports)]
 pub(crate) use mock_worker::*;
 #[allow(unused_imports)]

@@ -15,7 +15,9 @@
 //!   events, `response.speak`, pairs of `response.output_audio.delta` (PCM16 at 24 kHz) and
 //!   `response.output_audio_transcript.delta`, the done chain ending in `response.done`.
 //!   The model: a voiced unit is heard; the first quiet unit after it starts "Mock reply N."
-//!   (1 s of voice), the next unit ends it with " Done." (0.5 s, `end_of_turn`).
+//!   (1 s of voice), the next unit ends it with " Done." (0.5 s, `end_of_turn`). Instructions of
+//!   more than one line are context the model was given (a gateway's delegation): its first
+//!   quiet unit starts a reply unasked that says their last line back.
 //! - While it speaks and no unit comes for a second, it feeds itself a silence unit (at most 64).
 //! - `response.cancel` ends the response with `response.done {status: cancelled}`, and nothing
 //!   of it comes after; with no response it is the error `response_not_active`. Errors in a
@@ -252,6 +254,8 @@ struct Model {
     pending: Vec<f32>,
     heard: bool,
     replies: u32,
+    /// The last line of instructions that gave the model context, told in its next reply.
+    told: String,
     /// The active response: its id and the pieces it has said.
     response: Option<(String, u32)>,
     self_fed: u32,
@@ -337,7 +341,8 @@ impl Model {
             self.heard = true;
             return vec![self.listen(None)];
         }
-        if !self.heard {
+        let told = std::mem::take(&mut self.told);
+        if !self.heard && told.is_empty() {
             return vec![self.listen(None)];
         }
         self.heard = false;
@@ -355,7 +360,10 @@ impl Model {
             "part": {"type": "audio", "transcript": ""}})));
         out.push(self.event(json!({"type": "response.speak", "response_id": id, "item_id": item, "output_index": 0,
             "content_index": 0, "metadata": {"session_id": self.session_id, "epoch": self.epoch, "model_speak": true}})));
-        let text = format!("Mock reply {}.", self.replies);
+        let text = match told.as_str() {
+            "" => format!("Mock reply {}.", self.replies),
+            told => format!("Mock reply {}, from what I was told: {told}", self.replies),
+        };
         out.extend(self.piece(&id, &text, 24000, false));
         self.response = Some((id, 1));
         out
@@ -482,6 +490,10 @@ async fn duplex(req: HttpRequest, body: web::Payload, state: Shared) -> actix_we
             pending: Vec::new(),
             heard: false,
             replies: 0,
+            told: match session["instructions"].as_str() {
+                Some(i) if i.contains('\n') => i.lines().last().unwrap_or_default().to_string(),
+                _ => String::new(),
+            },
             response: None,
             self_fed: 0,
         };

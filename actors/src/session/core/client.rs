@@ -45,7 +45,7 @@ impl SessionCore {
     }
 
     /// The decider's answer about a user turn.
-    pub fn decided(&mut self, id: u64, result: &Result<crate::edge::decider::Decision, crate::edge::decider::DeciderError>) {
+    pub fn decided(&mut self, id: u64, result: &Result<crate::domain::Decision, crate::domain::DeciderError>) {
         if self.end.is_some() {
             return;
         }
@@ -320,11 +320,11 @@ impl SessionCore {
     }
 
     /// The newest user turn to the decider beside the voice; without one, the client hears why.
-    fn decide(&mut self, id: u64, request: Box<crate::edge::decider::DecideRequest>) {
+    fn decide(&mut self, id: u64, request: Box<crate::domain::DecideRequest>) {
         if self.links.decides {
             self.effects.push_back(Effect::Decide { id, request });
         } else {
-            let why = crate::edge::decider::DeciderError::Unavailable(
+            let why = crate::domain::DeciderError::Unavailable(
                 "the model calls no tools and no decider is configured ([delegation])".into(),
             );
             self.emit(Outbound::Decided { id, result: &Err(why) });

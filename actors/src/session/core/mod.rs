@@ -76,7 +76,7 @@ pub enum Effect {
         /// The dialect's number of the decision.
         id: u64,
         /// What the decider is asked.
-        request: Box<crate::edge::decider::DecideRequest>,
+        request: Box<crate::domain::DecideRequest>,
     },
     /// The session is over: the actor stops.
     Stop,

@@ -7,7 +7,8 @@
 //! one deadline (`timeout_s`) and the answer one size bound (`max_answer_kb`).
 
 use omni_actors::domain::{ChatMessage, Role, ToolChoice, Tools};
-use omni_actors::edge::decider::{DecideRequest, Decider, Decision, DeciderError};
+use omni_actors::domain::{DecideRequest, DeciderError, Decision};
+use omni_actors::edge::decider::Decider;
 use serde_json::{Value, json};
 
 use super::DelegationSpec;
