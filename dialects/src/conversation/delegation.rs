@@ -16,7 +16,12 @@ use omni_actors::protocol::{Inbound, ProtocolError};
 
 use super::Driver;
 use super::events::{Event, ResponseStatus};
+use super::items::{Item, ItemBody, Part};
 
+/// How long a response the client asked of a voice that takes no typed turns waits for its
+/// words (the voice is stepped with silence meanwhile); after it, the response ends
+/// `incomplete` (`voice_silent`).
+pub const VOICE_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
 /// The most bytes of conversation a decider is sent (the oldest messages go first).
 pub const MAX_DECIDER_CONVERSATION: usize = 64 << 10;
 /// The most bytes of transcript a voice's system prompt holds besides its instructions (the
@@ -36,6 +41,8 @@ pub struct Delegation {
     next: u64,
     /// A call decided while a response was in progress, told when it ends.
     held: Option<(String, String)>,
+    /// The user item the decider was last asked about.
+    last_item: Option<String>,
 }
 
 impl Driver {
@@ -85,7 +92,28 @@ impl Driver {
         self.delegation.next += 1;
         // A newer turn's decision replaces the one in flight (whose answer is then dropped).
         self.delegation.asked = Some(id);
+        self.delegation.last_item = Some(item_id.to_string());
         self.commands.push(Inbound::Decide { id, request: Box::new(request) });
+    }
+
+    /// The client asks for a response: its newest user item, if typed (a spoken one was asked
+    /// about when its transcript came) and not asked about yet, goes to the decider.
+    pub(super) fn decide_typed(&mut self) {
+        if !self.delegates() {
+            return;
+        }
+        let typed = |i: &&Item| match &i.body {
+            ItemBody::Message { role: Role::User, parts } => parts.iter().any(|p| matches!(p, Part::Text { .. })),
+            _ => false,
+        };
+        let newest =
+            self.conversation.items().filter(|i| matches!(&i.body, ItemBody::Message { role: Role::User, .. })).last();
+        let Some(item) = newest.filter(typed) else { return };
+        if self.delegation.last_item.as_deref() == Some(item.id.as_str()) {
+            return;
+        }
+        let id = item.id.clone();
+        self.decide_turn(&id);
     }
 
     /// The decider's answer: a call is told as the model's would be (after the response in
@@ -99,7 +127,11 @@ impl Driver {
         match result {
             Ok(Decision::Call { name, arguments }) => {
                 let call = (name.clone(), arguments.clone());
-                if self.responses.current.is_some() {
+                if self.responses.current.as_ref().is_some_and(|r| r.awaits_voice()) {
+                    // The client's response, not begun by the voice: the call is its output.
+                    self.call_piece(&CallPiece { name: Some(call.0), arguments: call.1 });
+                    self.finish_response(ResponseStatus::Completed, None);
+                } else if self.responses.current.is_some() {
                     // The voice has the floor: the call follows its response.
                     self.delegation.held = Some(call);
                 } else {
@@ -224,7 +256,7 @@ fn clip(s: &str, max: usize) -> &str {
 mod tests {
     use std::time::Instant;
 
-    use omni_actors::domain::{BackendInfo, Tool, Tools};
+    use omni_actors::domain::{BackendInfo, StepOutcome, Tool, Tools};
 
     use super::super::tests::{audio, conf, create, kinds, older, respond, speak, tone};
     use super::super::{Command, Limits, NewItem, ResponseRequest};
@@ -414,6 +446,49 @@ mod tests {
         let prompt = &setup.system_prompt;
         assert!(prompt.starts_with("You are the billing agent."), "{prompt}");
         assert!(prompt.contains("User: My name is Ada.\nAssistant: Hello Ada."), "{prompt}");
+    }
+
+    #[test]
+    fn a_typed_turn_is_decided_when_the_client_asks_for_a_response_once() {
+        use crate::conversation::items::{Part, TextKind};
+        let mut d = delegated(weather());
+        let text = "What is the weather in Oslo?";
+        let body = ItemBody::Message {
+            role: Role::User,
+            parts: vec![Part::Text { kind: TextKind::InputText, text: text.into() }],
+        };
+        let message = ChatMessage::text(Role::User, text);
+        create(&mut d, NewItem { id: None, place: Place::End, message, body });
+        assert!(d.take_commands().is_empty(), "nothing is asked before the client asks for a response");
+        d.take_events();
+        respond(&mut d, ResponseRequest::default()).unwrap();
+        let commands = d.take_commands();
+        let [Inbound::Decide { request, .. }, Inbound::Reconfigure(_)] = &commands[..] else { panic!("{commands:?}") };
+        assert_eq!(request.messages.last().map(|m| m.text.as_str()), Some(text));
+        let created = d.take_events();
+        assert_eq!(kinds(&created), ["response_created"], "the client's response is open at once");
+        // Listen steps do not end it: it waits for the voice or a call. The call is its output.
+        d.step(&StepOutcome::default());
+        assert!(d.take_events().is_empty());
+        let Inbound::Decide { id, .. } = &commands[0] else { unreachable!() };
+        d.decided(*id, &call("get_weather", r#"{"city":"Oslo"}"#));
+        let events = d.take_events();
+        assert_eq!(kinds(&events)[..2], ["output_item_added", "item_added"], "{events:?}");
+        let Some(Event::ResponseDone(done)) = events.last() else { panic!("{events:?}") };
+        let Event::ResponseCreated(opened) = &created[0] else { panic!("{created:?}") };
+        assert_eq!(
+            (done.id.as_str(), done.output.len()),
+            (opened.id.as_str(), 1),
+            "the same response, the call its output"
+        );
+        // Asked once: a second response.create on the same turn asks nothing more; the voice's
+        // words are its answer.
+        respond(&mut d, ResponseRequest::default()).unwrap();
+        assert!(!d.take_commands().iter().any(|c| matches!(c, Inbound::Decide { .. })));
+        d.step(&speak("It is cold.", true));
+        let events = d.take_events();
+        let Some(Event::ResponseDone(done)) = events.last() else { panic!("{events:?}") };
+        assert_eq!(done.status, ResponseStatus::Completed);
     }
 
     #[test]

@@ -35,6 +35,16 @@ pub struct Response {
     tools: Tools,
     /// A call being written, told once it is whole and checked ([`calls`]).
     call: Option<WrittenCall>,
+    /// Asked by the client of a voice that takes no typed turns (delegation): it waits for the
+    /// voice's next words (a listen step does not end it) or a decided call, until this instant.
+    pub waits_until: Option<Instant>,
+}
+
+impl Response {
+    /// It was asked of the voice, which has said nothing of it yet.
+    pub fn awaits_voice(&self) -> bool {
+        self.waits_until.is_some() && self.outputs.is_empty()
+    }
 }
 
 /// One output item of a response.
@@ -124,11 +134,30 @@ impl Driver {
                     .into(),
             });
         }
+        if !request.out_of_band {
+            // A typed turn's decision (a spoken turn's was asked when its transcript came).
+            self.decide_typed();
+        }
         let holds = self.holds_conversations();
         if self.setup.conf.vad.is_some() && !holds && self.delegates() {
             // The voice takes no typed turns: it is prepared again with the conversation (a
-            // tool's result among it) and answers when it next speaks.
+            // tool's result among it), and the response is what it says next (or a call the
+            // decider makes first).
             self.brief_voice(request.instructions.as_deref());
+            let conf = &self.setup.conf;
+            let (audio, max_tokens) =
+                (request.audio.unwrap_or(conf.audio_out), request.max_tokens.unwrap_or(conf.max_tokens));
+            let tools = match request.tools.clone() {
+                Some(t) if t.functions.is_empty() => Tools { functions: conf.tools.functions.clone(), ..t },
+                Some(t) => t,
+                None => conf.tools.clone(),
+            };
+            // Opened by the client, not by the voice taking the floor: the user's turn stays as it is.
+            self.start_response(false, audio, request.metadata, max_tokens, (false, tools));
+            if let Some(r) = self.responses.current.as_mut() {
+                r.duplex = true;
+                r.waits_until = Some(now + super::delegation::VOICE_WAIT);
+            }
             return Ok(());
         }
         if self.setup.conf.vad.is_some() && !holds {
@@ -280,6 +309,7 @@ impl Driver {
             out_of_band,
             tools,
             call: None,
+            waits_until: None,
         };
         let view = self.view(&r, ResponseStatus::InProgress, None, Vec::new());
         self.say(Event::ResponseCreated(view));
@@ -502,11 +532,13 @@ impl Driver {
     pub fn step(&mut self, outcome: &StepOutcome) {
         let heard = self.pacer.take_sent();
         match outcome.kind {
-            StepKind::Listen => {
-                if self.responses.current.as_ref().is_some_and(|r| r.duplex) {
-                    self.finish_response(ResponseStatus::Completed, None);
-                }
-            }
+            StepKind::Listen => match self.responses.current.as_ref() {
+                // Asked of the voice: it waits for its words, within its bound.
+                Some(r) if r.awaits_voice() && r.waits_until.is_some_and(|t| Instant::now() < t) => {}
+                Some(r) if r.awaits_voice() => self.finish_response(ResponseStatus::Incomplete, Some("voice_silent")),
+                Some(r) if r.duplex => self.finish_response(ResponseStatus::Completed, None),
+                _ => {}
+            },
             StepKind::Speak if self.responses.current.as_ref().is_some_and(|r| !r.duplex) => {
                 // A turn-mode answer has the floor; the duplex model's words meanwhile are void.
                 log::debug!("session {:?}: duplex speech during a turn-mode answer discarded", self.life.session_id);
