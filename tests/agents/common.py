@@ -7,9 +7,13 @@ time, as a microphone would send it.
 
 import asyncio
 import math
+import os
 import struct
+import subprocess
 import sys
+import tempfile
 import time
+import wave
 
 RATE = 24000  # the frameworks' wire rate (PCM16 mono)
 TIMEOUT = 30.0
@@ -28,6 +32,24 @@ def silence(seconds, rate=RATE):
 def speech(tone_s=1.5, silence_s=1.0):
     """A spoken turn: speech, then the pause that ends it."""
     return tone(tone_s) + silence(silence_s)
+
+
+def spoken(text, rate=RATE):
+    """`text` spoken by espeak-ng, as PCM16 mono at `rate` (for a gateway that transcribes it)."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "speech.wav")
+        subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", path, "--", text], check=True)
+        with wave.open(path) as w:
+            source, frames = w.getframerate(), w.readframes(w.getnframes())
+    samples = struct.unpack(f"<{len(frames) // 2}h", frames)
+    n = int(len(samples) * rate / source)
+    out = []
+    for i in range(n):
+        x = i * source / rate
+        j = int(x)
+        a, b = samples[min(j, len(samples) - 1)], samples[min(j + 1, len(samples) - 1)]
+        out.append(int(a + (b - a) * (x - j)))
+    return struct.pack(f"<{n}h", *out)
 
 
 async def paced(pcm, send, ms=20, rate=RATE):

@@ -1,13 +1,15 @@
 """LiveKit Agents' OpenAI realtime model (livekit-plugins-openai) against omni-gateway, driven
 headless: a RealtimeSession without a room, as an AgentSession drives it.
 
-Usage: python livekit_case.py URL KEY MODEL
+Usage: python livekit_case.py URL KEY MODEL [--delegated]
   URL  ws://HOST:PORT/v1/realtime (LiveKit adds ?model=MODEL)
 
 Steps: generate_reply() without instructions (the model speaks first) and with instructions
 (which must reach the answer: LiveKit resolves the call only when response.created echoes its
 metadata), a function tool the model calls and whose output the next reply speaks, and chat
-context updates acknowledged by the items' own ids.
+context updates acknowledged by the items' own ids. With --delegated (a voice that calls no tools,
+with the gateway's decider beside it), the function call and its output only: a voice that
+speaks when it has something to say is not asked to speak first.
 """
 
 import asyncio
@@ -59,7 +61,7 @@ class Generation:
         await asyncio.gather(messages(), functions())
 
 
-async def main(url, key, model_name):
+async def main(url, key, model_name, delegated):
     steps = Steps()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     model = RealtimeModel(model=model_name, api_key=key, base_url=url)
@@ -77,11 +79,12 @@ async def main(url, key, model_name):
         return g
 
     try:
-        g = await reply()
-        steps.check("generate_reply", g.audio > 0 and g.text.strip() != "", f"{g.text!r}, {g.audio} audio bytes")
+        if not delegated:
+            g = await reply()
+            steps.check("generate_reply", g.audio > 0 and g.text.strip() != "", f"{g.text!r}, {g.audio} audio bytes")
 
-        g = await reply(instructions="Reply with exactly: Welcome aboard")
-        steps.check("generate_reply with instructions", g.text.strip() == "Welcome aboard", repr(g.text))
+            g = await reply(instructions="Reply with exactly: Welcome aboard")
+            steps.check("generate_reply with instructions", g.text.strip() == "Welcome aboard", repr(g.text))
 
         await session.update_tools([get_time])
         ctx = session.chat_ctx.copy()
@@ -99,8 +102,12 @@ async def main(url, key, model_name):
             g = await reply()
             steps.check("its output in the next reply", TOOL_RESULT in g.text, repr(g.text))
         ids = [i.id for i in session.chat_ctx.items]
-        steps.check("the chat context mirrors the server's", len(ids) >= 5 and len(set(ids)) == len(ids), f"{ids}")
-        steps.check("no errors", not errors, f"{errors}")
+        least = 4 if delegated else 5
+        steps.check("the chat context mirrors the server's", len(ids) >= least and len(set(ids)) == len(ids), f"{ids}")
+        # A voice that speaks in its reference recording takes no voice by name: the gateway says
+        # so once (unsupported_setting), which LiveKit logs and goes on; nothing else is an error.
+        unexpected = [e for e in errors if not (delegated and "unsupported_setting" in e)]
+        steps.check("no errors", not unexpected, f"{errors}")
     except Exception as e:
         steps.check("no exception", False, repr(e))
     finally:
@@ -110,4 +117,4 @@ async def main(url, key, model_name):
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3])).exit()
+    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], "--delegated" in sys.argv)).exit()

@@ -1,13 +1,15 @@
 """Pipecat's OpenAI realtime service against omni-gateway: a pipeline of the service between
 its context aggregators, driven headless (no transport), as a Pipecat bot is.
 
-Usage: python pipecat_case.py URL KEY MODEL
+Usage: python pipecat_case.py URL KEY MODEL [--delegated]
   URL  ws://HOST:PORT/v1/realtime (Pipecat adds ?model=MODEL)
 
 Steps: the first reply to the context, a spoken turn, an interruption by speech in the middle
 of an answer after which the bot goes on answering, and a registered function the model calls
 (its result in the next answer). Pipecat treats most error events as fatal and stops reading:
-every step after one would fail.
+every step after one would fail. With --delegated (a voice that calls no tools, with the gateway's
+decider beside it): the first reply, then a spoken question (espeak-ng, through the gateway's
+Whisper) that the decider answers with the registered function, its result in the voice's answer.
 """
 
 import asyncio
@@ -38,7 +40,7 @@ from pipecat.services.openai.realtime import events
 from pipecat.services.openai.realtime.llm import OpenAIRealtimeLLMService
 from pipecat.workers.runner import WorkerRunner
 
-from common import RATE, Inbox, Steps, paced, speech, tone, silence
+from common import RATE, Inbox, Steps, paced, speech, spoken, tone, silence
 
 TOOL_RESULT = "12:00 UTC"
 
@@ -75,7 +77,7 @@ def words(seen):
     return "".join(f.text for f in seen if isinstance(f, TTSTextFrame))
 
 
-async def main(url, key, model):
+async def main(url, key, model, delegated):
     steps = Steps()
     logger.remove()
     logger.add(sys.stderr, level="WARNING")
@@ -122,6 +124,21 @@ async def main(url, key, model):
         done, seen = await down.until(end) if first else (None, [])
         steps.check("first reply", done is not None, repr(words(seen)))
 
+        if delegated:
+            said = []
+
+            def result_said(f):
+                if isinstance(f, TTSTextFrame):
+                    said.append(f.text)
+                return end(f) and TOOL_RESULT in "".join(said)
+
+            await paced(spoken("What time is it now?") + silence(1.5), mic)
+            done, _ = await down.until(result_said, 60)
+            steps.check("function call", calls == ["get_time"], f"calls {calls}")
+            steps.check("its result in the answer", done is not None, repr("".join(said)))
+            steps.check("no errors", not errors and not running.done(), f"{errors}")
+            return steps
+
         await paced(speech(), mic)
         heard, _ = await up.until(lambda f: isinstance(f, TranscriptionFrame))
         first, _ = await down.until(audio)
@@ -143,16 +160,16 @@ async def main(url, key, model):
 
         await llm.queue_frame(LLMMessagesAppendFrame(
             messages=[{"role": "user", "content": "What time is it?"}], run_llm=True))
-        spoken = []
+        answer = []
 
         def answered(f):
             if isinstance(f, TTSTextFrame):
-                spoken.append(f.text)
-            return end(f) and TOOL_RESULT in "".join(spoken)
+                answer.append(f.text)
+            return end(f) and TOOL_RESULT in "".join(answer)
 
         done, _ = await down.until(answered)
         steps.check("function call", calls == ["get_time"], f"calls {calls}")
-        steps.check("its result in the answer", done is not None, repr("".join(spoken)))
+        steps.check("its result in the answer", done is not None, repr("".join(answer)))
         steps.check("no errors", not errors and not running.done(), f"{errors}")
     finally:
         await worker.queue_frame(EndFrame())
@@ -164,4 +181,4 @@ async def main(url, key, model):
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3])).exit()
+    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], "--delegated" in sys.argv)).exit()

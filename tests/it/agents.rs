@@ -102,3 +102,81 @@ fn the_agent_frameworks_run_unchanged_on_the_reference_backend() {
         assert!(shapes.contains(kind), "no {kind} in what the frameworks heard:\n{shapes}");
     }
 }
+
+/// The same frameworks, unchanged, on a voice that calls no tools (a MiniCPM-o worker: the mock
+/// of its protocol) with the gateway's decider beside it (a chat-completions server: a fake that
+/// calls a tool by rule). Their questions are spoken with espeak-ng and heard by the gateway's
+/// Whisper; the tool is called with the right arguments, the voice speaks its result, and after
+/// the Agents SDK's handoff the new agent's voice has the conversation.
+#[test]
+fn the_agent_frameworks_call_tools_on_a_minicpmo_voice_through_the_decider() {
+    if !needs(&[Need::Agents, Need::Models]) {
+        return;
+    }
+    let _one = one_model_at_a_time();
+    let (first, second) = (MockWorker::start(), MockWorker::start());
+    let rules = [("transfer", "transfer_to_spanishagent", "{}"), ("time", "get_time", "{}")];
+    let decider = FakeDecider::start(Answer::Rules(
+        rules.iter().map(|(w, t, a)| (w.to_string(), t.to_string(), a.to_string())).collect(),
+    ));
+    let mut server = Server::ready(
+        Setup::default()
+            .auth(&format!("api_keys = [\"{KEY}\"]"))
+            .recording("enabled = true")
+            .limits("max_pending_chunks = 100")
+            .workers(format!("{}{}", first.entry("gpu0", ""), second.entry("gpu1", "")))
+            .extra(&format!("{}{}", transcription_section(), decider.section(""))),
+    );
+    let ws = server.url("/v1/realtime").replacen("http", "ws", 1);
+    let agents = run("agents_sdk_case.py", &[&format!("{ws}?model=omni"), KEY, "--delegated"]);
+    let pipecat = run("pipecat_case.py", &[&ws, KEY, "omni", "--delegated"]);
+    let livekit = run("livekit_case.py", &[&ws, KEY, "omni", "--delegated"]);
+    for (out, steps) in [
+        (
+            &agents,
+            &[
+                "tool call",
+                "tool result in the answer",
+                "handoff",
+                "the new agent's instructions",
+                "the new agent's voice answers",
+            ][..],
+        ),
+        (&pipecat, &["first reply", "function call", "its result in the answer"][..]),
+        (&livekit, &["function call", "its output in the next reply"][..]),
+    ] {
+        for step in steps {
+            assert!(out.contains(&format!("ok {step}:")), "{step} missing:\n{out}");
+        }
+    }
+    // The spoken question reached the decider as Whisper heard it, with the frameworks' tools.
+    let asked: Vec<String> = decider
+        .requests()
+        .iter()
+        .filter(|(_, r)| r["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["function"]["name"] == "get_time")))
+        .filter_map(|(_, r)| {
+            r["messages"].as_array()?.iter().rev().find(|m| m["role"] == "user")?["content"]
+                .as_str()
+                .map(str::to_lowercase)
+        })
+        .collect();
+    assert!(asked.iter().any(|w| w.contains("what time is it")), "{asked:?}");
+    // After the handoff, the voice was prepared with the new agent's instructions and the
+    // conversation before it: the question, the call and its result.
+    let prompts: Vec<String> = [&first, &second]
+        .iter()
+        .flat_map(|w| {
+            w.with(|s| {
+                s.prepares.iter().filter_map(|p| p["system_prompt"].as_str().map(String::from)).collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let handed =
+        prompts.iter().find(|p| p.starts_with("Responde siempre en espanol.")).expect("the new agent's prompt");
+    assert!(handed.to_lowercase().contains("what time is it"), "{handed}");
+    assert!(handed.contains("The tool get_time answered: It is 12:00 UTC."), "{handed}");
+    assert!(server.metric("omni_function_calls_total") >= 4.0, "the calls are counted");
+    server.check_invariants();
+    let shapes = validate_events(&agents_python(), &server.dir().join("recordings"));
+    assert!(shapes.contains("response.function_call_arguments.done"), "{shapes}");
+}

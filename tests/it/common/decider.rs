@@ -24,6 +24,9 @@ pub(crate) enum Answer {
     Slow(Duration),
     /// A 4 MB answer.
     Huge,
+    /// A text model's choice, by rule: the first `(word, tool, arguments)` whose word is in the
+    /// newest user message (lowercased) is called, if the request offers that tool; else words.
+    Rules(Vec<(String, String, String)>),
 }
 
 #[derive(Debug)]
@@ -117,6 +120,19 @@ async fn complete(
             json!({"role": "assistant", "content": "late"})
         }
         Answer::Words(words) => json!({"role": "assistant", "content": words}),
+        Answer::Rules(rules) => {
+            let request = state.lock().unwrap().requests.last().map(|r| r.1.clone()).unwrap_or_default();
+            let newest = request["messages"].as_array().and_then(|m| m.iter().rev().find(|m| m["role"] == "user"));
+            let said = newest.and_then(|m| m["content"].as_str()).unwrap_or_default().to_lowercase();
+            let offered = |tool: &str| {
+                request["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["function"]["name"] == tool))
+            };
+            match rules.iter().find(|(word, tool, _)| said.contains(word.as_str()) && offered(tool)) {
+                Some((_, tool, arguments)) => json!({"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "call_fake_1", "type": "function", "function": {"name": tool, "arguments": arguments}}]}),
+                None => json!({"role": "assistant", "content": "No tool needed."}),
+            }
+        }
         Answer::Call(name, arguments) => json!({"role": "assistant", "content": null, "tool_calls": [
             {"id": "call_fake_1", "type": "function", "function": {"name": name, "arguments": arguments}}]}),
     };
