@@ -115,33 +115,74 @@ fn the_agent_frameworks_call_tools_on_a_minicpmo_voice_through_the_decider() {
     }
     let _one = one_model_at_a_time();
     let (first, second) = (MockWorker::start(), MockWorker::start());
+    let entries = format!("{}{}", first.entry("gpu0", ""), second.entry("gpu1", ""));
+    frameworks_through_the_decider(entries, || {
+        [&first, &second]
+            .iter()
+            .flat_map(|w| {
+                w.with(|s| {
+                    s.prepares.iter().filter_map(|p| p["system_prompt"].as_str().map(String::from)).collect::<Vec<_>>()
+                })
+            })
+            .collect()
+    });
+}
+
+/// The same on a vLLM-Omni server's slots (the mock of its duplex API), whose sessions take
+/// their instructions once: the voice learns by a new session.
+#[test]
+fn the_agent_frameworks_call_tools_on_a_vllm_omni_voice_through_the_decider() {
+    if !needs(&[Need::Agents, Need::Models]) {
+        return;
+    }
+    let _one = one_model_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let wav = dir.path().join("voice.wav");
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(&wav, spec).unwrap();
+    for i in 0..16000 {
+        w.write_sample(((i as f32 * 0.05).sin() * 8000.0) as i16).unwrap();
+    }
+    w.finalize().unwrap();
+    let mock = MockVllm::start(2);
+    let entries = mock.entry("vo", 2, &format!("ref_audio = \"{}\"", wav.display()));
+    frameworks_through_the_decider(entries, || {
+        mock.with(|s| s.opened.iter().filter_map(|o| o["instructions"].as_str().map(String::from)).collect())
+    });
+}
+
+/// The three frameworks' delegated cases against a gateway on `workers` with a decider;
+/// `prompts` gives every system prompt the voices were prepared with, oldest first.
+fn frameworks_through_the_decider(workers: String, prompts: impl Fn() -> Vec<String>) {
     let rules = [("transfer", "transfer_to_spanishagent", "{}"), ("time", "get_time", "{}")];
-    let decider = FakeDecider::start(Answer::Rules(
-        rules.iter().map(|(w, t, a)| (w.to_string(), t.to_string(), a.to_string())).collect(),
-    ));
+    let rules = rules.iter().map(|(w, t, a)| (w.to_string(), t.to_string(), a.to_string())).collect();
+    let decider = FakeDecider::start(Answer::Rules(rules));
     let mut server = Server::ready(
         Setup::default()
             .auth(&format!("api_keys = [\"{KEY}\"]"))
             .recording("enabled = true")
             .limits("max_pending_chunks = 100")
-            .workers(format!("{}{}", first.entry("gpu0", ""), second.entry("gpu1", "")))
+            .workers(workers)
             .extra(&format!("{}{}", transcription_section(), decider.section(""))),
     );
     let ws = server.url("/v1/realtime").replacen("http", "ws", 1);
     let agents = run("agents_sdk_case.py", &[&format!("{ws}?model=omni"), KEY, "--delegated"]);
     let pipecat = run("pipecat_case.py", &[&ws, KEY, "omni", "--delegated"]);
     let livekit = run("livekit_case.py", &[&ws, KEY, "omni", "--delegated"]);
+    let sdk_steps = [
+        "tool call",
+        "tool result in the answer",
+        "handoff",
+        "the new agent's instructions",
+        "the new agent's voice answers",
+    ];
     for (out, steps) in [
-        (
-            &agents,
-            &[
-                "tool call",
-                "tool result in the answer",
-                "handoff",
-                "the new agent's instructions",
-                "the new agent's voice answers",
-            ][..],
-        ),
+        (&agents, &sdk_steps[..]),
         (&pipecat, &["first reply", "function call", "its result in the answer"][..]),
         (&livekit, &["function call", "its output in the next reply"][..]),
     ] {
@@ -150,10 +191,13 @@ fn the_agent_frameworks_call_tools_on_a_minicpmo_voice_through_the_decider() {
         }
     }
     // The spoken question reached the decider as Whisper heard it, with the frameworks' tools.
+    let offers_get_time = |r: &serde_json::Value| {
+        r["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["function"]["name"] == "get_time"))
+    };
     let asked: Vec<String> = decider
         .requests()
         .iter()
-        .filter(|(_, r)| r["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["function"]["name"] == "get_time")))
+        .filter(|(_, r)| offers_get_time(r))
         .filter_map(|(_, r)| {
             r["messages"].as_array()?.iter().rev().find(|m| m["role"] == "user")?["content"]
                 .as_str()
@@ -163,14 +207,7 @@ fn the_agent_frameworks_call_tools_on_a_minicpmo_voice_through_the_decider() {
     assert!(asked.iter().any(|w| w.contains("what time is it")), "{asked:?}");
     // After the handoff, the voice was prepared with the new agent's instructions and the
     // conversation before it: the question, the call and its result.
-    let prompts: Vec<String> = [&first, &second]
-        .iter()
-        .flat_map(|w| {
-            w.with(|s| {
-                s.prepares.iter().filter_map(|p| p["system_prompt"].as_str().map(String::from)).collect::<Vec<_>>()
-            })
-        })
-        .collect();
+    let prompts = prompts();
     let handed =
         prompts.iter().find(|p| p.starts_with("Responde siempre en espanol.")).expect("the new agent's prompt");
     assert!(handed.to_lowercase().contains("what time is it"), "{handed}");
