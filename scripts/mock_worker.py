@@ -15,10 +15,15 @@ import base64
 import json
 import math
 import struct
+import os
 import sys
+import time
 from http import HTTPStatus
 
 from websockets.asyncio.server import serve
+
+# With MOCK_TIMES=FILE, each `prepare` is written there with the time it came (monotonic clock).
+TIMES = os.environ.get("MOCK_TIMES")
 
 SPEECH = base64.b64encode(
     struct.pack("<24000f", *(0.1 * math.sin(i * 0.05) for i in range(24000)))
@@ -52,6 +57,9 @@ class Worker:
                 kind = json.loads(text).get("type")
                 if kind == "prepare":
                     steps, kv = 0, 50
+                    if TIMES:
+                        with open(TIMES, "a") as f:
+                            f.write(f"prepare {time.monotonic()}\n")
                     await ws.send(json.dumps({"type": "prepared", "prompt_length": 50}))
                 elif kind == "audio_chunk":
                     steps += 1

@@ -156,6 +156,9 @@ impl Driver {
             self.start_response(false, audio, request.metadata, max_tokens, (false, tools));
             if let Some(r) = self.responses.current.as_mut() {
                 r.duplex = true;
+                // Stepped with silence from the next tick while the client says nothing: the
+                // voice's words are waited for, not a stalled answer's next step.
+                r.last_step = now.checked_sub(super::pacing::STALLED).unwrap_or(now);
                 r.waits_until = Some(now + super::delegation::VOICE_WAIT);
             }
             return Ok(());
