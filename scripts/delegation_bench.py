@@ -143,9 +143,9 @@ async def connect(port):
     return ws
 
 
-async def pace(ws, pcm, stop=None):
-    """Sends pcm16 at real time, 100 ms a message; silence after it until `stop` is set."""
-    step = RATE // 10 * 2
+async def pace(ws, pcm, stop=None, ms=100):
+    """Sends pcm16 at real time, `ms` a message; silence after it until `stop` is set."""
+    step = RATE * ms // 1000 * 2
     start = time.monotonic()
     i = 0
     while i < len(pcm) or (stop is not None and not stop.is_set()):
@@ -200,7 +200,7 @@ async def load(port, speech, sessions, seconds, decide):
     async def one(k):
         await asyncio.sleep(k * 2.0 / sessions * 5)  # connect over 10 s
         ws = await connect(port)
-        say_at = random.uniform(5, seconds - 15)
+        say_at = random.uniform(5, seconds - 10)
         stop = asyncio.Event()
 
         async def reader():
@@ -214,7 +214,7 @@ async def load(port, speech, sessions, seconds, decide):
 
         r = asyncio.create_task(reader())
         pcm = b"\0" * int(say_at * RATE) * 2 + speech + b"\0" * int((seconds - say_at) * RATE) * 2
-        await pace(ws, pcm[: seconds * RATE * 2])
+        await pace(ws, pcm[: seconds * RATE * 2], ms=200)
         await ws.close()
         r.cancel()
 

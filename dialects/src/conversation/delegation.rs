@@ -421,6 +421,15 @@ mod tests {
     }
 
     #[test]
+    fn an_out_of_band_response_is_refused_with_the_reason() {
+        let mut d = delegated(weather());
+        let e = respond(&mut d, ResponseRequest { out_of_band: true, ..Default::default() }).unwrap_err();
+        assert_eq!(e.code(), "response_create_unsupported");
+        assert!(e.to_string().contains("outside the conversation"), "{e}");
+        assert!(d.take_commands().is_empty(), "nothing asked of the voice or the decider");
+    }
+
+    #[test]
     fn tool_choice_none_asks_nothing_and_required_wants_a_call() {
         let mut d = delegated(Tools { choice: ToolChoice::None, ..weather() });
         assert!(user_says(&mut d, "Weather?").is_none());

@@ -139,6 +139,16 @@ impl Driver {
             self.decide_typed();
         }
         let holds = self.holds_conversations();
+        if self.setup.conf.vad.is_some() && !holds && self.delegates() && request.out_of_band {
+            let model = self.life.backend.as_ref().map_or("the model", |b| b.name.as_str());
+            return Err(ProtocolError::Refused {
+                code: "response_create_unsupported",
+                message: format!(
+                    "response.create: conversation \"none\" asks for an answer outside the conversation, and {model} \
+                     answers only aloud, from the conversation it was prepared with; ask within the conversation"
+                ),
+            });
+        }
         if self.setup.conf.vad.is_some() && !holds && self.delegates() {
             // The voice takes no typed turns: it is prepared again with the conversation (a
             // tool's result among it), and the response is what it says next (or a call the
