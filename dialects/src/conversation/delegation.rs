@@ -24,6 +24,8 @@ use super::items::{Item, ItemBody, Part};
 pub const VOICE_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
 /// The most bytes of conversation a decider is sent (the oldest messages go first).
 pub const MAX_DECIDER_CONVERSATION: usize = 64 << 10;
+/// The most bytes of one message (and of the instructions) a decider is sent.
+pub const MAX_DECIDER_MESSAGE: usize = 16 << 10;
 /// The most bytes of transcript a voice's system prompt holds besides its instructions (the
 /// oldest lines go first; the newest line, a tool's result, is kept whole up to this).
 pub const MAX_BRIEF: usize = 16 << 10;
@@ -43,6 +45,9 @@ pub struct Delegation {
     held: Option<(String, String)>,
     /// The user item the decider was last asked about.
     last_item: Option<String>,
+    /// A newer turn that came while a decision was in flight: asked when it is answered (one
+    /// decision in flight per session; the older answer is then dropped).
+    queued: Option<String>,
 }
 
 impl Driver {
@@ -62,38 +67,84 @@ impl Driver {
         self.delegation.serves = self.delegation.configured && !calls_tools;
     }
 
-    /// The user's turn `item_id` has its transcript: the decider is asked whether to call a tool
-    /// (unless the session has none, or `tool_choice` is `none`).
-    pub(super) fn decide_turn(&mut self, item_id: &str) {
+    /// Whether the decider is asked about this session's turns: it serves it, and the session
+    /// has tools it may call.
+    pub(super) fn decides(&self) -> bool {
         let tools = &self.setup.conf.tools;
-        if !self.delegates() || tools.functions.is_empty() || tools.choice == ToolChoice::None {
+        self.delegates() && !tools.functions.is_empty() && tools.choice != ToolChoice::None
+    }
+
+    /// The decider's answers so far are void (the session's tools or instructions changed).
+    pub(super) fn forget_decisions(&mut self) {
+        self.delegation.asked = None;
+        self.delegation.queued = None;
+        self.delegation.held = None;
+    }
+
+    /// The user's turn `item_id` has its transcript: the decider is asked whether to call a tool
+    /// (unless the session has none, or `tool_choice` is `none`). One decision is in flight at
+    /// a time: a newer turn waits for it, and is then asked instead of its answer being told.
+    pub(super) fn decide_turn(&mut self, item_id: &str) {
+        if !self.decides() {
             return;
         }
-        // The conversation up to this turn, as text: what comes after it is not what it asks.
+        // A newer turn replaces a call waiting for the voice to finish.
+        self.delegation.held = None;
+        self.delegation.last_item = Some(item_id.to_string());
+        if self.delegation.asked.is_some() {
+            self.delegation.queued = Some(item_id.to_string());
+            return;
+        }
+        let Some(request) = self.decide_request(item_id) else { return };
+        let id = self.delegation.next;
+        self.delegation.next += 1;
+        self.delegation.asked = Some(id);
+        self.commands.push(Inbound::Decide { id, request: Box::new(request) });
+    }
+
+    /// What the decider is asked about the turn `item_id`: the instructions, the tools, and the
+    /// conversation up to that turn as text (what came after it is not what it asks), within
+    /// [`MAX_DECIDER_CONVERSATION`]; a call without its result, or a result without its call,
+    /// is left out (a chat-completions server refuses either).
+    fn decide_request(&self, item_id: &str) -> Option<DecideRequest> {
         let mut messages = Vec::new();
         for item in self.conversation.items() {
-            if let Some(m) = item.to_message(|c| self.conversation.tool_of(c)) {
+            if let Some(mut m) = item.to_message(|c| self.conversation.tool_of(c)) {
+                m.text = clip(&m.text, MAX_DECIDER_MESSAGE).to_string();
                 messages.push(m);
             }
             if item.id == item_id {
                 break;
             }
         }
+        let answered =
+            |id: &str| messages.iter().any(|m| m.role == Role::Tool && m.call.as_ref().is_some_and(|c| c.id == id));
+        let called = |id: &str| {
+            messages.iter().any(|m| m.role == Role::Assistant && m.call.as_ref().is_some_and(|c| c.id == id))
+        };
+        let keep: Vec<bool> = messages
+            .iter()
+            .map(|m| match (m.role, &m.call) {
+                (Role::Assistant, Some(c)) => answered(&c.id),
+                (Role::Tool, Some(c)) => called(&c.id),
+                _ => true,
+            })
+            .collect();
+        let mut keep = keep.into_iter();
+        messages.retain(|_| keep.next().unwrap_or(false));
         if !messages.iter().any(|m| m.role == Role::User) {
-            return;
+            return None;
         }
+        // The oldest go first; a call goes with its result.
         let mut bytes: usize = messages.iter().map(|m| m.text.len()).sum();
         while bytes > MAX_DECIDER_CONVERSATION && messages.len() > 1 {
             bytes -= messages.remove(0).text.len();
+            while messages.first().is_some_and(|m| m.role == Role::Tool) && messages.len() > 1 {
+                bytes -= messages.remove(0).text.len();
+            }
         }
-        let request =
-            DecideRequest { instructions: self.setup.conf.instructions.clone(), tools: tools.clone(), messages };
-        let id = self.delegation.next;
-        self.delegation.next += 1;
-        // A newer turn's decision replaces the one in flight (whose answer is then dropped).
-        self.delegation.asked = Some(id);
-        self.delegation.last_item = Some(item_id.to_string());
-        self.commands.push(Inbound::Decide { id, request: Box::new(request) });
+        let instructions = clip(&self.setup.conf.instructions, MAX_DECIDER_MESSAGE).to_string();
+        Some(DecideRequest { instructions, tools: self.setup.conf.tools.clone(), messages })
     }
 
     /// The client asks for a response: its newest user item, if typed (a spoken one was asked
@@ -120,10 +171,16 @@ impl Driver {
     /// progress, if one is); no call leaves the answer to the voice; a failure is one error.
     pub fn decided(&mut self, id: u64, result: &Result<Decision, DeciderError>) {
         if self.delegation.asked != Some(id) {
-            log::debug!("session {:?}: decision {id} came after a newer turn's; dropped", self.life.session_id);
+            log::debug!("session {:?}: decision {id} is void (the session changed); dropped", self.life.session_id);
             return;
         }
         self.delegation.asked = None;
+        if let Some(newer) = self.delegation.queued.take() {
+            // A newer turn came meanwhile: its decision, on the whole conversation, is the one.
+            log::debug!("session {:?}: decision {id} dropped for a newer turn's", self.life.session_id);
+            self.decide_turn(&newer);
+            return;
+        }
         match result {
             Ok(Decision::Call { name, arguments }) => {
                 let call = (name.clone(), arguments.clone());
@@ -293,18 +350,16 @@ mod tests {
         d
     }
 
-    /// The user speaks a turn the gateway transcribes as `words`: the decision asked, if any.
+    /// The user speaks a turn the gateway transcribes as `words` (though the client asked for no
+    /// transcripts: the decider reads them): the decision asked, if any. None is asked, and the
+    /// turn not transcribed, when there is nothing to decide.
     fn user_says(d: &mut Driver, words: &str) -> Option<(u64, DecideRequest)> {
         audio(d, tone(1.0));
         audio(d, vec![0.0; 16000]);
-        let item_id = d
-            .take_commands()
-            .into_iter()
-            .find_map(|c| match c {
-                Inbound::Transcribe { item_id, .. } => Some(item_id),
-                _ => None,
-            })
-            .expect("the turn is transcribed though the client asked for no transcripts");
+        let item_id = d.take_commands().into_iter().find_map(|c| match c {
+            Inbound::Transcribe { item_id, .. } => Some(item_id),
+            _ => None,
+        })?;
         d.gateway_transcribed(&item_id, Ok(words));
         d.take_commands().into_iter().find_map(|c| match c {
             Inbound::Decide { id, request } => Some((id, *request)),
@@ -399,10 +454,16 @@ mod tests {
     fn a_newer_turn_replaces_the_decision_in_flight_and_a_call_waits_for_the_voice() {
         let mut d = delegated(weather());
         let (first, _) = user_says(&mut d, "Weather in Oslo?").unwrap();
-        let (second, request) = user_says(&mut d, "No, in Paris.").unwrap();
-        assert_eq!(request.messages.len(), 2, "both turns, the newest last");
-        d.decided(first, &call("get_weather", r#"{"city":"Oslo"}"#));
+        assert!(user_says(&mut d, "No, in Paris.").is_none(), "one decision in flight a session");
         d.take_events();
+        // The first answer is void: the newer turn is asked instead, on both turns.
+        d.decided(first, &call("get_weather", r#"{"city":"Oslo"}"#));
+        assert!(d.take_events().is_empty(), "the older turn's call is not told: {:?}", d.take_events());
+        let commands = d.take_commands();
+        let [Inbound::Decide { id: second, request }] = &commands[..] else { panic!("{commands:?}") };
+        let second = *second;
+        let words: Vec<&str> = request.messages.iter().map(|m| m.text.as_str()).collect();
+        assert_eq!(words, ["Weather in Oslo?", "No, in Paris."], "both turns, the newest last");
         // The voice speaks meanwhile: the call is told after its response.
         d.step(&speak("Let me check.", false));
         d.take_events();
@@ -418,6 +479,56 @@ mod tests {
             })
             .collect();
         assert_eq!(told, [r#"{"city":"Paris"}"#], "only the newest turn's call");
+    }
+
+    #[test]
+    fn a_call_without_its_result_and_a_message_past_the_bound_are_not_sent_whole() {
+        let mut d = delegated(weather());
+        // A call the client never answered, then one it did.
+        for (id, answered) in [("call_a", false), ("call_b", true)] {
+            let body =
+                ItemBody::FunctionCall { call_id: id.into(), name: "get_weather".into(), arguments: "{}".into() };
+            let message = ChatMessage::tool_call(id, "get_weather", "{}");
+            create(&mut d, NewItem { id: None, place: Place::End, message, body });
+            if answered {
+                let body = ItemBody::FunctionCallOutput { call_id: id.into(), output: "cold".into() };
+                let message = ChatMessage::tool_result(id, "get_weather", "cold");
+                create(&mut d, NewItem { id: None, place: Place::End, message, body });
+            }
+        }
+        let (_, request) = user_says(&mut d, &"long ".repeat(10_000)).unwrap();
+        let calls: Vec<&str> = request.messages.iter().filter_map(|m| m.call.as_ref().map(|c| c.id.as_str())).collect();
+        assert_eq!(calls, ["call_b", "call_b"], "the answered call and its result only");
+        assert!(request.messages.last().unwrap().text.len() <= MAX_DECIDER_MESSAGE);
+    }
+
+    #[test]
+    fn without_create_response_the_voice_may_speak_what_the_client_asked_for() {
+        let mut d = delegated(weather());
+        let mut next = d.conf().clone();
+        if let Some(v) = next.vad.as_mut() {
+            v.create_response = false;
+        }
+        d.command(Command::Update(Box::new(next)), Instant::now()).unwrap();
+        d.take_commands();
+        let forced = |d: &mut Driver| -> Vec<bool> {
+            audio(d, vec![0.0; 16000]);
+            d.take_commands()
+                .iter()
+                .filter_map(|c| match c {
+                    Inbound::Chunk(c) => Some(c.force_listen),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(forced(&mut d), [true], "the model never takes the floor by itself");
+        respond(&mut d, ResponseRequest::default()).unwrap();
+        d.take_commands();
+        assert_eq!(forced(&mut d), [false], "it may speak the response asked of it");
+        d.step(&speak("Hello.", false));
+        assert_eq!(forced(&mut d), [false], "and go on speaking it");
+        d.step(&speak(" Bye.", true));
+        assert_eq!(forced(&mut d), [true]);
     }
 
     #[test]

@@ -177,8 +177,10 @@ impl Driver {
     /// Sends a duplex step, with the images waiting.
     pub(super) fn send_step(&mut self, samples: Vec<f32>, force_listen: bool) {
         self.pacer.sent(samples.len());
-        // Without create_response the model never takes the floor by itself: the client asks.
-        let force_listen = force_listen || self.setup.conf.vad.as_ref().is_some_and(|v| !v.create_response);
+        // Without create_response the model never takes the floor by itself: the client asks
+        // (a response asked of a voice that takes no typed turns is its to speak).
+        let asked = self.responses.current.as_ref().is_some_and(|r| r.waits_until.is_some());
+        let force_listen = force_listen || (!asked && self.setup.conf.vad.as_ref().is_some_and(|v| !v.create_response));
         let frames = self.intake.frames.take();
         self.send(Inbound::Chunk(DuplexChunk {
             audio: samples,

@@ -548,7 +548,8 @@ impl Driver {
             StepKind::Listen => match self.responses.current.as_ref() {
                 // Asked of the voice: it waits for its words, within its bound.
                 Some(r) if r.awaits_voice() && r.waits_until.is_some_and(|t| Instant::now() < t) => {}
-                Some(r) if r.awaits_voice() => self.finish_response(ResponseStatus::Incomplete, Some("voice_silent")),
+                // The voice said nothing within the bound (docs/agents.md): incomplete.
+                Some(r) if r.awaits_voice() => self.finish_response(ResponseStatus::Incomplete, None),
                 Some(r) if r.duplex => self.finish_response(ResponseStatus::Completed, None),
                 _ => {}
             },

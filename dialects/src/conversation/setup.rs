@@ -98,6 +98,8 @@ impl Driver {
     pub(super) fn reconfigure_if_changed(&mut self, announce: bool) -> bool {
         let Some(setup) = self.setup.changed() else { return false };
         self.cut_response("client_cancelled");
+        // Decisions asked under the old tools and instructions are void.
+        self.forget_decisions();
         // A voice a decider serves keeps the conversation in its prompt (a handoff goes on).
         let setup = self.briefed(setup);
         self.reconfigure(setup, announce);

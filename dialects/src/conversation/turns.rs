@@ -74,7 +74,7 @@ impl Driver {
     /// asked for transcripts, or a decider reads them.
     fn gateway_transcribes(&self) -> bool {
         self.turns.gateway_asr
-            && (self.setup.conf.transcription.is_some() || self.delegates())
+            && (self.setup.conf.transcription.is_some() || self.decides())
             && self.life.backend.as_ref().is_some_and(|b| !b.transcripts)
     }
 
@@ -169,7 +169,7 @@ impl Driver {
         }
         self.say(Event::SpeechStopped { audio_end_ms: end_ms, item_id: item_id.clone() });
         // What the model heard of this turn, when it says.
-        let heard = self.turns.heard.take().filter(|_| self.setup.conf.transcription.is_some());
+        let heard = self.turns.heard.take().filter(|_| self.setup.conf.transcription.is_some() || self.decides());
         let item = Item::user_audio(item_id.clone(), heard.clone(), end_ms.saturating_sub(start_ms));
         let previous_item_id = self.conversation.push(item.clone());
         self.say(Event::Committed { item_id: item_id.clone(), previous_item_id: previous_item_id.clone() });
@@ -184,7 +184,7 @@ impl Driver {
     /// What became of the transcription of a user item's audio: the words, or that there are
     /// none (the model does not transcribe, or reported nothing).
     pub(super) fn transcribed(&mut self, item_id: &str, text: Option<&str>) {
-        if let Some(text) = text.filter(|_| self.delegates()) {
+        if let Some(text) = text.filter(|_| self.decides()) {
             self.conversation.heard(item_id, text);
             self.decide_turn(item_id);
         }
@@ -270,7 +270,7 @@ impl Driver {
     pub fn gateway_transcribed(&mut self, item_id: &str, result: Result<&str, &str>) {
         if let Ok(text) = result
             && !text.trim().is_empty()
-            && self.delegates()
+            && self.decides()
         {
             // The decider reads it whether or not the client asked for transcripts.
             self.conversation.heard(item_id, text);

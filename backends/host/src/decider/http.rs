@@ -63,29 +63,30 @@ impl Decider for HttpDecider {
             .read_to_string()
             .map_err(|e| self.failed(e))?;
         if status != 200 {
-            let said: String = text.chars().take(200).collect();
-            return Err(DeciderError::Unavailable(format!(
-                "the decider at {} answered HTTP {status}: {said}",
-                self.endpoint
-            )));
+            // Its body may quote what it was sent (a key's prefix): neither logged nor told.
+            log::warn!("delegation: the decider at {} answered HTTP {status} ({} bytes)", self.endpoint, text.len());
+            return Err(DeciderError::Unavailable(format!("the decider answered HTTP {status}")));
         }
         parse(&text)
     }
 }
 
 impl HttpDecider {
-    /// A failed request, by why.
+    /// A failed request, by why: the client is told what kind of failure, the log where.
     fn failed(&self, e: ureq::Error) -> DeciderError {
         match e {
             ureq::Error::Timeout(_) => DeciderError::Timeout(format!(
-                "the decider at {} did not answer within {} s ([delegation] timeout_s)",
-                self.endpoint, self.timeout_s
+                "the decider did not answer within {} s ([delegation] timeout_s)",
+                self.timeout_s
             )),
             ureq::Error::BodyExceedsLimit(limit) => DeciderError::InvalidOutput(format!(
                 "the decider's answer is longer than {} KiB ([delegation] max_answer_kb); it was cut",
                 limit / 1024
             )),
-            other => DeciderError::Unavailable(format!("the decider at {} is unreachable: {other}", self.endpoint)),
+            other => {
+                log::warn!("delegation: the decider at {} is unreachable: {other}", self.endpoint);
+                DeciderError::Unavailable("the decider could not be reached".into())
+            }
         }
     }
 }

@@ -118,6 +118,13 @@ impl DelegationConfig {
             }
         }
         let url = self.url.trim_end_matches('/');
+        let authority = url.split_once("://").map_or("", |(_, rest)| rest.split('/').next().unwrap_or(""));
+        if authority.contains('@') {
+            return Err(Invalid::new(
+                "url",
+                "must not hold credentials (user:password@): give the key as api_key or api_key_file",
+            ));
+        }
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(Invalid::new(
                 "url",
