@@ -32,7 +32,7 @@ pub use limits::LimitsConfig;
 pub use models::{ModelEntry, ModelSpec};
 pub use nodes::{NodeConfig, NodeServe};
 pub use omni_actors::settings::Invalid;
-pub use omni_backend_host::decider::{DelegationConfig, DelegationSpec};
+pub use omni_backend_host::decider::{DeciderSpec, DelegationConfig, DelegationSpec};
 pub use omni_backend_host::link::config::{NodeEntry, NodeLink};
 pub use omni_backend_host::workers::{BackendKind, BackendSource, Isolation, WorkerEntry, WorkerSpec};
 pub use omni_dialects::transcription::{TranscriptionConfig, TranscriptionSpec};
@@ -321,6 +321,17 @@ fn validate(raw: RawConfig, path: &Path, base: Base<'_>) -> Result<Config, Inval
     let vad = raw.vad.validate(base).map_err(|e| e.under("vad"))?;
     let transcription = raw.transcription.validate(base).map_err(|e| e.under("transcription"))?;
     let delegation = raw.delegation.validate(base).map_err(|e| e.under("delegation"))?;
+    if delegation.as_ref().is_some_and(|d| d.decider == DeciderSpec::Pool)
+        && raw.nodes.is_empty()
+        && cluster.is_none()
+        && !workers.iter().any(|w| w.modes.contains(&omni_actors::domain::Mode::Chat))
+    {
+        return Err(Invalid::new(
+            "delegation.decider",
+            "a pool decider is a chat worker of this gateway: give a [[workers]] entry \"chat\" in its modes \
+             whose backend calls tools (the CPU model, the reference backend, an ABI 1.3 library)",
+        ));
+    }
     if delegation.is_some() && transcription.is_none() {
         return Err(Invalid::new(
             "delegation.decider",

@@ -86,7 +86,6 @@ struct Common {
     registry: Arc<Registry>,
     voice: omni_actors::edge::vad::SharedDetectors,
     transcription: Option<omni_actors::messages::transcribe::TranscriptionPort>,
-    delegation: Option<omni_actors::messages::delegate::DelegationPort>,
 }
 
 impl Common {
@@ -110,23 +109,8 @@ impl Common {
         let incoming = IncomingBudget::new((config.server.max_incoming_total_mb * 1048576.0) as usize);
         let voice = omni_dialects::vad::detectors(&config.vad);
         let transcription = config.transcription.as_ref().map(omni_dialects::transcription::start);
-        let delegation = config.delegation.as_ref().map(|d| {
-            log::info!("{}", d.describe());
-            omni_backend_host::decider::start(d)
-        });
         let registry = Registry::new();
-        Common {
-            recorder,
-            subscribers,
-            webhooks,
-            keys,
-            fragments,
-            incoming,
-            registry,
-            voice,
-            transcription,
-            delegation,
-        }
+        Common { recorder, subscribers, webhooks, keys, fragments, incoming, registry, voice, transcription }
     }
 
     fn serving(
@@ -136,6 +120,11 @@ impl Common {
         pool: PoolPort,
         status: actix::Recipient<StatusQuery>,
     ) -> Serving {
+        // A pool decider's sessions wait in this role's queue.
+        let delegation = config.delegation.as_ref().map(|d| {
+            log::info!("{}", d.describe());
+            omni_backend_host::decider::start(d, &queue)
+        });
         Serving {
             queue,
             status,
@@ -148,7 +137,7 @@ impl Common {
             incoming: self.incoming,
             voice: self.voice,
             transcription: self.transcription,
-            delegation: self.delegation,
+            delegation,
             calls: config.webrtc.enabled.then(|| omni_transports::webrtc::Calls::new(config.webrtc.clone())),
             webhooks: self.webhooks,
             sip_calls: Default::default(),

@@ -265,7 +265,67 @@ fn check_config_names_the_decider_and_refuses_one_without_transcription() {
     let (code, _, stderr) = check_config(&format!("{base}{}{with_password}", transcription_section()));
     assert_eq!(code, Some(1));
     assert!(stderr.contains("must not hold credentials") && !stderr.contains("sk-secret"), "{stderr}");
-    let (code, _, stderr) = check_config(&format!("{base}[delegation]\ndecider = \"pool\"\n"));
+    let (code, _, stderr) =
+        check_config(&format!("{base}{}[delegation]\ndecider = \"ask\"\n", transcription_section()));
     assert_eq!(code, Some(1));
-    assert!(stderr.contains("'pool' is not a decider (off, http)"), "{stderr}");
+    assert!(stderr.contains("'ask' is not a decider (off, http, pool)"), "{stderr}");
+    // A pool decider needs a chat worker.
+    let audio_only = format!("[server]\nbind = \"127.0.0.1:0\"\n[[workers]]\nname = \"v\"\nmodes = [\"audio\"]\n");
+    let (code, _, stderr) =
+        check_config(&format!("{audio_only}{}[delegation]\ndecider = \"pool\"\n", transcription_section()));
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("a pool decider is a chat worker of this gateway"), "{stderr}");
+    let (code, stdout, stderr) =
+        check_config(&format!("{base}{}[delegation]\ndecider = \"pool\"\n", transcription_section()));
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("decided by the pool's chat workers"), "{stdout}");
+}
+
+/// `decider = "pool"`: the decider is a chat worker of the gateway's own pool whose backend calls
+/// tools (here the reference backend, by its documented rule: the tool whose name's last word
+/// the user said), taken from the queue for one turn and given back; the voice is a MiniCPM-o
+/// worker serving audio only.
+#[tokio::test]
+async fn a_chat_worker_of_the_pool_decides_for_a_minicpmo_voice() {
+    if !needs(&[Need::Models]) {
+        return;
+    }
+    let worker = MockWorker::start();
+    let entries = format!(
+        "[[workers]]\nname = \"voice\"\nbackend = \"minicpmo-worker\"\nurl = \"{}\"\nmodes = [\"audio\", \"video\"]\n\
+         [[workers]]\nname = \"decider\"\nmodes = [\"chat\"]\n",
+        worker.url()
+    );
+    let server = Server::ready(
+        Setup::default()
+            .workers(entries)
+            .limits("max_pending_chunks = 100")
+            .extra(&format!("{}[delegation]\ndecider = \"pool\"\n", transcription_section())),
+    );
+    let mut c = Client::connect(&server.url("/v1/realtime?model=omni")).await;
+    c.expect("session.created").await;
+    let tools = json!([{"type": "function", "name": "get_time", "description": "The time now",
+        "parameters": {"type": "object", "properties": {}}}]);
+    c.send(json!({"type": "session.update", "session": {"type": "realtime", "tools": tools,
+        "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": {"type": "server_vad"}}}}}))
+        .await;
+    c.until("session.updated").await;
+    say(&mut c, "What time is it now?").await;
+    let call = next_outcome(&mut c).await;
+    assert_eq!(call["type"], "response.function_call_arguments.done", "{call}");
+    assert_eq!((call["name"].as_str(), call["arguments"].as_str()), (Some("get_time"), Some("{}")));
+    c.until("response.done").await;
+    c.send(json!({"type": "conversation.item.create", "item": {"type": "function_call_output",
+        "call_id": call["call_id"], "output": "noon"}}))
+        .await;
+    c.send(json!({"type": "response.create"})).await;
+    let spoken = c.until("response.output_audio_transcript.done").await;
+    assert!(spoken["transcript"].as_str().unwrap().contains("The tool get_time answered: noon"), "{spoken}");
+    assert_eq!(server.metric("omni_decisions_total{outcome=\"call\"}"), 1.0);
+    drop(c);
+    // The decider's worker went back to the pool with the voice's.
+    server.wait_idle();
+    let status = server.status();
+    let idle = status["workers"].as_array().unwrap().iter().filter(|w| w["state"] == "idle").count();
+    assert_eq!(idle, 2, "{status}");
 }

@@ -5,7 +5,10 @@
 //! answered at once with `decider_unavailable`.
 //!
 //! `threads` deciders run side by side (a `SyncArbiter`); each blocks on its request, which
-//! its own timeout bounds.
+//! its own timeout bounds. A decider on the pool's own chat workers is [`pool`]: no thread, a
+//! short session of its own per decision.
+
+pub mod pool;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -29,6 +32,17 @@ impl DelegationPort {
     }
 }
 
+/// A decision counted: `omni_decisions_total{outcome}`, `omni_decision_seconds`.
+fn count(result: &Result<Decision, crate::domain::DeciderError>, elapsed: std::time::Duration) {
+    metrics().decision_seconds.observe(elapsed.as_secs_f64());
+    let outcome = match result {
+        Ok(Decision::Call { .. }) => "call",
+        Ok(Decision::NoCall(_)) => "no_call",
+        Err(e) => e.code(),
+    };
+    metrics().decisions.with_label_values(&[outcome]).inc();
+}
+
 /// One decider, on a thread of the delegation pool; see the module's documentation.
 pub struct DelegationActor {
     decider: Box<dyn Decider>,
@@ -47,13 +61,7 @@ impl Handler<Decide> for DelegationActor {
         let result = self.decider.decide(&job.request);
         self.backlog.done();
         let elapsed = started.elapsed();
-        metrics().decision_seconds.observe(elapsed.as_secs_f64());
-        let outcome = match &result {
-            Ok(Decision::Call { .. }) => "call",
-            Ok(Decision::NoCall(_)) => "no_call",
-            Err(e) => e.code(),
-        };
-        metrics().decisions.with_label_values(&[outcome]).inc();
+        count(&result, elapsed);
         match &result {
             Ok(Decision::Call { name, .. }) => {
                 log::info!("session {}: decision {}: call {name} ({} ms)", job.session, job.id, elapsed.as_millis())

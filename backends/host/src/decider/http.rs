@@ -11,12 +11,9 @@ use omni_actors::domain::{DecideRequest, DeciderError, Decision};
 use omni_actors::edge::decider::Decider;
 use serde_json::{Value, json};
 
-use super::DelegationSpec;
+use omni_actors::delegate::pool::PREFACE;
 
-/// What the decider is told before the session's instructions: its part beside the voice.
-const PREFACE: &str = "You decide, for a voice assistant, whether the user's newest turn needs one of the tools. \
-                       If it does, call it with the right arguments; if not, answer briefly without a tool call. \
-                       The voice speaks to the user; you do not.";
+use super::{DeciderSpec, DelegationSpec};
 
 /// A decider over HTTP; one per delegation thread (each with its own connection pool).
 pub struct HttpDecider {
@@ -29,7 +26,12 @@ pub struct HttpDecider {
 }
 
 impl HttpDecider {
+    /// A decider of `spec`, which must be [`DeciderSpec::Http`].
     pub fn new(spec: &DelegationSpec) -> HttpDecider {
+        let (endpoint, model, api_key) = match &spec.decider {
+            DeciderSpec::Http { endpoint, model, api_key } => (endpoint.clone(), model.clone(), api_key.clone()),
+            DeciderSpec::Pool => (String::new(), String::new(), None),
+        };
         let agent = ureq::Agent::config_builder()
             .timeout_global(Some(spec.timeout))
             .http_status_as_error(false)
@@ -38,9 +40,9 @@ impl HttpDecider {
             .into();
         HttpDecider {
             agent,
-            endpoint: spec.endpoint.clone(),
-            model: spec.model.clone(),
-            api_key: spec.api_key.clone(),
+            endpoint,
+            model,
+            api_key,
             max_answer_bytes: spec.max_answer_bytes,
             timeout_s: spec.timeout.as_secs_f64(),
         }

@@ -5,6 +5,8 @@
 //!
 //! - `decider = "http"` ([`http`]): an OpenAI-compatible chat-completions server with tools (a
 //!   vLLM, llama.cpp or Ollama server beside the GPU), sent `url`/chat/completions requests.
+//! - `decider = "pool"` ([`omni_actors::delegate::pool`]): a chat worker of the gateway's own
+//!   pool whose backend calls tools (the CPU model, any ABI 1.3 library), queued as a chat session.
 
 pub mod http;
 
@@ -13,6 +15,7 @@ use std::time::Duration;
 
 use omni_actors::edge::decider::{Decider, OpenDecider};
 use omni_actors::messages::delegate::DelegationPort;
+use omni_actors::messages::queue::QueuePort;
 use omni_actors::settings::{Base, Invalid};
 use serde::Deserialize;
 
@@ -59,38 +62,54 @@ impl Default for DelegationConfig {
 }
 
 /// `[delegation]` resolved, when it is on.
-#[derive(Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DelegationSpec {
-    /// Where chat-completions requests go (`URL/chat/completions`).
-    pub endpoint: String,
-    pub model: String,
-    pub api_key: Option<String>,
+    pub decider: DeciderSpec,
     pub timeout: Duration,
     pub max_answer_bytes: u64,
     pub threads: usize,
     pub max_waiting: usize,
 }
 
-impl std::fmt::Debug for DelegationSpec {
+/// Which decider.
+#[derive(Clone, PartialEq)]
+pub enum DeciderSpec {
+    /// A chat-completions server.
+    Http {
+        /// Where requests go (`URL/chat/completions`).
+        endpoint: String,
+        model: String,
+        api_key: Option<String>,
+    },
+    /// The pool's own chat workers whose backend calls tools.
+    Pool,
+}
+
+impl std::fmt::Debug for DeciderSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The key is a secret: never in a log.
-        f.debug_struct("DelegationSpec")
-            .field("endpoint", &self.endpoint)
-            .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| "(set)"))
-            .field("timeout", &self.timeout)
-            .finish_non_exhaustive()
+        match self {
+            // The key is a secret: never in a log.
+            DeciderSpec::Http { endpoint, model, api_key } => f
+                .debug_struct("Http")
+                .field("endpoint", endpoint)
+                .field("model", model)
+                .field("api_key", &api_key.as_ref().map(|_| "(set)"))
+                .finish(),
+            DeciderSpec::Pool => f.write_str("Pool"),
+        }
     }
 }
 
 impl DelegationSpec {
     /// What the gateway says at start-up and in `check-config` of the tools it serves.
     pub fn describe(&self) -> String {
+        let by = match &self.decider {
+            DeciderSpec::Http { endpoint, model, .. } => format!("{model} at {endpoint}"),
+            DeciderSpec::Pool => "the pool's chat workers whose backend calls tools, queued as chat sessions".into(),
+        };
         format!(
             "delegation: tools of backends that call none (MiniCPM-o workers, vLLM-Omni slots, ABI libraries \
-             without tools) are decided by {} at {} (timeout {} s)",
-            self.model,
-            self.endpoint,
+             without tools) are decided by {by} (timeout {} s)",
             self.timeout.as_secs_f64()
         )
     }
@@ -110,11 +129,22 @@ impl DelegationConfig {
         if !(1..=65536).contains(&self.max_answer_kb) {
             return Err(Invalid::new("max_answer_kb", "must be from 1 to 65536"));
         }
+        let spec = |decider| DelegationSpec {
+            decider,
+            timeout: Duration::from_secs_f64(self.timeout_s),
+            max_answer_bytes: self.max_answer_kb * 1024,
+            threads: self.threads,
+            max_waiting: self.max_waiting,
+        };
         match self.decider.as_str() {
             "off" => return Ok(None),
             "http" => {}
+            "pool" if self.url.is_empty() && self.model.is_empty() => return Ok(Some(spec(DeciderSpec::Pool))),
+            "pool" => {
+                return Err(Invalid::new("url", "a pool decider is the pool's own chat worker: give no url or model"));
+            }
             other => {
-                return Err(Invalid::new("decider", format!("'{other}' is not a decider (off, http)")));
+                return Err(Invalid::new("decider", format!("'{other}' is not a decider (off, http, pool)")));
             }
         }
         let url = self.url.trim_end_matches('/');
@@ -145,21 +175,24 @@ impl DelegationConfig {
                 .map_err(|e| Invalid::new("api_key_file", format!("{}: {e}", path.display())))?;
             Some(key.trim().to_string()).filter(|k| !k.is_empty())
         };
-        Ok(Some(DelegationSpec {
+        Ok(Some(spec(DeciderSpec::Http {
             endpoint: format!("{url}/chat/completions"),
             model: self.model.clone(),
             api_key,
-            timeout: Duration::from_secs_f64(self.timeout_s),
-            max_answer_bytes: self.max_answer_kb * 1024,
-            threads: self.threads,
-            max_waiting: self.max_waiting,
-        }))
+        })))
     }
 }
 
-/// Starts the deciders of `spec`.
-pub fn start(spec: &DelegationSpec) -> DelegationPort {
-    let shared = spec.clone();
-    let open: OpenDecider = Arc::new(move || Box::new(http::HttpDecider::new(&shared)) as Box<dyn Decider>);
-    DelegationPort::start(spec.threads, spec.max_waiting, open)
+/// Starts the deciders of `spec`; a pool decider's sessions join `queue`.
+pub fn start(spec: &DelegationSpec, queue: &QueuePort) -> DelegationPort {
+    match &spec.decider {
+        DeciderSpec::Http { .. } => {
+            let shared = spec.clone();
+            let open: OpenDecider = Arc::new(move || Box::new(http::HttpDecider::new(&shared)) as Box<dyn Decider>);
+            DelegationPort::start(spec.threads, spec.max_waiting, open)
+        }
+        DeciderSpec::Pool => {
+            DelegationPort::pool(queue.clone(), spec.max_waiting, spec.timeout, spec.max_answer_bytes as usize)
+        }
+    }
 }
