@@ -4,6 +4,11 @@ this process, answering a call at once), so that what is measured is the gateway
 
 Usage: python delegation_bench.py BIN ASR_LIBRARY WHISPER_MODEL [ROUNDS] [SESSIONS] [SECONDS]
 
+With CPU_MODEL=LIBRARY (libomni_cascade.so) and OMNI_MODELS set, the decider is instead a chat
+worker of the gateway's own pool running the CPU model's LLM (`decider = "pool"`), and only the
+latency part runs: what a call costs when the decider is the 0.5B model on these two cores.
+TOOL_CHOICE sets the session's tool_choice (auto; "required" makes the small model call).
+
 1. Latency, one OpenAI client, ROUNDS (20) rounds of: "What is the weather in Paris?" spoken by
    espeak-ng, paced at real time, then silence paced at real time until the call comes. Measured
    on the client's clock: the end of the sentence (its last sample sent) to
@@ -89,7 +94,7 @@ def cpu_seconds(pid):
 
 
 class Gateway:
-    def __init__(self, bin, workers, asr, model, decider_port, times):
+    def __init__(self, bin, workers, asr, model, decider, times):
         self.dir = tempfile.mkdtemp()
         env = dict(os.environ, MOCK_TIMES=times)
         self.mock = subprocess.Popen([sys.executable, os.path.join(HERE, "mock_worker.py"), str(workers)],
@@ -98,23 +103,24 @@ class Gateway:
         self.port = free_port()
         config = [f'[server]\nbind = "127.0.0.1:{self.port}"\nmax_connections_per_ip = 0\nmax_waiting_per_ip = 0\n',
                   f'[transcription]\nenabled = true\nlibrary = "{asr}"\nmodel = "{model}"\nthreads = 2\nmax_waiting = 256\n']
-        if decider_port:
-            config.append(f'[delegation]\ndecider = "http"\nurl = "http://127.0.0.1:{decider_port}/v1"\nmodel = "m"\n'
-                          'max_waiting = 256\nthreads = 4\n')
+        if decider:
+            config.append(decider)
         for i, p in enumerate(ports):
-            config.append(f'[[workers]]\nname = "w{i}"\nbackend = "minicpmo-worker"\nurl = "http://127.0.0.1:{p}"\n')
+            config.append(f'[[workers]]\nname = "w{i}"\nbackend = "minicpmo-worker"\nurl = "http://127.0.0.1:{p}"\n'
+                          'modes = ["audio", "video"]\n')
+        expected = workers + decider.count("[[workers]]") if decider else workers
         path = os.path.join(self.dir, "gw.toml")
         open(path, "w").write("".join(config))
         self.log = open(os.path.join(self.dir, "gw.log"), "w")
         self.proc = subprocess.Popen([bin, "--config", path], stdout=self.log, stderr=self.log,
-                                     env=dict(os.environ, RUST_LOG="warn"))
+                                     env=dict(os.environ, RUST_LOG=os.environ.get("BENCH_LOG", "warn")))
         deadline = time.monotonic() + 60
         while True:
             try:
                 import urllib.request
                 body = urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics").read().decode()
                 idle = [l for l in body.splitlines() if l.startswith('omni_workers{state="idle"}')]
-                if idle and float(idle[0].split()[1]) == workers:
+                if idle and float(idle[0].split()[1]) == expected:
                     break
             except OSError:
                 pass
@@ -135,7 +141,8 @@ async def connect(port):
         pass
     # Transcripts asked for: Whisper runs whether the decider is on or off.
     await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "instructions": "Be brief.",
-        "tools": TOOLS, "audio": {"input": {"format": {"type": "audio/pcm", "rate": RATE},
+        "tools": TOOLS, "tool_choice": os.environ.get("TOOL_CHOICE", "auto"),
+        "audio": {"input": {"format": {"type": "audio/pcm", "rate": RATE},
                                             "transcription": {"model": "whisper-1"},
                                             "turn_detection": {"type": "server_vad"}}}}}))
     while json.loads(await ws.recv())["type"] != "session.updated":
@@ -164,13 +171,22 @@ async def latency(port, speech, rounds, times):
     for _ in range(rounds):
         stop = asyncio.Event()
         sender = asyncio.create_task(pace(ws, b"\0" * 8000 + speech, stop))
-        while True:
-            e = json.loads(await ws.recv())
+        got = None
+        deadline = time.monotonic() + 30
+        while got is None and time.monotonic() < deadline:
+            try:
+                e = json.loads(await asyncio.wait_for(ws.recv(), deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                break
             if e["type"] == "response.function_call_arguments.done":
                 got = time.monotonic()
-                break
+            elif e["type"] == "error":
+                print(f"error: {e['error']}", file=sys.stderr)
         stop.set()
         ended = await sender
+        if got is None:
+            print("no call within 30 s of the sentence", file=sys.stderr)
+            continue
         to_call.append(got - ended)
         # Whatever the voice was saying is let finish; then the result.
         await asyncio.sleep(0.5)
@@ -238,7 +254,28 @@ def main():
     speech = espeak(SENTENCE)
     times = tempfile.mktemp()
     open(times, "w").close()
-    gw = Gateway(bin, 1, asr, model, server.server_address[1], times)
+    via_http = (f'[delegation]\ndecider = "http"\nurl = "http://127.0.0.1:{server.server_address[1]}/v1"\nmodel = "m"\n'
+            'max_waiting = 256\nthreads = 4\n')
+    cpu = os.environ.get("CPU_MODEL")
+    if cpu:
+        models = os.environ["OMNI_MODELS"]
+        pool = (f'[delegation]\ndecider = "pool"\ntimeout_s = 30\n[[workers]]\nname = "decider"\nbackend = "library"\n'
+                f'library = "{cpu}"\nisolation = "process"\nmodes = ["chat"]\n[workers.options]\ntemperature = 0\n'
+                f'llm_model = "{models}/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"\nasr_model = "{models}/ggml-tiny.en.bin"\n'
+                f'voice = "{models}/en_US-joe-medium.onnx"\nonnxruntime_library = "{models}/libonnxruntime.so.1.31.1"\n'
+                'threads = 2\nmax_answer_tokens = 64\n')
+        gw = Gateway(bin, 1, asr, model, pool, times)
+        try:
+            to_call, _, _ = asyncio.run(latency(gw.port, speech, rounds, times))
+        finally:
+            gw.stop()
+        ms = lambda x: f"{1000 * x:.0f} ms"
+        if to_call:
+            print(f"| end of the sentence → function call, decided by the CPU model's 0.5B LLM on the pool, tool_choice {os.environ.get('TOOL_CHOICE', 'auto')} | {ms(pct(to_call, 50))} | {ms(pct(to_call, 90))} | {len(to_call)} of {rounds} |")
+        else:
+            print(f"| end of the sentence → function call, decided by the CPU model's 0.5B LLM on the pool | no call | | 0 of {rounds} |")
+        return
+    gw = Gateway(bin, 1, asr, model, via_http, times)
     try:
         to_call, to_prepare, to_audio = asyncio.run(latency(gw.port, speech, rounds, times))
     finally:
@@ -248,7 +285,7 @@ def main():
     print(f"| result sent → the voice's re-preparation reaches the worker | {ms(pct(to_prepare, 50))} | {ms(pct(to_prepare, 90))} | {rounds} |")
     print(f"| result sent → first audio of the answer (mock speaks 3 steps after a prepare) | {ms(pct(to_audio, 50))} | {ms(pct(to_audio, 90))} | {rounds} |")
     for on in (False, True):
-        gw = Gateway(bin, sessions, asr, model, server.server_address[1] if on else None, times)
+        gw = Gateway(bin, sessions, asr, model, via_http if on else None, times)
         try:
             before, t0 = cpu_seconds(gw.proc.pid), time.monotonic()
             calls = asyncio.run(load(gw.port, speech, sessions, seconds, on))

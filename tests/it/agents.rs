@@ -116,7 +116,7 @@ fn the_agent_frameworks_call_tools_on_a_minicpmo_voice_through_the_decider() {
     let _one = one_model_at_a_time();
     let (first, second) = (MockWorker::start(), MockWorker::start());
     let entries = format!("{}{}", first.entry("gpu0", ""), second.entry("gpu1", ""));
-    frameworks_through_the_decider(entries, || {
+    frameworks_through_the_decider(entries, None, || {
         [&first, &second]
             .iter()
             .flat_map(|w| {
@@ -151,24 +151,60 @@ fn the_agent_frameworks_call_tools_on_a_vllm_omni_voice_through_the_decider() {
     w.finalize().unwrap();
     let mock = MockVllm::start(2);
     let entries = mock.entry("vo", 2, &format!("ref_audio = \"{}\"", wav.display()));
-    frameworks_through_the_decider(entries, || {
+    frameworks_through_the_decider(entries, None, || {
         mock.with(|s| s.opened.iter().filter_map(|o| o["instructions"].as_str().map(String::from)).collect())
     });
 }
 
-/// The three frameworks' delegated cases against a gateway on `workers` with a decider;
-/// `prompts` gives every system prompt the voices were prepared with, oldest first.
-fn frameworks_through_the_decider(workers: String, prompts: impl Fn() -> Vec<String>) {
+/// The same on MiniCPM-o voices, the decider a chat worker of the gateway's own pool (the
+/// reference backend, whose documented rule calls the tool whose name's last word was said).
+#[test]
+fn the_agent_frameworks_call_tools_on_a_minicpmo_voice_through_a_pool_decider() {
+    if !needs(&[Need::Agents, Need::Models]) {
+        return;
+    }
+    let _one = one_model_at_a_time();
+    let (first, second) = (MockWorker::start(), MockWorker::start());
+    let voice = |w: &MockWorker, name: &str| {
+        format!(
+            "[[workers]]\nname = \"{name}\"\nbackend = \"minicpmo-worker\"\nurl = \"{}\"\nmodes = [\"audio\"]\n",
+            w.url()
+        )
+    };
+    let entries = format!(
+        "{}{}[[workers]]\nname = \"decider\"\nmodes = [\"chat\"]\n",
+        voice(&first, "gpu0"),
+        voice(&second, "gpu1")
+    );
+    let pool = "[delegation]\ndecider = \"pool\"\n".to_string();
+    frameworks_through_the_decider(entries, Some(pool), || {
+        [&first, &second]
+            .iter()
+            .flat_map(|w| {
+                w.with(|s| {
+                    s.prepares.iter().filter_map(|p| p["system_prompt"].as_str().map(String::from)).collect::<Vec<_>>()
+                })
+            })
+            .collect()
+    });
+}
+
+/// The three frameworks' delegated cases against a gateway on `workers` with a decider (`section`,
+/// else a chat-completions fake that calls by rule); `prompts` gives every system prompt the
+/// voices were prepared with, oldest first.
+fn frameworks_through_the_decider(workers: String, section: Option<String>, prompts: impl Fn() -> Vec<String>) {
     let rules = [("transfer", "transfer_to_spanishagent", "{}"), ("time", "get_time", "{}")];
     let rules = rules.iter().map(|(w, t, a)| (w.to_string(), t.to_string(), a.to_string())).collect();
     let decider = FakeDecider::start(Answer::Rules(rules));
+    let pool = section.is_some();
+    let section = section.unwrap_or_else(|| decider.section(""));
     let mut server = Server::ready(
         Setup::default()
             .auth(&format!("api_keys = [\"{KEY}\"]"))
             .recording("enabled = true")
             .limits("max_pending_chunks = 100")
             .workers(workers)
-            .extra(&format!("{}{}", transcription_section(), decider.section(""))),
+            .extra(&format!("{}{section}", transcription_section())),
     );
     let ws = server.url("/v1/realtime").replacen("http", "ws", 1);
     let agents = run("agents_sdk_case.py", &[&format!("{ws}?model=omni"), KEY, "--delegated"]);
@@ -191,6 +227,10 @@ fn frameworks_through_the_decider(workers: String, prompts: impl Fn() -> Vec<Str
         }
     }
     // The spoken question reached the decider as Whisper heard it, with the frameworks' tools.
+    if pool {
+        assert!(decider.requests().is_empty(), "the pool decided, not the fake");
+        assert!(server.metric("omni_decisions_total{outcome=\"call\"}") >= 4.0, "the pool's calls");
+    }
     let offers_get_time = |r: &serde_json::Value| {
         r["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["function"]["name"] == "get_time"))
     };
@@ -204,7 +244,7 @@ fn frameworks_through_the_decider(workers: String, prompts: impl Fn() -> Vec<Str
                 .map(str::to_lowercase)
         })
         .collect();
-    assert!(asked.iter().any(|w| w.contains("what time is it")), "{asked:?}");
+    assert!(pool || asked.iter().any(|w| w.contains("what time is it")), "{asked:?}");
     // After the handoff, the voice was prepared with the new agent's instructions and the
     // conversation before it: the question, the call and its result.
     let prompts = prompts();

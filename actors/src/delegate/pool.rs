@@ -19,9 +19,9 @@ use crate::messages::transcribe::Backlog;
 use crate::messages::worker::{Attach, BackendEvent, Delivery, Detach, Lost, Prepare, SubmitTurn, WorkerLink};
 
 /// What the decider's model is told before the session's instructions.
-pub const PREFACE: &str = "You decide, for a voice assistant, whether the user's newest turn needs one of the tools. \
-                           If it does, call it with the right arguments; if not, answer briefly without a tool call. \
-                           The voice speaks to the user; you do not.";
+pub const PREFACE: &str = "You choose the tool calls of a voice assistant. When one of the tools can answer or carry out \
+                           the user's newest message, call it with the arguments the user gave. Only when no tool fits, \
+                           answer in one short sentence. The voice speaks to the user; you do not.";
 
 /// The most tokens the decider's model writes for one decision.
 const MAX_NEW_TOKENS: u32 = 256;
@@ -131,12 +131,21 @@ impl DecisionSession {
         }
         self.step = Step::Over;
         let worker = self.worker.as_ref().map_or("-", |w| w.name.as_str());
-        log::debug!(
-            "session {}: decision {} on worker {worker}: {} ms",
-            job.session,
-            job.id,
-            self.started.elapsed().as_millis()
-        );
+        let ms = self.started.elapsed().as_millis();
+        match &result {
+            Ok(Decision::Call { name, .. }) => {
+                log::info!("session {}: decision {} on worker {worker}: call {name} ({ms} ms)", job.session, job.id)
+            }
+            Ok(Decision::NoCall(words)) => log::info!(
+                "session {}: decision {} on worker {worker}: no call ({} bytes of words, {ms} ms)",
+                job.session,
+                job.id,
+                words.len()
+            ),
+            Err(e) => {
+                log::warn!("session {}: decision {} on worker {worker} failed: {} ({e})", job.session, job.id, e.code())
+            }
+        }
         super::count(&result, self.started.elapsed());
         job.reply.do_send(Decided { id: job.id, result });
         ctx.stop();

@@ -48,7 +48,13 @@ pub struct Delegation {
     /// A newer turn that came while a decision was in flight: asked when it is answered (one
     /// decision in flight per session; the older answer is then dropped).
     queued: Option<String>,
+    /// The newest user turns the detector did not hear as speech (the voice answered a sound):
+    /// not decided, whatever a recogniser makes of them.
+    unheard: std::collections::VecDeque<String>,
 }
+
+/// How many unheard turns are remembered.
+const UNHEARD: usize = 8;
 
 impl Driver {
     /// The gateway has a decider for sessions whose backend calls no tools (`[delegation]`).
@@ -74,6 +80,14 @@ impl Driver {
         self.delegates() && !tools.functions.is_empty() && tools.choice != ToolChoice::None
     }
 
+    /// The turn `item_id` was not heard as speech: it is not decided.
+    pub(super) fn unheard_turn(&mut self, item_id: &str) {
+        if self.delegation.unheard.len() == UNHEARD {
+            self.delegation.unheard.pop_front();
+        }
+        self.delegation.unheard.push_back(item_id.to_string());
+    }
+
     /// The decider's answers so far are void (the session's tools or instructions changed).
     pub(super) fn forget_decisions(&mut self) {
         self.delegation.asked = None;
@@ -86,6 +100,14 @@ impl Driver {
     /// a time: a newer turn waits for it, and is then asked instead of its answer being told.
     pub(super) fn decide_turn(&mut self, item_id: &str) {
         if !self.decides() {
+            return;
+        }
+        if self.delegation.unheard.iter().any(|i| i == item_id) {
+            return;
+        }
+        let said = self.conversation.get(item_id).and_then(|i| i.to_message(|_| String::new()));
+        if said.is_some_and(|m| m.role == Role::User && !has_words(&m.text)) {
+            // A recogniser's mark for no speech ("[BLANK_AUDIO]", "(wind)"): nothing to decide.
             return;
         }
         // A newer turn replaces a call waiting for the voice to finish.
@@ -279,6 +301,20 @@ impl Driver {
         setup.system_prompt = prompt;
         setup
     }
+}
+
+/// Whether a transcript holds words: something besides a recogniser's bracketed marks.
+fn has_words(text: &str) -> bool {
+    let mut depth = 0i32;
+    text.chars().any(|c| {
+        match c {
+            '[' | '(' => depth += 1,
+            ']' | ')' => depth = (depth - 1).max(0),
+            c if depth == 0 && c.is_alphanumeric() => return true,
+            _ => {}
+        }
+        false
+    })
 }
 
 /// One message as a line of the voice's transcript.
@@ -538,6 +574,14 @@ mod tests {
         assert_eq!(e.code(), "response_create_unsupported");
         assert!(e.to_string().contains("outside the conversation"), "{e}");
         assert!(d.take_commands().is_empty(), "nothing asked of the voice or the decider");
+    }
+
+    #[test]
+    fn a_turn_with_no_words_is_not_decided() {
+        let mut d = delegated(weather());
+        assert!(user_says(&mut d, "[BLANK_AUDIO]").is_none());
+        assert!(user_says(&mut d, " (wind blowing) ").is_none());
+        assert!(user_says(&mut d, "[music] Paris?").is_some());
     }
 
     #[test]

@@ -165,6 +165,7 @@ impl Driver {
     fn close_user_turn(&mut self, user: UserTurn, end_ms: u64) {
         let UserTurn { item_id, start_ms, announced } = user;
         if !announced {
+            self.unheard_turn(&item_id);
             self.say(Event::SpeechStarted { audio_start_ms: start_ms, item_id: item_id.clone() });
         }
         self.say(Event::SpeechStopped { audio_end_ms: end_ms, item_id: item_id.clone() });
