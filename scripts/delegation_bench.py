@@ -45,7 +45,7 @@ import websockets
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RATE = 16000
-SENTENCE = "What is the weather in Paris?"
+SENTENCE = os.environ.get("SENTENCE", "What is the weather in Paris?")
 TOOLS = [{"type": "function", "name": "get_weather", "description": "The weather in a city now",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
 
