@@ -589,6 +589,9 @@ pub struct DecideRequest {
     pub tools: Tools,
     /// The conversation so far as text, oldest first; the newest user turn is the last.
     pub messages: Vec<ChatMessage>,
+    /// The decider answers the messages itself, in words (an out-of-band response the voice
+    /// cannot give), with `instructions` as its own: it is not deciding for a voice.
+    pub answer: bool,
 }
 
 impl DecideRequest {

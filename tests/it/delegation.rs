@@ -119,6 +119,19 @@ async fn a_minicpmo_voice_calls_a_tool_through_the_decider_and_speaks_its_result
     assert!(spoken["transcript"].as_str().unwrap().contains("21 degrees and sunny"), "{spoken}");
     // Nothing was refused on the way: tools were not reported unsupported, no error came.
     assert!(!c.seen.iter().any(|e| e["type"] == "error"), "{:?}", c.seen);
+    // An out-of-band response is the decider's words, with the response's instructions.
+    c.until("response.done").await;
+    decider.answer(Answer::Words("weather".into()));
+    c.send(json!({"type": "response.create", "response": {"conversation": "none",
+        "instructions": "Name the topic in one word.", "metadata": {"topic": "x"}}}))
+        .await;
+    let delta = c.until("response.output_text.delta").await;
+    assert_eq!(delta["delta"], "weather");
+    let done = c.until("response.done").await;
+    assert_eq!(done["response"]["metadata"]["topic"], "x", "{done}");
+    assert!(done["response"]["conversation_id"].is_null(), "outside the conversation: {done}");
+    let (_, asked) = decider.requests().pop().unwrap();
+    assert_eq!(asked["messages"][0], json!({"role": "system", "content": "Name the topic in one word."}));
     drop(c);
     server.wait_idle();
 }

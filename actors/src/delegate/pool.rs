@@ -23,6 +23,20 @@ pub const PREFACE: &str = "You choose the tool calls of a voice assistant. When 
                            the user's newest message, call it with the arguments the user gave. Only when no tool fits, \
                            answer in one short sentence. The voice speaks to the user; you do not.";
 
+/// What a decider's model is told first: its part beside the voice and the session's
+/// instructions; for an answer of its own ([`DecideRequest::answer`]), the instructions alone.
+pub fn system_prompt(request: &DecideRequest) -> String {
+    if request.answer {
+        return request.instructions.clone();
+    }
+    let mut prompt = PREFACE.to_string();
+    if !request.instructions.trim().is_empty() {
+        prompt.push_str("\n\nThe assistant's instructions:\n");
+        prompt.push_str(&request.instructions);
+    }
+    prompt
+}
+
 /// The most tokens the decider's model writes for one decision.
 const MAX_NEW_TOKENS: u32 = 256;
 
@@ -158,11 +172,7 @@ impl DecisionSession {
     /// The turn the decider's model answers: the session's conversation, its tools.
     fn turn(request: &DecideRequest) -> (SessionSetup, TurnInput) {
         let mut setup = SessionSetup::new(SessionKind::Turn);
-        setup.system_prompt = PREFACE.to_string();
-        if !request.instructions.trim().is_empty() {
-            setup.system_prompt.push_str("\n\nThe assistant's instructions:\n");
-            setup.system_prompt.push_str(&request.instructions);
-        }
+        setup.system_prompt = system_prompt(request);
         setup.tools = request.tools.clone();
         let input = TurnInput {
             messages: request.messages.clone(),

@@ -9,13 +9,13 @@
 //! results word for word ([`Driver::briefed`]) — after a tool's result, when the client asks
 //! for a response, and when the instructions change (an agent's handoff).
 
-use omni_actors::domain::{CallPiece, ChatMessage, Role, SessionSetup, ToolChoice};
+use omni_actors::domain::{CallPiece, ChatMessage, Role, SessionSetup, ToolChoice, Tools};
 use omni_actors::domain::{DecideRequest, DeciderError, Decision};
 use omni_actors::observe::metrics::metrics;
 use omni_actors::protocol::{Inbound, ProtocolError};
 
 use super::Driver;
-use super::events::{Event, ResponseStatus};
+use super::events::{Event, ResponseRequest, ResponseStatus};
 use super::items::{Item, ItemBody, Part};
 
 /// How long a response the client asked of a voice that takes no typed turns waits for its
@@ -48,6 +48,9 @@ pub struct Delegation {
     /// A newer turn that came while a decision was in flight: asked when it is answered (one
     /// decision in flight per session; the older answer is then dropped).
     queued: Option<String>,
+    /// An out-of-band response the decider answers (the voice answers only aloud, from its
+    /// conversation): the decision's number and the response's id.
+    answering: Option<(u64, String)>,
     /// The newest user turns the detector did not hear as speech (the voice answered a sound):
     /// not decided, whatever a recogniser makes of them.
     unheard: std::collections::VecDeque<String>,
@@ -131,42 +134,86 @@ impl Driver {
     fn decide_request(&self, item_id: &str) -> Option<DecideRequest> {
         let mut messages = Vec::new();
         for item in self.conversation.items() {
-            if let Some(mut m) = item.to_message(|c| self.conversation.tool_of(c)) {
-                m.text = clip(&m.text, MAX_DECIDER_MESSAGE).to_string();
+            if let Some(m) = item.to_message(|c| self.conversation.tool_of(c)) {
                 messages.push(m);
             }
             if item.id == item_id {
                 break;
             }
         }
-        let answered =
-            |id: &str| messages.iter().any(|m| m.role == Role::Tool && m.call.as_ref().is_some_and(|c| c.id == id));
-        let called = |id: &str| {
-            messages.iter().any(|m| m.role == Role::Assistant && m.call.as_ref().is_some_and(|c| c.id == id))
-        };
-        let keep: Vec<bool> = messages
-            .iter()
-            .map(|m| match (m.role, &m.call) {
-                (Role::Assistant, Some(c)) => answered(&c.id),
-                (Role::Tool, Some(c)) => called(&c.id),
-                _ => true,
-            })
-            .collect();
-        let mut keep = keep.into_iter();
-        messages.retain(|_| keep.next().unwrap_or(false));
+        let messages = well_formed(messages);
         if !messages.iter().any(|m| m.role == Role::User) {
             return None;
         }
-        // The oldest go first; a call goes with its result.
-        let mut bytes: usize = messages.iter().map(|m| m.text.len()).sum();
-        while bytes > MAX_DECIDER_CONVERSATION && messages.len() > 1 {
-            bytes -= messages.remove(0).text.len();
-            while messages.first().is_some_and(|m| m.role == Role::Tool) && messages.len() > 1 {
-                bytes -= messages.remove(0).text.len();
+        let instructions = clip(&self.setup.conf.instructions, MAX_DECIDER_MESSAGE).to_string();
+        Some(DecideRequest { instructions, tools: self.setup.conf.tools.clone(), messages, answer: false })
+    }
+
+    /// An out-of-band response (`conversation: "none"`) where the voice takes no typed turns: the
+    /// decider answers it in words (or with a call), on the response's own input or the
+    /// conversation, with the response's instructions. `response.created` comes at once.
+    pub(super) fn answer_out_of_band(&mut self, request: ResponseRequest) -> Result<(), ProtocolError> {
+        let messages: Vec<ChatMessage> = match &request.input {
+            Some(input) => input
+                .iter()
+                .map(|i| ChatMessage { images: Vec::new(), audios: Vec::new(), ..i.message.clone() })
+                .collect(),
+            None => self.conversation.items().filter_map(|i| i.to_message(|c| self.conversation.tool_of(c))).collect(),
+        };
+        let messages = well_formed(messages);
+        if messages.is_empty() {
+            return Err(ProtocolError::Refused {
+                code: "input_audio_buffer_commit_empty",
+                message: "response.create: there is nothing in words to answer (give input, or a conversation with a transcript)"
+                    .into(),
+            });
+        }
+        let conf = &self.setup.conf;
+        let instructions = request.instructions.clone().unwrap_or_else(|| conf.instructions.clone());
+        let tools = match request.tools.clone() {
+            Some(t) if t.functions.is_empty() => Tools { functions: conf.tools.functions.clone(), ..t },
+            Some(t) => t,
+            None => conf.tools.clone(),
+        };
+        let max_tokens = request.max_tokens.unwrap_or(conf.max_tokens);
+        // Words, not the voice: an answer outside the conversation is not spoken.
+        self.start_response(false, false, request.metadata, max_tokens, (true, tools.clone()));
+        let Some(response) = self.responses.current.as_ref().map(|r| r.id.clone()) else { return Ok(()) };
+        let instructions = clip(&instructions, MAX_DECIDER_MESSAGE).to_string();
+        let id = self.delegation.next;
+        self.delegation.next += 1;
+        self.delegation.answering = Some((id, response));
+        let request = DecideRequest { instructions, tools, messages, answer: true };
+        self.commands.push(Inbound::Decide { id, request: Box::new(request) });
+        Ok(())
+    }
+
+    /// The decider's answer to an out-of-band response, if `id` is its; answers whether it was.
+    fn answered(&mut self, id: u64, result: &Result<Decision, DeciderError>) -> bool {
+        let Some((asked, response)) = self.delegation.answering.clone() else { return false };
+        if asked != id {
+            return false;
+        }
+        self.delegation.answering = None;
+        if self.responses.current.as_ref().is_none_or(|r| r.id != response) {
+            // Cancelled meanwhile.
+            return true;
+        }
+        match result {
+            Ok(Decision::NoCall(words)) => {
+                self.delta(clip(words, MAX_DECIDER_CONVERSATION), &[]);
+                self.finish_response(ResponseStatus::Completed, None);
+            }
+            Ok(Decision::Call { name, arguments }) => {
+                self.call_piece(&CallPiece { name: Some(name.clone()), arguments: arguments.clone() });
+                self.finish_response(ResponseStatus::Completed, None);
+            }
+            Err(e) => {
+                self.events.push(Event::Error(ProtocolError::Decider(e.clone())));
+                self.finish_response(ResponseStatus::Failed, None);
             }
         }
-        let instructions = clip(&self.setup.conf.instructions, MAX_DECIDER_MESSAGE).to_string();
-        Some(DecideRequest { instructions, tools: self.setup.conf.tools.clone(), messages })
+        true
     }
 
     /// The client asks for a response: its newest user item, if typed (a spoken one was asked
@@ -192,6 +239,9 @@ impl Driver {
     /// The decider's answer: a call is told as the model's would be (after the response in
     /// progress, if one is); no call leaves the answer to the voice; a failure is one error.
     pub fn decided(&mut self, id: u64, result: &Result<Decision, DeciderError>) {
+        if self.answered(id, result) {
+            return;
+        }
         if self.delegation.asked != Some(id) {
             log::debug!("session {:?}: decision {id} is void (the session changed); dropped", self.life.session_id);
             return;
@@ -301,6 +351,37 @@ impl Driver {
         setup.system_prompt = prompt;
         setup
     }
+}
+
+/// `messages` as a decider is sent them: each at most [`MAX_DECIDER_MESSAGE`], a call without its
+/// result or a result without its call left out (a chat-completions server refuses either), and
+/// within [`MAX_DECIDER_CONVERSATION`], the oldest dropped first (a call with its result).
+fn well_formed(mut messages: Vec<ChatMessage>) -> Vec<ChatMessage> {
+    for m in &mut messages {
+        if m.text.len() > MAX_DECIDER_MESSAGE {
+            m.text = clip(&m.text, MAX_DECIDER_MESSAGE).to_string();
+        }
+    }
+    let has =
+        |role: Role, id: &str| messages.iter().any(|m| m.role == role && m.call.as_ref().is_some_and(|c| c.id == id));
+    let keep: Vec<bool> = messages
+        .iter()
+        .map(|m| match (m.role, &m.call) {
+            (Role::Assistant, Some(c)) => has(Role::Tool, &c.id),
+            (Role::Tool, Some(c)) => has(Role::Assistant, &c.id),
+            _ => true,
+        })
+        .collect();
+    let mut keep = keep.into_iter();
+    messages.retain(|_| keep.next().unwrap_or(false));
+    let mut bytes: usize = messages.iter().map(|m| m.text.len()).sum();
+    while bytes > MAX_DECIDER_CONVERSATION && messages.len() > 1 {
+        bytes -= messages.remove(0).text.len();
+        while messages.first().is_some_and(|m| m.role == Role::Tool) && messages.len() > 1 {
+            bytes -= messages.remove(0).text.len();
+        }
+    }
+    messages
 }
 
 /// Whether a transcript holds words: something besides a recogniser's bracketed marks.
@@ -568,12 +649,46 @@ mod tests {
     }
 
     #[test]
-    fn an_out_of_band_response_is_refused_with_the_reason() {
+    fn an_out_of_band_response_is_the_deciders_words_outside_the_conversation() {
         let mut d = delegated(weather());
+        // Nothing in words yet: refused with the reason, nothing asked.
         let e = respond(&mut d, ResponseRequest { out_of_band: true, ..Default::default() }).unwrap_err();
-        assert_eq!(e.code(), "response_create_unsupported");
-        assert!(e.to_string().contains("outside the conversation"), "{e}");
-        assert!(d.take_commands().is_empty(), "nothing asked of the voice or the decider");
+        assert_eq!(e.code(), "input_audio_buffer_commit_empty");
+        let (id, _) = user_says(&mut d, "I would like to book a table.").unwrap();
+        d.decided(id, &Ok(Decision::NoCall(String::new())));
+        d.take_events();
+        let request = ResponseRequest {
+            out_of_band: true,
+            instructions: Some("Classify the user's intent in one word.".into()),
+            metadata: Some(vec![("topic".into(), "intent".into())]),
+            ..Default::default()
+        };
+        respond(&mut d, request).unwrap();
+        let commands = d.take_commands();
+        let [Inbound::Decide { id, request }] = &commands[..] else { panic!("{commands:?}") };
+        assert!(request.answer && request.instructions == "Classify the user's intent in one word.");
+        assert_eq!(request.messages.last().map(|m| m.text.as_str()), Some("I would like to book a table."));
+        assert_eq!(kinds(&d.take_events()), ["response_created"]);
+        let items = d.conversation.len();
+        d.decided(*id, &Ok(Decision::NoCall("booking".into())));
+        let events = d.take_events();
+        let Some(Event::ResponseDone(done)) = events.last() else { panic!("{events:?}") };
+        assert_eq!(
+            (done.status, done.audio, done.conversation_id.as_deref()),
+            (ResponseStatus::Completed, false, None)
+        );
+        assert!(events.iter().any(|e| matches!(e, Event::TextDelta { delta, .. } if delta == "booking")), "{events:?}");
+        assert_eq!(d.conversation.len(), items, "outside the conversation");
+        // The decider failing it: one error, the response failed.
+        respond(&mut d, ResponseRequest { out_of_band: true, ..Default::default() }).unwrap();
+        let commands = d.take_commands();
+        let [Inbound::Decide { id, .. }] = &commands[..] else { panic!("{commands:?}") };
+        d.take_events();
+        d.decided(*id, &Err(DeciderError::Timeout("slow".into())));
+        let events = d.take_events();
+        assert_eq!(codes(&events), ["decider_timeout"]);
+        let Some(Event::ResponseDone(done)) = events.last() else { panic!("{events:?}") };
+        assert_eq!(done.status, ResponseStatus::Failed);
     }
 
     #[test]

@@ -140,14 +140,8 @@ impl Driver {
         }
         let holds = self.holds_conversations();
         if self.setup.conf.vad.is_some() && !holds && self.delegates() && request.out_of_band {
-            let model = self.life.backend.as_ref().map_or("the model", |b| b.name.as_str());
-            return Err(ProtocolError::Refused {
-                code: "response_create_unsupported",
-                message: format!(
-                    "response.create: conversation \"none\" asks for an answer outside the conversation, and {model} \
-                     answers only aloud, from the conversation it was prepared with; ask within the conversation"
-                ),
-            });
+            // The voice answers only aloud, from its conversation: the decider answers in words.
+            return self.answer_out_of_band(request);
         }
         if self.setup.conf.vad.is_some() && !holds && self.delegates() {
             // The voice takes no typed turns: it is prepared again with the conversation (a
@@ -363,7 +357,7 @@ impl Driver {
     }
 
     /// A piece of the answer: its text (or its voice's transcript) and its voice.
-    fn delta(&mut self, text: &str, audio: &[f32]) {
+    pub(super) fn delta(&mut self, text: &str, audio: &[f32]) {
         if text.is_empty() && audio.is_empty() {
             return;
         }

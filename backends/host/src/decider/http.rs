@@ -11,8 +11,6 @@ use omni_actors::domain::{DecideRequest, DeciderError, Decision};
 use omni_actors::edge::decider::Decider;
 use serde_json::{Value, json};
 
-use omni_actors::delegate::pool::PREFACE;
-
 use super::{DeciderSpec, DelegationSpec};
 
 /// A decider over HTTP; one per delegation thread (each with its own connection pool).
@@ -95,20 +93,19 @@ impl HttpDecider {
 
 /// The chat-completions request for `request`.
 fn body(model: &str, request: &DecideRequest) -> Value {
-    let mut system = PREFACE.to_string();
-    if !request.instructions.trim().is_empty() {
-        system.push_str("\n\nThe assistant's instructions:\n");
-        system.push_str(&request.instructions);
+    let system = super::system_prompt(request);
+    let mut messages: Vec<Value> = Vec::new();
+    if !system.trim().is_empty() {
+        messages.push(json!({"role": "system", "content": system}));
     }
-    let mut messages = vec![json!({"role": "system", "content": system})];
     messages.extend(request.messages.iter().map(message));
-    json!({
-        "model": model,
-        "messages": messages,
-        "tools": tools(&request.tools),
-        "tool_choice": choice(&request.tools.choice),
-        "stream": false,
-    })
+    let mut body = json!({"model": model, "messages": messages, "stream": false});
+    // No tools: none sent (a server refuses an empty list).
+    if !request.tools.functions.is_empty() {
+        body["tools"] = tools(&request.tools);
+        body["tool_choice"] = choice(&request.tools.choice);
+    }
+    body
 }
 
 /// One message of the conversation as chat-completions writes it.
@@ -203,6 +200,7 @@ mod tests {
                 ChatMessage::tool_result("call_1", "get_weather", "cold"),
                 ChatMessage::text(Role::User, "And in Paris?"),
             ],
+            answer: false,
         };
         let b = body("qwen", &request);
         assert_eq!(b["model"], "qwen");

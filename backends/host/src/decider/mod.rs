@@ -183,6 +183,12 @@ impl DelegationConfig {
     }
 }
 
+/// What a decider's model is told first: its part beside the voice and the session's
+/// instructions, or for an answer of its own, the instructions alone.
+pub(crate) fn system_prompt(request: &omni_actors::domain::DecideRequest) -> String {
+    omni_actors::delegate::pool::system_prompt(request)
+}
+
 /// Starts the deciders of `spec`; a pool decider's sessions join `queue`.
 pub fn start(spec: &DelegationSpec, queue: &QueuePort) -> DelegationPort {
     match &spec.decider {
