@@ -116,16 +116,7 @@ fn the_agent_frameworks_call_tools_on_a_minicpmo_voice_through_the_decider() {
     let _one = one_model_at_a_time();
     let (first, second) = (MockWorker::start(), MockWorker::start());
     let entries = format!("{}{}", first.entry("gpu0", ""), second.entry("gpu1", ""));
-    frameworks_through_the_decider(entries, None, || {
-        [&first, &second]
-            .iter()
-            .flat_map(|w| {
-                w.with(|s| {
-                    s.prepares.iter().filter_map(|p| p["system_prompt"].as_str().map(String::from)).collect::<Vec<_>>()
-                })
-            })
-            .collect()
-    });
+    frameworks_through_the_decider(entries, None, || prepared_prompts(&[&first, &second]));
 }
 
 /// The same on a vLLM-Omni server's slots (the mock of its duplex API), whose sessions take
@@ -136,19 +127,7 @@ fn the_agent_frameworks_call_tools_on_a_vllm_omni_voice_through_the_decider() {
         return;
     }
     let _one = one_model_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let wav = dir.path().join("voice.wav");
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: 16000,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut w = hound::WavWriter::create(&wav, spec).unwrap();
-    for i in 0..16000 {
-        w.write_sample(((i as f32 * 0.05).sin() * 8000.0) as i16).unwrap();
-    }
-    w.finalize().unwrap();
+    let (_dir, wav) = voice();
     let mock = MockVllm::start(2);
     let entries = mock.entry("vo", 2, &format!("ref_audio = \"{}\"", wav.display()));
     frameworks_through_the_decider(entries, None, || {
@@ -177,16 +156,19 @@ fn the_agent_frameworks_call_tools_on_a_minicpmo_voice_through_a_pool_decider() 
         voice(&second, "gpu1")
     );
     let pool = "[delegation]\ndecider = \"pool\"\n".to_string();
-    frameworks_through_the_decider(entries, Some(pool), || {
-        [&first, &second]
-            .iter()
-            .flat_map(|w| {
-                w.with(|s| {
-                    s.prepares.iter().filter_map(|p| p["system_prompt"].as_str().map(String::from)).collect::<Vec<_>>()
-                })
+    frameworks_through_the_decider(entries, Some(pool), || prepared_prompts(&[&first, &second]));
+}
+
+/// Every system prompt `workers` were prepared with.
+fn prepared_prompts(workers: &[&MockWorker]) -> Vec<String> {
+    workers
+        .iter()
+        .flat_map(|w| {
+            w.with(|s| {
+                s.prepares.iter().filter_map(|p| p["system_prompt"].as_str().map(String::from)).collect::<Vec<_>>()
             })
-            .collect()
-    });
+        })
+        .collect()
 }
 
 /// The three frameworks' delegated cases against a gateway on `workers` with a decider (`section`,

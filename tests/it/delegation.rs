@@ -206,19 +206,7 @@ async fn a_vllm_omni_voice_gets_tools_and_keeps_the_conversation_across_a_handof
     if !needs(&[Need::Models]) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let wav = dir.path().join("voice.wav");
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: 16000,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut w = hound::WavWriter::create(&wav, spec).unwrap();
-    for i in 0..16000 {
-        w.write_sample(((i as f32 * 0.05).sin() * 8000.0) as i16).unwrap();
-    }
-    w.finalize().unwrap();
+    let (_dir, wav) = voice();
     let mock = MockVllm::start(1);
     let decider = FakeDecider::start(Answer::Call("get_weather".into(), r#"{"city": "Paris"}"#.into()));
     let entry = mock.entry("vo", 1, &format!("ref_audio = \"{}\"", wav.display()));

@@ -11,29 +11,6 @@ use crate::common::*;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-/// Writes `seconds` of a 16 kHz tone of `amplitude` (of 32767) as a 16-bit WAV at `path`.
-fn write_wav(path: &std::path::Path, seconds: usize, amplitude: f32) {
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: 16000,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut w = hound::WavWriter::create(path, spec).unwrap();
-    for i in 0..seconds * 16000 {
-        w.write_sample(((i as f32 * 0.05).sin() * amplitude) as i16).unwrap();
-    }
-    w.finalize().unwrap();
-}
-
-/// A WAV voice prompt in a directory that lives as long as the test.
-fn voice() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("voice.wav");
-    write_wav(&path, 1, 8000.0);
-    (dir, path)
-}
-
 fn gateway(mock: &MockVllm, count: usize, voice: &std::path::Path) -> Server {
     let options = format!("ref_audio = \"{}\"", voice.display());
     Server::ready(Setup::default().workers(mock.entry("vo", count, &options)))

@@ -78,6 +78,7 @@ impl Handler<Decide> for PoolDecider {
             step: Step::Waiting,
             call: None,
             words: String::new(),
+            input: None,
             started: Instant::now(),
         }
         .start();
@@ -113,6 +114,8 @@ pub struct DecisionSession {
     /// The first call the model writes: its tool and its arguments so far.
     call: Option<(String, String)>,
     words: String,
+    /// The turn it asks, once its worker is prepared.
+    input: Option<TurnInput>,
     started: Instant,
 }
 
@@ -230,7 +233,8 @@ impl Handler<BackendEvent> for DecisionSession {
                     return self.unavailable(why, ctx);
                 }
                 let Some(request) = self.job.as_ref().map(|j| &j.request) else { return };
-                let (setup, _) = DecisionSession::turn(request);
+                let (setup, input) = DecisionSession::turn(request);
+                self.input = Some(input);
                 let reply = Delivery::new(ctx.address().recipient(), Lost::Work);
                 worker.port.session.prepare.do_send(Prepare { key: self.conn, setup, reply });
                 self.step = Step::Preparing;
@@ -241,8 +245,7 @@ impl Handler<BackendEvent> for DecisionSession {
                 self.unavailable(format!("the chat worker {} could not be taken: {e}", worker.name), ctx);
             }
             BackendEvent::Prepared { .. } if self.step == Step::Preparing => {
-                let Some(request) = self.job.as_ref().map(|j| &j.request) else { return };
-                let (_, input) = DecisionSession::turn(request);
+                let Some(input) = self.input.take() else { return };
                 let reply = Delivery::new(ctx.address().recipient(), Lost::Work);
                 worker.port.session.turn.do_send(SubmitTurn { key: self.conn, seq: 1, input, reply });
                 self.step = Step::Answering;

@@ -31,6 +31,7 @@
 //! during a response ends it.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -702,4 +703,27 @@ async fn send_all(ws: &mut actix_ws::Session, events: Vec<String>) -> Result<(),
 
 fn closing() -> CloseReason {
     CloseReason { code: CloseCode::Normal, description: Some("client_close".into()) }
+}
+
+/// Writes `seconds` of a 16 kHz tone of `amplitude` (of 32767) as a 16-bit WAV at `path`.
+pub(crate) fn write_wav(path: &std::path::Path, seconds: usize, amplitude: f32) {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(path, spec).unwrap();
+    for i in 0..seconds * 16000 {
+        w.write_sample(((i as f32 * 0.05).sin() * amplitude) as i16).unwrap();
+    }
+    w.finalize().unwrap();
+}
+
+/// A WAV voice prompt in a directory that lives as long as the test.
+pub(crate) fn voice() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("voice.wav");
+    write_wav(&path, 1, 8000.0);
+    (dir, path)
 }

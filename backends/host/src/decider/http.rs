@@ -11,7 +11,7 @@ use omni_actors::domain::{DecideRequest, DeciderError, Decision};
 use omni_actors::edge::decider::Decider;
 use serde_json::{Value, json};
 
-use super::{DeciderSpec, DelegationSpec};
+use super::DelegationSpec;
 
 /// A decider over HTTP; one per delegation thread (each with its own connection pool).
 pub struct HttpDecider {
@@ -24,12 +24,8 @@ pub struct HttpDecider {
 }
 
 impl HttpDecider {
-    /// A decider of `spec`, which must be [`DeciderSpec::Http`].
-    pub fn new(spec: &DelegationSpec) -> HttpDecider {
-        let (endpoint, model, api_key) = match &spec.decider {
-            DeciderSpec::Http { endpoint, model, api_key } => (endpoint.clone(), model.clone(), api_key.clone()),
-            DeciderSpec::Pool => (String::new(), String::new(), None),
-        };
+    /// A decider asking `model` at `endpoint` (with `api_key`), within `spec`'s deadline and bound.
+    pub fn new(endpoint: &str, model: &str, api_key: Option<&str>, spec: &DelegationSpec) -> HttpDecider {
         let agent = ureq::Agent::config_builder()
             .timeout_global(Some(spec.timeout))
             .http_status_as_error(false)
@@ -38,9 +34,9 @@ impl HttpDecider {
             .into();
         HttpDecider {
             agent,
-            endpoint,
-            model,
-            api_key,
+            endpoint: endpoint.to_string(),
+            model: model.to_string(),
+            api_key: api_key.map(String::from),
             max_answer_bytes: spec.max_answer_bytes,
             timeout_s: spec.timeout.as_secs_f64(),
         }
@@ -93,7 +89,7 @@ impl HttpDecider {
 
 /// The chat-completions request for `request`.
 fn body(model: &str, request: &DecideRequest) -> Value {
-    let system = super::system_prompt(request);
+    let system = omni_actors::delegate::pool::system_prompt(request);
     let mut messages: Vec<Value> = Vec::new();
     if !system.trim().is_empty() {
         messages.push(json!({"role": "system", "content": system}));

@@ -183,18 +183,14 @@ impl DelegationConfig {
     }
 }
 
-/// What a decider's model is told first: its part beside the voice and the session's
-/// instructions, or for an answer of its own, the instructions alone.
-pub(crate) fn system_prompt(request: &omni_actors::domain::DecideRequest) -> String {
-    omni_actors::delegate::pool::system_prompt(request)
-}
-
 /// Starts the deciders of `spec`; a pool decider's sessions join `queue`.
 pub fn start(spec: &DelegationSpec, queue: &QueuePort) -> DelegationPort {
     match &spec.decider {
-        DeciderSpec::Http { .. } => {
-            let shared = spec.clone();
-            let open: OpenDecider = Arc::new(move || Box::new(http::HttpDecider::new(&shared)) as Box<dyn Decider>);
+        DeciderSpec::Http { endpoint, model, api_key } => {
+            let (shared, endpoint, model, api_key) = (spec.clone(), endpoint.clone(), model.clone(), api_key.clone());
+            let open: OpenDecider = Arc::new(move || {
+                Box::new(http::HttpDecider::new(&endpoint, &model, api_key.as_deref(), &shared)) as Box<dyn Decider>
+            });
             DelegationPort::start(spec.threads, spec.max_waiting, open)
         }
         DeciderSpec::Pool => {
